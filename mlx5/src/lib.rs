@@ -1,0 +1,40 @@
+//! # mlx5: the ConnectX hardware contract
+//!
+//! Byte-exact formats of what an mlx5 NIC (NVIDIA/Mellanox ConnectX-4 and later, BlueField)
+//! reads and writes in host memory, with no OS calls:
+//!
+//! - send WQE segments ([`ctrl`], [`seg`], [`umr`]) and the opcodes that go in them
+//!   ([`opcode`]);
+//! - receive WQE entries ([`recv`]);
+//! - completion entries: the 64-byte CQE, the error CQE, mini-CQEs ([`cqe`]) and the error
+//!   syndromes with their mapping to verbs work-completion statuses ([`syndrome`]);
+//! - doorbell-record slots and BlueFlame rules ([`doorbell`]);
+//! - an encoder that writes one whole WQE for one [`Request`] into ring blocks, wrapping past
+//!   the end of the ring, and a decoder that reads it back ([`wqe`]).
+//!
+//! Every struct and constant mirrored here is checked against rdma-core's installed
+//! `infiniband/mlx5dv.h` by the `mlx5-hdrcheck` crate of this workspace.
+//!
+//! With the `sim` feature, [`sim`] is a software mlx5 NIC that owns rings laid out as the
+//! hardware's and executes the WQEs it finds there: the way the direct data path of
+//! `blueflame` is tested end to end on machines without a ConnectX.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![deny(unsafe_code)]
+
+pub mod be;
+pub mod cqe;
+pub mod ctrl;
+pub mod doorbell;
+pub mod opcode;
+pub mod recv;
+pub mod request;
+pub mod seg;
+pub mod syndrome;
+pub mod umr;
+pub mod wqe;
+
+pub use be::{Be16, Be32, Be64};
+pub use ctrl::{CompletionMode, CtrlSeg, Fence, FmCeSe};
+pub use opcode::Opcode;
+pub use request::{Access, BindMw, MaskedAtomic, Payload, Remote, Request, Sge, WqeFlags};
+pub use syndrome::{Syndrome, WcStatus};

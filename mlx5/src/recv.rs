@@ -1,0 +1,109 @@
+//! Receive WQEs: a row of data segments, terminated by an invalid-lkey entry when shorter than
+//! the ring's stride.
+
+use crate::be::{Be32, Be64};
+use crate::request::Sge;
+use crate::seg::{DataSeg, DS_BYTES};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// The lkey that ends a receive WQE shorter than the stride (`MLX5_INVALID_LKEY`).
+pub const INVALID_LKEY: u32 = 0x100;
+
+/// Writes one receive WQE (`sgl`, zero-length entries skipped) into `entry` (the stride
+/// bytes). Returns the number of entries written, or `None` if they do not fit.
+#[inline]
+pub fn encode_recv(sgl: &[Sge], entry: &mut [u8]) -> Option<usize> {
+    let max = entry.len() / DS_BYTES;
+    let n = sgl.iter().filter(|s| s.len != 0).count();
+    if n > max {
+        return None;
+    }
+    let mut i = 0;
+    for s in sgl.iter().filter(|s| s.len != 0) {
+        let d = DataSeg {
+            byte_count: Be32::new(s.len),
+            lkey: Be32::new(s.lkey),
+            addr: Be64::new(s.addr),
+        };
+        entry[i * DS_BYTES..(i + 1) * DS_BYTES].copy_from_slice(d.as_bytes());
+        i += 1;
+    }
+    if i < max {
+        let t = DataSeg {
+            byte_count: Be32::ZERO,
+            lkey: Be32::new(INVALID_LKEY),
+            addr: Be64::ZERO,
+        };
+        entry[i * DS_BYTES..(i + 1) * DS_BYTES].copy_from_slice(t.as_bytes());
+    }
+    Some(n)
+}
+
+/// Reads the entries of one receive WQE into `out`, up to the terminator or the stride.
+/// Returns how many there are.
+pub fn decode_recv(entry: &[u8], out: &mut [Sge]) -> usize {
+    let mut n = 0;
+    for chunk in entry.chunks_exact(DS_BYTES) {
+        let Ok(d) = DataSeg::read_from_bytes(chunk) else {
+            break;
+        };
+        if d.lkey.get() == INVALID_LKEY || n == out.len() {
+            break;
+        }
+        out[n] = Sge {
+            addr: d.addr.get(),
+            len: d.byte_count.get(),
+            lkey: d.lkey.get(),
+        };
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_with_terminator() {
+        let mut entry = [0xaau8; 64];
+        let sgl = [
+            Sge {
+                addr: 0x1000,
+                len: 10,
+                lkey: 7,
+            },
+            Sge {
+                addr: 0x2000,
+                len: 0,
+                lkey: 7,
+            },
+        ];
+        assert_eq!(encode_recv(&sgl, &mut entry), Some(1));
+        let mut out = [Sge::default(); 4];
+        assert_eq!(decode_recv(&entry, &mut out), 1);
+        assert_eq!(out[0], sgl[0]);
+        assert_eq!(&entry[20..24], &INVALID_LKEY.to_be_bytes());
+    }
+
+    #[test]
+    fn full_stride_has_no_terminator() {
+        let mut entry = [0u8; 32];
+        let sgl = [
+            Sge {
+                addr: 1,
+                len: 1,
+                lkey: 1,
+            },
+            Sge {
+                addr: 2,
+                len: 2,
+                lkey: 2,
+            },
+        ];
+        assert_eq!(encode_recv(&sgl, &mut entry), Some(2));
+        let mut out = [Sge::default(); 4];
+        assert_eq!(decode_recv(&entry, &mut out), 2);
+        assert_eq!(encode_recv(&[sgl[0]; 3], &mut entry), None);
+    }
+}
