@@ -1,1 +1,23 @@
-//! blueflame
+//! # blueflame
+//!
+//! The shortest RDMA data path on Linux. On mlx5 NICs (NVIDIA/Mellanox ConnectX) it writes
+//! work-queue entries straight into the send ring, rings the doorbell through the BlueFlame
+//! register and polls completions straight from the completion ring: no `ibv_post_send`, no
+//! `ibv_poll_cq`, no allocation, lock or system call in between.
+//!
+//! On machines without a ConnectX the same data path runs against [`mlx5::sim`], a software
+//! mlx5 NIC whose rings have the hardware layout; tests, benches and the demo use it.
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+
+pub mod completion;
+pub mod direct;
+pub mod error;
+pub mod resources;
+
+pub use completion::{Completion, WcOpcode, WcStatus};
+pub use direct::PostFlags;
+pub use error::{Error, Result};
+pub use mlx5::ctrl::Fence;
+pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
+pub use mlx5::{RawCq, RawQp};
+pub use resources::{Cq, Device, MemoryRegion, Pd, Qp, QpCaps};

@@ -26,6 +26,7 @@ pub mod cqe;
 pub mod ctrl;
 pub mod doorbell;
 pub mod opcode;
+pub mod raw;
 pub mod recv;
 pub mod request;
 pub mod seg;
@@ -33,8 +34,13 @@ pub mod syndrome;
 pub mod umr;
 pub mod wqe;
 
+#[cfg(feature = "sim")]
+#[allow(unsafe_code)] // the NIC moves bytes through raw pointers, like DMA
+pub mod sim;
+
 pub use be::{Be16, Be32, Be64};
 pub use ctrl::{CompletionMode, CtrlSeg, Fence, FmCeSe};
 pub use opcode::Opcode;
+pub use raw::{RawCq, RawQp};
 pub use request::{Access, BindMw, MaskedAtomic, Payload, Remote, Request, Sge, WqeFlags};
 pub use syndrome::{Syndrome, WcStatus};

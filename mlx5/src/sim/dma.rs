@@ -1,0 +1,87 @@
+//! Memory the software NIC owns (rings, doorbell records, BlueFlame registers, allocated
+//! regions) and the raw copies that play DMA.
+//!
+//! Everything the driver shares with the NIC is touched here through raw pointers, never
+//! through references: the driver writes these bytes from another thread at the same time,
+//! exactly as it would with a real device.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+/// A zeroed, page-aligned allocation that lives until dropped.
+pub(crate) struct DmaBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: DmaBuf is a plain owned allocation; all access goes through raw pointers whose
+// synchronisation is the NIC protocol (doorbell records, owner bits), not Rust references.
+unsafe impl Send for DmaBuf {}
+// SAFETY: as above: `&DmaBuf` only hands out the pointer.
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    /// `len` zeroed bytes (at least one page-aligned byte).
+    pub(crate) fn new(len: usize) -> DmaBuf {
+        let layout = Layout::from_size_align(len.max(1), 4096).expect("DMA buffer layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        DmaBuf { ptr, layout }
+    }
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this very layout, freed once.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Reads a big-endian doorbell-record word the driver updates from another thread.
+///
+/// # Safety
+/// `p` must point to a live, 4-byte-aligned word.
+pub(crate) unsafe fn load_be32(p: *const u32) -> u32 {
+    // SAFETY: the caller guarantees a live aligned word; AtomicU32 has u32's layout, and the
+    // driver stores it atomically (Release), so this Acquire load pairs with it.
+    u32::from_be(unsafe { (*(p as *const AtomicU32)).load(Ordering::Acquire) })
+}
+
+/// Reads `out.len()` bytes at `src` (DMA from host memory).
+///
+/// # Safety
+/// `src .. src + out.len()` must be live memory (a ring the NIC owns or a range of a
+/// registered region that was checked against the region table).
+pub(crate) unsafe fn read(src: *const u8, out: &mut [u8]) {
+    // SAFETY: the caller guarantees the source range; `out` is a distinct local buffer.
+    unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) }
+}
+
+/// Writes `data` at `dst` (DMA to host memory).
+///
+/// # Safety
+/// `dst .. dst + data.len()` must be live memory checked as for [`read`], not overlapping
+/// `data`.
+pub(crate) unsafe fn write(dst: *mut u8, data: &[u8]) {
+    // SAFETY: the caller guarantees the destination range and that it does not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+}
+
+/// Publishes a CQE: writes its first 63 bytes, then the `op_own` byte with Release ordering
+/// so a poller that sees the new owner bit (Acquire or read barrier) sees the whole entry.
+///
+/// # Safety
+/// `dst` must point to a live 64-byte CQE slot of a CQ the NIC owns.
+pub(crate) unsafe fn publish_cqe(dst: *mut u8, cqe: &[u8; 64]) {
+    // SAFETY: the caller guarantees a live 64-byte slot.
+    unsafe {
+        std::ptr::copy_nonoverlapping(cqe.as_ptr(), dst, 63);
+        (*(dst.add(63) as *const AtomicU8)).store(cqe[63], Ordering::Release);
+    }
+}

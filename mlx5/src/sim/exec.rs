@@ -1,0 +1,632 @@
+//! What the NIC does for each WQE: checks, byte moves, atomics, window binds, completions.
+
+use super::mem::{Binding, Denied};
+use super::qp::QpState;
+use super::State;
+use crate::cqe::{Cqe64, CqeOpcode, ErrCqe};
+use crate::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
+use crate::syndrome::Syndrome;
+use crate::wqe::{decode, Decoded, MAX_WQE_BYTES};
+use crate::Be32;
+
+/// The result of running one WQE.
+pub(crate) enum Outcome {
+    /// Done; bytes for the CQE's byte count.
+    Done(u32),
+    /// Failed with this syndrome (the QP goes to error).
+    Failed(Syndrome),
+    /// The responder had no receive WQE: try again on a later pass.
+    Retry,
+}
+
+impl State {
+    /// Runs the WQEs of `qpn` up to its doorbell record. Returns how many were handled.
+    pub(crate) fn run_qp(&mut self, qpn: u32) -> usize {
+        let mut n = self.flush_recvs_if_error(qpn);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return n;
+        };
+        if qp.state == QpState::Reset {
+            return n;
+        }
+        let db = qp.sq_db();
+        if self.threaded {
+            qp.skip_doorbell_check();
+        } else {
+            qp.check_doorbell(db);
+        }
+        loop {
+            let qp = self.qps.get_mut(&qpn).expect("qp");
+            let pi = qp.sq_ci;
+            if pi & 0xffff == db {
+                break;
+            }
+            let (ctrl, bbs) = match qp.peek(pi, db) {
+                Ok(x) => x,
+                Err(ctrl) => {
+                    // Not a WQE: its size is unknown, so nothing after it can be walked.
+                    qp.sq_ci = (pi & !0xffff) | db;
+                    qp.stats.wqes += 1;
+                    self.req_error(qpn, pi as u16, ctrl.opcode_raw(), Syndrome::LocalQpOp);
+                    n += 1;
+                    break;
+                }
+            };
+            let mut buf = [0u8; MAX_WQE_BYTES];
+            qp.read_blocks(pi, bbs, &mut buf);
+            let state = qp.state;
+            let mut sges = [Sge::default(); 64];
+            let outcome = if state == QpState::Error {
+                Outcome::Failed(Syndrome::WrFlush)
+            } else {
+                match decode(&buf[..bbs * 64], &mut sges) {
+                    Ok(d) if d.qpn == qpn => self.exec(qpn, &d),
+                    _ => Outcome::Failed(Syndrome::LocalQpOp),
+                }
+            };
+            let qp = self.qps.get_mut(&qpn).expect("qp");
+            match outcome {
+                Outcome::Retry => break,
+                Outcome::Done(bytes) => {
+                    qp.rnr_tries = 0;
+                    qp.sq_ci = pi.wrapping_add(bbs as u32);
+                    qp.stats.wqes += 1;
+                    let fm = crate::ctrl::FmCeSe::from_u8(ctrl.fm_ce_se).unwrap_or_default();
+                    if fm.completion.signals_success() {
+                        let mut c = Cqe64::default();
+                        c.sop_drop_qpn = Be32::new((ctrl.opcode_raw() as u32) << 24 | qpn);
+                        c.wqe_counter = crate::Be16::new(pi as u16);
+                        c.byte_cnt = Be32::new(bytes);
+                        let cq = qp.send_cq;
+                        if !self
+                            .cqs
+                            .get_mut(&cq)
+                            .is_some_and(|cq| cq.push(c, CqeOpcode::Req, false))
+                        {
+                            self.set_error(qpn);
+                        }
+                    }
+                }
+                Outcome::Failed(s) => {
+                    qp.rnr_tries = 0;
+                    qp.sq_ci = pi.wrapping_add(bbs as u32);
+                    qp.stats.wqes += 1;
+                    self.req_error(qpn, pi as u16, ctrl.opcode_raw(), s);
+                }
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Writes a requester error CQE and moves the QP to error.
+    fn req_error(&mut self, qpn: u32, pi: u16, opcode: u8, s: Syndrome) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.state = QpState::Error;
+        let cq = qp.send_cq;
+        let mut e = ErrCqe::default();
+        e.syndrome = s.to_u8();
+        e.s_wqe_opcode_qpn = Be32::new((opcode as u32) << 24 | qpn);
+        e.wqe_counter = crate::Be16::new(pi);
+        if let Some(cq) = self.cqs.get_mut(&cq) {
+            cq.push_err(e, CqeOpcode::ReqErr);
+        }
+    }
+
+    /// Moves a QP to error (its WQEs and receives are flushed from now on).
+    pub(crate) fn set_error(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.state = QpState::Error;
+        }
+    }
+
+    /// Flushes every posted receive of a QP in error. Returns how many.
+    fn flush_recvs_if_error(&mut self, qpn: u32) -> usize {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return 0;
+        };
+        if qp.state != QpState::Error {
+            return 0;
+        }
+        let mut n = 0;
+        while qp.rq_pending() > 0 {
+            let idx = qp.rq_ci as u16;
+            qp.rq_ci = qp.rq_ci.wrapping_add(1);
+            qp.stats.recvs += 1;
+            let mut e = ErrCqe::default();
+            e.syndrome = Syndrome::WrFlush.to_u8();
+            e.s_wqe_opcode_qpn = Be32::new(qpn);
+            e.wqe_counter = crate::Be16::new(idx);
+            if let Some(cq) = self.cqs.get_mut(&qp.recv_cq) {
+                cq.push_err(e, CqeOpcode::RespErr);
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Gathers the bytes of a payload from local memory.
+    fn gather(&self, pd: u32, p: &Payload<'_>) -> Result<Vec<u8>, Syndrome> {
+        match p {
+            Payload::Inline(b) => Ok(b.to_vec()),
+            Payload::Sgl(sgl) => {
+                let mut out = Vec::new();
+                for s in sgl.iter() {
+                    let src = self
+                        .mem
+                        .local(pd, s.lkey, s.addr, s.len as u64, false)
+                        .map_err(|_| Syndrome::LocalProt)?;
+                    let at = out.len();
+                    out.resize(at + s.len as usize, 0);
+                    // SAFETY: `src .. src + len` was checked to lie inside a registered region.
+                    unsafe { super::dma::read(src, &mut out[at..]) };
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Checks a scatter list for local writes; returns host pointers.
+    fn scatter_ptrs(&self, pd: u32, sgl: &[Sge]) -> Result<Vec<(*mut u8, usize)>, Denied> {
+        sgl.iter()
+            .map(|s| {
+                self.mem
+                    .local(pd, s.lkey, s.addr, s.len as u64, true)
+                    .map(|p| (p, s.len as usize))
+            })
+            .collect()
+    }
+
+    fn scatter(ptrs: &[(*mut u8, usize)], mut data: &[u8]) {
+        for &(p, len) in ptrs {
+            let k = len.min(data.len());
+            // SAFETY: every pointer was checked by `scatter_ptrs` for `len` writable bytes.
+            unsafe { super::dma::write(p, &data[..k]) };
+            data = &data[k..];
+        }
+    }
+
+    /// The responder's PD and QPN, or a transport error when the QP is not connected.
+    fn responder(&self, qpn: u32) -> Result<(u32, u32), Syndrome> {
+        let peer = self
+            .qps
+            .get(&qpn)
+            .and_then(|q| q.peer)
+            .ok_or(Syndrome::TransportRetryExc)?;
+        let p = self.qps.get(&peer).ok_or(Syndrome::TransportRetryExc)?;
+        if p.state != QpState::Rts {
+            // A peer in error answers nothing: the requester's retries run out.
+            return Err(Syndrome::TransportRetryExc);
+        }
+        Ok((p.pd, peer))
+    }
+
+    /// A class-C responder error: the responder QP goes to error too.
+    fn remote_fault(&mut self, peer: u32, s: Syndrome) -> Outcome {
+        self.set_error(peer);
+        Outcome::Failed(s)
+    }
+
+    fn remote_buf(
+        &self,
+        pd: u32,
+        peer: u32,
+        r: &Remote,
+        len: u64,
+        right: Access,
+    ) -> Result<*mut u8, Denied> {
+        if len == 0 {
+            return Ok(std::ptr::null_mut()); // zero-length: no key check, no access
+        }
+        self.mem.remote(pd, peer, r.rkey, r.addr, len, right)
+    }
+
+    /// Consumes the responder's next receive for a message of `data`, writes its CQE.
+    /// `Err(outcome)` is what the requester gets.
+    /// `byte_cnt` is what the CQE reports: the message length (for a write with immediate,
+    /// the bytes written to memory, while `data` is empty).
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        &mut self,
+        qpn: u32,
+        peer: u32,
+        data: &[u8],
+        byte_cnt: u32,
+        op: CqeOpcode,
+        imm: u32,
+        solicited: bool,
+    ) -> Result<(), Outcome> {
+        let (ppd, avail) = {
+            let p = &self.qps[&peer];
+            (p.pd, p.rq_pending())
+        };
+        if avail == 0 {
+            return Err(self.rnr(qpn, peer));
+        }
+        let mut sges = [Sge::default(); 64];
+        let n = self.qps[&peer].peek_recv(&mut sges);
+        let cap: u64 = sges[..n].iter().map(|s| s.len as u64).sum();
+        let p = self.qps.get_mut(&peer).expect("peer");
+        let idx = p.rq_ci as u16;
+        p.rq_ci = p.rq_ci.wrapping_add(1);
+        p.stats.recvs += 1;
+        let rcq = p.recv_cq;
+        let resp_err = |st: &mut State, s: Syndrome| {
+            let mut e = ErrCqe::default();
+            e.syndrome = s.to_u8();
+            e.s_wqe_opcode_qpn = Be32::new(peer);
+            e.wqe_counter = crate::Be16::new(idx);
+            if let Some(cq) = st.cqs.get_mut(&rcq) {
+                cq.push_err(e, CqeOpcode::RespErr);
+            }
+            st.set_error(peer);
+        };
+        if (data.len() as u64) > cap {
+            resp_err(self, Syndrome::LocalLength);
+            return Err(Outcome::Failed(Syndrome::RemoteInvalReq));
+        }
+        let ptrs = match self.scatter_ptrs(ppd, &sges[..n]) {
+            Ok(p) => p,
+            Err(_) => {
+                resp_err(self, Syndrome::LocalProt);
+                return Err(Outcome::Failed(Syndrome::RemoteOp));
+            }
+        };
+        Self::scatter(&ptrs, data);
+        let mut c = Cqe64::default();
+        c.byte_cnt = Be32::new(byte_cnt);
+        c.imm_inval_pkey = Be32::new(imm);
+        c.sop_drop_qpn = Be32::new(peer);
+        c.wqe_counter = crate::Be16::new(idx);
+        if !self
+            .cqs
+            .get_mut(&rcq)
+            .is_some_and(|cq| cq.push(c, op, solicited))
+        {
+            self.set_error(peer);
+        }
+        Ok(())
+    }
+
+    /// Runs one decoded WQE of `qpn`.
+    pub(crate) fn exec(&mut self, qpn: u32, d: &Decoded<'_>) -> Outcome {
+        let pd = self.qps[&qpn].pd;
+        let solicited = d.flags.solicited;
+        match d.request {
+            Request::Nop => Outcome::Done(0),
+            Request::Write { remote, data } | Request::WriteImm { remote, data, .. } => {
+                let (ppd, peer) = match self.responder(qpn) {
+                    Ok(x) => x,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                let bytes = match self.gather(pd, &data) {
+                    Ok(b) => b,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                let imm = match d.request {
+                    Request::WriteImm { imm, .. } => Some(imm),
+                    _ => None,
+                };
+                if imm.is_some() && self.qps[&peer].rq_pending() == 0 {
+                    // Checked before any byte moves: the responder NAKs the first packet.
+                    return self.rnr(qpn, peer);
+                }
+                let dst = match self.remote_buf(
+                    ppd,
+                    peer,
+                    &remote,
+                    bytes.len() as u64,
+                    Access::REMOTE_WRITE,
+                ) {
+                    Ok(p) => p,
+                    Err(_) => return self.remote_fault(peer, Syndrome::RemoteAccess),
+                };
+                if !bytes.is_empty() {
+                    // SAFETY: `dst` was checked for `bytes.len()` writable bytes at the responder.
+                    unsafe { super::dma::write(dst, &bytes) };
+                }
+                if let Some(imm) = imm {
+                    // The data went to the remote buffer; the receive only gets the immediate.
+                    let len = bytes.len() as u32;
+                    if let Err(o) =
+                        self.deliver(qpn, peer, &[], len, CqeOpcode::RespWrImm, imm, solicited)
+                    {
+                        return o;
+                    }
+                }
+                Outcome::Done(bytes.len() as u32)
+            }
+            Request::Read { remote, sgl } => {
+                let (ppd, peer) = match self.responder(qpn) {
+                    Ok(x) => x,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                let ptrs = match self.scatter_ptrs(pd, sgl) {
+                    Ok(p) => p,
+                    Err(_) => return Outcome::Failed(Syndrome::LocalProt),
+                };
+                let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
+                let src = match self.remote_buf(ppd, peer, &remote, total, Access::REMOTE_READ) {
+                    Ok(p) => p,
+                    Err(_) => return self.remote_fault(peer, Syndrome::RemoteAccess),
+                };
+                let mut bytes = vec![0u8; total as usize];
+                if total > 0 {
+                    // SAFETY: `src` was checked for `total` readable bytes at the responder.
+                    unsafe { super::dma::read(src, &mut bytes) };
+                }
+                Self::scatter(&ptrs, &bytes);
+                Outcome::Done(total as u32)
+            }
+            Request::Send { data }
+            | Request::SendImm { data, .. }
+            | Request::SendInv { data, .. } => {
+                let peer = match self.responder(qpn) {
+                    Ok((_, p)) => p,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                let bytes = match self.gather(pd, &data) {
+                    Ok(b) => b,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                let (op, imm) = match d.request {
+                    Request::SendImm { imm, .. } => (CqeOpcode::RespSendImm, imm),
+                    Request::SendInv { rkey, .. } => {
+                        if !self.invalidate_remote(peer, rkey) {
+                            return self.remote_fault(peer, Syndrome::RemoteInvalReq);
+                        }
+                        (CqeOpcode::RespSendInv, rkey)
+                    }
+                    _ => (CqeOpcode::RespSend, 0),
+                };
+                let len = bytes.len() as u32;
+                match self.deliver(qpn, peer, &bytes, len, op, imm, solicited) {
+                    Ok(()) => Outcome::Done(bytes.len() as u32),
+                    Err(o) => o,
+                }
+            }
+            Request::CompareSwap { remote, local, .. }
+            | Request::FetchAdd { remote, local, .. }
+            | Request::Masked { remote, local, .. } => {
+                self.atomic(qpn, pd, &d.request, remote, local)
+            }
+            Request::LocalInvalidate { rkey } => self.local_invalidate(qpn, pd, rkey),
+            Request::BindMw(b) => self.bind(qpn, pd, &b),
+        }
+    }
+
+    /// The responder has no receive WQE: an RNR NAK. The requester retries on a later pass,
+    /// up to its `rnr_retry` (7: for ever).
+    fn rnr(&mut self, qpn: u32, peer: u32) -> Outcome {
+        self.qps.get_mut(&peer).expect("peer").stats.rnr_naks += 1;
+        let me = self.qps.get_mut(&qpn).expect("qp");
+        me.rnr_tries += 1;
+        let limit = me.caps.rnr_retry;
+        if limit != 7 && me.rnr_tries > limit as u32 {
+            return Outcome::Failed(Syndrome::RnrRetryExc);
+        }
+        Outcome::Retry
+    }
+
+    fn atomic(
+        &mut self,
+        qpn: u32,
+        pd: u32,
+        req: &Request<'_>,
+        remote: Remote,
+        local: Sge,
+    ) -> Outcome {
+        let size = match req {
+            Request::Masked { op, .. } => op.size() as usize,
+            _ => 8,
+        };
+        let (ppd, peer) = match self.responder(qpn) {
+            Ok(x) => x,
+            Err(s) => return Outcome::Failed(s),
+        };
+        let dst = match self
+            .mem
+            .local(pd, local.lkey, local.addr, size as u64, true)
+        {
+            Ok(p) => p,
+            Err(_) => return Outcome::Failed(Syndrome::LocalProt),
+        };
+        if remote.addr % size as u64 != 0 {
+            return self.remote_fault(peer, Syndrome::RemoteInvalReq);
+        }
+        let target = match self.mem.remote(
+            ppd,
+            peer,
+            remote.rkey,
+            remote.addr,
+            size as u64,
+            Access::REMOTE_ATOMIC,
+        ) {
+            Ok(p) => p,
+            Err(_) => return self.remote_fault(peer, Syndrome::RemoteAccess),
+        };
+        let mut old = [0u8; 8];
+        // SAFETY: `target` was checked for `size` bytes with atomic rights.
+        unsafe { super::dma::read(target, &mut old[..size]) };
+        let new: Option<[u8; 8]> = match *req {
+            Request::CompareSwap { compare, swap, .. } => {
+                (u64::from_ne_bytes(old) == compare).then(|| swap.to_ne_bytes())
+            }
+            Request::FetchAdd { add, .. } => {
+                Some(u64::from_ne_bytes(old).wrapping_add(add).to_ne_bytes())
+            }
+            Request::Masked { op, .. } => masked(op, old),
+            _ => None,
+        };
+        if let Some(new) = new {
+            // SAFETY: as above.
+            unsafe { super::dma::write(target, &new[..size]) };
+        }
+        // SAFETY: `dst` was checked for `size` locally writable bytes.
+        unsafe { super::dma::write(dst, &old[..size]) };
+        Outcome::Done(size as u32)
+    }
+
+    /// Invalidates a type-2 window of the responder by a send with invalidate.
+    fn invalidate_remote(&mut self, peer: u32, rkey: u32) -> bool {
+        let pd = self.qps[&peer].pd;
+        match self.mem.mws.get_mut(&(rkey >> 8)) {
+            Some(w) if w.rkey == rkey && w.pd == pd && w.mw_type == MwType::Two => {
+                w.bound.as_ref().is_some_and(|b| b.qpn == peer) && {
+                    w.bound = None;
+                    true
+                }
+            }
+            _ => false,
+        }
+    }
+
+    fn local_invalidate(&mut self, qpn: u32, pd: u32, rkey: u32) -> Outcome {
+        match self.mem.mws.get_mut(&(rkey >> 8)) {
+            Some(w) if w.rkey == rkey && w.pd == pd && w.mw_type == MwType::Two => {
+                if w.bound.as_ref().is_some_and(|b| b.qpn == qpn) {
+                    w.bound = None;
+                    return Outcome::Done(0);
+                }
+                Outcome::Failed(Syndrome::MwBind)
+            }
+            _ => Outcome::Failed(Syndrome::MwBind),
+        }
+    }
+
+    fn bind(&mut self, qpn: u32, pd: u32, b: &BindMw) -> Outcome {
+        let fail = Outcome::Failed(Syndrome::MwBind);
+        let Some(w) = self.mem.mws.get(&(b.mw_rkey >> 8)) else {
+            return fail;
+        };
+        if w.rkey != b.mw_rkey || w.pd != pd || w.mw_type != b.mw_type {
+            return fail;
+        }
+        if b.len == 0 {
+            let w = self.mem.mws.get_mut(&(b.mw_rkey >> 8)).expect("mw");
+            w.bound = None;
+            w.rkey = b.new_rkey;
+            return Outcome::Done(0);
+        }
+        if w.mw_type == MwType::Two && w.bound.is_some() {
+            return fail; // CHECK_FREE: a bound type-2 window must be invalidated first
+        }
+        let Some(mr) = self
+            .mem
+            .mrs
+            .get(&(b.mr_lkey >> 8))
+            .filter(|m| m.key == b.mr_lkey)
+        else {
+            return fail;
+        };
+        let rights = b.access;
+        let needs_lw =
+            rights.contains(Access::REMOTE_WRITE) || rights.contains(Access::REMOTE_ATOMIC);
+        if mr.pd != pd
+            || !mr.access.contains(Access::MW_BIND)
+            || (needs_lw && !mr.access.contains(Access::LOCAL_WRITE))
+            || b.addr < mr.addr
+            || b.addr.saturating_add(b.len) > mr.addr + mr.len
+        {
+            return fail;
+        }
+        let mr_key = mr.key;
+        let w = self.mem.mws.get_mut(&(b.mw_rkey >> 8)).expect("mw");
+        w.rkey = b.new_rkey;
+        w.bound = Some(Binding {
+            mr_key,
+            addr: b.addr,
+            len: b.len,
+            access: rights,
+            zero_based: rights.contains(Access::ZERO_BASED),
+            qpn,
+        });
+        Outcome::Done(0)
+    }
+}
+
+/// New value of a masked atomic on `old` (host order), or None when a compare fails.
+fn masked(op: MaskedAtomic, old: [u8; 8]) -> Option<[u8; 8]> {
+    let o32 = u32::from_ne_bytes([old[0], old[1], old[2], old[3]]);
+    let o64 = u64::from_ne_bytes(old);
+    let w32 = |v: u32| {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&v.to_ne_bytes());
+        b
+    };
+    match op {
+        MaskedAtomic::Cs32 {
+            swap,
+            compare,
+            swap_mask,
+            compare_mask,
+        } => ((o32 & compare_mask) == (compare & compare_mask))
+            .then(|| w32((o32 & !swap_mask) | (swap & swap_mask))),
+        MaskedAtomic::Cs64 {
+            swap,
+            compare,
+            swap_mask,
+            compare_mask,
+        } => ((o64 & compare_mask) == (compare & compare_mask))
+            .then(|| ((o64 & !swap_mask) | (swap & swap_mask)).to_ne_bytes()),
+        MaskedAtomic::Fa32 {
+            add,
+            field_boundary,
+        } => Some(w32(
+            field_add(o32 as u64, add as u64, field_boundary as u64, 32) as u32,
+        )),
+        MaskedAtomic::Fa64 {
+            add,
+            field_boundary,
+        } => Some(field_add(o64, add, field_boundary, 64).to_ne_bytes()),
+    }
+}
+
+/// Adds field by field: a set bit in `boundary` ends a field (no carry out of that bit).
+pub(crate) fn field_add(a: u64, b: u64, boundary: u64, bits: u32) -> u64 {
+    let mut out = 0u64;
+    let mut carry = 0u64;
+    for i in 0..bits {
+        let s = ((a >> i) & 1) + ((b >> i) & 1) + carry;
+        out |= (s & 1) << i;
+        carry = if (boundary >> i) & 1 == 1 { 0 } else { s >> 1 };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_add_stops_carries_at_boundaries() {
+        assert_eq!(field_add(0xff, 1, 0, 64), 0x100);
+        assert_eq!(field_add(0xff, 1, 0x80, 64), 0x00);
+        assert_eq!(
+            field_add(0x00ff_00ff, 0x0001_0001, 0x0080_0080, 32),
+            0x0000_0000
+        );
+        assert_eq!(field_add(u64::MAX, 1, 0, 64), 0);
+    }
+
+    #[test]
+    fn masked_compare_swap() {
+        let old = 0x1234u64.to_ne_bytes();
+        let op = MaskedAtomic::Cs64 {
+            swap: 0xff00,
+            compare: 0x34,
+            swap_mask: 0xff00,
+            compare_mask: 0xff,
+        };
+        assert_eq!(masked(op, old), Some(0xff34u64.to_ne_bytes()));
+        let op = MaskedAtomic::Cs64 {
+            swap: 0xff00,
+            compare: 0x35,
+            swap_mask: 0xff00,
+            compare_mask: 0xff,
+        };
+        assert_eq!(masked(op, old), None);
+    }
+}

@@ -1,0 +1,204 @@
+//! Protection domains, memory regions and memory windows: the key tables of the NIC, and
+//! every check made before a byte is moved.
+
+use super::dma::DmaBuf;
+use crate::request::{Access, MwType};
+use std::collections::HashMap;
+
+/// Why an access was refused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Denied {
+    /// No region or bound window with this key.
+    Key,
+    /// The key belongs to another protection domain.
+    Pd,
+    /// The range is outside the region or window.
+    Bounds,
+    /// The region or window lacks the right.
+    Rights,
+    /// A type-2 window used through a QP other than the one it is bound to.
+    Qp,
+}
+
+pub(crate) struct Mr {
+    pub(crate) pd: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) access: Access,
+    pub(crate) key: u32,
+    /// The buffer, when the NIC allocated it (None for user memory).
+    pub(crate) _owned: Option<DmaBuf>,
+}
+
+pub(crate) struct Binding {
+    pub(crate) mr_key: u32,
+    /// Start virtual address in the region.
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) access: Access,
+    pub(crate) zero_based: bool,
+    /// The QP a type-2 window is bound to.
+    pub(crate) qpn: u32,
+}
+
+pub(crate) struct Mw {
+    pub(crate) pd: u32,
+    pub(crate) mw_type: MwType,
+    pub(crate) rkey: u32,
+    pub(crate) bound: Option<Binding>,
+}
+
+/// The NIC's key tables. Keys are `index << 8 | variant`.
+#[derive(Default)]
+pub(crate) struct Memory {
+    pub(crate) pds: Vec<bool>,
+    pub(crate) mrs: HashMap<u32, Mr>,
+    pub(crate) mws: HashMap<u32, Mw>,
+    next_index: u32,
+}
+
+impl Memory {
+    pub(crate) fn next_key(&mut self) -> u32 {
+        self.next_index += 1;
+        // A variant byte that differs from index to index makes stale keys visible.
+        (self.next_index << 8) | (self.next_index.wrapping_mul(0x9d) & 0xff)
+    }
+
+    fn mr(&self, key: u32) -> Option<&Mr> {
+        self.mrs.get(&(key >> 8)).filter(|m| m.key == key)
+    }
+
+    /// A local buffer of `len` bytes at `addr` under `lkey` in `pd`; `write` when the NIC will
+    /// write it (needs local write).
+    pub(crate) fn local(
+        &self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        len: u64,
+        write: bool,
+    ) -> Result<*mut u8, Denied> {
+        let mr = self.mr(lkey).ok_or(Denied::Key)?;
+        if mr.pd != pd {
+            return Err(Denied::Pd);
+        }
+        within(addr, len, mr.addr, mr.len)?;
+        if write && !mr.access.contains(Access::LOCAL_WRITE) {
+            return Err(Denied::Rights);
+        }
+        Ok(addr as *mut u8)
+    }
+
+    /// A remote buffer under `rkey` seen by responder QP `qpn` in `pd`, with `right`.
+    pub(crate) fn remote(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        right: Access,
+    ) -> Result<*mut u8, Denied> {
+        if let Some(mr) = self.mr(rkey) {
+            if mr.pd != pd {
+                return Err(Denied::Pd);
+            }
+            if !mr.access.contains(right) {
+                return Err(Denied::Rights);
+            }
+            let base = if mr.access.contains(Access::ZERO_BASED) {
+                0
+            } else {
+                mr.addr
+            };
+            within(addr, len, base, mr.len)?;
+            return Ok((mr.addr + (addr - base)) as *mut u8);
+        }
+        let mw = self
+            .mws
+            .get(&(rkey >> 8))
+            .filter(|w| w.rkey == rkey)
+            .ok_or(Denied::Key)?;
+        let b = mw.bound.as_ref().ok_or(Denied::Key)?;
+        if mw.pd != pd {
+            return Err(Denied::Pd);
+        }
+        if mw.mw_type == MwType::Two && b.qpn != qpn {
+            return Err(Denied::Qp);
+        }
+        if !b.access.contains(right) {
+            return Err(Denied::Rights);
+        }
+        let base = if b.zero_based { 0 } else { b.addr };
+        within(addr, len, base, b.len)?;
+        let mr = self.mr(b.mr_key).ok_or(Denied::Key)?;
+        let va = b.addr + (addr - base);
+        within(va, len, mr.addr, mr.len)?;
+        Ok(va as *mut u8)
+    }
+}
+
+fn within(addr: u64, len: u64, base: u64, size: u64) -> Result<(), Denied> {
+    let end = addr.checked_add(len).ok_or(Denied::Bounds)?;
+    if addr < base || end > base + size {
+        return Err(Denied::Bounds);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem_with_mr(access: Access) -> (Memory, u32) {
+        let mut m = Memory {
+            pds: vec![true],
+            ..Default::default()
+        };
+        let key = m.next_key();
+        m.mrs.insert(
+            key >> 8,
+            Mr {
+                pd: 0,
+                addr: 0x1000,
+                len: 0x100,
+                access,
+                key,
+                _owned: None,
+            },
+        );
+        (m, key)
+    }
+
+    #[test]
+    fn local_checks() {
+        let (m, k) = mem_with_mr(Access::LOCAL_WRITE);
+        assert!(m.local(0, k, 0x1000, 0x100, true).is_ok());
+        assert_eq!(m.local(0, k, 0x1000, 0x101, false), Err(Denied::Bounds));
+        assert_eq!(m.local(0, k, 0xfff, 1, false), Err(Denied::Bounds));
+        assert_eq!(m.local(1, k, 0x1000, 1, false), Err(Denied::Pd));
+        assert_eq!(m.local(0, k ^ 1, 0x1000, 1, false), Err(Denied::Key));
+        let (m, k) = mem_with_mr(Access::NONE);
+        assert_eq!(m.local(0, k, 0x1000, 1, true), Err(Denied::Rights));
+    }
+
+    #[test]
+    fn remote_checks() {
+        let (m, k) = mem_with_mr(Access::REMOTE_WRITE);
+        assert!(m
+            .remote(0, 1, k, 0x10f0, 0x10, Access::REMOTE_WRITE)
+            .is_ok());
+        assert_eq!(
+            m.remote(0, 1, k, 0x10f0, 0x11, Access::REMOTE_WRITE),
+            Err(Denied::Bounds)
+        );
+        assert_eq!(
+            m.remote(0, 1, k, 0x1000, 8, Access::REMOTE_READ),
+            Err(Denied::Rights)
+        );
+        assert_eq!(
+            m.remote(0, 1, k, u64::MAX, 2, Access::REMOTE_WRITE),
+            Err(Denied::Bounds)
+        );
+    }
+}

@@ -1,0 +1,558 @@
+//! A software mlx5 NIC.
+//!
+//! It owns CQs and QPs whose rings have exactly the hardware layout, hands them out as
+//! [`RawQp`] / [`RawCq`], and plays the device: once a QP's doorbell record moves it reads the
+//! WQEs from the send ring, checks keys, bounds, rights and protection domains against its
+//! tables, moves the bytes between registered regions, runs atomics and memory-window binds,
+//! and writes CQEs (owner bits, byte counts, immediates, WQE counters, error syndromes).
+//! A failed WQE moves its QP to error and every later WQE and receive is flushed.
+//!
+//! Two ways to run it:
+//! - [`Nic::process`]: one synchronous pass over every QP (deterministic tests). In this mode
+//!   the NIC also checks each ring's doorbell in the BlueFlame register: the 8-byte doorbell or
+//!   the BlueFlame copy must match the WQE in the ring ([`QpStats`]).
+//! - [`Nic::start`]: a thread that watches the doorbell records, as hardware does (latency
+//!   runs). BlueFlame contents are not compared in this mode: the driver writes the record
+//!   before the register, and only the synchronous mode sees both complete.
+//!
+//! ```
+//! use mlx5::sim::{Nic, QpCaps};
+//! use mlx5::request::Access;
+//! let nic = Nic::new();
+//! let pd = nic.alloc_pd();
+//! let cq = nic.create_cq(64, 64).unwrap();
+//! let qp = nic.create_qp(pd, cq.cqn, cq.cqn, QpCaps::default()).unwrap();
+//! nic.connect(qp.qpn, qp.qpn).unwrap();
+//! let mr = nic.alloc_mr(pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+//! assert_eq!(mr.len, 4096);
+//! assert_eq!(nic.process(), 0); // nothing posted yet
+//! ```
+
+mod cq;
+mod dma;
+mod exec;
+mod mem;
+mod qp;
+
+pub use qp::{QpCaps, QpState, QpStats};
+
+use crate::request::{Access, MwType};
+use crate::{RawCq, RawQp};
+use mem::{Memory, Mr, Mw};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// Why the software NIC refused a control operation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SimError {
+    /// No protection domain with this number.
+    NoPd(u32),
+    /// No CQ with this number.
+    NoCq(u32),
+    /// No QP with this number.
+    NoQp(u32),
+    /// No region with this key.
+    NoMr(u32),
+    /// No memory window with this key.
+    NoMw(u32),
+    /// A CQ size that is not a power of two of 64- or 128-byte entries.
+    CqSize {
+        /// Entries asked for.
+        cqe_cnt: u32,
+        /// Entry size asked for.
+        cqe_size: u32,
+    },
+    /// QP limits out of range (BlueFlame size not a multiple of 64, more than 16 blocks of
+    /// WQE, ...).
+    Caps(&'static str),
+    /// A zero-length region or a null address.
+    BadRegion,
+    /// The object is still in use (a QP on a CQ, windows bound to a region).
+    Busy,
+}
+
+impl core::fmt::Display for SimError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SimError::NoPd(v) => write!(f, "no protection domain {v}"),
+            SimError::NoCq(v) => write!(f, "no CQ {v:#x}"),
+            SimError::NoQp(v) => write!(f, "no QP {v:#x}"),
+            SimError::NoMr(v) => write!(f, "no memory region with key {v:#x}"),
+            SimError::NoMw(v) => write!(f, "no memory window with rkey {v:#x}"),
+            SimError::CqSize { cqe_cnt, cqe_size } => {
+                write!(
+                    f,
+                    "CQ of {cqe_cnt} entries of {cqe_size} bytes: need a power of two of 64 or 128"
+                )
+            }
+            SimError::Caps(why) => write!(f, "QP capabilities: {why}"),
+            SimError::BadRegion => f.write_str("memory region of zero length or at a null address"),
+            SimError::Busy => f.write_str("object still in use"),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// A registered memory region.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key (equal to the lkey on mlx5).
+    pub rkey: u32,
+}
+
+pub(crate) struct State {
+    pub(crate) mem: Memory,
+    pub(crate) cqs: HashMap<u32, cq::SimCq>,
+    pub(crate) qps: BTreeMap<u32, qp::SimQp>,
+    next_qpn: u32,
+    next_cqn: u32,
+    pub(crate) threaded: bool,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    running: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A software mlx5 NIC. Cloning gives another handle to the same NIC.
+#[derive(Clone)]
+pub struct Nic {
+    inner: Arc<Inner>,
+}
+
+impl Default for Nic {
+    fn default() -> Self {
+        Nic::new()
+    }
+}
+
+impl core::fmt::Debug for Nic {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Nic")
+            .field("threaded", &self.inner.running.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Nic {
+    /// A NIC with no resources, in synchronous mode.
+    pub fn new() -> Nic {
+        Nic {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    mem: Memory::default(),
+                    cqs: HashMap::new(),
+                    qps: BTreeMap::new(),
+                    next_qpn: 0x100,
+                    next_cqn: 0x80,
+                    threaded: false,
+                }),
+                running: AtomicBool::new(false),
+                thread: Mutex::new(None),
+            }),
+        }
+    }
+
+    fn st(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug in the NIC itself; keep going with its state.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new protection domain.
+    pub fn alloc_pd(&self) -> u32 {
+        let mut st = self.st();
+        st.mem.pds.push(true);
+        st.mem.pds.len() as u32 - 1
+    }
+
+    fn check_pd(st: &State, pd: u32) -> Result<(), SimError> {
+        match st.mem.pds.get(pd as usize) {
+            Some(true) => Ok(()),
+            _ => Err(SimError::NoPd(pd)),
+        }
+    }
+
+    /// Frees a protection domain.
+    ///
+    /// # Errors
+    /// [`SimError::Busy`] while regions, windows or QPs use it.
+    pub fn dealloc_pd(&self, pd: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        Self::check_pd(&st, pd)?;
+        if st.mem.mrs.values().any(|m| m.pd == pd)
+            || st.mem.mws.values().any(|m| m.pd == pd)
+            || st.qps.values().any(|q| q.pd == pd)
+        {
+            return Err(SimError::Busy);
+        }
+        st.mem.pds[pd as usize] = false;
+        Ok(())
+    }
+
+    /// Allocates `len` zeroed, page-aligned bytes owned by the NIC and registers them.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`], [`SimError::BadRegion`] for `len == 0`.
+    pub fn alloc_mr(&self, pd: u32, len: usize, access: Access) -> Result<MrInfo, SimError> {
+        if len == 0 {
+            return Err(SimError::BadRegion);
+        }
+        let buf = dma::DmaBuf::new(len);
+        let addr = buf.ptr() as u64;
+        self.insert_mr(pd, addr, len as u64, access, Some(buf))
+    }
+
+    /// Registers memory the caller owns.
+    ///
+    /// # Safety
+    /// `addr .. addr + len` must stay valid for reads and writes until the region is
+    /// deregistered (or the NIC dropped): the NIC writes it from its own thread.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`], [`SimError::BadRegion`] for a null address or zero length.
+    pub unsafe fn reg_mr(
+        &self,
+        pd: u32,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MrInfo, SimError> {
+        if addr.is_null() || len == 0 {
+            return Err(SimError::BadRegion);
+        }
+        self.insert_mr(pd, addr as u64, len as u64, access, None)
+    }
+
+    fn insert_mr(
+        &self,
+        pd: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+        owned: Option<dma::DmaBuf>,
+    ) -> Result<MrInfo, SimError> {
+        let mut st = self.st();
+        Self::check_pd(&st, pd)?;
+        let key = st.mem.next_key();
+        st.mem.mrs.insert(
+            key >> 8,
+            Mr {
+                pd,
+                addr,
+                len,
+                access,
+                key,
+                _owned: owned,
+            },
+        );
+        Ok(MrInfo {
+            addr,
+            len,
+            lkey: key,
+            rkey: key,
+        })
+    }
+
+    /// Deregisters a region (freeing its memory when the NIC allocated it).
+    ///
+    /// # Errors
+    /// [`SimError::NoMr`]; [`SimError::Busy`] while a window is bound to it.
+    pub fn dereg_mr(&self, lkey: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        match st.mem.mrs.get(&(lkey >> 8)) {
+            Some(m) if m.key == lkey => {}
+            _ => return Err(SimError::NoMr(lkey)),
+        }
+        if st
+            .mem
+            .mws
+            .values()
+            .any(|w| w.bound.as_ref().is_some_and(|b| b.mr_key == lkey))
+        {
+            return Err(SimError::Busy);
+        }
+        st.mem.mrs.remove(&(lkey >> 8));
+        Ok(())
+    }
+
+    /// Allocates a memory window; returns its rkey.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`].
+    pub fn alloc_mw(&self, pd: u32, mw_type: MwType) -> Result<u32, SimError> {
+        let mut st = self.st();
+        Self::check_pd(&st, pd)?;
+        let rkey = st.mem.next_key();
+        st.mem.mws.insert(
+            rkey >> 8,
+            Mw {
+                pd,
+                mw_type,
+                rkey,
+                bound: None,
+            },
+        );
+        Ok(rkey)
+    }
+
+    /// Frees a memory window.
+    ///
+    /// # Errors
+    /// [`SimError::NoMw`].
+    pub fn dealloc_mw(&self, rkey: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        st.mem
+            .mws
+            .remove(&(rkey >> 8))
+            .map(|_| ())
+            .ok_or(SimError::NoMw(rkey))
+    }
+
+    /// The current rkey of a window and whether it is bound (for tests and the driver's
+    /// bookkeeping).
+    pub fn mw_state(&self, rkey_index: u32) -> Option<(u32, bool)> {
+        self.st()
+            .mem
+            .mws
+            .get(&(rkey_index >> 8))
+            .map(|w| (w.rkey, w.bound.is_some()))
+    }
+
+    /// Creates a CQ of `cqe_cnt` entries (a power of two) of `cqe_size` bytes (64 or 128).
+    ///
+    /// # Errors
+    /// [`SimError::CqSize`].
+    pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<RawCq, SimError> {
+        if !cqe_cnt.is_power_of_two()
+            || cqe_cnt < 2
+            || cqe_cnt > 1 << 22
+            || !(cqe_size == 64 || cqe_size == 128)
+        {
+            return Err(SimError::CqSize { cqe_cnt, cqe_size });
+        }
+        let mut st = self.st();
+        let cqn = st.next_cqn;
+        st.next_cqn += 1;
+        let cq = cq::SimCq::new(cqn, cqe_cnt, cqe_size);
+        let raw = cq.raw();
+        st.cqs.insert(cqn, cq);
+        Ok(raw)
+    }
+
+    /// Destroys a CQ.
+    ///
+    /// # Errors
+    /// [`SimError::NoCq`]; [`SimError::Busy`] while a QP uses it.
+    pub fn destroy_cq(&self, cqn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        if !st.cqs.contains_key(&cqn) {
+            return Err(SimError::NoCq(cqn));
+        }
+        if st
+            .qps
+            .values()
+            .any(|q| q.send_cq == cqn || q.recv_cq == cqn)
+        {
+            return Err(SimError::Busy);
+        }
+        st.cqs.remove(&cqn);
+        Ok(())
+    }
+
+    /// Whether the NIC found a CQ full when it had a CQE to write (the CQ is then in error and
+    /// its QPs too).
+    pub fn cq_overrun(&self, cqn: u32) -> bool {
+        self.st().cqs.get(&cqn).is_some_and(|c| c.overrun)
+    }
+
+    /// Creates an RC QP in RESET.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`], [`SimError::NoCq`], [`SimError::Caps`].
+    pub fn create_qp(
+        &self,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+    ) -> Result<RawQp, SimError> {
+        if caps.bf_size % 64 != 0 || caps.bf_size > 4096 {
+            return Err(SimError::Caps(
+                "bf_size must be 0 or a multiple of 64 up to 4096",
+            ));
+        }
+        if caps.sq_blocks < crate::doorbell::MAX_WQE_BBS as u32 || caps.sq_blocks > 1 << 15 {
+            return Err(SimError::Caps("sq_blocks must be 16 ..= 32768"));
+        }
+        if caps.rq_entries > 1 << 15 || caps.max_recv_sge > 64 || caps.max_send_sge > 60 {
+            return Err(SimError::Caps(
+                "rq_entries <= 32768, max_recv_sge <= 64, max_send_sge <= 60",
+            ));
+        }
+        if caps.max_inline > 960 {
+            return Err(SimError::Caps(
+                "max_inline <= 960 (a WQE is at most 16 blocks)",
+            ));
+        }
+        let mut st = self.st();
+        Self::check_pd(&st, pd)?;
+        for cq in [send_cq, recv_cq] {
+            if !st.cqs.contains_key(&cq) {
+                return Err(SimError::NoCq(cq));
+            }
+        }
+        let qpn = st.next_qpn;
+        st.next_qpn += 1;
+        let qp = qp::SimQp::new(qpn, pd, send_cq, recv_cq, caps);
+        let raw = qp.raw();
+        st.qps.insert(qpn, qp);
+        Ok(raw)
+    }
+
+    /// Destroys a QP (its rings are freed: the driver must not touch them afterwards).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`].
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        st.qps.remove(&qpn).ok_or(SimError::NoQp(qpn))?;
+        for q in st.qps.values_mut() {
+            if q.peer == Some(qpn) {
+                q.peer = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects two QPs (or a QP to itself) and moves both to RTS.
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`].
+    pub fn connect(&self, a: u32, b: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        for q in [a, b] {
+            if !st.qps.contains_key(&q) {
+                return Err(SimError::NoQp(q));
+            }
+        }
+        for (x, y) in [(a, b), (b, a)] {
+            let q = st.qps.get_mut(&x).expect("checked");
+            q.peer = Some(y);
+            q.state = QpState::Rts;
+        }
+        Ok(())
+    }
+
+    /// Moves a QP to error: its outstanding and future WQEs and receives are flushed.
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`].
+    pub fn set_error(&self, qpn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        if !st.qps.contains_key(&qpn) {
+            return Err(SimError::NoQp(qpn));
+        }
+        st.set_error(qpn);
+        Ok(())
+    }
+
+    /// The state of a QP.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.st().qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// What the NIC saw of a QP.
+    pub fn qp_stats(&self, qpn: u32) -> Option<QpStats> {
+        self.st().qps.get(&qpn).map(|q| q.stats)
+    }
+
+    /// One pass over every QP: runs the WQEs and flushes up to each doorbell record. Returns
+    /// how many WQEs and receives it handled. Call it until it returns 0 to drain.
+    pub fn process(&self) -> usize {
+        let mut st = self.st();
+        let qpns: Vec<u32> = st.qps.keys().copied().collect();
+        qpns.into_iter().map(|q| st.run_qp(q)).sum()
+    }
+
+    /// Passes until nothing is left to do (an RNR wait counts as nothing to do).
+    pub fn drain(&self) -> usize {
+        let mut total = 0;
+        loop {
+            let n = self.process();
+            if n == 0 {
+                return total;
+            }
+            total += n;
+        }
+    }
+
+    /// Starts the thread that watches doorbell records. Idempotent.
+    pub fn start(&self) {
+        if self.inner.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.st().threaded = true;
+        let me = Arc::downgrade(&self.inner);
+        let handle = std::thread::Builder::new()
+            .name("mlx5-sim".into())
+            .spawn(move || {
+                let mut idle = 0u32;
+                loop {
+                    let Some(inner) = me.upgrade() else { return };
+                    if !inner.running.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let nic = Nic { inner };
+                    if nic.process() == 0 {
+                        idle = idle.saturating_add(1);
+                        if idle > 64 {
+                            std::thread::yield_now();
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    } else {
+                        idle = 0;
+                    }
+                }
+            })
+            .expect("spawn the NIC thread");
+        *self.inner.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+    }
+
+    /// Stops the doorbell thread (back to synchronous mode).
+    pub fn stop(&self) {
+        self.inner.running.store(false, Ordering::Release);
+        let h = self
+            .inner
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        let mut st = self.st();
+        st.threaded = false;
+        for q in st.qps.values_mut() {
+            q.skip_doorbell_check();
+        }
+    }
+
+    /// Whether the doorbell thread runs.
+    pub fn is_threaded(&self) -> bool {
+        self.inner.running.load(Ordering::Acquire)
+    }
+}

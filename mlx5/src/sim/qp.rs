@@ -1,0 +1,288 @@
+//! The NIC side of a queue pair: its rings, its cursors, and the doorbell / BlueFlame check.
+
+use super::dma::{self, DmaBuf};
+use crate::ctrl::CtrlSeg;
+use crate::doorbell::{MAX_WQE_BBS, RCV_DBR, SEND_WQE_BB, SND_DBR};
+use crate::recv::decode_recv;
+use crate::request::Sge;
+use crate::wqe::{ds_to_bbs, MAX_WQE_BYTES};
+use crate::RawQp;
+use zerocopy::FromBytes;
+
+/// The state of a software QP.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// Created, not connected: doorbells are ignored.
+    Reset,
+    /// Connected and running.
+    Rts,
+    /// In error: every WQE and receive is flushed.
+    Error,
+}
+
+/// What the NIC saw of one QP's doorbells and WQEs.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct QpStats {
+    /// Send WQEs executed or flushed.
+    pub wqes: u64,
+    /// Receive WQEs consumed or flushed.
+    pub recvs: u64,
+    /// Rings whose doorbell was found in the BlueFlame register (synchronous mode).
+    pub doorbells: u64,
+    /// Of those, rings that carried the whole WQE (BlueFlame copy) equal to the ring's bytes.
+    pub bf_copies: u64,
+    /// Rings that wrote only the 8-byte doorbell.
+    pub db_writes: u64,
+    /// BlueFlame copies whose bytes differ from the WQE in the ring.
+    pub bf_mismatches: u64,
+    /// BlueFlame copies that were not allowed (`bf_size == 0`, or the WQE larger than it).
+    pub bf_violations: u64,
+    /// Doorbell records that moved with no matching doorbell write in the register.
+    pub doorbell_misses: u64,
+    /// Times a send found no receive WQE at the responder (RNR NAKs).
+    pub rnr_naks: u64,
+}
+
+/// Creation limits of a software QP.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send-ring blocks (rounded up to a power of two).
+    pub sq_blocks: u32,
+    /// Receive-ring entries (rounded up to a power of two; 0 for none).
+    pub rq_entries: u32,
+    /// Gather entries per send WQE.
+    pub max_send_sge: u32,
+    /// Scatter entries per receive WQE.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WQE.
+    pub max_inline: u32,
+    /// BlueFlame half size in bytes (0: doorbell only; a multiple of 64 otherwise).
+    pub bf_size: u32,
+    /// RNR retries before an RNR error (7 means retry for ever, as in verbs).
+    pub rnr_retry: u8,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps {
+            sq_blocks: 256,
+            rq_entries: 256,
+            max_send_sge: 8,
+            max_recv_sge: 4,
+            max_inline: 256,
+            bf_size: 256,
+            rnr_retry: 7,
+        }
+    }
+}
+
+pub(crate) struct SimQp {
+    pub(crate) qpn: u32,
+    pub(crate) pd: u32,
+    pub(crate) send_cq: u32,
+    pub(crate) recv_cq: u32,
+    pub(crate) caps: QpCaps,
+    sq: DmaBuf,
+    pub(crate) sq_cnt: u32,
+    rq: DmaBuf,
+    pub(crate) rq_cnt: u32,
+    pub(crate) rq_stride: u32,
+    dbrec: DmaBuf,
+    bf: DmaBuf,
+    pub(crate) state: QpState,
+    pub(crate) peer: Option<u32>,
+    /// Producer index (blocks) of the next WQE to run.
+    pub(crate) sq_ci: u32,
+    /// Producer index up to which doorbells were checked.
+    db_checked: u32,
+    /// BlueFlame half where the next ring is expected.
+    bf_expect: usize,
+    /// Receive WQEs consumed.
+    pub(crate) rq_ci: u32,
+    pub(crate) rnr_tries: u32,
+    pub(crate) stats: QpStats,
+}
+
+impl SimQp {
+    pub(crate) fn new(qpn: u32, pd: u32, send_cq: u32, recv_cq: u32, caps: QpCaps) -> SimQp {
+        let sq_cnt = caps.sq_blocks.max(1).next_power_of_two();
+        let rq_cnt = if caps.rq_entries == 0 {
+            0
+        } else {
+            caps.rq_entries.next_power_of_two()
+        };
+        let rq_stride = 16 * caps.max_recv_sge.max(1).next_power_of_two();
+        SimQp {
+            qpn,
+            pd,
+            send_cq,
+            recv_cq,
+            caps,
+            sq: DmaBuf::new(sq_cnt as usize * SEND_WQE_BB),
+            sq_cnt,
+            rq: DmaBuf::new((rq_cnt * rq_stride) as usize),
+            rq_cnt,
+            rq_stride,
+            dbrec: DmaBuf::new(64),
+            bf: DmaBuf::new(2 * caps.bf_size as usize + 64),
+            state: QpState::Reset,
+            peer: None,
+            sq_ci: 0,
+            db_checked: 0,
+            bf_expect: 0,
+            rq_ci: 0,
+            rnr_tries: 0,
+            stats: QpStats::default(),
+        }
+    }
+
+    pub(crate) fn raw(&self) -> RawQp {
+        RawQp {
+            qpn: self.qpn,
+            sq_buf: self.sq.ptr(),
+            sq_wqe_cnt: self.sq_cnt,
+            sq_stride: SEND_WQE_BB as u32,
+            rq_buf: self.rq.ptr(),
+            rq_wqe_cnt: self.rq_cnt,
+            rq_stride: self.rq_stride,
+            dbrec: self.dbrec.ptr() as *mut u32,
+            bf_reg: self.bf.ptr(),
+            bf_size: self.caps.bf_size,
+            max_inline: self.caps.max_inline,
+            max_send_sge: self.caps.max_send_sge,
+            max_recv_sge: self.caps.max_recv_sge,
+        }
+    }
+
+    fn dbrec_word(&self, slot: usize) -> u32 {
+        // SAFETY: the doorbell record is a live 64-byte DmaBuf; slots 0 and 1 are aligned words.
+        unsafe { dma::load_be32((self.dbrec.ptr() as *const u32).add(slot)) }
+    }
+
+    /// The send producer index the driver published (16 bits).
+    pub(crate) fn sq_db(&self) -> u32 {
+        self.dbrec_word(SND_DBR) & 0xffff
+    }
+
+    /// Receive WQEs posted and not consumed.
+    pub(crate) fn rq_pending(&self) -> u32 {
+        if self.rq_cnt == 0 {
+            return 0;
+        }
+        (self.dbrec_word(RCV_DBR).wrapping_sub(self.rq_ci)) & 0xffff
+    }
+
+    /// Copies `n` bytes of block `pi` onwards (wrapping) into `out`.
+    pub(crate) fn read_blocks(&self, pi: u32, bbs: usize, out: &mut [u8]) {
+        let mask = self.sq_cnt - 1;
+        for i in 0..bbs {
+            let blk = (pi.wrapping_add(i as u32) & mask) as usize;
+            // SAFETY: block `blk` < sq_cnt lies inside the send ring the NIC owns; `out` holds
+            // at least `bbs` blocks (callers pass MAX_WQE_BYTES buffers and bbs <= 16).
+            unsafe {
+                dma::read(
+                    self.sq.ptr().add(blk * SEND_WQE_BB),
+                    &mut out[i * SEND_WQE_BB..(i + 1) * SEND_WQE_BB],
+                )
+            };
+        }
+    }
+
+    /// The control segment and size (blocks) of the WQE at `pi`, if it is well formed and
+    /// lies before the doorbell `db`.
+    pub(crate) fn peek(&self, pi: u32, db: u32) -> Result<(CtrlSeg, usize), CtrlSeg> {
+        let mut blk = [0u8; SEND_WQE_BB];
+        self.read_blocks(pi, 1, &mut blk);
+        let ctrl = CtrlSeg::read_from_prefix(&blk)
+            .map(|(c, _)| c)
+            .unwrap_or_default();
+        let bbs = ds_to_bbs(ctrl.ds() as usize);
+        let avail = (db.wrapping_sub(pi) & 0xffff) as usize;
+        if bbs == 0 || bbs > MAX_WQE_BBS || bbs > avail || ctrl.pi() as u32 != pi & 0xffff {
+            return Err(ctrl);
+        }
+        Ok((ctrl, bbs))
+    }
+
+    /// The receive WQE at the head of the receive ring.
+    pub(crate) fn peek_recv(&self, out: &mut [Sge; 64]) -> usize {
+        let stride = self.rq_stride as usize;
+        let idx = (self.rq_ci & (self.rq_cnt - 1)) as usize;
+        let mut entry = [0u8; 1024];
+        let n = stride.min(1024);
+        // SAFETY: entry `idx` < rq_cnt of `stride` bytes lies inside the receive ring.
+        unsafe { dma::read(self.rq.ptr().add(idx * stride), &mut entry[..n]) };
+        decode_recv(&entry[..n], out)
+    }
+
+    /// Checks the doorbell of the ring that published `db` (synchronous mode only: the
+    /// driver's writes are complete). Walks the WQEs since the last check to find the last
+    /// one, looks for its control segment in the BlueFlame halves and compares the copy.
+    pub(crate) fn check_doorbell(&mut self, db: u32) {
+        if self.db_checked & 0xffff == db {
+            return;
+        }
+        let mut pi = self.db_checked;
+        let mut last = None;
+        while pi & 0xffff != db {
+            match self.peek(pi, db) {
+                Ok((_, bbs)) => {
+                    last = Some((pi, bbs));
+                    pi = pi.wrapping_add(bbs as u32);
+                }
+                Err(_) => break,
+            }
+        }
+        self.db_checked = pi;
+        if pi & 0xffff != db {
+            return; // a malformed ring: running the WQEs reports it
+        }
+        let Some((start, bbs)) = last else { return };
+        let mut wqe = [0u8; MAX_WQE_BYTES];
+        self.read_blocks(start, bbs, &mut wqe);
+        let bf_size = self.caps.bf_size as usize;
+        let bytes = bbs * SEND_WQE_BB;
+        let slots = if bf_size == 0 {
+            vec![0]
+        } else {
+            vec![self.bf_expect, self.bf_expect ^ bf_size]
+        };
+        for slot in slots {
+            let mut reg = [0u8; MAX_WQE_BYTES];
+            let span = if bf_size == 0 {
+                8
+            } else {
+                bf_size.min(MAX_WQE_BYTES)
+            };
+            // SAFETY: the register buffer holds 2 * bf_size + 64 bytes; slot + span fits.
+            unsafe { dma::read(self.bf.ptr().add(slot), &mut reg[..span]) };
+            if reg[..8] != wqe[..8] {
+                continue;
+            }
+            self.stats.doorbells += 1;
+            let rest_zero = reg[8..span].iter().all(|&b| b == 0);
+            if rest_zero {
+                self.stats.db_writes += 1;
+            } else if bf_size == 0 || bytes > bf_size {
+                self.stats.bf_violations += 1;
+            } else if reg[..bytes] == wqe[..bytes] {
+                self.stats.bf_copies += 1;
+            } else {
+                self.stats.bf_mismatches += 1;
+            }
+            // Clear the half so the next ring there is seen afresh.
+            let zeros = [0u8; MAX_WQE_BYTES];
+            // SAFETY: as for the read above.
+            unsafe { dma::write(self.bf.ptr().add(slot), &zeros[..span]) };
+            self.bf_expect = slot ^ bf_size;
+            return;
+        }
+        self.stats.doorbell_misses += 1;
+    }
+
+    /// Marks every doorbell up to the current one as checked (thread mode, and when the QP
+    /// leaves RESET).
+    pub(crate) fn skip_doorbell_check(&mut self) {
+        self.db_checked = self.sq_ci;
+    }
+}

@@ -1,0 +1,79 @@
+//! What a poll returns.
+
+pub use mlx5::WcStatus;
+
+/// The kind of work a completion reports (verbs' `ibv_wc_opcode`, plus the kinds verbs has
+/// no name for).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum WcOpcode {
+    /// A send (with or without immediate or invalidate) completed.
+    Send,
+    /// An RDMA write (with or without immediate) completed.
+    RdmaWrite,
+    /// An RDMA read completed.
+    RdmaRead,
+    /// A compare-and-swap completed.
+    CompSwap,
+    /// A fetch-and-add completed.
+    FetchAdd,
+    /// A masked compare-and-swap completed.
+    MaskedCompSwap,
+    /// A masked fetch-and-add completed.
+    MaskedFetchAdd,
+    /// A memory-window bind completed.
+    BindMw,
+    /// A local invalidate completed.
+    LocalInv,
+    /// A NOP completed.
+    Nop,
+    /// A receive completed (a send arrived).
+    Recv,
+    /// A receive was consumed by an RDMA write with immediate.
+    RecvRdmaWithImm,
+    /// The CQE could not be attributed (an unknown CQE opcode or format).
+    #[default]
+    Unknown,
+}
+
+/// One work completion.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The cookie given when the work was posted (verbs' `wr_id`).
+    pub cookie: u64,
+    /// Success, or why not (a flushed request: [`WcStatus::WrFlushErr`]).
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes: received (receives), read (reads), 8 or 4 (atomics); 0 for writes and sends.
+    pub byte_len: u32,
+    /// The immediate (host order) of a send or write with immediate, or the invalidated rkey
+    /// of a send with invalidate.
+    pub imm: Option<u32>,
+    /// The local QP number.
+    pub qpn: u32,
+    /// The hardware syndrome and vendor syndrome of an error completion (direct path).
+    pub syndrome: Option<(u8, u8)>,
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion {
+            cookie: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Unknown,
+            byte_len: 0,
+            imm: None,
+            qpn: 0,
+            syndrome: None,
+        }
+    }
+}
+
+impl Completion {
+    /// Whether the work succeeded.
+    #[inline]
+    pub fn is_ok(&self) -> bool {
+        self.status == WcStatus::Success
+    }
+}

@@ -1,0 +1,145 @@
+//! The receive queue of the direct path.
+
+use super::barrier;
+use super::shadow::Shadow;
+use crate::error::{Error, Result};
+use core::sync::atomic::{AtomicU32, Ordering};
+use mlx5::doorbell::RCV_DBR;
+use mlx5::recv::encode_recv;
+use mlx5::request::Sge;
+use mlx5::RawQp;
+use std::sync::Arc;
+
+/// The receive side of a QP on the direct path.
+pub struct RecvQueue {
+    buf: *mut u8,
+    cnt: u32,
+    stride: usize,
+    max_sge: usize,
+    dbrec: *mut u32,
+    /// Receive WQEs posted (16 bits).
+    head: u16,
+    pub(crate) shadow: Arc<Shadow<u64>>,
+}
+
+// SAFETY: the pointers are to the QP's receive ring and record, which this queue alone
+// writes (constructor contract).
+unsafe impl Send for RecvQueue {}
+
+impl core::fmt::Debug for RecvQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RecvQueue")
+            .field("entries", &self.cnt)
+            .field("head", &self.head)
+            .finish()
+    }
+}
+
+impl RecvQueue {
+    /// A receive queue over the ring of `raw`, or `None` when the QP has none.
+    ///
+    /// # Safety
+    /// As [`SendQueue::new`](super::SendQueue::new), for the receive ring.
+    pub unsafe fn new(raw: &RawQp) -> Result<Option<RecvQueue>> {
+        if raw.rq_wqe_cnt == 0 {
+            return Ok(None);
+        }
+        if !raw.rq_wqe_cnt.is_power_of_two()
+            || raw.rq_stride < 16
+            || !raw.rq_stride.is_power_of_two()
+        {
+            return Err(Error::InvalidParameter {
+                what: "receive ring",
+                value: raw.rq_wqe_cnt as u64,
+            });
+        }
+        Ok(Some(RecvQueue {
+            buf: raw.rq_buf,
+            cnt: raw.rq_wqe_cnt,
+            stride: raw.rq_stride as usize,
+            max_sge: (raw.max_recv_sge as usize).min(raw.rq_stride as usize / 16),
+            dbrec: raw.dbrec,
+            head: 0,
+            shadow: Arc::new(Shadow::new(raw.rq_wqe_cnt)),
+        }))
+    }
+
+    /// Entries free for new receives.
+    #[inline]
+    pub fn free(&self) -> u32 {
+        self.cnt - self.head.wrapping_sub(self.shadow.retired()) as u32
+    }
+
+    fn write(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        let free = self.free();
+        if free == 0 {
+            return Err(Error::QueueFull { needed: 1, free });
+        }
+        let n = sgl.iter().filter(|s| s.len != 0).count();
+        if n > self.max_sge {
+            return Err(Error::TooManySge {
+                n,
+                max: self.max_sge,
+            });
+        }
+        let idx = (self.head as u32 & (self.cnt - 1)) as usize;
+        // SAFETY: entry `idx` is free (retired by the poller, or never posted) and not yet
+        // announced through the record, so the device does not read it; it lies inside the ring.
+        let entry = unsafe {
+            core::slice::from_raw_parts_mut(self.buf.add(idx * self.stride), self.stride)
+        };
+        encode_recv(sgl, entry).ok_or(Error::TooManySge {
+            n,
+            max: self.max_sge,
+        })?;
+        self.shadow.set(self.head, cookie);
+        self.head = self.head.wrapping_add(1);
+        Ok(())
+    }
+
+    fn ring(&mut self) {
+        // The entries and cookies are written before the record announces them.
+        barrier::to_device();
+        // SAFETY: `dbrec` is the QP's live, aligned doorbell record (constructor contract).
+        unsafe {
+            (*(self.dbrec.add(RCV_DBR) as *const AtomicU32))
+                .store((self.head as u32).to_be(), Ordering::Release)
+        };
+    }
+
+    /// Posts one receive buffer list with its cookie.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`], [`Error::TooManySge`]; nothing is posted then.
+    #[inline]
+    pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        self.write(sgl, cookie)?;
+        self.ring();
+        Ok(())
+    }
+
+    /// Posts several receives with one doorbell-record update. Stops at the first error,
+    /// having posted the ones before it.
+    ///
+    /// # Errors
+    /// As [`RecvQueue::post`], with how many were posted.
+    pub fn post_many<'s>(
+        &mut self,
+        recvs: impl IntoIterator<Item = (&'s [Sge], u64)>,
+    ) -> Result<usize, (usize, Error)> {
+        let mut n = 0;
+        for (sgl, cookie) in recvs {
+            if let Err(e) = self.write(sgl, cookie) {
+                if n > 0 {
+                    self.ring();
+                }
+                return Err((n, e));
+            }
+            n += 1;
+        }
+        if n > 0 {
+            self.ring();
+        }
+        Ok(n)
+    }
+}

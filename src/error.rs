@@ -1,0 +1,124 @@
+//! Errors: one variant per failure, each with the offending value.
+
+use core::fmt;
+
+/// Why a call failed. Nothing was posted: the queue is as it was before the call.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Insufficient resources: the send or receive queue has no room for the request until
+    /// earlier work completes (poll the CQ).
+    QueueFull {
+        /// Blocks (send) or entries (receive) the request needs.
+        needed: u32,
+        /// Blocks or entries free now.
+        free: u32,
+    },
+    /// More scatter/gather entries than the QP was created for.
+    TooManySge {
+        /// Entries given.
+        n: usize,
+        /// The QP's limit.
+        max: usize,
+    },
+    /// More inline bytes than the QP was created for.
+    InlineTooLong {
+        /// Bytes given.
+        len: usize,
+        /// The QP's limit.
+        max: usize,
+    },
+    /// The WQE would exceed the hardware's 16-block / 63-DS limit.
+    WqeTooLarge {
+        /// DS units needed.
+        ds: usize,
+    },
+    /// An atomic's remote address is not aligned to its operand size.
+    Misaligned {
+        /// The address.
+        addr: u64,
+        /// The required alignment.
+        align: u32,
+    },
+    /// An invalid parameter (named) with its value.
+    InvalidParameter {
+        /// Which parameter.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// A memory-window bind larger than one KLM describes (2 GiB).
+    BindTooLong {
+        /// Requested length.
+        len: u64,
+    },
+    /// The operation is not supported on this device or path.
+    Unsupported(&'static str),
+    /// The software NIC refused a control operation.
+    #[cfg(feature = "sim")]
+    Sim(mlx5::sim::SimError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::QueueFull { needed, free } => {
+                write!(
+                    f,
+                    "queue full: the request needs {needed}, {free} free (poll the CQ)"
+                )
+            }
+            Error::TooManySge { n, max } => {
+                write!(f, "{n} scatter/gather entries, the QP takes at most {max}")
+            }
+            Error::InlineTooLong { len, max } => {
+                write!(f, "{len} inline bytes, the QP takes at most {max}")
+            }
+            Error::WqeTooLarge { ds } => {
+                write!(f, "WQE of {ds} DS exceeds the 63-DS / 16-block limit")
+            }
+            Error::Misaligned { addr, align } => {
+                write!(
+                    f,
+                    "remote address {addr:#x} is not aligned to {align} bytes"
+                )
+            }
+            Error::InvalidParameter { what, value } => write!(f, "invalid {what}: {value:#x}"),
+            Error::BindTooLong { len } => {
+                write!(f, "memory-window bind of {len} bytes exceeds 2 GiB")
+            }
+            Error::Unsupported(what) => write!(f, "not supported: {what}"),
+            #[cfg(feature = "sim")]
+            Error::Sim(e) => write!(f, "software NIC: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(feature = "sim")]
+impl From<mlx5::sim::SimError> for Error {
+    fn from(e: mlx5::sim::SimError) -> Self {
+        Error::Sim(e)
+    }
+}
+
+impl From<mlx5::wqe::EncodeError> for Error {
+    fn from(e: mlx5::wqe::EncodeError) -> Self {
+        use mlx5::wqe::EncodeError as E;
+        match e {
+            E::TooManySge { n, max } => Error::TooManySge { n, max },
+            E::InlineTooLong { len, max } => Error::InlineTooLong { len, max },
+            E::TooLarge { ds } => Error::WqeTooLarge { ds },
+            E::BindTooLong { len } => Error::BindTooLong { len },
+            E::BindKeyIndex { new_rkey, .. } => Error::InvalidParameter {
+                what: "new rkey",
+                value: new_rkey as u64,
+            },
+            _ => Error::Unsupported("request"),
+        }
+    }
+}
+
+/// Results of this crate.
+pub type Result<T, E = Error> = core::result::Result<T, E>;

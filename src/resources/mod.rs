@@ -1,0 +1,20 @@
+//! Resources: device, protection domain, memory region, completion queue, queue pair.
+//!
+//! They are backed by the software NIC ([`Device::sim`]) today; the verbs backend (rdma-core,
+//! with the mlx5dv binding that feeds the direct path on a ConnectX) plugs in behind the same
+//! types. Whatever the backend, the data path is the direct one of [`crate::direct`].
+//!
+//! Ownership: a [`Qp`] keeps its CQs alive (reference counts), so a CQ is destroyed only when
+//! its poller and every QP on it are gone. A [`MemoryRegion`] may be dropped while work on it
+//! is outstanding: the NIC then refuses the key and the work completes with a protection
+//! error; no memory is touched.
+
+mod cq;
+mod device;
+mod mr;
+mod qp;
+
+pub use cq::Cq;
+pub use device::{Device, Pd};
+pub use mr::MemoryRegion;
+pub use qp::{Qp, QpCaps};

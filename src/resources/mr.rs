@@ -1,0 +1,151 @@
+//! Memory regions.
+
+use super::Pd;
+use crate::error::{Error, Result};
+use crate::{Access, Remote, Sge};
+use mlx5::sim::MrInfo;
+
+/// Registered memory: the NIC may read and write it under its keys.
+///
+/// The bytes are shared with the NIC, which writes them from its own context at any time:
+/// read and write them through [`MemoryRegion::read`] / [`MemoryRegion::write`] (copies), or
+/// through the raw pointer with the same care as any DMA buffer.
+pub struct MemoryRegion {
+    pd: Pd,
+    info: MrInfo,
+    access: Access,
+}
+
+impl core::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.info.addr))
+            .field("len", &self.info.len)
+            .field("lkey", &format_args!("{:#x}", self.info.lkey))
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    pub(crate) fn new(pd: Pd, info: MrInfo, access: Access) -> MemoryRegion {
+        MemoryRegion { pd, info, access }
+    }
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.info.addr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.info.len as usize
+    }
+    /// Whether the region is empty (never: regions have at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.info.len == 0
+    }
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.info.lkey
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.info.rkey
+    }
+    /// Access rights.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+    /// The protection domain.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+    /// Raw pointer to the first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.info.addr as *mut u8
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<()> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(Error::InvalidParameter {
+                what: "region offset + length",
+                value: (off as u64).saturating_add(len as u64),
+            }),
+        }
+    }
+
+    /// A gather/scatter entry for `len` bytes at offset `off`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when the range leaves the region.
+    pub fn sge(&self, off: usize, len: u32) -> Result<Sge> {
+        self.check(off, len as usize)?;
+        Ok(Sge {
+            addr: self.info.addr + off as u64,
+            len,
+            lkey: self.info.lkey,
+        })
+    }
+
+    /// The remote descriptor of offset `off` (what a peer needs to write or read here).
+    pub fn remote(&self, off: usize) -> Remote {
+        Remote {
+            addr: self.info.addr + off as u64,
+            rkey: self.info.rkey,
+        }
+    }
+
+    /// Copies bytes out of the region.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when the range leaves the region.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
+        self.check(off, out.len())?;
+        // SAFETY: the range is inside the registered region, which stays allocated while
+        // `self` lives; the copy goes through raw pointers because the NIC may write these
+        // bytes concurrently (like DMA), and no reference to them is formed.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.as_ptr().add(off), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+
+    /// Copies bytes into the region.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when the range leaves the region.
+    pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
+        self.check(off, data.len())?;
+        // SAFETY: as for `read`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(off), data.len())
+        };
+        Ok(())
+    }
+
+    /// Reads one byte with a volatile load (for polling a flag the peer writes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when `off` is outside the region.
+    #[inline]
+    pub fn read_volatile_u8(&self, off: usize) -> Result<u8> {
+        self.check(off, 1)?;
+        // SAFETY: inside the region, as for `read`.
+        Ok(unsafe { self.as_ptr().add(off).read_volatile() })
+    }
+
+    /// Reads a native-endian `u64` (e.g. an atomic's target or result).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when the range leaves the region.
+    pub fn read_u64(&self, off: usize) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(off, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        let _ = self.pd.inner.dev.nic.dereg_mr(self.info.lkey);
+    }
+}
