@@ -292,13 +292,15 @@ mod tests {
 
     #[test]
     fn op_own_fields() {
-        let mut c = Cqe64::default();
-        c.op_own = op_own(
-            CqeOpcode::RespSendImm,
-            CqeFormat::InlineScatter32,
-            true,
-            true,
-        );
+        let mut c = Cqe64 {
+            op_own: op_own(
+                CqeOpcode::RespSendImm,
+                CqeFormat::InlineScatter32,
+                true,
+                true,
+            ),
+            ..Cqe64::default()
+        };
         assert_eq!(c.opcode(), Some(CqeOpcode::RespSendImm));
         assert_eq!(c.format(), CqeFormat::InlineScatter32);
         assert!(c.solicited());

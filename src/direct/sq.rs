@@ -121,11 +121,8 @@ impl SendQueue {
     /// that nothing else posts to.
     pub unsafe fn new(raw: &RawQp) -> Result<SendQueue> {
         let cnt = raw.sq_wqe_cnt;
-        if !cnt.is_power_of_two()
-            || cnt < 16
-            || cnt > 1 << 15
-            || raw.sq_stride as usize != SEND_WQE_BB
-        {
+        let stride_ok = raw.sq_stride as usize == SEND_WQE_BB;
+        if !cnt.is_power_of_two() || !(16..=1 << 15).contains(&cnt) || !stride_ok {
             return Err(Error::InvalidParameter {
                 what: "send ring size",
                 value: cnt as u64,

@@ -7,6 +7,16 @@ use crate::doorbell::CQ_SET_CI;
 use crate::RawCq;
 use zerocopy::IntoBytes;
 
+/// An error CQE with its syndrome, `opcode << 24 | qpn` and WQE counter.
+pub(crate) fn err_cqe(syndrome: u8, opcode_qpn: u32, wqe_counter: u16) -> ErrCqe {
+    ErrCqe {
+        syndrome,
+        s_wqe_opcode_qpn: crate::Be32::new(opcode_qpn),
+        wqe_counter: crate::Be16::new(wqe_counter),
+        ..ErrCqe::default()
+    }
+}
+
 pub(crate) struct SimCq {
     pub(crate) cqn: u32,
     buf: DmaBuf,

@@ -1,9 +1,10 @@
 //! What the NIC does for each WQE: checks, byte moves, atomics, window binds, completions.
 
+use super::cq::err_cqe;
 use super::mem::{Binding, Denied};
 use super::qp::QpState;
 use super::State;
-use crate::cqe::{Cqe64, CqeOpcode, ErrCqe};
+use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 use crate::syndrome::Syndrome;
 use crate::wqe::{decode, Decoded, MAX_WQE_BYTES};
@@ -73,10 +74,12 @@ impl State {
                     qp.stats.wqes += 1;
                     let fm = crate::ctrl::FmCeSe::from_u8(ctrl.fm_ce_se).unwrap_or_default();
                     if fm.completion.signals_success() {
-                        let mut c = Cqe64::default();
-                        c.sop_drop_qpn = Be32::new((ctrl.opcode_raw() as u32) << 24 | qpn);
-                        c.wqe_counter = crate::Be16::new(pi as u16);
-                        c.byte_cnt = Be32::new(bytes);
+                        let c = Cqe64 {
+                            sop_drop_qpn: Be32::new((ctrl.opcode_raw() as u32) << 24 | qpn),
+                            wqe_counter: crate::Be16::new(pi as u16),
+                            byte_cnt: Be32::new(bytes),
+                            ..Cqe64::default()
+                        };
                         let cq = qp.send_cq;
                         if !self
                             .cqs
@@ -106,10 +109,7 @@ impl State {
         };
         qp.state = QpState::Error;
         let cq = qp.send_cq;
-        let mut e = ErrCqe::default();
-        e.syndrome = s.to_u8();
-        e.s_wqe_opcode_qpn = Be32::new((opcode as u32) << 24 | qpn);
-        e.wqe_counter = crate::Be16::new(pi);
+        let e = err_cqe(s.to_u8(), (opcode as u32) << 24 | qpn, pi);
         if let Some(cq) = self.cqs.get_mut(&cq) {
             cq.push_err(e, CqeOpcode::ReqErr);
         }
@@ -135,10 +135,7 @@ impl State {
             let idx = qp.rq_ci as u16;
             qp.rq_ci = qp.rq_ci.wrapping_add(1);
             qp.stats.recvs += 1;
-            let mut e = ErrCqe::default();
-            e.syndrome = Syndrome::WrFlush.to_u8();
-            e.s_wqe_opcode_qpn = Be32::new(qpn);
-            e.wqe_counter = crate::Be16::new(idx);
+            let e = err_cqe(Syndrome::WrFlush.to_u8(), qpn, idx);
             if let Some(cq) = self.cqs.get_mut(&qp.recv_cq) {
                 cq.push_err(e, CqeOpcode::RespErr);
             }
@@ -254,10 +251,7 @@ impl State {
         p.stats.recvs += 1;
         let rcq = p.recv_cq;
         let resp_err = |st: &mut State, s: Syndrome| {
-            let mut e = ErrCqe::default();
-            e.syndrome = s.to_u8();
-            e.s_wqe_opcode_qpn = Be32::new(peer);
-            e.wqe_counter = crate::Be16::new(idx);
+            let e = err_cqe(s.to_u8(), peer, idx);
             if let Some(cq) = st.cqs.get_mut(&rcq) {
                 cq.push_err(e, CqeOpcode::RespErr);
             }
@@ -275,11 +269,13 @@ impl State {
             }
         };
         Self::scatter(&ptrs, data);
-        let mut c = Cqe64::default();
-        c.byte_cnt = Be32::new(byte_cnt);
-        c.imm_inval_pkey = Be32::new(imm);
-        c.sop_drop_qpn = Be32::new(peer);
-        c.wqe_counter = crate::Be16::new(idx);
+        let c = Cqe64 {
+            byte_cnt: Be32::new(byte_cnt),
+            imm_inval_pkey: Be32::new(imm),
+            sop_drop_qpn: Be32::new(peer),
+            wqe_counter: crate::Be16::new(idx),
+            ..Cqe64::default()
+        };
         if !self
             .cqs
             .get_mut(&rcq)

@@ -334,11 +334,8 @@ impl Nic {
     /// # Errors
     /// [`SimError::CqSize`].
     pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<RawCq, SimError> {
-        if !cqe_cnt.is_power_of_two()
-            || cqe_cnt < 2
-            || cqe_cnt > 1 << 22
-            || !(cqe_size == 64 || cqe_size == 128)
-        {
+        let size_ok = cqe_size == 64 || cqe_size == 128;
+        if !cqe_cnt.is_power_of_two() || !(2..=1 << 22).contains(&cqe_cnt) || !size_ok {
             return Err(SimError::CqSize { cqe_cnt, cqe_size });
         }
         let mut st = self.st();

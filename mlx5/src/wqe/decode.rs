@@ -139,12 +139,12 @@ fn sgl<'a>(
     sges: &'a mut [Sge],
 ) -> Result<&'a [Sge], DecodeError> {
     let n = ds - from;
-    for i in 0..n {
+    for (i, out) in sges[..n].iter_mut().enumerate() {
         let s = sge(b, (from + i) * DS_BYTES);
         if s.len & INLINE_SEG != 0 {
             return Err(DecodeError::Inline { byte_count: s.len });
         }
-        sges[i] = s;
+        *out = s;
     }
     Ok(&sges[..n])
 }

@@ -189,7 +189,7 @@ fn put_sgl(span: &mut Span<'_>, mut off: usize, sgl: &[Sge]) -> usize {
 fn put_payload(span: &mut Span<'_>, off: usize, p: &Payload<'_>) -> usize {
     match p {
         Payload::Sgl(s) => put_sgl(span, off, s),
-        Payload::Inline(b) if b.is_empty() => off,
+        Payload::Inline([]) => off,
         Payload::Inline(b) => {
             let hdr = InlineHeader {
                 byte_count: Be32::new(b.len() as u32 | INLINE_SEG),

@@ -1,1 +1,163 @@
-fn main() {}
+//! `cargo xtask`: the project's two commands and their set-up.
+//!
+//! - `cargo xtask demo`: installs what the build needs, then runs an RDMA-write ping-pong
+//!   through the direct data path (`bfperf write-lat`) and prints a perftest-style table.
+//! - `cargo xtask test`: installs what the build needs, then `cargo fmt --check`,
+//!   `cargo clippy -D warnings` and `cargo test --workspace --locked`.
+//! - `cargo xtask deps`: only the installation step.
+
+use std::path::Path;
+use std::process::{exit, Command};
+
+/// Debian packages the build and the tests need.
+const PACKAGES: &[&str] = &[
+    "libibverbs-dev",
+    "librdmacm-dev",
+    "ibverbs-providers",
+    "clang",
+    "libclang-dev",
+    "pkg-config",
+    "valgrind",
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match args.first().map(String::as_str) {
+        Some("demo") => demo(&args[1..]),
+        Some("test") => test(),
+        Some("deps") => deps(),
+        _ => {
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | deps>");
+            2
+        }
+    };
+    exit(code);
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("workspace root")
+}
+
+fn run(what: &str, cmd: &mut Command) -> bool {
+    eprintln!("xtask: {what}: {cmd:?}");
+    match cmd.current_dir(root()).status() {
+        Ok(s) if s.success() => true,
+        Ok(s) => {
+            eprintln!("xtask: {what} failed ({s})");
+            false
+        }
+        Err(e) => {
+            eprintln!("xtask: {what}: cannot run: {e}");
+            false
+        }
+    }
+}
+
+fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
+}
+
+/// Installs the missing Debian packages (as root), or prints the command.
+fn deps() -> i32 {
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        eprintln!("xtask: build dependencies present");
+        return 0;
+    }
+    if !is_root() {
+        eprintln!(
+            "xtask: missing packages: {}\nxtask: run as root:\n  apt-get update && apt-get install -y {}",
+            missing.join(" "),
+            missing.join(" ")
+        );
+        return 1;
+    }
+    let ok = run(
+        "apt-get update",
+        Command::new("apt-get").arg("update").arg("-q"),
+    ) && run(
+        "apt-get install",
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-q"])
+            .args(&missing),
+    );
+    if ok {
+        0
+    } else {
+        1
+    }
+}
+
+fn test() -> i32 {
+    if deps() != 0 {
+        return 1;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let steps: [(&str, Vec<&str>); 3] = [
+        ("format", vec!["fmt", "--all", "--", "--check"]),
+        (
+            "clippy",
+            vec![
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+        ("tests", vec!["test", "--workspace", "--locked"]),
+    ];
+    for (what, args) in steps {
+        if !run(what, Command::new(&cargo).args(&args)) {
+            return 1;
+        }
+    }
+    eprintln!("xtask: all host checks passed");
+    0
+}
+
+fn demo(extra: &[String]) -> i32 {
+    if deps() != 0 {
+        return 1;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "run",
+        "--release",
+        "--locked",
+        "-q",
+        "-p",
+        "bfperf",
+        "--",
+        "write-lat",
+    ]);
+    if extra.is_empty() {
+        cmd.args(["--device", "auto", "--size", "8", "--iters", "20000"]);
+    } else {
+        cmd.args(extra);
+    }
+    if run("demo", &mut cmd) {
+        0
+    } else {
+        1
+    }
+}
