@@ -9,6 +9,11 @@
 //! mlx5 NIC whose rings have the hardware layout; tests, benches and the demo use it.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
+// The README's example runs as a doc test (on the software NIC).
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod completion;
 pub mod direct;
 pub mod error;
