@@ -8,6 +8,7 @@
 //! round trip. Both sides run in this process (one thread), through the direct path (WQEs
 //! into the ring, BlueFlame doorbell, CQ polled from the ring).
 
+mod probe;
 mod stats;
 
 use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, Sge};
@@ -200,6 +201,13 @@ fn main() {
         Some("write-lat") => {
             let o = parse(&args[1..]);
             if let Err(e) = write_lat(&o) {
+                eprintln!("bfperf: {e}");
+                std::process::exit(1);
+            }
+        }
+        Some("icount-probe") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
+            if let Err(e) = probe::run(n) {
                 eprintln!("bfperf: {e}");
                 std::process::exit(1);
             }

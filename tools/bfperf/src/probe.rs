@@ -1,0 +1,75 @@
+//! `bfperf icount-probe N`: runs N posts and polls through functions that callgrind can
+//! measure one by one (`--toggle-collect=bfperf::probe::measured_*`): the post of an 8-byte
+//! inline RDMA write with BlueFlame, a poll that finds one CQE, an empty poll, and a batch of
+//! 32 inline writes with one doorbell. The NIC runs outside the measured functions.
+
+use blueflame::{Access, Completion, Cq, Device, PostFlags, Qp, QpCaps, Remote};
+
+#[inline(never)]
+fn measured_post(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
+    qp.write_inline(data, remote, cookie, PostFlags::SIGNALED).expect("post");
+}
+
+#[inline(never)]
+fn measured_poll_hit(cq: &mut Cq, out: &mut [Completion; 1]) -> usize {
+    cq.poll(out)
+}
+
+#[inline(never)]
+fn measured_poll_empty(cq: &mut Cq, out: &mut [Completion; 2]) -> usize {
+    cq.poll(&mut out[..1])
+}
+
+#[inline(never)]
+fn measured_batch32(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
+    let mut b = qp.batch();
+    for i in 0..32 {
+        let flags = if i == 31 { PostFlags::SIGNALED } else { PostFlags::UNSIGNALED };
+        b.push(
+            &blueflame::Request::Write { remote, data: blueflame::Payload::Inline(data) },
+            cookie + i,
+            flags,
+        )
+        .expect("push");
+    }
+    b.ring();
+}
+
+/// Runs the probe.
+pub fn run(n: usize) -> Result<(), blueflame::Error> {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd()?;
+    let mut cq = dev.create_cq(1024)?;
+    let caps = QpCaps { sq_blocks: 1024, ..QpCaps::default() };
+    let mut qp = pd.create_qp(&cq, &cq, caps)?;
+    let q = qp.qpn();
+    qp.connect(q)?;
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let data = *b"12345678";
+    let mut out = [Completion::default(); 1];
+    let mut empty = [Completion::default(); 2];
+    for i in 0..n as u64 {
+        measured_post(&mut qp, &data, mr.remote(0), i);
+        dev.process();
+        let got = measured_poll_hit(&mut cq, &mut out);
+        assert_eq!((got, out[0].cookie), (1, i));
+        assert_eq!(measured_poll_empty(&mut cq, &mut empty), 0);
+        measured_batch32(&mut qp, &data, mr.remote(0), i);
+        dev.process();
+        assert_eq!(measured_poll_hit(&mut cq, &mut out), 1);
+    }
+    // Wall-clock cost of a post (no NIC in between: 256 posts of 1 block, then drain).
+    let mut best = f64::MAX;
+    for round in 0..200u64 {
+        let t = std::time::Instant::now();
+        for i in 0..256u64 {
+            let flags = if i == 255 { PostFlags::SIGNALED } else { PostFlags::UNSIGNALED };
+            qp.write_inline(&data, mr.remote(0), round * 256 + i, flags)?;
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / 256.0);
+        dev.process();
+        while cq.poll(&mut out) > 0 {}
+    }
+    eprintln!("post of an 8-byte inline write: {best:.1} ns (best of 200 rounds of 256)");
+    Ok(())
+}
