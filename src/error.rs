@@ -111,6 +111,10 @@ impl From<mlx5::wqe::EncodeError> for Error {
             E::InlineTooLong { len, max } => Error::InlineTooLong { len, max },
             E::TooLarge { ds } => Error::WqeTooLarge { ds },
             E::BindTooLong { len } => Error::BindTooLong { len },
+            E::SgeTooLong { len } => Error::InvalidParameter {
+                what: "scatter/gather entry length",
+                value: len as u64,
+            },
             E::BindKeyIndex { new_rkey, .. } => Error::InvalidParameter {
                 what: "new rkey",
                 value: new_rkey as u64,

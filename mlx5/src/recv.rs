@@ -15,7 +15,7 @@ pub const INVALID_LKEY: u32 = 0x100;
 pub fn encode_recv(sgl: &[Sge], entry: &mut [u8]) -> Option<usize> {
     let max = entry.len() / DS_BYTES;
     let n = sgl.iter().filter(|s| s.len != 0).count();
-    if n > max {
+    if n > max || sgl.iter().any(|s| s.len > crate::wqe::MAX_SGE_BYTES) {
         return None;
     }
     let mut i = 0;

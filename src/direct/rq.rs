@@ -75,6 +75,12 @@ impl RecvQueue {
         if free == 0 {
             return Err(Error::QueueFull { needed: 1, free });
         }
+        if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
+            return Err(Error::InvalidParameter {
+                what: "scatter/gather entry length",
+                value: s.len as u64,
+            });
+        }
         let n = sgl.iter().filter(|s| s.len != 0).count();
         if n > self.max_sge {
             return Err(Error::TooManySge {

@@ -11,6 +11,9 @@ use crate::seg::*;
 use crate::umr::*;
 use zerocopy::IntoBytes;
 
+/// The longest data segment: bit 31 of `byte_count` is [`INLINE_SEG`].
+pub const MAX_SGE_BYTES: u32 = 0x7fff_ffff;
+
 /// The limits of one send queue, as the QP was created.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -43,6 +46,12 @@ pub enum EncodeError {
         /// DS units needed.
         ds: usize,
     },
+    /// A gather/scatter entry of 2 GiB or more: bit 31 of a data segment's length is the
+    /// inline flag, so such an entry cannot be described.
+    SgeTooLong {
+        /// The entry's length.
+        len: u32,
+    },
     /// A memory-window bind over more than 2 GiB (one KLM cannot describe it).
     BindTooLong {
         /// Requested length.
@@ -69,6 +78,12 @@ impl core::fmt::Display for EncodeError {
             EncodeError::TooLarge { ds } => {
                 write!(f, "WQE of {ds} DS exceeds 63 DS / 16 blocks")
             }
+            EncodeError::SgeTooLong { len } => {
+                write!(
+                    f,
+                    "scatter/gather entry of {len:#x} bytes: at most 0x7fffffff"
+                )
+            }
             EncodeError::BindTooLong { len } => {
                 write!(f, "memory-window bind of {len} bytes exceeds 2 GiB")
             }
@@ -78,11 +93,6 @@ impl core::fmt::Display for EncodeError {
             ),
         }
     }
-}
-
-#[inline(always)]
-fn nonzero_sges(sgl: &[Sge]) -> usize {
-    sgl.iter().filter(|s| s.len != 0).count()
 }
 
 #[inline(always)]
@@ -103,7 +113,13 @@ fn payload_ds(p: &Payload<'_>, lim: &Limits) -> Result<usize, EncodeError> {
 
 #[inline(always)]
 fn sgl_ds(s: &[Sge], lim: &Limits) -> Result<usize, EncodeError> {
-    let n = nonzero_sges(s);
+    let mut n = 0;
+    for e in s {
+        if e.len > MAX_SGE_BYTES {
+            return Err(EncodeError::SgeTooLong { len: e.len });
+        }
+        n += (e.len != 0) as usize;
+    }
     if n > lim.max_sge {
         return Err(EncodeError::TooManySge {
             n,

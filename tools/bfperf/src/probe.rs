@@ -7,7 +7,8 @@ use blueflame::{Access, Completion, Cq, Device, PostFlags, Qp, QpCaps, Remote};
 
 #[inline(never)]
 fn measured_post(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
-    qp.write_inline(data, remote, cookie, PostFlags::SIGNALED).expect("post");
+    qp.write_inline(data, remote, cookie, PostFlags::SIGNALED)
+        .expect("post");
 }
 
 #[inline(never)]
@@ -24,9 +25,16 @@ fn measured_poll_empty(cq: &mut Cq, out: &mut [Completion; 2]) -> usize {
 fn measured_batch32(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
     let mut b = qp.batch();
     for i in 0..32 {
-        let flags = if i == 31 { PostFlags::SIGNALED } else { PostFlags::UNSIGNALED };
+        let flags = if i == 31 {
+            PostFlags::SIGNALED
+        } else {
+            PostFlags::UNSIGNALED
+        };
         b.push(
-            &blueflame::Request::Write { remote, data: blueflame::Payload::Inline(data) },
+            &blueflame::Request::Write {
+                remote,
+                data: blueflame::Payload::Inline(data),
+            },
             cookie + i,
             flags,
         )
@@ -40,7 +48,10 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd()?;
     let mut cq = dev.create_cq(1024)?;
-    let caps = QpCaps { sq_blocks: 1024, ..QpCaps::default() };
+    let caps = QpCaps {
+        sq_blocks: 1024,
+        ..QpCaps::default()
+    };
     let mut qp = pd.create_qp(&cq, &cq, caps)?;
     let q = qp.qpn();
     qp.connect(q)?;
@@ -63,7 +74,11 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     for round in 0..200u64 {
         let t = std::time::Instant::now();
         for i in 0..256u64 {
-            let flags = if i == 255 { PostFlags::SIGNALED } else { PostFlags::UNSIGNALED };
+            let flags = if i == 255 {
+                PostFlags::SIGNALED
+            } else {
+                PostFlags::UNSIGNALED
+            };
             qp.write_inline(&data, mr.remote(0), round * 256 + i, flags)?;
         }
         best = best.min(t.elapsed().as_nanos() as f64 / 256.0);
