@@ -54,6 +54,8 @@ pub enum Error {
     },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
+    /// An rdma-core call failed.
+    Verbs(crate::verbs::VerbsError),
     /// The software NIC refused a control operation.
     #[cfg(feature = "sim")]
     Sim(mlx5::sim::SimError),
@@ -88,6 +90,7 @@ impl fmt::Display for Error {
                 write!(f, "memory-window bind of {len} bytes exceeds 2 GiB")
             }
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
+            Error::Verbs(e) => write!(f, "{e}"),
             #[cfg(feature = "sim")]
             Error::Sim(e) => write!(f, "software NIC: {e}"),
         }
@@ -95,6 +98,12 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<crate::verbs::VerbsError> for Error {
+    fn from(e: crate::verbs::VerbsError) -> Self {
+        Error::Verbs(e)
+    }
+}
 
 #[cfg(feature = "sim")]
 impl From<mlx5::sim::SimError> for Error {

@@ -18,6 +18,7 @@ pub mod completion;
 pub mod direct;
 pub mod error;
 pub mod resources;
+pub mod verbs;
 
 pub use completion::{Completion, WcOpcode, WcStatus};
 pub use direct::PostFlags;
@@ -25,4 +26,5 @@ pub use error::{Error, Result};
 pub use mlx5::ctrl::Fence;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 pub use mlx5::{RawCq, RawQp};
-pub use resources::{Cq, Device, MemoryRegion, Pd, Qp, QpCaps};
+pub use resources::{Batch, Cq, DataPath, Device, Endpoint, MemoryRegion, Pd, Qp, QpCaps};
+pub use verbs::objects::Timing;

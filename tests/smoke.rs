@@ -23,7 +23,7 @@ fn inline_write_loopback() {
     let mut b = [0u8; 11];
     mr.read(100, &mut b).unwrap();
     assert_eq!(&b, b"hello, rdma");
-    let st = dev.nic().qp_stats(q).unwrap();
+    let st = dev.nic().unwrap().qp_stats(q).unwrap();
     assert_eq!(
         (
             st.doorbells,

@@ -24,8 +24,8 @@ pub(crate) struct Attached {
 /// only then, never on the hot path.
 #[derive(Default)]
 pub(crate) struct Registry {
-    gen: AtomicU32,
-    list: Mutex<Vec<Attached>>,
+    pub(crate) gen: AtomicU32,
+    pub(crate) list: Mutex<Vec<Attached>>,
 }
 
 impl Registry {

@@ -9,7 +9,7 @@ mod barrier;
 mod cq;
 mod doorbell;
 mod rq;
-mod shadow;
+pub(crate) mod shadow;
 mod sq;
 
 pub use cq::CompletionQueue;

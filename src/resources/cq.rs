@@ -1,76 +1,129 @@
 //! Completion queues.
 
+use super::device::Backend;
 use super::Device;
 use crate::direct::{CompletionQueue, Registry};
 use crate::error::Result;
+use crate::verbs;
+use crate::verbs::path::VerbsCompletionQueue;
 use crate::Completion;
 use std::sync::Arc;
 
-/// Keeps a CQ's rings alive; the last owner (the poller or a QP) destroys it.
+pub(crate) enum CqKind {
+    Sim { dev: Device, cqn: u32 },
+    Verbs(Arc<verbs::objects::Cq>),
+}
+
+/// Keeps a CQ alive; the last owner (the poller or a QP) destroys it.
 pub(crate) struct CqHandle {
-    pub(crate) dev: Device,
-    pub(crate) cqn: u32,
+    pub(crate) kind: CqKind,
     pub(crate) registry: Arc<Registry>,
 }
 
 impl Drop for CqHandle {
     fn drop(&mut self) {
-        let _ = self.dev.nic.destroy_cq(self.cqn);
+        if let CqKind::Sim { dev, cqn } = &self.kind {
+            if let Some(n) = dev.nic() {
+                let _ = n.destroy_cq(*cqn);
+            }
+        }
     }
+}
+
+enum Poller {
+    Direct(CompletionQueue),
+    Verbs(VerbsCompletionQueue),
 }
 
 /// A completion queue and its poller.
 pub struct Cq {
     // Field order: the poller goes before the handle that frees its ring.
-    poller: CompletionQueue,
+    poller: Poller,
     pub(crate) handle: Arc<CqHandle>,
+    cqn: u32,
+    capacity: u32,
+    dev: Device,
 }
 
 impl core::fmt::Debug for Cq {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        self.poller.fmt(f)
+        f.debug_struct("Cq")
+            .field("cqn", &self.cqn)
+            .field("capacity", &self.capacity)
+            .finish()
     }
 }
 
 impl Cq {
     pub(crate) fn new(dev: &Device, entries: u32) -> Result<Cq> {
-        let raw = dev.nic.create_cq(entries.max(2).next_power_of_two(), 64)?;
-        // SAFETY: the ring and record belong to the CQ just created; `handle` keeps it alive
-        // at least as long as the poller (field order), and this poller is its only one.
-        let poller = unsafe { CompletionQueue::new(&raw)? };
-        let handle = Arc::new(CqHandle {
-            dev: dev.clone(),
-            cqn: raw.cqn,
-            registry: poller.registry.clone(),
-        });
-        Ok(Cq { poller, handle })
+        match &dev.backend {
+            Backend::Sim(nic) => {
+                let raw = nic.create_cq(entries.max(2).next_power_of_two(), 64)?;
+                // SAFETY: the ring and record belong to the CQ just created; `handle` keeps it
+                // alive at least as long as the poller (field order), its only poller.
+                let poller = unsafe { CompletionQueue::new(&raw)? };
+                let kind = CqKind::Sim {
+                    dev: dev.clone(),
+                    cqn: raw.cqn,
+                };
+                let handle = Arc::new(CqHandle {
+                    kind,
+                    registry: poller.registry.clone(),
+                });
+                Ok(Cq {
+                    poller: Poller::Direct(poller),
+                    handle,
+                    cqn: raw.cqn,
+                    capacity: raw.cqe_cnt,
+                    dev: dev.clone(),
+                })
+            }
+            Backend::Verbs(v) => {
+                let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
+                let capacity = cq.capacity();
+                let poller = VerbsCompletionQueue::new(cq.clone());
+                let handle = Arc::new(CqHandle {
+                    kind: CqKind::Verbs(cq),
+                    registry: poller.registry.clone(),
+                });
+                Ok(Cq {
+                    poller: Poller::Verbs(poller),
+                    handle,
+                    cqn: 0,
+                    capacity,
+                    dev: dev.clone(),
+                })
+            }
+        }
     }
 
-    /// The CQ number.
+    /// The CQ number (0 on the verbs path, where rdma-core does not expose it).
     pub fn cqn(&self) -> u32 {
-        self.poller.cqn()
+        self.cqn
     }
 
     /// Entries in the ring.
     pub fn capacity(&self) -> u32 {
-        self.poller.capacity()
+        self.capacity
     }
 
     /// Polls up to `out.len()` completions; returns how many. Never blocks, never allocates.
     #[inline]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
-        self.poller.poll(out)
+        match &mut self.poller {
+            Poller::Direct(p) => p.poll(out),
+            Poller::Verbs(p) => p.poll(out),
+        }
     }
 
     /// Polls until `n` completions have arrived or `spins` empty polls in a row; returns
-    /// them in `out` (which must hold `n`). With the stepped software NIC, runs it between
-    /// polls.
+    /// how many arrived (in `out[..n]`). With the stepped software NIC, runs it between polls.
     pub fn poll_n(&mut self, out: &mut [Completion], n: usize, spins: u64) -> usize {
         let mut got = 0;
         let mut idle = 0;
         while got < n && idle < spins {
-            self.handle.dev.process();
-            let k = self.poller.poll(&mut out[got..n]);
+            self.dev.process();
+            let k = self.poll(&mut out[got..n]);
             got += k;
             idle = if k == 0 { idle + 1 } else { 0 };
             if k == 0 {
@@ -80,8 +133,11 @@ impl Cq {
         got
     }
 
-    /// The direct-path poller.
-    pub fn poller(&mut self) -> &mut CompletionQueue {
-        &mut self.poller
+    /// The direct-path poller, when this CQ runs the direct path.
+    pub fn direct(&mut self) -> Option<&mut CompletionQueue> {
+        match &mut self.poller {
+            Poller::Direct(p) => Some(p),
+            Poller::Verbs(_) => None,
+        }
     }
 }

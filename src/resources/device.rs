@@ -1,15 +1,42 @@
 //! Devices and protection domains.
 
 use super::{Cq, MemoryRegion};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::verbs;
 use crate::Access;
 use mlx5::sim::Nic;
 use std::sync::Arc;
 
-/// An RDMA device.
+/// Where a device's resources come from.
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    /// The software mlx5 NIC.
+    Sim(Nic),
+    /// rdma-core: a real device (or rxe/siw).
+    Verbs(Arc<VerbsDev>),
+}
+
+/// An open verbs device and the port/GID it uses.
+#[derive(Debug)]
+pub(crate) struct VerbsDev {
+    pub(crate) ctx: Arc<verbs::device::Context>,
+    pub(crate) port: u8,
+    pub(crate) gid_index: Option<i32>,
+}
+
+/// An RDMA device: a real one through rdma-core, or the software mlx5 NIC.
 #[derive(Clone, Debug)]
 pub struct Device {
-    pub(crate) nic: Nic,
+    pub(crate) backend: Backend,
+}
+
+/// Which data path a QP runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DataPath {
+    /// WQEs into the ring, BlueFlame doorbell, CQEs polled from the ring (mlx5, software NIC).
+    Direct,
+    /// `ibv_post_send` / `ibv_poll_cq` (any other device).
+    Verbs,
 }
 
 impl Device {
@@ -18,39 +45,114 @@ impl Device {
     pub fn sim() -> Device {
         let nic = Nic::new();
         nic.start();
-        Device { nic }
+        Device {
+            backend: Backend::Sim(nic),
+        }
     }
 
     /// The software mlx5 NIC in stepped mode: nothing runs until [`Device::process`] is
     /// called (deterministic tests; BlueFlame writes are checked against the ring).
     pub fn sim_stepped() -> Device {
-        Device { nic: Nic::new() }
+        Device {
+            backend: Backend::Sim(Nic::new()),
+        }
     }
 
-    /// The software NIC behind this device.
-    pub fn nic(&self) -> &Nic {
-        &self.nic
+    /// Opens the rdma-core device `name` (e.g. `mlx5_0`, `rxe0`) on port 1, with the first
+    /// RoCE v2 IPv4 GID on Ethernet ports (override with `gid_index`).
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] when the device cannot be opened or queried.
+    pub fn open(name: &str, gid_index: Option<i32>) -> Result<Device> {
+        let ctx = Arc::new(verbs::device::Context::open(name)?);
+        let port = 1;
+        let info = ctx.port(port)?;
+        let gid_index = match gid_index {
+            Some(i) => Some(i),
+            None if info.ethernet => ctx.roce_v2_gid_index(port).or(Some(0)),
+            None => None,
+        };
+        Ok(Device {
+            backend: Backend::Verbs(Arc::new(VerbsDev {
+                ctx,
+                port,
+                gid_index,
+            })),
+        })
+    }
+
+    /// The device named by `BLUEFLAME_DEVICE` (GID index from `BLUEFLAME_GID_INDEX`), else the
+    /// first rdma-core device, else the software NIC in thread mode.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] when the named device cannot be opened.
+    pub fn open_default() -> Result<Device> {
+        let gid = std::env::var("BLUEFLAME_GID_INDEX")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        if let Ok(name) = std::env::var("BLUEFLAME_DEVICE") {
+            return Device::open(&name, gid);
+        }
+        match verbs::device::list().first() {
+            Some(name) => Device::open(name, gid),
+            None => Ok(Device::sim()),
+        }
+    }
+
+    /// A short description: `software mlx5 NIC` or `rdma-core device rxe0 (port 1, GID 1)`.
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Sim(n) if n.is_threaded() => "software mlx5 NIC (thread mode)".into(),
+            Backend::Sim(_) => "software mlx5 NIC (stepped)".into(),
+            Backend::Verbs(v) => format!(
+                "rdma-core device {} (port {}, GID index {:?})",
+                v.ctx.name(),
+                v.port,
+                v.gid_index
+            ),
+        }
+    }
+
+    /// The software NIC behind this device, if it is one.
+    pub fn nic(&self) -> Option<&Nic> {
+        match &self.backend {
+            Backend::Sim(n) => Some(n),
+            Backend::Verbs(_) => None,
+        }
+    }
+
+    /// The data path QPs of this device run: direct on the software NIC; on rdma-core
+    /// devices the verbs path (the mlx5dv binding that gives ConnectX QPs the direct path
+    /// is not wired yet). `BLUEFLAME_PATH=verbs|direct` overrides where both are possible.
+    pub fn data_path(&self) -> DataPath {
+        match &self.backend {
+            Backend::Sim(_) => DataPath::Direct,
+            Backend::Verbs(_) => DataPath::Verbs,
+        }
     }
 
     /// Runs the stepped software NIC until it has nothing left to do; returns the WQEs and
-    /// receives it handled. A no-op for a threaded NIC.
+    /// receives it handled. A no-op for a threaded NIC or a real device.
     pub fn process(&self) -> usize {
-        if self.nic.is_threaded() {
-            0
-        } else {
-            self.nic.drain()
+        match &self.backend {
+            Backend::Sim(n) if !n.is_threaded() => n.drain(),
+            _ => 0,
         }
     }
 
     /// A protection domain.
     ///
     /// # Errors
-    /// Never on the software NIC; device errors otherwise.
+    /// [`Error::Verbs`] from `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
+        let kind = match &self.backend {
+            Backend::Sim(n) => PdKind::Sim(n.alloc_pd()),
+            Backend::Verbs(v) => PdKind::Verbs(Arc::new(verbs::objects::Pd::new(v.ctx.clone())?)),
+        };
         Ok(Pd {
             inner: Arc::new(PdInner {
                 dev: self.clone(),
-                pd: self.nic.alloc_pd(),
+                kind,
             }),
         })
     }
@@ -58,20 +160,27 @@ impl Device {
     /// A completion queue of at least `entries` entries.
     ///
     /// # Errors
-    /// [`Error::Sim`](crate::Error::Sim) for a size the NIC refuses.
+    /// [`Error::Sim`] / [`Error::Verbs`] for a size the device refuses.
     pub fn create_cq(&self, entries: u32) -> Result<Cq> {
         Cq::new(self, entries)
     }
 }
 
+pub(crate) enum PdKind {
+    Sim(u32),
+    Verbs(Arc<verbs::objects::Pd>),
+}
+
 pub(crate) struct PdInner {
     pub(crate) dev: Device,
-    pub(crate) pd: u32,
+    pub(crate) kind: PdKind,
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        let _ = self.dev.nic.dealloc_pd(self.pd);
+        if let (Backend::Sim(n), PdKind::Sim(pd)) = (&self.dev.backend, &self.kind) {
+            let _ = n.dealloc_pd(*pd);
+        }
     }
 }
 
@@ -83,7 +192,9 @@ pub struct Pd {
 
 impl core::fmt::Debug for Pd {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Pd").field("pd", &self.inner.pd).finish()
+        f.debug_struct("Pd")
+            .field("device", &self.inner.dev.describe())
+            .finish()
     }
 }
 
@@ -93,12 +204,17 @@ impl Pd {
         &self.inner.dev
     }
 
-    /// Allocates and registers `len` zeroed bytes with `access` rights.
+    /// Allocates and registers `len` zeroed, page-aligned bytes with `access` rights.
     ///
     /// # Errors
-    /// [`Error::Sim`](crate::Error::Sim) for `len == 0`.
+    /// [`Error::InvalidParameter`] for `len == 0`; the device's registration error.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
-        let info = self.inner.dev.nic.alloc_mr(self.inner.pd, len, access)?;
-        Ok(MemoryRegion::new(self.clone(), info, access))
+        if len == 0 {
+            return Err(Error::InvalidParameter {
+                what: "region length",
+                value: 0,
+            });
+        }
+        MemoryRegion::alloc(self.clone(), len, access)
     }
 }

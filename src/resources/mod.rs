@@ -15,6 +15,6 @@ mod mr;
 mod qp;
 
 pub use cq::Cq;
-pub use device::{Device, Pd};
+pub use device::{DataPath, Device, Pd};
 pub use mr::MemoryRegion;
-pub use qp::{Qp, QpCaps};
+pub use qp::{Batch, Endpoint, Qp, QpCaps};

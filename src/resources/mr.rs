@@ -1,54 +1,87 @@
 //! Memory regions.
 
+use super::device::{Backend, PdKind};
 use super::Pd;
 use crate::error::{Error, Result};
-use crate::{Access, Remote, Sge};
-use mlx5::sim::MrInfo;
+use crate::{verbs, Access, Remote, Sge};
+
+enum MrKind {
+    Sim,
+    /// Held for its Drop: deregisters, then frees the memory.
+    Verbs {
+        _mr: verbs::objects::Mr,
+    },
+}
 
 /// Registered memory: the NIC may read and write it under its keys.
 ///
-/// The bytes are shared with the NIC, which writes them from its own context at any time:
-/// read and write them through [`MemoryRegion::read`] / [`MemoryRegion::write`] (copies), or
-/// through the raw pointer with the same care as any DMA buffer.
+/// The bytes are shared with the NIC, which writes them at any time: read and write them
+/// through [`MemoryRegion::read`] / [`MemoryRegion::write`] (copies), or through the raw
+/// pointer with the same care as any DMA buffer.
 pub struct MemoryRegion {
-    pd: Pd,
-    info: MrInfo,
+    kind: MrKind,
+    addr: u64,
+    len: u64,
+    lkey: u32,
+    rkey: u32,
     access: Access,
+    pd: Pd,
 }
 
 impl core::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("MemoryRegion")
-            .field("addr", &format_args!("{:#x}", self.info.addr))
-            .field("len", &self.info.len)
-            .field("lkey", &format_args!("{:#x}", self.info.lkey))
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
             .finish()
     }
 }
 
 impl MemoryRegion {
-    pub(crate) fn new(pd: Pd, info: MrInfo, access: Access) -> MemoryRegion {
-        MemoryRegion { pd, info, access }
+    pub(crate) fn alloc(pd: Pd, len: usize, access: Access) -> Result<MemoryRegion> {
+        let (kind, addr, len, lkey, rkey) = match (&pd.inner.dev.backend, &pd.inner.kind) {
+            (Backend::Sim(n), PdKind::Sim(p)) => {
+                let i = n.alloc_mr(*p, len, access)?;
+                (MrKind::Sim, i.addr, i.len, i.lkey, i.rkey)
+            }
+            (_, PdKind::Verbs(p)) => {
+                let mr = verbs::objects::Mr::alloc(p.clone(), len, access)?;
+                let (a, l, lk, rk) = mr.info();
+                (MrKind::Verbs { _mr: mr }, a, l, lk, rk)
+            }
+            _ => return Err(Error::Unsupported("PD and device backends differ")),
+        };
+        Ok(MemoryRegion {
+            kind,
+            addr,
+            len,
+            lkey,
+            rkey,
+            access,
+            pd,
+        })
     }
+
     /// Start address.
     pub fn addr(&self) -> u64 {
-        self.info.addr
+        self.addr
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.info.len as usize
+        self.len as usize
     }
     /// Whether the region is empty (never: regions have at least one byte).
     pub fn is_empty(&self) -> bool {
-        self.info.len == 0
+        self.len == 0
     }
     /// Local key.
     pub fn lkey(&self) -> u32 {
-        self.info.lkey
+        self.lkey
     }
     /// Remote key.
     pub fn rkey(&self) -> u32 {
-        self.info.rkey
+        self.rkey
     }
     /// Access rights.
     pub fn access(&self) -> Access {
@@ -60,7 +93,7 @@ impl MemoryRegion {
     }
     /// Raw pointer to the first byte.
     pub fn as_ptr(&self) -> *mut u8 {
-        self.info.addr as *mut u8
+        self.addr as *mut u8
     }
 
     fn check(&self, off: usize, len: usize) -> Result<()> {
@@ -80,17 +113,17 @@ impl MemoryRegion {
     pub fn sge(&self, off: usize, len: u32) -> Result<Sge> {
         self.check(off, len as usize)?;
         Ok(Sge {
-            addr: self.info.addr + off as u64,
+            addr: self.addr + off as u64,
             len,
-            lkey: self.info.lkey,
+            lkey: self.lkey,
         })
     }
 
     /// The remote descriptor of offset `off` (what a peer needs to write or read here).
     pub fn remote(&self, off: usize) -> Remote {
         Remote {
-            addr: self.info.addr + off as u64,
-            rkey: self.info.rkey,
+            addr: self.addr + off as u64,
+            rkey: self.rkey,
         }
     }
 
@@ -146,6 +179,9 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        let _ = self.pd.inner.dev.nic.dereg_mr(self.info.lkey);
+        if let (MrKind::Sim, Backend::Sim(n)) = (&self.kind, &self.pd.inner.dev.backend) {
+            let _ = n.dereg_mr(self.lkey);
+        }
+        // A verbs region deregisters itself (its own Drop).
     }
 }

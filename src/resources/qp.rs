@@ -1,20 +1,50 @@
-//! Queue pairs.
+//! Queue pairs: one user API over the direct path (software NIC, and mlx5 once the mlx5dv
+//! binding is wired) and the verbs path (any rdma-core device).
 
 use super::cq::CqHandle;
+use super::device::{Backend, PdKind};
 use super::{Cq, Pd};
-use crate::direct::{Attached, Batch, PostFlags, RecvQueue, SendQueue};
+use crate::direct::{self, Attached, PostFlags, RecvQueue, SendQueue};
 use crate::error::{Error, Result};
-use crate::{Payload, Remote, Request, Sge};
+use crate::verbs;
+use crate::verbs::objects::{PathInfo, Timing};
+use crate::verbs::path::{VerbsBatch, VerbsRecvQueue, VerbsSendQueue};
+use crate::{DataPath, Payload, Remote, Request, Sge};
 use std::sync::Arc;
 
 pub use mlx5::sim::QpCaps;
 
-/// A reliable-connected queue pair on the direct data path.
+/// What a peer needs to connect to a QP: exchange it out of band (see [`crate::connect`]).
+pub type Endpoint = PathInfo;
+
+impl From<u32> for Endpoint {
+    /// The endpoint of a QP of the same software NIC (only its number matters there).
+    fn from(qpn: u32) -> Endpoint {
+        PathInfo {
+            qpn,
+            ..PathInfo::default()
+        }
+    }
+}
+
+enum QpPath {
+    Direct {
+        sq: SendQueue,
+        rq: Option<RecvQueue>,
+    },
+    Verbs {
+        sq: VerbsSendQueue,
+        rq: VerbsRecvQueue,
+        qp: Arc<verbs::objects::Qp>,
+    },
+}
+
+/// A reliable-connected queue pair.
 pub struct Qp {
     // Field order: the queues go before the handles that keep their rings alive.
-    sq: SendQueue,
-    rq: Option<RecvQueue>,
+    path: QpPath,
     qpn: u32,
+    psn: u32,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
 }
@@ -23,7 +53,7 @@ impl core::fmt::Debug for Qp {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Qp")
             .field("qpn", &self.qpn)
-            .field("sq", &self.sq)
+            .field("path", &self.data_path())
             .finish()
     }
 }
@@ -33,41 +63,132 @@ impl Pd {
     /// may be the same CQ).
     ///
     /// # Errors
-    /// [`Error::Sim`](crate::Error::Sim) for capabilities the NIC refuses.
+    /// [`Error::Sim`] / [`Error::Verbs`] for capabilities the device refuses.
     pub fn create_qp(&self, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
-        let dev = &self.inner.dev;
-        let raw = dev
-            .nic
-            .create_qp(self.inner.pd, send_cq.cqn(), recv_cq.cqn(), caps)?;
-        // SAFETY: the rings belong to the QP just created, which this Qp alone posts to and
-        // destroys on drop, after the queues (field order).
-        let sq = unsafe { SendQueue::new(&raw) };
-        // SAFETY: as above, for the receive ring.
-        let rq = unsafe { RecvQueue::new(&raw) };
-        let (sq, rq) = match (sq, rq) {
-            (Ok(s), Ok(r)) => (s, r),
-            (Err(e), _) | (_, Err(e)) => {
-                let _ = dev.nic.destroy_qp(raw.qpn);
-                return Err(e);
+        let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
+            (Backend::Sim(nic), PdKind::Sim(pd)) => {
+                let raw = nic.create_qp(*pd, send_cq.cqn(), recv_cq.cqn(), caps)?;
+                // SAFETY: the rings belong to the QP just created, which this Qp alone posts
+                // to and destroys on drop, after the queues (field order).
+                let sq = unsafe { SendQueue::new(&raw) };
+                // SAFETY: as above, for the receive ring.
+                let rq = unsafe { RecvQueue::new(&raw) };
+                match (sq, rq) {
+                    (Ok(sq), Ok(rq)) => (QpPath::Direct { sq, rq }, raw.qpn),
+                    (Err(e), _) | (_, Err(e)) => {
+                        let _ = nic.destroy_qp(raw.qpn);
+                        return Err(e);
+                    }
+                }
             }
+            (Backend::Verbs(_), PdKind::Verbs(pd)) => {
+                let vcaps = verbs::objects::Caps {
+                    max_send_wr: caps.sq_blocks,
+                    max_recv_wr: caps.rq_entries.max(1),
+                    max_send_sge: caps.max_send_sge,
+                    max_recv_sge: caps.max_recv_sge,
+                    max_inline: caps.max_inline,
+                };
+                let qp = Arc::new(verbs::objects::Qp::new(
+                    pd.clone(),
+                    cq_of(send_cq)?,
+                    cq_of(recv_cq)?,
+                    vcaps,
+                )?);
+                let qpn = qp.qpn();
+                let path = QpPath::Verbs {
+                    sq: VerbsSendQueue::new(qp.clone()),
+                    rq: VerbsRecvQueue::new(qp.clone()),
+                    qp,
+                };
+                (path, qpn)
+            }
+            _ => return Err(Error::Unsupported("PD and device backends differ")),
+        };
+        let (sq_shadow, rq_shadow) = match &path {
+            QpPath::Direct { sq, rq } => (sq.shadow.clone(), rq.as_ref().map(|r| r.shadow.clone())),
+            QpPath::Verbs { sq, rq, .. } => (sq.shadow.clone(), Some(rq.shadow.clone())),
         };
         send_cq.handle.registry.attach(Attached {
-            qpn: raw.qpn,
-            sq: Some(sq.shadow.clone()),
+            qpn,
+            sq: Some(sq_shadow),
             rq: None,
         });
         recv_cq.handle.registry.attach(Attached {
-            qpn: raw.qpn,
+            qpn,
             sq: None,
-            rq: rq.as_ref().map(|r| r.shadow.clone()),
+            rq: rq_shadow,
         });
+        let psn = qpn.wrapping_mul(0x9e37_79b9) >> 8;
         Ok(Qp {
-            sq,
-            rq,
-            qpn: raw.qpn,
+            path,
+            qpn,
+            psn,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
         })
+    }
+}
+
+fn cq_of(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
+    match &cq.handle.kind {
+        super::cq::CqKind::Verbs(c) => Ok(c.clone()),
+        super::cq::CqKind::Sim { .. } => {
+            Err(Error::Unsupported("a software-NIC CQ with a verbs QP"))
+        }
+    }
+}
+
+/// Requests written together and posted with one doorbell (direct path) or one
+/// `ibv_post_send` of a linked list (verbs path). Dropped without [`Batch::ring`], it posts
+/// nothing.
+#[must_use = "a batch posts nothing until rung"]
+pub enum Batch<'a> {
+    /// Direct path.
+    Direct(direct::Batch<'a>),
+    /// Verbs path.
+    Verbs(VerbsBatch<'a>),
+}
+
+impl Batch<'_> {
+    /// Adds one request.
+    ///
+    /// # Errors
+    /// As [`Qp::post`]; the requests pushed before stay in the batch.
+    #[inline(always)]
+    pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        match self {
+            Batch::Direct(b) => b.push(req, cookie, flags),
+            Batch::Verbs(b) => b.push(req, cookie, flags),
+        }
+    }
+
+    /// Requests in the batch.
+    pub fn len(&self) -> usize {
+        match self {
+            Batch::Direct(b) => b.len(),
+            Batch::Verbs(b) => b.len(),
+        }
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Posts the whole batch.
+    ///
+    /// # Errors
+    /// On the verbs path, the `ibv_post_send` error (the direct path cannot fail here).
+    #[inline(always)]
+    pub fn ring(self) -> Result<()> {
+        match self {
+            Batch::Direct(b) => {
+                b.ring();
+                Ok(())
+            }
+            Batch::Verbs(b) => b.ring(),
+        }
     }
 }
 
@@ -82,43 +203,131 @@ impl Qp {
         &self.pd
     }
 
-    /// Connects this QP to the QP `remote_qpn` of the same software NIC (itself for a
-    /// loopback) and moves both to RTS.
-    ///
-    /// # Errors
-    /// [`Error::Sim`](crate::Error::Sim) when there is no such QP.
-    pub fn connect(&mut self, remote_qpn: u32) -> Result<()> {
-        self.pd.inner.dev.nic.connect(self.qpn, remote_qpn)?;
-        Ok(())
+    /// Which data path this QP runs.
+    pub fn data_path(&self) -> DataPath {
+        match self.path {
+            QpPath::Direct { .. } => DataPath::Direct,
+            QpPath::Verbs { .. } => DataPath::Verbs,
+        }
     }
 
-    /// Moves the QP to the error state: outstanding and later work is flushed, each
-    /// request completing once with [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr).
+    /// What a peer needs to connect to this QP.
     ///
     /// # Errors
-    /// [`Error::Sim`](crate::Error::Sim) when the QP is gone.
+    /// [`Error::Verbs`] when the port or GID cannot be queried.
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        match (&self.path, &self.pd.inner.dev.backend) {
+            (QpPath::Verbs { .. }, Backend::Verbs(v)) => {
+                let port = v.ctx.port(v.port)?;
+                let gid = match v.gid_index {
+                    Some(i) => v.ctx.gid(v.port, i)?,
+                    None => [0; 16],
+                };
+                Ok(PathInfo {
+                    qpn: self.qpn,
+                    psn: self.psn,
+                    gid,
+                    lid: port.lid,
+                    mtu: port.active_mtu,
+                })
+            }
+            _ => Ok(PathInfo {
+                qpn: self.qpn,
+                psn: self.psn,
+                ..PathInfo::default()
+            }),
+        }
+    }
+
+    /// Connects this QP to `remote` (RESET -> INIT -> RTR -> RTS on rdma-core devices) with
+    /// default timeouts and retries. On the software NIC, a QP number is enough:
+    /// `qp.connect(other.qpn())`, or `qp.connect(qp.qpn())` for a loopback.
+    ///
+    /// # Errors
+    /// [`Error::Sim`] / [`Error::Verbs`] when the transition is refused.
+    pub fn connect(&mut self, remote: impl Into<Endpoint>) -> Result<()> {
+        self.connect_with(&remote.into(), &Timing::default())
+    }
+
+    /// As [`Qp::connect`], with explicit timeouts and retries.
+    ///
+    /// # Errors
+    /// As [`Qp::connect`].
+    pub fn connect_with(&mut self, remote: &Endpoint, timing: &Timing) -> Result<()> {
+        match (&self.path, &self.pd.inner.dev.backend) {
+            (QpPath::Verbs { qp, .. }, Backend::Verbs(v)) => {
+                qp.to_init(v.port)?;
+                qp.to_rtr(remote, v.port, v.gid_index, timing)?;
+                qp.to_rts(self.psn, timing)?;
+                Ok(())
+            }
+            (QpPath::Direct { .. }, Backend::Sim(n)) => {
+                n.connect(self.qpn, remote.qpn)?;
+                Ok(())
+            }
+            _ => Err(Error::Unsupported("QP and device backends differ")),
+        }
+    }
+
+    /// Moves the QP to the error state: outstanding and later work is flushed, each request
+    /// completing once with [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr).
+    ///
+    /// # Errors
+    /// [`Error::Sim`] / [`Error::Verbs`].
     pub fn set_error(&mut self) -> Result<()> {
-        self.pd.inner.dev.nic.set_error(self.qpn)?;
-        Ok(())
+        match (&self.path, &self.pd.inner.dev.backend) {
+            (QpPath::Verbs { qp, .. }, _) => Ok(qp.to_error()?),
+            (QpPath::Direct { .. }, Backend::Sim(n)) => Ok(n.set_error(self.qpn)?),
+            _ => Err(Error::Unsupported("QP and device backends differ")),
+        }
     }
 
-    /// The send queue (the direct path itself).
-    pub fn sq(&mut self) -> &mut SendQueue {
-        &mut self.sq
+    /// The direct-path send queue, when this QP runs the direct path.
+    pub fn direct_sq(&mut self) -> Option<&mut SendQueue> {
+        match &mut self.path {
+            QpPath::Direct { sq, .. } => Some(sq),
+            QpPath::Verbs { .. } => None,
+        }
     }
 
-    /// Posts one request and rings the doorbell.
+    /// Send-queue room: blocks on the direct path, work requests on the verbs path.
+    pub fn free_send(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { sq, .. } => sq.free_blocks(),
+            QpPath::Verbs { sq, .. } => sq.free(),
+        }
+    }
+
+    /// Receive-queue room (entries).
+    pub fn free_recv(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
+            QpPath::Verbs { rq, .. } => rq.free(),
+        }
+    }
+
+    /// Posts one request.
     ///
     /// # Errors
-    /// See [`SendQueue::push`]; nothing is posted on error.
+    /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], ...: nothing is posted on error.
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        self.sq.post(req, cookie, flags)
+        match &mut self.path {
+            QpPath::Direct { sq, .. } => sq.post(req, cookie, flags),
+            QpPath::Verbs { sq, .. } => {
+                sq.push(req, cookie, flags)?;
+                sq.ring()
+            }
+        }
     }
 
-    /// Starts a doorbell batch.
+    /// Starts a batch (one doorbell for many requests).
     pub fn batch(&mut self) -> Batch<'_> {
-        self.sq.batch()
+        match &mut self.path {
+            QpPath::Direct { sq, .. } => Batch::Direct(sq.batch()),
+            QpPath::Verbs { sq, .. } => Batch::Verbs(VerbsBatch::new(sq)),
+        }
     }
 
     /// RDMA write of a gather list.
@@ -250,18 +459,17 @@ impl Qp {
     /// Posts a receive buffer list.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] when the QP has no receive queue; see [`RecvQueue::post`].
+    /// [`Error::Unsupported`] when the QP has no receive queue; [`Error::QueueFull`],
+    /// [`Error::TooManySge`].
     #[inline]
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        self.rq
-            .as_mut()
-            .ok_or(Error::Unsupported("QP has no receive queue"))?
-            .post(sgl, cookie)
-    }
-
-    /// The receive queue, if the QP has one.
-    pub fn rq(&mut self) -> Option<&mut RecvQueue> {
-        self.rq.as_mut()
+        match &mut self.path {
+            QpPath::Direct { rq, .. } => rq
+                .as_mut()
+                .ok_or(Error::Unsupported("QP has no receive queue"))?
+                .post(sgl, cookie),
+            QpPath::Verbs { rq, .. } => rq.post(sgl, cookie),
+        }
     }
 }
 
@@ -270,6 +478,9 @@ impl Drop for Qp {
         for cq in &self.cqs {
             cq.registry.detach(self.qpn);
         }
-        let _ = self.pd.inner.dev.nic.destroy_qp(self.qpn);
+        if let (QpPath::Direct { .. }, Backend::Sim(n)) = (&self.path, &self.pd.inner.dev.backend) {
+            let _ = n.destroy_qp(self.qpn);
+        }
+        // A verbs QP is destroyed when its last Arc (held by the queues) drops.
     }
 }

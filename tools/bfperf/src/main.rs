@@ -1,12 +1,13 @@
 //! bfperf: perftest-style latency over blueflame's direct data path.
 //!
-//! `bfperf write-lat [--device auto|sim|sim-stepped] [--size N] [--iters N] [--warmup N]
+//! `bfperf write-lat [--device auto|sim|sim-stepped|NAME] [--size N] [--iters N] [--warmup N]
 //! [--pin CORE] [--json]`
 //!
 //! An RDMA-write ping-pong as `ib_write_lat` runs it: side A writes `size` bytes into B's
 //! buffer, B sees the last byte change and writes back; the latency of one write is half the
-//! round trip. Both sides run in this process (one thread), through the direct path (WQEs
-//! into the ring, BlueFlame doorbell, CQ polled from the ring).
+//! round trip. Both sides run in this process (one thread), through the device's data path:
+//! direct on the software NIC (WQEs into the ring, BlueFlame doorbell, CQ polled from the
+//! ring), verbs on other rdma-core devices (rxe, ...).
 
 mod probe;
 mod stats;
@@ -24,7 +25,7 @@ struct Opts {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: bfperf write-lat [--device auto|sim|sim-stepped] [--size N] [--iters N] [--warmup N] [--pin CORE] [--json]");
+    eprintln!("usage: bfperf write-lat [--device auto|sim|sim-stepped|NAME] [--size N] [--iters N] [--warmup N] [--pin CORE] [--json]");
     std::process::exit(2)
 }
 
@@ -73,32 +74,26 @@ fn pin(core: usize) {
 }
 
 /// Which device runs, and a line saying why.
-fn open(name: &str) -> (Device, String) {
-    let rdma_present = std::fs::read_dir("/sys/class/infiniband")
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false);
-    match name {
-        "sim" => (Device::sim(), "software mlx5 NIC (thread mode)".into()),
-        "sim-stepped" => (Device::sim_stepped(), "software mlx5 NIC (stepped by the poller)".into()),
-        "auto" if !rdma_present => {
-            (Device::sim(), "no RDMA device present: software mlx5 NIC (thread mode)".into())
-        }
-        "auto" => (
-            Device::sim(),
-            "RDMA device present, but this build has no verbs backend yet: software mlx5 NIC (thread mode)".into(),
-        ),
-        other => {
-            eprintln!("bfperf: device '{other}' unknown (this build drives: auto, sim, sim-stepped)");
-            std::process::exit(2)
-        }
-    }
+fn open(name: &str) -> Result<(Device, String), blueflame::Error> {
+    let dev = match name {
+        "sim" => Device::sim(),
+        "sim-stepped" => Device::sim_stepped(),
+        "auto" => Device::open_default()?,
+        other => Device::open(other, None)?,
+    };
+    let why = match (name, dev.nic().is_some()) {
+        ("auto", true) => format!("no RDMA device present: {}", dev.describe()),
+        _ => dev.describe(),
+    };
+    let why = format!("{why}, {:?} data path", dev.data_path());
+    Ok((dev, why))
 }
 
 fn write_lat(o: &Opts) -> Result<(), blueflame::Error> {
     if let Some(c) = o.pin {
         pin(c);
     }
-    let (dev, why) = open(&o.device);
+    let (dev, why) = open(&o.device)?;
     let pd = dev.alloc_pd()?;
     let caps = QpCaps {
         max_inline: 256,
@@ -108,7 +103,11 @@ fn write_lat(o: &Opts) -> Result<(), blueflame::Error> {
     let mut cq_b = dev.create_cq(256)?;
     let mut a = pd.create_qp(&cq_a, &cq_a, caps)?;
     let mut b = pd.create_qp(&cq_b, &cq_b, caps)?;
-    a.connect(b.qpn())?;
+    let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+    a.connect(eb)?;
+    if dev.nic().is_none() {
+        b.connect(ea)?;
+    }
     let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let mr_a = pd.alloc_mr(o.size * 2, rights)?;
     let mr_b = pd.alloc_mr(o.size * 2, rights)?;

@@ -40,7 +40,7 @@ fn measured_batch32(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
         )
         .expect("push");
     }
-    b.ring();
+    b.ring().expect("ring");
 }
 
 /// Runs the probe.

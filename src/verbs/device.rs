@@ -1,0 +1,172 @@
+//! Devices, ports and GIDs.
+
+use super::{last, VerbsError};
+use rdma_sys as ffi;
+use std::ffi::CStr;
+
+/// Names of the RDMA devices rdma-core sees (empty when there are none, or no rdma-core).
+pub fn list() -> Vec<String> {
+    let mut n = 0i32;
+    // SAFETY: ibv_get_device_list writes the count and returns an array of `n` device
+    // pointers (or null), freed below with ibv_free_device_list.
+    let devs = unsafe { ffi::ibv_get_device_list(&mut n) };
+    if devs.is_null() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: index below the count; ibv_get_device_name returns a NUL-terminated string
+        // owned by the device, valid until the list is freed.
+        let name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(*devs.add(i))) };
+        out.push(name.to_string_lossy().into_owned());
+    }
+    // SAFETY: the list came from ibv_get_device_list and is freed once.
+    unsafe { ffi::ibv_free_device_list(devs) };
+    out
+}
+
+/// An open device (`ibv_context`).
+pub struct Context {
+    pub(crate) ctx: *mut ffi::ibv_context,
+    name: String,
+}
+
+// SAFETY: an ibv_context is thread-safe in rdma-core (every verb on it may be called from any
+// thread); this wrapper only hands out the pointer.
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Sync for Context {}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("name", &self.name).finish()
+    }
+}
+
+/// What the data path needs to know of a port.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// Active MTU as the verbs enum (1 = 256 ... 5 = 4096).
+    pub active_mtu: u32,
+    /// Whether the port is active.
+    pub active: bool,
+    /// GID table length.
+    pub gid_tbl_len: i32,
+    /// Link layer is Ethernet (RoCE).
+    pub ethernet: bool,
+}
+
+impl Context {
+    /// Opens the device called `name`.
+    ///
+    /// # Errors
+    /// `ENODEV` when no such device exists; the `ibv_open_device` error otherwise.
+    pub fn open(name: &str) -> Result<Context, VerbsError> {
+        let mut n = 0i32;
+        // SAFETY: as in `list`.
+        let devs = unsafe { ffi::ibv_get_device_list(&mut n) };
+        if devs.is_null() {
+            return Err(last("ibv_get_device_list"));
+        }
+        let mut ctx = std::ptr::null_mut();
+        for i in 0..n.max(0) as usize {
+            // SAFETY: as in `list`.
+            let dev = unsafe { *devs.add(i) };
+            // SAFETY: as in `list`.
+            let dn = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(dev)) };
+            if dn.to_bytes() == name.as_bytes() {
+                // SAFETY: `dev` is a live device of the list; the context outlives the list.
+                ctx = unsafe { ffi::ibv_open_device(dev) };
+                if ctx.is_null() {
+                    let e = last("ibv_open_device");
+                    // SAFETY: freed once.
+                    unsafe { ffi::ibv_free_device_list(devs) };
+                    return Err(e);
+                }
+                break;
+            }
+        }
+        // SAFETY: freed once; the opened context stays valid.
+        unsafe { ffi::ibv_free_device_list(devs) };
+        if ctx.is_null() {
+            return Err(VerbsError {
+                call: "ibv_open_device",
+                source: std::io::Error::from_raw_os_error(libc::ENODEV),
+            });
+        }
+        Ok(Context {
+            ctx,
+            name: name.to_owned(),
+        })
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Port attributes.
+    ///
+    /// # Errors
+    /// The `ibv_query_port` error.
+    pub fn port(&self, port: u8) -> Result<PortInfo, VerbsError> {
+        // SAFETY: a zeroed ibv_port_attr is a valid out-parameter.
+        let mut attr: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live context, out-parameter of the right type and size.
+        let rc = unsafe { ffi::___ibv_query_port(self.ctx, port, &mut attr) };
+        if rc != 0 {
+            return Err(super::code("ibv_query_port", rc));
+        }
+        Ok(PortInfo {
+            lid: attr.lid,
+            active_mtu: attr.active_mtu,
+            active: attr.state == ffi::ibv_port_state::IBV_PORT_ACTIVE,
+            gid_tbl_len: attr.gid_tbl_len,
+            // IBV_LINK_LAYER_ETHERNET is 2 in verbs.h (an anonymous enum rdma-sys does not bind).
+            ethernet: attr.link_layer == 2,
+        })
+    }
+
+    /// The GID at `index` of `port`.
+    ///
+    /// # Errors
+    /// The `ibv_query_gid` error.
+    pub fn gid(&self, port: u8, index: i32) -> Result<[u8; 16], VerbsError> {
+        // SAFETY: a zeroed union of bytes is valid.
+        let mut gid: ffi::ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: live context; `gid` is a 16-byte out-parameter.
+        let rc = unsafe { ffi::ibv_query_gid(self.ctx, port, index, &mut gid) };
+        if rc != 0 {
+            return Err(last("ibv_query_gid"));
+        }
+        // SAFETY: every bit pattern of the union is a valid byte array.
+        Ok(unsafe { gid.raw })
+    }
+
+    /// The first RoCE v2 GID index of `port` with an IPv4-mapped address (what perftest's
+    /// `-x` picks by hand), read from sysfs; `None` on InfiniBand or when there is none.
+    pub fn roce_v2_gid_index(&self, port: u8) -> Option<i32> {
+        let base = format!(
+            "/sys/class/infiniband/{}/ports/{port}/gid_attrs/types",
+            self.name
+        );
+        let len = self.port(port).ok()?.gid_tbl_len;
+        (0..len).find(|&i| {
+            let ty = std::fs::read_to_string(format!("{base}/{i}")).unwrap_or_default();
+            ty.trim() == "RoCE v2"
+                && self
+                    .gid(port, i)
+                    .is_ok_and(|g| g[..10] == [0; 10] && g[10..12] == [0xff, 0xff])
+        })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: opened in `open`, closed once; every object created on it holds an Arc of
+        // this context and is destroyed first.
+        unsafe { ffi::ibv_close_device(self.ctx) };
+    }
+}

@@ -1,0 +1,50 @@
+//! The verbs backend: every rdma-core call of the crate (through `rdma-sys`) lives in this
+//! module, so the OS/FFI surface is in one place.
+//!
+//! - [`device`]: device list, open by name, port and GID query (RoCE v2 GID selection).
+//! - [`objects`]: protection domain, memory region, CQ, RC QP and its state machine.
+//! - [`path`]: the verbs data path (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`) with the
+//!   same semantics as the direct path: cookies, moderation of unsignaled runs, statuses.
+
+pub mod device;
+pub mod objects;
+pub mod path;
+
+use std::io;
+
+/// An rdma-core call failed: which call, and the OS error it returned.
+#[derive(Debug)]
+pub struct VerbsError {
+    /// The verbs function.
+    pub call: &'static str,
+    /// The error (`errno`).
+    pub source: io::Error,
+}
+
+impl std::fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {}", self.call, self.source)
+    }
+}
+
+impl std::error::Error for VerbsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// An error from the last OS error (`errno`) of `call`.
+pub(crate) fn last(call: &'static str) -> VerbsError {
+    VerbsError {
+        call,
+        source: io::Error::last_os_error(),
+    }
+}
+
+/// An error from a returned error number (`ibv_modify_qp`, `ibv_post_send` return errno).
+pub(crate) fn code(call: &'static str, rc: i32) -> VerbsError {
+    VerbsError {
+        call,
+        source: io::Error::from_raw_os_error(rc),
+    }
+}

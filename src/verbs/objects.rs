@@ -1,0 +1,423 @@
+//! Protection domains, memory regions, CQs and RC QPs over rdma-core, each freed on drop
+//! after everything that depends on it (reference counts).
+
+use super::device::Context;
+use super::{code, last, VerbsError};
+use crate::Access;
+use rdma_sys as ffi;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::Arc;
+
+/// A protection domain.
+pub struct Pd {
+    pub(crate) pd: *mut ffi::ibv_pd,
+    pub(crate) ctx: Arc<Context>,
+}
+
+// SAFETY: verbs objects are thread-safe in rdma-core; the wrapper only holds the pointer.
+unsafe impl Send for Pd {}
+// SAFETY: as above.
+unsafe impl Sync for Pd {}
+
+impl Pd {
+    /// Allocates a protection domain.
+    ///
+    /// # Errors
+    /// The `ibv_alloc_pd` error.
+    pub fn new(ctx: Arc<Context>) -> Result<Pd, VerbsError> {
+        // SAFETY: live context.
+        let pd = unsafe { ffi::ibv_alloc_pd(ctx.ctx) };
+        if pd.is_null() {
+            return Err(last("ibv_alloc_pd"));
+        }
+        Ok(Pd { pd, ctx })
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`; regions and QPs hold an Arc of this PD, so none is left.
+        unsafe { ffi::ibv_dealloc_pd(self.pd) };
+    }
+}
+
+struct PageBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Drop for PageBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout in `Mr::alloc`, freed once, after deregistration.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// A registered memory region.
+pub struct Mr {
+    pub(crate) mr: *mut ffi::ibv_mr,
+    // Field order: the registration goes before the memory (see Drop), the PD last.
+    buf: Option<PageBuf>,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: as for Pd.
+unsafe impl Send for Mr {}
+// SAFETY: as for Pd.
+unsafe impl Sync for Mr {}
+
+fn ibv_access(a: Access) -> i32 {
+    // blueflame's Access has the values of IBV_ACCESS_* (checked by the header tests).
+    a.0 as i32
+}
+
+impl Mr {
+    /// Allocates `len` zeroed page-aligned bytes and registers them.
+    ///
+    /// # Errors
+    /// The `ibv_reg_mr` error.
+    pub fn alloc(pd: Arc<Pd>, len: usize, access: Access) -> Result<Mr, VerbsError> {
+        let layout = Layout::from_size_align(len.max(1), 4096).map_err(|_| VerbsError {
+            call: "alloc",
+            source: std::io::ErrorKind::InvalidInput.into(),
+        })?;
+        // SAFETY: non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        let buf = PageBuf { ptr, layout };
+        // SAFETY: the buffer lives as long as the registration (freed after it in Drop).
+        let mr = unsafe { ffi::ibv_reg_mr(pd.pd, ptr.cast(), len, ibv_access(access)) };
+        if mr.is_null() {
+            return Err(last("ibv_reg_mr"));
+        }
+        Ok(Mr {
+            mr,
+            buf: Some(buf),
+            _pd: pd,
+        })
+    }
+
+    /// Registers memory the caller owns.
+    ///
+    /// # Safety
+    /// `addr .. addr + len` must stay valid until the region is dropped.
+    ///
+    /// # Errors
+    /// The `ibv_reg_mr` error.
+    pub unsafe fn register(
+        pd: Arc<Pd>,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<Mr, VerbsError> {
+        // SAFETY: the caller keeps the memory valid while registered.
+        let mr = unsafe { ffi::ibv_reg_mr(pd.pd, addr.cast(), len, ibv_access(access)) };
+        if mr.is_null() {
+            return Err(last("ibv_reg_mr"));
+        }
+        Ok(Mr {
+            mr,
+            buf: None,
+            _pd: pd,
+        })
+    }
+
+    /// (address, length, lkey, rkey).
+    pub fn info(&self) -> (u64, u64, u32, u32) {
+        // SAFETY: `mr` is live while self is.
+        let m = unsafe { &*self.mr };
+        (m.addr as u64, m.length as u64, m.lkey, m.rkey)
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: registered in `alloc`/`register`, deregistered once, before the buffer is
+        // freed (fields drop after this).
+        unsafe { ffi::ibv_dereg_mr(self.mr) };
+        self.buf.take();
+    }
+}
+
+/// A completion queue.
+pub struct Cq {
+    pub(crate) cq: *mut ffi::ibv_cq,
+    _ctx: Arc<Context>,
+}
+
+// SAFETY: as for Pd; polling is serialised by the owner (`&mut`).
+unsafe impl Send for Cq {}
+// SAFETY: as for Pd.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// A CQ of at least `entries` entries.
+    ///
+    /// # Errors
+    /// The `ibv_create_cq` error.
+    pub fn new(ctx: Arc<Context>, entries: u32) -> Result<Cq, VerbsError> {
+        // SAFETY: live context; no channel, vector 0.
+        let cq = unsafe {
+            ffi::ibv_create_cq(
+                ctx.ctx,
+                entries as i32,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if cq.is_null() {
+            return Err(last("ibv_create_cq"));
+        }
+        Ok(Cq { cq, _ctx: ctx })
+    }
+
+    /// Entries the CQ really has.
+    pub fn capacity(&self) -> u32 {
+        // SAFETY: live CQ.
+        unsafe { (*self.cq).cqe as u32 }
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`; QPs on it hold an Arc, so none is left.
+        unsafe { ffi::ibv_destroy_cq(self.cq) };
+    }
+}
+
+/// Sizes of an RC QP.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Send work requests.
+    pub max_send_wr: u32,
+    /// Receive work requests.
+    pub max_recv_wr: u32,
+    /// Gather entries per send.
+    pub max_send_sge: u32,
+    /// Scatter entries per receive.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send.
+    pub max_inline: u32,
+}
+
+/// What a peer needs to connect to a QP (exchanged out of band).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct PathInfo {
+    /// QP number.
+    pub qpn: u32,
+    /// Initial packet sequence number (24 bits).
+    pub psn: u32,
+    /// GID (RoCE: the IPv4-mapped RoCE v2 GID).
+    pub gid: [u8; 16],
+    /// LID (InfiniBand).
+    pub lid: u16,
+    /// Path MTU (verbs enum).
+    pub mtu: u32,
+}
+
+/// Timeouts and retries of a connection (`ibv_modify_qp` RTR/RTS attributes).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// Local ACK timeout exponent (4.096 us * 2^timeout).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7: for ever).
+    pub rnr_retry: u8,
+    /// Minimal RNR NAK timer (verbs encoding).
+    pub min_rnr_timer: u8,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+/// An RC queue pair.
+pub struct Qp {
+    pub(crate) qp: *mut ffi::ibv_qp,
+    pub(crate) caps: Caps,
+    pd: Arc<Pd>,
+    _cqs: [Arc<Cq>; 2],
+}
+
+// SAFETY: as for Pd; posting is serialised by the owner (`&mut`).
+unsafe impl Send for Qp {}
+// SAFETY: as for Pd.
+unsafe impl Sync for Qp {}
+
+impl Qp {
+    /// Creates an RC QP in RESET.
+    ///
+    /// # Errors
+    /// The `ibv_create_qp` error (e.g. `EINVAL` for an inline size the device refuses).
+    pub fn new(
+        pd: Arc<Pd>,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        caps: Caps,
+    ) -> Result<Qp, VerbsError> {
+        // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
+        let mut attr: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = send_cq.cq;
+        attr.recv_cq = recv_cq.cq;
+        attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
+        attr.sq_sig_all = 0;
+        attr.cap.max_send_wr = caps.max_send_wr;
+        attr.cap.max_recv_wr = caps.max_recv_wr;
+        attr.cap.max_send_sge = caps.max_send_sge;
+        attr.cap.max_recv_sge = caps.max_recv_sge;
+        attr.cap.max_inline_data = caps.max_inline;
+        // SAFETY: live PD and CQs; `attr` is a valid in/out parameter.
+        let qp = unsafe { ffi::ibv_create_qp(pd.pd, &mut attr) };
+        if qp.is_null() {
+            return Err(last("ibv_create_qp"));
+        }
+        let real = Caps {
+            max_send_wr: attr.cap.max_send_wr,
+            max_recv_wr: attr.cap.max_recv_wr,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge: attr.cap.max_recv_sge,
+            max_inline: attr.cap.max_inline_data,
+        };
+        Ok(Qp {
+            qp,
+            caps: real,
+            pd,
+            _cqs: [send_cq, recv_cq],
+        })
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: live QP.
+        unsafe { (*self.qp).qp_num }
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Context {
+        &self.pd.ctx
+    }
+
+    fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: u32) -> Result<(), VerbsError> {
+        // SAFETY: live QP; `attr` is a valid attribute block for `mask`.
+        let rc = unsafe { ffi::ibv_modify_qp(self.qp, attr, mask as i32) };
+        if rc != 0 {
+            return Err(code("ibv_modify_qp", rc));
+        }
+        Ok(())
+    }
+
+    /// RESET -> INIT with remote read/write/atomic access.
+    ///
+    /// # Errors
+    /// The `ibv_modify_qp` error.
+    pub fn to_init(&self, port: u8) -> Result<(), VerbsError> {
+        use ffi::ibv_qp_attr_mask as M;
+        // SAFETY: zeroed attributes are valid; the masked ones are set.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ffi::ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = port;
+        a.qp_access_flags = (Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC)
+            .0;
+        self.modify(
+            &mut a,
+            M::IBV_QP_STATE.0
+                | M::IBV_QP_PKEY_INDEX.0
+                | M::IBV_QP_PORT.0
+                | M::IBV_QP_ACCESS_FLAGS.0,
+        )
+    }
+
+    /// INIT -> RTR towards `remote`, through `port` and source GID `gid_index` (RoCE).
+    ///
+    /// # Errors
+    /// The `ibv_modify_qp` error.
+    pub fn to_rtr(
+        &self,
+        remote: &PathInfo,
+        port: u8,
+        gid_index: Option<i32>,
+        t: &Timing,
+    ) -> Result<(), VerbsError> {
+        use ffi::ibv_qp_attr_mask as M;
+        // SAFETY: as in to_init.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
+        a.path_mtu = remote.mtu;
+        a.dest_qp_num = remote.qpn;
+        a.rq_psn = remote.psn & 0xff_ffff;
+        a.max_dest_rd_atomic = 16;
+        a.min_rnr_timer = t.min_rnr_timer;
+        a.ah_attr.dlid = remote.lid;
+        a.ah_attr.port_num = port;
+        if let Some(idx) = gid_index {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.grh.dgid.raw = remote.gid;
+            a.ah_attr.grh.sgid_index = idx as u8;
+            a.ah_attr.grh.hop_limit = 64;
+        }
+        let mask = M::IBV_QP_STATE.0
+            | M::IBV_QP_AV.0
+            | M::IBV_QP_PATH_MTU.0
+            | M::IBV_QP_DEST_QPN.0
+            | M::IBV_QP_RQ_PSN.0
+            | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
+            | M::IBV_QP_MIN_RNR_TIMER.0;
+        self.modify(&mut a, mask)
+    }
+
+    /// RTR -> RTS with send PSN `psn`.
+    ///
+    /// # Errors
+    /// The `ibv_modify_qp` error.
+    pub fn to_rts(&self, psn: u32, t: &Timing) -> Result<(), VerbsError> {
+        use ffi::ibv_qp_attr_mask as M;
+        // SAFETY: as in to_init.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTS;
+        a.sq_psn = psn & 0xff_ffff;
+        a.timeout = t.timeout;
+        a.retry_cnt = t.retry_cnt;
+        a.rnr_retry = t.rnr_retry;
+        a.max_rd_atomic = 16;
+        let mask = M::IBV_QP_STATE.0
+            | M::IBV_QP_SQ_PSN.0
+            | M::IBV_QP_TIMEOUT.0
+            | M::IBV_QP_RETRY_CNT.0
+            | M::IBV_QP_RNR_RETRY.0
+            | M::IBV_QP_MAX_QP_RD_ATOMIC.0;
+        self.modify(&mut a, mask)
+    }
+
+    /// Any state -> ERROR: outstanding work is flushed.
+    ///
+    /// # Errors
+    /// The `ibv_modify_qp` error.
+    pub fn to_error(&self) -> Result<(), VerbsError> {
+        // SAFETY: as in to_init.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ffi::ibv_qp_state::IBV_QPS_ERR;
+        self.modify(&mut a, ffi::ibv_qp_attr_mask::IBV_QP_STATE.0)
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once; its CQs and PD are kept alive by the Arcs.
+        unsafe { ffi::ibv_destroy_qp(self.qp) };
+    }
+}

@@ -1,0 +1,578 @@
+//! The verbs data path: the same requests, cookies and completion semantics as the direct
+//! path, over `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq`.
+//!
+//! Cookies go through the same shadow tables as on the direct path, indexed by a per-queue
+//! sequence number carried in `wr_id`, so moderation completions (the driver signals one
+//! request in half a queue of unsignaled ones) stay hidden and every status is the verbs one.
+//! Work requests, gather lists and inline staging are preallocated: posting allocates nothing.
+
+use super::code;
+use super::objects::Qp;
+use crate::completion::{Completion, WcOpcode};
+use crate::direct::shadow::{SendEntry, Shadow};
+use crate::direct::{Attached, PostFlags, Registry};
+use crate::error::{Error, Result};
+use crate::{Fence, Payload, Request, Sge, WcStatus};
+use rdma_sys as ffi;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Most requests in one verbs batch (one `ibv_post_send` of a linked list).
+pub const MAX_BATCH: usize = 64;
+
+/// The send side of a QP on the verbs path.
+pub struct VerbsSendQueue {
+    qp: Arc<Qp>,
+    cap: u32,
+    max_sge: usize,
+    max_inline: usize,
+    pub(crate) shadow: Arc<Shadow<SendEntry>>,
+    seq: u16,
+    unsignaled: u32,
+    wrs: Box<[ffi::ibv_send_wr]>,
+    sges: Box<[ffi::ibv_sge]>,
+    inline: Box<[u8]>,
+    pending: usize,
+}
+
+// SAFETY: the work-request arrays point only into this queue's own boxed buffers; the QP is
+// thread-safe in rdma-core and posting is serialised by `&mut self`.
+unsafe impl Send for VerbsSendQueue {}
+
+impl std::fmt::Debug for VerbsSendQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsSendQueue")
+            .field("qpn", &self.qp.qpn())
+            .field("seq", &self.seq)
+            .finish()
+    }
+}
+
+fn zeroed_wr() -> ffi::ibv_send_wr {
+    // SAFETY: an all-zero ibv_send_wr (null pointers, zero counts) is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+impl VerbsSendQueue {
+    /// The send queue of `qp`.
+    pub fn new(qp: Arc<Qp>) -> VerbsSendQueue {
+        let caps = qp.caps;
+        let entries = caps.max_send_wr.max(1).next_power_of_two();
+        let max_sge = caps.max_send_sge.max(1) as usize;
+        VerbsSendQueue {
+            cap: caps.max_send_wr,
+            max_sge,
+            max_inline: caps.max_inline as usize,
+            shadow: Arc::new(Shadow::new(entries.max(16))),
+            seq: 0,
+            unsignaled: 0,
+            wrs: (0..MAX_BATCH).map(|_| zeroed_wr()).collect(),
+            // SAFETY: an all-zero ibv_sge is valid.
+            sges: (0..MAX_BATCH * max_sge)
+                .map(|_| unsafe { std::mem::zeroed() })
+                .collect(),
+            inline: vec![0u8; MAX_BATCH * caps.max_inline as usize].into_boxed_slice(),
+            pending: 0,
+            qp,
+        }
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qp.qpn()
+    }
+
+    /// Requests that can be posted now.
+    #[inline]
+    pub fn free(&self) -> u32 {
+        self.cap
+            .saturating_sub(self.seq.wrapping_sub(self.shadow.retired()) as u32)
+    }
+
+    fn fill_sgl(&mut self, slot: usize, sgl: &[Sge]) -> Result<usize> {
+        let n = sgl.iter().filter(|s| s.len != 0).count();
+        if n > self.max_sge {
+            return Err(Error::TooManySge {
+                n,
+                max: self.max_sge,
+            });
+        }
+        if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
+            return Err(Error::InvalidParameter {
+                what: "scatter/gather entry length",
+                value: s.len as u64,
+            });
+        }
+        let base = slot * self.max_sge;
+        for (i, s) in sgl.iter().filter(|s| s.len != 0).enumerate() {
+            self.sges[base + i] = ffi::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            };
+        }
+        Ok(n)
+    }
+
+    /// Queues one request for the next [`VerbsSendQueue::ring`]; checks everything first.
+    ///
+    /// # Errors
+    /// As the direct path: [`Error::QueueFull`], [`Error::TooManySge`],
+    /// [`Error::InlineTooLong`], [`Error::Misaligned`]; [`Error::Unsupported`] for requests
+    /// the verbs path does not carry (masked atomics, NOP, memory windows).
+    pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        if self.pending == MAX_BATCH {
+            return Err(Error::QueueFull { needed: 1, free: 0 });
+        }
+        let free = self.free();
+        if free == 0 {
+            return Err(Error::QueueFull { needed: 1, free });
+        }
+        let slot = self.pending;
+        use ffi::ibv_wr_opcode as O;
+        let mut wr = zeroed_wr();
+        let mut send_flags = 0u32;
+        let payload = |s: &mut Self, p: &Payload<'_>, flags: &mut u32| -> Result<usize> {
+            match p {
+                Payload::Sgl(sgl) => s.fill_sgl(slot, sgl),
+                Payload::Inline([]) => Ok(0),
+                Payload::Inline(b) => {
+                    if b.len() > s.max_inline {
+                        return Err(Error::InlineTooLong {
+                            len: b.len(),
+                            max: s.max_inline,
+                        });
+                    }
+                    let at = slot * s.max_inline;
+                    s.inline[at..at + b.len()].copy_from_slice(b);
+                    let addr = s.inline[at..].as_ptr() as u64;
+                    s.sges[slot * s.max_sge] = ffi::ibv_sge {
+                        addr,
+                        length: b.len() as u32,
+                        lkey: 0,
+                    };
+                    *flags |= ffi::ibv_send_flags::IBV_SEND_INLINE.0;
+                    Ok(1)
+                }
+            }
+        };
+        let (opcode, wc, byte_len, nsge) = match *req {
+            Request::Write { remote, ref data }
+            | Request::WriteImm {
+                remote, ref data, ..
+            } => {
+                let n = payload(self, data, &mut send_flags)?;
+                wr.wr.rdma = ffi::rdma_t {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                };
+                let op = if let Request::WriteImm { imm, .. } = *req {
+                    wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                    O::IBV_WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    O::IBV_WR_RDMA_WRITE
+                };
+                (op, WcOpcode::RdmaWrite, 0, n)
+            }
+            Request::Read { remote, sgl } => {
+                let n = self.fill_sgl(slot, sgl)?;
+                wr.wr.rdma = ffi::rdma_t {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                };
+                (
+                    O::IBV_WR_RDMA_READ,
+                    WcOpcode::RdmaRead,
+                    sgl.iter().map(|s| s.len).sum(),
+                    n,
+                )
+            }
+            Request::Send { ref data } => (
+                O::IBV_WR_SEND,
+                WcOpcode::Send,
+                0,
+                payload(self, data, &mut send_flags)?,
+            ),
+            Request::SendImm { ref data, imm } => {
+                let n = payload(self, data, &mut send_flags)?;
+                wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                (O::IBV_WR_SEND_WITH_IMM, WcOpcode::Send, 0, n)
+            }
+            Request::SendInv { ref data, rkey } => {
+                let n = payload(self, data, &mut send_flags)?;
+                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                (O::IBV_WR_SEND_WITH_INV, WcOpcode::Send, 0, n)
+            }
+            Request::CompareSwap { remote, local, .. }
+            | Request::FetchAdd { remote, local, .. } => {
+                if remote.addr % 8 != 0 {
+                    return Err(Error::Misaligned {
+                        addr: remote.addr,
+                        align: 8,
+                    });
+                }
+                let (cs, compare, swap) = match *req {
+                    Request::CompareSwap { compare, swap, .. } => (true, compare, swap),
+                    Request::FetchAdd { add, .. } => (false, add, 0),
+                    _ => unreachable!("matched above"),
+                };
+                let n = self.fill_sgl(slot, &[Sge { len: 8, ..local }])?;
+                wr.wr.atomic = ffi::atomic_t {
+                    remote_addr: remote.addr,
+                    compare_add: compare,
+                    swap: if cs { swap } else { 0 },
+                    rkey: remote.rkey,
+                };
+                if cs {
+                    (O::IBV_WR_ATOMIC_CMP_AND_SWP, WcOpcode::CompSwap, 8, n)
+                } else {
+                    (O::IBV_WR_ATOMIC_FETCH_AND_ADD, WcOpcode::FetchAdd, 8, n)
+                }
+            }
+            _ => {
+                return Err(Error::Unsupported(
+                    "this request on the verbs path (masked atomics, NOP, windows)",
+                ))
+            }
+        };
+        // Completion moderation, as on the direct path.
+        let mut report = flags.signaled;
+        let signal = flags.signaled || self.unsignaled + 1 > self.cap / 2;
+        if signal {
+            self.unsignaled = 0;
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        } else {
+            self.unsignaled += 1;
+            report = false;
+        }
+        if flags.solicited {
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        if flags.fence != Fence::None {
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        wr.wr_id = self.seq as u64;
+        wr.opcode = opcode;
+        wr.send_flags = send_flags;
+        wr.num_sge = nsge as i32;
+        wr.sg_list = self.sges[slot * self.max_sge..].as_mut_ptr();
+        self.wrs[slot] = wr;
+        if slot > 0 {
+            let next: *mut ffi::ibv_send_wr = &mut self.wrs[slot];
+            self.wrs[slot - 1].next = next;
+        }
+        let end = self.seq.wrapping_add(1);
+        self.shadow.set(
+            self.seq,
+            SendEntry {
+                cookie,
+                end,
+                opcode: wc,
+                byte_len,
+                report,
+            },
+        );
+        self.seq = end;
+        self.pending += 1;
+        Ok(())
+    }
+
+    /// Posts the queued requests with one `ibv_post_send`.
+    ///
+    /// # Errors
+    /// The `ibv_post_send` error; the requests from the refused one on are not posted (their
+    /// space is given back).
+    pub fn ring(&mut self) -> Result<()> {
+        if self.pending == 0 {
+            return Ok(());
+        }
+        let n = self.pending;
+        self.pending = 0;
+        self.wrs[n - 1].next = std::ptr::null_mut();
+        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is live; the list, its gather lists and inline staging are in this
+        // queue's buffers and stay untouched during the call (inline data is copied by it).
+        let rc = unsafe { ffi::ibv_post_send(self.qp.qp, self.wrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            let first_bad = if bad.is_null() {
+                0
+            } else {
+                (bad as usize - self.wrs.as_ptr() as usize)
+                    / std::mem::size_of::<ffi::ibv_send_wr>()
+            };
+            self.seq = self.seq.wrapping_sub((n - first_bad) as u16);
+            return Err(Error::Verbs(code("ibv_post_send", rc)));
+        }
+        Ok(())
+    }
+
+    /// Drops the queued requests (a batch that was not rung).
+    pub fn rewind(&mut self) {
+        self.seq = self.seq.wrapping_sub(self.pending as u16);
+        self.pending = 0;
+    }
+
+    /// Requests queued and not yet rung.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+}
+
+/// Requests queued on a verbs send queue and posted together; rewound when dropped unrung.
+#[must_use = "a batch posts nothing until rung"]
+pub struct VerbsBatch<'a> {
+    q: &'a mut VerbsSendQueue,
+    rung: bool,
+}
+
+impl<'a> VerbsBatch<'a> {
+    /// A batch on `q` (anything queued before is posted first).
+    ///
+    /// # Errors
+    /// The `ibv_post_send` error of what was queued before.
+    pub fn new(q: &'a mut VerbsSendQueue) -> VerbsBatch<'a> {
+        VerbsBatch { q, rung: false }
+    }
+    /// Queues one request.
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::push`].
+    pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.q.push(req, cookie, flags)
+    }
+    /// Requests queued.
+    pub fn len(&self) -> usize {
+        self.q.pending
+    }
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.q.pending == 0
+    }
+    /// Posts the batch.
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::ring`].
+    pub fn ring(mut self) -> Result<()> {
+        self.rung = true;
+        self.q.ring()
+    }
+}
+
+impl Drop for VerbsBatch<'_> {
+    fn drop(&mut self) {
+        if !self.rung {
+            self.q.rewind();
+        }
+    }
+}
+
+/// The receive side of a QP on the verbs path.
+pub struct VerbsRecvQueue {
+    qp: Arc<Qp>,
+    cap: u32,
+    max_sge: usize,
+    pub(crate) shadow: Arc<Shadow<u64>>,
+    seq: u16,
+    sges: Box<[ffi::ibv_sge]>,
+}
+
+// SAFETY: as for VerbsSendQueue.
+unsafe impl Send for VerbsRecvQueue {}
+
+impl std::fmt::Debug for VerbsRecvQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsRecvQueue")
+            .field("seq", &self.seq)
+            .finish()
+    }
+}
+
+impl VerbsRecvQueue {
+    /// The receive queue of `qp`.
+    pub fn new(qp: Arc<Qp>) -> VerbsRecvQueue {
+        let caps = qp.caps;
+        let max_sge = caps.max_recv_sge.max(1) as usize;
+        VerbsRecvQueue {
+            cap: caps.max_recv_wr,
+            max_sge,
+            shadow: Arc::new(Shadow::new(caps.max_recv_wr.max(16).next_power_of_two())),
+            seq: 0,
+            // SAFETY: an all-zero ibv_sge is valid.
+            sges: (0..max_sge)
+                .map(|_| unsafe { std::mem::zeroed() })
+                .collect(),
+            qp,
+        }
+    }
+
+    /// Entries free for new receives.
+    pub fn free(&self) -> u32 {
+        self.cap
+            .saturating_sub(self.seq.wrapping_sub(self.shadow.retired()) as u32)
+    }
+
+    /// Posts one receive.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error.
+    pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        let free = self.free();
+        if free == 0 {
+            return Err(Error::QueueFull { needed: 1, free });
+        }
+        let n = sgl.iter().filter(|s| s.len != 0).count();
+        if n > self.max_sge {
+            return Err(Error::TooManySge {
+                n,
+                max: self.max_sge,
+            });
+        }
+        for (i, s) in sgl.iter().filter(|s| s.len != 0).enumerate() {
+            self.sges[i] = ffi::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            };
+        }
+        // SAFETY: an all-zero ibv_recv_wr is valid; the fields that matter are set.
+        let mut wr: ffi::ibv_recv_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = self.seq as u64;
+        wr.sg_list = self.sges.as_mut_ptr();
+        wr.num_sge = n as i32;
+        self.shadow.set(self.seq, cookie);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: live QP; `wr` and its gather list live across the call.
+        let rc = unsafe { ffi::ibv_post_recv(self.qp.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(Error::Verbs(code("ibv_post_recv", rc)));
+        }
+        self.seq = self.seq.wrapping_add(1);
+        Ok(())
+    }
+}
+
+/// A CQ poller on the verbs path.
+pub struct VerbsCompletionQueue {
+    cq: Arc<super::objects::Cq>,
+    pub(crate) registry: Arc<Registry>,
+    cache: Vec<Attached>,
+    gen: u32,
+    wcs: Box<[ffi::ibv_wc]>,
+}
+
+// SAFETY: polling is serialised by `&mut self`; the CQ is thread-safe in rdma-core.
+unsafe impl Send for VerbsCompletionQueue {}
+
+impl std::fmt::Debug for VerbsCompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsCompletionQueue").finish()
+    }
+}
+
+fn wc_status(s: u32) -> WcStatus {
+    WcStatus::from_u32(s)
+}
+
+impl VerbsCompletionQueue {
+    /// A poller of `cq`.
+    pub fn new(cq: Arc<super::objects::Cq>) -> VerbsCompletionQueue {
+        VerbsCompletionQueue {
+            cq,
+            registry: Arc::new(Registry::default()),
+            cache: Vec::new(),
+            gen: u32::MAX,
+            // SAFETY: an all-zero ibv_wc is valid.
+            wcs: (0..32).map(|_| unsafe { std::mem::zeroed() }).collect(),
+        }
+    }
+
+    /// Polls up to `out.len()` completions.
+    pub fn poll(&mut self, out: &mut [Completion]) -> usize {
+        let gen = self.registry.gen.load(Ordering::Acquire);
+        if gen != self.gen {
+            self.cache = self
+                .registry
+                .list
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            self.gen = gen;
+        }
+        let mut n = 0;
+        while n < out.len() {
+            let want = (out.len() - n).min(self.wcs.len());
+            // SAFETY: live CQ; `wcs` holds at least `want` entries.
+            let got = unsafe { ffi::ibv_poll_cq(self.cq.cq, want as i32, self.wcs.as_mut_ptr()) };
+            if got <= 0 {
+                break;
+            }
+            for i in 0..got as usize {
+                if let Some(c) = self.complete(i) {
+                    out[n] = c;
+                    n += 1;
+                }
+            }
+            if (got as usize) < want {
+                break;
+            }
+        }
+        n
+    }
+
+    fn complete(&self, i: usize) -> Option<Completion> {
+        let wc = &self.wcs[i];
+        let q = self.cache.iter().find(|a| a.qpn == wc.qp_num)?;
+        let status = wc_status(wc.status);
+        let seq = wc.wr_id as u16;
+        let mut c = Completion {
+            status,
+            qpn: wc.qp_num,
+            ..Completion::default()
+        };
+        if status != WcStatus::Success {
+            c.syndrome = Some((0, wc.vendor_err as u8));
+        }
+        let recv = wc.opcode & ffi::ibv_wc_opcode::IBV_WC_RECV != 0;
+        // On an error the opcode is undefined: the shadow entry says what it was.
+        let is_recv = if status == WcStatus::Success {
+            recv
+        } else {
+            q.sq.is_none() || (recv && q.rq.is_some())
+        };
+        if is_recv {
+            let rq = q.rq.as_ref()?;
+            c.cookie = rq.get(seq);
+            rq.retire(seq.wrapping_add(1));
+            c.opcode = if wc.opcode == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            };
+            c.byte_len = wc.byte_len;
+            if wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+                // SAFETY: the flag says the union holds the immediate.
+                c.imm = Some(u32::from_be(unsafe {
+                    wc.imm_data_invalidated_rkey_union.imm_data
+                }));
+            } else if wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
+                // SAFETY: the flag says the union holds the invalidated rkey.
+                c.imm = Some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
+            }
+            return Some(c);
+        }
+        let sq = q.sq.as_ref()?;
+        let e = sq.get(seq);
+        sq.retire(e.end);
+        if status == WcStatus::Success && !e.report {
+            return None;
+        }
+        c.cookie = e.cookie;
+        c.opcode = e.opcode;
+        c.byte_len = if status == WcStatus::Success {
+            e.byte_len
+        } else {
+            0
+        };
+        Some(c)
+    }
+}
