@@ -54,6 +54,8 @@ pub enum Error {
     },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
+    /// A socket error during connection set-up.
+    Io(std::io::Error),
     /// An rdma-core call failed.
     Verbs(crate::verbs::VerbsError),
     /// The software NIC refused a control operation.
@@ -91,6 +93,7 @@ impl fmt::Display for Error {
             }
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Verbs(e) => write!(f, "{e}"),
+            Error::Io(e) => write!(f, "connection set-up: {e}"),
             #[cfg(feature = "sim")]
             Error::Sim(e) => write!(f, "software NIC: {e}"),
         }

@@ -15,7 +15,9 @@
 pub struct ReadmeDoctests;
 
 pub mod completion;
+pub mod connect;
 pub mod direct;
+pub mod dv;
 pub mod error;
 pub mod resources;
 pub mod verbs;

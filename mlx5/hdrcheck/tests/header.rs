@@ -586,6 +586,90 @@ mod consts {
     }
 }
 
+/// The mlx5dv structs `blueflame::dv` declares by hand (`mlx5dv_init_obj`'s in/out).
+mod dv_layout {
+    use super::*;
+    use blueflame::dv::ffi;
+
+    macro_rules! dv_layout {
+        ($( $rust:ty = $c:literal, $size_test:ident { $( $test:ident => $field:ident ),* $(,)? } )*) => {
+            $(
+                #[test]
+                fn $size_test() {
+                    assert_eq!(size_of::<$rust>() as u64, value(concat!("sizeof(struct ", $c, ")")));
+                }
+                $(
+                    #[test]
+                    fn $test() {
+                        // SAFETY: plain C structs of integers and raw pointers: all-zero is valid.
+                        let z: $rust = unsafe { std::mem::zeroed() };
+                        assert_eq!(
+                            offset_of!($rust, $field) as u64,
+                            value(concat!("offsetof(", $c, ", ", stringify!($field), ")"))
+                        );
+                        assert_eq!(
+                            size_of_val(&z.$field) as u64,
+                            value(concat!("sizeof(", $c, ".", stringify!($field), ")"))
+                        );
+                    }
+                )*
+            )*
+            pub const NAMES: &[&str] = &[
+                $( concat!("sizeof(struct ", $c, ")"),
+                   $( concat!("offsetof(", $c, ", ", stringify!($field), ")"),
+                      concat!("sizeof(", $c, ".", stringify!($field), ")"), )* )*
+                "offsetof(mlx5dv_qp, sq.wqe_cnt)", "offsetof(mlx5dv_qp, sq.stride)",
+                "offsetof(mlx5dv_qp, bf.size)", "offsetof(mlx5dv_obj, cq.out)",
+                "MLX5DV_OBJ_QP", "MLX5DV_OBJ_CQ",
+            ];
+        };
+    }
+
+    dv_layout! {
+        ffi::mlx5dv_qp = "mlx5dv_qp", dv_qp_size {
+            dv_qp_dbrec => dbrec, dv_qp_sq => sq, dv_qp_rq => rq, dv_qp_bf => bf,
+            dv_qp_comp_mask => comp_mask, dv_qp_uar_mmap_offset => uar_mmap_offset,
+            dv_qp_tirn => tirn, dv_qp_tisn => tisn, dv_qp_rqn => rqn, dv_qp_sqn => sqn,
+            dv_qp_tir_icm_addr => tir_icm_addr,
+        }
+        ffi::mlx5dv_cq = "mlx5dv_cq", dv_cq_size {
+            dv_cq_buf => buf, dv_cq_dbrec => dbrec, dv_cq_cqe_cnt => cqe_cnt,
+            dv_cq_cqe_size => cqe_size, dv_cq_cq_uar => cq_uar, dv_cq_cqn => cqn,
+            dv_cq_comp_mask => comp_mask,
+        }
+        ffi::mlx5dv_obj = "mlx5dv_obj", dv_obj_size {
+            dv_obj_qp => qp, dv_obj_cq => cq, dv_obj_srq => srq, dv_obj_rwq => rwq,
+            dv_obj_dm => dm, dv_obj_ah => ah, dv_obj_pd => pd,
+        }
+    }
+
+    #[test]
+    fn dv_nested_fields_and_object_types() {
+        use std::mem::offset_of;
+        let sq = offset_of!(ffi::mlx5dv_qp, sq) as u64;
+        assert_eq!(
+            sq + offset_of!(ffi::mlx5dv_qp_ring, wqe_cnt) as u64,
+            value("offsetof(mlx5dv_qp, sq.wqe_cnt)")
+        );
+        assert_eq!(
+            sq + offset_of!(ffi::mlx5dv_qp_ring, stride) as u64,
+            value("offsetof(mlx5dv_qp, sq.stride)")
+        );
+        let bf = offset_of!(ffi::mlx5dv_qp, bf) as u64;
+        assert_eq!(
+            bf + offset_of!(ffi::mlx5dv_qp_bf, size) as u64,
+            value("offsetof(mlx5dv_qp, bf.size)")
+        );
+        let cq = offset_of!(ffi::mlx5dv_obj, cq) as u64;
+        assert_eq!(
+            cq + offset_of!(ffi::mlx5dv_obj_pair, out) as u64,
+            value("offsetof(mlx5dv_obj, cq.out)")
+        );
+        assert_eq!(ffi::MLX5DV_OBJ_QP, value("MLX5DV_OBJ_QP"));
+        assert_eq!(ffi::MLX5DV_OBJ_CQ, value("MLX5DV_OBJ_CQ"));
+    }
+}
+
 mod table {
     use super::*;
     use std::collections::HashSet;
@@ -596,6 +680,7 @@ mod table {
             layout::SPECIAL_NAMES,
             consts::NAMES,
             consts::SPECIAL_NAMES,
+            dv_layout::NAMES,
         ]
         .into_iter()
         .flatten()

@@ -1,0 +1,192 @@
+//! Out-of-band connection set-up over TCP, as perftest does: each side sends what the other
+//! needs to connect its QP (QPN, PSN, GID, LID, MTU) and, optionally, remote buffer
+//! descriptors (address, rkey, length) for one-sided operations.
+//!
+//! Wire format (big-endian): `b"BFX1"`, qpn u32, psn u32, lid u16, mtu u32, gid [u8; 16],
+//! buffer count u16, then per buffer addr u64, rkey u32, len u64.
+//!
+//! ```
+//! use blueflame::connect::{Exchange, RemoteBuf};
+//! use blueflame::Endpoint;
+//! let ours = Exchange { endpoint: Endpoint { qpn: 0x11, psn: 7, ..Endpoint::default() },
+//!                       buffers: vec![RemoteBuf { addr: 0x1000, rkey: 0x42, len: 64 }] };
+//! let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+//! let addr = listener.local_addr().unwrap();
+//! let server = std::thread::spawn(move || blueflame::connect::accept(&listener, &Exchange::default()));
+//! let theirs = blueflame::connect::dial(addr, &ours).unwrap();
+//! assert_eq!(theirs, Exchange::default());
+//! assert_eq!(server.join().unwrap().unwrap(), ours);
+//! ```
+
+use crate::error::{Error, Result};
+use crate::Endpoint;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// A remote buffer a peer may write, read or run atomics on.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RemoteBuf {
+    /// Address (or offset, for zero-based keys).
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// What one side sends the other.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// The QP's connection attributes.
+    pub endpoint: Endpoint,
+    /// Buffers offered to the peer.
+    pub buffers: Vec<RemoteBuf>,
+}
+
+const MAGIC: &[u8; 4] = b"BFX1";
+const MAX_BUFFERS: usize = 1024;
+
+impl Exchange {
+    /// The bytes on the wire.
+    pub fn encode(&self) -> Vec<u8> {
+        let e = &self.endpoint;
+        let mut v = Vec::with_capacity(36 + 20 * self.buffers.len());
+        v.extend_from_slice(MAGIC);
+        v.extend_from_slice(&e.qpn.to_be_bytes());
+        v.extend_from_slice(&e.psn.to_be_bytes());
+        v.extend_from_slice(&e.lid.to_be_bytes());
+        v.extend_from_slice(&e.mtu.to_be_bytes());
+        v.extend_from_slice(&e.gid);
+        v.extend_from_slice(&(self.buffers.len() as u16).to_be_bytes());
+        for b in &self.buffers {
+            v.extend_from_slice(&b.addr.to_be_bytes());
+            v.extend_from_slice(&b.rkey.to_be_bytes());
+            v.extend_from_slice(&b.len.to_be_bytes());
+        }
+        v
+    }
+
+    /// Reads one exchange from `r`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] on a read error or short message; [`Error::InvalidParameter`] for a bad
+    /// magic or an absurd buffer count.
+    pub fn read_from(r: &mut impl Read) -> Result<Exchange> {
+        let mut h = [0u8; 36];
+        r.read_exact(&mut h).map_err(Error::Io)?;
+        if &h[..4] != MAGIC {
+            let m = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+            return Err(Error::InvalidParameter {
+                what: "exchange magic",
+                value: m as u64,
+            });
+        }
+        let u32at = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&h[18..34]);
+        let endpoint = Endpoint {
+            qpn: u32at(4),
+            psn: u32at(8),
+            lid: u16::from_be_bytes([h[12], h[13]]),
+            mtu: u32at(14),
+            gid,
+        };
+        let n = u16::from_be_bytes([h[34], h[35]]) as usize;
+        if n > MAX_BUFFERS {
+            return Err(Error::InvalidParameter {
+                what: "exchange buffer count",
+                value: n as u64,
+            });
+        }
+        let mut buffers = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut b = [0u8; 20];
+            r.read_exact(&mut b).map_err(Error::Io)?;
+            buffers.push(RemoteBuf {
+                addr: u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
+                rkey: u32::from_be_bytes(b[8..12].try_into().expect("4 bytes")),
+                len: u64::from_be_bytes(b[12..].try_into().expect("8 bytes")),
+            });
+        }
+        Ok(Exchange { endpoint, buffers })
+    }
+}
+
+fn swap(s: &mut TcpStream, ours: &Exchange) -> Result<Exchange> {
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(Error::Io)?;
+    s.set_nodelay(true).map_err(Error::Io)?;
+    s.write_all(&ours.encode()).map_err(Error::Io)?;
+    Exchange::read_from(s)
+}
+
+/// Server side: accepts one connection on `listener` and swaps exchanges.
+///
+/// # Errors
+/// [`Error::Io`] for socket errors, [`Error::InvalidParameter`] for a malformed message.
+pub fn accept(listener: &TcpListener, ours: &Exchange) -> Result<Exchange> {
+    let (mut s, _) = listener.accept().map_err(Error::Io)?;
+    swap(&mut s, ours)
+}
+
+/// Client side: connects to `addr` (retrying for up to 10 s while the server starts) and
+/// swaps exchanges.
+///
+/// # Errors
+/// [`Error::Io`] for socket errors, [`Error::InvalidParameter`] for a malformed message.
+pub fn dial(addr: impl ToSocketAddrs, ours: &Exchange) -> Result<Exchange> {
+    let addrs: Vec<_> = addr.to_socket_addrs().map_err(Error::Io)?.collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpStream::connect(&addrs[..]) {
+            Ok(mut s) => return swap(&mut s, ours),
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(Error::Io(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_bad_magic() {
+        let x = Exchange {
+            endpoint: Endpoint {
+                qpn: 0xabcdef,
+                psn: 0x123456,
+                gid: [7; 16],
+                lid: 9,
+                mtu: 3,
+            },
+            buffers: vec![
+                RemoteBuf {
+                    addr: u64::MAX,
+                    rkey: 1,
+                    len: 2,
+                },
+                RemoteBuf::default(),
+            ],
+        };
+        let bytes = x.encode();
+        assert_eq!(Exchange::read_from(&mut &bytes[..]).unwrap(), x);
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert!(matches!(
+            Exchange::read_from(&mut &bad[..]),
+            Err(Error::InvalidParameter {
+                what: "exchange magic",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Exchange::read_from(&mut &bytes[..20]),
+            Err(Error::Io(_))
+        ));
+    }
+}

@@ -1,0 +1,451 @@
+//! The mlx5dv binding: turns a verbs QP and CQ on a ConnectX into the [`RawQp`] / [`RawCq`]
+//! of the direct path. This is the only code that talks to mlx5 hardware resources, so it is
+//! kept small: the structs are declared by hand exactly as `infiniband/mlx5dv.h` (rdma-core 44)
+//! declares them (their layouts are checked against the header by `mlx5-hdrcheck`), the
+//! library is loaded with `dlopen` only when an mlx5 device is used, and the conversion to raw
+//! ring descriptions is a pure function tested with the structs the library returns.
+//!
+//! Reviewed against rdma-core `providers/mlx5/mlx5.c` (`mlx5dv_get_qp`, `mlx5dv_get_cq`) and
+//! UCX `uct_ib_mlx5_get_txwq` / `uct_ib_mlx5_get_cq`.
+
+use crate::error::{Error, Result};
+use crate::DataPath;
+use mlx5::{RawCq, RawQp};
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+/// Hand-written declarations of the mlx5dv structs the direct path needs.
+pub mod ffi {
+    #![allow(non_camel_case_types, missing_docs)]
+    use std::ffi::c_void;
+
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug)]
+    pub struct mlx5dv_qp_ring {
+        pub buf: *mut c_void,
+        pub wqe_cnt: u32,
+        pub stride: u32,
+    }
+
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug)]
+    pub struct mlx5dv_qp_bf {
+        pub reg: *mut c_void,
+        pub size: u32,
+    }
+
+    /// `struct mlx5dv_qp`.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug)]
+    pub struct mlx5dv_qp {
+        pub dbrec: *mut u32,
+        pub sq: mlx5dv_qp_ring,
+        pub rq: mlx5dv_qp_ring,
+        pub bf: mlx5dv_qp_bf,
+        pub comp_mask: u64,
+        pub uar_mmap_offset: i64,
+        pub tirn: u32,
+        pub tisn: u32,
+        pub rqn: u32,
+        pub sqn: u32,
+        pub tir_icm_addr: u64,
+    }
+
+    /// `struct mlx5dv_cq`.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug)]
+    pub struct mlx5dv_cq {
+        pub buf: *mut c_void,
+        pub dbrec: *mut u32,
+        pub cqe_cnt: u32,
+        pub cqe_size: u32,
+        pub cq_uar: *mut c_void,
+        pub cqn: u32,
+        pub comp_mask: u64,
+    }
+
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug)]
+    pub struct mlx5dv_obj_pair {
+        pub in_: *mut c_void,
+        pub out: *mut c_void,
+    }
+
+    /// `struct mlx5dv_obj`: qp, cq, srq, rwq, dm, ah, pd (in, out) pairs.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug)]
+    pub struct mlx5dv_obj {
+        pub qp: mlx5dv_obj_pair,
+        pub cq: mlx5dv_obj_pair,
+        pub srq: mlx5dv_obj_pair,
+        pub rwq: mlx5dv_obj_pair,
+        pub dm: mlx5dv_obj_pair,
+        pub ah: mlx5dv_obj_pair,
+        pub pd: mlx5dv_obj_pair,
+    }
+
+    /// `MLX5DV_OBJ_QP`.
+    pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
+    /// `MLX5DV_OBJ_CQ`.
+    pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
+}
+
+type InitObj = unsafe extern "C" fn(*mut ffi::mlx5dv_obj, u64) -> i32;
+type IsSupported = unsafe extern "C" fn(*mut c_void) -> bool;
+
+struct Lib {
+    init_obj: InitObj,
+    is_supported: IsSupported,
+}
+
+fn lib() -> Option<&'static Lib> {
+    static LIB: OnceLock<Option<Lib>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        // SAFETY: dlopen/dlsym with NUL-terminated names; the handle is never closed, so the
+        // function pointers stay valid for the life of the process. The symbols have the
+        // signatures declared in mlx5dv.h.
+        unsafe {
+            let h = libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW);
+            if h.is_null() {
+                return None;
+            }
+            let init = libc::dlsym(h, c"mlx5dv_init_obj".as_ptr());
+            let sup = libc::dlsym(h, c"mlx5dv_is_supported".as_ptr());
+            if init.is_null() || sup.is_null() {
+                return None;
+            }
+            Some(Lib {
+                init_obj: std::mem::transmute::<*mut c_void, InitObj>(init),
+                is_supported: std::mem::transmute::<*mut c_void, IsSupported>(sup),
+            })
+        }
+    })
+    .as_ref()
+}
+
+/// Whether `device` (an `ibv_device *`) is an mlx5 device (`mlx5dv_is_supported`).
+///
+/// # Safety
+/// `device` must be a live `ibv_device` pointer.
+pub unsafe fn is_mlx5(device: *mut c_void) -> bool {
+    // SAFETY: the caller passes a live device; the function only reads it.
+    lib().is_some_and(|l| unsafe { (l.is_supported)(device) })
+}
+
+/// The path a QP runs: `BLUEFLAME_PATH` (`direct`, `verbs` or `auto`) against what the
+/// device can do.
+///
+/// # Errors
+/// [`Error::Unsupported`] for `direct` on a device that is not mlx5;
+/// [`Error::InvalidParameter`] for another value.
+pub fn choose(mlx5: bool, var: Option<&str>) -> Result<DataPath> {
+    match (var.unwrap_or("auto"), mlx5) {
+        ("auto", true) | ("direct", true) => Ok(DataPath::Direct),
+        ("auto", false) | ("verbs", _) => Ok(DataPath::Verbs),
+        ("direct", false) => Err(Error::Unsupported(
+            "BLUEFLAME_PATH=direct on a device that is not mlx5",
+        )),
+        (other, _) => Err(Error::InvalidParameter {
+            what: "BLUEFLAME_PATH (direct|verbs|auto)",
+            value: other.len() as u64,
+        }),
+    }
+}
+
+/// Runs `mlx5dv_init_obj` for a QP and its CQs.
+///
+/// # Safety
+/// The pointers must be live `ibv_qp` / `ibv_cq` of an mlx5 device.
+///
+/// # Errors
+/// [`Error::Unsupported`] without libmlx5; the `mlx5dv_init_obj` error.
+pub unsafe fn init_qp(qp: *mut c_void) -> Result<ffi::mlx5dv_qp> {
+    let l = lib().ok_or(Error::Unsupported("libmlx5.so.1 not found"))?;
+    // SAFETY: plain-old-data out-parameter, zero is a valid value.
+    let mut out: ffi::mlx5dv_qp = unsafe { std::mem::zeroed() };
+    // SAFETY: zeroed pairs are valid (null in/out for unused objects).
+    let mut obj: ffi::mlx5dv_obj = unsafe { std::mem::zeroed() };
+    obj.qp = ffi::mlx5dv_obj_pair {
+        in_: qp,
+        out: (&mut out as *mut ffi::mlx5dv_qp).cast(),
+    };
+    // SAFETY: the caller passes a live mlx5 QP; `out` outlives the call.
+    let rc = unsafe { (l.init_obj)(&mut obj, ffi::MLX5DV_OBJ_QP) };
+    if rc != 0 {
+        return Err(Error::Verbs(crate::verbs::code(
+            "mlx5dv_init_obj",
+            rc.abs(),
+        )));
+    }
+    Ok(out)
+}
+
+/// Runs `mlx5dv_init_obj` for a CQ.
+///
+/// # Safety
+/// `cq` must be a live `ibv_cq` of an mlx5 device.
+///
+/// # Errors
+/// As [`init_qp`].
+pub unsafe fn init_cq(cq: *mut c_void) -> Result<ffi::mlx5dv_cq> {
+    let l = lib().ok_or(Error::Unsupported("libmlx5.so.1 not found"))?;
+    // SAFETY: as in init_qp.
+    let mut out: ffi::mlx5dv_cq = unsafe { std::mem::zeroed() };
+    // SAFETY: as in init_qp.
+    let mut obj: ffi::mlx5dv_obj = unsafe { std::mem::zeroed() };
+    obj.cq = ffi::mlx5dv_obj_pair {
+        in_: cq,
+        out: (&mut out as *mut ffi::mlx5dv_cq).cast(),
+    };
+    // SAFETY: the caller passes a live mlx5 CQ; `out` outlives the call.
+    let rc = unsafe { (l.init_obj)(&mut obj, ffi::MLX5DV_OBJ_CQ) };
+    if rc != 0 {
+        return Err(Error::Verbs(crate::verbs::code(
+            "mlx5dv_init_obj",
+            rc.abs(),
+        )));
+    }
+    Ok(out)
+}
+
+/// The creation limits the library does not report in `mlx5dv_qp`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QpLimits {
+    /// QP number.
+    pub qpn: u32,
+    /// `max_inline_data` as `ibv_create_qp` returned it.
+    pub max_inline: u32,
+    /// `max_send_sge`.
+    pub max_send_sge: u32,
+    /// `max_recv_sge`.
+    pub max_recv_sge: u32,
+}
+
+/// The ring description of a QP from what `mlx5dv_init_obj` returned.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for rings the direct path cannot drive (a send stride other
+/// than 64, counts that are not powers of two, a BlueFlame size that is not a multiple of 64).
+pub fn raw_qp(dv: &ffi::mlx5dv_qp, lim: &QpLimits) -> Result<RawQp> {
+    let bad = |what, value: u32| {
+        Err(Error::InvalidParameter {
+            what,
+            value: value as u64,
+        })
+    };
+    if dv.sq.stride != 64 {
+        return bad("mlx5dv_qp.sq.stride", dv.sq.stride);
+    }
+    if !dv.sq.wqe_cnt.is_power_of_two() || dv.sq.buf.is_null() {
+        return bad("mlx5dv_qp.sq.wqe_cnt", dv.sq.wqe_cnt);
+    }
+    if dv.rq.wqe_cnt != 0 && (!dv.rq.wqe_cnt.is_power_of_two() || !dv.rq.stride.is_power_of_two()) {
+        return bad("mlx5dv_qp.rq.wqe_cnt", dv.rq.wqe_cnt);
+    }
+    if dv.bf.size % 64 != 0 || (dv.bf.size != 0 && dv.bf.reg.is_null()) || dv.dbrec.is_null() {
+        return bad("mlx5dv_qp.bf.size", dv.bf.size);
+    }
+    Ok(RawQp {
+        qpn: lim.qpn,
+        sq_buf: dv.sq.buf.cast(),
+        sq_wqe_cnt: dv.sq.wqe_cnt,
+        sq_stride: dv.sq.stride,
+        rq_buf: dv.rq.buf.cast(),
+        rq_wqe_cnt: dv.rq.wqe_cnt,
+        rq_stride: dv.rq.stride,
+        dbrec: dv.dbrec,
+        // bf.size == 0 (no write-combining mapping): doorbell writes only, still at bf.reg.
+        bf_reg: dv.bf.reg.cast(),
+        bf_size: dv.bf.size,
+        max_inline: lim.max_inline,
+        max_send_sge: lim.max_send_sge,
+        max_recv_sge: lim.max_recv_sge,
+    })
+}
+
+/// The ring description of a CQ from what `mlx5dv_init_obj` returned.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for a CQE size other than 64/128 or a count that is not a
+/// power of two.
+pub fn raw_cq(dv: &ffi::mlx5dv_cq) -> Result<RawCq> {
+    if !(dv.cqe_size == 64 || dv.cqe_size == 128) {
+        return Err(Error::InvalidParameter {
+            what: "mlx5dv_cq.cqe_size",
+            value: dv.cqe_size as u64,
+        });
+    }
+    if !dv.cqe_cnt.is_power_of_two() || dv.buf.is_null() || dv.dbrec.is_null() {
+        return Err(Error::InvalidParameter {
+            what: "mlx5dv_cq.cqe_cnt",
+            value: dv.cqe_cnt as u64,
+        });
+    }
+    Ok(RawCq {
+        cqn: dv.cqn,
+        buf: dv.buf.cast(),
+        cqe_cnt: dv.cqe_cnt,
+        cqe_size: dv.cqe_size,
+        dbrec: dv.dbrec,
+        cq_uar: dv.cq_uar.cast(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr::null_mut;
+
+    /// What rdma-core returns for a ConnectX-5 RC QP of 256 send WQEs (sq.wqe_cnt in
+    /// blocks), 64 receives of 1 SGE, with a write-combining BlueFlame register of 256 bytes.
+    fn cx5(buf: &mut [u8], dbrec: &mut [u32; 2], bf: &mut [u8], bf_size: u32) -> ffi::mlx5dv_qp {
+        ffi::mlx5dv_qp {
+            dbrec: dbrec.as_mut_ptr(),
+            sq: ffi::mlx5dv_qp_ring {
+                buf: buf[1024..].as_mut_ptr().cast(),
+                wqe_cnt: 256,
+                stride: 64,
+            },
+            rq: ffi::mlx5dv_qp_ring {
+                buf: buf.as_mut_ptr().cast(),
+                wqe_cnt: 64,
+                stride: 16,
+            },
+            bf: ffi::mlx5dv_qp_bf {
+                reg: bf.as_mut_ptr().cast(),
+                size: bf_size,
+            },
+            comp_mask: 0,
+            uar_mmap_offset: 0,
+            tirn: 0,
+            tisn: 0,
+            rqn: 0,
+            sqn: 0,
+            tir_icm_addr: 0,
+        }
+    }
+
+    const LIM: QpLimits = QpLimits {
+        qpn: 0x1234,
+        max_inline: 220,
+        max_send_sge: 30,
+        max_recv_sge: 1,
+    };
+
+    #[test]
+    fn qp_fields_map_one_to_one() {
+        let mut buf = vec![0u8; 1024 + 256 * 64];
+        let (mut db, mut bf) = ([0u32; 2], vec![0u8; 512]);
+        let dv = cx5(&mut buf, &mut db, &mut bf, 256);
+        let raw = raw_qp(&dv, &LIM).unwrap();
+        assert_eq!(raw.sq_buf as usize, buf[1024..].as_ptr() as usize);
+        assert_eq!(
+            (raw.sq_wqe_cnt, raw.sq_stride, raw.rq_wqe_cnt, raw.rq_stride),
+            (256, 64, 64, 16)
+        );
+        assert_eq!(
+            (raw.bf_size, raw.bf_reg as usize),
+            (256, bf.as_ptr() as usize)
+        );
+        assert_eq!(
+            (raw.qpn, raw.max_inline, raw.max_send_sge, raw.max_recv_sge),
+            (0x1234, 220, 30, 1)
+        );
+        assert_eq!(raw.dbrec, db.as_mut_ptr());
+    }
+
+    #[test]
+    fn bf_size_zero_means_doorbell_only() {
+        let mut buf = vec![0u8; 1024 + 256 * 64];
+        let (mut db, mut bf) = ([0u32; 2], vec![0u8; 64]);
+        let dv = cx5(&mut buf, &mut db, &mut bf, 0);
+        let raw = raw_qp(&dv, &LIM).unwrap();
+        assert_eq!(raw.bf_size, 0);
+        // The direct path accepts it and will only ever write 8-byte doorbells.
+        // SAFETY: the rings above live for the queue's lifetime.
+        let sq = unsafe { crate::direct::SendQueue::new(&raw) }.unwrap();
+        assert_eq!(sq.bf_size(), 0);
+    }
+
+    #[test]
+    fn refuses_rings_it_cannot_drive() {
+        let mut buf = vec![0u8; 1024 + 256 * 64];
+        let (mut db, mut bf) = ([0u32; 2], vec![0u8; 512]);
+        let mut dv = cx5(&mut buf, &mut db, &mut bf, 256);
+        dv.sq.stride = 128;
+        assert!(matches!(
+            raw_qp(&dv, &LIM),
+            Err(Error::InvalidParameter {
+                what: "mlx5dv_qp.sq.stride",
+                value: 128
+            })
+        ));
+        dv.sq.stride = 64;
+        dv.sq.wqe_cnt = 100;
+        assert!(matches!(
+            raw_qp(&dv, &LIM),
+            Err(Error::InvalidParameter {
+                what: "mlx5dv_qp.sq.wqe_cnt",
+                value: 100
+            })
+        ));
+        dv.sq.wqe_cnt = 256;
+        dv.bf.size = 100;
+        assert!(matches!(
+            raw_qp(&dv, &LIM),
+            Err(Error::InvalidParameter {
+                what: "mlx5dv_qp.bf.size",
+                value: 100
+            })
+        ));
+    }
+
+    #[test]
+    fn cq_fields_and_128_byte_cqes() {
+        let mut ring = vec![0u8; 128 * 64];
+        let mut db = [0u32; 2];
+        let dv = ffi::mlx5dv_cq {
+            buf: ring.as_mut_ptr().cast(),
+            dbrec: db.as_mut_ptr(),
+            cqe_cnt: 64,
+            cqe_size: 128,
+            cq_uar: null_mut(),
+            cqn: 0x55,
+            comp_mask: 0,
+        };
+        let raw = raw_cq(&dv).unwrap();
+        assert_eq!((raw.cqn, raw.cqe_cnt, raw.cqe_size), (0x55, 64, 128));
+        // SAFETY: the ring lives for the poller's lifetime; all entries are zero (opcode 0 with
+        // owner 0 would look valid, so mark them invalid as the library does).
+        for e in ring.chunks_mut(128) {
+            e[127] = 0xf0;
+        }
+        let mut cq = unsafe { crate::direct::CompletionQueue::new(&raw) }.unwrap();
+        let mut out = [crate::Completion::default(); 4];
+        assert_eq!(cq.poll(&mut out), 0);
+        let bad = ffi::mlx5dv_cq { cqe_size: 32, ..dv };
+        assert!(matches!(
+            raw_cq(&bad),
+            Err(Error::InvalidParameter {
+                what: "mlx5dv_cq.cqe_size",
+                value: 32
+            })
+        ));
+    }
+
+    #[test]
+    fn path_choice() {
+        assert_eq!(choose(true, None).unwrap(), DataPath::Direct);
+        assert_eq!(choose(false, None).unwrap(), DataPath::Verbs);
+        assert_eq!(choose(true, Some("verbs")).unwrap(), DataPath::Verbs);
+        assert_eq!(choose(true, Some("direct")).unwrap(), DataPath::Direct);
+        assert!(matches!(
+            choose(false, Some("direct")),
+            Err(Error::Unsupported(_))
+        ));
+        assert!(matches!(
+            choose(false, Some("fast")),
+            Err(Error::InvalidParameter { .. })
+        ));
+    }
+}
