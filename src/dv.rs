@@ -415,11 +415,12 @@ mod tests {
         };
         let raw = raw_cq(&dv).unwrap();
         assert_eq!((raw.cqn, raw.cqe_cnt, raw.cqe_size), (0x55, 64, 128));
-        // SAFETY: the ring lives for the poller's lifetime; all entries are zero (opcode 0 with
-        // owner 0 would look valid, so mark them invalid as the library does).
+        // All entries zero would look valid (opcode 0, owner 0): mark them invalid as the
+        // library does.
         for e in ring.chunks_mut(128) {
             e[127] = 0xf0;
         }
+        // SAFETY: the ring and record above live longer than the poller.
         let mut cq = unsafe { crate::direct::CompletionQueue::new(&raw) }.unwrap();
         let mut out = [crate::Completion::default(); 4];
         assert_eq!(cq.poll(&mut out), 0);
