@@ -78,6 +78,17 @@ impl Cq {
                     dev: dev.clone(),
                 })
             }
+            Backend::Verbs(v) if v.path == crate::DataPath::Direct => {
+                // mlx5: poll the CQ's ring directly.
+                let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
+                // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).
+                let raw = crate::dv::raw_cq(&unsafe { crate::dv::init_cq(cq.cq.cast())? })?;
+                // SAFETY: the ring belongs to `cq`, kept alive by `handle` longer than the
+                // poller (field order); rdma-core is never asked to poll it.
+                let poller = unsafe { CompletionQueue::new(&raw)? };
+                let handle = Arc::new(CqHandle { kind: CqKind::Verbs(cq), registry: poller.registry.clone() });
+                Ok(Cq { poller: Poller::Direct(poller), handle, cqn: raw.cqn, capacity: raw.cqe_cnt, dev: dev.clone() })
+            }
             Backend::Verbs(v) => {
                 let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
                 let capacity = cq.capacity();

@@ -22,6 +22,8 @@ pub(crate) struct VerbsDev {
     pub(crate) ctx: Arc<verbs::device::Context>,
     pub(crate) port: u8,
     pub(crate) gid_index: Option<i32>,
+    /// Direct on mlx5 (unless `BLUEFLAME_PATH=verbs`), verbs elsewhere.
+    pub(crate) path: DataPath,
 }
 
 /// An RDMA device: a real one through rdma-core, or the software mlx5 NIC.
@@ -59,12 +61,17 @@ impl Device {
     }
 
     /// Opens the rdma-core device `name` (e.g. `mlx5_0`, `rxe0`) on port 1, with the first
-    /// RoCE v2 IPv4 GID on Ethernet ports (override with `gid_index`).
+    /// RoCE v2 IPv4 GID on Ethernet ports (override with `gid_index`). mlx5 devices run the
+    /// direct path, others the verbs path; `BLUEFLAME_PATH=verbs|direct|auto` overrides.
     ///
     /// # Errors
-    /// [`Error::Verbs`] when the device cannot be opened or queried.
+    /// [`Error::Verbs`] when the device cannot be opened or queried;
+    /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
     pub fn open(name: &str, gid_index: Option<i32>) -> Result<Device> {
         let ctx = Arc::new(verbs::device::Context::open(name)?);
+        // SAFETY: the context is live; its `device` field is the ibv_device it was opened on.
+        let mlx5 = unsafe { crate::dv::is_mlx5((*ctx.ctx).device.cast()) };
+        let path = crate::dv::choose(mlx5, std::env::var("BLUEFLAME_PATH").ok().as_deref())?;
         let port = 1;
         let info = ctx.port(port)?;
         let gid_index = match gid_index {
@@ -77,6 +84,7 @@ impl Device {
                 ctx,
                 port,
                 gid_index,
+                path,
             })),
         })
     }
@@ -121,13 +129,12 @@ impl Device {
         }
     }
 
-    /// The data path QPs of this device run: direct on the software NIC; on rdma-core
-    /// devices the verbs path (the mlx5dv binding that gives ConnectX QPs the direct path
-    /// is not wired yet). `BLUEFLAME_PATH=verbs|direct` overrides where both are possible.
+    /// The data path QPs of this device run: direct on the software NIC and on mlx5
+    /// devices, verbs on other rdma-core devices (see [`Device::open`] for the override).
     pub fn data_path(&self) -> DataPath {
         match &self.backend {
             Backend::Sim(_) => DataPath::Direct,
-            Backend::Verbs(_) => DataPath::Verbs,
+            Backend::Verbs(v) => v.path,
         }
     }
 

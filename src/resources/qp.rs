@@ -28,9 +28,11 @@ impl From<u32> for Endpoint {
 }
 
 enum QpPath {
+    /// `hw`: the verbs QP behind the rings on mlx5 (None on the software NIC).
     Direct {
         sq: SendQueue,
         rq: Option<RecvQueue>,
+        hw: Option<Arc<verbs::objects::Qp>>,
     },
     Verbs {
         sq: VerbsSendQueue,
@@ -74,7 +76,7 @@ impl Pd {
                 // SAFETY: as above, for the receive ring.
                 let rq = unsafe { RecvQueue::new(&raw) };
                 match (sq, rq) {
-                    (Ok(sq), Ok(rq)) => (QpPath::Direct { sq, rq }, raw.qpn),
+                    (Ok(sq), Ok(rq)) => (QpPath::Direct { sq, rq, hw: None }, raw.qpn),
                     (Err(e), _) | (_, Err(e)) => {
                         let _ = nic.destroy_qp(raw.qpn);
                         return Err(e);
@@ -96,17 +98,21 @@ impl Pd {
                     vcaps,
                 )?);
                 let qpn = qp.qpn();
-                let path = QpPath::Verbs {
-                    sq: VerbsSendQueue::new(qp.clone()),
-                    rq: VerbsRecvQueue::new(qp.clone()),
-                    qp,
-                };
-                (path, qpn)
+                if self.inner.dev.data_path() == DataPath::Direct {
+                    (direct_on_mlx5(qp)?, qpn)
+                } else {
+                    let path = QpPath::Verbs {
+                        sq: VerbsSendQueue::new(qp.clone()),
+                        rq: VerbsRecvQueue::new(qp.clone()),
+                        qp,
+                    };
+                    (path, qpn)
+                }
             }
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
         let (sq_shadow, rq_shadow) = match &path {
-            QpPath::Direct { sq, rq } => (sq.shadow.clone(), rq.as_ref().map(|r| r.shadow.clone())),
+            QpPath::Direct { sq, rq, .. } => (sq.shadow.clone(), rq.as_ref().map(|r| r.shadow.clone())),
             QpPath::Verbs { sq, rq, .. } => (sq.shadow.clone(), Some(rq.shadow.clone())),
         };
         send_cq.handle.registry.attach(Attached {
@@ -128,6 +134,26 @@ impl Pd {
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
         })
     }
+}
+
+/// The direct path on a verbs QP of an mlx5 device: its rings from `mlx5dv_init_obj`.
+fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>) -> Result<QpPath> {
+    // SAFETY: a live QP of an mlx5 device (the path is Direct only on mlx5).
+    let dv = unsafe { crate::dv::init_qp(qp.qp.cast())? };
+    let c = qp.caps;
+    let lim = crate::dv::QpLimits {
+        qpn: qp.qpn(),
+        max_inline: c.max_inline,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+    };
+    let raw = crate::dv::raw_qp(&dv, &lim)?;
+    // SAFETY: the rings and registers belong to `qp`, which the path holds (`hw`) and which
+    // rdma-core is never asked to post to; the queues are dropped before it.
+    let sq = unsafe { SendQueue::new(&raw)? };
+    // SAFETY: as above.
+    let rq = unsafe { RecvQueue::new(&raw)? };
+    Ok(QpPath::Direct { sq, rq, hw: Some(qp) })
 }
 
 fn cq_of(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
@@ -217,7 +243,7 @@ impl Qp {
     /// [`Error::Verbs`] when the port or GID cannot be queried.
     pub fn endpoint(&self) -> Result<Endpoint> {
         match (&self.path, &self.pd.inner.dev.backend) {
-            (QpPath::Verbs { .. }, Backend::Verbs(v)) => {
+            (_, Backend::Verbs(v)) => {
                 let port = v.ctx.port(v.port)?;
                 let gid = match v.gid_index {
                     Some(i) => v.ctx.gid(v.port, i)?,
@@ -255,7 +281,7 @@ impl Qp {
     /// As [`Qp::connect`].
     pub fn connect_with(&mut self, remote: &Endpoint, timing: &Timing) -> Result<()> {
         match (&self.path, &self.pd.inner.dev.backend) {
-            (QpPath::Verbs { qp, .. }, Backend::Verbs(v)) => {
+            (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, Backend::Verbs(v)) => {
                 qp.to_init(v.port)?;
                 qp.to_rtr(remote, v.port, v.gid_index, timing)?;
                 qp.to_rts(self.psn, timing)?;
@@ -276,7 +302,7 @@ impl Qp {
     /// [`Error::Sim`] / [`Error::Verbs`].
     pub fn set_error(&mut self) -> Result<()> {
         match (&self.path, &self.pd.inner.dev.backend) {
-            (QpPath::Verbs { qp, .. }, _) => Ok(qp.to_error()?),
+            (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, _) => Ok(qp.to_error()?),
             (QpPath::Direct { .. }, Backend::Sim(n)) => Ok(n.set_error(self.qpn)?),
             _ => Err(Error::Unsupported("QP and device backends differ")),
         }
@@ -478,7 +504,7 @@ impl Drop for Qp {
         for cq in &self.cqs {
             cq.registry.detach(self.qpn);
         }
-        if let (QpPath::Direct { .. }, Backend::Sim(n)) = (&self.path, &self.pd.inner.dev.backend) {
+        if let (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) = (&self.path, &self.pd.inner.dev.backend) {
             let _ = n.destroy_qp(self.qpn);
         }
         // A verbs QP is destroyed when its last Arc (held by the queues) drops.
