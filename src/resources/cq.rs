@@ -86,8 +86,17 @@ impl Cq {
                 // SAFETY: the ring belongs to `cq`, kept alive by `handle` longer than the
                 // poller (field order); rdma-core is never asked to poll it.
                 let poller = unsafe { CompletionQueue::new(&raw)? };
-                let handle = Arc::new(CqHandle { kind: CqKind::Verbs(cq), registry: poller.registry.clone() });
-                Ok(Cq { poller: Poller::Direct(poller), handle, cqn: raw.cqn, capacity: raw.cqe_cnt, dev: dev.clone() })
+                let handle = Arc::new(CqHandle {
+                    kind: CqKind::Verbs(cq),
+                    registry: poller.registry.clone(),
+                });
+                Ok(Cq {
+                    poller: Poller::Direct(poller),
+                    handle,
+                    cqn: raw.cqn,
+                    capacity: raw.cqe_cnt,
+                    dev: dev.clone(),
+                })
             }
             Backend::Verbs(v) => {
                 let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);

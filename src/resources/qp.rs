@@ -112,7 +112,9 @@ impl Pd {
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
         let (sq_shadow, rq_shadow) = match &path {
-            QpPath::Direct { sq, rq, .. } => (sq.shadow.clone(), rq.as_ref().map(|r| r.shadow.clone())),
+            QpPath::Direct { sq, rq, .. } => {
+                (sq.shadow.clone(), rq.as_ref().map(|r| r.shadow.clone()))
+            }
             QpPath::Verbs { sq, rq, .. } => (sq.shadow.clone(), Some(rq.shadow.clone())),
         };
         send_cq.handle.registry.attach(Attached {
@@ -153,7 +155,11 @@ fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>) -> Result<QpPath> {
     let sq = unsafe { SendQueue::new(&raw)? };
     // SAFETY: as above.
     let rq = unsafe { RecvQueue::new(&raw)? };
-    Ok(QpPath::Direct { sq, rq, hw: Some(qp) })
+    Ok(QpPath::Direct {
+        sq,
+        rq,
+        hw: Some(qp),
+    })
 }
 
 fn cq_of(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
@@ -302,7 +308,9 @@ impl Qp {
     /// [`Error::Sim`] / [`Error::Verbs`].
     pub fn set_error(&mut self) -> Result<()> {
         match (&self.path, &self.pd.inner.dev.backend) {
-            (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, _) => Ok(qp.to_error()?),
+            (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, _) => {
+                Ok(qp.to_error()?)
+            }
             (QpPath::Direct { .. }, Backend::Sim(n)) => Ok(n.set_error(self.qpn)?),
             _ => Err(Error::Unsupported("QP and device backends differ")),
         }
@@ -504,7 +512,9 @@ impl Drop for Qp {
         for cq in &self.cqs {
             cq.registry.detach(self.qpn);
         }
-        if let (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) = (&self.path, &self.pd.inner.dev.backend) {
+        if let (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) =
+            (&self.path, &self.pd.inner.dev.backend)
+        {
             let _ = n.destroy_qp(self.qpn);
         }
         // A verbs QP is destroyed when its last Arc (held by the queues) drops.
