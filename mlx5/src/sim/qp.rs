@@ -270,10 +270,16 @@ impl SimQp {
             } else {
                 self.stats.bf_mismatches += 1;
             }
-            // Clear the half so the next ring there is seen afresh.
+            // Every ring up to the doorbell record has now been accounted for: clear both
+            // halves, so a stale copy from an earlier ring (several rings between two passes)
+            // is never mistaken for part of the next one.
             let zeros = [0u8; MAX_WQE_BYTES];
-            // SAFETY: as for the read above.
-            unsafe { dma::write(self.bf.ptr().add(slot), &zeros[..span]) };
+            let halves = if bf_size == 0 { 8 } else { 2 * bf_size };
+            for at in (0..halves).step_by(MAX_WQE_BYTES) {
+                let n = (halves - at).min(MAX_WQE_BYTES);
+                // SAFETY: the register buffer holds 2 * bf_size + 64 bytes; at + n <= halves.
+                unsafe { dma::write(self.bf.ptr().add(at), &zeros[..n]) };
+            }
             self.bf_expect = slot ^ bf_size;
             return;
         }
