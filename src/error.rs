@@ -47,6 +47,14 @@ pub enum Error {
         /// Its value.
         value: u64,
     },
+    /// Privileges violation: the rights asked for are not a subset of what is allowed (a
+    /// window's rights against its region's, or a region without the bind right).
+    Privileges {
+        /// Rights asked for.
+        requested: crate::Access,
+        /// Rights the region allows (and whether it has the bind right).
+        allowed: crate::Access,
+    },
     /// A memory-window bind larger than one KLM describes (2 GiB).
     BindTooLong {
         /// Requested length.
@@ -91,6 +99,11 @@ impl fmt::Display for Error {
             Error::BindTooLong { len } => {
                 write!(f, "memory-window bind of {len} bytes exceeds 2 GiB")
             }
+            Error::Privileges { requested, allowed } => write!(
+                f,
+                "privileges violation: rights {:#x} requested, the region allows {:#x}",
+                requested.0, allowed.0
+            ),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Verbs(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "connection set-up: {e}"),

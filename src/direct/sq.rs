@@ -354,3 +354,122 @@ impl Drop for Batch<'_> {
         self.sq.pending = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx5::request::{Access, BindMw, MwType};
+    use mlx5::wqe::{decode, linearize};
+
+    /// A send queue over plain memory (no NIC): the ring's bytes can be read back.
+    struct Mem {
+        ring: Vec<u8>,
+        dbrec: [u32; 2],
+        bf: Vec<u8>,
+    }
+
+    fn queue(m: &mut Mem) -> SendQueue {
+        let raw = RawQp {
+            qpn: 0x42,
+            sq_buf: m.ring.as_mut_ptr(),
+            sq_wqe_cnt: (m.ring.len() / 64) as u32,
+            sq_stride: 64,
+            rq_buf: core::ptr::null_mut(),
+            rq_wqe_cnt: 0,
+            rq_stride: 0,
+            dbrec: m.dbrec.as_mut_ptr(),
+            bf_reg: m.bf.as_mut_ptr(),
+            bf_size: 256,
+            max_inline: 64,
+            max_send_sge: 4,
+            max_recv_sge: 0,
+        };
+        // SAFETY: the ring, record and register live in `m`, longer than the queue.
+        unsafe { SendQueue::new(&raw) }.unwrap()
+    }
+
+    fn mem() -> Mem {
+        Mem {
+            ring: vec![0; 16 * 64],
+            dbrec: [0; 2],
+            bf: vec![0; 512],
+        }
+    }
+
+    #[test]
+    fn a_bind_fences_the_next_request() {
+        let mut m = mem();
+        let mut sq = queue(&mut m);
+        let bind = BindMw {
+            mw_rkey: 0x100,
+            new_rkey: 0x101,
+            mw_type: MwType::Two,
+            mr_lkey: 7,
+            addr: 0x1000,
+            len: 64,
+            access: Access::REMOTE_READ,
+        };
+        sq.post(&Request::BindMw(bind), 1, PostFlags::SIGNALED)
+            .unwrap();
+        sq.post(&Request::Nop, 2, PostFlags::SIGNALED).unwrap();
+        sq.post(&Request::Nop, 3, PostFlags::SIGNALED).unwrap();
+        drop(sq);
+        let mut sges = [mlx5::Sge::default(); 64];
+        let mut lin = [0u8; 1024];
+        linearize(&m.ring, 0, 3, &mut lin);
+        assert_eq!(decode(&lin, &mut sges).unwrap().flags.fence, Fence::None);
+        linearize(&m.ring, 3, 1, &mut lin);
+        let nop = decode(&lin[..64], &mut sges).unwrap();
+        assert_eq!(
+            (nop.request, nop.flags.fence),
+            (Request::Nop, Fence::InitiatorSmall)
+        );
+        linearize(&m.ring, 4, 1, &mut lin);
+        assert_eq!(
+            decode(&lin[..64], &mut sges).unwrap().flags.fence,
+            Fence::None,
+            "only the next one"
+        );
+        // The doorbell record holds the producer index of the last ring.
+        assert_eq!(u32::from_be(m.dbrec[1]), 5);
+    }
+
+    #[test]
+    fn an_explicit_fence_wins_and_errors_write_nothing() {
+        let mut m = mem();
+        let mut sq = queue(&mut m);
+        let flags = PostFlags::SIGNALED.fence(Fence::SmallAndFence);
+        sq.post(
+            &Request::LocalInvalidate { rkey: 0x200 },
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        sq.post(&Request::Nop, 2, flags).unwrap();
+        let before = sq.free_blocks();
+        let big = [0u8; 65];
+        let remote = mlx5::Remote { addr: 0, rkey: 1 };
+        let e = sq.post(
+            &Request::Write {
+                remote,
+                data: mlx5::Payload::Inline(&big),
+            },
+            3,
+            PostFlags::SIGNALED,
+        );
+        assert!(matches!(e, Err(Error::InlineTooLong { len: 65, max: 64 })));
+        assert_eq!(sq.free_blocks(), before);
+        drop(sq);
+        let mut sges = [mlx5::Sge::default(); 64];
+        let mut lin = [0u8; 64];
+        linearize(&m.ring, 2, 1, &mut lin);
+        assert_eq!(
+            decode(&lin, &mut sges).unwrap().flags.fence,
+            Fence::SmallAndFence
+        );
+        assert!(
+            m.ring[3 * 64..].iter().all(|&b| b == 0),
+            "nothing written after the error"
+        );
+    }
+}

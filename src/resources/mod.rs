@@ -12,9 +12,11 @@
 mod cq;
 mod device;
 mod mr;
+mod mw;
 mod qp;
 
 pub use cq::Cq;
 pub use device::{DataPath, Device, Pd};
 pub use mr::MemoryRegion;
+pub use mw::MemoryWindow;
 pub use qp::{Batch, Endpoint, Qp, QpCaps};

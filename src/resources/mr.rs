@@ -63,6 +63,14 @@ impl MemoryRegion {
         })
     }
 
+    /// The rdma-core region, on a verbs device.
+    pub(crate) fn verbs_mr(&self) -> Option<*mut rdma_sys::ibv_mr> {
+        match &self.kind {
+            MrKind::Verbs { _mr } => Some(_mr.mr),
+            MrKind::Sim => None,
+        }
+    }
+
     /// Start address.
     pub fn addr(&self) -> u64 {
         self.addr

@@ -490,6 +490,93 @@ impl Qp {
         self.post(&Request::FetchAdd { remote, add, local }, cookie, flags)
     }
 
+    /// Binds `mw` to `len` bytes at offset `off` of `mr` with `rights` (remote read / write /
+    /// atomic, optionally zero-based) and returns the window's new rkey (a new key variant on
+    /// every bind; the old rkey fails with a remote access error from then on). `len == 0`
+    /// unbinds. The request after the bind waits for it (an initiator small fence, as
+    /// rdma-core arms), and a peer may use the new rkey as soon as it learns it from a send
+    /// posted after the bind. Type-1 windows may be bound by any QP; type-2 windows are tied
+    /// to this QP (a peer must come in through it).
+    ///
+    /// # Errors
+    /// Before anything is posted: [`Error::Privileges`] when `rights` are not a subset of the
+    /// region's rights or the region lacks [`Access::MW_BIND`](crate::Access::MW_BIND);
+    /// [`Error::InvalidParameter`] for a range outside the region or other rights;
+    /// [`Error::Unsupported`] when window, region and QP are in different protection domains;
+    /// [`Error::QueueFull`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_mw(
+        &mut self,
+        mw: &mut crate::MemoryWindow,
+        mr: &crate::MemoryRegion,
+        off: usize,
+        len: usize,
+        rights: crate::Access,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<u32> {
+        super::mw::check_bind(mr.access(), mr.len() as u64, rights, off as u64, len as u64)?;
+        if !Arc::ptr_eq(&mw.pd.inner, &self.pd.inner)
+            || !Arc::ptr_eq(&mr.pd().inner, &self.pd.inner)
+        {
+            return Err(Error::Unsupported(
+                "a window, its region and the QP must share a protection domain",
+            ));
+        }
+        let addr = mr.addr() + off as u64;
+        let new_rkey = (mw.rkey & !0xff) | (mw.rkey.wrapping_add(1) & 0xff);
+        let access = rights;
+        match (&mut self.path, &mw.kind) {
+            (QpPath::Direct { sq, .. }, _) => {
+                let b = crate::BindMw {
+                    mw_rkey: mw.rkey,
+                    new_rkey,
+                    mw_type: mw.mw_type,
+                    mr_lkey: mr.lkey(),
+                    addr,
+                    len: len as u64,
+                    access,
+                };
+                sq.post(&Request::BindMw(b), cookie, flags)?;
+                mw.rkey = new_rkey;
+            }
+            (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
+                let m = mr.verbs_mr().ok_or(Error::Unsupported(
+                    "a software-NIC region with a verbs window",
+                ))?;
+                let flags_v = access.0;
+                match mw.mw_type {
+                    crate::MwType::One => {
+                        // SAFETY: `w` and `m` are live objects of this QP's PD (checked above),
+                        // borrowed for the call; the window outlives the request (&mut).
+                        mw.rkey = unsafe {
+                            sq.bind_type1(*w, m, addr, len as u64, flags_v, cookie, flags)?
+                        };
+                    }
+                    crate::MwType::Two => {
+                        // SAFETY: as above.
+                        unsafe {
+                            sq.push_bind(*w, m, new_rkey, addr, len as u64, flags_v, cookie, flags)?
+                        };
+                        sq.ring()?;
+                        mw.rkey = new_rkey;
+                    }
+                }
+            }
+            _ => return Err(Error::Unsupported("window and QP backends differ")),
+        }
+        Ok(mw.rkey)
+    }
+
+    /// Invalidates a type-2 window's `rkey` locally (a local-invalidate request); later
+    /// remote access with it fails with a remote access error.
+    ///
+    /// # Errors
+    /// See [`Qp::post`].
+    pub fn invalidate(&mut self, rkey: u32, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.post(&Request::LocalInvalidate { rkey }, cookie, flags)
+    }
+
     /// Posts a receive buffer list.
     ///
     /// # Errors

@@ -229,12 +229,34 @@ impl VerbsSendQueue {
                     (O::IBV_WR_ATOMIC_FETCH_AND_ADD, WcOpcode::FetchAdd, 8, n)
                 }
             }
+            Request::LocalInvalidate { rkey } => {
+                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                (O::IBV_WR_LOCAL_INV, WcOpcode::LocalInv, 0, 0)
+            }
             _ => {
                 return Err(Error::Unsupported(
-                    "this request on the verbs path (masked atomics, NOP, windows)",
+                    "this request on the verbs path (masked atomics, NOP; bind windows with Qp::bind_mw)",
                 ))
             }
         };
+        self.enqueue(wr, opcode, (wc, byte_len), nsge, send_flags, cookie, flags);
+        Ok(())
+    }
+
+    /// Adds a built work request to the pending list with moderation, flags and its shadow
+    /// entry.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &mut self,
+        mut wr: ffi::ibv_send_wr,
+        opcode: ffi::ibv_wr_opcode::Type,
+        (wc, byte_len): (WcOpcode, u32),
+        nsge: usize,
+        mut send_flags: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) {
+        let slot = self.pending;
         // Completion moderation, as on the direct path.
         let mut report = flags.signaled;
         let signal = flags.signaled || self.unsignaled + 1 > self.cap / 2;
@@ -274,7 +296,114 @@ impl VerbsSendQueue {
         );
         self.seq = end;
         self.pending += 1;
+    }
+
+    /// Queues a type-2 memory-window bind (`IBV_WR_BIND_MW`) of `mw` to `addr .. addr + len`
+    /// of `mr` with new rkey `new_rkey` and `access` (`IBV_ACCESS_*` values).
+    ///
+    /// # Safety
+    /// `mw` and `mr` must be live objects of this QP's protection domain until the request
+    /// completes.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn push_bind(
+        &mut self,
+        mw: *mut ffi::ibv_mw,
+        mr: *mut ffi::ibv_mr,
+        new_rkey: u32,
+        addr: u64,
+        len: u64,
+        access: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        let free = self.free();
+        if self.pending == MAX_BATCH || free == 0 {
+            return Err(Error::QueueFull { needed: 1, free });
+        }
+        let mut wr = zeroed_wr();
+        wr.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
+            mw,
+            rkey: new_rkey,
+            bind_info: ffi::ibv_mw_bind_info {
+                mr,
+                addr,
+                length: len,
+                mw_access_flags: access,
+            },
+        };
+        self.enqueue(
+            wr,
+            ffi::ibv_wr_opcode::IBV_WR_BIND_MW,
+            (WcOpcode::BindMw, 0),
+            0,
+            0,
+            cookie,
+            flags,
+        );
         Ok(())
+    }
+
+    /// Binds a type-1 window with `ibv_bind_mw` (which posts its own work request); returns
+    /// the window's new rkey. Anything queued is posted first.
+    ///
+    /// # Safety
+    /// As [`VerbsSendQueue::push_bind`].
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`]; the `ibv_bind_mw` error.
+    pub unsafe fn bind_type1(
+        &mut self,
+        mw: *mut ffi::ibv_mw,
+        mr: *mut ffi::ibv_mr,
+        addr: u64,
+        len: u64,
+        access: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<u32> {
+        self.ring()?;
+        let free = self.free();
+        if free == 0 {
+            return Err(Error::QueueFull { needed: 1, free });
+        }
+        let signal = flags.signaled || self.unsignaled + 1 > self.cap / 2;
+        let mut send_flags = 0;
+        if signal {
+            self.unsignaled = 0;
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        } else {
+            self.unsignaled += 1;
+        }
+        let mut bind = ffi::ibv_mw_bind {
+            wr_id: self.seq as u64,
+            send_flags,
+            bind_info: ffi::ibv_mw_bind_info {
+                mr,
+                addr,
+                length: len,
+                mw_access_flags: access,
+            },
+        };
+        let end = self.seq.wrapping_add(1);
+        let entry = SendEntry {
+            cookie,
+            end,
+            opcode: WcOpcode::BindMw,
+            byte_len: 0,
+            report: flags.signaled,
+        };
+        self.shadow.set(self.seq, entry);
+        // SAFETY: the caller guarantees live objects; `bind` lives across the call.
+        let rc = unsafe { ffi::ibv_bind_mw(self.qp.qp, mw, &mut bind) };
+        if rc != 0 {
+            return Err(Error::Verbs(code("ibv_bind_mw", rc)));
+        }
+        self.seq = end;
+        // SAFETY: `mw` is live; the provider stored the new rkey in it.
+        Ok(unsafe { (*mw).rkey })
     }
 
     /// Posts the queued requests with one `ibv_post_send`.
