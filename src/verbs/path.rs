@@ -354,6 +354,7 @@ impl VerbsSendQueue {
     ///
     /// # Errors
     /// [`Error::QueueFull`]; the `ibv_bind_mw` error.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn bind_type1(
         &mut self,
         mw: *mut ffi::ibv_mw,
