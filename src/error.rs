@@ -40,6 +40,31 @@ pub enum Error {
         /// The required alignment.
         align: u32,
     },
+    /// Invalid handle: an object that does not belong with the others (another protection
+    /// domain or device).
+    InvalidHandle {
+        /// Which object.
+        what: &'static str,
+        /// Its key or number.
+        value: u64,
+    },
+    /// Invalid state: the QP is not connected yet.
+    InvalidState {
+        /// What state it is in.
+        state: &'static str,
+    },
+    /// Length error: the remote buffer is shorter than the data.
+    LengthError {
+        /// Bytes to move.
+        needed: u64,
+        /// Bytes the remote buffer has from the given offset.
+        available: u64,
+    },
+    /// Protection violation: a local segment whose region is in another protection domain.
+    Protection {
+        /// The region's lkey.
+        lkey: u32,
+    },
     /// An invalid parameter (named) with its value.
     InvalidParameter {
         /// Which parameter.
@@ -96,6 +121,18 @@ impl fmt::Display for Error {
                 )
             }
             Error::InvalidParameter { what, value } => write!(f, "invalid {what}: {value:#x}"),
+            Error::InvalidHandle { what, value } => write!(f, "invalid handle: {what} {value:#x}"),
+            Error::InvalidState { state } => write!(f, "invalid state: the QP is {state}"),
+            Error::LengthError { needed, available } => {
+                write!(
+                    f,
+                    "length error: {needed} bytes to move, the remote buffer has {available}"
+                )
+            }
+            Error::Protection { lkey } => write!(
+                f,
+                "protection violation: region {lkey:#x} is in another protection domain"
+            ),
             Error::BindTooLong { len } => {
                 write!(f, "memory-window bind of {len} bytes exceeds 2 GiB")
             }

@@ -29,6 +29,6 @@ pub use mlx5::ctrl::Fence;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 pub use mlx5::{RawCq, RawQp};
 pub use resources::{
-    Batch, Cq, DataPath, Device, Endpoint, MemoryRegion, MemoryWindow, Pd, Qp, QpCaps,
+    Batch, Cq, DataPath, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Pd, Qp, QpCaps,
 };
 pub use verbs::objects::Timing;

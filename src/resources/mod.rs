@@ -11,12 +11,14 @@
 
 mod cq;
 mod device;
+mod iov;
 mod mr;
 mod mw;
 mod qp;
 
 pub use cq::Cq;
 pub use device::{DataPath, Device, Pd};
+pub use iov::{LocalSeg, MAX_IOV};
 pub use mr::MemoryRegion;
 pub use mw::MemoryWindow;
 pub use qp::{Batch, Endpoint, Qp, QpCaps};

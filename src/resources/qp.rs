@@ -47,6 +47,8 @@ pub struct Qp {
     path: QpPath,
     qpn: u32,
     psn: u32,
+    /// Set by `connect`: posting before it is an invalid-state error.
+    connected: bool,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
 }
@@ -132,6 +134,7 @@ impl Pd {
             path,
             qpn,
             psn,
+            connected: false,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
         })
@@ -180,6 +183,8 @@ pub enum Batch<'a> {
     Direct(direct::Batch<'a>),
     /// Verbs path.
     Verbs(VerbsBatch<'a>),
+    /// The QP is not connected: every push fails with [`Error::InvalidState`].
+    NotConnected(&'static str),
 }
 
 impl Batch<'_> {
@@ -192,6 +197,7 @@ impl Batch<'_> {
         match self {
             Batch::Direct(b) => b.push(req, cookie, flags),
             Batch::Verbs(b) => b.push(req, cookie, flags),
+            Batch::NotConnected(state) => Err(Error::InvalidState { state }),
         }
     }
 
@@ -200,6 +206,7 @@ impl Batch<'_> {
         match self {
             Batch::Direct(b) => b.len(),
             Batch::Verbs(b) => b.len(),
+            Batch::NotConnected(_) => 0,
         }
     }
 
@@ -220,6 +227,7 @@ impl Batch<'_> {
                 Ok(())
             }
             Batch::Verbs(b) => b.ring(),
+            Batch::NotConnected(_) => Ok(()),
         }
     }
 }
@@ -291,10 +299,12 @@ impl Qp {
                 qp.to_init(v.port)?;
                 qp.to_rtr(remote, v.port, v.gid_index, timing)?;
                 qp.to_rts(self.psn, timing)?;
+                self.connected = true;
                 Ok(())
             }
             (QpPath::Direct { .. }, Backend::Sim(n)) => {
                 n.connect(self.qpn, remote.qpn)?;
+                self.connected = true;
                 Ok(())
             }
             _ => Err(Error::Unsupported("QP and device backends differ")),
@@ -314,6 +324,32 @@ impl Qp {
             (QpPath::Direct { .. }, Backend::Sim(n)) => Ok(n.set_error(self.qpn)?),
             _ => Err(Error::Unsupported("QP and device backends differ")),
         }
+    }
+
+    /// Posting needs a connected QP (a QP in error is fine: its requests are flushed).
+    #[inline(always)]
+    fn check_state(&mut self) -> Result<()> {
+        if self.connected {
+            return Ok(());
+        }
+        self.refresh_connected()
+    }
+
+    /// Not known to be connected by this handle: on the software NIC the peer's `connect`
+    /// may have connected both; ask it (slow path, taken only until connected).
+    #[cold]
+    fn refresh_connected(&mut self) -> Result<()> {
+        if let Backend::Sim(n) = &self.pd.inner.dev.backend {
+            if n.qp_state(self.qpn)
+                .is_some_and(|s| s != mlx5::sim::QpState::Reset)
+            {
+                self.connected = true;
+                return Ok(());
+            }
+        }
+        Err(Error::InvalidState {
+            state: "not connected (RESET)",
+        })
     }
 
     /// The direct-path send queue, when this QP runs the direct path.
@@ -347,6 +383,7 @@ impl Qp {
     /// [`Error::WqeTooLarge`], [`Error::Misaligned`], ...: nothing is posted on error.
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.check_state()?;
         match &mut self.path {
             QpPath::Direct { sq, .. } => sq.post(req, cookie, flags),
             QpPath::Verbs { sq, .. } => {
@@ -358,6 +395,9 @@ impl Qp {
 
     /// Starts a batch (one doorbell for many requests).
     pub fn batch(&mut self) -> Batch<'_> {
+        if let Err(Error::InvalidState { state }) = self.check_state() {
+            return Batch::NotConnected(state);
+        }
         match &mut self.path {
             QpPath::Direct { sq, .. } => Batch::Direct(sq.batch()),
             QpPath::Verbs { sq, .. } => Batch::Verbs(VerbsBatch::new(sq)),
@@ -502,7 +542,7 @@ impl Qp {
     /// Before anything is posted: [`Error::Privileges`] when `rights` are not a subset of the
     /// region's rights or the region lacks [`Access::MW_BIND`](crate::Access::MW_BIND);
     /// [`Error::InvalidParameter`] for a range outside the region or other rights;
-    /// [`Error::Unsupported`] when window, region and QP are in different protection domains;
+    /// [`Error::InvalidHandle`] when window, region and QP are in different protection domains;
     /// [`Error::QueueFull`].
     #[allow(clippy::too_many_arguments)]
     pub fn bind_mw(
@@ -519,9 +559,16 @@ impl Qp {
         if !Arc::ptr_eq(&mw.pd.inner, &self.pd.inner)
             || !Arc::ptr_eq(&mr.pd().inner, &self.pd.inner)
         {
-            return Err(Error::Unsupported(
-                "a window, its region and the QP must share a protection domain",
-            ));
+            let what = "window or region of another protection domain (rkey / lkey)";
+            let value = if Arc::ptr_eq(&mw.pd.inner, &self.pd.inner) {
+                mr.lkey()
+            } else {
+                mw.rkey
+            };
+            return Err(Error::InvalidHandle {
+                what,
+                value: value as u64,
+            });
         }
         let addr = mr.addr() + off as u64;
         let new_rkey = (mw.rkey & !0xff) | (mw.rkey.wrapping_add(1) & 0xff);
