@@ -400,8 +400,11 @@ pub fn invalid_handle(dev: &Device) {
     assert!(matches!(e, Error::InvalidHandle { .. }), "{e}");
 }
 
+/// One promise's check.
+pub type Check = fn(&Device);
+
 /// Every check, by name: one per line of the README's table.
-pub const ALL: &[(&str, fn(&Device))] = &[
+pub const ALL: &[(&str, Check)] = &[
     ("gather_write_iov", gather_write_iov),
     ("segment_outside_region", segment_outside_region),
     ("remote_buffer_too_short", remote_buffer_too_short),
