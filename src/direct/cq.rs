@@ -41,6 +41,19 @@ impl Registry {
         self.gen.fetch_add(1, Ordering::Release);
     }
 
+    /// The current list, and the generation it belongs to, if it changed since `seen`.
+    #[cold]
+    pub(crate) fn snapshot_if_changed(&self, seen: u32) -> Option<(Vec<Attached>, u32)> {
+        let gen = self.gen.load(Ordering::Acquire);
+        if gen == seen {
+            return None;
+        }
+        Some((
+            self.list.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            gen,
+        ))
+    }
+
     pub(crate) fn detach(&self, qpn: u32) {
         self.list
             .lock()
@@ -116,14 +129,10 @@ impl CompletionQueue {
     }
 
     #[cold]
-    fn refresh(&mut self, gen: u32) {
-        self.cache = self
-            .registry
-            .list
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        self.gen = gen;
+    fn refresh(&mut self) {
+        if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {
+            (self.cache, self.gen) = (list, gen);
+        }
     }
 
     #[inline(always)]
@@ -134,9 +143,8 @@ impl CompletionQueue {
     /// Polls up to `out.len()` completions into `out`; returns how many. Never blocks.
     #[inline]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
-        let gen = self.registry.gen.load(Ordering::Acquire);
-        if gen != self.gen {
-            self.refresh(gen);
+        if self.registry.gen.load(Ordering::Acquire) != self.gen {
+            self.refresh();
         }
         let mut n = 0;
         let mut consumed = false;

@@ -59,44 +59,22 @@ impl Cq {
         match &dev.backend {
             Backend::Sim(nic) => {
                 let raw = nic.create_cq(entries.max(2).next_power_of_two(), 64)?;
-                // SAFETY: the ring and record belong to the CQ just created; `handle` keeps it
-                // alive at least as long as the poller (field order), its only poller.
-                let poller = unsafe { CompletionQueue::new(&raw)? };
                 let kind = CqKind::Sim {
                     dev: dev.clone(),
                     cqn: raw.cqn,
                 };
-                let handle = Arc::new(CqHandle {
-                    kind,
-                    registry: poller.registry.clone(),
-                });
-                Ok(Cq {
-                    poller: Poller::Direct(poller),
-                    handle,
-                    cqn: raw.cqn,
-                    capacity: raw.cqe_cnt,
-                    dev: dev.clone(),
-                })
+                // SAFETY: the ring and record belong to the CQ just created, kept alive by the
+                // handle built from `kind`.
+                unsafe { Cq::new_direct(dev, &raw, kind) }
             }
             Backend::Verbs(v) if v.path == crate::DataPath::Direct => {
                 // mlx5: poll the CQ's ring directly.
                 let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
                 // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).
                 let raw = crate::dv::raw_cq(&unsafe { crate::dv::init_cq(cq.cq.cast())? })?;
-                // SAFETY: the ring belongs to `cq`, kept alive by `handle` longer than the
-                // poller (field order); rdma-core is never asked to poll it.
-                let poller = unsafe { CompletionQueue::new(&raw)? };
-                let handle = Arc::new(CqHandle {
-                    kind: CqKind::Verbs(cq),
-                    registry: poller.registry.clone(),
-                });
-                Ok(Cq {
-                    poller: Poller::Direct(poller),
-                    handle,
-                    cqn: raw.cqn,
-                    capacity: raw.cqe_cnt,
-                    dev: dev.clone(),
-                })
+                // SAFETY: the ring belongs to `cq`, kept alive by the handle; rdma-core is
+                // never asked to poll it.
+                unsafe { Cq::new_direct(dev, &raw, CqKind::Verbs(cq)) }
             }
             Backend::Verbs(v) => {
                 let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
@@ -115,6 +93,27 @@ impl Cq {
                 })
             }
         }
+    }
+
+    /// A direct-path poller over `raw`, whose memory `kind` keeps alive.
+    ///
+    /// # Safety
+    /// `raw` must describe the live ring of the CQ that `kind` owns, polled by nobody else.
+    unsafe fn new_direct(dev: &Device, raw: &mlx5::RawCq, kind: CqKind) -> Result<Cq> {
+        // SAFETY: the caller's contract; the handle (which owns `kind`) outlives the poller
+        // (field order of Cq).
+        let poller = unsafe { CompletionQueue::new(raw)? };
+        let handle = Arc::new(CqHandle {
+            kind,
+            registry: poller.registry.clone(),
+        });
+        Ok(Cq {
+            poller: Poller::Direct(poller),
+            handle,
+            cqn: raw.cqn,
+            capacity: raw.cqe_cnt,
+            dev: dev.clone(),
+        })
     }
 
     /// The CQ number (0 on the verbs path, where rdma-core does not expose it).

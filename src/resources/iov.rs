@@ -86,17 +86,7 @@ impl Qp {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        let mut sges = [Sge::default(); MAX_IOV];
-        let (n, total) = self.gather(iov, &mut sges)?;
-        let r = Self::remote_for(remote, off, total)?;
-        self.post(
-            &Request::Write {
-                remote: r,
-                data: Payload::Sgl(&sges[..n]),
-            },
-            cookie,
-            flags,
-        )
+        self.post_iov(iov, remote, off, None, cookie, flags)
     }
 
     /// As [`Qp::write_iov`], with a 32-bit immediate (zero segments: a zero-byte write with
@@ -114,17 +104,27 @@ impl Qp {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
+        self.post_iov(iov, remote, off, Some(imm), cookie, flags)
+    }
+
+    /// Checks, then posts a write (with immediate when `imm` is set).
+    fn post_iov(
+        &mut self,
+        iov: &[LocalSeg<'_>],
+        remote: &RemoteBuf,
+        off: u64,
+        imm: Option<u32>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
         let mut sges = [Sge::default(); MAX_IOV];
         let (n, total) = self.gather(iov, &mut sges)?;
-        let r = Self::remote_for(remote, off, total)?;
-        self.post(
-            &Request::WriteImm {
-                remote: r,
-                data: Payload::Sgl(&sges[..n]),
-                imm,
-            },
-            cookie,
-            flags,
-        )
+        let remote = Self::remote_for(remote, off, total)?;
+        let data = Payload::Sgl(&sges[..n]);
+        let req = match imm {
+            Some(imm) => Request::WriteImm { remote, data, imm },
+            None => Request::Write { remote, data },
+        };
+        self.post(&req, cookie, flags)
     }
 }

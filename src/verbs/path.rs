@@ -14,7 +14,6 @@ use crate::direct::{Attached, PostFlags, Registry};
 use crate::error::{Error, Result};
 use crate::{Fence, Payload, Request, Sge, WcStatus};
 use rdma_sys as ffi;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Most requests in one verbs batch (one `ibv_post_send` of a linked list).
@@ -618,15 +617,8 @@ impl VerbsCompletionQueue {
 
     /// Polls up to `out.len()` completions.
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
-        let gen = self.registry.gen.load(Ordering::Acquire);
-        if gen != self.gen {
-            self.cache = self
-                .registry
-                .list
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            self.gen = gen;
+        if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {
+            (self.cache, self.gen) = (list, gen);
         }
         let mut n = 0;
         while n < out.len() {
