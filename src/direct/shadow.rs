@@ -56,15 +56,21 @@ impl<T: Copy + Default> Shadow<T> {
     /// Records the entry at position `pos` (poster only, before the doorbell record).
     #[inline(always)]
     pub(crate) fn set(&self, pos: u16, v: T) {
-        // SAFETY: see the `Sync` impl: only the poster writes, and only free positions.
-        unsafe { *self.entries[(pos as u32 & self.mask) as usize].get() = v }
+        let i = (pos as u32 & self.mask) as usize;
+        debug_assert!(i < self.entries.len());
+        // SAFETY: `i` is masked by `cnt - 1` and `entries` has `cnt` elements; see the `Sync`
+        // impl: only the poster writes, and only free positions.
+        unsafe { *self.entries.get_unchecked(i).get() = v }
     }
 
     /// The entry at `pos` (poller only, after its CQE was seen).
     #[inline(always)]
     pub(crate) fn get(&self, pos: u16) -> T {
-        // SAFETY: see the `Sync` impl: read after the entry was published through the device.
-        unsafe { *self.entries[(pos as u32 & self.mask) as usize].get() }
+        let i = (pos as u32 & self.mask) as usize;
+        debug_assert!(i < self.entries.len());
+        // SAFETY: as in `set`, for the index; see the `Sync` impl: read after the entry was
+        // published through the device.
+        unsafe { *self.entries.get_unchecked(i).get() }
     }
 
     /// Marks everything before `end` as free (poller).

@@ -362,10 +362,13 @@ mod tests {
     use mlx5::wqe::{decode, linearize};
 
     /// A send queue over plain memory (no NIC): the ring's bytes can be read back.
+    #[repr(C, align(64))]
+    struct Bf([u8; 512]);
+
     struct Mem {
         ring: Vec<u8>,
         dbrec: [u32; 2],
-        bf: Vec<u8>,
+        bf: Box<Bf>,
     }
 
     fn queue(m: &mut Mem) -> SendQueue {
@@ -378,7 +381,7 @@ mod tests {
             rq_wqe_cnt: 0,
             rq_stride: 0,
             dbrec: m.dbrec.as_mut_ptr(),
-            bf_reg: m.bf.as_mut_ptr(),
+            bf_reg: m.bf.0.as_mut_ptr(),
             bf_size: 256,
             max_inline: 64,
             max_send_sge: 4,
