@@ -395,7 +395,7 @@ mod tests {
         Mem {
             ring: vec![0; 16 * 64],
             dbrec: [0; 2],
-            bf: vec![0; 512],
+            bf: Box::new(Bf([0; 512])),
         }
     }
 
