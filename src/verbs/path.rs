@@ -16,6 +16,10 @@ use crate::{Fence, Payload, Request, Sge, WcStatus};
 use rdma_sys as ffi;
 use std::sync::Arc;
 
+/// Marks a receive's `wr_id` (its sequence number is in the low 16 bits): completions in
+/// error have no valid opcode, and this is how they are attributed to the right queue.
+const RECV_TAG: u64 = 1 << 63;
+
 /// Most requests in one verbs batch (one `ibv_post_send` of a linked list).
 pub const MAX_BATCH: usize = 64;
 
@@ -565,7 +569,7 @@ impl VerbsRecvQueue {
         }
         // SAFETY: an all-zero ibv_recv_wr is valid; the fields that matter are set.
         let mut wr: ffi::ibv_recv_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = self.seq as u64;
+        wr.wr_id = self.seq as u64 | RECV_TAG;
         wr.sg_list = self.sges.as_mut_ptr();
         wr.num_sge = n as i32;
         self.shadow.set(self.seq, cookie);
@@ -654,22 +658,21 @@ impl VerbsCompletionQueue {
         if status != WcStatus::Success {
             c.syndrome = Some((0, wc.vendor_err as u8));
         }
-        let recv = wc.opcode & ffi::ibv_wc_opcode::IBV_WC_RECV != 0;
-        // On an error the opcode is undefined: the shadow entry says what it was.
-        let is_recv = if status == WcStatus::Success {
-            recv
-        } else {
-            q.sq.is_none() || (recv && q.rq.is_some())
-        };
-        if is_recv {
+        // On an error the opcode is undefined: `wr_id` says which queue the request was on.
+        if wc.wr_id & RECV_TAG != 0 {
             let rq = q.rq.as_ref()?;
             c.cookie = rq.get(seq);
             rq.retire(seq.wrapping_add(1));
-            c.opcode = if wc.opcode == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+            c.opcode = if status == WcStatus::Success
+                && wc.opcode == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM
+            {
                 WcOpcode::RecvRdmaWithImm
             } else {
                 WcOpcode::Recv
             };
+            if status != WcStatus::Success {
+                return Some(c); // byte count and flags are undefined on an error
+            }
             c.byte_len = wc.byte_len;
             if wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
                 // SAFETY: the flag says the union holds the immediate.
