@@ -4,7 +4,14 @@
 //!   through the direct data path (`bfperf write-lat`) and prints a perftest-style table.
 //! - `cargo xtask test`: installs what the build needs, then `cargo fmt --check`,
 //!   `cargo clippy -D warnings` and `cargo test --workspace --locked`.
+//! - `cargo xtask rxe -- COMMAND`: boots the rxe VM once and runs COMMAND inside it with
+//!   `BLUEFLAME_DEVICE=rxe0`.
 //! - `cargo xtask deps`: only the installation step.
+//!
+//! `cargo xtask test` ends with the device stage: the `rxe_*` integration tests, built on the
+//! host, run inside one boot of the rxe VM.
+
+mod rxe;
 
 use std::path::Path;
 use std::process::{exit, Command};
@@ -26,22 +33,23 @@ fn main() {
         Some("demo") => demo(&args[1..]),
         Some("test") => test(),
         Some("deps") => deps(),
+        Some("rxe") => rxe::main(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | rxe -- COMMAND | deps>");
             2
         }
     };
     exit(code);
 }
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .and_then(Path::parent)
         .expect("workspace root")
 }
 
-fn run(what: &str, cmd: &mut Command) -> bool {
+pub(crate) fn run(what: &str, cmd: &mut Command) -> bool {
     eprintln!("xtask: {what}: {cmd:?}");
     match cmd.current_dir(root()).status() {
         Ok(s) if s.success() => true,
@@ -56,7 +64,7 @@ fn run(what: &str, cmd: &mut Command) -> bool {
     }
 }
 
-fn installed(pkg: &str) -> bool {
+pub(crate) fn installed(pkg: &str) -> bool {
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", pkg])
         .output()
@@ -64,7 +72,7 @@ fn installed(pkg: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -130,7 +138,12 @@ fn test() -> i32 {
             return 1;
         }
     }
-    eprintln!("xtask: all host checks passed");
+    eprintln!("xtask: all host checks passed; now the device tests on rxe");
+    if !rxe::device_stage(&cargo) {
+        eprintln!("xtask: FAILED: device tests on rxe");
+        return 1;
+    }
+    eprintln!("xtask: all checks passed (host and rxe)");
     0
 }
 

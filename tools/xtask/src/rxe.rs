@@ -1,0 +1,278 @@
+//! The rxe stage: a small VM (Debian kernel with `rdma_rxe`, qemu without KVM, the host's
+//! root filesystem shared read-only by virtme-ng) with one Soft-RoCE device, `rxe0`, on a
+//! veth pair; commands run inside with `BLUEFLAME_DEVICE=rxe0`.
+
+use crate::{installed, is_root, root, run};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Debian packages the VM needs (besides the host build's).
+const PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "linux-image-amd64",
+    "busybox-static",
+    "rdma-core",
+    "ibverbs-utils",
+    "ibverbs-providers",
+    "perftest",
+    "rdmacm-utils",
+    "iproute2",
+    "kmod",
+];
+
+/// virtme-ng, from PyPI (boots a kernel with the host's filesystem).
+const VNG: &str = "virtme-ng==1.42";
+
+/// Installs what the VM needs, when missing.
+pub fn deps() -> bool {
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if !missing.is_empty() {
+        if !is_root() {
+            eprintln!(
+                "xtask: the rxe VM needs: apt-get install -y {}",
+                missing.join(" ")
+            );
+            return false;
+        }
+        let ok = run(
+            "apt-get update",
+            Command::new("apt-get").args(["update", "-q"]),
+        ) && run(
+            "apt-get install (rxe VM)",
+            Command::new("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["install", "-y", "-q"])
+                .args(&missing),
+        );
+        if !ok {
+            return false;
+        }
+    }
+    let have_vng = Command::new("vng")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    have_vng
+        || run(
+            "pip install virtme-ng",
+            Command::new("python3").args(["-m", "pip", "install", "-q", VNG]),
+        )
+}
+
+/// The newest Debian kernel under /boot that has the rdma_rxe module.
+fn kernel() -> Option<(PathBuf, String)> {
+    let mut found: Vec<(PathBuf, String)> = std::fs::read_dir("/boot")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let ver = name.strip_prefix("vmlinuz-")?.to_owned();
+            let module = Path::new("/lib/modules")
+                .join(&ver)
+                .join("kernel/drivers/infiniband/sw/rxe");
+            module.exists().then_some((e.path(), ver))
+        })
+        .collect();
+    found.sort_by(|a, b| a.1.cmp(&b.1));
+    found.pop()
+}
+
+/// The script run inside the VM: rxe0 on veth0 (10.77.0.1/24, GID index 1 is its RoCE v2
+/// IPv4 GID), then `cmd`; its exit code goes to `out/exit`.
+fn script(out: &Path, cmd: &str) -> String {
+    format!(
+        r#"#!/bin/bash
+exec > {out}/vm.log 2>&1
+set -x
+modprobe rdma_rxe || {{ echo 90 > {out}/exit; exit 0; }}
+ip link set lo up
+ip link add veth0 type veth peer name veth1
+ip addr add 10.77.0.1/24 dev veth0
+ip link set veth0 up
+ip link set veth1 up
+rdma link add rxe0 type rxe netdev veth0 || {{ echo 91 > {out}/exit; exit 0; }}
+export BLUEFLAME_DEVICE=rxe0 BLUEFLAME_GID_INDEX=1 BLUEFLAME_SERVER_ADDR=10.77.0.1
+cd {root}
+set +x
+( {cmd} ) > {out}/cmd.log 2>&1
+echo $? > {out}/exit
+"#,
+        out = out.display(),
+        root = root().display(),
+    )
+}
+
+/// Boots the VM once, runs `cmd` (a shell command line) inside, and returns its exit code
+/// with its output. `None` when the VM did not run it.
+pub fn run_in_vm(cmd: &str) -> Option<(i32, String)> {
+    if !deps() {
+        return None;
+    }
+    let Some((kernel, ver)) = kernel() else {
+        eprintln!("xtask: no kernel with rdma_rxe under /boot (install linux-image-amd64)");
+        return None;
+    };
+    let out = root().join("target/rxe");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).ok()?;
+    let sh = out.join("run.sh");
+    std::fs::write(&sh, script(&out, cmd)).ok()?;
+    eprintln!("xtask: booting the rxe VM (kernel {ver}, no KVM) ...");
+    let t = Instant::now();
+    let ok = run(
+        "rxe VM",
+        Command::new("vng")
+            .arg("--run")
+            .arg(&kernel)
+            .args(["--disable-kvm", "--memory", "2G", "--cpus", "2", "--rwdir"])
+            .arg(&out)
+            .arg("--exec")
+            .arg(format!("bash {}", sh.display())),
+    );
+    eprintln!("xtask: the VM ran for {:.1} s", t.elapsed().as_secs_f64());
+    let code = std::fs::read_to_string(out.join("exit"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    let log = std::fs::read_to_string(out.join("cmd.log")).unwrap_or_default();
+    match code {
+        Some(90) | Some(91) => {
+            eprintln!(
+                "xtask: rxe set-up failed in the VM:\n{}",
+                std::fs::read_to_string(out.join("vm.log")).unwrap_or_default()
+            );
+            None
+        }
+        Some(c) if ok => Some((c, log)),
+        _ => {
+            eprintln!(
+                "xtask: the VM did not run the command (no exit code in {})",
+                out.display()
+            );
+            None
+        }
+    }
+}
+
+/// `cargo xtask rxe -- COMMAND...`
+pub fn main(args: &[String]) -> i32 {
+    let args: Vec<&String> = args.iter().skip_while(|a| *a == "--").collect();
+    if args.is_empty() {
+        eprintln!("usage: cargo xtask rxe -- COMMAND [ARGS...]   (runs inside the rxe VM, BLUEFLAME_DEVICE=rxe0)");
+        return 2;
+    }
+    let cmd = args
+        .iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    match run_in_vm(&cmd) {
+        Some((code, log)) => {
+            print!("{log}");
+            code
+        }
+        None => 1,
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Device-test binaries: integration tests of the root crate named `rxe_*`, built on the host.
+pub fn build_device_tests(cargo: &str) -> Option<Vec<PathBuf>> {
+    let out = Command::new(cargo)
+        .args([
+            "test",
+            "--workspace",
+            "--locked",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .current_dir(root())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "xtask: building the device tests failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut bins: Vec<PathBuf> = text
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"name\":\"rxe_"))
+        .filter_map(|l| {
+            let i = l.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let j = l[i..].find('"')?;
+            Some(PathBuf::from(&l[i..i + j]))
+        })
+        .collect();
+    bins.sort();
+    bins.dedup();
+    Some(bins)
+}
+
+/// The device stage of `cargo xtask test`: every `rxe_*` test binary, ignored tests included,
+/// in one VM boot. Fails when the VM did not run, a binary failed, ran no test, or skipped.
+pub fn device_stage(cargo: &str) -> bool {
+    let Some(bins) = build_device_tests(cargo) else {
+        return false;
+    };
+    if bins.is_empty() {
+        eprintln!("xtask: no rxe_* device tests found: the rxe stage has nothing to run");
+        return false;
+    }
+    let mut cmd = String::from("rc=0; ");
+    for b in &bins {
+        let name = b
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        cmd.push_str(&format!(
+            "echo '=== {name}'; timeout 900 {} --ignored --test-threads=1 --nocapture || rc=1; ",
+            b.display()
+        ));
+    }
+    cmd.push_str("exit $rc");
+    let Some((code, log)) = run_in_vm(&cmd) else {
+        eprintln!("xtask: FAILED: the rxe stage did not run");
+        return false;
+    };
+    println!("{log}");
+    let mut ok = code == 0;
+    println!("xtask: rxe stage summary:");
+    for part in log.split("=== ").skip(1) {
+        let name = part.lines().next().unwrap_or("?");
+        let result = part
+            .lines()
+            .rfind(|l| l.starts_with("test result:"))
+            .unwrap_or("no result line");
+        let ran = result
+            .split_whitespace()
+            .nth(3)
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0);
+        let skipped = part.contains("SKIPPED");
+        println!(
+            "  {name}: {result}{}",
+            if skipped { " (SKIPPED: no device)" } else { "" }
+        );
+        if ran == 0 || skipped {
+            ok = false;
+        }
+    }
+    if log.split("=== ").count() - 1 != bins.len() {
+        eprintln!("xtask: not every device-test binary ran in the VM");
+        ok = false;
+    }
+    ok
+}
