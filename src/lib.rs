@@ -14,6 +14,7 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+pub mod cm;
 pub mod completion;
 pub mod connect;
 pub mod direct;

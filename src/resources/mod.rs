@@ -10,7 +10,7 @@
 //! error; no memory is touched.
 
 mod cq;
-mod device;
+pub(crate) mod device;
 mod iov;
 mod mr;
 mod mw;

@@ -127,6 +127,15 @@ impl MemoryRegion {
         })
     }
 
+    /// The whole region as a remote buffer descriptor (to offer to a peer).
+    pub fn remote_buf(&self) -> crate::connect::RemoteBuf {
+        crate::connect::RemoteBuf {
+            addr: self.addr,
+            rkey: self.rkey,
+            len: self.len,
+        }
+    }
+
     /// The remote descriptor of offset `off` (what a peer needs to write or read here).
     pub fn remote(&self, off: usize) -> Remote {
         Remote {

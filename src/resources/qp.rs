@@ -51,6 +51,8 @@ pub struct Qp {
     connected: bool,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
+    /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
+    _cm: Option<Arc<verbs::cm::CmId>>,
 }
 
 impl core::fmt::Debug for Qp {
@@ -69,6 +71,17 @@ impl Pd {
     /// # Errors
     /// [`Error::Sim`] / [`Error::Verbs`] for capabilities the device refuses.
     pub fn create_qp(&self, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
+        self.create_qp_with(send_cq, recv_cq, caps, None)
+    }
+
+    /// As [`Pd::create_qp`]; with `cm`, the QP is created through librdmacm on that id.
+    pub(crate) fn create_qp_with(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        cm: Option<Arc<verbs::cm::CmId>>,
+    ) -> Result<Qp> {
         let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
                 let raw = nic.create_qp(*pd, send_cq.cqn(), recv_cq.cqn(), caps)?;
@@ -93,12 +106,16 @@ impl Pd {
                     max_recv_sge: caps.max_recv_sge,
                     max_inline: caps.max_inline,
                 };
-                let qp = Arc::new(verbs::objects::Qp::new(
-                    pd.clone(),
-                    cq_of(send_cq)?,
-                    cq_of(recv_cq)?,
-                    vcaps,
-                )?);
+                let (scq, rcq) = (cq_of(send_cq)?, cq_of(recv_cq)?);
+                let qp = match &cm {
+                    // SAFETY: the id is live and on this PD's context (the PD was allocated on
+                    // the id's context); the Qp keeps the id (`cm`) and drops it after the QP.
+                    Some(id) => unsafe {
+                        verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps)?
+                    },
+                    None => verbs::objects::Qp::new(pd.clone(), scq, rcq, vcaps)?,
+                };
+                let qp = Arc::new(qp);
                 let qpn = qp.qpn();
                 if self.inner.dev.data_path() == DataPath::Direct {
                     (direct_on_mlx5(qp)?, qpn)
@@ -137,6 +154,7 @@ impl Pd {
             connected: false,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
+            _cm: cm,
         })
     }
 }
@@ -324,6 +342,11 @@ impl Qp {
             (QpPath::Direct { .. }, Backend::Sim(n)) => Ok(n.set_error(self.qpn)?),
             _ => Err(Error::Unsupported("QP and device backends differ")),
         }
+    }
+
+    /// Records that librdmacm connected the QP.
+    pub(crate) fn mark_connected(&mut self) {
+        self.connected = true;
     }
 
     /// Posting needs a connected QP (a QP in error is fine: its requests are flushed).

@@ -29,6 +29,10 @@ pub fn list() -> Vec<String> {
 pub struct Context {
     pub(crate) ctx: *mut ffi::ibv_context,
     name: String,
+    /// False for a context librdmacm opened (it closes it).
+    owned: bool,
+    /// Keeps the rdma_cm id (and so its context) alive for a borrowed context.
+    pub(crate) _keep: Option<std::sync::Arc<dyn Send + Sync>>,
 }
 
 // SAFETY: an ibv_context is thread-safe in rdma-core (every verb on it may be called from any
@@ -99,7 +103,27 @@ impl Context {
         Ok(Context {
             ctx,
             name: name.to_owned(),
+            owned: true,
+            _keep: None,
         })
+    }
+
+    /// A context owned by librdmacm (an `rdma_cm_id`'s `verbs`), kept alive by `keep`.
+    ///
+    /// # Safety
+    /// `ctx` must stay valid while `keep` lives.
+    pub(crate) unsafe fn borrowed(
+        ctx: *mut ffi::ibv_context,
+        keep: std::sync::Arc<dyn Send + Sync>,
+    ) -> Context {
+        // SAFETY: the caller's contract; the device name is owned by the device.
+        let name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name((*ctx).device)) };
+        Context {
+            ctx,
+            name: name.to_string_lossy().into_owned(),
+            owned: false,
+            _keep: Some(keep),
+        }
     }
 
     /// The device name.
@@ -165,8 +189,10 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // SAFETY: opened in `open`, closed once; every object created on it holds an Arc of
-        // this context and is destroyed first.
-        unsafe { ffi::ibv_close_device(self.ctx) };
+        if self.owned {
+            // SAFETY: opened in `open`, closed once; every object created on it holds an Arc
+            // of this context and is destroyed first.
+            unsafe { ffi::ibv_close_device(self.ctx) };
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! - [`path`]: the verbs data path (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`) with the
 //!   same semantics as the direct path: cookies, moderation of unsignaled runs, statuses.
 
+pub mod cm;
 pub mod device;
 pub mod objects;
 pub mod path;

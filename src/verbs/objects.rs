@@ -246,6 +246,8 @@ impl Default for Timing {
 pub struct Qp {
     pub(crate) qp: *mut ffi::ibv_qp,
     pub(crate) caps: Caps,
+    /// The rdma_cm id that created the QP (it is destroyed through it).
+    cm_id: Option<*mut ffi::rdma_cm_id>,
     pd: Arc<Pd>,
     _cqs: [Arc<Cq>; 2],
 }
@@ -292,6 +294,54 @@ impl Qp {
         Ok(Qp {
             qp,
             caps: real,
+            cm_id: None,
+            pd,
+            _cqs: [send_cq, recv_cq],
+        })
+    }
+
+    /// Creates an RC QP through librdmacm on `id` (connected by rdma_cm, not by
+    /// `ibv_modify_qp`).
+    ///
+    /// # Safety
+    /// `id` must be a live rdma_cm id on the PD's context that outlives the QP.
+    ///
+    /// # Errors
+    /// The `rdma_create_qp` error.
+    pub unsafe fn on_cm(
+        id: *mut ffi::rdma_cm_id,
+        pd: Arc<Pd>,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        caps: Caps,
+    ) -> Result<Qp, VerbsError> {
+        // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
+        let mut attr: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = send_cq.cq;
+        attr.recv_cq = recv_cq.cq;
+        attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
+        attr.cap.max_send_wr = caps.max_send_wr;
+        attr.cap.max_recv_wr = caps.max_recv_wr;
+        attr.cap.max_send_sge = caps.max_send_sge;
+        attr.cap.max_recv_sge = caps.max_recv_sge;
+        attr.cap.max_inline_data = caps.max_inline;
+        // SAFETY: the caller's contract; `attr` is a valid in/out parameter.
+        if unsafe { ffi::rdma_create_qp(id, pd.pd, &mut attr) } != 0 {
+            return Err(last("rdma_create_qp"));
+        }
+        let real = Caps {
+            max_send_wr: attr.cap.max_send_wr,
+            max_recv_wr: attr.cap.max_recv_wr,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge: attr.cap.max_recv_sge,
+            max_inline: attr.cap.max_inline_data,
+        };
+        // SAFETY: rdma_create_qp succeeded: `id->qp` is the new QP.
+        let qp = unsafe { (*id).qp };
+        Ok(Qp {
+            qp,
+            caps: real,
+            cm_id: Some(id),
             pd,
             _cqs: [send_cq, recv_cq],
         })
@@ -417,7 +467,14 @@ impl Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        // SAFETY: created in `new`, destroyed once; its CQs and PD are kept alive by the Arcs.
-        unsafe { ffi::ibv_destroy_qp(self.qp) };
+        match self.cm_id {
+            // SAFETY: created by rdma_create_qp on this id, which outlives it (the connection
+            // holds the id and drops it after the QP).
+            Some(id) => unsafe { ffi::rdma_destroy_qp(id) },
+            // SAFETY: created in `new`, destroyed once; its CQs and PD are kept alive.
+            None => unsafe {
+                ffi::ibv_destroy_qp(self.qp);
+            },
+        }
     }
 }

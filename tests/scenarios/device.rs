@@ -1,4 +1,5 @@
 //! The device the rxe stage provides: `BLUEFLAME_DEVICE` (and `BLUEFLAME_GID_INDEX`).
+#![allow(dead_code)]
 
 use blueflame::Device;
 

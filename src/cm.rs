@@ -1,0 +1,235 @@
+//! Connection set-up through librdmacm (`rdma_cm`): listen / accept and resolve / connect by
+//! IP address, as `rdma_server` and `rdma_client` do. The QP is created by librdmacm on the
+//! connection's device; one remote buffer descriptor can travel in the connection's private
+//! data each way (what `rdma_post_writev` users exchange).
+//!
+//! ```no_run
+//! # fn main() -> blueflame::Result<()> {
+//! use blueflame::{cm, Access, QpCaps};
+//! use std::time::Duration;
+//! let listener = cm::listen("10.77.0.1:7471".parse().unwrap())?;
+//! let req = listener.next_request(Duration::from_secs(60))?;
+//! let mr = req.pd().alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let cq = req.device().create_cq(64)?;
+//! let conn = req.accept(&cq, QpCaps::default(), Some(mr.remote_buf()))?;
+//! # let _ = conn; Ok(()) }
+//! ```
+
+use crate::connect::RemoteBuf;
+use crate::error::{Error, Result};
+use crate::resources::device::{Backend, VerbsDev};
+use crate::verbs::cm::CmId;
+use crate::verbs::device::Context;
+use crate::{Cq, Device, Pd, Qp, QpCaps};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+const MAGIC: &[u8; 4] = b"BFC1";
+
+fn encode(b: Option<RemoteBuf>) -> Vec<u8> {
+    let mut v = MAGIC.to_vec();
+    match b {
+        Some(b) => {
+            v.push(1);
+            v.extend_from_slice(&b.addr.to_be_bytes());
+            v.extend_from_slice(&b.rkey.to_be_bytes());
+            v.extend_from_slice(&b.len.to_be_bytes());
+        }
+        None => v.push(0),
+    }
+    v
+}
+
+fn decode(p: &[u8]) -> Option<RemoteBuf> {
+    // Private data may come back padded (InfiniBand CM messages have fixed sizes).
+    if p.len() < 25 || &p[..4] != MAGIC || p[4] != 1 {
+        return None;
+    }
+    Some(RemoteBuf {
+        addr: u64::from_be_bytes(p[5..13].try_into().ok()?),
+        rkey: u32::from_be_bytes(p[13..17].try_into().ok()?),
+        len: u64::from_be_bytes(p[17..25].try_into().ok()?),
+    })
+}
+
+fn device_of(id: &Arc<CmId>) -> Result<(Device, Pd)> {
+    let ctx = id.verbs();
+    if ctx.is_null() {
+        return Err(Error::Unsupported("rdma_cm id without a device"));
+    }
+    let keep: Arc<dyn Send + Sync> = id.clone();
+    // SAFETY: the context belongs to librdmacm and stays valid while the id lives; the
+    // context keeps the id alive.
+    let ctx = Arc::new(unsafe { Context::borrowed(ctx, keep) });
+    // SAFETY: the context is live; its `device` is the ibv_device it was opened on.
+    let mlx5 = unsafe { crate::dv::is_mlx5((*ctx.ctx).device.cast()) };
+    let path = crate::dv::choose(mlx5, std::env::var("BLUEFLAME_PATH").ok().as_deref())?;
+    let dev = Device {
+        backend: Backend::Verbs(Arc::new(VerbsDev {
+            ctx,
+            port: id.port(),
+            gid_index: None,
+            path,
+        })),
+    };
+    let pd = dev.alloc_pd()?;
+    Ok((dev, pd))
+}
+
+/// A listening rdma_cm id.
+pub struct CmListener {
+    id: CmId,
+}
+
+impl std::fmt::Debug for CmListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmListener").finish()
+    }
+}
+
+/// Listens on `addr` (an IP address of an RDMA device, e.g. rxe0's).
+///
+/// # Errors
+/// [`Error::Verbs`] (`rdma_bind_addr` fails when no RDMA device has that address).
+pub fn listen(addr: SocketAddr) -> Result<CmListener> {
+    let id = CmId::new()?;
+    id.listen(&addr)?;
+    Ok(CmListener { id })
+}
+
+impl CmListener {
+    /// Waits for the next connect request.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] on a timeout or another event.
+    pub fn next_request(&self, timeout: Duration) -> Result<CmRequest> {
+        let ev = self.id.wait(
+            rdma_sys::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST,
+            timeout,
+        )?;
+        // SAFETY: a connect request's new id, owned by nobody else yet.
+        let id = Arc::new(unsafe { CmId::adopt(ev.id)? });
+        let (device, pd) = device_of(&id)?;
+        Ok(CmRequest {
+            id,
+            device,
+            pd,
+            peer: decode(&ev.private),
+            timeout,
+        })
+    }
+}
+
+/// A connect request (server) or a resolved route (client): its device and a protection
+/// domain on it, for regions and the CQ, before the connection is made.
+pub struct CmRequest {
+    id: Arc<CmId>,
+    device: Device,
+    pd: Pd,
+    peer: Option<RemoteBuf>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for CmRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmRequest")
+            .field("device", &self.device.describe())
+            .field("peer", &self.peer)
+            .finish()
+    }
+}
+
+/// An established connection: the QP (connected, RTS) and the peer's buffer, if it sent one.
+#[derive(Debug)]
+pub struct CmConnection {
+    /// The connected QP.
+    pub qp: Qp,
+    /// The remote buffer the peer offered.
+    pub peer: Option<RemoteBuf>,
+}
+
+/// Resolves `addr` (a listener's address) and its route: the client side.
+///
+/// # Errors
+/// [`Error::Verbs`] when the address or route cannot be resolved.
+pub fn resolve(addr: SocketAddr, timeout: Duration) -> Result<CmRequest> {
+    let id = Arc::new(CmId::new()?);
+    id.resolve(&addr, timeout)?;
+    let (device, pd) = device_of(&id)?;
+    Ok(CmRequest {
+        id,
+        device,
+        pd,
+        peer: None,
+        timeout,
+    })
+}
+
+impl CmRequest {
+    /// The device the connection runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+    /// A protection domain on it (regions for the connection go here).
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+    /// The buffer the client offered in its request (server side).
+    pub fn peer(&self) -> Option<RemoteBuf> {
+        self.peer
+    }
+
+    fn qp(&self, cq: &Cq, caps: QpCaps) -> Result<Qp> {
+        self.pd.create_qp_with(cq, cq, caps, Some(self.id.clone()))
+    }
+
+    /// Server: creates the QP on `cq` and accepts, offering `offer`.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] when the QP cannot be created or the accept fails.
+    pub fn accept(self, cq: &Cq, caps: QpCaps, offer: Option<RemoteBuf>) -> Result<CmConnection> {
+        let mut qp = self.qp(cq, caps)?;
+        self.id.accept(&encode(offer), self.timeout)?;
+        qp.mark_connected();
+        Ok(CmConnection {
+            qp,
+            peer: self.peer,
+        })
+    }
+
+    /// Client: creates the QP on `cq` and connects, offering `offer`; the connection carries
+    /// the server's offer.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] when the QP cannot be created or the connection is refused.
+    pub fn connect(self, cq: &Cq, caps: QpCaps, offer: Option<RemoteBuf>) -> Result<CmConnection> {
+        let mut qp = self.qp(cq, caps)?;
+        let back = self.id.connect(&encode(offer), self.timeout)?;
+        qp.mark_connected();
+        Ok(CmConnection {
+            qp,
+            peer: decode(&back),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_data_round_trip_and_padding() {
+        let b = RemoteBuf {
+            addr: 0x7f00_1234_5678,
+            rkey: 0xabcd,
+            len: 4096,
+        };
+        let mut p = encode(Some(b));
+        assert_eq!(decode(&p), Some(b));
+        p.resize(56, 0); // IB CM pads private data
+        assert_eq!(decode(&p), Some(b));
+        assert_eq!(decode(&encode(None)), None);
+        assert_eq!(decode(b"junk"), None);
+    }
+}

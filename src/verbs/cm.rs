@@ -1,0 +1,294 @@
+//! librdmacm: event channels, ids and the connection events, for `crate::cm`.
+
+use super::{last, VerbsError};
+use rdma_sys as ffi;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// An rdma_cm id with its own event channel; destroyed (id, then channel) on drop.
+pub struct CmId {
+    pub(crate) id: *mut ffi::rdma_cm_id,
+    ch: *mut ffi::rdma_event_channel,
+}
+
+// SAFETY: librdmacm ids and channels may be used from any thread; the wrapper serialises its
+// own use (`&self` methods only read the pointers; events are awaited by one caller).
+unsafe impl Send for CmId {}
+// SAFETY: as above.
+unsafe impl Sync for CmId {}
+
+/// One connection-manager event, acknowledged, with a copy of its private data.
+pub struct Event {
+    /// The id the event is for (a new id for a connect request).
+    pub id: *mut ffi::rdma_cm_id,
+    /// The private data the peer sent.
+    pub private: Vec<u8>,
+}
+
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is valid; the matching family is filled below.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn timed_out(what: &'static str) -> VerbsError {
+    VerbsError {
+        call: what,
+        source: std::io::ErrorKind::TimedOut.into(),
+    }
+}
+
+impl CmId {
+    /// A new TCP-port-space id on a new event channel.
+    ///
+    /// # Errors
+    /// The `rdma_create_event_channel` / `rdma_create_id` error.
+    pub fn new() -> Result<CmId, VerbsError> {
+        // SAFETY: creates a channel; freed in Drop (or below on error).
+        let ch = unsafe { ffi::rdma_create_event_channel() };
+        if ch.is_null() {
+            return Err(last("rdma_create_event_channel"));
+        }
+        let mut id = std::ptr::null_mut();
+        // SAFETY: live channel; `id` is an out-parameter.
+        if unsafe {
+            ffi::rdma_create_id(
+                ch,
+                &mut id,
+                std::ptr::null_mut(),
+                ffi::rdma_port_space::RDMA_PS_TCP,
+            )
+        } != 0
+        {
+            let e = last("rdma_create_id");
+            // SAFETY: created above, no id on it.
+            unsafe { ffi::rdma_destroy_event_channel(ch) };
+            return Err(e);
+        }
+        Ok(CmId { id, ch })
+    }
+
+    /// Takes ownership of an id a connect request created, moving it to its own channel.
+    ///
+    /// # Safety
+    /// `id` must be the new id of a connect-request event, owned by nobody else.
+    ///
+    /// # Errors
+    /// The `rdma_migrate_id` error.
+    pub unsafe fn adopt(id: *mut ffi::rdma_cm_id) -> Result<CmId, VerbsError> {
+        // SAFETY: creates a channel.
+        let ch = unsafe { ffi::rdma_create_event_channel() };
+        if ch.is_null() {
+            return Err(last("rdma_create_event_channel"));
+        }
+        // SAFETY: the caller hands over a live id.
+        if unsafe { ffi::rdma_migrate_id(id, ch) } != 0 {
+            let e = last("rdma_migrate_id");
+            // SAFETY: created above.
+            unsafe { ffi::rdma_destroy_event_channel(ch) };
+            return Err(e);
+        }
+        Ok(CmId { id, ch })
+    }
+
+    /// Binds to `addr` and listens.
+    ///
+    /// # Errors
+    /// The `rdma_bind_addr` / `rdma_listen` error (no RDMA device on that address).
+    pub fn listen(&self, addr: &SocketAddr) -> Result<(), VerbsError> {
+        let (mut ss, _) = sockaddr(addr);
+        // SAFETY: live id; `ss` holds a sockaddr of the right family.
+        if unsafe { ffi::rdma_bind_addr(self.id, &mut ss as *mut _ as *mut _) } != 0 {
+            return Err(last("rdma_bind_addr"));
+        }
+        // SAFETY: live, bound id.
+        if unsafe { ffi::rdma_listen(self.id, 8) } != 0 {
+            return Err(last("rdma_listen"));
+        }
+        Ok(())
+    }
+
+    /// Resolves the address and route of `addr`.
+    ///
+    /// # Errors
+    /// The `rdma_resolve_addr` / `rdma_resolve_route` error, or the failure event.
+    pub fn resolve(&self, addr: &SocketAddr, timeout: Duration) -> Result<(), VerbsError> {
+        let (mut ss, _) = sockaddr(addr);
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: live id; `ss` holds a sockaddr; no source address.
+        if unsafe {
+            ffi::rdma_resolve_addr(
+                self.id,
+                std::ptr::null_mut(),
+                &mut ss as *mut _ as *mut _,
+                ms,
+            )
+        } != 0
+        {
+            return Err(last("rdma_resolve_addr"));
+        }
+        self.wait(
+            ffi::rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED,
+            timeout,
+        )?;
+        // SAFETY: live id with a resolved address.
+        if unsafe { ffi::rdma_resolve_route(self.id, ms) } != 0 {
+            return Err(last("rdma_resolve_route"));
+        }
+        self.wait(
+            ffi::rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED,
+            timeout,
+        )?;
+        Ok(())
+    }
+
+    fn conn_param(private: &[u8]) -> ffi::rdma_conn_param {
+        // SAFETY: an all-zero rdma_conn_param is valid.
+        let mut p: ffi::rdma_conn_param = unsafe { std::mem::zeroed() };
+        p.private_data = private.as_ptr().cast();
+        p.private_data_len = private.len() as u8;
+        p.responder_resources = 16;
+        p.initiator_depth = 16;
+        p.retry_count = 7;
+        p.rnr_retry_count = 7;
+        p
+    }
+
+    /// Connects (client), sending `private`; returns the server's private data.
+    ///
+    /// # Errors
+    /// The `rdma_connect` error, or the failure event (rejected, unreachable).
+    pub fn connect(&self, private: &[u8], timeout: Duration) -> Result<Vec<u8>, VerbsError> {
+        let mut p = Self::conn_param(private);
+        // SAFETY: live id with a QP; `p` and the private data live across the call.
+        if unsafe { ffi::rdma_connect(self.id, &mut p) } != 0 {
+            return Err(last("rdma_connect"));
+        }
+        Ok(self
+            .wait(ffi::rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, timeout)?
+            .private)
+    }
+
+    /// Accepts (server), sending `private`, and waits for the connection to be established.
+    ///
+    /// # Errors
+    /// The `rdma_accept` error, or the failure event.
+    pub fn accept(&self, private: &[u8], timeout: Duration) -> Result<(), VerbsError> {
+        let mut p = Self::conn_param(private);
+        // SAFETY: live id with a QP; `p` lives across the call.
+        if unsafe { ffi::rdma_accept(self.id, &mut p) } != 0 {
+            return Err(last("rdma_accept"));
+        }
+        self.wait(ffi::rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, timeout)?;
+        Ok(())
+    }
+
+    /// Waits for the next event on this id's channel, which must be `want`.
+    ///
+    /// # Errors
+    /// A timeout, or an event of another type (its name and status in the error).
+    pub fn wait(
+        &self,
+        want: ffi::rdma_cm_event_type::Type,
+        timeout: Duration,
+    ) -> Result<Event, VerbsError> {
+        // SAFETY: live channel: `fd` is its file descriptor.
+        let fd = unsafe { (*self.ch).fd };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n <= 0 {
+            return Err(timed_out("rdma_get_cm_event (timed out)"));
+        }
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: live channel with an event ready; acknowledged below.
+        if unsafe { ffi::rdma_get_cm_event(self.ch, &mut ev) } != 0 {
+            return Err(last("rdma_get_cm_event"));
+        }
+        // SAFETY: a live event until acknowledged; the private data is copied out first.
+        let (kind, status, id, private) = unsafe {
+            let e = &*ev;
+            let conn = &e.param.conn;
+            let private = if conn.private_data.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(
+                    conn.private_data as *const u8,
+                    conn.private_data_len as usize,
+                )
+                .to_vec()
+            };
+            (e.event, e.status, e.id, private)
+        };
+        // SAFETY: acknowledged once.
+        unsafe { ffi::rdma_ack_cm_event(ev) };
+        if kind != want || status != 0 {
+            // SAFETY: rdma_event_str returns a static string.
+            let name = unsafe { std::ffi::CStr::from_ptr(ffi::rdma_event_str(kind)) };
+            let msg = format!("rdma_cm event {} (status {status})", name.to_string_lossy());
+            return Err(VerbsError {
+                call: "rdma_get_cm_event",
+                source: std::io::Error::other(msg),
+            });
+        }
+        Ok(Event { id, private })
+    }
+
+    /// The device context the id is bound to (null before a route or request).
+    pub fn verbs(&self) -> *mut ffi::ibv_context {
+        // SAFETY: live id.
+        unsafe { (*self.id).verbs }
+    }
+
+    /// The port the id uses.
+    pub fn port(&self) -> u8 {
+        // SAFETY: live id.
+        unsafe { (*self.id).port_num }
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        // SAFETY: the QP on the id was destroyed first (the connection drops it before the id);
+        // the id and channel are destroyed once, id first.
+        unsafe {
+            ffi::rdma_disconnect(self.id);
+            ffi::rdma_destroy_id(self.id);
+            ffi::rdma_destroy_event_channel(self.ch);
+        }
+    }
+}
