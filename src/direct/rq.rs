@@ -100,6 +100,7 @@ impl RecvQueue {
         })?;
         self.shadow.set(self.head, cookie);
         self.head = self.head.wrapping_add(1);
+        self.shadow.mark_posted(self.head);
         Ok(())
     }
 

@@ -34,6 +34,8 @@ pub(crate) struct Shadow<T> {
     entries: Box<[UnsafeCell<T>]>,
     /// Producer index (16 bits) up to which the ring is free again.
     retired: AtomicU32,
+    /// Producer index (16 bits) after the last request posted (for deferred deregistration).
+    posted: AtomicU32,
 }
 
 // SAFETY: entries are written only by the single poster (it holds `&mut` of its queue) for
@@ -50,6 +52,7 @@ impl<T: Copy + Default> Shadow<T> {
             mask: cnt - 1,
             entries: (0..cnt).map(|_| UnsafeCell::new(T::default())).collect(),
             retired: AtomicU32::new(0),
+            posted: AtomicU32::new(0),
         }
     }
 
@@ -77,6 +80,23 @@ impl<T: Copy + Default> Shadow<T> {
     #[inline(always)]
     pub(crate) fn retire(&self, end: u16) {
         self.retired.store(end as u32, Ordering::Release);
+    }
+
+    /// Records how far the poster has posted (poster; one relaxed store).
+    #[inline(always)]
+    pub(crate) fn mark_posted(&self, end: u16) {
+        self.posted.store(end as u32, Ordering::Relaxed);
+    }
+
+    /// How far the poster has posted.
+    pub(crate) fn posted(&self) -> u16 {
+        self.posted.load(Ordering::Relaxed) as u16
+    }
+
+    /// Whether everything posted before `mark` has completed (or retired past it).
+    pub(crate) fn done_up_to(&self, mark: u16) -> bool {
+        let retired = self.retired();
+        retired == self.posted() || (retired.wrapping_sub(mark) as i16) >= 0
     }
 
     /// The position up to which the ring is free (poster).

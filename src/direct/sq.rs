@@ -267,6 +267,7 @@ impl SendQueue {
                 report,
             },
         );
+        self.shadow.mark_posted(end);
         self.pi = end;
         self.pending += 1;
         self.last = (pi, bbs as u16);
@@ -352,6 +353,7 @@ impl Drop for Batch<'_> {
         // Never announced to the device: give the blocks back.
         (self.sq.pi, self.sq.unsignaled, self.sq.next_fence) = self.start;
         self.sq.pending = 0;
+        self.sq.shadow.mark_posted(self.sq.pi);
     }
 }
 

@@ -160,6 +160,7 @@ impl Device {
             inner: Arc::new(PdInner {
                 dev: self.clone(),
                 kind,
+                lifetimes: Default::default(),
             }),
         })
     }
@@ -181,10 +182,14 @@ pub(crate) enum PdKind {
 pub(crate) struct PdInner {
     pub(crate) dev: Device,
     pub(crate) kind: PdKind,
+    /// Queues of this domain and regions waiting for their work to complete.
+    pub(crate) lifetimes: super::lifetime::Lifetimes,
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
+        // No QP is left (each holds the domain): every parked region can go.
+        self.lifetimes.clear();
         if let (Backend::Sim(n), PdKind::Sim(pd)) = (&self.dev.backend, &self.kind) {
             let _ = n.dealloc_pd(*pd);
         }
@@ -211,11 +216,18 @@ impl Pd {
         &self.inner.dev
     }
 
+    /// Deregisters the dropped regions whose outstanding work has completed since (see the
+    /// crate's ownership rules); returns how many still wait.
+    pub fn reclaim(&self) -> usize {
+        self.inner.lifetimes.reclaim()
+    }
+
     /// Allocates and registers `len` zeroed, page-aligned bytes with `access` rights.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for `len == 0`; the device's registration error.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        self.inner.lifetimes.reclaim();
         if len == 0 {
             return Err(Error::InvalidParameter {
                 what: "region length",

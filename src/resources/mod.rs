@@ -12,6 +12,7 @@
 mod cq;
 pub(crate) mod device;
 mod iov;
+mod lifetime;
 mod mr;
 mod mw;
 mod qp;

@@ -6,11 +6,21 @@ use crate::error::{Error, Result};
 use crate::{verbs, Access, Remote, Sge};
 
 enum MrKind {
-    Sim,
+    Sim(SimReg),
     /// Held for its Drop: deregisters, then frees the memory.
-    Verbs {
-        _mr: verbs::objects::Mr,
-    },
+    Verbs(verbs::objects::Mr),
+}
+
+/// A software-NIC registration: deregistered (and its memory freed) on drop.
+struct SimReg {
+    nic: mlx5::sim::Nic,
+    lkey: u32,
+}
+
+impl Drop for SimReg {
+    fn drop(&mut self) {
+        let _ = self.nic.dereg_mr(self.lkey);
+    }
 }
 
 /// Registered memory: the NIC may read and write it under its keys.
@@ -19,7 +29,8 @@ enum MrKind {
 /// through [`MemoryRegion::read`] / [`MemoryRegion::write`] (copies), or through the raw
 /// pointer with the same care as any DMA buffer.
 pub struct MemoryRegion {
-    kind: MrKind,
+    /// `None` only while being dropped.
+    kind: Option<MrKind>,
     addr: u64,
     len: u64,
     lkey: u32,
@@ -43,17 +54,26 @@ impl MemoryRegion {
         let (kind, addr, len, lkey, rkey) = match (&pd.inner.dev.backend, &pd.inner.kind) {
             (Backend::Sim(n), PdKind::Sim(p)) => {
                 let i = n.alloc_mr(*p, len, access)?;
-                (MrKind::Sim, i.addr, i.len, i.lkey, i.rkey)
+                (
+                    MrKind::Sim(SimReg {
+                        nic: n.clone(),
+                        lkey: i.lkey,
+                    }),
+                    i.addr,
+                    i.len,
+                    i.lkey,
+                    i.rkey,
+                )
             }
             (_, PdKind::Verbs(p)) => {
                 let mr = verbs::objects::Mr::alloc(p.clone(), len, access)?;
                 let (a, l, lk, rk) = mr.info();
-                (MrKind::Verbs { _mr: mr }, a, l, lk, rk)
+                (MrKind::Verbs(mr), a, l, lk, rk)
             }
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
         Ok(MemoryRegion {
-            kind,
+            kind: Some(kind),
             addr,
             len,
             lkey,
@@ -66,8 +86,8 @@ impl MemoryRegion {
     /// The rdma-core region, on a verbs device.
     pub(crate) fn verbs_mr(&self) -> Option<*mut rdma_sys::ibv_mr> {
         match &self.kind {
-            MrKind::Verbs { _mr } => Some(_mr.mr),
-            MrKind::Sim => None,
+            Some(MrKind::Verbs(mr)) => Some(mr.mr),
+            _ => None,
         }
     }
 
@@ -196,9 +216,13 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        if let (MrKind::Sim, Backend::Sim(n)) = (&self.kind, &self.pd.inner.dev.backend) {
-            let _ = n.dereg_mr(self.lkey);
+        // Deregistered now, or once the work outstanding on its domain's QPs has completed.
+        if let Some(kind) = self.kind.take() {
+            let reg: super::lifetime::Registration = match kind {
+                MrKind::Sim(r) => Box::new(r),
+                MrKind::Verbs(m) => Box::new(m),
+            };
+            self.pd.inner.lifetimes.release(reg);
         }
-        // A verbs region deregisters itself (its own Drop).
     }
 }

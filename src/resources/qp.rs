@@ -136,6 +136,13 @@ impl Pd {
             }
             QpPath::Verbs { sq, rq, .. } => (sq.shadow.clone(), Some(rq.shadow.clone())),
         };
+        let sq_weak: std::sync::Weak<dyn super::lifetime::Progress> =
+            Arc::downgrade(&sq_shadow) as _;
+        self.inner.lifetimes.track(sq_weak);
+        if let Some(r) = &rq_shadow {
+            let rq_weak: std::sync::Weak<dyn super::lifetime::Progress> = Arc::downgrade(r) as _;
+            self.inner.lifetimes.track(rq_weak);
+        }
         send_cq.handle.registry.attach(Attached {
             qpn,
             sq: Some(sq_shadow),
@@ -666,6 +673,7 @@ impl Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
+        self.pd.inner.lifetimes.reclaim();
         for cq in &self.cqs {
             cq.registry.detach(self.qpn);
         }

@@ -297,6 +297,7 @@ impl VerbsSendQueue {
                 report,
             },
         );
+        self.shadow.mark_posted(end);
         self.seq = end;
         self.pending += 1;
     }
@@ -406,6 +407,7 @@ impl VerbsSendQueue {
             return Err(Error::Verbs(code("ibv_bind_mw", rc)));
         }
         self.seq = end;
+        self.shadow.mark_posted(end);
         // SAFETY: `mw` is live; the provider stored the new rkey in it.
         Ok(unsafe { (*mw).rkey })
     }
@@ -434,6 +436,7 @@ impl VerbsSendQueue {
                     / std::mem::size_of::<ffi::ibv_send_wr>()
             };
             self.seq = self.seq.wrapping_sub((n - first_bad) as u16);
+            self.shadow.mark_posted(self.seq);
             return Err(Error::Verbs(code("ibv_post_send", rc)));
         }
         Ok(())
@@ -443,6 +446,7 @@ impl VerbsSendQueue {
     pub fn rewind(&mut self) {
         self.seq = self.seq.wrapping_sub(self.pending as u16);
         self.pending = 0;
+        self.shadow.mark_posted(self.seq);
     }
 
     /// Requests queued and not yet rung.
@@ -580,6 +584,7 @@ impl VerbsRecvQueue {
             return Err(Error::Verbs(code("ibv_post_recv", rc)));
         }
         self.seq = self.seq.wrapping_add(1);
+        self.shadow.mark_posted(self.seq);
         Ok(())
     }
 }

@@ -1,0 +1,101 @@
+//! Ownership of regions while work is outstanding: reference counts, not lifetimes.
+//!
+//! A request carries plain keys (an lkey in a gather entry, an rkey in a peer's write), so the
+//! borrow checker cannot tie it to the region it names, and tying every post to a borrow
+//! would forbid the fire-and-forget posting that RDMA programs rely on. Instead:
+//! - a [`Qp`](super::Qp) holds reference counts of its CQs, so a CQ is destroyed only after
+//!   every QP on it (and its poller) is gone;
+//! - a [`MemoryRegion`](super::MemoryRegion) dropped while a QP of its protection domain still
+//!   has work outstanding is not deregistered at once: the registration is parked in the
+//!   protection domain until every request posted before the drop has completed (it is
+//!   reclaimed on later region drops and allocations, QP drops, [`Pd::reclaim`](super::Pd::reclaim),
+//!   and at the latest when the protection domain goes).
+
+use crate::direct::shadow::Shadow;
+use std::sync::{Mutex, Weak};
+
+/// How far a queue has posted and retired.
+pub(crate) trait Progress: Send + Sync {
+    fn posted(&self) -> u16;
+    fn done_up_to(&self, mark: u16) -> bool;
+}
+
+impl<T: Copy + Default + Send> Progress for Shadow<T> {
+    fn posted(&self) -> u16 {
+        Shadow::posted(self)
+    }
+    fn done_up_to(&self, mark: u16) -> bool {
+        Shadow::done_up_to(self, mark)
+    }
+}
+
+/// Something whose drop deregisters a region.
+pub(crate) type Registration = Box<dyn Send>;
+
+struct Parked {
+    _reg: Registration,
+    marks: Vec<(Weak<dyn Progress>, u16)>,
+}
+
+impl Parked {
+    fn done(&self) -> bool {
+        self.marks
+            .iter()
+            .all(|(q, mark)| q.upgrade().is_none_or(|q| q.done_up_to(*mark)))
+    }
+}
+
+/// The queues of a protection domain and the registrations waiting for them.
+#[derive(Default)]
+pub(crate) struct Lifetimes {
+    queues: Mutex<Vec<Weak<dyn Progress>>>,
+    parked: Mutex<Vec<Parked>>,
+}
+
+impl Lifetimes {
+    /// A queue whose outstanding work may name regions of this domain.
+    pub(crate) fn track(&self, q: Weak<dyn Progress>) {
+        let mut qs = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        qs.retain(|q| q.strong_count() > 0);
+        qs.push(q);
+    }
+
+    /// Deregisters now when nothing is outstanding; otherwise parks the registration until
+    /// the work posted so far has completed.
+    pub(crate) fn release(&self, reg: Registration) {
+        let marks: Vec<(Weak<dyn Progress>, u16)> = self
+            .queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|w| {
+                let q = w.upgrade()?;
+                let mark = q.posted();
+                // Outstanding work: the queue has not retired everything it posted.
+                (!q.done_up_to(mark)).then(|| (w.clone(), mark))
+            })
+            .collect();
+        if !marks.is_empty() {
+            self.parked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Parked { _reg: reg, marks });
+        }
+        self.reclaim();
+    }
+
+    /// Deregisters every parked region whose work has completed. Returns how many remain.
+    pub(crate) fn reclaim(&self) -> usize {
+        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        p.retain(|x| !x.done());
+        p.len()
+    }
+
+    /// Deregisters everything (the domain is going away: no QP is left on it).
+    pub(crate) fn clear(&self) {
+        self.parked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
