@@ -41,7 +41,7 @@ impl Parked {
     fn done(&self) -> bool {
         self.marks
             .iter()
-            .all(|(q, mark)| q.upgrade().is_none_or(|q| q.done_up_to(*mark)))
+            .all(|(q, mark)| q.upgrade().map_or(true, |q| q.done_up_to(*mark)))
     }
 }
 

@@ -4,10 +4,11 @@
 //! with the mlx5dv binding that feeds the direct path on a ConnectX) plugs in behind the same
 //! types. Whatever the backend, the data path is the direct one of [`crate::direct`].
 //!
-//! Ownership: a [`Qp`] keeps its CQs alive (reference counts), so a CQ is destroyed only when
-//! its poller and every QP on it are gone. A [`MemoryRegion`] may be dropped while work on it
-//! is outstanding: the NIC then refuses the key and the work completes with a protection
-//! error; no memory is touched.
+//! Ownership (reference counts, see `lifetime.rs`): a [`Qp`] keeps its CQs alive, so a CQ is
+//! destroyed only when its poller and every QP on it are gone; a [`MemoryRegion`] dropped while
+//! QPs of its protection domain have work outstanding stays registered (its memory too) until
+//! that work has completed, and is deregistered at the next reclaim point (another region
+//! dropped or allocated, a QP dropped, [`Pd::reclaim`], or the domain's end).
 
 mod cq;
 pub(crate) mod device;
