@@ -6,11 +6,13 @@
 //!   `cargo clippy -D warnings` and `cargo test --workspace --locked`.
 //! - `cargo xtask rxe -- COMMAND`: boots the rxe VM once and runs COMMAND inside it with
 //!   `BLUEFLAME_DEVICE=rxe0`.
+//! - `cargo xtask icount`: instructions per post / poll with callgrind, against the budgets.
 //! - `cargo xtask deps`: only the installation step.
 //!
 //! `cargo xtask test` ends with the device stage: the `rxe_*` integration tests, built on the
 //! host, run inside one boot of the rxe VM.
 
+mod icount;
 mod rxe;
 
 use std::path::Path;
@@ -34,8 +36,17 @@ fn main() {
         Some("test") => test(),
         Some("deps") => deps(),
         Some("rxe") => rxe::main(&args[1..]),
+        Some("icount") => {
+            if deps() != 0 {
+                1
+            } else if icount::main() {
+                0
+            } else {
+                1
+            }
+        }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | rxe -- COMMAND | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | rxe -- COMMAND | icount | deps>");
             2
         }
     };

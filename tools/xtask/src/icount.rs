@@ -1,0 +1,67 @@
+//! `cargo xtask icount`: instructions per operation of the direct path on the software NIC,
+//! counted with callgrind (repeatable on a noisy machine), against the budgets.
+//!
+//! `bfperf icount-probe N` runs each operation through its own `#[inline(never)]` function;
+//! callgrind collects only inside them (`--toggle-collect`), and the inclusive count of each
+//! function divided by its calls is the cost of one operation.
+
+use crate::{root, run};
+use std::process::Command;
+
+/// (name, probe function, calls per iteration, operations per call, budget)
+const OPS: &[(&str, &str, u64, u64, u64)] = &[
+    ("post: 8-byte inline RDMA write + BlueFlame", "measured_post", 1, 1, 40),
+    ("poll: one CQE", "measured_poll_hit", 2, 1, 25),
+    ("poll: empty", "measured_poll_empty", 1, 1, 10),
+    ("post: per WQE in a batch of 32", "measured_batch32", 1, 32, 20),
+];
+
+const ITERS: u64 = 2000;
+
+/// Runs the probe under callgrind and prints the table; false when a budget is exceeded or
+/// the measurement failed.
+pub fn main() -> bool {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    if !run("build bfperf", Command::new(&cargo).args(["build", "--release", "--locked", "-q", "-p", "bfperf"])) {
+        return false;
+    }
+    let out = root().join("target/callgrind.icount");
+    let bin = root().join("target/release/bfperf");
+    let ok = run(
+        "callgrind",
+        Command::new("valgrind")
+            .args(["--tool=callgrind", "--toggle-collect=bfperf::probe::measured_*"])
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(&bin)
+            .args(["icount-probe", &ITERS.to_string()]),
+    );
+    if !ok {
+        return false;
+    }
+    let Ok(ann) = Command::new("callgrind_annotate").arg("--inclusive=yes").arg(&out).output() else {
+        eprintln!("xtask: callgrind_annotate not found (install valgrind)");
+        return false;
+    };
+    let text = String::from_utf8_lossy(&ann.stdout);
+    let mut pass = true;
+    println!("{:<46} {:>12} {:>8} {:>8}", "operation", "instructions", "budget", "");
+    for &(name, func, calls, per_call, budget) in OPS {
+        let total = text.lines().find_map(|l| {
+            let l = l.trim();
+            (l.contains(&format!("probe::{func} ")) || l.ends_with(&format!("probe::{func}")))
+                .then(|| l.split_whitespace().next()?.replace(',', "").parse::<u64>().ok())
+                .flatten()
+        });
+        let Some(total) = total else {
+            eprintln!("xtask: no count for {func} in the callgrind output");
+            pass = false;
+            continue;
+        };
+        let per_op = total as f64 / (ITERS * calls * per_call) as f64;
+        let ok = per_op <= budget as f64;
+        pass &= ok;
+        println!("{name:<46} {per_op:>12.1} {budget:>8} {:>8}", if ok { "ok" } else { "OVER" });
+    }
+    println!("(callgrind, {ITERS} iterations of target/release/bfperf icount-probe)");
+    pass
+}
