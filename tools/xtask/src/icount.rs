@@ -10,10 +10,22 @@ use std::process::Command;
 
 /// (name, probe function, calls per iteration, operations per call, budget)
 const OPS: &[(&str, &str, u64, u64, u64)] = &[
-    ("post: 8-byte inline RDMA write + BlueFlame", "measured_post", 1, 1, 40),
+    (
+        "post: 8-byte inline RDMA write + BlueFlame",
+        "measured_post",
+        1,
+        1,
+        40,
+    ),
     ("poll: one CQE", "measured_poll_hit", 2, 1, 25),
     ("poll: empty", "measured_poll_empty", 1, 1, 10),
-    ("post: per WQE in a batch of 32", "measured_batch32", 1, 32, 20),
+    (
+        "post: per WQE in a batch of 32",
+        "measured_batch32",
+        1,
+        32,
+        20,
+    ),
 ];
 
 const ITERS: u64 = 2000;
@@ -22,7 +34,10 @@ const ITERS: u64 = 2000;
 /// the measurement failed.
 pub fn main() -> bool {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    if !run("build bfperf", Command::new(&cargo).args(["build", "--release", "--locked", "-q", "-p", "bfperf"])) {
+    if !run(
+        "build bfperf",
+        Command::new(&cargo).args(["build", "--release", "--locked", "-q", "-p", "bfperf"]),
+    ) {
         return false;
     }
     let out = root().join("target/callgrind.icount");
@@ -30,7 +45,10 @@ pub fn main() -> bool {
     let ok = run(
         "callgrind",
         Command::new("valgrind")
-            .args(["--tool=callgrind", "--toggle-collect=bfperf::probe::measured_*"])
+            .args([
+                "--tool=callgrind",
+                "--toggle-collect=bfperf::probe::measured_*",
+            ])
             .arg(format!("--callgrind-out-file={}", out.display()))
             .arg(&bin)
             .args(["icount-probe", &ITERS.to_string()]),
@@ -38,18 +56,31 @@ pub fn main() -> bool {
     if !ok {
         return false;
     }
-    let Ok(ann) = Command::new("callgrind_annotate").arg("--inclusive=yes").arg(&out).output() else {
+    let Ok(ann) = Command::new("callgrind_annotate")
+        .arg("--inclusive=yes")
+        .arg(&out)
+        .output()
+    else {
         eprintln!("xtask: callgrind_annotate not found (install valgrind)");
         return false;
     };
     let text = String::from_utf8_lossy(&ann.stdout);
     let mut pass = true;
-    println!("{:<46} {:>12} {:>8} {:>8}", "operation", "instructions", "budget", "");
+    println!(
+        "{:<46} {:>12} {:>8} {:>8}",
+        "operation", "instructions", "budget", ""
+    );
     for &(name, func, calls, per_call, budget) in OPS {
         let total = text.lines().find_map(|l| {
             let l = l.trim();
             (l.contains(&format!("probe::{func} ")) || l.ends_with(&format!("probe::{func}")))
-                .then(|| l.split_whitespace().next()?.replace(',', "").parse::<u64>().ok())
+                .then(|| {
+                    l.split_whitespace()
+                        .next()?
+                        .replace(',', "")
+                        .parse::<u64>()
+                        .ok()
+                })
                 .flatten()
         });
         let Some(total) = total else {
@@ -60,7 +91,10 @@ pub fn main() -> bool {
         let per_op = total as f64 / (ITERS * calls * per_call) as f64;
         let ok = per_op <= budget as f64;
         pass &= ok;
-        println!("{name:<46} {per_op:>12.1} {budget:>8} {:>8}", if ok { "ok" } else { "OVER" });
+        println!(
+            "{name:<46} {per_op:>12.1} {budget:>8} {:>8}",
+            if ok { "ok" } else { "OVER" }
+        );
     }
     println!("(callgrind, {ITERS} iterations of target/release/bfperf icount-probe)");
     pass

@@ -7,11 +7,13 @@
 //! - `cargo xtask rxe -- COMMAND`: boots the rxe VM once and runs COMMAND inside it with
 //!   `BLUEFLAME_DEVICE=rxe0`.
 //! - `cargo xtask icount`: instructions per post / poll with callgrind, against the budgets.
+//! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot.
 //! - `cargo xtask deps`: only the installation step.
 //!
 //! `cargo xtask test` ends with the device stage: the `rxe_*` integration tests, built on the
 //! host, run inside one boot of the rxe VM.
 
+mod compare;
 mod icount;
 mod rxe;
 
@@ -36,6 +38,13 @@ fn main() {
         Some("test") => test(),
         Some("deps") => deps(),
         Some("rxe") => rxe::main(&args[1..]),
+        Some("rxe-compare") => {
+            if deps() == 0 && compare::main() {
+                0
+            } else {
+                1
+            }
+        }
         Some("icount") => {
             if deps() != 0 {
                 1
@@ -46,7 +55,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | rxe -- COMMAND | icount | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | rxe -- COMMAND | icount | rxe-compare | deps>");
             2
         }
     };
