@@ -32,6 +32,9 @@ pub struct VerbsSendQueue {
     pub(crate) shadow: Arc<Shadow<SendEntry>>,
     seq: u16,
     unsignaled: u32,
+    /// Set after a bind or local invalidate: the next request is fenced (as rdma-core arms an
+    /// initiator small fence on mlx5).
+    fence_next: bool,
     wrs: Box<[ffi::ibv_send_wr]>,
     sges: Box<[ffi::ibv_sge]>,
     inline: Box<[u8]>,
@@ -69,6 +72,7 @@ impl VerbsSendQueue {
             shadow: Arc::new(Shadow::new(entries.max(16))),
             seq: 0,
             unsignaled: 0,
+            fence_next: false,
             wrs: (0..MAX_BATCH).map(|_| zeroed_wr()).collect(),
             // SAFETY: an all-zero ibv_sge is valid.
             sges: (0..MAX_BATCH * max_sge)
@@ -273,7 +277,14 @@ impl VerbsSendQueue {
         if flags.solicited {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_SOLICITED.0;
         }
-        if flags.fence != Fence::None {
+        let fence_after_bind = std::mem::replace(
+            &mut self.fence_next,
+            matches!(
+                opcode,
+                ffi::ibv_wr_opcode::IBV_WR_BIND_MW | ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV
+            ),
+        );
+        if flags.fence != Fence::None || fence_after_bind {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_FENCE.0;
         }
         wr.wr_id = self.seq as u64;
@@ -408,6 +419,7 @@ impl VerbsSendQueue {
         }
         self.seq = end;
         self.shadow.mark_posted(end);
+        self.fence_next = true;
         // SAFETY: `mw` is live; the provider stored the new rkey in it.
         Ok(unsafe { (*mw).rkey })
     }

@@ -374,6 +374,39 @@ pub fn old_rkey_fails(dev: &Device, mw_type: MwType) {
     assert_eq!(p.wait(false, 1)[0].1, WcStatus::RemAccessErr);
 }
 
+/// A peer invalidates a type-2 window with its send (send with invalidate): the receiver's
+/// completion reports the key, and the key fails from then on.
+pub fn send_with_invalidate(dev: &Device) {
+    let mut p = pair(dev);
+    let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
+    let rkey =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
+            .unwrap();
+    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
+    let addr = p.mr_b.addr();
+    p.a.write_inline(b"valid", Remote { addr, rkey }, 2, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(p.wait(false, 1)[0].1, WcStatus::Success);
+    p.b.post_recv(&[p.mr_b.sge(1024, 64).unwrap()], 40).unwrap();
+    p.a.post(
+        &Request::SendInv {
+            data: Payload::Inline(b"done"),
+            rkey,
+        },
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    assert_eq!(p.wait(false, 1)[0].1, WcStatus::Success);
+    assert_eq!(
+        p.wait(true, 1)[0],
+        (40, WcStatus::Success, WcOpcode::Recv, 4, Some(rkey))
+    );
+    p.a.write_inline(b"stale", Remote { addr, rkey }, 4, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(p.wait(false, 1)[0].1, WcStatus::RemAccessErr);
+}
+
 /// DAT_PRIVILEGES_VIOLATION: window rights beyond the region's, refused before posting.
 pub fn privileges_violation(dev: &Device) {
     let mut p = Pair::new(
@@ -428,6 +461,7 @@ pub const ALL: &[(&str, Check)] = &[
     }),
     ("old_rkey_fails_type1", |d| old_rkey_fails(d, MwType::One)),
     ("old_rkey_fails_type2", |d| old_rkey_fails(d, MwType::Two)),
+    ("send_with_invalidate", send_with_invalidate),
     ("privileges_violation", privileges_violation),
     ("invalid_handle", invalid_handle),
 ];
