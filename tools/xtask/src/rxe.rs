@@ -49,15 +49,34 @@ pub fn deps() -> bool {
             return false;
         }
     }
-    let have_vng = Command::new("vng")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    have_vng
-        || run(
+    vng().is_some()
+        || (run(
             "pip install virtme-ng",
             Command::new("python3").args(["-m", "pip", "install", "-q", VNG]),
-        )
+        ) && vng().is_some())
+}
+
+/// The `vng` program: on PATH, or in the scripts directory of the Python that installed it
+/// (a pyenv shim may not exist until a rehash).
+fn vng() -> Option<PathBuf> {
+    let works = |p: &Path| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works(Path::new("vng")) {
+        return Some(PathBuf::from("vng"));
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("vng");
+    works(&p).then_some(p)
 }
 
 /// The newest Debian kernel under /boot that has the rdma_rxe module.
@@ -120,9 +139,13 @@ pub fn run_in_vm(cmd: &str) -> Option<(i32, String)> {
     std::fs::write(&sh, script(&out, cmd)).ok()?;
     eprintln!("xtask: booting the rxe VM (kernel {ver}, no KVM) ...");
     let t = Instant::now();
+    let Some(vng) = vng() else {
+        eprintln!("xtask: vng (virtme-ng) not found after installing it");
+        return None;
+    };
     let ok = run(
         "rxe VM",
-        Command::new("vng")
+        Command::new(vng)
             .arg("--run")
             .arg(&kernel)
             .args(["--disable-kvm", "--memory", "2G", "--cpus", "2", "--rwdir"])
