@@ -143,16 +143,34 @@ pub fn run_in_vm(cmd: &str) -> Option<(i32, String)> {
         eprintln!("xtask: vng (virtme-ng) not found after installing it");
         return None;
     };
-    let ok = run(
-        "rxe VM",
-        Command::new(vng)
-            .arg("--run")
-            .arg(&kernel)
-            .args(["--disable-kvm", "--memory", "2G", "--cpus", "2", "--rwdir"])
-            .arg(&out)
-            .arg("--exec")
-            .arg(format!("bash {}", sh.display())),
-    );
+    // The VM's console goes to a file: it is noise unless the boot fails.
+    let console = out.join("console.log");
+    let ok = match std::fs::File::create(&console) {
+        Ok(f) => run(
+            "rxe VM",
+            Command::new(vng)
+                .arg("--run")
+                .arg(&kernel)
+                .args(["--disable-kvm", "--memory", "2G", "--cpus", "2", "--rwdir"])
+                .arg(&out)
+                .arg("--exec")
+                .arg(format!("bash {}", sh.display()))
+                .stdin(std::process::Stdio::null())
+                .stdout(
+                    f.try_clone()
+                        .map(std::process::Stdio::from)
+                        .unwrap_or_else(|_| std::process::Stdio::null()),
+                )
+                .stderr(std::process::Stdio::from(f)),
+        ),
+        Err(_) => false,
+    };
+    if !ok {
+        eprintln!(
+            "xtask: VM console:\n{}",
+            std::fs::read_to_string(&console).unwrap_or_default()
+        );
+    }
     eprintln!("xtask: the VM ran for {:.1} s", t.elapsed().as_secs_f64());
     let code = std::fs::read_to_string(out.join("exit"))
         .ok()
