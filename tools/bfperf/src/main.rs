@@ -1,64 +1,23 @@
-//! bfperf: perftest-style latency over blueflame's direct data path.
+//! bfperf: perftest-style RDMA microbenchmark over blueflame.
 //!
-//! `bfperf write-lat [--device auto|sim|sim-stepped|NAME] [--size N] [--iters N] [--warmup N]
-//! [--pin CORE] [--json]`
-//!
-//! An RDMA-write ping-pong as `ib_write_lat` runs it: side A writes `size` bytes into B's
-//! buffer, B sees the last byte change and writes back; the latency of one write is half the
-//! round trip. Both sides run in this process (one thread), through the device's data path:
-//! direct on the software NIC (WQEs into the ring, BlueFlame doorbell, CQ polled from the
-//! ring), verbs on other rdma-core devices (rxe, ...).
+//! `bfperf <write-lat|read-lat|send-lat|atomic-lat|write-bw|read-bw|send-bw> [options]`
+//! (`bfperf --help` lists them). By default both sides run in this process (a connected
+//! pair of QPs, the responder in its own thread, as perftest's two processes); `--server` /
+//! `--client HOST` run one side each, connected over the out-of-band TCP exchange. The data
+//! path is the device's: direct on the software NIC and mlx5, verbs on other devices.
 
+mod bw;
+mod lat;
+mod opts;
 mod probe;
+mod setup;
 mod stats;
 
-use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, Sge};
-use std::time::Instant;
+use opts::{Atomic, Opts};
 
-struct Opts {
-    device: String,
-    size: usize,
-    iters: usize,
-    warmup: usize,
-    pin: Option<usize>,
-    json: bool,
-}
-
-fn usage() -> ! {
-    eprintln!("usage: bfperf write-lat [--device auto|sim|sim-stepped|NAME] [--size N] [--iters N] [--warmup N] [--pin CORE] [--json]");
-    std::process::exit(2)
-}
-
-fn parse(args: &[String]) -> Opts {
-    let mut o = Opts {
-        device: "auto".into(),
-        size: 8,
-        iters: 10_000,
-        warmup: 1000,
-        pin: None,
-        json: false,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
-        let num = |s: String| s.parse::<usize>().unwrap_or_else(|_| usage());
-        match a.as_str() {
-            "--device" | "-d" => o.device = val(),
-            "--size" | "-s" => o.size = num(val()),
-            "--iters" | "-n" => o.iters = num(val()),
-            "--warmup" => o.warmup = num(val()),
-            "--pin" => o.pin = Some(num(val())),
-            "--json" => o.json = true,
-            _ => usage(),
-        }
-    }
-    if o.size == 0 || o.iters == 0 {
-        usage();
-    }
-    o
-}
-
-fn pin(core: usize) {
+/// Pins the calling thread to `core`, if given.
+pub fn pin(core: Option<usize>) {
+    let Some(core) = core else { return };
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it, and
     // sched_setaffinity reads `size_of::<cpu_set_t>()` bytes of it.
     unsafe {
@@ -73,144 +32,137 @@ fn pin(core: usize) {
     }
 }
 
-/// Which device runs, and a line saying why.
-fn open(name: &str) -> Result<(Device, String), blueflame::Error> {
-    let dev = match name {
-        "sim" => Device::sim(),
-        "sim-stepped" => Device::sim_stepped(),
-        "auto" => Device::open_default()?,
-        other => Device::open(other, None)?,
-    };
-    let why = match (name, dev.nic().is_some()) {
-        ("auto", true) => format!("no RDMA device present: {}", dev.describe()),
-        _ => dev.describe(),
-    };
-    let why = format!("{why}, {:?} data path", dev.data_path());
-    Ok((dev, why))
+enum Test {
+    Lat(lat::Lat, &'static str),
+    Bw(bw::Bw, &'static str),
 }
 
-fn write_lat(o: &Opts) -> Result<(), blueflame::Error> {
-    if let Some(c) = o.pin {
-        pin(c);
-    }
-    let (dev, why) = open(&o.device)?;
-    let pd = dev.alloc_pd()?;
-    let caps = QpCaps {
-        max_inline: 256,
-        ..QpCaps::default()
-    };
-    let mut cq_a = dev.create_cq(256)?;
-    let mut cq_b = dev.create_cq(256)?;
-    let mut a = pd.create_qp(&cq_a, &cq_a, caps)?;
-    let mut b = pd.create_qp(&cq_b, &cq_b, caps)?;
-    let (ea, eb) = (a.endpoint()?, b.endpoint()?);
-    a.connect(eb)?;
-    if dev.nic().is_none() {
-        b.connect(ea)?;
-    }
-    let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
-    let mr_a = pd.alloc_mr(o.size * 2, rights)?;
-    let mr_b = pd.alloc_mr(o.size * 2, rights)?;
-    let inline = o.size <= caps.max_inline as usize;
-    let mut msg = vec![0u8; o.size];
-    let mut done = [Completion::default(); 16];
-    let total = o.warmup + o.iters;
-    let mut samples = Vec::with_capacity(o.iters);
-    let stepped = o.device == "sim-stepped";
-    let wait = |mr: &blueflame::MemoryRegion, tag: u8| {
-        let mut spins = 0u64;
-        while mr.read_volatile_u8(o.size - 1).expect("in region") != tag {
-            if stepped {
-                dev.process();
-            }
-            spins += 1;
-            if spins > 2_000_000_000 {
-                eprintln!("bfperf: no progress (tag {tag})");
-                std::process::exit(1);
-            }
-            std::hint::spin_loop();
+fn title(t: &Test, o: &Opts) -> &'static str {
+    match t {
+        Test::Lat(lat::Lat::Atomic(_), _) if o.atomic == Atomic::CompareSwap => {
+            "Atomic CMP_AND_SWAP Latency Test"
         }
-    };
-    for i in 0..total {
-        let tag = (i % 255) as u8 + 1;
-        *msg.last_mut().expect("size > 0") = tag;
-        let t0 = Instant::now();
-        for (qp, cq, src, dst) in [
-            (&mut a, &mut cq_a, &mr_a, &mr_b),
-            (&mut b, &mut cq_b, &mr_b, &mr_a),
-        ] {
-            if inline {
-                qp.write_inline(&msg, dst.remote(0), i as u64, PostFlags::UNSIGNALED)?;
+        Test::Lat(lat::Lat::Atomic(_), _) => "Atomic FETCH_AND_ADD Latency Test",
+        Test::Lat(lat::Lat::Write, _) => "RDMA_Write Latency Test",
+        Test::Lat(lat::Lat::Read, _) => "RDMA_Read Latency Test",
+        Test::Lat(lat::Lat::Send, _) => "Send Latency Test",
+        Test::Bw(bw::Bw::Write, _) => "RDMA_Write BW Test",
+        Test::Bw(bw::Bw::Read, _) => "RDMA_Read BW Test",
+        Test::Bw(bw::Bw::Send, _) => "Send BW Test",
+    }
+}
+
+fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
+    let (dev, what) = setup::open(o)?;
+    let line =
+        "---------------------------------------------------------------------------------------";
+    if !o.json {
+        println!(
+            "{line}\n                    {} (blueflame)\n Device         : {what}",
+            title(&t, o)
+        );
+        println!(
+            " Mode           : {}",
+            if o.server {
+                "server"
+            } else if o.client.is_some() {
+                "client"
             } else {
-                src.write(o.size, &msg)?;
-                let sge = [Sge {
-                    addr: src.addr() + o.size as u64,
-                    len: o.size as u32,
-                    lkey: src.lkey(),
-                }];
-                qp.post(
-                    &blueflame::Request::Write {
-                        remote: dst.remote(0),
-                        data: Payload::Sgl(&sge),
-                    },
-                    i as u64,
-                    PostFlags::UNSIGNALED,
-                )?;
+                "both sides in this process"
             }
-            wait(dst, tag);
-            // Reclaims ring space (the driver signals one WQE in half a ring); nothing is
-            // reported unless something failed.
-            if cq.poll(&mut done) > 0 {
-                eprintln!("bfperf: unexpected completion {:?}", done[0]);
-                std::process::exit(1);
-            }
-        }
-        let rtt = t0.elapsed().as_nanos() as f64;
-        if i >= o.warmup {
-            samples.push(rtt / 2.0);
+        );
+        println!(
+            " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
+            o.inline, o.post_list, o.tx_depth
+        );
+        match t {
+            Test::Lat(..) => println!("{}", stats::HEADER),
+            Test::Bw(..) => println!(
+                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+            ),
         }
     }
-    let s = stats::summarize(&mut samples);
-    if o.json {
-        println!(
-            "{}",
-            stats::json("write_lat", &o.device, o.size, o.iters, &s)
-        );
-    } else {
-        println!("---------------------------------------------------------------------------------------");
-        println!("                    RDMA_Write Latency Test (blueflame direct path)");
-        println!(" Device         : {why}");
-        println!(
-            " Transport      : RC, {} ({} bytes)",
-            if inline { "inline" } else { "scatter list" },
-            o.size
-        );
-        println!(" Measured       : half the round trip of a write ping-pong, after {} warm-up iterations", o.warmup);
-        println!("---------------------------------------------------------------------------------------");
-        println!("{}", stats::HEADER);
-        println!("{}", stats::row(o.size, o.iters, &s));
-        println!("---------------------------------------------------------------------------------------");
+    for size in opts::sizes(o) {
+        if let Test::Lat(lat::Lat::Atomic(_), _) = t {
+            if size != 8 && !o.all {
+                eprintln!("bfperf: atomics move 8 bytes; --size is ignored");
+            }
+        }
+        let size = if let Test::Lat(lat::Lat::Atomic(_), _) = t {
+            8
+        } else {
+            size
+        };
+        let s = setup::setup(o, &dev, size)?;
+        match t {
+            Test::Lat(kind, name) => {
+                if let Some(mut samples) = lat::run(o, kind, s, size)? {
+                    let sum = stats::summarize(&mut samples);
+                    if o.json {
+                        println!("{}", stats::json(name, &o.device, size, o.iters, &sum));
+                    } else {
+                        println!("{}", stats::row(size, o.iters, &sum));
+                    }
+                }
+            }
+            Test::Bw(kind, name) => {
+                if let Some(r) = bw::run(o, kind, s, size)? {
+                    if o.json {
+                        println!(
+                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6}}}",
+                            o.device, o.iters, r.peak, r.avg, r.mpps
+                        );
+                    } else {
+                        println!(
+                            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+                            size, o.iters, r.peak, r.avg, r.mpps
+                        );
+                    }
+                }
+            }
+        }
+        if o.all && (o.server || o.client.is_some()) {
+            break; // one size per connection in server/client mode
+        }
+    }
+    if !o.json {
+        println!("{line}");
     }
     Ok(())
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("write-lat") => {
-            let o = parse(&args[1..]);
-            if let Err(e) = write_lat(&o) {
-                eprintln!("bfperf: {e}");
-                std::process::exit(1);
-            }
-        }
+    let test = match args.first().map(String::as_str) {
         Some("icount-probe") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
             if let Err(e) = probe::run(n) {
                 eprintln!("bfperf: {e}");
                 std::process::exit(1);
             }
+            return;
         }
-        _ => usage(),
+        Some("write-lat") => Test::Lat(lat::Lat::Write, "write_lat"),
+        Some("read-lat") => Test::Lat(lat::Lat::Read, "read_lat"),
+        Some("send-lat") => Test::Lat(lat::Lat::Send, "send_lat"),
+        Some("atomic-lat") => Test::Lat(lat::Lat::Atomic(Atomic::FetchAdd), "atomic_lat"),
+        Some("write-bw") => Test::Bw(bw::Bw::Write, "write_bw"),
+        Some("read-bw") => Test::Bw(bw::Bw::Read, "read_bw"),
+        Some("send-bw") => Test::Bw(bw::Bw::Send, "send_bw"),
+        _ => {
+            eprintln!("{}", opts::USAGE);
+            std::process::exit(2);
+        }
+    };
+    let o = match opts::parse(&args[1..]) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bfperf: {e}\n{}", opts::USAGE);
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(test, &o) {
+        eprintln!("bfperf: {e}");
+        std::process::exit(1);
     }
 }

@@ -1,0 +1,247 @@
+//! Bandwidth and message-rate tests, as perftest's `ib_*_bw`: `tx-depth` requests in
+//! flight, `post-list` requests per doorbell (the last one signaled), for `iters` requests.
+
+use crate::opts::Opts;
+use crate::setup::{sync, Setup, Side};
+use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+/// Which bandwidth test.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Bw {
+    /// RDMA write.
+    Write,
+    /// RDMA read.
+    Read,
+    /// Send into posted receives.
+    Send,
+}
+
+/// Result of one bandwidth test.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct BwResult {
+    /// Best bandwidth over a tenth of the run, MB/s (10^6 bytes).
+    pub peak: f64,
+    /// Bandwidth over the whole run, MB/s.
+    pub avg: f64,
+    /// Messages per second, millions.
+    pub mpps: f64,
+}
+
+fn request<'a>(kind: Bw, remote: Remote, sge: &'a [Sge], inline: Option<&'a [u8]>) -> Request<'a> {
+    let data = match inline {
+        Some(b) => Payload::Inline(b),
+        None => Payload::Sgl(sge),
+    };
+    match kind {
+        Bw::Write => Request::Write { remote, data },
+        Bw::Read => Request::Read { remote, sgl: sge },
+        Bw::Send => Request::Send { data },
+    }
+}
+
+/// A receiver driven from the sender's loop (the software NIC's thread needs the other core).
+struct Rx {
+    side: Side,
+    got: u64,
+    posted: u64,
+    total: u64,
+    size: usize,
+}
+
+impl Rx {
+    fn new(mut side: Side, size: usize, total: u64) -> Result<Rx> {
+        let depth = 256.min(total);
+        for i in 0..depth {
+            side.qp.post_recv(&[side.mr.sge(0, size as u32)?], i)?;
+        }
+        Ok(Rx {
+            side,
+            got: 0,
+            posted: depth,
+            total,
+            size,
+        })
+    }
+
+    /// Takes the receives that arrived and posts new ones.
+    fn step(&mut self) -> Result<()> {
+        let mut out = [blueflame::Completion::default(); 16];
+        let k = self.side.cq.poll(&mut out);
+        for c in &out[..k] {
+            if !c.is_ok() {
+                eprintln!("bfperf: receive failed: {c:?}");
+                std::process::exit(1);
+            }
+            self.got += 1;
+            if self.posted < self.total {
+                self.side
+                    .qp
+                    .post_recv(&[self.side.mr.sge(0, self.size as u32)?], self.posted)?;
+                self.posted += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn initiate(
+    s: &mut Side,
+    o: &Opts,
+    kind: Bw,
+    size: usize,
+    ready: &Barrier,
+    mut rx: Option<&mut Rx>,
+) -> Result<BwResult> {
+    let total = (o.warmup + o.iters) as u64;
+    let sge = [Sge {
+        addr: s.mr.addr() + size as u64,
+        len: size as u32,
+        lkey: s.mr.lkey(),
+    }];
+    let msg = vec![0x5au8; size.min(1024)];
+    let inline = (kind != Bw::Read && size <= o.inline as usize && size <= 1024)
+        .then_some(&msg[..size.min(1024)]);
+    let remote = Remote {
+        addr: s.peer.addr,
+        rkey: s.peer.rkey,
+    };
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut out = [blueflame::Completion::default(); 16];
+    let mut stamps: Vec<(Instant, u64)> = Vec::with_capacity(1024);
+    ready.wait();
+    let mut start = Instant::now();
+    while done < total {
+        while posted < total
+            && posted - done + (o.post_list as u64).min(total - posted) <= o.tx_depth as u64
+        {
+            let n = (o.post_list as u64).min(total - posted);
+            let mut b = s.qp.batch();
+            for k in 0..n {
+                let flags = if k + 1 == n {
+                    PostFlags::SIGNALED
+                } else {
+                    PostFlags::UNSIGNALED
+                };
+                // The cookie of the signaled request is how many it retires.
+                b.push(
+                    &request(kind, remote, &sge, inline),
+                    if k + 1 == n { n } else { 0 },
+                    flags,
+                )?;
+            }
+            b.ring()?;
+            posted += n;
+        }
+        s.dev.process();
+        if let Some(rx) = rx.as_deref_mut() {
+            rx.step()?;
+        }
+        let k = s.cq.poll(&mut out);
+        for c in &out[..k] {
+            if !c.is_ok() {
+                eprintln!("bfperf: completion failed: {c:?}");
+                std::process::exit(1);
+            }
+            let before = done;
+            done += c.cookie;
+            if before < o.warmup as u64 && done >= o.warmup as u64 {
+                start = Instant::now();
+                stamps.clear();
+            }
+            stamps.push((Instant::now(), done));
+        }
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let measured = (total - (o.warmup as u64).min(total)).max(1);
+    let avg = measured as f64 * size as f64 / secs / 1e6;
+    let window = (stamps.len() / 10).max(1);
+    let mut peak = avg;
+    for w in stamps.windows(window + 1) {
+        let (t0, n0) = w[0];
+        let (t1, n1) = w[window];
+        let dt = (t1 - t0).as_secs_f64();
+        if dt > 0.0 {
+            peak = peak.max((n1 - n0) as f64 * size as f64 / dt / 1e6);
+        }
+    }
+    Ok(BwResult {
+        peak,
+        avg,
+        mpps: measured as f64 / secs / 1e6,
+    })
+}
+
+/// The receiver of a send test: keeps receives posted until `total` messages arrived.
+fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier) -> Result<()> {
+    let depth = 256.min(total);
+    for i in 0..depth {
+        s.qp.post_recv(&[s.mr.sge(0, size as u32)?], i)?;
+    }
+    ready.wait();
+    let (mut got, mut posted) = (0u64, depth);
+    let mut out = [blueflame::Completion::default(); 16];
+    while got < total {
+        s.dev.process();
+        let k = s.cq.poll(&mut out);
+        for c in &out[..k] {
+            if !c.is_ok() {
+                eprintln!("bfperf: receive failed: {c:?}");
+                std::process::exit(1);
+            }
+            got += 1;
+            if posted < total {
+                s.qp.post_recv(&[s.mr.sge(0, size as u32)?], posted)?;
+                posted += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs one bandwidth test of `size` bytes; the result on the side that measures.
+pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwResult>> {
+    let total = (o.warmup + o.iters) as u64;
+    match setup {
+        Setup::Local(mut a, b) => {
+            if kind != Bw::Send {
+                let r = initiate(&mut a, o, kind, size, &Barrier::new(1), None)?;
+                drop(b);
+                return Ok(Some(r));
+            }
+            if a.dev.nic().is_some() {
+                let mut rx = Rx::new(b, size, total)?;
+                crate::pin(o.pin);
+                let r = initiate(&mut a, o, kind, size, &Barrier::new(1), Some(&mut rx))?;
+                while rx.got < total {
+                    a.dev.process();
+                    rx.step()?;
+                }
+                return Ok(Some(r));
+            }
+            let ready = Arc::new(Barrier::new(2));
+            let r2 = ready.clone();
+            let t = std::thread::spawn(move || receive(b, size, total, &r2));
+            crate::pin(o.pin);
+            let r = initiate(&mut a, o, kind, size, &ready, None);
+            t.join()
+                .map_err(|_| blueflame::Error::Unsupported("the receiver thread panicked"))??;
+            r.map(Some)
+        }
+        Setup::Server(s, mut stream) => {
+            crate::pin(o.pin);
+            if kind == Bw::Send {
+                receive(s, size, total, &Barrier::new(1))?;
+            }
+            sync(&mut stream)?;
+            Ok(None)
+        }
+        Setup::Client(mut s, mut stream) => {
+            crate::pin(o.pin);
+            let r = initiate(&mut s, o, kind, size, &Barrier::new(1), None)?;
+            sync(&mut stream)?;
+            Ok(Some(r))
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Latency tests, as perftest's `ib_*_lat`: write and send are ping-pongs (half the round
+//! trip is reported), read and atomic time one request until its completion is polled.
+
+use crate::opts::{Atomic, Opts};
+use crate::setup::{sync, Setup, Side};
+use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+/// Which latency test.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Lat {
+    /// RDMA write ping-pong.
+    Write,
+    /// RDMA read.
+    Read,
+    /// Send / receive ping-pong.
+    Send,
+    /// Fetch-add or compare-swap.
+    Atomic(Atomic),
+}
+
+fn tag_of(i: usize) -> u8 {
+    (i % 255) as u8 + 1
+}
+
+/// Posts this side's write (or send) of `size` bytes whose last byte is `tag`.
+fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, send: bool, cookie: u64) -> Result<()> {
+    let peer = Remote {
+        addr: s.peer.addr,
+        rkey: s.peer.rkey,
+    };
+    if size <= o.inline as usize && size <= 1024 {
+        let mut msg = [0u8; 1024];
+        msg[size - 1] = tag;
+        let data = Payload::Inline(&msg[..size]);
+        let req = if send {
+            Request::Send { data }
+        } else {
+            Request::Write { remote: peer, data }
+        };
+        s.qp.post(&req, cookie, PostFlags::UNSIGNALED)
+    } else {
+        s.mr.write(2 * size - 1, &[tag])?;
+        let sge = [Sge {
+            addr: s.mr.addr() + size as u64,
+            len: size as u32,
+            lkey: s.mr.lkey(),
+        }];
+        let data = Payload::Sgl(&sge);
+        let req = if send {
+            Request::Send { data }
+        } else {
+            Request::Write { remote: peer, data }
+        };
+        s.qp.post(&req, cookie, PostFlags::UNSIGNALED)
+    }
+}
+
+fn post_recv(s: &mut Side, size: usize, cookie: u64) -> Result<()> {
+    let sge = [s.mr.sge(0, size as u32)?];
+    s.qp.post_recv(&sge, cookie)
+}
+
+/// Waits for the next receive; send completions (moderation) are skipped by the poller.
+fn wait_recv(s: &mut Side) -> Result<()> {
+    loop {
+        let c = s.next_completion()?;
+        if c.opcode == blueflame::WcOpcode::Recv {
+            return Ok(());
+        }
+    }
+}
+
+/// The responder of a ping-pong: echoes every message.
+fn respond(
+    mut s: Side,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+    total: usize,
+    ready: &Barrier,
+) -> Result<()> {
+    if kind == Lat::Send {
+        for i in 0..64.min(total) {
+            post_recv(&mut s, size, i as u64)?;
+        }
+    }
+    ready.wait();
+    for i in 0..total {
+        let tag = tag_of(i);
+        match kind {
+            Lat::Write => s.wait_byte(size - 1, tag)?,
+            Lat::Send => {
+                wait_recv(&mut s)?;
+                if i + 64 < total {
+                    post_recv(&mut s, size, (i + 64) as u64)?;
+                }
+            }
+            _ => return Ok(()),
+        }
+        post_msg(&mut s, o, size, tag, kind == Lat::Send, i as u64)?;
+        s.drain_errors();
+    }
+    Ok(())
+}
+
+/// The initiator: returns one sample per measured iteration, in nanoseconds.
+fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> Result<Vec<f64>> {
+    let total = o.warmup + o.iters;
+    let mut samples = Vec::with_capacity(o.iters);
+    if kind == Lat::Send {
+        for i in 0..64.min(total) {
+            post_recv(s, size, i as u64)?;
+        }
+    }
+    ready.wait();
+    let peer = Remote {
+        addr: s.peer.addr,
+        rkey: s.peer.rkey,
+    };
+    for i in 0..total {
+        let tag = tag_of(i);
+        let t0 = Instant::now();
+        let half = match kind {
+            Lat::Write => {
+                post_msg(s, o, size, tag, false, i as u64)?;
+                s.wait_byte(size - 1, tag)?;
+                s.drain_errors();
+                true
+            }
+            Lat::Send => {
+                post_msg(s, o, size, tag, true, i as u64)?;
+                wait_recv(s)?;
+                if i + 64 < total {
+                    post_recv(s, size, (i + 64) as u64)?;
+                }
+                true
+            }
+            Lat::Read => {
+                let sge = [s.mr.sge(size, size as u32)?];
+                s.qp.read(&sge, peer, i as u64, PostFlags::SIGNALED)?;
+                s.next_completion()?;
+                false
+            }
+            Lat::Atomic(a) => {
+                let local = s.mr.sge(size, 8)?;
+                match a {
+                    Atomic::FetchAdd => {
+                        s.qp.fetch_add(peer, 1, local, i as u64, PostFlags::SIGNALED)?
+                    }
+                    Atomic::CompareSwap => s.qp.compare_swap(
+                        peer,
+                        i as u64,
+                        i as u64 + 1,
+                        local,
+                        i as u64,
+                        PostFlags::SIGNALED,
+                    )?,
+                }
+                s.next_completion()?;
+                false
+            }
+        };
+        let ns = t0.elapsed().as_nanos() as f64;
+        if i >= o.warmup {
+            samples.push(if half { ns / 2.0 } else { ns });
+        }
+    }
+    Ok(samples)
+}
+
+/// Waits until side `x` received message `i` (tag `tag`), re-posting its receive.
+fn arrive(
+    x: &mut Side,
+    _o: &Opts,
+    send: bool,
+    size: usize,
+    tag: u8,
+    i: usize,
+    total: usize,
+) -> Result<()> {
+    if send {
+        wait_recv(x)?;
+        if i + 64 < total {
+            post_recv(x, size, (i + 64) as u64)?;
+        }
+        Ok(())
+    } else {
+        x.wait_byte(size - 1, tag)
+    }
+}
+
+/// Both roles of a ping-pong in one thread (the software NIC needs the other core for its
+/// own thread): A sends, B echoes, A sees the echo.
+fn pingpong_one_thread(
+    a: &mut Side,
+    b: &mut Side,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+) -> Result<Vec<f64>> {
+    let total = o.warmup + o.iters;
+    let send = kind == Lat::Send;
+    if send {
+        for i in 0..64.min(total) {
+            post_recv(a, size, i as u64)?;
+            post_recv(b, size, i as u64)?;
+        }
+    }
+    let mut samples = Vec::with_capacity(o.iters);
+    for i in 0..total {
+        let tag = tag_of(i);
+        let t0 = Instant::now();
+        post_msg(a, o, size, tag, send, i as u64)?;
+        arrive(b, o, send, size, tag, i, total)?;
+        post_msg(b, o, size, tag, send, i as u64)?;
+        arrive(a, o, send, size, tag, i, total)?;
+        a.drain_errors();
+        b.drain_errors();
+        if i >= o.warmup {
+            samples.push(t0.elapsed().as_nanos() as f64 / 2.0);
+        }
+    }
+    Ok(samples)
+}
+
+/// Runs one latency test of `size` bytes; the samples (ns) on the side that measures.
+pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<Vec<f64>>> {
+    let total = o.warmup + o.iters;
+    let passive = matches!(kind, Lat::Read | Lat::Atomic(_));
+    match setup {
+        Setup::Local(mut a, b) => {
+            if passive {
+                let one = Barrier::new(1);
+                let r = initiate(&mut a, o, kind, size, &one)?;
+                drop(b);
+                return Ok(Some(r));
+            }
+            if a.dev.nic().is_some() {
+                crate::pin(o.pin);
+                let mut b = b;
+                return pingpong_one_thread(&mut a, &mut b, o, kind, size).map(Some);
+            }
+            let ready = Arc::new(Barrier::new(2));
+            let (r2, o2) = (ready.clone(), o.clone());
+            let t = std::thread::spawn(move || respond(b, &o2, kind, size, total, &r2));
+            crate::pin(o.pin);
+            let r = initiate(&mut a, o, kind, size, &ready);
+            let resp = t
+                .join()
+                .map_err(|_| blueflame::Error::Unsupported("the responder thread panicked"))?;
+            resp?;
+            r.map(Some)
+        }
+        Setup::Server(s, mut stream) => {
+            crate::pin(o.pin);
+            if !passive {
+                respond(s, o, kind, size, total, &Barrier::new(1))?;
+            }
+            sync(&mut stream)?;
+            Ok(None)
+        }
+        Setup::Client(mut s, mut stream) => {
+            crate::pin(o.pin);
+            let r = initiate(&mut s, o, kind, size, &Barrier::new(1))?;
+            sync(&mut stream)?;
+            Ok(Some(r))
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Command-line options, perftest-like.
+
+/// Every option of every subcommand.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Opts {
+    /// `auto`, `sim`, `sim-stepped` or an rdma-core device name.
+    pub device: String,
+    /// GID index on RoCE (default: the first RoCE v2 IPv4 GID).
+    pub gid_index: Option<i32>,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Measured iterations.
+    pub iters: usize,
+    /// Iterations before measuring.
+    pub warmup: usize,
+    /// Max inline bytes the QP is created with (messages up to it go inline).
+    pub inline: u32,
+    /// Requests per doorbell (bandwidth tests).
+    pub post_list: usize,
+    /// Requests outstanding (bandwidth tests).
+    pub tx_depth: usize,
+    /// Core to pin the measuring thread to.
+    pub pin: Option<usize>,
+    /// Sizes 2 .. 8 MiB, powers of two.
+    pub all: bool,
+    /// `direct`, `verbs` or `auto` (sets BLUEFLAME_PATH).
+    pub path: Option<String>,
+    /// One JSON object per line.
+    pub json: bool,
+    /// Serve on `--port` (the client side connects).
+    pub server: bool,
+    /// Connect to this host's bfperf server.
+    pub client: Option<String>,
+    /// TCP port of the out-of-band exchange.
+    pub port: u16,
+    /// `fa` (fetch-add) or `cs` (compare-swap), atomic tests.
+    pub atomic: Atomic,
+}
+
+/// Which atomic the atomic test runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Atomic {
+    /// Fetch-and-add.
+    FetchAdd,
+    /// Compare-and-swap.
+    CompareSwap,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            device: "auto".into(),
+            gid_index: None,
+            size: 8,
+            iters: 10_000,
+            warmup: 1000,
+            inline: 220,
+            post_list: 1,
+            tx_depth: 128,
+            pin: None,
+            all: false,
+            path: None,
+            json: false,
+            server: false,
+            client: None,
+            port: 18515,
+            atomic: Atomic::FetchAdd,
+        }
+    }
+}
+
+/// The usage text.
+pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|write-bw|read-bw|send-bw|icount-probe N> [options]
+  -d, --device auto|sim|sim-stepped|NAME   device (auto: BLUEFLAME_DEVICE, first rdma-core device, else the software NIC)
+  -x, --gid-index N       GID index (RoCE; default: first RoCE v2 IPv4 GID)
+  -s, --size N            message size (default 8)
+  -n, --iters N           iterations (default 10000)
+      --warmup N          warm-up iterations (default 1000)
+  -I, --inline N          max inline size of the QPs (default 220)
+  -l, --post-list N       requests per doorbell in bandwidth tests (default 1)
+  -t, --tx-depth N        outstanding requests in bandwidth tests (default 128)
+      --pin CORE          pin the measuring thread
+  -a, --all               sizes 2 .. 8388608
+      --path direct|verbs|auto   data path on rdma-core devices
+      --atomic fa|cs      atomic of atomic-lat (default fa)
+      --server            wait for a client on --port
+      --client HOST       connect to a bfperf server
+  -p, --port N            TCP port of the exchange (default 18515)
+      --json              one JSON object per result line";
+
+/// Parses the options after the subcommand.
+///
+/// # Errors
+/// A message naming the bad option or value.
+pub fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        fn num<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String> {
+            v.parse()
+                .map_err(|_| format!("{name}: '{v}' is not a valid number"))
+        }
+        match a.as_str() {
+            "-d" | "--device" => o.device = val(a)?,
+            "-x" | "--gid-index" => o.gid_index = Some(num(a, val(a)?)?),
+            "-s" | "--size" => o.size = num(a, val(a)?)?,
+            "-n" | "--iters" => o.iters = num(a, val(a)?)?,
+            "--warmup" => o.warmup = num(a, val(a)?)?,
+            "-I" | "--inline" => o.inline = num(a, val(a)?)?,
+            "-l" | "--post-list" => o.post_list = num(a, val(a)?)?,
+            "-t" | "--tx-depth" => o.tx_depth = num(a, val(a)?)?,
+            "--pin" => o.pin = Some(num(a, val(a)?)?),
+            "-a" | "--all" => o.all = true,
+            "--path" => {
+                let p = val(a)?;
+                if !["direct", "verbs", "auto"].contains(&p.as_str()) {
+                    return Err(format!("--path: '{p}' is not direct, verbs or auto"));
+                }
+                o.path = Some(p);
+            }
+            "--atomic" => {
+                o.atomic = match val(a)?.as_str() {
+                    "fa" => Atomic::FetchAdd,
+                    "cs" => Atomic::CompareSwap,
+                    other => return Err(format!("--atomic: '{other}' is not fa or cs")),
+                }
+            }
+            "--server" => o.server = true,
+            "--client" => o.client = Some(val(a)?),
+            "-p" | "--port" => o.port = num(a, val(a)?)?,
+            "--json" => o.json = true,
+            other => return Err(format!("unknown option '{other}'")),
+        }
+    }
+    if o.size == 0 || o.iters == 0 || o.post_list == 0 || o.tx_depth == 0 {
+        return Err("--size, --iters, --post-list and --tx-depth must be at least 1".into());
+    }
+    if o.post_list > o.tx_depth {
+        return Err(format!(
+            "--post-list {} exceeds --tx-depth {}",
+            o.post_list, o.tx_depth
+        ));
+    }
+    if o.server && o.client.is_some() {
+        return Err("--server and --client exclude each other".into());
+    }
+    Ok(o)
+}
+
+/// The sizes to run.
+pub fn sizes(o: &Opts) -> Vec<usize> {
+    if o.all {
+        (1..=23).map(|s| 1usize << s).collect()
+    } else {
+        vec![o.size]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_perftest_like_options() {
+        let o = parse(&args(
+            "-d rxe0 -x 1 -s 64 -n 500 -I 0 -l 8 -t 64 --path verbs --atomic cs --json",
+        ))
+        .unwrap();
+        assert_eq!(
+            (o.device.as_str(), o.gid_index, o.size, o.iters, o.inline),
+            ("rxe0", Some(1), 64, 500, 0)
+        );
+        assert_eq!(
+            (o.post_list, o.tx_depth, o.atomic, o.json),
+            (8, 64, Atomic::CompareSwap, true)
+        );
+        assert_eq!(o.path.as_deref(), Some("verbs"));
+        assert_eq!(sizes(&parse(&args("-a")).unwrap()).last(), Some(&(8 << 20)));
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        assert!(parse(&args("-s 0")).is_err());
+        assert!(parse(&args("-s many")).unwrap_err().contains("many"));
+        assert!(parse(&args("--path fast")).is_err());
+        assert!(parse(&args("-l 8 -t 4")).is_err());
+        assert!(parse(&args("--server --client h")).is_err());
+        assert!(parse(&args("--bogus")).unwrap_err().contains("--bogus"));
+        assert!(parse(&args("-n")).unwrap_err().contains("needs a value"));
+    }
+}

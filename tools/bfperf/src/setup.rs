@@ -1,0 +1,205 @@
+//! Devices, QPs and buffers for a test: both sides in this process (a loopback pair), or one
+//! side talking to a bfperf on another host (server / client over the out-of-band exchange).
+
+use crate::opts::Opts;
+use blueflame::connect::{Exchange, RemoteBuf};
+use blueflame::{Access, Completion, Cq, Device, MemoryRegion, Qp, QpCaps, Result};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+/// One side: its QP, CQ and buffer, and the peer's buffer.
+pub struct Side {
+    pub dev: Device,
+    pub qp: Qp,
+    pub cq: Cq,
+    pub mr: MemoryRegion,
+    pub peer: RemoteBuf,
+}
+
+/// How the two sides are placed (built once per test: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub enum Setup {
+    /// Both sides here: the initiator and the responder.
+    Local(Side, Side),
+    /// This is the server (responder); the stream syncs the end of the test.
+    Server(Side, TcpStream),
+    /// This is the client (initiator).
+    Client(Side, TcpStream),
+}
+
+/// Bytes of each side's buffer for messages of `size`: the area peers write at 0, the source
+/// area at `size`.
+pub fn buf_len(size: usize) -> usize {
+    2 * size.max(8) + 64
+}
+
+/// Opens the device the options name, and says what it is.
+pub fn open(o: &Opts) -> Result<(Device, String)> {
+    if let Some(p) = &o.path {
+        std::env::set_var("BLUEFLAME_PATH", p);
+    }
+    let dev = match o.device.as_str() {
+        "sim" => Device::sim(),
+        "sim-stepped" => Device::sim_stepped(),
+        "auto" => Device::open_default()?,
+        name => Device::open(name, o.gid_index)?,
+    };
+    let what = format!("{}, {:?} data path", dev.describe(), dev.data_path());
+    Ok((dev, what))
+}
+
+fn caps(o: &Opts) -> QpCaps {
+    let depth = (o.tx_depth as u32 * 2).next_power_of_two().max(256);
+    QpCaps {
+        sq_blocks: depth,
+        rq_entries: depth,
+        max_inline: o.inline,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        ..QpCaps::default()
+    }
+}
+
+fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion)> {
+    let pd = dev.alloc_pd()?;
+    let cq = dev.create_cq(1024)?;
+    let qp = pd.create_qp(&cq, &cq, caps(o))?;
+    let rights =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mr = pd.alloc_mr(buf_len(size), rights)?;
+    Ok((qp, cq, mr))
+}
+
+/// Builds the sides for messages of `size`.
+pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
+    if (o.server || o.client.is_some()) && dev.nic().is_some() {
+        return Err(blueflame::Error::Unsupported(
+            "--server/--client with the software NIC: it lives in one process; run without them",
+        ));
+    }
+    let (mut qa, cqa, mra) = side(dev, o, size)?;
+    if o.server || o.client.is_some() {
+        let ours = Exchange {
+            endpoint: qa.endpoint()?,
+            buffers: vec![mra.remote_buf()],
+        };
+        let (theirs, stream) = if o.server {
+            let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
+            let (mut s, _) = l.accept().map_err(blueflame::Error::Io)?;
+            s.write_all(&ours.encode()).map_err(blueflame::Error::Io)?;
+            (Exchange::read_from(&mut s)?, s)
+        } else {
+            let host = o.client.as_deref().unwrap_or("localhost");
+            let mut s = dial_stream(host, o.port)?;
+            s.write_all(&ours.encode()).map_err(blueflame::Error::Io)?;
+            (Exchange::read_from(&mut s)?, s)
+        };
+        qa.connect(theirs.endpoint)?;
+        let peer = *theirs
+            .buffers
+            .first()
+            .ok_or(blueflame::Error::InvalidParameter {
+                what: "peer buffers",
+                value: 0,
+            })?;
+        let s = Side {
+            dev: dev.clone(),
+            qp: qa,
+            cq: cqa,
+            mr: mra,
+            peer,
+        };
+        return Ok(if o.server {
+            Setup::Server(s, stream)
+        } else {
+            Setup::Client(s, stream)
+        });
+    }
+    let (mut qb, cqb, mrb) = side(dev, o, size)?;
+    let (ea, eb) = (qa.endpoint()?, qb.endpoint()?);
+    qa.connect(eb)?;
+    if dev.nic().is_none() {
+        qb.connect(ea)?;
+    }
+    let (pa, pb) = (mrb.remote_buf(), mra.remote_buf());
+    Ok(Setup::Local(
+        Side {
+            dev: dev.clone(),
+            qp: qa,
+            cq: cqa,
+            mr: mra,
+            peer: pa,
+        },
+        Side {
+            dev: dev.clone(),
+            qp: qb,
+            cq: cqb,
+            mr: mrb,
+            peer: pb,
+        },
+    ))
+}
+
+fn dial_stream(host: &str, port: u16) -> Result<TcpStream> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match TcpStream::connect((host, port)) {
+            Ok(s) => return Ok(s),
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100))
+            }
+            Err(e) => return Err(blueflame::Error::Io(e)),
+        }
+    }
+}
+
+/// Tells the other process the test is over / waits for it.
+pub fn sync(s: &mut TcpStream) -> Result<()> {
+    s.write_all(&[1]).map_err(blueflame::Error::Io)?;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).map_err(blueflame::Error::Io)
+}
+
+impl Side {
+    /// Spins until byte `off` of the own buffer equals `tag` (the stepped NIC runs meanwhile).
+    pub fn wait_byte(&self, off: usize, tag: u8) -> Result<()> {
+        let mut spins = 0u64;
+        while self.mr.read_volatile_u8(off)? != tag {
+            self.dev.process();
+            spins += 1;
+            if spins & ((1 << 30) - 1) == 0 {
+                eprintln!("bfperf: still waiting for the peer ({spins} spins)");
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    /// Polls until one completion arrives; returns it (errors are fatal to the test).
+    pub fn next_completion(&mut self) -> Result<Completion> {
+        let mut out = [Completion::default(); 1];
+        loop {
+            self.dev.process();
+            if self.cq.poll(&mut out) == 1 {
+                let c = out[0];
+                if !c.is_ok() {
+                    eprintln!("bfperf: completion failed: {c:?}");
+                    std::process::exit(1);
+                }
+                return Ok(c);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Reclaims ring space (moderation completions are not reported); any reported
+    /// completion here is an error.
+    pub fn drain_errors(&mut self) {
+        let mut out = [Completion::default(); 8];
+        let n = self.cq.poll(&mut out);
+        if let Some(c) = out[..n].iter().find(|c| !c.is_ok()) {
+            eprintln!("bfperf: completion failed: {c:?}");
+            std::process::exit(1);
+        }
+    }
+}
