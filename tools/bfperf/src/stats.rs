@@ -74,3 +74,67 @@ mod tests {
         assert!((s.stdev - 288.675).abs() < 1e-3);
     }
 }
+
+/// A cheap clock for per-iteration timestamps: the TSC on x86_64 (as perftest's
+/// `get_cycles`), calibrated against the OS clock once; `Instant` elsewhere. Under
+/// emulation the OS clock can be a system call, which would swamp a latency sample.
+#[derive(Copy, Clone, Debug)]
+pub struct Clock {
+    #[cfg(target_arch = "x86_64")]
+    ns_per_tick: f64,
+    #[cfg(not(target_arch = "x86_64"))]
+    origin: std::time::Instant,
+}
+
+impl Clock {
+    /// Calibrates (about 50 ms).
+    pub fn new() -> Clock {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let t = std::time::Instant::now();
+            let c = Self::ticks();
+            while t.elapsed() < std::time::Duration::from_millis(50) {
+                std::hint::spin_loop();
+            }
+            let ns = t.elapsed().as_nanos() as f64;
+            let ticks = Self::ticks().wrapping_sub(c).max(1) as f64;
+            Clock {
+                ns_per_tick: ns / ticks,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Clock {
+            origin: std::time::Instant::now(),
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn ticks() -> u64 {
+        // SAFETY: rdtsc has no memory effects; it is present on every x86_64 CPU.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    /// A timestamp.
+    #[inline(always)]
+    pub fn now(&self) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        return Self::ticks();
+        #[cfg(not(target_arch = "x86_64"))]
+        return self.origin.elapsed().as_nanos() as u64;
+    }
+
+    /// Nanoseconds between two timestamps.
+    #[inline(always)]
+    pub fn ns(&self, from: u64, to: u64) -> f64 {
+        #[cfg(target_arch = "x86_64")]
+        return to.wrapping_sub(from) as f64 * self.ns_per_tick;
+        #[cfg(not(target_arch = "x86_64"))]
+        return to.wrapping_sub(from) as f64;
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
