@@ -127,7 +127,7 @@ impl Cq {
     }
 
     /// Polls up to `out.len()` completions; returns how many. Never blocks, never allocates.
-    #[inline]
+    #[inline(always)]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
         match &mut self.poller {
             Poller::Direct(p) => p.poll(out),

@@ -18,7 +18,7 @@ fn measured_poll_hit(cq: &mut Cq, out: &mut [Completion; 1]) -> usize {
 
 #[inline(never)]
 fn measured_poll_empty(cq: &mut Cq, out: &mut [Completion; 2]) -> usize {
-    cq.poll(&mut out[..1])
+    cq.poll(&mut out[1..])
 }
 
 #[inline(never)]

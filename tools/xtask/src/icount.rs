@@ -40,51 +40,36 @@ pub fn main() -> bool {
     ) {
         return false;
     }
-    let out = root().join("target/callgrind.icount");
     let bin = root().join("target/release/bfperf");
-    let ok = run(
-        "callgrind",
-        Command::new("valgrind")
-            .args([
-                "--tool=callgrind",
-                "--toggle-collect=bfperf::probe::measured_*",
-            ])
-            .arg(format!("--callgrind-out-file={}", out.display()))
-            .arg(&bin)
-            .args(["icount-probe", &ITERS.to_string()]),
-    );
-    if !ok {
-        return false;
-    }
-    let Ok(ann) = Command::new("callgrind_annotate")
-        .arg("--inclusive=yes")
-        .arg(&out)
-        .output()
-    else {
-        eprintln!("xtask: callgrind_annotate not found (install valgrind)");
-        return false;
-    };
-    let text = String::from_utf8_lossy(&ann.stdout);
     let mut pass = true;
     println!(
         "{:<46} {:>12} {:>8} {:>8}",
         "operation", "instructions", "budget", ""
     );
     for &(name, func, calls, per_call, budget) in OPS {
+        // One run per function: callgrind collects only inside it, and its summary line
+        // "Collected : N" is the inclusive count.
+        let out = root().join(format!("target/callgrind.{func}"));
+        let Ok(o) = Command::new("valgrind")
+            .args([
+                "--tool=callgrind",
+                &format!("--toggle-collect=bfperf::probe::{func}"),
+            ])
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(&bin)
+            .args(["icount-probe", &ITERS.to_string()])
+            .output()
+        else {
+            eprintln!("xtask: valgrind not found (install valgrind)");
+            return false;
+        };
+        let text = String::from_utf8_lossy(&o.stderr);
         let total = text.lines().find_map(|l| {
-            let l = l.trim();
-            (l.contains(&format!("probe::{func} ")) || l.ends_with(&format!("probe::{func}")))
-                .then(|| {
-                    l.split_whitespace()
-                        .next()?
-                        .replace(',', "")
-                        .parse::<u64>()
-                        .ok()
-                })
-                .flatten()
+            let v = l.split("Collected :").nth(1)?;
+            v.trim().replace(',', "").parse::<u64>().ok()
         });
         let Some(total) = total else {
-            eprintln!("xtask: no count for {func} in the callgrind output");
+            eprintln!("xtask: no count for {func}:\n{text}");
             pass = false;
             continue;
         };
