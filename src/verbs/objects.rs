@@ -257,6 +257,33 @@ unsafe impl Send for Qp {}
 // SAFETY: as for Pd.
 unsafe impl Sync for Qp {}
 
+/// The creation attributes of an RC QP on these CQs with these sizes.
+fn init_attr(send_cq: &Cq, recv_cq: &Cq, caps: &Caps) -> ffi::ibv_qp_init_attr {
+    // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
+    let mut attr: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    attr.send_cq = send_cq.cq;
+    attr.recv_cq = recv_cq.cq;
+    attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
+    attr.sq_sig_all = 0;
+    attr.cap.max_send_wr = caps.max_send_wr;
+    attr.cap.max_recv_wr = caps.max_recv_wr;
+    attr.cap.max_send_sge = caps.max_send_sge;
+    attr.cap.max_recv_sge = caps.max_recv_sge;
+    attr.cap.max_inline_data = caps.max_inline;
+    attr
+}
+
+/// The sizes the device really gave (written back into the attributes).
+fn caps_of(attr: &ffi::ibv_qp_init_attr) -> Caps {
+    Caps {
+        max_send_wr: attr.cap.max_send_wr,
+        max_recv_wr: attr.cap.max_recv_wr,
+        max_send_sge: attr.cap.max_send_sge,
+        max_recv_sge: attr.cap.max_recv_sge,
+        max_inline: attr.cap.max_inline_data,
+    }
+}
+
 impl Qp {
     /// Creates an RC QP in RESET.
     ///
@@ -268,29 +295,13 @@ impl Qp {
         recv_cq: Arc<Cq>,
         caps: Caps,
     ) -> Result<Qp, VerbsError> {
-        // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
-        let mut attr: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        attr.send_cq = send_cq.cq;
-        attr.recv_cq = recv_cq.cq;
-        attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
-        attr.sq_sig_all = 0;
-        attr.cap.max_send_wr = caps.max_send_wr;
-        attr.cap.max_recv_wr = caps.max_recv_wr;
-        attr.cap.max_send_sge = caps.max_send_sge;
-        attr.cap.max_recv_sge = caps.max_recv_sge;
-        attr.cap.max_inline_data = caps.max_inline;
+        let mut attr = init_attr(&send_cq, &recv_cq, &caps);
         // SAFETY: live PD and CQs; `attr` is a valid in/out parameter.
         let qp = unsafe { ffi::ibv_create_qp(pd.pd, &mut attr) };
         if qp.is_null() {
             return Err(last("ibv_create_qp"));
         }
-        let real = Caps {
-            max_send_wr: attr.cap.max_send_wr,
-            max_recv_wr: attr.cap.max_recv_wr,
-            max_send_sge: attr.cap.max_send_sge,
-            max_recv_sge: attr.cap.max_recv_sge,
-            max_inline: attr.cap.max_inline_data,
-        };
+        let real = caps_of(&attr);
         Ok(Qp {
             qp,
             caps: real,
@@ -315,27 +326,12 @@ impl Qp {
         recv_cq: Arc<Cq>,
         caps: Caps,
     ) -> Result<Qp, VerbsError> {
-        // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
-        let mut attr: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        attr.send_cq = send_cq.cq;
-        attr.recv_cq = recv_cq.cq;
-        attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
-        attr.cap.max_send_wr = caps.max_send_wr;
-        attr.cap.max_recv_wr = caps.max_recv_wr;
-        attr.cap.max_send_sge = caps.max_send_sge;
-        attr.cap.max_recv_sge = caps.max_recv_sge;
-        attr.cap.max_inline_data = caps.max_inline;
+        let mut attr = init_attr(&send_cq, &recv_cq, &caps);
         // SAFETY: the caller's contract; `attr` is a valid in/out parameter.
         if unsafe { ffi::rdma_create_qp(id, pd.pd, &mut attr) } != 0 {
             return Err(last("rdma_create_qp"));
         }
-        let real = Caps {
-            max_send_wr: attr.cap.max_send_wr,
-            max_recv_wr: attr.cap.max_recv_wr,
-            max_send_sge: attr.cap.max_send_sge,
-            max_recv_sge: attr.cap.max_recv_sge,
-            max_inline: attr.cap.max_inline_data,
-        };
+        let real = caps_of(&attr);
         // SAFETY: rdma_create_qp succeeded: `id->qp` is the new QP.
         let qp = unsafe { (*id).qp };
         Ok(Qp {
