@@ -6,7 +6,7 @@ use super::shadow::{SendEntry, Shadow};
 use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use mlx5::cqe::{cqe64_offset, is_sw_owned, Cqe64, CqeOpcode};
+use mlx5::cqe::{cqe64_offset, op_own, Cqe64, CqeFormat, CqeOpcode, OWNER_MASK};
 use mlx5::doorbell::CQ_SET_CI;
 use mlx5::{RawCq, WcStatus};
 use std::sync::{Arc, Mutex};
@@ -64,22 +64,45 @@ impl Registry {
 }
 
 /// A completion queue on the direct path.
+///
+/// The poller keeps a pointer to the owner byte of the entry at the consumer index and the
+/// owner-bit value that means "software's" on the current pass, so the empty poll is one load
+/// and one compare. This works because the constructor sets the owner bit of every entry
+/// (as UCX does): an entry the device has not written yet then looks like the device's on the
+/// first pass, and the INVALID opcode need not be checked on the hot path.
 pub struct CompletionQueue {
-    buf: *const u8,
-    cnt: u32,
-    /// log2 of the entry size (6 or 7).
-    shift: u32,
-    off64: usize,
-    dbrec: *mut u32,
+    /// The owner byte (`op_own`) of the CQE at the consumer index.
+    own: *const u8,
+    /// The owner bit that marks an entry as software's on this pass over the ring.
+    sw_owner: u8,
+    /// The QP whose send completion came last and its shadow table (an `Arc` held by
+    /// `cache`): one compare instead of a search when a CQ serves one QP's sends.
+    last_qpn: u32,
+    last_sq: *const Shadow<SendEntry>,
+    /// Consumer index (counts every entry consumed).
     ci: u32,
+    /// The owner bytes of the first entry and one past the last entry.
+    first: *const u8,
+    end: *const u8,
+    stride: usize,
+    dbrec: *mut u32,
+    cnt: u32,
     cqn: u32,
     pub(crate) registry: Arc<Registry>,
     cache: Vec<Attached>,
     gen: u32,
 }
 
+/// What the constructor writes into every owner byte: opcode INVALID, owner bit set.
+const fn op_own_initial() -> u8 {
+    op_own(CqeOpcode::Invalid, CqeFormat::Plain, false, true)
+}
+
+/// No QP has this number (they have 24 bits).
+const NO_QPN: u32 = u32::MAX;
+
 // SAFETY: the pointers are to the CQ's ring and record, which this poller alone reads and
-// updates (constructor contract).
+// updates (constructor contract), and to shadow tables kept alive by `cache`.
 unsafe impl Send for CompletionQueue {}
 
 impl core::fmt::Debug for CompletionQueue {
@@ -93,11 +116,13 @@ impl core::fmt::Debug for CompletionQueue {
 }
 
 impl CompletionQueue {
-    /// A poller over the ring of `raw`.
+    /// A poller over the ring of `raw`. Sets the owner bit of every entry (see the type's
+    /// documentation).
     ///
     /// # Safety
     /// `raw` must describe a live CQ (ring of `cqe_cnt` entries of `cqe_size` bytes, doorbell
-    /// record) that stays alive while the poller exists and that nobody else polls.
+    /// record) that stays alive while the poller exists and that nobody else polls. The device
+    /// must not have written any entry yet (no QP uses the CQ before this call).
     pub unsafe fn new(raw: &RawCq) -> Result<CompletionQueue> {
         if !raw.cqe_cnt.is_power_of_two() || !(raw.cqe_size == 64 || raw.cqe_size == 128) {
             return Err(Error::InvalidParameter {
@@ -105,13 +130,24 @@ impl CompletionQueue {
                 value: raw.cqe_cnt as u64,
             });
         }
+        let stride = raw.cqe_size as usize;
+        let first = raw.buf.wrapping_add(cqe64_offset(stride) + 63);
+        for i in 0..raw.cqe_cnt as usize {
+            // SAFETY: entry i's owner byte lies inside the live ring (caller contract); the
+            // device writes no entry before a QP uses the CQ, so nothing races this store.
+            unsafe { first.add(i * stride).write(op_own_initial()) };
+        }
         Ok(CompletionQueue {
-            buf: raw.buf,
-            cnt: raw.cqe_cnt,
-            shift: raw.cqe_size.trailing_zeros(),
-            off64: cqe64_offset(raw.cqe_size as usize),
-            dbrec: raw.dbrec,
+            own: first,
+            sw_owner: 0,
+            last_qpn: NO_QPN,
+            last_sq: core::ptr::null(),
             ci: 0,
+            first,
+            end: first.wrapping_add(raw.cqe_cnt as usize * stride),
+            stride,
+            dbrec: raw.dbrec,
+            cnt: raw.cqe_cnt,
             cqn: raw.cqn,
             registry: Arc::new(Registry::default()),
             cache: Vec::new(),
@@ -133,6 +169,8 @@ impl CompletionQueue {
     fn refresh(&mut self) {
         if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {
             (self.cache, self.gen) = (list, gen);
+            // `last_sq` pointed into the old list.
+            (self.last_qpn, self.last_sq) = (NO_QPN, core::ptr::null());
         }
     }
 
@@ -141,19 +179,26 @@ impl CompletionQueue {
         self.cache.iter().find(|a| a.qpn == qpn)
     }
 
-    /// The 64-byte CQE at the consumer index.
-    #[inline(always)]
-    fn slot(&self) -> *const u8 {
-        self.buf
-            .wrapping_add((((self.ci & (self.cnt - 1)) as usize) << self.shift) + self.off64)
+    /// The send shadow table of QP `qpn`, remembered for the next completion.
+    #[cold]
+    fn find_sq(&mut self, qpn: u32) -> Option<*const Shadow<SendEntry>> {
+        let sq: *const Shadow<SendEntry> = &**self.find(qpn)?.sq.as_ref()?;
+        (self.last_qpn, self.last_sq) = (qpn, sq);
+        Some(sq)
     }
 
-    /// The owner byte of the CQE at the consumer index.
+    /// The owner byte of the entry at the consumer index.
     #[inline(always)]
     fn op_own(&self) -> u8 {
-        // SAFETY: `slot()` is a 64-byte entry inside the live ring (constructor contract); its
-        // last byte is read atomically because the device writes it concurrently.
-        unsafe { (*(self.slot().add(63) as *const AtomicU8)).load(Ordering::Acquire) }
+        // SAFETY: `own` is the owner byte of an entry inside the live ring (constructor
+        // contract); it is read atomically because the device writes it concurrently.
+        unsafe { (*(self.own as *const AtomicU8)).load(Ordering::Acquire) }
+    }
+
+    /// Whether an entry with this owner byte, at the consumer index, is software's.
+    #[inline(always)]
+    fn is_mine(&self, op_own: u8) -> bool {
+        (op_own ^ self.sw_owner) & OWNER_MASK == 0
     }
 
     /// Polls up to `out.len()` completions into `out`; returns how many. Never blocks.
@@ -162,55 +207,129 @@ impl CompletionQueue {
     /// next entry's owner byte.
     #[inline(always)]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
-        if !is_sw_owned(self.op_own(), self.ci, self.cnt) {
+        if !self.is_mine(self.op_own()) || out.is_empty() {
             return 0;
         }
         self.poll_some(out)
     }
 
-    /// The rest of [`CompletionQueue::poll`], once an entry is there.
+    /// The rest of [`CompletionQueue::poll`], once an entry is there: send completions of the
+    /// QP seen last, straight through; anything else goes to [`CompletionQueue::poll_general`]
+    /// (a tail call, so this function needs no stack frame).
+    #[inline(never)]
     fn poll_some(&mut self, out: &mut [Completion]) -> usize {
+        if self.registry.gen.load(Ordering::Acquire) != self.gen {
+            return self.poll_general(out, 0);
+        }
+        let mut n = 0;
+        loop {
+            // SAFETY: the entry at the consumer index is software's (checked by the caller or
+            // at the end of the previous round); see `poll_general`.
+            let cqe = unsafe { self.entry() };
+            let qpn = cqe.qpn();
+            if cqe.op_own >> 4 != CqeOpcode::Req as u8 || qpn != self.last_qpn {
+                return self.poll_general(out, n);
+            }
+            self.advance();
+            // SAFETY: `last_sq` points into an `Arc` held by `cache`, which is replaced only
+            // by `refresh`, which resets `last_qpn`.
+            let sq = unsafe { &*self.last_sq };
+            let e = sq.get(cqe.wqe_counter.get());
+            sq.retire(e.end);
+            if e.report {
+                out[n] = Completion {
+                    cookie: e.cookie,
+                    opcode: e.opcode,
+                    byte_len: e.byte_len,
+                    qpn,
+                    ..Completion::default()
+                };
+                n += 1;
+            }
+            if n == out.len() || !self.is_mine(self.op_own()) {
+                break;
+            }
+        }
+        self.publish_ci();
+        n
+    }
+
+    /// Every kind of entry, from the one at the consumer index (which is software's) on;
+    /// `n` completions are already in `out`.
+    #[inline(never)]
+    fn poll_general(&mut self, out: &mut [Completion], mut n: usize) -> usize {
         if self.registry.gen.load(Ordering::Acquire) != self.gen {
             self.refresh();
         }
-        let mut n = 0;
-        let mut consumed = false;
         while n < out.len() {
-            let slot = self.slot();
-            let op_own = self.op_own();
-            if !is_sw_owned(op_own, self.ci, self.cnt) {
+            if !self.is_mine(self.op_own()) {
                 break;
             }
-            // The owner byte is read before the rest of the entry.
-            barrier::from_device();
-            // SAFETY: the entry is software's now: the device does not write it again until
-            // the consumer index passes it, so a shared view is sound; Cqe64 has alignment 1.
-            let cqe = unsafe { &*(slot as *const Cqe64) };
-            self.ci = self.ci.wrapping_add(1);
-            consumed = true;
-            if let Some(c) = self.complete(cqe, op_own >> 4) {
+            // SAFETY: just checked.
+            let cqe = unsafe { self.entry() };
+            self.advance();
+            if let Some(c) = self.complete(cqe, cqe.op_own >> 4) {
                 out[n] = c;
                 n += 1;
             }
         }
-        if consumed {
-            // SAFETY: `dbrec` is the CQ's live aligned record (constructor contract).
-            unsafe {
-                (*(self.dbrec.add(CQ_SET_CI) as *const AtomicU32))
-                    .store((self.ci & 0xff_ffff).to_be(), Ordering::Release)
-            };
-        }
+        self.publish_ci();
         n
     }
 
-    /// Turns one CQE into a completion (None: a moderation CQE the user did not ask for).
+    /// The entry at the consumer index, its owner byte read before the rest of it. The
+    /// reference is not tied to `self` so that the consumer index can move on while it is
+    /// read.
+    ///
+    /// # Safety
+    /// The entry must be software's ([`CompletionQueue::is_mine`]), and the reference must
+    /// not be used after the next [`CompletionQueue::publish_ci`] (the device may then
+    /// write the entry again).
     #[inline(always)]
-    fn complete(&self, cqe: &Cqe64, opcode: u8) -> Option<Completion> {
+    unsafe fn entry<'a>(&self) -> &'a Cqe64 {
+        barrier::from_device();
+        // SAFETY: the entry is software's (caller contract): the device does not write it
+        // again until the consumer index passes it and the doorbell record says so, so a
+        // shared view is sound until then (the poller never keeps it longer); Cqe64 has
+        // alignment 1 and the entry's 64 bytes end at its owner byte.
+        unsafe { &*(self.own.wrapping_sub(63) as *const Cqe64) }
+    }
+
+    /// Tells the device how far the ring is consumed.
+    #[inline(always)]
+    fn publish_ci(&self) {
+        // SAFETY: `dbrec` is the CQ's live aligned record (constructor contract).
+        unsafe {
+            (*(self.dbrec.add(CQ_SET_CI) as *const AtomicU32))
+                .store((self.ci & 0xff_ffff).to_be(), Ordering::Release)
+        };
+    }
+
+    /// Moves to the next entry, flipping the expected owner bit at the end of the ring.
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+        self.own = self.own.wrapping_add(self.stride);
+        if self.own == self.end {
+            self.own = self.first;
+            self.sw_owner ^= OWNER_MASK;
+        }
+    }
+
+    /// Turns one CQE into a completion (None: a moderation CQE the user did not ask for).
+    #[inline(never)]
+    fn complete(&mut self, cqe: &Cqe64, opcode: u8) -> Option<Completion> {
         let qpn = cqe.qpn();
         let wqe = cqe.wqe_counter.get();
-        let q = self.find(qpn);
         if opcode == CqeOpcode::Req as u8 {
-            let sq = q?.sq.as_ref()?;
+            let sq = if qpn == self.last_qpn {
+                self.last_sq
+            } else {
+                self.find_sq(qpn)?
+            };
+            // SAFETY: `last_sq` (and what `find_sq` returns) points into an `Arc` held by
+            // `cache`, which is replaced only by `refresh`, which resets it.
+            let sq = unsafe { &*sq };
             let e = sq.get(wqe);
             sq.retire(e.end);
             if !e.report {
@@ -224,7 +343,7 @@ impl CompletionQueue {
                 ..Completion::default()
             });
         }
-        self.complete_other(cqe, opcode, q, qpn, wqe)
+        self.complete_other(cqe, opcode, self.find(qpn), qpn, wqe)
     }
 
     #[inline]

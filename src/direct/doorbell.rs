@@ -81,6 +81,31 @@ impl Doorbell {
     }
 }
 
+impl Doorbell {
+    /// Publishes producer index `pi` and copies the one-block WQE at `wqe` through
+    /// BlueFlame: [`Doorbell::ring`] for the case the fast path knows statically.
+    ///
+    /// # Safety
+    /// `wqe` must point to the 64 readable bytes of the WQE just written, and `bf_size`
+    /// must be at least 64.
+    #[inline(always)]
+    pub(crate) unsafe fn ring_bf_block(&mut self, pi: u16, wqe: *const u8) {
+        debug_assert!(self.bf_size >= SEND_WQE_BB);
+        barrier::to_device();
+        // SAFETY: as in `ring`.
+        unsafe {
+            (*(self.dbrec.add(SND_DBR) as *const AtomicU32))
+                .store((pi as u32).to_be(), Ordering::Release)
+        };
+        barrier::wc_start();
+        // SAFETY: `wqe` has 64 readable bytes (caller contract); the destination is the first
+        // block of the current BlueFlame half (bf_size >= 64), 64-byte aligned.
+        unsafe { copy_block(self.bf_reg.wrapping_add(self.bf_offset), wqe) };
+        barrier::wc_flush();
+        self.bf_offset ^= self.bf_size;
+    }
+}
+
 /// Copies one 64-byte block to the BlueFlame register as wide, ascending, volatile stores:
 /// four 16-byte SSE stores on x86_64 (as rdma-core's `mmio_memcpy_x64`), eight 8-byte ones
 /// elsewhere.

@@ -8,11 +8,13 @@
 mod barrier;
 mod cq;
 mod doorbell;
+mod inline_write;
 mod rq;
 pub(crate) mod shadow;
 mod sq;
 
 pub use cq::CompletionQueue;
+pub use inline_write::FAST_INLINE_MAX;
 pub use rq::RecvQueue;
 pub use sq::{Batch, PostFlags, SendQueue};
 

@@ -56,6 +56,12 @@ impl<T: Copy + Default> Shadow<T> {
         }
     }
 
+    /// The entries as a raw array of `cnt` (for a poster that indexes them itself; the
+    /// rules of [`Shadow::set`] apply to its writes).
+    pub(crate) fn slots(&self) -> *mut T {
+        UnsafeCell::raw_get(self.entries.as_ptr())
+    }
+
     /// Records the entry at position `pos` (poster only, before the doorbell record).
     #[inline(always)]
     pub(crate) fn set(&self, pos: u16, v: T) {

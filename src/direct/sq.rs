@@ -2,12 +2,13 @@
 //! shadow table, one doorbell per post or per batch.
 
 use super::doorbell::Doorbell;
+use super::inline_write::FAST_INLINE_MAX;
 use super::shadow::{SendEntry, Shadow};
 use crate::completion::WcOpcode;
 use crate::error::{Error, Result};
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::doorbell::SEND_WQE_BB;
-use mlx5::request::Request;
+use mlx5::request::{Payload, Request};
 use mlx5::wqe::{ds_to_bbs, encode, wqe_ds, Limits, Span};
 use mlx5::RawQp;
 use std::sync::Arc;
@@ -59,19 +60,38 @@ impl Default for PostFlags {
 pub struct SendQueue {
     buf: *mut u8,
     cnt: u32,
+    /// `cnt - 1`.
+    mask: u32,
     qpn: u32,
     limits: Limits,
     /// Producer index (blocks, 16 bits) of the next WQE.
-    pi: u16,
-    db: Doorbell,
+    pub(super) pi: u16,
+    /// The producer index the ring is known to be free up to (the retired index plus the
+    /// ring size, as last read): `pi == limit` sends the fast path to the general one, which
+    /// reads the retired index again.
+    pub(super) limit: u16,
+    pub(super) db: Doorbell,
     pub(crate) shadow: Arc<Shadow<SendEntry>>,
-    /// Blocks posted unsignaled since the last signaled WQE.
-    unsignaled: u32,
+    /// The shadow table's entries (kept alive by `shadow`).
+    slots: *mut SendEntry,
+    /// Blocks that may still be posted unsignaled before one must be signaled (completion
+    /// moderation: half the ring after each signaled WQE).
+    pub(super) credit: u32,
+    half: u32,
     /// Fence armed by a bind or invalidate for the next WQE.
     next_fence: Fence,
     /// WQEs written since the last ring, and where the last one starts.
-    pending: u16,
-    last: (u16, u16),
+    pub(super) pending: u16,
+    pub(super) last_start: u16,
+    /// `(qpn << 8).to_be()`: the control segment's second word without its DS count.
+    pub(super) qpn_be8: u32,
+    /// One more than the longest payload the inline-write fast path takes (its own limit
+    /// and the QP's), or 0 when the fast path is off: no BlueFlame register of at least one
+    /// block, a fence armed for the next WQE, or the owner has not enabled it (a QP before
+    /// `connect`). One compare checks all of it.
+    pub(super) fast_limit: usize,
+    bf_ok: bool,
+    enabled: bool,
 }
 
 // SAFETY: the raw pointers are to the QP's rings and registers, which this queue alone writes
@@ -134,22 +154,36 @@ impl SendQueue {
                 value: raw.bf_size as u64,
             });
         }
+        let shadow = Arc::new(Shadow::new(cnt));
+        let bf_ok = raw.bf_size as usize >= SEND_WQE_BB;
         Ok(SendQueue {
             buf: raw.sq_buf,
             cnt,
+            mask: cnt - 1,
             qpn: raw.qpn,
             limits: Limits {
                 max_sge: raw.max_send_sge as usize,
                 max_inline: raw.max_inline as usize,
             },
             pi: 0,
+            limit: cnt as u16,
             // SAFETY: the caller guarantees a live record and register for our lifetime.
             db: unsafe { Doorbell::new(raw.dbrec, raw.bf_reg, raw.bf_size as usize) },
-            shadow: Arc::new(Shadow::new(cnt)),
-            unsignaled: 0,
+            slots: shadow.slots(),
+            shadow,
+            credit: cnt / 2,
+            half: cnt / 2,
             next_fence: Fence::None,
             pending: 0,
-            last: (0, 0),
+            last_start: 0,
+            qpn_be8: (raw.qpn << 8).to_be(),
+            fast_limit: if bf_ok {
+                FAST_INLINE_MAX.min(raw.max_inline as usize) + 1
+            } else {
+                0
+            },
+            bf_ok,
+            enabled: true,
         })
     }
 
@@ -159,10 +193,74 @@ impl SendQueue {
         self.qpn
     }
 
+    /// Half the ring: the longest unsignaled run.
+    #[inline(always)]
+    pub(super) fn half(&self) -> u32 {
+        self.half
+    }
+
     /// Blocks free for new WQEs.
     #[inline(always)]
     pub fn free_blocks(&self) -> u32 {
         self.cnt - (self.pi.wrapping_sub(self.shadow.retired()) as u32)
+    }
+
+    /// Reads how far the poller has retired the ring; returns the free blocks and caches
+    /// the limit for the fast path.
+    #[inline(always)]
+    fn refresh_limit(&mut self) -> u32 {
+        let retired = self.shadow.retired();
+        self.limit = retired.wrapping_add(self.cnt as u16);
+        self.cnt - (self.pi.wrapping_sub(retired) as u32)
+    }
+
+    /// Arms (or clears) the fence of the next WQE; the fast path applies only without one.
+    #[inline(always)]
+    fn set_next_fence(&mut self, fence: Fence) {
+        self.next_fence = fence;
+        self.update_fast_limit();
+    }
+
+    /// Turns the inline-write fast path on or off (on by default). A QP turns it off until
+    /// it is connected, so that its own checks run first.
+    pub fn enable_fast_path(&mut self, on: bool) {
+        self.enabled = on;
+        self.update_fast_limit();
+    }
+
+    fn update_fast_limit(&mut self) {
+        let on = self.bf_ok && self.enabled && self.next_fence == Fence::None;
+        self.fast_limit = if on {
+            FAST_INLINE_MAX.min(self.limits.max_inline) + 1
+        } else {
+            0
+        };
+    }
+
+    /// Records the WQE at `pi` in the shadow table.
+    #[inline(always)]
+    pub(super) fn record(
+        &mut self,
+        pi: u16,
+        cookie: u64,
+        end: u16,
+        opcode: WcOpcode,
+        byte_len: u32,
+        report: bool,
+    ) {
+        let i = (pi as u32 & self.mask) as usize;
+        // SAFETY: `slots` has `cnt` entries (kept alive by `shadow`) and `i < cnt`; only the
+        // poster writes, and only positions the device has not been told about (see
+        // `Shadow`'s `Sync` impl).
+        unsafe {
+            self.slots.add(i).write(SendEntry {
+                cookie,
+                end,
+                opcode,
+                byte_len,
+                report,
+            })
+        };
     }
 
     /// The limits the QP was created with.
@@ -176,9 +274,9 @@ impl SendQueue {
     }
 
     #[inline(always)]
-    fn block(&self, pos: u16) -> *mut u8 {
+    pub(super) fn block(&self, pos: u16) -> *mut u8 {
         self.buf
-            .wrapping_add(((pos as u32) & (self.cnt - 1)) as usize * SEND_WQE_BB)
+            .wrapping_add(((pos as u32) & self.mask) as usize * SEND_WQE_BB)
     }
 
     /// Writes one WQE without ringing (see [`SendQueue::ring`]). Checks everything first: on
@@ -189,6 +287,33 @@ impl SendQueue {
     /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`].
     #[inline(always)]
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        if let Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        } = req
+        {
+            // Small inline writes: the fast path, or the general one out of line.
+            if !self.fast_inline_applies(data.len(), flags) {
+                return self.push_outlined(*req, cookie, flags);
+            }
+            self.last_start = self.pi;
+            self.push_inline_write(data, *remote, cookie, flags);
+            self.pending += 1;
+            return Ok(());
+        }
+        self.push_general(req, cookie, flags)
+    }
+
+    /// [`SendQueue::push_general`], not inlined; the request by value, so that the inlined
+    /// fast path need not keep it in memory.
+    #[inline(never)]
+    fn push_outlined(&mut self, req: Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.push_general(&req, cookie, flags)
+    }
+
+    /// Every request: checks, encodes, records.
+    #[inline(always)]
+    fn push_general(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         match req {
             Request::CompareSwap { remote, .. } | Request::FetchAdd { remote, .. }
                 if remote.addr % 8 != 0 =>
@@ -208,7 +333,10 @@ impl SendQueue {
         }
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);
-        let free = self.free_blocks();
+        let mut free = self.limit.wrapping_sub(self.pi) as u32;
+        if bbs as u32 > free {
+            free = self.refresh_limit();
+        }
         if bbs as u32 > free {
             return Err(Error::QueueFull {
                 needed: bbs as u32,
@@ -218,11 +346,11 @@ impl SendQueue {
         // Completion moderation: an unsignaled run longer than half the ring gets one WQE
         // signaled, so the ring can be reclaimed; its success is not reported.
         let mut report = flags.signaled;
-        let signal = flags.signaled || self.unsignaled + bbs as u32 > self.cnt / 2;
+        let signal = flags.signaled || bbs as u32 > self.credit;
         if signal {
-            self.unsignaled = 0;
+            self.credit = self.half;
         } else {
-            self.unsignaled += bbs as u32;
+            self.credit -= bbs as u32;
             report = false;
         }
         let fence = if flags.fence != Fence::None {
@@ -230,10 +358,13 @@ impl SendQueue {
         } else {
             self.next_fence
         };
-        self.next_fence = match req {
+        let next_fence = match req {
             Request::BindMw(_) | Request::LocalInvalidate { .. } => Fence::InitiatorSmall,
             _ => Fence::None,
         };
+        if next_fence != self.next_fence {
+            self.set_next_fence(next_fence);
+        }
         let fm = FmCeSe {
             fence,
             completion: if signal {
@@ -257,20 +388,10 @@ impl SendQueue {
         encode(req, ds, pi, self.qpn, fm, &mut span);
         let (opcode, byte_len) = wc_opcode(req);
         let end = pi.wrapping_add(bbs as u16);
-        self.shadow.set(
-            pi,
-            SendEntry {
-                cookie,
-                end,
-                opcode,
-                byte_len,
-                report,
-            },
-        );
-        self.shadow.mark_posted(end);
+        self.record(pi, cookie, end, opcode, byte_len, report);
         self.pi = end;
         self.pending += 1;
-        self.last = (pi, bbs as u16);
+        self.last_start = pi;
         Ok(())
     }
 
@@ -281,9 +402,11 @@ impl SendQueue {
         if self.pending == 0 {
             return;
         }
-        let (start, bbs) = self.last;
+        let start = self.last_start;
+        let bbs = self.pi.wrapping_sub(start);
         let single = self.pending == 1;
         self.pending = 0;
+        self.shadow.mark_posted(self.pi);
         let (buf, mask) = (self.buf, self.cnt - 1);
         let block = |i: usize| {
             let pos = start.wrapping_add(i as u16) as u32 & mask;
@@ -293,13 +416,43 @@ impl SendQueue {
         unsafe { self.db.ring(self.pi, single, bbs as usize, block) };
     }
 
+    /// Rings for the one-block WQE at `block`, just written at `pi - 1`, with BlueFlame.
+    ///
+    /// # Safety
+    /// `block` must be that WQE's block in the ring, and the register's halves must hold at
+    /// least one block.
+    #[inline(always)]
+    pub(super) unsafe fn ring_bf_block(&mut self, block: *const u8) {
+        self.shadow.mark_posted(self.pi);
+        // SAFETY: the caller's contract.
+        unsafe { self.db.ring_bf_block(self.pi, block) };
+    }
+
     /// Posts one request and rings at once.
     ///
     /// # Errors
     /// As [`SendQueue::push`].
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        self.push(req, cookie, flags)?;
+        if let Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        } = req
+        {
+            return self.write_inline(data, *remote, cookie, flags);
+        }
+        self.post_general(req, cookie, flags)
+    }
+
+    /// [`SendQueue::post`] without the inline-write fast path.
+    #[inline(always)]
+    pub(super) fn post_general(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.push_general(req, cookie, flags)?;
         self.ring();
         Ok(())
     }
@@ -308,7 +461,7 @@ impl SendQueue {
     /// [`Batch::ring`]. A batch dropped without ringing is rewound: nothing is posted.
     pub fn batch(&mut self) -> Batch<'_> {
         self.ring();
-        let start = (self.pi, self.unsignaled, self.next_fence);
+        let start = (self.pi, self.credit, self.next_fence);
         Batch { sq: self, start }
     }
 }
@@ -351,9 +504,10 @@ impl Batch<'_> {
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
         // Never announced to the device: give the blocks back.
-        (self.sq.pi, self.sq.unsignaled, self.sq.next_fence) = self.start;
+        let fence;
+        (self.sq.pi, self.sq.credit, fence) = self.start;
+        self.sq.set_next_fence(fence);
         self.sq.pending = 0;
-        self.sq.shadow.mark_posted(self.sq.pi);
     }
 }
 

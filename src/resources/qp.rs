@@ -154,6 +154,11 @@ impl Pd {
             rq: rq_shadow,
         });
         let psn = qpn.wrapping_mul(0x9e37_79b9) >> 8;
+        let mut path = path;
+        if let QpPath::Direct { sq, .. } = &mut path {
+            // Until `connect`, every post goes through `check_state`.
+            sq.enable_fast_path(false);
+        }
         Ok(Qp {
             path,
             qpn,
@@ -221,7 +226,17 @@ impl Batch<'_> {
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         match self {
             Batch::Direct(b) => b.push(req, cookie, flags),
-            Batch::Verbs(b) => b.push(req, cookie, flags),
+            // By value: the direct path's request can then stay in registers.
+            _ => self.push_other(*req, cookie, flags),
+        }
+    }
+
+    /// [`Batch::push`] on the verbs path, or before `connect`.
+    #[inline(never)]
+    fn push_other(&mut self, req: Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        match self {
+            Batch::Direct(b) => b.push(&req, cookie, flags),
+            Batch::Verbs(b) => b.push(&req, cookie, flags),
             Batch::NotConnected(state) => Err(Error::InvalidState { state }),
         }
     }
@@ -324,12 +339,12 @@ impl Qp {
                 qp.to_init(v.port)?;
                 qp.to_rtr(remote, v.port, v.gid_index, timing)?;
                 qp.to_rts(self.psn, timing)?;
-                self.connected = true;
+                self.set_connected();
                 Ok(())
             }
             (QpPath::Direct { .. }, Backend::Sim(n)) => {
                 n.connect(self.qpn, remote.qpn)?;
-                self.connected = true;
+                self.set_connected();
                 Ok(())
             }
             _ => Err(Error::Unsupported("QP and device backends differ")),
@@ -353,7 +368,14 @@ impl Qp {
 
     /// Records that librdmacm connected the QP.
     pub(crate) fn mark_connected(&mut self) {
+        self.set_connected();
+    }
+
+    fn set_connected(&mut self) {
         self.connected = true;
+        if let QpPath::Direct { sq, .. } = &mut self.path {
+            sq.enable_fast_path(true);
+        }
     }
 
     /// Posting needs a connected QP (a QP in error is fine: its requests are flushed).
@@ -373,7 +395,7 @@ impl Qp {
             if n.qp_state(self.qpn)
                 .is_some_and(|s| s != mlx5::sim::QpState::Reset)
             {
-                self.connected = true;
+                self.set_connected();
                 return Ok(());
             }
         }
@@ -462,6 +484,24 @@ impl Qp {
     /// See [`Qp::post`].
     #[inline(always)]
     pub fn write_inline(
+        &mut self,
+        data: &[u8],
+        remote: Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if let QpPath::Direct { sq, .. } = &mut self.path {
+            // The direct path's fast path for small inline writes (off until connected).
+            if sq.try_write_inline(data, remote, cookie, flags) {
+                return Ok(());
+            }
+        }
+        self.write_inline_general(data, remote, cookie, flags)
+    }
+
+    /// [`Qp::write_inline`] on the verbs path or before `connect`.
+    #[inline(never)]
+    fn write_inline_general(
         &mut self,
         data: &[u8],
         remote: Remote,

@@ -1,0 +1,301 @@
+//! The fast path of the most common post: a small RDMA write with inline data, signaled or
+//! not, rung at once with BlueFlame.
+//!
+//! It writes the same bytes as the general encoder ([`mlx5::wqe::encode`]; a test compares
+//! them for every length) but with the request's shape known in advance: one 64-byte block
+//! (control, remote address, inline header, up to [`FAST_INLINE_MAX`] bytes), fields built
+//! as whole 64-bit words, the QP number pre-shifted, one shadow entry, one BlueFlame block.
+//! Anything else (a longer payload, an armed fence, a full ring, a QP without BlueFlame, an
+//! unsignaled run that needs a signal) goes to the general path, which checks and encodes
+//! everything.
+
+use super::sq::{PostFlags, SendQueue};
+use crate::completion::WcOpcode;
+use crate::error::Result;
+use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
+use mlx5::opcode::Opcode;
+use mlx5::request::{Payload, Remote, Request};
+use mlx5::seg::INLINE_SEG;
+
+/// The longest payload of the fast path: 64 bytes minus control (16), remote address (16)
+/// and inline header (4).
+pub const FAST_INLINE_MAX: usize = 28;
+
+impl SendQueue {
+    /// Whether the fast path takes an inline write of `len` bytes with `flags`.
+    #[inline(always)]
+    pub(super) fn fast_inline_applies(&self, len: usize, flags: PostFlags) -> bool {
+        len < self.fast_limit
+            && self.pi != self.limit
+            && flags.fence == Fence::None
+            && (flags.signaled || self.credit != 0)
+    }
+
+    /// Writes the WQE of an inline write into the block at the producer index, records it
+    /// and advances the producer index; rings nothing. Returns the block.
+    ///
+    /// The caller has checked [`SendQueue::fast_inline_applies`].
+    #[inline(always)]
+    pub(super) fn push_inline_write(
+        &mut self,
+        data: &[u8],
+        remote: Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> *const u8 {
+        let len = data.len();
+        debug_assert!(self.fast_inline_applies(len, flags));
+        if flags.signaled {
+            self.credit = self.half();
+        } else {
+            self.credit -= 1;
+        }
+        let pi = self.pi;
+        let end = pi.wrapping_add(1);
+        let fm = FmCeSe {
+            fence: Fence::None,
+            completion: if flags.signaled {
+                CompletionMode::Always
+            } else {
+                CompletionMode::OnError
+            },
+            solicited: flags.solicited,
+        };
+        // Control: opmod 0, WQE index, opcode | QP number, DS | signature 0, fm_ce_se | imm 0.
+        // DS: control and remote address, plus the inline segment when there is data (as
+        // rdma-core, which adds no segment for 0 bytes); its header is written regardless,
+        // beyond DS when unused.
+        let ds = 2 + (len != 0) as u32 + (len > 12) as u32;
+        let w0 = ((pi as u32) << 8 | Opcode::RdmaWrite as u32).to_be();
+        let w1 = self.qpn_be8 | ds << 24;
+        let block = self.block(pi) as *mut u64;
+        // SAFETY: the block at `pi` is free (pi != limit: retired by the poller, or never used)
+        // and not yet announced to the device; it is 64 bytes, 64-byte aligned, inside the
+        // ring; the stores below stay within it (36 + len <= 64).
+        unsafe {
+            block.write(w0 as u64 | (w1 as u64) << 32);
+            block.add(1).write((fm.to_u8() as u64) << 24);
+            // Remote address: address, rkey, reserved.
+            block.add(2).write(remote.addr.to_be());
+            block.add(3).write(remote.rkey.to_be() as u64);
+            // Inline segment: byte count with the inline flag, then the data.
+            let inl = block.add(4) as *mut u8;
+            (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
+            core::ptr::copy_nonoverlapping(data.as_ptr(), inl.add(4), len);
+        }
+        self.record(pi, cookie, end, WcOpcode::RdmaWrite, 0, flags.signaled);
+        self.pi = end;
+        block as *const u8
+    }
+
+    /// Posts an RDMA write of `data` as inline data and rings: the fast path when it applies
+    /// (see the module documentation), else [`SendQueue::post`].
+    ///
+    /// # Errors
+    /// As [`SendQueue::post`]: [`crate::Error::InlineTooLong`] when `data` is longer than
+    /// the QP's inline limit, [`crate::Error::QueueFull`]. Nothing is written on error.
+    #[inline(always)]
+    pub fn write_inline(
+        &mut self,
+        data: &[u8],
+        remote: Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if self.try_write_inline(data, remote, cookie, flags) {
+            return Ok(());
+        }
+        self.write_inline_general(data, remote, cookie, flags)
+    }
+
+    /// The fast path of [`SendQueue::write_inline`] alone: posts and returns true when it
+    /// applies, else does nothing and returns false.
+    #[inline(always)]
+    pub fn try_write_inline(
+        &mut self,
+        data: &[u8],
+        remote: Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> bool {
+        if !self.fast_inline_applies(data.len(), flags) {
+            return false;
+        }
+        debug_assert_eq!(self.pending, 0, "post while a batch is open");
+        let block = self.push_inline_write(data, remote, cookie, flags);
+        // SAFETY: `block` holds the WQE just written; a nonzero `fast_limit` says the
+        // register has BlueFlame halves of at least 64 bytes.
+        unsafe { self.ring_bf_block(block) };
+        true
+    }
+
+    /// The general path of [`SendQueue::write_inline`], kept out of line so that the fast
+    /// path carries no request on the stack.
+    #[inline(never)]
+    pub(super) fn write_inline_general(
+        &mut self,
+        data: &[u8],
+        remote: Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        let req = Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        };
+        self.post_general(&req, cookie, flags)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use mlx5::RawQp;
+
+    #[repr(C, align(64))]
+    struct Ring([u8; 16 * 64]);
+    #[repr(C, align(64))]
+    struct Bf([u8; 512]);
+
+    struct Mem {
+        ring: Box<Ring>,
+        dbrec: [u32; 2],
+        bf: Box<Bf>,
+    }
+
+    fn mem() -> Mem {
+        Mem {
+            ring: Box::new(Ring([0; 16 * 64])),
+            dbrec: [0; 2],
+            bf: Box::new(Bf([0; 512])),
+        }
+    }
+
+    fn queue(m: &mut Mem, bf_size: u32, max_inline: u32) -> SendQueue {
+        let raw = RawQp {
+            qpn: 0xab_cdef,
+            sq_buf: m.ring.0.as_mut_ptr(),
+            sq_wqe_cnt: 16,
+            sq_stride: 64,
+            rq_buf: core::ptr::null_mut(),
+            rq_wqe_cnt: 0,
+            rq_stride: 0,
+            dbrec: m.dbrec.as_mut_ptr(),
+            bf_reg: m.bf.0.as_mut_ptr(),
+            bf_size,
+            max_inline,
+            max_send_sge: 4,
+            max_recv_sge: 0,
+        };
+        // SAFETY: the ring, record and register live in `m`, longer than the queue.
+        unsafe { SendQueue::new(&raw) }.unwrap()
+    }
+
+    /// The meaningful bytes of the WQE at block `i`: 32, and the inline segment's 4 + len
+    /// when len > 0 (padding and bytes beyond DS are not read by the device).
+    fn wqe(m: &Mem, i: usize, len: usize) -> Vec<u8> {
+        let n = if len == 0 { 32 } else { 36 + len };
+        m.ring.0[i * 64..i * 64 + n].to_vec()
+    }
+
+    #[test]
+    fn same_bytes_as_the_general_encoder_for_every_length_and_flag() {
+        let data: Vec<u8> = (0..FAST_INLINE_MAX as u8).map(|b| b ^ 0x5a).collect();
+        let remote = Remote {
+            addr: 0x0123_4567_89ab_cdef,
+            rkey: 0xfeed_beef,
+        };
+        let flag_sets = [
+            PostFlags::SIGNALED,
+            PostFlags::UNSIGNALED,
+            PostFlags::SIGNALED.solicited(),
+        ];
+        for len in 0..=FAST_INLINE_MAX {
+            for flags in flag_sets {
+                let (mut fast, mut slow) = (mem(), mem());
+                let mut a = queue(&mut fast, 256, 64);
+                let mut b = queue(&mut slow, 256, 64);
+                // Three posts each so that the WQE index and the BlueFlame half move.
+                for k in 0..3u64 {
+                    a.write_inline(&data[..len], remote, k, flags).unwrap();
+                    let req = Request::Write {
+                        remote,
+                        data: Payload::Inline(&data[..len]),
+                    };
+                    b.post(&req, k, flags).unwrap();
+                }
+                assert_eq!((a.pi, a.credit), (b.pi, b.credit));
+                drop((a, b));
+                for i in 0..3 {
+                    assert_eq!(
+                        wqe(&fast, i, len),
+                        wqe(&slow, i, len),
+                        "len {len} {flags:?}"
+                    );
+                }
+                assert_eq!(fast.dbrec, slow.dbrec);
+                // The last BlueFlame copy went to the first half again (three rings).
+                let n = wqe(&fast, 0, len).len();
+                assert_eq!(&fast.bf.0[..n], &slow.bf.0[..n]);
+            }
+        }
+    }
+
+    #[test]
+    fn falls_back_when_the_fast_path_does_not_apply() {
+        let remote = Remote { addr: 8, rkey: 1 };
+        // Longer than one block: the general path (two blocks).
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 64);
+        q.write_inline(&[7; 40], remote, 1, PostFlags::SIGNALED)
+            .unwrap();
+        assert_eq!(q.pi, 2);
+        // Over the QP's inline limit: an error, nothing written.
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 8);
+        let e = q.write_inline(&[7; 9], remote, 1, PostFlags::SIGNALED);
+        assert!(matches!(e, Err(Error::InlineTooLong { len: 9, max: 8 })));
+        assert_eq!(q.pi, 0);
+        drop(q);
+        assert!(m.ring.0.iter().all(|&b| b == 0));
+        // No BlueFlame register: the 8-byte doorbell of the general path.
+        let mut m = mem();
+        let mut q = queue(&mut m, 0, 64);
+        q.write_inline(&[7; 8], remote, 1, PostFlags::SIGNALED)
+            .unwrap();
+        drop(q);
+        assert_eq!(&m.bf.0[..8], &m.ring.0[..8]);
+        assert!(m.bf.0[8..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_full_ring_is_an_error_and_writes_nothing() {
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 64);
+        let remote = Remote { addr: 8, rkey: 1 };
+        for k in 0..16 {
+            q.write_inline(&[1; 8], remote, k, PostFlags::SIGNALED)
+                .unwrap();
+        }
+        let e = q.write_inline(&[1; 8], remote, 16, PostFlags::SIGNALED);
+        assert!(matches!(e, Err(Error::QueueFull { needed: 1, free: 0 })));
+        assert_eq!(q.pi, 16);
+    }
+
+    #[test]
+    fn a_long_unsignaled_run_gets_one_internal_signal() {
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 64);
+        let remote = Remote { addr: 8, rkey: 1 };
+        for k in 0..9 {
+            q.write_inline(&[1; 8], remote, k, PostFlags::UNSIGNALED)
+                .unwrap();
+        }
+        drop(q);
+        let ce = |i: usize| m.ring.0[i * 64 + 11] & (3 << 2);
+        // Blocks 0..8 unsignaled; the ninth (half the ring passed) asks for a completion.
+        assert!((0..8).all(|i| ce(i) == 0));
+        assert_eq!(ce(8), (CompletionMode::Always as u8) << 2);
+    }
+}
