@@ -213,42 +213,41 @@ impl CompletionQueue {
         self.poll_some(out)
     }
 
-    /// The rest of [`CompletionQueue::poll`], once an entry is there: send completions of the
-    /// QP seen last, straight through; anything else goes to [`CompletionQueue::poll_general`]
-    /// (a tail call, so this function needs no stack frame).
+    /// The rest of [`CompletionQueue::poll`], once an entry is there: a send completion of
+    /// the QP seen last, straight through; anything else, and any further entries, go to
+    /// [`CompletionQueue::poll_general`] (tail calls, so this function needs no stack
+    /// frame).
     #[inline(never)]
     fn poll_some(&mut self, out: &mut [Completion]) -> usize {
         if self.registry.gen.load(Ordering::Acquire) != self.gen {
             return self.poll_general(out, 0);
         }
+        // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
+        // read before `publish_ci` (here or in `poll_general`).
+        let cqe = unsafe { self.entry() };
+        let qpn = cqe.qpn();
+        if cqe.op_own >> 4 != CqeOpcode::Req as u8 || qpn != self.last_qpn {
+            return self.poll_general(out, 0);
+        }
+        self.advance();
+        // SAFETY: `last_sq` points into an `Arc` held by `cache`, which is replaced only by
+        // `refresh`, which resets `last_qpn`.
+        let sq = unsafe { &*self.last_sq };
+        let e = sq.get(cqe.wqe_counter.get());
+        sq.retire(e.end);
         let mut n = 0;
-        loop {
-            // SAFETY: the entry at the consumer index is software's (checked by the caller or
-            // at the end of the previous round); see `poll_general`.
-            let cqe = unsafe { self.entry() };
-            let qpn = cqe.qpn();
-            if cqe.op_own >> 4 != CqeOpcode::Req as u8 || qpn != self.last_qpn {
-                return self.poll_general(out, n);
-            }
-            self.advance();
-            // SAFETY: `last_sq` points into an `Arc` held by `cache`, which is replaced only
-            // by `refresh`, which resets `last_qpn`.
-            let sq = unsafe { &*self.last_sq };
-            let e = sq.get(cqe.wqe_counter.get());
-            sq.retire(e.end);
-            if e.report {
-                out[n] = Completion {
-                    cookie: e.cookie,
-                    opcode: e.opcode,
-                    byte_len: e.byte_len,
-                    qpn,
-                    ..Completion::default()
-                };
-                n += 1;
-            }
-            if n == out.len() || !self.is_mine(self.op_own()) {
-                break;
-            }
+        if e.report {
+            out[0] = Completion {
+                cookie: e.cookie,
+                opcode: e.opcode,
+                byte_len: e.byte_len,
+                qpn,
+                ..Completion::default()
+            };
+            n = 1;
+        }
+        if n < out.len() && self.is_mine(self.op_own()) {
+            return self.poll_general(out, n);
         }
         self.publish_ci();
         n

@@ -131,6 +131,7 @@ impl SendQueue {
 
     /// The general path of [`SendQueue::write_inline`], kept out of line so that the fast
     /// path carries no request on the stack.
+    #[cold]
     #[inline(never)]
     pub(super) fn write_inline_general(
         &mut self,

@@ -500,6 +500,7 @@ impl Qp {
     }
 
     /// [`Qp::write_inline`] on the verbs path or before `connect`.
+    #[cold]
     #[inline(never)]
     fn write_inline_general(
         &mut self,
