@@ -409,3 +409,162 @@ impl CompletionQueue {
         Some(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::IntoBytes;
+
+    /// A device stand-in: writes CQE number `k` (k counts from 0) with the owner bit of its
+    /// pass, as the hardware does.
+    fn write_cqe(ring: &mut [u8], cnt: u32, size: u32, k: u32, qpn: u32, opcode: CqeOpcode) {
+        let cqe = Cqe64 {
+            sop_drop_qpn: mlx5::Be32::new(qpn),
+            wqe_counter: mlx5::Be16::new(k as u16),
+            op_own: op_own(opcode, CqeFormat::Plain, false, k & cnt != 0),
+            ..Cqe64::default()
+        };
+        let at = ((k % cnt) * size + size - 64) as usize;
+        ring[at..at + 64].copy_from_slice(cqe.as_bytes());
+    }
+
+    /// Three passes over a ring of 64- or 128-byte entries: every completion once, in
+    /// order, unreported ones skipped, nothing seen before the device wrote it, the
+    /// consumer index published.
+    fn passes(size: u32) {
+        let cnt = 8u32;
+        let mut ring = vec![0u8; (cnt * size) as usize];
+        let mut dbrec = [0u32; 2];
+        let raw = RawCq {
+            cqn: 5,
+            buf: ring.as_mut_ptr(),
+            cqe_cnt: cnt,
+            cqe_size: size,
+            dbrec: dbrec.as_mut_ptr(),
+            cq_uar: core::ptr::null_mut(),
+        };
+        // SAFETY: the ring and record outlive the poller, which alone polls them.
+        let mut cq = unsafe { CompletionQueue::new(&raw) }.unwrap();
+        for i in 0..cnt {
+            let own = ring[(i * size + size - 1) as usize];
+            assert_eq!(own, op_own_initial(), "entry {i} preset");
+        }
+        let sq = Arc::new(Shadow::<SendEntry>::new(64));
+        cq.registry.attach(Attached {
+            qpn: 0x77,
+            sq: Some(sq.clone()),
+            rq: None,
+        });
+        let mut out = [Completion::default(); 4];
+        assert_eq!(cq.poll(&mut out), 0, "nothing written yet");
+        let mut expected = Vec::new();
+        let mut got = Vec::new();
+        for k in 0..3 * cnt {
+            let report = k % 3 != 2;
+            sq.set(
+                k as u16,
+                SendEntry {
+                    cookie: 1000 + k as u64,
+                    end: k as u16 + 1,
+                    opcode: WcOpcode::RdmaWrite,
+                    byte_len: 0,
+                    report,
+                },
+            );
+            if report {
+                expected.push(1000 + k as u64);
+            }
+            write_cqe(&mut ring, cnt, size, k, 0x77, CqeOpcode::Req);
+            // Poll every other CQE, so that polls see one or two entries.
+            if k % 2 == 1 {
+                let n = cq.poll(&mut out);
+                got.extend(out[..n].iter().map(|c| {
+                    assert_eq!(
+                        (c.qpn, c.status, c.opcode),
+                        (0x77, WcStatus::Success, WcOpcode::RdmaWrite)
+                    );
+                    c.cookie
+                }));
+                assert_eq!(cq.poll(&mut out), 0, "empty after k = {k}");
+                assert_eq!(u32::from_be(dbrec[CQ_SET_CI]), k + 1);
+                assert_eq!(sq.retired(), k as u16 + 1);
+            }
+        }
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn passes_over_64_byte_entries() {
+        passes(64);
+    }
+
+    #[test]
+    fn passes_over_128_byte_entries() {
+        passes(128);
+    }
+
+    #[test]
+    fn other_kinds_and_unknown_qps_take_the_general_path() {
+        let cnt = 16u32;
+        let mut ring = vec![0u8; (cnt * 64) as usize];
+        let mut dbrec = [0u32; 2];
+        let raw = RawCq {
+            cqn: 5,
+            buf: ring.as_mut_ptr(),
+            cqe_cnt: cnt,
+            cqe_size: 64,
+            dbrec: dbrec.as_mut_ptr(),
+            cq_uar: core::ptr::null_mut(),
+        };
+        // SAFETY: as above.
+        let mut cq = unsafe { CompletionQueue::new(&raw) }.unwrap();
+        let (a, b) = (
+            Arc::new(Shadow::<SendEntry>::new(16)),
+            Arc::new(Shadow::<SendEntry>::new(16)),
+        );
+        let rq = Arc::new(Shadow::<u64>::new(16));
+        for (qpn, sq) in [(1, &a), (2, &b)] {
+            cq.registry.attach(Attached {
+                qpn,
+                sq: Some(sq.clone()),
+                rq: Some(rq.clone()),
+            });
+        }
+        for k in 0..4u16 {
+            let e = |c| SendEntry {
+                cookie: c,
+                end: k + 1,
+                opcode: WcOpcode::Send,
+                byte_len: 0,
+                report: true,
+            };
+            a.set(k, e(100 + k as u64));
+            b.set(k, e(200 + k as u64));
+            rq.set(k, 300 + k as u64);
+        }
+        // QP 1, QP 2, QP 1 (the last-QP memory switches), a receive, an unknown QP.
+        write_cqe(&mut ring, cnt, 64, 0, 1, CqeOpcode::Req);
+        write_cqe(&mut ring, cnt, 64, 1, 2, CqeOpcode::Req);
+        write_cqe(&mut ring, cnt, 64, 2, 1, CqeOpcode::Req);
+        write_cqe(&mut ring, cnt, 64, 3, 2, CqeOpcode::RespSend);
+        let mut out = [Completion::default(); 1];
+        let mut seen = Vec::new();
+        while cq.poll(&mut out) == 1 {
+            seen.push((out[0].qpn, out[0].cookie, out[0].opcode));
+        }
+        assert_eq!(
+            seen,
+            [
+                (1, 100, WcOpcode::Send),
+                (2, 201, WcOpcode::Send),
+                (1, 102, WcOpcode::Send),
+                (2, 303, WcOpcode::Recv),
+            ]
+        );
+        assert_eq!(u32::from_be(dbrec[CQ_SET_CI]), 4);
+        // A QP the CQ does not know: consumed, not reported.
+        write_cqe(&mut ring, cnt, 64, 4, 9, CqeOpcode::Req);
+        assert_eq!(cq.poll(&mut out), 0);
+        assert_eq!(u32::from_be(dbrec[CQ_SET_CI]), 5);
+    }
+}
