@@ -233,8 +233,11 @@ impl CompletionQueue {
         // SAFETY: `last_sq` points into an `Arc` held by `cache`, which is replaced only by
         // `refresh`, which resets `last_qpn`.
         let sq = unsafe { &*self.last_sq };
-        let e = sq.get(cqe.wqe_counter.get());
-        sq.retire(e.end);
+        let wqe = cqe.wqe_counter.get();
+        // SAFETY: the poller reads the entry of a WQE whose completion it holds.
+        // Retired (below, a release store) only after it was read: the poster may reuse it
+        // from then on.
+        let e = unsafe { sq.entry(wqe) };
         let mut n = 0;
         if e.report {
             out[0] = Completion {
@@ -246,6 +249,7 @@ impl CompletionQueue {
             };
             n = 1;
         }
+        sq.retire(wqe.wrapping_add(e.bbs));
         if n < out.len() && self.is_mine(self.op_own()) {
             return self.poll_general(out, n);
         }
@@ -330,7 +334,7 @@ impl CompletionQueue {
             // `cache`, which is replaced only by `refresh`, which resets it.
             let sq = unsafe { &*sq };
             let e = sq.get(wqe);
-            sq.retire(e.end);
+            sq.retire(wqe.wrapping_add(e.bbs));
             if !e.report {
                 return None;
             }
@@ -381,8 +385,9 @@ impl CompletionQueue {
             Some(CqeOpcode::ReqErr) => {
                 let e = cqe.as_err();
                 let sq = q?.sq.as_ref()?;
-                let s = sq.get(e.wqe_counter.get());
-                sq.retire(s.end);
+                let w = e.wqe_counter.get();
+                let s = sq.get(w);
+                sq.retire(w.wrapping_add(s.bbs));
                 c.qpn = e.qpn();
                 c.cookie = s.cookie;
                 c.opcode = s.opcode;
@@ -465,7 +470,7 @@ mod tests {
                 k as u16,
                 SendEntry {
                     cookie: 1000 + k as u64,
-                    end: k as u16 + 1,
+                    bbs: 1,
                     opcode: WcOpcode::RdmaWrite,
                     byte_len: 0,
                     report,
@@ -533,7 +538,7 @@ mod tests {
         for k in 0..4u16 {
             let e = |c| SendEntry {
                 cookie: c,
-                end: k + 1,
+                bbs: 1,
                 opcode: WcOpcode::Send,
                 byte_len: 0,
                 report: true,

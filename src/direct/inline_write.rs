@@ -50,8 +50,29 @@ impl SendQueue {
         } else {
             self.credit -= 1;
         }
+        // The statements follow the order in which the arguments can be let go (the shadow
+        // entry, the remote address, the data, then the control segment), which keeps the
+        // whole path in the caller-saved registers.
         let pi = self.pi;
-        let end = pi.wrapping_add(1);
+        self.record(pi, cookie, 1, WcOpcode::RdmaWrite, 0, flags.signaled);
+        let block = self.block(pi) as *mut u64;
+        // SAFETY: the block at `pi` is free (pi != limit: retired by the poller, or never used)
+        // and not yet announced to the device; it is 64 bytes, 64-byte aligned, inside the
+        // ring; the stores below stay within it (36 + len <= 64).
+        unsafe {
+            // Remote address: address, rkey, reserved.
+            block.add(2).write(remote.addr.to_be());
+            block.add(3).write(remote.rkey.to_be() as u64);
+            // Inline segment: byte count with the inline flag, then the data.
+            let inl = block.add(4) as *mut u8;
+            (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
+            core::ptr::copy_nonoverlapping(data.as_ptr(), inl.add(4), len);
+        }
+        // Control: opmod 0, WQE index, opcode | QP number, DS | signature 0, fm_ce_se | imm 0.
+        // DS: control and remote address, plus the inline segment when there is data (as
+        // rdma-core, which adds no segment for 0 bytes); its header is written regardless,
+        // beyond DS when unused.
+        let ds = 2 + (len != 0) as usize + (len > 12) as usize;
         let fm = FmCeSe {
             fence: Fence::None,
             completion: if flags.signaled {
@@ -61,30 +82,13 @@ impl SendQueue {
             },
             solicited: flags.solicited,
         };
-        // Control: opmod 0, WQE index, opcode | QP number, DS | signature 0, fm_ce_se | imm 0.
-        // DS: control and remote address, plus the inline segment when there is data (as
-        // rdma-core, which adds no segment for 0 bytes); its header is written regardless,
-        // beyond DS when unused.
-        let ds = 2 + (len != 0) as u32 + (len > 12) as u32;
-        let w0 = ((pi as u32) << 8 | Opcode::RdmaWrite as u32).to_be();
-        let w1 = self.qpn_be8 | ds << 24;
-        let block = self.block(pi) as *mut u64;
-        // SAFETY: the block at `pi` is free (pi != limit: retired by the poller, or never used)
-        // and not yet announced to the device; it is 64 bytes, 64-byte aligned, inside the
-        // ring; the stores below stay within it (36 + len <= 64).
+        // SAFETY: as above.
         unsafe {
-            block.write(w0 as u64 | (w1 as u64) << 32);
+            (block as *mut u32).write(((pi as u32) << 8 | Opcode::RdmaWrite as u32).to_be());
+            (block as *mut u32).add(1).write(self.qpn_ds[ds]);
             block.add(1).write((fm.to_u8() as u64) << 24);
-            // Remote address: address, rkey, reserved.
-            block.add(2).write(remote.addr.to_be());
-            block.add(3).write(remote.rkey.to_be() as u64);
-            // Inline segment: byte count with the inline flag, then the data.
-            let inl = block.add(4) as *mut u8;
-            (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
-            core::ptr::copy_nonoverlapping(data.as_ptr(), inl.add(4), len);
         }
-        self.record(pi, cookie, end, WcOpcode::RdmaWrite, 0, flags.signaled);
-        self.pi = end;
+        self.pi = pi.wrapping_add(1);
         block as *const u8
     }
 

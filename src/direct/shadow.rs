@@ -9,20 +9,22 @@
 
 use crate::completion::WcOpcode;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU16, Ordering};
 
-/// What the poller needs to know about one posted send WQE.
+/// What the poller needs to know about one posted send WQE. 16 bytes, the last 8 of which
+/// are a constant for a given kind of request (one store on the fast path).
 #[derive(Copy, Clone, Debug, Default)]
+#[repr(C)]
 pub(crate) struct SendEntry {
     /// The user's cookie.
     pub(crate) cookie: u64,
-    /// Producer index (16 bits) just after this WQE: everything before it is done when it
-    /// completes.
-    pub(crate) end: u16,
-    /// What to report.
-    pub(crate) opcode: WcOpcode,
     /// Bytes a successful completion reports (reads: length, atomics: operand size).
     pub(crate) byte_len: u32,
+    /// Positions the WQE takes (send-ring blocks; 1 on the verbs path): when it completes,
+    /// everything before its position plus `bbs` is done.
+    pub(crate) bbs: u16,
+    /// What to report.
+    pub(crate) opcode: WcOpcode,
     /// False for a WQE the driver signaled only to reclaim ring space: its success is not
     /// reported to the user.
     pub(crate) report: bool,
@@ -32,10 +34,10 @@ pub(crate) struct SendEntry {
 pub(crate) struct Shadow<T> {
     mask: u32,
     entries: Box<[UnsafeCell<T>]>,
-    /// Producer index (16 bits) up to which the ring is free again.
-    retired: AtomicU32,
-    /// Producer index (16 bits) after the last request posted (for deferred deregistration).
-    posted: AtomicU32,
+    /// Producer index up to which the ring is free again.
+    retired: AtomicU16,
+    /// Producer index after the last request posted (for deferred deregistration).
+    posted: AtomicU16,
 }
 
 // SAFETY: entries are written only by the single poster (it holds `&mut` of its queue) for
@@ -51,8 +53,8 @@ impl<T: Copy + Default> Shadow<T> {
         Shadow {
             mask: cnt - 1,
             entries: (0..cnt).map(|_| UnsafeCell::new(T::default())).collect(),
-            retired: AtomicU32::new(0),
-            posted: AtomicU32::new(0),
+            retired: AtomicU16::new(0),
+            posted: AtomicU16::new(0),
         }
     }
 
@@ -82,21 +84,35 @@ impl<T: Copy + Default> Shadow<T> {
         unsafe { *self.entries.get_unchecked(i).get() }
     }
 
+    /// The entry at `pos`, in place (poller only, after its CQE was seen).
+    ///
+    /// # Safety
+    /// The reference must be dropped before the position is retired and can be reused:
+    /// the poster writes it again then.
+    #[inline(always)]
+    pub(crate) unsafe fn entry(&self, pos: u16) -> &T {
+        let i = (pos as u32 & self.mask) as usize;
+        debug_assert!(i < self.entries.len());
+        // SAFETY: as in `get`; the caller keeps the reference only while the position is not
+        // free.
+        unsafe { &*self.entries.get_unchecked(i).get() }
+    }
+
     /// Marks everything before `end` as free (poller).
     #[inline(always)]
     pub(crate) fn retire(&self, end: u16) {
-        self.retired.store(end as u32, Ordering::Release);
+        self.retired.store(end, Ordering::Release);
     }
 
     /// Records how far the poster has posted (poster; one relaxed store).
     #[inline(always)]
     pub(crate) fn mark_posted(&self, end: u16) {
-        self.posted.store(end as u32, Ordering::Relaxed);
+        self.posted.store(end, Ordering::Relaxed);
     }
 
     /// How far the poster has posted.
     pub(crate) fn posted(&self) -> u16 {
-        self.posted.load(Ordering::Relaxed) as u16
+        self.posted.load(Ordering::Relaxed)
     }
 
     /// Whether everything posted before `mark` has completed (or retired past it).
@@ -108,6 +124,6 @@ impl<T: Copy + Default> Shadow<T> {
     /// The position up to which the ring is free (poster).
     #[inline(always)]
     pub(crate) fn retired(&self) -> u16 {
-        self.retired.load(Ordering::Acquire) as u16
+        self.retired.load(Ordering::Acquire)
     }
 }

@@ -83,8 +83,9 @@ pub struct SendQueue {
     /// WQEs written since the last ring, and where the last one starts.
     pub(super) pending: u16,
     pub(super) last_start: u16,
-    /// `(qpn << 8).to_be()`: the control segment's second word without its DS count.
-    pub(super) qpn_be8: u32,
+    /// `(qpn << 8 | ds).to_be()` for ds 0..=4: the control segment's second word of a
+    /// one-block WQE, ready made.
+    pub(super) qpn_ds: [u32; 5],
     /// One more than the longest payload the inline-write fast path takes (its own limit
     /// and the QP's), or 0 when the fast path is off: no BlueFlame register of at least one
     /// block, a fence armed for the next WQE, or the owner has not enabled it (a QP before
@@ -176,7 +177,7 @@ impl SendQueue {
             next_fence: Fence::None,
             pending: 0,
             last_start: 0,
-            qpn_be8: (raw.qpn << 8).to_be(),
+            qpn_ds: [0, 1, 2, 3, 4].map(|ds| (raw.qpn << 8 | ds).to_be()),
             fast_limit: if bf_ok {
                 FAST_INLINE_MAX.min(raw.max_inline as usize) + 1
             } else {
@@ -243,7 +244,7 @@ impl SendQueue {
         &mut self,
         pi: u16,
         cookie: u64,
-        end: u16,
+        bbs: u16,
         opcode: WcOpcode,
         byte_len: u32,
         report: bool,
@@ -255,7 +256,7 @@ impl SendQueue {
         unsafe {
             self.slots.add(i).write(SendEntry {
                 cookie,
-                end,
+                bbs,
                 opcode,
                 byte_len,
                 report,
@@ -388,7 +389,7 @@ impl SendQueue {
         encode(req, ds, pi, self.qpn, fm, &mut span);
         let (opcode, byte_len) = wc_opcode(req);
         let end = pi.wrapping_add(bbs as u16);
-        self.record(pi, cookie, end, opcode, byte_len, report);
+        self.record(pi, cookie, bbs as u16, opcode, byte_len, report);
         self.pi = end;
         self.pending += 1;
         self.last_start = pi;

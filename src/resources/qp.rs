@@ -496,27 +496,19 @@ impl Qp {
                 return Ok(());
             }
         }
-        self.write_inline_general(data, remote, cookie, flags)
+        let req = Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        };
+        self.post_cold(&req, cookie, flags)
     }
 
-    /// [`Qp::write_inline`] on the verbs path or before `connect`.
+    /// [`Qp::post`] out of line, for the fall-back paths of the fast paths: the request is
+    /// built only there, and the fast path keeps its arguments where they arrived.
     #[cold]
     #[inline(never)]
-    fn write_inline_general(
-        &mut self,
-        data: &[u8],
-        remote: Remote,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(
-            &Request::Write {
-                remote,
-                data: Payload::Inline(data),
-            },
-            cookie,
-            flags,
-        )
+    fn post_cold(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.post(req, cookie, flags)
     }
 
     /// RDMA write with immediate.

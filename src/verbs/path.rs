@@ -302,7 +302,7 @@ impl VerbsSendQueue {
             self.seq,
             SendEntry {
                 cookie,
-                end,
+                bbs: 1,
                 opcode: wc,
                 byte_len,
                 report,
@@ -406,7 +406,7 @@ impl VerbsSendQueue {
         let end = self.seq.wrapping_add(1);
         let entry = SendEntry {
             cookie,
-            end,
+            bbs: 1,
             opcode: WcOpcode::BindMw,
             byte_len: 0,
             report: flags.signaled,
@@ -704,7 +704,7 @@ impl VerbsCompletionQueue {
         }
         let sq = q.sq.as_ref()?;
         let e = sq.get(seq);
-        sq.retire(e.end);
+        sq.retire(seq.wrapping_add(e.bbs));
         if status == WcStatus::Success && !e.report {
             return None;
         }
