@@ -30,10 +30,9 @@ fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, send: bool, cookie: u6
         addr: s.peer.addr,
         rkey: s.peer.rkey,
     };
-    if size <= o.inline as usize && size <= 1024 {
-        let mut msg = [0u8; 1024];
-        msg[size - 1] = tag;
-        let data = Payload::Inline(&msg[..size]);
+    if size <= o.inline as usize && size <= s.msg.len() {
+        s.msg[size - 1] = tag;
+        let data = Payload::Inline(&s.msg[..size]);
         let req = if send {
             Request::Send { data }
         } else {

@@ -14,6 +14,8 @@ pub struct Side {
     pub cq: Cq,
     pub mr: MemoryRegion,
     pub peer: RemoteBuf,
+    /// The source of inline messages (zeros but for the tag byte each message sets).
+    pub msg: Box<[u8; 1024]>,
 }
 
 /// How the two sides are placed (built once per test: its size does not matter).
@@ -108,6 +110,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             cq: cqa,
             mr: mra,
             peer,
+            msg: Box::new([0; 1024]),
         };
         return Ok(if o.server {
             Setup::Server(s, stream)
@@ -129,6 +132,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             cq: cqa,
             mr: mra,
             peer: pa,
+            msg: Box::new([0; 1024]),
         },
         Side {
             dev: dev.clone(),
@@ -136,6 +140,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             cq: cqb,
             mr: mrb,
             peer: pb,
+            msg: Box::new([0; 1024]),
         },
     ))
 }
@@ -164,13 +169,13 @@ impl Side {
     /// Spins until byte `off` of the own buffer equals `tag` (the stepped NIC runs meanwhile).
     pub fn wait_byte(&self, off: usize, tag: u8) -> Result<()> {
         let mut spins = 0u64;
+        // No `pause` in the loop, as perftest: it would delay noticing the byte.
         while self.mr.read_volatile_u8(off)? != tag {
             self.dev.process();
             spins += 1;
             if spins & ((1 << 30) - 1) == 0 {
                 eprintln!("bfperf: still waiting for the peer ({spins} spins)");
             }
-            std::hint::spin_loop();
         }
         Ok(())
     }
@@ -188,7 +193,6 @@ impl Side {
                 }
                 return Ok(c);
             }
-            std::hint::spin_loop();
         }
     }
 

@@ -1,6 +1,8 @@
 //! `cargo xtask rxe-compare`: perftest and bfperf with the same parameters on rxe0, in one
 //! boot of the rxe VM, side by side with the ratio per line. Timings under emulation are
-//! only for comparing the two programs in the same run.
+//! only for comparing the two programs in the same run, and they are noisy (the emulated
+//! CPUs are host threads): each test runs [`ROUNDS`] times, the two programs alternating,
+//! and the line shows the median of each program's results, then every result.
 
 use crate::{root, run};
 use std::process::Command;
@@ -19,16 +21,35 @@ const TESTS: &[(&str, &str, &str, u32, u32)] = &[
     ),
 ];
 
+/// Runs of each program per test.
+const ROUNDS: usize = 3;
+
 fn script() -> String {
     let mut s = String::from("cd target/rxe\n");
     for (i, &(_, pt, bf, size, iters)) in TESTS.iter().enumerate() {
-        s.push_str(&format!(
-            "{pt} -F -d rxe0 -x 1 -s {size} -n {iters} > pt{i}.srv 2>&1 & sleep 2; \
-             {pt} -F -d rxe0 -x 1 -s {size} -n {iters} 10.77.0.1 > pt{i}.txt 2>&1; wait\n\
-             ../release/bfperf {bf} --device rxe0 --size {size} --iters {iters} --json > bf{i}.txt 2>&1\n"
-        ));
+        for r in 0..ROUNDS {
+            s.push_str(&format!(
+                "{pt} -F -d rxe0 -x 1 -s {size} -n {iters} > pt{i}_{r}.srv 2>&1 & sleep 2; \
+                 {pt} -F -d rxe0 -x 1 -s {size} -n {iters} 10.77.0.1 > pt{i}_{r}.txt 2>&1; wait\n\
+                 ../release/bfperf {bf} --device rxe0 --size {size} --iters {iters} --json > bf{i}_{r}.txt 2>&1\n"
+            ));
+        }
     }
     s
+}
+
+/// The median of the values (None when there are none).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
 }
 
 /// The typical latency (usec) or average bandwidth (MB/s) of perftest's result line.
@@ -68,12 +89,33 @@ pub fn main() -> bool {
         "test (rxe0, in the VM)", "perftest", "bfperf", "ratio"
     );
     let mut ok = true;
+    let mut runs = Vec::new();
     for (i, &(label, _, _, _, _)) in TESTS.iter().enumerate() {
         let bw = label.contains("bandwidth");
-        let pt = std::fs::read_to_string(dir.join(format!("pt{i}.txt"))).unwrap_or_default();
-        let bf = std::fs::read_to_string(dir.join(format!("bf{i}.txt"))).unwrap_or_default();
-        let p = perftest_value(&pt, bw);
-        let b = json_value(&bf, if bw { "bw_avg_mb_s" } else { "t_typical_us" });
+        let (mut ps, mut bs) = (Vec::new(), Vec::new());
+        for r in 0..ROUNDS {
+            let read = |f: String| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+            let pt = read(format!("pt{i}_{r}.txt"));
+            let bf = read(format!("bf{i}_{r}.txt"));
+            match perftest_value(&pt, bw) {
+                Some(v) => ps.push(v),
+                None => {
+                    ok = false;
+                    eprintln!("xtask: no perftest result for {label}, round {r}:\n{pt}");
+                }
+            }
+            match json_value(&bf, if bw { "bw_avg_mb_s" } else { "t_typical_us" }) {
+                Some(v) => bs.push(v),
+                None => {
+                    ok = false;
+                    eprintln!(
+                        "xtask: no bfperf result for {label}, round {r}: {}",
+                        bf.lines().last().unwrap_or("")
+                    );
+                }
+            }
+        }
+        let (p, b) = (median(ps.clone()), median(bs.clone()));
         let unit = if bw { "MB/s" } else { "us" };
         let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2} {unit}"));
         let ratio = match (p, b) {
@@ -81,19 +123,22 @@ pub fn main() -> bool {
             _ => "-".into(),
         };
         println!("{label:<26} {:>14} {:>14} {ratio:>8}", show(p), show(b));
-        if p.is_none() {
-            ok = false;
-            eprintln!("xtask: no perftest result for {label}:\n{pt}");
-        }
-        if b.is_none() {
-            eprintln!(
-                "xtask: no bfperf result for {label}: {}",
-                bf.lines().last().unwrap_or("")
-            );
-        }
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        runs.push(format!(
+            "  {label}: perftest {}; bfperf {}",
+            list(&ps),
+            list(&bs)
+        ));
     }
     println!(
-        "(ratio = bfperf / perftest: below 1.0 is better for latency, above 1.0 for bandwidth)"
+        "(medians of {ROUNDS} alternating runs; ratio = bfperf / perftest: below 1.0 is better \
+         for latency, above 1.0 for bandwidth)\nevery run:\n{}",
+        runs.join("\n")
     );
     ok
 }
@@ -112,5 +157,8 @@ mod tests {
             json_value("{\"t_typical_us\":21.500,\"p99_us\":3}", "t_typical_us"),
             Some(21.5)
         );
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
     }
 }
