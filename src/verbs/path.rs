@@ -14,6 +14,7 @@ use crate::direct::{Attached, PostFlags, Registry};
 use crate::error::{Error, Result};
 use crate::{Fence, Payload, Request, Sge, WcStatus};
 use rdma_sys as ffi;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Marks a receive's `wr_id` (its sequence number is in the low 16 bits): completions in
@@ -96,27 +97,31 @@ impl VerbsSendQueue {
             .saturating_sub(self.seq.wrapping_sub(self.shadow.retired()) as u32)
     }
 
+    /// Copies the non-empty entries of `sgl` into the gather list of `slot`, checking them
+    /// in the same pass (the slot is published only by `enqueue`, so an error leaves
+    /// nothing behind). Returns the number of entries.
     fn fill_sgl(&mut self, slot: usize, sgl: &[Sge]) -> Result<usize> {
-        let n = sgl.iter().filter(|s| s.len != 0).count();
-        if n > self.max_sge {
-            return Err(Error::TooManySge {
-                n,
-                max: self.max_sge,
-            });
-        }
-        if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
-            return Err(Error::InvalidParameter {
-                what: "scatter/gather entry length",
-                value: s.len as u64,
-            });
-        }
         let base = slot * self.max_sge;
-        for (i, s) in sgl.iter().filter(|s| s.len != 0).enumerate() {
-            self.sges[base + i] = ffi::ibv_sge {
+        let mut n = 0;
+        for s in sgl.iter().filter(|s| s.len != 0) {
+            if s.len > mlx5::wqe::MAX_SGE_BYTES {
+                return Err(Error::InvalidParameter {
+                    what: "scatter/gather entry length",
+                    value: s.len as u64,
+                });
+            }
+            if n == self.max_sge {
+                return Err(Error::TooManySge {
+                    n: sgl.iter().filter(|s| s.len != 0).count(),
+                    max: self.max_sge,
+                });
+            }
+            self.sges[base + n] = ffi::ibv_sge {
                 addr: s.addr,
                 length: s.len,
                 lkey: s.lkey,
             };
+            n += 1;
         }
         Ok(n)
     }
@@ -255,7 +260,7 @@ impl VerbsSendQueue {
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &mut self,
-        mut wr: ffi::ibv_send_wr,
+        wr: ffi::ibv_send_wr,
         opcode: ffi::ibv_wr_opcode::Type,
         (wc, byte_len): (WcOpcode, u32),
         nsge: usize,
@@ -287,12 +292,21 @@ impl VerbsSendQueue {
         if flags.fence != Fence::None || fence_after_bind {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_FENCE.0;
         }
-        wr.wr_id = self.seq as u64;
-        wr.opcode = opcode;
-        wr.send_flags = send_flags;
-        wr.num_sge = nsge as i32;
-        wr.sg_list = self.sges[slot * self.max_sge..].as_mut_ptr();
-        self.wrs[slot] = wr;
+        // Field by field into the slot: the unions a request does not use (XRC; bind and
+        // TSO but for a bind) are not read for its opcode.
+        let sg_list = self.sges[slot * self.max_sge..].as_mut_ptr();
+        let w = &mut self.wrs[slot];
+        w.wr_id = self.seq as u64;
+        w.next = std::ptr::null_mut();
+        w.sg_list = sg_list;
+        w.num_sge = nsge as i32;
+        w.opcode = opcode;
+        w.send_flags = send_flags;
+        w.imm_data_invalidated_rkey_union = wr.imm_data_invalidated_rkey_union;
+        w.wr = wr.wr;
+        if opcode == ffi::ibv_wr_opcode::IBV_WR_BIND_MW {
+            w.bind_mw_tso_union = wr.bind_mw_tso_union;
+        }
         if slot > 0 {
             let next: *mut ffi::ibv_send_wr = &mut self.wrs[slot];
             self.wrs[slot - 1].next = next;
@@ -638,8 +652,8 @@ impl VerbsCompletionQueue {
 
     /// Polls up to `out.len()` completions.
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
-        if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {
-            (self.cache, self.gen) = (list, gen);
+        if self.registry.gen.load(Ordering::Acquire) != self.gen {
+            self.refresh();
         }
         let mut n = 0;
         while n < out.len() {
@@ -660,6 +674,13 @@ impl VerbsCompletionQueue {
             }
         }
         n
+    }
+
+    #[cold]
+    fn refresh(&mut self) {
+        if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {
+            (self.cache, self.gen) = (list, gen);
+        }
     }
 
     fn complete(&self, i: usize) -> Option<Completion> {
