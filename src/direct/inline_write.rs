@@ -3,8 +3,9 @@
 //!
 //! It writes the same bytes as the general encoder ([`mlx5::wqe::encode`]; a test compares
 //! them for every length) but with the request's shape known in advance: one 64-byte block
-//! (control, remote address, inline header, up to [`FAST_INLINE_MAX`] bytes), fields built
-//! as whole 64-bit words, the QP number pre-shifted, one shadow entry, one BlueFlame block.
+//! (control, remote address, inline header, up to [`FAST_INLINE_MAX`] bytes), fields stored
+//! as whole words, the control segment's QP-number word ready-made per DS count, one shadow
+//! entry, one BlueFlame block.
 //! Anything else (a longer payload, an armed fence, a full ring, a QP without BlueFlame, an
 //! unsignaled run that needs a signal) goes to the general path, which checks and encodes
 //! everything.
@@ -51,8 +52,8 @@ impl SendQueue {
             self.credit -= 1;
         }
         // The statements follow the order in which the arguments can be let go (the shadow
-        // entry, the remote address, the data, then the control segment), which keeps the
-        // whole path in the caller-saved registers.
+        // entry, the remote address, the data, then the control segment): the path then fits
+        // in the caller-saved registers (the compiler schedules in source order).
         let pi = self.pi;
         self.record(pi, cookie, 1, WcOpcode::RdmaWrite, 0, flags.signaled);
         let block = self.block(pi) as *mut u64;
