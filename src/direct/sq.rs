@@ -155,6 +155,20 @@ impl SendQueue {
                 value: raw.bf_size as u64,
             });
         }
+        // Every ring writes to the register (the 8-byte doorbell when `bf_size == 0`), so a
+        // null register is refused whatever its size, and so is a null doorbell record.
+        if raw.bf_reg.is_null() {
+            return Err(Error::InvalidParameter {
+                what: "BlueFlame register (null) of BlueFlame size",
+                value: raw.bf_size as u64,
+            });
+        }
+        if raw.dbrec.is_null() || raw.sq_buf.is_null() {
+            return Err(Error::InvalidParameter {
+                what: "doorbell record or send ring (null)",
+                value: 0,
+            });
+        }
         let shadow = Arc::new(Shadow::new(cnt));
         let bf_ok = raw.bf_size as usize >= SEND_WQE_BB;
         Ok(SendQueue {
@@ -405,7 +419,12 @@ impl SendQueue {
         }
         let start = self.last_start;
         let bbs = self.pi.wrapping_sub(start);
-        let single = self.pending == 1;
+        // rdma-core `post_send_db`: a BlueFlame copy only for one WQE of more than one DS
+        // (a one-DS WQE, such as a NOP or a send of 0 bytes, gets the 8-byte doorbell). The
+        // DS count is the low 6 bits of the control segment's byte 7, just written.
+        // SAFETY: the block at `start` holds the last WQE's control segment, inside the ring.
+        let ds = unsafe { *self.block(start).add(7) } & 0x3f;
+        let single = self.pending == 1 && ds > 1;
         self.pending = 0;
         self.shadow.mark_posted(self.pi);
         let (buf, mask) = (self.buf, self.cnt - 1);

@@ -35,7 +35,8 @@ pub struct QpStats {
     pub db_writes: u64,
     /// BlueFlame copies whose bytes differ from the WQE in the ring.
     pub bf_mismatches: u64,
-    /// BlueFlame copies that were not allowed (`bf_size == 0`, or the WQE larger than it).
+    /// BlueFlame copies that were not allowed (`bf_size == 0`, the WQE larger than it, or a
+    /// WQE of one DS, which rdma-core's `post_send_db` rings with the 8-byte doorbell).
     pub bf_violations: u64,
     /// Doorbell records that moved with no matching doorbell write in the register.
     pub doorbell_misses: u64,
@@ -226,8 +227,8 @@ impl SimQp {
         let mut last = None;
         while pi & 0xffff != db {
             match self.peek(pi, db) {
-                Ok((_, bbs)) => {
-                    last = Some((pi, bbs));
+                Ok((ctrl, bbs)) => {
+                    last = Some((pi, bbs, ctrl.ds()));
                     pi = pi.wrapping_add(bbs as u32);
                 }
                 Err(_) => break,
@@ -237,7 +238,7 @@ impl SimQp {
         if pi & 0xffff != db {
             return; // a malformed ring: running the WQEs reports it
         }
-        let Some((start, bbs)) = last else { return };
+        let Some((start, bbs, ds)) = last else { return };
         let mut wqe = [0u8; MAX_WQE_BYTES];
         self.read_blocks(start, bbs, &mut wqe);
         let bf_size = self.caps.bf_size as usize;
@@ -260,13 +261,21 @@ impl SimQp {
                 continue;
             }
             self.stats.doorbells += 1;
+            // rdma-core `post_send_db` copies only one WQE of 1 < ds <= bf_size / 16; any
+            // other ring is the 8-byte doorbell, which leaves the rest of the half as it was
+            // (zero, or an older copy when several rings came between two passes).
+            let copyable = bf_size != 0 && bytes <= bf_size && ds > 1;
+            let cmp = bytes.min(span);
+            let copied = cmp > 8 && reg[8..cmp].iter().any(|&b| b != 0) && reg[..cmp] == wqe[..cmp];
             let rest_zero = reg[8..span].iter().all(|&b| b == 0);
-            if rest_zero {
+            if copied {
+                if copyable {
+                    self.stats.bf_copies += 1;
+                } else {
+                    self.stats.bf_violations += 1;
+                }
+            } else if rest_zero || !copyable {
                 self.stats.db_writes += 1;
-            } else if bf_size == 0 || bytes > bf_size {
-                self.stats.bf_violations += 1;
-            } else if reg[..bytes] == wqe[..bytes] {
-                self.stats.bf_copies += 1;
             } else {
                 self.stats.bf_mismatches += 1;
             }

@@ -1,0 +1,135 @@
+//! rdma-core's rules that the direct path follows, and that the software NIC enforces as a
+//! ConnectX with rdma-core would (issue 10, item 5): the BlueFlame copy only for a WQE of
+//! more than one DS, type-1 windows never zero-based, a BlueFlame register that exists.
+
+mod common;
+
+use blueflame::direct::SendQueue;
+use blueflame::*;
+use common::*;
+use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
+use mlx5::doorbell::SND_DBR;
+use mlx5::sim::{Nic, QpStats};
+use mlx5::wqe::{encode, wqe_ds, Limits, Span};
+
+fn stats(s: &Setup) -> QpStats {
+    nic(&s.dev).qp_stats(s.a.qpn()).unwrap()
+}
+
+/// A NOP and a send of 0 bytes are one-DS WQEs: rdma-core's `post_send_db` rings them with
+/// the 8-byte doorbell (`size > 1` fails), never a BlueFlame copy.
+#[test]
+fn one_ds_wqes_ring_the_8_byte_doorbell() {
+    let mut s = Setup::pair(QpCaps::default());
+    let buf = s.mr(64, Access::LOCAL_WRITE);
+    let q = s.a.qpn();
+    let mut n = 0;
+    for i in 0..8u64 {
+        s.a.post(&Request::Nop, i, PostFlags::SIGNALED).unwrap();
+        let (c, _) = s.run_expect(1, 0);
+        assert_ok(&c[0], i, WcOpcode::Nop, 0, q);
+        s.resp()
+            .post_recv(&[buf.sge(0, 64).unwrap()], 100 + i)
+            .unwrap();
+        s.a.send(Payload::Inline(&[]), 200 + i, PostFlags::SIGNALED)
+            .unwrap();
+        let (c, r) = s.run_expect(1, 1);
+        assert_ok(&c[0], 200 + i, WcOpcode::Send, 0, q);
+        assert_eq!((r[0].cookie, r[0].byte_len), (100 + i, 0));
+        n += 2;
+    }
+    let st = stats(&s);
+    assert_eq!(
+        (st.doorbells, st.db_writes, st.bf_copies, st.bf_violations),
+        (n, n, 0, 0),
+        "{st:?}"
+    );
+    // A two-DS WQE (a write of 0 bytes: control + remote address) is still copied.
+    let dst = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    s.a.write_inline(&[], dst.remote(0), 9, PostFlags::SIGNALED)
+        .unwrap();
+    s.run_expect(1, 0);
+    assert_eq!(stats(&s).bf_copies, 1);
+}
+
+/// A driver that BlueFlame-copies a one-DS WQE is caught by the software NIC: written here by
+/// hand (control segment through the encoder, doorbell record, 64-byte copy to the register).
+#[test]
+fn software_nic_flags_a_blueflame_copy_of_a_one_ds_wqe() {
+    for (copy, expect) in [(true, (1, 0, 1)), (false, (0, 1, 0))] {
+        let nic = Nic::new();
+        let pd = nic.alloc_pd();
+        let cq = nic.create_cq(64, 64).unwrap();
+        let raw = nic
+            .create_qp(pd, cq.cqn, cq.cqn, QpCaps::default())
+            .unwrap();
+        nic.connect(raw.qpn, raw.qpn).unwrap();
+        let lim = Limits {
+            max_sge: 1,
+            max_inline: 0,
+        };
+        let ds = wqe_ds(&Request::Nop, &lim).unwrap();
+        assert_eq!(ds, 1);
+        let flags = FmCeSe {
+            fence: Fence::None,
+            completion: CompletionMode::Always,
+            solicited: false,
+        };
+        // SAFETY: the ring, doorbell record and register belong to the QP just created, which
+        // nothing else posts to; block 0 is free.
+        unsafe {
+            let block = core::slice::from_raw_parts_mut(raw.sq_buf, 64);
+            let mut span = Span {
+                a: block,
+                b: &mut [],
+            };
+            encode(&Request::Nop, ds, 0, raw.qpn, flags, &mut span);
+            raw.dbrec.add(SND_DBR).write_volatile(1u32.to_be());
+            if copy {
+                core::ptr::copy_nonoverlapping(raw.sq_buf, raw.bf_reg, 64);
+            } else {
+                core::ptr::copy_nonoverlapping(raw.sq_buf, raw.bf_reg, 8);
+            }
+        }
+        nic.drain();
+        let st = nic.qp_stats(raw.qpn).unwrap();
+        assert_eq!(
+            (
+                st.bf_violations,
+                st.db_writes,
+                st.bf_copies + st.bf_violations
+            ),
+            expect,
+            "copy {copy}: {st:?}"
+        );
+    }
+}
+
+/// A null BlueFlame register is refused when the queue is built (rdma-core always gives a
+/// register; a null one would be written to by the first post).
+#[test]
+fn null_blueflame_register_is_refused() {
+    let nic = Nic::new();
+    let pd = nic.alloc_pd();
+    let cq = nic.create_cq(64, 64).unwrap();
+    for bf_size in [256, 0] {
+        let mut raw = nic
+            .create_qp(
+                pd,
+                cq.cqn,
+                cq.cqn,
+                QpCaps {
+                    bf_size,
+                    ..QpCaps::default()
+                },
+            )
+            .unwrap();
+        raw.bf_reg = core::ptr::null_mut();
+        // SAFETY: the rings belong to the QP just created; the queue is refused before use.
+        let r = unsafe { SendQueue::new(&raw) };
+        assert!(
+            matches!(r, Err(Error::InvalidParameter { value, .. }) if value == bf_size as u64),
+            "bf_size {bf_size}: {r:?}"
+        );
+    }
+}
