@@ -93,6 +93,28 @@ pub mod ffi {
 type InitObj = unsafe extern "C" fn(*mut ffi::mlx5dv_obj, u64) -> i32;
 type IsSupported = unsafe extern "C" fn(*mut c_void) -> bool;
 
+/// Every libmlx5 symbol the crate calls, with the version rdma-core's
+/// `providers/mlx5/libmlx5.map` gives it. Each is looked up with `dlvsym` at that version:
+/// `mlx5dv_init_obj` exists twice (`@MLX5_1.0` is a compat entry that fills `mlx5dv_cq.cq_uar`
+/// differently from the default `@@MLX5_1.2`), and an unversioned `dlsym` would take
+/// whichever definition the loader finds first.
+pub const SYMBOLS: [(&std::ffi::CStr, &std::ffi::CStr); 2] = [
+    (c"mlx5dv_init_obj", c"MLX5_1.2"),
+    (c"mlx5dv_is_supported", c"MLX5_1.8"),
+];
+
+/// `dlvsym(handle, name, version)`.
+///
+/// # Safety
+/// `handle` must be a live `dlopen` handle.
+unsafe fn versioned(
+    handle: *mut c_void,
+    (name, version): (&std::ffi::CStr, &std::ffi::CStr),
+) -> *mut c_void {
+    // SAFETY: live handle (caller contract), NUL-terminated names.
+    unsafe { libc::dlvsym(handle, name.as_ptr(), version.as_ptr()) }
+}
+
 struct Lib {
     init_obj: InitObj,
     is_supported: IsSupported,
@@ -101,16 +123,16 @@ struct Lib {
 fn lib() -> Option<&'static Lib> {
     static LIB: OnceLock<Option<Lib>> = OnceLock::new();
     LIB.get_or_init(|| {
-        // SAFETY: dlopen/dlsym with NUL-terminated names; the handle is never closed, so the
-        // function pointers stay valid for the life of the process. The symbols have the
-        // signatures declared in mlx5dv.h.
+        // SAFETY: dlopen/dlvsym with NUL-terminated names; the handle is never closed, so the
+        // function pointers stay valid for the life of the process. The symbols, at these
+        // versions, have the signatures declared in mlx5dv.h.
         unsafe {
             let h = libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW);
             if h.is_null() {
                 return None;
             }
-            let init = libc::dlsym(h, c"mlx5dv_init_obj".as_ptr());
-            let sup = libc::dlsym(h, c"mlx5dv_is_supported".as_ptr());
+            let init = versioned(h, SYMBOLS[0]);
+            let sup = versioned(h, SYMBOLS[1]);
             if init.is_null() || sup.is_null() {
                 return None;
             }
@@ -432,6 +454,43 @@ mod tests {
                 value: 32
             })
         ));
+    }
+
+    /// The installed libmlx5 (Debian's rdma-core) has every symbol at the version the crate
+    /// asks for; `mlx5dv_init_obj` has a second, compat definition at MLX5_1.0 which is not
+    /// the one used; a version that does not exist gives nothing.
+    #[test]
+    fn symbols_are_looked_up_at_their_versions() {
+        // SAFETY: dlopen of a library name; the handle is only used below and never closed.
+        let h = unsafe { libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW) };
+        if h.is_null() {
+            eprintln!("libmlx5.so.1 not installed: nothing to check");
+            return;
+        }
+        let l = lib().expect("libmlx5 loads with every versioned symbol");
+        for sym in SYMBOLS {
+            // SAFETY: live handle.
+            assert!(!unsafe { versioned(h, sym) }.is_null(), "{sym:?}");
+        }
+        // SAFETY: live handle.
+        let (v12, v10) = unsafe {
+            (
+                versioned(h, (c"mlx5dv_init_obj", c"MLX5_1.2")),
+                versioned(h, (c"mlx5dv_init_obj", c"MLX5_1.0")),
+            )
+        };
+        assert!(!v10.is_null(), "the compat definition exists");
+        assert_ne!(v12, v10);
+        assert_eq!(
+            l.init_obj as usize, v12 as usize,
+            "MLX5_1.2, not the compat"
+        );
+        // SAFETY: live handle.
+        let sup = unsafe { versioned(h, SYMBOLS[1]) };
+        assert_eq!(l.is_supported as usize, sup as usize);
+        // SAFETY: live handle.
+        let wrong = unsafe { versioned(h, (c"mlx5dv_is_supported", c"MLX5_1.0")) };
+        assert!(wrong.is_null(), "no such version: nothing is used");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod connect;
 pub mod direct;
 pub mod dv;
 pub mod error;
+pub mod mlx5_env;
 pub mod resources;
 pub mod verbs;
 

@@ -71,7 +71,14 @@ impl Device {
         let ctx = Arc::new(verbs::device::Context::open(name)?);
         // SAFETY: the context is live; its `device` field is the ibv_device it was opened on.
         let mlx5 = unsafe { crate::dv::is_mlx5((*ctx.ctx).device.cast()) };
-        let path = crate::dv::choose(mlx5, std::env::var("BLUEFLAME_PATH").ok().as_deref())?;
+        let var = std::env::var("BLUEFLAME_PATH").ok();
+        let path = crate::dv::choose(mlx5, var.as_deref())?;
+        // rdma-core's switches that rule the direct path out (WQE signatures).
+        let path = if mlx5 {
+            crate::mlx5_env::Mlx5Env::current().path(path, var.as_deref() == Some("direct"))?
+        } else {
+            path
+        };
         let port = 1;
         let info = ctx.port(port)?;
         let gid_index = match gid_index {

@@ -6,6 +6,7 @@ use super::device::{Backend, PdKind};
 use super::{Cq, Pd};
 use crate::direct::{self, Attached, PostFlags, RecvQueue, SendQueue};
 use crate::error::{Error, Result};
+use crate::mlx5_env::Mlx5Env;
 use crate::verbs;
 use crate::verbs::objects::{PathInfo, Timing};
 use crate::verbs::path::{VerbsBatch, VerbsRecvQueue, VerbsSendQueue};
@@ -84,7 +85,9 @@ impl Pd {
     ) -> Result<Qp> {
         let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
-                let raw = nic.create_qp(*pd, send_cq.cqn(), recv_cq.cqn(), caps)?;
+                let mut raw = nic.create_qp(*pd, send_cq.cqn(), recv_cq.cqn(), caps)?;
+                // The driver side of rdma-core's switches (MLX5_SHUT_UP_BF), as on mlx5.
+                Mlx5Env::current().apply(&mut raw);
                 // SAFETY: the rings belong to the QP just created, which this Qp alone posts
                 // to and destroys on drop, after the queues (field order).
                 let sq = unsafe { SendQueue::new(&raw) };
@@ -117,8 +120,11 @@ impl Pd {
                 };
                 let qp = Arc::new(qp);
                 let qpn = qp.qpn();
-                if self.inner.dev.data_path() == DataPath::Direct {
-                    (direct_on_mlx5(qp)?, qpn)
+                // rdma-core reads MLX5_QP_SIGNATURE when it creates the QP: a QP with WQE
+                // signatures runs the verbs path.
+                let env = Mlx5Env::current();
+                if self.inner.dev.data_path() == DataPath::Direct && !env.qp_signature {
+                    (direct_on_mlx5(qp, &env)?, qpn)
                 } else {
                     let path = QpPath::Verbs {
                         sq: VerbsSendQueue::new(qp.clone()),
@@ -172,7 +178,7 @@ impl Pd {
 }
 
 /// The direct path on a verbs QP of an mlx5 device: its rings from `mlx5dv_init_obj`.
-fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>) -> Result<QpPath> {
+fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>, env: &Mlx5Env) -> Result<QpPath> {
     // SAFETY: a live QP of an mlx5 device (the path is Direct only on mlx5).
     let dv = unsafe { crate::dv::init_qp(qp.qp.cast())? };
     let c = qp.caps;
@@ -182,7 +188,8 @@ fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>) -> Result<QpPath> {
         max_send_sge: c.max_send_sge,
         max_recv_sge: c.max_recv_sge,
     };
-    let raw = crate::dv::raw_qp(&dv, &lim)?;
+    let mut raw = crate::dv::raw_qp(&dv, &lim)?;
+    env.apply(&mut raw);
     // SAFETY: the rings and registers belong to `qp`, which the path holds (`hw`) and which
     // rdma-core is never asked to post to; the queues are dropped before it.
     let sq = unsafe { SendQueue::new(&raw)? };
