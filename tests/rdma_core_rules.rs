@@ -133,3 +133,115 @@ fn null_blueflame_register_is_refused() {
         );
     }
 }
+
+const BINDABLE: Access = Access(
+    Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::MW_BIND.0,
+);
+
+/// rdma-core's `mlx5_bind_mw` refuses a type-1 bind with `IBV_ACCESS_ZERO_BASED` (EINVAL)
+/// before posting: so does `Qp::bind_mw` (and the direct send queue for a raw `BindMw`),
+/// and nothing is posted. A type-2 window may be zero-based.
+#[test]
+fn zero_based_type1_bind_is_refused_before_posting() {
+    let mut s = Setup::pair(QpCaps::default());
+    let mr = s.mr(4096, BINDABLE);
+    let zb = Access::REMOTE_READ | Access::ZERO_BASED;
+    let mut w1 = s.pd.alloc_mw(MwType::One).unwrap();
+    let (key, free) = (w1.rkey(), s.a.free_send());
+    let r = s.a.bind_mw(&mut w1, &mr, 0, 64, zb, 1, PostFlags::SIGNALED);
+    assert!(
+        matches!(r, Err(Error::InvalidParameter { value, .. }) if value & Access::ZERO_BASED.0 as u64 != 0),
+        "{r:?}"
+    );
+    assert_eq!((w1.rkey(), s.a.free_send()), (key, free));
+    let bind = BindMw {
+        mw_rkey: key,
+        new_rkey: key + 1,
+        mw_type: MwType::One,
+        mr_lkey: mr.lkey(),
+        addr: mr.addr(),
+        len: 64,
+        access: zb,
+    };
+    let r = s.a.post(&Request::BindMw(bind), 2, PostFlags::SIGNALED);
+    assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
+    assert_eq!(s.a.free_send(), free);
+    s.run_expect(0, 0);
+    // Not zero-based: bound; a type-2 window zero-based: bound too.
+    s.a.bind_mw(
+        &mut w1,
+        &mr,
+        0,
+        64,
+        Access::REMOTE_READ,
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let mut w2 = s.pd.alloc_mw(MwType::Two).unwrap();
+    s.a.bind_mw(&mut w2, &mr, 64, 64, zb, 4, PostFlags::SIGNALED)
+        .unwrap();
+    let (c, _) = s.run_expect(2, 0);
+    assert!(c.iter().all(|c| c.is_ok()), "{c:?}");
+}
+
+/// The software NIC fails a zero-based type-1 bind WQE (a driver that skipped the check):
+/// the window stays unbound and the QP goes to error, as for any failed bind.
+#[test]
+fn software_nic_fails_a_zero_based_type1_bind() {
+    for zero_based in [true, false] {
+        let nic = Nic::new();
+        let pd = nic.alloc_pd();
+        let cq = nic.create_cq(64, 64).unwrap();
+        let raw = nic
+            .create_qp(pd, cq.cqn, cq.cqn, QpCaps::default())
+            .unwrap();
+        nic.connect(raw.qpn, raw.qpn).unwrap();
+        let mr = nic.alloc_mr(pd, 4096, BINDABLE).unwrap();
+        let rkey = nic.alloc_mw(pd, MwType::One).unwrap();
+        let mut access = Access::REMOTE_READ;
+        if zero_based {
+            access = access | Access::ZERO_BASED;
+        }
+        let req = Request::BindMw(BindMw {
+            mw_rkey: rkey,
+            new_rkey: (rkey & !0xff) | ((rkey + 1) & 0xff),
+            mw_type: MwType::One,
+            mr_lkey: mr.lkey,
+            addr: mr.addr,
+            len: 64,
+            access,
+        });
+        let lim = Limits {
+            max_sge: 1,
+            max_inline: 0,
+        };
+        let ds = wqe_ds(&req, &lim).unwrap();
+        let bbs = ds.div_ceil(4);
+        let flags = FmCeSe {
+            fence: Fence::None,
+            completion: CompletionMode::Always,
+            solicited: false,
+        };
+        // SAFETY: the ring and doorbell record belong to the QP just created, which nothing
+        // else posts to; blocks 0 .. bbs are free.
+        unsafe {
+            let blocks = core::slice::from_raw_parts_mut(raw.sq_buf, bbs * 64);
+            let mut span = Span {
+                a: blocks,
+                b: &mut [],
+            };
+            encode(&req, ds, 0, raw.qpn, flags, &mut span);
+            raw.dbrec.add(SND_DBR).write_volatile((bbs as u32).to_be());
+            core::ptr::copy_nonoverlapping(raw.sq_buf, raw.bf_reg, 8);
+        }
+        nic.drain();
+        let (_, bound) = nic.mw_state(rkey).unwrap();
+        let state = nic.qp_state(raw.qpn).unwrap();
+        assert_eq!(
+            (bound, state == mlx5::sim::QpState::Error),
+            (!zero_based, zero_based),
+            "zero-based {zero_based}"
+        );
+    }
+}

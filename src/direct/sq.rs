@@ -8,7 +8,7 @@ use crate::completion::WcOpcode;
 use crate::error::{Error, Result};
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::doorbell::SEND_WQE_BB;
-use mlx5::request::{Payload, Request};
+use mlx5::request::{Access, MwType, Payload, Request};
 use mlx5::wqe::{ds_to_bbs, encode, wqe_ds, Limits, Span};
 use mlx5::RawQp;
 use std::sync::Arc;
@@ -342,6 +342,15 @@ impl SendQueue {
                 return Err(Error::Misaligned {
                     addr: remote.addr,
                     align: op.size(),
+                });
+            }
+            // rdma-core's mlx5_bind_mw: a type-1 window is never zero-based (EINVAL).
+            Request::BindMw(b)
+                if b.mw_type == MwType::One && b.access.contains(Access::ZERO_BASED) =>
+            {
+                return Err(Error::InvalidParameter {
+                    what: "ZERO_BASED with a type-1 memory window (window rights)",
+                    value: b.access.0 as u64,
                 });
             }
             _ => {}

@@ -98,6 +98,20 @@ pub(crate) const WINDOW_RIGHTS: Access = Access(
     Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0 | Access::ZERO_BASED.0,
 );
 
+/// Refuses a zero-based type-1 bind, or a type-1 bind to a zero-based region, as rdma-core's
+/// `mlx5_bind_mw` does (EINVAL) before anything is posted.
+pub(crate) fn check_type1(mw_type: MwType, region: Access, rights: Access) -> Result<()> {
+    if mw_type == MwType::One
+        && (rights.contains(Access::ZERO_BASED) || region.contains(Access::ZERO_BASED))
+    {
+        return Err(Error::InvalidParameter {
+            what: "ZERO_BASED with a type-1 memory window (window rights | region rights)",
+            value: (rights.0 | region.0) as u64,
+        });
+    }
+    Ok(())
+}
+
 /// Checks a bind request before anything is posted: the rights a window may have, the
 /// region's bind right and rights, and the range.
 pub(crate) fn check_bind(

@@ -613,6 +613,8 @@ impl Qp {
     /// region's rights or the region lacks [`Access::MW_BIND`](crate::Access::MW_BIND);
     /// [`Error::InvalidParameter`] for a range outside the region or other rights;
     /// [`Error::InvalidHandle`] when window, region and QP are in different protection domains;
+    /// [`Error::InvalidParameter`] for a type-1 window with `ZERO_BASED` rights or on a
+    /// zero-based region (rdma-core's `mlx5_bind_mw` refuses both);
     /// [`Error::QueueFull`].
     #[allow(clippy::too_many_arguments)]
     pub fn bind_mw(
@@ -626,6 +628,7 @@ impl Qp {
         flags: PostFlags,
     ) -> Result<u32> {
         super::mw::check_bind(mr.access(), mr.len() as u64, rights, off as u64, len as u64)?;
+        super::mw::check_type1(mw.mw_type, mr.access(), rights)?;
         if !Arc::ptr_eq(&mw.pd.inner, &self.pd.inner)
             || !Arc::ptr_eq(&mr.pd().inner, &self.pd.inner)
         {

@@ -509,6 +509,9 @@ impl State {
         if w.mw_type == MwType::Two && w.bound.is_some() {
             return fail; // CHECK_FREE: a bound type-2 window must be invalidated first
         }
+        if w.mw_type == MwType::One && b.access.contains(Access::ZERO_BASED) {
+            return fail; // type-1 windows are never zero-based (rdma-core mlx5_bind_mw: EINVAL)
+        }
         let Some(mr) = self
             .mem
             .mrs
