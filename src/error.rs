@@ -85,6 +85,16 @@ pub enum Error {
         /// Requested length.
         len: u64,
     },
+    /// A memory-window bind or unbind the window's state does not allow (refused before
+    /// posting, where the NIC would fail it and move the QP to error): a type-2 window that
+    /// is bound (unbind it first), not bound, bound through another QP, or whose previous
+    /// bind is still in flight on another QP.
+    WindowState {
+        /// The window's current rkey.
+        rkey: u32,
+        /// What stands in the way.
+        state: &'static str,
+    },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
     /// A socket error during connection set-up.
@@ -141,6 +151,9 @@ impl fmt::Display for Error {
                 "privileges violation: rights {:#x} requested, the region allows {:#x}",
                 requested.0, allowed.0
             ),
+            Error::WindowState { rkey, state } => {
+                write!(f, "memory window {rkey:#x}: {state}")
+            }
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Verbs(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "connection set-up: {e}"),

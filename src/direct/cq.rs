@@ -387,6 +387,7 @@ impl CompletionQueue {
                 let sq = q?.sq.as_ref()?;
                 let w = e.wqe_counter.get();
                 let s = sq.get(w);
+                sq.note_error(w);
                 sq.retire(w.wrapping_add(s.bbs));
                 c.qpn = e.qpn();
                 c.cookie = s.cookie;

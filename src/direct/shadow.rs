@@ -9,7 +9,7 @@
 
 use crate::completion::WcOpcode;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU16, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 /// What the poller needs to know about one posted send WQE. 16 bytes, the last 8 of which
 /// are a constant for a given kind of request (one store on the fast path).
@@ -38,7 +38,13 @@ pub(crate) struct Shadow<T> {
     retired: AtomicU16,
     /// Producer index after the last request posted (for deferred deregistration).
     posted: AtomicU16,
+    /// Position of the first request that completed in error ([`NO_ERROR`] until then):
+    /// written once by the poller on its error path, read by window bookkeeping.
+    first_error: AtomicU32,
 }
+
+/// `first_error` before any error.
+const NO_ERROR: u32 = u32::MAX;
 
 // SAFETY: entries are written only by the single poster (it holds `&mut` of its queue) for
 // positions the device has not been told about, and read by the single poller only after the
@@ -55,6 +61,7 @@ impl<T: Copy + Default> Shadow<T> {
             entries: (0..cnt).map(|_| UnsafeCell::new(T::default())).collect(),
             retired: AtomicU16::new(0),
             posted: AtomicU16::new(0),
+            first_error: AtomicU32::new(NO_ERROR),
         }
     }
 
@@ -125,5 +132,39 @@ impl<T: Copy + Default> Shadow<T> {
     #[inline(always)]
     pub(crate) fn retired(&self) -> u16 {
         self.retired.load(Ordering::Acquire)
+    }
+
+    /// Records that the request at `pos` completed in error (poller, error path only, before
+    /// it retires the request). Only the first one counts: the QP is in error from there on
+    /// and every later request is flushed.
+    #[cold]
+    pub(crate) fn note_error(&self, pos: u16) {
+        let _ = self.first_error.compare_exchange(
+            NO_ERROR,
+            pos as u32,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// How the request occupying positions `start .. end` ended, as far as the poller knows:
+    /// `Some(true)` succeeded, `Some(false)` failed or was flushed, `None` not known yet.
+    ///
+    /// Requests run in order and the first failure moves the QP to error, so a request
+    /// succeeded if it retired before any error, or if the first error came after it.
+    /// Positions are 16-bit: the answer is exact while fewer than 32,768 positions have been
+    /// posted since `start` (callers settle at every use of the object that needs it).
+    pub(crate) fn outcome(&self, start: u16, end: u16) -> Option<bool> {
+        // Acquire on `retired` orders the error mark (written before the retire) before us.
+        let retired = self.retired();
+        let posted = self.posted();
+        let err = self.first_error.load(Ordering::Relaxed);
+        if err != NO_ERROR {
+            let e = err as u16;
+            // Distances back from the producer: at or before `start` means this one failed.
+            return Some(posted.wrapping_sub(e) < posted.wrapping_sub(start));
+        }
+        let done = retired == posted || retired.wrapping_sub(end) <= posted.wrapping_sub(end);
+        done.then_some(true)
     }
 }

@@ -236,9 +236,15 @@ impl SendQueue {
         self.update_fast_limit();
     }
 
+    /// The first block of the last WQE written and the producer index after it.
+    pub(crate) fn last_wqe(&self) -> (u16, u16) {
+        (self.last_start, self.pi)
+    }
+
     /// Turns the inline-write fast path on or off (on by default). A QP turns it off until
-    /// it is connected, so that its own checks run first.
-    pub fn enable_fast_path(&mut self, on: bool) {
+    /// it is connected, so that its own checks run first; crate-private so that no safe
+    /// caller can turn that check off.
+    pub(crate) fn enable_fast_path(&mut self, on: bool) {
         self.enabled = on;
         self.update_fast_limit();
     }

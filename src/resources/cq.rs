@@ -42,7 +42,7 @@ pub struct Cq {
     pub(crate) handle: Arc<CqHandle>,
     cqn: u32,
     capacity: u32,
-    dev: Device,
+    pub(crate) dev: Device,
 }
 
 impl core::fmt::Debug for Cq {

@@ -136,6 +136,16 @@ impl Device {
         }
     }
 
+    /// Whether `other` is this same device instance (the same software NIC, or the same
+    /// verbs context): only then can their CQs, QPs and keys work together.
+    pub(crate) fn same(&self, other: &Device) -> bool {
+        match (&self.backend, &other.backend) {
+            (Backend::Sim(a), Backend::Sim(b)) => a.same(b),
+            (Backend::Verbs(a), Backend::Verbs(b)) => Arc::ptr_eq(&a.ctx, &b.ctx),
+            _ => false,
+        }
+    }
+
     /// The data path QPs of this device run: direct on the software NIC and on mlx5
     /// devices, verbs on other rdma-core devices (see [`Device::open`] for the override).
     pub fn data_path(&self) -> DataPath {

@@ -3,9 +3,11 @@
 
 use super::device::{Backend, PdKind};
 use super::Pd;
+use crate::direct::shadow::{SendEntry, Shadow};
 use crate::error::{Error, Result};
 use crate::{Access, MwType};
 use rdma_sys as ffi;
+use std::sync::Arc;
 
 pub(crate) enum MwKind {
     Sim,
@@ -14,12 +16,44 @@ pub(crate) enum MwKind {
 
 /// A memory window. Its rkey changes with every bind ([`MemoryWindow::rkey`] is the current
 /// one); an unbound or invalidated window grants nothing.
+///
+/// The window knows which key the NIC holds: a bind or unbind posted through
+/// [`Qp::bind_mw`](crate::Qp::bind_mw) / [`Qp::unbind_mw`](crate::Qp::unbind_mw) is *in
+/// flight* until the poller has seen it (or a later request of its QP) complete; it is
+/// committed when it succeeded and forgotten when it failed or was flushed, so the key and
+/// binding never run ahead of the NIC.
 pub struct MemoryWindow {
     pub(crate) kind: MwKind,
+    /// The key the NIC holds as far as known (the last committed bind).
     pub(crate) rkey: u32,
+    /// The QP a type-2 window is bound through (`Some` for a bound type-1 window too, with
+    /// the QP that bound it), as of the last committed bind or unbind.
+    pub(crate) bound: Option<u32>,
     pub(crate) mw_type: MwType,
     pub(crate) pd: Pd,
+    /// Binds and unbinds posted and not known to be complete, all on one QP, in order.
+    pub(crate) flight: Option<InFlight>,
 }
+
+/// What one bind or unbind will make of the window if it succeeds.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Step {
+    pub(crate) rkey: u32,
+    pub(crate) bound: Option<u32>,
+    /// Its positions in the send queue.
+    pub(crate) start: u16,
+    pub(crate) end: u16,
+}
+
+/// The window's requests in flight on one QP (up to [`MAX_IN_FLIGHT`]).
+pub(crate) struct InFlight {
+    pub(crate) qpn: u32,
+    pub(crate) shadow: Arc<Shadow<SendEntry>>,
+    pub(crate) steps: [Option<Step>; MAX_IN_FLIGHT],
+}
+
+/// Binds and unbinds of one window that may be in flight at once (on its QP).
+pub(crate) const MAX_IN_FLIGHT: usize = 4;
 
 // SAFETY: the verbs pointer is only used by the owner (`&mut` for binds) and freed in Drop;
 // rdma-core windows are thread-safe.
@@ -61,16 +95,120 @@ impl Pd {
         Ok(MemoryWindow {
             kind,
             rkey,
+            bound: None,
             mw_type,
             pd: self.clone(),
+            flight: None,
         })
     }
 }
 
 impl MemoryWindow {
-    /// The current rkey (what a peer uses after the last bind).
+    /// The current rkey: what a peer uses after the last bind (the key of a bind still in
+    /// flight, which is valid once it completes; after a failed bind, the key from before it).
     pub fn rkey(&self) -> u32 {
-        self.rkey
+        self.current().0
+    }
+
+    /// Whether the window is bound, as of its last bind or unbind (in flight included).
+    /// A window invalidated by [`Qp::invalidate`](crate::Qp::invalidate) or by a peer's
+    /// send with invalidate stays "bound" here until [`MemoryWindow::invalidated`] says so.
+    pub fn is_bound(&self) -> bool {
+        self.current().1.is_some()
+    }
+
+    /// The key and binding: committed, then every request in flight that has not failed.
+    fn current(&self) -> (u32, Option<u32>) {
+        let mut now = (self.rkey, self.bound);
+        if let Some(f) = &self.flight {
+            for s in f.steps.iter().flatten() {
+                if f.shadow.outcome(s.start, s.end) == Some(false) {
+                    break;
+                }
+                now = (s.rkey, s.bound);
+            }
+        }
+        now
+    }
+
+    /// Records that the window's key `rkey` was invalidated outside
+    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw): by a peer's send with invalidate (the
+    /// receive completion carries the key) or by [`Qp::invalidate`](crate::Qp::invalidate)
+    /// after its completion. Returns whether `rkey` was the window's key.
+    pub fn invalidated(&mut self, rkey: u32) -> bool {
+        self.settle();
+        if self.flight.is_some() || rkey != self.rkey {
+            return false;
+        }
+        self.bound = None;
+        true
+    }
+
+    /// Commits the requests in flight that are known to have succeeded and forgets those
+    /// known to have failed (cold path: binds, unbinds and key queries only).
+    pub(crate) fn settle(&mut self) {
+        let Some(f) = &mut self.flight else { return };
+        for i in 0..MAX_IN_FLIGHT {
+            let Some(step) = f.steps[i] else { break };
+            match f.shadow.outcome(step.start, step.end) {
+                Some(true) => {
+                    self.rkey = step.rkey;
+                    self.bound = step.bound;
+                    f.steps[i] = None;
+                }
+                Some(false) => {
+                    // In order on one QP: everything after it was flushed too.
+                    f.steps = [None; MAX_IN_FLIGHT];
+                    break;
+                }
+                None => break,
+            }
+        }
+        let done = f.steps.iter().take_while(|s| s.is_none()).count();
+        f.steps.rotate_left(done);
+        if f.steps[0].is_none() {
+            self.flight = None;
+        }
+    }
+
+    /// The key and binding after everything posted (in flight included) succeeds.
+    pub(crate) fn effective(&self) -> (u32, Option<u32>) {
+        let last = self
+            .flight
+            .as_ref()
+            .and_then(|f| f.steps.iter().rev().find_map(|s| *s));
+        match last {
+            Some(s) => (s.rkey, s.bound),
+            None => (self.rkey, self.bound),
+        }
+    }
+
+    /// Whether a bind or unbind may be posted through QP `qpn` now.
+    pub(crate) fn check_flight(&self, qpn: u32) -> Result<()> {
+        match &self.flight {
+            Some(f) if f.qpn != qpn => Err(Error::WindowState {
+                rkey: self.effective().0,
+                state: "a bind or unbind of it is in flight on another QP (poll its completion; \
+                        if that QP was dropped first, the window's state is unknown: drop it)",
+            }),
+            Some(f) if f.steps[MAX_IN_FLIGHT - 1].is_some() => Err(Error::WindowState {
+                rkey: self.effective().0,
+                state: "four binds or unbinds of it are in flight (poll their completions)",
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a bind or unbind just posted through QP `qpn` (after `check_flight`).
+    pub(crate) fn push_step(&mut self, qpn: u32, shadow: &Arc<Shadow<SendEntry>>, step: Step) {
+        let f = self.flight.get_or_insert_with(|| InFlight {
+            qpn,
+            shadow: shadow.clone(),
+            steps: [None; MAX_IN_FLIGHT],
+        });
+        if let Some(slot) = f.steps.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(step);
+        }
     }
     /// The window type.
     pub fn mw_type(&self) -> MwType {
@@ -82,6 +220,7 @@ impl Drop for MemoryWindow {
     fn drop(&mut self) {
         match (&self.kind, &self.pd.inner.dev.backend) {
             (MwKind::Sim, Backend::Sim(n)) => {
+                // The NIC finds windows by index: any of the keys the window had will do.
                 let _ = n.dealloc_mw(self.rkey);
             }
             (MwKind::Verbs(mw), _) => {

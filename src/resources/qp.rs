@@ -70,7 +70,9 @@ impl Pd {
     /// may be the same CQ).
     ///
     /// # Errors
-    /// [`Error::Sim`] / [`Error::Verbs`] for capabilities the device refuses.
+    /// [`Error::InvalidHandle`] when a CQ belongs to another device (another software NIC
+    /// or verbs context); [`Error::Sim`] / [`Error::Verbs`] for capabilities the device
+    /// refuses.
     pub fn create_qp(&self, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
         self.create_qp_with(send_cq, recv_cq, caps, None)
     }
@@ -83,6 +85,20 @@ impl Pd {
         caps: QpCaps,
         cm: Option<Arc<verbs::cm::CmId>>,
     ) -> Result<Qp> {
+        for (cq, what) in [
+            (send_cq, "send CQ of another device (CQ number)"),
+            (recv_cq, "receive CQ of another device (CQ number)"),
+        ] {
+            // CQ and QP numbers are per device: a foreign CQ would get this device's
+            // completions for its own CQ of that number, and its poller would take them for
+            // its own QP of the same number.
+            if !cq.dev.same(&self.inner.dev) {
+                return Err(Error::InvalidHandle {
+                    what,
+                    value: cq.cqn() as u64,
+                });
+            }
+        }
         let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
                 let mut raw = nic.create_qp(*pd, send_cq.cqn(), recv_cq.cqn(), caps)?;
@@ -209,6 +225,11 @@ fn cq_of(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
             Err(Error::Unsupported("a software-NIC CQ with a verbs QP"))
         }
     }
+}
+
+/// The window key after `rkey`: same index, next variant byte (rdma-core `ibv_inc_rkey`).
+fn next_variant(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }
 
 /// Requests written together and posted with one doorbell (direct path) or one
@@ -411,11 +432,19 @@ impl Qp {
         })
     }
 
-    /// The direct-path send queue, when this QP runs the direct path.
-    pub fn direct_sq(&mut self) -> Option<&mut SendQueue> {
+    /// The direct-path send queue of a connected QP (for batches and raw requests without
+    /// the `Qp` wrapper).
+    ///
+    /// # Errors
+    /// [`Error::InvalidState`] before `connect` (a request posted then would never run);
+    /// [`Error::Unsupported`] on the verbs path.
+    pub fn direct_sq(&mut self) -> Result<&mut SendQueue> {
+        self.check_state()?;
         match &mut self.path {
-            QpPath::Direct { sq, .. } => Some(sq),
-            QpPath::Verbs { .. } => None,
+            QpPath::Direct { sq, .. } => Ok(sq),
+            QpPath::Verbs { .. } => {
+                Err(Error::Unsupported("a direct send queue on the verbs path"))
+            }
         }
     }
 
@@ -603,19 +632,27 @@ impl Qp {
     /// Binds `mw` to `len` bytes at offset `off` of `mr` with `rights` (remote read / write /
     /// atomic, optionally zero-based) and returns the window's new rkey (a new key variant on
     /// every bind; the old rkey fails with a remote access error from then on). `len == 0`
-    /// unbinds. The request after the bind waits for it (an initiator small fence, as
-    /// rdma-core arms), and a peer may use the new rkey as soon as it learns it from a send
-    /// posted after the bind. Type-1 windows may be bound by any QP; type-2 windows are tied
-    /// to this QP (a peer must come in through it).
+    /// unbinds (see [`Qp::unbind_mw`]). The request after the bind waits for it (an initiator
+    /// small fence, as rdma-core arms), and a peer may use the new rkey as soon as it learns it
+    /// from a send posted after the bind. Type-1 windows may be bound by any QP and re-bound
+    /// while bound (the new binding replaces the old); type-2 windows are tied to this QP (a
+    /// peer must come in through it) and must be unbound before they are bound again (a
+    /// ConnectX checks a type-2 window is free, rxe too): this is refused before posting.
+    ///
+    /// The window's key advances only when the bind succeeds: until its completion (or a
+    /// later one of this QP) has been polled, the bind is in flight; if it fails, the window
+    /// keeps the key and binding it had.
     ///
     /// # Errors
-    /// Before anything is posted: [`Error::Privileges`] when `rights` are not a subset of the
-    /// region's rights or the region lacks [`Access::MW_BIND`](crate::Access::MW_BIND);
+    /// Before anything is posted: [`Error::InvalidState`] before `connect`;
+    /// [`Error::Privileges`] when `rights` are not a subset of the region's rights or the
+    /// region lacks [`Access::MW_BIND`](crate::Access::MW_BIND);
     /// [`Error::InvalidParameter`] for a range outside the region or other rights;
     /// [`Error::InvalidHandle`] when window, region and QP are in different protection domains;
     /// [`Error::InvalidParameter`] for a type-1 window with `ZERO_BASED` rights or on a
     /// zero-based region (rdma-core's `mlx5_bind_mw` refuses both);
-    /// [`Error::QueueFull`].
+    /// [`Error::WindowState`] for a bound type-2 window or a bind of this window in flight on
+    /// another QP; [`Error::QueueFull`].
     #[allow(clippy::too_many_arguments)]
     pub fn bind_mw(
         &mut self,
@@ -627,6 +664,7 @@ impl Qp {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<u32> {
+        self.check_state()?;
         super::mw::check_bind(mr.access(), mr.len() as u64, rights, off as u64, len as u64)?;
         super::mw::check_type1(mw.mw_type, mr.access(), rights)?;
         if !Arc::ptr_eq(&mw.pd.inner, &self.pd.inner)
@@ -636,20 +674,32 @@ impl Qp {
             let value = if Arc::ptr_eq(&mw.pd.inner, &self.pd.inner) {
                 mr.lkey()
             } else {
-                mw.rkey
+                mw.rkey()
             };
             return Err(Error::InvalidHandle {
                 what,
                 value: value as u64,
             });
         }
+        if len == 0 {
+            return self.unbind_mw(mw, cookie, flags);
+        }
+        mw.settle();
+        mw.check_flight(self.qpn)?;
+        let (old, bound) = mw.effective();
+        if mw.mw_type == crate::MwType::Two && bound.is_some() {
+            return Err(Error::WindowState {
+                rkey: old,
+                state: "bound (a type-2 window is unbound with Qp::unbind_mw before a new bind)",
+            });
+        }
         let addr = mr.addr() + off as u64;
-        let new_rkey = (mw.rkey & !0xff) | (mw.rkey.wrapping_add(1) & 0xff);
+        let new_rkey = next_variant(old);
         let access = rights;
-        match (&mut self.path, &mw.kind) {
+        let new_rkey = match (&mut self.path, &mw.kind) {
             (QpPath::Direct { sq, .. }, _) => {
                 let b = crate::BindMw {
-                    mw_rkey: mw.rkey,
+                    mw_rkey: old,
                     new_rkey,
                     mw_type: mw.mw_type,
                     mr_lkey: mr.lkey(),
@@ -658,34 +708,134 @@ impl Qp {
                     access,
                 };
                 sq.post(&Request::BindMw(b), cookie, flags)?;
-                mw.rkey = new_rkey;
+                new_rkey
             }
             (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
                 let m = mr.verbs_mr().ok_or(Error::Unsupported(
                     "a software-NIC region with a verbs window",
                 ))?;
+                // SAFETY: `w` is live (freed only in the window's Drop); the provider reads
+                // the window's current key from it (rxe checks it against the kernel's).
+                unsafe { (**w).rkey = old };
                 let flags_v = access.0;
                 match mw.mw_type {
-                    crate::MwType::One => {
-                        // SAFETY: `w` and `m` are live objects of this QP's PD (checked above),
-                        // borrowed for the call; the window outlives the request (&mut).
-                        mw.rkey = unsafe {
-                            sq.bind_type1(*w, m, addr, len as u64, flags_v, cookie, flags)?
-                        };
-                    }
+                    // SAFETY: `w` and `m` are live objects of this QP's PD (checked above),
+                    // borrowed for the call; the window outlives the request (&mut).
+                    crate::MwType::One => unsafe {
+                        sq.bind_type1(*w, m, addr, len as u64, flags_v, cookie, flags)?
+                    },
                     crate::MwType::Two => {
                         // SAFETY: as above.
                         unsafe {
                             sq.push_bind(*w, m, new_rkey, addr, len as u64, flags_v, cookie, flags)?
                         };
                         sq.ring()?;
-                        mw.rkey = new_rkey;
+                        new_rkey
                     }
                 }
             }
             _ => return Err(Error::Unsupported("window and QP backends differ")),
+        };
+        self.record_window_step(mw, new_rkey, Some(self.qpn));
+        Ok(new_rkey)
+    }
+
+    /// Unbinds `mw`: its key grants nothing from then on. A type-2 window is unbound by a
+    /// local invalidate of its key (the key stays; the next bind gives a new one), which
+    /// must come through the QP it is bound to; a type-1 window by a zero-length bind (a new
+    /// key variant). The same on every device: a zero-length type-2 bind is an unbind on a
+    /// ConnectX but refused by rxe, and a local invalidate of a type-1 window is refused by
+    /// both. Returns the window's key after the unbind.
+    ///
+    /// # Errors
+    /// Before anything is posted: [`Error::InvalidState`] before `connect`;
+    /// [`Error::InvalidHandle`] for a window of another protection domain;
+    /// [`Error::WindowState`] for a type-2 window that is not bound, or bound through
+    /// another QP, or a request of this window in flight on another QP;
+    /// [`Error::QueueFull`].
+    pub fn unbind_mw(
+        &mut self,
+        mw: &mut crate::MemoryWindow,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<u32> {
+        self.check_state()?;
+        if !Arc::ptr_eq(&mw.pd.inner, &self.pd.inner) {
+            return Err(Error::InvalidHandle {
+                what: "window of another protection domain (rkey)",
+                value: mw.rkey() as u64,
+            });
         }
-        Ok(mw.rkey)
+        mw.settle();
+        mw.check_flight(self.qpn)?;
+        let (old, bound) = mw.effective();
+        let new_rkey = match mw.mw_type {
+            crate::MwType::Two => {
+                match bound {
+                    Some(q) if q == self.qpn => {}
+                    Some(_) => {
+                        return Err(Error::WindowState {
+                            rkey: old,
+                            state: "bound through another QP (unbind it there)",
+                        })
+                    }
+                    None => {
+                        return Err(Error::WindowState {
+                            rkey: old,
+                            state: "not bound",
+                        })
+                    }
+                }
+                self.post(&Request::LocalInvalidate { rkey: old }, cookie, flags)?;
+                old
+            }
+            crate::MwType::One => match (&mut self.path, &mw.kind) {
+                (QpPath::Direct { sq, .. }, _) => {
+                    let new_rkey = next_variant(old);
+                    let b = crate::BindMw {
+                        mw_rkey: old,
+                        new_rkey,
+                        mw_type: crate::MwType::One,
+                        mr_lkey: 0,
+                        addr: 0,
+                        len: 0,
+                        access: crate::Access::NONE,
+                    };
+                    sq.post(&Request::BindMw(b), cookie, flags)?;
+                    new_rkey
+                }
+                (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
+                    // SAFETY: as in `bind_mw`.
+                    unsafe { (**w).rkey = old };
+                    // SAFETY: `w` is live; no region (a zero-length bind needs none).
+                    unsafe { sq.bind_type1(*w, core::ptr::null_mut(), 0, 0, 0, cookie, flags)? }
+                }
+                _ => return Err(Error::Unsupported("window and QP backends differ")),
+            },
+        };
+        self.record_window_step(mw, new_rkey, None);
+        Ok(new_rkey)
+    }
+
+    /// Records the bind or unbind of `mw` this QP just posted as in flight.
+    fn record_window_step(&self, mw: &mut crate::MemoryWindow, rkey: u32, bound: Option<u32>) {
+        let (shadow, start, end) = match &self.path {
+            QpPath::Direct { sq, .. } => {
+                let (start, end) = sq.last_wqe();
+                (&sq.shadow, start, end)
+            }
+            QpPath::Verbs { sq, .. } => {
+                let end = sq.position();
+                (&sq.shadow, end.wrapping_sub(1), end)
+            }
+        };
+        let step = super::mw::Step {
+            rkey,
+            bound,
+            start,
+            end,
+        };
+        mw.push_step(self.qpn, shadow, step);
     }
 
     /// Invalidates a type-2 window's `rkey` locally (a local-invalidate request); later

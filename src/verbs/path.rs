@@ -379,7 +379,7 @@ impl VerbsSendQueue {
     /// the window's new rkey. Anything queued is posted first.
     ///
     /// # Safety
-    /// As [`VerbsSendQueue::push_bind`].
+    /// As [`VerbsSendQueue::push_bind`]; `mr` may be null for a zero-length bind (an unbind).
     ///
     /// # Errors
     /// [`Error::QueueFull`]; the `ibv_bind_mw` error.
@@ -466,6 +466,11 @@ impl VerbsSendQueue {
             return Err(Error::Verbs(code("ibv_post_send", rc)));
         }
         Ok(())
+    }
+
+    /// The sequence number the next request gets (the last one's plus one).
+    pub(crate) fn position(&self) -> u16 {
+        self.seq
     }
 
     /// Drops the queued requests (a batch that was not rung).
@@ -725,6 +730,9 @@ impl VerbsCompletionQueue {
         }
         let sq = q.sq.as_ref()?;
         let e = sq.get(seq);
+        if status != WcStatus::Success {
+            sq.note_error(seq);
+        }
         sq.retire(seq.wrapping_add(e.bbs));
         if status == WcStatus::Success && !e.report {
             return None;

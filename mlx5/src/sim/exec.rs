@@ -501,6 +501,11 @@ impl State {
             return fail;
         }
         if b.len == 0 {
+            // An unbind. Type 2 carries CHECK_QPN (rdma-core `set_umr_control_seg`): the
+            // window must be bound, and through this QP.
+            if w.mw_type == MwType::Two && !w.bound.as_ref().is_some_and(|x| x.qpn == qpn) {
+                return fail;
+            }
             let w = self.mem.mws.get_mut(&(b.mw_rkey >> 8)).expect("mw");
             w.bound = None;
             w.rkey = b.new_rkey;

@@ -548,6 +548,12 @@ impl Nic {
         }
     }
 
+    /// Whether `other` is a handle to this same NIC (resources of one NIC never work with
+    /// another's: their CQ and QP numbers overlap).
+    pub fn same(&self, other: &Nic) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Whether the doorbell thread runs.
     pub fn is_threaded(&self) -> bool {
         self.inner.running.load(Ordering::Acquire)
