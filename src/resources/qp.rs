@@ -11,6 +11,7 @@ use crate::verbs;
 use crate::verbs::objects::{PathInfo, Timing};
 use crate::verbs::path::{VerbsBatch, VerbsRecvQueue, VerbsSendQueue};
 use crate::{DataPath, Payload, Remote, Request, Sge};
+use rdma_sys as ffi;
 use std::sync::Arc;
 
 pub use mlx5::sim::QpCaps;
@@ -807,8 +808,17 @@ impl Qp {
                 (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
                     // SAFETY: as in `bind_mw`.
                     unsafe { (**w).rkey = old };
-                    // SAFETY: `w` is live; no region (a zero-length bind needs none).
-                    unsafe { sq.bind_type1(*w, core::ptr::null_mut(), 0, 0, 0, cookie, flags)? }
+                    // A zero-length bind needs no region, but providers read the region
+                    // struct all the same (rxe's `convert_send_wr` reads `mr->lkey`, which
+                    // the kernel ignores for length 0; others compare `mr->pd`): a
+                    // placeholder of the window's domain, alive across the call.
+                    // SAFETY: `ibv_mr` is plain data; all-zero is a valid value.
+                    let mut none: ffi::ibv_mr = unsafe { core::mem::zeroed() };
+                    // SAFETY: `w` is live.
+                    (none.context, none.pd) = unsafe { ((**w).context, (**w).pd) };
+                    // SAFETY: `w` is live; `none` outlives the call, which posts a
+                    // zero-length bind that refers to no memory.
+                    unsafe { sq.bind_type1(*w, &mut none, 0, 0, 0, cookie, flags)? }
                 }
                 _ => return Err(Error::Unsupported("window and QP backends differ")),
             },

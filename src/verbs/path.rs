@@ -379,7 +379,7 @@ impl VerbsSendQueue {
     /// the window's new rkey. Anything queued is posted first.
     ///
     /// # Safety
-    /// As [`VerbsSendQueue::push_bind`]; `mr` may be null for a zero-length bind (an unbind).
+    /// As [`VerbsSendQueue::push_bind`].
     ///
     /// # Errors
     /// [`Error::QueueFull`]; the `ibv_bind_mw` error.

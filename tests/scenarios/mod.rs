@@ -139,6 +139,8 @@ pub const ALL: &[(&str, Scenario)] = &[
     ("missing_rights", missing_rights),
     ("recv_too_small", recv_too_small),
     ("flush", flush),
+    ("window_rebind", window_rebind),
+    ("window_past_end", window_past_end),
 ];
 
 fn pair(dev: &Device) -> Pair {
@@ -506,6 +508,82 @@ fn flush(dev: &Device) -> Observed {
     }
 }
 
+/// B's region with the bind right, and a type-2 window of B bound to its first 256 bytes
+/// (the bind's completion is waited for).
+fn bound_window(dev: &Device, timing: &Timing) -> (Pair, MemoryWindow, u32) {
+    let rights = Access(RIGHTS.0 | Access::MW_BIND.0);
+    let mut p = Pair::new(dev, rights, caps(), timing);
+    let mut mw = p.b.pd().alloc_mw(MwType::Two).expect("window");
+    let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let k =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, rw, 70, PostFlags::SIGNALED)
+            .expect("bind");
+    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success, "bind");
+    (p, mw, k)
+}
+
+/// A type-2 window unbound (a local invalidate on every path) and bound again: the new key
+/// works, the old one fails.
+fn window_rebind(dev: &Device) -> Observed {
+    let timing = Timing {
+        retry_cnt: 1,
+        timeout: 10,
+        ..Timing::default()
+    };
+    let (mut p, mut mw, k1) = bound_window(dev, &timing);
+    let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+    p.b.unbind_mw(&mut mw, 71, PostFlags::SIGNALED)
+        .expect("unbind");
+    let k2 =
+        p.b.bind_mw(&mut mw, &p.mr_b, 256, 256, rw, 72, PostFlags::SIGNALED)
+            .expect("rebind");
+    let mut completions = p.wait(true, 2);
+    let base = p.mr_b.addr();
+    let at = |off: u64, rkey| Remote {
+        addr: base + off,
+        rkey,
+    };
+    p.a.write_inline(b"new key", at(300, k2), 73, PostFlags::SIGNALED)
+        .expect("write k2");
+    completions.extend(p.wait(false, 1));
+    p.a.write_inline(b"old key", at(8, k1), 74, PostFlags::SIGNALED)
+        .expect("write k1");
+    p.a.write_inline(b"after", p.mr_b.remote(0), 99, PostFlags::SIGNALED)
+        .expect("write after");
+    completions.extend(p.wait(false, 2));
+    Observed {
+        name: "window_rebind",
+        completions,
+        data: Pair::bytes(&p.mr_b, 300, 7),
+    }
+}
+
+/// A write through a window's key that runs one byte past the window (inside the region):
+/// a ConnectX (and the software NIC) refuse it; rxe checks only the region's range and
+/// accepts it (see RXE_DEVIATIONS and the README's security caveat).
+fn window_past_end(dev: &Device) -> Observed {
+    let timing = Timing {
+        retry_cnt: 1,
+        timeout: 10,
+        ..Timing::default()
+    };
+    let (mut p, _mw, k) = bound_window(dev, &timing);
+    let r = Remote {
+        addr: p.mr_b.addr() + 249,
+        rkey: k,
+    };
+    p.a.write_inline(b"8 bytes!", r, 75, PostFlags::SIGNALED)
+        .expect("write");
+    p.a.write_inline(b"after", p.mr_b.remote(0), 99, PostFlags::SIGNALED)
+        .expect("write after");
+    let completions = p.wait(false, 2);
+    Observed {
+        name: "window_past_end",
+        completions,
+        data: Vec::new(),
+    }
+}
+
 fn find<'a>(all: &'a [Observed], name: &str) -> &'a Observed {
     all.iter().find(|o| o.name == name).expect("scenario")
 }
@@ -596,6 +674,22 @@ pub fn check(all: &[Observed]) {
             "{name}"
         );
     }
+    let w = find(all, "window_rebind");
+    let cs: Vec<_> = w.completions.iter().map(|c| (c.0, c.1, c.2)).collect();
+    assert_eq!(
+        cs,
+        vec![
+            (71, Success, WcOpcode::LocalInv),
+            (72, Success, WcOpcode::BindMw),
+            (73, Success, WcOpcode::RdmaWrite),
+            (74, RemAccessErr, WcOpcode::RdmaWrite),
+            (99, WrFlushErr, WcOpcode::RdmaWrite),
+        ]
+    );
+    assert_eq!(w.data, b"new key");
+    let w = find(all, "window_past_end");
+    assert_eq!((w.completions[0].0, w.completions[0].1), (75, RemAccessErr));
+    assert_eq!((w.completions[1].0, w.completions[1].1), (99, WrFlushErr));
     let r = find(all, "recv_too_small");
     assert_eq!((r.completions[0].0, r.completions[0].1), (54, RemInvReqErr));
     assert_eq!((r.completions[1].0, r.completions[1].1), (904, LocLenErr));
@@ -628,6 +722,21 @@ pub const RXE_DEVIATIONS: &[(&str, usize, WcStatus, WcStatus)] = &[
         1,
         WcStatus::LocLenErr,
         WcStatus::LocQpOpErr,
+    ),
+    // A write through a window's key one byte past the window's end (inside its region):
+    // rxe (6.1) checks only the region's range for window keys, so the write lands and the
+    // next request runs (a security caveat: see the README).
+    (
+        "window_past_end",
+        0,
+        WcStatus::RemAccessErr,
+        WcStatus::Success,
+    ),
+    (
+        "window_past_end",
+        1,
+        WcStatus::WrFlushErr,
+        WcStatus::Success,
     ),
 ];
 
