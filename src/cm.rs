@@ -62,16 +62,8 @@ fn device_of(id: &Arc<CmId>) -> Result<(Device, Pd)> {
     // SAFETY: the context belongs to librdmacm and stays valid while the id lives; the
     // context keeps the id alive.
     let ctx = Arc::new(unsafe { Context::borrowed(ctx, keep) });
-    // SAFETY: the context is live; its `device` is the ibv_device it was opened on.
-    let mlx5 = unsafe { crate::dv::is_mlx5((*ctx.ctx).device.cast()) };
-    let path = crate::dv::choose(mlx5, std::env::var("BLUEFLAME_PATH").ok().as_deref())?;
     let dev = Device {
-        backend: Backend::Verbs(Arc::new(VerbsDev {
-            ctx,
-            port: id.port(),
-            gid_index: None,
-            path,
-        })),
+        backend: Backend::Verbs(Arc::new(VerbsDev::new(ctx, id.port(), None)?)),
     };
     let pd = dev.alloc_pd()?;
     Ok((dev, pd))

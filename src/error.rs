@@ -40,6 +40,14 @@ pub enum Error {
         /// The required alignment.
         align: u32,
     },
+    /// An atomic's local entry is not exactly the operand's size (8 bytes; 4 for a 32-bit
+    /// masked atomic): the device writes the whole old value there.
+    AtomicLength {
+        /// The local entry's length.
+        len: u32,
+        /// The operand size.
+        size: u32,
+    },
     /// Invalid handle: an object that does not belong with the others (another protection
     /// domain or device).
     InvalidHandle {
@@ -130,6 +138,10 @@ impl fmt::Display for Error {
                     "remote address {addr:#x} is not aligned to {align} bytes"
                 )
             }
+            Error::AtomicLength { len, size } => write!(
+                f,
+                "atomic local entry of {len} bytes: the old value takes exactly {size}"
+            ),
             Error::InvalidParameter { what, value } => write!(f, "invalid {what}: {value:#x}"),
             Error::InvalidHandle { what, value } => write!(f, "invalid handle: {what} {value:#x}"),
             Error::InvalidState { state } => write!(f, "invalid state: the QP is {state}"),

@@ -21,6 +21,7 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]
 
+pub mod atomic;
 pub mod be;
 pub mod cqe;
 pub mod ctrl;
@@ -38,6 +39,7 @@ pub mod wqe;
 #[allow(unsafe_code)] // the NIC moves bytes through raw pointers, like DMA
 pub mod sim;
 
+pub use atomic::AtomicCaps;
 pub use be::{Be16, Be32, Be64};
 pub use ctrl::{CompletionMode, CtrlSeg, Fence, FmCeSe};
 pub use opcode::Opcode;

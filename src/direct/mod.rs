@@ -19,3 +19,4 @@ pub use rq::RecvQueue;
 pub use sq::{Batch, PostFlags, SendQueue};
 
 pub(crate) use cq::{Attached, Registry};
+pub(crate) use sq::check_atomic;

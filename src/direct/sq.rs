@@ -10,7 +10,7 @@ use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::doorbell::SEND_WQE_BB;
 use mlx5::request::{Access, MwType, Payload, Request};
 use mlx5::wqe::{ds_to_bbs, encode, wqe_ds, Limits, Span};
-use mlx5::RawQp;
+use mlx5::{AtomicCaps, RawQp};
 use std::sync::Arc;
 
 /// How one request completes and orders.
@@ -93,6 +93,8 @@ pub struct SendQueue {
     pub(super) fast_limit: usize,
     bf_ok: bool,
     enabled: bool,
+    /// What the device's atomics can do (read once when the QP is created).
+    atomics: AtomicCaps,
 }
 
 // SAFETY: the raw pointers are to the QP's rings and registers, which this queue alone writes
@@ -107,6 +109,27 @@ impl core::fmt::Debug for SendQueue {
             .field("pi", &self.pi)
             .finish()
     }
+}
+
+/// The checks of an atomic before anything is written, in rdma-core's order: the device can
+/// run it (`_mlx5_post_send`: EOPNOTSUPP without `atomic_cap`), the remote address is aligned
+/// to the operand, and the local entry is exactly the operand's size.
+#[cold]
+pub(crate) fn check_atomic(supported: bool, addr: u64, len: u32, size: u32) -> Result<()> {
+    if !supported {
+        return Err(Error::Unsupported(if size == 8 {
+            "this atomic on this device (atomic_cap IBV_ATOMIC_NONE, or no masked atomics)"
+        } else {
+            "32-bit masked atomics on this device"
+        }));
+    }
+    if addr % size as u64 != 0 {
+        return Err(Error::Misaligned { addr, align: size });
+    }
+    if len != size {
+        return Err(Error::AtomicLength { len, size });
+    }
+    Ok(())
 }
 
 fn wc_opcode(req: &Request<'_>) -> (WcOpcode, u32) {
@@ -199,6 +222,7 @@ impl SendQueue {
             },
             bf_ok,
             enabled: true,
+            atomics: AtomicCaps::CONNECTX,
         })
     }
 
@@ -206,6 +230,17 @@ impl SendQueue {
     #[inline]
     pub fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// Sets what the device's atomics can do (a ConnectX's by default): atomics it lacks are
+    /// refused before posting.
+    pub fn set_atomic_caps(&mut self, caps: AtomicCaps) {
+        self.atomics = caps;
+    }
+
+    /// What the device's atomics can do, as this queue checks them.
+    pub fn atomic_caps(&self) -> AtomicCaps {
+        self.atomics
     }
 
     /// Half the ring: the longest unsignaled run.
@@ -305,7 +340,8 @@ impl SendQueue {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
-    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`].
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`]; for atomics
+    /// [`Error::Unsupported`] (the device lacks them) and [`Error::AtomicLength`].
     #[inline(always)]
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if let Request::Write {
@@ -336,19 +372,12 @@ impl SendQueue {
     #[inline(always)]
     fn push_general(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         match req {
-            Request::CompareSwap { remote, .. } | Request::FetchAdd { remote, .. }
-                if remote.addr % 8 != 0 =>
-            {
-                return Err(Error::Misaligned {
-                    addr: remote.addr,
-                    align: 8,
-                });
+            Request::CompareSwap { remote, local, .. }
+            | Request::FetchAdd { remote, local, .. } => {
+                check_atomic(self.atomics.standard, remote.addr, local.len, 8)?;
             }
-            Request::Masked { remote, op, .. } if remote.addr % op.size() as u64 != 0 => {
-                return Err(Error::Misaligned {
-                    addr: remote.addr,
-                    align: op.size(),
-                });
+            Request::Masked { remote, op, local } => {
+                check_atomic(self.atomics.masked, remote.addr, local.len, op.size())?;
             }
             // rdma-core's mlx5_bind_mw: a type-1 window is never zero-based (EINVAL).
             Request::BindMw(b)

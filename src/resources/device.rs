@@ -24,6 +24,40 @@ pub(crate) struct VerbsDev {
     pub(crate) gid_index: Option<i32>,
     /// Direct on mlx5 (unless `BLUEFLAME_PATH=verbs`), verbs elsewhere.
     pub(crate) path: DataPath,
+    /// `ibv_query_device`, read once at open.
+    pub(crate) attrs: verbs::device::DeviceAttrs,
+    /// What the device's atomics do, from `attrs`.
+    pub(crate) atomics: mlx5::AtomicCaps,
+}
+
+impl VerbsDev {
+    /// An opened device: its data path (mlx5 runs the direct path unless `BLUEFLAME_PATH`
+    /// or rdma-core's `MLX5_QP_SIGNATURE` say otherwise) and its attributes, read once.
+    pub(crate) fn new(
+        ctx: Arc<verbs::device::Context>,
+        port: u8,
+        gid_index: Option<i32>,
+    ) -> Result<VerbsDev> {
+        // SAFETY: the context is live; its `device` field is the ibv_device it was opened on.
+        let mlx5 = unsafe { crate::dv::is_mlx5((*ctx.ctx).device.cast()) };
+        let var = std::env::var("BLUEFLAME_PATH").ok();
+        let path = crate::dv::choose(mlx5, var.as_deref())?;
+        // rdma-core's switches that rule the direct path out (WQE signatures).
+        let path = if mlx5 {
+            crate::mlx5_env::Mlx5Env::current().path(path, var.as_deref() == Some("direct"))?
+        } else {
+            path
+        };
+        let attrs = ctx.attrs()?;
+        Ok(VerbsDev {
+            atomics: attrs.atomic_caps(mlx5),
+            attrs,
+            ctx,
+            port,
+            gid_index,
+            path,
+        })
+    }
 }
 
 /// An RDMA device: a real one through rdma-core, or the software mlx5 NIC.
@@ -69,16 +103,6 @@ impl Device {
     /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
     pub fn open(name: &str, gid_index: Option<i32>) -> Result<Device> {
         let ctx = Arc::new(verbs::device::Context::open(name)?);
-        // SAFETY: the context is live; its `device` field is the ibv_device it was opened on.
-        let mlx5 = unsafe { crate::dv::is_mlx5((*ctx.ctx).device.cast()) };
-        let var = std::env::var("BLUEFLAME_PATH").ok();
-        let path = crate::dv::choose(mlx5, var.as_deref())?;
-        // rdma-core's switches that rule the direct path out (WQE signatures).
-        let path = if mlx5 {
-            crate::mlx5_env::Mlx5Env::current().path(path, var.as_deref() == Some("direct"))?
-        } else {
-            path
-        };
         let port = 1;
         let info = ctx.port(port)?;
         let gid_index = match gid_index {
@@ -87,12 +111,7 @@ impl Device {
             None => None,
         };
         Ok(Device {
-            backend: Backend::Verbs(Arc::new(VerbsDev {
-                ctx,
-                port,
-                gid_index,
-                path,
-            })),
+            backend: Backend::Verbs(Arc::new(VerbsDev::new(ctx, port, gid_index)?)),
         })
     }
 
@@ -152,6 +171,16 @@ impl Device {
         match &self.backend {
             Backend::Sim(_) => DataPath::Direct,
             Backend::Verbs(v) => v.path,
+        }
+    }
+
+    /// What this device's atomics can do and the byte order of their replies: read once
+    /// (`ibv_query_device` at open; the software NIC's [`Nic::atomic_caps`] when a QP is
+    /// created). [`Qp::atomic_result`](crate::Qp::atomic_result) reads a reply with it.
+    pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
+        match &self.backend {
+            Backend::Sim(n) => n.atomic_caps(),
+            Backend::Verbs(v) => v.atomics,
         }
     }
 

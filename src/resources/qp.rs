@@ -51,6 +51,8 @@ pub struct Qp {
     psn: u32,
     /// Set by `connect`: posting before it is an invalid-state error.
     connected: bool,
+    /// What the device's atomics can do and how it writes their replies.
+    atomics: mlx5::AtomicCaps,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
     /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
@@ -178,15 +180,22 @@ impl Pd {
         });
         let psn = qpn.wrapping_mul(0x9e37_79b9) >> 8;
         let mut path = path;
-        if let QpPath::Direct { sq, .. } = &mut path {
-            // Until `connect`, every post goes through `check_state`.
-            sq.enable_fast_path(false);
+        // The device's atomics, read once here: what it lacks is refused before posting.
+        let atomics = self.inner.dev.atomic_caps();
+        match &mut path {
+            QpPath::Direct { sq, .. } => {
+                sq.set_atomic_caps(atomics);
+                // Until `connect`, every post goes through `check_state`.
+                sq.enable_fast_path(false);
+            }
+            QpPath::Verbs { sq, .. } => sq.set_atomic_caps(atomics),
         }
         Ok(Qp {
             path,
             qpn,
             psn,
             connected: false,
+            atomics,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
             _cm: cm,
@@ -365,9 +374,14 @@ impl Qp {
     pub fn connect_with(&mut self, remote: &Endpoint, timing: &Timing) -> Result<()> {
         match (&self.path, &self.pd.inner.dev.backend) {
             (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, Backend::Verbs(v)) => {
+                let lim = verbs::objects::ConnLimits {
+                    local_mtu: v.ctx.port(v.port)?.active_mtu,
+                    max_qp_rd_atom: v.attrs.max_qp_rd_atom,
+                    max_qp_init_rd_atom: v.attrs.max_qp_init_rd_atom,
+                };
                 qp.to_init(v.port)?;
-                qp.to_rtr(remote, v.port, v.gid_index, timing)?;
-                qp.to_rts(self.psn, timing)?;
+                qp.to_rtr(remote, v.port, v.gid_index, timing, &lim)?;
+                qp.to_rts(self.psn, timing, &lim)?;
                 self.set_connected();
                 Ok(())
             }
@@ -591,7 +605,10 @@ impl Qp {
     /// Atomic compare-and-swap of the 8 bytes at `remote`; the old value lands in `local`.
     ///
     /// # Errors
-    /// See [`Qp::post`]; [`Error::Misaligned`] for a remote address not 8-byte aligned.
+    /// See [`Qp::post`]; [`Error::Misaligned`] for a remote address not 8-byte aligned;
+    /// [`Error::AtomicLength`] for a local entry that is not 8 bytes; [`Error::Unsupported`]
+    /// on a device without atomics (`atomic_cap` `IBV_ATOMIC_NONE`). Read the old value with
+    /// [`Qp::atomic_result`].
     #[inline(always)]
     pub fn compare_swap(
         &mut self,
@@ -628,6 +645,32 @@ impl Qp {
         flags: PostFlags,
     ) -> Result<()> {
         self.post(&Request::FetchAdd { remote, add, local }, cookie, flags)
+    }
+
+    /// The old value an atomic of this QP returned, in host order on every device: `reply`
+    /// is the local buffer of a completed compare-swap, fetch-add or 64-bit masked atomic (8
+    /// bytes) or of a 32-bit masked atomic (4 bytes), as the device wrote it.
+    ///
+    /// Devices write replies in different byte orders: a ConnectX writes 4-byte masked
+    /// replies big-endian always, and 8-byte ones big-endian in
+    /// `atomic_req_8B_endianness_mode` 0 (host order in mode 1, which Linux selects); rxe
+    /// and the other verbs devices write host order. Read atomic results through this call
+    /// (or [`AtomicCaps::reply_value`](mlx5::AtomicCaps::reply_value) with
+    /// [`Device::atomic_caps`](crate::Device::atomic_caps)), never as raw memory.
+    ///
+    /// # Errors
+    /// [`Error::AtomicLength`] when `reply` is neither 8 nor 4 bytes long.
+    #[inline]
+    pub fn atomic_result(&self, reply: &[u8]) -> Result<u64> {
+        self.atomics.reply_value(reply).ok_or(Error::AtomicLength {
+            len: reply.len().min(u32::MAX as usize) as u32,
+            size: 8,
+        })
+    }
+
+    /// What this QP's device can do with atomics (read when the QP was created).
+    pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
+        self.atomics
     }
 
     /// Binds `mw` to `len` bytes at offset `off` of `mr` with `rights` (remote read / write /

@@ -62,6 +62,34 @@ pub struct PortInfo {
     pub ethernet: bool,
 }
 
+/// What the crate needs of `ibv_device_attr`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DeviceAttrs {
+    /// `atomic_cap != IBV_ATOMIC_NONE`.
+    pub atomic: bool,
+    /// `max_qp_rd_atom`: reads and atomics a QP may have in flight as responder (the limit
+    /// of `max_dest_rd_atomic`).
+    pub max_qp_rd_atom: u8,
+    /// `max_qp_init_rd_atom`: the same as requester (the limit of `max_rd_atomic`).
+    pub max_qp_init_rd_atom: u8,
+}
+
+impl DeviceAttrs {
+    /// The atomics of a device with these attributes, as the crate drives them: standard
+    /// atomics as `atomic_cap` says; masked ones never (`struct ibv_device_attr` has no
+    /// masked-atomic capability and the verbs path cannot post them); 8-byte replies in host
+    /// order (Linux's mlx5 reports atomics only in host-endianness mode, rxe and the others
+    /// reply in host order); 4-byte replies big-endian on mlx5.
+    pub fn atomic_caps(&self, mlx5: bool) -> mlx5::AtomicCaps {
+        mlx5::AtomicCaps {
+            standard: self.atomic,
+            masked: false,
+            reply8_be: false,
+            reply4_be: mlx5,
+        }
+    }
+}
+
 impl Context {
     /// Opens the device called `name`.
     ///
@@ -153,6 +181,25 @@ impl Context {
         })
     }
 
+    /// The device attributes the crate uses (`ibv_query_device`), read once at open.
+    ///
+    /// # Errors
+    /// The `ibv_query_device` error.
+    pub fn attrs(&self) -> Result<DeviceAttrs, VerbsError> {
+        // SAFETY: a zeroed ibv_device_attr is a valid out-parameter.
+        let mut a: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live context, out-parameter of the right type and size.
+        let rc = unsafe { ffi::ibv_query_device(self.ctx, &mut a) };
+        if rc != 0 {
+            return Err(super::code("ibv_query_device", rc));
+        }
+        Ok(DeviceAttrs {
+            atomic: a.atomic_cap != ffi::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            max_qp_rd_atom: a.max_qp_rd_atom.clamp(0, 255) as u8,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom.clamp(0, 255) as u8,
+        })
+    }
+
     /// The GID at `index` of `port`.
     ///
     /// # Errors
@@ -194,5 +241,25 @@ impl Drop for Context {
             // of this context and is destroyed first.
             unsafe { ffi::ibv_close_device(self.ctx) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceAttrs;
+
+    #[test]
+    fn atomic_caps_from_device_attributes() {
+        let mut a = DeviceAttrs {
+            atomic: true,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+        };
+        let mlx5 = a.atomic_caps(true);
+        assert!(mlx5.standard && !mlx5.masked && !mlx5.reply8_be && mlx5.reply4_be);
+        let rxe = a.atomic_caps(false);
+        assert_eq!(rxe, mlx5::AtomicCaps::HOST_ORDER);
+        a.atomic = false;
+        assert!(!a.atomic_caps(true).standard, "IBV_ATOMIC_NONE");
     }
 }

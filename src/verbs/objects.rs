@@ -218,6 +218,43 @@ pub struct PathInfo {
     pub mtu: u32,
 }
 
+/// The device limits a connection must stay within (rdma-core's `mlx5_modify_qp` passes the
+/// attributes to the kernel, which refuses values above the device's).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// The local port's active MTU (verbs enum: 1 = 256 ... 5 = 4096).
+    pub local_mtu: u32,
+    /// `max_qp_rd_atom` of the device: the responder's limit.
+    pub max_qp_rd_atom: u8,
+    /// `max_qp_init_rd_atom` of the device: the requester's limit.
+    pub max_qp_init_rd_atom: u8,
+}
+
+impl ConnLimits {
+    /// Reads and atomics in flight the crate asks for, in each direction.
+    pub const RD_ATOMIC: u8 = 16;
+
+    /// The path MTU: the smaller of the two ports' active MTUs (the verbs enum grows with
+    /// the size); a peer that sent none (0) gets the local one.
+    pub fn path_mtu(&self, remote_mtu: u32) -> u32 {
+        match (self.local_mtu, remote_mtu) {
+            (0, r) => r,
+            (l, 0) => l,
+            (l, r) => l.min(r),
+        }
+    }
+
+    /// `max_dest_rd_atomic` (RTR): at most the device's `max_qp_rd_atom`.
+    pub fn max_dest_rd_atomic(&self) -> u8 {
+        Self::RD_ATOMIC.min(self.max_qp_rd_atom)
+    }
+
+    /// `max_rd_atomic` (RTS): at most the device's `max_qp_init_rd_atom`.
+    pub fn max_rd_atomic(&self) -> u8 {
+        Self::RD_ATOMIC.min(self.max_qp_init_rd_atom)
+    }
+}
+
 /// Timeouts and retries of a connection (`ibv_modify_qp` RTR/RTS attributes).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Timing {
@@ -388,7 +425,8 @@ impl Qp {
         )
     }
 
-    /// INIT -> RTR towards `remote`, through `port` and source GID `gid_index` (RoCE).
+    /// INIT -> RTR towards `remote`, through `port` and source GID `gid_index` (RoCE), with
+    /// the path MTU and responder depth within `lim`.
     ///
     /// # Errors
     /// The `ibv_modify_qp` error.
@@ -398,15 +436,16 @@ impl Qp {
         port: u8,
         gid_index: Option<i32>,
         t: &Timing,
+        lim: &ConnLimits,
     ) -> Result<(), VerbsError> {
         use ffi::ibv_qp_attr_mask as M;
         // SAFETY: as in to_init.
         let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = remote.mtu;
+        a.path_mtu = lim.path_mtu(remote.mtu);
         a.dest_qp_num = remote.qpn;
         a.rq_psn = remote.psn & 0xff_ffff;
-        a.max_dest_rd_atomic = 16;
+        a.max_dest_rd_atomic = lim.max_dest_rd_atomic();
         a.min_rnr_timer = t.min_rnr_timer;
         a.ah_attr.dlid = remote.lid;
         a.ah_attr.port_num = port;
@@ -430,7 +469,7 @@ impl Qp {
     ///
     /// # Errors
     /// The `ibv_modify_qp` error.
-    pub fn to_rts(&self, psn: u32, t: &Timing) -> Result<(), VerbsError> {
+    pub fn to_rts(&self, psn: u32, t: &Timing, lim: &ConnLimits) -> Result<(), VerbsError> {
         use ffi::ibv_qp_attr_mask as M;
         // SAFETY: as in to_init.
         let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -439,7 +478,7 @@ impl Qp {
         a.timeout = t.timeout;
         a.retry_cnt = t.retry_cnt;
         a.rnr_retry = t.rnr_retry;
-        a.max_rd_atomic = 16;
+        a.max_rd_atomic = lim.max_rd_atomic();
         let mask = M::IBV_QP_STATE.0
             | M::IBV_QP_SQ_PSN.0
             | M::IBV_QP_TIMEOUT.0
@@ -472,5 +511,38 @@ impl Drop for Qp {
                 ffi::ibv_destroy_qp(self.qp);
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConnLimits;
+
+    /// A ConnectX-like device (16 / 16) and a small one (4 responder, 2 requester) on a
+    /// 1024-byte port: the depths never exceed the device's, the MTU is the smaller one.
+    #[test]
+    fn connection_attributes_stay_within_the_device() {
+        let cx = ConnLimits {
+            local_mtu: 5,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+        };
+        assert_eq!((cx.max_dest_rd_atomic(), cx.max_rd_atomic()), (16, 16));
+        let small = ConnLimits {
+            local_mtu: 3,
+            max_qp_rd_atom: 4,
+            max_qp_init_rd_atom: 2,
+        };
+        assert_eq!((small.max_dest_rd_atomic(), small.max_rd_atomic()), (4, 2));
+        let big = ConnLimits {
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
+            ..small
+        };
+        assert_eq!((big.max_dest_rd_atomic(), big.max_rd_atomic()), (16, 16));
+        // Path MTU: min(local, remote); a remote that sent none gets the local one.
+        assert_eq!(small.path_mtu(5), 3, "remote 4096, local 1024");
+        assert_eq!(cx.path_mtu(3), 3, "remote 1024, local 4096");
+        assert_eq!(small.path_mtu(0), 3);
     }
 }

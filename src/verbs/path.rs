@@ -40,6 +40,8 @@ pub struct VerbsSendQueue {
     sges: Box<[ffi::ibv_sge]>,
     inline: Box<[u8]>,
     pending: usize,
+    /// What the device's atomics can do (read once when the device was opened).
+    atomics: mlx5::AtomicCaps,
 }
 
 // SAFETY: the work-request arrays point only into this queue's own boxed buffers; the QP is
@@ -81,6 +83,7 @@ impl VerbsSendQueue {
                 .collect(),
             inline: vec![0u8; MAX_BATCH * caps.max_inline as usize].into_boxed_slice(),
             pending: 0,
+            atomics: mlx5::AtomicCaps::HOST_ORDER,
             qp,
         }
     }
@@ -88,6 +91,13 @@ impl VerbsSendQueue {
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qp.qpn()
+    }
+
+    /// Sets what the device's atomics can do: atomics it lacks are refused before posting
+    /// (rdma-core's mlx5 returns EOPNOTSUPP without `atomic_cap`; other providers post them
+    /// and fail the request).
+    pub fn set_atomic_caps(&mut self, caps: mlx5::AtomicCaps) {
+        self.atomics = caps;
     }
 
     /// Requests that can be posted now.
@@ -217,18 +227,13 @@ impl VerbsSendQueue {
             }
             Request::CompareSwap { remote, local, .. }
             | Request::FetchAdd { remote, local, .. } => {
-                if remote.addr % 8 != 0 {
-                    return Err(Error::Misaligned {
-                        addr: remote.addr,
-                        align: 8,
-                    });
-                }
+                crate::direct::check_atomic(self.atomics.standard, remote.addr, local.len, 8)?;
                 let (cs, compare, swap) = match *req {
                     Request::CompareSwap { compare, swap, .. } => (true, compare, swap),
                     Request::FetchAdd { add, .. } => (false, add, 0),
                     _ => unreachable!("matched above"),
                 };
-                let n = self.fill_sgl(slot, &[Sge { len: 8, ..local }])?;
+                let n = self.fill_sgl(slot, &[local])?;
                 wr.wr.atomic = ffi::atomic_t {
                     remote_addr: remote.addr,
                     compare_add: compare,

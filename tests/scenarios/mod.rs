@@ -284,7 +284,10 @@ fn atomics(dev: &Device) -> Observed {
     p.a.compare_swap(p.mr_b.remote(0), 100, 200, local, 19, PostFlags::SIGNALED)
         .unwrap();
     let mut completions = p.wait(false, 1);
-    let first = p.mr_a.read_u64(0).unwrap();
+    // Replies through Qp::atomic_result: host order on every device (rxe writes host order,
+    // a ConnectX may write big-endian).
+    let reply = |p: &Pair, off: usize| p.a.atomic_result(&Pair::bytes(&p.mr_a, off, 8)).unwrap();
+    let first = reply(&p, 0);
     p.a.compare_swap(
         p.mr_b.remote(0),
         100,
@@ -305,7 +308,8 @@ fn atomics(dev: &Device) -> Observed {
     .unwrap();
     completions.extend(p.wait(false, 1));
     let mut data = first.to_ne_bytes().to_vec();
-    data.extend(Pair::bytes(&p.mr_a, 8, 16));
+    data.extend(reply(&p, 8).to_ne_bytes());
+    data.extend(reply(&p, 16).to_ne_bytes());
     data.extend(Pair::bytes(&p.mr_b, 0, 8));
     Observed {
         name: "atomics",

@@ -414,10 +414,14 @@ impl State {
         remote: Remote,
         local: Sge,
     ) -> Outcome {
-        let size = match req {
-            Request::Masked { op, .. } => op.size() as usize,
-            _ => 8,
+        let (size, supported) = match req {
+            Request::Masked { op, .. } => (op.size() as usize, self.atomics.masked),
+            _ => (8, self.atomics.standard),
         };
+        if !supported {
+            // The device cannot run this opcode: the requester fails it locally.
+            return Outcome::Failed(Syndrome::LocalQpOp);
+        }
         let (ppd, peer) = match self.responder(qpn) {
             Ok(x) => x,
             Err(s) => return Outcome::Failed(s),
@@ -460,8 +464,16 @@ impl State {
             // SAFETY: as above.
             unsafe { super::dma::write(target, &new[..size]) };
         }
+        // The reply in the device's byte order (big-endian for 4 bytes, and for 8 in
+        // `atomic_req_8B_endianness_mode` 0); the target memory is operated on in host order.
+        let value = if size == 4 {
+            u32::from_ne_bytes([old[0], old[1], old[2], old[3]]) as u64
+        } else {
+            u64::from_ne_bytes(old)
+        };
+        let reply = self.atomics.reply_bytes(value, size);
         // SAFETY: `dst` was checked for `size` locally writable bytes.
-        unsafe { super::dma::write(dst, &old[..size]) };
+        unsafe { super::dma::write(dst, &reply[..size]) };
         Outcome::Done(size as u32)
     }
 

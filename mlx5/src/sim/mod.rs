@@ -117,6 +117,8 @@ pub(crate) struct State {
     next_qpn: u32,
     next_cqn: u32,
     pub(crate) threaded: bool,
+    /// What the NIC's atomics do and how it writes their replies.
+    pub(crate) atomics: crate::atomic::AtomicCaps,
 }
 
 struct Inner {
@@ -157,6 +159,7 @@ impl Nic {
                     next_qpn: 0x100,
                     next_cqn: 0x80,
                     threaded: false,
+                    atomics: crate::atomic::AtomicCaps::CONNECTX,
                 }),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
@@ -467,6 +470,20 @@ impl Nic {
     /// The state of a QP.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.st().qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// The NIC's atomic capabilities: by default a ConnectX's under a current Linux driver
+    /// ([`AtomicCaps::CONNECTX`](crate::atomic::AtomicCaps::CONNECTX): every atomic, 8-byte
+    /// replies in host order, 4-byte masked replies big-endian).
+    pub fn atomic_caps(&self) -> crate::atomic::AtomicCaps {
+        self.st().atomics
+    }
+
+    /// Changes the NIC's atomic capabilities (before creating the QPs that should see them:
+    /// a driver reads them once). Atomics the NIC lacks fail with a local QP operation
+    /// error; replies are written in the byte order `caps` says.
+    pub fn set_atomic_caps(&self, caps: crate::atomic::AtomicCaps) {
+        self.st().atomics = caps;
     }
 
     /// What the NIC saw of a QP.
