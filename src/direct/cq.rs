@@ -225,7 +225,11 @@ impl CompletionQueue {
         // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
         // read before `publish_ci` (here or in `poll_general`).
         let cqe = unsafe { self.entry() };
-        let qpn = cqe.qpn();
+        // The QP number with bit 4 of the WQE opcode (top byte) kept: reads and atomics
+        // (opcodes 0x10 to 0x15) then differ from the QP seen last and take the general path,
+        // which reports a read's byte count from the CQE; writes, sends and the rest pass
+        // with no extra instruction.
+        let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
         if cqe.op_own >> 4 != CqeOpcode::Req as u8 || qpn != self.last_qpn {
             return self.poll_general(out, 0);
         }
@@ -341,7 +345,7 @@ impl CompletionQueue {
             return Some(Completion {
                 cookie: e.cookie,
                 opcode: e.opcode,
-                byte_len: e.byte_len,
+                byte_len: req_byte_len(e.opcode, e.byte_len, cqe),
                 qpn,
                 ..Completion::default()
             });
@@ -413,6 +417,22 @@ impl CompletionQueue {
             }
         }
         Some(c)
+    }
+}
+
+/// `sop_drop_qpn` mask of the fast path: the QP number and bit 4 of the WQE opcode, set for
+/// RDMA read (0x10) and every atomic (0x11, 0x12, 0x14, 0x15), clear for the other opcodes.
+const READ_ATOMIC_QPN_MASK: u32 = 0x10 << 24 | 0xff_ffff;
+
+/// The byte count of a successful requester completion: an RDMA read reports the CQE's
+/// byte count (rdma-core `cq.c` `handle_good_req`: `be32toh(cqe->byte_cnt)`), atomics their
+/// operand size, the rest 0 (both from the shadow entry).
+#[inline(always)]
+fn req_byte_len(opcode: WcOpcode, shadow: u32, cqe: &Cqe64) -> u32 {
+    if opcode == WcOpcode::RdmaRead {
+        cqe.byte_cnt.get()
+    } else {
+        shadow
     }
 }
 
@@ -497,6 +517,76 @@ mod tests {
             }
         }
         assert_eq!(got, expected);
+    }
+
+    /// An RDMA read's completion reports the CQE's byte count (rdma-core `handle_good_req`),
+    /// not what the driver posted, on the fast path (the QP seen last) and the general one
+    /// (another QP); other kinds report the driver's figure.
+    #[test]
+    fn read_completions_report_the_cqe_byte_count() {
+        let cnt = 16u32;
+        let mut ring = vec![0u8; (cnt * 64) as usize];
+        let mut dbrec = [0u32; 2];
+        let raw = RawCq {
+            cqn: 5,
+            buf: ring.as_mut_ptr(),
+            cqe_cnt: cnt,
+            cqe_size: 64,
+            dbrec: dbrec.as_mut_ptr(),
+            cq_uar: core::ptr::null_mut(),
+        };
+        // SAFETY: the ring and record outlive the poller, which alone polls them.
+        let mut cq = unsafe { CompletionQueue::new(&raw) }.unwrap();
+        let (a, b) = (
+            Arc::new(Shadow::<SendEntry>::new(16)),
+            Arc::new(Shadow::<SendEntry>::new(16)),
+        );
+        for (qpn, sq) in [(1, &a), (2, &b)] {
+            cq.registry.attach(Attached {
+                qpn,
+                sq: Some(sq.clone()),
+                rq: None,
+            });
+        }
+        // (k, QP, WQE opcode, opcode, driver's byte count, CQE byte count, expected); the
+        // device puts the WQE opcode in the top byte of `sop_drop_qpn`.
+        let cases = [
+            (0u32, 1u32, 0x08, WcOpcode::RdmaWrite, 0, 77, 0),
+            (1, 1, 0x10, WcOpcode::RdmaRead, 64, 48, 48), // after a write of the same QP
+            (2, 1, 0x10, WcOpcode::RdmaRead, 64, 40, 40),
+            (3, 2, 0x10, WcOpcode::RdmaRead, 64, 24, 24), // another QP
+            (4, 2, 0x12, WcOpcode::FetchAdd, 8, 99, 8),
+            (5, 2, 0x08, WcOpcode::RdmaWrite, 0, 77, 0), // the fast path
+        ];
+        for (k, qpn, wqe_op, opcode, shadow, cqe_bytes, want) in cases {
+            let sq = if qpn == 1 { &a } else { &b };
+            sq.set(
+                k as u16,
+                SendEntry {
+                    cookie: k as u64,
+                    bbs: 1,
+                    opcode,
+                    byte_len: shadow,
+                    report: true,
+                },
+            );
+            let cqe = Cqe64 {
+                sop_drop_qpn: mlx5::Be32::new(wqe_op << 24 | qpn),
+                wqe_counter: mlx5::Be16::new(k as u16),
+                byte_cnt: mlx5::Be32::new(cqe_bytes),
+                op_own: op_own(CqeOpcode::Req, CqeFormat::Plain, false, false),
+                ..Cqe64::default()
+            };
+            let at = (k * 64) as usize;
+            ring[at..at + 64].copy_from_slice(cqe.as_bytes());
+            let mut out = [Completion::default(); 1];
+            assert_eq!(cq.poll(&mut out), 1, "k = {k}");
+            assert_eq!(
+                (out[0].cookie, out[0].opcode, out[0].byte_len),
+                (k as u64, opcode, want),
+                "k = {k}"
+            );
+        }
     }
 
     #[test]
