@@ -9,6 +9,9 @@
 //!   (`wq_sig`): receive WQEs start with a signature segment and every control segment carries
 //!   a signature byte the device checks. The direct path writes neither, so such QPs run the
 //!   verbs path (`BLUEFLAME_PATH=direct` is refused with [`Error::Unsupported`]).
+//! - `MLX5_SCATTER_TO_CQE=0` (`verbs.c` `use_scatter_to_cqe`): rdma-core creates QPs without
+//!   responder scatter-to-CQE, so small received sends land in the receive buffers instead
+//!   of inside the CQE. The direct path handles both; the software NIC follows the switch.
 
 use crate::error::{Error, Result};
 use crate::DataPath;
@@ -21,6 +24,8 @@ pub struct Mlx5Env {
     pub shut_up_bf: bool,
     /// `MLX5_QP_SIGNATURE` set: QPs carry WQE signatures.
     pub qp_signature: bool,
+    /// `MLX5_SCATTER_TO_CQE` set to `0`: no responder scatter-to-CQE.
+    pub scatter_to_cqe_off: bool,
 }
 
 impl Mlx5Env {
@@ -31,6 +36,8 @@ impl Mlx5Env {
             shut_up_bf: get("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0"),
             // verbs.c qp_sig_enabled: set at all.
             qp_signature: get("MLX5_QP_SIGNATURE").is_some(),
+            // verbs.c use_scatter_to_cqe: off only for exactly "0".
+            scatter_to_cqe_off: get("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0"),
         }
     }
 
@@ -86,6 +93,9 @@ mod tests {
         // Any value enables signatures, "0" included (verbs.c qp_sig_enabled).
         assert!(env(&[("MLX5_QP_SIGNATURE", "0")]).qp_signature);
         assert!(env(&[("MLX5_QP_SIGNATURE", "")]).qp_signature);
+        assert!(env(&[("MLX5_SCATTER_TO_CQE", "0")]).scatter_to_cqe_off);
+        assert!(!env(&[("MLX5_SCATTER_TO_CQE", "1")]).scatter_to_cqe_off);
+        assert!(!env(&[("MLX5_SCATTER_TO_CQE", "")]).scatter_to_cqe_off);
     }
 
     #[test]

@@ -431,16 +431,46 @@ fn receive_with_bad_lkey(mut s: Setup) {
         ..rbuf.sge(0, 64).unwrap()
     };
     s.resp().post_recv(&[bad], 78).unwrap();
-    s.a.send(Payload::Inline(b"hi"), 1, PostFlags::SIGNALED)
+    // 40 bytes: too long for a 64-byte CQE, so the NIC writes the buffer itself and finds
+    // the key bad.
+    s.a.send(Payload::Inline(&[7; 40]), 1, PostFlags::SIGNALED)
         .unwrap();
     let (c, r) = s.run();
     assert_eq!(c.len(), 1, "{c:?}");
     assert_err(&c[0], 1, WcStatus::RemOpErr, REM_OP, q);
     assert_eq!(r.len(), 1, "{r:?}");
     assert_err(&r[0], 78, WcStatus::LocProtErr, LOC_PROT, rq);
-    assert_eq!(bytes(&rbuf, 0, 2), [0, 0]);
+    assert_eq!(bytes(&rbuf, 0, 40), [0; 40]);
 }
 both!(receive_with_bad_lkey: receive_bad_lkey_loopback, receive_bad_lkey_pair);
+
+/// A message small enough for the CQE (scatter-to-CQE): the NIC does not look at the
+/// receive's keys, the requester succeeds, and the poller, which would write with the CPU,
+/// refuses the unchecked buffer with a local protection error (no hardware syndrome).
+fn receive_with_bad_lkey_in_cqe(mut s: Setup) {
+    let rbuf = s.mr(64, Access::LOCAL_WRITE);
+    let rq = s.resp_qpn();
+    let q = s.a.qpn();
+    let bad = Sge {
+        lkey: rbuf.lkey() ^ 0x10,
+        ..rbuf.sge(0, 64).unwrap()
+    };
+    s.resp().post_recv(&[bad], 78).unwrap();
+    s.a.send(Payload::Inline(b"hi"), 1, PostFlags::SIGNALED)
+        .unwrap();
+    let (c, r) = s.run();
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_ok(&c[0], 1, WcOpcode::Send, 0, q);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(
+        (r[0].cookie, r[0].status),
+        (78, WcStatus::LocProtErr),
+        "{r:?}"
+    );
+    assert_eq!((r[0].qpn, r[0].syndrome), (rq, None), "{r:?}");
+    assert_eq!(bytes(&rbuf, 0, 2), [0, 0]);
+}
+both!(receive_with_bad_lkey_in_cqe: receive_bad_lkey_in_cqe_loopback, receive_bad_lkey_in_cqe_pair);
 
 #[test]
 fn no_receive_rnr_retry_exceeded() {

@@ -2,6 +2,7 @@
 //! shadow table, consumer index.
 
 use super::barrier;
+use super::scatter::ScatterTable;
 use super::shadow::{SendEntry, Shadow};
 use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
@@ -17,6 +18,8 @@ pub(crate) struct Attached {
     pub(crate) qpn: u32,
     pub(crate) sq: Option<Arc<Shadow<SendEntry>>>,
     pub(crate) rq: Option<Arc<Shadow<u64>>>,
+    /// The receive queue's scatter lists (direct path: scatter-to-CQE).
+    pub(crate) scatter: Option<Arc<ScatterTable>>,
 }
 
 /// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
@@ -35,6 +38,7 @@ impl Registry {
             Some(x) => {
                 x.sq = x.sq.take().or(a.sq);
                 x.rq = x.rq.take().or(a.rq);
+                x.scatter = x.scatter.take().or(a.scatter);
             }
             None => l.push(a),
         }
@@ -97,6 +101,9 @@ pub struct CompletionQueue {
 const fn op_own_initial() -> u8 {
     op_own(CqeOpcode::Invalid, CqeFormat::Plain, false, true)
 }
+
+/// The format bits (3:2) of `op_own`.
+const FORMAT_MASK: u8 = 0b1100;
 
 /// No QP has this number (they have 24 bits).
 const NO_QPN: u32 = u32::MAX;
@@ -230,7 +237,9 @@ impl CompletionQueue {
         // which reports a read's byte count from the CQE; writes, sends and the rest pass
         // with no extra instruction.
         let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
-        if cqe.op_own >> 4 != CqeOpcode::Req as u8 || qpn != self.last_qpn {
+        // Opcode REQ (0) and format plain (0) in one compare: a requester CQE that carries
+        // data (scatter-to-CQE) takes the general path.
+        if cqe.op_own >> 2 != (CqeOpcode::Req as u8) << 2 || qpn != self.last_qpn {
             return self.poll_general(out, 0);
         }
         self.advance();
@@ -339,7 +348,15 @@ impl CompletionQueue {
             let sq = unsafe { &*sq };
             let e = sq.get(wqe);
             sq.retire(wqe.wrapping_add(e.bbs));
-            if !e.report {
+            let status = match cqe.format() {
+                CqeFormat::Plain => WcStatus::Success,
+                // The result of a read or atomic inside the CQE (requester scatter-to-CQE):
+                // the device enables it only for QPs created with
+                // MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE or sq_sig_all, which blueflame
+                // never creates. Its bytes are not in the local buffer: never a success.
+                _ => WcStatus::GeneralErr,
+            };
+            if !e.report && status == WcStatus::Success {
                 return None;
             }
             return Some(Completion {
@@ -347,10 +364,42 @@ impl CompletionQueue {
                 opcode: e.opcode,
                 byte_len: req_byte_len(e.opcode, e.byte_len, cqe),
                 qpn,
+                status,
                 ..Completion::default()
             });
         }
         self.complete_other(cqe, opcode, self.find(qpn), qpn, wqe)
+    }
+
+    /// Copies the data a receive CQE carries (scatter-to-CQE) into the receive's buffers;
+    /// returns the receive's status. rdma-core `handle_responder` /
+    /// `mlx5_copy_to_recv_wqe`: format INLINE_SCATTER_32 has the data at the start of the
+    /// 64-byte CQE, INLINE_SCATTER_64 in the 64 bytes before it (128-byte CQEs only).
+    #[inline(never)]
+    fn scatter_from_cqe(&self, cqe: &Cqe64, q: &Attached, wqe: u16, len: u32) -> WcStatus {
+        let Some(table) = q.scatter.as_ref() else {
+            // A verbs-path queue on a direct CQ cannot happen; never report lost data.
+            return WcStatus::GeneralErr;
+        };
+        let at = cqe as *const Cqe64 as *const u8;
+        let format = cqe.op_own & FORMAT_MASK;
+        let src = if format == (CqeFormat::InlineScatter32 as u8) << 2 && len <= 32 {
+            at
+        } else if format == (CqeFormat::InlineScatter64 as u8) << 2
+            && self.stride == 128
+            && len <= 64
+        {
+            at.wrapping_sub(64)
+        } else {
+            return WcStatus::GeneralErr;
+        };
+        // SAFETY: the entry is software's (the poller holds it until `publish_ci`), and the
+        // `len` bytes at `src` lie inside its slot (a 128-byte slot for format 64); they
+        // were written before the owner byte, read after it (barrier in `entry`).
+        let data = unsafe { core::slice::from_raw_parts(src, len as usize) };
+        // SAFETY: the poller, after the receive's CQE and before retiring it; the CQ ring
+        // never overlaps registered receive buffers.
+        unsafe { table.copy(wqe, data) }
     }
 
     #[inline]
@@ -373,10 +422,15 @@ impl CompletionQueue {
                 | CqeOpcode::RespWrImm
                 | CqeOpcode::RespSendInv),
             ) => {
-                let rq = q?.rq.as_ref()?;
+                let q = q?;
+                let rq = q.rq.as_ref()?;
                 c.cookie = rq.get(wqe);
-                rq.retire(wqe.wrapping_add(1));
                 c.byte_len = cqe.byte_cnt.get();
+                if cqe.op_own & FORMAT_MASK != 0 {
+                    // Before the entry retires: its buffers stay registered until then.
+                    c.status = self.scatter_from_cqe(cqe, q, wqe, c.byte_len);
+                }
+                rq.retire(wqe.wrapping_add(1));
                 c.opcode = if op == CqeOpcode::RespWrImm {
                     WcOpcode::RecvRdmaWithImm
                 } else {
@@ -480,6 +534,7 @@ mod tests {
             qpn: 0x77,
             sq: Some(sq.clone()),
             rq: None,
+            scatter: None,
         });
         let mut out = [Completion::default(); 4];
         assert_eq!(cq.poll(&mut out), 0, "nothing written yet");
@@ -624,6 +679,7 @@ mod tests {
                 qpn,
                 sq: Some(sq.clone()),
                 rq: Some(rq.clone()),
+                scatter: None,
             });
         }
         for k in 0..4u16 {
@@ -662,5 +718,90 @@ mod tests {
         write_cqe(&mut ring, cnt, 64, 4, 9, CqeOpcode::Req);
         assert_eq!(cq.poll(&mut out), 0);
         assert_eq!(u32::from_be(dbrec[CQ_SET_CI]), 5);
+    }
+
+    /// Requester CQEs that carry data (requester scatter-to-CQE, which blueflame never
+    /// enables) are never reported as a success, on the fast path or the general one;
+    /// receive CQEs with a format their ring cannot hold are errors too.
+    #[test]
+    fn cqes_with_data_the_poller_cannot_place_are_errors() {
+        let cnt = 8u32;
+        let mut ring = vec![0u8; (cnt * 64) as usize];
+        let mut dbrec = [0u32; 2];
+        let raw = RawCq {
+            cqn: 5,
+            buf: ring.as_mut_ptr(),
+            cqe_cnt: cnt,
+            cqe_size: 64,
+            dbrec: dbrec.as_mut_ptr(),
+            cq_uar: core::ptr::null_mut(),
+        };
+        // SAFETY: the ring and record outlive the poller, which alone polls them.
+        let mut cq = unsafe { CompletionQueue::new(&raw) }.unwrap();
+        let sq = Arc::new(Shadow::<SendEntry>::new(16));
+        let rq = Arc::new(Shadow::<u64>::new(16));
+        let table = Arc::new(ScatterTable::new(16, 1));
+        let mut buf = [0u8; 8];
+        table.set(
+            0,
+            &[mlx5::Sge {
+                addr: buf.as_mut_ptr() as u64,
+                len: 8,
+                lkey: 1,
+            }],
+            true,
+        );
+        rq.set(0, 42);
+        cq.registry.attach(Attached {
+            qpn: 3,
+            sq: Some(sq.clone()),
+            rq: Some(rq.clone()),
+            scatter: Some(table),
+        });
+        for k in 0..3u16 {
+            sq.set(
+                k,
+                SendEntry {
+                    cookie: 10 + k as u64,
+                    bbs: 1,
+                    opcode: WcOpcode::RdmaRead,
+                    byte_len: 8,
+                    report: true,
+                },
+            );
+        }
+        let put = |ring: &mut [u8], k: u32, op: CqeOpcode, fmt: CqeFormat, wqe: u16| {
+            let cqe = Cqe64 {
+                sop_drop_qpn: mlx5::Be32::new(3),
+                wqe_counter: mlx5::Be16::new(wqe),
+                byte_cnt: mlx5::Be32::new(8),
+                op_own: op_own(op, fmt, false, false),
+                ..Cqe64::default()
+            };
+            ring[(k * 64) as usize..(k * 64 + 64) as usize].copy_from_slice(cqe.as_bytes());
+        };
+        let mut out = [Completion::default(); 1];
+        // A plain one first, so that QP 3 is the fast path's last QP.
+        put(&mut ring, 0, CqeOpcode::Req, CqeFormat::Plain, 0);
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!((out[0].cookie, out[0].status), (10, WcStatus::Success));
+        put(&mut ring, 1, CqeOpcode::Req, CqeFormat::InlineScatter32, 1);
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!((out[0].cookie, out[0].status), (11, WcStatus::GeneralErr));
+        put(&mut ring, 2, CqeOpcode::Req, CqeFormat::InlineScatter64, 2);
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!((out[0].cookie, out[0].status), (12, WcStatus::GeneralErr));
+        assert_eq!(sq.retired(), 3, "the blocks retire all the same");
+        // Format 64 on a ring of 64-byte entries: the bytes before it are another entry.
+        put(
+            &mut ring,
+            3,
+            CqeOpcode::RespSend,
+            CqeFormat::InlineScatter64,
+            0,
+        );
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!((out[0].cookie, out[0].status), (42, WcStatus::GeneralErr));
+        assert_eq!(buf, [0; 8], "nothing copied");
     }
 }

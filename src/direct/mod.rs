@@ -10,6 +10,7 @@ mod cq;
 mod doorbell;
 mod inline_write;
 mod rq;
+pub(crate) mod scatter;
 pub(crate) mod shadow;
 mod sq;
 

@@ -1,6 +1,7 @@
 //! The receive queue of the direct path.
 
 use super::barrier;
+use super::scatter::{RegionCheck, ScatterTable};
 use super::shadow::Shadow;
 use crate::error::{Error, Result};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -20,6 +21,14 @@ pub struct RecvQueue {
     /// Receive WQEs posted (16 bits).
     head: u16,
     pub(crate) shadow: Arc<Shadow<u64>>,
+    /// The scatter list of every posted receive, for data the device delivers inside the
+    /// CQE (scatter-to-CQE).
+    pub(crate) scatter: Arc<ScatterTable>,
+    /// The protection domain's regions, to check receive buffers against (None: the
+    /// caller of [`RecvQueue::new`] vouches for them).
+    /// (Boxed: the list's `Vec` would otherwise lend `Qp`'s data-path enum a niche that
+    /// costs the post fast path an instruction.)
+    regions: Option<Box<RegionCheck>>,
 }
 
 // SAFETY: the pointers are to the QP's receive ring and record, which this queue alone
@@ -38,8 +47,14 @@ impl core::fmt::Debug for RecvQueue {
 impl RecvQueue {
     /// A receive queue over the ring of `raw`, or `None` when the QP has none.
     ///
+    /// The device may deliver a small received message inside its CQE (scatter-to-CQE, the
+    /// rdma-core default on a ConnectX); the poller then copies it into the receive's
+    /// buffers with the CPU.
+    ///
     /// # Safety
-    /// As [`SendQueue::new`](super::SendQueue::new), for the receive ring.
+    /// As [`SendQueue::new`](super::SendQueue::new), for the receive ring; and every
+    /// receive posted must name memory that stays valid for writes until its completion has
+    /// been polled.
     pub unsafe fn new(raw: &RawQp) -> Result<Option<RecvQueue>> {
         if raw.rq_wqe_cnt == 0 {
             return Ok(None);
@@ -53,15 +68,26 @@ impl RecvQueue {
                 value: raw.rq_wqe_cnt as u64,
             });
         }
+        let max_sge = (raw.max_recv_sge as usize).min(raw.rq_stride as usize / 16);
         Ok(Some(RecvQueue {
             buf: raw.rq_buf,
             cnt: raw.rq_wqe_cnt,
             stride: raw.rq_stride as usize,
-            max_sge: (raw.max_recv_sge as usize).min(raw.rq_stride as usize / 16),
+            max_sge,
             dbrec: raw.dbrec,
             head: 0,
             shadow: Arc::new(Shadow::new(raw.rq_wqe_cnt)),
+            scatter: Arc::new(ScatterTable::new(raw.rq_wqe_cnt, max_sge)),
+            regions: None,
         }))
+    }
+
+    /// Checks every receive posted from now on against these regions: the poller copies
+    /// data that arrived inside a CQE only into entries that lie in a live, locally
+    /// writable region under their lkey (the others complete with a local protection
+    /// error, as the device reports when it writes the buffers itself).
+    pub(crate) fn check_against(&mut self, regions: Arc<super::scatter::Regions>) {
+        self.regions = Some(Box::new(RegionCheck::new(regions)));
     }
 
     /// Entries free for new receives.
@@ -98,6 +124,8 @@ impl RecvQueue {
             n,
             max: self.max_sge,
         })?;
+        let checked = self.regions.as_mut().map_or(true, |r| r.writable(sgl));
+        self.scatter.set(self.head, sgl, checked);
         self.shadow.set(self.head, cookie);
         self.head = self.head.wrapping_add(1);
         self.shadow.mark_posted(self.head);

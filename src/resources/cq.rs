@@ -55,10 +55,13 @@ impl core::fmt::Debug for Cq {
 }
 
 impl Cq {
-    pub(crate) fn new(dev: &Device, entries: u32) -> Result<Cq> {
+    pub(crate) fn new(dev: &Device, entries: u32, cqe_size: u32) -> Result<Cq> {
         match &dev.backend {
+            Backend::Verbs(_) if cqe_size != 64 => Err(crate::Error::Unsupported(
+                "128-byte CQEs on a verbs device: set MLX5_CQE_SIZE=128 for rdma-core",
+            )),
             Backend::Sim(nic) => {
-                let raw = nic.create_cq(entries.max(2).next_power_of_two(), 64)?;
+                let raw = nic.create_cq(entries.max(2).next_power_of_two(), cqe_size)?;
                 let kind = CqKind::Sim {
                     dev: dev.clone(),
                     cqn: raw.cqn,

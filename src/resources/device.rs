@@ -207,6 +207,7 @@ impl Device {
                 dev: self.clone(),
                 kind,
                 lifetimes: Default::default(),
+                regions: Default::default(),
             }),
         })
     }
@@ -216,7 +217,25 @@ impl Device {
     /// # Errors
     /// [`Error::Sim`] / [`Error::Verbs`] for a size the device refuses.
     pub fn create_cq(&self, entries: u32) -> Result<Cq> {
-        Cq::new(self, entries)
+        Cq::new(self, entries, 64)
+    }
+
+    /// A completion queue of at least `entries` entries of `cqe_size` bytes (64 or 128).
+    /// With 128-byte entries a ConnectX delivers received sends of up to 64 bytes inside the
+    /// entry (scatter-to-CQE) instead of 32.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for another size; [`Error::Unsupported`] for 128 on a
+    /// verbs device (there rdma-core's `MLX5_CQE_SIZE=128` chooses it, and the poller reads
+    /// the size from the CQ); as [`Device::create_cq`].
+    pub fn create_cq_with_cqe_size(&self, entries: u32, cqe_size: u32) -> Result<Cq> {
+        if cqe_size != 64 && cqe_size != 128 {
+            return Err(Error::InvalidParameter {
+                what: "CQE size (64 or 128)",
+                value: cqe_size as u64,
+            });
+        }
+        Cq::new(self, entries, cqe_size)
     }
 }
 
@@ -230,6 +249,10 @@ pub(crate) struct PdInner {
     pub(crate) kind: PdKind,
     /// Queues of this domain and regions waiting for their work to complete.
     pub(crate) lifetimes: super::lifetime::Lifetimes,
+    /// The live regions of this domain (every `MemoryRegion` is listed from creation to
+    /// drop): receive buffers are checked against them, because the direct-path poller
+    /// writes data that arrived inside a CQE into them with the CPU.
+    pub(crate) regions: Arc<crate::direct::scatter::Regions>,
 }
 
 impl Drop for PdInner {

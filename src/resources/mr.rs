@@ -72,6 +72,12 @@ impl MemoryRegion {
             }
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
+        pd.inner.regions.insert(crate::direct::scatter::Region {
+            lkey,
+            addr,
+            len,
+            writable: access.contains(Access::LOCAL_WRITE),
+        });
         Ok(MemoryRegion {
             kind: Some(kind),
             addr,
@@ -217,6 +223,9 @@ impl MemoryRegion {
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         // Deregistered now, or once the work outstanding on its domain's QPs has completed.
+        // Receives posted from now on may not name it (those posted before keep it
+        // registered until they complete: below).
+        self.pd.inner.regions.remove(self.lkey);
         if let Some(kind) = self.kind.take() {
             let reg: super::lifetime::Registration = match kind {
                 MrKind::Sim(r) => Box::new(r),

@@ -104,9 +104,16 @@ impl Pd {
         }
         let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
+                // rdma-core's switches for this QP, as on mlx5: the device side
+                // (MLX5_SCATTER_TO_CQE, `use_scatter_to_cqe`) and the driver side
+                // (MLX5_SHUT_UP_BF).
+                let env = Mlx5Env::current();
+                let caps = QpCaps {
+                    scatter_to_cqe: caps.scatter_to_cqe && !env.scatter_to_cqe_off,
+                    ..caps
+                };
                 let mut raw = nic.create_qp(*pd, send_cq.cqn(), recv_cq.cqn(), caps)?;
-                // The driver side of rdma-core's switches (MLX5_SHUT_UP_BF), as on mlx5.
-                Mlx5Env::current().apply(&mut raw);
+                env.apply(&mut raw);
                 // SAFETY: the rings belong to the QP just created, which this Qp alone posts
                 // to and destroys on drop, after the queues (field order).
                 let sq = unsafe { SendQueue::new(&raw) };
@@ -155,11 +162,17 @@ impl Pd {
             }
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
-        let (sq_shadow, rq_shadow) = match &path {
-            QpPath::Direct { sq, rq, .. } => {
-                (sq.shadow.clone(), rq.as_ref().map(|r| r.shadow.clone()))
-            }
-            QpPath::Verbs { sq, rq, .. } => (sq.shadow.clone(), Some(rq.shadow.clone())),
+        let mut path = path;
+        if let QpPath::Direct { rq: Some(rq), .. } = &mut path {
+            rq.check_against(self.inner.regions.clone());
+        }
+        let (sq_shadow, rq_shadow, scatter) = match &path {
+            QpPath::Direct { sq, rq, .. } => (
+                sq.shadow.clone(),
+                rq.as_ref().map(|r| r.shadow.clone()),
+                rq.as_ref().map(|r| r.scatter.clone()),
+            ),
+            QpPath::Verbs { sq, rq, .. } => (sq.shadow.clone(), Some(rq.shadow.clone()), None),
         };
         let sq_weak: std::sync::Weak<dyn super::lifetime::Progress> =
             Arc::downgrade(&sq_shadow) as _;
@@ -172,14 +185,15 @@ impl Pd {
             qpn,
             sq: Some(sq_shadow),
             rq: None,
+            scatter: None,
         });
         recv_cq.handle.registry.attach(Attached {
             qpn,
             sq: None,
             rq: rq_shadow,
+            scatter,
         });
         let psn = qpn.wrapping_mul(0x9e37_79b9) >> 8;
-        let mut path = path;
         // The device's atomics, read once here: what it lacks is refused before posting.
         let atomics = self.inner.dev.atomic_caps();
         match &mut path {

@@ -44,6 +44,7 @@ pub fn caps() -> QpCaps {
         max_inline: 64,
         bf_size: 256,
         rnr_retry: 7,
+        ..QpCaps::default()
     }
 }
 

@@ -261,14 +261,26 @@ impl State {
             resp_err(self, Syndrome::LocalLength);
             return Err(Outcome::Failed(Syndrome::RemoteInvalReq));
         }
-        let ptrs = match self.scatter_ptrs(ppd, &sges[..n]) {
-            Ok(p) => p,
-            Err(_) => {
-                resp_err(self, Syndrome::LocalProt);
-                return Err(Outcome::Failed(Syndrome::RemoteOp));
-            }
-        };
-        Self::scatter(&ptrs, data);
+        // Scatter-to-CQE: a send small enough for the CQE arrives inside it; the receive
+        // buffers are neither written nor translated (their keys are not looked at). The
+        // length check above still holds: the responder NAKs a message longer than the
+        // receive, as the InfiniBand rules require.
+        let in_cqe = op != CqeOpcode::RespWrImm
+            && self.qps[&peer].caps.scatter_to_cqe
+            && self
+                .cqs
+                .get(&rcq)
+                .is_some_and(|cq| data.len() <= cq.inline_max());
+        if !in_cqe {
+            let ptrs = match self.scatter_ptrs(ppd, &sges[..n]) {
+                Ok(p) => p,
+                Err(_) => {
+                    resp_err(self, Syndrome::LocalProt);
+                    return Err(Outcome::Failed(Syndrome::RemoteOp));
+                }
+            };
+            Self::scatter(&ptrs, data);
+        }
         let c = Cqe64 {
             byte_cnt: Be32::new(byte_cnt),
             imm_inval_pkey: Be32::new(imm),
@@ -276,10 +288,11 @@ impl State {
             wqe_counter: crate::Be16::new(idx),
             ..Cqe64::default()
         };
+        let inline = in_cqe.then_some(data);
         if !self
             .cqs
             .get_mut(&rcq)
-            .is_some_and(|cq| cq.push(c, op, solicited))
+            .is_some_and(|cq| cq.push_scattered(c, op, solicited, inline))
         {
             self.set_error(peer);
         }

@@ -61,6 +61,22 @@ pub struct QpCaps {
     pub bf_size: u32,
     /// RNR retries before an RNR error (7 means retry for ever, as in verbs).
     pub rnr_retry: u8,
+    /// Responder scatter-to-CQE (the QP context's `cs_res`). A ConnectX QP created by
+    /// rdma-core has it unless `MLX5_SCATTER_TO_CQE=0` or
+    /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE` (rdma-core `verbs.c` `use_scatter_to_cqe`;
+    /// the kernel's `create_user_qp` sets it for RC QPs, 64 bytes when the receive CQ has
+    /// 128-byte entries, else 32): a received send, send with immediate or send with
+    /// invalidate of up to 32 bytes (64 with 128-byte CQEs) then arrives inside its CQE
+    /// (format INLINE_SCATTER_32 / _64) and the receive buffers are not written: the
+    /// driver copies the data (rdma-core `mlx5_copy_to_recv_wqe`).
+    pub scatter_to_cqe: bool,
+    /// Requester scatter-to-CQE (the QP context's `cs_req`): the kernel sets it only with
+    /// `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE` or `sq_sig_all`
+    /// (`configure_requester_scat_cqe`): the result of a signaled RDMA read of up to 32
+    /// bytes (64 with 128-byte CQEs on the send CQ) or of an atomic then arrives inside the
+    /// requester CQE, and the local buffer is not written (rdma-core
+    /// `mlx5_copy_to_send_wqe`). Off by default, as for every QP blueflame creates.
+    pub requester_scatter_to_cqe: bool,
 }
 
 impl Default for QpCaps {
@@ -73,6 +89,8 @@ impl Default for QpCaps {
             max_inline: 256,
             bf_size: 256,
             rnr_retry: 7,
+            scatter_to_cqe: true,
+            requester_scatter_to_cqe: false,
         }
     }
 }

@@ -23,6 +23,14 @@ fn measured_poll_empty(cq: &mut Cq, out: &mut [Completion; 16]) -> usize {
     cq.poll(out)
 }
 
+/// Polls one receive completion of an 8-byte send: with scatter-to-CQE (the default, as on
+/// a ConnectX) it includes the copy from the CQE into the receive buffer; run with
+/// `MLX5_SCATTER_TO_CQE=0` to count the same poll when the NIC wrote the buffer.
+#[inline(never)]
+fn measured_poll_recv(cq: &mut Cq, out: &mut [Completion; 4]) -> usize {
+    cq.poll(out)
+}
+
 #[inline(never)]
 fn measured_batch32(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
     let mut b = qp.batch();
@@ -61,7 +69,21 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let data = *b"12345678";
     let mut out = [Completion::default(); 1];
     let mut empty = [Completion::default(); 16];
+    // Receives: a second loopback QP with CQs of its own (the first QP stays the last one
+    // seen by `cq`, as in a latency loop).
+    let mut rcq = dev.create_cq(1024)?;
+    let mut rscq = dev.create_cq(1024)?;
+    let mut rqp = pd.create_qp(&rscq, &rcq, caps)?;
+    let r = rqp.qpn();
+    rqp.connect(r)?;
+    let mut rout = [Completion::default(); 4];
     for i in 0..n as u64 {
+        rqp.post_recv(&[mr.sge(512, 64)?], i)?;
+        rqp.send(blueflame::Payload::Inline(&data), i, PostFlags::SIGNALED)?;
+        dev.process();
+        assert_eq!(measured_poll_recv(&mut rcq, &mut rout), 1);
+        assert_eq!((rout[0].cookie, rout[0].byte_len), (i, 8));
+        assert_eq!(rscq.poll(&mut out), 1);
         measured_post(&mut qp, &data, mr.remote(0), i);
         dev.process();
         let got = measured_poll_hit(&mut cq, &mut out);

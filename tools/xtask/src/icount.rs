@@ -20,6 +20,13 @@ const OPS: &[(&str, &str, u64, u64, u64)] = &[
     ("poll: one CQE", "measured_poll_hit", 2, 1, 25),
     ("poll: empty", "measured_poll_empty", 1, 1, 10),
     (
+        "poll: one 8-byte receive (copy from the CQE)",
+        "measured_poll_recv",
+        1,
+        1,
+        250,
+    ),
+    (
         "post: per WQE in a batch of 32",
         "measured_batch32",
         1,
