@@ -601,6 +601,7 @@ mod tests {
                 qpn,
                 sq: Some(sq.clone()),
                 rq: None,
+                scatter: None,
             });
         }
         // (k, QP, WQE opcode, opcode, driver's byte count, CQE byte count, expected); the

@@ -70,13 +70,6 @@ pub struct QpCaps {
     /// (format INLINE_SCATTER_32 / _64) and the receive buffers are not written: the
     /// driver copies the data (rdma-core `mlx5_copy_to_recv_wqe`).
     pub scatter_to_cqe: bool,
-    /// Requester scatter-to-CQE (the QP context's `cs_req`): the kernel sets it only with
-    /// `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE` or `sq_sig_all`
-    /// (`configure_requester_scat_cqe`): the result of a signaled RDMA read of up to 32
-    /// bytes (64 with 128-byte CQEs on the send CQ) or of an atomic then arrives inside the
-    /// requester CQE, and the local buffer is not written (rdma-core
-    /// `mlx5_copy_to_send_wqe`). Off by default, as for every QP blueflame creates.
-    pub requester_scatter_to_cqe: bool,
 }
 
 impl Default for QpCaps {
@@ -90,7 +83,6 @@ impl Default for QpCaps {
             bf_size: 256,
             rnr_retry: 7,
             scatter_to_cqe: true,
-            requester_scatter_to_cqe: false,
         }
     }
 }
