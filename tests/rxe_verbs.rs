@@ -123,3 +123,56 @@ fn inline_and_gather_sizes() {
         Err(Error::TooManySge { n: 5, max: 4 })
     ));
 }
+
+/// Atomics on the verbs path of a real device: rxe reports `atomic_cap` (host-order replies,
+/// read back through `Qp::atomic_result`); a local entry that is not 8 bytes is refused
+/// before `ibv_post_send` (it used to be posted with its length forced to 8); a type-1
+/// window is never zero-based.
+#[test]
+#[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
+fn atomics_and_window_rules_on_the_verbs_path() {
+    let Some(dev) = device::under_test() else {
+        return device::skipped("atomics_and_window_rules_on_the_verbs_path");
+    };
+    let caps = dev.atomic_caps();
+    println!("device atomics: {caps:?}");
+    assert!(caps.standard && !caps.masked && !caps.reply8_be, "{caps:?}");
+    let mut p = Pair::new(
+        &dev,
+        Access(RIGHTS.0 | Access::MW_BIND.0),
+        scenarios::caps(),
+        &Timing::default(),
+    );
+    p.mr_b.write(0, &41u64.to_ne_bytes()).unwrap();
+    let short = Sge {
+        len: 4,
+        ..p.mr_a.sge(0, 8).unwrap()
+    };
+    assert!(matches!(
+        p.a.fetch_add(p.mr_b.remote(0), 1, short, 1, PostFlags::SIGNALED),
+        Err(Error::AtomicLength { len: 4, size: 8 })
+    ));
+    p.a.fetch_add(
+        p.mr_b.remote(0),
+        1,
+        p.mr_a.sge(0, 8).unwrap(),
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    assert_eq!(p.wait(false, 1)[0].1, WcStatus::Success);
+    let reply = Pair::bytes(&p.mr_a, 0, 8);
+    assert_eq!(p.a.atomic_result(&reply).unwrap(), 41);
+    assert_eq!(p.mr_b.read_u64(0).unwrap(), 42);
+    let mut w1 = p.b.pd().alloc_mw(MwType::One).unwrap();
+    let r = p.b.bind_mw(
+        &mut w1,
+        &p.mr_b,
+        0,
+        64,
+        Access::REMOTE_READ | Access::ZERO_BASED,
+        3,
+        PostFlags::SIGNALED,
+    );
+    assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
+}

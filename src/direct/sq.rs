@@ -116,12 +116,26 @@ impl core::fmt::Debug for SendQueue {
 /// to the operand, and the local entry is exactly the operand's size.
 #[cold]
 pub(crate) fn check_atomic(supported: bool, addr: u64, len: u32, size: u32) -> Result<()> {
+    check_atomic_kind(supported, STANDARD_ATOMICS, addr, len, size)
+}
+
+/// What [`check_atomic`] says of a device without standard atomics.
+pub(crate) const STANDARD_ATOMICS: &str =
+    "compare-swap / fetch-add on this device (atomic_cap IBV_ATOMIC_NONE)";
+/// The same for masked atomics.
+pub(crate) const MASKED_ATOMICS: &str = "masked atomics on this device (not reported by it)";
+
+/// [`check_atomic`] naming the kind of atomic in the `Unsupported` error.
+#[cold]
+pub(crate) fn check_atomic_kind(
+    supported: bool,
+    what: &'static str,
+    addr: u64,
+    len: u32,
+    size: u32,
+) -> Result<()> {
     if !supported {
-        return Err(Error::Unsupported(if size == 8 {
-            "this atomic on this device (atomic_cap IBV_ATOMIC_NONE, or no masked atomics)"
-        } else {
-            "32-bit masked atomics on this device"
-        }));
+        return Err(Error::Unsupported(what));
     }
     if addr % size as u64 != 0 {
         return Err(Error::Misaligned { addr, align: size });
@@ -377,7 +391,8 @@ impl SendQueue {
                 check_atomic(self.atomics.standard, remote.addr, local.len, 8)?;
             }
             Request::Masked { remote, op, local } => {
-                check_atomic(self.atomics.masked, remote.addr, local.len, op.size())?;
+                let masked = self.atomics.masked;
+                check_atomic_kind(masked, MASKED_ATOMICS, remote.addr, local.len, op.size())?;
             }
             // rdma-core's mlx5_bind_mw: a type-1 window is never zero-based (EINVAL).
             Request::BindMw(b)
