@@ -72,7 +72,7 @@ fn posts(c: &mut Criterion) {
         }
     };
     bench_posts(c, "post/write_inline_8B", 1, |r, i| {
-        r.qp.write_inline(black_box(b"12345678"), r.mr.remote(0), i, flags(i))
+        r.qp.write_inline(black_box(b"12345678"), r.mr.remote(0).unwrap(), i, flags(i))
             .unwrap()
     });
     bench_posts(c, "post/write_sgl_3", 1, |r, i| {
@@ -81,22 +81,22 @@ fn posts(c: &mut Criterion) {
             r.mr.sge(128, 64).unwrap(),
             r.mr.sge(256, 64).unwrap(),
         ];
-        r.qp.write(black_box(&sgl), r.mr.remote(4096), i, flags(i))
+        r.qp.write(black_box(&sgl), r.mr.remote(4096).unwrap(), i, flags(i))
             .unwrap()
     });
     bench_posts(c, "post/read_64B", 1, |r, i| {
         let sgl = [r.mr.sge(0, 64).unwrap()];
-        r.qp.read(black_box(&sgl), r.mr.remote(4096), i, flags(i))
+        r.qp.read(black_box(&sgl), r.mr.remote(4096).unwrap(), i, flags(i))
             .unwrap()
     });
     bench_posts(c, "post/fetch_add", 1, |r, i| {
         let local = r.mr.sge(0, 8).unwrap();
-        r.qp.fetch_add(r.mr.remote(8192), 1, local, i, flags(i))
+        r.qp.fetch_add(r.mr.remote(8192).unwrap(), 1, local, i, flags(i))
             .unwrap()
     });
     for n in [16u64, 32] {
         bench_posts(c, &format!("post/batch_{n}_inline_8B"), n, |r, i| {
-            let remote = r.mr.remote(0);
+            let remote = r.mr.remote(0).unwrap();
             let mut b = r.qp.batch();
             for k in 0..n {
                 let f = if k + 1 == n {
@@ -128,8 +128,13 @@ fn polls(c: &mut Criterion) {
                 let mut out = [Completion::default(); 16];
                 for i in 0..iters {
                     for j in 0..k as u64 {
-                        r.qp.write_inline(b"x", r.mr.remote(0), i * 16 + j, PostFlags::SIGNALED)
-                            .unwrap();
+                        r.qp.write_inline(
+                            b"x",
+                            r.mr.remote(0).unwrap(),
+                            i * 16 + j,
+                            PostFlags::SIGNALED,
+                        )
+                        .unwrap();
                     }
                     r.dev.process();
                     let t = Instant::now();

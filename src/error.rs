@@ -103,6 +103,20 @@ pub enum Error {
         /// What stands in the way.
         state: &'static str,
     },
+    /// Region rights that verbs refuses (`ibv_reg_mr` fails with `EINVAL`).
+    RegionRights {
+        /// The rights asked for.
+        access: crate::Access,
+        /// What is wrong with them.
+        why: &'static str,
+    },
+    /// A CQ size the device does not take (as asked, before rounding).
+    CqSize {
+        /// Entries asked for.
+        entries: u32,
+        /// The most entries this device's CQs have (the least is 1).
+        max: u32,
+    },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
     /// A socket error during connection set-up.
@@ -165,6 +179,12 @@ impl fmt::Display for Error {
             ),
             Error::WindowState { rkey, state } => {
                 write!(f, "memory window {rkey:#x}: {state}")
+            }
+            Error::RegionRights { access, why } => {
+                write!(f, "region rights {access}: {why}")
+            }
+            Error::CqSize { entries, max } => {
+                write!(f, "a CQ of {entries} entries: this device takes 1 to {max}")
             }
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Verbs(e) => write!(f, "{e}"),

@@ -45,7 +45,7 @@ fn atomics_the_device_lacks_are_refused_before_posting() {
     let m = s.mr(64, ALL);
     let free = s.a.free_send();
     let r = s.a.compare_swap(
-        m.remote(0),
+        m.remote(0).unwrap(),
         0,
         1,
         m.sge(8, 8).unwrap(),
@@ -53,8 +53,13 @@ fn atomics_the_device_lacks_are_refused_before_posting() {
         PostFlags::SIGNALED,
     );
     assert!(matches!(r, Err(Error::Unsupported(_))), "{r:?}");
-    let r =
-        s.a.fetch_add(m.remote(0), 1, m.sge(8, 8).unwrap(), 2, PostFlags::SIGNALED);
+    let r = s.a.fetch_add(
+        m.remote(0).unwrap(),
+        1,
+        m.sge(8, 8).unwrap(),
+        2,
+        PostFlags::SIGNALED,
+    );
     assert!(matches!(r, Err(Error::Unsupported(_))), "{r:?}");
     assert_eq!(s.a.free_send(), free);
     s.run_expect(0, 0);
@@ -67,7 +72,7 @@ fn atomics_the_device_lacks_are_refused_before_posting() {
     let m = s.mr(64, ALL);
     let r = s.a.post(
         &Request::Masked {
-            remote: m.remote(0),
+            remote: m.remote(0).unwrap(),
             op: cs32(0, 1),
             local: m.sge(8, 4).unwrap(),
         },
@@ -75,8 +80,14 @@ fn atomics_the_device_lacks_are_refused_before_posting() {
         PostFlags::SIGNALED,
     );
     assert!(matches!(r, Err(Error::Unsupported(_))), "{r:?}");
-    s.a.fetch_add(m.remote(0), 7, m.sge(8, 8).unwrap(), 4, PostFlags::SIGNALED)
-        .unwrap();
+    s.a.fetch_add(
+        m.remote(0).unwrap(),
+        7,
+        m.sge(8, 8).unwrap(),
+        4,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_ok(&c[0], 4, WcOpcode::FetchAdd, 8, s.a.qpn());
     assert_eq!(m.read_u64(0).unwrap(), 7);
@@ -89,8 +100,14 @@ fn software_nic_fails_atomics_it_lacks() {
     let mut s = setup(AtomicCaps::CONNECTX);
     let m = s.mr(64, ALL);
     nic(&s.dev).set_atomic_caps(AtomicCaps::NONE);
-    s.a.fetch_add(m.remote(0), 1, m.sge(8, 8).unwrap(), 1, PostFlags::SIGNALED)
-        .unwrap();
+    s.a.fetch_add(
+        m.remote(0).unwrap(),
+        1,
+        m.sge(8, 8).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_err(&c[0], 1, WcStatus::LocQpOpErr, 0x02, s.a.qpn());
     assert_eq!(m.read_u64(0).unwrap(), 0);
@@ -110,11 +127,12 @@ fn local_entry_must_be_exactly_the_operand_size() {
             len,
             ..m.sge(32, 8).unwrap()
         };
-        let r = s.a.fetch_add(m.remote(0), 1, local, 1, PostFlags::SIGNALED);
+        let r =
+            s.a.fetch_add(m.remote(0).unwrap(), 1, local, 1, PostFlags::SIGNALED);
         let e = format!("{r:?}");
         assert_eq!(e, format!("Err(AtomicLength {{ len: {len}, size: 8 }})"));
         let r =
-            s.a.compare_swap(m.remote(0), 1, 2, local, 2, PostFlags::SIGNALED);
+            s.a.compare_swap(m.remote(0).unwrap(), 1, 2, local, 2, PostFlags::SIGNALED);
         assert_eq!(
             format!("{r:?}"),
             format!("Err(AtomicLength {{ len: {len}, size: 8 }})")
@@ -122,7 +140,7 @@ fn local_entry_must_be_exactly_the_operand_size() {
     }
     let r = s.a.post(
         &Request::Masked {
-            remote: m.remote(8),
+            remote: m.remote(8).unwrap(),
             op: cs32(0x5a5a_5a5a, 3),
             local: m.sge(32, 8).unwrap(),
         },
@@ -151,7 +169,7 @@ fn replies_in_both_byte_orders_read_back_in_host_order() {
         let old8 = 0x0102_0304_0506_0708u64;
         m.write(0, &old8.to_ne_bytes()).unwrap();
         s.a.fetch_add(
-            m.remote(0),
+            m.remote(0).unwrap(),
             1,
             m.sge(64, 8).unwrap(),
             1,
@@ -162,7 +180,7 @@ fn replies_in_both_byte_orders_read_back_in_host_order() {
         m.write(8, &old4.to_ne_bytes()).unwrap();
         s.a.post(
             &Request::Masked {
-                remote: m.remote(8),
+                remote: m.remote(8).unwrap(),
                 op: cs32(old4, 9),
                 local: m.sge(72, 4).unwrap(),
             },
@@ -173,7 +191,7 @@ fn replies_in_both_byte_orders_read_back_in_host_order() {
         m.write(16, &old8.to_ne_bytes()).unwrap();
         s.a.post(
             &Request::Masked {
-                remote: m.remote(16),
+                remote: m.remote(16).unwrap(),
                 op: MaskedAtomic::Fa64 {
                     add: 2,
                     field_boundary: 0,

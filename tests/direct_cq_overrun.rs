@@ -26,8 +26,13 @@ fn overrun_when_more_signaled_wqes_than_entries() {
     assert_eq!(cq.capacity(), 4);
     let cqn = cq.cqn();
     for i in 0..6u64 {
-        qp.write_inline(&[i as u8], mr.remote(i as usize), i, PostFlags::SIGNALED)
-            .unwrap();
+        qp.write_inline(
+            &[i as u8],
+            mr.remote(i as usize).unwrap(),
+            i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
     }
     assert!(!nic(&dev).cq_overrun(cqn));
     dev.process();
@@ -59,7 +64,7 @@ fn exactly_full_is_not_an_overrun() {
             let cookie = round * 4 + i;
             qp.write_inline(
                 &cookie.to_le_bytes(),
-                mr.remote(0),
+                mr.remote(0).unwrap(),
                 cookie,
                 PostFlags::SIGNALED,
             )
@@ -87,7 +92,7 @@ fn unsignaled_wqes_take_no_cq_entries() {
         } else {
             PostFlags::UNSIGNALED
         };
-        qp.write_inline(&[1], mr.remote(i as usize), i, flags)
+        qp.write_inline(&[1], mr.remote(i as usize).unwrap(), i, flags)
             .unwrap();
     }
     dev.process();

@@ -45,7 +45,7 @@ fn batch_rings_once_for_n_wqes() {
                     let msg = pattern(40, cookie);
                     b.push(
                         &Request::Write {
-                            remote: dst.remote(off),
+                            remote: dst.remote(off).unwrap(),
                             data: Payload::Inline(&msg),
                         },
                         cookie,
@@ -56,7 +56,7 @@ fn batch_rings_once_for_n_wqes() {
                     let sgl = [src.sge(off, 30).unwrap(), src.sge(off + 32, 10).unwrap()];
                     b.push(
                         &Request::Write {
-                            remote: dst.remote(off),
+                            remote: dst.remote(off).unwrap(),
                             data: Payload::Sgl(&sgl),
                         },
                         cookie,
@@ -114,7 +114,7 @@ fn batch_of_one_is_a_blueflame_copy_and_empty_batch_rings_nothing() {
     assert!(b.is_empty());
     b.push(
         &Request::Write {
-            remote: dst.remote(0),
+            remote: dst.remote(0).unwrap(),
             data: Payload::Inline(b"one"),
         },
         1,
@@ -148,7 +148,7 @@ fn dropped_batch_posts_nothing_and_gives_the_space_back() {
             let msg = pattern(200, i);
             b.push(
                 &Request::Write {
-                    remote: dst.remote(i as usize * 256),
+                    remote: dst.remote(i as usize * 256).unwrap(),
                     data: Payload::Inline(&msg),
                 },
                 1000 + i,
@@ -166,7 +166,7 @@ fn dropped_batch_posts_nothing_and_gives_the_space_back() {
     assert_eq!(counts(&stats(&s)), (0, 0, 0, 0, 0, 0));
     assert_eq!(stats(&s).wqes, 0);
     // A single post reuses the rewound slots.
-    s.a.write_inline(b"after", dst.remote(0), 7, PostFlags::SIGNALED)
+    s.a.write_inline(b"after", dst.remote(0).unwrap(), 7, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_ok(&c[0], 7, WcOpcode::RdmaWrite, 0, q);
@@ -213,7 +213,7 @@ fn batch_push_error_keeps_earlier_requests() {
         for i in 0..4u64 {
             b.push(
                 &Request::Write {
-                    remote: dst.remote(i as usize * 256),
+                    remote: dst.remote(i as usize * 256).unwrap(),
                     data: Payload::Inline(&big),
                 },
                 i,
@@ -229,7 +229,7 @@ fn batch_push_error_keeps_earlier_requests() {
         let e = b
             .push(
                 &Request::Write {
-                    remote: dst.remote(0),
+                    remote: dst.remote(0).unwrap(),
                     data: Payload::Inline(&[0u8; 257]),
                 },
                 5,
@@ -263,7 +263,7 @@ fn single_posts(bf_size: u32, inline_len: usize, n: u64) -> QpStats {
     let q = s.a.qpn();
     for i in 0..n {
         let msg = pattern(inline_len, i);
-        s.a.write_inline(&msg, dst.remote(0), i, PostFlags::SIGNALED)
+        s.a.write_inline(&msg, dst.remote(0).unwrap(), i, PostFlags::SIGNALED)
             .unwrap();
         let (c, _) = s.run_expect(1, 0);
         assert_ok(&c[0], i, WcOpcode::RdmaWrite, 0, q);
@@ -322,7 +322,7 @@ fn mixed_sizes_alternate_without_mismatch() {
     for i in 0..500u64 {
         let len = sizes[i as usize % sizes.len()];
         let msg = pattern(len, i);
-        s.a.write_inline(&msg, dst.remote(100), i, PostFlags::SIGNALED)
+        s.a.write_inline(&msg, dst.remote(100).unwrap(), i, PostFlags::SIGNALED)
             .unwrap();
         if bbs(2 + inline_ds(len)) * 64 <= 256 {
             copies += 1;
@@ -345,9 +345,9 @@ fn several_rings_between_nic_passes() {
     let dst = s.mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let q = s.a.qpn();
     // Two single posts (BlueFlame copies into half 0, then half 1), one NIC pass.
-    s.a.write_inline(b"first", dst.remote(0), 1, PostFlags::SIGNALED)
+    s.a.write_inline(b"first", dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
-    s.a.write_inline(b"second", dst.remote(64), 2, PostFlags::SIGNALED)
+    s.a.write_inline(b"second", dst.remote(64).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(2, 0);
     assert_eq!((c[0].cookie, c[1].cookie), (1, 2));
@@ -357,7 +357,7 @@ fn several_rings_between_nic_passes() {
         for i in 0..2u64 {
             b.push(
                 &Request::Write {
-                    remote: dst.remote(128 + 64 * i as usize),
+                    remote: dst.remote(128 + 64 * i as usize).unwrap(),
                     data: Payload::Inline(b"batched"),
                 },
                 3 + i,

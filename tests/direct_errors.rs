@@ -37,9 +37,9 @@ fn assert_flushes_after(s: &mut Setup) {
     let q = s.a.qpn();
     assert_eq!(nic(&s.dev).qp_state(q), Some(QpState::Error));
     let m = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-    s.a.write_inline(b"later", m.remote(0), 0xf1, PostFlags::SIGNALED)
+    s.a.write_inline(b"later", m.remote(0).unwrap(), 0xf1, PostFlags::SIGNALED)
         .unwrap();
-    s.a.write_inline(b"later", m.remote(0), 0xf2, PostFlags::UNSIGNALED)
+    s.a.write_inline(b"later", m.remote(0).unwrap(), 0xf2, PostFlags::UNSIGNALED)
         .unwrap();
     s.a.post_recv(&[m.sge(0, 64).unwrap()], 0xf3).unwrap();
     let (c, r) = s.run();
@@ -116,8 +116,13 @@ fn out_of_bounds(mut s: Setup) {
     let dst = s.mr(4096, ALL);
     let q = s.a.qpn();
     // One byte past the end.
-    s.a.write_inline(&[7u8; 10], dst.remote(4087), 1, PostFlags::SIGNALED)
-        .unwrap();
+    s.a.write_inline(
+        &[7u8; 10],
+        dst.remote(4087).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_err(&c[0], 1, WcStatus::RemAccessErr, REM_ACCESS, q);
     assert_eq!(bytes(&dst, 4080, 16), [0; 16]);
@@ -139,13 +144,18 @@ fn out_of_bounds_every_way() {
         }),
         ("sgl write past end", WcOpcode::RdmaWrite, |s, dst, src| {
             let sgl = [src.sge(0, 100).unwrap(), src.sge(200, 100).unwrap()];
-            s.a.write(&sgl, dst.remote(4096 - 199), 1, PostFlags::SIGNALED)
-                .unwrap();
+            s.a.write(
+                &sgl,
+                dst.remote(4096 - 199).unwrap(),
+                1,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
         }),
         ("read past end", WcOpcode::RdmaRead, |s, dst, src| {
             s.a.read(
                 &[src.sge(0, 2).unwrap()],
-                dst.remote(4095),
+                dst.remote(4095).unwrap(),
                 1,
                 PostFlags::SIGNALED,
             )
@@ -153,7 +163,7 @@ fn out_of_bounds_every_way() {
         }),
         ("atomic past end", WcOpcode::CompSwap, |s, dst, src| {
             s.a.compare_swap(
-                dst.remote(4096),
+                dst.remote(4096).unwrap(),
                 0,
                 1,
                 src.sge(0, 8).unwrap(),
@@ -191,7 +201,7 @@ fn missing_remote_rights(loopback: bool) {
     // Write into a region without REMOTE_WRITE.
     let mut s = Setup::new(loopback, QpCaps::default(), QpCaps::default());
     let m = s.mr(64, everything_but(Access::REMOTE_WRITE));
-    s.a.write_inline(b"w", m.remote(0), 1, PostFlags::SIGNALED)
+    s.a.write_inline(b"w", m.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_err(&c[0], 1, WcStatus::RemAccessErr, REM_ACCESS, s.a.qpn());
@@ -203,7 +213,7 @@ fn missing_remote_rights(loopback: bool) {
     s.resp().post_recv(&[], 50).unwrap();
     s.a.write_imm(
         Payload::Inline(b"wi"),
-        m.remote(0),
+        m.remote(0).unwrap(),
         5,
         2,
         PostFlags::SIGNALED,
@@ -223,7 +233,7 @@ fn missing_remote_rights(loopback: bool) {
     let local = s.mr(64, Access::LOCAL_WRITE);
     s.a.read(
         &[local.sge(0, 6).unwrap()],
-        m.remote(0),
+        m.remote(0).unwrap(),
         3,
         PostFlags::SIGNALED,
     )
@@ -242,7 +252,7 @@ fn missing_remote_rights(loopback: bool) {
         if masked {
             s.a.post(
                 &Request::Masked {
-                    remote: m.remote(0),
+                    remote: m.remote(0).unwrap(),
                     op: MaskedAtomic::Fa32 {
                         add: 1,
                         field_boundary: 0,
@@ -255,7 +265,7 @@ fn missing_remote_rights(loopback: bool) {
             .unwrap();
         } else {
             s.a.compare_swap(
-                m.remote(0),
+                m.remote(0).unwrap(),
                 5,
                 6,
                 local.sge(0, 8).unwrap(),
@@ -292,7 +302,7 @@ fn bad_lkey_in_gather_list(mut s: Setup) {
         lkey: src.lkey() ^ 0x02,
         ..src.sge(100, 100).unwrap()
     };
-    s.a.write(&[good, bad], dst.remote(0), 1, PostFlags::SIGNALED)
+    s.a.write(&[good, bad], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_err(&c[0], 1, WcStatus::LocProtErr, LOC_PROT, q);
@@ -316,7 +326,7 @@ fn gather_entry_outside_its_region(mut s: Setup) {
         len: 8,
         lkey: src.lkey(),
     };
-    s.a.write(&[past], dst.remote(0), 1, PostFlags::SIGNALED)
+    s.a.write(&[past], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_err(&c[0], 1, WcStatus::LocProtErr, LOC_PROT, q);
@@ -356,12 +366,12 @@ both!(bad_lkey_in_send: bad_lkey_in_send_loopback, bad_lkey_in_send_pair);
 fn read_into_region_without_local_write(mut s: Setup) {
     let src = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_READ);
     src.write(0, b"readable").unwrap();
-    let local = s.mr(64, Access::REMOTE_WRITE); // no LOCAL_WRITE
+    let local = s.mr(64, Access::REMOTE_READ); // no LOCAL_WRITE (verbs refuses remote write without it)
     fill(&local, 0x42);
     let q = s.a.qpn();
     s.a.read(
         &[local.sge(0, 8).unwrap()],
-        src.remote(0),
+        src.remote(0).unwrap(),
         1,
         PostFlags::SIGNALED,
     )
@@ -380,7 +390,7 @@ fn atomic_result_without_local_write(mut s: Setup) {
     let local = s.mr(64, Access::NONE);
     let q = s.a.qpn();
     s.a.fetch_add(
-        target.remote(0),
+        target.remote(0).unwrap(),
         1,
         local.sge(0, 8).unwrap(),
         1,
@@ -515,7 +525,7 @@ fn write_imm_without_receive_rnr_and_no_bytes_move() {
     let q = s.a.qpn();
     s.a.write_imm(
         Payload::Inline(b"data"),
-        dst.remote(0),
+        dst.remote(0).unwrap(),
         1,
         1,
         PostFlags::SIGNALED,
@@ -536,7 +546,7 @@ fn rnr_with_infinite_retry_waits_for_a_receive() {
     let q = s.a.qpn();
     s.a.send(Payload::Inline(b"patience"), 1, PostFlags::SIGNALED)
         .unwrap();
-    s.a.write_inline(b"behind", rbuf.remote(32), 2, PostFlags::SIGNALED)
+    s.a.write_inline(b"behind", rbuf.remote(32).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap(); // rbuf has no REMOTE_WRITE: this one fails, but only after the send
     for _ in 0..5 {
         s.run_expect(0, 0);
@@ -564,7 +574,7 @@ fn misaligned_atomics_are_refused_at_post_time() {
     for off in [1usize, 2, 4, 7] {
         let e =
             s.a.compare_swap(
-                target.remote(off),
+                target.remote(off).unwrap(),
                 0,
                 1,
                 local.sge(0, 8).unwrap(),
@@ -578,7 +588,7 @@ fn misaligned_atomics_are_refused_at_post_time() {
         );
         let e =
             s.a.fetch_add(
-                target.remote(off),
+                target.remote(off).unwrap(),
                 1,
                 local.sge(0, 8).unwrap(),
                 1,
@@ -589,7 +599,7 @@ fn misaligned_atomics_are_refused_at_post_time() {
         let e =
             s.a.post(
                 &Request::Masked {
-                    remote: target.remote(off),
+                    remote: target.remote(off).unwrap(),
                     op: MaskedAtomic::Fa64 {
                         add: 1,
                         field_boundary: 0,
@@ -607,7 +617,7 @@ fn misaligned_atomics_are_refused_at_post_time() {
         let e =
             s.a.post(
                 &Request::Masked {
-                    remote: target.remote(off),
+                    remote: target.remote(off).unwrap(),
                     op: MaskedAtomic::Cs32 {
                         swap: 1,
                         compare: 0,
@@ -634,7 +644,7 @@ fn misaligned_atomics_are_refused_at_post_time() {
     // And the QP is still fine: an aligned one at 4 works for 32 bits.
     s.a.post(
         &Request::Masked {
-            remote: target.remote(4),
+            remote: target.remote(4).unwrap(),
             op: MaskedAtomic::Fa32 {
                 add: 3,
                 field_boundary: 0,
@@ -658,7 +668,7 @@ fn local_region_dropped_while_outstanding(mut s: Setup) {
     let dst = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let q = s.a.qpn();
     let stale = src.sge(0, 4).unwrap();
-    s.a.write(&[stale], dst.remote(0), 1, PostFlags::SIGNALED)
+    s.a.write(&[stale], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
     drop(src);
     assert_eq!(s.pd.reclaim(), 1, "parked while the write is outstanding");
@@ -667,7 +677,7 @@ fn local_region_dropped_while_outstanding(mut s: Setup) {
     assert_eq!(bytes(&dst, 0, 4), *b"kept");
     // Deregistered at the next reclaim point once the work is done: the old lkey is refused.
     assert_eq!(s.pd.reclaim(), 0);
-    s.a.write(&[stale], dst.remote(8), 2, PostFlags::SIGNALED)
+    s.a.write(&[stale], dst.remote(8).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_err(&c[0], 2, WcStatus::LocProtErr, LOC_PROT, q);
@@ -680,7 +690,7 @@ fn read_target_dropped_while_outstanding(mut s: Setup) {
     let remote = s.mr(64, ALL);
     remote.write(0, b"readable").unwrap();
     let q = s.a.qpn();
-    let target = remote.remote(0);
+    let target = remote.remote(0).unwrap();
     s.a.read(&[local.sge(0, 8).unwrap()], target, 1, PostFlags::SIGNALED)
         .unwrap();
     drop(remote);
@@ -730,7 +740,7 @@ fn error_mid_batch_flushes_the_rest_in_order() {
             let r = if i == 4 {
                 bad
             } else {
-                dst.remote(i as usize * 8)
+                dst.remote(i as usize * 8).unwrap()
             };
             let flags = if i % 2 == 0 {
                 PostFlags::SIGNALED
@@ -775,7 +785,7 @@ fn connecting_to_a_peer_in_error_fails_the_requester() {
     let dst = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let q = s.a.qpn();
     s.resp().set_error().unwrap();
-    s.a.write_inline(b"x", dst.remote(0), 1, PostFlags::SIGNALED)
+    s.a.write_inline(b"x", dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_err(&c[0], 1, WcStatus::RetryExcErr, 0x15, q);

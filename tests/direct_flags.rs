@@ -28,20 +28,26 @@ fn every_fence_mode_and_solicited_on_every_opcode() {
             s.resp().post_recv(&[], cookie + 1).unwrap();
             m.write(7000, &9u64.to_ne_bytes()).unwrap();
             let base = cookie;
-            s.a.write_inline(&data, m.remote(0), base, flags).unwrap();
-            s.a.read(&[m.sge(100, 32).unwrap()], m.remote(0), base + 1, flags)
+            s.a.write_inline(&data, m.remote(0).unwrap(), base, flags)
                 .unwrap();
+            s.a.read(
+                &[m.sge(100, 32).unwrap()],
+                m.remote(0).unwrap(),
+                base + 1,
+                flags,
+            )
+            .unwrap();
             s.a.send(Payload::Inline(&data), base + 2, flags).unwrap();
             s.a.write_imm(
                 Payload::Inline(&data[..4]),
-                m.remote(200),
+                m.remote(200).unwrap(),
                 77,
                 base + 3,
                 flags,
             )
             .unwrap();
             s.a.compare_swap(
-                m.remote(7000),
+                m.remote(7000).unwrap(),
                 9,
                 10,
                 m.sge(7008, 8).unwrap(),

@@ -25,7 +25,7 @@ fn post_mix(s: &mut Setup, m: &MemoryRegion, k: u64, base: u64) -> Vec<(u64, WcO
             0 => {
                 s.a.write_inline(
                     &cookie.to_le_bytes(),
-                    m.remote(8 * (i as usize % 64)),
+                    m.remote(8 * (i as usize % 64)).unwrap(),
                     cookie,
                     flags,
                 )
@@ -33,13 +33,24 @@ fn post_mix(s: &mut Setup, m: &MemoryRegion, k: u64, base: u64) -> Vec<(u64, WcO
                 WcOpcode::RdmaWrite
             }
             1 => {
-                s.a.read(&[m.sge(1024, 16).unwrap()], m.remote(0), cookie, flags)
-                    .unwrap();
+                s.a.read(
+                    &[m.sge(1024, 16).unwrap()],
+                    m.remote(0).unwrap(),
+                    cookie,
+                    flags,
+                )
+                .unwrap();
                 WcOpcode::RdmaRead
             }
             2 => {
-                s.a.fetch_add(m.remote(2048), 1, m.sge(2056, 8).unwrap(), cookie, flags)
-                    .unwrap();
+                s.a.fetch_add(
+                    m.remote(2048).unwrap(),
+                    1,
+                    m.sge(2056, 8).unwrap(),
+                    cookie,
+                    flags,
+                )
+                .unwrap();
                 WcOpcode::FetchAdd
             }
             3 => {
@@ -52,8 +63,13 @@ fn post_mix(s: &mut Setup, m: &MemoryRegion, k: u64, base: u64) -> Vec<(u64, WcO
                 WcOpcode::Nop
             }
             _ => {
-                s.a.write(&[m.sge(3000, 100).unwrap()], m.remote(3500), cookie, flags)
-                    .unwrap();
+                s.a.write(
+                    &[m.sge(3000, 100).unwrap()],
+                    m.remote(3500).unwrap(),
+                    cookie,
+                    flags,
+                )
+                .unwrap();
                 WcOpcode::RdmaWrite
             }
         };
@@ -187,7 +203,10 @@ fn flush_with_the_ring_full_and_wrapped() {
         } else {
             PostFlags::UNSIGNALED
         };
-        match s.a.write_inline(&[7u8; 100], m.remote(0), cookie, flags) {
+        match s
+            .a
+            .write_inline(&[7u8; 100], m.remote(0).unwrap(), cookie, flags)
+        {
             Ok(()) => posted.push(cookie),
             Err(Error::QueueFull { needed: 3, free }) => {
                 assert!(free < 3);
@@ -223,7 +242,7 @@ fn set_error_before_anything_is_posted() {
     let q = s.a.qpn();
     s.a.set_error().unwrap();
     s.run_expect(0, 0);
-    s.a.write_inline(b"x", m.remote(0), 1, PostFlags::UNSIGNALED)
+    s.a.write_inline(b"x", m.remote(0).unwrap(), 1, PostFlags::UNSIGNALED)
         .unwrap();
     s.a.post_recv(&[m.sge(0, 8).unwrap()], 2).unwrap();
     let (c, r) = s.run_expect(1, 1);

@@ -29,7 +29,7 @@ fn every_size(caps: QpCaps, loopback: bool) {
         // RDMA write: ctrl + raddr + inline.
         let free = free_send(&mut s.a);
         cookie += 1;
-        s.a.write_inline(&data, dst.remote(off), cookie, PostFlags::SIGNALED)
+        s.a.write_inline(&data, dst.remote(off).unwrap(), cookie, PostFlags::SIGNALED)
             .unwrap();
         assert_eq!(
             free - free_send(&mut s.a),
@@ -48,7 +48,7 @@ fn every_size(caps: QpCaps, loopback: bool) {
         cookie += 1;
         s.a.write_imm(
             Payload::Inline(&data),
-            dst.remote(off2),
+            dst.remote(off2).unwrap(),
             len as u32,
             cookie,
             PostFlags::SIGNALED,
@@ -96,7 +96,7 @@ fn every_size(caps: QpCaps, loopback: bool) {
     let free = free_send(&mut s.a);
     let wqes = nic(&s.dev).qp_stats(q).unwrap().wqes;
     let e =
-        s.a.write_inline(&too_long, dst.remote(0), 1, PostFlags::SIGNALED)
+        s.a.write_inline(&too_long, dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
         matches!(e, Error::InlineTooLong { len, max: m } if len == max + 1 && m == max),
@@ -112,7 +112,7 @@ fn every_size(caps: QpCaps, loopback: bool) {
     let e =
         s.a.write_imm(
             Payload::Inline(&too_long),
-            dst.remote(0),
+            dst.remote(0).unwrap(),
             0,
             3,
             PostFlags::SIGNALED,
@@ -124,7 +124,7 @@ fn every_size(caps: QpCaps, loopback: bool) {
     assert_eq!(nic(&s.dev).qp_stats(q).unwrap().wqes, wqes);
     s.run_expect(0, 0);
     // The queue still works after the refusals.
-    s.a.write_inline(b"ok", dst.remote(0), 77, PostFlags::SIGNALED)
+    s.a.write_inline(b"ok", dst.remote(0).unwrap(), 77, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_ok(&c[0], 77, WcOpcode::RdmaWrite, 0, q);
@@ -192,10 +192,10 @@ fn largest_inline_on_smallest_ring() {
     let dst = s.mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let q = s.a.qpn();
     let big = pattern(960, 960);
-    s.a.write_inline(b"a", dst.remote(0), 1, PostFlags::SIGNALED)
+    s.a.write_inline(b"a", dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
     let e =
-        s.a.write_inline(&big, dst.remote(100), 2, PostFlags::SIGNALED)
+        s.a.write_inline(&big, dst.remote(100).unwrap(), 2, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
         matches!(
@@ -210,7 +210,7 @@ fn largest_inline_on_smallest_ring() {
     let (c, _) = s.run_expect(1, 0);
     assert_ok(&c[0], 1, WcOpcode::RdmaWrite, 0, q);
     for k in 0..8u64 {
-        s.a.write_inline(&big, dst.remote(100), 10 + k, PostFlags::SIGNALED)
+        s.a.write_inline(&big, dst.remote(100).unwrap(), 10 + k, PostFlags::SIGNALED)
             .unwrap();
         assert_eq!(free_send(&mut s.a), 0);
         let (c, _) = s.run_expect(1, 0);

@@ -51,7 +51,7 @@ fn write_sgl(mut s: Setup) {
     }
     assert_eq!(want.len(), 388);
     let free = free_send(&mut s.a);
-    s.a.write(&sgl, dst.remote(50), 0xabc, PostFlags::SIGNALED)
+    s.a.write(&sgl, dst.remote(50).unwrap(), 0xabc, PostFlags::SIGNALED)
         .unwrap();
     // ctrl + raddr + 4 data segments = 6 DS = 2 blocks.
     assert_eq!(free_send(&mut s.a), free - 2);
@@ -70,9 +70,14 @@ fn write_sgl(mut s: Setup) {
 fn write_inline(mut s: Setup) {
     let dst = s.mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let data = pattern(100, 2);
-    s.a.write_inline(&data, dst.remote(4096 - 100), 7, PostFlags::SIGNALED)
-        .unwrap();
-    s.a.write_inline(b"x", dst.remote(0), 8, PostFlags::SIGNALED)
+    s.a.write_inline(
+        &data,
+        dst.remote(4096 - 100).unwrap(),
+        7,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    s.a.write_inline(b"x", dst.remote(0).unwrap(), 8, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(2, 0);
     assert_ok(&c[0], 7, WcOpcode::RdmaWrite, 0, s.a.qpn());
@@ -98,7 +103,7 @@ fn write_imm(mut s: Setup) {
     let sgl = [src.sge(10, 20).unwrap(), src.sge(500, 30).unwrap()];
     s.a.write_imm(
         Payload::Sgl(&sgl),
-        dst.remote(8),
+        dst.remote(8).unwrap(),
         0xdead_beef,
         1,
         PostFlags::SIGNALED,
@@ -107,7 +112,7 @@ fn write_imm(mut s: Setup) {
     let inl = pattern(33, 4);
     s.a.write_imm(
         Payload::Inline(&inl),
-        dst.remote(1000),
+        dst.remote(1000).unwrap(),
         0x0102_0304,
         2,
         PostFlags::SIGNALED,
@@ -140,7 +145,7 @@ fn write_imm_zero_length(mut s: Setup) {
     }
     s.a.write_imm(
         Payload::Inline(&[]),
-        dst.remote(0),
+        dst.remote(0).unwrap(),
         0,
         10,
         PostFlags::SIGNALED,
@@ -148,7 +153,7 @@ fn write_imm_zero_length(mut s: Setup) {
     .unwrap();
     s.a.write_imm(
         Payload::Sgl(&[]),
-        dst.remote(0),
+        dst.remote(0).unwrap(),
         u32::MAX,
         11,
         PostFlags::SIGNALED,
@@ -186,7 +191,7 @@ fn read_scatter(mut s: Setup) {
         dst.sge(1000, 131).unwrap(),
     ];
     let free = free_send(&mut s.a);
-    s.a.read(&sgl, src.remote(300), 0x77, PostFlags::SIGNALED)
+    s.a.read(&sgl, src.remote(300).unwrap(), 0x77, PostFlags::SIGNALED)
         .unwrap();
     assert_eq!(free_send(&mut s.a), free - 2); // 2 + 3 DS
     let (c, _) = s.run_expect(1, 0);
@@ -202,7 +207,7 @@ fn read_scatter(mut s: Setup) {
     // A one-byte read reports one byte.
     s.a.read(
         &[dst.sge(4095, 1).unwrap()],
-        src.remote(4095),
+        src.remote(4095).unwrap(),
         0x78,
         PostFlags::SIGNALED,
     )
@@ -293,7 +298,7 @@ fn compare_swap(mut s: Setup) {
     target.write(8, &0x1111u64.to_ne_bytes()).unwrap();
     // Success: the old value comes back, the target changes.
     s.a.compare_swap(
-        target.remote(8),
+        target.remote(8).unwrap(),
         0x1111,
         0x2222,
         local.sge(0, 8).unwrap(),
@@ -307,7 +312,7 @@ fn compare_swap(mut s: Setup) {
     assert_eq!(target.read_u64(8).unwrap(), 0x2222);
     // Failed compare: the old value still comes back, the target stays.
     s.a.compare_swap(
-        target.remote(8),
+        target.remote(8).unwrap(),
         0x1111,
         0x3333,
         local.sge(8, 8).unwrap(),
@@ -323,7 +328,7 @@ fn compare_swap(mut s: Setup) {
     // Full 64-bit values; neighbours untouched.
     target.write(16, &u64::MAX.to_ne_bytes()).unwrap();
     s.a.compare_swap(
-        target.remote(16),
+        target.remote(16).unwrap(),
         u64::MAX,
         0x8000_0000_0000_0001,
         local.sge(16, 8).unwrap(),
@@ -346,7 +351,7 @@ fn fetch_add(mut s: Setup) {
     target.write(0, &100u64.to_ne_bytes()).unwrap();
     for k in 0..10u64 {
         s.a.fetch_add(
-            target.remote(0),
+            target.remote(0).unwrap(),
             k + 1,
             local.sge(8 * (k as usize % 8), 8).unwrap(),
             k,
@@ -362,7 +367,7 @@ fn fetch_add(mut s: Setup) {
     // Wraps modulo 2^64.
     target.write(32, &(u64::MAX - 1).to_ne_bytes()).unwrap();
     s.a.fetch_add(
-        target.remote(32),
+        target.remote(32).unwrap(),
         5,
         local.sge(0, 8).unwrap(),
         99,
@@ -391,7 +396,7 @@ fn masked_atomics(mut s: Setup) {
         let local_sge = local.sge(loc, op.size()).unwrap();
         s.a.post(
             &Request::Masked {
-                remote: target.remote(off),
+                remote: target.remote(off).unwrap(),
                 op,
                 local: local_sge,
             },
@@ -536,33 +541,33 @@ fn mixed_batch(mut s: Setup) {
     let rd = [m.sge(7000, 40).unwrap()];
     let reqs = [
         Request::Write {
-            remote: m.remote(2000),
+            remote: m.remote(2000).unwrap(),
             data: Payload::Sgl(&sgl),
         },
         Request::Write {
-            remote: m.remote(2100),
+            remote: m.remote(2100).unwrap(),
             data: Payload::Inline(b"inline!"),
         },
         Request::WriteImm {
-            remote: m.remote(2200),
+            remote: m.remote(2200).unwrap(),
             data: Payload::Inline(b"imm"),
             imm: 42,
         },
         Request::Read {
-            remote: m.remote(100),
+            remote: m.remote(100).unwrap(),
             sgl: &rd,
         },
         Request::Send {
             data: Payload::Inline(b"hello"),
         },
         Request::CompareSwap {
-            remote: m.remote(4096),
+            remote: m.remote(4096).unwrap(),
             compare: 5,
             swap: 6,
             local: m.sge(5000, 8).unwrap(),
         },
         Request::FetchAdd {
-            remote: m.remote(4096),
+            remote: m.remote(4096).unwrap(),
             add: 10,
             local: m.sge(5008, 8).unwrap(),
         },

@@ -114,7 +114,7 @@ fn two_threads_ping_pong_2000_round_trips() {
     let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let buf_a = pd.alloc_mr(64, acc).unwrap();
     let buf_b = pd.alloc_mr(64, acc).unwrap();
-    let (ra, rb) = (buf_a.remote(0), buf_b.remote(0));
+    let (ra, rb) = (buf_a.remote(0).unwrap(), buf_b.remote(0).unwrap());
     let mut a = Side {
         qp: qp_a,
         cq: cq_a,
@@ -230,7 +230,7 @@ fn threaded_nic_stream_of_writes() {
             } else {
                 PostFlags::UNSIGNALED
             };
-            match qp.write_inline(&msg[..len], dst.remote(slot * 256), posted, flags) {
+            match qp.write_inline(&msg[..len], dst.remote(slot * 256).unwrap(), posted, flags) {
                 Ok(()) => posted += 1,
                 Err(Error::QueueFull { .. }) => {}
                 Err(e) => panic!("post {posted}: {e:?}"),

@@ -16,7 +16,7 @@ fn send_queue_full_reports_needed_and_free() {
     for i in 0..254u64 {
         s.a.write_inline(
             &i.to_le_bytes(),
-            dst.remote(i as usize * 16),
+            dst.remote(i as usize * 16).unwrap(),
             i,
             PostFlags::SIGNALED,
         )
@@ -26,7 +26,7 @@ fn send_queue_full_reports_needed_and_free() {
     // A 4-block WQE (200 inline bytes) does not fit in 2.
     let big = pattern(200, 1);
     let e =
-        s.a.write_inline(&big, dst.remote(0), 999, PostFlags::SIGNALED)
+        s.a.write_inline(&big, dst.remote(0).unwrap(), 999, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
         matches!(e, Error::QueueFull { needed: 4, free: 2 }),
@@ -36,7 +36,7 @@ fn send_queue_full_reports_needed_and_free() {
     let src = s.mr(64, Access::LOCAL_WRITE);
     let sgl: Vec<Sge> = (0..8).map(|i| src.sge(i * 8, 8).unwrap()).collect();
     let e =
-        s.a.write(&sgl, dst.remote(0), 998, PostFlags::SIGNALED)
+        s.a.write(&sgl, dst.remote(0).unwrap(), 998, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
         matches!(e, Error::QueueFull { needed: 3, free: 2 }),
@@ -47,7 +47,7 @@ fn send_queue_full_reports_needed_and_free() {
     for i in 254..256u64 {
         s.a.write_inline(
             &i.to_le_bytes(),
-            dst.remote(i as usize * 16),
+            dst.remote(i as usize * 16).unwrap(),
             i,
             PostFlags::SIGNALED,
         )
@@ -63,7 +63,7 @@ fn send_queue_full_reports_needed_and_free() {
     );
     let e =
         s.a.compare_swap(
-            dst.remote(0),
+            dst.remote(0).unwrap(),
             0,
             1,
             src.sge(0, 8).unwrap(),
@@ -98,7 +98,7 @@ fn send_queue_full_reports_needed_and_free() {
     assert_eq!(st.wqes, 256);
     assert_eq!(st.doorbell_misses, 0);
     // And the queue is usable again from where it was.
-    s.a.write_inline(&big, dst.remote(0), 1000, PostFlags::SIGNALED)
+    s.a.write_inline(&big, dst.remote(0).unwrap(), 1000, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_ok(&c[0], 1000, WcOpcode::RdmaWrite, 0, q);
@@ -116,14 +116,19 @@ fn send_queue_full_frees_as_completions_are_polled() {
     let dst = s.mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let data = pattern(200, 2);
     for i in 0..4u64 {
-        s.a.write_inline(&data, dst.remote(i as usize * 256), i, PostFlags::SIGNALED)
-            .unwrap();
+        s.a.write_inline(
+            &data,
+            dst.remote(i as usize * 256).unwrap(),
+            i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
     }
     assert_eq!(free_send(&mut s.a), 0);
     assert_eq!(s.dev.process(), 4);
     assert_eq!(free_send(&mut s.a), 0);
     let e =
-        s.a.write_inline(b"x", dst.remote(0), 9, PostFlags::SIGNALED)
+        s.a.write_inline(b"x", dst.remote(0).unwrap(), 9, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
         matches!(e, Error::QueueFull { needed: 1, free: 0 }),

@@ -90,7 +90,7 @@ fn post(s: &mut Setup, b: &Bufs, kind: Kind, n: u64, flags: PostFlags) -> Vec<Ch
                 Kind::Inline8 => 8,
                 _ => 40,
             };
-            s.a.write_inline(&data[..len], b.dst.remote(0), n, flags)
+            s.a.write_inline(&data[..len], b.dst.remote(0).unwrap(), n, flags)
                 .unwrap();
             vec![(Region::Dst, 0, data[..len].to_vec())]
         }
@@ -103,7 +103,8 @@ fn post(s: &mut Setup, b: &Bufs, kind: Kind, n: u64, flags: PostFlags) -> Vec<Ch
             for i in 0..8 {
                 want.extend_from_slice(&data[i * 32..i * 32 + 7 + i]);
             }
-            s.a.write(&sgl, b.dst.remote(300), n, flags).unwrap();
+            s.a.write(&sgl, b.dst.remote(300).unwrap(), n, flags)
+                .unwrap();
             vec![(Region::Dst, 300, want)]
         }
         Kind::Read4 => {
@@ -114,7 +115,8 @@ fn post(s: &mut Setup, b: &Bufs, kind: Kind, n: u64, flags: PostFlags) -> Vec<Ch
                 b.src.sge(1200, 30).unwrap(),
                 b.src.sge(1300, 40).unwrap(),
             ];
-            s.a.read(&sgl, b.dst.remote(1000), n, flags).unwrap();
+            s.a.read(&sgl, b.dst.remote(1000).unwrap(), n, flags)
+                .unwrap();
             vec![
                 (Region::Src, 1000, data[..10].to_vec()),
                 (Region::Src, 1100, data[10..30].to_vec()),
@@ -131,8 +133,14 @@ fn post(s: &mut Setup, b: &Bufs, kind: Kind, n: u64, flags: PostFlags) -> Vec<Ch
         }
         Kind::FetchAdd => {
             let before = b.atom.read_u64(0).unwrap();
-            s.a.fetch_add(b.atom.remote(0), n, b.atom.sge(8, 8).unwrap(), n, flags)
-                .unwrap();
+            s.a.fetch_add(
+                b.atom.remote(0).unwrap(),
+                n,
+                b.atom.sge(8, 8).unwrap(),
+                n,
+                flags,
+            )
+            .unwrap();
             vec![
                 (
                     Region::Atom,
@@ -152,7 +160,7 @@ fn post(s: &mut Setup, b: &Bufs, kind: Kind, n: u64, flags: PostFlags) -> Vec<Ch
             };
             s.a.post(
                 &Request::Masked {
-                    remote: b.atom.remote(16),
+                    remote: b.atom.remote(16).unwrap(),
                     op,
                     local: b.atom.sge(24, 8).unwrap(),
                 },
@@ -173,8 +181,14 @@ fn post(s: &mut Setup, b: &Bufs, kind: Kind, n: u64, flags: PostFlags) -> Vec<Ch
                 b.src.sge(2030, 30).unwrap(),
                 b.src.sge(2060, 30).unwrap(),
             ];
-            s.a.write_imm(Payload::Sgl(&sgl), b.dst.remote(500), n as u32, n, flags)
-                .unwrap();
+            s.a.write_imm(
+                Payload::Sgl(&sgl),
+                b.dst.remote(500).unwrap(),
+                n as u32,
+                n,
+                flags,
+            )
+            .unwrap();
             vec![(Region::Dst, 500, data[..90].to_vec())]
         }
     }
@@ -320,9 +334,19 @@ fn wrap_bursts_fill_the_small_ring() {
                     src.sge(slot * 256, h as u32).unwrap(),
                     src.sge(slot * 256 + h, (len - h) as u32).unwrap(),
                 ];
-                s.a.write(&sgl, dst.remote(slot * 256), n + 1, PostFlags::SIGNALED)
+                s.a.write(
+                    &sgl,
+                    dst.remote(slot * 256).unwrap(),
+                    n + 1,
+                    PostFlags::SIGNALED,
+                )
             } else {
-                s.a.write_inline(&data, dst.remote(slot * 256), n + 1, PostFlags::SIGNALED)
+                s.a.write_inline(
+                    &data,
+                    dst.remote(slot * 256).unwrap(),
+                    n + 1,
+                    PostFlags::SIGNALED,
+                )
             };
             match r {
                 Ok(()) => {}
@@ -407,7 +431,7 @@ fn many(loopback: bool, sq_blocks: u32, cq_entries: u32) {
             let slot = (next_post as usize) % slots;
             match a.write_inline(
                 &data[..len],
-                dst.remote(slot * 128),
+                dst.remote(slot * 128).unwrap(),
                 next_post,
                 PostFlags::SIGNALED,
             ) {
@@ -489,7 +513,7 @@ fn producer_index_wraps_one_block_at_a_time() {
         cookie += 1;
         s.a.write_inline(
             &cookie.to_le_bytes(),
-            dst.remote(0),
+            dst.remote(0).unwrap(),
             cookie,
             PostFlags::SIGNALED,
         )

@@ -15,11 +15,11 @@ fn too_many_gather_entries_are_refused() {
     let nine: Vec<Sge> = (0..9).map(|i| src.sge(i * 16, 4).unwrap()).collect();
     let free = free_send(&mut s.a);
     let e =
-        s.a.write(&nine, dst.remote(0), 1, PostFlags::SIGNALED)
+        s.a.write(&nine, dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(matches!(e, Error::TooManySge { n: 9, max: 8 }), "{e:?}");
     let e =
-        s.a.read(&nine, dst.remote(0), 1, PostFlags::SIGNALED)
+        s.a.read(&nine, dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(matches!(e, Error::TooManySge { n: 9, max: 8 }), "{e:?}");
     let e =
@@ -29,7 +29,7 @@ fn too_many_gather_entries_are_refused() {
     let e =
         s.a.write_imm(
             Payload::Sgl(&nine),
-            dst.remote(0),
+            dst.remote(0).unwrap(),
             0,
             1,
             PostFlags::SIGNALED,
@@ -58,7 +58,7 @@ fn zero_length_entries_do_not_count() {
     }
     sgl.push(src.sge(0, 0).unwrap()); // 8 real, 9 empty
     let free = free_send(&mut s.a);
-    s.a.write(&sgl, dst.remote(64), 1, PostFlags::SIGNALED)
+    s.a.write(&sgl, dst.remote(64).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
     assert_eq!(free - free_send(&mut s.a), bbs(2 + 8));
     // A read scatters over the same kind of list.
@@ -68,7 +68,7 @@ fn zero_length_entries_do_not_count() {
         src.sge(3100, 0).unwrap(),
         src.sge(3100, 20).unwrap(),
     ];
-    s.a.read(&rd, dst.remote(64), 2, PostFlags::SIGNALED)
+    s.a.read(&rd, dst.remote(64).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(2, 0);
     assert_ok(&c[0], 1, WcOpcode::RdmaWrite, 0, q);
@@ -124,9 +124,9 @@ fn entries_of_2_gib_or_more_are_refused() {
     };
     let free = free_send(&mut s.a);
     for e in [
-        s.a.write(&[huge], dst.remote(0), 1, PostFlags::SIGNALED)
+        s.a.write(&[huge], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
             .unwrap_err(),
-        s.a.read(&[huge], dst.remote(0), 1, PostFlags::SIGNALED)
+        s.a.read(&[huge], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
             .unwrap_err(),
         s.a.send(Payload::Sgl(&[huge]), 1, PostFlags::SIGNALED)
             .unwrap_err(),
@@ -151,7 +151,7 @@ fn entries_of_2_gib_or_more_are_refused() {
         len: 0x7fff_ffff,
         ..huge
     };
-    s.a.write(&[big], dst.remote(0), 2, PostFlags::SIGNALED)
+    s.a.write(&[big], dst.remote(0).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap();
     let (c, _) = s.run_expect(1, 0);
     assert_err(&c[0], 2, WcStatus::LocProtErr, 0x04, s.a.qpn());
@@ -188,7 +188,7 @@ fn sixty_gather_entries_make_a_16_block_wqe_across_the_ring_end() {
             want.extend_from_slice(&data[o..o + 1 + i]);
         }
         let free = free_send(&mut s.a);
-        s.a.write(&sgl, dst.remote(100), round, PostFlags::SIGNALED)
+        s.a.write(&sgl, dst.remote(100).unwrap(), round, PostFlags::SIGNALED)
             .unwrap();
         // 2 + 60 = 62 DS = 16 blocks.
         assert_eq!(free - free_send(&mut s.a), 16);
@@ -201,8 +201,13 @@ fn sixty_gather_entries_make_a_16_block_wqe_across_the_ring_end() {
             .map(|i| back.sge(i * 64, 1 + (i as u32 % 30)).unwrap())
             .collect();
         let total: u32 = rsgl.iter().map(|e| e.len).sum();
-        s.a.read(&rsgl, dst.remote(100), 100 + round, PostFlags::SIGNALED)
-            .unwrap();
+        s.a.read(
+            &rsgl,
+            dst.remote(100).unwrap(),
+            100 + round,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
         let (c, _) = s.run_expect(1, 0);
         assert_ok(&c[0], 100 + round, WcOpcode::RdmaRead, total, q);
         let mut at = 0usize;

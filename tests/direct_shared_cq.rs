@@ -25,7 +25,7 @@ fn three_qps_on_one_cq() {
             0 => {
                 a.write_inline(
                     &i.to_le_bytes(),
-                    m.remote(8 * (i as usize % 128)),
+                    m.remote(8 * (i as usize % 128)).unwrap(),
                     i,
                     PostFlags::SIGNALED,
                 )
@@ -38,7 +38,7 @@ fn three_qps_on_one_cq() {
             1 => {
                 b.write_inline(
                     &i.to_le_bytes(),
-                    m.remote(1024 + 8 * (i as usize % 128)),
+                    m.remote(1024 + 8 * (i as usize % 128)).unwrap(),
                     i,
                     PostFlags::SIGNALED,
                 )
@@ -50,7 +50,7 @@ fn three_qps_on_one_cq() {
             }
             2 => {
                 c.fetch_add(
-                    m.remote(4096),
+                    m.remote(4096).unwrap(),
                     1,
                     m.sge(4104, 8).unwrap(),
                     i,
@@ -133,7 +133,7 @@ fn separate_send_and_receive_cqs() {
             .unwrap();
         a.write_imm(
             Payload::Inline(&[]),
-            m.remote(0),
+            m.remote(0).unwrap(),
             i as u32,
             50 + i,
             PostFlags::UNSIGNALED,
@@ -189,8 +189,13 @@ fn qp_created_after_the_cq_was_polled() {
         let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
         let q = qp.qpn();
         qp.connect(q).unwrap();
-        qp.write_inline(&[k as u8], m.remote(k as usize), k, PostFlags::SIGNALED)
-            .unwrap();
+        qp.write_inline(
+            &[k as u8],
+            m.remote(k as usize).unwrap(),
+            k,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
         dev.process();
         assert_eq!(cq.poll(&mut out), 1, "QP {k}");
         assert_ok(&out[0], k, WcOpcode::RdmaWrite, 0, q);
@@ -211,9 +216,9 @@ fn dropping_a_qp_leaves_the_others_completions_intact() {
     keep.connect(k).unwrap();
     gone.connect(g).unwrap();
     for i in 0..20u64 {
-        keep.write_inline(b"k", m.remote(0), i, PostFlags::SIGNALED)
+        keep.write_inline(b"k", m.remote(0).unwrap(), i, PostFlags::SIGNALED)
             .unwrap();
-        gone.write_inline(b"g", m.remote(1), 100 + i, PostFlags::SIGNALED)
+        gone.write_inline(b"g", m.remote(1).unwrap(), 100 + i, PostFlags::SIGNALED)
             .unwrap();
     }
     dev.process();
@@ -226,7 +231,7 @@ fn dropping_a_qp_leaves_the_others_completions_intact() {
     assert_eq!(cookies, (0..20).collect::<Vec<_>>());
     assert_eq!(free_send(&mut keep), 256);
     // The CQ keeps working.
-    keep.write_inline(b"K", m.remote(0), 99, PostFlags::SIGNALED)
+    keep.write_inline(b"K", m.remote(0).unwrap(), 99, PostFlags::SIGNALED)
         .unwrap();
     dev.process();
     let all = poll_all(&mut cq);
@@ -240,8 +245,13 @@ fn poll_n_runs_the_stepped_nic() {
     let mut s = Setup::loopback(QpCaps::default());
     let m = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     for i in 0..10u64 {
-        s.a.write_inline(&[i as u8], m.remote(i as usize), i, PostFlags::SIGNALED)
-            .unwrap();
+        s.a.write_inline(
+            &[i as u8],
+            m.remote(i as usize).unwrap(),
+            i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
     }
     let mut out = [Completion::default(); 16];
     assert_eq!(s.cq_a.poll_n(&mut out, 10, 100), 10);

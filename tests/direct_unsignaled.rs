@@ -16,13 +16,13 @@ fn unsignaled_retire_with_the_next_signaled() {
     for i in 0..N {
         s.a.write_inline(
             &i.to_le_bytes(),
-            dst.remote(i as usize * 8),
+            dst.remote(i as usize * 8).unwrap(),
             i,
             PostFlags::UNSIGNALED,
         )
         .unwrap();
     }
-    s.a.write_inline(b"last", dst.remote(4000), 777, PostFlags::SIGNALED)
+    s.a.write_inline(b"last", dst.remote(4000).unwrap(), 777, PostFlags::SIGNALED)
         .unwrap();
     assert_eq!(free_send(&mut s.a), 256 - 101);
     assert_eq!(s.dev.process(), 101);
@@ -43,8 +43,13 @@ fn unsignaled_only_reports_nothing() {
     let mut s = Setup::loopback(QpCaps::default());
     let dst = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     for i in 0..10u64 {
-        s.a.write_inline(&i.to_le_bytes(), dst.remote(0), i, PostFlags::UNSIGNALED)
-            .unwrap();
+        s.a.write_inline(
+            &i.to_le_bytes(),
+            dst.remote(0).unwrap(),
+            i,
+            PostFlags::UNSIGNALED,
+        )
+        .unwrap();
     }
     s.run_expect(0, 0);
     assert_eq!(dst.read_u64(0).unwrap(), 9u64.to_le());
@@ -66,7 +71,7 @@ fn moderation_signals_internally_and_reports_nothing() {
     for i in 0..200u64 {
         s.a.write_inline(
             &i.to_le_bytes(),
-            dst.remote(i as usize * 8),
+            dst.remote(i as usize * 8).unwrap(),
             i,
             PostFlags::UNSIGNALED,
         )
@@ -108,7 +113,7 @@ fn long_unsignaled_runs_never_fill_the_queue() {
             let len = sizes[i as usize % sizes.len()];
             let mut data = pattern(len, i);
             data[..8].copy_from_slice(&i.to_le_bytes());
-            s.a.write_inline(&data, dst.remote(0), i, PostFlags::UNSIGNALED)
+            s.a.write_inline(&data, dst.remote(0).unwrap(), i, PostFlags::UNSIGNALED)
                 .unwrap_or_else(|e| panic!("ring of {sq_blocks}, post {i}: {e:?}"));
             min_free = min_free.min(free_send(&mut s.a));
             if i % between == between - 1 {
@@ -125,8 +130,13 @@ fn long_unsignaled_runs_never_fill_the_queue() {
             min_free >= bound,
             "ring of {sq_blocks}: {min_free} blocks free at worst, expected >= {bound}"
         );
-        s.a.write_inline(b"end", dst.remote(100), u64::MAX, PostFlags::SIGNALED)
-            .unwrap();
+        s.a.write_inline(
+            b"end",
+            dst.remote(100).unwrap(),
+            u64::MAX,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
         let (c, _) = s.run_expect(1, 0);
         assert_ok(&c[0], u64::MAX, WcOpcode::RdmaWrite, 0, q);
         assert_eq!(free_send(&mut s.a), sq_blocks);
@@ -142,10 +152,12 @@ fn unsignaled_without_polling_eventually_fills_the_queue() {
     let dst = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let mut posted = 0u64;
     loop {
-        match s
-            .a
-            .write_inline(b"12345678", dst.remote(0), posted, PostFlags::UNSIGNALED)
-        {
+        match s.a.write_inline(
+            b"12345678",
+            dst.remote(0).unwrap(),
+            posted,
+            PostFlags::UNSIGNALED,
+        ) {
             Ok(()) => posted += 1,
             Err(Error::QueueFull { needed: 1, free: 0 }) => break,
             Err(e) => panic!("{e:?}"),
@@ -167,7 +179,7 @@ fn unsignaled_error_is_reported_with_its_cookie() {
     let mut s = Setup::pair(QpCaps::default());
     let dst = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let q = s.a.qpn();
-    s.a.write_inline(b"ok", dst.remote(0), 1, PostFlags::UNSIGNALED)
+    s.a.write_inline(b"ok", dst.remote(0).unwrap(), 1, PostFlags::UNSIGNALED)
         .unwrap();
     s.a.write_inline(
         b"bad",

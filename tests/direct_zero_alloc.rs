@@ -86,23 +86,30 @@ fn post_and_poll_never_allocate() {
         let rbuf = [m.sge(4000, 64).unwrap()];
         measured(&mut t, || s.a.post_recv(&rbuf, it)).unwrap();
         measured(&mut t, || {
-            s.a.write_inline(&data[..8], m.remote(3000), it, PostFlags::SIGNALED)
+            s.a.write_inline(&data[..8], m.remote(3000).unwrap(), it, PostFlags::SIGNALED)
         })
         .unwrap();
         measured(&mut t, || {
-            s.a.write(&sgl, m.remote(3100), it, PostFlags::UNSIGNALED)
+            s.a.write(&sgl, m.remote(3100).unwrap(), it, PostFlags::UNSIGNALED)
         })
         .unwrap();
         measured(&mut t, || {
-            s.a.read(&rsgl, m.remote(3200), it, PostFlags::SIGNALED)
+            s.a.read(&rsgl, m.remote(3200).unwrap(), it, PostFlags::SIGNALED)
         })
         .unwrap();
         measured(&mut t, || {
-            s.a.fetch_add(m.remote(2000), 1, local, it, PostFlags::SIGNALED)
+            s.a.fetch_add(m.remote(2000).unwrap(), 1, local, it, PostFlags::SIGNALED)
         })
         .unwrap();
         measured(&mut t, || {
-            s.a.compare_swap(m.remote(2000), it, it, local, it, PostFlags::UNSIGNALED)
+            s.a.compare_swap(
+                m.remote(2000).unwrap(),
+                it,
+                it,
+                local,
+                it,
+                PostFlags::UNSIGNALED,
+            )
         })
         .unwrap();
         measured(&mut t, || {
@@ -113,7 +120,7 @@ fn post_and_poll_never_allocate() {
             let mut b = s.a.batch();
             for k in 0..16u64 {
                 let req = Request::Write {
-                    remote: m.remote(5000 + 64 * k as usize),
+                    remote: m.remote(5000 + 64 * k as usize).unwrap(),
                     data: Payload::Inline(&data[..40]),
                 };
                 let flags = if k == 15 {

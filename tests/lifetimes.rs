@@ -18,7 +18,7 @@ fn a_region_dropped_with_work_in_flight_stays_registered_until_it_completes() {
     src.write(0, b"still here").unwrap();
     qp.write(
         &[src.sge(0, 10).unwrap()],
-        dst.remote(0),
+        dst.remote(0).unwrap(),
         1,
         PostFlags::SIGNALED,
     )
@@ -44,7 +44,7 @@ fn a_region_dropped_with_work_in_flight_stays_registered_until_it_completes() {
         len: 4,
         lkey,
     };
-    qp.write(&[stale], dst.remote(100), 2, PostFlags::SIGNALED)
+    qp.write(&[stale], dst.remote(100).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap();
     dev.process();
     assert_eq!(cq.poll(&mut out), 1);
@@ -61,7 +61,7 @@ fn a_region_dropped_when_idle_is_deregistered_at_once() {
     qp.connect(me).unwrap();
     let dst = pd.alloc_mr(64, RIGHTS).unwrap();
     let victim = pd.alloc_mr(64, RIGHTS).unwrap();
-    let remote = victim.remote(0);
+    let remote = victim.remote(0).unwrap();
     drop(victim);
     assert_eq!(pd.reclaim(), 0);
     qp.write(&[dst.sge(0, 8).unwrap()], remote, 3, PostFlags::SIGNALED)
@@ -86,8 +86,13 @@ fn a_cq_lives_as_long_as_its_qps() {
     qp.connect(me).unwrap();
     let mr = pd.alloc_mr(64, RIGHTS).unwrap();
     drop(cq); // the poller goes; the CQ's ring stays while the QP uses it
-    qp.write_inline(b"into a live ring", mr.remote(0), 4, PostFlags::SIGNALED)
-        .unwrap();
+    qp.write_inline(
+        b"into a live ring",
+        mr.remote(0).unwrap(),
+        4,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
     assert_eq!(dev.process(), 1);
     assert!(!dev.nic().unwrap().cq_overrun(0x80));
     let mut got = [0u8; 16];

@@ -64,7 +64,7 @@ fn a_qp_on_a_cq_of_another_device_is_refused() {
     // B's QP (the same QP number as the refused one would have had) keeps its completions.
     qp_b.connect(qp_b.qpn()).unwrap();
     let mr = pd_b.alloc_mr(64, REGION).unwrap();
-    qp_b.write_inline(b"mine", mr.remote(0), 7, PostFlags::SIGNALED)
+    qp_b.write_inline(b"mine", mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
         .unwrap();
     let c = wait(&mut cq_b, 1)[0];
     assert_eq!(
@@ -86,7 +86,7 @@ fn the_direct_send_queue_needs_a_connected_qp() {
     );
     qp.connect(qp.qpn()).unwrap();
     let req = Request::Write {
-        remote: mr.remote(8),
+        remote: mr.remote(8).unwrap(),
         data: Payload::Inline(b"raw"),
     };
     qp.direct_sq()
@@ -198,7 +198,7 @@ fn an_unsignaled_bind_commits_with_a_later_completion() {
     let k1 =
         p.b.bind_mw(&mut mw, &p.mr_b, 0, 64, RW, 1, PostFlags::UNSIGNALED)
             .unwrap();
-    p.b.write_inline(b"x", p.mr_a.remote(0), 2, PostFlags::SIGNALED)
+    p.b.write_inline(b"x", p.mr_a.remote(0).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap();
     assert_eq!(p.wait(true, 1)[0].0, 2);
     assert!(mw.is_bound());

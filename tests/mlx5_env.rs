@@ -16,7 +16,7 @@ fn shut_up_bf_rings_only_doorbells() {
     assert_eq!(s.a.direct_sq().unwrap().bf_size(), 0);
     for i in 0..20u64 {
         let msg = pattern(8 + i as usize * 10, i);
-        s.a.write_inline(&msg, dst.remote(0), i, PostFlags::SIGNALED)
+        s.a.write_inline(&msg, dst.remote(0).unwrap(), i, PostFlags::SIGNALED)
             .unwrap();
         let (c, _) = s.run_expect(1, 0);
         assert_ok(&c[0], i, WcOpcode::RdmaWrite, 0, q);

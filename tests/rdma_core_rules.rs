@@ -46,7 +46,7 @@ fn one_ds_wqes_ring_the_8_byte_doorbell() {
     );
     // A two-DS WQE (a write of 0 bytes: control + remote address) is still copied.
     let dst = s.mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-    s.a.write_inline(&[], dst.remote(0), 9, PostFlags::SIGNALED)
+    s.a.write_inline(&[], dst.remote(0).unwrap(), 9, PostFlags::SIGNALED)
         .unwrap();
     s.run_expect(1, 0);
     assert_eq!(stats(&s).bf_copies, 1);

@@ -100,18 +100,23 @@ fn inline_and_gather_sizes() {
     for len in [1usize, 12, 28, 44, 60, 64] {
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
         cookie += 1;
-        p.a.write_inline(&data, p.mr_b.remote(1000), cookie, PostFlags::SIGNALED)
-            .unwrap();
+        p.a.write_inline(
+            &data,
+            p.mr_b.remote(1000).unwrap(),
+            cookie,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
         assert_eq!(p.wait(false, 1)[0].1, WcStatus::Success, "inline {len}");
         assert_eq!(Pair::bytes(&p.mr_b, 1000, len), data, "inline {len}");
     }
     let too_long = vec![0u8; 65];
     assert!(matches!(
-        p.a.write_inline(&too_long, p.mr_b.remote(0), 0, PostFlags::SIGNALED),
+        p.a.write_inline(&too_long, p.mr_b.remote(0).unwrap(), 0, PostFlags::SIGNALED),
         Err(Error::InlineTooLong { len: 65, max: 64 })
     ));
     let sgl: Vec<Sge> = (0..4).map(|i| p.mr_a.sge(i * 100, 50).unwrap()).collect();
-    p.a.write(&sgl, p.mr_b.remote(2000), 77, PostFlags::SIGNALED)
+    p.a.write(&sgl, p.mr_b.remote(2000).unwrap(), 77, PostFlags::SIGNALED)
         .unwrap();
     assert_eq!(
         p.wait(false, 1)[0],
@@ -119,7 +124,7 @@ fn inline_and_gather_sizes() {
     );
     let five: Vec<Sge> = (0..5).map(|i| p.mr_a.sge(i * 10, 10).unwrap()).collect();
     assert!(matches!(
-        p.a.write(&five, p.mr_b.remote(0), 0, PostFlags::SIGNALED),
+        p.a.write(&five, p.mr_b.remote(0).unwrap(), 0, PostFlags::SIGNALED),
         Err(Error::TooManySge { n: 5, max: 4 })
     ));
 }

@@ -12,8 +12,13 @@ fn inline_write_loopback() {
     let mr = pd
         .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
-    qp.write_inline(b"hello, rdma", mr.remote(100), 42, PostFlags::SIGNALED)
-        .unwrap();
+    qp.write_inline(
+        b"hello, rdma",
+        mr.remote(100).unwrap(),
+        42,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
     let mut out = [Completion::default(); 4];
     assert_eq!(cq.poll(&mut out), 0);
     assert_eq!(dev.process(), 1);

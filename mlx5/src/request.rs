@@ -46,8 +46,75 @@ impl Payload<'_> {
 }
 
 /// Access rights of a region or window, with the values of verbs' `IBV_ACCESS_*`.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+///
+/// Printed by name: `LOCAL_WRITE | REMOTE_READ`, unknown bits in hex.
+/// ```
+/// use mlx5::request::Access;
+/// assert_eq!(format!("{}", Access::LOCAL_WRITE | Access::REMOTE_READ), "LOCAL_WRITE | REMOTE_READ");
+/// assert_eq!(format!("{:?}", Access(0x41)), "Access(LOCAL_WRITE | 0x40)");
+/// assert_eq!(format!("{}", Access::NONE), "NONE");
+/// ```
+#[derive(Copy, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Access(pub u32);
+
+impl Access {
+    /// Every right this type names (the bits verbs defines up to `IBV_ACCESS_ZERO_BASED`).
+    pub const ALL: Access = Access(0x3f);
+
+    /// Why a region may not be registered with these rights, as the kernel's
+    /// `ib_check_mr_access` refuses them (`EINVAL`): remote write or atomic without local
+    /// write, or a bit this type does not name. `ZERO_BASED` is a window right here: regions
+    /// are registered at their address (rdma-core's `ibv_reg_mr`, iova = address), so a
+    /// zero-based region would give the two backends different addresses.
+    pub const fn region_error(self) -> Option<&'static str> {
+        if self.0 & !Access::ALL.0 != 0 {
+            return Some("unknown access bits");
+        }
+        if self.0 & Access::ZERO_BASED.0 != 0 {
+            return Some("ZERO_BASED is for windows; regions are registered at their address");
+        }
+        let remote = Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0;
+        if self.0 & remote != 0 && self.0 & Access::LOCAL_WRITE.0 == 0 {
+            return Some("remote write or atomic needs LOCAL_WRITE");
+        }
+        None
+    }
+
+    const NAMES: [(&'static str, u32); 6] = [
+        ("LOCAL_WRITE", 1),
+        ("REMOTE_WRITE", 1 << 1),
+        ("REMOTE_READ", 1 << 2),
+        ("REMOTE_ATOMIC", 1 << 3),
+        ("MW_BIND", 1 << 4),
+        ("ZERO_BASED", 1 << 5),
+    ];
+}
+
+impl core::fmt::Display for Access {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.0 == 0 {
+            return f.write_str("NONE");
+        }
+        let mut sep = "";
+        for (name, bit) in Access::NAMES {
+            if self.0 & bit != 0 {
+                write!(f, "{sep}{name}")?;
+                sep = " | ";
+            }
+        }
+        let unknown = self.0 & !Access::ALL.0;
+        if unknown != 0 {
+            write!(f, "{sep}{unknown:#x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl core::fmt::Debug for Access {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Access({self})")
+    }
+}
 
 impl Access {
     /// No rights beyond local read.

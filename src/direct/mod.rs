@@ -21,3 +21,18 @@ pub use sq::{Batch, PostFlags, SendQueue};
 
 pub(crate) use cq::{Attached, Registry};
 pub(crate) use sq::check_atomic;
+
+/// The most bytes one message moves (InfiniBand's 2^31; a CQE counts them in 32 bits).
+pub(crate) const MAX_MESSAGE: u64 = 1 << 31;
+
+/// The length of a read into `sgl`, refused past [`MAX_MESSAGE`] before anything is posted.
+pub(crate) fn read_len(sgl: &[mlx5::request::Sge]) -> crate::Result<u32> {
+    let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
+    if total > MAX_MESSAGE {
+        return Err(crate::Error::InvalidParameter {
+            what: "message length (the sum of the entries; at most 2^31 bytes)",
+            value: total,
+        });
+    }
+    Ok(total as u32)
+}

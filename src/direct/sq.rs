@@ -150,7 +150,11 @@ fn wc_opcode(req: &Request<'_>) -> (WcOpcode, u32) {
     match req {
         Request::Nop => (WcOpcode::Nop, 0),
         Request::Write { .. } | Request::WriteImm { .. } => (WcOpcode::RdmaWrite, 0),
-        Request::Read { sgl, .. } => (WcOpcode::RdmaRead, sgl.iter().map(|s| s.len).sum()),
+        // Checked by `read_len` before anything is written: the sum fits.
+        Request::Read { sgl, .. } => (
+            WcOpcode::RdmaRead,
+            sgl.iter().fold(0u32, |t, s| t.wrapping_add(s.len)),
+        ),
         Request::Send { .. } | Request::SendImm { .. } | Request::SendInv { .. } => {
             (WcOpcode::Send, 0)
         }
@@ -404,6 +408,9 @@ impl SendQueue {
                 });
             }
             _ => {}
+        }
+        if let Request::Read { sgl, .. } = req {
+            crate::direct::read_len(sgl)?;
         }
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);

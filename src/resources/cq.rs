@@ -3,7 +3,10 @@
 use super::device::Backend;
 use super::Device;
 use crate::direct::{CompletionQueue, Registry};
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// The most entries a software-NIC CQ has (a ConnectX's `log_max_cq_sz` of 22).
+const SIM_MAX_CQE: u32 = 1 << 22;
 use crate::verbs;
 use crate::verbs::path::VerbsCompletionQueue;
 use crate::Completion;
@@ -23,7 +26,7 @@ pub(crate) struct CqHandle {
 impl Drop for CqHandle {
     fn drop(&mut self) {
         if let CqKind::Sim { dev, cqn } = &self.kind {
-            if let Some(n) = dev.nic() {
+            if let Some(n) = dev.sim_nic() {
                 let _ = n.destroy_cq(*cqn);
             }
         }
@@ -56,6 +59,15 @@ impl core::fmt::Debug for Cq {
 
 impl Cq {
     pub(crate) fn new(dev: &Device, entries: u32, cqe_size: u32) -> Result<Cq> {
+        let max = match &dev.backend {
+            Backend::Sim(_) => SIM_MAX_CQE,
+            // `ibv_create_cq` takes an int.
+            Backend::Verbs(_) => i32::MAX as u32,
+        };
+        if entries == 0 || entries > max {
+            // rdma-core refuses 0 (EINVAL); more than the device has is refused too.
+            return Err(Error::CqSize { entries, max });
+        }
         match &dev.backend {
             Backend::Verbs(_) if cqe_size != 64 => Err(crate::Error::Unsupported(
                 "128-byte CQEs on a verbs device: set MLX5_CQE_SIZE=128 for rdma-core",
@@ -140,7 +152,9 @@ impl Cq {
 
     /// Polls until `n` completions have arrived or `spins` empty polls in a row; returns
     /// how many arrived (in `out[..n]`). With the stepped software NIC, runs it between polls.
+    /// `n` larger than `out` waits for `out.len()` completions.
     pub fn poll_n(&mut self, out: &mut [Completion], n: usize, spins: u64) -> usize {
+        let n = n.min(out.len());
         let mut got = 0;
         let mut idle = 0;
         while got < n && idle < spins {

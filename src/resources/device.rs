@@ -147,8 +147,16 @@ impl Device {
         }
     }
 
-    /// The software NIC behind this device, if it is one.
-    pub fn nic(&self) -> Option<&Nic> {
+    /// The software NIC behind this device, if it is one: queries (QP state and doorbell
+    /// statistics, CQ overrun, window state) and stepping. Destroying or deregistering its
+    /// objects is left to the drops of the [`Qp`](super::Qp), [`Cq`] and [`MemoryRegion`]
+    /// that use them.
+    pub fn nic(&self) -> Option<super::SimNic<'_>> {
+        self.sim_nic().map(super::SimNic::new)
+    }
+
+    /// The whole software NIC (destructive calls included), for this crate's own objects.
+    pub(crate) fn sim_nic(&self) -> Option<&Nic> {
         match &self.backend {
             Backend::Sim(n) => Some(n),
             Backend::Verbs(_) => None,
@@ -294,14 +302,21 @@ impl Pd {
     /// Allocates and registers `len` zeroed, page-aligned bytes with `access` rights.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for `len == 0`; the device's registration error.
+    /// [`Error::InvalidParameter`] for `len == 0` or a length no allocation can have;
+    /// [`Error::RegionRights`] for rights verbs refuses (remote write or atomic without
+    /// local write, unknown bits, `ZERO_BASED`, which is a window right here); an
+    /// out-of-memory error ([`Error::Sim`] / [`Error::Verbs`]) when the bytes cannot be
+    /// allocated; the device's registration error.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         self.inner.lifetimes.reclaim();
-        if len == 0 {
+        if len == 0 || std::alloc::Layout::from_size_align(len, 4096).is_err() {
             return Err(Error::InvalidParameter {
                 what: "region length",
-                value: 0,
+                value: len as u64,
             });
+        }
+        if let Some(why) = access.region_error() {
+            return Err(Error::RegionRights { access, why });
         }
         MemoryRegion::alloc(self.clone(), len, access)
     }

@@ -63,10 +63,17 @@ impl Qp {
                 available,
             });
         }
-        Ok(Remote {
-            addr: remote.addr + off,
-            rkey: remote.rkey,
-        })
+        // The buffer may come from a peer: an address range past 2^64 is refused.
+        match remote.addr.checked_add(off) {
+            Some(addr) if addr.checked_add(total).is_some() => Ok(Remote {
+                addr,
+                rkey: remote.rkey,
+            }),
+            _ => Err(Error::InvalidParameter {
+                what: "remote buffer address + offset + length (past 2^64)",
+                value: remote.addr,
+            }),
+        }
     }
 
     /// Writes the concatenation of `iov` to `remote` at offset `off`, with `cookie` coming back
@@ -76,6 +83,7 @@ impl Qp {
     /// Before anything is posted: [`Error::InvalidParameter`] for a segment outside its
     /// region, [`Error::Protection`] for a region of another protection domain,
     /// [`Error::LengthError`] when the remote buffer is shorter than the data,
+    /// [`Error::InvalidParameter`] for a remote range that runs past 2^64,
     /// [`Error::InvalidState`] before the QP is connected, [`Error::TooManySge`],
     /// [`Error::QueueFull`]. A QP in error does not refuse: the request is flushed.
     pub fn write_iov(

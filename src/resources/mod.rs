@@ -17,6 +17,7 @@ mod lifetime;
 mod mr;
 mod mw;
 mod qp;
+mod sim_nic;
 
 pub use cq::Cq;
 pub use device::{DataPath, Device, Pd};
@@ -24,3 +25,4 @@ pub use iov::{LocalSeg, MAX_IOV};
 pub use mr::MemoryRegion;
 pub use mw::MemoryWindow;
 pub use qp::{Batch, Endpoint, Qp, QpCaps};
+pub use sim_nic::SimNic;

@@ -162,12 +162,17 @@ impl MemoryRegion {
         }
     }
 
-    /// The remote descriptor of offset `off` (what a peer needs to write or read here).
-    pub fn remote(&self, off: usize) -> Remote {
-        Remote {
+    /// The remote descriptor of offset `off` (what a peer needs to write or read here);
+    /// `off == len()` is the end of the region (for zero-byte requests).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when `off` is beyond the region.
+    pub fn remote(&self, off: usize) -> Result<Remote> {
+        self.check(off, 0)?;
+        Ok(Remote {
             addr: self.addr + off as u64,
             rkey: self.rkey,
-        }
+        })
     }
 
     /// Copies bytes out of the region.

@@ -84,7 +84,11 @@ impl Mr {
         // SAFETY: non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            // The size comes from the user: an error, never an abort.
+            return Err(VerbsError {
+                call: "alloc",
+                source: std::io::ErrorKind::OutOfMemory.into(),
+            });
         }
         let buf = PageBuf { ptr, layout };
         // SAFETY: the buffer lives as long as the registration (freed after it in Drop).

@@ -197,17 +197,13 @@ impl VerbsSendQueue {
                 (op, WcOpcode::RdmaWrite, 0, n)
             }
             Request::Read { remote, sgl } => {
+                let len = crate::direct::read_len(sgl)?;
                 let n = self.fill_sgl(slot, sgl)?;
                 wr.wr.rdma = ffi::rdma_t {
                     remote_addr: remote.addr,
                     rkey: remote.rkey,
                 };
-                (
-                    O::IBV_WR_RDMA_READ,
-                    WcOpcode::RdmaRead,
-                    sgl.iter().map(|s| s.len).sum(),
-                    n,
-                )
+                (O::IBV_WR_RDMA_READ, WcOpcode::RdmaRead, len, n)
             }
             Request::Send { ref data } => (
                 O::IBV_WR_SEND,

@@ -2,7 +2,6 @@
 #![allow(dead_code)]
 
 use blueflame::*;
-use mlx5::sim::Nic;
 
 // ---- The only place that knows which version of the resource API this is. ----
 
@@ -16,27 +15,9 @@ pub fn free_recv(qp: &mut Qp) -> u32 {
     qp.free_recv()
 }
 
-/// The software NIC behind a device (`Device::nic` returns it directly or as an option).
-pub fn nic(dev: &Device) -> &Nic {
-    dev.nic().sim()
-}
-
-/// `Device::nic`'s answer, whatever its shape.
-pub trait AsNic<'a> {
-    /// The software NIC.
-    fn sim(self) -> &'a Nic;
-}
-
-impl<'a> AsNic<'a> for &'a Nic {
-    fn sim(self) -> &'a Nic {
-        self
-    }
-}
-
-impl<'a> AsNic<'a> for Option<&'a Nic> {
-    fn sim(self) -> &'a Nic {
-        self.expect("a software-NIC device")
-    }
+/// The software NIC behind a device (its read-only view).
+pub fn nic(dev: &Device) -> SimNic<'_> {
+    dev.nic().expect("a software-NIC device")
 }
 
 /// What ringing a batch returns (nothing, or a result on APIs where it can fail).

@@ -156,7 +156,7 @@ fn write_sgl(dev: &Device) -> Observed {
         p.mr_a.sge(100, 50).unwrap(),
         p.mr_a.sge(150, 150).unwrap(),
     ];
-    p.a.write(&sgl, p.mr_b.remote(10), 11, PostFlags::SIGNALED)
+    p.a.write(&sgl, p.mr_b.remote(10).unwrap(), 11, PostFlags::SIGNALED)
         .unwrap();
     let completions = p.wait(false, 1);
     Observed {
@@ -168,10 +168,20 @@ fn write_sgl(dev: &Device) -> Observed {
 
 fn write_inline(dev: &Device) -> Observed {
     let mut p = pair(dev);
-    p.a.write_inline(b"8 bytes!", p.mr_b.remote(64), 12, PostFlags::SIGNALED)
-        .unwrap();
-    p.a.write_inline(&pattern(60, 7), p.mr_b.remote(128), 13, PostFlags::SIGNALED)
-        .unwrap();
+    p.a.write_inline(
+        b"8 bytes!",
+        p.mr_b.remote(64).unwrap(),
+        12,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    p.a.write_inline(
+        &pattern(60, 7),
+        p.mr_b.remote(128).unwrap(),
+        13,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
     let completions = p.wait(false, 2);
     Observed {
         name: "write_inline",
@@ -186,8 +196,14 @@ fn write_imm(dev: &Device) -> Observed {
         .unwrap();
     p.mr_a.write(0, &pattern(16, 3)).unwrap();
     let data = Payload::Sgl(&[p.mr_a.sge(0, 16).unwrap()]);
-    p.a.write_imm(data, p.mr_b.remote(0), 0xdead_beef, 14, PostFlags::SIGNALED)
-        .unwrap();
+    p.a.write_imm(
+        data,
+        p.mr_b.remote(0).unwrap(),
+        0xdead_beef,
+        14,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
     let mut completions = p.wait(false, 1);
     completions.extend(p.wait(true, 1));
     Observed {
@@ -203,7 +219,7 @@ fn write_imm_zero(dev: &Device) -> Observed {
         .unwrap();
     p.a.write_imm(
         Payload::Inline(&[]),
-        p.mr_b.remote(0),
+        p.mr_b.remote(0).unwrap(),
         7,
         15,
         PostFlags::SIGNALED,
@@ -222,7 +238,7 @@ fn read_sgl(dev: &Device) -> Observed {
     let mut p = pair(dev);
     p.mr_b.write(500, &pattern(48, 9)).unwrap();
     let sgl = [p.mr_a.sge(0, 16).unwrap(), p.mr_a.sge(100, 32).unwrap()];
-    p.a.read(&sgl, p.mr_b.remote(500), 16, PostFlags::SIGNALED)
+    p.a.read(&sgl, p.mr_b.remote(500).unwrap(), 16, PostFlags::SIGNALED)
         .unwrap();
     let completions = p.wait(false, 1);
     Observed {
@@ -282,15 +298,22 @@ fn atomics(dev: &Device) -> Observed {
     let mut p = pair(dev);
     p.mr_b.write(0, &100u64.to_ne_bytes()).unwrap();
     let local = p.mr_a.sge(0, 8).unwrap();
-    p.a.compare_swap(p.mr_b.remote(0), 100, 200, local, 19, PostFlags::SIGNALED)
-        .unwrap();
+    p.a.compare_swap(
+        p.mr_b.remote(0).unwrap(),
+        100,
+        200,
+        local,
+        19,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
     let mut completions = p.wait(false, 1);
     // Replies through Qp::atomic_result: host order on every device (rxe writes host order,
     // a ConnectX may write big-endian).
     let reply = |p: &Pair, off: usize| p.a.atomic_result(&Pair::bytes(&p.mr_a, off, 8)).unwrap();
     let first = reply(&p, 0);
     p.a.compare_swap(
-        p.mr_b.remote(0),
+        p.mr_b.remote(0).unwrap(),
         100,
         300,
         p.mr_a.sge(8, 8).unwrap(),
@@ -300,7 +323,7 @@ fn atomics(dev: &Device) -> Observed {
     .unwrap();
     completions.extend(p.wait(false, 1));
     p.a.fetch_add(
-        p.mr_b.remote(0),
+        p.mr_b.remote(0).unwrap(),
         5,
         p.mr_a.sge(16, 8).unwrap(),
         21,
@@ -324,13 +347,13 @@ fn unsignaled(dev: &Device) -> Observed {
     for i in 0..5u8 {
         p.a.write_inline(
             &[i; 8],
-            p.mr_b.remote(i as usize * 8),
+            p.mr_b.remote(i as usize * 8).unwrap(),
             30 + i as u64,
             PostFlags::UNSIGNALED,
         )
         .unwrap();
     }
-    p.a.write_inline(&[9; 8], p.mr_b.remote(40), 35, PostFlags::SIGNALED)
+    p.a.write_inline(&[9; 8], p.mr_b.remote(40).unwrap(), 35, PostFlags::SIGNALED)
         .unwrap();
     let completions = p.wait(false, 1);
     assert!(
@@ -346,7 +369,7 @@ fn unsignaled(dev: &Device) -> Observed {
 
 fn batch(dev: &Device) -> Observed {
     let mut p = pair(dev);
-    let remote = p.mr_b.remote(0);
+    let remote = p.mr_b.remote(0).unwrap();
     let mut b = p.a.batch();
     for i in 0..8u64 {
         let flags = if i % 4 == 3 {
@@ -395,7 +418,7 @@ fn fail_then_flush(
         },
     );
     f(&mut p);
-    p.a.write_inline(b"after", p.mr_b.remote(0), 99, PostFlags::SIGNALED)
+    p.a.write_inline(b"after", p.mr_b.remote(0).unwrap(), 99, PostFlags::SIGNALED)
         .unwrap();
     let completions = p.wait(false, 2);
     Observed {
@@ -409,7 +432,7 @@ fn bad_rkey(dev: &Device) -> Observed {
     fail_then_flush(dev, "bad_rkey", RIGHTS, |p| {
         let r = Remote {
             rkey: p.mr_b.rkey() ^ 0x5a5a_0000,
-            ..p.mr_b.remote(0)
+            ..p.mr_b.remote(0).unwrap()
         };
         p.a.write(&[p.mr_a.sge(0, 8).unwrap()], r, 50, PostFlags::SIGNALED)
             .unwrap();
@@ -420,7 +443,7 @@ fn out_of_bounds(dev: &Device) -> Observed {
     fail_then_flush(dev, "out_of_bounds", RIGHTS, |p| {
         p.a.write(
             &[p.mr_a.sge(0, 64).unwrap()],
-            p.mr_b.remote(4096 - 32),
+            p.mr_b.remote(4096 - 32).unwrap(),
             51,
             PostFlags::SIGNALED,
         )
@@ -432,7 +455,7 @@ fn bad_lkey(dev: &Device) -> Observed {
     fail_then_flush(dev, "bad_lkey", RIGHTS, |p| {
         let mut s = p.mr_a.sge(0, 8).unwrap();
         s.lkey ^= 0x7700_0000;
-        p.a.write(&[s], p.mr_b.remote(0), 52, PostFlags::SIGNALED)
+        p.a.write(&[s], p.mr_b.remote(0).unwrap(), 52, PostFlags::SIGNALED)
             .unwrap();
     })
 }
@@ -445,7 +468,7 @@ fn missing_rights(dev: &Device) -> Observed {
         |p| {
             p.a.write(
                 &[p.mr_a.sge(0, 8).unwrap()],
-                p.mr_b.remote(0),
+                p.mr_b.remote(0).unwrap(),
                 53,
                 PostFlags::SIGNALED,
             )
@@ -553,7 +576,7 @@ fn window_rebind(dev: &Device) -> Observed {
     completions.extend(p.wait(false, 1));
     p.a.write_inline(b"old key", at(8, k1), 74, PostFlags::SIGNALED)
         .expect("write k1");
-    p.a.write_inline(b"after", p.mr_b.remote(0), 99, PostFlags::SIGNALED)
+    p.a.write_inline(b"after", p.mr_b.remote(0).unwrap(), 99, PostFlags::SIGNALED)
         .expect("write after");
     completions.extend(p.wait(false, 2));
     Observed {
@@ -579,7 +602,7 @@ fn window_past_end(dev: &Device) -> Observed {
     };
     p.a.write_inline(b"8 bytes!", r, 75, PostFlags::SIGNALED)
         .expect("write");
-    p.a.write_inline(b"after", p.mr_b.remote(0), 99, PostFlags::SIGNALED)
+    p.a.write_inline(b"after", p.mr_b.remote(0).unwrap(), 99, PostFlags::SIGNALED)
         .expect("write after");
     let completions = p.wait(false, 2);
     Observed {

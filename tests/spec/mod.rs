@@ -137,7 +137,7 @@ pub fn not_connected(dev: &Device) {
     let mut qp = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
     let mr = pd.alloc_mr(64, REGION).unwrap();
     let e = qp
-        .write_inline(b"early", mr.remote(0), 1, PostFlags::SIGNALED)
+        .write_inline(b"early", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap_err();
     assert!(matches!(e, Error::InvalidState { .. }), "{e}");
     let mut b = qp.batch();
@@ -154,7 +154,7 @@ pub fn queue_full(dev: &Device) {
     let e = loop {
         match p
             .a
-            .write_inline(b"x", p.mr_b.remote(0), posted, PostFlags::SIGNALED)
+            .write_inline(b"x", p.mr_b.remote(0).unwrap(), posted, PostFlags::SIGNALED)
         {
             Ok(()) => posted += 1,
             Err(e) => break e,
@@ -174,10 +174,15 @@ pub fn queue_full(dev: &Device) {
 pub fn disconnected_is_flushed(dev: &Device) {
     let mut p = pair(dev);
     p.a.set_error().unwrap();
-    p.a.write_inline(b"late", p.mr_b.remote(0), 77, PostFlags::SIGNALED)
+    p.a.write_inline(b"late", p.mr_b.remote(0).unwrap(), 77, PostFlags::SIGNALED)
         .unwrap();
-    p.a.write_inline(b"late", p.mr_b.remote(0), 78, PostFlags::UNSIGNALED)
-        .unwrap();
+    p.a.write_inline(
+        b"late",
+        p.mr_b.remote(0).unwrap(),
+        78,
+        PostFlags::UNSIGNALED,
+    )
+    .unwrap();
     let got: Vec<(u64, WcStatus)> = p.wait(false, 2).iter().map(|c| (c.0, c.1)).collect();
     assert_eq!(
         got,
@@ -189,13 +194,18 @@ pub fn disconnected_is_flushed(dev: &Device) {
 /// error one still arrives.
 pub fn suppress_success_completions(dev: &Device) {
     let mut p = pair(dev);
-    p.a.write_inline(b"quiet", p.mr_b.remote(0), 1, PostFlags::UNSIGNALED)
-        .unwrap();
+    p.a.write_inline(
+        b"quiet",
+        p.mr_b.remote(0).unwrap(),
+        1,
+        PostFlags::UNSIGNALED,
+    )
+    .unwrap();
     assert!(p.nothing_more());
     assert_eq!(Pair::bytes(&p.mr_b, 0, 5), b"quiet");
     let bad = Remote {
         rkey: p.mr_b.rkey() ^ 0x3300_0000,
-        ..p.mr_b.remote(0)
+        ..p.mr_b.remote(0).unwrap()
     };
     p.a.write_inline(b"loud", bad, 2, PostFlags::UNSIGNALED)
         .unwrap();
@@ -217,7 +227,7 @@ pub fn solicited(dev: &Device) {
         .unwrap();
     p.a.write_imm(
         Payload::Inline(b"up"),
-        p.mr_b.remote(200),
+        p.mr_b.remote(200).unwrap(),
         5,
         2,
         PostFlags::SIGNALED.solicited(),
@@ -238,14 +248,14 @@ pub fn barrier_fence(dev: &Device) {
     p.mr_b.write(0, b"before").unwrap();
     p.a.read(
         &[p.mr_a.sge(0, 6).unwrap()],
-        p.mr_b.remote(0),
+        p.mr_b.remote(0).unwrap(),
         1,
         PostFlags::SIGNALED,
     )
     .unwrap();
     p.a.write_inline(
         b"after!",
-        p.mr_b.remote(0),
+        p.mr_b.remote(0).unwrap(),
         2,
         PostFlags::SIGNALED.fence(Fence::SmallAndFence),
     )
@@ -260,7 +270,7 @@ pub fn barrier_fence(dev: &Device) {
 pub fn inline_needs_no_registration(dev: &Device) {
     let mut p = pair(dev);
     let on_stack = [0xabu8; 48];
-    p.a.write_inline(&on_stack, p.mr_b.remote(8), 3, PostFlags::SIGNALED)
+    p.a.write_inline(&on_stack, p.mr_b.remote(8).unwrap(), 3, PostFlags::SIGNALED)
         .unwrap();
     assert_eq!(p.wait(false, 1)[0].1, WcStatus::Success);
     assert_eq!(Pair::bytes(&p.mr_b, 8, 48), on_stack);

@@ -31,6 +31,14 @@ impl DmaBuf {
         }
         DmaBuf { ptr, layout }
     }
+    /// `len` zeroed bytes, or None when they cannot be allocated (a region's size comes
+    /// from the user: never abort on it).
+    pub(crate) fn try_new(len: usize) -> Option<DmaBuf> {
+        let layout = Layout::from_size_align(len.max(1), 4096).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some(DmaBuf { ptr, layout })
+    }
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
     }

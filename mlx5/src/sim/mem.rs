@@ -2,6 +2,7 @@
 //! every check made before a byte is moved.
 
 use super::dma::DmaBuf;
+use super::ids::Ids;
 use crate::request::{Access, MwType};
 use std::collections::HashMap;
 
@@ -48,20 +49,41 @@ pub(crate) struct Mw {
     pub(crate) bound: Option<Binding>,
 }
 
-/// The NIC's key tables. Keys are `index << 8 | variant`.
-#[derive(Default)]
+/// The NIC's key tables. Keys are `index << 8 | variant`; regions and windows share the
+/// 24-bit index space, and an index names at most one live object.
 pub(crate) struct Memory {
     pub(crate) pds: Vec<bool>,
     pub(crate) mrs: HashMap<u32, Mr>,
     pub(crate) mws: HashMap<u32, Mw>,
-    next_index: u32,
+    indices: Ids,
+    /// Keys handed out so far: the variant byte of the next key.
+    generation: u32,
 }
 
 impl Memory {
-    pub(crate) fn next_key(&mut self) -> u32 {
-        self.next_index += 1;
-        // A variant byte that differs from index to index makes stale keys visible.
-        (self.next_index << 8) | (self.next_index.wrapping_mul(0x9d) & 0xff)
+    /// Tables whose key indices are `1 ..= max_index` (at most 0xff_ffff).
+    pub(crate) fn new(max_index: u32) -> Memory {
+        Memory {
+            pds: Vec::new(),
+            mrs: HashMap::new(),
+            mws: HashMap::new(),
+            indices: Ids::new(1, max_index.clamp(1, 0xff_ffff)),
+            generation: 0,
+        }
+    }
+
+    /// A key whose index names no live region or window, or None when all are in use.
+    pub(crate) fn alloc_key(&mut self) -> Option<u32> {
+        let index = self.indices.alloc()?;
+        self.generation = self.generation.wrapping_add(1);
+        // A variant byte that changes from key to key (as the mlx5 driver's mkey counter)
+        // makes a stale key of a reused index visible.
+        Some((index << 8) | (self.generation.wrapping_mul(0x9d) & 0xff))
+    }
+
+    /// Returns the index of `key` to the pool (its object was removed from the tables).
+    pub(crate) fn free_key(&mut self, key: u32) {
+        self.indices.free(key >> 8);
     }
 
     fn mr(&self, key: u32) -> Option<&Mr> {
@@ -151,11 +173,9 @@ mod tests {
     use super::*;
 
     fn mem_with_mr(access: Access) -> (Memory, u32) {
-        let mut m = Memory {
-            pds: vec![true],
-            ..Default::default()
-        };
-        let key = m.next_key();
+        let mut m = Memory::new(0xff_ffff);
+        m.pds.push(true);
+        let key = m.alloc_key().unwrap();
         m.mrs.insert(
             key >> 8,
             Mr {

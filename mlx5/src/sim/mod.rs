@@ -31,6 +31,7 @@
 mod cq;
 mod dma;
 mod exec;
+mod ids;
 mod mem;
 mod qp;
 
@@ -38,6 +39,7 @@ pub use qp::{QpCaps, QpState, QpStats};
 
 use crate::request::{Access, MwType};
 use crate::{RawCq, RawQp};
+use ids::Ids;
 use mem::{Memory, Mr, Mw};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,6 +74,13 @@ pub enum SimError {
     BadRegion,
     /// The object is still in use (a QP on a CQ, windows bound to a region).
     Busy,
+    /// Every number of this kind is in use (24-bit key indices, QP or CQ numbers, or the
+    /// smaller limits of [`Nic::with_limits`]).
+    Exhausted(&'static str),
+    /// The NIC could not allocate memory of this many bytes.
+    NoMemory(u64),
+    /// Region rights the hardware refuses ([`Access::region_error`] says why).
+    Rights(Access),
 }
 
 impl core::fmt::Display for SimError {
@@ -91,6 +100,13 @@ impl core::fmt::Display for SimError {
             SimError::Caps(why) => write!(f, "QP capabilities: {why}"),
             SimError::BadRegion => f.write_str("memory region of zero length or at a null address"),
             SimError::Busy => f.write_str("object still in use"),
+            SimError::Exhausted(what) => write!(f, "every {what} is in use"),
+            SimError::NoMemory(len) => write!(f, "cannot allocate {len} bytes"),
+            SimError::Rights(a) => write!(
+                f,
+                "region rights {a}: {}",
+                a.region_error().unwrap_or("refused")
+            ),
         }
     }
 }
@@ -114,11 +130,33 @@ pub(crate) struct State {
     pub(crate) mem: Memory,
     pub(crate) cqs: HashMap<u32, cq::SimCq>,
     pub(crate) qps: BTreeMap<u32, qp::SimQp>,
-    next_qpn: u32,
-    next_cqn: u32,
+    qpns: Ids,
+    cqns: Ids,
     pub(crate) threaded: bool,
     /// What the NIC's atomics do and how it writes their replies.
     pub(crate) atomics: crate::atomic::AtomicCaps,
+}
+
+/// How many objects of each kind a software NIC may hold at once. The defaults are the
+/// hardware's 24-bit spaces; tests that exhaust or wrap them choose smaller ones.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Key indices shared by regions and windows (at most 0xff_ffff).
+    pub keys: u32,
+    /// QP numbers, from 0x100 (at most 0xff_ff00).
+    pub qps: u32,
+    /// CQ numbers, from 0x80 (at most 0xff_ff80).
+    pub cqs: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            keys: 0xff_ffff,
+            qps: 0x100_0000 - 0x100,
+            cqs: 0x100_0000 - 0x80,
+        }
+    }
 }
 
 struct Inner {
@@ -150,14 +188,22 @@ impl core::fmt::Debug for Nic {
 impl Nic {
     /// A NIC with no resources, in synchronous mode.
     pub fn new() -> Nic {
+        Nic::with_limits(Limits::default())
+    }
+
+    /// As [`Nic::new`], holding at most `limits` objects of each kind (each clamped to the
+    /// hardware's 24-bit space, at least one).
+    pub fn with_limits(limits: Limits) -> Nic {
+        let d = Limits::default();
+        let last = |first: u32, n: u32, max: u32| first + n.clamp(1, max) - 1;
         Nic {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
-                    mem: Memory::default(),
+                    mem: Memory::new(limits.keys.clamp(1, d.keys)),
                     cqs: HashMap::new(),
                     qps: BTreeMap::new(),
-                    next_qpn: 0x100,
-                    next_cqn: 0x80,
+                    qpns: Ids::new(0x100, last(0x100, limits.qps, d.qps)),
+                    cqns: Ids::new(0x80, last(0x80, limits.cqs, d.cqs)),
                     threaded: false,
                     atomics: crate::atomic::AtomicCaps::CONNECTX,
                 }),
@@ -206,12 +252,16 @@ impl Nic {
     /// Allocates `len` zeroed, page-aligned bytes owned by the NIC and registers them.
     ///
     /// # Errors
-    /// [`SimError::NoPd`], [`SimError::BadRegion`] for `len == 0`.
+    /// [`SimError::NoPd`], [`SimError::BadRegion`] for `len == 0`, [`SimError::Rights`],
+    /// [`SimError::NoMemory`] when `len` bytes cannot be allocated, [`SimError::Exhausted`].
     pub fn alloc_mr(&self, pd: u32, len: usize, access: Access) -> Result<MrInfo, SimError> {
         if len == 0 {
             return Err(SimError::BadRegion);
         }
-        let buf = dma::DmaBuf::new(len);
+        if access.region_error().is_some() {
+            return Err(SimError::Rights(access));
+        }
+        let buf = dma::DmaBuf::try_new(len).ok_or(SimError::NoMemory(len as u64))?;
         let addr = buf.ptr() as u64;
         self.insert_mr(pd, addr, len as u64, access, Some(buf))
     }
@@ -223,7 +273,8 @@ impl Nic {
     /// deregistered (or the NIC dropped): the NIC writes it from its own thread.
     ///
     /// # Errors
-    /// [`SimError::NoPd`], [`SimError::BadRegion`] for a null address or zero length.
+    /// [`SimError::NoPd`], [`SimError::BadRegion`] for a null address, zero length or a range
+    /// past the end of the address space, [`SimError::Rights`], [`SimError::Exhausted`].
     pub unsafe fn reg_mr(
         &self,
         pd: u32,
@@ -231,8 +282,11 @@ impl Nic {
         len: usize,
         access: Access,
     ) -> Result<MrInfo, SimError> {
-        if addr.is_null() || len == 0 {
+        if addr.is_null() || len == 0 || (addr as u64).checked_add(len as u64).is_none() {
             return Err(SimError::BadRegion);
+        }
+        if access.region_error().is_some() {
+            return Err(SimError::Rights(access));
         }
         self.insert_mr(pd, addr as u64, len as u64, access, None)
     }
@@ -247,7 +301,7 @@ impl Nic {
     ) -> Result<MrInfo, SimError> {
         let mut st = self.st();
         Self::check_pd(&st, pd)?;
-        let key = st.mem.next_key();
+        let key = st.mem.alloc_key().ok_or(SimError::Exhausted("key index"))?;
         st.mem.mrs.insert(
             key >> 8,
             Mr {
@@ -286,6 +340,7 @@ impl Nic {
             return Err(SimError::Busy);
         }
         st.mem.mrs.remove(&(lkey >> 8));
+        st.mem.free_key(lkey);
         Ok(())
     }
 
@@ -296,7 +351,7 @@ impl Nic {
     pub fn alloc_mw(&self, pd: u32, mw_type: MwType) -> Result<u32, SimError> {
         let mut st = self.st();
         Self::check_pd(&st, pd)?;
-        let rkey = st.mem.next_key();
+        let rkey = st.mem.alloc_key().ok_or(SimError::Exhausted("key index"))?;
         st.mem.mws.insert(
             rkey >> 8,
             Mw {
@@ -315,11 +370,13 @@ impl Nic {
     /// [`SimError::NoMw`].
     pub fn dealloc_mw(&self, rkey: u32) -> Result<(), SimError> {
         let mut st = self.st();
-        st.mem
+        let w = st
+            .mem
             .mws
             .remove(&(rkey >> 8))
-            .map(|_| ())
-            .ok_or(SimError::NoMw(rkey))
+            .ok_or(SimError::NoMw(rkey))?;
+        st.mem.free_key(w.rkey);
+        Ok(())
     }
 
     /// The current rkey of a window and whether it is bound (for tests and the driver's
@@ -342,8 +399,7 @@ impl Nic {
             return Err(SimError::CqSize { cqe_cnt, cqe_size });
         }
         let mut st = self.st();
-        let cqn = st.next_cqn;
-        st.next_cqn += 1;
+        let cqn = st.cqns.alloc().ok_or(SimError::Exhausted("CQ number"))?;
         let cq = cq::SimCq::new(cqn, cqe_cnt, cqe_size);
         let raw = cq.raw();
         st.cqs.insert(cqn, cq);
@@ -367,6 +423,7 @@ impl Nic {
             return Err(SimError::Busy);
         }
         st.cqs.remove(&cqn);
+        st.cqns.free(cqn);
         Ok(())
     }
 
@@ -412,8 +469,7 @@ impl Nic {
                 return Err(SimError::NoCq(cq));
             }
         }
-        let qpn = st.next_qpn;
-        st.next_qpn += 1;
+        let qpn = st.qpns.alloc().ok_or(SimError::Exhausted("QP number"))?;
         let qp = qp::SimQp::new(qpn, pd, send_cq, recv_cq, caps);
         let raw = qp.raw();
         st.qps.insert(qpn, qp);
@@ -427,6 +483,7 @@ impl Nic {
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
         let mut st = self.st();
         st.qps.remove(&qpn).ok_or(SimError::NoQp(qpn))?;
+        st.qpns.free(qpn);
         for q in st.qps.values_mut() {
             if q.peer == Some(qpn) {
                 q.peer = None;

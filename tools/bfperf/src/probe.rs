@@ -84,12 +84,12 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         assert_eq!(measured_poll_recv(&mut rcq, &mut rout), 1);
         assert_eq!((rout[0].cookie, rout[0].byte_len), (i, 8));
         assert_eq!(rscq.poll(&mut out), 1);
-        measured_post(&mut qp, &data, mr.remote(0), i);
+        measured_post(&mut qp, &data, mr.remote(0)?, i);
         dev.process();
         let got = measured_poll_hit(&mut cq, &mut out);
         assert_eq!((got, out[0].cookie), (1, i));
         assert_eq!(measured_poll_empty(&mut cq, &mut empty), 0);
-        measured_batch32(&mut qp, &data, mr.remote(0), i);
+        measured_batch32(&mut qp, &data, mr.remote(0)?, i);
         dev.process();
         assert_eq!(measured_poll_hit(&mut cq, &mut out), 1);
     }
@@ -103,7 +103,7 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
             } else {
                 PostFlags::UNSIGNALED
             };
-            qp.write_inline(&data, mr.remote(0), round * 256 + i, flags)?;
+            qp.write_inline(&data, mr.remote(0)?, round * 256 + i, flags)?;
         }
         best = best.min(t.elapsed().as_nanos() as f64 / 256.0);
         dev.process();

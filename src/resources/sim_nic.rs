@@ -1,0 +1,87 @@
+//! What safe code may do with the software NIC behind a [`Device`](super::Device): look and
+//! step, never destroy.
+//!
+//! The NIC's own handle ([`mlx5::sim::Nic`]) also destroys QPs and CQs, deregisters regions
+//! and frees windows and domains: calls that free the rings, doorbell records and buffers a
+//! live [`Qp`](super::Qp), [`Cq`](super::Cq) or [`MemoryRegion`](super::MemoryRegion) still
+//! uses. Only those objects' own drops call them; [`Device::nic`](super::Device::nic) hands
+//! out this view instead.
+
+use mlx5::sim::{Nic, QpState, QpStats};
+
+/// Read-only queries and stepping of the software NIC behind a device.
+///
+/// ```
+/// let dev = blueflame::Device::sim_stepped();
+/// let cq = dev.create_cq(8).unwrap();
+/// assert!(!dev.nic().unwrap().cq_overrun(cq.cqn()));
+/// ```
+/// Nothing here frees what a live object uses:
+/// ```compile_fail
+/// let dev = blueflame::Device::sim_stepped();
+/// let cq = dev.create_cq(8).unwrap();
+/// dev.nic().unwrap().destroy_cq(cq.cqn()).unwrap(); // only the Cq's drop destroys it
+/// ```
+/// ```compile_fail
+/// let dev = blueflame::Device::sim_stepped();
+/// let pd = dev.alloc_pd().unwrap();
+/// let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE).unwrap();
+/// dev.nic().unwrap().dereg_mr(mr.lkey()).unwrap(); // only the region's drop does
+/// ```
+#[derive(Copy, Clone, Debug)]
+pub struct SimNic<'a> {
+    nic: &'a Nic,
+}
+
+impl<'a> SimNic<'a> {
+    pub(crate) fn new(nic: &'a Nic) -> SimNic<'a> {
+        SimNic { nic }
+    }
+
+    /// What the NIC saw of a QP's doorbells and WQEs (None for an unknown QPN).
+    pub fn qp_stats(&self, qpn: u32) -> Option<QpStats> {
+        self.nic.qp_stats(qpn)
+    }
+
+    /// The state of a QP (None for an unknown QPN).
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.nic.qp_state(qpn)
+    }
+
+    /// Whether the NIC found a CQ full when it had a CQE to write.
+    pub fn cq_overrun(&self, cqn: u32) -> bool {
+        self.nic.cq_overrun(cqn)
+    }
+
+    /// A window's current rkey and whether it is bound, by any of its rkeys.
+    pub fn mw_state(&self, rkey: u32) -> Option<(u32, bool)> {
+        self.nic.mw_state(rkey)
+    }
+
+    /// One pass over every QP (see [`Nic::process`]); in thread mode the NIC's thread runs
+    /// the same passes concurrently.
+    pub fn process(&self) -> usize {
+        self.nic.process()
+    }
+
+    /// Passes until nothing is left to do (see [`Nic::drain`]).
+    pub fn drain(&self) -> usize {
+        self.nic.drain()
+    }
+
+    /// The NIC's atomic capabilities (see [`Nic::atomic_caps`]).
+    pub fn atomic_caps(&self) -> mlx5::atomic::AtomicCaps {
+        self.nic.atomic_caps()
+    }
+
+    /// Changes the NIC's atomic capabilities, as a different device would have (see
+    /// [`Nic::set_atomic_caps`]; it frees nothing).
+    pub fn set_atomic_caps(&self, caps: mlx5::atomic::AtomicCaps) {
+        self.nic.set_atomic_caps(caps)
+    }
+
+    /// Whether the NIC runs its own thread ([`Device::sim`](super::Device::sim)).
+    pub fn is_threaded(&self) -> bool {
+        self.nic.is_threaded()
+    }
+}

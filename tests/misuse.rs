@@ -1,0 +1,167 @@
+//! Misuse and bad input get typed errors, before anything is posted (issue 12, "panics or
+//! aborts instead of typed errors", "accepted silently", "messages").
+
+use blueflame::connect::RemoteBuf;
+use blueflame::*;
+
+const RIGHTS: Access = Access(1 | 2 | 4);
+
+fn loopback() -> (Device, Pd, Cq, Qp) {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let me = qp.qpn();
+    qp.connect(me).unwrap();
+    (dev, pd, cq, qp)
+}
+
+#[test]
+fn cq_sizes_zero_and_past_the_device_limit_are_refused_with_the_size_asked() {
+    let dev = Device::sim_stepped();
+    for entries in [0, u32::MAX, (1 << 22) + 1] {
+        match dev.create_cq(entries) {
+            Err(
+                e @ Error::CqSize {
+                    entries: asked,
+                    max,
+                },
+            ) => {
+                assert_eq!((asked, max), (entries, 1 << 22));
+                let msg = e.to_string();
+                assert!(msg.contains(&entries.to_string()), "{msg}");
+            }
+            other => panic!("create_cq({entries}): {other:?}"),
+        }
+    }
+    assert_eq!(dev.create_cq(3).unwrap().capacity(), 4);
+}
+
+#[test]
+fn a_region_no_allocation_can_hold_is_an_error_not_a_panic() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    assert!(matches!(
+        pd.alloc_mr(usize::MAX, RIGHTS),
+        Err(Error::InvalidParameter {
+            what: "region length",
+            value: u64::MAX
+        })
+    ));
+}
+
+#[test]
+fn a_region_larger_than_memory_is_an_error_not_an_abort() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    match pd.alloc_mr(1 << 46, RIGHTS) {
+        Err(Error::Sim(mlx5::sim::SimError::NoMemory(n))) => assert_eq!(n, 1 << 46),
+        other => panic!("{other:?}"),
+    }
+    // The domain still works.
+    assert!(pd.alloc_mr(4096, RIGHTS).is_ok());
+}
+
+#[test]
+fn a_read_whose_entries_sum_past_2_pow_31_is_refused_before_posting() {
+    let (_dev, pd, _cq, mut qp) = loopback();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let free = qp.free_send();
+    // Each entry is under 2^31 (bit 31 of a data segment's length is the inline flag); the
+    // sum is not: past 2^32 it overflowed the completion's byte count.
+    let big = Sge {
+        addr: mr.addr(),
+        len: (1 << 31) - 1,
+        lkey: mr.lkey(),
+    };
+    for sgl in [vec![big, big, big], vec![big, Sge { len: 2, ..big }]] {
+        let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
+        let e = qp
+            .read(&sgl, mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidParameter { value, .. } if value == total),
+            "{e:?}"
+        );
+    }
+    assert_eq!(qp.free_send(), free, "nothing posted");
+}
+
+#[test]
+fn write_iov_to_a_remote_range_past_2_pow_64_is_refused() {
+    let (_dev, pd, _cq, mut qp) = loopback();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let seg = LocalSeg {
+        mr: &mr,
+        off: 0,
+        len: 8,
+    };
+    // A peer's descriptor: the address plus the offset overflows.
+    let peer = RemoteBuf {
+        addr: u64::MAX - 4,
+        rkey: 0x1234,
+        len: 100,
+    };
+    for off in [10, 0] {
+        let e = qp
+            .write_iov(&[seg], &peer, off, 1, PostFlags::SIGNALED)
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { .. }), "{e:?}");
+    }
+}
+
+#[test]
+fn remote_descriptors_beyond_the_region_are_refused() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    assert_eq!(mr.remote(4096).unwrap().addr, mr.addr() + 4096);
+    for off in [4097, usize::MAX] {
+        assert!(
+            matches!(mr.remote(off), Err(Error::InvalidParameter { .. })),
+            "remote({off})"
+        );
+    }
+}
+
+#[test]
+fn poll_n_asking_for_more_than_out_holds_returns_what_fits() {
+    let (dev, pd, mut cq, mut qp) = loopback();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    for i in 0..6 {
+        qp.write_inline(b"x", mr.remote(0).unwrap(), i, PostFlags::SIGNALED)
+            .unwrap();
+    }
+    dev.process();
+    let mut out = [Completion::default(); 8];
+    assert_eq!(cq.poll_n(&mut out[..4], 8, 100), 4);
+    assert_eq!(cq.poll_n(&mut out, 8, 100), 2);
+}
+
+#[test]
+fn region_rights_that_verbs_refuses_are_refused() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    for access in [
+        Access::REMOTE_WRITE,
+        Access::REMOTE_ATOMIC | Access::REMOTE_READ,
+        Access(Access::LOCAL_WRITE.0 | 0x40),
+        Access(1 << 20),
+        Access::LOCAL_WRITE | Access::ZERO_BASED,
+    ] {
+        match pd.alloc_mr(4096, access) {
+            Err(e @ Error::RegionRights { access: a, .. }) => {
+                assert_eq!(a, access);
+                assert!(e.to_string().contains(&access.to_string()), "{e}");
+            }
+            other => panic!("{access:?}: {other:?}"),
+        }
+    }
+    for ok in [
+        Access::NONE,
+        Access::REMOTE_READ,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC | Access::MW_BIND,
+    ] {
+        assert!(pd.alloc_mr(64, ok).is_ok(), "{ok:?}");
+    }
+}
