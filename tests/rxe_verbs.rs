@@ -154,11 +154,11 @@ fn atomics_and_window_rules_on_the_verbs_path() {
         ..p.mr_a.sge(0, 8).unwrap()
     };
     assert!(matches!(
-        p.a.fetch_add(p.mr_b.remote(0), 1, short, 1, PostFlags::SIGNALED),
+        p.a.fetch_add(p.mr_b.remote(0).unwrap(), 1, short, 1, PostFlags::SIGNALED),
         Err(Error::AtomicLength { len: 4, size: 8 })
     ));
     p.a.fetch_add(
-        p.mr_b.remote(0),
+        p.mr_b.remote(0).unwrap(),
         1,
         p.mr_a.sge(0, 8).unwrap(),
         2,
