@@ -117,6 +117,13 @@ pub enum Error {
         /// The most entries this device's CQs have (the least is 1).
         max: u32,
     },
+    /// A BlueFlame register claimed as a queue's own is rung by another queue, or a queue
+    /// asks for its own a register another queue rings (rdma-core never hands out registers
+    /// so: see [`crate::DoorbellMode`]).
+    RegisterInUse {
+        /// The register's address.
+        addr: u64,
+    },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
     /// A socket error during connection set-up.
@@ -186,6 +193,10 @@ impl fmt::Display for Error {
             Error::CqSize { entries, max } => {
                 write!(f, "a CQ of {entries} entries: this device takes 1 to {max}")
             }
+            Error::RegisterInUse { addr } => write!(
+                f,
+                "BlueFlame register {addr:#x} is already rung by a queue that owns it, or shared"
+            ),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Verbs(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "connection set-up: {e}"),

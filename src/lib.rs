@@ -25,7 +25,7 @@ pub mod resources;
 pub mod verbs;
 
 pub use completion::{Completion, WcOpcode, WcStatus};
-pub use direct::PostFlags;
+pub use direct::{DoorbellMode, PostFlags};
 pub use error::{Error, Result};
 pub use mlx5::ctrl::Fence;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};

@@ -1,30 +1,63 @@
 //! Ringing a send queue: doorbell record, then BlueFlame copy or 8-byte doorbell
-//! (rdma-core `post_send_db`).
+//! (rdma-core `post_send_db`), on a register of the queue's own or under the lock of a
+//! shared one ([`super::register`]).
 
 use super::barrier;
+use super::register::{Claim, DoorbellMode, SharedReg};
 use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::doorbell::{SEND_WQE_BB, SND_DBR};
+use std::sync::Arc;
 
 /// The doorbell side of a send queue: record, register and the BlueFlame half in use.
-#[derive(Debug)]
 pub(crate) struct Doorbell {
     dbrec: *mut u32,
     bf_reg: *mut u8,
     bf_size: usize,
+    /// The half the next ring uses, when the register is the queue's own (or has no
+    /// BlueFlame: then it stays 0).
     bf_offset: usize,
+    /// Set when other queues may ring the register: every ring takes its lock and uses its
+    /// offset. Checked first on every ring (one load and branch on the fast path).
+    shared: Option<Arc<SharedReg>>,
+    mode: DoorbellMode,
+    /// Keeps the register's claim (see [`super::register::claim`]) while the queue lives.
+    _claim: Option<Arc<SharedReg>>,
+}
+
+impl core::fmt::Debug for Doorbell {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Doorbell")
+            .field("bf_reg", &self.bf_reg)
+            .field("bf_size", &self.bf_size)
+            .field("mode", &self.mode)
+            .finish()
+    }
 }
 
 impl Doorbell {
     /// # Safety
     /// `dbrec` must point to a live doorbell record (2 aligned words) and `bf_reg` to a live
     /// register of `2 * bf_size` bytes (8 bytes when `bf_size == 0`), both for as long as the
-    /// value is used, and nobody else may ring through this register half pair.
-    pub(crate) unsafe fn new(dbrec: *mut u32, bf_reg: *mut u8, bf_size: usize) -> Doorbell {
+    /// value is used. `claim` must come from [`super::register::claim`] for this register:
+    /// in [`DoorbellMode::Dedicated`], no other queue rings it.
+    pub(crate) unsafe fn new(
+        dbrec: *mut u32,
+        bf_reg: *mut u8,
+        bf_size: usize,
+        claim: Claim,
+    ) -> Doorbell {
+        let shared = match claim.mode {
+            DoorbellMode::SharedLocked => claim.reg.clone(),
+            _ => None,
+        };
         Doorbell {
             dbrec,
             bf_reg,
             bf_size,
             bf_offset: 0,
+            shared,
+            mode: claim.mode,
+            _claim: claim.reg,
         }
     }
 
@@ -32,6 +65,51 @@ impl Doorbell {
     #[inline(always)]
     pub(crate) fn bf_size(&self) -> usize {
         self.bf_size
+    }
+
+    /// How this queue rings.
+    pub(crate) fn mode(&self) -> DoorbellMode {
+        self.mode
+    }
+
+    /// Step 2 of a ring: the doorbell record, the device's fallback copy of the producer index.
+    #[inline(always)]
+    fn record(&self, pi: u16) {
+        // SAFETY: `dbrec` is a live aligned record (constructor contract); AtomicU32 has the
+        // layout of u32. Release pairs with whoever reads it as memory (the software NIC).
+        unsafe {
+            (*(self.dbrec.add(SND_DBR) as *const AtomicU32))
+                .store((pi as u32).to_be(), Ordering::Release)
+        };
+    }
+
+    /// Step 4 of a ring, into the half at `offset`: the whole WQE through BlueFlame when
+    /// `single` and it fits, else its first 8 bytes as the doorbell.
+    ///
+    /// # Safety
+    /// As [`Doorbell::ring`]; `offset` is 0 or `bf_size`.
+    #[inline(always)]
+    unsafe fn write_register(
+        &self,
+        offset: usize,
+        single: bool,
+        last_bbs: usize,
+        block: &impl Fn(usize) -> *const u8,
+    ) {
+        let dst = self.bf_reg.wrapping_add(offset) as *mut u64;
+        if single && self.bf_size != 0 && last_bbs * SEND_WQE_BB <= self.bf_size {
+            // 4a. BlueFlame: the whole WQE, 64 bytes at a time, ascending, source wrapping.
+            for i in 0..last_bbs {
+                // SAFETY: `block(i)` has 64 readable bytes (caller contract); the destination
+                // block lies within this BlueFlame half (last_bbs * 64 <= bf_size) and is
+                // 64-byte aligned (the register and bf_size are).
+                unsafe { copy_block(dst.add(i * 8).cast(), block(i)) };
+            }
+        } else {
+            // 4b. The 8-byte doorbell: the first 8 bytes of the last WQE's control segment.
+            // SAFETY: as above; one aligned 64-bit store to the register.
+            unsafe { dst.write_volatile((block(0) as *const u64).read()) };
+        }
     }
 
     /// Publishes producer index `pi` and rings. `last` is the last WQE written, `last_bbs` its
@@ -49,35 +127,52 @@ impl Doorbell {
         last_bbs: usize,
         block: impl Fn(usize) -> *const u8,
     ) {
+        if self.shared.is_some() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.ring_locked(pi, single, last_bbs, &block) };
+        }
         // 1. The WQEs and the shadow entries are written before the record says so.
         barrier::to_device();
-        // 2. The doorbell record: the device's fallback copy of the producer index.
-        // SAFETY: `dbrec` is a live aligned record (constructor contract); AtomicU32 has the
-        // layout of u32. Release pairs with whoever reads it as memory (the software NIC).
-        unsafe {
-            (*(self.dbrec.add(SND_DBR) as *const AtomicU32))
-                .store((pi as u32).to_be(), Ordering::Release)
-        };
+        // 2. The doorbell record.
+        self.record(pi);
         // 3. The record store is ordered before the write-combining stores below.
         barrier::wc_start();
-        let dst = self.bf_reg.wrapping_add(self.bf_offset) as *mut u64;
-        if single && self.bf_size != 0 && last_bbs * SEND_WQE_BB <= self.bf_size {
-            // 4a. BlueFlame: the whole WQE, 64 bytes at a time, ascending, source wrapping.
-            for i in 0..last_bbs {
-                // SAFETY: `block(i)` has 64 readable bytes (caller contract); the destination
-                // block lies within this BlueFlame half (last_bbs * 64 <= bf_size) and is
-                // 64-byte aligned (the register and bf_size are).
-                unsafe { copy_block(dst.add(i * 8).cast(), block(i)) };
-            }
-        } else {
-            // 4b. The 8-byte doorbell: the first 8 bytes of the last WQE's control segment.
-            // SAFETY: as above; one aligned 64-bit store to the register.
-            unsafe { dst.write_volatile((block(0) as *const u64).read()) };
-        }
+        // 4. BlueFlame copy or 8-byte doorbell.
+        // SAFETY: the caller's contract; the offset is 0 or bf_size.
+        unsafe { self.write_register(self.bf_offset, single, last_bbs, &block) };
         // 5. Push the write-combining buffer out before the next ring can overtake it.
         barrier::wc_flush();
         // 6. Alternate halves.
         self.bf_offset ^= self.bf_size;
+    }
+
+    /// [`Doorbell::ring`] on a shared register: steps 3 to 6 under the register's lock, with
+    /// the register's offset (rdma-core `post_send_db` with `bf->need_lock`: the flush is
+    /// inside the lock, so no other core's ring can overtake this one in the write-combining
+    /// buffers).
+    ///
+    /// # Safety
+    /// As [`Doorbell::ring`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn ring_locked(
+        &self,
+        pi: u16,
+        single: bool,
+        last_bbs: usize,
+        block: &impl Fn(usize) -> *const u8,
+    ) {
+        let Some(reg) = &self.shared else { return };
+        barrier::to_device();
+        self.record(pi);
+        let mut held = reg.lock();
+        barrier::wc_start();
+        let offset = held.offset();
+        // SAFETY: the caller's contract; the register's offset is 0 or bf_size.
+        unsafe { self.write_register(offset, single, last_bbs, block) };
+        barrier::wc_flush();
+        held.set_offset(offset ^ self.bf_size);
+        drop(held);
     }
 }
 
@@ -86,17 +181,15 @@ impl Doorbell {
     /// BlueFlame: [`Doorbell::ring`] for the case the fast path knows statically.
     ///
     /// # Safety
-    /// `wqe` must point to the 64 readable bytes of the WQE just written, and `bf_size`
-    /// must be at least 64.
+    /// `wqe` must point to the 64 readable bytes of the WQE just written, `bf_size` must be
+    /// at least 64, and the register the queue's own ([`DoorbellMode::Dedicated`]: no lock
+    /// here; the send queue enables its fast path only then).
     #[inline(always)]
     pub(crate) unsafe fn ring_bf_block(&mut self, pi: u16, wqe: *const u8) {
         debug_assert!(self.bf_size >= SEND_WQE_BB);
+        debug_assert!(self.mode == DoorbellMode::Dedicated && self.shared.is_none());
         barrier::to_device();
-        // SAFETY: as in `ring`.
-        unsafe {
-            (*(self.dbrec.add(SND_DBR) as *const AtomicU32))
-                .store((pi as u32).to_be(), Ordering::Release)
-        };
+        self.record(pi);
         barrier::wc_start();
         // SAFETY: `wqe` has 64 readable bytes (caller contract); the destination is the first
         // block of the current BlueFlame half (bf_size >= 64), 64-byte aligned.
@@ -106,9 +199,12 @@ impl Doorbell {
     }
 }
 
-/// Copies one 64-byte block to the BlueFlame register as wide, ascending, volatile stores:
-/// four 16-byte SSE stores on x86_64 (as rdma-core's `mmio_memcpy_x64`), eight 8-byte ones
-/// elsewhere.
+/// Copies one 64-byte block to the BlueFlame register as wide, ascending stores the compiler
+/// may neither merge, split nor drop, as rdma-core's `mmio_memcpy_x64`: four 16-byte SSE
+/// stores on x86_64; on aarch64 one NEON `st1` of four 16-byte registers (rdma-core:
+/// `vst4q_u64(dest, vld4q_u64(src))`, the same 64 bytes in one instruction; `st64b` where
+/// FEAT_LS64 exists is not used: it needs a run-time check and is not in stable Rust);
+/// eight 8-byte stores elsewhere.
 ///
 /// # Safety
 /// `src` must have 64 readable bytes; `dst` must be 16-byte aligned with 64 writable bytes.
@@ -124,12 +220,49 @@ unsafe fn copy_block(dst: *mut u8, src: *const u8) {
             unsafe { d.add(w).write_volatile(_mm_loadu_si128(s.add(w))) };
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: the caller's contract: 64 readable bytes at `src`, 64 writable 16-byte-aligned
+    // bytes at `dst`. NEON is part of aarch64. The block is not marked `nomem`, so the
+    // compiler keeps it in program order with the barriers around it, as a volatile access.
+    unsafe {
+        core::arch::asm!(
+            "ld1 {{v0.2d, v1.2d, v2.2d, v3.2d}}, [{src}]",
+            "st1 {{v0.2d, v1.2d, v2.2d, v3.2d}}, [{dst}]",
+            src = in(reg) src,
+            dst = in(reg) dst,
+            out("v0") _,
+            out("v1") _,
+            out("v2") _,
+            out("v3") _,
+            options(nostack, preserves_flags),
+        )
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let (d, s) = (dst as *mut u64, src as *const u64);
         for w in 0..8 {
             // SAFETY: the caller's contract (blocks are 64-byte aligned, so 8-byte loads are).
             unsafe { d.add(w).write_volatile(s.add(w).read()) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_block;
+
+    #[test]
+    fn copy_block_copies_64_bytes_in_place() {
+        #[repr(align(64))]
+        struct Line([u8; 128]);
+        let src: Vec<u8> = (0..64u8).map(|b| b.wrapping_mul(37) ^ 0x5a).collect();
+        let mut dst = Line([0xee; 128]);
+        // SAFETY: 64 readable bytes; a 64-byte-aligned destination of 128 bytes.
+        unsafe { copy_block(dst.0.as_mut_ptr(), src.as_ptr()) };
+        assert_eq!(&dst.0[..64], &src[..]);
+        assert!(
+            dst.0[64..].iter().all(|&b| b == 0xee),
+            "wrote past the block"
+        );
     }
 }

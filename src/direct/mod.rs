@@ -9,6 +9,7 @@ mod barrier;
 mod cq;
 mod doorbell;
 mod inline_write;
+mod register;
 mod rq;
 pub(crate) mod scatter;
 pub(crate) mod shadow;
@@ -16,6 +17,7 @@ mod sq;
 
 pub use cq::CompletionQueue;
 pub use inline_write::FAST_INLINE_MAX;
+pub use register::DoorbellMode;
 pub use rq::RecvQueue;
 pub use sq::{Batch, PostFlags, SendQueue};
 

@@ -3,6 +3,7 @@
 
 use super::doorbell::Doorbell;
 use super::inline_write::FAST_INLINE_MAX;
+use super::register::{self, DoorbellMode};
 use super::shadow::{SendEntry, Shadow};
 use crate::completion::WcOpcode;
 use crate::error::{Error, Result};
@@ -87,8 +88,8 @@ pub struct SendQueue {
     /// one-block WQE, ready made.
     pub(super) qpn_ds: [u32; 5],
     /// One more than the longest payload the inline-write fast path takes (its own limit
-    /// and the QP's), or 0 when the fast path is off: no BlueFlame register of at least one
-    /// block, a fence armed for the next WQE, or the owner has not enabled it (a QP before
+    /// and the QP's), or 0 when the fast path is off: no BlueFlame register of its own
+    /// ([`DoorbellMode::Dedicated`]) of at least one block, a fence armed for the next WQE, or the owner has not enabled it (a QP before
     /// `connect`). One compare checks all of it.
     pub(super) fast_limit: usize,
     bf_ok: bool,
@@ -181,7 +182,37 @@ impl SendQueue {
     /// `raw` must describe a live QP (send ring of `sq_wqe_cnt` 64-byte blocks, doorbell record,
     /// BlueFlame register of `2 * bf_size` bytes) that stays alive while the queue exists and
     /// that nothing else posts to.
+    ///
+    /// The register is taken as one other queues may ring too
+    /// ([`DoorbellMode::SharedLocked`]: every ring takes the register's lock), or
+    /// [`DoorbellMode::DoorbellOnly`] without BlueFlame.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for ring sizes or a BlueFlame size the hardware never
+    /// gives; [`Error::RegisterInUse`] when the register is claimed as dedicated by a live queue.
     pub unsafe fn new(raw: &RawQp) -> Result<SendQueue> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::with_register(raw, false) }
+    }
+
+    /// As [`SendQueue::new`], on a register no other queue rings: [`DoorbellMode::Dedicated`]
+    /// (no lock), or [`DoorbellMode::DoorbellOnly`] without BlueFlame.
+    ///
+    /// # Safety
+    /// As [`SendQueue::new`]; and no QP but this one rings `raw.bf_reg` while the queue lives
+    /// (rdma-core gives each thread domain a register of its own: one thread domain per QP).
+    ///
+    /// # Errors
+    /// As [`SendQueue::new`]; [`Error::RegisterInUse`] when another live queue rings the
+    /// register.
+    pub unsafe fn new_dedicated(raw: &RawQp) -> Result<SendQueue> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::with_register(raw, true) }
+    }
+
+    /// # Safety
+    /// As [`SendQueue::new_dedicated`] when `dedicated`, else as [`SendQueue::new`].
+    unsafe fn with_register(raw: &RawQp, dedicated: bool) -> Result<SendQueue> {
         let cnt = raw.sq_wqe_cnt;
         let stride_ok = raw.sq_stride as usize == SEND_WQE_BB;
         if !cnt.is_power_of_two() || !(16..=1 << 15).contains(&cnt) || !stride_ok {
@@ -210,8 +241,15 @@ impl SendQueue {
                 value: 0,
             });
         }
+        let claim = register::claim(raw.bf_reg, raw.bf_size as usize, dedicated).map_err(|e| {
+            Error::RegisterInUse {
+                addr: e.addr as u64,
+            }
+        })?;
         let shadow = Arc::new(Shadow::new(cnt));
-        let bf_ok = raw.bf_size as usize >= SEND_WQE_BB;
+        // The fast path rings through `ring_bf_block`, which has no lock: only on a register
+        // of the queue's own (a shared one goes through `ring`, which takes the lock).
+        let bf_ok = raw.bf_size as usize >= SEND_WQE_BB && claim.mode == DoorbellMode::Dedicated;
         Ok(SendQueue {
             buf: raw.sq_buf,
             cnt,
@@ -223,8 +261,9 @@ impl SendQueue {
             },
             pi: 0,
             limit: cnt as u16,
-            // SAFETY: the caller guarantees a live record and register for our lifetime.
-            db: unsafe { Doorbell::new(raw.dbrec, raw.bf_reg, raw.bf_size as usize) },
+            // SAFETY: the caller guarantees a live record and register for our lifetime; the
+            // claim is this register's, dedicated only under `new_dedicated`'s contract.
+            db: unsafe { Doorbell::new(raw.dbrec, raw.bf_reg, raw.bf_size as usize, claim) },
             slots: shadow.slots(),
             shadow,
             credit: cnt / 2,
@@ -345,6 +384,11 @@ impl SendQueue {
     /// Bytes of one BlueFlame write (0: doorbell only).
     pub fn bf_size(&self) -> usize {
         self.db.bf_size()
+    }
+
+    /// How this queue rings its doorbell (chosen at creation).
+    pub fn doorbell_mode(&self) -> DoorbellMode {
+        self.db.mode()
     }
 
     #[inline(always)]

@@ -94,6 +94,25 @@ impl Device {
         }
     }
 
+    /// The software mlx5 NIC `nic` as given: in thread mode if it was started, stepped
+    /// otherwise. [`Nic::with_uars`] sets how many BlueFlame registers it has.
+    ///
+    /// ```
+    /// use blueflame::{Device, DoorbellMode, QpCaps};
+    /// use mlx5::sim::{Nic, UarConfig};
+    /// // A device with no register left for thread domains: QPs share registers, locked.
+    /// let dev = Device::sim_on(Nic::with_uars(UarConfig { thread_domains: 0, ..UarConfig::default() }));
+    /// let pd = dev.alloc_pd().unwrap();
+    /// let cq = dev.create_cq(64).unwrap();
+    /// let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    /// assert_eq!(qp.doorbell_mode(), Some(DoorbellMode::SharedLocked));
+    /// ```
+    pub fn sim_on(nic: Nic) -> Device {
+        Device {
+            backend: Backend::Sim(nic),
+        }
+    }
+
     /// Opens the rdma-core device `name` (e.g. `mlx5_0`, `rxe0`) on port 1, with the first
     /// RoCE v2 IPv4 GID on Ethernet ports (override with `gid_index`). mlx5 devices run the
     /// direct path, others the verbs path; `BLUEFLAME_PATH=verbs|direct|auto` overrides.

@@ -55,6 +55,8 @@ pub struct Qp {
     atomics: mlx5::AtomicCaps,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
+    /// The software NIC's thread domain of this QP: freed after the QP.
+    sim_td: Option<u32>,
     /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
     _cm: Option<Arc<verbs::cm::CmId>>,
 }
@@ -102,27 +104,58 @@ impl Pd {
                 });
             }
         }
+        let mut sim_td = None;
         let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
                 // rdma-core's switches for this QP, as on mlx5: the device side
-                // (MLX5_SCATTER_TO_CQE, `use_scatter_to_cqe`) and the driver side
-                // (MLX5_SHUT_UP_BF).
+                // (MLX5_SCATTER_TO_CQE, `use_scatter_to_cqe`; MLX5_SHUT_UP_BF: every QP rings
+                // the register without BlueFlame, `mlx5_get_qp_uar` returns `ctx->nc_uar`) and
+                // the driver side (MLX5_SHUT_UP_BF).
                 let env = Mlx5Env::current();
                 let caps = QpCaps {
                     scatter_to_cqe: caps.scatter_to_cqe && !env.scatter_to_cqe_off,
+                    bf_size: if env.shut_up_bf { 0 } else { caps.bf_size },
                     ..caps
                 };
-                let mut raw = nic.create_qp(*pd, send_cq.cqn(), recv_cq.cqn(), caps)?;
+                // A thread domain per QP, as UCX gives each worker one: its register is the
+                // QP's own. Without one (the device has no register left), rdma-core's
+                // shared registers, rung under their lock.
+                let td = nic.alloc_td().ok();
+                let (scq, rcq) = (send_cq.cqn(), recv_cq.cqn());
+                let raw = match td {
+                    Some(td) => nic.create_qp_on_td(*pd, td, scq, rcq, caps),
+                    None => nic.create_qp(*pd, scq, rcq, caps),
+                };
+                let mut raw = match raw {
+                    Ok(raw) => raw,
+                    Err(e) => {
+                        if let Some(td) = td {
+                            let _ = nic.dealloc_td(td);
+                        }
+                        return Err(e.into());
+                    }
+                };
                 env.apply(&mut raw);
+                sim_td = td;
                 // SAFETY: the rings belong to the QP just created, which this Qp alone posts
-                // to and destroys on drop, after the queues (field order).
-                let sq = unsafe { SendQueue::new(&raw) };
+                // to and destroys on drop, after the queues (field order); with a thread
+                // domain, its register is this QP's alone (one domain per QP).
+                let sq = unsafe {
+                    if td.is_some() {
+                        SendQueue::new_dedicated(&raw)
+                    } else {
+                        SendQueue::new(&raw)
+                    }
+                };
                 // SAFETY: as above, for the receive ring.
                 let rq = unsafe { RecvQueue::new(&raw) };
                 match (sq, rq) {
                     (Ok(sq), Ok(rq)) => (QpPath::Direct { sq, rq, hw: None }, raw.qpn),
                     (Err(e), _) | (_, Err(e)) => {
                         let _ = nic.destroy_qp(raw.qpn);
+                        if let Some(td) = td {
+                            let _ = nic.dealloc_td(td);
+                        }
                         return Err(e);
                     }
                 }
@@ -136,13 +169,17 @@ impl Pd {
                     max_inline: caps.max_inline,
                 };
                 let (scq, rcq) = (cq_of(send_cq)?, cq_of(recv_cq)?);
+                // The direct path wants a thread domain per QP: a BlueFlame register of its
+                // own (the verbs path locks inside rdma-core anyway).
+                let td = self.inner.dev.data_path() == DataPath::Direct
+                    && !Mlx5Env::current().qp_signature;
                 let qp = match &cm {
                     // SAFETY: the id is live and on this PD's context (the PD was allocated on
                     // the id's context); the Qp keeps the id (`cm`) and drops it after the QP.
                     Some(id) => unsafe {
-                        verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps)?
+                        verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps, td)?
                     },
-                    None => verbs::objects::Qp::new(pd.clone(), scq, rcq, vcaps)?,
+                    None => verbs::objects::Qp::new(pd.clone(), scq, rcq, vcaps, td)?,
                 };
                 let qp = Arc::new(qp);
                 let qpn = qp.qpn();
@@ -212,6 +249,7 @@ impl Pd {
             atomics,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
+            sim_td,
             _cm: cm,
         })
     }
@@ -231,8 +269,16 @@ fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>, env: &Mlx5Env) -> Result<QpPath> 
     let mut raw = crate::dv::raw_qp(&dv, &lim)?;
     env.apply(&mut raw);
     // SAFETY: the rings and registers belong to `qp`, which the path holds (`hw`) and which
-    // rdma-core is never asked to post to; the queues are dropped before it.
-    let sq = unsafe { SendQueue::new(&raw)? };
+    // rdma-core is never asked to post to; the queues are dropped before it. With a thread
+    // domain (one per QP), rdma-core gives the register to no other QP
+    // (`mlx5_attach_dedicated_uar`).
+    let sq = unsafe {
+        if qp.has_thread_domain() {
+            SendQueue::new_dedicated(&raw)?
+        } else {
+            SendQueue::new(&raw)?
+        }
+    };
     // SAFETY: as above.
     let rq = unsafe { RecvQueue::new(&raw)? };
     Ok(QpPath::Direct {
@@ -325,6 +371,15 @@ impl Batch<'_> {
 }
 
 impl Qp {
+    /// How the direct path rings this QP's doorbell (None on the verbs path): a BlueFlame
+    /// register of its own, a shared one under its lock, or 8-byte doorbells only.
+    pub fn doorbell_mode(&self) -> Option<crate::DoorbellMode> {
+        match &self.path {
+            QpPath::Direct { sq, .. } => Some(sq.doorbell_mode()),
+            QpPath::Verbs { .. } => None,
+        }
+    }
+
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn
@@ -941,6 +996,9 @@ impl Drop for Qp {
             (&self.path, &self.pd.inner.dev.backend)
         {
             let _ = n.destroy_qp(self.qpn);
+            if let Some(td) = self.sim_td {
+                let _ = n.dealloc_td(td);
+            }
         }
         // A verbs QP is destroyed when its last Arc (held by the queues) drops.
     }

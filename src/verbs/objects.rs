@@ -283,12 +283,80 @@ impl Default for Timing {
     }
 }
 
+/// A thread domain and the parent domain that joins it to a PD. A QP created on the parent
+/// domain rings the thread domain's BlueFlame register, which rdma-core gives no other QP
+/// (mlx5 `mlx5_alloc_td` -> `mlx5_attach_dedicated_uar`; `create_qp` takes `mtd->bf` for a
+/// QP on a parent domain with a thread domain). UCX does the same per worker
+/// (`uct_ib_mlx5_res_domain_init`).
+///
+/// Drop order: the QP first (it holds the parent domain), then the parent domain, then the
+/// thread domain (rdma-core refuses to free a domain still referenced: `EBUSY`).
+pub struct ThreadDomain {
+    parent: *mut ffi::ibv_pd,
+    td: *mut ffi::ibv_td,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: as for Pd: the wrapper only holds the pointers; rdma-core's calls on them are
+// thread-safe.
+unsafe impl Send for ThreadDomain {}
+// SAFETY: as above.
+unsafe impl Sync for ThreadDomain {}
+
+impl ThreadDomain {
+    /// A thread domain on `pd`'s context and its parent domain over `pd`.
+    ///
+    /// # Errors
+    /// The `ibv_alloc_td` error (`EOPNOTSUPP` on providers without thread domains, `ENOMEM`
+    /// when the device has no register left) or the `ibv_alloc_parent_domain` error.
+    pub fn new(pd: Arc<Pd>) -> Result<ThreadDomain, VerbsError> {
+        let mut td_attr = ffi::ibv_td_init_attr { comp_mask: 0 };
+        // SAFETY: live context; a valid init attribute (no optional fields).
+        let td =
+            unsafe { ffi::ibv_alloc_td(pd.ctx.ctx, &mut td_attr) }.unwrap_or(std::ptr::null_mut());
+        if td.is_null() {
+            return Err(last("ibv_alloc_td"));
+        }
+        // SAFETY: a zeroed init attribute is valid (no allocators, no optional fields).
+        let mut attr: ffi::ibv_parent_domain_init_attr = unsafe { std::mem::zeroed() };
+        attr.pd = pd.pd;
+        attr.td = td;
+        // SAFETY: live context, PD and thread domain.
+        let parent = unsafe { ffi::ibv_alloc_parent_domain(pd.ctx.ctx, &mut attr) }
+            .unwrap_or(std::ptr::null_mut());
+        if parent.is_null() {
+            let e = last("ibv_alloc_parent_domain");
+            // SAFETY: allocated above, used by nothing.
+            unsafe { ffi::ibv_dealloc_td(td) };
+            return Err(e);
+        }
+        Ok(ThreadDomain {
+            parent,
+            td,
+            _pd: pd,
+        })
+    }
+}
+
+impl Drop for ThreadDomain {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`; the QP created on the parent domain is destroyed first
+        // (it owns this value and drops it after `ibv_destroy_qp`).
+        unsafe {
+            ffi::ibv_dealloc_pd(self.parent);
+            ffi::ibv_dealloc_td(self.td);
+        }
+    }
+}
+
 /// An RC queue pair.
 pub struct Qp {
     pub(crate) qp: *mut ffi::ibv_qp,
     pub(crate) caps: Caps,
     /// The rdma_cm id that created the QP (it is destroyed through it).
     cm_id: Option<*mut ffi::rdma_cm_id>,
+    /// The QP's thread domain, when it was created on one: freed after the QP (Drop).
+    td: Option<ThreadDomain>,
     pd: Arc<Pd>,
     _cqs: [Arc<Cq>; 2],
 }
@@ -325,35 +393,71 @@ fn caps_of(attr: &ffi::ibv_qp_init_attr) -> Caps {
     }
 }
 
+/// A thread domain for a new QP when `want`, or None when the device has none to give
+/// (then the QP gets rdma-core's shared registers, as UCX falls back to the plain PD).
+fn thread_domain(pd: &Arc<Pd>, want: bool) -> Option<ThreadDomain> {
+    if want {
+        ThreadDomain::new(pd.clone()).ok()
+    } else {
+        None
+    }
+}
+
+/// The PD a QP is created on: the thread domain's parent domain, else the PD.
+fn qp_pd(pd: &Pd, td: &Option<ThreadDomain>) -> *mut ffi::ibv_pd {
+    td.as_ref().map_or(pd.pd, |t| t.parent)
+}
+
 impl Qp {
-    /// Creates an RC QP in RESET.
+    /// Creates an RC QP in RESET; with `thread_domain`, on a thread domain of its own (when
+    /// the device gives one), so that its BlueFlame register is its own.
     ///
     /// # Errors
-    /// The `ibv_create_qp` error (e.g. `EINVAL` for an inline size the device refuses).
+    /// The `ibv_create_qp_ex` error (e.g. `EINVAL` for an inline size the device refuses).
     pub fn new(
         pd: Arc<Pd>,
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
         caps: Caps,
+        thread_domain: bool,
     ) -> Result<Qp, VerbsError> {
-        let mut attr = init_attr(&send_cq, &recv_cq, &caps);
-        // SAFETY: live PD and CQs; `attr` is a valid in/out parameter.
-        let qp = unsafe { ffi::ibv_create_qp(pd.pd, &mut attr) };
+        let td = self::thread_domain(&pd, thread_domain);
+        let base = init_attr(&send_cq, &recv_cq, &caps);
+        // SAFETY: a zeroed extended attribute is valid; the fields that matter are set.
+        let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        attr.send_cq = base.send_cq;
+        attr.recv_cq = base.recv_cq;
+        attr.qp_type = base.qp_type;
+        attr.sq_sig_all = base.sq_sig_all;
+        attr.cap = base.cap;
+        attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+        attr.pd = qp_pd(&pd, &td);
+        // SAFETY: live context, (parent) PD and CQs; `attr` is a valid in/out parameter.
+        let qp =
+            unsafe { ffi::ibv_create_qp_ex(pd.ctx.ctx, &mut attr) }.unwrap_or(std::ptr::null_mut());
         if qp.is_null() {
-            return Err(last("ibv_create_qp"));
+            return Err(last("ibv_create_qp_ex"));
         }
-        let real = caps_of(&attr);
+        let real = Caps {
+            max_send_wr: attr.cap.max_send_wr,
+            max_recv_wr: attr.cap.max_recv_wr,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge: attr.cap.max_recv_sge,
+            max_inline: attr.cap.max_inline_data,
+        };
         Ok(Qp {
             qp,
             caps: real,
             cm_id: None,
+            td,
             pd,
             _cqs: [send_cq, recv_cq],
         })
     }
 
     /// Creates an RC QP through librdmacm on `id` (connected by rdma_cm, not by
-    /// `ibv_modify_qp`).
+    /// `ibv_modify_qp`); with `thread_domain`, on a thread domain of its own as in
+    /// [`Qp::new`].
     ///
     /// # Safety
     /// `id` must be a live rdma_cm id on the PD's context that outlives the QP.
@@ -366,10 +470,13 @@ impl Qp {
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
         caps: Caps,
+        thread_domain: bool,
     ) -> Result<Qp, VerbsError> {
+        let td = self::thread_domain(&pd, thread_domain);
         let mut attr = init_attr(&send_cq, &recv_cq, &caps);
-        // SAFETY: the caller's contract; `attr` is a valid in/out parameter.
-        if unsafe { ffi::rdma_create_qp(id, pd.pd, &mut attr) } != 0 {
+        // SAFETY: the caller's contract; `attr` is a valid in/out parameter; the parent
+        // domain is on the id's context.
+        if unsafe { ffi::rdma_create_qp(id, qp_pd(&pd, &td), &mut attr) } != 0 {
             return Err(last("rdma_create_qp"));
         }
         let real = caps_of(&attr);
@@ -379,9 +486,16 @@ impl Qp {
             qp,
             caps: real,
             cm_id: Some(id),
+            td,
             pd,
             _cqs: [send_cq, recv_cq],
         })
+    }
+
+    /// Whether the QP was created on a thread domain of its own: its BlueFlame register is
+    /// rung by this QP only.
+    pub fn has_thread_domain(&self) -> bool {
+        self.td.is_some()
     }
 
     /// The QP number.

@@ -34,7 +34,8 @@ impl State {
         if self.threaded {
             qp.skip_doorbell_check();
         } else {
-            qp.check_doorbell(db);
+            let reg = &mut self.uars.regs[qp.reg];
+            qp.check_doorbell(db, reg);
         }
         loop {
             let qp = self.qps.get_mut(&qpn).expect("qp");

@@ -34,11 +34,13 @@ mod exec;
 mod ids;
 mod mem;
 mod qp;
+mod uar;
 
 pub use qp::{QpCaps, QpState, QpStats};
+pub use uar::{RegKind, RegisterCheck, UarConfig};
 
 use crate::request::{Access, MwType};
-use crate::{RawCq, RawQp};
+use crate::{wqe, RawCq, RawQp};
 use ids::Ids;
 use mem::{Memory, Mr, Mw};
 use std::collections::{BTreeMap, HashMap};
@@ -81,6 +83,10 @@ pub enum SimError {
     NoMemory(u64),
     /// Region rights the hardware refuses ([`Access::region_error`] says why).
     Rights(Access),
+    /// No thread domain with this number.
+    NoTd(u32),
+    /// Every register for thread domains is taken (`ibv_alloc_td` fails: `ENOMEM`).
+    NoRegister,
 }
 
 impl core::fmt::Display for SimError {
@@ -107,6 +113,8 @@ impl core::fmt::Display for SimError {
                 "region rights {a}: {}",
                 a.region_error().unwrap_or("refused")
             ),
+            SimError::NoTd(v) => write!(f, "no thread domain {v}"),
+            SimError::NoRegister => f.write_str("no BlueFlame register left for a thread domain"),
         }
     }
 }
@@ -135,6 +143,7 @@ pub(crate) struct State {
     pub(crate) threaded: bool,
     /// What the NIC's atomics do and how it writes their replies.
     pub(crate) atomics: crate::atomic::AtomicCaps,
+    pub(crate) uars: uar::Uars,
 }
 
 /// How many objects of each kind a software NIC may hold at once. The defaults are the
@@ -185,15 +194,43 @@ impl core::fmt::Debug for Nic {
     }
 }
 
+impl State {
+    /// Judges the rings of one stepped pass per register (misses, alternation).
+    fn end_pass(&mut self) {
+        let mut verdicts = Vec::new();
+        for r in self.uars.regs.iter_mut() {
+            if !r.pass.is_empty() {
+                verdicts.extend(r.end_pass());
+            }
+        }
+        for (qpn, missed, out_of_turn) in verdicts {
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.stats.doorbell_misses += missed as u64;
+                q.stats.bf_out_of_turn += out_of_turn as u64;
+            }
+        }
+    }
+}
+
 impl Nic {
-    /// A NIC with no resources, in synchronous mode.
+    /// A NIC with no resources, in synchronous mode, with rdma-core's default register
+    /// counts ([`UarConfig::default`]).
     pub fn new() -> Nic {
         Nic::with_limits(Limits::default())
+    }
+
+    /// A NIC with these BlueFlame register counts, in synchronous mode.
+    pub fn with_uars(uars: UarConfig) -> Nic {
+        Nic::with_limits_and_uars(Limits::default(), uars)
     }
 
     /// As [`Nic::new`], holding at most `limits` objects of each kind (each clamped to the
     /// hardware's 24-bit space, at least one).
     pub fn with_limits(limits: Limits) -> Nic {
+        Nic::with_limits_and_uars(limits, UarConfig::default())
+    }
+
+    fn with_limits_and_uars(limits: Limits, uars: UarConfig) -> Nic {
         let d = Limits::default();
         let last = |first: u32, n: u32, max: u32| first + n.clamp(1, max) - 1;
         Nic {
@@ -206,6 +243,7 @@ impl Nic {
                     cqns: Ids::new(0x80, last(0x80, limits.cqs, d.cqs)),
                     threaded: false,
                     atomics: crate::atomic::AtomicCaps::CONNECTX,
+                    uars: uar::Uars::new(uars),
                 }),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
@@ -433,13 +471,41 @@ impl Nic {
         self.st().cqs.get(&cqn).is_some_and(|c| c.overrun)
     }
 
-    /// Creates an RC QP in RESET.
+    /// Creates an RC QP in RESET. Its BlueFlame register is rdma-core's choice for a QP
+    /// without a thread domain (`mlx5_get_qp_uar`): dedicated for the first ones, then shared.
     ///
     /// # Errors
     /// [`SimError::NoPd`], [`SimError::NoCq`], [`SimError::Caps`].
     pub fn create_qp(
         &self,
         pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+    ) -> Result<RawQp, SimError> {
+        self.create_qp_in(pd, None, send_cq, recv_cq, caps)
+    }
+
+    /// Creates an RC QP in RESET on thread domain `td` (the QP created on a parent domain
+    /// holding the thread domain): it rings the domain's own register.
+    ///
+    /// # Errors
+    /// As [`Nic::create_qp`]; [`SimError::NoTd`].
+    pub fn create_qp_on_td(
+        &self,
+        pd: u32,
+        td: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+    ) -> Result<RawQp, SimError> {
+        self.create_qp_in(pd, Some(td), send_cq, recv_cq, caps)
+    }
+
+    fn create_qp_in(
+        &self,
+        pd: u32,
+        td: Option<u32>,
         send_cq: u32,
         recv_cq: u32,
         caps: QpCaps,
@@ -469,11 +535,124 @@ impl Nic {
                 return Err(SimError::NoCq(cq));
             }
         }
-        let qpn = st.qpns.alloc().ok_or(SimError::Exhausted("QP number"))?;
-        let qp = qp::SimQp::new(qpn, pd, send_cq, recv_cq, caps);
+        let bf_size = caps.bf_size as usize;
+        let reg = match td {
+            None => st.uars.for_qp(bf_size),
+            Some(td) => {
+                let i = *st.uars.tds.get(&td).ok_or(SimError::NoTd(td))?;
+                let r = &mut st.uars.regs[i];
+                if r.users == 0 && r.bf_size != bf_size {
+                    // The domain's register takes the size of its first QP's BlueFlame.
+                    *r = uar::SimReg::new(uar::RegKind::ThreadDomain, bf_size);
+                    r.td = Some(td);
+                } else if r.bf_size != bf_size {
+                    return Err(SimError::Caps(
+                        "bf_size differs from the thread domain's register",
+                    ));
+                }
+                r.users += 1;
+                i
+            }
+        };
+        let qpn = match st.qpns.alloc() {
+            Some(q) => q,
+            None => {
+                st.uars.release(reg);
+                return Err(SimError::Exhausted("QP number"));
+            }
+        };
+        let bf = st.uars.regs[reg].ptr();
+        let qp = qp::SimQp::new(qpn, pd, (send_cq, recv_cq), caps, (reg, bf));
         let raw = qp.raw();
         st.qps.insert(qpn, qp);
         Ok(raw)
+    }
+
+    /// A thread domain with a register of its own (`ibv_alloc_td` on mlx5).
+    ///
+    /// # Errors
+    /// [`SimError::NoRegister`] when every register for thread domains is taken.
+    pub fn alloc_td(&self) -> Result<u32, SimError> {
+        self.st()
+            .uars
+            .alloc_td(QpCaps::default().bf_size as usize)
+            .ok_or(SimError::NoRegister)
+    }
+
+    /// Frees a thread domain.
+    ///
+    /// # Errors
+    /// [`SimError::NoTd`]; [`SimError::Busy`] while QPs use it.
+    pub fn dealloc_td(&self, td: u32) -> Result<(), SimError> {
+        self.st().uars.dealloc_td(td).map_err(|busy| {
+            if busy {
+                SimError::Busy
+            } else {
+                SimError::NoTd(td)
+            }
+        })
+    }
+
+    /// The kind of the register a QP rings and how many QPs ring it.
+    pub fn qp_register(&self, qpn: u32) -> Option<(RegKind, u32)> {
+        let st = self.st();
+        let q = st.qps.get(&qpn)?;
+        let r = &st.uars.regs[q.reg];
+        Some((r.kind, r.users))
+    }
+
+    /// Checks every register at a quiescent point (no ring in progress: the posting threads
+    /// wait): a half holding a BlueFlame copy holds one whole WQE still in its ring, never
+    /// pieces of two; a register rung at least twice since the last check has both halves
+    /// written. Then clears the registers for the next check.
+    pub fn check_registers(&self) -> RegisterCheck {
+        let mut st = self.st();
+        let mut out = RegisterCheck::default();
+        let mut rung = vec![0u64; st.uars.regs.len()];
+        for q in st.qps.values_mut() {
+            let db = q.sq_db();
+            rung[q.reg] += q.rings_since_mark(db);
+        }
+        for (i, r) in st.uars.regs.iter().enumerate() {
+            if r.users == 0 {
+                continue;
+            }
+            out.registers += 1;
+            let bf = r.bf_size;
+            if bf == 0 {
+                r.clear();
+                continue;
+            }
+            let mut written = 0;
+            for half in [0, bf] {
+                let mut bytes = [0u8; wqe::MAX_WQE_BYTES];
+                let n = bf.min(wqe::MAX_WQE_BYTES);
+                r.read(half, &mut bytes[..n]);
+                let mut ring = [0u8; wqe::MAX_WQE_BYTES];
+                let live = st
+                    .qps
+                    .values()
+                    .filter(|q| q.reg == i)
+                    .any(|q| q.wqe_matching(&bytes[..8], &mut ring));
+                match uar::classify(&bytes[..n], live.then_some(&ring[..])) {
+                    uar::HalfContent::Empty => {}
+                    uar::HalfContent::Doorbell => written += 1,
+                    uar::HalfContent::Copy => {
+                        written += 1;
+                        out.copies += 1;
+                    }
+                    uar::HalfContent::Torn => {
+                        written += 1;
+                        out.torn += 1;
+                    }
+                }
+            }
+            if rung[i] >= 2 && written < 2 {
+                out.out_of_turn += 1;
+            }
+            r.clear();
+        }
+        out
     }
 
     /// Destroys a QP (its rings are freed: the driver must not touch them afterwards).
@@ -482,8 +661,9 @@ impl Nic {
     /// [`SimError::NoQp`].
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
         let mut st = self.st();
-        st.qps.remove(&qpn).ok_or(SimError::NoQp(qpn))?;
+        let q = st.qps.remove(&qpn).ok_or(SimError::NoQp(qpn))?;
         st.qpns.free(qpn);
+        st.uars.release(q.reg);
         for q in st.qps.values_mut() {
             if q.peer == Some(qpn) {
                 q.peer = None;
@@ -553,7 +733,11 @@ impl Nic {
     pub fn process(&self) -> usize {
         let mut st = self.st();
         let qpns: Vec<u32> = st.qps.keys().copied().collect();
-        qpns.into_iter().map(|q| st.run_qp(q)).sum()
+        let n = qpns.into_iter().map(|q| st.run_qp(q)).sum();
+        if !st.threaded {
+            st.end_pass();
+        }
+        n
     }
 
     /// Passes until nothing is left to do (an RNR wait counts as nothing to do).

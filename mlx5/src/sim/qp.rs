@@ -1,6 +1,7 @@
 //! The NIC side of a queue pair: its rings, its cursors, and the doorbell / BlueFlame check.
 
 use super::dma::{self, DmaBuf};
+use super::uar::{PassRing, SimReg};
 use crate::ctrl::CtrlSeg;
 use crate::doorbell::{MAX_WQE_BBS, RCV_DBR, SEND_WQE_BB, SND_DBR};
 use crate::recv::decode_recv;
@@ -40,6 +41,9 @@ pub struct QpStats {
     pub bf_violations: u64,
     /// Doorbell records that moved with no matching doorbell write in the register.
     pub doorbell_misses: u64,
+    /// Rings that used the same BlueFlame half as the ring before them on the register (the
+    /// offset must alternate per register, whichever QP rings: rdma-core `bf->offset`).
+    pub bf_out_of_turn: u64,
     /// Times a send found no receive WQE at the responder (RNR NAKs).
     pub rnr_naks: u64,
 }
@@ -99,15 +103,17 @@ pub(crate) struct SimQp {
     pub(crate) rq_cnt: u32,
     pub(crate) rq_stride: u32,
     dbrec: DmaBuf,
-    bf: DmaBuf,
+    /// The BlueFlame register (index in the NIC's registers) and its address.
+    pub(crate) reg: usize,
+    bf_reg: usize,
     pub(crate) state: QpState,
     pub(crate) peer: Option<u32>,
     /// Producer index (blocks) of the next WQE to run.
     pub(crate) sq_ci: u32,
     /// Producer index up to which doorbells were checked.
     db_checked: u32,
-    /// BlueFlame half where the next ring is expected.
-    bf_expect: usize,
+    /// Producer index at the last register check ([`super::Nic::check_registers`]).
+    reg_mark: u32,
     /// Receive WQEs consumed.
     pub(crate) rq_ci: u32,
     pub(crate) rnr_tries: u32,
@@ -115,7 +121,13 @@ pub(crate) struct SimQp {
 }
 
 impl SimQp {
-    pub(crate) fn new(qpn: u32, pd: u32, send_cq: u32, recv_cq: u32, caps: QpCaps) -> SimQp {
+    pub(crate) fn new(
+        qpn: u32,
+        pd: u32,
+        (send_cq, recv_cq): (u32, u32),
+        caps: QpCaps,
+        (reg, bf_reg): (usize, *mut u8),
+    ) -> SimQp {
         let sq_cnt = caps.sq_blocks.max(1).next_power_of_two();
         let rq_cnt = if caps.rq_entries == 0 {
             0
@@ -135,12 +147,13 @@ impl SimQp {
             rq_cnt,
             rq_stride,
             dbrec: DmaBuf::new(64),
-            bf: DmaBuf::new(2 * caps.bf_size as usize + 64),
+            reg,
+            bf_reg: bf_reg as usize,
             state: QpState::Reset,
             peer: None,
             sq_ci: 0,
             db_checked: 0,
-            bf_expect: 0,
+            reg_mark: 0,
             rq_ci: 0,
             rnr_tries: 0,
             stats: QpStats::default(),
@@ -157,7 +170,7 @@ impl SimQp {
             rq_wqe_cnt: self.rq_cnt,
             rq_stride: self.rq_stride,
             dbrec: self.dbrec.ptr() as *mut u32,
-            bf_reg: self.bf.ptr(),
+            bf_reg: self.bf_reg as *mut u8,
             bf_size: self.caps.bf_size,
             max_inline: self.caps.max_inline,
             max_send_sge: self.caps.max_send_sge,
@@ -228,18 +241,22 @@ impl SimQp {
 
     /// Checks the doorbell of the ring that published `db` (synchronous mode only: the
     /// driver's writes are complete). Walks the WQEs since the last check to find the last
-    /// one, looks for its control segment in the BlueFlame halves and compares the copy.
-    pub(crate) fn check_doorbell(&mut self, db: u32) {
+    /// one, looks for its control segment in the register's halves and compares the copy.
+    /// Whether it was found, and in which half, goes to the register's pass record
+    /// ([`SimReg::end_pass`] judges misses and alternation once every QP was seen).
+    pub(crate) fn check_doorbell(&mut self, db: u32, reg: &mut SimReg) {
         if self.db_checked & 0xffff == db {
             return;
         }
         let mut pi = self.db_checked;
         let mut last = None;
+        let mut wqes = 0;
         while pi & 0xffff != db {
             match self.peek(pi, db) {
                 Ok((ctrl, bbs)) => {
                     last = Some((pi, bbs, ctrl.ds()));
                     pi = pi.wrapping_add(bbs as u32);
+                    wqes += 1;
                 }
                 Err(_) => break,
             }
@@ -251,23 +268,19 @@ impl SimQp {
         let Some((start, bbs, ds)) = last else { return };
         let mut wqe = [0u8; MAX_WQE_BYTES];
         self.read_blocks(start, bbs, &mut wqe);
-        let bf_size = self.caps.bf_size as usize;
+        let bf_size = reg.bf_size;
         let bytes = bbs * SEND_WQE_BB;
-        let slots = if bf_size == 0 {
-            vec![0]
-        } else {
-            vec![self.bf_expect, self.bf_expect ^ bf_size]
-        };
-        for slot in slots {
-            let mut reg = [0u8; MAX_WQE_BYTES];
+        let slots: &[usize] = if bf_size == 0 { &[0] } else { &[0, bf_size] };
+        let mut found = None;
+        for &slot in slots {
+            let mut bytes_in = [0u8; MAX_WQE_BYTES];
             let span = if bf_size == 0 {
                 8
             } else {
                 bf_size.min(MAX_WQE_BYTES)
             };
-            // SAFETY: the register buffer holds 2 * bf_size + 64 bytes; slot + span fits.
-            unsafe { dma::read(self.bf.ptr().add(slot), &mut reg[..span]) };
-            if reg[..8] != wqe[..8] {
+            reg.read(slot, &mut bytes_in[..span]);
+            if bytes_in[..8] != wqe[..8] {
                 continue;
             }
             self.stats.doorbells += 1;
@@ -276,8 +289,10 @@ impl SimQp {
             // (zero, or an older copy when several rings came between two passes).
             let copyable = bf_size != 0 && bytes <= bf_size && ds > 1;
             let cmp = bytes.min(span);
-            let copied = cmp > 8 && reg[8..cmp].iter().any(|&b| b != 0) && reg[..cmp] == wqe[..cmp];
-            let rest_zero = reg[8..span].iter().all(|&b| b == 0);
+            let copied = cmp > 8
+                && bytes_in[8..cmp].iter().any(|&b| b != 0)
+                && bytes_in[..cmp] == wqe[..cmp];
+            let rest_zero = bytes_in[8..span].iter().all(|&b| b == 0);
             if copied {
                 if copyable {
                     self.stats.bf_copies += 1;
@@ -289,20 +304,49 @@ impl SimQp {
             } else {
                 self.stats.bf_mismatches += 1;
             }
-            // Every ring up to the doorbell record has now been accounted for: clear both
-            // halves, so a stale copy from an earlier ring (several rings between two passes)
-            // is never mistaken for part of the next one.
-            let zeros = [0u8; MAX_WQE_BYTES];
-            let halves = if bf_size == 0 { 8 } else { 2 * bf_size };
-            for at in (0..halves).step_by(MAX_WQE_BYTES) {
-                let n = (halves - at).min(MAX_WQE_BYTES);
-                // SAFETY: the register buffer holds 2 * bf_size + 64 bytes; at + n <= halves.
-                unsafe { dma::write(self.bf.ptr().add(at), &zeros[..n]) };
-            }
-            self.bf_expect = slot ^ bf_size;
-            return;
+            found = Some(slot);
+            break;
         }
-        self.stats.doorbell_misses += 1;
+        reg.pass.push(PassRing {
+            qpn: self.qpn,
+            half: found,
+            single: wqes == 1,
+        });
+    }
+
+    /// The bytes of the WQE whose first 8 bytes are `head`, if it is still in the ring
+    /// (for [`super::uar::classify`]).
+    pub(crate) fn wqe_matching(&self, head: &[u8], out: &mut [u8; MAX_WQE_BYTES]) -> bool {
+        let pi = (u32::from_be_bytes([head[0], head[1], head[2], head[3]]) >> 8) & 0xffff;
+        let qpn = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) >> 8;
+        if qpn != self.qpn {
+            return false;
+        }
+        let ds = (head[7] & 0x3f) as usize;
+        let bbs = ds_to_bbs(ds);
+        if bbs == 0 || bbs > MAX_WQE_BBS {
+            return false;
+        }
+        self.read_blocks(pi, bbs, out);
+        out[..8] == head[..8]
+    }
+
+    /// WQEs posted since the last register check, counted up to 2 (a ring walked over a
+    /// reused slot counts as 2), and a new mark at `db`.
+    pub(crate) fn rings_since_mark(&mut self, db: u32) -> u64 {
+        let mut pi = self.reg_mark;
+        let mut n = 0;
+        while pi & 0xffff != db && n < 2 {
+            match self.peek(pi, db) {
+                Ok((_, bbs)) => {
+                    pi = pi.wrapping_add(bbs as u32);
+                    n += 1;
+                }
+                Err(_) => n = 2,
+            }
+        }
+        self.reg_mark = db;
+        n
     }
 
     /// Marks every doorbell up to the current one as checked (thread mode, and when the QP

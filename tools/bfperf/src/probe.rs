@@ -1,12 +1,22 @@
 //! `bfperf icount-probe N`: runs N posts and polls through functions that callgrind can
 //! measure one by one (`--toggle-collect=bfperf::probe::measured_*`): the post of an 8-byte
 //! inline RDMA write with BlueFlame, a poll that finds one CQE, an empty poll, and a batch of
-//! 32 inline writes with one doorbell. The NIC runs outside the measured functions.
+//! 32 inline writes with one doorbell; and the same post on a QP whose BlueFlame register is
+//! shared (rung under the register's lock). The NIC runs outside the measured functions.
 
-use blueflame::{Access, Completion, Cq, Device, PostFlags, Qp, QpCaps, Remote};
+use blueflame::{Access, Completion, Cq, Device, DoorbellMode, PostFlags, Qp, QpCaps, Remote};
+use mlx5::sim::{Nic, UarConfig};
 
 #[inline(never)]
 fn measured_post(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
+    qp.write_inline(data, remote, cookie, PostFlags::SIGNALED)
+        .expect("post");
+}
+
+/// The post of `measured_post` on a shared register (a separate function: callgrind counts
+/// it on its own).
+#[inline(never)]
+fn measured_post_shared(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
     qp.write_inline(data, remote, cookie, PostFlags::SIGNALED)
         .expect("post");
 }
@@ -65,6 +75,19 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let mut qp = pd.create_qp(&cq, &cq, caps)?;
     let q = qp.qpn();
     qp.connect(q)?;
+    assert_eq!(qp.doorbell_mode(), Some(DoorbellMode::Dedicated));
+    // A device with no register for thread domains: its QPs ring shared registers, locked.
+    let shared_dev = Device::sim_on(Nic::with_uars(UarConfig {
+        thread_domains: 0,
+        ..UarConfig::default()
+    }));
+    let shared_pd = shared_dev.alloc_pd()?;
+    let mut shared_cq = shared_dev.create_cq(1024)?;
+    let mut shared = shared_pd.create_qp(&shared_cq, &shared_cq, caps)?;
+    let sq = shared.qpn();
+    shared.connect(sq)?;
+    assert_eq!(shared.doorbell_mode(), Some(DoorbellMode::SharedLocked));
+    let shared_mr = shared_pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let data = *b"12345678";
     let mut out = [Completion::default(); 1];
@@ -92,6 +115,9 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         measured_batch32(&mut qp, &data, mr.remote(0)?, i);
         dev.process();
         assert_eq!(measured_poll_hit(&mut cq, &mut out), 1);
+        measured_post_shared(&mut shared, &data, shared_mr.remote(0), i);
+        shared_dev.process();
+        assert_eq!(shared_cq.poll(&mut out), 1);
     }
     // Wall-clock cost of a post (no NIC in between: 256 posts of 1 block, then drain).
     let mut best = f64::MAX;

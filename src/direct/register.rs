@@ -1,0 +1,244 @@
+//! Who rings a BlueFlame register, and how: one register of its own (a thread domain's),
+//! one shared with other queues (a lock and the alternating offset kept per register), or
+//! none (8-byte doorbells only).
+//!
+//! rdma-core (`providers/mlx5/verbs.c` `mlx5_get_qp_uar`) gives the first QPs of a context a
+//! register each, the next ones shared registers, and a thread domain a register no QP outside
+//! the domain gets (`mlx5_alloc_td` -> `mlx5_attach_dedicated_uar`). On a shared register
+//! (`qp.c` `post_send_db`) every ring takes `bf->lock`, and the BlueFlame half alternates per
+//! register (`bf->offset` lives in the shared `mlx5_bf`). UCX (`ib_mlx5.c`
+//! `uct_ib_mlx5_txwq_init`) keeps one state per register address for the queues of a worker
+//! and picks its MMIO mode by whether the QP has a thread domain
+//! (`uct_ib_mlx5_get_mmio_mode`). The state here is the same: one [`SharedReg`] per register
+//! address, found in a process-wide table when a queue is created, never on the data path.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// How a send queue rings its doorbell; chosen when the queue is created.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DoorbellMode {
+    /// A BlueFlame register of its own (the QP's thread domain): BlueFlame copies, no lock,
+    /// the alternating offset in the queue (UCX `BF_POST`).
+    Dedicated,
+    /// A BlueFlame register other queues may ring too: every ring takes the register's lock,
+    /// and the alternating offset is the register's (rdma-core `post_send_db` with
+    /// `bf->need_lock`).
+    SharedLocked,
+    /// No BlueFlame on this register (`bf.size == 0`: no write-combining mapping, or
+    /// `MLX5_SHUT_UP_BF`): 8-byte doorbells, single-copy atomic stores at one fixed offset,
+    /// which need no lock even when queues share the register (rdma-core's `nc_uar`, UCX `DB`).
+    DoorbellOnly,
+}
+
+impl DoorbellMode {
+    /// A short name (bfperf's header).
+    pub fn name(self) -> &'static str {
+        match self {
+            DoorbellMode::Dedicated => "dedicated BlueFlame register",
+            DoorbellMode::SharedLocked => "shared BlueFlame register, locked",
+            DoorbellMode::DoorbellOnly => "8-byte doorbell only",
+        }
+    }
+}
+
+impl core::fmt::Display for DoorbellMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The state of one BlueFlame register shared by queues: its lock and the offset of the half
+/// the next ring uses.
+pub(crate) struct SharedReg {
+    locked: AtomicBool,
+    /// Guarded by `locked`.
+    offset: UnsafeCell<usize>,
+}
+
+// SAFETY: `offset` is read and written only by the holder of `locked` (see `RegGuard`);
+// `locked` is an atomic.
+unsafe impl Sync for SharedReg {}
+// SAFETY: plain data; nothing is tied to a thread.
+unsafe impl Send for SharedReg {}
+
+impl SharedReg {
+    fn new() -> SharedReg {
+        SharedReg {
+            locked: AtomicBool::new(false),
+            offset: UnsafeCell::new(0),
+        }
+    }
+
+    /// Takes the register's lock (a spin lock, as rdma-core's `mlx5_spinlock`: the critical
+    /// section is a few stores).
+    #[inline]
+    pub(crate) fn lock(&self) -> RegGuard<'_> {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.locked.load(Ordering::Relaxed) {
+                core::hint::spin_loop();
+            }
+        }
+        RegGuard { reg: self }
+    }
+}
+
+/// The register's lock, held: gives the offset.
+pub(crate) struct RegGuard<'a> {
+    reg: &'a SharedReg,
+}
+
+impl RegGuard<'_> {
+    /// The offset of the half the next ring uses.
+    #[inline]
+    pub(crate) fn offset(&self) -> usize {
+        // SAFETY: the lock is held: nobody else touches `offset`.
+        unsafe { *self.reg.offset.get() }
+    }
+
+    /// Sets the offset for the next ring.
+    #[inline]
+    pub(crate) fn set_offset(&mut self, v: usize) {
+        // SAFETY: as above.
+        unsafe { *self.reg.offset.get() = v }
+    }
+}
+
+impl Drop for RegGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the register stores (already flushed by the caller) and the offset are
+        // ordered before the next holder's.
+        self.reg.locked.store(false, Ordering::Release);
+    }
+}
+
+/// A queue's claim on a register: while it lives, the table knows the register is in use and
+/// whether it is exclusive.
+pub(crate) struct Claim {
+    pub(crate) mode: DoorbellMode,
+    /// The register's shared state (present for every BlueFlame register; used for rings only
+    /// in [`DoorbellMode::SharedLocked`]).
+    pub(crate) reg: Option<Arc<SharedReg>>,
+}
+
+struct Entry {
+    key: usize,
+    exclusive: bool,
+    state: Weak<SharedReg>,
+}
+
+/// Every register in use by a queue of this process, by address. Weak entries: the state
+/// lives as long as a queue rings the register.
+static TABLE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+/// Why a register cannot be claimed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct InUse {
+    pub(crate) addr: usize,
+}
+
+/// Claims the register at `addr` (two halves of `bf_size` bytes) for a new queue.
+/// `dedicated`: the creator of the QP says no other QP gets this register (a thread domain's).
+///
+/// The answer never lets two queues ring one register without the lock: a dedicated claim
+/// on a register already in use, or any claim on a register claimed as dedicated, is refused
+/// (rdma-core never does that; the check costs nothing here).
+pub(crate) fn claim(addr: *mut u8, bf_size: usize, dedicated: bool) -> Result<Claim, InUse> {
+    if bf_size == 0 {
+        return Ok(Claim {
+            mode: DoorbellMode::DoorbellOnly,
+            reg: None,
+        });
+    }
+    // Both halves name the same register (UCX `uct_ib_mlx5_mmio_cmp` masks the half bit).
+    let key = addr as usize & !bf_size;
+    let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    table.retain(|e| e.state.strong_count() > 0);
+    if let Some(e) = table.iter().find(|e| e.key == key) {
+        let state = e.state.upgrade().ok_or(InUse { addr: key })?;
+        if e.exclusive || dedicated {
+            return Err(InUse { addr: key });
+        }
+        return Ok(Claim {
+            mode: DoorbellMode::SharedLocked,
+            reg: Some(state),
+        });
+    }
+    let state = Arc::new(SharedReg::new());
+    table.push(Entry {
+        key,
+        exclusive: dedicated,
+        state: Arc::downgrade(&state),
+    });
+    Ok(Claim {
+        mode: if dedicated {
+            DoorbellMode::Dedicated
+        } else {
+            DoorbellMode::SharedLocked
+        },
+        reg: Some(state),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_per_register() {
+        let mut mem = vec![0u8; 4096];
+        let a = mem
+            .as_mut_ptr()
+            .wrapping_add(512 - (mem.as_ptr() as usize % 512));
+        let b = a.wrapping_add(512);
+        // Shared claims on one register share one state, whichever half they name.
+        let s1 = claim(a, 256, false).unwrap();
+        let s2 = claim(a.wrapping_add(256), 256, false).unwrap();
+        assert_eq!(s1.mode, DoorbellMode::SharedLocked);
+        assert!(Arc::ptr_eq(
+            s1.reg.as_ref().unwrap(),
+            s2.reg.as_ref().unwrap()
+        ));
+        // A dedicated claim on a register in use is refused.
+        assert!(claim(a, 256, true).is_err());
+        // A dedicated register refuses any second claim.
+        let d = claim(b, 256, true).unwrap();
+        assert_eq!(d.mode, DoorbellMode::Dedicated);
+        assert!(claim(b, 256, false).is_err());
+        drop(d);
+        // Once released, the register can be claimed again.
+        assert_eq!(
+            claim(b, 256, false).unwrap().mode,
+            DoorbellMode::SharedLocked
+        );
+        assert_eq!(claim(b, 0, true).unwrap().mode, DoorbellMode::DoorbellOnly);
+    }
+
+    #[test]
+    fn lock_and_offset() {
+        let r = Arc::new(SharedReg::new());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        let mut g = r.lock();
+                        let o = g.offset();
+                        g.set_offset(o + 1);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(r.lock().offset(), 40_000);
+    }
+}
