@@ -98,8 +98,14 @@ pub struct SendQueue {
     atomics: AtomicCaps,
 }
 
-// SAFETY: the raw pointers are to the QP's rings and registers, which this queue alone writes
-// (the constructor's contract); moving it to another thread moves that exclusive right.
+// SAFETY: the raw pointers are to the QP's rings and doorbell record, which this queue alone
+// writes (the constructor's contract), and to its BlueFlame register, which is either its own
+// (`Dedicated`: the constructor's contract, and the register table refuses a second claim),
+// or rung by every queue only under the register's lock with the register's offset
+// (`SharedLocked`: `Doorbell::ring_locked`; the fast path is off), or written only with
+// single-copy-atomic 8-byte stores at one fixed offset (`DoorbellOnly`). So queues on
+// different threads never race on a register; moving the queue moves its exclusive rights.
+// It is not Sync: posting takes `&mut self`.
 unsafe impl Send for SendQueue {}
 
 impl core::fmt::Debug for SendQueue {
