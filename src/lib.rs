@@ -29,6 +29,7 @@ pub use direct::{DoorbellMode, PostFlags};
 pub use error::{Error, Result};
 pub use mlx5::ctrl::Fence;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
+pub use mlx5::sim::UarConfig;
 pub use mlx5::{AtomicCaps, RawCq, RawQp};
 pub use resources::{
     Batch, Cq, DataPath, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Pd, Qp, QpCaps,

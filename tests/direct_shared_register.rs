@@ -7,7 +7,7 @@ mod common;
 
 use blueflame::*;
 use common::*;
-use mlx5::sim::{Nic, RegKind, UarConfig};
+use mlx5::sim::RegKind;
 use std::sync::{Arc, Barrier};
 
 /// A device whose QPs share `shared` registers (no thread domains, no dedicated registers).
@@ -34,7 +34,7 @@ fn rings_alternate_per_register_not_per_queue() {
     // the NIC after each post): it must use the half the register's previous ring left, even
     // when that ring was another QP's. A per-queue offset (each queue starting at half 0)
     // rings the same half twice in a row here.
-    let dev = Device::sim_on(Nic::with_uars(shared_only(2)));
+    let dev = Device::sim_with_registers(shared_only(2), false);
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(1024).unwrap();
     let caps = QpCaps {
@@ -57,7 +57,7 @@ fn rings_alternate_per_register_not_per_queue() {
         let data = payload(i);
         q.write_inline(
             &data,
-            m.remote(128 * (i as usize % 4)),
+            m.remote(128 * (i as usize % 4)).unwrap(),
             i,
             PostFlags::SIGNALED,
         )
@@ -85,7 +85,7 @@ fn rings_alternate_per_register_not_per_queue() {
 fn two_queues_ring_one_register_between_passes() {
     // Both QPs of one register ring before the NIC looks: both rings must be visible, one in
     // each half. (Registers come in pages of two: the third QP shares the first's.)
-    let dev = Device::sim_on(Nic::with_uars(shared_only(1)));
+    let dev = Device::sim_with_registers(shared_only(1), false);
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(1024).unwrap();
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
@@ -99,10 +99,20 @@ fn two_queues_ring_one_register_between_passes() {
     let m = pd.alloc_mr(4096, ALL).unwrap();
     let mut wc = [Completion::default(); 4];
     for i in 0..50u64 {
-        a.write_inline(&i.to_le_bytes(), m.remote(0), i, PostFlags::SIGNALED)
-            .unwrap();
-        b.write_inline(&i.to_le_bytes(), m.remote(8), i, PostFlags::SIGNALED)
-            .unwrap();
+        a.write_inline(
+            &i.to_le_bytes(),
+            m.remote(0).unwrap(),
+            i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        b.write_inline(
+            &i.to_le_bytes(),
+            m.remote(8).unwrap(),
+            i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
         dev.process();
         assert_eq!(cq.poll_n(&mut wc, 2, 1000), 2);
     }
@@ -117,10 +127,11 @@ fn two_queues_ring_one_register_between_passes() {
 fn rdma_core_allocation_dedicated_then_shared() {
     // rdma-core's defaults: 4 dedicated registers, then 12 shared ones allocated as QPs
     // come, then the least used shared register: the 17th QP is the first to share.
-    let dev = Device::sim_on(Nic::with_uars(UarConfig {
+    let uars = UarConfig {
         thread_domains: 0,
         ..UarConfig::default()
-    }));
+    };
+    let dev = Device::sim_with_registers(uars, false);
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let caps = QpCaps {
@@ -158,10 +169,11 @@ fn rdma_core_allocation_dedicated_then_shared() {
 fn thread_domain_gives_a_register_of_its_own() {
     // The default device has registers for thread domains: every QP gets one (one domain per
     // QP), rings without a lock; when they run out, QPs fall back to shared registers.
-    let dev = Device::sim_on(Nic::with_uars(UarConfig {
+    let uars = UarConfig {
         thread_domains: 4,
         ..UarConfig::default()
-    }));
+    };
+    let dev = Device::sim_with_registers(uars, false);
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let caps = QpCaps {
@@ -207,8 +219,13 @@ fn one_round(w: &mut Worker, t: usize, round: u64) {
     for (j, q) in w.qps.iter_mut().enumerate() {
         let cookie = round << 16 | (t * PER_THREAD + j) as u64;
         let data = payload(round + j as u64);
-        q.write_inline(&data, w.mr.remote(128 * j), cookie, PostFlags::SIGNALED)
-            .unwrap();
+        q.write_inline(
+            &data,
+            w.mr.remote(128 * j).unwrap(),
+            cookie,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
     }
     let mut seen = [false; PER_THREAD];
     let mut got = 0;
@@ -248,13 +265,13 @@ fn stress_many_queues_few_registers_many_threads() {
     // on every register rung twice or more (the offset alternates per register).
     const THREADS: usize = 4;
     const ROUNDS: u64 = 1000;
-    let nic = Nic::with_uars(UarConfig {
+    let uars = UarConfig {
         dedicated: 2,
         shared: 2,
         thread_domains: 4,
-    });
-    nic.start();
-    let dev = Device::sim_on(nic.clone());
+    };
+    let dev = Device::sim_with_registers(uars, true);
+    let nic = nic(&dev);
     let pd = dev.alloc_pd().unwrap();
     let caps = QpCaps {
         max_inline: 128,
@@ -342,6 +359,5 @@ fn stress_many_queues_few_registers_many_threads() {
     // Every register in use was seen, and BlueFlame copies were found in them.
     assert_eq!(total.registers, 4 + 2 + 2, "{total:?}");
     assert!(total.copies > ROUNDS, "{total:?}");
-    nic.stop();
     drop(workers);
 }

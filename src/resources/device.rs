@@ -4,7 +4,7 @@ use super::{Cq, MemoryRegion};
 use crate::error::{Error, Result};
 use crate::verbs;
 use crate::Access;
-use mlx5::sim::Nic;
+use mlx5::sim::{Nic, UarConfig};
 use std::sync::Arc;
 
 /// Where a device's resources come from.
@@ -94,20 +94,24 @@ impl Device {
         }
     }
 
-    /// The software mlx5 NIC `nic` as given: in thread mode if it was started, stepped
-    /// otherwise. [`Nic::with_uars`] sets how many BlueFlame registers it has.
+    /// The software mlx5 NIC with `uars` BlueFlame registers (rdma-core's counts by default:
+    /// [`UarConfig::default`]), in thread mode or stepped.
     ///
     /// ```
-    /// use blueflame::{Device, DoorbellMode, QpCaps};
-    /// use mlx5::sim::{Nic, UarConfig};
+    /// use blueflame::{Device, DoorbellMode, QpCaps, UarConfig};
     /// // A device with no register left for thread domains: QPs share registers, locked.
-    /// let dev = Device::sim_on(Nic::with_uars(UarConfig { thread_domains: 0, ..UarConfig::default() }));
+    /// let uars = UarConfig { thread_domains: 0, ..UarConfig::default() };
+    /// let dev = Device::sim_with_registers(uars, false);
     /// let pd = dev.alloc_pd().unwrap();
     /// let cq = dev.create_cq(64).unwrap();
     /// let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     /// assert_eq!(qp.doorbell_mode(), Some(DoorbellMode::SharedLocked));
     /// ```
-    pub fn sim_on(nic: Nic) -> Device {
+    pub fn sim_with_registers(uars: UarConfig, threaded: bool) -> Device {
+        let nic = Nic::with_uars(uars);
+        if threaded {
+            nic.start();
+        }
         Device {
             backend: Backend::Sim(nic),
         }

@@ -80,6 +80,17 @@ impl<'a> SimNic<'a> {
         self.nic.set_atomic_caps(caps)
     }
 
+    /// The kind of BlueFlame register a QP rings and how many QPs ring it (see
+    /// [`Nic::qp_register`]).
+    pub fn qp_register(&self, qpn: u32) -> Option<(mlx5::sim::RegKind, u32)> {
+        self.nic.qp_register(qpn)
+    }
+
+    /// Checks every register at a quiescent point (see [`Nic::check_registers`]).
+    pub fn check_registers(&self) -> mlx5::sim::RegisterCheck {
+        self.nic.check_registers()
+    }
+
     /// Whether the NIC runs its own thread ([`Device::sim`](super::Device::sim)).
     pub fn is_threaded(&self) -> bool {
         self.nic.is_threaded()

@@ -4,8 +4,9 @@
 //! 32 inline writes with one doorbell; and the same post on a QP whose BlueFlame register is
 //! shared (rung under the register's lock). The NIC runs outside the measured functions.
 
-use blueflame::{Access, Completion, Cq, Device, DoorbellMode, PostFlags, Qp, QpCaps, Remote};
-use mlx5::sim::{Nic, UarConfig};
+use blueflame::{
+    Access, Completion, Cq, Device, DoorbellMode, PostFlags, Qp, QpCaps, Remote, UarConfig,
+};
 
 #[inline(never)]
 fn measured_post(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
@@ -77,10 +78,11 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     qp.connect(q)?;
     assert_eq!(qp.doorbell_mode(), Some(DoorbellMode::Dedicated));
     // A device with no register for thread domains: its QPs ring shared registers, locked.
-    let shared_dev = Device::sim_on(Nic::with_uars(UarConfig {
+    let uars = UarConfig {
         thread_domains: 0,
         ..UarConfig::default()
-    }));
+    };
+    let shared_dev = Device::sim_with_registers(uars, false);
     let shared_pd = shared_dev.alloc_pd()?;
     let mut shared_cq = shared_dev.create_cq(1024)?;
     let mut shared = shared_pd.create_qp(&shared_cq, &shared_cq, caps)?;
@@ -115,7 +117,7 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         measured_batch32(&mut qp, &data, mr.remote(0)?, i);
         dev.process();
         assert_eq!(measured_poll_hit(&mut cq, &mut out), 1);
-        measured_post_shared(&mut shared, &data, shared_mr.remote(0), i);
+        measured_post_shared(&mut shared, &data, shared_mr.remote(0)?, i);
         shared_dev.process();
         assert_eq!(shared_cq.poll(&mut out), 1);
     }
