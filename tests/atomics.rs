@@ -225,7 +225,7 @@ fn replies_in_both_byte_orders_read_back_in_host_order() {
         assert_eq!(s.a.atomic_result(&bytes(&m, 80, 8)).unwrap(), old8);
         assert!(matches!(
             s.a.atomic_result(&bytes(&m, 64, 6)),
-            Err(Error::AtomicLength { len: 6, .. })
+            Err(Error::InvalidParameter { value: 6, .. })
         ));
     }
     // The software NIC's default is the ConnectX default.

@@ -727,14 +727,41 @@ impl Qp {
     /// (or [`AtomicCaps::reply_value`](mlx5::AtomicCaps::reply_value) with
     /// [`Device::atomic_caps`](crate::Device::atomic_caps)), never as raw memory.
     ///
+    /// ```
+    /// use blueflame::{Access, AtomicCaps, Completion, Device, PostFlags, QpCaps};
+    ///
+    /// let dev = Device::sim_stepped();
+    /// // A ConnectX in 8-byte endianness mode 0: every reply big-endian.
+    /// dev.nic().unwrap().set_atomic_caps(AtomicCaps::CONNECTX_BIG_ENDIAN);
+    /// let pd = dev.alloc_pd()?;
+    /// let mut cq = dev.create_cq(16)?;
+    /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
+    /// let me = qp.qpn();
+    /// qp.connect(me)?;
+    /// let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
+    /// let mr = pd.alloc_mr(64, all)?;
+    /// mr.write(0, &41u64.to_ne_bytes())?;
+    /// qp.fetch_add(mr.remote(0), 1, mr.sge(8, 8)?, 1, PostFlags::SIGNALED)?;
+    /// dev.process();
+    /// assert_eq!(cq.poll(&mut [Completion::default(); 1]), 1);
+    /// let mut reply = [0u8; 8];
+    /// mr.read(8, &mut reply)?;
+    /// assert_eq!(reply, 41u64.to_be_bytes());       // as the device wrote it
+    /// assert_eq!(qp.atomic_result(&reply)?, 41);    // the old value, host order
+    /// assert_eq!(mr.read_u64(0)?, 42);
+    /// # Ok::<(), blueflame::Error>(())
+    /// ```
+    ///
     /// # Errors
-    /// [`Error::AtomicLength`] when `reply` is neither 8 nor 4 bytes long.
+    /// [`Error::InvalidParameter`] when `reply` is neither 8 nor 4 bytes long.
     #[inline]
     pub fn atomic_result(&self, reply: &[u8]) -> Result<u64> {
-        self.atomics.reply_value(reply).ok_or(Error::AtomicLength {
-            len: reply.len().min(u32::MAX as usize) as u32,
-            size: 8,
-        })
+        self.atomics
+            .reply_value(reply)
+            .ok_or(Error::InvalidParameter {
+                what: "atomic reply length (8 bytes, or 4 for a 32-bit masked atomic)",
+                value: reply.len() as u64,
+            })
     }
 
     /// What this QP's device can do with atomics (read when the QP was created).
