@@ -741,7 +741,7 @@ impl Qp {
     /// let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
     /// let mr = pd.alloc_mr(64, all)?;
     /// mr.write(0, &41u64.to_ne_bytes())?;
-    /// qp.fetch_add(mr.remote(0), 1, mr.sge(8, 8)?, 1, PostFlags::SIGNALED)?;
+    /// qp.fetch_add(mr.remote(0)?, 1, mr.sge(8, 8)?, 1, PostFlags::SIGNALED)?;
     /// dev.process();
     /// assert_eq!(cq.poll(&mut [Completion::default(); 1]), 1);
     /// let mut reply = [0u8; 8];
