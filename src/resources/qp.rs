@@ -448,6 +448,10 @@ impl Qp {
                     max_qp_rd_atom: v.attrs.max_qp_rd_atom,
                     max_qp_init_rd_atom: v.attrs.max_qp_init_rd_atom,
                 };
+                let timing = &Timing {
+                    retry_cnt: v.ctx.retry_cnt_for(timing.retry_cnt),
+                    ..*timing
+                };
                 qp.to_init(v.port)?;
                 qp.to_rtr(remote, v.port, v.gid_index, timing, &lim)?;
                 qp.to_rts(self.psn, timing, &lim)?;

@@ -171,14 +171,22 @@ impl CmId {
         Ok(())
     }
 
-    fn conn_param(private: &[u8]) -> ffi::rdma_conn_param {
+    fn conn_param(&self, private: &[u8]) -> ffi::rdma_conn_param {
         // SAFETY: an all-zero rdma_conn_param is valid.
         let mut p: ffi::rdma_conn_param = unsafe { std::mem::zeroed() };
         p.private_data = private.as_ptr().cast();
         p.private_data_len = private.len() as u8;
         p.responder_resources = 16;
         p.initiator_depth = 16;
-        p.retry_count = 7;
+        // 7 retries, except on rxe, which takes 7 as "for ever" (see
+        // `Context::retry_cnt_for`).
+        let ctx = self.verbs();
+        // SAFETY: a non-null `verbs` of a live id is its live context.
+        p.retry_count = if !ctx.is_null() && unsafe { super::device::is_rxe(ctx) } {
+            6
+        } else {
+            7
+        };
         p.rnr_retry_count = 7;
         p
     }
@@ -188,7 +196,7 @@ impl CmId {
     /// # Errors
     /// The `rdma_connect` error, or the failure event (rejected, unreachable).
     pub fn connect(&self, private: &[u8], timeout: Duration) -> Result<Vec<u8>, VerbsError> {
-        let mut p = Self::conn_param(private);
+        let mut p = self.conn_param(private);
         // SAFETY: live id with a QP; `p` and the private data live across the call.
         if unsafe { ffi::rdma_connect(self.id, &mut p) } != 0 {
             return Err(last("rdma_connect"));
@@ -203,7 +211,7 @@ impl CmId {
     /// # Errors
     /// The `rdma_accept` error, or the failure event.
     pub fn accept(&self, private: &[u8], timeout: Duration) -> Result<(), VerbsError> {
-        let mut p = Self::conn_param(private);
+        let mut p = self.conn_param(private);
         // SAFETY: live id with a QP; `p` lives across the call.
         if unsafe { ffi::rdma_accept(self.id, &mut p) } != 0 {
             return Err(last("rdma_accept"));

@@ -159,6 +159,26 @@ impl Context {
         &self.name
     }
 
+    /// Whether the device is rxe (Soft-RoCE): its vendor id is `RXE_VENDOR_ID` (0xffffff,
+    /// `drivers/infiniband/sw/rxe/rxe_param.h`), whatever name it was given.
+    pub fn is_rxe(&self) -> bool {
+        // SAFETY: the context is live.
+        unsafe { is_rxe(self.ctx) }
+    }
+
+    /// The transport retry count to program for `want`: rxe (every kernel to date,
+    /// `rxe_comp.c`, `COMPST_ERROR_RETRY`: `if (qp->comp.retry_cnt != 7) retry_cnt--`) takes
+    /// 7 as "retry for ever", which the InfiniBand specification gives only to the RNR retry
+    /// count: a request to a dead peer would never complete. On rxe 7 becomes 6, the
+    /// longest finite count; elsewhere `want` is kept.
+    pub fn retry_cnt_for(&self, want: u8) -> u8 {
+        if want >= 7 && self.is_rxe() {
+            6
+        } else {
+            want
+        }
+    }
+
     /// Port attributes.
     ///
     /// # Errors
@@ -232,6 +252,21 @@ impl Context {
                     .is_ok_and(|g| g[..10] == [0; 10] && g[10..12] == [0xff, 0xff])
         })
     }
+}
+
+/// rxe's vendor id (`RXE_VENDOR_ID`).
+const RXE_VENDOR_ID: u32 = 0xff_ffff;
+
+/// Whether the device of `ctx` is rxe (see [`Context::is_rxe`]).
+///
+/// # Safety
+/// `ctx` must be a live context.
+pub(crate) unsafe fn is_rxe(ctx: *mut ffi::ibv_context) -> bool {
+    // SAFETY: a zeroed ibv_device_attr is a valid out-parameter.
+    let mut attr: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's contract; out-parameter of the right type and size.
+    let rc = unsafe { ffi::ibv_query_device(ctx, &mut attr) };
+    rc == 0 && attr.vendor_id == RXE_VENDOR_ID
 }
 
 impl Drop for Context {
