@@ -9,10 +9,28 @@ pub enum Error {
     /// Insufficient resources: the send or receive queue has no room for the request until
     /// earlier work completes (poll the CQ).
     QueueFull {
-        /// Blocks (send) or entries (receive) the request needs.
+        /// What the request needs, in `unit`s.
         needed: u32,
-        /// Blocks or entries free now.
+        /// What is free now, in `unit`s.
         free: u32,
+        /// What the two numbers count.
+        unit: QueueUnit,
+    },
+    /// The CQ the queue completes on could overflow: every outstanding request (signaled or
+    /// not: after an error each one completes with its own flush entry) and every posted
+    /// receive holds one CQ entry (a direct-path send one per 64-byte block) until its
+    /// completion is polled. Nothing was posted: poll the CQ, or make it larger (see the
+    /// README, "Sizing CQs").
+    CqFull {
+        /// The CQ number (0 on the verbs path).
+        cqn: u32,
+        /// Entries the request needs (1; a direct-path send one per block).
+        needed: u32,
+        /// Entries the queue could get: none of the CQ's are free, the rest are held by
+        /// outstanding requests (this queue's and others') and other queues' allowances.
+        available: u32,
+        /// Entries of the CQ, shared by every queue that completes on it.
+        capacity: u32,
     },
     /// More scatter/gather entries than the QP was created for.
     TooManySge {
@@ -138,12 +156,23 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::QueueFull { needed, free } => {
+            Error::QueueFull { needed, free, unit } => {
                 write!(
                     f,
-                    "queue full: the request needs {needed}, {free} free (poll the CQ)"
+                    "queue full: the request needs {needed} {unit}, {free} free (poll the CQ)"
                 )
             }
+            Error::CqFull {
+                cqn,
+                needed,
+                available,
+                capacity,
+            } => write!(
+                f,
+                "CQ {cqn:#x} could overflow: the request needs {needed} entries, {available} of its \
+                 {capacity} are available (the others are held by outstanding requests; poll the \
+                 CQ, or make it larger)"
+            ),
             Error::TooManySge { n, max } => {
                 write!(f, "{n} scatter/gather entries, the QP takes at most {max}")
             }
@@ -239,6 +268,28 @@ impl From<mlx5::wqe::EncodeError> for Error {
             },
             _ => Error::Unsupported("request"),
         }
+    }
+}
+
+/// What [`Error::QueueFull`] counts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QueueUnit {
+    /// 64-byte blocks of a direct-path send ring (a request takes 1 to 16).
+    SendBlocks,
+    /// Work requests of a verbs-path send queue (or of one verbs batch).
+    SendRequests,
+    /// Receive work requests.
+    Receives,
+}
+
+impl fmt::Display for QueueUnit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QueueUnit::SendBlocks => "send-ring blocks",
+            QueueUnit::SendRequests => "send work requests",
+            QueueUnit::Receives => "receive work requests",
+        })
     }
 }
 

@@ -26,7 +26,7 @@ pub mod verbs;
 
 pub use completion::{Completion, WcOpcode, WcStatus};
 pub use direct::{DoorbellMode, PostFlags};
-pub use error::{Error, Result};
+pub use error::{Error, QueueUnit, Result};
 pub use mlx5::ctrl::Fence;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 pub use mlx5::sim::UarConfig;

@@ -223,7 +223,14 @@ fn batch_push_error_keeps_earlier_requests() {
         }
         let e = b.push(&Request::Nop, 4, PostFlags::SIGNALED).unwrap_err();
         assert!(
-            matches!(e, Error::QueueFull { needed: 1, free: 0 }),
+            matches!(
+                e,
+                Error::QueueFull {
+                    needed: 1,
+                    free: 0,
+                    ..
+                }
+            ),
             "{e:?}"
         );
         let e = b

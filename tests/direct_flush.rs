@@ -208,7 +208,9 @@ fn flush_with_the_ring_full_and_wrapped() {
             .write_inline(&[7u8; 100], m.remote(0).unwrap(), cookie, flags)
         {
             Ok(()) => posted.push(cookie),
-            Err(Error::QueueFull { needed: 3, free }) => {
+            Err(Error::QueueFull {
+                needed: 3, free, ..
+            }) => {
                 assert!(free < 3);
                 break;
             }

@@ -202,7 +202,8 @@ fn largest_inline_on_smallest_ring() {
             e,
             Error::QueueFull {
                 needed: 16,
-                free: 15
+                free: 15,
+                ..
             }
         ),
         "{e:?}"

@@ -29,7 +29,14 @@ fn send_queue_full_reports_needed_and_free() {
         s.a.write_inline(&big, dst.remote(0).unwrap(), 999, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
-        matches!(e, Error::QueueFull { needed: 4, free: 2 }),
+        matches!(
+            e,
+            Error::QueueFull {
+                needed: 4,
+                free: 2,
+                ..
+            }
+        ),
         "{e:?}"
     );
     // The same refusal through a gather list of 8 entries (2 + 8 DS = 3 blocks).
@@ -39,7 +46,14 @@ fn send_queue_full_reports_needed_and_free() {
         s.a.write(&sgl, dst.remote(0).unwrap(), 998, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
-        matches!(e, Error::QueueFull { needed: 3, free: 2 }),
+        matches!(
+            e,
+            Error::QueueFull {
+                needed: 3,
+                free: 2,
+                ..
+            }
+        ),
         "{e:?}"
     );
     assert_eq!(free_send(&mut s.a), 2);
@@ -58,7 +72,14 @@ fn send_queue_full_reports_needed_and_free() {
         s.a.post(&Request::Nop, 997, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
-        matches!(e, Error::QueueFull { needed: 1, free: 0 }),
+        matches!(
+            e,
+            Error::QueueFull {
+                needed: 1,
+                free: 0,
+                ..
+            }
+        ),
         "{e:?}"
     );
     let e =
@@ -72,7 +93,14 @@ fn send_queue_full_reports_needed_and_free() {
         )
         .unwrap_err();
     assert!(
-        matches!(e, Error::QueueFull { needed: 1, free: 0 }),
+        matches!(
+            e,
+            Error::QueueFull {
+                needed: 1,
+                free: 0,
+                ..
+            }
+        ),
         "{e:?}"
     );
     let e = {
@@ -83,7 +111,14 @@ fn send_queue_full_reports_needed_and_free() {
         e
     };
     assert!(
-        matches!(e, Error::QueueFull { needed: 1, free: 0 }),
+        matches!(
+            e,
+            Error::QueueFull {
+                needed: 1,
+                free: 0,
+                ..
+            }
+        ),
         "{e:?}"
     );
     // Nothing of the refusals reached the ring: exactly the 256 writes run and complete.
@@ -131,7 +166,14 @@ fn send_queue_full_frees_as_completions_are_polled() {
         s.a.write_inline(b"x", dst.remote(0).unwrap(), 9, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
-        matches!(e, Error::QueueFull { needed: 1, free: 0 }),
+        matches!(
+            e,
+            Error::QueueFull {
+                needed: 1,
+                free: 0,
+                ..
+            }
+        ),
         "{e:?}"
     );
     let mut out = [Completion::default(); 2];
@@ -171,12 +213,26 @@ fn receive_queue_full() {
         .post_recv(&[rbuf.sge(0, 64).unwrap()], 999)
         .unwrap_err();
     assert!(
-        matches!(e, Error::QueueFull { needed: 1, free: 0 }),
+        matches!(
+            e,
+            Error::QueueFull {
+                needed: 1,
+                free: 0,
+                ..
+            }
+        ),
         "{e:?}"
     );
     let e = s.resp().post_recv(&[], 998).unwrap_err();
     assert!(
-        matches!(e, Error::QueueFull { needed: 1, free: 0 }),
+        matches!(
+            e,
+            Error::QueueFull {
+                needed: 1,
+                free: 0,
+                ..
+            }
+        ),
         "{e:?}"
     );
     assert_eq!(free_recv(s.resp()), 0);

@@ -436,7 +436,7 @@ fn many(loopback: bool, sq_blocks: u32, cq_entries: u32) {
                 PostFlags::SIGNALED,
             ) {
                 Ok(()) => {}
-                Err(Error::QueueFull { needed, free }) => {
+                Err(Error::QueueFull { needed, free, .. }) => {
                     assert_eq!(needed, bbs(2 + inline_ds(len)));
                     assert!(free < needed);
                     break;

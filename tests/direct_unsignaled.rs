@@ -159,7 +159,9 @@ fn unsignaled_without_polling_eventually_fills_the_queue() {
             PostFlags::UNSIGNALED,
         ) {
             Ok(()) => posted += 1,
-            Err(Error::QueueFull { needed: 1, free: 0 }) => break,
+            Err(Error::QueueFull {
+                needed: 1, free: 0, ..
+            }) => break,
             Err(e) => panic!("{e:?}"),
         }
         if posted % 10 == 0 {

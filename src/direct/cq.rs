@@ -2,10 +2,12 @@
 //! shadow table, consumer index.
 
 use super::barrier;
+use super::cq_share::{CqSlots, RingView};
 use super::scatter::ScatterTable;
 use super::shadow::{SendEntry, Shadow};
 use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use mlx5::cqe::{cqe64_offset, op_own, Cqe64, CqeFormat, CqeOpcode, OWNER_MASK};
 use mlx5::doorbell::CQ_SET_CI;
@@ -24,14 +26,25 @@ pub(crate) struct Attached {
 
 /// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
 /// bumps a generation the poller checks with one load; it re-reads the list (under the lock)
-/// only then, never on the hot path.
-#[derive(Default)]
+/// only then, never on the hot path. It also carries the CQ's entries that the queues share
+/// out (see `cq_share`).
 pub(crate) struct Registry {
     pub(crate) gen: AtomicU32,
     pub(crate) list: Mutex<Vec<Attached>>,
+    pub(crate) slots: Arc<CqSlots>,
 }
 
 impl Registry {
+    /// The registry of CQ `cqn`, whose device guarantees `capacity` entries; `ring` when
+    /// the crate polls the ring itself.
+    pub(crate) fn new(cqn: u32, capacity: u32, ring: Option<RingView>) -> Registry {
+        Registry {
+            gen: AtomicU32::new(0),
+            list: Mutex::new(Vec::new()),
+            slots: Arc::new(CqSlots::new(cqn, capacity, ring)),
+        }
+    }
+
     pub(crate) fn attach(&self, a: Attached) {
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
         match l.iter_mut().find(|x| x.qpn == a.qpn) {
@@ -95,6 +108,32 @@ pub struct CompletionQueue {
     pub(crate) registry: Arc<Registry>,
     cache: Vec<Attached>,
     gen: u32,
+    /// The retirement of the entry being completed on the general path, made once the
+    /// consumer index is published.
+    later: Cell<Retire>,
+}
+
+/// A retirement the general path makes after publishing the consumer index. The pointers
+/// are into shadow tables held by the poller's `cache`, which does not change in between.
+#[derive(Copy, Clone, Default)]
+enum Retire {
+    #[default]
+    Nothing,
+    Send(*const Shadow<SendEntry>, u16),
+    Recv(*const Shadow<u64>, u16),
+}
+
+impl Retire {
+    fn apply(self) {
+        // SAFETY: see the type: the tables are alive (held by `cache`).
+        unsafe {
+            match self {
+                Retire::Nothing => {}
+                Retire::Send(q, end) => (*q).retire(end),
+                Retire::Recv(q, end) => (*q).retire(end),
+            }
+        }
+    }
 }
 
 /// What the constructor writes into every owner byte: opcode INVALID, owner bit set.
@@ -144,6 +183,13 @@ impl CompletionQueue {
             // device writes no entry before a QP uses the CQ, so nothing races this store.
             unsafe { first.add(i * stride).write(op_own_initial()) };
         }
+        let view = |cnt| RingView {
+            first_own: first,
+            stride,
+            cnt,
+            dbrec: raw.dbrec,
+        };
+        let registry = Arc::new(Registry::new(raw.cqn, raw.cqe_cnt, Some(view(raw.cqe_cnt))));
         Ok(CompletionQueue {
             own: first,
             sw_owner: 0,
@@ -156,10 +202,23 @@ impl CompletionQueue {
             dbrec: raw.dbrec,
             cnt: raw.cqe_cnt,
             cqn: raw.cqn,
-            registry: Arc::new(Registry::default()),
+            registry,
             cache: Vec::new(),
             gen: u32::MAX,
+            later: Cell::new(Retire::Nothing),
         })
+    }
+
+    /// Shares out only `capacity` entries among the queues (a device that guarantees fewer
+    /// than its ring holds, as rdma-core reports `ncqe - 1`). Before any QP uses the CQ.
+    pub(crate) fn guarantee(&mut self, capacity: u32) {
+        let view = RingView {
+            first_own: self.first,
+            stride: self.stride,
+            cnt: self.cnt,
+            dbrec: self.dbrec,
+        };
+        self.registry = Arc::new(Registry::new(self.cqn, capacity.min(self.cnt), Some(view)));
     }
 
     /// The CQ number.
@@ -262,11 +321,13 @@ impl CompletionQueue {
             };
             n = 1;
         }
+        // The device learns that the entry is consumed before the queue may reuse what it
+        // held (CQ accounting, `cq_share`).
+        self.publish_ci();
         sq.retire(wqe.wrapping_add(e.bbs));
         if n < out.len() && self.is_mine(self.op_own()) {
             return self.poll_general(out, n);
         }
-        self.publish_ci();
         n
     }
 
@@ -277,14 +338,22 @@ impl CompletionQueue {
         if self.registry.gen.load(Ordering::Acquire) != self.gen {
             self.refresh();
         }
+        // Entries of dropped QPs: free again once the ring is seen empty after this read.
+        let orphans = self.registry.slots.orphan_mark();
         while n < out.len() {
             if !self.is_mine(self.op_own()) {
+                self.registry.slots.drained(orphans);
                 break;
             }
-            // SAFETY: just checked.
+            // SAFETY: just checked; not used after `publish_ci` below.
             let cqe = unsafe { self.entry() };
             self.advance();
-            if let Some(c) = self.complete(cqe, cqe.op_own >> 4) {
+            let c = self.complete(cqe, cqe.op_own >> 4);
+            // The device learns that the entry is consumed before the queue may reuse what
+            // it held (CQ accounting, `cq_share`): the retirement comes after.
+            self.publish_ci();
+            self.later.take().apply();
+            if let Some(c) = c {
                 out[n] = c;
                 n += 1;
             }
@@ -347,7 +416,7 @@ impl CompletionQueue {
             // `cache`, which is replaced only by `refresh`, which resets it.
             let sq = unsafe { &*sq };
             let e = sq.get(wqe);
-            sq.retire(wqe.wrapping_add(e.bbs));
+            self.later.set(Retire::Send(sq, wqe.wrapping_add(e.bbs)));
             let status = match cqe.format() {
                 CqeFormat::Plain => WcStatus::Success,
                 // The result of a read or atomic inside the CQE (requester scatter-to-CQE):
@@ -368,7 +437,8 @@ impl CompletionQueue {
                 ..Completion::default()
             });
         }
-        self.complete_other(cqe, opcode, self.find(qpn), qpn, wqe)
+        let q = self.find(qpn);
+        self.complete_other(cqe, opcode, q, qpn, wqe)
     }
 
     /// Copies the data a receive CQE carries (scatter-to-CQE) into the receive's buffers;
@@ -430,7 +500,7 @@ impl CompletionQueue {
                     // Before the entry retires: its buffers stay registered until then.
                     c.status = self.scatter_from_cqe(cqe, q, wqe, c.byte_len);
                 }
-                rq.retire(wqe.wrapping_add(1));
+                self.later.set(Retire::Recv(&**rq, wqe.wrapping_add(1)));
                 c.opcode = if op == CqeOpcode::RespWrImm {
                     WcOpcode::RecvRdmaWithImm
                 } else {
@@ -446,7 +516,7 @@ impl CompletionQueue {
                 let w = e.wqe_counter.get();
                 let s = sq.get(w);
                 sq.note_error(w);
-                sq.retire(w.wrapping_add(s.bbs));
+                self.later.set(Retire::Send(&**sq, w.wrapping_add(s.bbs)));
                 c.qpn = e.qpn();
                 c.cookie = s.cookie;
                 c.opcode = s.opcode;
@@ -459,7 +529,7 @@ impl CompletionQueue {
                 let rq = q?.rq.as_ref()?;
                 let w = e.wqe_counter.get();
                 c.cookie = rq.get(w);
-                rq.retire(w.wrapping_add(1));
+                self.later.set(Retire::Recv(&**rq, w.wrapping_add(1)));
                 c.opcode = WcOpcode::Recv;
                 c.status = e.syndrome().wc_status();
                 c.syndrome = Some((e.syndrome, e.vendor_err_synd));

@@ -285,7 +285,14 @@ mod tests {
                 .unwrap();
         }
         let e = q.write_inline(&[1; 8], remote, 16, PostFlags::SIGNALED);
-        assert!(matches!(e, Err(Error::QueueFull { needed: 1, free: 0 })));
+        assert!(matches!(
+            e,
+            Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                ..
+            })
+        ));
         assert_eq!(q.pi, 16);
     }
 

@@ -7,6 +7,7 @@
 
 mod barrier;
 mod cq;
+pub(crate) mod cq_share;
 mod doorbell;
 mod inline_write;
 mod register;

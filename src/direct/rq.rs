@@ -1,9 +1,10 @@
 //! The receive queue of the direct path.
 
 use super::barrier;
+use super::cq_share::{CqShare, CqSlots};
 use super::scatter::{RegionCheck, ScatterTable};
 use super::shadow::Shadow;
-use crate::error::{Error, Result};
+use crate::error::{Error, QueueUnit, Result};
 use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::doorbell::RCV_DBR;
 use mlx5::recv::encode_recv;
@@ -29,6 +30,8 @@ pub struct RecvQueue {
     /// (Boxed: the list's `Vec` would otherwise lend `Qp`'s data-path enum a niche that
     /// costs the post fast path an instruction.)
     regions: Option<Box<RegionCheck>>,
+    /// The entries of the CQ this queue holds (None: not accounted).
+    cq_share: Option<CqShare>,
 }
 
 // SAFETY: the pointers are to the QP's receive ring and record, which this queue alone
@@ -79,6 +82,7 @@ impl RecvQueue {
             shadow: Arc::new(Shadow::new(raw.rq_wqe_cnt)),
             scatter: Arc::new(ScatterTable::new(raw.rq_wqe_cnt, max_sge)),
             regions: None,
+            cq_share: None,
         }))
     }
 
@@ -90,6 +94,29 @@ impl RecvQueue {
         self.regions = Some(Box::new(RegionCheck::new(regions)));
     }
 
+    /// Entries of the ring (the receive depth).
+    pub fn capacity(&self) -> u32 {
+        self.cnt
+    }
+
+    /// Accounts this queue's receives against the entries of the CQ they complete on.
+    pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
+        self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.head));
+    }
+
+    /// Receives posted and not yet completed.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.head.wrapping_sub(self.shadow.retired()) as u32
+    }
+
+    /// The queue goes away: its allowance on the CQ is free at once, its posted receives
+    /// once their completions are consumed.
+    pub(crate) fn release_cq(&mut self) {
+        if let Some(s) = &mut self.cq_share {
+            s.release(self.head);
+        }
+    }
+
     /// Entries free for new receives.
     #[inline]
     pub fn free(&self) -> u32 {
@@ -97,9 +124,14 @@ impl RecvQueue {
     }
 
     fn write(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        let free = self.free();
+        let used = self.outstanding();
+        let free = self.cnt - used;
         if free == 0 {
-            return Err(Error::QueueFull { needed: 1, free });
+            return Err(Error::QueueFull {
+                needed: 1,
+                free,
+                unit: QueueUnit::Receives,
+            });
         }
         if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
             return Err(Error::InvalidParameter {
@@ -124,6 +156,10 @@ impl RecvQueue {
             n,
             max: self.max_sge,
         })?;
+        // The CQ last (the entry written above is not announced until `head` moves).
+        if let Some(share) = &mut self.cq_share {
+            share.check_one(self.head, self.cnt)?;
+        }
         let checked = self.regions.as_mut().map_or(true, |r| r.writable(sgl));
         self.scatter.set(self.head, sgl, checked);
         self.shadow.set(self.head, cookie);

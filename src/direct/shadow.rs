@@ -105,7 +105,8 @@ impl<T: Copy + Default> Shadow<T> {
         unsafe { &*self.entries.get_unchecked(i).get() }
     }
 
-    /// Marks everything before `end` as free (poller).
+    /// Marks everything before `end` as free (poller, after it published its consumer
+    /// index: see `cq_share`).
     #[inline(always)]
     pub(crate) fn retire(&self, end: u16) {
         self.retired.store(end, Ordering::Release);
@@ -166,5 +167,18 @@ impl<T: Copy + Default> Shadow<T> {
         }
         let done = retired == posted || retired.wrapping_sub(end) <= posted.wrapping_sub(end);
         done.then_some(true)
+    }
+}
+
+/// How far a queue's positions are retired (for the CQ accounting, which does not care
+/// what the entries hold).
+pub(crate) trait Retired: Send + Sync {
+    /// The position up to which the poller has retired the queue.
+    fn retired(&self) -> u16;
+}
+
+impl<T: Copy + Default + Send> Retired for Shadow<T> {
+    fn retired(&self) -> u16 {
+        Shadow::retired(self)
     }
 }

@@ -1,12 +1,13 @@
 //! The send queue of the direct path: WQEs written straight into the ring, cookies into the
 //! shadow table, one doorbell per post or per batch.
 
+use super::cq_share::{CqShare, CqSlots};
 use super::doorbell::Doorbell;
 use super::inline_write::FAST_INLINE_MAX;
 use super::register::{self, DoorbellMode};
 use super::shadow::{SendEntry, Shadow};
 use crate::completion::WcOpcode;
-use crate::error::{Error, Result};
+use crate::error::{Error, QueueUnit, Result};
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::doorbell::SEND_WQE_BB;
 use mlx5::request::{Access, MwType, Payload, Request};
@@ -67,10 +68,14 @@ pub struct SendQueue {
     limits: Limits,
     /// Producer index (blocks, 16 bits) of the next WQE.
     pub(super) pi: u16,
-    /// The producer index the ring is known to be free up to (the retired index plus the
-    /// ring size, as last read): `pi == limit` sends the fast path to the general one, which
-    /// reads the retired index again.
+    /// The producer index the queue may post up to: the retired index (as last read) plus
+    /// the ring size or the CQ entries the queue holds, whichever is smaller. `pi == limit`
+    /// sends the fast path to the general one, which reads the retired index again and
+    /// takes more CQ entries when it can (`make_room`).
     pub(super) limit: u16,
+    /// This queue's charge on the CQ it completes on (None: not accounted, a queue over
+    /// plain memory in unit tests).
+    cq_share: Option<CqShare>,
     pub(super) db: Doorbell,
     pub(crate) shadow: Arc<Shadow<SendEntry>>,
     /// The shadow table's entries (kept alive by `shadow`).
@@ -267,6 +272,7 @@ impl SendQueue {
             },
             pi: 0,
             limit: cnt as u16,
+            cq_share: None,
             // SAFETY: the caller guarantees a live record and register for our lifetime; the
             // claim is this register's, dedicated only under `new_dedicated`'s contract.
             db: unsafe { Doorbell::new(raw.dbrec, raw.bf_reg, raw.bf_size as usize, claim) },
@@ -318,13 +324,52 @@ impl SendQueue {
         self.cnt - (self.pi.wrapping_sub(self.shadow.retired()) as u32)
     }
 
-    /// Reads how far the poller has retired the ring; returns the free blocks and caches
-    /// the limit for the fast path.
-    #[inline(always)]
-    fn refresh_limit(&mut self) -> u32 {
+    /// Blocks of the ring (the send depth in blocks).
+    #[inline]
+    pub fn ring_blocks(&self) -> u32 {
+        self.cnt
+    }
+
+    /// Accounts this queue's WQEs against the entries of the CQ it completes on: from now
+    /// on it never posts beyond its charge on the CQ (see `cq_share`).
+    pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
+        self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.pi));
+        // No allowance yet: the next post takes some on the cold path.
+        self.limit = self.pi;
+    }
+
+    /// The queue goes away: its allowance on the CQ is free at once, its outstanding
+    /// requests once their completions are consumed.
+    pub(crate) fn release_cq(&mut self) {
+        if let Some(s) = &mut self.cq_share {
+            s.release(self.pi);
+        }
+    }
+
+    /// The cold path of a full cached limit: reads how far the poller has retired the ring,
+    /// tops up the CQ allowance for `bbs` more blocks, caches the new limit for the fast
+    /// path, and says which one is short when the request does not fit.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, bbs: u32) -> Result<()> {
         let retired = self.shadow.retired();
-        self.limit = retired.wrapping_add(self.cnt as u16);
-        self.cnt - (self.pi.wrapping_sub(retired) as u32)
+        let ring_free = self.cnt - (self.pi.wrapping_sub(retired) as u32);
+        let mut room = ring_free;
+        if let Some(s) = &mut self.cq_share {
+            room = room.min(s.top_up(self.pi, bbs.min(ring_free), self.cnt));
+        }
+        self.limit = self.pi.wrapping_add(room as u16);
+        if bbs > ring_free {
+            return Err(Error::QueueFull {
+                needed: bbs,
+                free: ring_free,
+                unit: QueueUnit::SendBlocks,
+            });
+        }
+        match &self.cq_share {
+            Some(s) if bbs > room => Err(s.full(self.pi, bbs)),
+            _ => Ok(()),
+        }
     }
 
     /// Arms (or clears) the fence of the next WQE; the fast path applies only without one.
@@ -464,15 +509,8 @@ impl SendQueue {
         }
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);
-        let mut free = self.limit.wrapping_sub(self.pi) as u32;
-        if bbs as u32 > free {
-            free = self.refresh_limit();
-        }
-        if bbs as u32 > free {
-            return Err(Error::QueueFull {
-                needed: bbs as u32,
-                free,
-            });
+        if bbs as u32 > self.limit.wrapping_sub(self.pi) as u32 {
+            self.make_room(bbs as u32)?;
         }
         // Completion moderation: an unsignaled run longer than half the ring gets one WQE
         // signaled, so the ring can be reclaimed; its success is not reported.

@@ -80,16 +80,19 @@ impl Cq {
                 };
                 // SAFETY: the ring and record belong to the CQ just created, kept alive by the
                 // handle built from `kind`.
-                unsafe { Cq::new_direct(dev, &raw, kind) }
+                unsafe { Cq::new_direct(dev, &raw, kind, raw.cqe_cnt) }
             }
             Backend::Verbs(v) if v.path == crate::DataPath::Direct => {
                 // mlx5: poll the CQ's ring directly.
                 let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
                 // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).
                 let raw = crate::dv::raw_cq(&unsafe { crate::dv::init_cq(cq.cq.cast())? })?;
+                // rdma-core promises `ncqe - 1` entries of a ring of `ncqe` (`mlx5_create_cq`):
+                // the CQ accounting shares out what it promises.
+                let promised = cq.capacity();
                 // SAFETY: the ring belongs to `cq`, kept alive by the handle; rdma-core is
                 // never asked to poll it.
-                unsafe { Cq::new_direct(dev, &raw, CqKind::Verbs(cq)) }
+                unsafe { Cq::new_direct(dev, &raw, CqKind::Verbs(cq), promised) }
             }
             Backend::Verbs(v) => {
                 let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
@@ -114,10 +117,17 @@ impl Cq {
     ///
     /// # Safety
     /// `raw` must describe the live ring of the CQ that `kind` owns, polled by nobody else.
-    unsafe fn new_direct(dev: &Device, raw: &mlx5::RawCq, kind: CqKind) -> Result<Cq> {
+    /// `promised`: the entries the device guarantees, shared out among the queues.
+    unsafe fn new_direct(
+        dev: &Device,
+        raw: &mlx5::RawCq,
+        kind: CqKind,
+        promised: u32,
+    ) -> Result<Cq> {
         // SAFETY: the caller's contract; the handle (which owns `kind`) outlives the poller
         // (field order of Cq).
-        let poller = unsafe { CompletionQueue::new(raw)? };
+        let mut poller = unsafe { CompletionQueue::new(raw)? };
+        poller.guarantee(promised);
         let handle = Arc::new(CqHandle {
             kind,
             registry: poller.registry.clone(),
@@ -139,6 +149,21 @@ impl Cq {
     /// Entries in the ring.
     pub fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    /// Entries no queue holds now. Each QP's send queue and receive queue hold entries of
+    /// the CQ they complete on, one per outstanding request or posted receive (one per
+    /// 64-byte block of a direct-path send), taken as they post and given back as they come
+    /// back for more; a post that could overrun the CQ is refused with
+    /// [`Error::CqFull`](crate::Error::CqFull).
+    pub fn unreserved(&self) -> u32 {
+        self.handle.registry.slots.free()
+    }
+
+    /// Entries the device guarantees, shared out among the queues (the ring's on the
+    /// software NIC; one fewer on rdma-core's mlx5 provider, which reports `ncqe - 1`).
+    pub fn guaranteed(&self) -> u32 {
+        self.handle.registry.slots.capacity()
     }
 
     /// Polls up to `out.len()` completions; returns how many. Never blocks, never allocates.

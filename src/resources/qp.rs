@@ -161,8 +161,17 @@ impl Pd {
                 }
             }
             (Backend::Verbs(_), PdKind::Verbs(pd)) => {
+                // `sq_blocks` is a ring size in blocks; rdma-core takes work requests and
+                // sizes each for the largest WQE (`mlx5_calc_sq_size`): ask for as many
+                // requests of the largest kind as the blocks hold, so that the depth is the
+                // same on both paths (`Qp::send_depth`).
+                let lim = mlx5::wqe::Limits {
+                    max_sge: caps.max_send_sge as usize,
+                    max_inline: caps.max_inline as usize,
+                };
+                let wrs = caps.sq_blocks / mlx5::wqe::max_wqe_bbs(&lim) as u32;
                 let vcaps = verbs::objects::Caps {
-                    max_send_wr: caps.sq_blocks,
+                    max_send_wr: wrs.max(1),
                     max_recv_wr: caps.rq_entries.max(1),
                     max_send_sge: caps.max_send_sge,
                     max_recv_sge: caps.max_recv_sge,
@@ -233,13 +242,26 @@ impl Pd {
         let psn = qpn.wrapping_mul(0x9e37_79b9) >> 8;
         // The device's atomics, read once here: what it lacks is refused before posting.
         let atomics = self.inner.dev.atomic_caps();
+        // CQ accounting: each queue holds entries of the CQ it completes on.
+        let (sslots, rslots) = (
+            &send_cq.handle.registry.slots,
+            &recv_cq.handle.registry.slots,
+        );
         match &mut path {
-            QpPath::Direct { sq, .. } => {
+            QpPath::Direct { sq, rq, .. } => {
                 sq.set_atomic_caps(atomics);
                 // Until `connect`, every post goes through `check_state`.
                 sq.enable_fast_path(false);
+                sq.attach_cq(sslots.clone());
+                if let Some(rq) = rq {
+                    rq.attach_cq(rslots.clone());
+                }
             }
-            QpPath::Verbs { sq, .. } => sq.set_atomic_caps(atomics),
+            QpPath::Verbs { sq, rq, .. } => {
+                sq.set_atomic_caps(atomics);
+                sq.attach_cq(sslots.clone());
+                rq.attach_cq(rslots.clone());
+            }
         }
         Ok(Qp {
             path,
@@ -533,6 +555,36 @@ impl Qp {
             QpPath::Verbs { .. } => {
                 Err(Error::Unsupported("a direct send queue on the verbs path"))
             }
+        }
+    }
+
+    /// The send depth: how many requests of the largest kind this QP's limits allow fit in
+    /// its send queue at once (smaller ones may fit more on the direct path, where a request
+    /// takes 1 to 16 blocks of [`Qp::send_ring_blocks`]). At least what was asked: the
+    /// device rounds up. The CQ may allow fewer at a time (see [`Error::CqFull`]).
+    pub fn send_depth(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { sq, .. } => {
+                sq.ring_blocks() / mlx5::wqe::max_wqe_bbs(&sq.limits()) as u32
+            }
+            QpPath::Verbs { sq, .. } => sq.capacity(),
+        }
+    }
+
+    /// Blocks of the direct path's send ring (None on the verbs path, which counts work
+    /// requests).
+    pub fn send_ring_blocks(&self) -> Option<u32> {
+        match &self.path {
+            QpPath::Direct { sq, .. } => Some(sq.ring_blocks()),
+            QpPath::Verbs { .. } => None,
+        }
+    }
+
+    /// The receive depth: receives that may be posted at once.
+    pub fn recv_depth(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
+            QpPath::Verbs { rq, .. } => rq.capacity(),
         }
     }
 
@@ -1020,6 +1072,18 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         self.pd.inner.lifetimes.reclaim();
+        match &mut self.path {
+            QpPath::Direct { sq, rq, .. } => {
+                sq.release_cq();
+                if let Some(rq) = rq {
+                    rq.release_cq();
+                }
+            }
+            QpPath::Verbs { sq, rq, .. } => {
+                sq.release_cq();
+                rq.release_cq();
+            }
+        }
         for cq in &self.cqs {
             cq.registry.detach(self.qpn);
         }

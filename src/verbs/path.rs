@@ -9,9 +9,10 @@
 use super::code;
 use super::objects::Qp;
 use crate::completion::{Completion, WcOpcode};
+use crate::direct::cq_share::{CqShare, CqSlots};
 use crate::direct::shadow::{SendEntry, Shadow};
 use crate::direct::{Attached, PostFlags, Registry};
-use crate::error::{Error, Result};
+use crate::error::{Error, QueueUnit, Result};
 use crate::{Fence, Payload, Request, Sge, WcStatus};
 use rdma_sys as ffi;
 use std::sync::atomic::Ordering;
@@ -42,6 +43,8 @@ pub struct VerbsSendQueue {
     pending: usize,
     /// What the device's atomics can do (read once when the device was opened).
     atomics: mlx5::AtomicCaps,
+    /// The CQ entries this queue holds (None: not accounted, for tests).
+    cq_share: Option<CqShare>,
 }
 
 // SAFETY: the work-request arrays point only into this queue's own boxed buffers; the QP is
@@ -84,6 +87,7 @@ impl VerbsSendQueue {
             inline: vec![0u8; MAX_BATCH * caps.max_inline as usize].into_boxed_slice(),
             pending: 0,
             atomics: mlx5::AtomicCaps::HOST_ORDER,
+            cq_share: None,
             qp,
         }
     }
@@ -105,6 +109,45 @@ impl VerbsSendQueue {
     pub fn free(&self) -> u32 {
         self.cap
             .saturating_sub(self.seq.wrapping_sub(self.shadow.retired()) as u32)
+    }
+
+    /// Requests the queue was created for (rdma-core's `max_send_wr` after creation).
+    pub fn capacity(&self) -> u32 {
+        self.cap
+    }
+
+    /// Accounts this queue's requests against the entries of the CQ it completes on.
+    pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
+        self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.seq));
+    }
+
+    /// Requests not completed yet (posted or in the open batch).
+    fn outstanding(&self) -> u32 {
+        self.seq.wrapping_sub(self.shadow.retired()) as u32
+    }
+
+    /// The queue goes away: gives its CQ entries back, those of requests not completed
+    /// yet as the poller consumes their completions.
+    pub(crate) fn release_cq(&mut self) {
+        if let Some(s) = &mut self.cq_share {
+            s.release(self.seq);
+        }
+    }
+
+    /// Room for one more request in the queue and in its CQ.
+    fn check_room(&mut self) -> Result<()> {
+        let used = self.outstanding();
+        if used >= self.cap {
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: self.cap.saturating_sub(used),
+                unit: QueueUnit::SendRequests,
+            });
+        }
+        match &mut self.cq_share {
+            Some(s) => s.check_one(self.seq, self.cap),
+            None => Ok(()),
+        }
     }
 
     /// Copies the non-empty entries of `sgl` into the gather list of `slot`, checking them
@@ -144,12 +187,13 @@ impl VerbsSendQueue {
     /// the verbs path does not carry (masked atomics, NOP, memory windows).
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if self.pending == MAX_BATCH {
-            return Err(Error::QueueFull { needed: 1, free: 0 });
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                unit: QueueUnit::SendRequests,
+            });
         }
-        let free = self.free();
-        if free == 0 {
-            return Err(Error::QueueFull { needed: 1, free });
-        }
+        self.check_room()?;
         let slot = self.pending;
         use ffi::ibv_wr_opcode as O;
         let mut wr = zeroed_wr();
@@ -349,10 +393,14 @@ impl VerbsSendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        let free = self.free();
-        if self.pending == MAX_BATCH || free == 0 {
-            return Err(Error::QueueFull { needed: 1, free });
+        if self.pending == MAX_BATCH {
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                unit: QueueUnit::SendRequests,
+            });
         }
+        self.check_room()?;
         let mut wr = zeroed_wr();
         wr.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
             mw,
@@ -396,10 +444,7 @@ impl VerbsSendQueue {
         flags: PostFlags,
     ) -> Result<u32> {
         self.ring()?;
-        let free = self.free();
-        if free == 0 {
-            return Err(Error::QueueFull { needed: 1, free });
-        }
+        self.check_room()?;
         let signal = flags.signaled || self.unsignaled + 1 > self.cap / 2;
         let mut send_flags = 0;
         if signal {
@@ -543,6 +588,8 @@ pub struct VerbsRecvQueue {
     pub(crate) shadow: Arc<Shadow<u64>>,
     seq: u16,
     sges: Box<[ffi::ibv_sge]>,
+    /// The CQ entries this queue holds (None: not accounted).
+    cq_share: Option<CqShare>,
 }
 
 // SAFETY: as for VerbsSendQueue.
@@ -570,7 +617,26 @@ impl VerbsRecvQueue {
             sges: (0..max_sge)
                 .map(|_| unsafe { std::mem::zeroed() })
                 .collect(),
+            cq_share: None,
             qp,
+        }
+    }
+
+    /// Accounts this queue's receives against the entries of the CQ they complete on.
+    pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
+        self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.seq));
+    }
+
+    /// Receives the queue was created for.
+    pub fn capacity(&self) -> u32 {
+        self.cap
+    }
+
+    /// The queue goes away: gives its CQ entries back, those of receives not completed yet
+    /// as the poller consumes their completions.
+    pub(crate) fn release_cq(&mut self) {
+        if let Some(s) = &mut self.cq_share {
+            s.release(self.seq);
         }
     }
 
@@ -585,9 +651,16 @@ impl VerbsRecvQueue {
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error.
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        let free = self.free();
-        if free == 0 {
-            return Err(Error::QueueFull { needed: 1, free });
+        let used = self.seq.wrapping_sub(self.shadow.retired()) as u32;
+        if used >= self.cap {
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                unit: QueueUnit::Receives,
+            });
+        }
+        if let Some(share) = &mut self.cq_share {
+            share.check_one(self.seq, self.cap)?;
         }
         let n = sgl.iter().filter(|s| s.len != 0).count();
         if n > self.max_sge {
@@ -646,9 +719,10 @@ fn wc_status(s: u32) -> WcStatus {
 impl VerbsCompletionQueue {
     /// A poller of `cq`.
     pub fn new(cq: Arc<super::objects::Cq>) -> VerbsCompletionQueue {
+        let capacity = cq.capacity();
         VerbsCompletionQueue {
             cq,
-            registry: Arc::new(Registry::default()),
+            registry: Arc::new(Registry::new(0, capacity, None)),
             cache: Vec::new(),
             gen: u32::MAX,
             // SAFETY: an all-zero ibv_wc is valid.
@@ -662,10 +736,15 @@ impl VerbsCompletionQueue {
             self.refresh();
         }
         let mut n = 0;
+        // Entries of dropped QPs: free again once the CQ is seen empty after this read.
+        let orphans = self.registry.slots.orphan_mark();
         while n < out.len() {
             let want = (out.len() - n).min(self.wcs.len());
             // SAFETY: live CQ; `wcs` holds at least `want` entries.
             let got = unsafe { ffi::ibv_poll_cq(self.cq.cq, want as i32, self.wcs.as_mut_ptr()) };
+            if got < want as i32 && orphans != 0 {
+                self.registry.slots.drained(orphans);
+            }
             if got <= 0 {
                 break;
             }

@@ -172,6 +172,21 @@ pub fn wqe_ds(req: &Request<'_>, lim: &Limits) -> Result<usize, EncodeError> {
     Ok(ds)
 }
 
+/// Blocks of the largest WQE a QP with these limits may be asked to write (the encoder's
+/// counterpart of rdma-core's `mlx5_calc_send_wqe`, without its transport overhead for
+/// segments this encoder never writes): a ring of `n * max_wqe_bbs` blocks always holds `n`
+/// requests of any kind the limits allow.
+pub fn max_wqe_bbs(lim: &Limits) -> usize {
+    let inline = if lim.max_inline == 0 {
+        0
+    } else {
+        inline_ds(lim.max_inline)
+    };
+    // Control + remote address + the longer payload; atomics 5 DS at most; a bind 12 DS.
+    let ds = (2 + inline.max(lim.max_sge)).max(12);
+    ds_to_bbs(ds).min(crate::doorbell::MAX_WQE_BBS)
+}
+
 #[inline(always)]
 fn raddr(r: &Remote) -> RaddrSeg {
     RaddrSeg {

@@ -11,7 +11,7 @@ mod encode;
 mod span;
 
 pub use decode::{decode, DecodeError, Decoded};
-pub use encode::{encode, wqe_ds, EncodeError, Limits, MAX_SGE_BYTES};
+pub use encode::{encode, max_wqe_bbs, wqe_ds, EncodeError, Limits, MAX_SGE_BYTES};
 pub use span::{linearize, Span};
 
 use crate::doorbell::SEND_WQE_BB;

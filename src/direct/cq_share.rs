@@ -1,0 +1,348 @@
+//! CQ accounting: the crate never lets the requests that may still complete on a CQ
+//! outnumber its entries, so it can never overrun one.
+//!
+//! Why every outstanding request counts, signaled or not: after an error the device
+//! completes every outstanding send WQE and every posted receive with its own flush CQE
+//! (the QP's error state; UCX `uct_rc_txqp_posted`: "reserve cq credits for every posted
+//! operation, in case it would complete with error"), and a signaled one completes with one
+//! CQE anyway. An unsignaled WQE retires with the next CQE of its queue, so each outstanding
+//! WQE or receive yields at most one CQE. On the direct path a WQE of k blocks counts k (the
+//! ring's positions, as UCX counts building blocks): an upper bound on its WQEs that costs
+//! nothing to keep.
+//!
+//! Each queue that completes on a CQ has a *charge*: the position `end` up to which it may
+//! post (its producer index plus an allowance), minus the position the poller has retired
+//! it up to. The charge covers every outstanding request (posted, not retired) and the
+//! allowance not yet spent, and it shrinks by itself as the poller retires requests: the
+//! poller does nothing more than it did (the post and poll paths pay nothing). A queue moves
+//! its `end` only on its cold path (for the direct send queue: when its cached ring limit,
+//! which never passes `end`, is reached), under the CQ's lock, and only by what
+//! `capacity - sum of charges` leaves free. So the device can never hold more CQEs than the
+//! CQ has entries. The poller publishes its consumer index before it retires: a queue can
+//! never reuse an entry the device still counts as unconsumed.
+//!
+//! A queue takes some headroom beyond its need (half its fair share of the CQ) so that it
+//! comes back once every so many posts and not after each; an idle queue holds at most
+//! that. A dropped queue gives its allowance back at once; its outstanding requests stay
+//! counted until the CQ is seen drained after the drop (by the poller, or by a queue short
+//! of entries that reads the ring: the device writes nothing for a destroyed QP, so by then
+//! every completion it may have written was consumed).
+
+use super::shadow::Retired;
+use crate::error::Error;
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use mlx5::cqe::is_sw_owned;
+use mlx5::doorbell::CQ_SET_CI;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A read-only view of a direct-path CQ ring: whether the device has written entries the
+/// poller has not consumed (as far as the poller published).
+#[derive(Debug)]
+pub(crate) struct RingView {
+    /// The owner byte of entry 0.
+    pub(crate) first_own: *const u8,
+    pub(crate) stride: usize,
+    pub(crate) cnt: u32,
+    pub(crate) dbrec: *const u32,
+}
+
+// SAFETY: the view only loads (atomically) from the CQ's ring and doorbell record, which
+// live as long as the CQ; the CQ outlives every queue that completes on it (a QP holds the
+// CQ's handle and drops it after its queues), and only queues consult the view.
+unsafe impl Send for RingView {}
+// SAFETY: as above: atomic loads only.
+unsafe impl Sync for RingView {}
+
+impl RingView {
+    /// Whether every entry the device has written is consumed and published by the poller.
+    fn drained(&self) -> bool {
+        // SAFETY: the record and the ring are live (see the `Send` impl); the loads are
+        // atomic because the poller and the device write them concurrently.
+        unsafe {
+            let rec = &*(self.dbrec.add(CQ_SET_CI) as *const AtomicU32);
+            let ci = u32::from_be(rec.load(Ordering::Acquire)) & 0xff_ffff;
+            let i = (ci & (self.cnt - 1)) as usize;
+            let own = &*(self.first_own.add(i * self.stride) as *const AtomicU8);
+            !is_sw_owned(own.load(Ordering::Acquire), ci, self.cnt)
+        }
+    }
+}
+
+/// One queue's charge on a CQ: `end - retired`.
+struct Charge {
+    /// The position the queue may post up to (changed under the CQ's lock only).
+    end: AtomicU16,
+    /// How far the poller has retired the queue.
+    queue: Arc<dyn Retired>,
+}
+
+impl Charge {
+    fn get(&self) -> u32 {
+        self.end
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.queue.retired()) as u32
+    }
+}
+
+struct Ledger {
+    charges: Vec<Arc<Charge>>,
+    /// Entries of requests left outstanding by dropped queues.
+    orphans: u32,
+    /// Bumped each time a queue is dropped with requests outstanding.
+    epoch: u64,
+}
+
+/// The entries of one CQ and the charges of the queues that complete on it.
+pub(crate) struct CqSlots {
+    cqn: u32,
+    capacity: u32,
+    ledger: Mutex<Ledger>,
+    /// The ledger's epoch while it has orphans, else 0 (read by the poller without the lock).
+    orphan_mark: AtomicU64,
+    ring: Option<RingView>,
+}
+
+impl core::fmt::Debug for CqSlots {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CqSlots")
+            .field("cqn", &self.cqn)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl CqSlots {
+    /// The entries of a CQ of `capacity` entries that the device guarantees; `ring` when
+    /// the crate polls its ring itself.
+    pub(crate) fn new(cqn: u32, capacity: u32, ring: Option<RingView>) -> CqSlots {
+        CqSlots {
+            cqn,
+            capacity,
+            ledger: Mutex::new(Ledger {
+                charges: Vec::new(),
+                orphans: 0,
+                epoch: 0,
+            }),
+            orphan_mark: AtomicU64::new(0),
+            ring,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Entries of the CQ.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Entries no queue may use now (as far as the poller has retired).
+    pub(crate) fn free(&self) -> u32 {
+        let l = self.lock();
+        self.free_in(&l)
+    }
+
+    fn free_in(&self, l: &Ledger) -> u32 {
+        let used: u32 = l.charges.iter().map(|c| c.get()).sum::<u32>() + l.orphans;
+        self.capacity.saturating_sub(used)
+    }
+
+    /// Whether queues were dropped with requests outstanding: a mark to pass to
+    /// [`CqSlots::drained`] once the CQ is seen empty (0: none; one load).
+    #[inline]
+    pub(crate) fn orphan_mark(&self) -> u64 {
+        self.orphan_mark.load(Ordering::Acquire)
+    }
+
+    /// The poller saw the CQ empty after [`CqSlots::orphan_mark`] returned `mark`: every
+    /// completion of the queues dropped before was consumed (the device writes none for a
+    /// destroyed QP), so their entries are free.
+    #[cold]
+    pub(crate) fn drained(&self, mark: u64) {
+        if mark == 0 {
+            return;
+        }
+        let mut l = self.lock();
+        if l.epoch == mark {
+            l.orphans = 0;
+            self.orphan_mark.store(0, Ordering::Release);
+        }
+    }
+
+    /// An equal share of the CQ for each queue on it.
+    fn share(&self, l: &Ledger) -> u32 {
+        self.capacity / (l.charges.len() as u32).max(1)
+    }
+}
+
+/// A queue's charge on the CQ it completes on.
+pub(crate) struct CqShare {
+    slots: Arc<CqSlots>,
+    charge: Arc<Charge>,
+    /// `charge.end`, as this queue (its only writer) last set it.
+    end: u16,
+}
+
+impl core::fmt::Debug for CqShare {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CqShare")
+            .field("cqn", &self.slots.cqn)
+            .field("end", &self.end)
+            .finish()
+    }
+}
+
+impl CqShare {
+    /// A queue whose positions `queue` retires, now at position `pos`, that completes on
+    /// the CQ of `slots`; it may post nothing yet.
+    pub(crate) fn new(slots: Arc<CqSlots>, queue: Arc<dyn Retired>, pos: u16) -> CqShare {
+        let charge = Arc::new(Charge {
+            end: AtomicU16::new(pos),
+            queue,
+        });
+        slots.lock().charges.push(charge.clone());
+        CqShare {
+            slots,
+            charge,
+            end: pos,
+        }
+    }
+
+    /// Positions the queue may still post from `pos`.
+    #[inline(always)]
+    pub(crate) fn allowance(&self, pos: u16) -> u32 {
+        self.end.wrapping_sub(pos) as u32
+    }
+
+    /// Makes the allowance from `pos` at least `need` when the CQ has the entries, with
+    /// some headroom, never letting the charge pass `cap` (the ring: more could never be
+    /// outstanding). Returns the allowance.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn top_up(&mut self, pos: u16, need: u32, cap: u32) -> u32 {
+        let have = self.allowance(pos);
+        if have >= need {
+            return have;
+        }
+        let mut l = self.slots.lock();
+        let mut free = self.slots.free_in(&l);
+        if free < need - have
+            && l.orphans != 0
+            && self.slots.ring.as_ref().is_some_and(|r| r.drained())
+        {
+            // Every completion the device wrote is consumed: the dropped queues' requests
+            // will never complete.
+            l.orphans = 0;
+            self.slots.orphan_mark.store(0, Ordering::Release);
+            free = self.slots.free_in(&l);
+        }
+        let charge = self.charge.get();
+        let headroom = (self.slots.share(&l) / 2).max(1);
+        let want = (need + headroom)
+            .min(cap.saturating_sub(charge - have).max(need))
+            .saturating_sub(have);
+        self.end = self.end.wrapping_add(want.min(free) as u16);
+        self.charge.end.store(self.end, Ordering::Relaxed);
+        drop(l);
+        self.allowance(pos)
+    }
+
+    /// The error for a request that needs `need` entries, the queue being at `pos`.
+    #[cold]
+    pub(crate) fn full(&self, pos: u16, need: u32) -> Error {
+        Error::CqFull {
+            cqn: self.slots.cqn,
+            needed: need,
+            available: self.allowance(pos),
+            capacity: self.slots.capacity,
+        }
+    }
+
+    /// Room for one request at `pos` (receive queues and the verbs path; `cap`: the
+    /// queue's depth).
+    ///
+    /// # Errors
+    /// [`Error::CqFull`].
+    #[inline]
+    pub(crate) fn check_one(&mut self, pos: u16, cap: u32) -> Result<(), Error> {
+        if self.allowance(pos) == 0 && self.top_up(pos, 1, cap) == 0 {
+            return Err(self.full(pos, 1));
+        }
+        Ok(())
+    }
+
+    /// The queue goes away at position `pos`: its allowance is free at once, its
+    /// outstanding requests when their completions are consumed.
+    pub(crate) fn release(&mut self, pos: u16) {
+        let mut l = self.slots.lock();
+        let outstanding = pos.wrapping_sub(self.charge.queue.retired()) as u32;
+        l.charges.retain(|c| !Arc::ptr_eq(c, &self.charge));
+        if outstanding != 0 {
+            l.orphans += outstanding;
+            l.epoch += 1;
+            self.slots.orphan_mark.store(l.epoch, Ordering::Release);
+        }
+        self.end = pos;
+    }
+}
+
+impl Drop for CqShare {
+    fn drop(&mut self) {
+        // Without `release` (a queue that never posted, or dropped with its CQ): everything
+        // goes back.
+        self.slots
+            .lock()
+            .charges
+            .retain(|c| !Arc::ptr_eq(c, &self.charge));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::direct::shadow::Shadow;
+
+    #[test]
+    fn charges_shrink_as_the_poller_retires() {
+        let slots = Arc::new(CqSlots::new(1, 64, None));
+        let qa = Arc::new(Shadow::<u64>::new(256));
+        let qb = Arc::new(Shadow::<u64>::new(256));
+        let mut a = CqShare::new(slots.clone(), qa.clone(), 0);
+        let mut b = CqShare::new(slots.clone(), qb.clone(), 0);
+        // Two queues: a share of 32, a headroom of 16.
+        assert_eq!(a.top_up(0, 1, 256), 17);
+        assert_eq!(slots.free(), 47);
+        // Never beyond the ring.
+        assert_eq!(b.top_up(0, 1, 4), 4);
+        // A posts its 17; B wants 60 and gets what is free.
+        assert_eq!(b.top_up(4, 60, 256), 43);
+        assert_eq!(slots.free(), 0);
+        assert!(matches!(
+            b.full(4, 60),
+            Error::CqFull {
+                needed: 60,
+                available: 43,
+                capacity: 64,
+                ..
+            }
+        ));
+        // The poller retires 5 of A's: free again without A doing anything.
+        qa.retire(5);
+        assert_eq!(slots.free(), 5);
+        assert!(b.check_one(47, 256).is_ok());
+        // B goes away at 48 with 48 outstanding: they stay counted until completed.
+        b.release(48);
+        assert_eq!(slots.free(), 64 - 12 - 48);
+        let mark = slots.orphan_mark();
+        // A queue dropped after the mark was read: its orphans stay.
+        let qc = Arc::new(Shadow::<u64>::new(256));
+        let mut c = CqShare::new(slots.clone(), qc, 0);
+        assert_eq!(c.top_up(0, 1, 256), 4);
+        c.release(2);
+        slots.drained(mark);
+        assert_eq!(slots.free(), 64 - 12 - 48 - 2);
+        slots.drained(slots.orphan_mark());
+        assert_eq!(slots.free(), 64 - 12);
+    }
+}
