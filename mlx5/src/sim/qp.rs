@@ -51,9 +51,16 @@ pub struct QpStats {
 /// Creation limits of a software QP.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct QpCaps {
-    /// Send-ring blocks (rounded up to a power of two).
+    /// The send queue's size in 64-byte blocks (WQEBBs; rounded up to a power of two,
+    /// 16 ..= 32768): the unit of the direct path's ring, where a request takes 1 to 16
+    /// blocks (a small inline write or a read 1, a bind 3, a long gather list or inline
+    /// payload more). The largest request these limits allow takes
+    /// `mlx5::wqe::max_wqe_bbs` blocks, so `sq_blocks / max_wqe_bbs` of them always fit:
+    /// blueflame's `Qp::send_depth`. On the verbs path the QP is created with that many work
+    /// requests (`max_send_wr`), so both paths have the same depth.
     pub sq_blocks: u32,
-    /// Receive-ring entries (rounded up to a power of two; 0 for none).
+    /// The receive queue's size in receive work requests (rounded up to a power of two; 0
+    /// for none).
     pub rq_entries: u32,
     /// Gather entries per send WQE.
     pub max_send_sge: u32,
