@@ -27,12 +27,12 @@ fn send_depth_is_what_was_asked_on_the_software_nic() {
     let mr = pd.alloc_mr(4096, common::ALL).unwrap();
     let big = [7u8; 256];
     for i in 0..51u64 {
-        qp.write_inline(&big, mr.remote(0), i, PostFlags::SIGNALED)
+        qp.write_inline(&big, mr.remote(0).unwrap(), i, PostFlags::SIGNALED)
             .unwrap();
     }
     // The 52nd does not fit: 1 block left, counted as such.
     let e = qp
-        .write_inline(&big, mr.remote(0), 51, PostFlags::SIGNALED)
+        .write_inline(&big, mr.remote(0).unwrap(), 51, PostFlags::SIGNALED)
         .unwrap_err();
     assert!(
         matches!(
@@ -47,7 +47,7 @@ fn send_depth_is_what_was_asked_on_the_software_nic() {
     );
     assert!(e.to_string().contains("send-ring blocks"), "{e}");
     // One-block requests fill the ring to the last block.
-    qp.write_inline(&[1], mr.remote(0), 52, PostFlags::SIGNALED)
+    qp.write_inline(&[1], mr.remote(0).unwrap(), 52, PostFlags::SIGNALED)
         .unwrap();
     assert_eq!(free_send(&mut qp), 0);
 }
