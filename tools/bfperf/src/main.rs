@@ -71,6 +71,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 "both sides in this process"
             }
         );
+        println!(" Doorbell       : {}", setup::doorbell_mode(&dev, o)?);
         println!(
             " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
             o.inline, o.post_list, o.tx_depth

@@ -54,6 +54,19 @@ pub fn open(o: &Opts) -> Result<(Device, String)> {
     Ok((dev, what))
 }
 
+/// How the QPs of this run ring their doorbell (a QP is created to ask: the mode is chosen
+/// per QP when it is created, and every QP of a run gets the same one unless the device runs
+/// out of thread domains).
+pub fn doorbell_mode(dev: &Device, o: &Opts) -> Result<String> {
+    let pd = dev.alloc_pd()?;
+    let cq = dev.create_cq(64)?;
+    let qp = pd.create_qp(&cq, &cq, caps(o))?;
+    Ok(match qp.doorbell_mode() {
+        Some(m) => m.to_string(),
+        None => "ibv_post_send (verbs path)".into(),
+    })
+}
+
 fn caps(o: &Opts) -> QpCaps {
     let depth = (o.tx_depth as u32 * 2).next_power_of_two().max(256);
     QpCaps {
