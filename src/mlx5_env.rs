@@ -9,6 +9,8 @@
 //!   (`wq_sig`): receive WQEs start with a signature segment and every control segment carries
 //!   a signature byte the device checks. The direct path writes neither, so such QPs run the
 //!   verbs path (`BLUEFLAME_PATH=direct` is refused with [`Error::Unsupported`]).
+//! - `MLX5_POST_SEND_PREFER_BF=0` (`mlx5.c` `get_always_bf`): rdma-core BlueFlame-copies
+//!   only WQEs with inline data; so does the direct path.
 //! - `MLX5_SCATTER_TO_CQE=0` (`verbs.c` `use_scatter_to_cqe`): rdma-core creates QPs without
 //!   responder scatter-to-CQE, so small received sends land in the receive buffers instead
 //!   of inside the CQE. The direct path handles both; the software NIC follows the switch.
@@ -26,6 +28,9 @@ pub struct Mlx5Env {
     pub qp_signature: bool,
     /// `MLX5_SCATTER_TO_CQE` set to `0`: no responder scatter-to-CQE.
     pub scatter_to_cqe_off: bool,
+    /// `MLX5_POST_SEND_PREFER_BF` set to `0`: BlueFlame copies only for WQEs with inline
+    /// data (rdma-core's default, `prefer_bf`, copies any WQE that fits).
+    pub prefer_bf_off: bool,
 }
 
 impl Mlx5Env {
@@ -38,6 +43,8 @@ impl Mlx5Env {
             qp_signature: get("MLX5_QP_SIGNATURE").is_some(),
             // verbs.c use_scatter_to_cqe: off only for exactly "0".
             scatter_to_cqe_off: get("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0"),
+            // mlx5.c get_always_bf: unset -> 1, else strcmp(env, "0") != 0.
+            prefer_bf_off: get("MLX5_POST_SEND_PREFER_BF").is_some_and(|v| v == "0"),
         }
     }
 
@@ -52,6 +59,12 @@ impl Mlx5Env {
         if self.shut_up_bf {
             raw.bf_size = 0;
         }
+    }
+
+    /// Applies what rdma-core does to a QP's send queue: `MLX5_POST_SEND_PREFER_BF=0` makes
+    /// BlueFlame copies for WQEs with inline data only (`post_send_db`: `inl || prefer_bf`).
+    pub fn configure(&self, sq: &mut crate::direct::SendQueue) {
+        sq.set_blueflame_inline_only(self.prefer_bf_off);
     }
 
     /// The data path of a QP on a device that would run `path`: the verbs path on mlx5
@@ -96,6 +109,9 @@ mod tests {
         assert!(env(&[("MLX5_SCATTER_TO_CQE", "0")]).scatter_to_cqe_off);
         assert!(!env(&[("MLX5_SCATTER_TO_CQE", "1")]).scatter_to_cqe_off);
         assert!(!env(&[("MLX5_SCATTER_TO_CQE", "")]).scatter_to_cqe_off);
+        assert!(env(&[("MLX5_POST_SEND_PREFER_BF", "0")]).prefer_bf_off);
+        assert!(!env(&[("MLX5_POST_SEND_PREFER_BF", "1")]).prefer_bf_off);
+        assert!(!env(&[("MLX5_POST_SEND_PREFER_BF", "")]).prefer_bf_off);
     }
 
     #[test]

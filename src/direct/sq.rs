@@ -101,6 +101,8 @@ pub struct SendQueue {
     enabled: bool,
     /// What the device's atomics can do (read once when the QP is created).
     atomics: AtomicCaps,
+    /// BlueFlame copies only for WQEs with inline data (`MLX5_POST_SEND_PREFER_BF=0`).
+    bf_inline_only: bool,
 }
 
 // SAFETY: the raw pointers are to the QP's rings and doorbell record, which this queue alone
@@ -292,6 +294,7 @@ impl SendQueue {
             bf_ok,
             enabled: true,
             atomics: AtomicCaps::CONNECTX,
+            bf_inline_only: false,
         })
     }
 
@@ -578,7 +581,10 @@ impl SendQueue {
         // DS count is the low 6 bits of the control segment's byte 7, just written.
         // SAFETY: the block at `start` holds the last WQE's control segment, inside the ring.
         let ds = unsafe { *self.block(start).add(7) } & 0x3f;
-        let single = self.pending == 1 && ds > 1;
+        let mut single = self.pending == 1 && ds > 1;
+        if self.bf_inline_only && single {
+            single = self.last_is_inline(start, ds);
+        }
         self.pending = 0;
         self.shadow.mark_posted(self.pi);
         let (buf, mask) = (self.buf, self.cnt - 1);
@@ -588,6 +594,29 @@ impl SendQueue {
         };
         // SAFETY: blocks start .. start + bbs hold the WQE just written, inside the ring.
         unsafe { self.db.ring(self.pi, single, bbs as usize, block) };
+    }
+
+    /// Whether the WQE at `start` (of `ds` DS) carries inline data: a write or send whose
+    /// first data segment has the inline flag (rdma-core's `inl`).
+    #[cold]
+    fn last_is_inline(&self, start: u16, ds: u8) -> bool {
+        let b = self.block(start);
+        // SAFETY: the block at `start` holds the WQE just written, inside the ring; the bytes
+        // read are within its first 64.
+        let opcode = unsafe { *b.add(3) };
+        let at = match opcode {
+            0x08 | 0x09 => 32,        // RDMA write (with immediate): control, remote address
+            0x0a | 0x0b | 0x01 => 16, // send (with immediate / invalidate): control
+            _ => return false,
+        };
+        // SAFETY: as above (at < 64).
+        ds as usize * 16 > at && unsafe { *b.add(at) } & 0x80 != 0
+    }
+
+    /// rdma-core's `MLX5_POST_SEND_PREFER_BF=0`: BlueFlame copies only for WQEs with inline
+    /// data (off by default, as in rdma-core).
+    pub fn set_blueflame_inline_only(&mut self, on: bool) {
+        self.bf_inline_only = on;
     }
 
     /// Rings for the one-block WQE at `block`, just written at `pi - 1`, with BlueFlame.

@@ -250,6 +250,8 @@ impl Pd {
         match &mut path {
             QpPath::Direct { sq, rq, .. } => {
                 sq.set_atomic_caps(atomics);
+                // The driver side of rdma-core's MLX5_POST_SEND_PREFER_BF.
+                Mlx5Env::current().configure(sq);
                 // Until `connect`, every post goes through `check_state`.
                 sq.enable_fast_path(false);
                 sq.attach_cq(sslots.clone());
