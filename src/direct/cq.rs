@@ -5,6 +5,7 @@ use super::barrier;
 use super::cq_share::{CqSlots, RingView};
 use super::scatter::ScatterTable;
 use super::shadow::{SendEntry, Shadow};
+use super::teardown::Tombstone;
 use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
 use core::cell::Cell;
@@ -12,7 +13,7 @@ use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use mlx5::cqe::{cqe64_offset, op_own, Cqe64, CqeFormat, CqeOpcode, OWNER_MASK};
 use mlx5::doorbell::CQ_SET_CI;
 use mlx5::{RawCq, WcStatus};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The queues whose completions arrive on one CQ, by QP number.
 #[derive(Clone)]
@@ -27,11 +28,15 @@ pub(crate) struct Attached {
 /// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
 /// bumps a generation the poller checks with one load; it re-reads the list (under the lock)
 /// only then, never on the hot path. It also carries the CQ's entries that the queues share
-/// out (see `cq_share`).
+/// out (see `cq_share`), and the [`Tombstone`]s of QPs destroyed while entries of theirs
+/// may still be in the ring (direct-path CQs, `super::teardown`).
 pub(crate) struct Registry {
     pub(crate) gen: AtomicU32,
     pub(crate) list: Mutex<Vec<Attached>>,
     pub(crate) slots: Arc<CqSlots>,
+    tombs: Mutex<Vec<Arc<Tombstone>>>,
+    /// The ring of a direct-path CQ (None on the verbs path).
+    ring: Option<RingView>,
 }
 
 impl Registry {
@@ -42,6 +47,8 @@ impl Registry {
             gen: AtomicU32::new(0),
             list: Mutex::new(Vec::new()),
             slots: Arc::new(CqSlots::new(cqn, capacity, ring)),
+            tombs: Mutex::new(Vec::new()),
+            ring,
         }
     }
 
@@ -71,12 +78,34 @@ impl Registry {
         ))
     }
 
-    pub(crate) fn detach(&self, qpn: u32) {
-        self.list
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|x| x.qpn != qpn);
+    /// Locks the list of attached queues: while held, no QP can attach (a QP that got a
+    /// reused number waits until the old one's entries are accounted for).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Vec<Attached>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Detaches QP `qpn`, whose QP the device no longer runs (destroyed), through the held
+    /// `list`: on a direct-path CQ, leaves a tombstone over the entries it may have left in
+    /// the ring, from the consumer index the poller published to the device's current end.
+    pub(crate) fn bury(&self, list: &mut Vec<Attached>, qpn: u32) {
+        if let Some(ring) = &self.ring {
+            let t = Tombstone::new(qpn, super::teardown::device_end(ring));
+            let mut tombs = self.tombs.lock().unwrap_or_else(|e| e.into_inner());
+            tombs.retain(|t| !t.is_done());
+            if !t.is_done() {
+                tombs.push(Arc::new(t));
+            }
+        }
+        // After the tombstone: a poller that no longer finds the QP finds its tombstone.
+        list.retain(|x| x.qpn != qpn);
         self.gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// The live tombstones (read after the list, see `bury`).
+    #[cold]
+    fn tombstones(&self) -> Vec<Arc<Tombstone>> {
+        let tombs = self.tombs.lock().unwrap_or_else(|e| e.into_inner());
+        tombs.iter().filter(|t| !t.is_done()).cloned().collect()
     }
 }
 
@@ -107,7 +136,14 @@ pub struct CompletionQueue {
     cqn: u32,
     pub(crate) registry: Arc<Registry>,
     cache: Vec<Attached>,
+    /// Destroyed QPs whose entries may still come (`super::teardown`).
+    tombs: Vec<Arc<Tombstone>>,
+    /// The registry generation `cache` and `tombs` belong to.
     gen: u32,
+    /// What the fast path compares the registry's generation with: `gen`, or a value it
+    /// never equals while tombstones are live, so that every poll takes the general path
+    /// (which checks them) until the consumer index has passed them all.
+    fast_gen: u32,
     /// The retirement of the entry being completed on the general path, made once the
     /// consumer index is published.
     later: Cell<Retire>,
@@ -204,7 +240,9 @@ impl CompletionQueue {
             cqn: raw.cqn,
             registry,
             cache: Vec::new(),
+            tombs: Vec::new(),
             gen: u32::MAX,
+            fast_gen: u32::MAX,
             later: Cell::new(Retire::Nothing),
         })
     }
@@ -235,6 +273,13 @@ impl CompletionQueue {
     fn refresh(&mut self) {
         if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {
             (self.cache, self.gen) = (list, gen);
+            // After the list (see `Registry::bury`).
+            self.tombs = self.registry.tombstones();
+            self.fast_gen = if self.tombs.is_empty() {
+                gen
+            } else {
+                gen ^ 0x8000_0000
+            };
             // `last_sq` pointed into the old list.
             (self.last_qpn, self.last_sq) = (NO_QPN, core::ptr::null());
         }
@@ -249,8 +294,31 @@ impl CompletionQueue {
     #[cold]
     fn find_sq(&mut self, qpn: u32) -> Option<*const Shadow<SendEntry>> {
         let sq: *const Shadow<SendEntry> = &**self.find(qpn)?.sq.as_ref()?;
-        (self.last_qpn, self.last_sq) = (qpn, sq);
+        // Not while an older QP of this number may still have entries: those must meet the
+        // tombstone on the general path, never the fast path.
+        if !self.tombs.iter().any(|t| t.qpn == qpn) {
+            (self.last_qpn, self.last_sq) = (qpn, sq);
+        }
         Some(sq)
+    }
+
+    /// Whether the entry at consumer index `ci` belongs to a destroyed QP (discarded);
+    /// drops the tombstones the consumer index has passed.
+    #[cold]
+    #[inline(never)]
+    fn buried(&mut self, cqe: &Cqe64, ci: u32) -> bool {
+        let qpn = cqe.qpn();
+        let hit = self
+            .tombs
+            .iter()
+            .any(|t| t.qpn == qpn && t.covers(ci & 0xff_ffff));
+        let next = ci.wrapping_add(1);
+        self.tombs.retain(|t| t.still_ahead(next));
+        if self.tombs.is_empty() {
+            // The fast path again.
+            self.fast_gen = self.gen;
+        }
+        hit
     }
 
     /// The owner byte of the entry at the consumer index.
@@ -285,7 +353,7 @@ impl CompletionQueue {
     /// frame).
     #[inline(never)]
     fn poll_some(&mut self, out: &mut [Completion]) -> usize {
-        if self.registry.gen.load(Ordering::Acquire) != self.gen {
+        if self.registry.gen.load(Ordering::Acquire) != self.fast_gen {
             return self.poll_general(out, 0);
         }
         // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
@@ -349,7 +417,12 @@ impl CompletionQueue {
             }
             // SAFETY: just checked; not used after `publish_ci` below.
             let cqe = unsafe { self.entry() };
+            let ci = self.ci;
             self.advance();
+            if !self.tombs.is_empty() && self.buried(cqe, ci) {
+                self.publish_ci();
+                continue;
+            }
             let c = self.complete(cqe, cqe.op_own >> 4);
             // The device learns that the entry is consumed before the queue may reuse what
             // it held (CQ accounting, `cq_share`): the retirement comes after.

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A read-only view of a direct-path CQ ring: whether the device has written entries the
 /// poller has not consumed (as far as the poller published).
-#[derive(Debug)]
+#[derive(Copy, Clone, Debug)]
 pub(crate) struct RingView {
     /// The owner byte of entry 0.
     pub(crate) first_own: *const u8,

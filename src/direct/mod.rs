@@ -15,6 +15,7 @@ mod rq;
 pub(crate) mod scatter;
 pub(crate) mod shadow;
 mod sq;
+mod teardown;
 
 pub use cq::CompletionQueue;
 pub use inline_write::FAST_INLINE_MAX;

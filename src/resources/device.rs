@@ -117,6 +117,24 @@ impl Device {
         }
     }
 
+    /// As [`Device::sim`], with a NIC that holds at most `limits` objects of each kind (a
+    /// small QP-number space makes the NIC reuse a dropped QP's number at once).
+    pub fn sim_with_limits(limits: mlx5::sim::Limits) -> Device {
+        let nic = Nic::with_limits(limits);
+        nic.start();
+        Device {
+            backend: Backend::Sim(nic),
+        }
+    }
+
+    /// As [`Device::sim_stepped`], with a NIC that holds at most `limits` objects of each
+    /// kind.
+    pub fn sim_stepped_with_limits(limits: mlx5::sim::Limits) -> Device {
+        Device {
+            backend: Backend::Sim(Nic::with_limits(limits)),
+        }
+    }
+
     /// Opens the rdma-core device `name` (e.g. `mlx5_0`, `rxe0`) on port 1, with the first
     /// RoCE v2 IPv4 GID on Ethernet ports (override with `gid_index`). mlx5 devices run the
     /// direct path, others the verbs path; `BLUEFLAME_PATH=verbs|direct|auto` overrides.

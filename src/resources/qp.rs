@@ -1086,17 +1086,37 @@ impl Drop for Qp {
                 rq.release_cq();
             }
         }
-        for cq in &self.cqs {
-            cq.registry.detach(self.qpn);
-        }
-        if let (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) =
-            (&self.path, &self.pd.inner.dev.backend)
-        {
-            let _ = n.destroy_qp(self.qpn);
-            if let Some(td) = self.sim_td {
-                let _ = n.dealloc_td(td);
+        // rdma-core cleans a CQ of a destroyed QP's entries (`__mlx5_cq_clean`), but not a
+        // CQ it handed to us: the direct path's CQs are ours. With the CQs' lists locked
+        // (no QP can attach, so none can reuse this number yet), destroy the QP, after which
+        // the device writes no entry for it, then leave a tombstone over the entries it may
+        // still have in each CQ (`direct::teardown`).
+        let [a, b] = &self.cqs;
+        let (first, second) = if Arc::as_ptr(&a.registry) <= Arc::as_ptr(&b.registry) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let same = Arc::ptr_eq(&a.registry, &b.registry);
+        let mut g1 = first.registry.lock();
+        let mut g2 = (!same).then(|| second.registry.lock());
+        match (&mut self.path, &self.pd.inner.dev.backend) {
+            (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) => {
+                let _ = n.destroy_qp(self.qpn);
+                if let Some(td) = self.sim_td {
+                    let _ = n.dealloc_td(td);
+                }
             }
+            // The last reference: `ibv_destroy_qp` now. The queues, dropped after, do not
+            // touch the rings again.
+            (QpPath::Direct { hw, .. }, _) => drop(hw.take()),
+            // A verbs QP is destroyed when its last Arc (held by the queues) drops; its CQs
+            // are rdma-core's.
+            (QpPath::Verbs { .. }, _) => {}
         }
-        // A verbs QP is destroyed when its last Arc (held by the queues) drops.
+        first.registry.bury(&mut g1, self.qpn);
+        if let Some(g2) = g2.as_mut() {
+            second.registry.bury(g2, self.qpn);
+        }
     }
 }
