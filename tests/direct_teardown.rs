@@ -43,7 +43,7 @@ fn a_reused_qp_number_sees_only_its_own_completions() {
     a.post_recv(&[mr.sge(0, 64).unwrap()], 900).unwrap();
     a.post_recv(&[mr.sge(64, 64).unwrap()], 901).unwrap();
     for i in 0..6u64 {
-        a.write_inline(b"old", mr.remote(512), 10 + i, PostFlags::SIGNALED)
+        a.write_inline(b"old", mr.remote(512).unwrap(), 10 + i, PostFlags::SIGNALED)
             .unwrap();
     }
     a.send(Payload::Inline(b"to myself"), 16, PostFlags::SIGNALED)
@@ -57,8 +57,13 @@ fn a_reused_qp_number_sees_only_its_own_completions() {
     let full = b.free_send();
     b.post_recv(&[mr.sge(128, 64).unwrap()], 950).unwrap();
     for i in 0..3u64 {
-        b.write_inline(b"new", mr.remote(600), 100 + i, PostFlags::SIGNALED)
-            .unwrap();
+        b.write_inline(
+            b"new",
+            mr.remote(600).unwrap(),
+            100 + i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
     }
     b.send(Payload::Inline(b"hello B"), 103, PostFlags::SIGNALED)
         .unwrap();
@@ -85,8 +90,13 @@ fn a_reused_qp_number_sees_only_its_own_completions() {
 
     // B keeps working, on the fast path too, around the ring.
     for round in 0..300u64 {
-        b.write_inline(b"x", mr.remote(700), 1000 + round, PostFlags::SIGNALED)
-            .unwrap();
+        b.write_inline(
+            b"x",
+            mr.remote(700).unwrap(),
+            1000 + round,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
         let got = all_polled(&dev, &mut cq);
         assert_eq!(got.len(), 1, "round {round}: {got:?}");
         assert_eq!(
@@ -162,8 +172,13 @@ fn a_qp_dropped_after_its_completions_were_polled_leaves_nothing_behind() {
     for gen in 0..40u64 {
         let mut qp = loopback(&pd, &cq, QpCaps::default());
         for i in 0..3 {
-            qp.write_inline(b"z", mr.remote(0), gen * 10 + i, PostFlags::SIGNALED)
-                .unwrap();
+            qp.write_inline(
+                b"z",
+                mr.remote(0).unwrap(),
+                gen * 10 + i,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
         }
         // Drop some with their completions unpolled, some after polling them.
         if gen % 2 == 0 {
@@ -190,7 +205,7 @@ fn teardown_while_the_nic_thread_runs() {
         let mut a = loopback(&pd, &cq, QpCaps::default());
         let qpn = a.qpn();
         for i in 0..50u64 {
-            a.write_inline(b"a", mr.remote(0), i, PostFlags::SIGNALED)
+            a.write_inline(b"a", mr.remote(0).unwrap(), i, PostFlags::SIGNALED)
                 .unwrap();
         }
         drop(a);
@@ -198,7 +213,7 @@ fn teardown_while_the_nic_thread_runs() {
         assert_eq!(b.qpn(), qpn);
         let base = 1_000_000 * (round + 1);
         for i in 0..10u64 {
-            b.write_inline(b"b", mr.remote(8), base + i, PostFlags::SIGNALED)
+            b.write_inline(b"b", mr.remote(8).unwrap(), base + i, PostFlags::SIGNALED)
                 .unwrap();
         }
         let mut got = Vec::new();
