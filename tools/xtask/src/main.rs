@@ -3,7 +3,8 @@
 //! - `cargo xtask demo`: installs what the build needs, then runs an RDMA-write ping-pong
 //!   through the direct data path (`bfperf write-lat`) and prints a perftest-style table.
 //! - `cargo xtask test`: installs what the build needs, then `cargo fmt --check`,
-//!   `cargo clippy -D warnings` and `cargo test --workspace --locked`.
+//!   `cargo clippy -D warnings`, `cargo test --workspace --locked`, and the direct-path and
+//!   memory-window tests again under valgrind's memcheck (`cargo xtask memcheck` alone).
 //! - `cargo xtask rxe -- COMMAND`: boots the rxe VM once and runs COMMAND inside it with
 //!   `BLUEFLAME_DEVICE=rxe0`.
 //! - `cargo xtask icount`: instructions per post / poll with callgrind, against the budgets.
@@ -15,6 +16,7 @@
 
 mod compare;
 mod icount;
+mod memcheck;
 mod rxe;
 
 use std::path::Path;
@@ -37,6 +39,14 @@ fn main() {
         Some("demo") => demo(&args[1..]),
         Some("test") => test(),
         Some("deps") => deps(),
+        Some("memcheck") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            if deps() == 0 && memcheck::stage(&cargo) {
+                0
+            } else {
+                1
+            }
+        }
         Some("rxe") => rxe::main(&args[1..]),
         Some("rxe-compare") => {
             if deps() == 0 && compare::main() {
@@ -55,7 +65,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | rxe -- COMMAND | icount | rxe-compare | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | memcheck | rxe -- COMMAND | icount | rxe-compare | deps>");
             2
         }
     };
@@ -157,6 +167,10 @@ fn test() -> i32 {
         if !run(what, Command::new(&cargo).args(&args)) {
             return 1;
         }
+    }
+    if !memcheck::stage(&cargo) {
+        eprintln!("xtask: FAILED: memcheck");
+        return 1;
     }
     eprintln!("xtask: all host checks passed; now the device tests on rxe");
     if !rxe::device_stage(&cargo) {
