@@ -49,7 +49,17 @@ const MAX_BUFFERS: usize = 1024;
 
 impl Exchange {
     /// The bytes on the wire.
-    pub fn encode(&self) -> Vec<u8> {
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for more buffers than a peer's [`Exchange::read_from`]
+    /// takes (1024; the wire's count has 16 bits).
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        if self.buffers.len() > MAX_BUFFERS {
+            return Err(Error::InvalidParameter {
+                what: "exchange buffer count (at most 1024)",
+                value: self.buffers.len() as u64,
+            });
+        }
         let e = &self.endpoint;
         let mut v = Vec::with_capacity(36 + 20 * self.buffers.len());
         v.extend_from_slice(MAGIC);
@@ -64,7 +74,7 @@ impl Exchange {
             v.extend_from_slice(&b.rkey.to_be_bytes());
             v.extend_from_slice(&b.len.to_be_bytes());
         }
-        v
+        Ok(v)
     }
 
     /// Reads one exchange from `r`.
@@ -117,7 +127,7 @@ fn swap(s: &mut TcpStream, ours: &Exchange) -> Result<Exchange> {
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(Error::Io)?;
     s.set_nodelay(true).map_err(Error::Io)?;
-    s.write_all(&ours.encode()).map_err(Error::Io)?;
+    s.write_all(&ours.encode()?).map_err(Error::Io)?;
     Exchange::read_from(s)
 }
 
@@ -173,7 +183,7 @@ mod tests {
                 RemoteBuf::default(),
             ],
         };
-        let bytes = x.encode();
+        let bytes = x.encode().unwrap();
         assert_eq!(Exchange::read_from(&mut &bytes[..]).unwrap(), x);
         let mut bad = bytes.clone();
         bad[0] = b'X';

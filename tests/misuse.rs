@@ -165,3 +165,139 @@ fn region_rights_that_verbs_refuses_are_refused() {
         assert!(pd.alloc_mr(64, ok).is_ok(), "{ok:?}");
     }
 }
+
+/// A send with invalidate that meets an RNR NAK (no receive posted yet) is retried: the
+/// window must stay bound until the responder accepts the send. (The old software NIC
+/// invalidated it on the first, refused, attempt.)
+#[test]
+fn send_with_invalidate_invalidates_only_when_the_send_is_accepted() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq_a = dev.create_cq(64).unwrap();
+    let mut cq_b = dev.create_cq(64).unwrap();
+    let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
+    let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
+    a.connect(b.qpn()).unwrap();
+    let mr = pd
+        .alloc_mr(4096, Access(RIGHTS.0 | Access::MW_BIND.0))
+        .unwrap();
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    let rkey = b
+        .bind_mw(
+            &mut mw,
+            &mr,
+            0,
+            256,
+            Access::REMOTE_WRITE,
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    let mut out = [Completion::default(); 2];
+    assert_eq!(cq_b.poll_n(&mut out, 1, 100), 1);
+    a.post(
+        &Request::SendInv {
+            data: Payload::Inline(b"done"),
+            rkey,
+        },
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    dev.process(); // RNR: b has no receive
+    assert!(dev.nic().unwrap().qp_stats(b.qpn()).unwrap().rnr_naks > 0);
+    assert_eq!(cq_a.poll(&mut out), 0, "retried, not completed");
+    assert_eq!(
+        dev.nic().unwrap().mw_state(rkey),
+        Some((rkey, true)),
+        "still bound while the send waits"
+    );
+    b.post_recv(&[mr.sge(2048, 64).unwrap()], 50).unwrap();
+    assert_eq!(cq_a.poll_n(&mut out, 1, 100), 1);
+    assert_eq!((out[0].cookie, out[0].status), (2, WcStatus::Success));
+    assert_eq!(cq_b.poll_n(&mut out, 1, 100), 1);
+    assert_eq!((out[0].cookie, out[0].imm), (50, Some(rkey)));
+    assert_eq!(dev.nic().unwrap().mw_state(rkey), Some((rkey, false)));
+}
+
+#[test]
+fn connect_twice_or_after_set_error_is_an_invalid_state() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let mut c = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    a.connect(b.qpn()).unwrap();
+    // The other side's connect of the same pair is what the software NIC already did.
+    b.connect(a.qpn()).unwrap();
+    // Another peer: verbs needs RESET first.
+    assert!(matches!(
+        a.connect(c.qpn()),
+        Err(Error::InvalidState { .. })
+    ));
+    assert!(matches!(
+        c.connect(a.qpn()),
+        Err(Error::InvalidState { .. })
+    ));
+    a.set_error().unwrap();
+    for q in [b.qpn(), c.qpn()] {
+        assert!(
+            matches!(a.connect(q), Err(Error::InvalidState { state }) if state.contains("error")),
+            "{q:#x}"
+        );
+    }
+    // A fresh QP still connects.
+    c.connect(c.qpn()).unwrap();
+}
+
+#[test]
+fn rnr_retry_above_7_is_refused() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let caps = QpCaps {
+        rnr_retry: 8,
+        ..QpCaps::default()
+    };
+    assert!(matches!(
+        pd.create_qp(&cq, &cq, caps),
+        Err(Error::InvalidParameter { value: 8, .. })
+    ));
+    let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let timing = Timing {
+        rnr_retry: 8,
+        ..Timing::default()
+    };
+    let me = qp.qpn();
+    assert!(matches!(
+        qp.connect_with(&Endpoint::from(me), &timing),
+        Err(Error::InvalidParameter { value: 8, .. })
+    ));
+    qp.connect_with(&Endpoint::from(me), &Timing::default())
+        .unwrap();
+}
+
+#[test]
+fn an_exchange_of_more_buffers_than_a_peer_reads_is_refused() {
+    use blueflame::connect::Exchange;
+    let x = Exchange {
+        endpoint: Endpoint::default(),
+        buffers: vec![RemoteBuf::default(); 65_537],
+    };
+    assert!(matches!(
+        x.encode(),
+        Err(Error::InvalidParameter { value: 65_537, .. })
+    ));
+    let x = Exchange {
+        buffers: vec![RemoteBuf::default(); 1024],
+        ..x
+    };
+    let bytes = x.encode().unwrap();
+    assert_eq!(Exchange::read_from(&mut &bytes[..]).unwrap(), x);
+    let x = Exchange {
+        buffers: vec![RemoteBuf::default(); 1025],
+        ..x
+    };
+    assert!(x.encode().is_err());
+}

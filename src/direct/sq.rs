@@ -76,6 +76,9 @@ pub struct SendQueue {
     /// This queue's charge on the CQ it completes on (None: not accounted, a queue over
     /// plain memory in unit tests).
     cq_share: Option<CqShare>,
+    /// A [`Batch`] is open: the shadow's posted mark is kept at `limit` (everything the
+    /// batch may write), so a region dropped before it rings waits for those WQEs too.
+    in_batch: bool,
     pub(super) db: Doorbell,
     pub(crate) shadow: Arc<Shadow<SendEntry>>,
     /// The shadow table's entries (kept alive by `shadow`).
@@ -274,6 +277,7 @@ impl SendQueue {
             },
             pi: 0,
             limit: cnt as u16,
+            in_batch: false,
             cq_share: None,
             // SAFETY: the caller guarantees a live record and register for our lifetime; the
             // claim is this register's, dedicated only under `new_dedicated`'s contract.
@@ -362,6 +366,9 @@ impl SendQueue {
             room = room.min(s.top_up(self.pi, bbs.min(ring_free), self.cnt));
         }
         self.limit = self.pi.wrapping_add(room as u16);
+        if self.in_batch {
+            self.shadow.mark_posted(self.limit);
+        }
         if bbs > ring_free {
             return Err(Error::QueueFull {
                 needed: bbs,
@@ -664,6 +671,11 @@ impl SendQueue {
     /// [`Batch::ring`]. A batch dropped without ringing is rewound: nothing is posted.
     pub fn batch(&mut self) -> Batch<'_> {
         self.ring();
+        // Until the batch rings, a region dropped meanwhile must wait for everything the
+        // batch may write (up to the cached limit, which `make_room` moves on): mark that
+        // far as posted.
+        self.in_batch = true;
+        self.shadow.mark_posted(self.limit);
         let start = (self.pi, self.credit, self.next_fence);
         Batch { sq: self, start }
     }
@@ -700,6 +712,8 @@ impl Batch<'_> {
     #[inline(always)]
     pub fn ring(self) {
         self.sq.ring();
+        self.sq.in_batch = false;
+        self.sq.shadow.mark_posted(self.sq.pi);
         core::mem::forget(self);
     }
 }
@@ -711,6 +725,8 @@ impl Drop for Batch<'_> {
         (self.sq.pi, self.sq.credit, fence) = self.start;
         self.sq.set_next_fence(fence);
         self.sq.pending = 0;
+        self.sq.in_batch = false;
+        self.sq.shadow.mark_posted(self.sq.pi);
     }
 }
 

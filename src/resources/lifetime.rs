@@ -29,11 +29,20 @@ impl<T: Copy + Default + Send> Progress for Shadow<T> {
     }
 }
 
-/// Something whose drop deregisters a region.
-pub(crate) type Registration = Box<dyn Send>;
+/// A region's registration. The device may refuse to deregister it (rxe refuses
+/// `ibv_dereg_mr` while a memory window is bound to the region, and so does the software
+/// NIC): its memory is freed only once it is deregistered, never under a live registration.
+pub(crate) trait Deregister: Send {
+    /// Deregisters, then frees the memory it owns; false when the device refused (the
+    /// registration and its memory stay as they are: try again later).
+    fn deregister(&mut self) -> bool;
+}
+
+/// A registration on its way out.
+pub(crate) type Registration = Box<dyn Deregister>;
 
 struct Parked {
-    _reg: Registration,
+    reg: Registration,
     marks: Vec<(Weak<dyn Progress>, u16)>,
 }
 
@@ -60,9 +69,10 @@ impl Lifetimes {
         qs.push(q);
     }
 
-    /// Deregisters now when nothing is outstanding; otherwise parks the registration until
-    /// the work posted so far has completed.
-    pub(crate) fn release(&self, reg: Registration) {
+    /// Deregisters now when nothing is outstanding and the device agrees; otherwise parks
+    /// the registration until the work posted so far has completed and the device agrees
+    /// (its windows are unbound or freed).
+    pub(crate) fn release(&self, mut reg: Registration) {
         let marks: Vec<(Weak<dyn Progress>, u16)> = self
             .queues
             .lock()
@@ -75,27 +85,33 @@ impl Lifetimes {
                 (!q.done_up_to(mark)).then(|| (w.clone(), mark))
             })
             .collect();
-        if !marks.is_empty() {
+        if !(marks.is_empty() && reg.deregister()) {
             self.parked
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(Parked { _reg: reg, marks });
+                .push(Parked { reg, marks });
         }
         self.reclaim();
     }
 
-    /// Deregisters every parked region whose work has completed. Returns how many remain.
+    /// Deregisters every parked region whose work has completed, if the device agrees.
+    /// Returns how many remain.
     pub(crate) fn reclaim(&self) -> usize {
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        p.retain(|x| !x.done());
+        p.retain_mut(|x| !(x.done() && x.reg.deregister()));
         p.len()
     }
 
-    /// Deregisters everything (the domain is going away: no QP is left on it).
+    /// The domain is going away (no QP or window is left on it): deregisters everything.
+    /// A registration the device still refuses to deregister keeps its memory for the rest
+    /// of the process (leaked: freeing it under a live registration would let the device
+    /// write freed heap).
     pub(crate) fn clear(&self) {
-        self.parked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
+        for mut p in parked {
+            if !p.reg.deregister() {
+                std::mem::forget(p.reg);
+            }
+        }
     }
 }

@@ -5,29 +5,80 @@ use super::Pd;
 use crate::error::{Error, Result};
 use crate::{verbs, Access, Remote, Sge};
 
+/// Copies in and out of bytes shared with the NIC and other threads.
+mod shared_bytes {
+    use core::sync::atomic::{AtomicU8, Ordering};
+
+    /// Copies `out.len()` bytes from `src`, one relaxed atomic load each.
+    ///
+    /// # Safety
+    /// `src .. src + out.len()` must be live memory.
+    pub(super) unsafe fn copy_out(src: *const u8, out: &mut [u8]) {
+        for (i, o) in out.iter_mut().enumerate() {
+            // SAFETY: inside the caller's live range; AtomicU8 has u8's size and alignment,
+            // and every access to these bytes from Rust is atomic (no data race).
+            *o = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
+        }
+    }
+
+    /// Copies `data` to `dst`, one relaxed atomic store each.
+    ///
+    /// # Safety
+    /// `dst .. dst + data.len()` must be live memory, not overlapping `data`.
+    pub(super) unsafe fn copy_in(dst: *mut u8, data: &[u8]) {
+        for (i, &b) in data.iter().enumerate() {
+            // SAFETY: as in `copy_out`.
+            unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(b, Ordering::Relaxed);
+        }
+    }
+
+    /// One byte, with acquire ordering.
+    ///
+    /// # Safety
+    /// `p` must be live memory.
+    pub(super) unsafe fn load_acquire(p: *const u8) -> u8 {
+        // SAFETY: as in `copy_out`.
+        unsafe { AtomicU8::from_ptr(p.cast_mut()) }.load(Ordering::Acquire)
+    }
+}
+
 enum MrKind {
     Sim(SimReg),
     /// Held for its Drop: deregisters, then frees the memory.
     Verbs(verbs::objects::Mr),
 }
 
-/// A software-NIC registration: deregistered (and its memory freed) on drop.
+/// A software-NIC registration (the NIC owns the memory and frees it when deregistered).
 struct SimReg {
     nic: mlx5::sim::Nic,
     lkey: u32,
 }
 
-impl Drop for SimReg {
-    fn drop(&mut self) {
-        let _ = self.nic.dereg_mr(self.lkey);
+impl super::lifetime::Deregister for SimReg {
+    fn deregister(&mut self) -> bool {
+        // Busy while a window is bound to the region; anything else means it is gone.
+        self.nic.dereg_mr(self.lkey) != Err(mlx5::sim::SimError::Busy)
+    }
+}
+
+impl super::lifetime::Deregister for verbs::objects::Mr {
+    fn deregister(&mut self) -> bool {
+        verbs::objects::Mr::deregister(self)
     }
 }
 
 /// Registered memory: the NIC may read and write it under its keys.
 ///
-/// The bytes are shared with the NIC, which writes them at any time: read and write them
-/// through [`MemoryRegion::read`] / [`MemoryRegion::write`] (copies), or through the raw
-/// pointer with the same care as any DMA buffer.
+/// The bytes are shared with the NIC, which writes them at any time, and with every thread
+/// that holds the region (it is `Sync`). [`MemoryRegion::read`] and [`MemoryRegion::write`]
+/// copy them one relaxed atomic byte access at a time, as the software NIC's DMA does, so
+/// two threads writing, or a thread reading while the NIC writes, get some mix of old and
+/// new bytes, never undefined behaviour. Order comes from completions: bytes the NIC wrote
+/// for a request are all visible once its completion was polled (the poller's acquire of the
+/// CQE pairs with the NIC's release), and bytes written before a post are what the NIC
+/// reads. A real NIC's DMA is outside Rust's memory model; the same rules are what verbs
+/// promises for it. Through [`MemoryRegion::as_ptr`] the same care as for any DMA buffer is
+/// the caller's (never form a `&`/`&mut` to bytes the NIC may write).
 pub struct MemoryRegion {
     /// `None` only while being dropped.
     kind: Option<MrKind>,
@@ -175,35 +226,35 @@ impl MemoryRegion {
         })
     }
 
-    /// Copies bytes out of the region.
+    /// Copies bytes out of the region, one relaxed atomic byte load each (see
+    /// [`MemoryRegion`] on sharing the bytes with the NIC and other threads).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] when the range leaves the region.
     pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
         self.check(off, out.len())?;
         // SAFETY: the range is inside the registered region, which stays allocated while
-        // `self` lives; the copy goes through raw pointers because the NIC may write these
-        // bytes concurrently (like DMA), and no reference to them is formed.
-        unsafe {
-            core::ptr::copy_nonoverlapping(self.as_ptr().add(off), out.as_mut_ptr(), out.len())
-        };
+        // `self` lives (and longer while the NIC may still use it: `lifetime.rs`).
+        unsafe { shared_bytes::copy_out(self.as_ptr().add(off), out) };
         Ok(())
     }
 
-    /// Copies bytes into the region.
+    /// Copies bytes into the region, one relaxed atomic byte store each (see
+    /// [`MemoryRegion`]).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] when the range leaves the region.
     pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
         self.check(off, data.len())?;
-        // SAFETY: as for `read`.
-        unsafe {
-            core::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(off), data.len())
-        };
+        // SAFETY: as for `read`; `data` is a Rust slice, so it cannot be these shared bytes
+        // (no reference to them is ever formed).
+        unsafe { shared_bytes::copy_in(self.as_ptr().add(off), data) };
         Ok(())
     }
 
-    /// Reads one byte with a volatile load (for polling a flag the peer writes).
+    /// Reads one byte with an acquire load (for polling a flag the peer writes: what the
+    /// region holds before the flag's write is visible after it, on the software NIC; on a
+    /// real NIC only in the order the device's writes reach memory).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] when `off` is outside the region.
@@ -211,7 +262,7 @@ impl MemoryRegion {
     pub fn read_volatile_u8(&self, off: usize) -> Result<u8> {
         self.check(off, 1)?;
         // SAFETY: inside the region, as for `read`.
-        Ok(unsafe { self.as_ptr().add(off).read_volatile() })
+        Ok(unsafe { shared_bytes::load_acquire(self.as_ptr().add(off)) })
     }
 
     /// Reads a native-endian `u64` (e.g. an atomic's target or result).

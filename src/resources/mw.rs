@@ -229,6 +229,9 @@ impl Drop for MemoryWindow {
             }
             _ => {}
         }
+        // A region whose deregistration the device refused while this window was bound to
+        // it may go now.
+        self.pd.inner.lifetimes.reclaim();
     }
 }
 

@@ -51,6 +51,8 @@ pub struct Qp {
     psn: u32,
     /// Set by `connect`: posting before it is an invalid-state error.
     connected: bool,
+    /// Set by `set_error`: the QP cannot be connected again.
+    errored: bool,
     /// What the device's atomics can do and how it writes their replies.
     atomics: mlx5::AtomicCaps,
     pd: Pd,
@@ -90,6 +92,12 @@ impl Pd {
         caps: QpCaps,
         cm: Option<Arc<verbs::cm::CmId>>,
     ) -> Result<Qp> {
+        if caps.rnr_retry > 7 {
+            return Err(Error::InvalidParameter {
+                what: "rnr_retry (at most 7: a 3-bit field, 7 retries for ever)",
+                value: caps.rnr_retry as u64,
+            });
+        }
         for (cq, what) in [
             (send_cq, "send CQ of another device (CQ number)"),
             (recv_cq, "receive CQ of another device (CQ number)"),
@@ -270,6 +278,7 @@ impl Pd {
             qpn,
             psn,
             connected: false,
+            errored: false,
             atomics,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
@@ -465,6 +474,12 @@ impl Qp {
     /// # Errors
     /// As [`Qp::connect`].
     pub fn connect_with(&mut self, remote: &Endpoint, timing: &Timing) -> Result<()> {
+        timing.check()?;
+        if self.errored {
+            return Err(Error::InvalidState {
+                state: "in error: a QP connects only from RESET (create a new one)",
+            });
+        }
         match (&self.path, &self.pd.inner.dev.backend) {
             (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, Backend::Verbs(v)) => {
                 let lim = verbs::objects::ConnLimits {
@@ -472,6 +487,11 @@ impl Qp {
                     max_qp_rd_atom: v.attrs.max_qp_rd_atom,
                     max_qp_init_rd_atom: v.attrs.max_qp_init_rd_atom,
                 };
+                if self.connected {
+                    return Err(Error::InvalidState {
+                        state: "connected: a QP connects only from RESET (create a new one)",
+                    });
+                }
                 let timing = &Timing {
                     retry_cnt: v.ctx.retry_cnt_for(timing.retry_cnt),
                     ..*timing
@@ -483,7 +503,17 @@ impl Qp {
                 Ok(())
             }
             (QpPath::Direct { .. }, Backend::Sim(n)) => {
-                n.connect(self.qpn, remote.qpn)?;
+                n.connect(self.qpn, remote.qpn).map_err(|e| match e {
+                    mlx5::sim::SimError::QpState { state, .. } => Error::InvalidState {
+                        state: match state {
+                            mlx5::sim::QpState::Error => {
+                                "in error: a QP connects only from RESET (create a new one)"
+                            }
+                            _ => "connected to another QP: a QP connects only from RESET",
+                        },
+                    },
+                    e => e.into(),
+                })?;
                 self.set_connected();
                 Ok(())
             }
@@ -497,6 +527,7 @@ impl Qp {
     /// # Errors
     /// [`Error::Sim`] / [`Error::Verbs`].
     pub fn set_error(&mut self) -> Result<()> {
+        self.errored = true;
         match (&self.path, &self.pd.inner.dev.backend) {
             (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, _) => {
                 Ok(qp.to_error()?)

@@ -136,12 +136,33 @@ impl Mr {
     }
 }
 
+impl Mr {
+    /// Deregisters the region, then frees its memory. False when rdma-core refuses (rxe
+    /// refuses while a memory window is bound to the region): the registration and the
+    /// memory stay; call again later.
+    pub fn deregister(&mut self) -> bool {
+        if self.mr.is_null() {
+            return true;
+        }
+        // SAFETY: registered in `alloc`/`register` and not deregistered yet (null after).
+        if unsafe { ffi::ibv_dereg_mr(self.mr) } != 0 {
+            return false;
+        }
+        self.mr = std::ptr::null_mut();
+        self.buf.take();
+        true
+    }
+}
+
 impl Drop for Mr {
     fn drop(&mut self) {
-        // SAFETY: registered in `alloc`/`register`, deregistered once, before the buffer is
-        // freed (fields drop after this).
-        unsafe { ffi::ibv_dereg_mr(self.mr) };
-        self.buf.take();
+        // Never free memory under a live registration: when the device still refuses to
+        // deregister, the memory is leaked.
+        if !self.deregister() {
+            if let Some(b) = self.buf.take() {
+                std::mem::forget(b);
+            }
+        }
     }
 }
 
@@ -270,6 +291,31 @@ pub struct Timing {
     pub rnr_retry: u8,
     /// Minimal RNR NAK timer (verbs encoding).
     pub min_rnr_timer: u8,
+}
+
+impl Timing {
+    /// Checks the values verbs encodes in 3 bits (`retry_cnt`, `rnr_retry`: at most 7) and
+    /// 5 bits (`timeout`, `min_rnr_timer`: at most 31); the kernel would silently keep only
+    /// the low bits (`rnr_retry` 8 would become 0: no retry at all).
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidParameter`] naming the field.
+    pub fn check(&self) -> crate::Result<()> {
+        for (what, v, max) in [
+            ("timing: rnr_retry (at most 7)", self.rnr_retry, 7),
+            ("timing: retry_cnt (at most 7)", self.retry_cnt, 7),
+            ("timing: timeout (at most 31)", self.timeout, 31),
+            ("timing: min_rnr_timer (at most 31)", self.min_rnr_timer, 31),
+        ] {
+            if v > max {
+                return Err(crate::Error::InvalidParameter {
+                    what,
+                    value: v as u64,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for Timing {

@@ -61,24 +61,31 @@ pub(crate) unsafe fn load_be32(p: *const u32) -> u32 {
     u32::from_be(unsafe { (*(p as *const AtomicU32)).load(Ordering::Acquire) })
 }
 
-/// Reads `out.len()` bytes at `src` (DMA from host memory).
+/// Reads `out.len()` bytes at `src` (DMA from host memory), one relaxed atomic byte load
+/// each: region bytes may be written by the driver's threads at the same time (blueflame's
+/// `MemoryRegion::write` stores them the same way), and the NIC must not race with them.
 ///
 /// # Safety
 /// `src .. src + out.len()` must be live memory (a ring the NIC owns or a range of a
 /// registered region that was checked against the region table).
 pub(crate) unsafe fn read(src: *const u8, out: &mut [u8]) {
-    // SAFETY: the caller guarantees the source range; `out` is a distinct local buffer.
-    unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) }
+    for (i, o) in out.iter_mut().enumerate() {
+        // SAFETY: inside the caller's live range; AtomicU8 has u8's size and alignment.
+        *o = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
+    }
 }
 
-/// Writes `data` at `dst` (DMA to host memory).
+/// Writes `data` at `dst` (DMA to host memory), one relaxed atomic byte store each (see
+/// [`read`]).
 ///
 /// # Safety
 /// `dst .. dst + data.len()` must be live memory checked as for [`read`], not overlapping
 /// `data`.
 pub(crate) unsafe fn write(dst: *mut u8, data: &[u8]) {
-    // SAFETY: the caller guarantees the destination range and that it does not overlap.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+    for (i, &b) in data.iter().enumerate() {
+        // SAFETY: as in `read`.
+        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(b, Ordering::Relaxed);
+    }
 }
 
 /// Publishes a CQE: writes its first 63 bytes, then the `op_own` byte with Release ordering

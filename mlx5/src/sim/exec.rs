@@ -384,7 +384,7 @@ impl State {
                 let (op, imm) = match d.request {
                     Request::SendImm { imm, .. } => (CqeOpcode::RespSendImm, imm),
                     Request::SendInv { rkey, .. } => {
-                        if !self.invalidate_remote(peer, rkey) {
+                        if !self.invalidate_remote(peer, rkey, false) {
                             return self.remote_fault(peer, Syndrome::RemoteInvalReq);
                         }
                         (CqeOpcode::RespSendInv, rkey)
@@ -393,7 +393,14 @@ impl State {
                 };
                 let len = bytes.len() as u32;
                 match self.deliver(qpn, peer, &bytes, len, op, imm, solicited) {
-                    Ok(()) => Outcome::Done(bytes.len() as u32),
+                    Ok(()) => {
+                        // The window goes only with a send the responder accepted (not one
+                        // that met an RNR NAK and will be retried).
+                        if let Request::SendInv { rkey, .. } = d.request {
+                            self.invalidate_remote(peer, rkey, true);
+                        }
+                        Outcome::Done(bytes.len() as u32)
+                    }
                     Err(o) => o,
                 }
             }
@@ -492,12 +499,15 @@ impl State {
     }
 
     /// Invalidates a type-2 window of the responder by a send with invalidate.
-    fn invalidate_remote(&mut self, peer: u32, rkey: u32) -> bool {
+    /// Whether it may (`doit` false), or does (`doit` true).
+    fn invalidate_remote(&mut self, peer: u32, rkey: u32, doit: bool) -> bool {
         let pd = self.qps[&peer].pd;
         match self.mem.mws.get_mut(&(rkey >> 8)) {
             Some(w) if w.rkey == rkey && w.pd == pd && w.mw_type == MwType::Two => {
                 w.bound.as_ref().is_some_and(|b| b.qpn == peer) && {
-                    w.bound = None;
+                    if doit {
+                        w.bound = None;
+                    }
                     true
                 }
             }

@@ -87,6 +87,14 @@ pub enum SimError {
     NoTd(u32),
     /// Every register for thread domains is taken (`ibv_alloc_td` fails: `ENOMEM`).
     NoRegister,
+    /// A QP in a state that does not allow the transition (connecting a QP that is
+    /// connected to another one or in error: verbs requires RESET first).
+    QpState {
+        /// The QP.
+        qpn: u32,
+        /// Its state.
+        state: QpState,
+    },
 }
 
 impl core::fmt::Display for SimError {
@@ -108,6 +116,9 @@ impl core::fmt::Display for SimError {
             SimError::Busy => f.write_str("object still in use"),
             SimError::Exhausted(what) => write!(f, "every {what} is in use"),
             SimError::NoMemory(len) => write!(f, "cannot allocate {len} bytes"),
+            SimError::QpState { qpn, state } => {
+                write!(f, "QP {qpn:#x} is {state:?}: it connects only from RESET")
+            }
             SimError::Rights(a) => write!(
                 f,
                 "region rights {a}: {}",
@@ -523,6 +534,11 @@ impl Nic {
                 "rq_entries <= 32768, max_recv_sge <= 64, max_send_sge <= 60",
             ));
         }
+        if caps.rnr_retry > 7 {
+            return Err(SimError::Caps(
+                "rnr_retry <= 7 (a 3-bit field; 7 retries for ever)",
+            ));
+        }
         if caps.max_inline > 960 {
             return Err(SimError::Caps(
                 "max_inline <= 960 (a WQE is at most 16 blocks)",
@@ -675,12 +691,19 @@ impl Nic {
     /// Connects two QPs (or a QP to itself) and moves both to RTS.
     ///
     /// # Errors
-    /// [`SimError::NoQp`].
+    /// [`SimError::NoQp`]; [`SimError::QpState`] when either QP is not in RESET (unless the
+    /// two are already connected to each other).
     pub fn connect(&self, a: u32, b: u32) -> Result<(), SimError> {
         let mut st = self.st();
-        for q in [a, b] {
-            if !st.qps.contains_key(&q) {
-                return Err(SimError::NoQp(q));
+        for (x, y) in [(a, b), (b, a)] {
+            let q = st.qps.get(&x).ok_or(SimError::NoQp(x))?;
+            // Verbs moves a QP to RTR only from INIT, which only RESET reaches: a QP
+            // connects once (connecting the same pair again is the other side's connect,
+            // which this NIC already did).
+            match q.state {
+                QpState::Reset => {}
+                QpState::Rts if q.peer == Some(y) => {}
+                state => return Err(SimError::QpState { qpn: x, state }),
             }
         }
         for (x, y) in [(a, b), (b, a)] {

@@ -105,12 +105,12 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
         let (theirs, stream) = if o.server {
             let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
             let (mut s, _) = l.accept().map_err(blueflame::Error::Io)?;
-            s.write_all(&ours.encode()).map_err(blueflame::Error::Io)?;
+            s.write_all(&ours.encode()?).map_err(blueflame::Error::Io)?;
             (Exchange::read_from(&mut s)?, s)
         } else {
             let host = o.client.as_deref().unwrap_or("localhost");
             let mut s = dial_stream(host, o.port)?;
-            s.write_all(&ours.encode()).map_err(blueflame::Error::Io)?;
+            s.write_all(&ours.encode()?).map_err(blueflame::Error::Io)?;
             (Exchange::read_from(&mut s)?, s)
         };
         qa.connect(theirs.endpoint)?;
