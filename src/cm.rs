@@ -63,6 +63,7 @@ fn device_of(id: &Arc<CmId>) -> Result<(Device, Pd)> {
     // context keeps the id alive.
     let ctx = Arc::new(unsafe { Context::borrowed(ctx, keep) });
     let dev = Device {
+        events: Arc::default(),
         backend: Backend::Verbs(Arc::new(VerbsDev::new(ctx, id.port(), None)?)),
     };
     let pd = dev.alloc_pd()?;

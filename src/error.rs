@@ -32,6 +32,11 @@ pub enum Error {
         /// Entries of the CQ, shared by every queue that completes on it.
         capacity: u32,
     },
+    /// The device reported an asynchronous event about this QP, its CQ, its port or the
+    /// device (`ibv_get_async_event`): a CQ in error writes no more completions, a QP in
+    /// error flushes its work, a port down or a failed device runs nothing. Recreate the CQ
+    /// and its QPs (or the device).
+    AsyncEvent(crate::AsyncEvent),
     /// More scatter/gather entries than the QP was created for.
     TooManySge {
         /// Entries given.
@@ -226,6 +231,7 @@ impl fmt::Display for Error {
                 f,
                 "BlueFlame register {addr:#x} is already rung by a queue that owns it, or shared"
             ),
+            Error::AsyncEvent(e) => write!(f, "the device reported {e:?}"),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Verbs(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "connection set-up: {e}"),

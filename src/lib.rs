@@ -32,7 +32,7 @@ pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, R
 pub use mlx5::sim::UarConfig;
 pub use mlx5::{AtomicCaps, RawCq, RawQp};
 pub use resources::{
-    Batch, Cq, DataPath, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Pd, Qp, QpCaps,
-    SimNic,
+    AsyncEvent, Batch, Cq, DataPath, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Pd,
+    Qp, QpCaps, SimNic,
 };
 pub use verbs::objects::Timing;

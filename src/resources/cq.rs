@@ -1,6 +1,7 @@
 //! Completion queues.
 
 use super::device::Backend;
+use super::events::Subject;
 use super::Device;
 use crate::direct::{CompletionQueue, Registry};
 use crate::error::{Error, Result};
@@ -21,6 +22,16 @@ pub(crate) enum CqKind {
 pub(crate) struct CqHandle {
     pub(crate) kind: CqKind,
     pub(crate) registry: Arc<Registry>,
+}
+
+impl CqHandle {
+    /// What the device's events call this CQ.
+    pub(crate) fn subject(&self) -> Subject {
+        match &self.kind {
+            CqKind::Sim { cqn, .. } => Subject::Cq(*cqn),
+            CqKind::Verbs(c) => Subject::VerbsCq(c.cq as usize),
+        }
+    }
 }
 
 impl Drop for CqHandle {
@@ -192,6 +203,33 @@ impl Cq {
             }
         }
         got
+    }
+
+    /// Reads the device's asynchronous events (never blocks) and reports one about this CQ
+    /// (`IBV_EVENT_CQ_ERR`: it overran or its memory failed, it writes no more completions),
+    /// a QP that completes on it, the port or the device. The poll itself never looks (it
+    /// stays a handful of instructions): call this when completions stop coming (when
+    /// [`Cq::poll_n`] comes back short, for one). A post refused with a full queue or CQ
+    /// reads the events too.
+    ///
+    /// # Errors
+    /// [`Error::AsyncEvent`](crate::Error::AsyncEvent).
+    pub fn check(&self) -> Result<()> {
+        self.dev.events.pump(&self.dev.backend);
+        let mut subjects = vec![self.handle.subject()];
+        subjects.extend(
+            self.handle
+                .registry
+                .list
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|a| Subject::Qp(a.qpn)),
+        );
+        match self.dev.events.about(&subjects) {
+            Some(e) => Err(crate::Error::AsyncEvent(e)),
+            None => Ok(()),
+        }
     }
 
     /// The direct-path poller, when this CQ runs the direct path.

@@ -64,6 +64,8 @@ impl VerbsDev {
 #[derive(Clone, Debug)]
 pub struct Device {
     pub(crate) backend: Backend,
+    /// The asynchronous events read so far (shared by the device's clones).
+    pub(crate) events: Arc<super::events::Events>,
 }
 
 /// Which data path a QP runs.
@@ -82,6 +84,7 @@ impl Device {
         let nic = Nic::new();
         nic.start();
         Device {
+            events: Arc::default(),
             backend: Backend::Sim(nic),
         }
     }
@@ -90,6 +93,7 @@ impl Device {
     /// called (deterministic tests; BlueFlame writes are checked against the ring).
     pub fn sim_stepped() -> Device {
         Device {
+            events: Arc::default(),
             backend: Backend::Sim(Nic::new()),
         }
     }
@@ -113,6 +117,7 @@ impl Device {
             nic.start();
         }
         Device {
+            events: Arc::default(),
             backend: Backend::Sim(nic),
         }
     }
@@ -152,6 +157,7 @@ impl Device {
             None => None,
         };
         Ok(Device {
+            events: Arc::default(),
             backend: Backend::Verbs(Arc::new(VerbsDev::new(ctx, port, gid_index)?)),
         })
     }

@@ -12,6 +12,7 @@
 
 mod cq;
 pub(crate) mod device;
+mod events;
 mod iov;
 mod lifetime;
 mod mr;
@@ -21,6 +22,7 @@ mod sim_nic;
 
 pub use cq::Cq;
 pub use device::{DataPath, Device, Pd};
+pub use events::AsyncEvent;
 pub use iov::{LocalSeg, MAX_IOV};
 pub use mr::MemoryRegion;
 pub use mw::MemoryWindow;

@@ -3,6 +3,7 @@
 
 use super::cq::CqHandle;
 use super::device::{Backend, PdKind};
+use super::events::Subject;
 use super::{Cq, Pd};
 use crate::direct::{self, Attached, PostFlags, RecvQueue, SendQueue};
 use crate::error::{Error, Result};
@@ -645,12 +646,52 @@ impl Qp {
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
-        match &mut self.path {
+        let r = match &mut self.path {
             QpPath::Direct { sq, .. } => sq.post(req, cookie, flags),
-            QpPath::Verbs { sq, .. } => {
-                sq.push(req, cookie, flags)?;
-                sq.ring()
-            }
+            QpPath::Verbs { sq, .. } => sq.push(req, cookie, flags).and_then(|()| sq.ring()),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.explain(e)),
+        }
+    }
+
+    /// A refused post: a queue or CQ that does not drain may be the sign of an
+    /// asynchronous event (a CQ in error writes no completions, a failed device runs
+    /// nothing): the device's events are read, and one about this QP, its CQs or the device
+    /// is reported instead.
+    #[cold]
+    #[inline(never)]
+    fn explain(&self, e: Error) -> Error {
+        match e {
+            Error::QueueFull { .. } | Error::CqFull { .. } => match self.check() {
+                Err(event) => event,
+                Ok(()) => e,
+            },
+            e => e,
+        }
+    }
+
+    /// What this QP's event subjects are: itself and its CQs.
+    fn subjects(&self) -> [Subject; 3] {
+        [
+            Subject::Qp(self.qpn),
+            self.cqs[0].subject(),
+            self.cqs[1].subject(),
+        ]
+    }
+
+    /// Reads the device's asynchronous events (never blocks) and reports one about this QP,
+    /// its CQs, its port or the device: the way to learn why completions stopped coming.
+    ///
+    /// # Errors
+    /// [`Error::AsyncEvent`].
+    pub fn check(&self) -> Result<()> {
+        let dev = &self.pd.inner.dev;
+        dev.events.pump(&dev.backend);
+        match dev.events.about(&self.subjects()) {
+            Some(e) => Err(Error::AsyncEvent(e)),
+            None => Ok(()),
         }
     }
 
@@ -1092,18 +1133,21 @@ impl Qp {
     /// [`Error::TooManySge`].
     #[inline]
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        match &mut self.path {
+        let r = match &mut self.path {
             QpPath::Direct { rq, .. } => rq
                 .as_mut()
                 .ok_or(Error::Unsupported("QP has no receive queue"))?
                 .post(sgl, cookie),
             QpPath::Verbs { rq, .. } => rq.post(sgl, cookie),
-        }
+        };
+        r.map_err(|e| self.explain(e))
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
+        // Its number may come back with another QP.
+        self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.lifetimes.reclaim();
         match &mut self.path {
             QpPath::Direct { sq, rq, .. } => {

@@ -53,6 +53,20 @@ impl<'a> SimNic<'a> {
         self.nic.cq_overrun(cqn)
     }
 
+    /// Puts a CQ in error as an overrun or a ring the device cannot write does, with the
+    /// asynchronous event (fault injection: blueflame's accounting never overruns a CQ).
+    ///
+    /// # Errors
+    /// [`mlx5::sim::SimError::NoCq`].
+    pub fn fail_cq(&self, cqn: u32) -> Result<(), mlx5::sim::SimError> {
+        self.nic.fail_cq(cqn)
+    }
+
+    /// Raises an asynchronous event (fault injection: a port down, a failed device).
+    pub fn raise_event(&self, e: mlx5::sim::AsyncEvent) {
+        self.nic.raise_event(e)
+    }
+
     /// A window's current rkey and whether it is bound, by any of its rkeys.
     pub fn mw_state(&self, rkey: u32) -> Option<(u32, bool)> {
         self.nic.mw_state(rkey)

@@ -90,7 +90,67 @@ impl DeviceAttrs {
     }
 }
 
+/// An asynchronous event of a verbs context, by what it is about.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RawAsync {
+    /// `IBV_EVENT_CQ_ERR` on this `ibv_cq`.
+    CqError(usize),
+    /// `IBV_EVENT_QP_FATAL` / `IBV_EVENT_QP_REQ_ERR` on this QP number.
+    QpFatal(u32),
+    /// `IBV_EVENT_QP_ACCESS_ERR` on this QP number.
+    QpAccessError(u32),
+    /// `IBV_EVENT_PORT_ERR` on this port.
+    PortError(u8),
+    /// `IBV_EVENT_DEVICE_FATAL`.
+    DeviceFatal,
+    /// Anything else (port active, path migration, ...): nothing to report.
+    Other,
+}
+
 impl Context {
+    /// The next asynchronous event of the context, without blocking (the event file
+    /// descriptor is made non-blocking on the first call, as UCX does before it polls it):
+    /// `ibv_get_async_event`, then `ibv_ack_async_event`. None when there is none.
+    pub(crate) fn next_async_event(&self) -> Option<RawAsync> {
+        use ffi::ibv_event_type as T;
+        // SAFETY: live context; `async_fd` is its event descriptor, owned by rdma-core; the
+        // flags change only its blocking mode.
+        unsafe {
+            let fd = (*self.ctx).async_fd;
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            if fl >= 0 && fl & libc::O_NONBLOCK == 0 {
+                libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+            }
+        }
+        // SAFETY: an all-zero event is a valid out-parameter.
+        let mut ev: ffi::ibv_async_event = unsafe { std::mem::zeroed() };
+        // SAFETY: live context, `ev` is written by the call.
+        if unsafe { ffi::ibv_get_async_event(self.ctx, &mut ev) } != 0 {
+            return None;
+        }
+        let qpn = || {
+            // SAFETY: for QP events the element is the live `ibv_qp` (not destroyed before
+            // the event is acknowledged, below).
+            unsafe { (*ev.element.qp).qp_num }
+        };
+        let out = match ev.event_type {
+            T::IBV_EVENT_CQ_ERR => {
+                // SAFETY: a CQ event: the union holds the CQ.
+                RawAsync::CqError(unsafe { ev.element.cq } as usize)
+            }
+            T::IBV_EVENT_QP_FATAL | T::IBV_EVENT_QP_REQ_ERR => RawAsync::QpFatal(qpn()),
+            T::IBV_EVENT_QP_ACCESS_ERR => RawAsync::QpAccessError(qpn()),
+            T::IBV_EVENT_PORT_ERR => {
+                // SAFETY: a port event: the union holds the port number.
+                RawAsync::PortError(unsafe { ev.element.port_num } as u8)
+            }
+            T::IBV_EVENT_DEVICE_FATAL => RawAsync::DeviceFatal,
+            _ => RawAsync::Other,
+        };
+        // SAFETY: the event `ibv_get_async_event` returned, acknowledged once.
+        unsafe { ffi::ibv_ack_async_event(&mut ev) };
+        Some(out)
+    }
     /// Opens the device called `name`.
     ///
     /// # Errors

@@ -27,6 +27,8 @@ pub(crate) struct SimCq {
     pub(crate) pi: u32,
     /// Set when the NIC found no free entry: the CQ is in error from then on.
     pub(crate) overrun: bool,
+    /// Whether the CQ's error was raised as an asynchronous event.
+    pub(crate) error_reported: bool,
 }
 
 impl SimCq {
@@ -46,6 +48,7 @@ impl SimCq {
             dbrec: DmaBuf::new(64),
             pi: 0,
             overrun: false,
+            error_reported: false,
         }
     }
 

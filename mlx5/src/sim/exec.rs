@@ -87,7 +87,7 @@ impl State {
                             .get_mut(&cq)
                             .is_some_and(|cq| cq.push(c, CqeOpcode::Req, false))
                         {
-                            self.set_error(qpn);
+                            self.fatal(qpn);
                         }
                     }
                 }
@@ -203,8 +203,28 @@ impl State {
 
     /// A class-C responder error: the responder QP goes to error too.
     fn remote_fault(&mut self, peer: u32, s: Syndrome) -> Outcome {
+        if self
+            .qps
+            .get(&peer)
+            .is_some_and(|q| q.state != QpState::Error)
+        {
+            self.events
+                .push_back(super::AsyncEvent::QpAccessError { qpn: peer });
+        }
         self.set_error(peer);
         Outcome::Failed(s)
+    }
+
+    /// A QP whose completion did not fit in its CQ goes to error with a QP-fatal event.
+    fn fatal(&mut self, qpn: u32) {
+        if self
+            .qps
+            .get(&qpn)
+            .is_some_and(|q| q.state != QpState::Error)
+        {
+            self.events.push_back(super::AsyncEvent::QpFatal { qpn });
+        }
+        self.set_error(qpn);
     }
 
     fn remote_buf(
@@ -295,7 +315,7 @@ impl State {
             .get_mut(&rcq)
             .is_some_and(|cq| cq.push_scattered(c, op, solicited, inline))
         {
-            self.set_error(peer);
+            self.fatal(peer);
         }
         Ok(())
     }

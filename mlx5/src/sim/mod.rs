@@ -37,6 +37,37 @@ mod qp;
 mod uar;
 
 pub use qp::{QpCaps, QpState, QpStats};
+
+/// An asynchronous event of the device, as `ibv_get_async_event` reports them
+/// (`IBV_EVENT_CQ_ERR`, `IBV_EVENT_QP_FATAL`, `IBV_EVENT_QP_ACCESS_ERR`, ...).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// A CQ overran (or its memory failed): it is in error, writes nothing more.
+    CqError {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// A QP went to error for a reason no completion reports (its completion did not fit
+    /// in an overrun CQ).
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// A responder QP went to error on an incoming request it refused (a class-C error:
+    /// remote access or invalid request).
+    QpAccessError {
+        /// The QP.
+        qpn: u32,
+    },
+    /// The port went down.
+    PortError {
+        /// The port.
+        port: u8,
+    },
+    /// The device failed; nothing runs any more.
+    DeviceFatal,
+}
 pub use uar::{RegKind, RegisterCheck, UarConfig};
 
 use crate::request::{Access, MwType};
@@ -155,6 +186,8 @@ pub(crate) struct State {
     /// What the NIC's atomics do and how it writes their replies.
     pub(crate) atomics: crate::atomic::AtomicCaps,
     pub(crate) uars: uar::Uars,
+    /// Asynchronous events not yet taken (the device's event queue).
+    pub(crate) events: std::collections::VecDeque<AsyncEvent>,
 }
 
 /// How many objects of each kind a software NIC may hold at once. The defaults are the
@@ -206,6 +239,22 @@ impl core::fmt::Debug for Nic {
 }
 
 impl State {
+    /// Raises [`AsyncEvent::CqError`] once for every CQ that went to error.
+    pub(crate) fn note_cq_errors(&mut self) {
+        let mut cqns: Vec<u32> = self
+            .cqs
+            .values_mut()
+            .filter(|c| c.overrun && !c.error_reported)
+            .map(|c| {
+                c.error_reported = true;
+                c.cqn
+            })
+            .collect();
+        cqns.sort_unstable();
+        self.events
+            .extend(cqns.into_iter().map(|cqn| AsyncEvent::CqError { cqn }));
+    }
+
     /// Judges the rings of one stepped pass per register (misses, alternation).
     fn end_pass(&mut self) {
         let mut verdicts = Vec::new();
@@ -255,6 +304,7 @@ impl Nic {
                     threaded: false,
                     atomics: crate::atomic::AtomicCaps::CONNECTX,
                     uars: uar::Uars::new(uars),
+                    events: std::collections::VecDeque::new(),
                 }),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
@@ -751,12 +801,39 @@ impl Nic {
         self.st().qps.get(&qpn).map(|q| q.stats)
     }
 
+    /// The next asynchronous event, if any (as `ibv_get_async_event` on a non-blocking
+    /// event file descriptor).
+    pub fn take_async_event(&self) -> Option<AsyncEvent> {
+        self.st().events.pop_front()
+    }
+
+    /// Puts a CQ in error as the hardware does when it overruns or cannot write its ring:
+    /// it writes nothing more, and raises [`AsyncEvent::CqError`] (a fault injection for
+    /// tests: blueflame's own accounting never overruns a CQ).
+    ///
+    /// # Errors
+    /// [`SimError::NoCq`].
+    pub fn fail_cq(&self, cqn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let cq = st.cqs.get_mut(&cqn).ok_or(SimError::NoCq(cqn))?;
+        cq.overrun = true;
+        st.note_cq_errors();
+        Ok(())
+    }
+
+    /// Raises an event the way the device would (port down, device fatal: fault injection
+    /// for tests). A fatal device stops running WQEs.
+    pub fn raise_event(&self, e: AsyncEvent) {
+        self.st().events.push_back(e);
+    }
+
     /// One pass over every QP: runs the WQEs and flushes up to each doorbell record. Returns
     /// how many WQEs and receives it handled. Call it until it returns 0 to drain.
     pub fn process(&self) -> usize {
         let mut st = self.st();
         let qpns: Vec<u32> = st.qps.keys().copied().collect();
         let n = qpns.into_iter().map(|q| st.run_qp(q)).sum();
+        st.note_cq_errors();
         if !st.threaded {
             st.end_pass();
         }
