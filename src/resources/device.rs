@@ -128,6 +128,7 @@ impl Device {
         let nic = Nic::with_limits(limits);
         nic.start();
         Device {
+            events: Arc::default(),
             backend: Backend::Sim(nic),
         }
     }
@@ -136,6 +137,7 @@ impl Device {
     /// kind.
     pub fn sim_stepped_with_limits(limits: mlx5::sim::Limits) -> Device {
         Device {
+            events: Arc::default(),
             backend: Backend::Sim(Nic::with_limits(limits)),
         }
     }
