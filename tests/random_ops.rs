@@ -1,7 +1,8 @@
 //! A stateful random-operation test on the software NIC: seeded sequences of creating and
 //! dropping CQs, QPs, regions and windows in any order, every kind of post with valid and
 //! invalid arguments (bad keys, ranges past the end, misaligned atomics, too many entries,
-//! oversized inline data), binds, unbinds, invalidates, `set_error`, (re)connects and polls.
+//! oversized inline data), binds, unbinds, invalidates, `set_error`, connects and reconnects
+//! (refused unless to the same peer) and polls.
 //! After every step: no panic, every completion is of a request that was accepted, at most
 //! once, on the CQ its QP was created with, from that QP, and a success only for a signaled
 //! request. At the end every QP goes to error and everything drains: every accepted signaled
@@ -13,11 +14,6 @@
 
 use blueflame::*;
 use std::collections::HashMap;
-
-/// Whether to connect QPs that are connected or in error again. The software NIC accepts it
-/// today and moves the QP back to RTS over a ring in any state (verbs requires RESET first):
-/// off until `connect` refuses it.
-const RECONNECT: bool = false;
 
 /// xorshift64*: small, seedable, no dependency.
 struct Rng(u64);
@@ -71,6 +67,8 @@ struct QpSlot {
     /// Connected (by its own or its peer's `connect`) or moved to error: `connect` again
     /// is a reconnect.
     used: bool,
+    /// The QP slot it was connected to.
+    peer: Option<usize>,
     /// Cookies posted on it (send and receive).
     cookies: Vec<u64>,
 }
@@ -307,6 +305,7 @@ impl World {
                             recv_cq: rid,
                             pd,
                             used: false,
+                            peer: None,
                             cookies: Vec::new(),
                         }));
                     }
@@ -332,19 +331,27 @@ impl World {
             10..=13 if !qps.is_empty() => {
                 let (a, b) = (r.pick(&qps), r.pick(&qps));
                 let used = |i: usize| self.qps[i].as_ref().unwrap().used;
-                if used(a) || used(b) {
-                    // Reconnects: see RECONNECT.
-                    if !RECONNECT {
-                        return;
-                    }
-                }
-                for i in [a, b] {
-                    self.qps[i].as_mut().unwrap().used = true;
-                }
+                let again = used(a) || used(b);
+                // Connected to each other already (the second half of a pair's connects).
+                let paired = self.qps[a].as_ref().unwrap().peer == Some(b)
+                    && self.qps[b].as_ref().unwrap().peer == Some(a);
                 let ep = self.qps[b].as_ref().unwrap().qp.qpn();
                 let res = self.qps[a].as_mut().unwrap().qp.connect(ep);
                 let qpn = self.qps[a].as_ref().unwrap().qp.qpn();
                 self.note(format!("connect {qpn:#x} -> {ep:#x}: {res:?}"));
+                if again {
+                    // A QP connected to a third one or in error is connected only from RESET.
+                    assert!(
+                        (paired && res.is_ok()) || matches!(res, Err(Error::InvalidState { .. })),
+                        "reconnect {qpn:#x} -> {ep:#x}: {res:?}"
+                    );
+                } else if res.is_ok() {
+                    for (x, y) in [(a, b), (b, a)] {
+                        let s = self.qps[x].as_mut().unwrap();
+                        s.used = true;
+                        s.peer = Some(y);
+                    }
+                }
             }
             14 if !qps.is_empty() => {
                 let a = r.pick(&qps);
