@@ -12,6 +12,18 @@ use std::time::{Duration, Instant};
 const ROUNDS: u64 = 2000;
 const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a side waits before it calls the run failed: [`TIMEOUT`], times
+/// `BLUEFLAME_TIMEOUT_SCALE` when set (the aarch64 stage runs under qemu-user, on a shared
+/// machine: many times slower; a safety net against hangs, not a timing assertion).
+fn timeout() -> Duration {
+    let scale = std::env::var("BLUEFLAME_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    TIMEOUT * scale
+}
+
 /// One side: its QP, CQ, the buffer the peer writes, and the peer's buffer.
 struct Side {
     qp: Qp,
@@ -33,7 +45,7 @@ impl Guard {
         }
         if Instant::now() > self.deadline {
             self.abort.store(true, Ordering::Relaxed);
-            panic!("{what}: timed out after {TIMEOUT:?}");
+            panic!("{what}: timed out after {:?}", timeout());
         }
     }
 }
@@ -128,7 +140,7 @@ fn two_threads_ping_pong_2000_round_trips() {
         peer: ra,
     };
     let abort = Arc::new(AtomicBool::new(false));
-    let deadline = Instant::now() + TIMEOUT;
+    let deadline = Instant::now() + timeout();
 
     let g = Guard {
         abort: abort.clone(),
@@ -209,7 +221,7 @@ fn threaded_nic_stream_of_writes() {
     let dst = pd
         .alloc_mr(64 * 256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
-    let deadline = Instant::now() + TIMEOUT;
+    let deadline = Instant::now() + timeout();
     const N: u64 = 30_000;
     let sizes = [8usize, 200, 40, 100, 1, 60];
     let mut out = [Completion::default(); 16];

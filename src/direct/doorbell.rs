@@ -67,6 +67,12 @@ impl Doorbell {
         self.bf_size
     }
 
+    /// Drops the register claim (the queue never rings again: its QP is being destroyed).
+    pub(crate) fn release(&mut self) {
+        self.shared = None;
+        self._claim = None;
+    }
+
     /// How this queue rings.
     pub(crate) fn mode(&self) -> DoorbellMode {
         self.mode

@@ -447,6 +447,12 @@ impl SendQueue {
         self.db.bf_size()
     }
 
+    /// Gives up the queue's claim on its BlueFlame register (its QP is being destroyed: the
+    /// queue never rings again).
+    pub(crate) fn release_register(&mut self) {
+        self.db.release();
+    }
+
     /// How this queue rings its doorbell (chosen at creation).
     pub fn doorbell_mode(&self) -> DoorbellMode {
         self.db.mode()

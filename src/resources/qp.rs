@@ -1176,7 +1176,10 @@ impl Drop for Qp {
         let mut g1 = first.registry.lock();
         let mut g2 = (!same).then(|| second.registry.lock());
         match (&mut self.path, &self.pd.inner.dev.backend) {
-            (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) => {
+            (QpPath::Direct { hw: None, sq, .. }, Backend::Sim(n)) => {
+                // The register claim goes first: once the thread domain is freed, the NIC
+                // may give its register to another QP, which then claims it as its own.
+                sq.release_register();
                 let _ = n.destroy_qp(self.qpn);
                 if let Some(td) = self.sim_td {
                     let _ = n.dealloc_td(td);

@@ -9,12 +9,16 @@
 //!   `BLUEFLAME_DEVICE=rxe0`.
 //! - `cargo xtask icount`: instructions per post / poll with callgrind, against the budgets.
 //! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot.
+//! - `cargo xtask aarch64`: only the aarch64 stage of `test` (below).
 //! - `cargo xtask deps`: only the installation step.
 //!
-//! `cargo xtask test` ends with the device stage: the `rxe_*` integration tests, built on the
-//! host, run inside one boot of the rxe VM.
+//! `cargo xtask test` then runs the aarch64 stage (the crate cross-built for
+//! `aarch64-unknown-linux-gnu` with Debian's Rust, its unit and direct-path tests run under
+//! qemu-user; see `cross.rs`) and ends with the device stage: the `rxe_*` integration tests,
+//! built on the host, run inside one boot of the rxe VM.
 
 mod compare;
+mod cross;
 mod icount;
 mod memcheck;
 mod rxe;
@@ -47,6 +51,13 @@ fn main() {
                 1
             }
         }
+        Some("aarch64") => {
+            if cross::stage() {
+                0
+            } else {
+                1
+            }
+        }
         Some("rxe") => rxe::main(&args[1..]),
         Some("rxe-compare") => {
             if deps() == 0 && compare::main() {
@@ -65,7 +76,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | memcheck | rxe -- COMMAND | icount | rxe-compare | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | memcheck | aarch64 | rxe -- COMMAND | icount | rxe-compare | deps>");
             2
         }
     };
@@ -172,7 +183,12 @@ fn test() -> i32 {
         eprintln!("xtask: FAILED: memcheck");
         return 1;
     }
-    eprintln!("xtask: all host checks passed; now the device tests on rxe");
+    eprintln!("xtask: all host checks passed; now the aarch64 stage");
+    if !cross::stage() {
+        eprintln!("xtask: FAILED: aarch64 stage");
+        return 1;
+    }
+    eprintln!("xtask: aarch64 stage passed; now the device tests on rxe");
     if !rxe::device_stage(&cargo) {
         eprintln!("xtask: FAILED: device tests on rxe");
         return 1;

@@ -1,0 +1,149 @@
+//! The aarch64 stage of `cargo xtask test` (BlueField and Arm hosts): the crate cross-built
+//! for `aarch64-unknown-linux-gnu` and its direct-path tests (software NIC) run under
+//! qemu-user.
+//!
+//! The rustup toolchain here cannot download targets, so the stage uses Debian's own Rust
+//! (`rustc-web`/`cargo-web`, with the arm64 standard library `libstd-rust-web-dev:arm64`),
+//! the cross linker `gcc-aarch64-linux-gnu`, and `qemu-user-static` as the test runner. The
+//! crate links libibverbs and librdmacm (rdma-sys), so the arm64 `-dev` packages are
+//! installed too (multi-arch: next to the host's); the software-NIC tests never open a
+//! device, the libraries only have to load.
+
+use crate::{installed, is_root, root, run};
+use std::process::Command;
+
+const TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// Debian packages of the stage (host architecture unless marked `:arm64`).
+const PACKAGES: &[&str] = &[
+    "rustc-web",
+    "cargo-web",
+    "libstd-rust-web-dev:arm64",
+    "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "qemu-user-static",
+    "libibverbs-dev:arm64",
+    "librdmacm-dev:arm64",
+];
+
+/// Debian's cargo and rustc (the rustup ones in `PATH` have no aarch64 standard library).
+const CARGO: &str = "/usr/bin/cargo";
+const RUSTC: &str = "/usr/bin/rustc";
+
+fn has_arm64() -> bool {
+    Command::new("dpkg")
+        .arg("--print-foreign-architectures")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l == "arm64")
+        })
+        .unwrap_or(false)
+}
+
+/// Installs what the stage needs (as root), or says what is missing.
+fn deps() -> bool {
+    let arch = has_arm64();
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if arch && missing.is_empty() {
+        return true;
+    }
+    if !is_root() {
+        eprintln!(
+            "xtask: aarch64 stage: missing {}\nxtask: run as root:\n  dpkg --add-architecture arm64 && apt-get update && apt-get install -y {}",
+            missing.join(" "),
+            missing.join(" ")
+        );
+        return false;
+    }
+    if !arch
+        && !run(
+            "dpkg --add-architecture arm64",
+            Command::new("dpkg").args(["--add-architecture", "arm64"]),
+        )
+    {
+        return false;
+    }
+    run(
+        "apt-get update",
+        Command::new("apt-get").arg("update").arg("-q"),
+    ) && run(
+        "apt-get install (aarch64 stage)",
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-q"])
+            .args(&missing),
+    )
+}
+
+/// The direct-path integration tests (every `tests/direct_*.rs`).
+fn direct_tests() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root().join("tests"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter_map(|n| {
+                    n.strip_prefix("direct_")
+                        .and_then(|r| r.strip_suffix(".rs"))
+                        .map(|r| format!("direct_{r}"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// A cargo command for the aarch64 target: Debian's toolchain, the cross linker, qemu-user as
+/// runner, pkg-config and bindgen pointed at the arm64 libraries and headers. Its own target
+/// directory, so the host build cache is untouched.
+fn cargo(sub: &str) -> Command {
+    let mut c = Command::new(CARGO);
+    c.arg(sub)
+        .env("RUSTC", RUSTC)
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env(
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
+            "aarch64-linux-gnu-gcc",
+        )
+        .env(
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER",
+            "qemu-aarch64-static",
+        )
+        // qemu-user on a shared machine is many times slower: the thread-mode tests' hang
+        // guards wait longer (never a timing assertion).
+        .env("BLUEFLAME_TIMEOUT_SCALE", "10")
+        .env("PKG_CONFIG_ALLOW_CROSS", "1")
+        .env("PKG_CONFIG_LIBDIR", "/usr/lib/aarch64-linux-gnu/pkgconfig")
+        .env(
+            "BINDGEN_EXTRA_CLANG_ARGS_aarch64_unknown_linux_gnu",
+            "--sysroot=/usr/aarch64-linux-gnu -I/usr/include",
+        )
+        .args(["--target", TARGET])
+        .arg("--target-dir")
+        .arg(root().join("target/cross"));
+    c
+}
+
+/// Cross-builds the crate and runs its unit tests and direct-path tests under qemu-user.
+pub fn stage() -> bool {
+    let t0 = std::time::Instant::now();
+    if !deps() {
+        eprintln!("xtask: FAILED: aarch64 stage: packages missing");
+        return false;
+    }
+    let mut test = cargo("test");
+    test.args(["--locked", "--no-fail-fast", "-p", "blueflame", "--lib"]);
+    for t in direct_tests() {
+        test.args(["--test", &t]);
+    }
+    let ok = run("aarch64: cross-build and test under qemu-user", &mut test);
+    eprintln!(
+        "xtask: aarch64 stage {} in {:.0} s",
+        if ok { "passed" } else { "FAILED" },
+        t0.elapsed().as_secs_f64()
+    );
+    ok
+}
