@@ -263,6 +263,25 @@ impl World {
                 self.note(format!("create_cq {size} -> id {id}"));
                 self.cqs.push(Some(CqSlot { id, cq }));
             }
+            4 if r.chance(5) => {
+                // Sizes a CQ cannot have (none, more than the device has) and regions a
+                // device cannot register: typed errors, never a panic.
+                let size = r.pick(&[0u32, u32::MAX]);
+                let res = self.dev.create_cq(size);
+                self.note(format!(
+                    "create_cq {size}: {:?}",
+                    res.as_ref().map(|c| c.cqn())
+                ));
+                if let Ok(cq) = res {
+                    assert!(size != u32::MAX, "a CQ of u32::MAX entries: {cq:?}");
+                }
+                let len = r.pick(&[usize::MAX, usize::MAX / 2 + 1]);
+                let access = Access(r.next() as u32 & 0xff);
+                let pd = r.below(self.pds.len());
+                let res = self.pds[pd].alloc_mr(len, access);
+                self.note(format!("alloc_mr {len:#x} {access:?}: {res:?}"));
+                assert!(res.is_err(), "a region of {len:#x} bytes");
+            }
             4 if !cqs.is_empty() && r.chance(30) => {
                 let i = r.pick(&cqs);
                 let id = self.cqs[i].as_ref().unwrap().id;
