@@ -239,43 +239,20 @@ impl ScatterTable {
     }
 }
 
-/// Copies at most 64 bytes (what a CQE carries) with two possibly overlapping moves of the
-/// largest power of two that fits, without a call to `memcpy`.
+/// Copies at most 64 bytes (what a CQE carries) into region memory, one relaxed atomic byte
+/// store each: the same accesses as the software NIC's DMA and `MemoryRegion::read`/`write`,
+/// so a thread reading the region meanwhile races with nothing (issue 12's rule for region
+/// bytes).
 ///
 /// # Safety
-/// `src.len() <= 64`; `dst .. dst + src.len()` must be valid for writes and not overlap
-/// `src`.
+/// `dst .. dst + src.len()` must be valid for writes and not overlap `src`.
 #[inline(always)]
 unsafe fn copy_small(src: &[u8], dst: *mut u8) {
-    let n = src.len();
-    let s = src.as_ptr();
-    macro_rules! two {
-        ($t:ty, $w:literal) => {
-            // SAFETY: `$w <= n`: both moves (bytes 0..$w and n-$w..n) stay inside `src`
-            // and inside the destination (caller contract); unaligned accesses.
-            unsafe {
-                let (a, b) = (
-                    s.cast::<$t>().read_unaligned(),
-                    s.add(n - $w).cast::<$t>().read_unaligned(),
-                );
-                dst.cast::<$t>().write_unaligned(a);
-                dst.add(n - $w).cast::<$t>().write_unaligned(b);
-            }
-        };
-    }
-    debug_assert!(n <= 64);
-    if n >= 32 {
-        two!([u8; 32], 32);
-    } else if n >= 16 {
-        two!([u8; 16], 16);
-    } else if n >= 8 {
-        two!(u64, 8);
-    } else if n >= 4 {
-        two!(u32, 4);
-    } else if n >= 2 {
-        two!(u16, 2);
-    } else if n == 1 {
-        two!(u8, 1);
+    for (i, &b) in src.iter().enumerate() {
+        // SAFETY: `i < src.len()`: inside the destination (caller contract); AtomicU8 has
+        // u8's size and alignment.
+        unsafe { core::sync::atomic::AtomicU8::from_ptr(dst.add(i)) }
+            .store(b, core::sync::atomic::Ordering::Relaxed);
     }
 }
 

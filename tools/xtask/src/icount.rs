@@ -24,7 +24,7 @@ const OPS: &[(&str, &str, u64, u64, u64)] = &[
         "measured_poll_recv",
         1,
         1,
-        270,
+        300,
     ),
     (
         "post: per WQE in a batch of 32",
