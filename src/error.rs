@@ -215,8 +215,7 @@ impl fmt::Display for Error {
             }
             Error::Privileges { requested, allowed } => write!(
                 f,
-                "privileges violation: rights {:#x} requested, the region allows {:#x}",
-                requested.0, allowed.0
+                "privileges violation: rights {requested} requested, the region allows {allowed}"
             ),
             Error::WindowState { rkey, state } => {
                 write!(f, "memory window {rkey:#x}: {state}")

@@ -301,3 +301,51 @@ fn an_exchange_of_more_buffers_than_a_peer_reads_is_refused() {
     };
     assert!(x.encode().is_err());
 }
+
+#[test]
+fn messages_name_rights_and_which_handle_was_wrong() {
+    assert_eq!(
+        format!("{:?}", Access(14)),
+        "Access(REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC)"
+    );
+    let (dev, pd, mut cq, mut qp) = loopback();
+    let other = dev.alloc_pd().unwrap();
+    let bindable = Access(RIGHTS.0 | Access::MW_BIND.0);
+    let mr = pd.alloc_mr(4096, bindable).unwrap();
+    let foreign_mr = other.alloc_mr(4096, bindable).unwrap();
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    let mut foreign_mw = other.alloc_mw(MwType::Two).unwrap();
+    let rw = Access::REMOTE_WRITE;
+    let e = qp
+        .bind_mw(&mut mw, &foreign_mr, 0, 64, rw, 1, PostFlags::SIGNALED)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidHandle { what, value } if what.contains("region") && !what.contains("window") && value == foreign_mr.lkey() as u64),
+        "{e}"
+    );
+    let e = qp
+        .bind_mw(&mut foreign_mw, &mr, 0, 64, rw, 1, PostFlags::SIGNALED)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidHandle { what, .. } if what.contains("window") && !what.contains("region")),
+        "{e}"
+    );
+    // Rights by name, not number.
+    let read_only = pd
+        .alloc_mr(64, Access(Access::REMOTE_READ.0 | Access::MW_BIND.0))
+        .unwrap();
+    let e = qp
+        .bind_mw(&mut mw, &read_only, 0, 64, rw, 1, PostFlags::SIGNALED)
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("REMOTE_WRITE requested") && msg.contains("allows REMOTE_READ | MW_BIND"),
+        "{msg}"
+    );
+    dev.process();
+    assert_eq!(
+        cq.poll(&mut [Completion::default(); 4]),
+        0,
+        "nothing posted"
+    );
+}

@@ -940,11 +940,10 @@ impl Qp {
         if !Arc::ptr_eq(&mw.pd.inner, &self.pd.inner)
             || !Arc::ptr_eq(&mr.pd().inner, &self.pd.inner)
         {
-            let what = "window or region of another protection domain (rkey / lkey)";
-            let value = if Arc::ptr_eq(&mw.pd.inner, &self.pd.inner) {
-                mr.lkey()
+            let (what, value) = if Arc::ptr_eq(&mw.pd.inner, &self.pd.inner) {
+                ("region of another protection domain (lkey)", mr.lkey())
             } else {
-                mw.rkey()
+                ("window of another protection domain (rkey)", mw.rkey())
             };
             return Err(Error::InvalidHandle {
                 what,
