@@ -7,7 +7,8 @@
 //!   memory-window tests again under valgrind's memcheck (`cargo xtask memcheck` alone).
 //! - `cargo xtask rxe -- COMMAND`: boots the rxe VM once and runs COMMAND inside it with
 //!   `BLUEFLAME_DEVICE=rxe0`.
-//! - `cargo xtask icount`: instructions per post / poll with callgrind, against the budgets.
+//! - `cargo xtask icount`: instructions per post / poll with callgrind, against the regression
+//!   guards (also a stage of `cargo xtask test`).
 //! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot.
 //! - `cargo xtask aarch64`: only the aarch64 stage of `test` (below).
 //! - `cargo xtask deps`: only the installation step.
@@ -181,6 +182,11 @@ fn test() -> i32 {
     }
     if !memcheck::stage(&cargo) {
         eprintln!("xtask: FAILED: memcheck");
+        return 1;
+    }
+    eprintln!("xtask: instruction guards of the hot path (cargo xtask icount)");
+    if !icount::main() {
+        eprintln!("xtask: FAILED: an instruction count is above its guard");
         return 1;
     }
     eprintln!("xtask: all host checks passed; now the aarch64 stage");
