@@ -230,3 +230,41 @@ fn demo(extra: &[String]) -> i32 {
         1
     }
 }
+
+/// Test executables of the workspace, by target name (built without running).
+pub(crate) fn test_executables(cargo: &str) -> Option<Vec<(String, String)>> {
+    let out = Command::new(cargo)
+        .args([
+            "test",
+            "--workspace",
+            "--locked",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .current_dir(root())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "xtask: building the tests failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |l: &str, from: usize, key: &str| -> Option<String> {
+        let k = format!("\"{key}\":\"");
+        let i = l[from..].find(&k)? + from + k.len();
+        let j = l[i..].find('"')?;
+        Some(l[i..i + j].to_owned())
+    };
+    Some(
+        text.lines()
+            .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"test\""))
+            .filter_map(|l| {
+                let t = l.find("\"target\":{")?;
+                Some((field(l, t, "name")?, field(l, 0, "executable")?))
+            })
+            .collect(),
+    )
+}

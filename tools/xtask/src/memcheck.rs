@@ -9,7 +9,7 @@
 //! thread-mode software NIC's accesses to the rings are races by design (as a device's DMA)
 //! but memcheck does not report races, and nothing else needs one.
 
-use crate::{root, run};
+use crate::run;
 use std::process::Command;
 use std::time::Instant;
 
@@ -43,48 +43,10 @@ const SUBSET: &[Entry] = &[
     ("random_ops", &[], &[("BLUEFLAME_RANDOM_SEEDS", "10")]),
 ];
 
-/// Test executables of the workspace, by target name (built without running).
-fn test_binaries(cargo: &str) -> Option<Vec<(String, String)>> {
-    let out = Command::new(cargo)
-        .args([
-            "test",
-            "--workspace",
-            "--locked",
-            "--no-run",
-            "--message-format=json",
-        ])
-        .current_dir(root())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "xtask: building the tests failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let field = |l: &str, from: usize, key: &str| -> Option<String> {
-        let k = format!("\"{key}\":\"");
-        let i = l[from..].find(&k)? + from + k.len();
-        let j = l[i..].find('"')?;
-        Some(l[i..i + j].to_owned())
-    };
-    Some(
-        text.lines()
-            .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"test\""))
-            .filter_map(|l| {
-                let t = l.find("\"target\":{")?;
-                Some((field(l, t, "name")?, field(l, 0, "executable")?))
-            })
-            .collect(),
-    )
-}
-
 /// Runs the subset under memcheck; false when a binary is missing, a test fails or memcheck
 /// reports an error.
 pub fn stage(cargo: &str) -> bool {
-    let Some(bins) = test_binaries(cargo) else {
+    let Some(bins) = crate::test_executables(cargo) else {
         return false;
     };
     let start = Instant::now();

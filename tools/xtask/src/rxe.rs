@@ -227,35 +227,12 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// Device-test binaries: integration tests of the root crate named `rxe_*`, built on the host.
+/// Device-test binaries: integration tests named `rxe_*`, built on the host.
 pub fn build_device_tests(cargo: &str) -> Option<Vec<PathBuf>> {
-    let out = Command::new(cargo)
-        .args([
-            "test",
-            "--workspace",
-            "--locked",
-            "--no-run",
-            "--message-format=json",
-        ])
-        .current_dir(root())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "xtask: building the device tests failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut bins: Vec<PathBuf> = text
-        .lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"name\":\"rxe_"))
-        .filter_map(|l| {
-            let i = l.find("\"executable\":\"")? + "\"executable\":\"".len();
-            let j = l[i..].find('"')?;
-            Some(PathBuf::from(&l[i..i + j]))
-        })
+    let mut bins: Vec<PathBuf> = crate::test_executables(cargo)?
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("rxe_"))
+        .map(|(_, exe)| PathBuf::from(exe))
         .collect();
     bins.sort();
     bins.dedup();
