@@ -653,6 +653,23 @@ mod tests {
         ring[at..at + 64].copy_from_slice(cqe.as_bytes());
     }
 
+    /// A poller (CQ number 5) over `ring`, entries of `size` bytes, and `dbrec`.
+    ///
+    /// # Safety
+    /// `ring` and `dbrec` must outlive the poller, which alone polls them.
+    unsafe fn poller(ring: &mut [u8], size: u32, dbrec: &mut [u32; 2]) -> CompletionQueue {
+        let raw = RawCq {
+            cqn: 5,
+            buf: ring.as_mut_ptr(),
+            cqe_cnt: ring.len() as u32 / size,
+            cqe_size: size,
+            dbrec: dbrec.as_mut_ptr(),
+            cq_uar: core::ptr::null_mut(),
+        };
+        // SAFETY: the caller's contract.
+        unsafe { CompletionQueue::new(&raw) }.unwrap()
+    }
+
     /// Three passes over a ring of 64- or 128-byte entries: every completion once, in
     /// order, unreported ones skipped, nothing seen before the device wrote it, the
     /// consumer index published.
@@ -660,16 +677,8 @@ mod tests {
         let cnt = 8u32;
         let mut ring = vec![0u8; (cnt * size) as usize];
         let mut dbrec = [0u32; 2];
-        let raw = RawCq {
-            cqn: 5,
-            buf: ring.as_mut_ptr(),
-            cqe_cnt: cnt,
-            cqe_size: size,
-            dbrec: dbrec.as_mut_ptr(),
-            cq_uar: core::ptr::null_mut(),
-        };
         // SAFETY: the ring and record outlive the poller, which alone polls them.
-        let mut cq = unsafe { CompletionQueue::new(&raw) }.unwrap();
+        let mut cq = unsafe { poller(&mut ring, size, &mut dbrec) };
         for i in 0..cnt {
             let own = ring[(i * size + size - 1) as usize];
             assert_eq!(own, op_own_initial(), "entry {i} preset");
@@ -727,16 +736,8 @@ mod tests {
         let cnt = 16u32;
         let mut ring = vec![0u8; (cnt * 64) as usize];
         let mut dbrec = [0u32; 2];
-        let raw = RawCq {
-            cqn: 5,
-            buf: ring.as_mut_ptr(),
-            cqe_cnt: cnt,
-            cqe_size: 64,
-            dbrec: dbrec.as_mut_ptr(),
-            cq_uar: core::ptr::null_mut(),
-        };
         // SAFETY: the ring and record outlive the poller, which alone polls them.
-        let mut cq = unsafe { CompletionQueue::new(&raw) }.unwrap();
+        let mut cq = unsafe { poller(&mut ring, 64, &mut dbrec) };
         let (a, b) = (
             Arc::new(Shadow::<SendEntry>::new(16)),
             Arc::new(Shadow::<SendEntry>::new(16)),
@@ -805,16 +806,8 @@ mod tests {
         let cnt = 16u32;
         let mut ring = vec![0u8; (cnt * 64) as usize];
         let mut dbrec = [0u32; 2];
-        let raw = RawCq {
-            cqn: 5,
-            buf: ring.as_mut_ptr(),
-            cqe_cnt: cnt,
-            cqe_size: 64,
-            dbrec: dbrec.as_mut_ptr(),
-            cq_uar: core::ptr::null_mut(),
-        };
-        // SAFETY: as above.
-        let mut cq = unsafe { CompletionQueue::new(&raw) }.unwrap();
+        // SAFETY: the ring and record outlive the poller, which alone polls them.
+        let mut cq = unsafe { poller(&mut ring, 64, &mut dbrec) };
         let (a, b) = (
             Arc::new(Shadow::<SendEntry>::new(16)),
             Arc::new(Shadow::<SendEntry>::new(16)),
@@ -874,16 +867,8 @@ mod tests {
         let cnt = 8u32;
         let mut ring = vec![0u8; (cnt * 64) as usize];
         let mut dbrec = [0u32; 2];
-        let raw = RawCq {
-            cqn: 5,
-            buf: ring.as_mut_ptr(),
-            cqe_cnt: cnt,
-            cqe_size: 64,
-            dbrec: dbrec.as_mut_ptr(),
-            cq_uar: core::ptr::null_mut(),
-        };
         // SAFETY: the ring and record outlive the poller, which alone polls them.
-        let mut cq = unsafe { CompletionQueue::new(&raw) }.unwrap();
+        let mut cq = unsafe { poller(&mut ring, 64, &mut dbrec) };
         let sq = Arc::new(Shadow::<SendEntry>::new(16));
         let rq = Arc::new(Shadow::<u64>::new(16));
         let table = Arc::new(ScatterTable::new(16, 1));
