@@ -81,12 +81,12 @@ impl Access {
     }
 
     const NAMES: [(&'static str, u32); 6] = [
-        ("LOCAL_WRITE", 1),
-        ("REMOTE_WRITE", 1 << 1),
-        ("REMOTE_READ", 1 << 2),
-        ("REMOTE_ATOMIC", 1 << 3),
-        ("MW_BIND", 1 << 4),
-        ("ZERO_BASED", 1 << 5),
+        ("LOCAL_WRITE", Access::LOCAL_WRITE.0),
+        ("REMOTE_WRITE", Access::REMOTE_WRITE.0),
+        ("REMOTE_READ", Access::REMOTE_READ.0),
+        ("REMOTE_ATOMIC", Access::REMOTE_ATOMIC.0),
+        ("MW_BIND", Access::MW_BIND.0),
+        ("ZERO_BASED", Access::ZERO_BASED.0),
     ];
 }
 

@@ -203,26 +203,23 @@ impl State {
 
     /// A class-C responder error: the responder QP goes to error too.
     fn remote_fault(&mut self, peer: u32, s: Syndrome) -> Outcome {
-        if self
-            .qps
-            .get(&peer)
-            .is_some_and(|q| q.state != QpState::Error)
-        {
-            self.events
-                .push_back(super::AsyncEvent::QpAccessError { qpn: peer });
-        }
-        self.set_error(peer);
+        self.error_with(peer, super::AsyncEvent::QpAccessError { qpn: peer });
         Outcome::Failed(s)
     }
 
     /// A QP whose completion did not fit in its CQ goes to error with a QP-fatal event.
     fn fatal(&mut self, qpn: u32) {
+        self.error_with(qpn, super::AsyncEvent::QpFatal { qpn });
+    }
+
+    /// Moves `qpn` to error, raising `event` when it was not in error already.
+    fn error_with(&mut self, qpn: u32, event: super::AsyncEvent) {
         if self
             .qps
             .get(&qpn)
             .is_some_and(|q| q.state != QpState::Error)
         {
-            self.events.push_back(super::AsyncEvent::QpFatal { qpn });
+            self.events.push_back(event);
         }
         self.set_error(qpn);
     }
