@@ -46,7 +46,8 @@ fn main() {
         Some("deps") => deps(),
         Some("memcheck") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            if deps() == 0 && memcheck::stage(&cargo) {
+            let bins = (deps() == 0).then(|| test_executables(&cargo)).flatten();
+            if bins.is_some_and(|b| memcheck::stage(&b)) {
                 0
             } else {
                 1
@@ -180,7 +181,11 @@ fn test() -> i32 {
             return 1;
         }
     }
-    if !memcheck::stage(&cargo) {
+    // The test executables (built by the step above), for memcheck and the rxe stage.
+    let Some(bins) = test_executables(&cargo) else {
+        return 1;
+    };
+    if !memcheck::stage(&bins) {
         eprintln!("xtask: FAILED: memcheck");
         return 1;
     }
@@ -195,7 +200,7 @@ fn test() -> i32 {
         return 1;
     }
     eprintln!("xtask: aarch64 stage passed; now the device tests on rxe");
-    if !rxe::device_stage(&cargo) {
+    if !rxe::device_stage(&bins) {
         eprintln!("xtask: FAILED: device tests on rxe");
         return 1;
     }

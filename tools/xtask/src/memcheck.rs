@@ -43,12 +43,9 @@ const SUBSET: &[Entry] = &[
     ("random_ops", &[], &[("BLUEFLAME_RANDOM_SEEDS", "10")]),
 ];
 
-/// Runs the subset under memcheck; false when a binary is missing, a test fails or memcheck
-/// reports an error.
-pub fn stage(cargo: &str) -> bool {
-    let Some(bins) = crate::test_executables(cargo) else {
-        return false;
-    };
+/// Runs the subset of `bins` (the workspace's test executables, [`crate::test_executables`])
+/// under memcheck; false when a binary is missing, a test fails or memcheck reports an error.
+pub fn stage(bins: &[(String, String)]) -> bool {
     let start = Instant::now();
     let mut ok = true;
     for &(name, skips, env) in SUBSET {

@@ -227,24 +227,24 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// Device-test binaries: integration tests named `rxe_*`, built on the host.
-pub fn build_device_tests(cargo: &str) -> Option<Vec<PathBuf>> {
-    let mut bins: Vec<PathBuf> = crate::test_executables(cargo)?
-        .into_iter()
+/// Device-test binaries: the integration tests named `rxe_*` among `all` (the workspace's
+/// test executables, [`crate::test_executables`]), built on the host.
+fn device_tests(all: &[(String, String)]) -> Vec<PathBuf> {
+    let mut bins: Vec<PathBuf> = all
+        .iter()
         .filter(|(name, _)| name.starts_with("rxe_"))
         .map(|(_, exe)| PathBuf::from(exe))
         .collect();
     bins.sort();
     bins.dedup();
-    Some(bins)
+    bins
 }
 
-/// The device stage of `cargo xtask test`: every `rxe_*` test binary, ignored tests included,
-/// in one VM boot. Fails when the VM did not run, a binary failed, ran no test, or skipped.
-pub fn device_stage(cargo: &str) -> bool {
-    let Some(bins) = build_device_tests(cargo) else {
-        return false;
-    };
+/// The device stage of `cargo xtask test`: every `rxe_*` test binary among `all`, ignored
+/// tests included, in one VM boot. Fails when the VM did not run, a binary failed, ran no
+/// test, or skipped.
+pub fn device_stage(all: &[(String, String)]) -> bool {
+    let bins = device_tests(all);
     if bins.is_empty() {
         eprintln!("xtask: no rxe_* device tests found: the rxe stage has nothing to run");
         return false;
