@@ -37,6 +37,8 @@ impl CqHandle {
 impl Drop for CqHandle {
     fn drop(&mut self) {
         if let CqKind::Sim { dev, cqn } = &self.kind {
+            // Its number may come back with another CQ.
+            dev.events.forget(Subject::Cq(*cqn));
             if let Some(n) = dev.sim_nic() {
                 let _ = n.destroy_cq(*cqn);
             }
@@ -215,7 +217,6 @@ impl Cq {
     /// # Errors
     /// [`Error::AsyncEvent`](crate::Error::AsyncEvent).
     pub fn check(&self) -> Result<()> {
-        self.dev.events.pump(&self.dev.backend);
         let mut subjects = vec![self.handle.subject()];
         subjects.extend(
             self.handle
@@ -226,10 +227,7 @@ impl Cq {
                 .iter()
                 .map(|a| Subject::Qp(a.qpn)),
         );
-        match self.dev.events.about(&subjects) {
-            Some(e) => Err(crate::Error::AsyncEvent(e)),
-            None => Ok(()),
-        }
+        self.dev.events.check(&self.dev.backend, &subjects)
     }
 
     /// The direct-path poller, when this CQ runs the direct path.

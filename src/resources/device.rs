@@ -78,24 +78,27 @@ pub enum DataPath {
 }
 
 impl Device {
-    /// The software mlx5 NIC, running in its own thread (it watches doorbell records as
-    /// hardware does): code reads the same as on a ConnectX.
-    pub fn sim() -> Device {
-        let nic = Nic::new();
-        nic.start();
+    /// A device over the software NIC `nic`, its doorbell thread started when `threaded`.
+    fn from_nic(nic: Nic, threaded: bool) -> Device {
+        if threaded {
+            nic.start();
+        }
         Device {
             events: Arc::default(),
             backend: Backend::Sim(nic),
         }
     }
 
+    /// The software mlx5 NIC, running in its own thread (it watches doorbell records as
+    /// hardware does): code reads the same as on a ConnectX.
+    pub fn sim() -> Device {
+        Device::from_nic(Nic::new(), true)
+    }
+
     /// The software mlx5 NIC in stepped mode: nothing runs until [`Device::process`] is
     /// called (deterministic tests; BlueFlame writes are checked against the ring).
     pub fn sim_stepped() -> Device {
-        Device {
-            events: Arc::default(),
-            backend: Backend::Sim(Nic::new()),
-        }
+        Device::from_nic(Nic::new(), false)
     }
 
     /// The software mlx5 NIC with `uars` BlueFlame registers (rdma-core's counts by default:
@@ -112,34 +115,19 @@ impl Device {
     /// assert_eq!(qp.doorbell_mode(), Some(DoorbellMode::SharedLocked));
     /// ```
     pub fn sim_with_registers(uars: UarConfig, threaded: bool) -> Device {
-        let nic = Nic::with_uars(uars);
-        if threaded {
-            nic.start();
-        }
-        Device {
-            events: Arc::default(),
-            backend: Backend::Sim(nic),
-        }
+        Device::from_nic(Nic::with_uars(uars), threaded)
     }
 
     /// As [`Device::sim`], with a NIC that holds at most `limits` objects of each kind (a
     /// small QP-number space makes the NIC reuse a dropped QP's number at once).
     pub fn sim_with_limits(limits: mlx5::sim::Limits) -> Device {
-        let nic = Nic::with_limits(limits);
-        nic.start();
-        Device {
-            events: Arc::default(),
-            backend: Backend::Sim(nic),
-        }
+        Device::from_nic(Nic::with_limits(limits), true)
     }
 
     /// As [`Device::sim_stepped`], with a NIC that holds at most `limits` objects of each
     /// kind.
     pub fn sim_stepped_with_limits(limits: mlx5::sim::Limits) -> Device {
-        Device {
-            events: Arc::default(),
-            backend: Backend::Sim(Nic::with_limits(limits)),
-        }
+        Device::from_nic(Nic::with_limits(limits), false)
     }
 
     /// Opens the rdma-core device `name` (e.g. `mlx5_0`, `rxe0`) on port 1, with the first

@@ -91,6 +91,16 @@ impl Events {
             .map(|&(_, e)| e)
     }
 
+    /// Reads the pending events ([`Events::pump`]) and reports the first one about
+    /// `subjects` (or the whole device) as [`Error::AsyncEvent`](crate::Error::AsyncEvent).
+    pub(crate) fn check(&self, backend: &Backend, subjects: &[Subject]) -> crate::Result<()> {
+        self.pump(backend);
+        match self.about(subjects) {
+            Some(e) => Err(crate::Error::AsyncEvent(e)),
+            None => Ok(()),
+        }
+    }
+
     /// Forgets the events of a QP or CQ that goes away (its number may be reused).
     pub(crate) fn forget(&self, subject: Subject) {
         self.seen

@@ -114,13 +114,15 @@ impl Pd {
             }
         }
         let mut sim_td = None;
+        // rdma-core's MLX5_* switches, read once for this QP (rdma-core reads them when it
+        // creates the QP).
+        let env = Mlx5Env::current();
         let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
                 // rdma-core's switches for this QP, as on mlx5: the device side
                 // (MLX5_SCATTER_TO_CQE, `use_scatter_to_cqe`; MLX5_SHUT_UP_BF: every QP rings
                 // the register without BlueFlame, `mlx5_get_qp_uar` returns `ctx->nc_uar`) and
                 // the driver side (MLX5_SHUT_UP_BF).
-                let env = Mlx5Env::current();
                 let caps = QpCaps {
                     scatter_to_cqe: caps.scatter_to_cqe && !env.scatter_to_cqe_off,
                     bf_size: if env.shut_up_bf { 0 } else { caps.bf_size },
@@ -187,24 +189,22 @@ impl Pd {
                     max_inline: caps.max_inline,
                 };
                 let (scq, rcq) = (cq_of(send_cq)?, cq_of(recv_cq)?);
-                // The direct path wants a thread domain per QP: a BlueFlame register of its
-                // own (the verbs path locks inside rdma-core anyway).
-                let td = self.inner.dev.data_path() == DataPath::Direct
-                    && !Mlx5Env::current().qp_signature;
+                // rdma-core reads MLX5_QP_SIGNATURE when it creates the QP: a QP with WQE
+                // signatures runs the verbs path. The direct path wants a thread domain per
+                // QP: a BlueFlame register of its own (the verbs path locks inside rdma-core
+                // anyway).
+                let direct = self.inner.dev.data_path() == DataPath::Direct && !env.qp_signature;
                 let qp = match &cm {
                     // SAFETY: the id is live and on this PD's context (the PD was allocated on
                     // the id's context); the Qp keeps the id (`cm`) and drops it after the QP.
                     Some(id) => unsafe {
-                        verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps, td)?
+                        verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps, direct)?
                     },
-                    None => verbs::objects::Qp::new(pd.clone(), scq, rcq, vcaps, td)?,
+                    None => verbs::objects::Qp::new(pd.clone(), scq, rcq, vcaps, direct)?,
                 };
                 let qp = Arc::new(qp);
                 let qpn = qp.qpn();
-                // rdma-core reads MLX5_QP_SIGNATURE when it creates the QP: a QP with WQE
-                // signatures runs the verbs path.
-                let env = Mlx5Env::current();
-                if self.inner.dev.data_path() == DataPath::Direct && !env.qp_signature {
+                if direct {
                     (direct_on_mlx5(qp, &env)?, qpn)
                 } else {
                     let path = QpPath::Verbs {
@@ -260,7 +260,7 @@ impl Pd {
             QpPath::Direct { sq, rq, .. } => {
                 sq.set_atomic_caps(atomics);
                 // The driver side of rdma-core's MLX5_POST_SEND_PREFER_BF.
-                Mlx5Env::current().configure(sq);
+                env.configure(sq);
                 // Until `connect`, every post goes through `check_state`.
                 sq.enable_fast_path(false);
                 sq.attach_cq(sslots.clone());
@@ -494,7 +494,7 @@ impl Qp {
                     });
                 }
                 let timing = &Timing {
-                    retry_cnt: v.ctx.retry_cnt_for(timing.retry_cnt),
+                    retry_cnt: v.attrs.retry_cnt_for(timing.retry_cnt),
                     ..*timing
                 };
                 qp.to_init(v.port)?;
@@ -688,11 +688,7 @@ impl Qp {
     /// [`Error::AsyncEvent`].
     pub fn check(&self) -> Result<()> {
         let dev = &self.pd.inner.dev;
-        dev.events.pump(&dev.backend);
-        match dev.events.about(&self.subjects()) {
-            Some(e) => Err(Error::AsyncEvent(e)),
-            None => Ok(()),
-        }
+        dev.events.check(&dev.backend, &self.subjects())
     }
 
     /// Starts a batch (one doorbell for many requests).
@@ -1151,6 +1147,10 @@ impl Drop for Qp {
         match &mut self.path {
             QpPath::Direct { sq, rq, .. } => {
                 sq.release_cq();
+                // The register claim goes before the QP: once the QP and its thread domain are
+                // freed, the device may give that register to another QP, which then claims
+                // it as its own.
+                sq.release_register();
                 if let Some(rq) = rq {
                     rq.release_cq();
                 }
@@ -1175,10 +1175,7 @@ impl Drop for Qp {
         let mut g1 = first.registry.lock();
         let mut g2 = (!same).then(|| second.registry.lock());
         match (&mut self.path, &self.pd.inner.dev.backend) {
-            (QpPath::Direct { hw: None, sq, .. }, Backend::Sim(n)) => {
-                // The register claim goes first: once the thread domain is freed, the NIC
-                // may give its register to another QP, which then claims it as its own.
-                sq.release_register();
+            (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) => {
                 let _ = n.destroy_qp(self.qpn);
                 if let Some(td) = self.sim_td {
                     let _ = n.dealloc_td(td);

@@ -179,7 +179,7 @@ impl CmId {
         p.responder_resources = 16;
         p.initiator_depth = 16;
         // 7 retries, except on rxe, which takes 7 as "for ever" (see
-        // `Context::retry_cnt_for`).
+        // `DeviceAttrs::retry_cnt_for`).
         let ctx = self.verbs();
         // SAFETY: a non-null `verbs` of a live id is its live context.
         p.retry_count = if !ctx.is_null() && unsafe { super::device::is_rxe(ctx) } {

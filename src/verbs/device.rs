@@ -72,9 +72,25 @@ pub struct DeviceAttrs {
     pub max_qp_rd_atom: u8,
     /// `max_qp_init_rd_atom`: the same as requester (the limit of `max_rd_atomic`).
     pub max_qp_init_rd_atom: u8,
+    /// The device is rxe (Soft-RoCE): its vendor id is `RXE_VENDOR_ID` (0xffffff,
+    /// `drivers/infiniband/sw/rxe/rxe_param.h`), whatever name it was given.
+    pub rxe: bool,
 }
 
 impl DeviceAttrs {
+    /// The transport retry count to program for `want`: rxe (every kernel to date,
+    /// `rxe_comp.c`, `COMPST_ERROR_RETRY`: `if (qp->comp.retry_cnt != 7) retry_cnt--`) takes
+    /// 7 as "retry for ever", which the InfiniBand specification gives only to the RNR retry
+    /// count: a request to a dead peer would never complete. On rxe 7 becomes 6, the
+    /// longest finite count; elsewhere `want` is kept.
+    pub fn retry_cnt_for(&self, want: u8) -> u8 {
+        if want >= 7 && self.rxe {
+            6
+        } else {
+            want
+        }
+    }
+
     /// The atomics of a device with these attributes, as the crate drives them: standard
     /// atomics as `atomic_cap` says; masked ones never (`struct ibv_device_attr` has no
     /// masked-atomic capability and the verbs path cannot post them); 8-byte replies in host
@@ -108,20 +124,29 @@ pub(crate) enum RawAsync {
 }
 
 impl Context {
-    /// The next asynchronous event of the context, without blocking (the event file
-    /// descriptor is made non-blocking on the first call, as UCX does before it polls it):
-    /// `ibv_get_async_event`, then `ibv_ack_async_event`. None when there is none.
-    pub(crate) fn next_async_event(&self) -> Option<RawAsync> {
-        use ffi::ibv_event_type as T;
-        // SAFETY: live context; `async_fd` is its event descriptor, owned by rdma-core; the
-        // flags change only its blocking mode.
+    /// Makes the context's asynchronous-event descriptor non-blocking (once, when the
+    /// context is taken: as UCX does before it polls it), so that
+    /// [`Context::next_async_event`] never blocks.
+    ///
+    /// # Safety
+    /// `ctx` must be a live context.
+    unsafe fn async_nonblocking(ctx: *mut ffi::ibv_context) {
+        // SAFETY: live context (caller contract); `async_fd` is its event descriptor, owned
+        // by rdma-core; the flags change only its blocking mode.
         unsafe {
-            let fd = (*self.ctx).async_fd;
+            let fd = (*ctx).async_fd;
             let fl = libc::fcntl(fd, libc::F_GETFL);
             if fl >= 0 && fl & libc::O_NONBLOCK == 0 {
                 libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
             }
         }
+    }
+
+    /// The next asynchronous event of the context, without blocking (the descriptor was made
+    /// non-blocking when the context was taken): `ibv_get_async_event`, then
+    /// `ibv_ack_async_event`. None when there is none.
+    pub(crate) fn next_async_event(&self) -> Option<RawAsync> {
+        use ffi::ibv_event_type as T;
         // SAFETY: an all-zero event is a valid out-parameter.
         let mut ev: ffi::ibv_async_event = unsafe { std::mem::zeroed() };
         // SAFETY: live context, `ev` is written by the call.
@@ -188,6 +213,8 @@ impl Context {
                 source: std::io::Error::from_raw_os_error(libc::ENODEV),
             });
         }
+        // SAFETY: the context just opened.
+        unsafe { Self::async_nonblocking(ctx) };
         Ok(Context {
             ctx,
             name: name.to_owned(),
@@ -206,6 +233,8 @@ impl Context {
     ) -> Context {
         // SAFETY: the caller's contract; the device name is owned by the device.
         let name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name((*ctx).device)) };
+        // SAFETY: the caller's contract.
+        unsafe { Self::async_nonblocking(ctx) };
         Context {
             ctx,
             name: name.to_string_lossy().into_owned(),
@@ -217,26 +246,6 @@ impl Context {
     /// The device name.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// Whether the device is rxe (Soft-RoCE): its vendor id is `RXE_VENDOR_ID` (0xffffff,
-    /// `drivers/infiniband/sw/rxe/rxe_param.h`), whatever name it was given.
-    pub fn is_rxe(&self) -> bool {
-        // SAFETY: the context is live.
-        unsafe { is_rxe(self.ctx) }
-    }
-
-    /// The transport retry count to program for `want`: rxe (every kernel to date,
-    /// `rxe_comp.c`, `COMPST_ERROR_RETRY`: `if (qp->comp.retry_cnt != 7) retry_cnt--`) takes
-    /// 7 as "retry for ever", which the InfiniBand specification gives only to the RNR retry
-    /// count: a request to a dead peer would never complete. On rxe 7 becomes 6, the
-    /// longest finite count; elsewhere `want` is kept.
-    pub fn retry_cnt_for(&self, want: u8) -> u8 {
-        if want >= 7 && self.is_rxe() {
-            6
-        } else {
-            want
-        }
     }
 
     /// Port attributes.
@@ -277,6 +286,7 @@ impl Context {
             atomic: a.atomic_cap != ffi::ibv_atomic_cap::IBV_ATOMIC_NONE,
             max_qp_rd_atom: a.max_qp_rd_atom.clamp(0, 255) as u8,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom.clamp(0, 255) as u8,
+            rxe: a.vendor_id == RXE_VENDOR_ID,
         })
     }
 
@@ -317,7 +327,7 @@ impl Context {
 /// rxe's vendor id (`RXE_VENDOR_ID`).
 const RXE_VENDOR_ID: u32 = 0xff_ffff;
 
-/// Whether the device of `ctx` is rxe (see [`Context::is_rxe`]).
+/// Whether the device of `ctx` is rxe (see [`DeviceAttrs::rxe`]).
 ///
 /// # Safety
 /// `ctx` must be a live context.
@@ -349,6 +359,7 @@ mod tests {
             atomic: true,
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
+            rxe: false,
         };
         let mlx5 = a.atomic_caps(true);
         assert!(mlx5.standard && !mlx5.masked && !mlx5.reply8_be && mlx5.reply4_be);

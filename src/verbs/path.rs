@@ -121,11 +121,6 @@ impl VerbsSendQueue {
         self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.seq));
     }
 
-    /// Requests not completed yet (posted or in the open batch).
-    fn outstanding(&self) -> u32 {
-        self.seq.wrapping_sub(self.shadow.retired()) as u32
-    }
-
     /// The queue goes away: gives its CQ entries back, those of requests not completed
     /// yet as the poller consumes their completions.
     pub(crate) fn release_cq(&mut self) {
@@ -136,11 +131,10 @@ impl VerbsSendQueue {
 
     /// Room for one more request in the queue and in its CQ.
     fn check_room(&mut self) -> Result<()> {
-        let used = self.outstanding();
-        if used >= self.cap {
+        if self.free() == 0 {
             return Err(Error::QueueFull {
                 needed: 1,
-                free: self.cap.saturating_sub(used),
+                free: 0,
                 unit: QueueUnit::SendRequests,
             });
         }
@@ -651,8 +645,7 @@ impl VerbsRecvQueue {
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error.
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        let used = self.seq.wrapping_sub(self.shadow.retired()) as u32;
-        if used >= self.cap {
+        if self.free() == 0 {
             return Err(Error::QueueFull {
                 needed: 1,
                 free: 0,
