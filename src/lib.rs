@@ -11,7 +11,7 @@
 
 // The README's example runs as a doc test (on the software NIC).
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "sim"))]
 pub struct ReadmeDoctests;
 
 pub mod cm;
@@ -29,10 +29,15 @@ pub use direct::{DoorbellMode, PostFlags};
 pub use error::{Error, QueueUnit, Result};
 pub use mlx5::ctrl::Fence;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
+#[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use mlx5::sim::UarConfig;
 pub use mlx5::{AtomicCaps, RawCq, RawQp};
+#[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
+pub use resources::SimNic;
 pub use resources::{
     AsyncEvent, Batch, Cq, DataPath, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Pd,
-    Qp, QpCaps, SimNic,
+    Qp, QpCaps,
 };
 pub use verbs::objects::Timing;

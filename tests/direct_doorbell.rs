@@ -394,7 +394,7 @@ fn blueflame_halves_alternate_and_carry_the_whole_wqe() {
     let nic = mlx5::sim::Nic::new();
     let pd = nic.alloc_pd();
     let raw_cq = nic.create_cq(256, 64).unwrap();
-    let caps = QpCaps::default();
+    let caps = mlx5::sim::QpCaps::default();
     let raw = nic.create_qp(pd, raw_cq.cqn, raw_cq.cqn, caps).unwrap();
     nic.connect(raw.qpn, raw.qpn).unwrap();
     let mr = nic

@@ -61,7 +61,7 @@ fn software_nic_flags_a_blueflame_copy_of_a_one_ds_wqe() {
         let pd = nic.alloc_pd();
         let cq = nic.create_cq(64, 64).unwrap();
         let raw = nic
-            .create_qp(pd, cq.cqn, cq.cqn, QpCaps::default())
+            .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
             .unwrap();
         nic.connect(raw.qpn, raw.qpn).unwrap();
         let lim = Limits {
@@ -118,9 +118,9 @@ fn null_blueflame_register_is_refused() {
                 pd,
                 cq.cqn,
                 cq.cqn,
-                QpCaps {
+                mlx5::sim::QpCaps {
                     bf_size,
-                    ..QpCaps::default()
+                    ..mlx5::sim::QpCaps::default()
                 },
             )
             .unwrap();
@@ -194,7 +194,7 @@ fn software_nic_fails_a_zero_based_type1_bind() {
         let pd = nic.alloc_pd();
         let cq = nic.create_cq(64, 64).unwrap();
         let raw = nic
-            .create_qp(pd, cq.cqn, cq.cqn, QpCaps::default())
+            .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
             .unwrap();
         nic.connect(raw.qpn, raw.qpn).unwrap();
         let mr = nic.alloc_mr(pd, 4096, BINDABLE).unwrap();

@@ -91,6 +91,7 @@ fn check(dev: &Device) {
 }
 
 #[test]
+#[cfg(feature = "sim")]
 fn cq_accounting_on_the_software_nic() {
     check(&Device::sim_stepped());
 }

@@ -69,6 +69,7 @@ fn check(dev: &Device) {
 }
 
 #[test]
+#[cfg(feature = "sim")]
 fn retry_exceeded_on_the_software_nic() {
     check(&Device::sim_stepped());
 }

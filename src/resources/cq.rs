@@ -7,6 +7,7 @@ use crate::direct::{CompletionQueue, Registry};
 use crate::error::{Error, Result};
 
 /// The most entries a software-NIC CQ has (a ConnectX's `log_max_cq_sz` of 22).
+#[cfg(feature = "sim")]
 const SIM_MAX_CQE: u32 = 1 << 22;
 use crate::verbs;
 use crate::verbs::path::VerbsCompletionQueue;
@@ -14,7 +15,11 @@ use crate::Completion;
 use std::sync::Arc;
 
 pub(crate) enum CqKind {
-    Sim { dev: Device, cqn: u32 },
+    #[cfg(feature = "sim")]
+    Sim {
+        dev: Device,
+        cqn: u32,
+    },
     Verbs(Arc<verbs::objects::Cq>),
 }
 
@@ -28,6 +33,7 @@ impl CqHandle {
     /// What the device's events call this CQ.
     pub(crate) fn subject(&self) -> Subject {
         match &self.kind {
+            #[cfg(feature = "sim")]
             CqKind::Sim { cqn, .. } => Subject::Cq(*cqn),
             CqKind::Verbs(c) => Subject::VerbsCq(c.cq as usize),
         }
@@ -36,6 +42,7 @@ impl CqHandle {
 
 impl Drop for CqHandle {
     fn drop(&mut self) {
+        #[cfg(feature = "sim")]
         if let CqKind::Sim { dev, cqn } = &self.kind {
             // Its number may come back with another CQ.
             dev.events.forget(Subject::Cq(*cqn));
@@ -73,6 +80,7 @@ impl core::fmt::Debug for Cq {
 impl Cq {
     pub(crate) fn new(dev: &Device, entries: u32, cqe_size: u32) -> Result<Cq> {
         let max = match &dev.backend {
+            #[cfg(feature = "sim")]
             Backend::Sim(_) => SIM_MAX_CQE,
             // `ibv_create_cq` takes an int.
             Backend::Verbs(_) => i32::MAX as u32,
@@ -85,6 +93,7 @@ impl Cq {
             Backend::Verbs(_) if cqe_size != 64 => Err(crate::Error::Unsupported(
                 "128-byte CQEs on a verbs device: set MLX5_CQE_SIZE=128 for rdma-core",
             )),
+            #[cfg(feature = "sim")]
             Backend::Sim(nic) => {
                 let raw = nic.create_cq(entries.max(2).next_power_of_two(), cqe_size)?;
                 let kind = CqKind::Sim {

@@ -4,6 +4,7 @@ use super::{Cq, MemoryRegion};
 use crate::error::{Error, Result};
 use crate::verbs;
 use crate::Access;
+#[cfg(feature = "sim")]
 use mlx5::sim::{Nic, UarConfig};
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
     /// The software mlx5 NIC.
+    #[cfg(feature = "sim")]
     Sim(Nic),
     /// rdma-core: a real device (or rxe/siw).
     Verbs(Arc<VerbsDev>),
@@ -79,6 +81,7 @@ pub enum DataPath {
 
 impl Device {
     /// A device over the software NIC `nic`, its doorbell thread started when `threaded`.
+    #[cfg(feature = "sim")]
     fn from_nic(nic: Nic, threaded: bool) -> Device {
         if threaded {
             nic.start();
@@ -91,12 +94,16 @@ impl Device {
 
     /// The software mlx5 NIC, running in its own thread (it watches doorbell records as
     /// hardware does): code reads the same as on a ConnectX.
+    #[cfg(feature = "sim")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn sim() -> Device {
         Device::from_nic(Nic::new(), true)
     }
 
     /// The software mlx5 NIC in stepped mode: nothing runs until [`Device::process`] is
     /// called (deterministic tests; BlueFlame writes are checked against the ring).
+    #[cfg(feature = "sim")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn sim_stepped() -> Device {
         Device::from_nic(Nic::new(), false)
     }
@@ -114,18 +121,24 @@ impl Device {
     /// let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     /// assert_eq!(qp.doorbell_mode(), Some(DoorbellMode::SharedLocked));
     /// ```
+    #[cfg(feature = "sim")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn sim_with_registers(uars: UarConfig, threaded: bool) -> Device {
         Device::from_nic(Nic::with_uars(uars), threaded)
     }
 
     /// As [`Device::sim`], with a NIC that holds at most `limits` objects of each kind (a
     /// small QP-number space makes the NIC reuse a dropped QP's number at once).
+    #[cfg(feature = "sim")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn sim_with_limits(limits: mlx5::sim::Limits) -> Device {
         Device::from_nic(Nic::with_limits(limits), true)
     }
 
     /// As [`Device::sim_stepped`], with a NIC that holds at most `limits` objects of each
     /// kind.
+    #[cfg(feature = "sim")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn sim_stepped_with_limits(limits: mlx5::sim::Limits) -> Device {
         Device::from_nic(Nic::with_limits(limits), false)
     }
@@ -153,10 +166,11 @@ impl Device {
     }
 
     /// The device named by `BLUEFLAME_DEVICE` (GID index from `BLUEFLAME_GID_INDEX`), else the
-    /// first rdma-core device, else the software NIC in thread mode.
+    /// first rdma-core device, else the software NIC in thread mode (feature `sim`).
     ///
     /// # Errors
-    /// [`Error::Verbs`] when the named device cannot be opened.
+    /// [`Error::Verbs`] when the named device cannot be opened; without the `sim` feature,
+    /// [`Error::Unsupported`] when there is no rdma-core device.
     pub fn open_default() -> Result<Device> {
         let gid = std::env::var("BLUEFLAME_GID_INDEX")
             .ok()
@@ -166,14 +180,21 @@ impl Device {
         }
         match verbs::device::list().first() {
             Some(name) => Device::open(name, gid),
+            #[cfg(feature = "sim")]
             None => Ok(Device::sim()),
+            #[cfg(not(feature = "sim"))]
+            None => Err(Error::Unsupported(
+                "no rdma-core device (and no software NIC: blueflame built without `sim`)",
+            )),
         }
     }
 
     /// A short description: `software mlx5 NIC` or `rdma-core device rxe0 (port 1, GID 1)`.
     pub fn describe(&self) -> String {
         match &self.backend {
+            #[cfg(feature = "sim")]
             Backend::Sim(n) if n.is_threaded() => "software mlx5 NIC (thread mode)".into(),
+            #[cfg(feature = "sim")]
             Backend::Sim(_) => "software mlx5 NIC (stepped)".into(),
             Backend::Verbs(v) => format!(
                 "rdma-core device {} (port {}, GID index {:?})",
@@ -188,11 +209,14 @@ impl Device {
     /// statistics, CQ overrun, window state) and stepping. Destroying or deregistering its
     /// objects is left to the drops of the [`Qp`](super::Qp), [`Cq`] and [`MemoryRegion`]
     /// that use them.
+    #[cfg(feature = "sim")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn nic(&self) -> Option<super::SimNic<'_>> {
         self.sim_nic().map(super::SimNic::new)
     }
 
     /// The whole software NIC (destructive calls included), for this crate's own objects.
+    #[cfg(feature = "sim")]
     pub(crate) fn sim_nic(&self) -> Option<&Nic> {
         match &self.backend {
             Backend::Sim(n) => Some(n),
@@ -204,8 +228,10 @@ impl Device {
     /// verbs context): only then can their CQs, QPs and keys work together.
     pub(crate) fn same(&self, other: &Device) -> bool {
         match (&self.backend, &other.backend) {
+            #[cfg(feature = "sim")]
             (Backend::Sim(a), Backend::Sim(b)) => a.same(b),
             (Backend::Verbs(a), Backend::Verbs(b)) => Arc::ptr_eq(&a.ctx, &b.ctx),
+            #[cfg(feature = "sim")]
             _ => false,
         }
     }
@@ -214,6 +240,7 @@ impl Device {
     /// devices, verbs on other rdma-core devices (see [`Device::open`] for the override).
     pub fn data_path(&self) -> DataPath {
         match &self.backend {
+            #[cfg(feature = "sim")]
             Backend::Sim(_) => DataPath::Direct,
             Backend::Verbs(v) => v.path,
         }
@@ -224,6 +251,7 @@ impl Device {
     /// created). [`Qp::atomic_result`](crate::Qp::atomic_result) reads a reply with it.
     pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
         match &self.backend {
+            #[cfg(feature = "sim")]
             Backend::Sim(n) => n.atomic_caps(),
             Backend::Verbs(v) => v.atomics,
         }
@@ -233,6 +261,7 @@ impl Device {
     /// receives it handled. A no-op for a threaded NIC or a real device.
     pub fn process(&self) -> usize {
         match &self.backend {
+            #[cfg(feature = "sim")]
             Backend::Sim(n) if !n.is_threaded() => n.drain(),
             _ => 0,
         }
@@ -244,6 +273,7 @@ impl Device {
     /// [`Error::Verbs`] from `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
         let kind = match &self.backend {
+            #[cfg(feature = "sim")]
             Backend::Sim(n) => PdKind::Sim(n.alloc_pd()),
             Backend::Verbs(v) => PdKind::Verbs(Arc::new(verbs::objects::Pd::new(v.ctx.clone())?)),
         };
@@ -285,6 +315,7 @@ impl Device {
 }
 
 pub(crate) enum PdKind {
+    #[cfg(feature = "sim")]
     Sim(u32),
     Verbs(Arc<verbs::objects::Pd>),
 }
@@ -304,6 +335,7 @@ impl Drop for PdInner {
     fn drop(&mut self) {
         // No QP is left (each holds the domain): every parked region can go.
         self.lifetimes.clear();
+        #[cfg(feature = "sim")]
         if let (Backend::Sim(n), PdKind::Sim(pd)) = (&self.dev.backend, &self.kind) {
             let _ = n.dealloc_pd(*pd);
         }

@@ -9,17 +9,82 @@
 //! [`Error::AsyncEvent`](crate::Error::AsyncEvent). On rdma-core devices the event
 //! descriptor is made non-blocking and read with `ibv_get_async_event` (UCX's
 //! `uct_ib_async_event_handler` reads it the same way from its async thread); the software
-//! NIC raises the same events ([`mlx5::sim::AsyncEvent`]) through the same code.
+//! NIC raises the same events through the same code.
 
 use super::device::Backend;
 use crate::verbs::device::RawAsync;
-pub use mlx5::sim::AsyncEvent;
 use std::sync::Mutex;
+
+/// An asynchronous event of the device, as `ibv_get_async_event` reports them
+/// (`IBV_EVENT_CQ_ERR`, `IBV_EVENT_QP_FATAL`, `IBV_EVENT_QP_ACCESS_ERR`,
+/// `IBV_EVENT_PORT_ERR`, `IBV_EVENT_DEVICE_FATAL`): what
+/// [`Error::AsyncEvent`](crate::Error::AsyncEvent) carries.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// A CQ overran (or its memory failed): it is in error, writes nothing more. The CQ
+    /// number is 0 on the verbs path (rdma-core names the CQ by its `ibv_cq`).
+    CqError {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// A QP went to error for a reason no completion reports (its completion did not fit
+    /// in an overrun CQ).
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// A responder QP went to error on an incoming request it refused (a class-C error:
+    /// remote access or invalid request).
+    QpAccessError {
+        /// The QP.
+        qpn: u32,
+    },
+    /// The port went down.
+    PortError {
+        /// The port.
+        port: u8,
+    },
+    /// The device failed; nothing runs any more.
+    DeviceFatal,
+}
+
+#[cfg(feature = "sim")]
+impl From<mlx5::sim::AsyncEvent> for AsyncEvent {
+    fn from(e: mlx5::sim::AsyncEvent) -> Self {
+        use mlx5::sim::AsyncEvent as S;
+        match e {
+            S::CqError { cqn } => AsyncEvent::CqError { cqn },
+            S::QpFatal { qpn } => AsyncEvent::QpFatal { qpn },
+            S::QpAccessError { qpn } => AsyncEvent::QpAccessError { qpn },
+            S::PortError { port } => AsyncEvent::PortError { port },
+            S::DeviceFatal => AsyncEvent::DeviceFatal,
+            // The software NIC's enum is non-exhaustive: an event this crate does not know
+            // yet stops everything rather than go unreported.
+            _ => AsyncEvent::DeviceFatal,
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+impl From<AsyncEvent> for mlx5::sim::AsyncEvent {
+    fn from(e: AsyncEvent) -> Self {
+        use mlx5::sim::AsyncEvent as S;
+        match e {
+            AsyncEvent::CqError { cqn } => S::CqError { cqn },
+            AsyncEvent::QpFatal { qpn } => S::QpFatal { qpn },
+            AsyncEvent::QpAccessError { qpn } => S::QpAccessError { qpn },
+            AsyncEvent::PortError { port } => S::PortError { port },
+            AsyncEvent::DeviceFatal => S::DeviceFatal,
+        }
+    }
+}
 
 /// What an event is about.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Subject {
-    /// A CQ by number (direct path).
+    /// A software-NIC CQ by number.
+    #[cfg(feature = "sim")]
     Cq(u32),
     /// A verbs CQ by its `ibv_cq` address.
     VerbsCq(usize),
@@ -41,8 +106,10 @@ impl Events {
     pub(crate) fn pump(&self, backend: &Backend) {
         let mut new = Vec::new();
         match backend {
+            #[cfg(feature = "sim")]
             Backend::Sim(nic) => {
                 while let Some(e) = nic.take_async_event() {
+                    let e = AsyncEvent::from(e);
                     let subject = match e {
                         AsyncEvent::CqError { cqn } => Subject::Cq(cqn),
                         AsyncEvent::QpFatal { qpn } | AsyncEvent::QpAccessError { qpn } => {
@@ -107,5 +174,25 @@ impl Events {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(s, _)| *s != subject);
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use super::AsyncEvent;
+
+    #[test]
+    fn events_cross_the_software_nic_boundary_unchanged() {
+        for e in [
+            AsyncEvent::CqError { cqn: 0x12 },
+            AsyncEvent::QpFatal { qpn: 0x34 },
+            AsyncEvent::QpAccessError { qpn: 0x56 },
+            AsyncEvent::PortError { port: 2 },
+            AsyncEvent::DeviceFatal,
+        ] {
+            let s = mlx5::sim::AsyncEvent::from(e);
+            assert_eq!(AsyncEvent::from(s), e);
+            assert_eq!(format!("{e:?}"), format!("{s:?}"));
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! that work has completed, and is deregistered at the next reclaim point (another region
 //! dropped or allocated, a QP dropped, [`Pd::reclaim`], or the domain's end).
 
+mod caps;
 mod cq;
 pub(crate) mod device;
 mod events;
@@ -18,13 +19,17 @@ mod lifetime;
 mod mr;
 mod mw;
 mod qp;
+#[cfg(feature = "sim")]
 mod sim_nic;
 
+pub use caps::QpCaps;
 pub use cq::Cq;
 pub use device::{DataPath, Device, Pd};
 pub use events::AsyncEvent;
 pub use iov::{LocalSeg, MAX_IOV};
 pub use mr::MemoryRegion;
 pub use mw::MemoryWindow;
-pub use qp::{Batch, Endpoint, Qp, QpCaps};
+pub use qp::{Batch, Endpoint, Qp};
+#[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use sim_nic::SimNic;

@@ -1,6 +1,8 @@
 //! Memory regions.
 
-use super::device::{Backend, PdKind};
+#[cfg(feature = "sim")]
+use super::device::Backend;
+use super::device::PdKind;
 use super::Pd;
 use crate::error::{Error, Result};
 use crate::{verbs, Access, Remote, Sge};
@@ -43,17 +45,20 @@ mod shared_bytes {
 }
 
 enum MrKind {
+    #[cfg(feature = "sim")]
     Sim(SimReg),
     /// Held for its Drop: deregisters, then frees the memory.
     Verbs(verbs::objects::Mr),
 }
 
 /// A software-NIC registration (the NIC owns the memory and frees it when deregistered).
+#[cfg(feature = "sim")]
 struct SimReg {
     nic: mlx5::sim::Nic,
     lkey: u32,
 }
 
+#[cfg(feature = "sim")]
 impl super::lifetime::Deregister for SimReg {
     fn deregister(&mut self) -> bool {
         // Busy while a window is bound to the region; anything else means it is gone.
@@ -103,6 +108,7 @@ impl core::fmt::Debug for MemoryRegion {
 impl MemoryRegion {
     pub(crate) fn alloc(pd: Pd, len: usize, access: Access) -> Result<MemoryRegion> {
         let (kind, addr, len, lkey, rkey) = match (&pd.inner.dev.backend, &pd.inner.kind) {
+            #[cfg(feature = "sim")]
             (Backend::Sim(n), PdKind::Sim(p)) => {
                 let i = n.alloc_mr(*p, len, access)?;
                 (
@@ -121,6 +127,7 @@ impl MemoryRegion {
                 let (a, l, lk, rk) = mr.info();
                 (MrKind::Verbs(mr), a, l, lk, rk)
             }
+            #[cfg(feature = "sim")]
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
         pd.inner.regions.insert(crate::direct::scatter::Region {
@@ -284,6 +291,7 @@ impl Drop for MemoryRegion {
         self.pd.inner.regions.remove(self.lkey);
         if let Some(kind) = self.kind.take() {
             let reg: super::lifetime::Registration = match kind {
+                #[cfg(feature = "sim")]
                 MrKind::Sim(r) => Box::new(r),
                 MrKind::Verbs(m) => Box::new(m),
             };

@@ -1,7 +1,9 @@
 //! Memory windows: remote access to a sub-range of a region, with their own rkey and rights,
 //! re-bound (new rkey) or invalidated without re-registering memory (uDAPL `dat_rmr_bind`).
 
-use super::device::{Backend, PdKind};
+#[cfg(feature = "sim")]
+use super::device::Backend;
+use super::device::PdKind;
 use super::Pd;
 use crate::direct::shadow::{SendEntry, Shadow};
 use crate::error::{Error, Result};
@@ -10,6 +12,7 @@ use rdma_sys as ffi;
 use std::sync::Arc;
 
 pub(crate) enum MwKind {
+    #[cfg(feature = "sim")]
     Sim,
     Verbs(*mut ffi::ibv_mw),
 }
@@ -75,6 +78,7 @@ impl Pd {
     /// [`Error::Verbs`] (`EOPNOTSUPP` when the device has no windows).
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow> {
         let (kind, rkey) = match (&self.inner.dev.backend, &self.inner.kind) {
+            #[cfg(feature = "sim")]
             (Backend::Sim(n), PdKind::Sim(pd)) => (MwKind::Sim, n.alloc_mw(*pd, mw_type)?),
             (_, PdKind::Verbs(pd)) => {
                 let t = match mw_type {
@@ -90,6 +94,7 @@ impl Pd {
                 // SAFETY: just allocated.
                 (MwKind::Verbs(mw), unsafe { (*mw).rkey })
             }
+            #[cfg(feature = "sim")]
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
         Ok(MemoryWindow {
@@ -219,6 +224,7 @@ impl MemoryWindow {
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
         match (&self.kind, &self.pd.inner.dev.backend) {
+            #[cfg(feature = "sim")]
             (MwKind::Sim, Backend::Sim(n)) => {
                 // The NIC finds windows by index: any of the keys the window had will do.
                 let _ = n.dealloc_mw(self.rkey);
@@ -227,6 +233,7 @@ impl Drop for MemoryWindow {
                 // SAFETY: allocated in alloc_mw, freed once.
                 unsafe { ffi::ibv_dealloc_mw(*mw) };
             }
+            #[cfg(feature = "sim")]
             _ => {}
         }
         // A region whose deregistration the device refused while this window was bound to

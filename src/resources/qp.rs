@@ -4,7 +4,7 @@
 use super::cq::CqHandle;
 use super::device::{Backend, PdKind};
 use super::events::Subject;
-use super::{Cq, Pd};
+use super::{Cq, Pd, QpCaps};
 use crate::direct::{self, Attached, PostFlags, RecvQueue, SendQueue};
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
@@ -14,8 +14,6 @@ use crate::verbs::path::{VerbsBatch, VerbsRecvQueue, VerbsSendQueue};
 use crate::{DataPath, Payload, Remote, Request, Sge};
 use rdma_sys as ffi;
 use std::sync::Arc;
-
-pub use mlx5::sim::QpCaps;
 
 /// What a peer needs to connect to a QP: exchange it out of band (see [`crate::connect`]).
 pub type Endpoint = PathInfo;
@@ -59,6 +57,7 @@ pub struct Qp {
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
     /// The software NIC's thread domain of this QP: freed after the QP.
+    #[cfg(feature = "sim")]
     sim_td: Option<u32>,
     /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
     _cm: Option<Arc<verbs::cm::CmId>>,
@@ -113,21 +112,23 @@ impl Pd {
                 });
             }
         }
+        #[cfg(feature = "sim")]
         let mut sim_td = None;
         // rdma-core's MLX5_* switches, read once for this QP (rdma-core reads them when it
         // creates the QP).
         let env = Mlx5Env::current();
         let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
+            #[cfg(feature = "sim")]
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
                 // rdma-core's switches for this QP, as on mlx5: the device side
                 // (MLX5_SCATTER_TO_CQE, `use_scatter_to_cqe`; MLX5_SHUT_UP_BF: every QP rings
                 // the register without BlueFlame, `mlx5_get_qp_uar` returns `ctx->nc_uar`) and
                 // the driver side (MLX5_SHUT_UP_BF).
-                let caps = QpCaps {
+                let caps = mlx5::sim::QpCaps::from(QpCaps {
                     scatter_to_cqe: caps.scatter_to_cqe && !env.scatter_to_cqe_off,
                     bf_size: if env.shut_up_bf { 0 } else { caps.bf_size },
                     ..caps
-                };
+                });
                 // A thread domain per QP, as UCX gives each worker one: its register is the
                 // QP's own. Without one (the device has no register left), rdma-core's
                 // shared registers, rung under their lock.
@@ -215,6 +216,7 @@ impl Pd {
                     (path, qpn)
                 }
             }
+            #[cfg(feature = "sim")]
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
         let mut path = path;
@@ -283,6 +285,7 @@ impl Pd {
             atomics,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
+            #[cfg(feature = "sim")]
             sim_td,
             _cm: cm,
         })
@@ -325,6 +328,7 @@ fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>, env: &Mlx5Env) -> Result<QpPath> 
 fn cq_of(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
     match &cq.handle.kind {
         super::cq::CqKind::Verbs(c) => Ok(c.clone()),
+        #[cfg(feature = "sim")]
         super::cq::CqKind::Sim { .. } => {
             Err(Error::Unsupported("a software-NIC CQ with a verbs QP"))
         }
@@ -452,6 +456,8 @@ impl Qp {
                     mtu: port.active_mtu,
                 })
             }
+            // The software NIC: only the numbers matter.
+            #[cfg(feature = "sim")]
             _ => Ok(PathInfo {
                 qpn: self.qpn,
                 psn: self.psn,
@@ -503,6 +509,7 @@ impl Qp {
                 self.set_connected();
                 Ok(())
             }
+            #[cfg(feature = "sim")]
             (QpPath::Direct { .. }, Backend::Sim(n)) => {
                 n.connect(self.qpn, remote.qpn).map_err(|e| match e {
                     mlx5::sim::SimError::QpState { state, .. } => Error::InvalidState {
@@ -533,6 +540,7 @@ impl Qp {
             (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, _) => {
                 Ok(qp.to_error()?)
             }
+            #[cfg(feature = "sim")]
             (QpPath::Direct { .. }, Backend::Sim(n)) => Ok(n.set_error(self.qpn)?),
             _ => Err(Error::Unsupported("QP and device backends differ")),
         }
@@ -563,6 +571,7 @@ impl Qp {
     /// may have connected both; ask it (slow path, taken only until connected).
     #[cold]
     fn refresh_connected(&mut self) -> Result<()> {
+        #[cfg(feature = "sim")]
         if let Backend::Sim(n) = &self.pd.inner.dev.backend {
             if n.qp_state(self.qpn)
                 .is_some_and(|s| s != mlx5::sim::QpState::Reset)
@@ -854,6 +863,7 @@ impl Qp {
     /// [`Device::atomic_caps`](crate::Device::atomic_caps)), never as raw memory.
     ///
     /// ```
+    /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
     /// use blueflame::{Access, AtomicCaps, Completion, Device, PostFlags, QpCaps};
     ///
     /// let dev = Device::sim_stepped();
@@ -875,7 +885,8 @@ impl Qp {
     /// assert_eq!(reply, 41u64.to_be_bytes());       // as the device wrote it
     /// assert_eq!(qp.atomic_result(&reply)?, 41);    // the old value, host order
     /// assert_eq!(mr.read_u64(0)?, 42);
-    /// # Ok::<(), blueflame::Error>(())
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sim"))] fn main() {}
     /// ```
     ///
     /// # Errors
@@ -999,6 +1010,7 @@ impl Qp {
                     }
                 }
             }
+            #[cfg(feature = "sim")]
             _ => return Err(Error::Unsupported("window and QP backends differ")),
         };
         self.record_window_step(mw, new_rkey, Some(self.qpn));
@@ -1084,6 +1096,7 @@ impl Qp {
                     // zero-length bind that refers to no memory.
                     unsafe { sq.bind_type1(*w, &mut none, 0, 0, 0, cookie, flags)? }
                 }
+                #[cfg(feature = "sim")]
                 _ => return Err(Error::Unsupported("window and QP backends differ")),
             },
         };
@@ -1175,6 +1188,7 @@ impl Drop for Qp {
         let mut g1 = first.registry.lock();
         let mut g2 = (!same).then(|| second.registry.lock());
         match (&mut self.path, &self.pd.inner.dev.backend) {
+            #[cfg(feature = "sim")]
             (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) => {
                 let _ = n.destroy_qp(self.qpn);
                 if let Some(td) = self.sim_td {

@@ -63,8 +63,8 @@ impl<'a> SimNic<'a> {
     }
 
     /// Raises an asynchronous event (fault injection: a port down, a failed device).
-    pub fn raise_event(&self, e: mlx5::sim::AsyncEvent) {
-        self.nic.raise_event(e)
+    pub fn raise_event(&self, e: crate::AsyncEvent) {
+        self.nic.raise_event(e.into())
     }
 
     /// A window's current rkey and whether it is bound, by any of its rkeys.

@@ -1,0 +1,132 @@
+//! What a QP is created with: [`QpCaps`], the same on every backend.
+
+/// Creation limits of a QP: ring sizes, gather/scatter and inline limits, BlueFlame size,
+/// RNR retries, scatter-to-CQE.
+///
+/// The same fields rule the direct path's rings (on a ConnectX and on the software NIC) and
+/// the verbs QP's `ibv_qp_cap` (on other devices), so one value gives the same send depth
+/// everywhere ([`Qp::send_depth`](crate::Qp::send_depth)).
+///
+/// ```
+/// let caps = blueflame::QpCaps {
+///     sq_blocks: 64,
+///     max_inline: 64,
+///     ..blueflame::QpCaps::default()
+/// };
+/// assert_eq!(caps.rnr_retry, 7);
+/// ```
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// The send queue's size in 64-byte blocks (WQEBBs; rounded up to a power of two,
+    /// 16 ..= 32768): the unit of the direct path's ring, where a request takes 1 to 16
+    /// blocks (a small inline write or a read 1, a bind 3, a long gather list or inline
+    /// payload more). The largest request these limits allow takes
+    /// `mlx5::wqe::max_wqe_bbs` blocks, so `sq_blocks / max_wqe_bbs` of them always fit:
+    /// [`Qp::send_depth`](crate::Qp::send_depth). On the verbs path the QP is created with
+    /// that many work requests (`max_send_wr`), so both paths have the same depth.
+    pub sq_blocks: u32,
+    /// The receive queue's size in receive work requests (rounded up to a power of two; 0
+    /// for none).
+    pub rq_entries: u32,
+    /// Gather entries per send WQE.
+    pub max_send_sge: u32,
+    /// Scatter entries per receive WQE.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WQE.
+    pub max_inline: u32,
+    /// BlueFlame half size in bytes (0: doorbell only; a multiple of 64 otherwise). On a
+    /// ConnectX rdma-core chooses it; the software NIC takes this value.
+    pub bf_size: u32,
+    /// RNR retries before an RNR error (7 means retry for ever, as in verbs).
+    pub rnr_retry: u8,
+    /// Responder scatter-to-CQE (the QP context's `cs_res`). A ConnectX QP created by
+    /// rdma-core has it unless `MLX5_SCATTER_TO_CQE=0` or
+    /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE` (rdma-core `verbs.c` `use_scatter_to_cqe`;
+    /// the kernel's `create_user_qp` sets it for RC QPs, 64 bytes when the receive CQ has
+    /// 128-byte entries, else 32): a received send, send with immediate or send with
+    /// invalidate of up to 32 bytes (64 with 128-byte CQEs) then arrives inside its CQE
+    /// (format INLINE_SCATTER_32 / _64) and the receive buffers are not written: the
+    /// driver copies the data (rdma-core `mlx5_copy_to_recv_wqe`).
+    pub scatter_to_cqe: bool,
+}
+
+impl Default for QpCaps {
+    /// 256 send blocks and receive entries, 8 gather and 4 scatter entries, 256 inline
+    /// bytes, 256-byte BlueFlame halves, RNR retries for ever, scatter-to-CQE on.
+    fn default() -> Self {
+        QpCaps {
+            sq_blocks: 256,
+            rq_entries: 256,
+            max_send_sge: 8,
+            max_recv_sge: 4,
+            max_inline: 256,
+            bf_size: 256,
+            rnr_retry: 7,
+            scatter_to_cqe: true,
+        }
+    }
+}
+
+/// The software NIC's creation limits for the same QP (every field, by name: a field added
+/// to either type is a compile error here until it is mapped).
+#[cfg(feature = "sim")]
+impl From<QpCaps> for mlx5::sim::QpCaps {
+    fn from(c: QpCaps) -> Self {
+        let QpCaps {
+            sq_blocks,
+            rq_entries,
+            max_send_sge,
+            max_recv_sge,
+            max_inline,
+            bf_size,
+            rnr_retry,
+            scatter_to_cqe,
+        } = c;
+        mlx5::sim::QpCaps {
+            sq_blocks,
+            rq_entries,
+            max_send_sge,
+            max_recv_sge,
+            max_inline,
+            bf_size,
+            rnr_retry,
+            scatter_to_cqe,
+        }
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use super::QpCaps;
+
+    #[test]
+    fn defaults_are_the_software_nics() {
+        assert_eq!(
+            mlx5::sim::QpCaps::from(QpCaps::default()),
+            mlx5::sim::QpCaps::default()
+        );
+    }
+
+    #[test]
+    fn every_field_crosses_the_boundary() {
+        let c = QpCaps {
+            sq_blocks: 64,
+            rq_entries: 32,
+            max_send_sge: 3,
+            max_recv_sge: 2,
+            max_inline: 60,
+            bf_size: 0,
+            rnr_retry: 5,
+            scatter_to_cqe: false,
+        };
+        let s = mlx5::sim::QpCaps::from(c);
+        assert_eq!(
+            (s.sq_blocks, s.rq_entries, s.max_send_sge, s.max_recv_sge),
+            (64, 32, 3, 2)
+        );
+        assert_eq!(
+            (s.max_inline, s.bf_size, s.rnr_retry, s.scatter_to_cqe),
+            (60, 0, 5, false)
+        );
+    }
+}
