@@ -79,6 +79,14 @@ pub enum Error {
         /// Its key or number.
         value: u64,
     },
+    /// The CQ was created without a completion channel ([`CqOptions::channel`]): it cannot
+    /// be armed or waited on.
+    ///
+    /// [`CqOptions::channel`]: crate::CqOptions::channel
+    NoChannel {
+        /// The CQ.
+        cqn: u32,
+    },
     /// Invalid state: the QP is not connected yet.
     InvalidState {
         /// What state it is in.
@@ -199,6 +207,10 @@ impl fmt::Display for Error {
             ),
             Error::InvalidParameter { what, value } => write!(f, "invalid {what}: {value:#x}"),
             Error::InvalidHandle { what, value } => write!(f, "invalid handle: {what} {value:#x}"),
+            Error::NoChannel { cqn } => write!(
+                f,
+                "CQ {cqn:#x} has no completion channel: create it with CqOptions::channel to arm or wait"
+            ),
             Error::InvalidState { state } => write!(f, "invalid state: the QP is {state}"),
             Error::LengthError { needed, available } => {
                 write!(

@@ -37,7 +37,7 @@ pub use mlx5::{AtomicCaps, RawCq, RawQp};
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use resources::SimNic;
 pub use resources::{
-    AsyncEvent, Batch, Cq, DataPath, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Pd,
-    Qp, QpCaps,
+    AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, Device, Endpoint,
+    LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, Qp, QpCaps,
 };
 pub use verbs::objects::Timing;

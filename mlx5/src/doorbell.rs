@@ -54,6 +54,55 @@ pub const fn cq_arm_doorbell(arm: u32, cqn: u32) -> u64 {
     ((arm as u64) << 32) | cqn as u64
 }
 
+/// One arm request of a CQ, as the arm word carries it: `sn << 28 | cmd | ci` (rdma-core
+/// `mlx5_arm_cq`, UCX `uct_ib_mlx5dv_arm_cq`). The driver writes the word to
+/// `dbrec[CQ_ARM_DB]`, then `cq_arm_doorbell(word, cqn)` as one big-endian 64-bit store to
+/// `cq_uar + CQ_DOORBELL`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CqArm {
+    /// Arm sequence number (2 bits): how many events the CQ has raised, modulo 4.
+    pub sn: u32,
+    /// Only a solicited (or error) completion raises the event (`MLX5_CQ_DB_REQ_NOT_SOL`).
+    pub solicited: bool,
+    /// The consumer index (24 bits): entries from here on count for the event.
+    pub ci: u32,
+}
+
+impl CqArm {
+    /// The arm word.
+    #[inline]
+    pub const fn word(self) -> u32 {
+        let cmd = if self.solicited {
+            CQ_DB_REQ_NOT_SOL
+        } else {
+            CQ_DB_REQ_NOT
+        };
+        cq_arm(self.sn, cmd, self.ci)
+    }
+
+    /// Reads an arm word (the command bits other than `MLX5_CQ_DB_REQ_NOT_SOL` are ignored).
+    #[inline]
+    pub const fn from_word(word: u32) -> CqArm {
+        CqArm {
+            sn: (word >> 28) & 3,
+            solicited: word & CQ_DB_REQ_NOT_SOL != 0,
+            ci: word & 0xff_ffff,
+        }
+    }
+
+    /// The 64-bit doorbell value for CQ `cqn` (stored big-endian).
+    #[inline]
+    pub const fn doorbell(self, cqn: u32) -> u64 {
+        cq_arm_doorbell(self.word(), cqn)
+    }
+}
+
+/// Splits a CQ doorbell value (host order) into its arm word and CQ number.
+#[inline]
+pub const fn split_cq_doorbell(db: u64) -> (u32, u32) {
+    ((db >> 32) as u32, db as u32 & 0xff_ffff)
+}
+
 /// The BlueFlame offset after a ring: alternates between the two halves of the register.
 #[inline(always)]
 pub const fn next_bf_offset(offset: usize, bf_size: usize) -> usize {
@@ -82,5 +131,25 @@ mod tests {
         assert!(!use_blueflame(2, 64, 256));
         assert!(!use_blueflame(1, 320, 256));
         assert!(!use_blueflame(1, 64, 0));
+    }
+
+    #[test]
+    fn arm_words_round_trip() {
+        let a = CqArm {
+            sn: 2,
+            solicited: true,
+            ci: 0x12_3456,
+        };
+        assert_eq!(a.word(), 0x2000_0000 | CQ_DB_REQ_NOT_SOL | 0x12_3456);
+        assert_eq!(CqArm::from_word(a.word()), a);
+        let any = CqArm {
+            sn: 3,
+            solicited: false,
+            ci: 7,
+        };
+        assert_eq!(any.word(), 0x3000_0007);
+        assert_eq!(split_cq_doorbell(any.doorbell(0x81)), (0x3000_0007, 0x81));
+        // The sequence number keeps two bits, the consumer index 24.
+        assert_eq!(cq_arm(5, CQ_DB_REQ_NOT, 0x1ff_ffff), 0x10ff_ffff);
     }
 }

@@ -269,6 +269,18 @@ impl CompletionQueue {
         self.cnt
     }
 
+    /// The consumer index: entries consumed so far (the arm request carries it).
+    #[cold]
+    pub(crate) fn consumer_index(&self) -> u32 {
+        self.ci
+    }
+
+    /// The CQ's doorbell record.
+    #[cold]
+    pub(crate) fn dbrec(&self) -> *mut u32 {
+        self.dbrec
+    }
+
     #[cold]
     fn refresh(&mut self) {
         if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {

@@ -5,6 +5,7 @@
 //! Everything here is built from [`RawQp`](mlx5::RawQp) / [`RawCq`](mlx5::RawCq): it does
 //! not know whether a ConnectX or the software NIC owns the memory.
 
+mod arm;
 mod barrier;
 mod cq;
 pub(crate) mod cq_share;

@@ -1,8 +1,11 @@
 //! Completion queues.
 
+#[cfg(feature = "sim")]
+use super::channel::SimSink;
+use super::channel::{CompletionChannel, Notify};
 use super::device::Backend;
 use super::events::Subject;
-use super::Device;
+use super::{CqOptions, Device};
 use crate::direct::{CompletionQueue, Registry};
 use crate::error::{Error, Result};
 
@@ -12,7 +15,24 @@ const SIM_MAX_CQE: u32 = 1 << 22;
 use crate::verbs;
 use crate::verbs::path::VerbsCompletionQueue;
 use crate::Completion;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Numbers of verbs-path CQs (rdma-core does not expose the device's): blueflame's own,
+/// unique in the process, bit 31 set so that they never look like a device's 24-bit number.
+static VERBS_CQ_IDS: AtomicU32 = AtomicU32::new(0);
+
+fn verbs_cq_id() -> u32 {
+    0x8000_0000 | (VERBS_CQ_IDS.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff)
+}
+
+/// A CQ's place on its completion channel.
+pub(crate) struct ChannelLink {
+    pub(crate) chan: CompletionChannel,
+    pub(crate) id: u32,
+    pub(crate) token: u64,
+}
 
 pub(crate) enum CqKind {
     #[cfg(feature = "sim")]
@@ -27,6 +47,8 @@ pub(crate) enum CqKind {
 pub(crate) struct CqHandle {
     pub(crate) kind: CqKind,
     pub(crate) registry: Arc<Registry>,
+    /// The completion channel, when the CQ has one.
+    pub(crate) link: Option<ChannelLink>,
 }
 
 impl CqHandle {
@@ -42,6 +64,17 @@ impl CqHandle {
 
 impl Drop for CqHandle {
     fn drop(&mut self) {
+        // First off the channel: its events acknowledged (`ibv_destroy_cq` waits for that),
+        // the software NIC's sink removed, the queued ones forgotten.
+        if let Some(l) = &self.link {
+            #[cfg(feature = "sim")]
+            if let CqKind::Sim { dev, cqn } = &self.kind {
+                if let Some(n) = dev.sim_nic() {
+                    let _ = n.set_cq_event_sink(*cqn, None);
+                }
+            }
+            l.chan.inner.detach(l.id, l.token);
+        }
         #[cfg(feature = "sim")]
         if let CqKind::Sim { dev, cqn } = &self.kind {
             // Its number may come back with another CQ.
@@ -66,7 +99,13 @@ pub struct Cq {
     cqn: u32,
     capacity: u32,
     pub(crate) dev: Device,
+    /// The UAR page the direct path arms through (null when it has none).
+    cq_uar: *mut u8,
 }
+
+// SAFETY: `cq_uar` is the CQ's doorbell page, written only by `arm` (through `&mut self`);
+// the rest is Send on its own.
+unsafe impl Send for Cq {}
 
 impl core::fmt::Debug for Cq {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -78,7 +117,8 @@ impl core::fmt::Debug for Cq {
 }
 
 impl Cq {
-    pub(crate) fn new(dev: &Device, entries: u32, cqe_size: u32) -> Result<Cq> {
+    pub(crate) fn new(dev: &Device, opts: &CqOptions) -> Result<Cq> {
+        let (entries, cqe_size) = (opts.entries, opts.cqe_size);
         let max = match &dev.backend {
             #[cfg(feature = "sim")]
             Backend::Sim(_) => SIM_MAX_CQE,
@@ -89,6 +129,7 @@ impl Cq {
             // rdma-core refuses 0 (EINVAL); more than the device has is refused too.
             return Err(Error::CqSize { entries, max });
         }
+        let chan = opts.channel.as_ref();
         match &dev.backend {
             Backend::Verbs(_) if cqe_size != 64 => Err(crate::Error::Unsupported(
                 "128-byte CQEs on a verbs device: set MLX5_CQE_SIZE=128 for rdma-core",
@@ -100,36 +141,80 @@ impl Cq {
                     dev: dev.clone(),
                     cqn: raw.cqn,
                 };
+                let link = chan.map(|c| {
+                    let token = c.inner.attach(raw.cqn, 0);
+                    let sink = SimSink {
+                        chan: Arc::downgrade(&c.inner),
+                        id: raw.cqn,
+                        token,
+                    };
+                    let _ = nic.set_cq_event_sink(raw.cqn, Some(Arc::new(sink)));
+                    ChannelLink {
+                        chan: c.clone(),
+                        id: raw.cqn,
+                        token,
+                    }
+                });
                 // SAFETY: the ring and record belong to the CQ just created, kept alive by the
                 // handle built from `kind`.
-                unsafe { Cq::new_direct(dev, &raw, kind, raw.cqe_cnt) }
+                unsafe { Cq::new_direct(dev, &raw, kind, raw.cqe_cnt, link) }
             }
             Backend::Verbs(v) if v.path == crate::DataPath::Direct => {
                 // mlx5: poll the CQ's ring directly.
-                let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
+                let ch = chan.and_then(|c| c.verbs().cloned());
+                let cq = Arc::new(verbs::objects::Cq::with_channel(
+                    v.ctx.clone(),
+                    entries,
+                    ch,
+                    0,
+                )?);
                 // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).
                 let raw = crate::dv::raw_cq(&unsafe { crate::dv::init_cq(cq.cq.cast())? })?;
+                let link = chan.map(|c| {
+                    // Events name the CQ by its context: the device's number.
+                    // SAFETY: live CQ, not armed yet: nothing reads its context concurrently.
+                    unsafe { (*cq.cq).cq_context = raw.cqn as usize as *mut _ };
+                    ChannelLink {
+                        chan: c.clone(),
+                        id: raw.cqn,
+                        token: c.inner.attach(raw.cqn, cq.cq as usize),
+                    }
+                });
                 // rdma-core promises `ncqe - 1` entries of a ring of `ncqe` (`mlx5_create_cq`):
                 // the CQ accounting shares out what it promises.
                 let promised = cq.capacity();
                 // SAFETY: the ring belongs to `cq`, kept alive by the handle; rdma-core is
                 // never asked to poll it.
-                unsafe { Cq::new_direct(dev, &raw, CqKind::Verbs(cq), promised) }
+                unsafe { Cq::new_direct(dev, &raw, CqKind::Verbs(cq), promised, link) }
             }
             Backend::Verbs(v) => {
-                let cq = Arc::new(verbs::objects::Cq::new(v.ctx.clone(), entries)?);
+                let id = verbs_cq_id();
+                let ch = chan.and_then(|c| c.verbs().cloned());
+                let cq = Arc::new(verbs::objects::Cq::with_channel(
+                    v.ctx.clone(),
+                    entries,
+                    ch,
+                    id as usize,
+                )?);
+                let link = chan.map(|c| ChannelLink {
+                    chan: c.clone(),
+                    id,
+                    token: c.inner.attach(id, cq.cq as usize),
+                });
                 let capacity = cq.capacity();
                 let poller = VerbsCompletionQueue::new(cq.clone());
                 let handle = Arc::new(CqHandle {
                     kind: CqKind::Verbs(cq),
                     registry: poller.registry.clone(),
+                    link,
                 });
                 Ok(Cq {
                     poller: Poller::Verbs(poller),
                     handle,
-                    cqn: 0,
+                    cqn: id,
                     capacity,
                     dev: dev.clone(),
+                    cq_uar: std::ptr::null_mut(),
                 })
             }
         }
@@ -145,6 +230,7 @@ impl Cq {
         raw: &mlx5::RawCq,
         kind: CqKind,
         promised: u32,
+        link: Option<ChannelLink>,
     ) -> Result<Cq> {
         // SAFETY: the caller's contract; the handle (which owns `kind`) outlives the poller
         // (field order of Cq).
@@ -153,6 +239,7 @@ impl Cq {
         let handle = Arc::new(CqHandle {
             kind,
             registry: poller.registry.clone(),
+            link,
         });
         Ok(Cq {
             poller: Poller::Direct(poller),
@@ -160,10 +247,13 @@ impl Cq {
             cqn: raw.cqn,
             capacity: raw.cqe_cnt,
             dev: dev.clone(),
+            cq_uar: raw.cq_uar,
         })
     }
 
-    /// The CQ number (0 on the verbs path, where rdma-core does not expose it).
+    /// The CQ number: the device's on the direct path; on the verbs path, where rdma-core
+    /// does not expose it, a number of blueflame's own (unique in the process, bit 31 set).
+    /// [`CqEvent::cqn`](crate::CqEvent::cqn) names CQs by it.
     pub fn cqn(&self) -> u32 {
         self.cqn
     }
@@ -237,6 +327,107 @@ impl Cq {
                 .map(|a| Subject::Qp(a.qpn)),
         );
         self.dev.events.check(&self.dev.backend, &subjects)
+    }
+
+    /// The completion channel this CQ's events go to ([`CqOptions::channel`]).
+    pub fn channel(&self) -> Option<&CompletionChannel> {
+        self.handle.link.as_ref().map(|l| &l.chan)
+    }
+
+    /// Arms the CQ for one completion event: the next completion (`Notify::Any`), or the
+    /// next solicited or error one (`Notify::Solicited`), raises one event on the CQ's
+    /// channel; then the CQ must be armed again. A completion already in the CQ (not yet
+    /// polled) raises it at once. Direct path: the arm doorbell as rdma-core's `mlx5_arm_cq`;
+    /// verbs path: `ibv_req_notify_cq`. Poll after arming ([`Cq::wait`] does it all): a
+    /// completion that came before the arm is found by that poll.
+    ///
+    /// # Errors
+    /// [`Error::NoChannel`] for a CQ created without a channel; [`Error::Verbs`] from
+    /// `ibv_req_notify_cq`.
+    pub fn arm(&mut self, n: Notify) -> Result<()> {
+        let Some(link) = &self.handle.link else {
+            return Err(Error::NoChannel { cqn: self.cqn });
+        };
+        let solicited = matches!(n, Notify::Solicited);
+        match (&self.poller, &self.handle.kind) {
+            (Poller::Direct(p), _) => {
+                if self.cq_uar.is_null() {
+                    return Err(Error::Unsupported(
+                        "arming a CQ whose UAR page mlx5dv_init_obj did not give",
+                    ));
+                }
+                let sn = link.chan.inner.arm_sn(link.id, link.token);
+                // SAFETY: `cq_uar` is this CQ's UAR page (mlx5dv_init_obj or the software
+                // NIC), mapped while the CQ's handle lives.
+                unsafe { p.arm(self.cq_uar, sn, solicited) };
+                Ok(())
+            }
+            (Poller::Verbs(_), CqKind::Verbs(cq)) => Ok(cq.req_notify(solicited)?),
+            #[cfg(feature = "sim")]
+            (Poller::Verbs(_), CqKind::Sim { .. }) => {
+                Err(Error::Unsupported("a verbs poller over the software NIC"))
+            }
+        }
+    }
+
+    /// Waits for completions without spinning: polls; if there is none, arms the CQ, polls
+    /// again (a completion that came before the arm is found here), then sleeps on the
+    /// channel until this CQ's event and starts over. Returns how many completions are in
+    /// `out` (at least one), or 0 when `timeout` passed (None: no limit). Never misses a
+    /// wake-up: an event read by another waiter of the channel stays queued for this CQ.
+    ///
+    /// ```
+    /// use blueflame::{Completion, CqOptions, Device, Payload, PostFlags, QpCaps, Request};
+    /// use std::time::Duration;
+    /// let dev = Device::sim(); // the software NIC, running in its own thread
+    /// let ch = dev.create_channel().unwrap();
+    /// let mut cq = dev.create_cq_with(&CqOptions::new(16).channel(&ch)).unwrap();
+    /// let pd = dev.alloc_pd().unwrap();
+    /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    /// let me = qp.qpn();
+    /// qp.connect(me).unwrap(); // loopback
+    /// let mut out = [Completion::default(); 4];
+    /// // Nothing posted: the wait ends at its timeout.
+    /// assert_eq!(cq.wait(&mut out, Some(Duration::from_millis(10))).unwrap(), 0);
+    /// let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE | blueflame::Access::REMOTE_WRITE).unwrap();
+    /// qp.post(&Request::Write { remote: mr.remote(0).unwrap(), data: Payload::Inline(b"hello") },
+    ///         7, PostFlags::SIGNALED).unwrap();
+    /// // The NIC's thread writes the completion; its event wakes the wait.
+    /// let n = cq.wait(&mut out, Some(Duration::from_secs(10))).unwrap();
+    /// assert_eq!((n, out[0].cookie), (1, 7));
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NoChannel`] for a CQ created without a channel; [`Error::InvalidParameter`]
+    /// for an empty `out`; the errors of [`Cq::arm`] and [`CompletionChannel::wait`].
+    pub fn wait(&mut self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
+        let Some(link) = &self.handle.link else {
+            return Err(Error::NoChannel { cqn: self.cqn });
+        };
+        if out.is_empty() {
+            return Err(Error::InvalidParameter {
+                what: "completion slots (none to fill)",
+                value: 0,
+            });
+        }
+        let (inner, id) = (link.chan.inner.clone(), link.id);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            self.dev.process();
+            let n = self.poll(out);
+            if n > 0 {
+                return Ok(n);
+            }
+            self.arm(Notify::Any)?;
+            self.dev.process();
+            let n = self.poll(out);
+            if n > 0 {
+                return Ok(n);
+            }
+            if inner.wait_for(Some(id), deadline)?.is_none() {
+                return Ok(0);
+            }
+        }
     }
 
     /// The direct-path poller, when this CQ runs the direct path.

@@ -292,7 +292,40 @@ impl Device {
     /// # Errors
     /// [`Error::Sim`] / [`Error::Verbs`] for a size the device refuses.
     pub fn create_cq(&self, entries: u32) -> Result<Cq> {
-        Cq::new(self, entries, 64)
+        self.create_cq_with(&super::CqOptions::new(entries))
+    }
+
+    /// A completion queue as `opts` say (size, entry size, completion channel).
+    ///
+    /// # Errors
+    /// As [`Device::create_cq_with_cqe_size`]; [`Error::InvalidHandle`] for a channel of
+    /// another device; [`Error::Verbs`] when rdma-core refuses the CQ.
+    pub fn create_cq_with(&self, opts: &super::CqOptions) -> Result<Cq> {
+        if opts.cqe_size != 64 && opts.cqe_size != 128 {
+            return Err(Error::InvalidParameter {
+                what: "CQE size (64 or 128)",
+                value: opts.cqe_size as u64,
+            });
+        }
+        if let Some(ch) = &opts.channel {
+            if !ch.is_of(self) {
+                return Err(Error::InvalidHandle {
+                    what: "completion channel of another device",
+                    value: std::os::fd::AsRawFd::as_raw_fd(ch) as u64,
+                });
+            }
+        }
+        Cq::new(self, opts)
+    }
+
+    /// A completion channel: the events of the CQs created with it
+    /// ([`CqOptions::channel`](super::CqOptions::channel)) arrive there once they are armed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when no eventfd can be had; [`Error::Verbs`] from
+    /// `ibv_create_comp_channel`.
+    pub fn create_channel(&self) -> Result<super::CompletionChannel> {
+        super::CompletionChannel::new(self)
     }
 
     /// A completion queue of at least `entries` entries of `cqe_size` bytes (64 or 128).
@@ -304,13 +337,7 @@ impl Device {
     /// verbs device (there rdma-core's `MLX5_CQE_SIZE=128` chooses it, and the poller reads
     /// the size from the CQ); as [`Device::create_cq`].
     pub fn create_cq_with_cqe_size(&self, entries: u32, cqe_size: u32) -> Result<Cq> {
-        if cqe_size != 64 && cqe_size != 128 {
-            return Err(Error::InvalidParameter {
-                what: "CQE size (64 or 128)",
-                value: cqe_size as u64,
-            });
-        }
-        Cq::new(self, entries, cqe_size)
+        self.create_cq_with(&super::CqOptions::new(entries).cqe_size(cqe_size))
     }
 }
 

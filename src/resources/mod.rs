@@ -11,7 +11,9 @@
 //! dropped or allocated, a QP dropped, [`Pd::reclaim`], or the domain's end).
 
 mod caps;
+mod channel;
 mod cq;
+mod cq_options;
 pub(crate) mod device;
 mod events;
 mod iov;
@@ -23,7 +25,9 @@ mod qp;
 mod sim_nic;
 
 pub use caps::QpCaps;
+pub use channel::{CompletionChannel, CqEvent, Notify};
 pub use cq::Cq;
+pub use cq_options::CqOptions;
 pub use device::{DataPath, Device, Pd};
 pub use events::AsyncEvent;
 pub use iov::{LocalSeg, MAX_IOV};

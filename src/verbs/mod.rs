@@ -2,12 +2,15 @@
 //! module, so the OS/FFI surface is in one place.
 //!
 //! - [`device`]: device list, open by name, port and GID query (RoCE v2 GID selection).
+//! - [`channel`]: completion channels (`ibv_get_cq_event`, `ibv_req_notify_cq`).
 //! - [`objects`]: protection domain, memory region, CQ, RC QP and its state machine.
 //! - [`path`]: the verbs data path (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`) with the
 //!   same semantics as the direct path: cookies, moderation of unsignaled runs, statuses.
 
+pub mod channel;
 pub mod cm;
 pub mod device;
+pub(crate) mod fd;
 pub mod objects;
 pub mod path;
 

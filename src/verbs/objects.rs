@@ -170,6 +170,8 @@ impl Drop for Mr {
 pub struct Cq {
     pub(crate) cq: *mut ffi::ibv_cq,
     _ctx: Arc<Context>,
+    /// The completion channel its events go to (destroyed after the CQ).
+    _channel: Option<Arc<super::channel::CompChannel>>,
 }
 
 // SAFETY: as for Pd; polling is serialised by the owner (`&mut`).
@@ -183,20 +185,32 @@ impl Cq {
     /// # Errors
     /// The `ibv_create_cq` error.
     pub fn new(ctx: Arc<Context>, entries: u32) -> Result<Cq, VerbsError> {
-        // SAFETY: live context; no channel, vector 0.
-        let cq = unsafe {
-            ffi::ibv_create_cq(
-                ctx.ctx,
-                entries as i32,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
+        Cq::with_channel(ctx, entries, None, 0)
+    }
+
+    /// A CQ of at least `entries` entries whose events go to `channel` with `context` as
+    /// their `cq_context`.
+    ///
+    /// # Errors
+    /// The `ibv_create_cq` error.
+    pub fn with_channel(
+        ctx: Arc<Context>,
+        entries: u32,
+        channel: Option<Arc<super::channel::CompChannel>>,
+        context: usize,
+    ) -> Result<Cq, VerbsError> {
+        let ch = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.ch);
+        // SAFETY: live context; `ch` is null or a live channel of it (kept alive by the CQ);
+        // vector 0.
+        let cq = unsafe { ffi::ibv_create_cq(ctx.ctx, entries as i32, context as *mut _, ch, 0) };
         if cq.is_null() {
             return Err(last("ibv_create_cq"));
         }
-        Ok(Cq { cq, _ctx: ctx })
+        Ok(Cq {
+            cq,
+            _ctx: ctx,
+            _channel: channel,
+        })
     }
 
     /// Entries the CQ really has.

@@ -3,7 +3,7 @@
 
 use super::dma::{self, DmaBuf};
 use crate::cqe::{op_own, Cqe64, CqeFormat, CqeOpcode, ErrCqe};
-use crate::doorbell::CQ_SET_CI;
+use crate::doorbell::{CQ_ARM_DB, CQ_SET_CI};
 use crate::RawCq;
 use zerocopy::IntoBytes;
 
@@ -29,6 +29,8 @@ pub(crate) struct SimCq {
     pub(crate) overrun: bool,
     /// Whether the CQ's error was raised as an asynchronous event.
     pub(crate) error_reported: bool,
+    /// Arm requests and completion events.
+    pub(crate) arm: super::arm::ArmState,
 }
 
 impl SimCq {
@@ -49,6 +51,7 @@ impl SimCq {
             pi: 0,
             overrun: false,
             error_reported: false,
+            arm: super::arm::ArmState::new(),
         }
     }
 
@@ -59,7 +62,7 @@ impl SimCq {
             cqe_cnt: self.cqe_cnt,
             cqe_size: self.cqe_size,
             dbrec: self.dbrec.ptr() as *mut u32,
-            cq_uar: std::ptr::null_mut(),
+            cq_uar: self.arm.uar(),
         }
     }
 
@@ -67,6 +70,18 @@ impl SimCq {
     pub(crate) fn ci(&self) -> u32 {
         // SAFETY: the doorbell record is a live 64-byte DmaBuf; slot CQ_SET_CI is aligned.
         unsafe { dma::load_be32((self.dbrec.ptr() as *const u32).add(CQ_SET_CI)) }
+    }
+
+    /// The arm word the driver last wrote to the doorbell record.
+    fn arm_record(&self) -> u32 {
+        // SAFETY: as in `ci`; slot CQ_ARM_DB is aligned.
+        unsafe { dma::load_be32((self.dbrec.ptr() as *const u32).add(CQ_ARM_DB)) }
+    }
+
+    /// Reads an arm doorbell the driver wrote since the last look, if any.
+    pub(crate) fn look_at_arm(&mut self) {
+        let record = self.arm_record();
+        self.arm.look(self.cqn, record, self.pi, self.cqe_cnt);
     }
 
     /// Entries written and not yet consumed.
@@ -131,6 +146,8 @@ impl SimCq {
         bytes.copy_from_slice(cqe.as_bytes());
         // SAFETY: `off + 64` lies within the ring of cqe_cnt * cqe_size bytes.
         unsafe { dma::publish_cqe(self.buf.ptr().add(off), &bytes) };
+        let error = matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr);
+        self.arm.on_entry(self.pi, solicited || error);
         self.pi = self.pi.wrapping_add(1);
         true
     }

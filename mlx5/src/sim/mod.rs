@@ -28,6 +28,7 @@
 //! assert_eq!(nic.process(), 0); // nothing posted yet
 //! ```
 
+mod arm;
 mod cq;
 mod dma;
 mod exec;
@@ -36,6 +37,7 @@ mod mem;
 mod qp;
 mod uar;
 
+pub use arm::{ArmStats, CqEventSink};
 pub use qp::{QpCaps, QpState, QpStats};
 
 /// An asynchronous event of the device, as `ibv_get_async_event` reports them
@@ -807,6 +809,30 @@ impl Nic {
         self.st().events.pop_front()
     }
 
+    /// Gives a CQ the sink its completion events go to (None: events are counted but go
+    /// nowhere, as for a CQ created without a completion channel).
+    ///
+    /// # Errors
+    /// [`SimError::NoCq`].
+    pub fn set_cq_event_sink(
+        &self,
+        cqn: u32,
+        sink: Option<Arc<dyn CqEventSink>>,
+    ) -> Result<(), SimError> {
+        let mut st = self.st();
+        st.cqs
+            .get_mut(&cqn)
+            .ok_or(SimError::NoCq(cqn))?
+            .arm
+            .set_sink(sink);
+        Ok(())
+    }
+
+    /// What the NIC saw of a CQ's arm requests and events (None for an unknown CQ).
+    pub fn cq_arm_stats(&self, cqn: u32) -> Option<ArmStats> {
+        self.st().cqs.get(&cqn).map(|c| c.arm.stats)
+    }
+
     /// Puts a CQ in error as the hardware does when it overruns or cannot write its ring:
     /// it writes nothing more, and raises [`AsyncEvent::CqError`] (a fault injection for
     /// tests: blueflame's own accounting never overruns a CQ).
@@ -831,11 +857,31 @@ impl Nic {
     /// how many WQEs and receives it handled. Call it until it returns 0 to drain.
     pub fn process(&self) -> usize {
         let mut st = self.st();
+        // Arm doorbells first: an arm written before the WQEs' doorbells sees their entries.
+        for cq in st.cqs.values_mut() {
+            cq.look_at_arm();
+        }
         let qpns: Vec<u32> = st.qps.keys().copied().collect();
         let n = qpns.into_iter().map(|q| st.run_qp(q)).sum();
+        // And after: an arm written while the WQEs ran is not left for the next pass.
+        for cq in st.cqs.values_mut() {
+            cq.look_at_arm();
+        }
         st.note_cq_errors();
         if !st.threaded {
             st.end_pass();
+        }
+        let events: Vec<_> = st
+            .cqs
+            .values_mut()
+            .filter_map(|c| c.arm.take_undelivered().map(|(s, k)| (s, c.cqn, k)))
+            .collect();
+        drop(st);
+        // The sinks run without the NIC's lock: they may call back into the NIC.
+        for (sink, cqn, k) in events {
+            for _ in 0..k {
+                sink.cq_event(cqn);
+            }
         }
         n
     }

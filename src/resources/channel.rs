@@ -1,0 +1,387 @@
+//! Completion channels: where the completion events of armed CQs arrive, one channel shared
+//! by any number of CQs of a device.
+//!
+//! What runs where:
+//! - software NIC: the NIC raises an event when an armed CQ gets an entry (one per arm) and
+//!   hands it to the channel through [`mlx5::sim::CqEventSink`], from the NIC's thread (or
+//!   whoever steps it); the channel queues it and wakes its waiters.
+//! - rdma-core devices: the kernel queues the event on the `ibv_comp_channel`; a waiter reads
+//!   it with `ibv_get_cq_event` (the descriptor is non-blocking) and the channel queues it.
+//!   Events are acknowledged (`ibv_ack_cq_events`) in batches, and all of a CQ's before it
+//!   is destroyed.
+//!
+//! Each event read advances its CQ's arm sequence number (rdma-core's `mlx5_cq_event`, UCX's
+//! `cq_sn++`), which the next arm of the direct path writes. Events read for a CQ nobody waits
+//! for stay queued for that CQ: a [`Cq::wait`](super::Cq::wait) of it, or the next
+//! [`CompletionChannel::try_event`] / [`CompletionChannel::wait`]. While a `Cq::wait` of a CQ
+//! runs, the channel's own `wait`/`try_event` leave that CQ's events to it.
+//!
+//! The channel's descriptor ([`AsFd`]) is readable while an event waits (an eventfd kept in
+//! step with the queue; on rdma-core devices an epoll set of that eventfd and the
+//! `ibv_comp_channel` descriptor).
+
+use super::device::Backend;
+use super::Device;
+use crate::error::{Error, Result};
+use crate::verbs::channel::CompChannel;
+use crate::verbs::fd;
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+#[cfg(feature = "sim")]
+use std::sync::Weak;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A completion event: the CQ `cqn` (see [`Cq::cqn`](super::Cq::cqn)) has a new entry since
+/// it was armed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CqEvent {
+    /// The CQ.
+    pub cqn: u32,
+}
+
+/// Which completions raise the event of an armed CQ.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Notify {
+    /// The next completion of any kind.
+    Any,
+    /// The next solicited completion (a send or write-with-immediate sent with
+    /// [`PostFlags::SOLICITED`](crate::PostFlags)) or error completion (flushes included).
+    Solicited,
+}
+
+/// Acknowledge a CQ's events to rdma-core once this many are read (and all of them before
+/// the CQ is destroyed): `ibv_ack_cq_events` takes a lock.
+const ACK_BATCH: u32 = 64;
+
+/// One CQ on the channel.
+struct Member {
+    id: u32,
+    /// Tells this CQ from an earlier one of the same number.
+    token: u64,
+    /// Events read so far, modulo 4: the arm sequence number.
+    arm_sn: u32,
+    /// The `ibv_cq` (rdma-core devices) and its events read but not acknowledged.
+    cq: usize,
+    unacked: u32,
+}
+
+#[derive(Default)]
+struct State {
+    pending: VecDeque<u32>,
+    /// Whether the `ready` eventfd is signalled (it is while `pending` is not empty).
+    ready_set: bool,
+    /// A thread sleeps in `poll` on the rdma-core descriptor (the others on the condvar).
+    reader: bool,
+    members: Vec<Member>,
+    /// CQs a `Cq::wait` sleeps for: their events are theirs.
+    waiting: Vec<u32>,
+    next_token: u64,
+}
+
+pub(crate) struct ChannelInner {
+    dev: Device,
+    state: Mutex<State>,
+    cond: Condvar,
+    /// Readable while `pending` is not empty.
+    ready: OwnedFd,
+    /// Wakes the thread in `poll` when another thread queued an event.
+    wake: OwnedFd,
+    /// rdma-core devices: the channel, and the epoll set of `ready` and its descriptor.
+    verbs: Option<(Arc<CompChannel>, OwnedFd)>,
+}
+
+/// A completion channel: the completion events of the CQs created with it
+/// ([`CqOptions::channel`](super::CqOptions::channel)) arrive here after they are armed
+/// ([`Cq::arm`](super::Cq::arm)). Cloning gives another handle to the same channel; any
+/// number of threads may wait on it.
+///
+/// Most programs call [`Cq::wait`](super::Cq::wait), which polls, arms and sleeps without
+/// missing a wake-up. The descriptor ([`AsFd`], [`AsRawFd`]) is readable while an event waits,
+/// for epoll, mio or tokio; then call [`CompletionChannel::try_event`].
+#[derive(Clone)]
+pub struct CompletionChannel {
+    pub(crate) inner: Arc<ChannelInner>,
+}
+
+impl core::fmt::Debug for CompletionChannel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CompletionChannel")
+            .field("fd", &self.as_raw_fd())
+            .finish()
+    }
+}
+
+impl CompletionChannel {
+    /// A channel of `dev` (`ibv_create_comp_channel` on rdma-core devices).
+    pub(crate) fn new(dev: &Device) -> Result<CompletionChannel> {
+        let ready = fd::eventfd().map_err(Error::Io)?;
+        let wake = fd::eventfd().map_err(Error::Io)?;
+        let verbs = match &dev.backend {
+            #[cfg(feature = "sim")]
+            Backend::Sim(_) => None,
+            Backend::Verbs(v) => {
+                let ch = Arc::new(CompChannel::new(v.ctx.clone())?);
+                let ep = fd::epoll_of(&[ready.as_raw_fd(), ch.fd()]).map_err(Error::Io)?;
+                Some((ch, ep))
+            }
+        };
+        Ok(CompletionChannel {
+            inner: Arc::new(ChannelInner {
+                dev: dev.clone(),
+                state: Mutex::default(),
+                cond: Condvar::new(),
+                ready,
+                wake,
+                verbs,
+            }),
+        })
+    }
+
+    /// Waits for the next event of any CQ of the channel (except the CQs a
+    /// [`Cq::wait`](super::Cq::wait) waits for) for at most `timeout` (None: no limit).
+    /// Returns None when the time is up. The CQ must be armed again for its next event.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the wait itself fails.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<Option<CqEvent>> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let id = self.inner.wait_for(None, deadline)?;
+        Ok(id.map(|cqn| CqEvent { cqn }))
+    }
+
+    /// The next event if one is there; never blocks.
+    ///
+    /// # Errors
+    /// None today (reserved for a failing descriptor).
+    pub fn try_event(&self) -> Result<Option<CqEvent>> {
+        let mut st = self.inner.lock();
+        self.inner.drain(&mut st);
+        let id = self.inner.take(&mut st, None);
+        Ok(id.map(|cqn| CqEvent { cqn }))
+    }
+
+    /// The rdma-core channel (None on the software NIC).
+    pub(crate) fn verbs(&self) -> Option<&Arc<CompChannel>> {
+        self.inner.verbs.as_ref().map(|(c, _)| c)
+    }
+
+    /// Whether this channel belongs to `dev`.
+    pub(crate) fn is_of(&self, dev: &Device) -> bool {
+        self.inner.dev.same(dev)
+    }
+}
+
+impl AsFd for CompletionChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match &self.inner.verbs {
+            Some((_, ep)) => ep.as_fd(),
+            None => self.inner.ready.as_fd(),
+        }
+    }
+}
+
+impl AsRawFd for CompletionChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.as_fd().as_raw_fd()
+    }
+}
+
+impl ChannelInner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds CQ `id` (`cq`: its `ibv_cq`, 0 on the software NIC); returns its token.
+    pub(crate) fn attach(&self, id: u32, cq: usize) -> u64 {
+        let mut st = self.lock();
+        st.next_token += 1;
+        let token = st.next_token;
+        st.members.push(Member {
+            id,
+            token,
+            arm_sn: 0,
+            cq,
+            unacked: 0,
+        });
+        token
+    }
+
+    /// Removes CQ `id` before it is destroyed: its events are acknowledged and forgotten.
+    pub(crate) fn detach(&self, id: u32, token: u64) {
+        let mut st = self.lock();
+        if let Some(i) = st.members.iter().position(|m| m.token == token) {
+            let m = st.members.swap_remove(i);
+            // SAFETY: `m.cq` is the live `ibv_cq` whose `m.unacked` events were read and not
+            // acknowledged (it is destroyed only after this).
+            unsafe { CompChannel::ack(m.cq as *mut _, m.unacked) };
+        }
+        st.pending.retain(|&p| p != id);
+        self.sync_ready(&mut st);
+        drop(st);
+        self.cond.notify_all();
+    }
+
+    /// The arm sequence number of CQ `id`.
+    pub(crate) fn arm_sn(&self, id: u32, token: u64) -> u32 {
+        let st = self.lock();
+        st.members
+            .iter()
+            .find(|m| m.token == token && m.id == id)
+            .map_or(0, |m| m.arm_sn)
+    }
+
+    /// Queues an event of CQ `id` (one of this channel's: `token` matches).
+    fn deliver(&self, st: &mut State, id: u32, token: Option<u64>, cq: usize) -> bool {
+        let Some(m) = st
+            .members
+            .iter_mut()
+            .find(|m| m.id == id && token.map_or(m.cq == cq, |t| m.token == t))
+        else {
+            return false;
+        };
+        m.arm_sn = (m.arm_sn + 1) & 3;
+        if m.cq != 0 {
+            m.unacked += 1;
+            if m.unacked >= ACK_BATCH {
+                // SAFETY: a live `ibv_cq` (a member) with this many events unacknowledged.
+                unsafe { CompChannel::ack(m.cq as *mut _, m.unacked) };
+                m.unacked = 0;
+            }
+        }
+        st.pending.push_back(id);
+        if st.reader {
+            fd::signal(&self.wake);
+        }
+        self.sync_ready(st);
+        self.cond.notify_all();
+        true
+    }
+
+    /// Reads every event waiting on the rdma-core descriptor (never blocks).
+    fn drain(&self, st: &mut State) {
+        let Some((ch, _)) = &self.verbs else { return };
+        while let Some((cq, ctx)) = ch.next_event() {
+            if !self.deliver(st, ctx as u32, None, cq as usize) {
+                // A CQ already detached (its QPs keep it alive until they go): acknowledge
+                // now, its destruction waits for it.
+                // SAFETY: the event was just read for this live `ibv_cq`.
+                unsafe { CompChannel::ack(cq, 1) };
+            }
+        }
+    }
+
+    /// Takes the first queued event of `filter` (None: of any CQ nobody waits for).
+    fn take(&self, st: &mut State, filter: Option<u32>) -> Option<u32> {
+        let i = match filter {
+            Some(id) => st.pending.iter().position(|&p| p == id)?,
+            None => {
+                let waiting = &st.waiting;
+                st.pending.iter().position(|p| !waiting.contains(p))?
+            }
+        };
+        let id = st.pending.remove(i);
+        self.sync_ready(st);
+        id
+    }
+
+    /// Keeps `ready` readable exactly while events are queued.
+    fn sync_ready(&self, st: &mut State) {
+        let want = !st.pending.is_empty();
+        if want != st.ready_set {
+            if want {
+                fd::signal(&self.ready);
+            } else {
+                fd::clear(&self.ready);
+            }
+            st.ready_set = want;
+        }
+    }
+
+    /// Waits for an event of `filter` (None: any CQ nobody waits for) until `deadline`.
+    pub(crate) fn wait_for(
+        &self,
+        filter: Option<u32>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<u32>> {
+        let mut st = self.lock();
+        if let Some(id) = filter {
+            st.waiting.push(id);
+        }
+        let (mut st, r) = self.wait_locked(st, filter, deadline);
+        if let Some(id) = filter {
+            if let Some(i) = st.waiting.iter().position(|&w| w == id) {
+                st.waiting.swap_remove(i);
+            }
+        }
+        r
+    }
+
+    fn wait_locked<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        filter: Option<u32>,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, State>, Result<Option<u32>>) {
+        loop {
+            self.drain(&mut st);
+            if let Some(id) = self.take(&mut st, filter) {
+                return (st, Ok(Some(id)));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return (st, Ok(None)),
+                },
+                None => None,
+            };
+            match &self.verbs {
+                Some((ch, _)) if !st.reader => {
+                    // This thread reads the rdma-core descriptor; the others sleep on the
+                    // condvar until it queues their events.
+                    st.reader = true;
+                    drop(st);
+                    let r = fd::poll2(ch.fd(), self.wake.as_raw_fd(), left);
+                    st = self.lock();
+                    st.reader = false;
+                    fd::clear(&self.wake);
+                    self.cond.notify_all();
+                    if let Err(e) = r {
+                        return (st, Err(Error::Io(e)));
+                    }
+                }
+                _ => {
+                    st = match left {
+                        Some(left) => {
+                            self.cond
+                                .wait_timeout(st, left)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0
+                        }
+                        None => self.cond.wait(st).unwrap_or_else(|e| e.into_inner()),
+                    };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+/// The software NIC's side of a CQ's channel: the NIC calls it when the armed CQ raises its
+/// event.
+pub(crate) struct SimSink {
+    pub(crate) chan: Weak<ChannelInner>,
+    pub(crate) id: u32,
+    pub(crate) token: u64,
+}
+
+#[cfg(feature = "sim")]
+impl mlx5::sim::CqEventSink for SimSink {
+    fn cq_event(&self, _cqn: u32) {
+        if let Some(c) = self.chan.upgrade() {
+            let mut st = c.lock();
+            c.deliver(&mut st, self.id, Some(self.token), 0);
+        }
+    }
+}

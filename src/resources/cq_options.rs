@@ -1,0 +1,46 @@
+//! How a CQ is created: its size, its entry size and the completion channel its events go to.
+
+use super::CompletionChannel;
+
+/// Creation options of a CQ ([`Device::create_cq_with`](super::Device::create_cq_with)).
+///
+/// ```
+/// use blueflame::{CqOptions, Device};
+/// let dev = Device::sim();
+/// let ch = dev.create_channel().unwrap();
+/// let cq = dev.create_cq_with(&CqOptions::new(64).cqe_size(128).channel(&ch)).unwrap();
+/// assert!(cq.channel().is_some());
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct CqOptions {
+    pub(crate) entries: u32,
+    pub(crate) cqe_size: u32,
+    pub(crate) channel: Option<CompletionChannel>,
+}
+
+impl CqOptions {
+    /// At least `entries` entries of 64 bytes, no completion channel.
+    pub fn new(entries: u32) -> CqOptions {
+        CqOptions {
+            entries,
+            cqe_size: 64,
+            channel: None,
+        }
+    }
+
+    /// Entries of `bytes` bytes: 64 (the default) or 128 (a ConnectX then delivers received
+    /// sends of up to 64 bytes inside the entry instead of 32).
+    pub fn cqe_size(mut self, bytes: u32) -> CqOptions {
+        self.cqe_size = bytes;
+        self
+    }
+
+    /// The channel the CQ's completion events go to: the CQ can then be armed
+    /// ([`Cq::arm`](super::Cq::arm)) and waited on ([`Cq::wait`](super::Cq::wait)). One channel
+    /// serves any number of CQs of its device.
+    pub fn channel(mut self, channel: &CompletionChannel) -> CqOptions {
+        self.channel = Some(channel.clone());
+        self
+    }
+}
