@@ -299,23 +299,21 @@ impl ChannelInner {
         }
     }
 
+    /// Marks CQ `id` as waited for by a [`Cq::wait`](super::Cq::wait) (before it arms): the
+    /// channel's own `wait` and `try_event` leave its events to it until the guard drops.
+    pub(crate) fn waiter(&self, id: u32) -> Waiter<'_> {
+        self.lock().waiting.push(id);
+        Waiter { chan: self, id }
+    }
+
     /// Waits for an event of `filter` (None: any CQ nobody waits for) until `deadline`.
     pub(crate) fn wait_for(
         &self,
         filter: Option<u32>,
         deadline: Option<Instant>,
     ) -> Result<Option<u32>> {
-        let mut st = self.lock();
-        if let Some(id) = filter {
-            st.waiting.push(id);
-        }
-        let (mut st, r) = self.wait_locked(st, filter, deadline);
-        if let Some(id) = filter {
-            if let Some(i) = st.waiting.iter().position(|&w| w == id) {
-                st.waiting.swap_remove(i);
-            }
-        }
-        r
+        let st = self.lock();
+        self.wait_locked(st, filter, deadline).1
     }
 
     fn wait_locked<'a>(
@@ -363,6 +361,27 @@ impl ChannelInner {
                     };
                 }
             }
+        }
+    }
+}
+
+/// A [`Cq::wait`](super::Cq::wait) in progress (see [`ChannelInner::waiter`]).
+pub(crate) struct Waiter<'a> {
+    chan: &'a ChannelInner,
+    id: u32,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        let mut st = self.chan.lock();
+        if let Some(i) = st.waiting.iter().position(|&w| w == self.id) {
+            st.waiting.swap_remove(i);
+        }
+        let more = st.pending.iter().any(|p| !st.waiting.contains(p));
+        drop(st);
+        if more {
+            // Events this waiter left may now go to the channel's own waiters.
+            self.chan.cond.notify_all();
         }
     }
 }

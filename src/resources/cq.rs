@@ -377,24 +377,27 @@ impl Cq {
     /// wake-up: an event read by another waiter of the channel stays queued for this CQ.
     ///
     /// ```
+    /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
     /// use blueflame::{Completion, CqOptions, Device, Payload, PostFlags, QpCaps, Request};
     /// use std::time::Duration;
     /// let dev = Device::sim(); // the software NIC, running in its own thread
-    /// let ch = dev.create_channel().unwrap();
-    /// let mut cq = dev.create_cq_with(&CqOptions::new(16).channel(&ch)).unwrap();
-    /// let pd = dev.alloc_pd().unwrap();
-    /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    /// let ch = dev.create_channel()?;
+    /// let mut cq = dev.create_cq_with(&CqOptions::new(16).channel(&ch))?;
+    /// let pd = dev.alloc_pd()?;
+    /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
     /// let me = qp.qpn();
-    /// qp.connect(me).unwrap(); // loopback
+    /// qp.connect(me)?; // loopback
     /// let mut out = [Completion::default(); 4];
     /// // Nothing posted: the wait ends at its timeout.
-    /// assert_eq!(cq.wait(&mut out, Some(Duration::from_millis(10))).unwrap(), 0);
-    /// let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE | blueflame::Access::REMOTE_WRITE).unwrap();
-    /// qp.post(&Request::Write { remote: mr.remote(0).unwrap(), data: Payload::Inline(b"hello") },
-    ///         7, PostFlags::SIGNALED).unwrap();
+    /// assert_eq!(cq.wait(&mut out, Some(Duration::from_millis(10)))?, 0);
+    /// let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE | blueflame::Access::REMOTE_WRITE)?;
+    /// qp.post(&Request::Write { remote: mr.remote(0)?, data: Payload::Inline(b"hello") },
+    ///         7, PostFlags::SIGNALED)?;
     /// // The NIC's thread writes the completion; its event wakes the wait.
-    /// let n = cq.wait(&mut out, Some(Duration::from_secs(10))).unwrap();
+    /// let n = cq.wait(&mut out, Some(Duration::from_secs(10)))?;
     /// assert_eq!((n, out[0].cookie), (1, 7));
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sim"))] fn main() {}
     /// ```
     ///
     /// # Errors
@@ -412,6 +415,8 @@ impl Cq {
         }
         let (inner, id) = (link.chan.inner.clone(), link.id);
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // Before the arm: from here on this CQ's events are this wait's.
+        let _waiter = inner.waiter(id);
         loop {
             self.dev.process();
             let n = self.poll(out);

@@ -5,11 +5,14 @@ use super::CompletionChannel;
 /// Creation options of a CQ ([`Device::create_cq_with`](super::Device::create_cq_with)).
 ///
 /// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
 /// use blueflame::{CqOptions, Device};
 /// let dev = Device::sim();
-/// let ch = dev.create_channel().unwrap();
-/// let cq = dev.create_cq_with(&CqOptions::new(64).cqe_size(128).channel(&ch)).unwrap();
+/// let ch = dev.create_channel()?;
+/// let cq = dev.create_cq_with(&CqOptions::new(64).cqe_size(128).channel(&ch))?;
 /// assert!(cq.channel().is_some());
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
 #[derive(Clone, Debug)]
 #[must_use]

@@ -53,6 +53,12 @@ impl<'a> SimNic<'a> {
         self.nic.cq_overrun(cqn)
     }
 
+    /// What the NIC saw of a CQ's arm requests and completion events (None for an unknown
+    /// CQ): arms taken, stale ones dropped, records that disagreed with the doorbell.
+    pub fn cq_arm_stats(&self, cqn: u32) -> Option<mlx5::sim::ArmStats> {
+        self.nic.cq_arm_stats(cqn)
+    }
+
     /// Puts a CQ in error as an overrun or a ring the device cannot write does, with the
     /// asynchronous event (fault injection: blueflame's accounting never overruns a CQ).
     ///
