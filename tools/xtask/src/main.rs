@@ -5,8 +5,12 @@
 //! - `cargo xtask test`: installs what the build needs, then `cargo fmt --check`,
 //!   `cargo clippy -D warnings`, `cargo test --workspace --locked`, and the direct-path and
 //!   memory-window tests again under valgrind's memcheck (`cargo xtask memcheck` alone).
+//! - `cargo xtask examples`: every program of `examples/` on the software NIC (also a stage
+//!   of `cargo xtask test`, after the tests).
 //! - `cargo xtask rxe -- COMMAND`: boots the rxe VM once and runs COMMAND inside it with
 //!   `BLUEFLAME_DEVICE=rxe0`.
+//! - `cargo xtask rxe-examples`: the examples on rxe0 in one VM boot (also part of the
+//!   device stage of `cargo xtask test`).
 //! - `cargo xtask icount`: instructions per post / poll with callgrind, against the regression
 //!   guards (also a stage of `cargo xtask test`).
 //! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot.
@@ -16,10 +20,12 @@
 //! `cargo xtask test` then runs the aarch64 stage (the crate cross-built for
 //! `aarch64-unknown-linux-gnu` with Debian's Rust, its unit and direct-path tests run under
 //! qemu-user; see `cross.rs`) and ends with the device stage: the `rxe_*` integration tests,
-//! built on the host, run inside one boot of the rxe VM.
+//! built on the host, then every example (server and client sides both on rxe0), run inside
+//! one boot of the rxe VM.
 
 mod compare;
 mod cross;
+mod examples;
 mod icount;
 mod memcheck;
 mod rxe;
@@ -60,6 +66,28 @@ fn main() {
                 1
             }
         }
+        Some("examples") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let exes = (deps() == 0)
+                .then(|| examples::executables(&cargo))
+                .flatten();
+            if exes.is_some_and(|e| examples::host_stage(&e)) {
+                0
+            } else {
+                1
+            }
+        }
+        Some("rxe-examples") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let exes = (deps() == 0)
+                .then(|| examples::executables(&cargo))
+                .flatten();
+            if exes.is_some_and(|e| rxe::examples_stage(&e)) {
+                0
+            } else {
+                1
+            }
+        }
         Some("rxe") => rxe::main(&args[1..]),
         Some("rxe-compare") => {
             if deps() == 0 && compare::main() {
@@ -78,7 +106,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | memcheck | aarch64 | rxe -- COMMAND | icount | rxe-compare | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | examples | memcheck | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-compare | deps>");
             2
         }
     };
@@ -185,6 +213,14 @@ fn test() -> i32 {
     let Some(bins) = test_executables(&cargo) else {
         return 1;
     };
+    // The examples, as a user runs them, on the software NIC.
+    let Some(exes) = examples::executables(&cargo) else {
+        return 1;
+    };
+    if !examples::host_stage(&exes) {
+        eprintln!("xtask: FAILED: an example failed on the software NIC");
+        return 1;
+    }
     if !memcheck::stage(&bins) {
         eprintln!("xtask: FAILED: memcheck");
         return 1;
@@ -200,7 +236,7 @@ fn test() -> i32 {
         return 1;
     }
     eprintln!("xtask: aarch64 stage passed; now the device tests on rxe");
-    if !rxe::device_stage(&bins) {
+    if !rxe::device_stage(&bins, &exes) {
         eprintln!("xtask: FAILED: device tests on rxe");
         return 1;
     }

@@ -1,0 +1,202 @@
+//! The examples stage: every program of `examples/` run as a user runs it, on the software
+//! NIC on the host (`cargo xtask examples`, a stage of `cargo xtask test`), and on rxe0 in
+//! the VM of the device stage (both sides of every server/client pair on rxe0).
+
+use crate::root;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The examples (`examples/NAME.rs`); the stage fails when one is not built.
+pub const EXAMPLES: &[&str] = &["pingpong", "cm", "window", "batch"];
+
+/// How long one example may run before it counts as hung.
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// Builds the examples (debug, as `cargo test` builds them) and returns their executables by
+/// name, or None when the build failed or one is missing.
+pub fn executables(cargo: &str) -> Option<Vec<(String, PathBuf)>> {
+    let out = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "blueflame",
+            "--examples",
+            "--locked",
+            "--message-format=json",
+        ])
+        .current_dir(root())
+        .stderr(Stdio::inherit())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!("xtask: building the examples failed");
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let found: Vec<(String, PathBuf)> = text
+        .lines()
+        .filter(|l| {
+            l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"kind\":[\"example\"]")
+        })
+        .filter_map(|l| {
+            let name = field(l, l.find("\"target\":{")?, "name")?;
+            Some((name, PathBuf::from(field(l, 0, "executable")?)))
+        })
+        .collect();
+    let missing: Vec<&str> = EXAMPLES
+        .iter()
+        .copied()
+        .filter(|e| !found.iter().any(|(n, _)| n == e))
+        .collect();
+    if !missing.is_empty() {
+        eprintln!("xtask: examples not built: {}", missing.join(", "));
+        return None;
+    }
+    Some(found)
+}
+
+/// The string value of `"key":"..."` in the JSON line `l`, searched from `from`.
+fn field(l: &str, from: usize, key: &str) -> Option<String> {
+    let k = format!("\"{key}\":\"");
+    let i = l[from..].find(&k)? + from + k.len();
+    let j = l[i..].find('"')?;
+    Some(l[i..i + j].to_owned())
+}
+
+/// The host stage: each example with its default arguments on the software NIC (no
+/// `BLUEFLAME_DEVICE`, no server address; on a host without RDMA devices `open_default`
+/// gives the software NIC), and `pingpong --server`, which must refuse the software NIC.
+pub fn host_stage(exes: &[(String, PathBuf)]) -> bool {
+    let mut ok = true;
+    for (name, exe) in exes {
+        if !EXAMPLES.contains(&name.as_str()) {
+            continue;
+        }
+        ok &= run_one(name, exe, &[], true);
+    }
+    if let Some((_, exe)) = exes.iter().find(|(n, _)| n == "pingpong") {
+        ok &= run_one("pingpong --server (refused)", exe, &["--server"], false);
+    }
+    ok
+}
+
+/// Runs `exe args` on the host's software NIC; true when it exited as `expect_success` says.
+fn run_one(what: &str, exe: &PathBuf, args: &[&str], expect_success: bool) -> bool {
+    eprintln!("xtask: example {what}");
+    let child = Command::new(exe)
+        .args(args)
+        .env_remove("BLUEFLAME_DEVICE")
+        .env_remove("BLUEFLAME_SERVER_ADDR")
+        .current_dir(root())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("xtask: example {what}: cannot run: {e}");
+            return false;
+        }
+    };
+    let t = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if t.elapsed() < LIMIT => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                eprintln!("xtask: FAILED: example {what} still running after {LIMIT:?}");
+                return false;
+            }
+            Err(e) => {
+                eprintln!("xtask: example {what}: {e}");
+                return false;
+            }
+        }
+    };
+    if status.success() != expect_success {
+        eprintln!(
+            "xtask: FAILED: example {what} exited with {status} (expected {})",
+            if expect_success {
+                "success"
+            } else {
+                "a failure"
+            }
+        );
+        return false;
+    }
+    true
+}
+
+/// Shell commands for the rxe VM (`BLUEFLAME_DEVICE=rxe0`, `BLUEFLAME_SERVER_ADDR` =
+/// rxe0's address): each example in one process, then every server/client pair as two
+/// processes on rxe0. Each run prints `=== example WHAT` and then `EXAMPLE OK` or
+/// `EXAMPLE FAILED`, and sets `rc=1` on failure.
+pub fn vm_commands(exes: &[(String, PathBuf)]) -> String {
+    let exe = |n: &str| {
+        exes.iter()
+            .find(|(name, _)| name == n)
+            .map(|(_, p)| p.display().to_string())
+    };
+    let mut cmd = String::new();
+    let mut add = |what: &str, line: String| {
+        cmd.push_str(&format!(
+            "echo '=== example {what}'; if {line}; then echo 'EXAMPLE OK'; else echo 'EXAMPLE FAILED'; rc=1; fi; "
+        ));
+    };
+    let t = LIMIT.as_secs();
+    // pingpong: 200 round trips (a round trip on rxe under emulation is milliseconds).
+    let args = |name: &str| {
+        if name == "pingpong" {
+            " --iters 200"
+        } else {
+            ""
+        }
+    };
+    for name in EXAMPLES {
+        if let Some(e) = exe(name) {
+            add(name, format!("timeout {t} {e}{}", args(name)));
+        }
+    }
+    // Server and client as two processes; the client retries while the server starts.
+    for (name, client) in [
+        ("pingpong", "--client $BLUEFLAME_SERVER_ADDR"),
+        ("cm", "--client"),
+    ] {
+        if let Some(e) = exe(name) {
+            add(
+                &format!("{name} --server / {client}"),
+                format!(
+                    "( timeout {t} {e} --server{a} & s=$!; timeout {t} {e} {client}{a}; c=$?; \
+                     wait $s; s=$?; [ $c = 0 ] && [ $s = 0 ] )",
+                    a = args(name)
+                ),
+            );
+        }
+    }
+    cmd
+}
+
+/// Reads the VM log of [`vm_commands`]: prints one line per run, true when every run of
+/// `exes` reported `EXAMPLE OK`.
+pub fn vm_summary(log: &str, exes: &[(String, PathBuf)]) -> bool {
+    let mut ok = true;
+    let mut runs = 0;
+    for part in log.split("=== example ").skip(1) {
+        runs += 1;
+        let name = part.lines().next().unwrap_or("?");
+        let passed = part.lines().any(|l| l == "EXAMPLE OK");
+        println!("  example {name}: {}", if passed { "ok" } else { "FAILED" });
+        ok &= passed;
+    }
+    let expected = EXAMPLES
+        .iter()
+        .filter(|n| exes.iter().any(|(e, _)| e == *n))
+        .count()
+        + 2;
+    if runs != expected {
+        eprintln!("xtask: {runs} example runs in the VM, expected {expected}");
+        ok = false;
+    }
+    ok
+}
