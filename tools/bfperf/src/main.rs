@@ -7,9 +7,13 @@
 //! path is the device's: direct on the software NIC and mlx5, verbs on other devices.
 
 mod bw;
+mod csv;
+mod hist;
 mod lat;
 mod opts;
+mod plot;
 mod probe;
+mod progress;
 mod setup;
 mod stats;
 
@@ -52,7 +56,34 @@ fn title(t: &Test, o: &Opts) -> &'static str {
     }
 }
 
+/// Turns a file error of `--csv` / `--plot` into the run's error, naming the file.
+fn file_err(path: &std::path::Path) -> impl Fn(std::io::Error) -> blueflame::Error + '_ {
+    move |e| {
+        blueflame::Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", path.display()),
+        ))
+    }
+}
+
 fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
+    if o.plot.is_some() && matches!(t, Test::Bw(..)) {
+        return Err(blueflame::Error::Unsupported(
+            "--plot draws latency histograms: use it with a latency test",
+        ));
+    }
+    // The side that measures writes the files: the client, or this process.
+    let measures = !o.server;
+    let mut csv = match (&o.csv, measures) {
+        (Some(p), true) => {
+            let header = match t {
+                Test::Lat(..) => csv::LAT_HEADER,
+                Test::Bw(..) => csv::BW_HEADER,
+            };
+            Some(csv::Csv::create(p, header).map_err(file_err(p))?)
+        }
+        _ => None,
+    };
     let (dev, what) = setup::open(o)?;
     let line =
         "---------------------------------------------------------------------------------------";
@@ -83,7 +114,11 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             ),
         }
     }
-    for size in opts::sizes(o) {
+    let sizes = opts::sizes(o);
+    let sweep = o.all && !o.server && o.client.is_none(); // both sides here: every size runs
+    let progress = progress::Progress::new(sizes.len(), sweep);
+    for (i, &size) in sizes.iter().enumerate() {
+        progress.step(i, size);
         if let Test::Lat(lat::Lat::Atomic(_), _) = t {
             if size != 8 && !o.all {
                 eprintln!("bfperf: atomics move 8 bytes; --size is ignored");
@@ -99,6 +134,17 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             Test::Lat(kind, name) => {
                 if let Some(mut samples) = lat::run(o, kind, s, size)? {
                     let sum = stats::summarize(&mut samples);
+                    progress.clear();
+                    if let Some(c) = csv.as_mut() {
+                        c.lat(name, &o.device, size, o.iters, &sum)
+                            .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
+                    }
+                    if let Some(p) = &o.plot {
+                        let file = plot::path_for(p, size, o.all);
+                        let us: Vec<f64> = samples.iter().map(|v| v / 1000.0).collect();
+                        let title = format!("{} {size} bytes", title(&t, o));
+                        plot::write_svg(&file, &title, &us, &sum).map_err(file_err(&file))?;
+                    }
                     if o.json {
                         println!("{}", stats::json(name, &o.device, size, o.iters, &sum));
                     } else {
@@ -108,6 +154,11 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             }
             Test::Bw(kind, name) => {
                 if let Some(r) = bw::run(o, kind, s, size)? {
+                    progress.clear();
+                    if let Some(c) = csv.as_mut() {
+                        c.bw(name, &o.device, size, o.iters, r.peak, r.avg, r.mpps)
+                            .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
+                    }
                     if o.json {
                         println!(
                             "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6}}}",
@@ -126,6 +177,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             break; // one size per connection in server/client mode
         }
     }
+    progress.clear();
     if !o.json {
         println!("{line}");
     }

@@ -35,6 +35,10 @@ pub struct Opts {
     pub port: u16,
     /// `fa` (fetch-add) or `cs` (compare-swap), atomic tests.
     pub atomic: Atomic,
+    /// `--csv FILE`: one row per size (see `csv.rs` for the columns).
+    pub csv: Option<std::path::PathBuf>,
+    /// `--plot FILE.svg`: the latency histogram (latency tests; one file per size with `-a`).
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// Which atomic the atomic test runs.
@@ -65,6 +69,8 @@ impl Default for Opts {
             client: None,
             port: 18515,
             atomic: Atomic::FetchAdd,
+            csv: None,
+            plot: None,
         }
     }
 }
@@ -86,7 +92,26 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
-      --json              one JSON object per result line";
+      --json              one JSON object per result line (fields below)
+      --csv FILE          also write the results to FILE as CSV, one row per size (columns below)
+      --plot FILE.svg     latency tests: draw the latency histogram (with -a: FILE-SIZE.svg per size)
+
+Results are written by the side that measures (the client, or this process when both sides
+run here). During -a sweeps a progress line (size i of n, time elapsed) is shown on stderr
+when stderr is a terminal; --json does not hide it (JSON goes to stdout).
+
+JSON, one object per size. Latency tests (times in microseconds; write and send report half
+the round trip, read and atomic the whole request, as perftest):
+  test          write_lat | read_lat | send_lat | atomic_lat
+  device        the --device argument (auto, sim, or a device name)
+  bytes         message size;  iterations  measured iterations (after --warmup)
+  t_min_us t_max_us t_typical_us (median) t_avg_us t_stdev_us p99_us p999_us
+Bandwidth tests:
+  test          write_bw | read_bw | send_bw;  device, bytes, iterations as above
+  bw_peak_mb_s  best stretch of a tenth of the completions, MB/s (10^6 bytes/s)
+  bw_avg_mb_s   whole measured run, MB/s
+  msg_rate_mpps messages per second, millions
+CSV columns: the same names in the same order, after a header line.";
 
 /// Parses the options after the subcommand.
 ///
@@ -134,6 +159,8 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--client" => o.client = Some(val(a)?),
             "-p" | "--port" => o.port = num(a, val(a)?)?,
             "--json" => o.json = true,
+            "--csv" => o.csv = Some(val(a)?.into()),
+            "--plot" => o.plot = Some(val(a)?.into()),
             other => return Err(format!("unknown option '{other}'")),
         }
     }
@@ -185,6 +212,23 @@ mod tests {
         );
         assert_eq!(o.path.as_deref(), Some("verbs"));
         assert_eq!(sizes(&parse(&args("-a")).unwrap()).last(), Some(&(8 << 20)));
+    }
+
+    #[test]
+    fn csv_and_plot_take_a_file() {
+        let o = parse(&args("-a --csv out/lat.csv --plot lat.svg")).unwrap();
+        assert_eq!(o.csv, Some("out/lat.csv".into()));
+        assert_eq!(o.plot, Some("lat.svg".into()));
+        assert!(o.all);
+        let o = parse(&args("-s 64")).unwrap();
+        assert_eq!((o.csv, o.plot), (None, None));
+        assert!(parse(&args("--csv"))
+            .unwrap_err()
+            .contains("--csv needs a value"));
+        assert!(parse(&args("--plot"))
+            .unwrap_err()
+            .contains("--plot needs a value"));
+        assert!(USAGE.contains("--csv FILE") && USAGE.contains("p999_us"));
     }
 
     #[test]

@@ -1,0 +1,196 @@
+//! `--csv FILE`: one row per message size, written as each size finishes.
+//!
+//! Latency tests, columns (times in microseconds, as the JSON fields of the same names):
+//! `test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us`
+//! (`t_typical_us` is the median, perftest's "typical"; for write and send tests every time
+//! is half a round trip, as perftest reports it).
+//!
+//! Bandwidth tests, columns:
+//! `test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps`
+//! (MB = 10^6 bytes per second, as perftest; message rate in millions per second).
+
+use crate::stats::Summary;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+/// The header of a latency CSV.
+pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us";
+/// The header of a bandwidth CSV.
+pub const BW_HEADER: &str = "test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps";
+
+/// An open CSV file.
+pub struct Csv {
+    out: BufWriter<File>,
+}
+
+/// A field as CSV writes it: quoted when it holds a comma, quote or line break.
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+impl Csv {
+    /// Creates (or truncates) `path` and writes `header`.
+    pub fn create(path: &Path, header: &str) -> io::Result<Csv> {
+        let mut out = BufWriter::new(File::create(path)?);
+        writeln!(out, "{header}")?;
+        out.flush()?;
+        Ok(Csv { out })
+    }
+
+    /// One latency row (flushed, so an interrupted sweep keeps the sizes done).
+    pub fn lat(
+        &mut self,
+        test: &str,
+        device: &str,
+        bytes: usize,
+        iters: usize,
+        s: &Summary,
+    ) -> io::Result<()> {
+        writeln!(
+            self.out,
+            "{},{},{bytes},{iters},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
+            field(test),
+            field(device),
+            s.min,
+            s.max,
+            s.typical,
+            s.avg,
+            s.stdev,
+            s.p99,
+            s.p999
+        )?;
+        self.out.flush()
+    }
+
+    /// One bandwidth row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bw(
+        &mut self,
+        test: &str,
+        device: &str,
+        bytes: usize,
+        iters: usize,
+        peak: f64,
+        avg: f64,
+        mpps: f64,
+    ) -> io::Result<()> {
+        writeln!(
+            self.out,
+            "{},{},{bytes},{iters},{peak:.3},{avg:.3},{mpps:.6}",
+            field(test),
+            field(device)
+        )?;
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("bfperf-test-{}-{name}", std::process::id()))
+    }
+
+    /// A minimal CSV reader for the tests: fields, with quoted fields unquoted.
+    fn parse(line: &str) -> Vec<String> {
+        let (mut out, mut cur, mut quoted, mut chars) =
+            (vec![], String::new(), false, line.chars().peekable());
+        while let Some(c) = chars.next() {
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    cur.push('"');
+                    chars.next();
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => out.push(std::mem::take(&mut cur)),
+                (c, _) => cur.push(c),
+            }
+        }
+        out.push(cur);
+        out
+    }
+
+    #[test]
+    fn latency_rows_parse_back_to_the_summary() {
+        let p = tmp("lat.csv");
+        let s = Summary {
+            min: 1.25,
+            max: 30.5,
+            typical: 2.0,
+            avg: 2.125,
+            stdev: 0.5,
+            p99: 4.75,
+            p999: 12.0,
+        };
+        let mut c = Csv::create(&p, LAT_HEADER).unwrap();
+        c.lat("write_lat", "rxe0", 8, 1000, &s).unwrap();
+        c.lat("write_lat", "odd,\"name\"", 16, 1000, &s).unwrap();
+        drop(c);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        let header = parse(lines[0]);
+        assert_eq!(header.len(), 11);
+        let rows: Vec<Vec<String>> = lines[1..].iter().map(|l| parse(l)).collect();
+        assert!(rows.iter().all(|r| r.len() == header.len()));
+        assert_eq!(rows[0][1], "rxe0");
+        assert_eq!(rows[1][1], "odd,\"name\"");
+        assert_eq!(
+            (
+                rows[0][2].as_str(),
+                rows[1][2].as_str(),
+                rows[0][3].as_str()
+            ),
+            ("8", "16", "1000")
+        );
+        let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+        let num = |r: &Vec<String>, name: &str| r[col(name)].parse::<f64>().unwrap();
+        for r in &rows {
+            assert_eq!(
+                [
+                    num(r, "t_min_us"),
+                    num(r, "t_max_us"),
+                    num(r, "t_typical_us"),
+                    num(r, "t_avg_us"),
+                    num(r, "t_stdev_us"),
+                    num(r, "p99_us"),
+                    num(r, "p999_us")
+                ],
+                [s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999]
+            );
+        }
+    }
+
+    #[test]
+    fn bandwidth_rows_parse_back() {
+        let p = tmp("bw.csv");
+        let mut c = Csv::create(&p, BW_HEADER).unwrap();
+        c.bw("write_bw", "sim", 65536, 500, 1234.5, 1200.25, 0.018315)
+            .unwrap();
+        drop(c);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], BW_HEADER);
+        let r = parse(lines[1]);
+        assert_eq!(r.len(), 7);
+        assert_eq!(
+            (r[0].as_str(), r[2].as_str(), r[3].as_str()),
+            ("write_bw", "65536", "500")
+        );
+        let f: Vec<f64> = r[4..].iter().map(|v| v.parse().unwrap()).collect();
+        assert_eq!(f, [1234.5, 1200.25, 0.018315]);
+    }
+
+    #[test]
+    fn an_unwritable_path_is_an_error() {
+        assert!(Csv::create(Path::new("/nonexistent-dir/x.csv"), LAT_HEADER).is_err());
+    }
+}
