@@ -157,6 +157,37 @@ pub enum Error {
     },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
+    /// The device lacks a memory capability (on-demand paging, implicit on-demand paging,
+    /// dma-buf), as its attributes say (`ibv_query_device_ex` `odp_caps`; the software NIC's
+    /// [`mlx5::sim::MemoryCaps`]) or as rdma-core answered (`EOPNOTSUPP`).
+    Capability(crate::Capability),
+    /// Read-only memory (`&'static [u8]`, a read-only file mapping, a read-only
+    /// [`RawBuffer`](crate::RawBuffer)) with rights that let the device write it, or a CPU
+    /// write into it ([`MemoryRegion::write`](crate::MemoryRegion::write)).
+    ReadOnlyBuffer {
+        /// The rights asked for (or the region's, for a CPU write).
+        access: crate::Access,
+    },
+    /// The region does not hold a buffer of the type asked for
+    /// ([`MemoryRegion::into_buffer`](crate::MemoryRegion::into_buffer)).
+    BufferType {
+        /// The type asked for.
+        wanted: &'static str,
+        /// What the region holds (`"memory of Pd::alloc_mr"` when it allocated its own).
+        holds: &'static str,
+    },
+    /// The region's bytes have no CPU mapping (a dma-buf region): `read`/`write` cannot
+    /// reach them.
+    NoCpuMapping,
+    /// No huge pages of this size are free: the system has none reserved (or too few).
+    NoHugePages {
+        /// Page size asked for, in bytes.
+        page_size: u64,
+        /// Bytes asked for (rounded up to the page size).
+        len: u64,
+        /// Where to reserve them (as root), e.g. `vm.nr_hugepages` for 2 MiB pages.
+        sysctl: &'static str,
+    },
     /// A socket error during connection set-up.
     Io(std::io::Error),
     /// An rdma-core call failed.
@@ -244,6 +275,24 @@ impl fmt::Display for Error {
             ),
             Error::AsyncEvent(e) => write!(f, "the device reported {e:?}"),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
+            Error::Capability(c) => write!(f, "the device lacks {c}"),
+            Error::ReadOnlyBuffer { access } => write!(
+                f,
+                "read-only memory: rights {access} (or a CPU write) would write it"
+            ),
+            Error::BufferType { wanted, holds } => {
+                write!(f, "the region holds {holds}, not {wanted}")
+            }
+            Error::NoCpuMapping => f.write_str("the region has no CPU mapping (dma-buf)"),
+            Error::NoHugePages {
+                page_size,
+                len,
+                sysctl,
+            } => write!(
+                f,
+                "no free huge pages of {} KiB for {len} bytes: reserve them with {sysctl}",
+                page_size / 1024
+            ),
             Error::Verbs(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "connection set-up: {e}"),
             #[cfg(feature = "sim")]
@@ -285,6 +334,70 @@ impl From<mlx5::wqe::EncodeError> for Error {
             },
             _ => Error::Unsupported("request"),
         }
+    }
+}
+
+/// A memory capability a device may lack ([`Error::Capability`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Capability {
+    /// On-demand paging (`IBV_ODP_SUPPORT`) for RC sends, receives, writes, reads and
+    /// atomics (`rc_odp_caps`).
+    OnDemandPaging,
+    /// Implicit on-demand paging of the whole address space (`IBV_ODP_SUPPORT_IMPLICIT`).
+    ImplicitOnDemandPaging,
+    /// Prefetch of on-demand pages (`ibv_advise_mr`).
+    Prefetch,
+    /// Registration of a dma-buf (`ibv_reg_dmabuf_mr`).
+    DmaBuf,
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Capability::OnDemandPaging => "on-demand paging for RC (IBV_ODP_SUPPORT, rc_odp_caps)",
+            Capability::ImplicitOnDemandPaging => {
+                "implicit on-demand paging (IBV_ODP_SUPPORT_IMPLICIT)"
+            }
+            Capability::Prefetch => "prefetch of on-demand pages (ibv_advise_mr)",
+            Capability::DmaBuf => "dma-buf registration (ibv_reg_dmabuf_mr)",
+        })
+    }
+}
+
+/// A call that refused a value it took by value gives it back: `value` is what was passed
+/// (a buffer to register, a region to turn back into its buffer), `error` says why.
+pub struct Refused<T> {
+    /// What was passed, untouched.
+    pub value: T,
+    /// Why it was refused.
+    pub error: Error,
+}
+
+impl<T> fmt::Display for Refused<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<T> fmt::Debug for Refused<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refused")
+            .field("value", &core::any::type_name::<T>())
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl<T> std::error::Error for Refused<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<T> From<Refused<T>> for Error {
+    fn from(r: Refused<T>) -> Error {
+        r.error
     }
 }
 

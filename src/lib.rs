@@ -20,13 +20,14 @@ pub mod connect;
 pub mod direct;
 pub mod dv;
 pub mod error;
+pub mod mapping;
 pub mod mlx5_env;
 pub mod resources;
 pub mod verbs;
 
 pub use completion::{Completion, WcOpcode, WcStatus};
 pub use direct::{DoorbellMode, PostFlags};
-pub use error::{Error, QueueUnit, Result};
+pub use error::{Capability, Error, QueueUnit, Refused, Result};
 pub use mlx5::ctrl::Fence;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 #[cfg(feature = "sim")]
@@ -38,6 +39,8 @@ pub use mlx5::{AtomicCaps, RawCq, RawQp};
 pub use resources::SimNic;
 pub use resources::{
     AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, Device, Endpoint,
-    LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, Qp, QpCaps,
+    LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, PendingBuffer, Qp, QpCaps, RawBuffer,
+    RawParts, RegionBuffer,
 };
+pub use verbs::device::OdpCaps;
 pub use verbs::objects::Timing;

@@ -145,7 +145,7 @@ fn region_rights_that_verbs_refuses_are_refused() {
     for access in [
         Access::REMOTE_WRITE,
         Access::REMOTE_ATOMIC | Access::REMOTE_READ,
-        Access(Access::LOCAL_WRITE.0 | 0x40),
+        Access(Access::LOCAL_WRITE.0 | 0x80),
         Access(1 << 20),
         Access::LOCAL_WRITE | Access::ZERO_BASED,
     ] {

@@ -51,15 +51,15 @@ impl Payload<'_> {
 /// ```
 /// use mlx5::request::Access;
 /// assert_eq!(format!("{}", Access::LOCAL_WRITE | Access::REMOTE_READ), "LOCAL_WRITE | REMOTE_READ");
-/// assert_eq!(format!("{:?}", Access(0x41)), "Access(LOCAL_WRITE | 0x40)");
+/// assert_eq!(format!("{:?}", Access(0x81)), "Access(LOCAL_WRITE | 0x80)");
 /// assert_eq!(format!("{}", Access::NONE), "NONE");
 /// ```
 #[derive(Copy, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Access(pub u32);
 
 impl Access {
-    /// Every right this type names (the bits verbs defines up to `IBV_ACCESS_ZERO_BASED`).
-    pub const ALL: Access = Access(0x3f);
+    /// Every bit this type names (the bits verbs defines up to `IBV_ACCESS_ON_DEMAND`).
+    pub const ALL: Access = Access(0x7f);
 
     /// Why a region may not be registered with these rights, as the kernel's
     /// `ib_check_mr_access` refuses them (`EINVAL`): remote write or atomic without local
@@ -80,13 +80,14 @@ impl Access {
         None
     }
 
-    const NAMES: [(&'static str, u32); 6] = [
+    const NAMES: [(&'static str, u32); 7] = [
         ("LOCAL_WRITE", Access::LOCAL_WRITE.0),
         ("REMOTE_WRITE", Access::REMOTE_WRITE.0),
         ("REMOTE_READ", Access::REMOTE_READ.0),
         ("REMOTE_ATOMIC", Access::REMOTE_ATOMIC.0),
         ("MW_BIND", Access::MW_BIND.0),
         ("ZERO_BASED", Access::ZERO_BASED.0),
+        ("ON_DEMAND", Access::ON_DEMAND.0),
     ];
 }
 
@@ -131,6 +132,11 @@ impl Access {
     pub const MW_BIND: Access = Access(1 << 4);
     /// Addresses are offsets from the start (zero-based).
     pub const ZERO_BASED: Access = Access(1 << 5);
+    /// On-demand paging (`IBV_ACCESS_ON_DEMAND`): the region is not pinned; the device
+    /// faults its pages in when it touches them (a registration flag, not a right).
+    pub const ON_DEMAND: Access = Access(1 << 6);
+    /// The rights that let the device write the memory (a read-only buffer may have none).
+    pub const WRITES: Access = Access(1 | (1 << 1) | (1 << 3));
 
     /// Whether every right of `other` is in `self`.
     #[inline]

@@ -1,7 +1,7 @@
 //! Devices and protection domains.
 
 use super::{Cq, MemoryRegion};
-use crate::error::{Error, Result};
+use crate::error::{Capability, Error, Refused, Result};
 use crate::verbs;
 use crate::Access;
 #[cfg(feature = "sim")]
@@ -257,6 +257,24 @@ impl Device {
         }
     }
 
+    /// What on-demand paging this device does: `ibv_query_device_ex`'s `odp_caps`, read
+    /// once at open (none when the device does not answer the extended query); on the
+    /// software NIC its [`mlx5::sim::MemoryCaps`] in the same bits (explicit RC on-demand
+    /// paging, every operation; no implicit).
+    pub fn odp_caps(&self) -> verbs::device::OdpCaps {
+        use verbs::device::OdpCaps;
+        match &self.backend {
+            #[cfg(feature = "sim")]
+            Backend::Sim(n) if n.memory_caps().odp => OdpCaps {
+                general: OdpCaps::SUPPORT,
+                rc: OdpCaps::RC_BASIC | OdpCaps::RC_ATOMIC,
+            },
+            #[cfg(feature = "sim")]
+            Backend::Sim(_) => OdpCaps::default(),
+            Backend::Verbs(v) => v.attrs.odp,
+        }
+    }
+
     /// Runs the stepped software NIC until it has nothing left to do; returns the WQEs and
     /// receives it handled. A no-op for a threaded NIC or a real device.
     pub fn process(&self) -> usize {
@@ -402,7 +420,8 @@ impl Pd {
     /// [`Error::RegionRights`] for rights verbs refuses (remote write or atomic without
     /// local write, unknown bits, `ZERO_BASED`, which is a window right here); an
     /// out-of-memory error ([`Error::Sim`] / [`Error::Verbs`]) when the bytes cannot be
-    /// allocated; the device's registration error.
+    /// allocated; [`Error::Capability`] for [`Access::ON_DEMAND`] on a device without RC
+    /// on-demand paging; the device's registration error.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         self.inner.lifetimes.reclaim();
         if len == 0 || std::alloc::Layout::from_size_align(len, 4096).is_err() {
@@ -414,6 +433,207 @@ impl Pd {
         if let Some(why) = access.region_error() {
             return Err(Error::RegionRights { access, why });
         }
+        self.check_odp(access)?;
         MemoryRegion::alloc(self.clone(), len, access)
+    }
+
+    /// The checks every registration of user memory makes before the device sees it.
+    pub(crate) fn check_registration(
+        &self,
+        len: usize,
+        access: Access,
+        writable: bool,
+    ) -> Result<()> {
+        self.inner.lifetimes.reclaim();
+        if len == 0 || len > isize::MAX as usize {
+            return Err(Error::InvalidParameter {
+                what: "buffer length",
+                value: len as u64,
+            });
+        }
+        if let Some(why) = access.region_error() {
+            return Err(Error::RegionRights { access, why });
+        }
+        if !writable && (access.0 & Access::WRITES.0) != 0 {
+            return Err(Error::ReadOnlyBuffer { access });
+        }
+        self.check_odp(access)
+    }
+
+    fn check_odp(&self, access: Access) -> Result<()> {
+        if access.contains(Access::ON_DEMAND)
+            && !self
+                .device()
+                .odp_caps()
+                .rc(access.contains(Access::REMOTE_ATOMIC))
+        {
+            return Err(Error::Capability(Capability::OnDemandPaging));
+        }
+        Ok(())
+    }
+
+    /// Registers a buffer the caller owns, taking ownership of it: the region's bytes are
+    /// the buffer's own (the device reads and writes them in place, no copy), and the
+    /// buffer comes back through [`MemoryRegion::into_buffer`] only once no request can
+    /// touch it any more; a dropped region drops its buffer at that point. Any
+    /// [`RegionBuffer`]: `Vec<u8>`, `Box<[u8]>`, `&'static [u8]` (read-only),
+    /// [`HugePages`](crate::mapping::HugePages), [`MappedFile`](crate::mapping::MappedFile),
+    /// [`RawBuffer`](super::RawBuffer). With [`Access::ON_DEMAND`] the registration is
+    /// on-demand (not pinned).
+    ///
+    /// ```
+    /// use blueflame::{Access, Device, PostFlags, QpCaps};
+    /// let dev = Device::sim_stepped();
+    /// let pd = dev.alloc_pd().unwrap();
+    /// let cq = dev.create_cq(16).unwrap();
+    /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    /// qp.connect(qp.qpn()).unwrap();
+    /// let src = pd.register(b"from a Vec".to_vec(), Access::NONE).unwrap();
+    /// let dst = pd.register(vec![0u8; 64].into_boxed_slice(), Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    /// qp.write(&[src.sge(0, 10).unwrap()], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED).unwrap();
+    /// dev.process();
+    /// let back: Box<[u8]> = dst.into_buffer().unwrap().try_take().unwrap();
+    /// assert_eq!(&back[..10], b"from a Vec");
+    /// ```
+    ///
+    /// Borrowed memory (`&mut [u8]` for a scope) is not offered: a request holds plain keys,
+    /// and neither a borrow nor a guard's drop can wait for the device (a guard may be
+    /// leaked with `mem::forget`, and completions come only when the caller polls), so the
+    /// borrow could end while the device still writes. Use [`RawBuffer`](super::RawBuffer)
+    /// and its contract for memory owned elsewhere.
+    ///
+    /// # Errors
+    /// Each gives the buffer back in [`Refused`]: [`Error::InvalidParameter`] for an empty
+    /// buffer; [`Error::RegionRights`] as [`Pd::alloc_mr`]; [`Error::ReadOnlyBuffer`] for a
+    /// read-only buffer with `LOCAL_WRITE`, `REMOTE_WRITE` or `REMOTE_ATOMIC`;
+    /// [`Error::Capability`] for `ON_DEMAND` on a device without RC on-demand paging
+    /// (with atomics when `REMOTE_ATOMIC`); the device's registration error.
+    pub fn register<B: super::RegionBuffer>(
+        &self,
+        buf: B,
+        access: Access,
+    ) -> core::result::Result<MemoryRegion, Refused<B>> {
+        MemoryRegion::register(self.clone(), buf, access)
+    }
+
+    /// Registers `len` bytes at `ptr` that the caller owns elsewhere: the `unsafe` form.
+    /// [`MemoryRegion::into_buffer::<RawBuffer>`](MemoryRegion::into_buffer) says when the
+    /// device is done with them.
+    ///
+    /// # Safety
+    /// The contract of [`RawBuffer::new`](super::RawBuffer::new), from this call until the
+    /// `RawBuffer` comes back (or, for a dropped region, until [`Pd::reclaim`] returns 0 or
+    /// the domain and its QPs are gone).
+    ///
+    /// # Errors
+    /// As [`Pd::register`]; a null `ptr` is [`Error::InvalidParameter`].
+    pub unsafe fn register_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        writable: bool,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        let ptr = core::ptr::NonNull::new(ptr).ok_or(Error::InvalidParameter {
+            what: "buffer address",
+            value: 0,
+        })?;
+        // SAFETY: the caller's contract is RawBuffer::new's.
+        let raw = unsafe { super::RawBuffer::new(ptr, len, writable) };
+        Ok(self.register(raw, access)?)
+    }
+
+    /// Registers the whole address space on demand (implicit ODP: rdma-core's `ibv_reg_mr`
+    /// with address 0, length `SIZE_MAX` and `IBV_ACCESS_ON_DEMAND`, added here). Requests
+    /// name any address under its keys; the device faults pages in as it touches them. The
+    /// region has no CPU view (`read`/`write` are [`Error::NoCpuMapping`]).
+    ///
+    /// # Safety
+    /// Every address a local request or (with remote rights) a peer names through its keys
+    /// must be memory the device may read (and write, with write rights) at that moment, as
+    /// for [`RawBuffer::new`](super::RawBuffer::new): this key reaches the whole process.
+    /// Keep remote rights off unless every peer is trusted as much as this process.
+    ///
+    /// # Errors
+    /// [`Error::Capability`] (`ImplicitOnDemandPaging`) unless the device reports
+    /// `IBV_ODP_SUPPORT_IMPLICIT` (the software NIC never does); [`Error::RegionRights`];
+    /// the registration error.
+    pub unsafe fn register_implicit_odp(&self, access: Access) -> Result<MemoryRegion> {
+        self.inner.lifetimes.reclaim();
+        let access = access | Access::ON_DEMAND;
+        if let Some(why) = access.region_error() {
+            return Err(Error::RegionRights { access, why });
+        }
+        if !self.device().odp_caps().implicit() {
+            return Err(Error::Capability(Capability::ImplicitOnDemandPaging));
+        }
+        self.check_odp(access)?;
+        MemoryRegion::register_implicit(self.clone(), access)
+    }
+
+    /// Registers `len` bytes at `offset` of a dma-buf (GPU or accelerator memory exported as
+    /// a file descriptor) at device address `iova` (`ibv_reg_dmabuf_mr`). Requests name
+    /// addresses from `iova`; the region has no CPU view (`read`/`write` are
+    /// [`Error::NoCpuMapping`]). The kernel keeps its own reference to the dma-buf, so `fd`
+    /// may be closed afterwards.
+    ///
+    /// # Errors
+    /// [`Error::Capability`] (`DmaBuf`) on the software NIC and when rdma-core answers
+    /// `EOPNOTSUPP` (providers without dma-buf, such as rxe before Linux 6.x); as
+    /// [`Pd::register`] for the length and rights; the registration error (`EBADF`,
+    /// `EINVAL` for an fd that is not a dma-buf or a range outside it).
+    pub fn register_dmabuf(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        self.check_registration(len, access, true)?;
+        MemoryRegion::register_dmabuf(self.clone(), fd, offset, len, iova, access)
+    }
+
+    /// Prefetches on-demand pages of regions of this domain (`ibv_advise_mr` with
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH`, or `_PREFETCH_WRITE` when `write`), waiting until
+    /// they are mapped when `flush` (`IBV_ADVISE_MR_FLAG_FLUSH`), otherwise in the
+    /// background. Each entry names an on-demand region by its lkey.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for no entries; [`Error::Capability`]
+    /// (`OnDemandPaging`) when the device has none, (`Prefetch`) when rdma-core has no
+    /// `ibv_advise_mr` for it; [`Error::InvalidParameter`] naming the lkey on the software
+    /// NIC for an entry the kernel would refuse (not an on-demand region of this domain,
+    /// out of range, or a write prefetch of a region without local write); the
+    /// `ibv_advise_mr` error.
+    pub fn prefetch(&self, sgl: &[crate::Sge], write: bool, flush: bool) -> Result<()> {
+        if sgl.is_empty() {
+            return Err(Error::InvalidParameter {
+                what: "prefetch entries",
+                value: 0,
+            });
+        }
+        if !self.device().odp_caps().rc(false) {
+            return Err(Error::Capability(Capability::OnDemandPaging));
+        }
+        match (&self.inner.dev.backend, &self.inner.kind) {
+            #[cfg(feature = "sim")]
+            (Backend::Sim(n), PdKind::Sim(p)) => n.advise_mr(*p, write, sgl).map_err(|e| match e {
+                mlx5::sim::SimError::Prefetch(lkey) => Error::InvalidParameter {
+                    what: "prefetch entry (lkey)",
+                    value: lkey as u64,
+                },
+                e => e.into(),
+            }),
+            (_, PdKind::Verbs(p)) => match verbs::objects::Mr::advise(p, write, flush, sgl) {
+                Ok(()) => Ok(()),
+                Err(e) if e.source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    Err(Error::Capability(Capability::Prefetch))
+                }
+                Err(e) => Err(e.into()),
+            },
+            #[cfg(feature = "sim")]
+            _ => Err(Error::Unsupported("PD and device backends differ")),
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! that work has completed, and is deregistered at the next reclaim point (another region
 //! dropped or allocated, a QP dropped, [`Pd::reclaim`], or the domain's end).
 
+mod buffer;
 mod caps;
 mod channel;
 mod cq;
@@ -20,10 +21,12 @@ mod iov;
 mod lifetime;
 mod mr;
 mod mw;
+mod pending;
 mod qp;
 #[cfg(feature = "sim")]
 mod sim_nic;
 
+pub use buffer::{RawBuffer, RawParts, RegionBuffer};
 pub use caps::QpCaps;
 pub use channel::{CompletionChannel, CqEvent, Notify};
 pub use cq::Cq;
@@ -33,6 +36,7 @@ pub use events::AsyncEvent;
 pub use iov::{LocalSeg, MAX_IOV};
 pub use mr::MemoryRegion;
 pub use mw::MemoryWindow;
+pub use pending::PendingBuffer;
 pub use qp::{Batch, Endpoint, Qp};
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]

@@ -1,10 +1,12 @@
 //! Memory regions.
 
+use super::buffer::{Owned, RegionBuffer};
 #[cfg(feature = "sim")]
 use super::device::Backend;
 use super::device::PdKind;
+use super::pending::{PendingBuffer, Slot, WithBuffer};
 use super::Pd;
-use crate::error::{Error, Result};
+use crate::error::{Capability, Error, Refused, Result};
 use crate::{verbs, Access, Remote, Sge};
 
 /// Copies in and out of bytes shared with the NIC and other threads.
@@ -92,7 +94,44 @@ pub struct MemoryRegion {
     lkey: u32,
     rkey: u32,
     access: Access,
+    /// What the CPU copies may do with the bytes.
+    cpu: Cpu,
+    /// The user's buffer, when the region was made from one (given back or dropped only
+    /// after the registration is gone).
+    owned: Option<Owned>,
     pd: Pd,
+}
+
+/// What [`MemoryRegion::read`] / [`MemoryRegion::write`] may do.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Cpu {
+    ReadWrite,
+    /// Read-only memory (`&'static [u8]`, a read-only file mapping).
+    ReadOnly,
+    /// No CPU mapping at the region's addresses (dma-buf, implicit on-demand paging).
+    Unmapped,
+}
+
+/// A registration of the backend: (kind, addr, len, lkey, rkey).
+type Made = (MrKind, u64, u64, u32, u32);
+
+#[cfg(feature = "sim")]
+fn sim_made(n: &mlx5::sim::Nic, i: mlx5::sim::MrInfo) -> Made {
+    (
+        MrKind::Sim(SimReg {
+            nic: n.clone(),
+            lkey: i.lkey,
+        }),
+        i.addr,
+        i.len,
+        i.lkey,
+        i.rkey,
+    )
+}
+
+fn verbs_made(mr: verbs::objects::Mr) -> Made {
+    let (a, l, lk, rk) = mr.info();
+    (MrKind::Verbs(mr), a, l, lk, rk)
 }
 
 impl core::fmt::Debug for MemoryRegion {
@@ -107,44 +146,136 @@ impl core::fmt::Debug for MemoryRegion {
 
 impl MemoryRegion {
     pub(crate) fn alloc(pd: Pd, len: usize, access: Access) -> Result<MemoryRegion> {
-        let (kind, addr, len, lkey, rkey) = match (&pd.inner.dev.backend, &pd.inner.kind) {
+        let made = match (&pd.inner.dev.backend, &pd.inner.kind) {
             #[cfg(feature = "sim")]
-            (Backend::Sim(n), PdKind::Sim(p)) => {
-                let i = n.alloc_mr(*p, len, access)?;
-                (
-                    MrKind::Sim(SimReg {
-                        nic: n.clone(),
-                        lkey: i.lkey,
-                    }),
-                    i.addr,
-                    i.len,
-                    i.lkey,
-                    i.rkey,
-                )
-            }
-            (_, PdKind::Verbs(p)) => {
-                let mr = verbs::objects::Mr::alloc(p.clone(), len, access)?;
-                let (a, l, lk, rk) = mr.info();
-                (MrKind::Verbs(mr), a, l, lk, rk)
-            }
+            (Backend::Sim(n), PdKind::Sim(p)) => sim_made(n, n.alloc_mr(*p, len, access)?),
+            (_, PdKind::Verbs(p)) => verbs_made(verbs::objects::Mr::alloc(p.clone(), len, access)?),
             #[cfg(feature = "sim")]
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
+        Ok(MemoryRegion::made(pd, made, access, Cpu::ReadWrite, None))
+    }
+
+    /// A live registration becomes a region: listed in its domain from now until drop.
+    fn made(pd: Pd, made: Made, access: Access, cpu: Cpu, owned: Option<Owned>) -> MemoryRegion {
+        let (kind, addr, len, lkey, rkey) = made;
         pd.inner.regions.insert(crate::direct::scatter::Region {
             lkey,
             addr,
             len,
-            writable: access.contains(Access::LOCAL_WRITE),
+            // The poller writes receive buffers with the CPU (scatter-to-CQE).
+            writable: access.contains(Access::LOCAL_WRITE) && cpu == Cpu::ReadWrite,
         });
-        Ok(MemoryRegion {
+        MemoryRegion {
             kind: Some(kind),
             addr,
             len,
             lkey,
             rkey,
             access,
+            cpu,
+            owned,
             pd,
-        })
+        }
+    }
+
+    /// Registers the bytes of a user's buffer (checked by `Pd::register`).
+    pub(crate) fn register<B: RegionBuffer>(
+        pd: Pd,
+        buf: B,
+        access: Access,
+    ) -> core::result::Result<MemoryRegion, Refused<B>> {
+        let owned = Owned::new(buf);
+        let refuse = |owned: Owned, error: Error| Refused {
+            // SAFETY: never registered. The type is B: `into` cannot fail.
+            value: match unsafe { owned.into::<B>() } {
+                Ok(b) => b,
+                Err(_) => unreachable!("an Owned made from B is a B"),
+            },
+            error,
+        };
+        let p = owned.parts();
+        let (ptr, len, writable) = (p.ptr.as_ptr(), p.len, p.writable);
+        if let Err(e) = pd.check_registration(len, access, writable) {
+            return Err(refuse(owned, e));
+        }
+        let made: Result<Made> = match (&pd.inner.dev.backend, &pd.inner.kind) {
+            // SAFETY: the bytes stay allocated at this address until `from_raw`, which runs
+            // only after the registration is gone (`Owned`, `WithBuffer`).
+            #[cfg(feature = "sim")]
+            (Backend::Sim(n), PdKind::Sim(q)) => unsafe { n.reg_mr(*q, ptr, len, access) }
+                .map(|i| sim_made(n, i))
+                .map_err(Error::from),
+            (_, PdKind::Verbs(q)) => {
+                // SAFETY: as above.
+                unsafe { verbs::objects::Mr::register(q.clone(), ptr, len, access) }
+                    .map(verbs_made)
+                    .map_err(Error::from)
+            }
+            #[cfg(feature = "sim")]
+            _ => Err(Error::Unsupported("PD and device backends differ")),
+        };
+        match made {
+            Ok(m) => {
+                let cpu = if writable {
+                    Cpu::ReadWrite
+                } else {
+                    Cpu::ReadOnly
+                };
+                Ok(MemoryRegion::made(pd, m, access, cpu, Some(owned)))
+            }
+            Err(e) => Err(refuse(owned, e)),
+        }
+    }
+
+    /// Implicit on-demand registration of the whole address space (checked by the caller).
+    pub(crate) fn register_implicit(pd: Pd, access: Access) -> Result<MemoryRegion> {
+        let made = match &pd.inner.kind {
+            PdKind::Verbs(q) => {
+                // SAFETY: addr 0, length SIZE_MAX with ON_DEMAND is rdma-core's implicit
+                // on-demand registration; the caller of `Pd::register_implicit_odp` vouched
+                // for every address a request will name through it.
+                verbs_made(unsafe {
+                    verbs::objects::Mr::register(
+                        q.clone(),
+                        core::ptr::null_mut(),
+                        usize::MAX,
+                        access,
+                    )
+                }?)
+            }
+            #[cfg(feature = "sim")]
+            PdKind::Sim(_) => {
+                return Err(Error::Capability(Capability::ImplicitOnDemandPaging));
+            }
+        };
+        Ok(MemoryRegion::made(pd, made, access, Cpu::Unmapped, None))
+    }
+
+    /// A dma-buf registration (checked by the caller).
+    pub(crate) fn register_dmabuf(
+        pd: Pd,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        let made = match &pd.inner.kind {
+            PdKind::Verbs(q) => {
+                match verbs::objects::Mr::register_dmabuf(q.clone(), offset, len, iova, fd, access)
+                {
+                    Ok(mr) => verbs_made(mr),
+                    Err(e) if e.source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                        return Err(Error::Capability(Capability::DmaBuf))
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            #[cfg(feature = "sim")]
+            PdKind::Sim(_) => return Err(Error::Capability(Capability::DmaBuf)),
+        };
+        Ok(MemoryRegion::made(pd, made, access, Cpu::Unmapped, None))
     }
 
     /// The rdma-core region, on a verbs device.
@@ -186,6 +317,82 @@ impl MemoryRegion {
     /// Raw pointer to the first byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.addr as *mut u8
+    }
+
+    fn cpu_reads(&self) -> Result<()> {
+        match self.cpu {
+            Cpu::Unmapped => Err(Error::NoCpuMapping),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the region holds a buffer of type `B` (made by
+    /// [`Pd::register`](super::Pd::register) from one).
+    pub fn holds<B: RegionBuffer>(&self) -> bool {
+        self.owned.as_ref().is_some_and(|o| o.is::<B>())
+    }
+
+    /// Turns the region back into its buffer: from now on no request may name it (as after
+    /// a drop), and the buffer comes back through [`PendingBuffer::try_take`] once every
+    /// request posted before on the protection domain's QPs has completed and the device
+    /// has deregistered it (a bound memory window keeps it registered until it is unbound
+    /// or dropped).
+    ///
+    /// ```
+    /// use blueflame::{Access, Device};
+    /// let dev = Device::sim_stepped();
+    /// let pd = dev.alloc_pd().unwrap();
+    /// let mr = pd.register(vec![7u8; 4096], Access::LOCAL_WRITE).unwrap();
+    /// mr.write(0, b"hello").unwrap();
+    /// let mut pending = mr.into_buffer::<Vec<u8>>().unwrap();
+    /// let buf = pending.try_take().expect("nothing was in flight");
+    /// assert_eq!(&buf[..6], b"hello\x07");
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BufferType`] (with the region back, untouched) when the region does not
+    /// hold a `B`: it was allocated by [`Pd::alloc_mr`](super::Pd::alloc_mr) or registered
+    /// from another type.
+    // A cold call that hands the whole region back on error: its size is no cost.
+    #[allow(clippy::result_large_err)]
+    pub fn into_buffer<B: RegionBuffer>(
+        mut self,
+    ) -> core::result::Result<PendingBuffer<B>, Refused<MemoryRegion>> {
+        if !self.holds::<B>() {
+            let holds = self
+                .owned
+                .as_ref()
+                .map_or("memory of Pd::alloc_mr", |o| o.type_name());
+            return Err(Refused {
+                value: self,
+                error: Error::BufferType {
+                    wanted: core::any::type_name::<B>(),
+                    holds,
+                },
+            });
+        }
+        let slot = Slot::default();
+        self.park(Some(slot.clone()));
+        Ok(PendingBuffer::new(slot, self.pd.clone()))
+    }
+
+    /// Prefetches the pages of `len` bytes at offset `off` of an on-demand region
+    /// (`ibv_advise_mr`, `IBV_ADVISE_MR_ADVICE_PREFETCH`, or `_PREFETCH_WRITE` when
+    /// `write`), waiting for them (`IBV_ADVISE_MR_FLAG_FLUSH`) when `flush`. See
+    /// [`Pd::prefetch`](super::Pd::prefetch).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when the range leaves the region or `len` is 0; as
+    /// [`Pd::prefetch`](super::Pd::prefetch).
+    pub fn prefetch(&self, off: usize, len: u32, write: bool, flush: bool) -> Result<()> {
+        if len == 0 {
+            return Err(Error::InvalidParameter {
+                what: "prefetch length",
+                value: 0,
+            });
+        }
+        let sge = self.sge(off, len)?;
+        self.pd.prefetch(&[sge], write, flush)
     }
 
     fn check(&self, off: usize, len: usize) -> Result<()> {
@@ -240,6 +447,7 @@ impl MemoryRegion {
     /// [`Error::InvalidParameter`] when the range leaves the region.
     pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
         self.check(off, out.len())?;
+        self.cpu_reads()?;
         // SAFETY: the range is inside the registered region, which stays allocated while
         // `self` lives (and longer while the NIC may still use it: `lifetime.rs`).
         unsafe { shared_bytes::copy_out(self.as_ptr().add(off), out) };
@@ -253,6 +461,15 @@ impl MemoryRegion {
     /// [`Error::InvalidParameter`] when the range leaves the region.
     pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
         self.check(off, data.len())?;
+        match self.cpu {
+            Cpu::ReadWrite => {}
+            Cpu::ReadOnly => {
+                return Err(Error::ReadOnlyBuffer {
+                    access: self.access,
+                })
+            }
+            Cpu::Unmapped => return Err(Error::NoCpuMapping),
+        }
         // SAFETY: as for `read`; `data` is a Rust slice, so it cannot be these shared bytes
         // (no reference to them is ever formed).
         unsafe { shared_bytes::copy_in(self.as_ptr().add(off), data) };
@@ -268,6 +485,7 @@ impl MemoryRegion {
     #[inline]
     pub fn read_volatile_u8(&self, off: usize) -> Result<u8> {
         self.check(off, 1)?;
+        self.cpu_reads()?;
         // SAFETY: inside the region, as for `read`.
         Ok(unsafe { shared_bytes::load_acquire(self.as_ptr().add(off)) })
     }
@@ -283,19 +501,30 @@ impl MemoryRegion {
     }
 }
 
+impl MemoryRegion {
+    /// Deregistered now, or once the work outstanding on its domain's QPs has completed;
+    /// its buffer (if any) is dropped after that, or put in `slot`. Receives posted from now
+    /// on may not name it (those posted before keep it registered until they complete).
+    fn park(&mut self, slot: Option<Slot>) {
+        let Some(kind) = self.kind.take() else {
+            return;
+        };
+        self.pd.inner.regions.remove(self.lkey);
+        let reg: super::lifetime::Registration = match kind {
+            #[cfg(feature = "sim")]
+            MrKind::Sim(r) => Box::new(r),
+            MrKind::Verbs(m) => Box::new(m),
+        };
+        let reg: super::lifetime::Registration = match self.owned.take() {
+            None => reg,
+            buf => Box::new(WithBuffer { reg, buf, slot }),
+        };
+        self.pd.inner.lifetimes.release(reg);
+    }
+}
+
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        // Deregistered now, or once the work outstanding on its domain's QPs has completed.
-        // Receives posted from now on may not name it (those posted before keep it
-        // registered until they complete: below).
-        self.pd.inner.regions.remove(self.lkey);
-        if let Some(kind) = self.kind.take() {
-            let reg: super::lifetime::Registration = match kind {
-                #[cfg(feature = "sim")]
-                MrKind::Sim(r) => Box::new(r),
-                MrKind::Verbs(m) => Box::new(m),
-            };
-            self.pd.inner.lifetimes.release(reg);
-        }
+        self.park(None);
     }
 }

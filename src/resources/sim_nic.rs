@@ -38,6 +38,17 @@ impl<'a> SimNic<'a> {
         SimNic { nic }
     }
 
+    /// What the NIC's memory registration does (on-demand paging).
+    pub fn memory_caps(&self) -> mlx5::sim::MemoryCaps {
+        self.nic.memory_caps()
+    }
+
+    /// Changes what the NIC's registration does (a NIC without on-demand paging, to see
+    /// the capability errors); regions registered already stay as they are.
+    pub fn set_memory_caps(&self, caps: mlx5::sim::MemoryCaps) {
+        self.nic.set_memory_caps(caps)
+    }
+
     /// What the NIC saw of a QP's doorbells and WQEs (None for an unknown QPN).
     pub fn qp_stats(&self, qpn: u32) -> Option<QpStats> {
         self.nic.qp_stats(qpn)

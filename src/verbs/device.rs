@@ -75,6 +75,48 @@ pub struct DeviceAttrs {
     /// The device is rxe (Soft-RoCE): its vendor id is `RXE_VENDOR_ID` (0xffffff,
     /// `drivers/infiniband/sw/rxe/rxe_param.h`), whatever name it was given.
     pub rxe: bool,
+    /// On-demand paging (`ibv_query_device_ex`, `odp_caps`; none when the device does not
+    /// answer the extended query).
+    pub odp: OdpCaps,
+}
+
+/// What a device's on-demand paging does: `ibv_query_device_ex`'s `odp_caps` (the software
+/// NIC reports its [`mlx5::sim::MemoryCaps`] in the same bits).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct OdpCaps {
+    /// `general_caps`: `IBV_ODP_SUPPORT` (1), `IBV_ODP_SUPPORT_IMPLICIT` (2).
+    pub general: u64,
+    /// `per_transport_caps.rc_odp_caps`: `IBV_ODP_SUPPORT_SEND` (1), `_RECV` (2),
+    /// `_WRITE` (4), `_READ` (8), `_ATOMIC` (16), `_SRQ_RECV` (32).
+    pub rc: u32,
+}
+
+impl OdpCaps {
+    /// `IBV_ODP_SUPPORT`.
+    pub const SUPPORT: u64 = ffi::ibv_odp_general_caps::IBV_ODP_SUPPORT.0 as u64;
+    /// `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub const IMPLICIT: u64 = ffi::ibv_odp_general_caps::IBV_ODP_SUPPORT_IMPLICIT.0 as u64;
+    /// What an RC QP of this crate does with a region: send, receive, write, read
+    /// (`IBV_ODP_SUPPORT_SEND | _RECV | _WRITE | _READ`).
+    pub const RC_BASIC: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SEND.0
+        | ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_RECV.0
+        | ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_WRITE.0
+        | ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_READ.0;
+    /// `IBV_ODP_SUPPORT_ATOMIC`.
+    pub const RC_ATOMIC: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_ATOMIC.0;
+
+    /// Whether an on-demand region can serve RC sends, receives, writes and reads (and
+    /// atomics when `atomic`).
+    pub fn rc(&self, atomic: bool) -> bool {
+        let need = OdpCaps::RC_BASIC | if atomic { OdpCaps::RC_ATOMIC } else { 0 };
+        self.general & OdpCaps::SUPPORT != 0 && self.rc & need == need
+    }
+
+    /// Whether the whole address space can be registered on demand (implicit ODP).
+    pub fn implicit(&self) -> bool {
+        self.general & (OdpCaps::SUPPORT | OdpCaps::IMPLICIT)
+            == (OdpCaps::SUPPORT | OdpCaps::IMPLICIT)
+    }
 }
 
 impl DeviceAttrs {
@@ -283,11 +325,30 @@ impl Context {
             return Err(super::code("ibv_query_device", rc));
         }
         Ok(DeviceAttrs {
+            odp: self.odp_caps(),
             atomic: a.atomic_cap != ffi::ibv_atomic_cap::IBV_ATOMIC_NONE,
             max_qp_rd_atom: a.max_qp_rd_atom.clamp(0, 255) as u8,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom.clamp(0, 255) as u8,
             rxe: a.vendor_id == RXE_VENDOR_ID,
         })
+    }
+
+    /// On-demand paging capabilities (`ibv_query_device_ex`); none when the extended query
+    /// fails (a provider without it).
+    pub fn odp_caps(&self) -> OdpCaps {
+        // SAFETY: zeroed plain-data structs are valid input and output (rdma-core reads
+        // `comp_mask` 0 from the input; rdma-sys's wrapper does not clear the output).
+        let (input, mut out): (ffi::ibv_query_device_ex_input, ffi::ibv_device_attr_ex) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: live context; pointers to the two structs above.
+        let rc = unsafe { ffi::ibv_query_device_ex(self.ctx, &input, &mut out) };
+        if rc != 0 {
+            return OdpCaps::default();
+        }
+        OdpCaps {
+            general: out.odp_caps.general_caps,
+            rc: out.odp_caps.per_transport_caps.rc_odp_caps,
+        }
     }
 
     /// The GID at `index` of `port`.
@@ -360,6 +421,7 @@ mod tests {
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
             rxe: false,
+            odp: Default::default(),
         };
         let mlx5 = a.atomic_caps(true);
         assert!(mlx5.standard && !mlx5.masked && !mlx5.reply8_be && mlx5.reply4_be);
@@ -367,5 +429,28 @@ mod tests {
         assert_eq!(rxe, mlx5::AtomicCaps::HOST_ORDER);
         a.atomic = false;
         assert!(!a.atomic_caps(true).standard, "IBV_ATOMIC_NONE");
+    }
+
+    #[test]
+    fn odp_caps_need_the_general_bit_and_every_rc_operation() {
+        use super::OdpCaps;
+        let all = OdpCaps::RC_BASIC | OdpCaps::RC_ATOMIC;
+        let full = OdpCaps {
+            general: OdpCaps::SUPPORT | OdpCaps::IMPLICIT,
+            rc: all,
+        };
+        assert!(full.rc(true) && full.implicit());
+        // rc bits without the general bit (or the reverse) are no support.
+        assert!(!OdpCaps {
+            general: 0,
+            rc: all
+        }
+        .rc(false));
+        let no_atomic = OdpCaps {
+            general: OdpCaps::SUPPORT,
+            rc: OdpCaps::RC_BASIC,
+        };
+        assert!(no_atomic.rc(false) && !no_atomic.rc(true) && !no_atomic.implicit());
+        assert!(!OdpCaps::default().rc(false));
     }
 }

@@ -53,6 +53,10 @@ impl Drop for PageBuf {
     }
 }
 
+/// `IBV_ADVISE_MR_FLAG_FLUSH` (`verbs_api.h`: `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`, `1 << 0`):
+/// declared here because rdma-sys has no binding for it; the header test checks the value.
+pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
+
 /// A registered memory region.
 pub struct Mr {
     pub(crate) mr: *mut ffi::ibv_mr,
@@ -126,6 +130,67 @@ impl Mr {
             buf: None,
             _pd: pd,
         })
+    }
+
+    /// Registers `len` bytes at `offset` of the dma-buf `fd` at device address `iova`
+    /// (`ibv_reg_dmabuf_mr`). The kernel takes its own reference to the dma-buf: `fd` may be
+    /// closed afterwards. No CPU mapping comes with it.
+    ///
+    /// # Errors
+    /// The `ibv_reg_dmabuf_mr` error (`EOPNOTSUPP` from providers without it).
+    pub fn register_dmabuf(
+        pd: Arc<Pd>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        fd: std::os::fd::BorrowedFd<'_>,
+        access: Access,
+    ) -> Result<Mr, VerbsError> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: live PD; the device reaches only the exporter's memory through the fd.
+        let mr = unsafe {
+            ffi::ibv_reg_dmabuf_mr(pd.pd, offset, len, iova, fd.as_raw_fd(), ibv_access(access))
+        };
+        if mr.is_null() {
+            return Err(last("ibv_reg_dmabuf_mr"));
+        }
+        Ok(Mr {
+            mr,
+            buf: None,
+            _pd: pd,
+        })
+    }
+
+    /// Prefetches on-demand pages of regions of `pd` (`ibv_advise_mr`,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH` or `_PREFETCH_WRITE`; `flush` waits for the pages,
+    /// `IBV_ADVISE_MR_FLAG_FLUSH`).
+    ///
+    /// # Errors
+    /// The `ibv_advise_mr` error (`EOPNOTSUPP` without the provider call).
+    pub fn advise(pd: &Pd, write: bool, flush: bool, sgl: &[crate::Sge]) -> Result<(), VerbsError> {
+        use ffi::ib_uverbs_advise_mr_advice as adv;
+        let mut list: Vec<ffi::ibv_sge> = sgl
+            .iter()
+            .map(|s| ffi::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            })
+            .collect();
+        let advice = if write {
+            adv::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE
+        } else {
+            adv::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH
+        };
+        let flags = if flush { IBV_ADVISE_MR_FLAG_FLUSH } else { 0 };
+        // SAFETY: live PD; `list` holds `list.len()` entries for the call's duration.
+        let rc = unsafe {
+            ffi::ibv_advise_mr(pd.pd, advice, flags, list.as_mut_ptr(), list.len() as u32)
+        };
+        if rc != 0 {
+            return Err(code("ibv_advise_mr", rc));
+        }
+        Ok(())
     }
 
     /// (address, length, lkey, rkey).

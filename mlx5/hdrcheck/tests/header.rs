@@ -429,6 +429,16 @@ mod consts {
         access_remote_atomic: Access::REMOTE_ATOMIC.0 => "IBV_ACCESS_REMOTE_ATOMIC",
         access_mw_bind: Access::MW_BIND.0 => "IBV_ACCESS_MW_BIND",
         access_zero_based: Access::ZERO_BASED.0 => "IBV_ACCESS_ZERO_BASED",
+        access_on_demand: Access::ON_DEMAND.0 => "IBV_ACCESS_ON_DEMAND",
+
+        // on-demand paging and prefetch (blueflame's verbs module; the flag is declared by
+        // hand there: rdma-sys has no binding for it)
+        advise_flag_flush: blueflame::verbs::objects::IBV_ADVISE_MR_FLAG_FLUSH => "IBV_ADVISE_MR_FLAG_FLUSH",
+        odp_support: blueflame::verbs::device::OdpCaps::SUPPORT => "IBV_ODP_SUPPORT",
+        odp_support_implicit: blueflame::verbs::device::OdpCaps::IMPLICIT => "IBV_ODP_SUPPORT_IMPLICIT",
+        odp_rc_atomic: blueflame::verbs::device::OdpCaps::RC_ATOMIC => "IBV_ODP_SUPPORT_ATOMIC",
+        odp_rc_basic: blueflame::verbs::device::OdpCaps::RC_BASIC
+            => "IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ",
     }
 
     checks! {

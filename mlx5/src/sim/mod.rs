@@ -120,6 +120,12 @@ pub enum SimError {
     NoTd(u32),
     /// Every register for thread domains is taken (`ibv_alloc_td` fails: `ENOMEM`).
     NoRegister,
+    /// The NIC's [`MemoryCaps`] lack what the registration asks for (on-demand paging).
+    NoCapability(&'static str),
+    /// A prefetch (`ibv_advise_mr`) of a range the kernel refuses (`ENOENT`, as
+    /// `get_prefetchable_mr`): no region with this key in the domain, a region that is not
+    /// on-demand, a write prefetch of a region without local write, or a range outside it.
+    Prefetch(u32),
     /// A QP in a state that does not allow the transition (connecting a QP that is
     /// connected to another one or in error: verbs requires RESET first).
     QpState {
@@ -149,6 +155,11 @@ impl core::fmt::Display for SimError {
             SimError::Busy => f.write_str("object still in use"),
             SimError::Exhausted(what) => write!(f, "every {what} is in use"),
             SimError::NoMemory(len) => write!(f, "cannot allocate {len} bytes"),
+            SimError::NoCapability(what) => write!(f, "the NIC does not do {what}"),
+            SimError::Prefetch(lkey) => write!(
+                f,
+                "prefetch refused for region {lkey:#x} (not on-demand, not writable, or out of range)"
+            ),
             SimError::QpState { qpn, state } => {
                 write!(f, "QP {qpn:#x} is {state:?}: it connects only from RESET")
             }
@@ -164,6 +175,30 @@ impl core::fmt::Display for SimError {
 }
 
 impl std::error::Error for SimError {}
+
+/// What the NIC's memory registration does, as `ibv_query_device_ex` reports it
+/// (`odp_caps`).
+///
+/// The default is what the software NIC models of a ConnectX: explicit on-demand paging
+/// for RC (send, receive, write, read, atomic). The NIC works on the process's own memory
+/// with plain loads and stores and cannot fault pages in: an explicit on-demand region is
+/// memory its owner keeps mapped (the region owns the buffer, or its `unsafe` registration
+/// promised it), so it behaves as a pinned one, and a prefetch is checked (key, domain,
+/// on-demand, rights, range) and then has nothing to do. It does not model implicit
+/// on-demand paging (a whole-address-space key would let a peer reach any address, which a
+/// model without page tables cannot refuse) nor dma-buf (memory of another device): both
+/// are reported absent.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MemoryCaps {
+    /// Explicit on-demand paging for RC (`IBV_ODP_SUPPORT` and the RC bits).
+    pub odp: bool,
+}
+
+impl Default for MemoryCaps {
+    fn default() -> Self {
+        MemoryCaps { odp: true }
+    }
+}
 
 /// A registered memory region.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -190,6 +225,8 @@ pub(crate) struct State {
     pub(crate) uars: uar::Uars,
     /// Asynchronous events not yet taken (the device's event queue).
     pub(crate) events: std::collections::VecDeque<AsyncEvent>,
+    /// What registration can do.
+    memory_caps: MemoryCaps,
 }
 
 /// How many objects of each kind a software NIC may hold at once. The defaults are the
@@ -307,6 +344,7 @@ impl Nic {
                     atomics: crate::atomic::AtomicCaps::CONNECTX,
                     uars: uar::Uars::new(uars),
                     events: std::collections::VecDeque::new(),
+                    memory_caps: MemoryCaps::default(),
                 }),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
@@ -392,6 +430,55 @@ impl Nic {
         self.insert_mr(pd, addr as u64, len as u64, access, None)
     }
 
+    /// What registration on this NIC can do.
+    pub fn memory_caps(&self) -> MemoryCaps {
+        self.st().memory_caps
+    }
+
+    /// Changes what registration can do (a NIC without on-demand paging, for the
+    /// capability errors); registered regions stay as they are.
+    pub fn set_memory_caps(&self, caps: MemoryCaps) {
+        self.st().memory_caps = caps;
+    }
+
+    /// A prefetch of on-demand pages (`ibv_advise_mr` with `IBV_ADVISE_MR_ADVICE_PREFETCH`,
+    /// or `_PREFETCH_WRITE` when `write`): each entry must name an on-demand region of `pd`
+    /// by its lkey, lie inside it, and for a write prefetch the region must allow local
+    /// write (the kernel's `get_prefetchable_mr`). The NIC's memory is resident, so nothing
+    /// more happens.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`]; [`SimError::NoCapability`] without on-demand paging;
+    /// [`SimError::Prefetch`] with the first refused lkey.
+    pub fn advise_mr(
+        &self,
+        pd: u32,
+        write: bool,
+        sgl: &[crate::request::Sge],
+    ) -> Result<(), SimError> {
+        let st = self.st();
+        Self::check_pd(&st, pd)?;
+        if !st.memory_caps.odp {
+            return Err(SimError::NoCapability("on-demand paging"));
+        }
+        for s in sgl {
+            let ok = st
+                .mem
+                .mrs
+                .get(&(s.lkey >> 8))
+                .filter(|m| m.key == s.lkey && m.access.contains(Access::ON_DEMAND))
+                .is_some_and(|_| {
+                    st.mem
+                        .local(pd, s.lkey, s.addr, s.len as u64, write)
+                        .is_ok()
+                });
+            if !ok {
+                return Err(SimError::Prefetch(s.lkey));
+            }
+        }
+        Ok(())
+    }
+
     fn insert_mr(
         &self,
         pd: u32,
@@ -402,6 +489,9 @@ impl Nic {
     ) -> Result<MrInfo, SimError> {
         let mut st = self.st();
         Self::check_pd(&st, pd)?;
+        if access.contains(Access::ON_DEMAND) && !st.memory_caps.odp {
+            return Err(SimError::NoCapability("on-demand paging"));
+        }
         let key = st.mem.alloc_key().ok_or(SimError::Exhausted("key index"))?;
         st.mem.mrs.insert(
             key >> 8,

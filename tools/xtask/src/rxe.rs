@@ -118,6 +118,8 @@ ip link set veth0 up
 ip link set veth1 up
 rdma link add rxe0 type rxe netdev veth0 || {{ echo 91 > {out}/exit; exit 0; }}
 export BLUEFLAME_DEVICE=rxe0 BLUEFLAME_GID_INDEX=1 BLUEFLAME_SERVER_ADDR=10.77.0.1
+# A few 2 MiB huge pages for tests/rxe_memory.rs (the VM's kernel is thrown away).
+echo 8 > /proc/sys/vm/nr_hugepages || true
 cd {root}
 set +x
 ( {cmd} ) > {out}/cmd.log 2>&1

@@ -1,0 +1,561 @@
+//! Memory the user owns, the same cases on any device: the software NIC (`tests/memory.rs`)
+//! and rxe (`tests/rxe_memory.rs`, in the VM).
+#![allow(dead_code)]
+
+use blueflame::mapping::{HugePages, MappedFile, PageSize};
+use blueflame::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const RIGHTS: Access = Access(1 | 2 | 4 | 8); // local write, remote write/read/atomic
+
+/// Two connected QPs of one domain, each with its own CQ.
+pub struct Rig {
+    pub dev: Device,
+    pub pd: Pd,
+    pub a: Qp,
+    pub b: Qp,
+    pub cq_a: Cq,
+    pub cq_b: Cq,
+}
+
+impl Rig {
+    pub fn new(dev: &Device) -> Rig {
+        let pd = dev.alloc_pd().expect("pd");
+        let cq_a = dev.create_cq(64).expect("cq a");
+        let cq_b = dev.create_cq(64).expect("cq b");
+        let caps = QpCaps {
+            sq_blocks: 64,
+            rq_entries: 32,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline: 64,
+            bf_size: 256,
+            rnr_retry: 7,
+            ..QpCaps::default()
+        };
+        let mut a = pd.create_qp(&cq_a, &cq_a, caps).expect("qp a");
+        let mut b = pd.create_qp(&cq_b, &cq_b, caps).expect("qp b");
+        let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
+        a.connect(eb).expect("connect a");
+        b.connect(ea).expect("connect b");
+        Rig {
+            dev: dev.clone(),
+            pd,
+            a,
+            b,
+            cq_a,
+            cq_b,
+        }
+    }
+
+    /// `n` completions of A's (or B's) CQ, 20 s at most.
+    pub fn wait(&mut self, on_b: bool, n: usize) -> Vec<Completion> {
+        let mut out = vec![Completion::default(); n];
+        let mut got = 0;
+        let start = Instant::now();
+        while got < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "timed out: {got} of {n} completions"
+            );
+            self.dev.process();
+            let cq = if on_b { &mut self.cq_b } else { &mut self.cq_a };
+            got += cq.poll(&mut out[got..]);
+        }
+        out
+    }
+
+    pub fn ok(&mut self, cookie: u64) -> Completion {
+        let c = self.wait(false, 1)[0];
+        assert_eq!((c.cookie, c.status), (cookie, WcStatus::Success), "{c:?}");
+        c
+    }
+}
+
+fn bytes(mr: &MemoryRegion, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    mr.read(off, &mut v).expect("read back");
+    v
+}
+
+/// The first 8-byte aligned offset of a region (atomics need an aligned remote address).
+fn aligned(mr: &MemoryRegion) -> usize {
+    ((8 - mr.addr() % 8) % 8) as usize
+}
+
+/// A `Vec<u8>`, a `Box<[u8]>` and a `&'static [u8]` serve writes, reads, sends and atomics.
+pub fn owned_forms_serve_every_operation(dev: &Device) {
+    let mut r = Rig::new(dev);
+    let src =
+        r.pd.register(b"0123456789abcdef".to_vec(), Access::NONE)
+            .expect("vec");
+    let dst =
+        r.pd.register(vec![0u8; 256].into_boxed_slice(), RIGHTS)
+            .expect("box");
+    static RODATA: &[u8] = b"read-only bytes!";
+    let ro = r.pd.register(RODATA, Access::REMOTE_READ).expect("static");
+    // write: Vec -> Box
+    r.a.write(
+        &[src.sge(0, 16).unwrap()],
+        dst.remote(0).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(1);
+    assert_eq!(bytes(&dst, 0, 16), b"0123456789abcdef");
+    // read: &'static -> Box
+    r.a.read(
+        &[dst.sge(32, 16).unwrap()],
+        ro.remote(0).unwrap(),
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(2);
+    assert_eq!(bytes(&dst, 32, 16), b"read-only bytes!");
+    // send: &'static -> a receive in the Box
+    r.b.post_recv(&[dst.sge(64, 32).unwrap()], 7).unwrap();
+    r.a.send(
+        Payload::Sgl(&[ro.sge(0, 16).unwrap()]),
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(3);
+    let c = r.wait(true, 1)[0];
+    assert_eq!((c.cookie, c.status, c.byte_len), (7, WcStatus::Success, 16));
+    assert_eq!(bytes(&dst, 64, 16), b"read-only bytes!");
+    // atomics on the Box, old value into the Box
+    let t = 128 + aligned(&dst);
+    dst.write(t, &5u64.to_ne_bytes()).unwrap();
+    r.a.fetch_add(
+        dst.remote(t).unwrap(),
+        10,
+        dst.sge(t + 16, 8).unwrap(),
+        4,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(4);
+    assert_eq!(dst.read_u64(t).unwrap(), 15);
+    let old = r.a.atomic_result(&bytes(&dst, t + 16, 8)).unwrap();
+    assert_eq!(old, 5);
+    r.a.compare_swap(
+        dst.remote(t).unwrap(),
+        15,
+        99,
+        dst.sge(t + 16, 8).unwrap(),
+        5,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(5);
+    assert_eq!(dst.read_u64(t).unwrap(), 99);
+}
+
+/// The device moves bytes into the user's own buffer (no copy): they are in the `Vec` it
+/// gets back, at the address the region reported.
+pub fn the_device_writes_the_users_buffer_in_place(dev: &Device) {
+    let mut r = Rig::new(dev);
+    let mut v = vec![0u8; 4096];
+    let addr = v.as_mut_ptr() as u64;
+    let dst = r.pd.register(v, RIGHTS).unwrap();
+    assert_eq!(dst.addr(), addr, "registered where the Vec lives");
+    assert_eq!(dst.len(), 4096);
+    let src = r.pd.register(vec![0xabu8; 100], Access::NONE).unwrap();
+    r.a.write(
+        &[src.sge(0, 100).unwrap()],
+        dst.remote(1000).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(1);
+    let back: Vec<u8> = dst
+        .into_buffer()
+        .unwrap()
+        .try_take()
+        .expect("idle: back at once");
+    assert_eq!(back.as_ptr() as u64, addr);
+    assert!(back[1000..1100].iter().all(|&b| b == 0xab));
+    assert!(back[..1000].iter().chain(&back[1100..]).all(|&b| b == 0));
+}
+
+/// A buffer whose drop is seen.
+pub struct Tracked {
+    pub bytes: Vec<u8>,
+    pub dropped: Arc<AtomicBool>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+// SAFETY: the bytes are a Vec's heap block (as Vec's own impl); the flag rides along in a
+// leaked box until `from_raw`.
+unsafe impl RegionBuffer for Tracked {
+    fn into_raw(self) -> RawParts {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: read out once; `me` is never dropped.
+        let (bytes, flag) = unsafe { (std::ptr::read(&me.bytes), std::ptr::read(&me.dropped)) };
+        let mut p = bytes.into_raw();
+        assert_eq!(p.extra, p.len, "test buffers have len == capacity");
+        p.extra = Box::into_raw(Box::new(flag)) as usize;
+        p
+    }
+    unsafe fn from_raw(mut p: RawParts) -> Self {
+        // SAFETY: made by `into_raw` above.
+        let dropped = *unsafe { Box::from_raw(p.extra as *mut Arc<AtomicBool>) };
+        p.extra = p.len;
+        Tracked {
+            // SAFETY: the Vec's parts, as `into_raw` took them.
+            bytes: unsafe { Vec::from_raw_parts(p.ptr.as_ptr(), p.len, p.extra) },
+            dropped,
+        }
+    }
+}
+
+pub fn tracked(len: usize, fill: u8) -> (Tracked, Arc<AtomicBool>) {
+    let flag = Arc::new(AtomicBool::new(false));
+    (
+        Tracked {
+            bytes: vec![fill; len],
+            dropped: flag.clone(),
+        },
+        flag,
+    )
+}
+
+/// A region dropped (or turned back into its buffer) with a request in flight keeps its
+/// buffer registered and alive until the request completes.
+pub fn buffers_outlive_requests_in_flight(dev: &Device) {
+    let mut r = Rig::new(dev);
+    let dst = r.pd.alloc_mr(4096, RIGHTS).unwrap();
+    // Dropped with a write in flight: not freed until it completed.
+    let (buf, dropped) = tracked(4096, 0x5a);
+    let src = r.pd.register(buf, Access::NONE).unwrap();
+    r.a.write(
+        &[src.sge(0, 4096).unwrap()],
+        dst.remote(0).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    drop(src);
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "freed while the device may still read it"
+    );
+    assert_eq!(r.pd.reclaim(), 1, "parked");
+    r.ok(1);
+    assert!(
+        bytes(&dst, 0, 4096).iter().all(|&b| b == 0x5a),
+        "the write read live bytes"
+    );
+    assert_eq!(r.pd.reclaim(), 0);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "freed once the write completed"
+    );
+
+    // Turned back into its buffer with a read in flight that writes it.
+    dst.write(0, b"fresh").unwrap();
+    let (buf, dropped) = tracked(64, 0);
+    let land = r.pd.register(buf, RIGHTS).unwrap();
+    r.a.read(
+        &[land.sge(0, 5).unwrap()],
+        dst.remote(0).unwrap(),
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let mut pending = land.into_buffer::<Tracked>().unwrap();
+    assert!(
+        pending.try_take().is_none(),
+        "not back while the read is outstanding"
+    );
+    assert!(!pending.is_ready());
+    r.ok(2);
+    let back = pending.try_take().expect("back once the read completed");
+    assert_eq!(&back.bytes[..5], b"fresh");
+    assert!(pending.try_take().is_none(), "given back once");
+    assert!(!dropped.load(Ordering::SeqCst));
+    drop(back);
+    assert!(dropped.load(Ordering::SeqCst));
+
+    // A pending buffer dropped before the work completed: freed after it, not before.
+    let (buf, dropped) = tracked(64, 1);
+    let src = r.pd.register(buf, Access::NONE).unwrap();
+    r.a.write(
+        &[src.sge(0, 8).unwrap()],
+        dst.remote(0).unwrap(),
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    drop(src.into_buffer::<Tracked>().unwrap());
+    assert!(!dropped.load(Ordering::SeqCst));
+    r.ok(3);
+    r.pd.reclaim();
+    assert!(dropped.load(Ordering::SeqCst));
+}
+
+/// Read-only memory takes no write rights, and the CPU cannot write it through the region.
+pub fn read_only_memory_refuses_write_rights(dev: &Device) {
+    let r = Rig::new(dev);
+    static RO: &[u8] = b"constant";
+    for w in [
+        Access::LOCAL_WRITE,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        RIGHTS,
+    ] {
+        match r.pd.register(RO, w) {
+            Err(Refused {
+                value,
+                error: Error::ReadOnlyBuffer { access },
+            }) => {
+                assert_eq!(access, w);
+                assert_eq!(value, RO, "the buffer comes back");
+            }
+            other => panic!("{w}: {other:?}"),
+        }
+    }
+    let mr = r.pd.register(RO, Access::REMOTE_READ).unwrap();
+    assert!(matches!(
+        mr.write(0, b"x"),
+        Err(Error::ReadOnlyBuffer { .. })
+    ));
+    assert_eq!(bytes(&mr, 0, 8), b"constant");
+    // An empty buffer is refused and given back.
+    match r.pd.register(Vec::<u8>::new(), Access::NONE) {
+        Err(Refused {
+            value,
+            error: Error::InvalidParameter { .. },
+        }) => assert!(value.is_empty()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `into_buffer` asks for the type the region holds.
+pub fn into_buffer_checks_the_type(dev: &Device) {
+    let r = Rig::new(dev);
+    let mr = r.pd.register(vec![1u8; 8], Access::NONE).unwrap();
+    assert!(mr.holds::<Vec<u8>>() && !mr.holds::<Box<[u8]>>());
+    let mr = match mr.into_buffer::<Box<[u8]>>() {
+        Err(Refused {
+            value,
+            error: Error::BufferType { holds, .. },
+        }) => {
+            assert!(holds.contains("Vec"), "{holds}");
+            value
+        }
+        other => panic!("{other:?}"),
+    };
+    mr.write(0, b"ok").unwrap(); // still a live region
+    let v: Vec<u8> = mr.into_buffer().unwrap().try_take().unwrap();
+    assert_eq!(&v[..], &[b'o', b'k', 1, 1, 1, 1, 1, 1]);
+    let own = r.pd.alloc_mr(64, Access::NONE).unwrap();
+    assert!(matches!(
+        own.into_buffer::<Vec<u8>>(),
+        Err(Refused {
+            error: Error::BufferType { .. },
+            ..
+        })
+    ));
+}
+
+/// A `Vec` registers its length, not its capacity: the key checks and bounds apply to it.
+pub fn a_vec_registers_its_length_only(dev: &Device) {
+    let mut r = Rig::new(dev);
+    let mut v = Vec::with_capacity(4096);
+    v.resize(16, 7u8);
+    let src = r.pd.register(v, Access::NONE).unwrap();
+    assert_eq!(src.len(), 16);
+    assert!(src.sge(0, 17).is_err());
+    let dst = r.pd.alloc_mr(4096, RIGHTS).unwrap();
+    // Past its length (inside the capacity): a local protection error from the device.
+    let past = Sge {
+        addr: src.addr(),
+        len: 32,
+        lkey: src.lkey(),
+    };
+    r.a.write(&[past], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
+    let c = r.wait(false, 1)[0];
+    assert_eq!(c.status, WcStatus::LocProtErr, "{c:?}");
+}
+
+/// The `unsafe` form: memory owned elsewhere, given back as a `RawBuffer` when the device
+/// is done with it.
+pub fn raw_registration(dev: &Device) {
+    let mut r = Rig::new(dev);
+    let mut mine = vec![0u8; 256].into_boxed_slice();
+    let ptr = mine.as_mut_ptr();
+    // SAFETY: `mine` stays alive and untouched until the RawBuffer comes back below.
+    let dst = unsafe { r.pd.register_raw(ptr, 256, true, RIGHTS) }.unwrap();
+    let src = r.pd.register(b"raw!".to_vec(), Access::NONE).unwrap();
+    r.a.write(
+        &[src.sge(0, 4).unwrap()],
+        dst.remote(8).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let mut pending = dst.into_buffer::<RawBuffer>().unwrap();
+    assert!(pending.try_take().is_none(), "the write is outstanding");
+    r.ok(1);
+    let raw = pending.try_take().unwrap();
+    assert_eq!((raw.as_ptr(), raw.len()), (ptr, 256));
+    assert_eq!(&mine[8..12], b"raw!");
+    // SAFETY: null is refused before anything else.
+    let null = unsafe {
+        r.pd.register_raw(std::ptr::null_mut(), 8, true, Access::NONE)
+    };
+    assert!(matches!(null, Err(Error::InvalidParameter { .. })));
+}
+
+/// Huge pages, or the error naming the sysctl when there are none; the fallback registers
+/// either way and says what it got.
+pub fn huge_pages_or_the_sysctl(dev: &Device) {
+    let mut r = Rig::new(dev);
+    let free2m = free_huge_pages("hugepages-2048kB");
+    match HugePages::new(3 << 20, PageSize::Huge2M) {
+        Ok(h) => {
+            assert!(free2m >= 2, "got huge pages with {free2m} free");
+            assert_eq!((h.len(), h.page_size()), (4 << 20, PageSize::Huge2M));
+            assert_eq!(h.as_ptr() as usize % (2 << 20), 0, "2 MiB aligned");
+            println!("2 MiB huge pages: mapped and registered");
+        }
+        Err(Error::NoHugePages {
+            page_size,
+            len,
+            sysctl,
+        }) => {
+            assert!(free2m < 2, "{free2m} free pages, still refused");
+            assert_eq!((page_size, len), (2 << 20, 4 << 20));
+            assert!(sysctl.contains("vm.nr_hugepages"), "{sysctl}");
+            println!("2 MiB huge pages: none reserved ({sysctl})");
+        }
+        Err(e) => panic!("{e}"),
+    }
+    match HugePages::new(1, PageSize::Huge1G) {
+        Ok(h) => assert_eq!(h.page_size(), PageSize::Huge1G),
+        Err(Error::NoHugePages { sysctl, .. }) => {
+            assert!(
+                sysctl.contains("hugepages-1048576kB/nr_hugepages"),
+                "{sysctl}"
+            )
+        }
+        Err(e) => panic!("{e}"),
+    }
+    let h = HugePages::new_or_normal(1 << 20, PageSize::Huge2M).unwrap();
+    let expect = if free2m >= 1 {
+        PageSize::Huge2M
+    } else {
+        PageSize::Normal
+    };
+    assert_eq!(h.page_size(), expect);
+    let got = h.page_size();
+    let mr = r.pd.register(h, RIGHTS).unwrap();
+    let src = r.pd.register(vec![9u8; 64], Access::NONE).unwrap();
+    r.a.write(
+        &[src.sge(0, 64).unwrap()],
+        mr.remote(4000).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(1);
+    let back: HugePages = mr.into_buffer().unwrap().try_take().unwrap();
+    assert_eq!(back.page_size(), got);
+    // SAFETY: the mapping is ours again and nothing else touches it.
+    let seen = unsafe { std::slice::from_raw_parts(back.as_ptr().add(4000), 64) };
+    assert!(seen.iter().all(|&b| b == 9));
+    assert!(matches!(
+        HugePages::new(0, PageSize::Huge2M),
+        Err(Error::InvalidParameter { .. })
+    ));
+}
+
+/// Free huge pages of one size (0 when the system does not list the size).
+pub fn free_huge_pages(dir: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/{dir}/free_hugepages"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A file mapped read-only serves reads and refuses write rights; a writable map receives
+/// writes that reach the file. `dir` is where the file goes (tmpfs in the VM).
+pub fn mapped_files(dev: &Device, dir: &std::path::Path) {
+    use std::io::Write;
+    let mut r = Rig::new(dev);
+    let path = dir.join(format!("blueflame-map-{}", std::process::id()));
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&[b'f'; 8192]).unwrap();
+    drop(f);
+    let ro = MappedFile::map(&std::fs::File::open(&path).unwrap(), false).unwrap();
+    let ro = match r
+        .pd
+        .register(ro, Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+    {
+        Err(Refused {
+            value,
+            error: Error::ReadOnlyBuffer { .. },
+        }) => value,
+        other => panic!("{other:?}"),
+    };
+    let ro = r.pd.register(ro, Access::REMOTE_READ).unwrap();
+    let dst = r.pd.alloc_mr(64, RIGHTS).unwrap();
+    r.a.read(
+        &[dst.sge(0, 16).unwrap()],
+        ro.remote(8000).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(1);
+    assert_eq!(bytes(&dst, 0, 16), [b'f'; 16]);
+    drop(ro);
+    let rw = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let rw = MappedFile::map(&rw, true).unwrap();
+    assert!(rw.writable());
+    let rw = r.pd.register(rw, RIGHTS);
+    match rw {
+        Ok(rw) => {
+            dst.write(0, b"written by RDMA").unwrap();
+            r.a.write(
+                &[dst.sge(0, 15).unwrap()],
+                rw.remote(100).unwrap(),
+                2,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+            r.ok(2);
+            let m: MappedFile = rw.into_buffer().unwrap().try_take().unwrap();
+            drop(m);
+            let content = std::fs::read(&path).unwrap();
+            assert_eq!(&content[100..115], b"written by RDMA");
+            println!("writable shared file mapping: registered, written");
+        }
+        // Kernels that refuse long-term write pins of file pages (6.5+ outside shmem).
+        Err(Refused { error, .. }) => println!("writable shared file mapping refused: {error}"),
+    }
+    let empty = dir.join(format!("blueflame-empty-{}", std::process::id()));
+    std::fs::File::create(&empty).unwrap();
+    assert!(matches!(
+        MappedFile::map(&std::fs::File::open(&empty).unwrap(), false),
+        Err(Error::InvalidParameter { .. })
+    ));
+    let _ = std::fs::remove_file(&empty);
+    let _ = std::fs::remove_file(&path);
+}
