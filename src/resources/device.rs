@@ -262,6 +262,7 @@ impl Device {
     /// software NIC its [`mlx5::sim::MemoryCaps`] in the same bits (explicit RC on-demand
     /// paging, every operation; no implicit).
     pub fn odp_caps(&self) -> verbs::device::OdpCaps {
+        #[cfg(feature = "sim")]
         use verbs::device::OdpCaps;
         match &self.backend {
             #[cfg(feature = "sim")]
@@ -482,6 +483,7 @@ impl Pd {
     /// on-demand (not pinned).
     ///
     /// ```
+    /// # #[cfg(feature = "sim")] fn main() {
     /// use blueflame::{Access, Device, PostFlags, QpCaps};
     /// let dev = Device::sim_stepped();
     /// let pd = dev.alloc_pd().unwrap();
@@ -494,6 +496,8 @@ impl Pd {
     /// dev.process();
     /// let back: Box<[u8]> = dst.into_buffer().unwrap().try_take().unwrap();
     /// assert_eq!(&back[..10], b"from a Vec");
+    /// # }
+    /// # #[cfg(not(feature = "sim"))] fn main() {}
     /// ```
     ///
     /// Borrowed memory (`&mut [u8]` for a scope) is not offered: a request holds plain keys,

@@ -339,6 +339,7 @@ impl MemoryRegion {
     /// or dropped).
     ///
     /// ```
+    /// # #[cfg(feature = "sim")] fn main() {
     /// use blueflame::{Access, Device};
     /// let dev = Device::sim_stepped();
     /// let pd = dev.alloc_pd().unwrap();
@@ -347,6 +348,8 @@ impl MemoryRegion {
     /// let mut pending = mr.into_buffer::<Vec<u8>>().unwrap();
     /// let buf = pending.try_take().expect("nothing was in flight");
     /// assert_eq!(&buf[..6], b"hello\x07");
+    /// # }
+    /// # #[cfg(not(feature = "sim"))] fn main() {}
     /// ```
     ///
     /// # Errors
