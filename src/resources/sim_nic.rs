@@ -70,6 +70,13 @@ impl<'a> SimNic<'a> {
         self.nic.cq_arm_stats(cqn)
     }
 
+    /// Arms count only entries written after them, as the IB specification (and rxe) allow,
+    /// instead of a ConnectX's entries past the armed consumer index (see
+    /// [`Nic::set_arm_next_only`]; it frees nothing).
+    pub fn set_arm_next_only(&self, next_only: bool) {
+        self.nic.set_arm_next_only(next_only)
+    }
+
     /// Puts a CQ in error as an overrun or a ring the device cannot write does, with the
     /// asynchronous event (fault injection: blueflame's accounting never overruns a CQ).
     ///

@@ -342,6 +342,26 @@ void hdrcheck_set_raddr_seg(uint8_t *out, uint64_t raddr, uint32_t rkey)
 	memcpy(out, &seg, sizeof(seg));
 }
 
+/* The CQ arm request as rdma-core's cq.c mlx5_arm_cq builds it from the header's
+ * MLX5_CQ_DB_REQ_NOT(_SOL): the doorbell-record arm word (big-endian) into rec[0..4], the
+ * 64-bit doorbell (htobe64, as written to cq_uar + MLX5_CQ_DOORBELL) into db[0..8]. */
+void hdrcheck_cq_arm(uint8_t *rec, uint8_t *db, uint32_t arm_sn, int solicited,
+		     uint32_t cons_index, uint32_t cqn)
+{
+	uint32_t sn = arm_sn & 3;
+	uint32_t ci = cons_index & 0xffffff;
+	uint32_t cmd = solicited ? MLX5_CQ_DB_REQ_NOT_SOL : MLX5_CQ_DB_REQ_NOT;
+	uint64_t doorbell = sn << 28 | cmd | ci;
+	__be32 word = htobe32(sn << 28 | cmd | ci);
+	__be64 be;
+
+	doorbell <<= 32;
+	doorbell |= cqn;
+	be = htobe64(doorbell);
+	memcpy(rec, &word, 4);
+	memcpy(db, &be, 8);
+}
+
 /* struct mlx5_wqe_atomic_seg. */
 void hdrcheck_set_atomic_seg(uint8_t *out, uint64_t swap_add, uint64_t compare)
 {

@@ -63,6 +63,14 @@ extern "C" {
         op_own: u8,
     );
     fn hdrcheck_wc_status_of_syndrome(syndrome: u8) -> u32;
+    fn hdrcheck_cq_arm(
+        rec: *mut u8,
+        db: *mut u8,
+        arm_sn: u32,
+        solicited: core::ffi::c_int,
+        cons_index: u32,
+        cqn: u32,
+    );
 }
 
 /// Every `(name, value)` pair the C compiler produced from the headers, in table order.
@@ -200,6 +208,25 @@ pub fn set_raddr_seg(raddr: u64, rkey: u32) -> [u8; 16] {
     // `out` (16 writable bytes) and keeps no pointer.
     unsafe { hdrcheck_set_raddr_seg(out.as_mut_ptr(), raddr, rkey) };
     out
+}
+
+/// A CQ arm request as rdma-core's `mlx5_arm_cq` builds it: the doorbell record's arm word
+/// and the 64-bit doorbell, as the bytes written to memory.
+pub fn cq_arm(arm_sn: u32, solicited: bool, cons_index: u32, cqn: u32) -> ([u8; 4], [u8; 8]) {
+    let (mut rec, mut db) = ([0u8; 4], [0u8; 8]);
+    // SAFETY: the C function writes 4 bytes through `rec` and 8 through `db` (both that
+    // large) and keeps no pointer.
+    unsafe {
+        hdrcheck_cq_arm(
+            rec.as_mut_ptr(),
+            db.as_mut_ptr(),
+            arm_sn,
+            solicited as core::ffi::c_int,
+            cons_index,
+            cqn,
+        )
+    };
+    (rec, db)
 }
 
 /// `struct mlx5_wqe_atomic_seg` filled by member name.

@@ -785,3 +785,27 @@ mod syndrome {
         remote_aborted: "MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR" => "IBV_WC_REM_ABORT_ERR",
     }
 }
+
+/// The CQ arm request (arm word and doorbell) against rdma-core's `mlx5_arm_cq`, built from
+/// the header's `MLX5_CQ_DB_REQ_NOT` / `MLX5_CQ_DB_REQ_NOT_SOL`.
+#[test]
+fn cq_arm_words_match_mlx5_arm_cq() {
+    use mlx5::doorbell::CqArm;
+    for sn in [0, 1, 2, 3, 4, 7] {
+        for solicited in [false, true] {
+            for ci in [0, 1, 0x7f_ffff, 0xff_ffff, 0x100_0000, u32::MAX] {
+                for cqn in [0x80, 0x12_3456, 0xff_ffff] {
+                    let arm = CqArm {
+                        sn: sn & 3,
+                        solicited,
+                        ci: ci & 0xff_ffff,
+                    };
+                    let (rec, db) = c::cq_arm(sn, solicited, ci, cqn);
+                    assert_eq!(arm.word().to_be_bytes(), rec, "sn {sn} ci {ci:#x}");
+                    assert_eq!(arm.doorbell(cqn).to_be_bytes(), db, "sn {sn} ci {ci:#x}");
+                    assert_eq!(CqArm::from_word(u32::from_be_bytes(rec)), arm);
+                }
+            }
+        }
+    }
+}

@@ -63,6 +63,8 @@ pub(crate) struct ArmState {
     armed: Option<Armed>,
     /// The index of the last solicited or error entry written (for an arm that comes after it).
     last_solicited: Option<u32>,
+    /// The entries written when the NIC last looked at the register.
+    pi_seen: u32,
     sink: Option<Arc<dyn CqEventSink>>,
     /// Events raised and not yet handed to the sink.
     undelivered: u32,
@@ -76,6 +78,7 @@ impl ArmState {
             sn: 0,
             armed: None,
             last_solicited: None,
+            pi_seen: 0,
             sink: None,
             undelivered: 0,
             stats: ArmStats::default(),
@@ -104,19 +107,40 @@ impl ArmState {
         Some(u64::from_be(reg.swap(0, Ordering::Acquire)))
     }
 
-    /// Reads an arm doorbell, if one was written: `record` is the arm word in the doorbell
-    /// record, `pi` the entries written so far, `cnt` the ring size.
-    pub(crate) fn look(&mut self, cqn: u32, record: u32, pi: u32, cnt: u32) {
+    /// Whether a doorbell waits in the register.
+    fn doorbell_pending(&self) -> bool {
+        // SAFETY: as in `take_doorbell`.
+        let reg = unsafe { &*(self.uar.ptr().add(CQ_DOORBELL) as *const AtomicU64) };
+        reg.load(Ordering::Relaxed) != 0
+    }
+
+    /// Reads an arm doorbell, if one was written: `record` reads the arm word of the
+    /// doorbell record (after the doorbell: the driver writes the record first), `pi` the
+    /// entries written so far, `cnt` the ring size.
+    /// `next_only`: entries written before the doorbell do not count (the IB specification's
+    /// minimum, what rxe does), instead of a ConnectX's "entries past the armed consumer
+    /// index". The NIC knows only that the doorbell came after its previous look (the
+    /// register was empty then): entries written since that look count, the older ones not.
+    pub(crate) fn look(
+        &mut self,
+        cqn: u32,
+        record: impl Fn() -> u32,
+        (pi, cnt): (u32, u32),
+        next_only: bool,
+    ) {
+        let since = std::mem::replace(&mut self.pi_seen, pi);
         let Some(db) = self.take_doorbell() else {
             return;
         };
+        let record = record();
         let (word, target) = split_cq_doorbell(db);
         if target != cqn {
             self.stats.wrong_cqn += 1;
             return;
         }
         self.stats.arms += 1;
-        if record != word {
+        // A record newer than this doorbell belongs to the next one, already in the register.
+        if record != word && !self.doorbell_pending() {
             self.stats.record_mismatches += 1;
         }
         let arm = CqArm::from_word(word);
@@ -127,15 +151,24 @@ impl ArmState {
         self.armed = Some(Armed {
             solicited: arm.solicited,
         });
-        // Entries already past the armed consumer index raise the event at once.
-        let past = pi.wrapping_sub(arm.ci) & 0xff_ffff;
-        if past == 0 || past > cnt {
+        // Entries already past the armed consumer index raise the event at once (in
+        // `next_only` mode, those written since the previous look).
+        let mut from = arm.ci;
+        let past = pi.wrapping_sub(from) & 0xff_ffff;
+        if past > cnt {
+            return;
+        }
+        if next_only && since.wrapping_sub(from) & 0xff_ffff <= past {
+            from = since;
+        }
+        let past = pi.wrapping_sub(from) & 0xff_ffff;
+        if past == 0 {
             return;
         }
         let fire = !arm.solicited
             || self
                 .last_solicited
-                .is_some_and(|s| s.wrapping_sub(arm.ci) & 0xff_ffff < past);
+                .is_some_and(|s| s.wrapping_sub(from) & 0xff_ffff < past);
         if fire {
             self.fire();
         }
@@ -192,22 +225,65 @@ mod tests {
         }
         .word();
         ring(&a, w, 0x80);
-        a.look(0x80, w, 0, 8);
+        a.look(0x80, || w, (0, 8), false);
         assert_eq!(a.stats.arms, 1);
         a.on_entry(0, false);
         a.on_entry(1, false);
         assert_eq!(a.stats.events, 1, "one event per arm");
         // The same sequence number again: stale, dropped.
         ring(&a, w, 0x80);
-        a.look(0x80, w, 2, 8);
+        a.look(0x80, || w, (2, 8), false);
         a.on_entry(2, false);
         assert_eq!((a.stats.stale_arms, a.stats.events), (1, 1));
         // Advanced: armed; entries past ci 2 exist, so the event comes at once.
         let w = cq_arm(1, CQ_DB_REQ_NOT, 2);
         ring(&a, w, 0x80);
-        a.look(0x80, w, 3, 8);
+        a.look(0x80, || w, (3, 8), false);
         assert_eq!(a.stats.events, 2);
         assert!(a.take_undelivered().is_none(), "no sink");
+    }
+
+    #[test]
+    fn next_only_arms_count_entries_since_the_previous_look() {
+        let mut a = ArmState::new();
+        // Two entries written, the NIC looks (no doorbell), one more entry, then the arm
+        // doorbell with ci 0: only the entry written since the look counts, and fires.
+        a.look(0x80, || 0, (2, 8), true);
+        let w = CqArm {
+            sn: 0,
+            solicited: true,
+            ci: 0,
+        }
+        .word();
+        a.on_entry(2, false);
+        ring(&a, w, 0x80);
+        a.look(0x80, || w, (3, 8), true);
+        assert_eq!(
+            a.stats.events, 0,
+            "entry 2 is not solicited, 0 and 1 came before"
+        );
+        // The same with a solicited entry before the look: it does not count.
+        let mut a = ArmState::new();
+        a.on_entry(0, true);
+        a.look(0x80, || 0, (1, 8), true);
+        ring(&a, w, 0x80);
+        a.look(0x80, || w, (1, 8), true);
+        assert_eq!(a.stats.events, 0);
+        // In ConnectX mode it does.
+        let mut a = ArmState::new();
+        a.on_entry(0, true);
+        a.look(0x80, || 0, (1, 8), false);
+        ring(&a, w, 0x80);
+        a.look(0x80, || w, (1, 8), false);
+        assert_eq!(a.stats.events, 1);
+        // Any entry since the previous look fires a next-only arm.
+        let mut a = ArmState::new();
+        a.look(0x80, || 0, (1, 8), true);
+        a.on_entry(1, false);
+        let any = cq_arm(0, CQ_DB_REQ_NOT, 0);
+        ring(&a, any, 0x80);
+        a.look(0x80, || any, (2, 8), true);
+        assert_eq!(a.stats.events, 1);
     }
 
     #[test]
@@ -220,7 +296,7 @@ mod tests {
         }
         .word();
         ring(&a, w, 0x81);
-        a.look(0x81, 0, 0, 8);
+        a.look(0x81, || 0, (0, 8), false);
         assert_eq!(a.stats.record_mismatches, 1);
         a.on_entry(0, false);
         assert_eq!(a.stats.events, 0);
@@ -228,7 +304,7 @@ mod tests {
         assert_eq!(a.stats.events, 1);
         // A doorbell naming another CQ is not an arm of this one.
         ring(&a, cq_arm(1, 0, 2), 0x99);
-        a.look(0x81, cq_arm(1, 0, 2), 2, 8);
+        a.look(0x81, || cq_arm(1, 0, 2), (2, 8), false);
         assert_eq!(a.stats.wrong_cqn, 1);
         // A solicited arm after a solicited entry already written past ci fires at once;
         // one before ci does not.
@@ -239,7 +315,7 @@ mod tests {
         }
         .word();
         ring(&a, w, 0x81);
-        a.look(0x81, w, 2, 8);
+        a.look(0x81, || w, (2, 8), false);
         assert_eq!(a.stats.events, 1);
         a.on_entry(2, false);
         let w = CqArm {
@@ -249,7 +325,7 @@ mod tests {
         }
         .word();
         ring(&a, w, 0x81);
-        a.look(0x81, w, 3, 8);
+        a.look(0x81, || w, (3, 8), false);
         assert_eq!(a.stats.events, 2, "entry 1 is solicited and past ci 0");
     }
 }

@@ -72,16 +72,14 @@ impl SimCq {
         unsafe { dma::load_be32((self.dbrec.ptr() as *const u32).add(CQ_SET_CI)) }
     }
 
-    /// The arm word the driver last wrote to the doorbell record.
-    fn arm_record(&self) -> u32 {
-        // SAFETY: as in `ci`; slot CQ_ARM_DB is aligned.
-        unsafe { dma::load_be32((self.dbrec.ptr() as *const u32).add(CQ_ARM_DB)) }
-    }
-
     /// Reads an arm doorbell the driver wrote since the last look, if any.
-    pub(crate) fn look_at_arm(&mut self) {
-        let record = self.arm_record();
-        self.arm.look(self.cqn, record, self.pi, self.cqe_cnt);
+    pub(crate) fn look_at_arm(&mut self, next_only: bool) {
+        let rec = self.dbrec.ptr() as *const u32;
+        // SAFETY: the doorbell record is a live 64-byte DmaBuf (owned by `self`, which the
+        // closure does not outlive); slot CQ_ARM_DB is aligned.
+        let record = || unsafe { dma::load_be32(rec.add(CQ_ARM_DB)) };
+        self.arm
+            .look(self.cqn, record, (self.pi, self.cqe_cnt), next_only);
     }
 
     /// Entries written and not yet consumed.

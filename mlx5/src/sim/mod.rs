@@ -227,6 +227,8 @@ pub(crate) struct State {
     pub(crate) events: std::collections::VecDeque<AsyncEvent>,
     /// What registration can do.
     memory_caps: MemoryCaps,
+    /// Arms count only entries written after them ([`Nic::set_arm_next_only`]).
+    arm_next_only: bool,
 }
 
 /// How many objects of each kind a software NIC may hold at once. The defaults are the
@@ -345,6 +347,7 @@ impl Nic {
                     uars: uar::Uars::new(uars),
                     events: std::collections::VecDeque::new(),
                     memory_caps: MemoryCaps::default(),
+                    arm_next_only: false,
                 }),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
@@ -918,6 +921,14 @@ impl Nic {
         Ok(())
     }
 
+    /// Whether an arm counts only the entries written after the NIC reads it (the IB
+    /// specification's minimum, what rxe does) instead of every entry past the armed
+    /// consumer index, as a ConnectX does (the default). A driver must poll once more after
+    /// arming to be right on both; this mode catches one that does not.
+    pub fn set_arm_next_only(&self, next_only: bool) {
+        self.st().arm_next_only = next_only;
+    }
+
     /// What the NIC saw of a CQ's arm requests and events (None for an unknown CQ).
     pub fn cq_arm_stats(&self, cqn: u32) -> Option<ArmStats> {
         self.st().cqs.get(&cqn).map(|c| c.arm.stats)
@@ -948,14 +959,15 @@ impl Nic {
     pub fn process(&self) -> usize {
         let mut st = self.st();
         // Arm doorbells first: an arm written before the WQEs' doorbells sees their entries.
+        let next_only = st.arm_next_only;
         for cq in st.cqs.values_mut() {
-            cq.look_at_arm();
+            cq.look_at_arm(next_only);
         }
         let qpns: Vec<u32> = st.qps.keys().copied().collect();
         let n = qpns.into_iter().map(|q| st.run_qp(q)).sum();
         // And after: an arm written while the WQEs ran is not left for the next pass.
         for cq in st.cqs.values_mut() {
-            cq.look_at_arm();
+            cq.look_at_arm(next_only);
         }
         st.note_cq_errors();
         if !st.threaded {
