@@ -195,6 +195,10 @@ fn main() {
             }
             return;
         }
+        Some("-h" | "--help" | "help") => {
+            println!("{}", opts::USAGE);
+            return;
+        }
         Some("write-lat") => Test::Lat(lat::Lat::Write, "write_lat"),
         Some("read-lat") => Test::Lat(lat::Lat::Read, "read_lat"),
         Some("send-lat") => Test::Lat(lat::Lat::Send, "send_lat"),

@@ -200,3 +200,77 @@ pub fn vm_summary(log: &str, exes: &[(String, PathBuf)]) -> bool {
     }
     ok
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exes() -> Vec<(String, PathBuf)> {
+        EXAMPLES
+            .iter()
+            .map(|n| (n.to_string(), PathBuf::from(format!("/t/examples/{n}"))))
+            .collect()
+    }
+
+    #[test]
+    fn the_vm_runs_every_example_and_both_pairs_on_rxe0() {
+        let cmd = vm_commands(&exes());
+        for n in EXAMPLES {
+            assert!(cmd.contains(&format!("=== example {n}'")), "{n} missing");
+        }
+        // Server and client are two processes, the client pointed at rxe0's address.
+        assert!(cmd.contains("/t/examples/pingpong --server --iters 200 & s=$!"));
+        assert!(cmd.contains("/t/examples/pingpong --client $BLUEFLAME_SERVER_ADDR --iters 200"));
+        assert!(
+            cmd.contains("/t/examples/cm --server & s=$!; timeout 300 /t/examples/cm --client;")
+        );
+        // A failure of either side marks the run failed and the stage's exit code.
+        assert_eq!(cmd.matches("rc=1").count(), EXAMPLES.len() + 2);
+        assert!(cmd.contains("wait $s; s=$?; [ $c = 0 ] && [ $s = 0 ]"));
+    }
+
+    #[test]
+    fn the_summary_fails_on_a_failed_or_missing_run() {
+        let run = |name: &str, ok: bool| {
+            format!(
+                "=== example {name}\nsome output\n{}\n",
+                if ok { "EXAMPLE OK" } else { "EXAMPLE FAILED" }
+            )
+        };
+        let names = [
+            "pingpong",
+            "cm",
+            "window",
+            "batch",
+            "pingpong --server / --client",
+            "cm --server / --client",
+        ];
+        let all: String = names.iter().map(|n| run(n, true)).collect();
+        assert!(vm_summary(&all, &exes()));
+        let one_failed: String = names.iter().map(|n| run(n, *n != "window")).collect();
+        assert!(!vm_summary(&one_failed, &exes()));
+        let one_missing: String = names[1..].iter().map(|n| run(n, true)).collect();
+        assert!(!vm_summary(&one_missing, &exes()));
+        // "EXAMPLE OK" in another line's text is not a pass.
+        let fake = all.replace(
+            "EXAMPLE OK\n=== example batch",
+            "echo EXAMPLE OK\n=== example batch",
+        );
+        assert!(!vm_summary(&fake, &exes()));
+        assert!(!vm_summary("", &exes()));
+    }
+
+    #[test]
+    fn json_fields_are_read_from_cargo_messages() {
+        let l = r#"{"reason":"compiler-artifact","target":{"kind":["example"],"name":"batch"},"executable":"/w/target/debug/examples/batch"}"#;
+        assert_eq!(
+            field(l, l.find("\"target\":{").unwrap(), "name").as_deref(),
+            Some("batch")
+        );
+        assert_eq!(
+            field(l, 0, "executable").as_deref(),
+            Some("/w/target/debug/examples/batch")
+        );
+        assert_eq!(field(l, 0, "missing"), None);
+    }
+}
