@@ -276,11 +276,17 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
         return false;
     };
     println!("{log}");
-    let mut ok = code == 0;
     println!("xtask: rxe stage summary:");
+    summary(&log, bins.len(), examples) && code == 0
+}
+
+/// Reads the device stage's log: `bins` test binaries (each must have run tests and skipped
+/// none), then the examples' runs ([`crate::examples::vm_summary`]). Prints one line each.
+fn summary(log: &str, bins: usize, examples: &[(String, PathBuf)]) -> bool {
+    let mut ok = true;
     let (tests_log, examples_log) = log
         .split_once("=== example ")
-        .map_or((log.as_str(), String::new()), |(t, e)| {
+        .map_or((log, String::new()), |(t, e)| {
             (t, format!("=== example {e}"))
         });
     for part in tests_log.split("=== ").skip(1) {
@@ -303,7 +309,7 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
             ok = false;
         }
     }
-    if tests_log.split("=== ").count() - 1 != bins.len() {
+    if tests_log.split("=== ").count() - 1 != bins {
         eprintln!("xtask: not every device-test binary ran in the VM");
         ok = false;
     }
@@ -321,4 +327,60 @@ pub fn examples_stage(examples: &[(String, PathBuf)]) -> bool {
     println!("{log}");
     println!("xtask: examples on rxe0:");
     crate::examples::vm_summary(&log, examples) && code == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn examples() -> Vec<(String, PathBuf)> {
+        crate::examples::EXAMPLES
+            .iter()
+            .map(|n| (n.to_string(), PathBuf::from(n)))
+            .collect()
+    }
+
+    fn examples_log(failed: Option<&str>) -> String {
+        let mut names: Vec<String> = crate::examples::EXAMPLES
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        names.push("pingpong --server / --client".into());
+        names.push("cm --server / --client".into());
+        names
+            .iter()
+            .map(|n| {
+                let verdict = if Some(n.as_str()) == failed {
+                    "EXAMPLE FAILED"
+                } else {
+                    "EXAMPLE OK"
+                };
+                format!("=== example {n}\n{verdict}\n")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_stage_needs_every_test_binary_and_every_example() {
+        let tests = "=== rxe_a-1\ntest result: ok. 3 passed; 0 failed\n=== rxe_b-2\ntest result: ok. 1 passed; 0 failed\n";
+        let ex = examples();
+        assert!(summary(&format!("{tests}{}", examples_log(None)), 2, &ex));
+        // A failed example, or no examples at all, fails the stage.
+        assert!(!summary(
+            &format!("{tests}{}", examples_log(Some("window"))),
+            2,
+            &ex
+        ));
+        assert!(!summary(tests, 2, &ex));
+        // A binary that ran no test or skipped, or a missing binary, fails it too.
+        let none = tests.replace("1 passed", "0 passed");
+        assert!(!summary(&format!("{none}{}", examples_log(None)), 2, &ex));
+        let skipped = tests.replace("=== rxe_b-2\n", "=== rxe_b-2\nSKIPPED\n");
+        assert!(!summary(
+            &format!("{skipped}{}", examples_log(None)),
+            2,
+            &ex
+        ));
+        assert!(!summary(&format!("{tests}{}", examples_log(None)), 3, &ex));
+    }
 }
