@@ -14,6 +14,8 @@
 #[cfg(all(doctest, feature = "sim"))]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "tokio")]
+mod async_cq;
 pub mod cm;
 pub mod completion;
 pub mod connect;
@@ -25,6 +27,8 @@ pub mod mlx5_env;
 pub mod resources;
 pub mod verbs;
 
+#[cfg(feature = "tokio")]
+pub use async_cq::AsyncCq;
 pub use completion::{Completion, WcOpcode, WcStatus};
 pub use direct::{DoorbellMode, PostFlags};
 pub use error::{Capability, Error, QueueUnit, Refused, Result};
@@ -40,7 +44,7 @@ pub use resources::SimNic;
 pub use resources::{
     AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, Device, Endpoint,
     LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, PendingBuffer, Qp, QpCaps, RawBuffer,
-    RawParts, RegionBuffer,
+    RawParts, RegionBuffer, Spin,
 };
 pub use verbs::device::OdpCaps;
 pub use verbs::objects::Timing;

@@ -208,6 +208,12 @@ impl ChannelInner {
         token
     }
 
+    /// How many CQs complete on this channel now.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn members(&self) -> usize {
+        self.lock().members.len()
+    }
+
     /// Removes CQ `id` before it is destroyed: its events are acknowledged and forgotten.
     pub(crate) fn detach(&self, id: u32, token: u64) {
         let mut st = self.lock();

@@ -25,6 +25,7 @@ mod pending;
 mod qp;
 #[cfg(feature = "sim")]
 mod sim_nic;
+mod spin_wait;
 
 pub use buffer::{RawBuffer, RawParts, RegionBuffer};
 pub use caps::QpCaps;
@@ -41,3 +42,4 @@ pub use qp::{Batch, Endpoint, Qp};
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use sim_nic::SimNic;
+pub use spin_wait::Spin;

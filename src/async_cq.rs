@@ -1,0 +1,177 @@
+//! Completions as an async stream (feature `tokio`): [`AsyncCq`] drives a CQ's arm / poll /
+//! sleep sequence from tokio's reactor, with the completion channel's descriptor in an
+//! [`AsyncFd`].
+//!
+//! The sequence cannot lose a wake-up: a completion is looked for by polling; when there
+//! is none the CQ is armed, then polled once more (a completion that arrived before the arm
+//! raises no event); only then does the task wait for the channel to become readable. When
+//! it does, every pending event is read (each one disarms the CQ) before tokio's readiness is
+//! cleared, so an event that arrives after that read makes the descriptor readable again.
+
+use crate::error::{Error, Result};
+use crate::resources::{CompletionChannel, Cq, Notify};
+use crate::Completion;
+use core::pin::Pin;
+use core::task::{ready, Context, Poll};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// Completions polled from the ring at once (handed out one by one).
+const BATCH: usize = 16;
+
+/// A CQ whose completions are awaited: `cq.next().await` instead of a polling loop.
+///
+/// Created from a [`Cq`] made with a completion channel of its own
+/// ([`CqOptions::channel`](crate::CqOptions::channel)): `AsyncCq` reads every event of that
+/// channel and sleeps until the channel's descriptor becomes readable, which it does when the
+/// first event is queued, not for each one. A channel serving other CQs would have their
+/// events taken here, and the event of this CQ could arrive without a new readiness edge:
+/// [`AsyncCq::new`] refuses a channel that serves other CQs, and no CQ may be added to the
+/// channel, nor anyone else wait on it, while the `AsyncCq` lives. Nothing is allocated per
+/// completion; completions are polled in batches of 16 into a buffer inside. The stream
+/// never ends; errors (a failed arm, an unreadable channel) are items.
+///
+/// ```
+/// use blueflame::{AsyncCq, CqOptions, Device, PostFlags, QpCaps};
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+/// rt.block_on(async {
+///     let dev = Device::sim();
+///     let ch = dev.create_channel()?;
+///     let cq = dev.create_cq_with(&CqOptions::new(64).channel(&ch))?;
+///     let pd = dev.alloc_pd()?;
+///     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
+///     let me = qp.qpn();
+///     qp.connect(me)?; // loopback
+///     let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE | blueflame::Access::REMOTE_WRITE)?;
+///     let mut cq = AsyncCq::new(cq)?;
+///     qp.write_inline(b"hi", mr.remote(0)?, 42, PostFlags::SIGNALED)?;
+///     let c = cq.next().await?;
+///     assert_eq!((c.cookie, c.is_ok()), (42, true));
+///     Ok::<(), blueflame::Error>(())
+/// })?;
+/// # Ok::<(), blueflame::Error>(())
+/// ```
+pub struct AsyncCq {
+    cq: Cq,
+    fd: AsyncFd<CompletionChannel>,
+    buf: [Completion; BATCH],
+    head: usize,
+    len: usize,
+    /// An arm is outstanding (no event read since it was made).
+    armed: bool,
+}
+
+impl core::fmt::Debug for AsyncCq {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AsyncCq")
+            .field("cq", &self.cq)
+            .field("buffered", &(self.len - self.head))
+            .field("armed", &self.armed)
+            .finish()
+    }
+}
+
+impl AsyncCq {
+    /// Takes `cq` (created with a completion channel) and registers its channel's
+    /// descriptor with the current tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::NoChannel`] for a CQ without a completion channel;
+    /// [`Error::InvalidParameter`] when the channel serves other CQs too;
+    /// [`Error::Unsupported`] outside a tokio runtime; [`Error::Io`] when the reactor refuses
+    /// the descriptor (`EEXIST`: another `AsyncCq` of this runtime has the same channel).
+    ///
+    /// # Panics
+    /// Inside a runtime built without I/O (`enable_io`), as every tokio `AsyncFd`.
+    pub fn new(cq: Cq) -> Result<AsyncCq> {
+        let Some(ch) = cq.channel().cloned() else {
+            return Err(Error::NoChannel { cqn: cq.cqn() });
+        };
+        let members = ch.inner.members();
+        if members != 1 {
+            return Err(Error::InvalidParameter {
+                what: "AsyncCq: CQs on the channel (it must serve this CQ alone)",
+                value: members as u64,
+            });
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Unsupported(
+                "AsyncCq::new outside a tokio runtime (call it from a task or block_on)",
+            ));
+        }
+        let fd = AsyncFd::with_interest(ch, Interest::READABLE).map_err(Error::Io)?;
+        Ok(AsyncCq {
+            cq,
+            fd,
+            buf: [Completion::default(); BATCH],
+            head: 0,
+            len: 0,
+            armed: false,
+        })
+    }
+
+    /// The next completion, waiting (without blocking the thread) until there is one.
+    ///
+    /// # Errors
+    /// Arming the CQ or reading its channel failed.
+    pub async fn next(&mut self) -> Result<Completion> {
+        core::future::poll_fn(|cx| self.poll_completion(cx)).await
+    }
+
+    /// The next completion if there is one; otherwise arms the CQ and registers `cx` to be
+    /// woken by its channel.
+    ///
+    /// # Errors
+    /// Arming the CQ or reading its channel failed.
+    pub fn poll_completion(&mut self, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
+        loop {
+            if self.head < self.len {
+                let c = self.buf[self.head];
+                self.head += 1;
+                return Poll::Ready(Ok(c));
+            }
+            self.cq.dev.process();
+            let n = self.cq.poll(&mut self.buf);
+            if n > 0 {
+                (self.head, self.len) = (0, n);
+                continue;
+            }
+            if !self.armed {
+                // Arm, then poll again: a completion written before the arm raises no event.
+                self.cq.arm(Notify::Any)?;
+                self.armed = true;
+                continue;
+            }
+            let mut guard = match ready!(self.fd.poll_read_ready(cx)) {
+                Ok(g) => g,
+                Err(e) => return Poll::Ready(Err(Error::Io(e))),
+            };
+            // Read every pending event before clearing tokio's readiness: one arriving after
+            // this loop makes the descriptor readable again.
+            while guard.get_inner().try_event()?.is_some() {
+                self.armed = false;
+            }
+            guard.clear_ready();
+        }
+    }
+
+    /// The CQ (to check it, or read its counters).
+    pub fn get_ref(&self) -> &Cq {
+        &self.cq
+    }
+
+    /// Gives the CQ back. Completions already taken from the ring and not yet returned by
+    /// [`AsyncCq::next`] are returned with it.
+    pub fn into_inner(self) -> (Cq, Vec<Completion>) {
+        let rest = self.buf[self.head..self.len].to_vec();
+        (self.cq, rest)
+    }
+}
+
+impl futures_core::Stream for AsyncCq {
+    type Item = Result<Completion>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_completion(cx).map(Some)
+    }
+}

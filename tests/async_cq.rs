@@ -1,0 +1,335 @@
+//! `AsyncCq` (feature `tokio`) on the software NIC in thread mode: completions awaited on a
+//! current-thread and on a multi-thread runtime, completions racing the arm, a flush waking
+//! the task, the refusals, and no allocation per completion (a counting global allocator,
+//! as `direct_zero_alloc.rs`).
+
+use blueflame::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Counts allocations made by the current thread.
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
+const RIGHTS: Access =
+    Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
+
+/// A sender `a` (its CQ polled) and a receiver `b` whose CQ has a channel of its own.
+struct Pair {
+    dev: Device,
+    a: Qp,
+    b: Qp,
+    cq_a: Cq,
+    cq_b: Option<Cq>,
+    mr: MemoryRegion,
+}
+
+fn pair() -> Pair {
+    let dev = Device::sim();
+    let pd = dev.alloc_pd().unwrap();
+    let ch = dev.create_channel().unwrap();
+    let cq_a = dev.create_cq(256).unwrap();
+    let cq_b = dev
+        .create_cq_with(&CqOptions::new(256).channel(&ch))
+        .unwrap();
+    let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
+    let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+    a.connect(eb).unwrap();
+    b.connect(ea).unwrap();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    Pair {
+        dev,
+        a,
+        b,
+        cq_a,
+        cq_b: Some(cq_b),
+        mr,
+    }
+}
+
+impl Pair {
+    fn recv(&mut self, cookie: u64) {
+        let sge = self.mr.sge(0, 64).unwrap();
+        self.b.post_recv(&[sge], cookie).unwrap();
+    }
+
+    /// An unsignaled 8-byte send; A's CQ drained of nothing (unsignaled sends retire on
+    /// the next signaled one, every 32).
+    fn send(&mut self, i: u64) {
+        let flags = if i % 32 == 31 {
+            PostFlags::SIGNALED
+        } else {
+            PostFlags::UNSIGNALED
+        };
+        self.a
+            .send(Payload::Inline(&i.to_le_bytes()), i, flags)
+            .unwrap();
+        let mut out = [Completion::default(); 4];
+        let n = self.cq_a.poll(&mut out);
+        assert!(out[..n].iter().all(|c| c.is_ok()), "{:?}", &out[..n]);
+    }
+
+    fn async_cq(&mut self) -> AsyncCq {
+        AsyncCq::new(self.cq_b.take().unwrap()).unwrap()
+    }
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// Awaits with a deadline: a lost wake-up fails the test instead of hanging it.
+async fn next_within(cq: &mut AsyncCq) -> Completion {
+    tokio::time::timeout(Duration::from_secs(20), cq.next())
+        .await
+        .expect("no completion within 20 s: a wake-up was lost")
+        .unwrap()
+}
+
+#[test]
+fn current_thread_runtime_sees_every_receive_in_order() {
+    let mut p = pair();
+    for i in 0..64 {
+        p.recv(1000 + i);
+    }
+    let rt = current_thread();
+    rt.block_on(async {
+        let mut cq = p.async_cq();
+        // One at a time (the task sleeps for each), then bursts of 16 (several come from
+        // one wake-up).
+        for i in 0..32u64 {
+            p.send(i);
+            let c = next_within(&mut cq).await;
+            assert_eq!(
+                (c.cookie, c.opcode, c.byte_len),
+                (1000 + i, WcOpcode::Recv, 8)
+            );
+            p.recv(1064 + i);
+        }
+        for burst in 0..4u64 {
+            for k in 0..16 {
+                p.send(32 + burst * 16 + k);
+            }
+            for k in 0..16 {
+                let c = next_within(&mut cq).await;
+                assert!(c.is_ok(), "{c:?}");
+                assert_eq!(c.cookie, 1032 + burst * 16 + k);
+            }
+        }
+    });
+}
+
+#[test]
+fn multi_thread_runtime_task_races_a_sender_thread() {
+    // The task awaits on a worker thread while this thread sends with gaps of every size:
+    // completions land before, during and after the task's poll / arm / poll / sleep.
+    const N: u64 = 2000;
+    let mut p = pair();
+    for i in 0..128 {
+        p.recv(i);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap();
+    let cq = rt.block_on(async { p.async_cq() });
+    let seen = Arc::new(AtomicU64::new(0));
+    let seen2 = seen.clone();
+    let task = rt.spawn(async move {
+        let mut cq = cq;
+        for i in 0..N {
+            // Through futures_core::Stream, as a stream combinator would call it.
+            let c = tokio::time::timeout(
+                Duration::from_secs(20),
+                poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut cq), cx)),
+            )
+            .await
+            .expect("a wake-up was lost")
+            .expect("the stream never ends")
+            .unwrap();
+            assert_eq!(c.cookie, i);
+            seen2.store(i + 1, Ordering::Release);
+        }
+    });
+    let t = Instant::now();
+    let mut posted = 128;
+    for i in 0..N {
+        // At most 128 receives outstanding (the CQ's room), and one for message i.
+        loop {
+            while posted < N && posted - seen.load(Ordering::Acquire) < 128 {
+                p.recv(posted);
+                posted += 1;
+            }
+            if posted > i {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "the task stopped at {i}"
+            );
+            std::thread::yield_now();
+        }
+        for _ in 0..(i * 7919 % 3000) {
+            std::hint::spin_loop();
+        }
+        if i % 64 == 63 {
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        p.send(i);
+    }
+    rt.block_on(task).unwrap();
+}
+
+#[test]
+fn flush_after_an_error_wakes_the_task() {
+    let mut p = pair();
+    for i in 0..3 {
+        p.recv(i);
+    }
+    let rt = current_thread();
+    let mut cq = rt.block_on(async { p.async_cq() });
+    let mut b = p.b;
+    // Another thread moves B to error once the task is (most likely) asleep on the channel.
+    let failer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        b.set_error().unwrap();
+        b
+    });
+    let got = rt.block_on(async {
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let c = next_within(&mut cq).await;
+            got.push((c.cookie, c.status));
+        }
+        got
+    });
+    failer.join().unwrap();
+    assert_eq!(
+        got,
+        vec![
+            (0, WcStatus::WrFlushErr),
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr)
+        ]
+    );
+}
+
+#[test]
+fn refusals_are_typed_errors() {
+    let mut p = pair();
+    // Outside a runtime.
+    let cq = p.cq_b.take().unwrap();
+    let e = AsyncCq::new(cq).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    let rt = current_thread();
+    rt.block_on(async {
+        // A CQ without a channel.
+        let e = AsyncCq::new(p.dev.create_cq(8).unwrap()).unwrap_err();
+        assert!(matches!(e, Error::NoChannel { .. }), "{e}");
+        // A channel shared by two CQs: its readiness would not say whose event came.
+        let ch = p.dev.create_channel().unwrap();
+        let opts = CqOptions::new(8).channel(&ch);
+        let two = p.dev.create_cq_with(&opts).unwrap();
+        let e = AsyncCq::new(p.dev.create_cq_with(&opts).unwrap()).unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { value: 2, .. }), "{e}");
+        // Once the other CQ is gone the channel serves one CQ: accepted.
+        drop(two);
+        let one = AsyncCq::new(p.dev.create_cq_with(&opts).unwrap()).unwrap();
+        let (cq, rest) = one.into_inner();
+        assert!(rest.is_empty());
+        assert!(cq.channel().is_some());
+    });
+}
+
+#[test]
+fn no_allocation_per_completion() {
+    // The counter works.
+    let before = allocs();
+    drop(std::hint::black_box(vec![1u8; 10]));
+    assert_eq!(allocs() - before, 1);
+
+    const N: u64 = 2000;
+    let mut p = pair();
+    for i in 0..64 {
+        p.recv(i);
+    }
+    let rt = current_thread();
+    let slept = rt.block_on(async {
+        let mut cq = p.async_cq();
+        let mut total = 0u64;
+        let mut slept = 0u64;
+        for i in 0..N + 100 {
+            let before = allocs();
+            p.send(i);
+            // Await the completion: most of the time the task arms and sleeps.
+            let c = poll_fn(|cx| {
+                let r = cq.poll_completion(cx);
+                if r.is_pending() {
+                    slept += 1;
+                }
+                r
+            })
+            .await
+            .unwrap();
+            p.recv(i + 64);
+            if i >= 100 {
+                // The first 100 are the warm-up (the poller learns its QPs).
+                total += allocs() - before;
+            }
+            assert_eq!(c.cookie, i);
+        }
+        assert_eq!(total, 0, "allocations in {N} sends and awaited receives");
+        slept
+    });
+    // The measured path really slept (the NIC runs in its own thread, so not every time).
+    println!(
+        "the task slept on the channel {slept} times in {} completions",
+        N + 100
+    );
+    assert!(slept > 0);
+}
