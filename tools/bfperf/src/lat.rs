@@ -1,5 +1,7 @@
-//! Latency tests, as perftest's `ib_*_lat`: write and send are ping-pongs (half the round
-//! trip is reported), read and atomic time one request until its completion is polled.
+//! Latency tests, as perftest's `ib_*_lat`: write, write with immediate and send are
+//! ping-pongs (half the round trip is reported), read and atomic time one request until its
+//! completion is polled. A write is seen by the change of its last byte; a write with
+//! immediate and a send by a receive completion (which event mode sleeps for).
 
 use crate::opts::{Atomic, Opts};
 use crate::setup::{sync, Setup, Side};
@@ -12,6 +14,8 @@ use std::sync::{Arc, Barrier};
 pub enum Lat {
     /// RDMA write ping-pong.
     Write,
+    /// RDMA write with immediate ping-pong (each message consumes a receive).
+    WriteImm,
     /// RDMA read.
     Read,
     /// Send / receive ping-pong.
@@ -20,24 +24,40 @@ pub enum Lat {
     Atomic(Atomic),
 }
 
+impl Lat {
+    /// Whether each message consumes a receive at the peer (and completes there).
+    fn receives(self) -> bool {
+        matches!(self, Lat::Send | Lat::WriteImm)
+    }
+}
+
 fn tag_of(i: usize) -> u8 {
     (i % 255) as u8 + 1
 }
 
-/// Posts this side's write (or send) of `size` bytes whose last byte is `tag`.
-fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, send: bool, cookie: u64) -> Result<()> {
+/// The ping-pong message of `kind` carrying `data` (a write with immediate carries `tag` as
+/// its immediate too).
+fn message<'a>(kind: Lat, remote: Remote, data: Payload<'a>, tag: u8) -> Request<'a> {
+    match kind {
+        Lat::Send => Request::Send { data },
+        Lat::WriteImm => Request::WriteImm {
+            remote,
+            data,
+            imm: tag as u32,
+        },
+        _ => Request::Write { remote, data },
+    }
+}
+
+/// Posts this side's message of `size` bytes whose last byte is `tag`.
+fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, kind: Lat, cookie: u64) -> Result<()> {
     let peer = Remote {
         addr: s.peer.addr,
         rkey: s.peer.rkey,
     };
     if size <= o.inline as usize && size <= s.msg.len() {
         s.msg[size - 1] = tag;
-        let data = Payload::Inline(&s.msg[..size]);
-        let req = if send {
-            Request::Send { data }
-        } else {
-            Request::Write { remote: peer, data }
-        };
+        let req = message(kind, peer, Payload::Inline(&s.msg[..size]), tag);
         s.qp.post(&req, cookie, PostFlags::UNSIGNALED)
     } else {
         s.mr.write(2 * size - 1, &[tag])?;
@@ -46,12 +66,7 @@ fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, send: bool, cookie: u6
             len: size as u32,
             lkey: s.mr.lkey(),
         }];
-        let data = Payload::Sgl(&sge);
-        let req = if send {
-            Request::Send { data }
-        } else {
-            Request::Write { remote: peer, data }
-        };
+        let req = message(kind, peer, Payload::Sgl(&sge), tag);
         s.qp.post(&req, cookie, PostFlags::UNSIGNALED)
     }
 }
@@ -61,12 +76,20 @@ fn post_recv(s: &mut Side, size: usize, cookie: u64) -> Result<()> {
     s.qp.post_recv(&sge, cookie)
 }
 
-/// Waits for the next receive; send completions (moderation) are skipped by the poller.
-fn wait_recv(s: &mut Side) -> Result<()> {
+/// Waits for the next receive (a send, or a write with immediate carrying `tag`); send
+/// completions (moderation) are skipped by the poller.
+fn wait_recv(s: &mut Side, tag: u8) -> Result<()> {
+    use blueflame::WcOpcode;
     loop {
         let c = s.next_completion()?;
-        if c.opcode == blueflame::WcOpcode::Recv {
-            return Ok(());
+        match c.opcode {
+            WcOpcode::Recv => return Ok(()),
+            WcOpcode::RecvRdmaWithImm if c.imm == Some(tag as u32) => return Ok(()),
+            WcOpcode::RecvRdmaWithImm => {
+                eprintln!("bfperf: immediate {:?}, expected {tag}", c.imm);
+                std::process::exit(1);
+            }
+            _ => {}
         }
     }
 }
@@ -80,7 +103,7 @@ fn respond(
     total: usize,
     ready: &Barrier,
 ) -> Result<()> {
-    if kind == Lat::Send {
+    if kind.receives() {
         for i in 0..64.min(total) {
             post_recv(&mut s, size, i as u64)?;
         }
@@ -90,15 +113,15 @@ fn respond(
         let tag = tag_of(i);
         match kind {
             Lat::Write => s.wait_byte(size - 1, tag)?,
-            Lat::Send => {
-                wait_recv(&mut s)?;
+            Lat::Send | Lat::WriteImm => {
+                wait_recv(&mut s, tag)?;
                 if i + 64 < total {
                     post_recv(&mut s, size, (i + 64) as u64)?;
                 }
             }
             _ => return Ok(()),
         }
-        post_msg(&mut s, o, size, tag, kind == Lat::Send, i as u64)?;
+        post_msg(&mut s, o, size, tag, kind, i as u64)?;
         if kind == Lat::Write && i % 64 == 63 {
             // Only a write test may drain here: a send test's CQ also carries the next receive.
             s.drain_errors();
@@ -112,7 +135,7 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
     let total = o.warmup + o.iters;
     let mut samples = Vec::with_capacity(o.iters);
     let clock = Clock::new();
-    if kind == Lat::Send {
+    if kind.receives() {
         for i in 0..64.min(total) {
             post_recv(s, size, i as u64)?;
         }
@@ -127,16 +150,16 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
         let t0 = clock.now();
         let half = match kind {
             Lat::Write => {
-                post_msg(s, o, size, tag, false, i as u64)?;
+                post_msg(s, o, size, tag, kind, i as u64)?;
                 s.wait_byte(size - 1, tag)?;
                 if i % 64 == 63 {
                     s.drain_errors();
                 }
                 true
             }
-            Lat::Send => {
-                post_msg(s, o, size, tag, true, i as u64)?;
-                wait_recv(s)?;
+            Lat::Send | Lat::WriteImm => {
+                post_msg(s, o, size, tag, kind, i as u64)?;
+                wait_recv(s, tag)?;
                 if i + 64 < total {
                     post_recv(s, size, (i + 64) as u64)?;
                 }
@@ -176,17 +199,9 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
 }
 
 /// Waits until side `x` received message `i` (tag `tag`), re-posting its receive.
-fn arrive(
-    x: &mut Side,
-    _o: &Opts,
-    send: bool,
-    size: usize,
-    tag: u8,
-    i: usize,
-    total: usize,
-) -> Result<()> {
-    if send {
-        wait_recv(x)?;
+fn arrive(x: &mut Side, kind: Lat, size: usize, tag: u8, i: usize, total: usize) -> Result<()> {
+    if kind.receives() {
+        wait_recv(x, tag)?;
         if i + 64 < total {
             post_recv(x, size, (i + 64) as u64)?;
         }
@@ -206,8 +221,7 @@ fn pingpong_one_thread(
     size: usize,
 ) -> Result<Vec<f64>> {
     let total = o.warmup + o.iters;
-    let send = kind == Lat::Send;
-    if send {
+    if kind.receives() {
         for i in 0..64.min(total) {
             post_recv(a, size, i as u64)?;
             post_recv(b, size, i as u64)?;
@@ -218,10 +232,10 @@ fn pingpong_one_thread(
     for i in 0..total {
         let tag = tag_of(i);
         let t0 = clock.now();
-        post_msg(a, o, size, tag, send, i as u64)?;
-        arrive(b, o, send, size, tag, i, total)?;
-        post_msg(b, o, size, tag, send, i as u64)?;
-        arrive(a, o, send, size, tag, i, total)?;
+        post_msg(a, o, size, tag, kind, i as u64)?;
+        arrive(b, kind, size, tag, i, total)?;
+        post_msg(b, o, size, tag, kind, i as u64)?;
+        arrive(a, kind, size, tag, i, total)?;
         a.drain_errors();
         b.drain_errors();
         if i >= o.warmup {

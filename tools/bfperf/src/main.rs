@@ -48,6 +48,7 @@ fn title(t: &Test, o: &Opts) -> &'static str {
         }
         Test::Lat(lat::Lat::Atomic(_), _) => "Atomic FETCH_AND_ADD Latency Test",
         Test::Lat(lat::Lat::Write, _) => "RDMA_Write Latency Test",
+        Test::Lat(lat::Lat::WriteImm, _) => "RDMA_Write_Imm Latency Test",
         Test::Lat(lat::Lat::Read, _) => "RDMA_Read Latency Test",
         Test::Lat(lat::Lat::Send, _) => "Send Latency Test",
         Test::Bw(bw::Bw::Write, _) => "RDMA_Write BW Test",
@@ -63,6 +64,23 @@ fn file_err(path: &std::path::Path) -> impl Fn(std::io::Error) -> blueflame::Err
             e.kind(),
             format!("{}: {e}", path.display()),
         ))
+    }
+}
+
+/// How the receiver learns of completions: the JSON `mode` and the header line.
+fn mode(o: &Opts) -> &'static str {
+    if o.events {
+        "event"
+    } else {
+        "poll"
+    }
+}
+
+fn mode_line(o: &Opts) -> &'static str {
+    if o.events {
+        "events (the receiver sleeps on the completion channel, as perftest -e)"
+    } else {
+        "busy polling"
     }
 }
 
@@ -103,6 +121,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             }
         );
         println!(" Doorbell       : {}", setup::doorbell_mode(&dev, o)?);
+        println!(" Completions    : {}", mode_line(o));
         println!(
             " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
             o.inline, o.post_list, o.tx_depth
@@ -146,7 +165,10 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                         plot::write_svg(&file, &title, &us, &sum).map_err(file_err(&file))?;
                     }
                     if o.json {
-                        println!("{}", stats::json(name, &o.device, size, o.iters, &sum));
+                        println!(
+                            "{}",
+                            stats::json(name, &o.device, mode(o), size, o.iters, &sum)
+                        );
                     } else {
                         println!("{}", stats::row(size, o.iters, &sum));
                     }
@@ -161,8 +183,8 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                     }
                     if o.json {
                         println!(
-                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6}}}",
-                            o.device, o.iters, r.peak, r.avg, r.mpps
+                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"mode\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6}}}",
+                            o.device, mode(o), o.iters, r.peak, r.avg, r.mpps
                         );
                     } else {
                         println!(
@@ -186,35 +208,40 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let test = match args.first().map(String::as_str) {
-        Some("icount-probe") => {
-            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
-            if let Err(e) = probe::run(n) {
-                eprintln!("bfperf: {e}");
-                std::process::exit(1);
-            }
-            return;
+    let name = args.first().map(String::as_str).unwrap_or("");
+    if name == "icount-probe" {
+        let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
+        if let Err(e) = probe::run(n) {
+            eprintln!("bfperf: {e}");
+            std::process::exit(1);
         }
-        Some("-h" | "--help" | "help") => {
-            println!("{}", opts::USAGE);
-            return;
-        }
-        Some("write-lat") => Test::Lat(lat::Lat::Write, "write_lat"),
-        Some("read-lat") => Test::Lat(lat::Lat::Read, "read_lat"),
-        Some("send-lat") => Test::Lat(lat::Lat::Send, "send_lat"),
-        Some("atomic-lat") => Test::Lat(lat::Lat::Atomic(Atomic::FetchAdd), "atomic_lat"),
-        Some("write-bw") => Test::Bw(bw::Bw::Write, "write_bw"),
-        Some("read-bw") => Test::Bw(bw::Bw::Read, "read_bw"),
-        Some("send-bw") => Test::Bw(bw::Bw::Send, "send_bw"),
-        _ => {
-            eprintln!("{}", opts::USAGE);
-            std::process::exit(2);
-        }
-    };
-    let o = match opts::parse(&args[1..]) {
+        return;
+    }
+    if matches!(name, "-h" | "--help" | "help") {
+        println!("{}", opts::USAGE);
+        return;
+    }
+    let o = match opts::parse(args.get(1..).unwrap_or(&[])).and_then(|o| {
+        opts::check_for(name, &o)?;
+        Ok(o)
+    }) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("bfperf: {e}\n{}", opts::USAGE);
+            std::process::exit(2);
+        }
+    };
+    let test = match name {
+        "write-lat" if o.write_imm => Test::Lat(lat::Lat::WriteImm, "write_imm_lat"),
+        "write-lat" => Test::Lat(lat::Lat::Write, "write_lat"),
+        "read-lat" => Test::Lat(lat::Lat::Read, "read_lat"),
+        "send-lat" => Test::Lat(lat::Lat::Send, "send_lat"),
+        "atomic-lat" => Test::Lat(lat::Lat::Atomic(Atomic::FetchAdd), "atomic_lat"),
+        "write-bw" => Test::Bw(bw::Bw::Write, "write_bw"),
+        "read-bw" => Test::Bw(bw::Bw::Read, "read_bw"),
+        "send-bw" => Test::Bw(bw::Bw::Send, "send_bw"),
+        _ => {
+            eprintln!("{}", opts::USAGE);
             std::process::exit(2);
         }
     };

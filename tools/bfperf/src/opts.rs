@@ -39,6 +39,12 @@ pub struct Opts {
     pub csv: Option<std::path::PathBuf>,
     /// `--plot FILE.svg`: the latency histogram (latency tests; one file per size with `-a`).
     pub plot: Option<std::path::PathBuf>,
+    /// The write latency test with RDMA write with immediate (perftest's `--write_with_imm`):
+    /// the receiver learns of each message from a receive completion, not by watching a byte.
+    pub write_imm: bool,
+    /// Event mode (perftest's `-e`): the receiver sleeps on the completion channel instead
+    /// of spinning on the CQ.
+    pub events: bool,
 }
 
 /// Which atomic the atomic test runs.
@@ -71,6 +77,8 @@ impl Default for Opts {
             atomic: Atomic::FetchAdd,
             csv: None,
             plot: None,
+            write_imm: false,
+            events: false,
         }
     }
 }
@@ -89,6 +97,9 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -a, --all               sizes 2 .. 8388608
       --path direct|verbs|auto   data path on rdma-core devices
       --atomic fa|cs      atomic of atomic-lat (default fa)
+      --write-with-imm    write-lat with RDMA write with immediate (a receive completion per message)
+  -e, --events            sleep on the completion channel instead of polling (send-lat, and
+                          write-lat with --write-with-imm; as perftest's -e)
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -161,6 +172,8 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--json" => o.json = true,
             "--csv" => o.csv = Some(val(a)?.into()),
             "--plot" => o.plot = Some(val(a)?.into()),
+            "--write-with-imm" | "--write_with_imm" => o.write_imm = true,
+            "-e" | "--events" => o.events = true,
             other => return Err(format!("unknown option '{other}'")),
         }
     }
@@ -177,6 +190,33 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         return Err("--server and --client exclude each other".into());
     }
     Ok(o)
+}
+
+/// The options that only some tests take, checked against the test `name` (the subcommand).
+///
+/// # Errors
+/// A message naming the option the test does not take.
+pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
+    if o.write_imm && name != "write-lat" {
+        return Err(format!(
+            "--write-with-imm is an option of write-lat, not {name}"
+        ));
+    }
+    if o.events && !(name == "send-lat" || (name == "write-lat" && o.write_imm)) {
+        // As perftest: "Events feature not available on WRITE verb" (a write without
+        // immediate produces no completion at the receiver to wake it).
+        return Err(format!(
+            "--events needs a completion at the receiver: send-lat or write-lat --write-with-imm, not {name}{}",
+            if name == "write-lat" { " without --write-with-imm" } else { "" }
+        ));
+    }
+    if o.events && o.device == "sim-stepped" {
+        return Err(
+            "--events with sim-stepped: nothing would run the NIC while the receiver sleeps; use --device sim"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// The sizes to run.
@@ -240,5 +280,28 @@ mod tests {
         assert!(parse(&args("--server --client h")).is_err());
         assert!(parse(&args("--bogus")).unwrap_err().contains("--bogus"));
         assert!(parse(&args("-n")).unwrap_err().contains("needs a value"));
+    }
+
+    #[test]
+    fn events_only_where_the_receiver_gets_a_completion() {
+        let e = parse(&args("-e")).unwrap();
+        assert!(e.events && !e.write_imm);
+        assert!(check_for("send-lat", &e).is_ok());
+        assert!(check_for("write-lat", &e)
+            .unwrap_err()
+            .contains("without --write-with-imm"));
+        assert!(check_for("read-lat", &e).is_err());
+        assert!(check_for("send-bw", &e).is_err());
+        let wi = parse(&args("--events --write_with_imm")).unwrap();
+        assert!(wi.events && wi.write_imm);
+        assert!(check_for("write-lat", &wi).is_ok());
+        assert!(check_for("send-lat", &wi)
+            .unwrap_err()
+            .contains("write-lat"));
+        assert!(check_for("read-lat", &parse(&args("")).unwrap()).is_ok());
+        let stepped = parse(&args("-e -d sim-stepped")).unwrap();
+        assert!(check_for("send-lat", &stepped)
+            .unwrap_err()
+            .contains("--device sim"));
     }
 }

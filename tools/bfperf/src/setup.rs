@@ -3,7 +3,7 @@
 
 use crate::opts::Opts;
 use blueflame::connect::{Exchange, RemoteBuf};
-use blueflame::{Access, Completion, Cq, Device, MemoryRegion, Qp, QpCaps, Result};
+use blueflame::{Access, Completion, Cq, CqOptions, Device, MemoryRegion, Qp, QpCaps, Result};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 
@@ -20,6 +20,8 @@ pub struct Side {
     /// core (a spinning load then leaves the loop without a memory-order machine clear;
     /// about 0.2 vs 0.5 us per half round trip here), not on a real device, as perftest.
     pub pause: bool,
+    /// Event mode: completions are waited for on the CQ's completion channel.
+    pub events: bool,
 }
 
 /// How the two sides are placed (built once per test: its size does not matter).
@@ -81,7 +83,13 @@ fn caps(o: &Opts) -> QpCaps {
 
 fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion)> {
     let pd = dev.alloc_pd()?;
-    let cq = dev.create_cq(1024)?;
+    let cq = if o.events {
+        // Each side's CQ on a channel of its own (perftest: a channel per CQ with -e).
+        let ch = dev.create_channel()?;
+        dev.create_cq_with(&CqOptions::new(1024).channel(&ch))?
+    } else {
+        dev.create_cq(1024)?
+    };
     let qp = pd.create_qp(&cq, &cq, caps(o))?;
     let rights =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
@@ -129,6 +137,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             peer,
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
+            events: o.events,
         };
         return Ok(if o.server {
             Setup::Server(s, stream)
@@ -152,6 +161,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             peer: pa,
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
+            events: o.events,
         },
         Side {
             dev: dev.clone(),
@@ -161,6 +171,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             peer: pb,
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
+            events: o.events,
         },
     ))
 }
@@ -202,12 +213,18 @@ impl Side {
         Ok(())
     }
 
-    /// Polls until one completion arrives; returns it (errors are fatal to the test).
+    /// Polls until one completion arrives (in event mode: sleeps on the completion channel
+    /// with `Cq::wait`); returns it (errors are fatal to the test).
     pub fn next_completion(&mut self) -> Result<Completion> {
         let mut out = [Completion::default(); 1];
         loop {
-            self.dev.process();
-            if self.cq.poll(&mut out) == 1 {
+            let n = if self.events {
+                self.cq.wait(&mut out, None)?
+            } else {
+                self.dev.process();
+                self.cq.poll(&mut out)
+            };
+            if n == 1 {
                 let c = out[0];
                 if !c.is_ok() {
                     eprintln!("bfperf: completion failed: {c:?}");

@@ -3,22 +3,97 @@
 //! only for comparing the two programs in the same run, and they are noisy (the emulated
 //! CPUs are host threads): each test runs [`ROUNDS`] times, the two programs alternating,
 //! and the line shows the median of each program's results, then every result.
+//!
+//! Event mode (perftest's `-e`, bfperf's `--events`: the receiver sleeps on the completion
+//! channel) runs beside busy polling in the same boot; the wake-up cost of each program is
+//! the difference of its two medians. Debian's perftest 4.5 has no write with immediate
+//! (`--write_with_imm`), so that test runs bfperf alone.
 
 use crate::{root, run};
 use std::process::Command;
 
-/// (label, perftest program, bfperf subcommand, size, iterations)
-const TESTS: &[(&str, &str, &str, u32, u32)] = &[
-    ("write latency, 8 B", "ib_write_lat", "write-lat", 8, 2000),
-    ("read latency, 8 B", "ib_read_lat", "read-lat", 8, 2000),
-    ("send latency, 8 B", "ib_send_lat", "send-lat", 8, 2000),
-    (
+/// One comparison: its label, perftest's program and options (none: bfperf alone),
+/// bfperf's subcommand and options, size and iterations.
+struct Test {
+    label: &'static str,
+    perftest: Option<(&'static str, &'static str)>,
+    bfperf: (&'static str, &'static str),
+    size: u32,
+    iters: u32,
+}
+
+const fn t(
+    label: &'static str,
+    perftest: Option<(&'static str, &'static str)>,
+    bfperf: (&'static str, &'static str),
+    size: u32,
+    iters: u32,
+) -> Test {
+    Test {
+        label,
+        perftest,
+        bfperf,
+        size,
+        iters,
+    }
+}
+
+const TESTS: &[Test] = &[
+    t(
+        "write latency, 8 B",
+        Some(("ib_write_lat", "")),
+        ("write-lat", ""),
+        8,
+        2000,
+    ),
+    t(
+        "read latency, 8 B",
+        Some(("ib_read_lat", "")),
+        ("read-lat", ""),
+        8,
+        2000,
+    ),
+    t(
+        "send latency, 8 B",
+        Some(("ib_send_lat", "")),
+        ("send-lat", ""),
+        8,
+        2000,
+    ),
+    t(
+        "send latency, 8 B, events",
+        Some(("ib_send_lat", "-e")),
+        ("send-lat", "-e"),
+        8,
+        2000,
+    ),
+    t(
+        "write-imm latency, 8 B",
+        None,
+        ("write-lat", "--write-with-imm"),
+        8,
+        2000,
+    ),
+    t(
+        "write-imm latency, 8 B, events",
+        None,
+        ("write-lat", "--write-with-imm -e"),
+        8,
+        2000,
+    ),
+    t(
         "write bandwidth, 64 KiB",
-        "ib_write_bw",
-        "write-bw",
+        Some(("ib_write_bw", "")),
+        ("write-bw", ""),
         65536,
         2000,
     ),
+];
+
+/// Wake-up cost rows: (label, the busy-polling test, the event-mode test), indices in [`TESTS`].
+const WAKEUPS: &[(&str, usize, usize)] = &[
+    ("send latency, 8 B", 2, 3),
+    ("write-imm latency, 8 B", 4, 5),
 ];
 
 /// Runs of each program per test.
@@ -26,12 +101,18 @@ const ROUNDS: usize = 3;
 
 fn script() -> String {
     let mut s = String::from("cd target/rxe\n");
-    for (i, &(_, pt, bf, size, iters)) in TESTS.iter().enumerate() {
+    for (i, t) in TESTS.iter().enumerate() {
+        let (size, iters) = (t.size, t.iters);
+        let (bf, bx) = t.bfperf;
         for r in 0..ROUNDS {
+            if let Some((pt, px)) = t.perftest {
+                s.push_str(&format!(
+                    "{pt} {px} -F -d rxe0 -x 1 -s {size} -n {iters} > pt{i}_{r}.srv 2>&1 & sleep 2; \
+                     {pt} {px} -F -d rxe0 -x 1 -s {size} -n {iters} 10.77.0.1 > pt{i}_{r}.txt 2>&1; wait\n"
+                ));
+            }
             s.push_str(&format!(
-                "{pt} -F -d rxe0 -x 1 -s {size} -n {iters} > pt{i}_{r}.srv 2>&1 & sleep 2; \
-                 {pt} -F -d rxe0 -x 1 -s {size} -n {iters} 10.77.0.1 > pt{i}_{r}.txt 2>&1; wait\n\
-                 ../release/bfperf {bf} --device rxe0 --size {size} --iters {iters} --json > bf{i}_{r}.txt 2>&1\n"
+                "../release/bfperf {bf} {bx} --device rxe0 --size {size} --iters {iters} --json > bf{i}_{r}.txt 2>&1\n"
             ));
         }
     }
@@ -39,7 +120,7 @@ fn script() -> String {
 }
 
 /// The median of the values (None when there are none).
-fn median(mut v: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -63,7 +144,8 @@ fn perftest_value(out: &str, bw: bool) -> Option<f64> {
     f.get(if bw { 3 } else { 4 })?.parse().ok()
 }
 
-fn json_value(out: &str, key: &str) -> Option<f64> {
+/// The number after `"key":` in a bfperf JSON line.
+pub(crate) fn json_value(out: &str, key: &str) -> Option<f64> {
     let i = out.find(&format!("\"{key}\":"))? + key.len() + 3;
     let rest = &out[i..];
     let end = rest.find([',', '}']).unwrap_or(rest.len());
@@ -85,12 +167,14 @@ pub fn main() -> bool {
     let dir = root().join("target/rxe");
     println!("{log}");
     println!(
-        "{:<26} {:>14} {:>14} {:>8}",
+        "{:<30} {:>14} {:>14} {:>8}",
         "test (rxe0, in the VM)", "perftest", "bfperf", "ratio"
     );
     let mut ok = true;
     let mut runs = Vec::new();
-    for (i, &(label, _, _, _, _)) in TESTS.iter().enumerate() {
+    let mut medians = Vec::new();
+    for (i, test) in TESTS.iter().enumerate() {
+        let label = test.label;
         let bw = label.contains("bandwidth");
         let (mut ps, mut bs) = (Vec::new(), Vec::new());
         for r in 0..ROUNDS {
@@ -99,6 +183,7 @@ pub fn main() -> bool {
             let bf = read(format!("bf{i}_{r}.txt"));
             match perftest_value(&pt, bw) {
                 Some(v) => ps.push(v),
+                None if test.perftest.is_none() => {}
                 None => {
                     ok = false;
                     eprintln!("xtask: no perftest result for {label}, round {r}:\n{pt}");
@@ -116,13 +201,14 @@ pub fn main() -> bool {
             }
         }
         let (p, b) = (median(ps.clone()), median(bs.clone()));
+        medians.push((p, b));
         let unit = if bw { "MB/s" } else { "us" };
         let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2} {unit}"));
         let ratio = match (p, b) {
             (Some(p), Some(b)) if p > 0.0 => format!("{:.2}", b / p),
             _ => "-".into(),
         };
-        println!("{label:<26} {:>14} {:>14} {ratio:>8}", show(p), show(b));
+        println!("{label:<30} {:>14} {:>14} {ratio:>8}", show(p), show(b));
         let list = |v: &[f64]| {
             v.iter()
                 .map(|x| format!("{x:.2}"))
@@ -137,7 +223,26 @@ pub fn main() -> bool {
     }
     println!(
         "(medians of {ROUNDS} alternating runs; ratio = bfperf / perftest: below 1.0 is better \
-         for latency, above 1.0 for bandwidth)\nevery run:\n{}",
+         for latency, above 1.0 for bandwidth)"
+    );
+    println!(
+        "\n{:<30} {:>14} {:>14}",
+        "wake-up cost (events - poll)", "perftest", "bfperf"
+    );
+    for &(label, poll, event) in WAKEUPS {
+        // Medians are (perftest, bfperf); `side` picks one program.
+        let cost = |side: usize| {
+            let pick = |m: &(Option<f64>, Option<f64>)| if side == 0 { m.0 } else { m.1 };
+            match (pick(&medians[poll]), pick(&medians[event])) {
+                (Some(p), Some(e)) => format!("{:+.2} us", e - p),
+                _ => "n/a".into(),
+            }
+        };
+        println!("{label:<30} {:>14} {:>14}", cost(0), cost(1));
+    }
+    println!(
+        "(half round trip, medians: the event mode's median minus the polling median of the \
+         same program in the same boot)\nevery run:\n{}",
         runs.join("\n")
     );
     ok
@@ -146,6 +251,23 @@ pub fn main() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wake_up_rows_pair_a_polling_test_with_its_event_mode() {
+        for &(label, poll, event) in WAKEUPS {
+            let (p, e) = (&TESTS[poll], &TESTS[event]);
+            assert!(p.label.starts_with(label) && e.label.starts_with(label));
+            assert!(!p.bfperf.1.contains("-e") && e.bfperf.1.contains("-e"));
+            assert_eq!(p.perftest.is_some(), e.perftest.is_some());
+            if let (Some(pp), Some(pe)) = (p.perftest, e.perftest) {
+                assert_eq!((pp.0, pp.1, pe.1), (pe.0, "", "-e"));
+            }
+        }
+        let s = script();
+        assert!(s.contains("ib_send_lat -e -F -d rxe0"));
+        assert!(s.contains("bfperf send-lat -e --device rxe0"));
+        assert!(s.contains("bfperf write-lat --write-with-imm -e --device rxe0"));
+    }
 
     #[test]
     fn parses_perftest_and_bfperf_lines() {

@@ -3,7 +3,8 @@
 //! - `cargo xtask demo`: installs what the build needs, then runs an RDMA-write ping-pong
 //!   through the direct data path (`bfperf write-lat`) and prints a perftest-style table.
 //! - `cargo xtask test`: installs what the build needs, then `cargo fmt --check`,
-//!   `cargo clippy -D warnings`, `cargo test --workspace --locked`, and the direct-path and
+//!   `cargo clippy -D warnings` (also with the `tokio` feature), `cargo test --workspace
+//!   --locked`, the `tokio` feature's tests (`AsyncCq`), and the direct-path and
 //!   memory-window tests again under valgrind's memcheck (`cargo xtask memcheck` alone).
 //! - `cargo xtask examples`: every program of `examples/` on the software NIC (also a stage
 //!   of `cargo xtask test`, after the tests).
@@ -13,7 +14,9 @@
 //!   device stage of `cargo xtask test`).
 //! - `cargo xtask icount`: instructions per post / poll with callgrind, against the regression
 //!   guards (also a stage of `cargo xtask test`).
-//! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot.
+//! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot
+//!   (busy polling and event mode, with the wake-up cost of each program).
+//! - `cargo xtask wakeup`: the wake-up cost of bfperf's event mode on the software NIC.
 //! - `cargo xtask aarch64`: only the aarch64 stage of `test` (below).
 //! - `cargo xtask deps`: only the installation step.
 //!
@@ -29,6 +32,7 @@ mod examples;
 mod icount;
 mod memcheck;
 mod rxe;
+mod wakeup;
 
 use std::path::Path;
 use std::process::{exit, Command};
@@ -96,6 +100,13 @@ fn main() {
                 1
             }
         }
+        Some("wakeup") => {
+            if wakeup::main() {
+                0
+            } else {
+                1
+            }
+        }
         Some("icount") => {
             if deps() != 0 {
                 1
@@ -106,7 +117,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | examples | memcheck | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-compare | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | examples | memcheck | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-compare | wakeup | deps>");
             2
         }
     };
@@ -188,7 +199,7 @@ fn test() -> i32 {
         return 1;
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let steps: [(&str, Vec<&str>); 3] = [
+    let steps: [(&str, Vec<&str>); 5] = [
         ("format", vec!["fmt", "--all", "--", "--check"]),
         (
             "clippy",
@@ -202,7 +213,37 @@ fn test() -> i32 {
                 "warnings",
             ],
         ),
+        (
+            "clippy, feature tokio",
+            vec![
+                "clippy",
+                "-p",
+                "blueflame",
+                "--all-targets",
+                "--features",
+                "tokio",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
         ("tests", vec!["test", "--workspace", "--locked"]),
+        (
+            "tests, feature tokio (AsyncCq)",
+            vec![
+                "test",
+                "-p",
+                "blueflame",
+                "--features",
+                "tokio",
+                "--locked",
+                "--test",
+                "async_cq",
+                "--doc",
+                "AsyncCq",
+            ],
+        ),
     ];
     for (what, args) in steps {
         if !run(what, Command::new(&cargo).args(&args)) {
