@@ -360,6 +360,7 @@ fn check_all(dev: &Device) {
 }
 
 #[test]
+#[cfg(feature = "sim")]
 fn events_on_the_software_nic() {
     check_all(&Device::sim());
 }

@@ -199,7 +199,7 @@ fn test() -> i32 {
         return 1;
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let steps: [(&str, Vec<&str>); 5] = [
+    let steps: [(&str, Vec<&str>); 6] = [
         ("format", vec!["fmt", "--all", "--", "--check"]),
         (
             "clippy",
@@ -240,6 +240,17 @@ fn test() -> i32 {
                 "--locked",
                 "--test",
                 "async_cq",
+            ],
+        ),
+        (
+            "doc tests, feature tokio (AsyncCq)",
+            vec![
+                "test",
+                "-p",
+                "blueflame",
+                "--features",
+                "tokio",
+                "--locked",
                 "--doc",
                 "AsyncCq",
             ],
