@@ -1,12 +1,12 @@
 //! `--csv FILE`: one row per message size, written as each size finishes.
 //!
 //! Latency tests, columns (times in microseconds, as the JSON fields of the same names):
-//! `test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us`
+//! `test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode`
 //! (`t_typical_us` is the median, perftest's "typical"; for write and send tests every time
-//! is half a round trip, as perftest reports it).
+//! is half a round trip, as perftest reports it; `mode`: `poll`, or `event` with `--events`).
 //!
 //! Bandwidth tests, columns:
-//! `test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps`
+//! `test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode`
 //! (MB = 10^6 bytes per second, as perftest; message rate in millions per second).
 
 use crate::stats::Summary;
@@ -15,9 +15,10 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 /// The header of a latency CSV.
-pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us";
+pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode";
 /// The header of a bandwidth CSV.
-pub const BW_HEADER: &str = "test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps";
+pub const BW_HEADER: &str =
+    "test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode";
 
 /// An open CSV file.
 pub struct Csv {
@@ -43,6 +44,7 @@ impl Csv {
     }
 
     /// One latency row (flushed, so an interrupted sweep keeps the sizes done).
+    #[allow(clippy::too_many_arguments)]
     pub fn lat(
         &mut self,
         test: &str,
@@ -50,10 +52,11 @@ impl Csv {
         bytes: usize,
         iters: usize,
         s: &Summary,
+        mode: &str,
     ) -> io::Result<()> {
         writeln!(
             self.out,
-            "{},{},{bytes},{iters},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
+            "{},{},{bytes},{iters},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{mode}",
             field(test),
             field(device),
             s.min,
@@ -78,10 +81,11 @@ impl Csv {
         peak: f64,
         avg: f64,
         mpps: f64,
+        mode: &str,
     ) -> io::Result<()> {
         writeln!(
             self.out,
-            "{},{},{bytes},{iters},{peak:.3},{avg:.3},{mpps:.6}",
+            "{},{},{bytes},{iters},{peak:.3},{avg:.3},{mpps:.6},{mode}",
             field(test),
             field(device)
         )?;
@@ -129,19 +133,24 @@ mod tests {
             p999: 12.0,
         };
         let mut c = Csv::create(&p, LAT_HEADER).unwrap();
-        c.lat("write_lat", "rxe0", 8, 1000, &s).unwrap();
-        c.lat("write_lat", "odd,\"name\"", 16, 1000, &s).unwrap();
+        c.lat("write_lat", "rxe0", 8, 1000, &s, "poll").unwrap();
+        c.lat("write_lat", "odd,\"name\"", 16, 1000, &s, "event")
+            .unwrap();
         drop(c);
         let text = std::fs::read_to_string(&p).unwrap();
         let _ = std::fs::remove_file(&p);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         let header = parse(lines[0]);
-        assert_eq!(header.len(), 11);
+        assert_eq!(header.len(), 12);
         let rows: Vec<Vec<String>> = lines[1..].iter().map(|l| parse(l)).collect();
         assert!(rows.iter().all(|r| r.len() == header.len()));
         assert_eq!(rows[0][1], "rxe0");
         assert_eq!(rows[1][1], "odd,\"name\"");
+        assert_eq!(
+            (rows[0][11].as_str(), rows[1][11].as_str()),
+            ("poll", "event")
+        );
         assert_eq!(
             (
                 rows[0][2].as_str(),
@@ -172,20 +181,23 @@ mod tests {
     fn bandwidth_rows_parse_back() {
         let p = tmp("bw.csv");
         let mut c = Csv::create(&p, BW_HEADER).unwrap();
-        c.bw("write_bw", "sim", 65536, 500, 1234.5, 1200.25, 0.018315)
-            .unwrap();
+        c.bw(
+            "write_bw", "sim", 65536, 500, 1234.5, 1200.25, 0.018315, "poll",
+        )
+        .unwrap();
         drop(c);
         let text = std::fs::read_to_string(&p).unwrap();
         let _ = std::fs::remove_file(&p);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], BW_HEADER);
         let r = parse(lines[1]);
-        assert_eq!(r.len(), 7);
+        assert_eq!(r.len(), 8);
+        assert_eq!(r[7], "poll");
         assert_eq!(
             (r[0].as_str(), r[2].as_str(), r[3].as_str()),
             ("write_bw", "65536", "500")
         );
-        let f: Vec<f64> = r[4..].iter().map(|v| v.parse().unwrap()).collect();
+        let f: Vec<f64> = r[4..7].iter().map(|v| v.parse().unwrap()).collect();
         assert_eq!(f, [1234.5, 1200.25, 0.018315]);
     }
 

@@ -155,7 +155,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                     let sum = stats::summarize(&mut samples);
                     progress.clear();
                     if let Some(c) = csv.as_mut() {
-                        c.lat(name, &o.device, size, o.iters, &sum)
+                        c.lat(name, &o.device, size, o.iters, &sum, mode(o))
                             .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
                     }
                     if let Some(p) = &o.plot {
@@ -178,13 +178,22 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 if let Some(r) = bw::run(o, kind, s, size)? {
                     progress.clear();
                     if let Some(c) = csv.as_mut() {
-                        c.bw(name, &o.device, size, o.iters, r.peak, r.avg, r.mpps)
-                            .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
+                        c.bw(
+                            name,
+                            &o.device,
+                            size,
+                            o.iters,
+                            r.peak,
+                            r.avg,
+                            r.mpps,
+                            mode(o),
+                        )
+                        .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
                     }
                     if o.json {
                         println!(
-                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"mode\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6}}}",
-                            o.device, mode(o), o.iters, r.peak, r.avg, r.mpps
+                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\"}}",
+                            o.device, o.iters, r.peak, r.avg, r.mpps, mode(o)
                         );
                     } else {
                         println!(

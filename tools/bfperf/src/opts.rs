@@ -113,15 +113,16 @@ when stderr is a terminal; --json does not hide it (JSON goes to stdout).
 
 JSON, one object per size. Latency tests (times in microseconds; write and send report half
 the round trip, read and atomic the whole request, as perftest):
-  test          write_lat | read_lat | send_lat | atomic_lat
+  test          write_lat | write_imm_lat | read_lat | send_lat | atomic_lat
   device        the --device argument (auto, sim, or a device name)
   bytes         message size;  iterations  measured iterations (after --warmup)
   t_min_us t_max_us t_typical_us (median) t_avg_us t_stdev_us p99_us p999_us
+  mode          poll (busy polling) | event (--events)
 Bandwidth tests:
   test          write_bw | read_bw | send_bw;  device, bytes, iterations as above
   bw_peak_mb_s  best stretch of a tenth of the completions, MB/s (10^6 bytes/s)
   bw_avg_mb_s   whole measured run, MB/s
-  msg_rate_mpps messages per second, millions
+  msg_rate_mpps messages per second, millions;  mode  as above
 CSV columns: the same names in the same order, after a header line.";
 
 /// Parses the options after the subcommand.

@@ -60,7 +60,7 @@ pub fn json(
     s: &Summary,
 ) -> String {
     format!(
-        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"mode\":\"{mode}\",\"bytes\":{bytes},\"iterations\":{iters},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"t_typical_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p999_us\":{:.3}}}",
+        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"bytes\":{bytes},\"iterations\":{iters},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"t_typical_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p999_us\":{:.3},\"mode\":\"{mode}\"}}",
         s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999
     )
 }
