@@ -13,10 +13,14 @@
 //!   record and one 8-byte doorbell; verbs path: one `ibv_post_send` of a linked list).
 //!   A batch dropped without `ring()` posts nothing.
 //! - **Signal one request in N.** An unsignaled request produces no completion when it
-//!   succeeds; its queue slot is given back when a *later* signaled request of the same QP
-//!   completes. So signal at least one request every N, with N at most half the send queue,
-//!   or the queue fills with requests nobody retires (perftest's `--cq-mod`, UCX's
-//!   `tx_moderation`). Errors are always reported, unsignaled or not.
+//!   succeeds; its queue slot is given back when a *later* completion of the same QP is
+//!   polled. Signal one request in every N, N at most half the send queue: its completion
+//!   says the N before it are done (their buffers may be reused) and frees their slots
+//!   (perftest's `-Q, --cq-mod`; UCX's `RC_TX_CQ_MODERATION`, which `rc_mlx5_iface.c` caps at
+//!   a quarter of the send queue). blueflame also signals one request of every half queue
+//!   of unsignaled ones by itself, so a long unsignaled run cannot stall the queue, but it
+//!   does not report those completions: they free slots without telling you what is done.
+//!   Errors are always reported, unsignaled or not.
 //! - **Size the CQ for what may complete, not for what is signaled.** After an error every
 //!   outstanding request completes with its own flush entry, signaled or not, so each one
 //!   holds a CQ entry until it is retired. A CQ with at least as many entries as the send
