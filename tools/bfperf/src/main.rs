@@ -85,11 +85,6 @@ fn mode_line(o: &Opts) -> &'static str {
 }
 
 fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
-    if o.plot.is_some() && matches!(t, Test::Bw(..)) {
-        return Err(blueflame::Error::Unsupported(
-            "--plot draws latency histograms: use it with a latency test",
-        ));
-    }
     // The side that measures writes the files: the client, or this process.
     let measures = !o.server;
     let mut csv = match (&o.csv, measures) {

@@ -198,6 +198,11 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
 /// # Errors
 /// A message naming the option the test does not take.
 pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
+    if o.plot.is_some() && name.ends_with("-bw") {
+        return Err(format!(
+            "--plot draws latency histograms: use it with a latency test, not {name}"
+        ));
+    }
     if o.write_imm && name != "write-lat" {
         return Err(format!(
             "--write-with-imm is an option of write-lat, not {name}"
@@ -270,6 +275,10 @@ mod tests {
             .unwrap_err()
             .contains("--plot needs a value"));
         assert!(USAGE.contains("--csv FILE") && USAGE.contains("p999_us"));
+        let plot = parse(&args("--plot h.svg")).unwrap();
+        assert!(check_for("write-lat", &plot).is_ok());
+        assert!(check_for("read-bw", &plot).unwrap_err().contains("latency"));
+        assert!(check_for("write-bw", &parse(&args("--csv b.csv")).unwrap()).is_ok());
     }
 
     #[test]
