@@ -47,4 +47,5 @@ pub use resources::{
     RawParts, RegionBuffer, Spin,
 };
 pub use verbs::device::OdpCaps;
+pub use verbs::ex::VerbsApi;
 pub use verbs::objects::Timing;

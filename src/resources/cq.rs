@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 #[cfg(feature = "sim")]
 const SIM_MAX_CQE: u32 = 1 << 22;
 use crate::verbs;
+use crate::verbs::ex::{ApiChoice, VerbsApi};
 use crate::verbs::path::VerbsCompletionQueue;
 use crate::Completion;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -160,13 +161,14 @@ impl Cq {
                 unsafe { Cq::new_direct(dev, &raw, kind, raw.cqe_cnt, link) }
             }
             Backend::Verbs(v) if v.path == crate::DataPath::Direct => {
-                // mlx5: poll the CQ's ring directly.
+                // mlx5: poll the CQ's ring directly (rdma-core never polls it: a classic CQ).
                 let ch = chan.and_then(|c| c.verbs().cloned());
                 let cq = Arc::new(verbs::objects::Cq::with_channel(
                     v.ctx.clone(),
                     entries,
                     ch,
                     0,
+                    ApiChoice::Legacy,
                 )?);
                 // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).
                 let raw = crate::dv::raw_cq(&unsafe { crate::dv::init_cq(cq.cq.cast())? })?;
@@ -190,11 +192,14 @@ impl Cq {
             Backend::Verbs(v) => {
                 let id = verbs_cq_id();
                 let ch = chan.and_then(|c| c.verbs().cloned());
+                // `BLUEFLAME_VERBS_API`, read when the CQ is created.
+                let api = ApiChoice::current()?;
                 let cq = Arc::new(verbs::objects::Cq::with_channel(
                     v.ctx.clone(),
                     entries,
                     ch,
                     id as usize,
+                    api,
                 )?);
                 let link = chan.map(|c| ChannelLink {
                     chan: c.clone(),
@@ -256,6 +261,16 @@ impl Cq {
     /// [`CqEvent::cqn`](crate::CqEvent::cqn) names CQs by it.
     pub fn cqn(&self) -> u32 {
         self.cqn
+    }
+
+    /// The rdma-core API this CQ is polled with on the verbs path: extended
+    /// (`ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll`) where the provider has it,
+    /// else `ibv_poll_cq` (`BLUEFLAME_VERBS_API` overrides); None on the direct path.
+    pub fn verbs_api(&self) -> Option<VerbsApi> {
+        match &self.poller {
+            Poller::Direct(_) => None,
+            Poller::Verbs(p) => Some(p.api()),
+        }
     }
 
     /// Entries in the ring.

@@ -9,6 +9,7 @@ use crate::direct::{self, Attached, PostFlags, RecvQueue, SendQueue};
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
 use crate::verbs;
+use crate::verbs::ex::{ApiChoice, VerbsApi};
 use crate::verbs::objects::{PathInfo, Timing};
 use crate::verbs::path::{VerbsBatch, VerbsRecvQueue, VerbsSendQueue};
 use crate::{DataPath, Payload, Remote, Request, Sge};
@@ -68,6 +69,7 @@ impl core::fmt::Debug for Qp {
         f.debug_struct("Qp")
             .field("qpn", &self.qpn)
             .field("path", &self.data_path())
+            .field("verbs_api", &self.verbs_api())
             .finish()
     }
 }
@@ -195,21 +197,34 @@ impl Pd {
                 // QP: a BlueFlame register of its own (the verbs path locks inside rdma-core
                 // anyway).
                 let direct = self.inner.dev.data_path() == DataPath::Direct && !env.qp_signature;
+                // `BLUEFLAME_VERBS_API`, read when the QP is created: the verbs path posts
+                // with `ibv_wr_*` where the provider has them; the direct path never asks
+                // rdma-core to post.
+                let api = if direct {
+                    ApiChoice::Legacy
+                } else {
+                    ApiChoice::current()?
+                };
                 let qp = match &cm {
                     // SAFETY: the id is live and on this PD's context (the PD was allocated on
                     // the id's context); the Qp keeps the id (`cm`) and drops it after the QP.
                     Some(id) => unsafe {
-                        verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps, direct)?
+                        verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps, direct, api)?
                     },
-                    None => verbs::objects::Qp::new(pd.clone(), scq, rcq, vcaps, direct)?,
+                    None => verbs::objects::Qp::new(pd.clone(), scq, rcq, vcaps, direct, api)?,
                 };
                 let qp = Arc::new(qp);
                 let qpn = qp.qpn();
                 if direct {
                     (direct_on_mlx5(qp, &env)?, qpn)
                 } else {
+                    let mut sq = VerbsSendQueue::new(qp.clone());
+                    // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
+                    if let Backend::Verbs(v) = &self.inner.dev.backend {
+                        sq.set_gather_lists_legacy(v.attrs.rxe);
+                    }
                     let path = QpPath::Verbs {
-                        sq: VerbsSendQueue::new(qp.clone()),
+                        sq,
                         rq: VerbsRecvQueue::new(qp.clone()),
                         qp,
                     };
@@ -433,6 +448,17 @@ impl Qp {
         match self.path {
             QpPath::Direct { .. } => DataPath::Direct,
             QpPath::Verbs { .. } => DataPath::Verbs,
+        }
+    }
+
+    /// The rdma-core API this QP posts with on the verbs path: extended (`ibv_wr_start` /
+    /// `ibv_wr_*` / `ibv_wr_complete`) where the provider has it, else `ibv_post_send`
+    /// (`BLUEFLAME_VERBS_API=auto|extended|legacy` overrides, read when the QP is created);
+    /// None on the direct path.
+    pub fn verbs_api(&self) -> Option<VerbsApi> {
+        match &self.path {
+            QpPath::Direct { .. } => None,
+            QpPath::Verbs { qp, .. } => Some(qp.api()),
         }
     }
 

@@ -4,15 +4,20 @@
 //! - [`device`]: device list, open by name, port and GID query (RoCE v2 GID selection).
 //! - [`channel`]: completion channels (`ibv_get_cq_event`, `ibv_req_notify_cq`).
 //! - [`objects`]: protection domain, memory region, CQ, RC QP and its state machine.
-//! - [`path`]: the verbs data path (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`) with the
-//!   same semantics as the direct path: cookies, moderation of unsignaled runs, statuses.
+//! - [`path`]: the verbs data path (`ibv_post_send` or `ibv_wr_*`, `ibv_post_recv`,
+//!   `ibv_poll_cq` or `ibv_start_poll`) with the same semantics as the direct path: cookies,
+//!   moderation of unsignaled runs, statuses.
+//! - [`ex`]: rdma-core's extended work-request and polling APIs, chosen per QP and CQ at
+//!   creation ([`ex::VerbsApi`], `BLUEFLAME_VERBS_API`).
 
 pub mod channel;
 pub mod cm;
 pub mod device;
 pub(crate) mod fd;
+pub mod ex;
 pub mod objects;
 pub mod path;
+pub mod probe;
 
 use std::io;
 

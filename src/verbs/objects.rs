@@ -2,6 +2,7 @@
 //! after everything that depends on it (reference counts).
 
 use super::device::Context;
+use super::ex::{ApiChoice, PollOps, SendOps, VerbsApi};
 use super::{code, last, VerbsError};
 use crate::Access;
 use rdma_sys as ffi;
@@ -233,7 +234,10 @@ impl Drop for Mr {
 
 /// A completion queue.
 pub struct Cq {
+    /// The CQ (for an extended CQ, `ibv_cq_ex_to_cq` of it: the same address).
     pub(crate) cq: *mut ffi::ibv_cq,
+    /// The extended polling operations, when the CQ was created with `ibv_create_cq_ex`.
+    pub(crate) poll_ops: Option<PollOps>,
     _ctx: Arc<Context>,
     /// The completion channel its events go to (destroyed after the CQ).
     _channel: Option<Arc<super::channel::CompChannel>>,
@@ -245,37 +249,82 @@ unsafe impl Send for Cq {}
 unsafe impl Sync for Cq {}
 
 impl Cq {
-    /// A CQ of at least `entries` entries.
+    /// A CQ of at least `entries` entries; with `ibv_create_cq_ex` (polled with
+    /// `ibv_start_poll`) when `api` wants it and the provider has it.
     ///
     /// # Errors
-    /// The `ibv_create_cq` error.
-    pub fn new(ctx: Arc<Context>, entries: u32) -> Result<Cq, VerbsError> {
-        Cq::with_channel(ctx, entries, None, 0)
+    /// The `ibv_create_cq` error; [`crate::Error::Unsupported`] when `api` requires the
+    /// extended CQ and the provider refuses it.
+    pub fn new(ctx: Arc<Context>, entries: u32, api: ApiChoice) -> crate::Result<Cq> {
+        Cq::with_channel(ctx, entries, None, 0, api)
     }
 
     /// A CQ of at least `entries` entries whose events go to `channel` with `context` as
-    /// their `cq_context`.
+    /// their `cq_context`; with `ibv_create_cq_ex` (polled with `ibv_start_poll`) when `api`
+    /// wants it and the provider has it.
     ///
     /// # Errors
-    /// The `ibv_create_cq` error.
+    /// The `ibv_create_cq` error; [`crate::Error::Unsupported`] when `api` requires the
+    /// extended CQ and the provider refuses it.
     pub fn with_channel(
         ctx: Arc<Context>,
         entries: u32,
         channel: Option<Arc<super::channel::CompChannel>>,
         context: usize,
-    ) -> Result<Cq, VerbsError> {
+        api: ApiChoice,
+    ) -> crate::Result<Cq> {
         let ch = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.ch);
+        if api.wants_extended() {
+            // SAFETY: a zeroed attribute is valid (vector 0, no optional field).
+            let mut attr: ffi::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
+            attr.cqe = entries;
+            attr.cq_context = context as *mut _;
+            attr.channel = ch;
+            attr.wc_flags = super::ex::wc_flags();
+            // SAFETY: live context; `ch` is null or a live channel of it (kept alive by the
+            // CQ); `attr` is valid for the call.
+            let cqx = unsafe { super::ex::create_cq_ex(ctx.ctx, &mut attr) };
+            if !cqx.is_null() {
+                // SAFETY: created just above; the ops are used while the Cq lives.
+                match unsafe { PollOps::of(cqx) } {
+                    Some(ops) => {
+                        return Ok(Cq {
+                            // `ibv_cq_ex_to_cq`: the extended CQ begins with the ibv_cq.
+                            cq: cqx.cast(),
+                            poll_ops: Some(ops),
+                            _ctx: ctx,
+                            _channel: channel,
+                        });
+                    }
+                    // SAFETY: created above, used by nothing.
+                    None => unsafe {
+                        ffi::ibv_destroy_cq(cqx.cast());
+                    },
+                }
+            }
+            api.unavailable("BLUEFLAME_VERBS_API=extended: the provider has no ibv_create_cq_ex")?;
+        }
         // SAFETY: live context; `ch` is null or a live channel of it (kept alive by the CQ);
         // vector 0.
         let cq = unsafe { ffi::ibv_create_cq(ctx.ctx, entries as i32, context as *mut _, ch, 0) };
         if cq.is_null() {
-            return Err(last("ibv_create_cq"));
+            return Err(crate::Error::Verbs(last("ibv_create_cq")));
         }
         Ok(Cq {
             cq,
+            poll_ops: None,
             _ctx: ctx,
             _channel: channel,
         })
+    }
+
+    /// The API the verbs data path polls this CQ with.
+    pub fn api(&self) -> VerbsApi {
+        if self.poll_ops.is_some() {
+            VerbsApi::Extended
+        } else {
+            VerbsApi::Legacy
+        }
     }
 
     /// Entries the CQ really has.
@@ -478,6 +527,8 @@ impl Drop for ThreadDomain {
 pub struct Qp {
     pub(crate) qp: *mut ffi::ibv_qp,
     pub(crate) caps: Caps,
+    /// The extended send operations (`ibv_wr_*`), when the QP was created with them.
+    pub(crate) send_ops: Option<SendOps>,
     /// The rdma_cm id that created the QP (it is destroyed through it).
     cm_id: Option<*mut ffi::rdma_cm_id>,
     /// The QP's thread domain, when it was created on one: freed after the QP (Drop).
@@ -491,10 +542,18 @@ unsafe impl Send for Qp {}
 // SAFETY: as for Pd.
 unsafe impl Sync for Qp {}
 
-/// The creation attributes of an RC QP on these CQs with these sizes.
-fn init_attr(send_cq: &Cq, recv_cq: &Cq, caps: &Caps) -> ffi::ibv_qp_init_attr {
+/// The creation attributes of an RC QP on these CQs with these sizes, on `pd` (a PD or a
+/// thread domain's parent domain); with `extended`, asking for the `ibv_wr_*` opcodes the
+/// verbs path posts (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`).
+fn init_attr_ex(
+    send_cq: &Cq,
+    recv_cq: &Cq,
+    caps: &Caps,
+    pd: *mut ffi::ibv_pd,
+    extended: bool,
+) -> ffi::ibv_qp_init_attr_ex {
     // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
-    let mut attr: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
     attr.send_cq = send_cq.cq;
     attr.recv_cq = recv_cq.cq;
     attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
@@ -504,11 +563,17 @@ fn init_attr(send_cq: &Cq, recv_cq: &Cq, caps: &Caps) -> ffi::ibv_qp_init_attr {
     attr.cap.max_send_sge = caps.max_send_sge;
     attr.cap.max_recv_sge = caps.max_recv_sge;
     attr.cap.max_inline_data = caps.max_inline;
+    attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+    attr.pd = pd;
+    if extended {
+        attr.comp_mask |= ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+        attr.send_ops_flags = super::ex::send_ops_flags();
+    }
     attr
 }
 
 /// The sizes the device really gave (written back into the attributes).
-fn caps_of(attr: &ffi::ibv_qp_init_attr) -> Caps {
+fn caps_of(attr: &ffi::ibv_qp_init_attr_ex) -> Caps {
     Caps {
         max_send_wr: attr.cap.max_send_wr,
         max_recv_wr: attr.cap.max_recv_wr,
@@ -516,6 +581,39 @@ fn caps_of(attr: &ffi::ibv_qp_init_attr) -> Caps {
         max_recv_sge: attr.cap.max_recv_sge,
         max_inline: attr.cap.max_inline_data,
     }
+}
+
+/// Creates a QP with `create` (which returns the QP or null with `errno` set): with the
+/// extended send operations first when `api` wants them, then, when the provider refuses
+/// them (or leaves a pointer unset) and `api` allows it, without. Returns the QP, its real
+/// sizes and its extended operations.
+fn create_with(
+    api: ApiChoice,
+    call: &'static str,
+    attr_of: impl Fn(bool) -> ffi::ibv_qp_init_attr_ex,
+    create: impl Fn(&mut ffi::ibv_qp_init_attr_ex) -> *mut ffi::ibv_qp,
+    destroy: impl Fn(*mut ffi::ibv_qp),
+) -> crate::Result<(*mut ffi::ibv_qp, Caps, Option<SendOps>)> {
+    if api.wants_extended() {
+        let mut attr = attr_of(true);
+        let qp = create(&mut attr);
+        if !qp.is_null() {
+            // SAFETY: the QP was just created, and lives while the result is used.
+            if let Some(ops) = unsafe { SendOps::of(qp) } {
+                return Ok((qp, caps_of(&attr), Some(ops)));
+            }
+            destroy(qp);
+        }
+        api.unavailable(
+            "BLUEFLAME_VERBS_API=extended: the provider refused the extended send operations",
+        )?;
+    }
+    let mut attr = attr_of(false);
+    let qp = create(&mut attr);
+    if qp.is_null() {
+        return Err(crate::Error::Verbs(last(call)));
+    }
+    Ok((qp, caps_of(&attr), None))
 }
 
 /// A thread domain for a new QP when `want`, or None when the device has none to give
@@ -535,44 +633,38 @@ fn qp_pd(pd: &Pd, td: &Option<ThreadDomain>) -> *mut ffi::ibv_pd {
 
 impl Qp {
     /// Creates an RC QP in RESET; with `thread_domain`, on a thread domain of its own (when
-    /// the device gives one), so that its BlueFlame register is its own.
+    /// the device gives one), so that its BlueFlame register is its own. With the extended
+    /// send operations (`ibv_wr_*`) when `api` wants them and the provider has them.
     ///
     /// # Errors
-    /// The `ibv_create_qp_ex` error (e.g. `EINVAL` for an inline size the device refuses).
+    /// The `ibv_create_qp_ex` error (e.g. `EINVAL` for an inline size the device refuses);
+    /// [`crate::Error::Unsupported`] when `api` requires the extended operations and the
+    /// provider refuses them.
     pub fn new(
         pd: Arc<Pd>,
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
         caps: Caps,
         thread_domain: bool,
-    ) -> Result<Qp, VerbsError> {
+        api: ApiChoice,
+    ) -> crate::Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
-        let base = init_attr(&send_cq, &recv_cq, &caps);
-        // SAFETY: a zeroed extended attribute is valid; the fields that matter are set.
-        let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-        attr.send_cq = base.send_cq;
-        attr.recv_cq = base.recv_cq;
-        attr.qp_type = base.qp_type;
-        attr.sq_sig_all = base.sq_sig_all;
-        attr.cap = base.cap;
-        attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
-        attr.pd = qp_pd(&pd, &td);
-        // SAFETY: live context, (parent) PD and CQs; `attr` is a valid in/out parameter.
-        let qp =
-            unsafe { ffi::ibv_create_qp_ex(pd.ctx.ctx, &mut attr) }.unwrap_or(std::ptr::null_mut());
-        if qp.is_null() {
-            return Err(last("ibv_create_qp_ex"));
-        }
-        let real = Caps {
-            max_send_wr: attr.cap.max_send_wr,
-            max_recv_wr: attr.cap.max_recv_wr,
-            max_send_sge: attr.cap.max_send_sge,
-            max_recv_sge: attr.cap.max_recv_sge,
-            max_inline: attr.cap.max_inline_data,
-        };
+        let on = qp_pd(&pd, &td);
+        let (qp, real, send_ops) = create_with(
+            api,
+            "ibv_create_qp_ex",
+            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex),
+            // SAFETY: live context, (parent) PD and CQs; `attr` is a valid in/out parameter.
+            |attr| unsafe { super::ex::create_qp_ex(pd.ctx.ctx, attr) },
+            // SAFETY: created just before, used by nothing.
+            |qp| unsafe {
+                ffi::ibv_destroy_qp(qp);
+            },
+        )?;
         Ok(Qp {
             qp,
             caps: real,
+            send_ops,
             cm_id: None,
             td,
             pd,
@@ -581,14 +673,14 @@ impl Qp {
     }
 
     /// Creates an RC QP through librdmacm on `id` (connected by rdma_cm, not by
-    /// `ibv_modify_qp`); with `thread_domain`, on a thread domain of its own as in
+    /// `ibv_modify_qp`) with `rdma_create_qp_ex`; with `thread_domain` and `api` as in
     /// [`Qp::new`].
     ///
     /// # Safety
     /// `id` must be a live rdma_cm id on the PD's context that outlives the QP.
     ///
     /// # Errors
-    /// The `rdma_create_qp` error.
+    /// The `rdma_create_qp_ex` error; as [`Qp::new`] for `api`.
     pub unsafe fn on_cm(
         id: *mut ffi::rdma_cm_id,
         pd: Arc<Pd>,
@@ -596,25 +688,45 @@ impl Qp {
         recv_cq: Arc<Cq>,
         caps: Caps,
         thread_domain: bool,
-    ) -> Result<Qp, VerbsError> {
+        api: ApiChoice,
+    ) -> crate::Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
-        let mut attr = init_attr(&send_cq, &recv_cq, &caps);
-        // SAFETY: the caller's contract; `attr` is a valid in/out parameter; the parent
-        // domain is on the id's context.
-        if unsafe { ffi::rdma_create_qp(id, qp_pd(&pd, &td), &mut attr) } != 0 {
-            return Err(last("rdma_create_qp"));
-        }
-        let real = caps_of(&attr);
-        // SAFETY: rdma_create_qp succeeded: `id->qp` is the new QP.
-        let qp = unsafe { (*id).qp };
+        let on = qp_pd(&pd, &td);
+        let (qp, real, send_ops) = create_with(
+            api,
+            "rdma_create_qp_ex",
+            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex),
+            |attr| {
+                // SAFETY: the caller's contract; `attr` is a valid in/out parameter; the
+                // parent domain is on the id's context.
+                if unsafe { ffi::rdma_create_qp_ex(id, attr) } != 0 {
+                    return std::ptr::null_mut();
+                }
+                // SAFETY: rdma_create_qp_ex succeeded: `id->qp` is the new QP.
+                unsafe { (*id).qp }
+            },
+            // SAFETY: created just before on this id, used by nothing; the id can take
+            // another QP afterwards (rdma_destroy_qp clears `id->qp`).
+            |_| unsafe { ffi::rdma_destroy_qp(id) },
+        )?;
         Ok(Qp {
             qp,
             caps: real,
+            send_ops,
             cm_id: Some(id),
             td,
             pd,
             _cqs: [send_cq, recv_cq],
         })
+    }
+
+    /// The API the verbs data path posts to this QP with.
+    pub fn api(&self) -> VerbsApi {
+        if self.send_ops.is_some() {
+            VerbsApi::Extended
+        } else {
+            VerbsApi::Legacy
+        }
     }
 
     /// Whether the QP was created on a thread domain of its own: its BlueFlame register is

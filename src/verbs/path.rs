@@ -7,6 +7,7 @@
 //! Work requests, gather lists and inline staging are preallocated: posting allocates nothing.
 
 use super::code;
+use super::ex::{PollOps, VerbsApi, WcRead};
 use super::objects::Qp;
 use crate::completion::{Completion, WcOpcode};
 use crate::direct::cq_share::{CqShare, CqSlots};
@@ -45,6 +46,9 @@ pub struct VerbsSendQueue {
     atomics: mlx5::AtomicCaps,
     /// The CQ entries this queue holds (None: not accounted, for tests).
     cq_share: Option<CqShare>,
+    /// A batch with a gather list of more than one entry goes through `ibv_post_send` even
+    /// on an extended QP (see [`VerbsSendQueue::set_gather_lists_legacy`]).
+    gather_lists_legacy: bool,
 }
 
 // SAFETY: the work-request arrays point only into this queue's own boxed buffers; the QP is
@@ -88,8 +92,20 @@ impl VerbsSendQueue {
             pending: 0,
             atomics: mlx5::AtomicCaps::HOST_ORDER,
             cq_share: None,
+            gather_lists_legacy: false,
             qp,
         }
+    }
+
+    /// Posts batches with a gather list of more than one entry with `ibv_post_send` even
+    /// when the QP has the extended operations. For rxe before rdma-core 64: its
+    /// `wr_set_sge_list` sums the first entry's length `num_sge` times (fixed by commit
+    /// 406cd2ad0, "rxe: Fix dma.length computation in wr_set_sge_list"), and the kernel then
+    /// fails the request with a local protection error or moves the wrong bytes; its
+    /// `ibv_post_send` sums them right. A batch is posted whole by one API, so the order of
+    /// the requests and the error semantics of [`VerbsSendQueue::ring`] are kept.
+    pub fn set_gather_lists_legacy(&mut self, on: bool) {
+        self.gather_lists_legacy = on;
     }
 
     /// The QP number.
@@ -478,34 +494,58 @@ impl VerbsSendQueue {
         Ok(unsafe { (*mw).rkey })
     }
 
-    /// Posts the queued requests with one `ibv_post_send`.
+    /// Posts the queued requests: with one `ibv_wr_start` ... `ibv_wr_complete` on a QP
+    /// created with the extended send operations, else with one `ibv_post_send`.
     ///
     /// # Errors
-    /// The `ibv_post_send` error; the requests from the refused one on are not posted (their
-    /// space is given back).
+    /// The `ibv_wr_complete` error (none of the requests is posted) or the `ibv_post_send`
+    /// error (the requests from the refused one on are not posted); their space is given
+    /// back.
     pub fn ring(&mut self) -> Result<()> {
         if self.pending == 0 {
             return Ok(());
         }
         let n = self.pending;
         self.pending = 0;
-        self.wrs[n - 1].next = std::ptr::null_mut();
-        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP is live; the list, its gather lists and inline staging are in this
-        // queue's buffers and stay untouched during the call (inline data is copied by it).
-        let rc = unsafe { ffi::ibv_post_send(self.qp.qp, self.wrs.as_mut_ptr(), &mut bad) };
+        let ex = match &self.qp.send_ops {
+            Some(_) if self.gather_lists_legacy && self.wrs[..n].iter().any(|w| w.num_sge > 1) => {
+                None
+            }
+            ops => ops.as_ref(),
+        };
+        let (rc, first_bad, call) = match ex {
+            Some(ops) => {
+                // SAFETY: the QP is live; the gather lists and inline staging the requests
+                // name are in this queue's buffers and stay untouched during the call
+                // (inline data is copied by it); `&mut self` serialises posting.
+                let rc = unsafe { ops.post(&self.wrs[..n]) };
+                (rc, 0, "ibv_wr_complete")
+            }
+            None => {
+                self.wrs[n - 1].next = std::ptr::null_mut();
+                let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
+                // SAFETY: as above; the list links only entries of `wrs`.
+                let rc = unsafe { ffi::ibv_post_send(self.qp.qp, self.wrs.as_mut_ptr(), &mut bad) };
+                let first_bad = if bad.is_null() {
+                    0
+                } else {
+                    (bad as usize - self.wrs.as_ptr() as usize)
+                        / std::mem::size_of::<ffi::ibv_send_wr>()
+                };
+                (rc, first_bad, "ibv_post_send")
+            }
+        };
         if rc != 0 {
-            let first_bad = if bad.is_null() {
-                0
-            } else {
-                (bad as usize - self.wrs.as_ptr() as usize)
-                    / std::mem::size_of::<ffi::ibv_send_wr>()
-            };
             self.seq = self.seq.wrapping_sub((n - first_bad) as u16);
             self.shadow.mark_posted(self.seq);
-            return Err(Error::Verbs(code("ibv_post_send", rc)));
+            return Err(Error::Verbs(code(call, rc)));
         }
         Ok(())
+    }
+
+    /// The rdma-core API this queue posts with.
+    pub fn api(&self) -> VerbsApi {
+        self.qp.api()
     }
 
     /// The sequence number the next request gets (the last one's plus one).
@@ -582,11 +622,13 @@ pub struct VerbsRecvQueue {
     pub(crate) shadow: Arc<Shadow<u64>>,
     seq: u16,
     sges: Box<[ffi::ibv_sge]>,
+    /// The receive request, prepared once: `sg_list` points into `sges`, `next` is null.
+    wr: Box<ffi::ibv_recv_wr>,
     /// The CQ entries this queue holds (None: not accounted).
     cq_share: Option<CqShare>,
 }
 
-// SAFETY: as for VerbsSendQueue.
+// SAFETY: as for VerbsSendQueue (`wr` points into this queue's own `sges`).
 unsafe impl Send for VerbsRecvQueue {}
 
 impl std::fmt::Debug for VerbsRecvQueue {
@@ -602,15 +644,21 @@ impl VerbsRecvQueue {
     pub fn new(qp: Arc<Qp>) -> VerbsRecvQueue {
         let caps = qp.caps;
         let max_sge = caps.max_recv_sge.max(1) as usize;
+        // SAFETY: an all-zero ibv_sge is valid.
+        let mut sges: Box<[ffi::ibv_sge]> = (0..max_sge)
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        // SAFETY: an all-zero ibv_recv_wr is valid (no next request).
+        let mut wr: Box<ffi::ibv_recv_wr> = Box::new(unsafe { std::mem::zeroed() });
+        // The boxed slice does not move when the Box does.
+        wr.sg_list = sges.as_mut_ptr();
         VerbsRecvQueue {
             cap: caps.max_recv_wr,
             max_sge,
             shadow: Arc::new(Shadow::new(caps.max_recv_wr.max(16).next_power_of_two())),
             seq: 0,
-            // SAFETY: an all-zero ibv_sge is valid.
-            sges: (0..max_sge)
-                .map(|_| unsafe { std::mem::zeroed() })
-                .collect(),
+            sges,
+            wr,
             cq_share: None,
             qp,
         }
@@ -644,6 +692,7 @@ impl VerbsRecvQueue {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error.
+    #[inline]
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         if self.free() == 0 {
             return Err(Error::QueueFull {
@@ -655,29 +704,34 @@ impl VerbsRecvQueue {
         if let Some(share) = &mut self.cq_share {
             share.check_one(self.seq, self.cap)?;
         }
-        let n = sgl.iter().filter(|s| s.len != 0).count();
-        if n > self.max_sge {
-            return Err(Error::TooManySge {
-                n,
-                max: self.max_sge,
-            });
-        }
-        for (i, s) in sgl.iter().filter(|s| s.len != 0).enumerate() {
-            self.sges[i] = ffi::ibv_sge {
+        // One pass: the non-empty entries into the scatter list (published only by the
+        // call below, so an error leaves nothing behind).
+        let mut n = 0;
+        for s in sgl {
+            if s.len == 0 {
+                continue;
+            }
+            if n == self.max_sge {
+                return Err(Error::TooManySge {
+                    n: sgl.iter().filter(|s| s.len != 0).count(),
+                    max: self.max_sge,
+                });
+            }
+            self.sges[n] = ffi::ibv_sge {
                 addr: s.addr,
                 length: s.len,
                 lkey: s.lkey,
             };
+            n += 1;
         }
-        // SAFETY: an all-zero ibv_recv_wr is valid; the fields that matter are set.
-        let mut wr: ffi::ibv_recv_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = self.seq as u64 | RECV_TAG;
-        wr.sg_list = self.sges.as_mut_ptr();
-        wr.num_sge = n as i32;
+        // The prepared request (its list points into `sges`); only these two fields vary.
+        self.wr.wr_id = self.seq as u64 | RECV_TAG;
+        self.wr.num_sge = n as i32;
         self.shadow.set(self.seq, cookie);
         let mut bad = std::ptr::null_mut();
-        // SAFETY: live QP; `wr` and its gather list live across the call.
-        let rc = unsafe { ffi::ibv_post_recv(self.qp.qp, &mut wr, &mut bad) };
+        // SAFETY: live QP; `wr` and its scatter list (in this queue's boxes) live across the
+        // call, which copies them.
+        let rc = unsafe { ffi::ibv_post_recv(self.qp.qp, &mut *self.wr, &mut bad) };
         if rc != 0 {
             return Err(Error::Verbs(code("ibv_post_recv", rc)));
         }
@@ -723,14 +777,28 @@ impl VerbsCompletionQueue {
         }
     }
 
+    /// The rdma-core API this poller polls with.
+    pub fn api(&self) -> VerbsApi {
+        self.cq.api()
+    }
+
     /// Polls up to `out.len()` completions.
+    #[inline]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
         if self.registry.gen.load(Ordering::Acquire) != self.gen {
             self.refresh();
         }
-        let mut n = 0;
         // Entries of dropped QPs: free again once the CQ is seen empty after this read.
         let orphans = self.registry.slots.orphan_mark();
+        match self.cq.poll_ops {
+            Some(ops) => self.poll_ex(&ops, out, orphans),
+            None => self.poll_legacy(out, orphans),
+        }
+    }
+
+    /// [`VerbsCompletionQueue::poll`] with `ibv_poll_cq`.
+    fn poll_legacy(&mut self, out: &mut [Completion], orphans: u64) -> usize {
+        let mut n = 0;
         while n < out.len() {
             let want = (out.len() - n).min(self.wcs.len());
             // SAFETY: live CQ; `wcs` holds at least `want` entries.
@@ -742,13 +810,46 @@ impl VerbsCompletionQueue {
                 break;
             }
             for i in 0..got as usize {
-                if let Some(c) = self.complete(i) {
+                if let Some(c) = self.complete(&self.wcs[i]) {
                     out[n] = c;
                     n += 1;
                 }
             }
             if (got as usize) < want {
                 break;
+            }
+        }
+        n
+    }
+
+    /// [`VerbsCompletionQueue::poll`] with `ibv_start_poll` / `ibv_end_poll`: completions
+    /// are read in place through the `ibv_wc_read_*` accessors (no copy into an `ibv_wc`),
+    /// only the fields each one needs.
+    ///
+    /// One completion per `ibv_start_poll` / `ibv_end_poll` pair, never `ibv_next_poll`:
+    /// rxe before rdma-core 55 (commit b78b414e0, "rxe: fix completion queue consumer index
+    /// overrun"; Debian 12 ships 44) releases the CQ's lock and publishes the consumer index
+    /// when `ibv_next_poll` finds nothing, after which the `ibv_end_poll` that the man page
+    /// requires advances the index past the producer (a stale completion read again, the
+    /// CQ's entries miscounted) and unlocks a second time. A start/end pair is right on
+    /// every version, and a latency loop polls one completion at a time anyway.
+    fn poll_ex(&mut self, ops: &PollOps, out: &mut [Completion], orphans: u64) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            // SAFETY: live CQ, polled only through this poller (`&mut self`).
+            if !unsafe { ops.start() } {
+                if orphans != 0 {
+                    self.registry.slots.drained(orphans);
+                }
+                break;
+            }
+            // SAFETY: a completion is current until `end`.
+            let c = self.complete(&unsafe { ops.current() });
+            // SAFETY: start succeeded; ended once.
+            unsafe { ops.end() };
+            if let Some(c) = c {
+                out[n] = c;
+                n += 1;
             }
         }
         n
@@ -761,43 +862,44 @@ impl VerbsCompletionQueue {
         }
     }
 
-    fn complete(&self, i: usize) -> Option<Completion> {
-        let wc = &self.wcs[i];
-        let q = self.cache.iter().find(|a| a.qpn == wc.qp_num)?;
-        let status = wc_status(wc.status);
-        let seq = wc.wr_id as u16;
+    /// The completion of one work completion `wc`, attributed by its `wr_id` (a receive
+    /// carries [`RECV_TAG`]) and QP number; None for a moderation completion, which only
+    /// retires the unsignaled requests before it.
+    #[inline(always)]
+    fn complete(&self, wc: &impl WcRead) -> Option<Completion> {
+        let qp_num = wc.qp_num();
+        let q = self.cache.iter().find(|a| a.qpn == qp_num)?;
+        let status = wc_status(wc.status());
+        let wr_id = wc.wr_id();
+        let seq = wr_id as u16;
         let mut c = Completion {
             status,
-            qpn: wc.qp_num,
+            qpn: qp_num,
             ..Completion::default()
         };
         if status != WcStatus::Success {
-            c.syndrome = Some((0, wc.vendor_err as u8));
+            c.syndrome = Some((0, wc.vendor_err() as u8));
         }
         // On an error the opcode is undefined: `wr_id` says which queue the request was on.
-        if wc.wr_id & RECV_TAG != 0 {
+        if wr_id & RECV_TAG != 0 {
             let rq = q.rq.as_ref()?;
             c.cookie = rq.get(seq);
             rq.retire(seq.wrapping_add(1));
-            c.opcode = if status == WcStatus::Success
-                && wc.opcode == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM
-            {
+            if status != WcStatus::Success {
+                c.opcode = WcOpcode::Recv;
+                return Some(c); // opcode, byte count and flags are undefined on an error
+            }
+            c.opcode = if wc.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
                 WcOpcode::RecvRdmaWithImm
             } else {
                 WcOpcode::Recv
             };
-            if status != WcStatus::Success {
-                return Some(c); // byte count and flags are undefined on an error
-            }
-            c.byte_len = wc.byte_len;
-            if wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
-                // SAFETY: the flag says the union holds the immediate.
-                c.imm = Some(u32::from_be(unsafe {
-                    wc.imm_data_invalidated_rkey_union.imm_data
-                }));
-            } else if wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
-                // SAFETY: the flag says the union holds the invalidated rkey.
-                c.imm = Some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
+            c.byte_len = wc.byte_len();
+            let flags = wc.wc_flags();
+            if flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+                c.imm = Some(u32::from_be(wc.imm_or_rkey()));
+            } else if flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
+                c.imm = Some(wc.imm_or_rkey());
             }
             return Some(c);
         }

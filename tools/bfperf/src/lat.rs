@@ -113,15 +113,15 @@ fn respond(
         let tag = tag_of(i);
         match kind {
             Lat::Write => s.wait_byte(size - 1, tag)?,
-            Lat::Send | Lat::WriteImm => {
-                wait_recv(&mut s, tag)?;
-                if i + 64 < total {
-                    post_recv(&mut s, size, (i + 64) as u64)?;
-                }
-            }
+            Lat::Send | Lat::WriteImm => wait_recv(&mut s, tag)?,
             _ => return Ok(()),
         }
         post_msg(&mut s, o, size, tag, kind, i as u64)?;
+        // The receive is replenished after the reply is posted, while it is on the wire:
+        // 64 receives are posted ahead, so the next message always finds one.
+        if kind.receives() && i + 64 < total {
+            post_recv(&mut s, size, (i + 64) as u64)?;
+        }
         if kind == Lat::Write && i % 64 == 63 {
             // Only a write test may drain here: a send test's CQ also carries the next receive.
             s.drain_errors();
@@ -159,10 +159,11 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
             }
             Lat::Send | Lat::WriteImm => {
                 post_msg(s, o, size, tag, kind, i as u64)?;
-                wait_recv(s, tag)?;
+                // Replenished while the message travels (64 receives are posted ahead).
                 if i + 64 < total {
                     post_recv(s, size, (i + 64) as u64)?;
                 }
+                wait_recv(s, tag)?;
                 true
             }
             Lat::Read => {

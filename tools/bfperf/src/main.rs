@@ -13,6 +13,7 @@ mod lat;
 mod opts;
 mod plot;
 mod probe;
+mod probe_verbs;
 mod progress;
 mod setup;
 mod stats;
@@ -216,6 +217,14 @@ fn main() {
     if name == "icount-probe" {
         let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
         if let Err(e) = probe::run(n) {
+            eprintln!("bfperf: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if name == "icount-verbs" {
+        let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+        if let Err(e) = probe_verbs::run(n) {
             eprintln!("bfperf: {e}");
             std::process::exit(1);
         }

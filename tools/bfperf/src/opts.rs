@@ -84,7 +84,7 @@ impl Default for Opts {
 }
 
 /// The usage text.
-pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|write-bw|read-bw|send-bw|icount-probe N> [options]
+pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|write-bw|read-bw|send-bw|icount-probe N|icount-verbs N> [options]
   -d, --device auto|sim|sim-stepped|NAME   device (auto: BLUEFLAME_DEVICE, first rdma-core device, else the software NIC)
   -x, --gid-index N       GID index (RoCE; default: first RoCE v2 IPv4 GID)
   -s, --size N            message size (default 8)

@@ -17,6 +17,9 @@
 //! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot
 //!   (busy polling and event mode, with the wake-up cost of each program).
 //! - `cargo xtask wakeup`: the wake-up cost of bfperf's event mode on the software NIC.
+//! - `cargo xtask rxe-icount`: instructions per post / poll / receive of the verbs path on
+//!   rxe0 (callgrind in the VM), for both rdma-core APIs, beside plain rdma-core calls,
+//!   against guards (also run by the device stage of `test`, in its one boot).
 //! - `cargo xtask aarch64`: only the aarch64 stage of `test` (below).
 //! - `cargo xtask deps`: only the installation step.
 //!
@@ -24,7 +27,8 @@
 //! `aarch64-unknown-linux-gnu` with Debian's Rust, its unit and direct-path tests run under
 //! qemu-user; see `cross.rs`) and ends with the device stage: the `rxe_*` integration tests,
 //! built on the host, then every example (server and client sides both on rxe0), run inside
-//! one boot of the rxe VM.
+//! one boot of the rxe VM, followed in the same boot by the verbs path's instruction counts
+//! (`rxe-icount`).
 
 mod compare;
 mod cross;
@@ -32,6 +36,7 @@ mod examples;
 mod icount;
 mod memcheck;
 mod rxe;
+mod rxe_icount;
 mod wakeup;
 
 use std::path::Path;
@@ -100,6 +105,13 @@ fn main() {
                 1
             }
         }
+        Some("rxe-icount") => {
+            if deps() == 0 && rxe_icount::main(&args[1..]) {
+                0
+            } else {
+                1
+            }
+        }
         Some("wakeup") => {
             if wakeup::main() {
                 0
@@ -117,7 +129,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | examples | memcheck | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-compare | wakeup | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | examples | memcheck | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-icount | rxe-compare | wakeup | deps>");
             2
         }
     };

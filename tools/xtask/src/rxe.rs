@@ -270,14 +270,21 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
         ));
     }
     cmd.push_str(&crate::examples::vm_commands(examples));
+    // The verbs path's instruction counts, in the same boot (bfperf was built by the
+    // icount stage before).
+    cmd.push_str(&crate::rxe_icount::script());
     cmd.push_str("exit $rc");
     let Some((code, log)) = run_in_vm(&cmd) else {
         eprintln!("xtask: FAILED: the rxe stage did not run");
         return false;
     };
     println!("{log}");
+    let icount_ok = crate::rxe_icount::report();
+    if !icount_ok {
+        eprintln!("xtask: FAILED: the verbs path's instruction counts (rxe-icount)");
+    }
     println!("xtask: rxe stage summary:");
-    summary(&log, bins.len(), examples) && code == 0
+    summary(&log, bins.len(), examples) && code == 0 && icount_ok
 }
 
 /// Reads the device stage's log: `bins` test binaries (each must have run tests and skipped

@@ -1,0 +1,194 @@
+//! `bfperf icount-verbs N`: the verbs path on a real device (rxe in the VM of
+//! `cargo xtask rxe-icount`), each operation in its own `#[inline(never)]` function for
+//! callgrind (`--toggle-collect`): the crate's post of an 8-byte inline RDMA write, its poll
+//! of one completion, its post of one receive and its poll of one receive, beside the same
+//! operations as plain rdma-core calls ([`blueflame::verbs::probe::Plain`]).
+//!
+//! The device runs between the measured calls: each poll is made after the completion had
+//! time to arrive (the write's bytes are seen at the peer, then a pause); a poll that still
+//! finds nothing is retried and counted as a miss, and every measured function's number of
+//! calls is printed (`calls NAME N`) for the report to divide by.
+
+use blueflame::verbs::probe::Plain;
+use blueflame::{Completion, Cq, Device, Payload, PostFlags, Qp, QpCaps, Remote, Sge};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[inline(never)]
+fn measured_verbs_post(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
+    qp.write_inline(data, remote, cookie, PostFlags::SIGNALED)
+        .expect("post");
+}
+
+#[inline(never)]
+fn measured_verbs_poll_hit(cq: &mut Cq, out: &mut [Completion; 1]) -> usize {
+    cq.poll(out)
+}
+
+#[inline(never)]
+fn measured_verbs_post_recv(qp: &mut Qp, sge: &[Sge; 1], cookie: u64) {
+    qp.post_recv(sge, cookie).expect("post_recv");
+}
+
+#[inline(never)]
+fn measured_verbs_poll_recv(cq: &mut Cq, out: &mut [Completion; 2]) -> usize {
+    cq.poll(out)
+}
+
+#[inline(never)]
+fn measured_plain_post_send(p: &mut Plain, wr_id: u64) -> i32 {
+    p.post_send(wr_id)
+}
+
+#[inline(never)]
+fn measured_plain_post_wr(p: &mut Plain, wr_id: u64) -> i32 {
+    p.post_wr(wr_id).expect("ibv_wr_*")
+}
+
+#[inline(never)]
+fn measured_plain_poll_cq(p: &mut Plain) -> Option<(u64, u32)> {
+    p.poll_cq()
+}
+
+#[inline(never)]
+fn measured_plain_start_poll(p: &mut Plain) -> Option<(u64, u32)> {
+    p.start_poll()
+}
+
+#[inline(never)]
+fn measured_plain_post_recv(p: &mut Plain, wr_id: u64) -> i32 {
+    p.post_recv(wr_id)
+}
+
+/// Calls of each measured function.
+#[derive(Default)]
+struct Calls(BTreeMap<&'static str, u64>);
+
+impl Calls {
+    fn one(&mut self, name: &'static str) {
+        *self.0.entry(name).or_default() += 1;
+    }
+}
+
+/// Lets the device finish what was posted (the measured polls then find it).
+fn settle() {
+    std::thread::sleep(Duration::from_micros(300));
+}
+
+/// Polls with `poll` (measured, counted in `calls` under `name`) until it finds one; the
+/// empty polls are counted as misses.
+fn poll_until<T>(
+    calls: &mut Calls,
+    name: &'static str,
+    misses: &mut u64,
+    mut poll: impl FnMut() -> Option<T>,
+) -> T {
+    for _ in 0..100_000 {
+        settle();
+        calls.one(name);
+        if let Some(v) = poll() {
+            return v;
+        }
+        *misses += 1;
+    }
+    eprintln!("bfperf: {name}: no completion");
+    std::process::exit(1);
+}
+
+/// Runs the probe on `BLUEFLAME_DEVICE` (GID index `BLUEFLAME_GID_INDEX`).
+pub fn run(n: usize) -> Result<(), blueflame::Error> {
+    let dev = Device::open_default()?;
+    let name = std::env::var("BLUEFLAME_DEVICE").unwrap_or_default();
+    let gid = std::env::var("BLUEFLAME_GID_INDEX")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let pd = dev.alloc_pd()?;
+    let (mut cq_a, mut cq_b) = (dev.create_cq(64)?, dev.create_cq(64)?);
+    let caps = QpCaps {
+        sq_blocks: 256,
+        rq_entries: 64,
+        max_inline: 64,
+        ..QpCaps::default()
+    };
+    let mut a = pd.create_qp(&cq_a, &cq_a, caps)?;
+    let mut b = pd.create_qp(&cq_b, &cq_b, caps)?;
+    let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+    a.connect(eb)?;
+    b.connect(ea)?;
+    let rights = blueflame::Access::LOCAL_WRITE | blueflame::Access::REMOTE_WRITE;
+    let mr = pd.alloc_mr(4096, rights)?;
+    let mut plain = Plain::new(&name, gid)?;
+    eprintln!(
+        "bfperf: icount-verbs on {}: QP {:?}, CQ {:?}; plain pair extended: {}",
+        dev.describe(),
+        a.verbs_api(),
+        cq_a.verbs_api(),
+        plain.has_extended()
+    );
+    let mut calls = Calls::default();
+    let mut misses = 0u64;
+    let mut out = [Completion::default(); 1];
+    let mut rout = [Completion::default(); 2];
+    let rsge = [mr.sge(512, 64)?];
+    for i in 0..n as u64 {
+        let tag = (i % 250) as u8 + 1;
+        // The crate: write + poll hit.
+        let data = [tag; 8];
+        calls.one("measured_verbs_post");
+        measured_verbs_post(&mut a, &data, mr.remote(0)?, i);
+        let c = poll_until(&mut calls, "measured_verbs_poll_hit", &mut misses, || {
+            (measured_verbs_poll_hit(&mut cq_a, &mut out) == 1).then_some(out[0])
+        });
+        assert!(c.is_ok() && c.cookie == i, "{c:?}");
+        // The crate: receive post + receive poll (the send is not measured).
+        calls.one("measured_verbs_post_recv");
+        measured_verbs_post_recv(&mut b, &rsge, i);
+        a.send(Payload::Inline(&data), i, PostFlags::SIGNALED)?;
+        let c = poll_until(&mut calls, "measured_verbs_poll_recv", &mut misses, || {
+            (measured_verbs_poll_recv(&mut cq_b, &mut rout) == 1).then_some(rout[0])
+        });
+        assert!(c.is_ok() && c.cookie == i && c.byte_len == 8, "{c:?}");
+        let mut spins = 0;
+        while cq_a.poll(&mut out) == 0 {
+            spins += 1;
+            assert!(spins < 1_000_000, "send completion");
+            settle();
+        }
+        // Plain rdma-core: ibv_post_send + ibv_poll_cq.
+        plain.set_tag(tag);
+        calls.one("measured_plain_post_send");
+        assert_eq!(measured_plain_post_send(&mut plain, i), 0);
+        let (id, st) = poll_until(&mut calls, "measured_plain_poll_cq", &mut misses, || {
+            measured_plain_poll_cq(&mut plain)
+        });
+        assert_eq!((id, st), (i, 0));
+        // Plain rdma-core: ibv_wr_* + ibv_start_poll (where the provider has them).
+        if plain.has_extended() {
+            calls.one("measured_plain_post_wr");
+            assert_eq!(measured_plain_post_wr(&mut plain, i), 0);
+            let (id, st) = poll_until(&mut calls, "measured_plain_start_poll", &mut misses, || {
+                measured_plain_start_poll(&mut plain)
+            });
+            assert_eq!((id, st), (i, 0));
+        }
+        // Plain rdma-core: ibv_post_recv (the send and both polls are not measured).
+        calls.one("measured_plain_post_recv");
+        assert_eq!(measured_plain_post_recv(&mut plain, i), 0);
+        plain.send(i)?;
+        let (mut recv_seen, mut send_seen) = (false, false);
+        for _ in 0..1_000_000 {
+            recv_seen |= plain.poll_b().is_some();
+            send_seen |= plain.poll_cq().is_some();
+            if recv_seen && send_seen {
+                break;
+            }
+            settle();
+        }
+        assert!(recv_seen && send_seen, "plain send");
+    }
+    for (name, n) in &calls.0 {
+        println!("calls {name} {n}");
+    }
+    println!("misses {misses}");
+    Ok(())
+}
