@@ -13,8 +13,8 @@
 pub mod channel;
 pub mod cm;
 pub mod device;
-pub(crate) mod fd;
 pub mod ex;
+pub(crate) mod fd;
 pub mod objects;
 pub mod path;
 pub mod probe;
