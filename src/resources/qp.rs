@@ -174,7 +174,7 @@ impl Pd {
                     }
                 }
             }
-            (Backend::Verbs(_), PdKind::Verbs(pd)) => {
+            (Backend::Verbs(vdev), PdKind::Verbs(pd)) => {
                 // `sq_blocks` is a ring size in blocks; rdma-core takes work requests and
                 // sizes each for the largest WQE (`mlx5_calc_sq_size`): ask for as many
                 // requests of the largest kind as the blocks hold, so that the depth is the
@@ -220,9 +220,7 @@ impl Pd {
                 } else {
                     let mut sq = VerbsSendQueue::new(qp.clone());
                     // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
-                    if let Backend::Verbs(v) = &self.inner.dev.backend {
-                        sq.set_gather_lists_legacy(v.attrs.rxe);
-                    }
+                    sq.set_gather_lists_legacy(vdev.attrs.rxe);
                     let path = QpPath::Verbs {
                         sq,
                         rq: VerbsRecvQueue::new(qp.clone()),
