@@ -593,3 +593,23 @@ fn arming_needs_a_channel_of_the_same_device() {
         Err(Error::InvalidParameter { .. })
     ));
 }
+
+#[test]
+fn channels_are_shared_handles_across_threads() {
+    fn send_sync<T: Send + Sync + Clone>() {}
+    send_sync::<CompletionChannel>();
+    fn send<T: Send>() {}
+    send::<Cq>();
+    // A clone is the same channel: an event raised through one handle is taken by another.
+    let mut l = lo(Device::sim_stepped());
+    let other = l.ch.clone();
+    assert_eq!(other.as_raw_fd(), l.ch.as_raw_fd());
+    l.cq.arm(Notify::Any).unwrap();
+    l.write(1);
+    l.dev.process();
+    assert_eq!(
+        other.try_event().unwrap(),
+        Some(CqEvent { cqn: l.cq.cqn() })
+    );
+    assert_eq!(l.ch.try_event().unwrap(), None);
+}

@@ -37,6 +37,13 @@ const SUBSET: &[Entry] = &[
     ("direct_scenarios", &[], &[]),
     ("direct_sge_limits", &[], &[]),
     ("direct_shared_cq", &[], &[]),
+    // Completion events: channels, arms, CQs dropped while threads wait (the long raced
+    // loops left out: the shorter tests run the same code).
+    (
+        "events",
+        &["no_missed_wake_up", "many_threads", "a_channel_wait_leaves"],
+        &[],
+    ),
     ("lifetimes", &[], &[]),
     ("lost_completions", &[], &[]),
     ("mw", &[], &[]),
