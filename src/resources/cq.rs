@@ -351,10 +351,12 @@ impl Cq {
 
     /// Arms the CQ for one completion event: the next completion (`Notify::Any`), or the
     /// next solicited or error one (`Notify::Solicited`), raises one event on the CQ's
-    /// channel; then the CQ must be armed again. A completion already in the CQ (not yet
-    /// polled) raises it at once. Direct path: the arm doorbell as rdma-core's `mlx5_arm_cq`;
-    /// verbs path: `ibv_req_notify_cq`. Poll after arming ([`Cq::wait`] does it all): a
-    /// completion that came before the arm is found by that poll.
+    /// channel; then the CQ must be armed again. Direct path: the arm doorbell as rdma-core's
+    /// `mlx5_arm_cq` (a ConnectX, and the software NIC, raise the event at once when entries
+    /// past the consumer index are already in the ring); verbs path: `ibv_req_notify_cq`
+    /// (rxe raises it only for completions that come after the arm). Poll after arming
+    /// ([`Cq::wait`] does it all): a completion that came before the arm is found by that
+    /// poll on every device.
     ///
     /// # Errors
     /// [`Error::NoChannel`] for a CQ created without a channel; [`Error::Verbs`] from
