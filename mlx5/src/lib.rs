@@ -15,10 +15,11 @@
 //! Every struct and constant mirrored here is checked against rdma-core's installed
 //! `infiniband/mlx5dv.h` by the `mlx5-hdrcheck` crate of this workspace.
 //!
-//! With the `sim` feature, [`sim`] is a software mlx5 NIC that owns rings laid out as the
+//! With the `sim` feature, the module `sim` is a software mlx5 NIC that owns rings laid out as the
 //! hardware's and executes the WQEs it finds there: the way the direct data path of
 //! `blueflame` is tested end to end on machines without a ConnectX.
 #![cfg_attr(not(feature = "std"), no_std)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
 pub mod atomic;
@@ -36,6 +37,7 @@ pub mod umr;
 pub mod wqe;
 
 #[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 #[allow(unsafe_code)] // the NIC moves bytes through raw pointers, like DMA
 pub mod sim;
 

@@ -247,7 +247,7 @@ impl Device {
     }
 
     /// What this device's atomics can do and the byte order of their replies: read once
-    /// (`ibv_query_device` at open; the software NIC's [`Nic::atomic_caps`] when a QP is
+    /// (`ibv_query_device` at open; the software NIC's `Nic::atomic_caps` when a QP is
     /// created). [`Qp::atomic_result`](crate::Qp::atomic_result) reads a reply with it.
     pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
         match &self.backend {
@@ -309,7 +309,7 @@ impl Device {
     /// A completion queue of at least `entries` entries.
     ///
     /// # Errors
-    /// [`Error::Sim`] / [`Error::Verbs`] for a size the device refuses.
+    /// [`Error::Verbs`] (`Error::Sim` on the software NIC) for a size the device refuses.
     pub fn create_cq(&self, entries: u32) -> Result<Cq> {
         self.create_cq_with(&super::CqOptions::new(entries))
     }
@@ -420,9 +420,9 @@ impl Pd {
     /// [`Error::InvalidParameter`] for `len == 0` or a length no allocation can have;
     /// [`Error::RegionRights`] for rights verbs refuses (remote write or atomic without
     /// local write, unknown bits, `ZERO_BASED`, which is a window right here); an
-    /// out-of-memory error ([`Error::Sim`] / [`Error::Verbs`]) when the bytes cannot be
-    /// allocated; [`Error::Capability`] for [`Access::ON_DEMAND`] on a device without RC
-    /// on-demand paging; the device's registration error.
+    /// out-of-memory error ([`Error::Verbs`], or `Error::Sim` on the software NIC) when the
+    /// bytes cannot be allocated; [`Error::Capability`] for [`Access::ON_DEMAND`] on a device
+    /// without RC on-demand paging; the device's registration error.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         self.inner.lifetimes.reclaim();
         if len == 0 || std::alloc::Layout::from_size_align(len, 4096).is_err() {

@@ -1,8 +1,8 @@
 //! Resources: device, protection domain, memory region, completion queue, queue pair.
 //!
-//! They are backed by the software NIC ([`Device::sim`]) today; the verbs backend (rdma-core,
-//! with the mlx5dv binding that feeds the direct path on a ConnectX) plugs in behind the same
-//! types. Whatever the backend, the data path is the direct one of [`crate::direct`].
+//! They are backed by rdma-core (verbs, with the mlx5dv binding that feeds the direct path on
+//! a ConnectX) or, with the `sim` feature, by the software NIC; the same types whatever the
+//! backend (see the crate documentation's "Backends").
 //!
 //! Ownership (reference counts, see `lifetime.rs`): a [`Qp`] keeps its CQs alive, so a CQ is
 //! destroyed only when its poller and every QP on it are gone; a [`MemoryRegion`] dropped while

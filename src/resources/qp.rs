@@ -80,8 +80,8 @@ impl Pd {
     ///
     /// # Errors
     /// [`Error::InvalidHandle`] when a CQ belongs to another device (another software NIC
-    /// or verbs context); [`Error::Sim`] / [`Error::Verbs`] for capabilities the device
-    /// refuses.
+    /// or verbs context); [`Error::Verbs`] (`Error::Sim` on the software NIC) for
+    /// capabilities the device refuses.
     pub fn create_qp(&self, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
         self.create_qp_with(send_cq, recv_cq, caps, None)
     }
@@ -495,7 +495,7 @@ impl Qp {
     /// `qp.connect(other.qpn())`, or `qp.connect(qp.qpn())` for a loopback.
     ///
     /// # Errors
-    /// [`Error::Sim`] / [`Error::Verbs`] when the transition is refused.
+    /// [`Error::Verbs`] (`Error::Sim` on the software NIC) when the transition is refused.
     pub fn connect(&mut self, remote: impl Into<Endpoint>) -> Result<()> {
         self.connect_with(&remote.into(), &Timing::default())
     }
@@ -557,7 +557,7 @@ impl Qp {
     /// completing once with [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr).
     ///
     /// # Errors
-    /// [`Error::Sim`] / [`Error::Verbs`].
+    /// [`Error::Verbs`] (`Error::Sim` on the software NIC).
     pub fn set_error(&mut self) -> Result<()> {
         self.errored = true;
         match (&self.path, &self.pd.inner.dev.backend) {

@@ -12,6 +12,10 @@
 //!   `BLUEFLAME_DEVICE=rxe0`.
 //! - `cargo xtask rxe-examples`: the examples on rxe0 in one VM boot (also part of the
 //!   device stage of `cargo xtask test`).
+//! - `cargo xtask crate`: the crate checks alone (`crate_checks.rs`): blueflame without the
+//!   software NIC (build, clippy, tests, no simulator symbol), `cargo doc` with
+//!   `-D warnings`, `cargo publish --dry-run` of mlx5 and blueflame, `cargo install --path
+//!   tools/bfperf` and a run of the installed bfperf.
 //! - `cargo xtask icount`: instructions per post / poll with callgrind, against the regression
 //!   guards (also a stage of `cargo xtask test`).
 //! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot
@@ -23,14 +27,15 @@
 //! - `cargo xtask aarch64`: only the aarch64 stage of `test` (below).
 //! - `cargo xtask deps`: only the installation step.
 //!
-//! `cargo xtask test` then runs the aarch64 stage (the crate cross-built for
-//! `aarch64-unknown-linux-gnu` with Debian's Rust, its unit and direct-path tests run under
-//! qemu-user; see `cross.rs`) and ends with the device stage: the `rxe_*` integration tests,
+//! `cargo xtask test` runs the crate checks after the tests, then the aarch64 stage (the
+//! crate cross-built for `aarch64-unknown-linux-gnu` with Debian's Rust, its unit and
+//! direct-path tests run under qemu-user; see `cross.rs`) and ends with the device stage: the `rxe_*` integration tests,
 //! built on the host, then every example (server and client sides both on rxe0), run inside
 //! one boot of the rxe VM, followed in the same boot by the verbs path's instruction counts
 //! (`rxe-icount`).
 
 mod compare;
+mod crate_checks;
 mod cross;
 mod examples;
 mod icount;
@@ -97,6 +102,14 @@ fn main() {
                 1
             }
         }
+        Some("crate") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            if deps() == 0 && crate_checks::stage(&cargo) {
+                0
+            } else {
+                1
+            }
+        }
         Some("rxe") => rxe::main(&args[1..]),
         Some("rxe-compare") => {
             if deps() == 0 && compare::main() {
@@ -129,7 +142,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | examples | memcheck | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-icount | rxe-compare | wakeup | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | memcheck | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-icount | rxe-compare | wakeup | deps>");
             2
         }
     };
@@ -273,7 +286,11 @@ fn test() -> i32 {
             return 1;
         }
     }
-    // The test executables (built by the step above), for memcheck and the rxe stage.
+    eprintln!("xtask: crate checks (cargo xtask crate)");
+    if !crate_checks::stage(&cargo) {
+        return 1;
+    }
+    // The test executables (built by the tests step), for memcheck and the rxe stage.
     let Some(bins) = test_executables(&cargo) else {
         return 1;
     };

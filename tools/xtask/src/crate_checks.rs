@@ -1,0 +1,173 @@
+//! The checks that blueflame is a crate people can depend on (`cargo xtask crate`, and a
+//! stage of `cargo xtask test`):
+//!
+//! 1. without the software NIC: `blueflame` built, linted and tested with
+//!    `--no-default-features`, and the build checked to carry no simulator (no `mlx5/sim`
+//!    feature in `cargo tree`, no `mlx5::sim::` symbol in the library);
+//! 2. documentation: `cargo doc --no-deps` of `mlx5` and `blueflame` with
+//!    `RUSTDOCFLAGS=-D warnings`, with the default features, with all of them (what docs.rs
+//!    builds) and without the software NIC;
+//! 3. packaging: `cargo publish --dry-run` of `mlx5` and `blueflame` together (cargo packages
+//!    both and verifies `blueflame` against the packaged `mlx5` through a local registry
+//!    overlay, so the path dependency is checked as crates.io would see it), and
+//!    `cargo install --path tools/bfperf` into a temporary root, whose `bfperf` then prints
+//!    its usage and runs a short ping-pong on the software NIC.
+
+use crate::{root, run};
+use std::process::Command;
+
+/// Runs the three checks; false at the first failure.
+pub(crate) fn stage(cargo: &str) -> bool {
+    no_sim(cargo) && docs(cargo) && package(cargo)
+}
+
+/// `blueflame` without its default features: builds, is clippy-clean, its tests pass, and
+/// nothing of the software NIC is in it.
+fn no_sim(cargo: &str) -> bool {
+    let nd = ["-p", "blueflame", "--no-default-features", "--locked"];
+    let ok = run(
+        "build without the software NIC",
+        Command::new(cargo).arg("build").args(nd),
+    ) && simulator_absent(cargo)
+        && run(
+            "clippy without the software NIC",
+            Command::new(cargo).arg("clippy").args(nd).args([
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        )
+        && run(
+            "tests without the software NIC",
+            Command::new(cargo).arg("test").args(nd),
+        );
+    if !ok {
+        eprintln!("xtask: FAILED: blueflame without the software NIC (--no-default-features)");
+    }
+    ok
+}
+
+/// The library just built with `--no-default-features` (target/debug/libblueflame.rlib)
+/// names no `mlx5::sim::` item, and `mlx5` is built without its `sim` feature.
+fn simulator_absent(cargo: &str) -> bool {
+    let tree = Command::new(cargo)
+        .args([
+            "tree",
+            "-p",
+            "blueflame",
+            "--no-default-features",
+            "--locked",
+        ])
+        .args(["-e", "features", "-i", "mlx5"])
+        .current_dir(root())
+        .output();
+    let tree = match tree {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        _ => {
+            eprintln!("xtask: cargo tree failed");
+            return false;
+        }
+    };
+    if tree.contains("mlx5 feature \"sim\"") {
+        eprintln!("xtask: blueflame --no-default-features still enables mlx5/sim:\n{tree}");
+        return false;
+    }
+    let lib = root().join("target/debug/libblueflame.rlib");
+    let nm = Command::new("nm").arg("-C").arg(&lib).output();
+    let syms = match nm {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        _ => {
+            eprintln!("xtask: nm -C {} failed", lib.display());
+            return false;
+        }
+    };
+    let sim: Vec<&str> = syms
+        .lines()
+        .filter(|l| l.contains("mlx5::sim::") || l.contains("SimNic"))
+        .collect();
+    if !sim.is_empty() {
+        eprintln!(
+            "xtask: the library built without the software NIC names {} of its symbols, e.g.\n{}",
+            sim.len(),
+            sim[..sim.len().min(5)].join("\n")
+        );
+        return false;
+    }
+    eprintln!(
+        "xtask: no simulator in blueflame --no-default-features ({} symbols, none of mlx5::sim)",
+        syms.lines().count()
+    );
+    true
+}
+
+/// `cargo doc --no-deps` warning-free for every feature set a reader may build.
+fn docs(cargo: &str) -> bool {
+    let sets: [(&str, &[&str]); 3] = [
+        ("default features", &[]),
+        ("all features (docs.rs)", &["--all-features"]),
+        ("without the software NIC", &["--no-default-features"]),
+    ];
+    for (what, flags) in sets {
+        let ok = run(
+            &format!("docs, {what}"),
+            Command::new(cargo)
+                .env("RUSTDOCFLAGS", "-D warnings")
+                .args([
+                    "doc",
+                    "--no-deps",
+                    "--locked",
+                    "-p",
+                    "mlx5",
+                    "-p",
+                    "blueflame",
+                ])
+                .args(flags),
+        );
+        if !ok {
+            eprintln!("xtask: FAILED: documentation ({what})");
+            return false;
+        }
+    }
+    true
+}
+
+/// The two library crates package and verify as crates.io would build them; bfperf installs
+/// with `cargo install --path` and runs.
+fn package(cargo: &str) -> bool {
+    // --allow-dirty: a check, not a release (a developer's uncommitted edits are checked too).
+    let ok = run(
+        "cargo publish --dry-run (mlx5, blueflame)",
+        Command::new(cargo).args([
+            "publish",
+            "--dry-run",
+            "--allow-dirty",
+            "--locked",
+            "-p",
+            "mlx5",
+            "-p",
+            "blueflame",
+        ]),
+    );
+    if !ok {
+        eprintln!("xtask: FAILED: cargo publish --dry-run");
+        return false;
+    }
+    let dest = std::env::temp_dir().join(format!("blueflame-install-{}", std::process::id()));
+    let bin = dest.join("bin/bfperf");
+    let ok = run(
+        "cargo install --path tools/bfperf",
+        Command::new(cargo)
+            .args(["install", "--locked", "--path", "tools/bfperf", "--root"])
+            .arg(&dest),
+    ) && run("installed bfperf --help", Command::new(&bin).arg("--help"))
+        && run(
+            "installed bfperf on the software NIC",
+            Command::new(&bin).args(["write-lat", "-d", "sim", "-n", "2000", "--warmup", "100"]),
+        );
+    let _ = std::fs::remove_dir_all(&dest);
+    if !ok {
+        eprintln!("xtask: FAILED: cargo install --path tools/bfperf");
+    }
+    ok
+}
