@@ -36,6 +36,49 @@ pub struct RemoteBuf {
 }
 
 /// What one side sends the other.
+///
+/// Two QPs connected over a TCP exchange, each offering a buffer, then an RDMA write into
+/// the buffer the other side offered (on two machines, each side runs its half with its own
+/// device):
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::connect::{accept, dial, Exchange};
+/// use blueflame::{Access, Completion, Device, Error, PostFlags, QpCaps, Remote};
+/// use std::net::TcpListener;
+///
+/// let dev = Device::sim();
+/// let pd = dev.alloc_pd()?;
+/// let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+/// let (mut cq, cq_s) = (dev.create_cq(64)?, dev.create_cq(64)?);
+/// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
+/// let mut qp_s = pd.create_qp(&cq_s, &cq_s, QpCaps::default())?;
+/// let (mr, mr_s) = (pd.alloc_mr(4096, rights)?, pd.alloc_mr(4096, rights)?);
+///
+/// let listener = TcpListener::bind("127.0.0.1:0").map_err(Error::Io)?;
+/// let addr = listener.local_addr().map_err(Error::Io)?;
+/// let offer = Exchange { endpoint: qp_s.endpoint()?, buffers: vec![mr_s.remote_buf()] };
+/// let server = std::thread::spawn(move || -> blueflame::Result<_> {
+///     let client = accept(&listener, &offer)?;   // the server's half
+///     qp_s.connect(client.endpoint)?;
+///     Ok((qp_s, mr_s, cq_s))
+/// });
+/// let ours = Exchange { endpoint: qp.endpoint()?, buffers: vec![mr.remote_buf()] };
+/// let theirs = dial(addr, &ours)?;              // the client's half
+/// qp.connect(theirs.endpoint)?;
+/// let (_qp_s, mr_s, _cq_s) = server.join().unwrap()?;
+///
+/// let buf = theirs.buffers[0];
+/// let at = Remote { addr: buf.addr + 16, rkey: buf.rkey };
+/// qp.write_inline(b"over the wire", at, 1, PostFlags::SIGNALED)?;
+/// let mut out = [Completion::default(); 1];
+/// assert_eq!(cq.poll_n(&mut out, 1, 1 << 32), 1);
+/// let mut got = [0u8; 13];
+/// mr_s.read(16, &mut got)?;
+/// assert_eq!(&got, b"over the wire");
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Exchange {
     /// The QP's connection attributes.

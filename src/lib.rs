@@ -3,16 +3,175 @@
 //! The shortest RDMA data path on Linux. On mlx5 NICs (NVIDIA/Mellanox ConnectX) it writes
 //! work-queue entries straight into the send ring, rings the doorbell through the BlueFlame
 //! register and polls completions straight from the completion ring: no `ibv_post_send`, no
-//! `ibv_poll_cq`, no allocation, lock or system call in between.
+//! `ibv_poll_cq`, no allocation, lock or system call in between. On every other RDMA device
+//! (rxe, siw, irdma, ...) the same API runs over the standard verbs calls, and with the `sim`
+//! feature (on by default) over a software mlx5 NIC whose rings have the hardware's layout.
 //!
-//! On machines without a ConnectX the same data path runs against [`mlx5::sim`], a software
-//! mlx5 NIC whose rings have the hardware layout; tests, benches and the demo use it.
+//! This page is the manual of the library; [`readme`] is the project's README (the tools,
+//! the checks, the rules followed against rdma-core and UCX, measured figures), shown here
+//! whole.
+//!
+//! ## Quick start
+//!
+//! ```toml
+//! [dependencies]
+//! blueflame = "0.1"                                            # with the software NIC
+//! # blueflame = { version = "0.1", default-features = false } # production: no simulator
+//! ```
+//!
+//! Building needs rdma-core's headers and libraries (`libibverbs-dev`, `librdmacm-dev`) and
+//! `clang`/`libclang-dev` with `pkg-config` (the `rdma-sys` bindings are generated at build
+//! time); running on hardware needs the provider (`ibverbs-providers`). One RDMA write on the
+//! software NIC, from posting to its completion:
+//!
+//! ```
+//! # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+//! use blueflame::{Access, Completion, Device, PostFlags, QpCaps, WcStatus};
+//!
+//! let dev = Device::sim();            // or Device::open("mlx5_0", None)?, Device::open_default()?
+//! let pd = dev.alloc_pd()?;
+//! let mut cq = dev.create_cq(64)?;
+//! let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
+//! let me = qp.endpoint()?;            // what a peer needs (exchange it: `connect`)
+//! qp.connect(me)?;                    // here: a loopback QP
+//! let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//!
+//! qp.write_inline(b"tick", mr.remote(64)?, 7, PostFlags::SIGNALED)?;
+//! let mut done = [Completion::default(); 4];
+//! assert_eq!(cq.poll_n(&mut done, 1, 1 << 32), 1);
+//! assert_eq!((done[0].cookie, done[0].status), (7, WcStatus::Success));
+//! let mut got = [0u8; 4];
+//! mr.read(64, &mut got)?;
+//! assert_eq!(&got, b"tick");
+//! # Ok(()) }
+//! # #[cfg(not(feature = "sim"))] fn main() {}
+//! ```
+//!
+//! The main types, each with an example: [`Device`] (open a device, or the software NIC),
+//! [`Pd`] (protection domain), [`MemoryRegion`] (registered memory and its keys), [`Cq`]
+//! (completion queue and its poller), [`Qp`] (reliable-connected queue pair: RDMA write,
+//! read, send, atomics, memory-window binds), [`Batch`] (many requests, one doorbell),
+//! [`MemoryWindow`] (grant a peer part of a region, revoke it), [`connect`] (out-of-band
+//! exchange over TCP, as perftest) and [`cm`] (librdmacm).
+//!
+//! ## Backends: what runs where
+//!
+//! | device | resources from | data path |
+//! |---|---|---|
+//! | mlx5 (ConnectX-4 and later, BlueField) | rdma-core, rings from `mlx5dv_init_obj` | direct: WQEs, BlueFlame, CQEs polled from the ring |
+//! | rxe, siw, irdma, efa, ... | rdma-core | verbs: `ibv_post_send`, `ibv_poll_cq` |
+//! | the software NIC (feature `sim`) | `Device::sim`, `Device::sim_stepped` | direct, over rings the software NIC owns |
+//!
+//! [`Device::open_default`] takes the device named by `BLUEFLAME_DEVICE` (GID index from
+//! `BLUEFLAME_GID_INDEX`), else the first rdma-core device, else (feature `sim`) the
+//! software NIC. `BLUEFLAME_PATH=direct|verbs|auto` overrides the data path on rdma-core
+//! devices (`direct` is refused on a device that is not mlx5); [`Qp::data_path`] tells which
+//! one a QP runs. The API, its errors and its completions are the same on every backend;
+//! [`Qp::send_depth`] is the same for the same [`QpCaps`] on all three.
+//!
+//! ## Feature flags
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with_registers`/`_with_limits`, `Device::nic` and `SimNic` (queries, stepping, fault injection), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
+//!
+//! Without `sim` (`default-features = false`) the crate carries no simulator: `mlx5` is
+//! built without it, no symbol of `mlx5::sim` is linked (`cargo xtask crate` checks both), and
+//! [`Device::open_default`] without an rdma-core device is [`Error::Unsupported`]. Every other
+//! item is the same. The tools of the workspace (`bfperf`, `xtask`) keep the software NIC:
+//! `bfperf -d sim` and the demo run on it when there is no device.
+//!
+//! ## Thread safety
+//!
+//! | type | `Send` | `Sync` | why |
+//! |---|---|---|---|
+//! | [`Device`], [`Pd`] | yes | yes | reference-counted handles; rdma-core's context and PD calls are thread-safe, the software NIC locks its tables |
+//! | [`MemoryRegion`] | yes | yes | its bytes are read and written with relaxed atomic byte accesses ([`MemoryRegion::read`], [`MemoryRegion::write`]): threads and the NIC may race on the contents, never into undefined behaviour |
+//! | [`Qp`], [`Cq`], [`Batch`], [`MemoryWindow`] | yes | no | posting, polling and binding take `&mut self`: one thread at a time per queue, which is why the hot path needs no lock. Move a QP or CQ to the thread that uses it |
+//! | [`cm::CmListener`], [`cm::CmRequest`] | yes | yes | librdmacm ids: rdma-core's calls on them are thread-safe |
+//!
+//! Any number of QPs may be posted to from any number of threads (each QP by one at a time):
+//! each direct-path QP gets a thread domain, so a BlueFlame register of its own that it rings
+//! without a lock ([`DoorbellMode::Dedicated`]); when the device has none left, the QP rings a
+//! shared register under that register's lock ([`DoorbellMode::SharedLocked`]), as rdma-core
+//! does. A send queue and the poller of its CQ may run on different threads.
+//!
+//! ```
+//! fn send_sync<T: Send + Sync>() {}
+//! fn send<T: Send>() {}
+//! send_sync::<blueflame::Device>();
+//! send_sync::<blueflame::Pd>();
+//! send_sync::<blueflame::MemoryRegion>();
+//! send::<blueflame::Qp>();
+//! send::<blueflame::Cq>();
+//! send::<blueflame::MemoryWindow>();
+//! ```
+//! ```compile_fail
+//! fn sync<T: Sync>() {}
+//! sync::<blueflame::Qp>(); // post from one thread at a time: move the Qp, do not share it
+//! ```
+//!
+//! ## Cleanup order
+//!
+//! Objects hold what they need (reference counts, not lifetimes, because requests carry plain
+//! keys and fire-and-forget posting must stay possible), so they may be dropped in any order:
+//!
+//! - a [`Qp`] keeps its protection domain and its CQs alive: a [`Cq`] dropped first loses its
+//!   poller at once, and the CQ itself is destroyed after the last QP on it;
+//! - a [`Qp`] dropped with work in flight is destroyed at once (`ibv_destroy_qp`): its
+//!   requests produce no more completions, and the entries it already left in its CQs are
+//!   discarded by the poller, never reported for a later QP that gets the same number. To see
+//!   every request complete, call [`Qp::set_error`] and poll until the flushed completions
+//!   ([`WcStatus::WrFlushErr`]) have arrived, then drop it;
+//! - a [`MemoryRegion`] dropped while a QP of its domain has work outstanding stays
+//!   registered, memory included, while that work may still touch it (until it has
+//!   completed, or its QP is gone); it is deregistered at the next reclaim point: a region
+//!   allocated or dropped, a QP or window dropped, [`Pd::reclaim`], or the domain's end. A
+//!   region a device refuses to deregister (a memory window still bound to it) is kept until
+//!   the device agrees, never freed under a live registration;
+//! - a [`MemoryWindow`] is deallocated on drop, which invalidates its keys;
+//! - the [`Pd`] and the [`Device`] go when the last object using them has gone.
+//!
+//! Every signaled request posted completes exactly once, flushes included, as long as its QP
+//! lives.
+//!
+//! ## rdma-core environment variables
+//!
+//! rdma-core's mlx5 provider reads `MLX5_*` variables. The verbs path follows all of them
+//! (rdma-core runs it); the direct path, which bypasses rdma-core's post and poll, follows
+//! the ones that change what the hardware does, read when a QP is created:
+//! `MLX5_SHUT_UP_BF` (8-byte doorbells only), `MLX5_POST_SEND_PREFER_BF=0` (BlueFlame only
+//! for inline WQEs), `MLX5_SCATTER_TO_CQE=0` (no small receives inside the CQE),
+//! `MLX5_CQE_SIZE` (64 or 128 bytes, both polled), and `MLX5_QP_SIGNATURE`, which sends the
+//! QP to the verbs path. The full table, with what each of the others means here,
+//! is the README's "rdma-core's mlx5 environment variables" ([`readme`]); [`mlx5_env`] reads
+//! them. blueflame's own variables are `BLUEFLAME_DEVICE`, `BLUEFLAME_GID_INDEX` and
+//! `BLUEFLAME_PATH` (above).
+//!
+//! ## Errors
+//!
+//! Every failure is a typed [`Error`] that names the value that was wrong; bad input never
+//! panics. A request the API can know will fail (a full queue or CQ, a gather entry outside
+//! its region, rights a region does not have, a QP not yet connected) is refused before
+//! anything is written, rather than killing the QP. What the device reports afterwards comes
+//! back as the completion's [`WcStatus`] and, for asynchronous events, as
+//! [`Error::AsyncEvent`] on the next cold path of the QP or CQ concerned.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The README's example runs as a doc test (on the software NIC).
 #[doc = include_str!("../README.md")]
 #[cfg(all(doctest, feature = "sim"))]
 pub struct ReadmeDoctests;
+
+/// The project's README, the user's manual of the tools and the checks (its example runs as
+/// a doc test with the `sim` feature).
+///
+/// ---
+///
+#[doc = include_str!("../README.md")]
+#[cfg(not(doctest))]
+pub mod readme {}
 
 #[cfg(feature = "tokio")]
 mod async_cq;

@@ -93,6 +93,33 @@ enum Poller {
 }
 
 /// A completion queue and its poller.
+///
+/// [`Cq::poll`] takes what has arrived, never blocks and costs about ten instructions when
+/// nothing has; [`Cq::poll_n`] spins until `n` completions or a number of empty polls.
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Completion, Device, PostFlags, QpCaps, WcOpcode, WcStatus};
+/// let dev = Device::sim();                        // the NIC in its own thread
+/// let pd = dev.alloc_pd()?;
+/// let mut cq = dev.create_cq(64)?;
+/// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
+/// qp.connect(qp.endpoint()?)?;
+/// let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// for i in 0..3 {
+///     qp.write_inline(&[i as u8], mr.remote(i)?, i as u64, PostFlags::SIGNALED)?;
+/// }
+/// let mut out = [Completion::default(); 8];
+/// let n = cq.poll_n(&mut out, 3, 1 << 32);        // up to 2^32 empty polls
+/// assert_eq!(n, 3);
+/// for (i, c) in out[..n].iter().enumerate() {
+///     assert_eq!((c.cookie, c.status), (i as u64, WcStatus::Success));
+///     assert_eq!(c.opcode, WcOpcode::RdmaWrite);
+/// }
+/// assert_eq!(cq.poll(&mut out), 0);               // nothing more
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
 pub struct Cq {
     // Field order: the poller goes before the handle that frees its ring.
     poller: Poller,

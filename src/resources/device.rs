@@ -63,6 +63,22 @@ impl VerbsDev {
 }
 
 /// An RDMA device: a real one through rdma-core, or the software mlx5 NIC.
+///
+/// Cloning is cheap (a reference count); every object made from a device keeps it open.
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{DataPath, Device};
+/// // BLUEFLAME_DEVICE, else the first rdma-core device, else (feature `sim`) the software NIC.
+/// let dev = Device::open_default()?;
+/// println!("{}: {:?} path", dev.describe(), dev.data_path());
+/// // The software NIC, stepped by hand: nothing runs until `process` (a no-op elsewhere).
+/// let sim = Device::sim_stepped();
+/// assert_eq!(sim.data_path(), DataPath::Direct);
+/// assert_eq!(sim.process(), 0);
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
 #[derive(Clone, Debug)]
 pub struct Device {
     pub(crate) backend: Backend,
@@ -389,6 +405,22 @@ impl Drop for PdInner {
 }
 
 /// A protection domain: regions and QPs in one domain can work together.
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Device, Error, QpCaps};
+/// let dev = Device::sim_stepped();
+/// let pd = dev.alloc_pd()?;
+/// let cq = dev.create_cq(64)?;
+/// let qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
+/// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+/// assert!(mr.pd().device().describe().starts_with("software mlx5 NIC"));
+/// // Remote write without local write is refused, as verbs does.
+/// assert!(matches!(pd.alloc_mr(64, Access::REMOTE_WRITE), Err(Error::RegionRights { .. })));
+/// # drop(qp);
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
 #[derive(Clone)]
 pub struct Pd {
     pub(crate) inner: Arc<PdInner>,

@@ -86,6 +86,24 @@ impl super::lifetime::Deregister for verbs::objects::Mr {
 /// reads. A real NIC's DMA is outside Rust's memory model; the same rules are what verbs
 /// promises for it. Through [`MemoryRegion::as_ptr`] the same care as for any DMA buffer is
 /// the caller's (never form a `&`/`&mut` to bytes the NIC may write).
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Device, Error};
+/// let pd = Device::sim_stepped().alloc_pd()?;
+/// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// mr.write(100, b"hello")?;
+/// let mut b = [0u8; 5];
+/// mr.read(100, &mut b)?;
+/// assert_eq!(&b, b"hello");
+/// let local = mr.sge(100, 5)?;          // a gather/scatter entry (address, length, lkey)
+/// let remote = mr.remote(0)?;           // what a peer writes to (address, rkey)
+/// assert_eq!((local.lkey, remote.rkey), (mr.lkey(), mr.rkey()));
+/// // Out of bounds is an error, never a panic.
+/// assert!(matches!(mr.sge(4000, 200), Err(Error::InvalidParameter { .. })));
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
 pub struct MemoryRegion {
     /// `None` only while being dropped.
     kind: Option<MrKind>,

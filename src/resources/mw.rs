@@ -25,6 +25,43 @@ pub(crate) enum MwKind {
 /// flight* until the poller has seen it (or a later request of its QP) complete; it is
 /// committed when it succeeded and forgotten when it failed or was flushed, so the key and
 /// binding never run ahead of the NIC.
+///
+/// Granting a peer 256 bytes of a region, then revoking it:
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Completion, Device, MwType, PostFlags, QpCaps, Remote, WcStatus};
+/// let dev = Device::sim_stepped();
+/// let pd = dev.alloc_pd()?;
+/// let (mut cq_a, mut cq_b) = (dev.create_cq(64)?, dev.create_cq(64)?);
+/// let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default())?;   // the peer
+/// let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default())?;   // the owner
+/// let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+/// a.connect(eb)?;
+/// b.connect(ea)?;
+/// let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+/// let mr = pd.alloc_mr(4096, rights)?;
+/// let mut mw = pd.alloc_mw(MwType::Two)?;
+/// let rkey = b.bind_mw(&mut mw, &mr, 1024, 256, Access::REMOTE_WRITE, 1, PostFlags::SIGNALED)?;
+/// dev.process();
+/// let mut out = [Completion::default(); 4];
+/// assert_eq!(cq_b.poll(&mut out), 1);
+/// // The peer writes through the window's key (sent to it, e.g. in an Exchange).
+/// let at = Remote { addr: mr.addr() + 1024, rkey };
+/// a.write_inline(b"granted", at, 2, PostFlags::SIGNALED)?;
+/// dev.process();
+/// assert_eq!((cq_a.poll(&mut out), out[0].status), (1, WcStatus::Success));
+/// // Revoked: the same key now fails with a remote access error.
+/// b.unbind_mw(&mut mw, 3, PostFlags::SIGNALED)?;
+/// dev.process();
+/// assert_eq!(cq_b.poll(&mut out), 1);
+/// assert!(!mw.is_bound());
+/// a.write_inline(b"late", at, 4, PostFlags::SIGNALED)?;
+/// dev.process();
+/// assert_eq!((cq_a.poll(&mut out), out[0].status), (1, WcStatus::RemAccessErr));
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
 pub struct MemoryWindow {
     pub(crate) kind: MwKind,
     /// The key the NIC holds as far as known (the last committed bind).

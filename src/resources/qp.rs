@@ -44,6 +44,39 @@ enum QpPath {
 }
 
 /// A reliable-connected queue pair.
+///
+/// Created by [`Pd::create_qp`], connected once ([`Qp::connect`] with the peer's
+/// [`Qp::endpoint`], exchanged out of band: [`crate::connect`]), then posted to through
+/// `&mut self`: RDMA write (gather list, inline, with immediate), read, send, atomics,
+/// memory-window binds, receives.
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, WcOpcode};
+/// let dev = Device::sim_stepped();
+/// let pd = dev.alloc_pd()?;
+/// let (mut cq_a, mut cq_b) = (dev.create_cq(64)?, dev.create_cq(64)?);
+/// let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default())?;
+/// let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default())?;
+/// let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+/// a.connect(eb)?;
+/// b.connect(ea)?;
+/// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+/// // B waits for a message; A sends one, then reads 8 bytes of B's region.
+/// b.post_recv(&[mr.sge(0, 64)?], 10)?;
+/// a.send(Payload::Inline(b"ping"), 1, PostFlags::SIGNALED)?;
+/// mr.write(512, &42u64.to_le_bytes())?;
+/// a.read(&[mr.sge(1024, 8)?], mr.remote(512)?, 2, PostFlags::SIGNALED)?;
+/// dev.process();
+/// let mut out = [Completion::default(); 4];
+/// assert_eq!(cq_a.poll(&mut out), 2);
+/// assert_eq!((out[0].cookie, out[1].cookie, out[1].opcode), (1, 2, WcOpcode::RdmaRead));
+/// assert_eq!(cq_b.poll(&mut out), 1);
+/// assert_eq!((out[0].cookie, out[0].opcode, out[0].byte_len), (10, WcOpcode::Recv, 4));
+/// assert_eq!(mr.read_u64(1024)?, 42u64.to_le());
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
 pub struct Qp {
     // Field order: the queues go before the handles that keep their rings alive.
     path: QpPath,
@@ -356,6 +389,37 @@ fn next_variant(rkey: u32) -> u32 {
 /// Requests written together and posted with one doorbell (direct path) or one
 /// `ibv_post_send` of a linked list (verbs path). Dropped without [`Batch::ring`], it posts
 /// nothing.
+///
+/// Unsignaled requests complete silently; the signaled one after them reports that they
+/// are all done (and an error of any of them is reported whatever its flag).
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, Request};
+/// let dev = Device::sim_stepped();
+/// let pd = dev.alloc_pd()?;
+/// let mut cq = dev.create_cq(64)?;
+/// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
+/// qp.connect(qp.endpoint()?)?;
+/// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// let mut batch = qp.batch();
+/// for i in 0..8u64 {
+///     let flags = if i == 7 { PostFlags::SIGNALED } else { PostFlags::UNSIGNALED };
+///     let bytes = i.to_le_bytes();
+///     let remote = mr.remote(8 * i as usize)?;
+///     let req = Request::Write { remote, data: Payload::Inline(&bytes) };
+///     batch.push(&req, i, flags)?;
+/// }
+/// assert_eq!(batch.len(), 8);
+/// batch.ring()?;                                  // one doorbell for the eight writes
+/// dev.process();
+/// let mut out = [Completion::default(); 8];
+/// assert_eq!(cq.poll(&mut out), 1);               // only the signaled one
+/// assert_eq!(out[0].cookie, 7);
+/// assert_eq!(mr.read_u64(56)?, 7);
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
 #[must_use = "a batch posts nothing until rung"]
 pub enum Batch<'a> {
     /// Direct path.
