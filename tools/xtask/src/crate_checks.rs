@@ -132,22 +132,52 @@ fn docs(cargo: &str) -> bool {
     true
 }
 
+/// Cargo verifies `blueflame` against `mlx5 0.1.0` unpacked from a temporary registry and
+/// takes a registry crate's build for immutable: a build of an older `mlx5` of the same
+/// version would be reused as it is (the verification then fails on items added since).
+/// The dry run therefore has a target directory of its own, in which the builds of the two
+/// packaged crates and the temporary registry are removed before each run; the other
+/// dependencies stay built.
+fn forget_packaged_builds(target: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(target.join("package"));
+    for dir in ["debug/deps", "debug/.fingerprint", "debug/build"] {
+        let Ok(entries) = std::fs::read_dir(target.join(dir)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = ["mlx5-", "libmlx5-", "blueflame-", "libblueflame-"]
+                .iter()
+                .any(|p| name.starts_with(p));
+            if ours {
+                let p = e.path();
+                let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+            }
+        }
+    }
+}
+
 /// The two library crates package and verify as crates.io would build them; bfperf installs
 /// with `cargo install --path` and runs.
 fn package(cargo: &str) -> bool {
+    let target = root().join("target/publish-check");
+    forget_packaged_builds(&target);
     // --allow-dirty: a check, not a release (a developer's uncommitted edits are checked too).
     let ok = run(
         "cargo publish --dry-run (mlx5, blueflame)",
-        Command::new(cargo).args([
-            "publish",
-            "--dry-run",
-            "--allow-dirty",
-            "--locked",
-            "-p",
-            "mlx5",
-            "-p",
-            "blueflame",
-        ]),
+        Command::new(cargo)
+            .args([
+                "publish",
+                "--dry-run",
+                "--allow-dirty",
+                "--locked",
+                "-p",
+                "mlx5",
+                "-p",
+                "blueflame",
+                "--target-dir",
+            ])
+            .arg(&target),
     );
     if !ok {
         eprintln!("xtask: FAILED: cargo publish --dry-run");
