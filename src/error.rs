@@ -159,7 +159,7 @@ pub enum Error {
     Unsupported(&'static str),
     /// The device lacks a memory capability (on-demand paging, implicit on-demand paging,
     /// dma-buf), as its attributes say (`ibv_query_device_ex` `odp_caps`; the software NIC's
-    /// [`mlx5::sim::MemoryCaps`]) or as rdma-core answered (`EOPNOTSUPP`).
+    /// `mlx5::sim::MemoryCaps`) or as rdma-core answered (`EOPNOTSUPP`).
     Capability(crate::Capability),
     /// Read-only memory (`&'static [u8]`, a read-only file mapping, a read-only
     /// [`RawBuffer`](crate::RawBuffer)) with rights that let the device write it, or a CPU

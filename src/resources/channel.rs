@@ -3,7 +3,7 @@
 //!
 //! What runs where:
 //! - software NIC: the NIC raises an event when an armed CQ gets an entry (one per arm) and
-//!   hands it to the channel through [`mlx5::sim::CqEventSink`], from the NIC's thread (or
+//!   hands it to the channel through `mlx5::sim::CqEventSink`, from the NIC's thread (or
 //!   whoever steps it); the channel queues it and wakes its waiters.
 //! - rdma-core devices: the kernel queues the event on the `ibv_comp_channel`; a waiter reads
 //!   it with `ibv_get_cq_event` (the descriptor is non-blocking) and the channel queues it.

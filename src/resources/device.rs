@@ -275,7 +275,7 @@ impl Device {
 
     /// What on-demand paging this device does: `ibv_query_device_ex`'s `odp_caps`, read
     /// once at open (none when the device does not answer the extended query); on the
-    /// software NIC its [`mlx5::sim::MemoryCaps`] in the same bits (explicit RC on-demand
+    /// software NIC its `mlx5::sim::MemoryCaps` in the same bits (explicit RC on-demand
     /// paging, every operation; no implicit).
     pub fn odp_caps(&self) -> verbs::device::OdpCaps {
         #[cfg(feature = "sim")]
@@ -509,7 +509,8 @@ impl Pd {
     /// the buffer's own (the device reads and writes them in place, no copy), and the
     /// buffer comes back through [`MemoryRegion::into_buffer`] only once no request can
     /// touch it any more; a dropped region drops its buffer at that point. Any
-    /// [`RegionBuffer`]: `Vec<u8>`, `Box<[u8]>`, `&'static [u8]` (read-only),
+    /// [`RegionBuffer`](crate::resources::RegionBuffer): `Vec<u8>`, `Box<[u8]>`,
+    /// `&'static [u8]` (read-only),
     /// [`HugePages`](crate::mapping::HugePages), [`MappedFile`](crate::mapping::MappedFile),
     /// [`RawBuffer`](super::RawBuffer). With [`Access::ON_DEMAND`] the registration is
     /// on-demand (not pinned).

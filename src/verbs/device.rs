@@ -81,7 +81,7 @@ pub struct DeviceAttrs {
 }
 
 /// What a device's on-demand paging does: `ibv_query_device_ex`'s `odp_caps` (the software
-/// NIC reports its [`mlx5::sim::MemoryCaps`] in the same bits).
+/// NIC reports its `mlx5::sim::MemoryCaps` in the same bits).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct OdpCaps {
     /// `general_caps`: `IBV_ODP_SUPPORT` (1), `IBV_ODP_SUPPORT_IMPLICIT` (2).
