@@ -74,6 +74,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with_registers`/`_with_limits`, `Device::nic` and `SimNic` (queries, stepping, fault injection), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
+//! | `tokio` | no | `AsyncCq`: completions as an async stream (tokio `AsyncFd` over the completion channel's descriptor, also a `futures_core::Stream`) |
 //!
 //! Without `sim` (`default-features = false`) the crate carries no simulator: `mlx5` is
 //! built without it, no symbol of `mlx5::sim` is linked (`cargo xtask crate` checks both), and
@@ -187,6 +188,7 @@ pub mod resources;
 pub mod verbs;
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use async_cq::AsyncCq;
 pub use completion::{Completion, WcOpcode, WcStatus};
 pub use direct::{DoorbellMode, PostFlags};
