@@ -84,6 +84,41 @@ pub mod ffi {
         pub pd: mlx5dv_obj_pair,
     }
 
+    /// `struct mlx5dv_cqe_comp_caps`.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug, Default)]
+    pub struct mlx5dv_cqe_comp_caps {
+        pub max_num: u32,
+        pub supported_format: u32,
+    }
+
+    /// The leading members of `struct mlx5dv_context`, up to `cqe_comp_caps`: all that
+    /// `mlx5dv_query_device` writes when only `MLX5DV_CONTEXT_MASK_CQE_COMPRESION` is asked
+    /// for (rdma-core `_mlx5dv_query_device`), passed at the start of a zeroed buffer of the
+    /// whole struct's size ([`MLX5DV_CONTEXT_SIZE`]).
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug, Default)]
+    pub struct mlx5dv_context {
+        pub version: u8,
+        pub flags: u64,
+        pub comp_mask: u64,
+        pub cqe_comp_caps: mlx5dv_cqe_comp_caps,
+    }
+
+    /// `sizeof(struct mlx5dv_context)` in rdma-core 44 (checked by `mlx5-hdrcheck`); newer
+    /// libraries only read and write the members their `comp_mask` bits name.
+    pub const MLX5DV_CONTEXT_SIZE: usize = 152;
+
+    /// `struct mlx5dv_cq_init_attr`.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug, Default)]
+    pub struct mlx5dv_cq_init_attr {
+        pub comp_mask: u64,
+        pub cqe_comp_res_format: u8,
+        pub flags: u32,
+        pub cqe_size: u16,
+    }
+
     /// `MLX5DV_OBJ_QP`.
     pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
     /// `MLX5DV_OBJ_CQ`.
@@ -92,15 +127,26 @@ pub mod ffi {
 
 type InitObj = unsafe extern "C" fn(*mut ffi::mlx5dv_obj, u64) -> i32;
 type IsSupported = unsafe extern "C" fn(*mut c_void) -> bool;
+/// `mlx5dv_query_device(struct ibv_context *, struct mlx5dv_context *)`.
+type QueryDevice = unsafe extern "C" fn(*mut c_void, *mut ffi::mlx5dv_context) -> i32;
+/// `mlx5dv_create_cq(struct ibv_context *, struct ibv_cq_init_attr_ex *,
+/// struct mlx5dv_cq_init_attr *)`, returning a `struct ibv_cq_ex *`.
+type CreateCq = unsafe extern "C" fn(
+    *mut c_void,
+    *mut rdma_sys::ibv_cq_init_attr_ex,
+    *mut ffi::mlx5dv_cq_init_attr,
+) -> *mut c_void;
 
 /// Every libmlx5 symbol the crate calls, with the version rdma-core's
 /// `providers/mlx5/libmlx5.map` gives it. Each is looked up with `dlvsym` at that version:
 /// `mlx5dv_init_obj` exists twice (`@MLX5_1.0` is a compat entry that fills `mlx5dv_cq.cq_uar`
 /// differently from the default `@@MLX5_1.2`), and an unversioned `dlsym` would take
 /// whichever definition the loader finds first.
-pub const SYMBOLS: [(&std::ffi::CStr, &std::ffi::CStr); 2] = [
+pub const SYMBOLS: [(&std::ffi::CStr, &std::ffi::CStr); 4] = [
     (c"mlx5dv_init_obj", c"MLX5_1.2"),
     (c"mlx5dv_is_supported", c"MLX5_1.8"),
+    (c"mlx5dv_query_device", c"MLX5_1.0"),
+    (c"mlx5dv_create_cq", c"MLX5_1.1"),
 ];
 
 /// `dlvsym(handle, name, version)`.
@@ -118,6 +164,8 @@ unsafe fn versioned(
 struct Lib {
     init_obj: InitObj,
     is_supported: IsSupported,
+    query_device: QueryDevice,
+    create_cq: CreateCq,
 }
 
 fn lib() -> Option<&'static Lib> {
@@ -131,14 +179,15 @@ fn lib() -> Option<&'static Lib> {
             if h.is_null() {
                 return None;
             }
-            let init = versioned(h, SYMBOLS[0]);
-            let sup = versioned(h, SYMBOLS[1]);
-            if init.is_null() || sup.is_null() {
+            let [init, sup, query, create] = SYMBOLS.map(|s| versioned(h, s));
+            if [init, sup, query, create].iter().any(|p| p.is_null()) {
                 return None;
             }
             Some(Lib {
                 init_obj: std::mem::transmute::<*mut c_void, InitObj>(init),
                 is_supported: std::mem::transmute::<*mut c_void, IsSupported>(sup),
+                query_device: std::mem::transmute::<*mut c_void, QueryDevice>(query),
+                create_cq: std::mem::transmute::<*mut c_void, CreateCq>(create),
             })
         }
     })
@@ -152,6 +201,79 @@ fn lib() -> Option<&'static Lib> {
 pub unsafe fn is_mlx5(device: *mut c_void) -> bool {
     // SAFETY: the caller passes a live device; the function only reads it.
     lib().is_some_and(|l| unsafe { (l.is_supported)(device) })
+}
+
+/// What an mlx5 device reports of CQE compression (`mlx5dv_query_device` with
+/// `MLX5DV_CONTEXT_MASK_CQE_COMPRESION`), None when the library cannot tell.
+///
+/// # Safety
+/// `ctx` must be a live `ibv_context` of an mlx5 device.
+pub unsafe fn cqe_comp_caps(ctx: *mut c_void) -> Option<mlx5::CqeCompCaps> {
+    let l = lib()?;
+    // A zeroed 8-aligned buffer of more than the whole struct (room for a newer library's
+    // larger one), its head as declared.
+    let mut buf = [0u64; 4 * ffi::MLX5DV_CONTEXT_SIZE / 8];
+    let head = buf.as_mut_ptr().cast::<ffi::mlx5dv_context>();
+    // SAFETY: `buf` is 8-aligned and larger than the head; `comp_mask` is an input.
+    unsafe { (*head).comp_mask = mlx5::cqe::CONTEXT_MASK_CQE_COMPRESSION };
+    // SAFETY: live mlx5 context (caller contract); the buffer has the size of the struct
+    // the library writes, and it writes only what `comp_mask` asks for.
+    if unsafe { (l.query_device)(ctx, head) } != 0 {
+        return None;
+    }
+    // SAFETY: written by the library (or still zero).
+    let out = unsafe { *head };
+    if out.comp_mask & mlx5::cqe::CONTEXT_MASK_CQE_COMPRESSION == 0 {
+        return Some(mlx5::CqeCompCaps::default());
+    }
+    Some(mlx5::CqeCompCaps {
+        max_num: out.cqe_comp_caps.max_num,
+        supported_format: out.cqe_comp_caps.supported_format,
+        cqe_128: out.flags & mlx5::cqe::CONTEXT_FLAGS_CQE_128B_COMP != 0,
+    })
+}
+
+/// A CQ of at least `entries` entries whose CQEs the device compresses with mini-CQEs of
+/// `format` (`mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`), its
+/// completion events on `channel` (an `ibv_comp_channel *`, or null), as an `ibv_cq *`
+/// (`ibv_cq_ex_to_cq` is a cast) to destroy with `ibv_destroy_cq`.
+///
+/// # Safety
+/// `ctx` must be a live `ibv_context` of an mlx5 device, `channel` null or a live channel
+/// of it.
+///
+/// # Errors
+/// [`Error::Unsupported`] without libmlx5; the `mlx5dv_create_cq` error (EINVAL when the
+/// device does not support the format).
+pub unsafe fn create_cq_compressed(
+    ctx: *mut c_void,
+    entries: u32,
+    format: mlx5::MiniCqeFormat,
+    channel: *mut c_void,
+) -> Result<*mut c_void> {
+    let l = lib().ok_or(Error::Unsupported("libmlx5.so.1 (mlx5dv_create_cq)"))?;
+    let mut attr = rdma_sys::ibv_cq_init_attr_ex {
+        cqe: entries,
+        cq_context: std::ptr::null_mut(),
+        channel: channel.cast(),
+        comp_vector: 0,
+        wc_flags: 0,
+        comp_mask: 0,
+        flags: 0,
+        parent_domain: std::ptr::null_mut(),
+    };
+    let mut dv = ffi::mlx5dv_cq_init_attr {
+        comp_mask: mlx5::cqe::CQ_INIT_ATTR_MASK_COMPRESSED_CQE,
+        cqe_comp_res_format: format as u8,
+        ..Default::default()
+    };
+    // SAFETY: live mlx5 context (caller contract); both attribute structs are initialised
+    // and outlive the call.
+    let cq = unsafe { (l.create_cq)(ctx, &mut attr, &mut dv) };
+    if cq.is_null() {
+        return Err(crate::verbs::last("mlx5dv_create_cq").into());
+    }
+    Ok(cq)
 }
 
 /// The path a QP runs: `BLUEFLAME_PATH` (`direct`, `verbs` or `auto`) against what the

@@ -155,6 +155,20 @@ pub enum Error {
         /// The register's address.
         addr: u64,
     },
+    /// A CQ that compresses its entries with this mini-CQE format cannot be created here:
+    /// `caps` is what the device reports (`mlx5dv_query_device`'s `cqe_comp_caps`; rdma-core
+    /// refuses unless `max_num` is not 0 and the format bit is supported, and 128-byte CQEs
+    /// need `MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP`), or None where nothing can decode
+    /// compressed entries (a device that is not mlx5, or the verbs path: rdma-core's
+    /// `ibv_poll_cq` does not).
+    CqeCompression {
+        /// The format asked for.
+        format: mlx5::MiniCqeFormat,
+        /// The entry size asked for.
+        cqe_size: u32,
+        /// What the device supports (None: no compression on this device or path).
+        caps: Option<mlx5::CqeCompCaps>,
+    },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
     /// The device lacks a memory capability (on-demand paging, implicit on-demand paging,
@@ -274,6 +288,28 @@ impl fmt::Display for Error {
                 "BlueFlame register {addr:#x} is already rung by a queue that owns it, or shared"
             ),
             Error::AsyncEvent(e) => write!(f, "the device reported {e:?}"),
+            Error::CqeCompression {
+                format,
+                cqe_size,
+                caps: Some(c),
+            } => write!(
+                f,
+                "CQE compression with {format} on {cqe_size}-byte CQEs: the device supports \
+                 formats {:#x} (HASH 0x1, CSUM 0x2, CSUM_STRIDX 0x4), sessions of up to {}, \
+                 128-byte CQEs {}",
+                c.supported_format,
+                c.max_num,
+                if c.cqe_128 { "yes" } else { "no" }
+            ),
+            Error::CqeCompression {
+                format,
+                cqe_size,
+                caps: None,
+            } => write!(
+                f,
+                "CQE compression with {format} on {cqe_size}-byte CQEs: only the direct path \
+                 of an mlx5 device (or the software NIC) decodes compressed CQEs"
+            ),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Capability(c) => write!(f, "the device lacks {c}"),
             Error::ReadOnlyBuffer { access } => write!(
@@ -312,7 +348,18 @@ impl From<crate::verbs::VerbsError> for Error {
 #[cfg(feature = "sim")]
 impl From<mlx5::sim::SimError> for Error {
     fn from(e: mlx5::sim::SimError) -> Self {
-        Error::Sim(e)
+        match e {
+            mlx5::sim::SimError::CqeCompression {
+                format,
+                cqe_size,
+                caps,
+            } => Error::CqeCompression {
+                format,
+                cqe_size,
+                caps: Some(caps),
+            },
+            e => Error::Sim(e),
+        }
     }
 }
 

@@ -198,7 +198,7 @@ pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, R
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use mlx5::sim::UarConfig;
-pub use mlx5::{AtomicCaps, RawCq, RawQp};
+pub use mlx5::{AtomicCaps, CqeCompCaps, MiniCqeFormat, RawCq, RawQp};
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use resources::SimNic;

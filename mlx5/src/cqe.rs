@@ -207,6 +207,13 @@ impl Cqe64 {
     pub fn wqe_opcode(&self) -> u8 {
         (self.sop_drop_qpn.get() >> 24) as u8
     }
+    /// The title of a compressed session ([`CqeFormat::Compressed`]): how many completions
+    /// the session holds (its `byte_cnt`, DPDK's `zip->cqe_cnt`), which is also how many
+    /// ring slots it takes, title included.
+    #[inline]
+    pub fn session_len(&self) -> u32 {
+        self.byte_cnt.get()
+    }
     /// View this entry as an error CQE.
     #[inline]
     pub fn as_err(&self) -> &ErrCqe {
@@ -232,11 +239,14 @@ impl ErrCqe {
     }
 }
 
-/// `struct mlx5_mini_cqe8` (kernel `include/linux/mlx5/device.h`; UCX unzips the same
-/// layout): one 8-byte entry of a compressed CQE block, 8 entries per 64-byte block.
+/// `struct mlx5_mini_cqe8` (kernel `include/linux/mlx5/device.h`, DPDK `mlx5_prm.h`; UCX
+/// reads the requester view): one 8-byte entry of a mini-CQE array, 8 entries per 64-byte
+/// CQE slot. rdma-core 44's `mlx5dv.h` does not declare it.
 ///
-/// blueflame never enables CQE compression (it is opt-in at CQ creation); the format is here
-/// so that a compressed CQE is recognised and reported, not misread.
+/// The first 4 bytes depend on the side: a requester's carry the completed WQE's counter and
+/// send opcode; a responder's carry what the CQ's [`MiniCqeFormat`] names (RSS hash result,
+/// checksum or stride index), never the WQE counter (receives of a session are consecutive:
+/// the title's counter plus the mini-CQE's index).
 #[repr(C)]
 #[derive(
     FromBytes,
@@ -252,18 +262,129 @@ impl ErrCqe {
     Eq,
 )]
 pub struct MiniCqe8 {
-    /// Requester: WQE counter; responder: checksum or hash (first half).
+    /// Requester: WQE counter; responder: checksum, stride index or the first half of the
+    /// hash.
     pub wqe_counter_or_csum: Be16,
-    /// Requester: send-WQE opcode; responder: rest of the hash / stride index.
+    /// Requester: send-WQE opcode; responder: part of the hash.
     pub s_wqe_opcode: u8,
-    /// Reserved.
+    /// Reserved (responder: last byte of the hash).
     pub reserved: u8,
     /// Bytes transferred.
     pub byte_cnt: Be32,
 }
 
-/// Mini-CQEs in one 64-byte compressed block.
+impl MiniCqe8 {
+    /// Responder, [`MiniCqeFormat::Hash`]: the RSS hash result (first 4 bytes).
+    #[inline]
+    pub fn rx_hash_result(&self) -> u32 {
+        (self.wqe_counter_or_csum.get() as u32) << 16
+            | (self.s_wqe_opcode as u32) << 8
+            | self.reserved as u32
+    }
+}
+
+/// Mini-CQEs in one 64-byte compressed block (`MLX5_MINI_ARR_SIZE` in rdma-core's
+/// `mlx5.h`, DPDK's arrays of 8).
 pub const MINI_CQES_PER_BLOCK: usize = 8;
+
+/// `enum mlx5dv_cqe_comp_res_format`: what a responder's mini-CQE carries besides the byte
+/// count (`mlx5dv_cq_init_attr.cqe_comp_res_format`). Requester mini-CQEs always carry the
+/// WQE counter and send opcode.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MiniCqeFormat {
+    /// `MLX5DV_CQE_RES_FORMAT_HASH`: the RSS hash result.
+    Hash = 1 << 0,
+    /// `MLX5DV_CQE_RES_FORMAT_CSUM`: the receive checksum.
+    Csum = 1 << 1,
+    /// `MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX`: the checksum and stride index.
+    CsumStridx = 1 << 2,
+}
+
+impl MiniCqeFormat {
+    /// Every format.
+    pub const ALL: [MiniCqeFormat; 3] = [
+        MiniCqeFormat::Hash,
+        MiniCqeFormat::Csum,
+        MiniCqeFormat::CsumStridx,
+    ];
+
+    /// The `mlx5dv_cqe_comp_res_format` bit.
+    #[inline]
+    pub const fn bit(self) -> u32 {
+        self as u32
+    }
+
+    /// rdma-core's name of the format.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MiniCqeFormat::Hash => "MLX5DV_CQE_RES_FORMAT_HASH",
+            MiniCqeFormat::Csum => "MLX5DV_CQE_RES_FORMAT_CSUM",
+            MiniCqeFormat::CsumStridx => "MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX",
+        }
+    }
+}
+
+impl core::fmt::Display for MiniCqeFormat {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`: `mlx5dv_cq_init_attr.comp_mask` bit that asks
+/// `mlx5dv_create_cq` for a compressing CQ.
+pub const CQ_INIT_ATTR_MASK_COMPRESSED_CQE: u64 = 1 << 0;
+/// `MLX5DV_CONTEXT_MASK_CQE_COMPRESION` (sic): `mlx5dv_context.comp_mask` bit asking
+/// `mlx5dv_query_device` for `cqe_comp_caps`.
+pub const CONTEXT_MASK_CQE_COMPRESSION: u64 = 1 << 0;
+/// `MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP`: `mlx5dv_context.flags` bit, the device compresses
+/// 128-byte CQEs too.
+pub const CONTEXT_FLAGS_CQE_128B_COMP: u64 = 1 << 4;
+
+/// `struct mlx5dv_cqe_comp_caps`: what `mlx5dv_query_device` reports of CQE compression.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CqeCompCaps {
+    /// The most CQEs the device puts in one compressed session (0: no compression).
+    pub max_num: u32,
+    /// The [`MiniCqeFormat`] bits it supports.
+    pub supported_format: u32,
+    /// Whether it compresses 128-byte CQEs ([`CONTEXT_FLAGS_CQE_128B_COMP`]).
+    pub cqe_128: bool,
+}
+
+impl CqeCompCaps {
+    /// Whether a CQ of `cqe_size`-byte entries compressing with `format` can be created:
+    /// rdma-core's `create_cq` test (`max_num` not 0 and the format bit supported), and for
+    /// 128-byte entries the 128-byte flag.
+    pub const fn supports(&self, format: MiniCqeFormat, cqe_size: u32) -> bool {
+        self.max_num != 0
+            && self.supported_format & format.bit() != 0
+            && (cqe_size != 128 || self.cqe_128)
+    }
+}
+
+/// The slot (counted from the title's) of the mini-CQE array that holds mini-CQE `j` of a
+/// compressed session: the first array follows the title, the next ones start every 8 slots
+/// from the title (DPDK `mlx5_rx_poll_len`: "the second one is located 7 CQEs after the
+/// initial CQE instead of 8 for subsequent ones"). The slots in between are holes the device
+/// leaves alone.
+#[inline]
+pub const fn mini_array_slot(j: u32) -> u32 {
+    if j < MINI_CQES_PER_BLOCK as u32 {
+        1
+    } else {
+        j & !(MINI_CQES_PER_BLOCK as u32 - 1)
+    }
+}
+
+/// The `op_own` a poller writes into each slot of a consumed session after the title (DPDK
+/// `MLX5_CQE_INVALIDATE`: opcode INVALID), with the owner bit of the slot's current pass, so
+/// that the slot looks like the device's on the next pass until the device writes it: the
+/// device writes nothing into holes, and an array's `op_own` byte is mini-CQE data.
+#[inline]
+pub const fn invalidated_op_own(ci: u32, cqe_cnt: u32) -> u8 {
+    ((CqeOpcode::Invalid as u8) << 4) | sw_owner(ci, cqe_cnt)
+}
 
 #[cfg(test)]
 mod tests {
@@ -288,6 +409,53 @@ mod tests {
         // A never-written CQE (opcode INVALID) is never software's, whatever the owner bit.
         assert!(!is_sw_owned(0xf0, 0, cnt));
         assert!(!is_sw_owned(0xf1, 8, cnt));
+    }
+
+    #[test]
+    fn mini_arrays_follow_the_title_then_every_8_slots() {
+        let slots: Vec<u32> = (0..25).map(mini_array_slot).collect();
+        assert_eq!(&slots[..8], &[1; 8]);
+        assert_eq!(&slots[8..16], &[8; 8]);
+        assert_eq!(&slots[16..24], &[16; 8]);
+        assert_eq!(slots[24], 24);
+        // Every array lies inside its session (a session of n takes n slots).
+        for n in 2..200u32 {
+            assert!((0..n).all(|j| mini_array_slot(j) < n), "n = {n}");
+        }
+        // Invalidation: opcode INVALID, and the device's owner bit on the next pass.
+        let cnt = 16;
+        for ci in [0u32, 5, 16, 21, 33] {
+            let b = invalidated_op_own(ci, cnt);
+            assert_eq!(b >> 4, CqeOpcode::Invalid as u8);
+            assert!(!is_sw_owned(b, ci + cnt, cnt), "ci = {ci}");
+            assert_eq!(b & 1, sw_owner(ci, cnt));
+        }
+    }
+
+    #[test]
+    fn compression_caps_follow_rdma_core() {
+        let caps = CqeCompCaps {
+            max_num: 64,
+            supported_format: MiniCqeFormat::Hash.bit() | MiniCqeFormat::Csum.bit(),
+            cqe_128: false,
+        };
+        assert!(caps.supports(MiniCqeFormat::Hash, 64));
+        assert!(caps.supports(MiniCqeFormat::Csum, 64));
+        assert!(!caps.supports(MiniCqeFormat::CsumStridx, 64));
+        assert!(!caps.supports(MiniCqeFormat::Hash, 128));
+        let none = CqeCompCaps { max_num: 0, ..caps };
+        assert!(!none.supports(MiniCqeFormat::Hash, 64));
+        let m = MiniCqe8 {
+            wqe_counter_or_csum: Be16::new(0x1234),
+            s_wqe_opcode: 0x56,
+            reserved: 0x78,
+            byte_cnt: Be32::new(9),
+        };
+        assert_eq!(m.rx_hash_result(), 0x1234_5678);
+        assert_eq!(
+            MiniCqeFormat::CsumStridx.to_string(),
+            "MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX"
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub mod sim;
 
 pub use atomic::AtomicCaps;
 pub use be::{Be16, Be32, Be64};
+pub use cqe::{CqeCompCaps, MiniCqeFormat};
 pub use ctrl::{CompletionMode, CtrlSeg, Fence, FmCeSe};
 pub use opcode::Opcode;
 pub use raw::{RawCq, RawQp};

@@ -10,10 +10,12 @@ use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use mlx5::cqe::{cqe64_offset, op_own, Cqe64, CqeFormat, CqeOpcode, OWNER_MASK};
+use mlx5::cqe::{cqe64_offset, op_own, sw_owner, Cqe64, CqeFormat, CqeOpcode, OWNER_MASK};
 use mlx5::doorbell::CQ_SET_CI;
 use mlx5::{RawCq, WcStatus};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+mod unzip;
 
 /// The queues whose completions arrive on one CQ, by QP number.
 #[derive(Clone)]
@@ -138,6 +140,12 @@ pub struct CompletionQueue {
     cache: Vec<Attached>,
     /// Destroyed QPs whose entries may still come (`super::teardown`).
     tombs: Vec<Arc<Tombstone>>,
+    /// Whether the device may write compressed sessions (created so).
+    compressed: bool,
+    /// `compressed` or tombstones live: the general path's one test before the rare cases
+    /// of an entry (a session's title, a destroyed QP's entry), so that a CQ with neither
+    /// pays one branch for both.
+    rare: bool,
     /// The registry generation `cache` and `tombs` belong to.
     gen: u32,
     /// What the fast path compares the registry's generation with: `gen`, or a value it
@@ -147,6 +155,32 @@ pub struct CompletionQueue {
     /// The retirement of the entry being completed on the general path, made once the
     /// consumer index is published.
     later: Cell<Retire>,
+    /// The compressed session whose title is at the consumer index (`super::unzip`): the
+    /// next mini-CQE to read (0: none read yet).
+    zip_at: u32,
+    /// The retirement of the mini-CQEs read so far, made once the whole session is
+    /// consumed and the consumer index published past it.
+    zip_retire: ZipRetire,
+}
+
+/// A session's retirement. It may wait over several polls, between which the queue list
+/// may change: it holds the queue.
+#[derive(Default)]
+pub(super) enum ZipRetire {
+    #[default]
+    Nothing,
+    Send(Arc<Shadow<SendEntry>>, u16),
+    Recv(Arc<Shadow<u64>>, u16),
+}
+
+impl ZipRetire {
+    fn apply(self) {
+        match self {
+            ZipRetire::Nothing => {}
+            ZipRetire::Send(q, end) => q.retire(end),
+            ZipRetire::Recv(q, end) => q.retire(end),
+        }
+    }
 }
 
 /// A retirement the general path makes after publishing the consumer index. The pointers
@@ -178,7 +212,7 @@ const fn op_own_initial() -> u8 {
 }
 
 /// The format bits (3:2) of `op_own`.
-const FORMAT_MASK: u8 = 0b1100;
+pub(super) const FORMAT_MASK: u8 = 0b1100;
 
 /// No QP has this number (they have 24 bits).
 const NO_QPN: u32 = u32::MAX;
@@ -241,10 +275,21 @@ impl CompletionQueue {
             registry,
             cache: Vec::new(),
             tombs: Vec::new(),
+            compressed: false,
+            rare: false,
             gen: u32::MAX,
             fast_gen: u32::MAX,
             later: Cell::new(Retire::Nothing),
+            zip_at: 0,
+            zip_retire: ZipRetire::Nothing,
         })
+    }
+
+    /// Tells the poller that the device may write compressed sessions (a CQ created so),
+    /// before any QP uses the CQ. Without it a session's title is reported as an error.
+    pub(crate) fn set_compressed(&mut self) {
+        self.compressed = true;
+        self.rare = true;
     }
 
     /// Shares out only `capacity` entries among the queues (a device that guarantees fewer
@@ -287,6 +332,7 @@ impl CompletionQueue {
             (self.cache, self.gen) = (list, gen);
             // After the list (see `Registry::bury`).
             self.tombs = self.registry.tombstones();
+            self.rare = self.compressed || !self.tombs.is_empty();
             self.fast_gen = if self.tombs.is_empty() {
                 gen
             } else {
@@ -314,18 +360,20 @@ impl CompletionQueue {
         Some(sq)
     }
 
-    /// Whether the entry at consumer index `ci` belongs to a destroyed QP (discarded);
-    /// drops the tombstones the consumer index has passed.
+    /// Whether the entry at consumer index `ci`, which takes `span` slots (a compressed
+    /// session's length, else 1), belongs to a destroyed QP (discarded); drops the
+    /// tombstones the consumer index has passed.
     #[cold]
     #[inline(never)]
-    fn buried(&mut self, cqe: &Cqe64, ci: u32) -> bool {
+    pub(super) fn buried(&mut self, cqe: &Cqe64, ci: u32, span: u32) -> bool {
         let qpn = cqe.qpn();
         let hit = self
             .tombs
             .iter()
             .any(|t| t.qpn == qpn && t.covers(ci & 0xff_ffff));
-        let next = ci.wrapping_add(1);
+        let next = ci.wrapping_add(span);
         self.tombs.retain(|t| t.still_ahead(next));
+        self.rare = self.compressed || !self.tombs.is_empty();
         if self.tombs.is_empty() {
             // The fast path again.
             self.fast_gen = self.gen;
@@ -429,12 +477,18 @@ impl CompletionQueue {
             }
             // SAFETY: just checked; not used after `publish_ci` below.
             let cqe = unsafe { self.entry() };
-            let ci = self.ci;
-            self.advance();
-            if !self.tombs.is_empty() && self.buried(cqe, ci) {
-                self.publish_ci();
-                continue;
+            if self.rare {
+                if unzip::is_title(cqe.op_own) {
+                    n = self.unzip(cqe, out, n);
+                    continue;
+                }
+                if !self.tombs.is_empty() && self.buried(cqe, self.ci, 1) {
+                    self.advance();
+                    self.publish_ci();
+                    continue;
+                }
             }
+            self.advance();
             let c = self.complete(cqe, cqe.op_own >> 4);
             // The device learns that the entry is consumed before the queue may reuse what
             // it held (CQ accounting, `cq_share`): the retirement comes after.
@@ -475,6 +529,14 @@ impl CompletionQueue {
             (*(self.dbrec.add(CQ_SET_CI) as *const AtomicU32))
                 .store((self.ci & 0xff_ffff).to_be(), Ordering::Release)
         };
+    }
+
+    /// Moves the consumer index `k` entries on (past a compressed session).
+    pub(super) fn advance_by(&mut self, k: u32) {
+        self.ci = self.ci.wrapping_add(k);
+        let i = (self.ci & (self.cnt - 1)) as usize;
+        self.own = self.first.wrapping_add(i * self.stride);
+        self.sw_owner = sw_owner(self.ci, self.cnt);
     }
 
     /// Moves to the next entry, flipping the expected owner bit at the end of the ring.
@@ -869,6 +931,55 @@ mod tests {
         write_cqe(&mut ring, cnt, 64, 4, 9, CqeOpcode::Req);
         assert_eq!(cq.poll(&mut out), 0);
         assert_eq!(u32::from_be(dbrec[CQ_SET_CI]), 5);
+    }
+
+    /// A title no device writes (a session shorter than 2 or longer than the ring) is one
+    /// entry reported as an error, never a read past the ring; a title on a CQ not created
+    /// compressed is an error too.
+    #[test]
+    fn impossible_titles_are_errors() {
+        let cnt = 8u32;
+        let mut ring = vec![0u8; (cnt * 64) as usize];
+        let mut dbrec = [0u32; 2];
+        // SAFETY: the ring and record outlive the poller, which alone polls them.
+        let mut cq = unsafe { poller(&mut ring, 64, &mut dbrec) };
+        cq.set_compressed();
+        let sq = Arc::new(Shadow::<SendEntry>::new(16));
+        cq.registry.attach(Attached {
+            qpn: 3,
+            sq: Some(sq.clone()),
+            rq: None,
+            scatter: None,
+        });
+        let title = |len: u32, owner: bool| Cqe64 {
+            sop_drop_qpn: mlx5::Be32::new(3),
+            byte_cnt: mlx5::Be32::new(len),
+            op_own: op_own(CqeOpcode::Req, CqeFormat::Compressed, false, owner),
+            ..Cqe64::default()
+        };
+        let mut out = [Completion::default(); 4];
+        for (k, len) in [0u32, 1, 9, u32::MAX].into_iter().enumerate() {
+            let at = k * 64;
+            ring[at..at + 64].copy_from_slice(title(len, false).as_bytes());
+            assert_eq!(cq.poll(&mut out), 1, "len {len}");
+            assert_eq!((out[0].qpn, out[0].status), (3, WcStatus::GeneralErr));
+            assert_eq!(u32::from_be(dbrec[CQ_SET_CI]), k as u32 + 1);
+        }
+        assert_eq!(sq.retired(), 0, "nothing retired");
+        // Not created compressed: a valid-looking title is still not a success.
+        let mut ring2 = vec![0u8; (cnt * 64) as usize];
+        let mut dbrec2 = [0u32; 2];
+        // SAFETY: as above.
+        let mut plain = unsafe { poller(&mut ring2, 64, &mut dbrec2) };
+        plain.registry.attach(Attached {
+            qpn: 3,
+            sq: Some(sq.clone()),
+            rq: None,
+            scatter: None,
+        });
+        ring2[..64].copy_from_slice(title(2, false).as_bytes());
+        assert_eq!(plain.poll(&mut out), 1);
+        assert_eq!(out[0].status, WcStatus::GeneralErr);
     }
 
     /// Requester CQEs that carry data (requester scatter-to-CQE, which blueflame never

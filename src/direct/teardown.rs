@@ -17,6 +17,9 @@
 use super::cq_share::RingView;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use mlx5::cqe::is_sw_owned;
+
+/// The format bits of `op_own`; both set: a compressed session's title.
+const FORMAT_MASK: u8 = 0b1100;
 use mlx5::doorbell::CQ_SET_CI;
 
 /// `(start, end)` of `ring`: the consumer index the poller last published, and the index of
@@ -29,17 +32,33 @@ pub(crate) fn device_end(ring: &RingView) -> (u32, u32) {
         (*(ring.dbrec.add(CQ_SET_CI) as *const AtomicU32)).load(Ordering::Acquire)
     }) & 0xff_ffff;
     let mut end = ci;
-    for _ in 0..ring.cnt {
+    let mut seen = 0;
+    while seen < ring.cnt {
         let i = (end & (ring.cnt - 1)) as usize;
+        let at = ring.first_own.wrapping_add(i * ring.stride);
         // SAFETY: entry `i` < cnt lies inside the live ring; the device writes its owner byte
         // concurrently, hence the atomic load.
-        let own = unsafe {
-            (*(ring.first_own.add(i * ring.stride) as *const AtomicU8)).load(Ordering::Acquire)
-        };
+        let own = unsafe { (*(at as *const AtomicU8)).load(Ordering::Acquire) };
         if !is_sw_owned(own, end, ring.cnt) {
             break;
         }
-        end = end.wrapping_add(1) & 0xff_ffff;
+        // A compressed session's title: the session takes `byte_cnt` slots (the rest of
+        // them have no owner byte).
+        let span = if own & FORMAT_MASK == FORMAT_MASK {
+            let mut b = [0u8; 4];
+            for (k, v) in b.iter_mut().enumerate() {
+                // SAFETY: `byte_cnt` (bytes 44..48 of the 64-byte CQE ending at the owner
+                // byte) lies in the same live slot, written before its owner byte (Acquire).
+                *v = unsafe {
+                    (*(at.wrapping_sub(19 - k) as *const AtomicU8)).load(Ordering::Relaxed)
+                };
+            }
+            u32::from_be_bytes(b).clamp(1, ring.cnt - seen)
+        } else {
+            1
+        };
+        seen += span;
+        end = end.wrapping_add(span) & 0xff_ffff;
     }
     (ci, end)
 }

@@ -145,8 +145,9 @@ impl core::fmt::Debug for Cq {
 }
 
 impl Cq {
+    /// A CQ as `opts` say (compressing with `opts.zip` when set).
     pub(crate) fn new(dev: &Device, opts: &CqOptions) -> Result<Cq> {
-        let (entries, cqe_size) = (opts.entries, opts.cqe_size);
+        let (entries, cqe_size, zip) = (opts.entries, opts.cqe_size, opts.zip);
         let max = match &dev.backend {
             #[cfg(feature = "sim")]
             Backend::Sim(_) => SIM_MAX_CQE,
@@ -162,9 +163,20 @@ impl Cq {
             Backend::Verbs(_) if cqe_size != 64 => Err(crate::Error::Unsupported(
                 "128-byte CQEs on a verbs device: set MLX5_CQE_SIZE=128 for rdma-core",
             )),
+            Backend::Verbs(v) if zip.is_some() && v.path != crate::DataPath::Direct => {
+                Err(Error::CqeCompression {
+                    format: zip.expect("checked"),
+                    cqe_size,
+                    caps: None,
+                })
+            }
             #[cfg(feature = "sim")]
             Backend::Sim(nic) => {
-                let raw = nic.create_cq(entries.max(2).next_power_of_two(), cqe_size)?;
+                let cnt = entries.max(2).next_power_of_two();
+                let raw = match zip {
+                    Some(f) => nic.create_cq_compressed(cnt, cqe_size, f)?,
+                    None => nic.create_cq(cnt, cqe_size)?,
+                };
                 let kind = CqKind::Sim {
                     dev: dev.clone(),
                     cqn: raw.cqn,
@@ -185,20 +197,48 @@ impl Cq {
                 });
                 // SAFETY: the ring and record belong to the CQ just created, kept alive by the
                 // handle built from `kind`.
-                unsafe { Cq::new_direct(dev, &raw, kind, raw.cqe_cnt, link) }
+                unsafe { Cq::new_direct(dev, &raw, kind, raw.cqe_cnt, link, zip.is_some()) }
             }
             Backend::Verbs(v) if v.path == crate::DataPath::Direct => {
                 // mlx5: poll the CQ's ring directly (rdma-core never polls it: a classic CQ).
                 let ch = chan.and_then(|c| c.verbs().cloned());
-                let cq = Arc::new(verbs::objects::Cq::with_channel(
-                    v.ctx.clone(),
-                    entries,
-                    ch,
-                    0,
-                    ApiChoice::Legacy,
-                )?);
+                let cq = Arc::new(match zip {
+                    None => verbs::objects::Cq::with_channel(
+                        v.ctx.clone(),
+                        entries,
+                        ch,
+                        0,
+                        ApiChoice::Legacy,
+                    )?,
+                    Some(format) => {
+                        // rdma-core's test (`create_cq`) before asking, so that the error
+                        // says what the device supports.
+                        if !v.cqe_comp.unwrap_or_default().supports(format, 64) {
+                            return Err(Error::CqeCompression {
+                                format,
+                                cqe_size: 64,
+                                caps: v.cqe_comp,
+                            });
+                        }
+                        verbs::objects::Cq::new_compressed(v.ctx.clone(), entries, format, ch)?
+                    }
+                });
                 // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).
                 let raw = crate::dv::raw_cq(&unsafe { crate::dv::init_cq(cq.cq.cast())? })?;
+                if let Some(format) = zip {
+                    // rdma-core's MLX5_CQE_SIZE=128 makes 128-byte entries.
+                    if !v
+                        .cqe_comp
+                        .unwrap_or_default()
+                        .supports(format, raw.cqe_size)
+                    {
+                        return Err(Error::CqeCompression {
+                            format,
+                            cqe_size: raw.cqe_size,
+                            caps: v.cqe_comp,
+                        });
+                    }
+                }
                 let link = chan.map(|c| {
                     // Events name the CQ by its context: the device's number.
                     // SAFETY: live CQ, not armed yet: nothing reads its context concurrently.
@@ -214,7 +254,9 @@ impl Cq {
                 let promised = cq.capacity();
                 // SAFETY: the ring belongs to `cq`, kept alive by the handle; rdma-core is
                 // never asked to poll it.
-                unsafe { Cq::new_direct(dev, &raw, CqKind::Verbs(cq), promised, link) }
+                unsafe {
+                    Cq::new_direct(dev, &raw, CqKind::Verbs(cq), promised, link, zip.is_some())
+                }
             }
             Backend::Verbs(v) => {
                 let id = verbs_cq_id();
@@ -256,18 +298,23 @@ impl Cq {
     ///
     /// # Safety
     /// `raw` must describe the live ring of the CQ that `kind` owns, polled by nobody else.
-    /// `promised`: the entries the device guarantees, shared out among the queues.
+    /// `promised`: the entries the device guarantees, shared out among the queues;
+    /// `compressed`: the device may write compressed sessions.
     unsafe fn new_direct(
         dev: &Device,
         raw: &mlx5::RawCq,
         kind: CqKind,
         promised: u32,
         link: Option<ChannelLink>,
+        compressed: bool,
     ) -> Result<Cq> {
         // SAFETY: the caller's contract; the handle (which owns `kind`) outlives the poller
         // (field order of Cq).
         let mut poller = unsafe { CompletionQueue::new(raw)? };
         poller.guarantee(promised);
+        if compressed {
+            poller.set_compressed();
+        }
         let handle = Arc::new(CqHandle {
             kind,
             registry: poller.registry.clone(),

@@ -1,4 +1,5 @@
-//! How a CQ is created: its size, its entry size and the completion channel its events go to.
+//! How a CQ is created: its size, its entry size, the completion channel its events go to
+//! and CQE compression.
 
 use super::CompletionChannel;
 
@@ -20,6 +21,7 @@ pub struct CqOptions {
     pub(crate) entries: u32,
     pub(crate) cqe_size: u32,
     pub(crate) channel: Option<CompletionChannel>,
+    pub(crate) zip: Option<mlx5::MiniCqeFormat>,
 }
 
 impl CqOptions {
@@ -29,6 +31,7 @@ impl CqOptions {
             entries,
             cqe_size: 64,
             channel: None,
+            zip: None,
         }
     }
 
@@ -44,6 +47,22 @@ impl CqOptions {
     /// serves any number of CQs of its device.
     pub fn channel(mut self, channel: &CompletionChannel) -> CqOptions {
         self.channel = Some(channel.clone());
+        self
+    }
+
+    /// CQE compression: the device may write runs of completions of one QP as a title entry
+    /// and arrays of 8-byte mini-CQEs of `format` (what a receive's mini-CQE carries besides
+    /// its byte count), cutting PCIe traffic at high message rates. Polling gives exactly
+    /// the completions an uncompressed CQ gives; a session read over several polls gives its
+    /// entries back at its end. Direct path only (mlx5, software NIC): the README's "CQE
+    /// compression" section says what runs where.
+    ///
+    /// [`Device::create_cq_with`](super::Device::create_cq_with) then fails with
+    /// [`Error::CqeCompression`](crate::Error::CqeCompression) where the device does not
+    /// support `format` ([`Device::cqe_compression_caps`](super::Device::cqe_compression_caps))
+    /// or nothing decodes compressed entries (a device that is not mlx5, or the verbs path).
+    pub fn compression(mut self, format: mlx5::MiniCqeFormat) -> CqOptions {
+        self.zip = Some(format);
         self
     }
 }

@@ -30,6 +30,9 @@ pub(crate) struct VerbsDev {
     pub(crate) attrs: verbs::device::DeviceAttrs,
     /// What the device's atomics do, from `attrs`.
     pub(crate) atomics: mlx5::AtomicCaps,
+    /// What an mlx5 device on the direct path reports of CQE compression
+    /// (`mlx5dv_query_device`, read once at open); None elsewhere.
+    pub(crate) cqe_comp: Option<mlx5::CqeCompCaps>,
 }
 
 impl VerbsDev {
@@ -51,7 +54,14 @@ impl VerbsDev {
             path
         };
         let attrs = ctx.attrs()?;
+        let cqe_comp = if path == DataPath::Direct {
+            // SAFETY: a live context of an mlx5 device (the direct path runs only there).
+            unsafe { crate::dv::cqe_comp_caps(ctx.ctx.cast()) }
+        } else {
+            None
+        };
         Ok(VerbsDev {
+            cqe_comp,
             atomics: attrs.atomic_caps(mlx5),
             attrs,
             ctx,
@@ -361,6 +371,19 @@ impl Device {
     /// `ibv_create_comp_channel`.
     pub fn create_channel(&self) -> Result<super::CompletionChannel> {
         super::CompletionChannel::new(self)
+    }
+
+    /// What the device reports of CQE compression (`mlx5dv_query_device`'s
+    /// `cqe_comp_caps`, read when the device was opened; the software NIC's own), for
+    /// [`CqOptions::compression`](super::CqOptions::compression); None where compressed CQEs
+    /// cannot be used (a device that is not mlx5, or the verbs path).
+    pub fn cqe_compression_caps(&self) -> Option<mlx5::CqeCompCaps> {
+        match &self.backend {
+            #[cfg(feature = "sim")]
+            Backend::Sim(n) => Some(n.cqe_comp_caps()),
+            Backend::Verbs(v) if v.path == crate::DataPath::Direct => v.cqe_comp,
+            Backend::Verbs(_) => None,
+        }
     }
 
     /// A completion queue of at least `entries` entries of `cqe_size` bytes (64 or 128).

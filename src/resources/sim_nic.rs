@@ -118,6 +118,23 @@ impl<'a> SimNic<'a> {
         self.nic.set_atomic_caps(caps)
     }
 
+    /// What the NIC reports of CQE compression (see [`Nic::cqe_comp_caps`]).
+    pub fn cqe_comp_caps(&self) -> mlx5::CqeCompCaps {
+        self.nic.cqe_comp_caps()
+    }
+
+    /// Changes what the NIC reports of CQE compression, as a different device would (for
+    /// CQs created afterwards; see [`Nic::set_cqe_comp_caps`]).
+    pub fn set_cqe_comp_caps(&self, caps: mlx5::CqeCompCaps) {
+        self.nic.set_cqe_comp_caps(caps)
+    }
+
+    /// How many compressed sessions the NIC wrote into a CQ and how many completions they
+    /// held (see [`Nic::cq_sessions`]).
+    pub fn cq_sessions(&self, cqn: u32) -> (u64, u64) {
+        self.nic.cq_sessions(cqn)
+    }
+
     /// The kind of BlueFlame register a QP rings and how many QPs ring it (see
     /// [`Nic::qp_register`]).
     pub fn qp_register(&self, qpn: u32) -> Option<(mlx5::sim::RegKind, u32)> {

@@ -327,6 +327,30 @@ impl Cq {
         }
     }
 
+    /// A CQ of at least `entries` entries whose CQEs an mlx5 device compresses with
+    /// mini-CQEs of `format` (`crate::dv::create_cq_compressed`), its events on `channel`.
+    ///
+    /// # Errors
+    /// As `crate::dv::create_cq_compressed`.
+    pub(crate) fn new_compressed(
+        ctx: Arc<Context>,
+        entries: u32,
+        format: mlx5::MiniCqeFormat,
+        channel: Option<Arc<super::channel::CompChannel>>,
+    ) -> crate::Result<Cq> {
+        let ch = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.ch);
+        // SAFETY: live context of an mlx5 device (the direct path runs only there); `ch` is
+        // null or a live channel of it (kept alive by the CQ).
+        let cq =
+            unsafe { crate::dv::create_cq_compressed(ctx.ctx.cast(), entries, format, ch.cast())? };
+        Ok(Cq {
+            cq: cq.cast(),
+            poll_ops: None,
+            _ctx: ctx,
+            _channel: channel,
+        })
+    }
+
     /// Entries the CQ really has.
     pub fn capacity(&self) -> u32 {
         // SAFETY: live CQ.

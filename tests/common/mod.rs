@@ -36,6 +36,12 @@ impl Rung for Result<()> {
     }
 }
 
+/// A CQ of `entries` entries whose CQEs the device compresses with `format`.
+pub fn zip_cq(dev: &Device, entries: u32, format: MiniCqeFormat) -> Cq {
+    dev.create_cq_with(&CqOptions::new(entries).compression(format))
+        .unwrap()
+}
+
 // ---- ----
 
 /// Every right a test region may need.

@@ -290,7 +290,7 @@ mod layout {
 
 mod consts {
     use super::*;
-    use mlx5::cqe::{op_own, CqeFormat, CqeOpcode, OWNER_MASK};
+    use mlx5::cqe::{op_own, CqeFormat, CqeOpcode, MiniCqeFormat, OWNER_MASK};
     use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
     use mlx5::doorbell as db;
     use mlx5::umr as u;
@@ -351,6 +351,14 @@ mod consts {
         cqe_invalid: CqeOpcode::Invalid as u8 => "MLX5_CQE_INVALID",
         cqe_inline_scatter_32: op_own(CqeOpcode::Req, CqeFormat::InlineScatter32, false, false) => "MLX5_INLINE_SCATTER_32",
         cqe_inline_scatter_64: op_own(CqeOpcode::Req, CqeFormat::InlineScatter64, false, false) => "MLX5_INLINE_SCATTER_64",
+
+        // CQE compression (mlx5::cqe)
+        res_format_hash: MiniCqeFormat::Hash.bit() => "MLX5DV_CQE_RES_FORMAT_HASH",
+        res_format_csum: MiniCqeFormat::Csum.bit() => "MLX5DV_CQE_RES_FORMAT_CSUM",
+        res_format_csum_stridx: MiniCqeFormat::CsumStridx.bit() => "MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX",
+        cq_init_attr_mask_compressed_cqe: mlx5::cqe::CQ_INIT_ATTR_MASK_COMPRESSED_CQE => "MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE",
+        context_mask_cqe_compression: mlx5::cqe::CONTEXT_MASK_CQE_COMPRESSION => "MLX5DV_CONTEXT_MASK_CQE_COMPRESION",
+        context_flags_cqe_128b_comp: mlx5::cqe::CONTEXT_FLAGS_CQE_128B_COMP => "MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP",
 
         // control-segment bits (mlx5::ctrl), as constants and as FmCeSe::to_u8
         ctrl_cq_update: mlx5::ctrl::CQ_UPDATE => "MLX5_WQE_CTRL_CQ_UPDATE",
@@ -469,6 +477,26 @@ mod consts {
         // MLX5_CQE_NO_PACKET (striding RQ) is not mirrored: it must not alias a known opcode.
         cqe_no_packet_is_unknown(v = "MLX5_CQE_NO_PACKET") {
             assert_eq!(CqeOpcode::from_bits(v as u8), None);
+        }
+        // The header has no mini-CQE (rdma-core 44 declares none): a mini-CQE array fills a
+        // 64-byte CQE slot, and mini-CQE 7's last byte is where `op_own` is, so an array
+        // slot has no owner byte (the poller invalidates it after the session). A title's
+        // session length is its `byte_cnt`.
+        mini_cqe_array_overlays_a_cqe(
+            size = "sizeof(struct mlx5_cqe64)",
+            own = "offsetof(mlx5_cqe64, op_own)",
+            cnt = "offsetof(mlx5_cqe64, byte_cnt)",
+        ) {
+            use mlx5::cqe::{Cqe64, MiniCqe8, MINI_CQES_PER_BLOCK};
+            use zerocopy::FromBytes;
+            assert_eq!((MINI_CQES_PER_BLOCK * size_of::<MiniCqe8>()) as u64, size);
+            let last = (MINI_CQES_PER_BLOCK - 1) * size_of::<MiniCqe8>()
+                + offset_of!(MiniCqe8, byte_cnt)
+                + 3;
+            assert_eq!(last as u64, own);
+            let mut b = [0u8; 64];
+            b[cnt as usize..cnt as usize + 4].copy_from_slice(&77u32.to_be_bytes());
+            assert_eq!(Cqe64::read_from_bytes(&b).unwrap().session_len(), 77);
         }
         // SEND_WQE_BB == 1 << SEND_WQE_SHIFT on both sides.
         send_wqe_bb_is_one_shifted(bb = "MLX5_SEND_WQE_BB", shift = "MLX5_SEND_WQE_SHIFT") {
@@ -631,6 +659,11 @@ mod dv_layout {
                 "offsetof(mlx5dv_qp, sq.wqe_cnt)", "offsetof(mlx5dv_qp, sq.stride)",
                 "offsetof(mlx5dv_qp, bf.size)", "offsetof(mlx5dv_obj, cq.out)",
                 "MLX5DV_OBJ_QP", "MLX5DV_OBJ_CQ",
+                "sizeof(struct mlx5dv_context)",
+                "offsetof(mlx5dv_context, version)", "sizeof(mlx5dv_context.version)",
+                "offsetof(mlx5dv_context, flags)", "sizeof(mlx5dv_context.flags)",
+                "offsetof(mlx5dv_context, comp_mask)", "sizeof(mlx5dv_context.comp_mask)",
+                "offsetof(mlx5dv_context, cqe_comp_caps)", "sizeof(mlx5dv_context.cqe_comp_caps)",
             ];
         };
     }
@@ -647,10 +680,68 @@ mod dv_layout {
             dv_cq_cqe_size => cqe_size, dv_cq_cq_uar => cq_uar, dv_cq_cqn => cqn,
             dv_cq_comp_mask => comp_mask,
         }
+        ffi::mlx5dv_cqe_comp_caps = "mlx5dv_cqe_comp_caps", dv_cqe_comp_caps_size {
+            dv_cqe_comp_caps_max_num => max_num,
+            dv_cqe_comp_caps_supported_format => supported_format,
+        }
+        ffi::mlx5dv_cq_init_attr = "mlx5dv_cq_init_attr", dv_cq_init_attr_size {
+            dv_cq_init_attr_comp_mask => comp_mask,
+            dv_cq_init_attr_cqe_comp_res_format => cqe_comp_res_format,
+            dv_cq_init_attr_flags => flags,
+            dv_cq_init_attr_cqe_size => cqe_size,
+        }
         ffi::mlx5dv_obj = "mlx5dv_obj", dv_obj_size {
             dv_obj_qp => qp, dv_obj_cq => cq, dv_obj_srq => srq, dv_obj_rwq => rwq,
             dv_obj_dm => dm, dv_obj_ah => ah, dv_obj_pd => pd,
         }
+    }
+
+    /// `blueflame::dv` declares only the head of `struct mlx5dv_context` (what
+    /// `mlx5dv_query_device` writes for the CQE-compression mask) and passes a buffer of at
+    /// least the whole struct's size.
+    #[test]
+    fn dv_context_head_and_size() {
+        use std::mem::offset_of;
+        // SAFETY: integers only: all-zero is valid.
+        let z: ffi::mlx5dv_context = unsafe { std::mem::zeroed() };
+        for (field, off, size) in [
+            (
+                "version",
+                offset_of!(ffi::mlx5dv_context, version),
+                size_of_val(&z.version),
+            ),
+            (
+                "flags",
+                offset_of!(ffi::mlx5dv_context, flags),
+                size_of_val(&z.flags),
+            ),
+            (
+                "comp_mask",
+                offset_of!(ffi::mlx5dv_context, comp_mask),
+                size_of_val(&z.comp_mask),
+            ),
+            (
+                "cqe_comp_caps",
+                offset_of!(ffi::mlx5dv_context, cqe_comp_caps),
+                size_of_val(&z.cqe_comp_caps),
+            ),
+        ] {
+            assert_eq!(
+                off as u64,
+                value(&format!("offsetof(mlx5dv_context, {field})")),
+                "{field}"
+            );
+            assert_eq!(
+                size as u64,
+                value(&format!("sizeof(mlx5dv_context.{field})")),
+                "{field}"
+            );
+        }
+        assert_eq!(
+            ffi::MLX5DV_CONTEXT_SIZE as u64,
+            value("sizeof(struct mlx5dv_context)")
+        );
+        assert!(size_of::<ffi::mlx5dv_context>() <= ffi::MLX5DV_CONTEXT_SIZE);
     }
 
     #[test]

@@ -1,8 +1,32 @@
-//! The NIC side of a completion queue: writes CQEs with the right owner bit and detects
-//! overrun.
+//! The NIC side of a completion queue: writes CQEs with the right owner bit, detects
+//! overrun, and compresses runs of completions into sessions when the CQ was created so.
+//!
+//! CQE compression (the basic layout a CQ from `mlx5dv_create_cq` with
+//! `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE` gets; DPDK `mlx5_rx_poll_len` /
+//! `rxq_cq_decompress_v` read it): consecutive completions of one QP and one CQE opcode
+//! whose shared fields agree become one *session* of `n` slots: a title CQE (format
+//! COMPRESSED, `byte_cnt` = n, the owner bit of its slot, the fields the completions share),
+//! then arrays of 8 mini-CQEs, the first in the slot after the title, the next ones every 8
+//! slots from the title ([`mini_array_slot`]); the slots in between are holes the NIC never
+//! writes. An array's last byte (the `op_own` position) is mini-CQE data, and the unused
+//! entries of the last array hold a filler that looks like a valid entry of the next pass:
+//! a poller that does not invalidate a consumed session (DPDK's `MLX5_CQE_INVALIDATE`)
+//! reads stale entries on the next pass, as it would on a ConnectX. Receives carry no WQE
+//! counter in their mini-CQE (their counters are consecutive from the title's); the
+//! responder's first 4 bytes are what the CQ's [`MiniCqeFormat`] names.
+//!
+//! When: the NIC gathers the completions of one pass ([`Nic::process`](super::Nic::process),
+//! the stand-in for a ConnectX's compression timeout) and closes a session when the next
+//! completion does not match it, when it reaches the CQ's `max_num`, before any CQE that is
+//! never compressed (errors, data inside the CQE) and at the end of the pass. A session of
+//! one is written as a plain CQE, so a consumer that keeps up sees no compression. The title
+//! is written last (its owner byte with Release ordering), after the arrays.
 
 use super::dma::{self, DmaBuf};
-use crate::cqe::{op_own, Cqe64, CqeFormat, CqeOpcode, ErrCqe};
+use crate::cqe::{
+    mini_array_slot, op_own, sw_owner, Cqe64, CqeFormat, CqeOpcode, ErrCqe, MiniCqe8,
+    MiniCqeFormat, MINI_CQES_PER_BLOCK,
+};
 use crate::doorbell::{CQ_ARM_DB, CQ_SET_CI};
 use crate::RawCq;
 use zerocopy::IntoBytes;
@@ -31,6 +55,65 @@ pub(crate) struct SimCq {
     pub(crate) error_reported: bool,
     /// Arm requests and completion events.
     pub(crate) arm: super::arm::ArmState,
+    /// CQE compression: the mini-CQE format and the longest session.
+    zip: Option<(MiniCqeFormat, u32)>,
+    /// The session being gathered (not written yet).
+    open: Option<Session>,
+    /// Compressed sessions written, and the completions in them.
+    pub(crate) zip_stats: (u64, u64),
+}
+
+/// A session being gathered: its first CQE (the title to be) and the mini-CQE of each
+/// completion.
+struct Session {
+    title: Cqe64,
+    opcode: CqeOpcode,
+    solicited: bool,
+    minis: Vec<MiniCqe8>,
+}
+
+impl Session {
+    /// Whether a completion of `cqe` and `opcode` joins this session: same QP and CQE
+    /// opcode; a receive also needs the next receive counter and the same immediate and
+    /// solicited bit (its mini-CQE carries neither).
+    fn takes(&self, cqe: &Cqe64, opcode: CqeOpcode, solicited: bool) -> bool {
+        let t = &self.title;
+        if opcode != self.opcode || cqe.qpn() != t.qpn() {
+            return false;
+        }
+        opcode == CqeOpcode::Req
+            || (solicited == self.solicited
+                && cqe.imm_inval_pkey == t.imm_inval_pkey
+                && cqe.wqe_counter.get()
+                    == t.wqe_counter.get().wrapping_add(self.minis.len() as u16))
+    }
+}
+
+/// The mini-CQE of a completion: a requester's carries its WQE counter and send opcode, a
+/// responder's what `format` names. A software NIC has no RSS hash or packet checksum for
+/// RC traffic: it writes a value derived from the QP and receive counter there, never the
+/// counter itself, so a poller that takes it for one fails.
+fn mini(cqe: &Cqe64, opcode: CqeOpcode, format: MiniCqeFormat) -> MiniCqe8 {
+    if opcode == CqeOpcode::Req {
+        return MiniCqe8 {
+            wqe_counter_or_csum: cqe.wqe_counter,
+            s_wqe_opcode: cqe.wqe_opcode(),
+            reserved: 0,
+            byte_cnt: cqe.byte_cnt,
+        };
+    }
+    let mix = (cqe.qpn() ^ (cqe.wqe_counter.get() as u32) << 8).wrapping_mul(0x9e37_79b9) | 1;
+    let first = match format {
+        MiniCqeFormat::Hash => mix,
+        // Checksum, then a reserved half (or the stride index, 0 for a plain receive queue).
+        MiniCqeFormat::Csum | MiniCqeFormat::CsumStridx => mix & 0xffff_0000 | 0x8000,
+    };
+    MiniCqe8 {
+        wqe_counter_or_csum: crate::Be16::new((first >> 16) as u16),
+        s_wqe_opcode: (first >> 8) as u8,
+        reserved: first as u8,
+        byte_cnt: cqe.byte_cnt,
+    }
 }
 
 impl SimCq {
@@ -52,7 +135,21 @@ impl SimCq {
             overrun: false,
             error_reported: false,
             arm: super::arm::ArmState::new(),
+            zip: None,
+            open: None,
+            zip_stats: (0, 0),
         }
+    }
+
+    /// Turns CQE compression on (at creation): mini-CQEs of `format`, sessions of at most
+    /// `max_num` completions (at least 2).
+    pub(crate) fn compress(&mut self, format: MiniCqeFormat, max_num: u32) {
+        self.zip = Some((format, max_num.max(2)));
+    }
+
+    /// The mini-CQE format, if the CQ compresses.
+    pub(crate) fn zip_format(&self) -> Option<MiniCqeFormat> {
+        self.zip.map(|z| z.0)
     }
 
     pub(crate) fn raw(&self) -> RawCq {
@@ -82,9 +179,10 @@ impl SimCq {
             .look(self.cqn, record, (self.pi, self.cqe_cnt), next_only);
     }
 
-    /// Entries written and not yet consumed.
+    /// Entries written or gathered into a session, and not yet consumed.
     pub(crate) fn outstanding(&self) -> u32 {
-        self.pi.wrapping_sub(self.ci()) & 0xff_ffff
+        let gathered = self.open.as_ref().map_or(0, |s| s.minis.len() as u32);
+        (self.pi.wrapping_sub(self.ci()) & 0xff_ffff) + gathered
     }
 
     /// Writes one CQE (its `op_own` opcode set by the caller, the owner bit set here).
@@ -109,15 +207,116 @@ impl SimCq {
     /// (format INLINE_SCATTER_64, 128-byte CQEs only).
     pub(crate) fn push_scattered(
         &mut self,
-        mut cqe: Cqe64,
+        cqe: Cqe64,
         opcode: CqeOpcode,
         solicited: bool,
         data: Option<&[u8]>,
     ) -> bool {
         if self.overrun || self.outstanding() >= self.cqe_cnt {
             self.overrun = true;
+            self.open = None;
             return false;
         }
+        if let Some((format, max)) = self.zip {
+            let compressible = data.is_none()
+                && matches!(
+                    opcode,
+                    CqeOpcode::Req
+                        | CqeOpcode::RespSend
+                        | CqeOpcode::RespSendImm
+                        | CqeOpcode::RespWrImm
+                        | CqeOpcode::RespSendInv
+                );
+            if compressible {
+                if let Some(s) = self
+                    .open
+                    .as_mut()
+                    .filter(|s| s.takes(&cqe, opcode, solicited))
+                {
+                    s.minis.push(mini(&cqe, opcode, format));
+                    if s.minis.len() as u32 >= max {
+                        self.close_session();
+                    }
+                } else {
+                    self.close_session();
+                    self.open = Some(Session {
+                        minis: vec![mini(&cqe, opcode, format)],
+                        title: cqe,
+                        opcode,
+                        solicited,
+                    });
+                }
+                return true;
+            }
+            // Never compressed: the session before it is written first.
+            self.close_session();
+        }
+        self.write_slot(cqe, opcode, solicited, data);
+        true
+    }
+
+    /// Writes the session being gathered, if any: compressed from two completions on, a
+    /// plain CQE for one.
+    pub(crate) fn close_session(&mut self) {
+        let Some(s) = self.open.take() else {
+            return;
+        };
+        if self.overrun {
+            return;
+        }
+        let n = s.minis.len() as u32;
+        if n == 1 {
+            self.write_slot(s.title, s.opcode, s.solicited, None);
+            return;
+        }
+        let cnt = self.cqe_cnt;
+        let at = |abs: u32| {
+            let slot = (abs & (cnt - 1)) as usize * self.cqe_size as usize;
+            slot + crate::cqe::cqe64_offset(self.cqe_size as usize)
+        };
+        // The arrays first: array k holds mini-CQEs 8k .. 8k+7.
+        for (k, chunk) in s.minis.chunks(MINI_CQES_PER_BLOCK).enumerate() {
+            let abs = self
+                .pi
+                .wrapping_add(mini_array_slot((k * MINI_CQES_PER_BLOCK) as u32));
+            // Unused entries: a filler whose last byte reads as a valid plain requester CQE
+            // of this slot's next pass.
+            let mut bytes = [sw_owner(abs.wrapping_add(cnt), cnt); 64];
+            for (i, m) in chunk.iter().enumerate() {
+                bytes[i * 8..i * 8 + 8].copy_from_slice(m.as_bytes());
+            }
+            // SAFETY: `at` is a 64-byte CQE inside the ring; the slot is the NIC's (the
+            // session's room was checked as each completion joined it).
+            unsafe { dma::write(self.buf.ptr().add(at(abs)), &bytes) };
+        }
+        // Then the title, its owner byte last.
+        let mut title = s.title;
+        title.byte_cnt = crate::Be32::new(n);
+        title.op_own = op_own(
+            s.opcode,
+            CqeFormat::Compressed,
+            s.solicited,
+            self.pi & cnt != 0,
+        );
+        let mut bytes = [0u8; 64];
+        bytes.copy_from_slice(title.as_bytes());
+        // SAFETY: as above.
+        unsafe { dma::publish_cqe(self.buf.ptr().add(at(self.pi)), &bytes) };
+        // Completion events: as for the session's last entry (they share the solicited bit).
+        self.arm.on_entry(self.pi.wrapping_add(n - 1), s.solicited);
+        self.pi = self.pi.wrapping_add(n);
+        self.zip_stats.0 += 1;
+        self.zip_stats.1 += n as u64;
+    }
+
+    /// Writes one uncompressed CQE at the producer index (room checked by the caller).
+    fn write_slot(
+        &mut self,
+        mut cqe: Cqe64,
+        opcode: CqeOpcode,
+        solicited: bool,
+        data: Option<&[u8]>,
+    ) {
         let owner = self.pi & self.cqe_cnt != 0;
         let idx = (self.pi & (self.cqe_cnt - 1)) as usize;
         let slot = idx * self.cqe_size as usize;
@@ -147,7 +346,6 @@ impl SimCq {
         let error = matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr);
         self.arm.on_entry(self.pi, solicited || error);
         self.pi = self.pi.wrapping_add(1);
-        true
     }
 
     /// Writes an error CQE.

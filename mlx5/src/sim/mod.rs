@@ -118,6 +118,17 @@ pub enum SimError {
     Rights(Access),
     /// No thread domain with this number.
     NoTd(u32),
+    /// A compressing CQ the NIC cannot create (rdma-core's `mlx5dv_create_cq` fails with
+    /// `EINVAL`): the format is not among the supported ones, `max_num` is 0, or the entries
+    /// are 128 bytes and the NIC compresses only 64-byte ones.
+    CqeCompression {
+        /// The mini-CQE format asked for.
+        format: crate::cqe::MiniCqeFormat,
+        /// The entry size asked for.
+        cqe_size: u32,
+        /// What the NIC supports.
+        caps: crate::cqe::CqeCompCaps,
+    },
     /// Every register for thread domains is taken (`ibv_alloc_td` fails: `ENOMEM`).
     NoRegister,
     /// The NIC's [`MemoryCaps`] lack what the registration asks for (on-demand paging).
@@ -169,6 +180,18 @@ impl core::fmt::Display for SimError {
                 a.region_error().unwrap_or("refused")
             ),
             SimError::NoTd(v) => write!(f, "no thread domain {v}"),
+            SimError::CqeCompression {
+                format,
+                cqe_size,
+                caps,
+            } => write!(
+                f,
+                "CQE compression with {format} on {cqe_size}-byte CQEs: the NIC supports \
+                 formats {:#x}, sessions of up to {}, 128-byte CQEs {}",
+                caps.supported_format,
+                caps.max_num,
+                if caps.cqe_128 { "yes" } else { "no" }
+            ),
             SimError::NoRegister => f.write_str("no BlueFlame register left for a thread domain"),
         }
     }
@@ -222,6 +245,8 @@ pub(crate) struct State {
     pub(crate) threaded: bool,
     /// What the NIC's atomics do and how it writes their replies.
     pub(crate) atomics: crate::atomic::AtomicCaps,
+    /// What the NIC reports of CQE compression.
+    pub(crate) cqe_comp: crate::cqe::CqeCompCaps,
     pub(crate) uars: uar::Uars,
     /// Asynchronous events not yet taken (the device's event queue).
     pub(crate) events: std::collections::VecDeque<AsyncEvent>,
@@ -230,6 +255,10 @@ pub(crate) struct State {
     /// Arms count only entries written after them ([`Nic::set_arm_next_only`]).
     arm_next_only: bool,
 }
+
+/// The longest compressed session of a software NIC by default (its `cqe_comp_caps.max_num`;
+/// [`Nic::set_cqe_comp_caps`] changes it).
+pub const DEFAULT_CQE_COMP_MAX_NUM: u32 = 64;
 
 /// How many objects of each kind a software NIC may hold at once. The defaults are the
 /// hardware's 24-bit spaces; tests that exhaust or wrap them choose smaller ones.
@@ -344,6 +373,13 @@ impl Nic {
                     cqns: Ids::new(0x80, last(0x80, limits.cqs, d.cqs)),
                     threaded: false,
                     atomics: crate::atomic::AtomicCaps::CONNECTX,
+                    cqe_comp: crate::cqe::CqeCompCaps {
+                        max_num: DEFAULT_CQE_COMP_MAX_NUM,
+                        supported_format: crate::cqe::MiniCqeFormat::ALL
+                            .iter()
+                            .fold(0, |a, f| a | f.bit()),
+                        cqe_128: true,
+                    },
                     uars: uar::Uars::new(uars),
                     events: std::collections::VecDeque::new(),
                     memory_caps: MemoryCaps::default(),
@@ -598,6 +634,57 @@ impl Nic {
         let raw = cq.raw();
         st.cqs.insert(cqn, cq);
         Ok(raw)
+    }
+
+    /// What the NIC reports of CQE compression (`mlx5dv_query_device`'s `cqe_comp_caps`):
+    /// by default every mini-CQE format, sessions of up to
+    /// [`DEFAULT_CQE_COMP_MAX_NUM`], 64- and 128-byte CQEs.
+    pub fn cqe_comp_caps(&self) -> crate::cqe::CqeCompCaps {
+        self.st().cqe_comp
+    }
+
+    /// Changes what the NIC reports of CQE compression (for CQs created afterwards).
+    pub fn set_cqe_comp_caps(&self, caps: crate::cqe::CqeCompCaps) {
+        self.st().cqe_comp = caps;
+    }
+
+    /// Creates a CQ as [`Nic::create_cq`] that compresses runs of completions into
+    /// sessions of mini-CQEs of `format` (`mlx5dv_create_cq` with
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`; the module `cq` describes the sessions).
+    ///
+    /// # Errors
+    /// [`SimError::CqeCompression`] when [`Nic::cqe_comp_caps`] does not allow it (rdma-core's
+    /// test); as [`Nic::create_cq`].
+    pub fn create_cq_compressed(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        format: crate::cqe::MiniCqeFormat,
+    ) -> Result<RawCq, SimError> {
+        let caps = self.cqe_comp_caps();
+        if !caps.supports(format, cqe_size) {
+            return Err(SimError::CqeCompression {
+                format,
+                cqe_size,
+                caps,
+            });
+        }
+        let raw = self.create_cq(cqe_cnt, cqe_size)?;
+        if let Some(cq) = self.st().cqs.get_mut(&raw.cqn) {
+            cq.compress(format, caps.max_num);
+        }
+        Ok(raw)
+    }
+
+    /// A compressing CQ's mini-CQE format (None: not compressing, or no such CQ).
+    pub fn cq_compression(&self, cqn: u32) -> Option<crate::cqe::MiniCqeFormat> {
+        self.st().cqs.get(&cqn).and_then(|c| c.zip_format())
+    }
+
+    /// How many compressed sessions the NIC wrote into a CQ, and how many completions they
+    /// held (sessions of one are written plain and not counted).
+    pub fn cq_sessions(&self, cqn: u32) -> (u64, u64) {
+        self.st().cqs.get(&cqn).map_or((0, 0), |c| c.zip_stats)
     }
 
     /// Destroys a CQ.
@@ -965,8 +1052,10 @@ impl Nic {
         }
         let qpns: Vec<u32> = st.qps.keys().copied().collect();
         let n = qpns.into_iter().map(|q| st.run_qp(q)).sum();
-        // And after: an arm written while the WQEs ran is not left for the next pass.
+        // The end of a pass stands for a ConnectX's compression timeout; then the arm
+        // doorbells again: an arm written while the WQEs ran is not left for the next pass.
         for cq in st.cqs.values_mut() {
+            cq.close_session();
             cq.look_at_arm(next_only);
         }
         st.note_cq_errors();
