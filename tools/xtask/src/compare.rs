@@ -4,6 +4,9 @@
 //! CPUs are host threads): each test runs [`ROUNDS`] times, the two programs alternating,
 //! and the line shows the median of each program's results, then every result.
 //!
+//! `cargo xtask rxe-compare LABEL...` runs only the tests whose label contains one of the
+//! words (`cargo xtask rxe-compare send write-imm`: the event-mode comparison alone).
+//!
 //! Event mode (perftest's `-e`, bfperf's `--events`: the receiver sleeps on the completion
 //! channel) runs beside busy polling in the same boot; the wake-up cost of each program is
 //! the difference of its two medians. Debian's perftest 4.5 has no write with immediate
@@ -99,9 +102,17 @@ const WAKEUPS: &[(&str, usize, usize)] = &[
 /// Runs of each program per test.
 const ROUNDS: usize = 3;
 
-fn script() -> String {
+/// Whether test `t` runs: every test without filters, else those whose label contains one.
+fn selected(t: &Test, filters: &[String]) -> bool {
+    filters.is_empty() || filters.iter().any(|f| t.label.contains(f.as_str()))
+}
+
+fn script(filters: &[String]) -> String {
     let mut s = String::from("cd target/rxe\n");
     for (i, t) in TESTS.iter().enumerate() {
+        if !selected(t, filters) {
+            continue;
+        }
         let (size, iters) = (t.size, t.iters);
         let (bf, bx) = t.bfperf;
         for r in 0..ROUNDS {
@@ -152,8 +163,9 @@ pub(crate) fn json_value(out: &str, key: &str) -> Option<f64> {
     rest[..end].trim().parse().ok()
 }
 
-/// Runs the comparison; false when the VM or a program failed.
-pub fn main() -> bool {
+/// Runs the comparison (of the tests whose label contains one of `filters`, all without);
+/// false when the VM or a program failed.
+pub fn main(filters: &[String]) -> bool {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     if !run(
         "build bfperf",
@@ -161,7 +173,7 @@ pub fn main() -> bool {
     ) {
         return false;
     }
-    let Some((_, log)) = crate::rxe::run_in_vm(&script()) else {
+    let Some((_, log)) = crate::rxe::run_in_vm(&script(filters)) else {
         return false;
     };
     let dir = root().join("target/rxe");
@@ -174,6 +186,10 @@ pub fn main() -> bool {
     let mut runs = Vec::new();
     let mut medians = Vec::new();
     for (i, test) in TESTS.iter().enumerate() {
+        if !selected(test, filters) {
+            medians.push((None, None));
+            continue;
+        }
         let label = test.label;
         let bw = label.contains("bandwidth");
         let (mut ps, mut bs) = (Vec::new(), Vec::new());
@@ -230,6 +246,9 @@ pub fn main() -> bool {
         "wake-up cost (events - poll)", "perftest", "bfperf"
     );
     for &(label, poll, event) in WAKEUPS {
+        if !selected(&TESTS[poll], filters) || !selected(&TESTS[event], filters) {
+            continue;
+        }
         // Medians are (perftest, bfperf); `side` picks one program.
         let cost = |side: usize| {
             let pick = |m: &(Option<f64>, Option<f64>)| if side == 0 { m.0 } else { m.1 };
@@ -263,8 +282,11 @@ mod tests {
                 assert_eq!((pp.0, pp.1, pe.1), (pe.0, "", "-e"));
             }
         }
-        let s = script();
+        let s = script(&[]);
         assert!(s.contains("ib_send_lat -e -F -d rxe0"));
+        let only = script(&["send latency".into()]);
+        assert!(only.contains("ib_send_lat -e -F") && only.contains("bfperf send-lat "));
+        assert!(!only.contains("ib_write_lat") && !only.contains("write-lat"));
         assert!(s.contains("bfperf send-lat -e --device rxe0"));
         assert!(s.contains("bfperf write-lat --write-with-imm -e --device rxe0"));
     }

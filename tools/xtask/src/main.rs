@@ -112,7 +112,7 @@ fn main() {
         }
         Some("rxe") => rxe::main(&args[1..]),
         Some("rxe-compare") => {
-            if deps() == 0 && compare::main() {
+            if deps() == 0 && compare::main(&args[1..]) {
                 0
             } else {
                 1
