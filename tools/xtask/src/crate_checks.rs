@@ -14,6 +14,7 @@
 //!    its usage and runs a short ping-pong on the software NIC.
 
 use crate::{root, run};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs the three checks; false at the first failure.
@@ -132,36 +133,63 @@ fn docs(cargo: &str) -> bool {
     true
 }
 
-/// Cargo verifies `blueflame` against `mlx5 0.1.0` unpacked from a temporary registry and
-/// takes a registry crate's build for immutable: a build of an older `mlx5` of the same
-/// version would be reused as it is (the verification then fails on items added since).
-/// The dry run therefore has a target directory of its own, in which the builds of the two
-/// packaged crates and the temporary registry are removed before each run; the other
-/// dependencies stay built.
-fn forget_packaged_builds(target: &std::path::Path) {
+/// Cargo verifies `blueflame` against `mlx5 0.1.0` unpacked from a temporary registry, and
+/// takes a registry crate for immutable twice over: it does not unpack a version again that
+/// it unpacked before (`$CARGO_HOME/registry/src/-<hash>/mlx5-0.1.0`, kept across runs) and
+/// reuses a build of it as it is. Either way an older `mlx5` of the same version would be
+/// verified against (and fail on items added since). So before each run the unpacked
+/// copies of the two crates under the local (host-less, `-<hash>`) registries are removed,
+/// and the dry run has a target directory of its own, in which their builds and the
+/// temporary registry are removed too; the other dependencies stay built.
+fn forget_packaged_builds(cargo_home: Option<&Path>, target: &Path) {
+    let ours = |name: &str| {
+        ["mlx5-", "libmlx5-", "blueflame-", "libblueflame-"]
+            .iter()
+            .any(|p| name.starts_with(p))
+    };
+    if let Some(src) = cargo_home.map(|h| h.join("registry/src")) {
+        for reg in std::fs::read_dir(src).into_iter().flatten().flatten() {
+            // Only local registries (no host name): crates.io's copies stay.
+            if !reg.file_name().to_string_lossy().starts_with('-') {
+                continue;
+            }
+            for e in std::fs::read_dir(reg.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if ours(&e.file_name().to_string_lossy()) {
+                    remove(&e.path());
+                }
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(target.join("package"));
     for dir in ["debug/deps", "debug/.fingerprint", "debug/build"] {
         let Ok(entries) = std::fs::read_dir(target.join(dir)) else {
             continue;
         };
         for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let ours = ["mlx5-", "libmlx5-", "blueflame-", "libblueflame-"]
-                .iter()
-                .any(|p| name.starts_with(p));
-            if ours {
-                let p = e.path();
-                let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+            if ours(&e.file_name().to_string_lossy()) {
+                remove(&e.path());
             }
         }
     }
+}
+
+/// Removes a directory tree or a file.
+fn remove(p: &Path) {
+    let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
 }
 
 /// The two library crates package and verify as crates.io would build them; bfperf installs
 /// with `cargo install --path` and runs.
 fn package(cargo: &str) -> bool {
     let target = root().join("target/publish-check");
-    forget_packaged_builds(&target);
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")));
+    forget_packaged_builds(home.as_deref(), &target);
     // --allow-dirty: a check, not a release (a developer's uncommitted edits are checked too).
     let ok = run(
         "cargo publish --dry-run (mlx5, blueflame)",
@@ -200,4 +228,51 @@ fn package(cargo: &str) -> bool {
         eprintln!("xtask: FAILED: cargo install --path tools/bfperf");
     }
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forget_packaged_builds;
+    use std::fs;
+
+    #[test]
+    fn only_the_packaged_crates_copies_and_builds_are_forgotten() {
+        let t = std::env::temp_dir().join(format!("xtask-forget-{}", std::process::id()));
+        let (home, target) = (t.join("home"), t.join("target"));
+        let keep = [
+            home.join("registry/src/index.crates.io-1949cf8c6b5b557f/mlx5-0.1.0/src"),
+            home.join("registry/src/-7a8c4fad4a9b88b8/libc-0.2.191"),
+            target.join("debug/deps/librdma_sys-ce86.rlib"),
+            target.join("debug/.fingerprint/libc-b437"),
+        ];
+        let gone = [
+            home.join("registry/src/-7a8c4fad4a9b88b8/mlx5-0.1.0/src"),
+            home.join("registry/src/-b9e425ae8299eae3/blueflame-0.1.0"),
+            target.join("package/tmp-registry"),
+            target.join("debug/deps/libmlx5-e69f.rlib"),
+            target.join("debug/deps/mlx5-e69f.d"),
+            target.join("debug/.fingerprint/blueflame-425c"),
+        ];
+        for p in keep.iter().chain(&gone) {
+            // Files are named like builds (`.rlib`, `.d`); the rest are directories.
+            let file = p.extension().is_some_and(|e| e == "rlib" || e == "d");
+            if file {
+                fs::create_dir_all(p.parent().unwrap()).unwrap();
+                fs::write(p, b"x").unwrap();
+            } else {
+                fs::create_dir_all(p).unwrap();
+            }
+        }
+        forget_packaged_builds(Some(&home), &target);
+        for p in &keep {
+            assert!(p.exists(), "removed {}", p.display());
+        }
+        for p in &gone {
+            assert!(!p.exists(), "kept {}", p.display());
+        }
+        assert!(!home
+            .join("registry/src/-7a8c4fad4a9b88b8/mlx5-0.1.0")
+            .exists());
+        fs::remove_dir_all(&t).unwrap();
+    }
 }
