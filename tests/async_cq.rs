@@ -177,10 +177,11 @@ fn race(mut p: Pair) {
             seen2.store(i + 1, Ordering::Release);
         }
     });
-    let t = Instant::now();
     let mut posted = 128;
     for i in 0..N {
-        // At most 128 receives outstanding (the CQ's room), and one for message i.
+        // At most 128 receives outstanding (the CQ's room), and one for message i; 60 s
+        // for each message.
+        let t = Instant::now();
         loop {
             while posted < N && posted - seen.load(Ordering::Acquire) < 128 {
                 p.recv(posted);
