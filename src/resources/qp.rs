@@ -745,7 +745,7 @@ impl Qp {
         self.check_state()?;
         let r = match &mut self.path {
             QpPath::Direct { sq, .. } => sq.post(req, cookie, flags),
-            QpPath::Verbs { sq, .. } => sq.push(req, cookie, flags).and_then(|()| sq.ring()),
+            QpPath::Verbs { sq, .. } => sq.post_one(req, cookie, flags),
         };
         match r {
             Ok(()) => Ok(()),

@@ -338,6 +338,48 @@ impl SendOps {
     }
 }
 
+impl SendOps {
+    /// One RDMA write, send or read of one buffer (`inline`: the buffer's bytes are copied
+    /// as inline data) between `ibv_wr_start` and `ibv_wr_complete`: what
+    /// [`SendOps::post`] does for a list of one, without the list.
+    ///
+    /// # Safety
+    /// As [`SendOps::post`]; `opcode` is `IBV_WR_RDMA_WRITE`, `IBV_WR_SEND` or
+    /// `IBV_WR_RDMA_READ`.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn post_one(
+        &self,
+        wr_id: u64,
+        flags: u32,
+        opcode: ffi::ibv_wr_opcode::Type,
+        rkey: u32,
+        remote_addr: u64,
+        buf: &ffi::ibv_sge,
+        inline: bool,
+    ) -> c_int {
+        use ffi::ibv_wr_opcode as O;
+        let q = self.qpx;
+        // SAFETY: as in `post`: the provider's builders between start and complete.
+        unsafe {
+            (self.start)(q);
+            std::ptr::addr_of_mut!((*q).wr_id).write(wr_id);
+            std::ptr::addr_of_mut!((*q).wr_flags).write(flags as c_uint);
+            match opcode {
+                O::IBV_WR_RDMA_WRITE => (self.write)(q, rkey, remote_addr),
+                O::IBV_WR_RDMA_READ => (self.read)(q, rkey, remote_addr),
+                _ => (self.send)(q),
+            }
+            if inline {
+                (self.set_inline_data)(q, buf.addr as *mut c_void, buf.length as usize);
+            } else {
+                (self.set_sge)(q, buf.lkey, buf.addr, buf.length);
+            }
+            (self.complete)(q)
+        }
+    }
+}
+
 type Cx = *mut ffi::ibv_cq_ex;
 
 /// The polling function pointers of one `ibv_cq_ex`, read once at creation.

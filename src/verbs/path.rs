@@ -310,6 +310,157 @@ impl VerbsSendQueue {
         Ok(())
     }
 
+    /// Posts one request now ([`crate::Qp::post`]). A small inline RDMA write or send, or a
+    /// read into one buffer, with nothing queued, no fence and no fence pending, goes to
+    /// rdma-core directly: the same checks, moderation, flags and shadow entry as
+    /// [`VerbsSendQueue::push`] + [`VerbsSendQueue::ring`], without building a queued work
+    /// request or staging the inline bytes (rdma-core copies them during the call). Any other
+    /// request takes push + ring.
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::push`] and [`VerbsSendQueue::ring`]; on an error nothing is
+    /// posted.
+    #[inline]
+    pub fn post_one(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        if self.pending == 0 && !self.fence_next && flags.fence == Fence::None {
+            if let Some(r) = self.try_post_one(req, cookie, flags) {
+                return r;
+            }
+        }
+        self.push(req, cookie, flags)?;
+        self.ring()
+    }
+
+    /// The direct case of [`VerbsSendQueue::post_one`]; None when `req` is not one.
+    #[inline]
+    fn try_post_one(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Option<Result<()>> {
+        use ffi::ibv_wr_opcode as O;
+        let inline = |b: &[u8]| ffi::ibv_sge {
+            addr: b.as_ptr() as u64,
+            length: b.len() as u32,
+            lkey: 0,
+        };
+        let fits = |b: &[u8]| !b.is_empty() && b.len() <= self.max_inline;
+        let (opcode, wc, byte_len, remote, buf, is_inline) = match *req {
+            Request::Write {
+                remote,
+                data: Payload::Inline(b),
+            } if fits(b) => (
+                O::IBV_WR_RDMA_WRITE,
+                WcOpcode::RdmaWrite,
+                0,
+                remote,
+                inline(b),
+                true,
+            ),
+            Request::Send {
+                data: Payload::Inline(b),
+            } if fits(b) => {
+                let none = crate::Remote { addr: 0, rkey: 0 };
+                (O::IBV_WR_SEND, WcOpcode::Send, 0, none, inline(b), true)
+            }
+            Request::Read { remote, sgl: [s] }
+                if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES =>
+            {
+                let buf = ffi::ibv_sge {
+                    addr: s.addr,
+                    length: s.len,
+                    lkey: s.lkey,
+                };
+                (
+                    O::IBV_WR_RDMA_READ,
+                    WcOpcode::RdmaRead,
+                    s.len,
+                    remote,
+                    buf,
+                    false,
+                )
+            }
+            _ => return None,
+        };
+        if let Err(e) = self.check_room() {
+            return Some(Err(e));
+        }
+        // Completion moderation and flags, as `enqueue`.
+        let mut report = flags.signaled;
+        let mut send_flags = if is_inline {
+            ffi::ibv_send_flags::IBV_SEND_INLINE.0
+        } else {
+            0
+        };
+        if flags.signaled || self.unsignaled + 1 > self.cap / 2 {
+            self.unsignaled = 0;
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        } else {
+            self.unsignaled += 1;
+            report = false;
+        }
+        if flags.solicited {
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        self.shadow.set(
+            self.seq,
+            SendEntry {
+                cookie,
+                bbs: 1,
+                opcode: wc,
+                byte_len,
+                report,
+            },
+        );
+        let wr_id = self.seq as u64;
+        let (rc, call) = match &self.qp.send_ops {
+            Some(ops) => {
+                // SAFETY: live QP; `buf` names the caller's inline bytes (copied by the
+                // call) or a buffer of a registered region; `&mut self` serialises posting.
+                let rc = unsafe {
+                    ops.post_one(
+                        wr_id,
+                        send_flags,
+                        opcode,
+                        remote.rkey,
+                        remote.addr,
+                        &buf,
+                        is_inline,
+                    )
+                };
+                (rc, "ibv_wr_complete")
+            }
+            None => {
+                let mut buf = buf;
+                // Nothing is queued: the first work request is free. The fields the opcode
+                // reads are set; the others are not read for it.
+                let w = &mut self.wrs[0];
+                w.wr_id = wr_id;
+                w.next = std::ptr::null_mut();
+                w.sg_list = &mut buf;
+                w.num_sge = 1;
+                w.opcode = opcode;
+                w.send_flags = send_flags;
+                w.wr.rdma = ffi::rdma_t {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                };
+                let mut bad = std::ptr::null_mut();
+                // SAFETY: live QP; the request and its one gather entry (on this stack) live
+                // across the call, which copies them (and the inline bytes).
+                let rc = unsafe { ffi::ibv_post_send(self.qp.qp, w, &mut bad) };
+                (rc, "ibv_post_send")
+            }
+        };
+        if rc != 0 {
+            return Some(Err(Error::Verbs(code(call, rc))));
+        }
+        self.seq = self.seq.wrapping_add(1);
+        self.shadow.mark_posted(self.seq);
+        Some(Ok(()))
+    }
+
     /// Adds a built work request to the pending list with moderation, flags and its shadow
     /// entry.
     #[allow(clippy::too_many_arguments)]
@@ -790,8 +941,8 @@ impl VerbsCompletionQueue {
         }
         // Entries of dropped QPs: free again once the CQ is seen empty after this read.
         let orphans = self.registry.slots.orphan_mark();
-        match self.cq.poll_ops {
-            Some(ops) => self.poll_ex(&ops, out, orphans),
+        match &self.cq.poll_ops {
+            Some(ops) => self.poll_ex(ops, out, orphans),
             None => self.poll_legacy(out, orphans),
         }
     }
@@ -833,7 +984,7 @@ impl VerbsCompletionQueue {
     /// requires advances the index past the producer (a stale completion read again, the
     /// CQ's entries miscounted) and unlocks a second time. A start/end pair is right on
     /// every version, and a latency loop polls one completion at a time anyway.
-    fn poll_ex(&mut self, ops: &PollOps, out: &mut [Completion], orphans: u64) -> usize {
+    fn poll_ex(&self, ops: &PollOps, out: &mut [Completion], orphans: u64) -> usize {
         let mut n = 0;
         while n < out.len() {
             // SAFETY: live CQ, polled only through this poller (`&mut self`).
