@@ -102,6 +102,10 @@ const WAKEUPS: &[(&str, usize, usize)] = &[
 /// Runs of each program per test.
 const ROUNDS: usize = 3;
 
+/// Seconds one run may take: a run that hangs (a ping-pong whose QP failed under a stalled
+/// VM spins for ever on a byte that never comes) loses its round instead of the boot.
+const LIMIT: u32 = 240;
+
 /// Whether test `t` runs: every test without filters, else those whose label contains one.
 fn selected(t: &Test, filters: &[String]) -> bool {
     filters.is_empty() || filters.iter().any(|f| t.label.contains(f.as_str()))
@@ -118,12 +122,12 @@ fn script(filters: &[String]) -> String {
         for r in 0..ROUNDS {
             if let Some((pt, px)) = t.perftest {
                 s.push_str(&format!(
-                    "{pt} {px} -F -d rxe0 -x 1 -s {size} -n {iters} > pt{i}_{r}.srv 2>&1 & sleep 2; \
-                     {pt} {px} -F -d rxe0 -x 1 -s {size} -n {iters} 10.77.0.1 > pt{i}_{r}.txt 2>&1; wait\n"
+                    "timeout {LIMIT} {pt} {px} -F -d rxe0 -x 1 -s {size} -n {iters} > pt{i}_{r}.srv 2>&1 & sleep 2; \
+                     timeout {LIMIT} {pt} {px} -F -d rxe0 -x 1 -s {size} -n {iters} 10.77.0.1 > pt{i}_{r}.txt 2>&1; wait\n"
                 ));
             }
             s.push_str(&format!(
-                "../release/bfperf {bf} {bx} --device rxe0 --size {size} --iters {iters} --json > bf{i}_{r}.txt 2>&1\n"
+                "timeout {LIMIT} ../release/bfperf {bf} {bx} --device rxe0 --size {size} --iters {iters} --json > bf{i}_{r}.txt 2>&1\n"
             ));
         }
     }
