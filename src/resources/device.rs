@@ -540,16 +540,18 @@ impl Pd {
     ///
     /// ```
     /// # #[cfg(feature = "sim")] fn main() {
-    /// use blueflame::{Access, Device, PostFlags, QpCaps};
+    /// use blueflame::{Access, Completion, Device, PostFlags, QpCaps};
     /// let dev = Device::sim_stepped();
     /// let pd = dev.alloc_pd().unwrap();
-    /// let cq = dev.create_cq(16).unwrap();
+    /// let mut cq = dev.create_cq(16).unwrap();
     /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     /// qp.connect(qp.qpn()).unwrap();
     /// let src = pd.register(b"from a Vec".to_vec(), Access::NONE).unwrap();
     /// let dst = pd.register(vec![0u8; 64].into_boxed_slice(), Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
     /// qp.write(&[src.sge(0, 10).unwrap()], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED).unwrap();
     /// dev.process();
+    /// // The buffer comes back once the write's completion has been polled.
+    /// assert_eq!(cq.poll(&mut [Completion::default(); 1]), 1);
     /// let back: Box<[u8]> = dst.into_buffer().unwrap().try_take().unwrap();
     /// assert_eq!(&back[..10], b"from a Vec");
     /// # }
