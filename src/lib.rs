@@ -197,7 +197,7 @@ pub use mlx5::ctrl::Fence;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-pub use mlx5::sim::UarConfig;
+pub use mlx5::sim::{OrderMode, UarConfig};
 pub use mlx5::{AtomicCaps, CqeCompCaps, MiniCqeFormat, RawCq, RawQp};
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]

@@ -106,9 +106,11 @@ pub enum DataPath {
 }
 
 impl Device {
-    /// A device over the software NIC `nic`, its doorbell thread started when `threaded`.
+    /// A device over the software NIC `nic`, its doorbell thread started when `threaded`,
+    /// in the ordering mode `BLUEFLAME_SIM_ORDER` asks for ([`sim_order_from_env`]).
     #[cfg(feature = "sim")]
     fn from_nic(nic: Nic, threaded: bool) -> Device {
+        nic.set_order(sim_order_from_env());
         if threaded {
             nic.start();
         }
@@ -120,6 +122,15 @@ impl Device {
 
     /// The software mlx5 NIC, running in its own thread (it watches doorbell records as
     /// hardware does): code reads the same as on a ConnectX.
+    ///
+    /// Like every software-NIC device, it runs requests as freely as the InfiniBand
+    /// ordering rules allow ([`OrderMode::Relaxed`](crate::OrderMode): a read or atomic
+    /// may read its data after later unfenced writes and sends landed, a bind or local
+    /// invalidate may take effect after later requests without the initiator small fence)
+    /// and runs the transport timers of [`Timing`](crate::Timing) in virtual time (as slow as
+    /// a ConnectX in thread mode; see [`SimNic::set_time_scale`](super::SimNic::set_time_scale)).
+    /// `BLUEFLAME_SIM_ORDER=strict` runs every request in order; `BLUEFLAME_SIM_ORDER=N`
+    /// seeds the choices with N (default 0).
     #[cfg(feature = "sim")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn sim() -> Device {
@@ -219,9 +230,20 @@ impl Device {
     pub fn describe(&self) -> String {
         match &self.backend {
             #[cfg(feature = "sim")]
-            Backend::Sim(n) if n.is_threaded() => "software mlx5 NIC (thread mode)".into(),
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => "software mlx5 NIC (stepped)".into(),
+            Backend::Sim(n) => {
+                let mode = if n.is_threaded() {
+                    "thread mode"
+                } else {
+                    "stepped"
+                };
+                let order = match n.order() {
+                    mlx5::sim::OrderMode::Strict => "in order".to_string(),
+                    mlx5::sim::OrderMode::Relaxed { seed } => {
+                        format!("reordering seed {seed}: BLUEFLAME_SIM_ORDER={seed}")
+                    }
+                };
+                format!("software mlx5 NIC ({mode}, {order})")
+            }
             Backend::Verbs(v) => format!(
                 "rdma-core device {} (port {}, GID index {:?})",
                 v.ctx.name(),
@@ -697,5 +719,19 @@ impl Pd {
             #[cfg(feature = "sim")]
             _ => Err(Error::Unsupported("PD and device backends differ")),
         }
+    }
+}
+
+/// The ordering mode of new software NICs: `BLUEFLAME_SIM_ORDER=strict` (every request in
+/// order), a number (reordering with that seed), or unset (reordering with seed 0).
+/// Anything else is the default too.
+#[cfg(feature = "sim")]
+pub(crate) fn sim_order_from_env() -> mlx5::sim::OrderMode {
+    match std::env::var("BLUEFLAME_SIM_ORDER") {
+        Ok(v) if v.trim() == "strict" => mlx5::sim::OrderMode::Strict,
+        Ok(v) => mlx5::sim::OrderMode::Relaxed {
+            seed: v.trim().parse().unwrap_or(0),
+        },
+        Err(_) => mlx5::sim::OrderMode::default(),
     }
 }

@@ -88,6 +88,8 @@ pub struct Qp {
     errored: bool,
     /// What the device's atomics can do and how it writes their replies.
     atomics: mlx5::AtomicCaps,
+    /// `QpCaps::rnr_retry`: the most RNR retries `connect` programs.
+    rnr_retry_cap: u8,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
     /// The software NIC's thread domain of this QP: freed after the QP.
@@ -329,6 +331,7 @@ impl Pd {
             connected: false,
             errored: false,
             atomics,
+            rnr_retry_cap: caps.rnr_retry,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
             #[cfg(feature = "sim")]
@@ -568,8 +571,19 @@ impl Qp {
     ///
     /// # Errors
     /// As [`Qp::connect`].
+    ///
+    /// The RNR retry count programmed is the smaller of `timing.rnr_retry` and the QP's
+    /// [`QpCaps::rnr_retry`] (7, retry for ever, being the largest). On the software NIC the
+    /// four attributes drive its transport timers as on a ConnectX: a request with no answer
+    /// is sent again every `4.096 us * 2^timeout` until `retry_cnt` retransmissions are spent
+    /// (then `RetryExcErr`), and a send that meets no receive waits the peer's
+    /// `min_rnr_timer` before each of `rnr_retry` retries (then `RnrRetryExcErr`).
     pub fn connect_with(&mut self, remote: &Endpoint, timing: &Timing) -> Result<()> {
         timing.check()?;
+        let timing = &Timing {
+            rnr_retry: timing.rnr_retry.min(self.rnr_retry_cap),
+            ..*timing
+        };
         if self.errored {
             return Err(Error::InvalidState {
                 state: "in error: a QP connects only from RESET (create a new one)",
@@ -599,6 +613,12 @@ impl Qp {
             }
             #[cfg(feature = "sim")]
             (QpPath::Direct { .. }, Backend::Sim(n)) => {
+                let t = mlx5::sim::QpTiming {
+                    timeout: timing.timeout,
+                    retry_cnt: timing.retry_cnt,
+                    rnr_retry: timing.rnr_retry,
+                    min_rnr_timer: timing.min_rnr_timer,
+                };
                 n.connect(self.qpn, remote.qpn).map_err(|e| match e {
                     mlx5::sim::SimError::QpState { state, .. } => Error::InvalidState {
                         state: match state {
@@ -610,6 +630,9 @@ impl Qp {
                     },
                     e => e.into(),
                 })?;
+                // RTR and RTS attributes: this side's timers (the peer's are its own
+                // connect's).
+                n.set_timing(self.qpn, t)?;
                 self.set_connected();
                 Ok(())
             }

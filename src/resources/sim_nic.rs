@@ -7,7 +7,7 @@
 //! uses. Only those objects' own drops call them; [`Device::nic`](super::Device::nic) hands
 //! out this view instead.
 
-use mlx5::sim::{Nic, QpState, QpStats};
+use mlx5::sim::{Nic, OrderMode, QpState, QpStats, QpTiming};
 
 /// Read-only queries and stepping of the software NIC behind a device.
 ///
@@ -149,5 +149,35 @@ impl<'a> SimNic<'a> {
     /// Whether the NIC runs its own thread ([`Device::sim`](super::Device::sim)).
     pub fn is_threaded(&self) -> bool {
         self.nic.is_threaded()
+    }
+
+    /// The NIC's virtual time in nanoseconds: in stepped mode it moves only when a pass
+    /// finds nothing to do and a timer is pending (it jumps to that timer); in thread mode it
+    /// follows the wall clock times the time scale.
+    pub fn now_ns(&self) -> u64 {
+        self.nic.now_ns()
+    }
+
+    /// Makes virtual time run `scale` times faster than the wall clock in thread mode (1 by
+    /// default: a 67 ms local ACK timeout takes 67 ms; tests of timeouts on a threaded NIC
+    /// use 1000 or more).
+    pub fn set_time_scale(&self, scale: f64) {
+        self.nic.set_time_scale(scale)
+    }
+
+    /// The ordering mode (see [`Device::sim`](super::Device::sim)).
+    pub fn order(&self) -> OrderMode {
+        self.nic.order()
+    }
+
+    /// Changes the ordering mode (QPs created afterwards draw their choices from the new
+    /// seed; [`OrderMode::Strict`] holds nothing back from now on).
+    pub fn set_order(&self, order: OrderMode) {
+        self.nic.set_order(order)
+    }
+
+    /// A QP's transport attributes as the NIC runs them (programmed by `connect_with`).
+    pub fn qp_timing(&self, qpn: u32) -> Option<QpTiming> {
+        self.nic.qp_timing(qpn)
     }
 }

@@ -1,8 +1,10 @@
 //! What the NIC does for each WQE: checks, byte moves, atomics, window binds, completions.
 
+use super::clock::{ack_timeout_ns, rnr_timer_ns};
 use super::cq::err_cqe;
 use super::mem::{Binding, Denied};
-use super::qp::QpState;
+use super::order::{Kind, OrderMode, MAX_HOLD_NS};
+use super::qp::{Progress, QpState, Started, Wait, WaitFor};
 use super::State;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
@@ -16,12 +18,13 @@ pub(crate) enum Outcome {
     Done(u32),
     /// Failed with this syndrome (the QP goes to error).
     Failed(Syndrome),
-    /// The responder had no receive WQE: try again on a later pass.
+    /// The responder had no receive WQE: try again when the RNR timer expires.
     Retry,
 }
 
 impl State {
-    /// Runs the WQEs of `qpn` up to its doorbell record. Returns how many were handled.
+    /// Runs the WQEs of `qpn` up to its doorbell record, and its timers and held-back WQEs
+    /// that are due. Returns how many WQEs and receives were handled.
     pub(crate) fn run_qp(&mut self, qpn: u32) -> usize {
         let mut n = self.flush_recvs_if_error(qpn);
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -37,8 +40,25 @@ impl State {
             let reg = &mut self.uars.regs[qp.reg];
             qp.check_doorbell(db, reg);
         }
+        let now = self.clock.now();
+        n += self.settle(qpn, |due, _| due <= now);
         loop {
             let qp = self.qps.get_mut(&qpn).expect("qp");
+            let mut give_up = false;
+            if let Some(w) = qp.wait {
+                if now < w.until {
+                    break;
+                }
+                qp.wait = None;
+                if w.kind == WaitFor::Ack {
+                    if qp.ack_tries >= qp.timing.retry_cnt as u32 {
+                        give_up = true;
+                    } else {
+                        qp.ack_tries += 1;
+                        qp.stats.transport_retries += 1;
+                    }
+                }
+            }
             let pi = qp.sq_ci;
             if pi & 0xffff == db {
                 break;
@@ -49,6 +69,7 @@ impl State {
                     // Not a WQE: its size is unknown, so nothing after it can be walked.
                     qp.sq_ci = (pi & !0xffff) | db;
                     qp.stats.wqes += 1;
+                    n += self.settle(qpn, |_, _| true);
                     self.req_error(qpn, pi as u16, ctrl.opcode_raw(), Syndrome::LocalQpOp);
                     n += 1;
                     break;
@@ -57,50 +78,266 @@ impl State {
             let mut buf = [0u8; MAX_WQE_BYTES];
             qp.read_blocks(pi, bbs, &mut buf);
             let state = qp.state;
+            let fm = crate::ctrl::FmCeSe::from_u8(ctrl.fm_ce_se).unwrap_or_default();
             let mut sges = [Sge::default(); 64];
+            let mut held = None;
             let outcome = if state == QpState::Error {
                 Outcome::Failed(Syndrome::WrFlush)
+            } else if give_up {
+                Outcome::Failed(Syndrome::TransportRetryExc)
             } else {
                 match decode(&buf[..bbs * 64], &mut sges) {
-                    Ok(d) if d.qpn == qpn => self.exec(qpn, &d),
+                    Ok(d) if d.qpn == qpn => {
+                        let kind = Kind::of(&d.request);
+                        let fence = d.flags.fence;
+                        if self.qps[&qpn].must_settle(kind, fence) {
+                            n += self.settle(qpn, |_, k| kind.waits_for(fence, k));
+                        }
+                        if self.hold(qpn, kind, &d) {
+                            held = Some(kind);
+                            Outcome::Done(0)
+                        } else {
+                            self.exec(qpn, &d)
+                        }
+                    }
                     _ => Outcome::Failed(Syndrome::LocalQpOp),
                 }
             };
             let qp = self.qps.get_mut(&qpn).expect("qp");
-            match outcome {
-                Outcome::Retry => break,
-                Outcome::Done(bytes) => {
-                    qp.rnr_tries = 0;
-                    qp.sq_ci = pi.wrapping_add(bbs as u32);
-                    qp.stats.wqes += 1;
-                    let fm = crate::ctrl::FmCeSe::from_u8(ctrl.fm_ce_se).unwrap_or_default();
-                    if fm.completion.signals_success() {
-                        let c = Cqe64 {
-                            sop_drop_qpn: Be32::new((ctrl.opcode_raw() as u32) << 24 | qpn),
-                            wqe_counter: crate::Be16::new(pi as u16),
-                            byte_cnt: Be32::new(bytes),
-                            ..Cqe64::default()
-                        };
-                        let cq = qp.send_cq;
-                        if !self
-                            .cqs
-                            .get_mut(&cq)
-                            .is_some_and(|cq| cq.push(c, CqeOpcode::Req, false))
-                        {
-                            self.fatal(qpn);
-                        }
+            let progress = match (outcome, held) {
+                (_, Some(kind)) => {
+                    qp.stats.held_back += 1;
+                    let due = now + 1 + qp.rng.next() % MAX_HOLD_NS;
+                    let mut wqe = Box::new([0u8; MAX_WQE_BYTES]);
+                    wqe[..bbs * 64].copy_from_slice(&buf[..bbs * 64]);
+                    Progress::Held {
+                        wqe,
+                        len: bbs * 64,
+                        kind,
+                        due,
                     }
                 }
-                Outcome::Failed(s) => {
-                    qp.rnr_tries = 0;
-                    qp.sq_ci = pi.wrapping_add(bbs as u32);
-                    qp.stats.wqes += 1;
-                    self.req_error(qpn, pi as u16, ctrl.opcode_raw(), s);
+                (Outcome::Retry, None) => break,
+                (Outcome::Failed(Syndrome::TransportRetryExc), None) if !give_up => {
+                    // No answer: send again when the local ACK timeout expires (timeout 0:
+                    // never; the requester waits for ever).
+                    let until = ack_timeout_ns(qp.timing.timeout).map_or(u64::MAX, |t| now + t);
+                    qp.wait = Some(Wait {
+                        until,
+                        kind: WaitFor::Ack,
+                    });
+                    n += 1;
+                    break;
                 }
+                (Outcome::Done(bytes), None) => Progress::Done(bytes),
+                (Outcome::Failed(s), None) => Progress::Failed(s),
+            };
+            qp.rnr_tries = 0;
+            qp.ack_tries = 0;
+            qp.sq_ci = pi.wrapping_add(bbs as u32);
+            qp.stats.wqes += 1;
+            if matches!(progress, Progress::Failed(_)) {
+                // The WQEs before a failed one complete first (held-back ones run now).
+                n += self.settle(qpn, |_, _| true);
             }
+            self.record(
+                qpn,
+                Started {
+                    pi,
+                    opcode: ctrl.opcode_raw(),
+                    signaled: fm.completion.signals_success(),
+                    progress,
+                },
+            );
             n += 1;
         }
         n
+    }
+
+    /// Whether the ordering mode holds this WQE back (a read or atomic the responder
+    /// accepts, a key operation that will succeed; on a coin of the QP's generator).
+    fn hold(&mut self, qpn: u32, kind: Kind, d: &Decoded<'_>) -> bool {
+        if !matches!(self.order, OrderMode::Relaxed { .. }) {
+            return false;
+        }
+        let ok = match kind {
+            Kind::ReadLike => self.read_like_ok(qpn, d),
+            Kind::KeyOp => self.key_op_ok(qpn, d),
+            Kind::Other => false,
+        };
+        ok && self.qps.get_mut(&qpn).expect("qp").rng.next() & 1 == 1
+    }
+
+    /// Whether a read or atomic passes every check of its turn (responder state, local and
+    /// remote keys, bounds, rights, alignment): only its data are read late.
+    fn read_like_ok(&self, qpn: u32, d: &Decoded<'_>) -> bool {
+        let pd = self.qps[&qpn].pd;
+        let Ok((ppd, peer)) = self.responder(qpn) else {
+            return false;
+        };
+        match d.request {
+            Request::Read { remote, sgl } => {
+                let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
+                self.scatter_ptrs(pd, sgl).is_ok()
+                    && self
+                        .remote_buf(ppd, peer, &remote, total, Access::REMOTE_READ)
+                        .is_ok()
+            }
+            Request::CompareSwap { remote, local, .. }
+            | Request::FetchAdd { remote, local, .. }
+            | Request::Masked { remote, local, .. } => {
+                let (size, supported) = match d.request {
+                    Request::Masked { op, .. } => (op.size() as u64, self.atomics.masked),
+                    _ => (8, self.atomics.standard),
+                };
+                supported
+                    && remote.addr % size == 0
+                    && self
+                        .mem
+                        .local(pd, local.lkey, local.addr, size, true)
+                        .is_ok()
+                    && self
+                        .mem
+                        .remote(
+                            ppd,
+                            peer,
+                            remote.rkey,
+                            remote.addr,
+                            size,
+                            Access::REMOTE_ATOMIC,
+                        )
+                        .is_ok()
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a bind or local invalidate would succeed now.
+    fn key_op_ok(&self, qpn: u32, d: &Decoded<'_>) -> bool {
+        let pd = self.qps[&qpn].pd;
+        match d.request {
+            Request::BindMw(b) => self.bind_check(qpn, pd, &b).is_ok(),
+            Request::LocalInvalidate { rkey } => self.local_invalidate_check(qpn, pd, rkey),
+            _ => false,
+        }
+    }
+
+    /// Runs the held-back WQEs of `qpn` that `pick(due, kind)` selects (every one when the
+    /// QP is in error: they are flushed), in order, then writes the completions that are
+    /// no longer behind a held-back WQE. Returns how many ran.
+    fn settle(&mut self, qpn: u32, pick: impl Fn(u64, Kind) -> bool) -> usize {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return 0;
+        };
+        let in_error = qp.state == QpState::Error;
+        let picks: Vec<usize> = qp
+            .started
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match &s.progress {
+                Progress::Held { due, kind, .. } if in_error || pick(*due, *kind) => Some(i),
+                _ => None,
+            })
+            .collect();
+        for &i in &picks {
+            let qp = self.qps.get_mut(&qpn).expect("qp");
+            // After a failure every later WQE is flushed.
+            let flush = qp.state == QpState::Error
+                || qp
+                    .started
+                    .iter()
+                    .take(i)
+                    .any(|s| matches!(s.progress, Progress::Failed(_)));
+            let Progress::Held { wqe, len, .. } =
+                std::mem::replace(&mut qp.started[i].progress, Progress::Done(0))
+            else {
+                continue;
+            };
+            let progress = if flush {
+                Progress::Failed(Syndrome::WrFlush)
+            } else {
+                let mut sges = [Sge::default(); 64];
+                match decode(&wqe[..len], &mut sges) {
+                    Ok(d) => {
+                        self.replay = true;
+                        let o = self.exec(qpn, &d);
+                        self.replay = false;
+                        match o {
+                            Outcome::Done(b) => Progress::Done(b),
+                            Outcome::Failed(s) => Progress::Failed(s),
+                            Outcome::Retry => Progress::Failed(Syndrome::RnrRetryExc),
+                        }
+                    }
+                    Err(_) => Progress::Failed(Syndrome::LocalQpOp),
+                }
+            };
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.started[i].progress = progress;
+            }
+        }
+        self.write_out(qpn);
+        picks.len()
+    }
+
+    /// Records a started WQE: its completion is written now, or queued behind a held-back
+    /// WQE before it (completions go in order).
+    fn record(&mut self, qpn: u32, s: Started) {
+        let qp = self.qps.get_mut(&qpn).expect("qp");
+        if qp.started.is_empty() && !matches!(s.progress, Progress::Held { .. }) {
+            self.complete(qpn, s, false);
+        } else {
+            qp.started.push_back(s);
+            self.write_out(qpn);
+        }
+    }
+
+    /// Writes the completions at the head of the started queue up to the first held-back WQE.
+    fn write_out(&mut self, qpn: u32) {
+        loop {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            match qp.started.front() {
+                Some(s) if !matches!(s.progress, Progress::Held { .. }) => {}
+                _ => return,
+            }
+            let s = qp.started.pop_front().expect("front");
+            self.complete(qpn, s, true);
+        }
+    }
+
+    /// Writes the completion of a WQE that ran (a flush instead of a success when
+    /// `flush_if_error` and the QP went to error meanwhile).
+    fn complete(&mut self, qpn: u32, s: Started, flush_if_error: bool) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let pi = s.pi;
+        match s.progress {
+            Progress::Done(_) if flush_if_error && qp.state == QpState::Error => {
+                self.req_error(qpn, pi as u16, s.opcode, Syndrome::WrFlush);
+            }
+            Progress::Done(bytes) => {
+                if s.signaled {
+                    let c = Cqe64 {
+                        sop_drop_qpn: Be32::new((s.opcode as u32) << 24 | qpn),
+                        wqe_counter: crate::Be16::new(pi as u16),
+                        byte_cnt: Be32::new(bytes),
+                        ..Cqe64::default()
+                    };
+                    let cq = qp.send_cq;
+                    if !self
+                        .cqs
+                        .get_mut(&cq)
+                        .is_some_and(|cq| cq.push(c, CqeOpcode::Req, false))
+                    {
+                        self.fatal(qpn);
+                    }
+                }
+            }
+            Progress::Failed(syn) => self.req_error(qpn, pi as u16, s.opcode, syn),
+            Progress::Held { .. } => {}
+        }
     }
 
     /// Writes a requester error CQE and moves the QP to error.
@@ -194,7 +431,7 @@ impl State {
             .and_then(|q| q.peer)
             .ok_or(Syndrome::TransportRetryExc)?;
         let p = self.qps.get(&peer).ok_or(Syndrome::TransportRetryExc)?;
-        if p.state != QpState::Rts {
+        if p.state != QpState::Rts && !self.replay {
             // A peer in error answers nothing: the requester's retries run out.
             return Err(Syndrome::TransportRetryExc);
         }
@@ -434,13 +671,21 @@ impl State {
     /// The responder has no receive WQE: an RNR NAK. The requester retries on a later pass,
     /// up to its `rnr_retry` (7: for ever).
     fn rnr(&mut self, qpn: u32, peer: u32) -> Outcome {
-        self.qps.get_mut(&peer).expect("peer").stats.rnr_naks += 1;
+        let now = self.clock.now();
+        let p = self.qps.get_mut(&peer).expect("peer");
+        p.stats.rnr_naks += 1;
+        // The NAK carries the responder's RNR timer (its min_rnr_timer).
+        let backoff = rnr_timer_ns(p.timing.min_rnr_timer);
         let me = self.qps.get_mut(&qpn).expect("qp");
         me.rnr_tries += 1;
-        let limit = me.caps.rnr_retry;
+        let limit = me.timing.rnr_retry;
         if limit != 7 && me.rnr_tries > limit as u32 {
             return Outcome::Failed(Syndrome::RnrRetryExc);
         }
+        me.wait = Some(Wait {
+            until: now + backoff,
+            kind: WaitFor::Rnr,
+        });
         Outcome::Retry
     }
 
@@ -532,52 +777,54 @@ impl State {
         }
     }
 
-    fn local_invalidate(&mut self, qpn: u32, pd: u32, rkey: u32) -> Outcome {
-        match self.mem.mws.get_mut(&(rkey >> 8)) {
-            Some(w) if w.rkey == rkey && w.pd == pd && w.mw_type == MwType::Two => {
-                if w.bound.as_ref().is_some_and(|b| b.qpn == qpn) {
-                    w.bound = None;
-                    return Outcome::Done(0);
-                }
-                Outcome::Failed(Syndrome::MwBind)
-            }
-            _ => Outcome::Failed(Syndrome::MwBind),
-        }
+    /// Whether a local invalidate of `rkey` by `qpn` may run: a type-2 window of this PD
+    /// bound through this QP.
+    fn local_invalidate_check(&self, qpn: u32, pd: u32, rkey: u32) -> bool {
+        self.mem.mws.get(&(rkey >> 8)).is_some_and(|w| {
+            w.rkey == rkey
+                && w.pd == pd
+                && w.mw_type == MwType::Two
+                && w.bound.as_ref().is_some_and(|b| b.qpn == qpn)
+        })
     }
 
-    fn bind(&mut self, qpn: u32, pd: u32, b: &BindMw) -> Outcome {
-        let fail = Outcome::Failed(Syndrome::MwBind);
-        let Some(w) = self.mem.mws.get(&(b.mw_rkey >> 8)) else {
-            return fail;
-        };
+    fn local_invalidate(&mut self, qpn: u32, pd: u32, rkey: u32) -> Outcome {
+        if !self.local_invalidate_check(qpn, pd, rkey) {
+            return Outcome::Failed(Syndrome::MwBind);
+        }
+        if let Some(w) = self.mem.mws.get_mut(&(rkey >> 8)) {
+            w.bound = None;
+        }
+        Outcome::Done(0)
+    }
+
+    /// The checks of a bind: the region's key for a bind, None for an unbind; Err when the
+    /// bind fails (`MW_BIND`).
+    fn bind_check(&self, qpn: u32, pd: u32, b: &BindMw) -> Result<Option<u32>, ()> {
+        let w = self.mem.mws.get(&(b.mw_rkey >> 8)).ok_or(())?;
         if w.rkey != b.mw_rkey || w.pd != pd || w.mw_type != b.mw_type {
-            return fail;
+            return Err(());
         }
         if b.len == 0 {
             // An unbind. Type 2 carries CHECK_QPN (rdma-core `set_umr_control_seg`): the
             // window must be bound, and through this QP.
             if w.mw_type == MwType::Two && !w.bound.as_ref().is_some_and(|x| x.qpn == qpn) {
-                return fail;
+                return Err(());
             }
-            let w = self.mem.mws.get_mut(&(b.mw_rkey >> 8)).expect("mw");
-            w.bound = None;
-            w.rkey = b.new_rkey;
-            return Outcome::Done(0);
+            return Ok(None);
         }
         if w.mw_type == MwType::Two && w.bound.is_some() {
-            return fail; // CHECK_FREE: a bound type-2 window must be invalidated first
+            return Err(()); // CHECK_FREE: a bound type-2 window must be invalidated first
         }
         if w.mw_type == MwType::One && b.access.contains(Access::ZERO_BASED) {
-            return fail; // type-1 windows are never zero-based (rdma-core mlx5_bind_mw: EINVAL)
+            return Err(()); // type-1 windows are never zero-based (rdma-core mlx5_bind_mw: EINVAL)
         }
-        let Some(mr) = self
+        let mr = self
             .mem
             .mrs
             .get(&(b.mr_lkey >> 8))
             .filter(|m| m.key == b.mr_lkey)
-        else {
-            return fail;
-        };
+            .ok_or(())?;
         let rights = b.access;
         let needs_lw =
             rights.contains(Access::REMOTE_WRITE) || rights.contains(Access::REMOTE_ATOMIC);
@@ -587,17 +834,23 @@ impl State {
             || b.addr < mr.addr
             || b.addr.saturating_add(b.len) > mr.addr + mr.len
         {
-            return fail;
+            return Err(());
         }
-        let mr_key = mr.key;
-        let w = self.mem.mws.get_mut(&(b.mw_rkey >> 8)).expect("mw");
+        Ok(Some(mr.key))
+    }
+
+    fn bind(&mut self, qpn: u32, pd: u32, b: &BindMw) -> Outcome {
+        let Ok(mr_key) = self.bind_check(qpn, pd, b) else {
+            return Outcome::Failed(Syndrome::MwBind);
+        };
+        let w = self.mem.mws.get_mut(&(b.mw_rkey >> 8)).expect("checked");
         w.rkey = b.new_rkey;
-        w.bound = Some(Binding {
+        w.bound = mr_key.map(|mr_key| Binding {
             mr_key,
             addr: b.addr,
             len: b.len,
-            access: rights,
-            zero_based: rights.contains(Access::ZERO_BASED),
+            access: b.access,
+            zero_based: b.access.contains(Access::ZERO_BASED),
             qpn,
         });
         Outcome::Done(0)

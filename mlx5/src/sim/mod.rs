@@ -29,15 +29,19 @@
 //! ```
 
 mod arm;
+mod clock;
 mod cq;
 mod dma;
 mod exec;
 mod ids;
 mod mem;
+mod order;
 mod qp;
 mod uar;
 
 pub use arm::{ArmStats, CqEventSink};
+pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
+pub use order::OrderMode;
 pub use qp::{QpCaps, QpState, QpStats};
 
 /// An asynchronous event of the device, as `ibv_get_async_event` reports them
@@ -254,6 +258,13 @@ pub(crate) struct State {
     memory_caps: MemoryCaps,
     /// Arms count only entries written after them ([`Nic::set_arm_next_only`]).
     arm_next_only: bool,
+    /// Virtual time, for the transport timers and held-back requests.
+    pub(crate) clock: clock::Clock,
+    /// In order, or as freely as the ordering rules allow.
+    pub(crate) order: OrderMode,
+    /// Set while a held-back request runs: the responder accepted it when it arrived, so
+    /// its state then no longer matters.
+    pub(crate) replay: bool,
 }
 
 /// The longest compressed session of a software NIC by default (its `cqe_comp_caps.max_num`;
@@ -325,6 +336,28 @@ impl State {
             .extend(cqns.into_iter().map(|cqn| AsyncEvent::CqError { cqn }));
     }
 
+    /// One pass over every QP at the clock's now.
+    fn pass(&mut self) -> usize {
+        // Arm doorbells first: an arm written before the WQEs' doorbells sees their entries.
+        let next_only = self.arm_next_only;
+        for cq in self.cqs.values_mut() {
+            cq.look_at_arm(next_only);
+        }
+        let qpns: Vec<u32> = self.qps.keys().copied().collect();
+        let n = qpns.into_iter().map(|q| self.run_qp(q)).sum();
+        // The end of a pass stands for a ConnectX's compression timeout; then the arm
+        // doorbells again: an arm written while the WQEs ran is not left for the next pass.
+        for cq in self.cqs.values_mut() {
+            cq.close_session();
+            cq.look_at_arm(next_only);
+        }
+        self.note_cq_errors();
+        if !self.threaded {
+            self.end_pass();
+        }
+        n
+    }
+
     /// Judges the rings of one stepped pass per register (misses, alternation).
     fn end_pass(&mut self) {
         let mut verdicts = Vec::new();
@@ -384,6 +417,9 @@ impl Nic {
                     events: std::collections::VecDeque::new(),
                     memory_caps: MemoryCaps::default(),
                     arm_next_only: false,
+                    clock: clock::Clock::new(),
+                    order: OrderMode::default(),
+                    replay: false,
                 }),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
@@ -810,7 +846,11 @@ impl Nic {
             }
         };
         let bf = st.uars.regs[reg].ptr();
-        let qp = qp::SimQp::new(qpn, pd, (send_cq, recv_cq), caps, (reg, bf));
+        let seed = match st.order {
+            OrderMode::Relaxed { seed } => seed,
+            OrderMode::Strict => 0,
+        };
+        let qp = qp::SimQp::new(qpn, pd, (send_cq, recv_cq), caps, (reg, bf), seed);
         let raw = qp.raw();
         st.qps.insert(qpn, qp);
         Ok(raw)
@@ -1041,26 +1081,19 @@ impl Nic {
         self.st().events.push_back(e);
     }
 
-    /// One pass over every QP: runs the WQEs and flushes up to each doorbell record. Returns
-    /// how many WQEs and receives it handled. Call it until it returns 0 to drain.
+    /// One pass over every QP at the current virtual time: runs the WQEs and flushes up to
+    /// each doorbell record, the timers and held-back requests that are due. In stepped mode,
+    /// a pass that finds nothing to do moves the clock to the next timer or held-back request
+    /// and runs again. Returns how many WQEs and receives it handled (a retransmission counts,
+    /// an RNR retry that meets another RNR NAK does not). Call it until it returns 0 to drain.
     pub fn process(&self) -> usize {
         let mut st = self.st();
-        // Arm doorbells first: an arm written before the WQEs' doorbells sees their entries.
-        let next_only = st.arm_next_only;
-        for cq in st.cqs.values_mut() {
-            cq.look_at_arm(next_only);
-        }
-        let qpns: Vec<u32> = st.qps.keys().copied().collect();
-        let n = qpns.into_iter().map(|q| st.run_qp(q)).sum();
-        // The end of a pass stands for a ConnectX's compression timeout; then the arm
-        // doorbells again: an arm written while the WQEs ran is not left for the next pass.
-        for cq in st.cqs.values_mut() {
-            cq.close_session();
-            cq.look_at_arm(next_only);
-        }
-        st.note_cq_errors();
-        if !st.threaded {
-            st.end_pass();
+        let mut n = st.pass();
+        if n == 0 && !st.threaded {
+            if let Some(t) = st.qps.values().filter_map(|q| q.next_due()).min() {
+                st.clock.advance_to(t);
+                n = st.pass();
+            }
         }
         let events: Vec<_> = st
             .cqs
@@ -1077,7 +1110,9 @@ impl Nic {
         n
     }
 
-    /// Passes until nothing is left to do (an RNR wait counts as nothing to do).
+    /// Passes until nothing is left to do (an RNR wait counts as nothing to do; a local ACK
+    /// timeout does not: the retransmissions run, in virtual time, until the retry count is
+    /// spent).
     pub fn drain(&self) -> usize {
         let mut total = 0;
         loop {
@@ -1089,12 +1124,68 @@ impl Nic {
         }
     }
 
+    /// The NIC's virtual time in nanoseconds (see [`Nic::process`] and
+    /// [`Nic::set_time_scale`]).
+    pub fn now_ns(&self) -> u64 {
+        self.st().clock.now()
+    }
+
+    /// How fast virtual time runs in thread mode: `scale` virtual nanoseconds per wall-clock
+    /// nanosecond (1 by default, as slow as a ConnectX; 1000 makes a 67 ms ACK timeout take
+    /// 67 us). Values that are not finite and positive mean 1.
+    pub fn set_time_scale(&self, scale: f64) {
+        self.st().clock.set_scale(scale);
+    }
+
+    /// The thread-mode time scale.
+    pub fn time_scale(&self) -> f64 {
+        self.st().clock.scale()
+    }
+
+    /// The ordering mode (by default [`OrderMode::Relaxed`] with seed 0).
+    pub fn order(&self) -> OrderMode {
+        self.st().order
+    }
+
+    /// Sets the ordering mode. QPs created from now on draw their choices from the new seed;
+    /// [`OrderMode::Strict`] holds nothing back from now on, on every QP.
+    pub fn set_order(&self, order: OrderMode) {
+        self.st().order = order;
+    }
+
+    /// Programs a QP's transport attributes (`ibv_modify_qp` at RTR/RTS): its local ACK
+    /// timeout and retry count, its RNR retry count and the RNR timer it asks of its
+    /// requesters.
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`]; [`SimError::Caps`] for a value past its encoding.
+    pub fn set_timing(&self, qpn: u32, timing: QpTiming) -> Result<(), SimError> {
+        if !timing.is_valid() {
+            return Err(SimError::Caps(
+                "timing: retry_cnt and rnr_retry <= 7, timeout and min_rnr_timer <= 31",
+            ));
+        }
+        let mut st = self.st();
+        let q = st.qps.get_mut(&qpn).ok_or(SimError::NoQp(qpn))?;
+        q.timing = timing;
+        Ok(())
+    }
+
+    /// A QP's transport attributes.
+    pub fn qp_timing(&self, qpn: u32) -> Option<QpTiming> {
+        self.st().qps.get(&qpn).map(|q| q.timing)
+    }
+
     /// Starts the thread that watches doorbell records. Idempotent.
     pub fn start(&self) {
         if self.inner.running.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.st().threaded = true;
+        {
+            let mut st = self.st();
+            st.threaded = true;
+            st.clock.follow_wall(true);
+        }
         let me = Arc::downgrade(&self.inner);
         let handle = std::thread::Builder::new()
             .name("mlx5-sim".into())
@@ -1138,6 +1229,7 @@ impl Nic {
         }
         let mut st = self.st();
         st.threaded = false;
+        st.clock.follow_wall(false);
         for q in st.qps.values_mut() {
             q.skip_doorbell_check();
         }

@@ -1,14 +1,59 @@
 //! The NIC side of a queue pair: its rings, its cursors, and the doorbell / BlueFlame check.
 
+use super::clock::QpTiming;
 use super::dma::{self, DmaBuf};
+use super::order::{Kind, Rng};
 use super::uar::{PassRing, SimReg};
 use crate::ctrl::CtrlSeg;
 use crate::doorbell::{MAX_WQE_BBS, RCV_DBR, SEND_WQE_BB, SND_DBR};
 use crate::recv::decode_recv;
 use crate::request::Sge;
+use crate::syndrome::Syndrome;
 use crate::wqe::{ds_to_bbs, MAX_WQE_BYTES};
 use crate::RawQp;
+use std::collections::VecDeque;
 use zerocopy::FromBytes;
+
+/// What the WQE at the head of the send queue waits for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum WaitFor {
+    /// The local ACK timeout: the responder answered nothing.
+    Ack,
+    /// The RNR NAK timer: the responder had no receive.
+    Rnr,
+}
+
+/// A timer of the WQE at the head of the send queue.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Wait {
+    /// Virtual time it expires (`u64::MAX`: never).
+    pub(crate) until: u64,
+    pub(crate) kind: WaitFor,
+}
+
+/// How a started WQE stands.
+pub(crate) enum Progress {
+    /// Ran; bytes for the CQE.
+    Done(u32),
+    /// Failed with this syndrome.
+    Failed(Syndrome),
+    /// Held back by the ordering mode: runs at `due` or when a later WQE waits for it.
+    Held {
+        wqe: Box<[u8; MAX_WQE_BYTES]>,
+        len: usize,
+        kind: Kind,
+        due: u64,
+    },
+}
+
+/// A WQE the NIC started whose completion is not written yet (completions go in order: a
+/// WQE that ran waits behind a held-back one before it).
+pub(crate) struct Started {
+    pub(crate) pi: u32,
+    pub(crate) opcode: u8,
+    pub(crate) signaled: bool,
+    pub(crate) progress: Progress,
+}
 
 /// The state of a software QP.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -46,6 +91,10 @@ pub struct QpStats {
     pub bf_out_of_turn: u64,
     /// Times a send found no receive WQE at the responder (RNR NAKs).
     pub rnr_naks: u64,
+    /// Retransmissions after a local ACK timeout (the responder answered nothing).
+    pub transport_retries: u64,
+    /// Requests held back by the ordering mode while later ones ran first.
+    pub held_back: u64,
 }
 
 /// Creation limits of a software QP.
@@ -70,7 +119,8 @@ pub struct QpCaps {
     pub max_inline: u32,
     /// BlueFlame half size in bytes (0: doorbell only; a multiple of 64 otherwise).
     pub bf_size: u32,
-    /// RNR retries before an RNR error (7 means retry for ever, as in verbs).
+    /// RNR retries before an RNR error (7 means retry for ever, as in verbs): the QP's RNR
+    /// retry count until [`super::Nic::set_timing`] programs another.
     pub rnr_retry: u8,
     /// Responder scatter-to-CQE (the QP context's `cs_res`). A ConnectX QP created by
     /// rdma-core has it unless `MLX5_SCATTER_TO_CQE=0` or
@@ -124,6 +174,16 @@ pub(crate) struct SimQp {
     /// Receive WQEs consumed.
     pub(crate) rq_ci: u32,
     pub(crate) rnr_tries: u32,
+    /// Retransmissions spent on the WQE at `sq_ci`.
+    pub(crate) ack_tries: u32,
+    /// The WQE at `sq_ci` waits for this timer.
+    pub(crate) wait: Option<Wait>,
+    /// The transport attributes (timers and retry counts).
+    pub(crate) timing: QpTiming,
+    /// WQEs started, completions not written yet (empty unless one is held back).
+    pub(crate) started: VecDeque<Started>,
+    /// The ordering mode's choices for this QP.
+    pub(crate) rng: Rng,
     pub(crate) stats: QpStats,
 }
 
@@ -134,6 +194,7 @@ impl SimQp {
         (send_cq, recv_cq): (u32, u32),
         caps: QpCaps,
         (reg, bf_reg): (usize, *mut u8),
+        seed: u64,
     ) -> SimQp {
         let sq_cnt = caps.sq_blocks.max(1).next_power_of_two();
         let rq_cnt = if caps.rq_entries == 0 {
@@ -163,6 +224,14 @@ impl SimQp {
             reg_mark: 0,
             rq_ci: 0,
             rnr_tries: 0,
+            ack_tries: 0,
+            wait: None,
+            timing: QpTiming {
+                rnr_retry: caps.rnr_retry,
+                ..QpTiming::default()
+            },
+            started: VecDeque::new(),
+            rng: Rng::new(seed, qpn),
             stats: QpStats::default(),
         }
     }
@@ -354,6 +423,25 @@ impl SimQp {
         }
         self.reg_mark = db;
         n
+    }
+
+    /// Whether a held-back WQE this QP started is one that a WQE of `kind` with `fence`
+    /// must wait for.
+    pub(crate) fn must_settle(&self, kind: Kind, fence: crate::ctrl::Fence) -> bool {
+        self.started.iter().any(|s| match &s.progress {
+            Progress::Held { kind: k, .. } => kind.waits_for(fence, *k),
+            _ => false,
+        })
+    }
+
+    /// The earliest virtual time something of this QP is due (a timer, a held-back WQE).
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        let held = self.started.iter().filter_map(|s| match &s.progress {
+            Progress::Held { due, .. } => Some(*due),
+            _ => None,
+        });
+        let wait = self.wait.map(|w| w.until).filter(|&t| t != u64::MAX);
+        held.chain(wait).min()
     }
 
     /// Marks every doorbell up to the current one as checked (thread mode, and when the QP
