@@ -244,6 +244,13 @@ pub fn solicited(dev: &Device) {
 /// DAT_COMPLETION_BARRIER_FENCE_FLAG: a fenced write waits for the read before it; the read
 /// sees the old bytes, the write's bytes land after.
 pub fn barrier_fence(dev: &Device) {
+    barrier_fence_with(dev, Fence::SmallAndFence)
+}
+
+/// [`barrier_fence`] with the write's fence mode `fence`: without one that waits for reads
+/// (`Fence::None`, `Fence::InitiatorSmall`) a NIC that reorders as the rules allow may land
+/// the write before the read has read its data (the software NIC's ordering mode does).
+pub fn barrier_fence_with(dev: &Device, fence: Fence) {
     let mut p = pair(dev);
     p.mr_b.write(0, b"before").unwrap();
     p.a.read(
@@ -257,7 +264,7 @@ pub fn barrier_fence(dev: &Device) {
         b"after!",
         p.mr_b.remote(0).unwrap(),
         2,
-        PostFlags::SIGNALED.fence(Fence::SmallAndFence),
+        PostFlags::SIGNALED.fence(fence),
     )
     .unwrap();
     let got = p.wait(false, 2);
