@@ -91,15 +91,17 @@ pub enum Fence {
     /// No fence.
     #[default]
     None = 0,
-    /// Initiator small fence: wait for earlier reads and atomics of this QP (rdma-core arms it
-    /// on the WQE after a memory-window bind or local invalidate).
+    /// Initiator small fence: wait until earlier memory-key operations of this QP (UMR:
+    /// memory-window bind, local invalidate) have taken effect (rdma-core and the kernel arm
+    /// it on the WQE after one: `next_fence`).
     InitiatorSmall = 1,
-    /// Fence: wait for every earlier WQE of this QP.
+    /// Fence: wait until earlier RDMA reads and atomics of this QP have completed (the
+    /// InfiniBand fence indicator; the kernel's `IB_SEND_FENCE` when no small fence is armed).
     Fence = 2,
-    /// Strong ordering.
+    /// Strong ordering: wait for every earlier WQE of this QP.
     StrongOrdering = 3,
-    /// Small-and-fence: what rdma-core calls `MLX5_WQE_CTRL_FENCE` and sets for
-    /// `IBV_SEND_FENCE`.
+    /// Small-and-fence: both of the above; what rdma-core calls `MLX5_WQE_CTRL_FENCE` and sets
+    /// for `IBV_SEND_FENCE`.
     SmallAndFence = 4,
 }
 

@@ -45,6 +45,9 @@ impl State {
         loop {
             let qp = self.qps.get_mut(&qpn).expect("qp");
             let mut give_up = false;
+            if qp.state == QpState::Error {
+                qp.wait = None; // a QP in error waits for nothing: its WQEs are flushed
+            }
             if let Some(w) = qp.wait {
                 if now < w.until {
                     break;
