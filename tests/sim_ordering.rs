@@ -46,6 +46,10 @@ fn barrier_fence_fails_without_a_fence_that_waits_for_reads() {
     // the write lands before the read has read "before".
     for fence in [Fence::None, Fence::InitiatorSmall] {
         let bad = failing_seeds(|d| spec::barrier_fence_with(d, fence));
+        println!(
+            "barrier_fence with {fence:?}: {} of {SEEDS} seeds fail",
+            bad.len()
+        );
         assert!(
             !bad.is_empty(),
             "{fence:?}: the read never saw the later write on {SEEDS} seeds"
