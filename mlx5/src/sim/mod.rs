@@ -7,6 +7,17 @@
 //! and writes CQEs (owner bits, byte counts, immediates, WQE counters, error syndromes).
 //! A failed WQE moves its QP to error and every later WQE and receive is flushed.
 //!
+//! It is as permissive as the InfiniBand ordering rules and as slow as the transport
+//! timers, not kinder: by default ([`OrderMode::Relaxed`], seed 0) an RDMA read or atomic may
+//! read its data after later unfenced writes and sends of its QP have landed, and a bind or
+//! local invalidate may take effect after later requests without the initiator small fence
+//! (completions still in order; [`OrderMode::Strict`] runs everything in order); a request
+//! the responder never answers is sent again after each local ACK timeout until its retry
+//! count runs out, and an RNR NAK costs the responder's RNR timer ([`QpTiming`],
+//! [`Nic::set_timing`]). Time is virtual ([`Nic::now_ns`]): in stepped mode it jumps to the
+//! next timer when a pass finds nothing to do; in thread mode it follows the wall clock
+//! times [`Nic::set_time_scale`].
+//!
 //! Two ways to run it:
 //! - [`Nic::process`]: one synchronous pass over every QP (deterministic tests). In this mode
 //!   the NIC also checks each ring's doorbell in the BlueFlame register: the 8-byte doorbell or
