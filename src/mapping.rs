@@ -197,8 +197,9 @@ unsafe impl RegionBuffer for HugePages {
     }
 }
 
-/// A whole file mapped shared (`mmap(MAP_SHARED)`), read-only or writable, unmapped on
-/// drop. Registered read-only, it takes no write rights ([`Error::ReadOnlyBuffer`]).
+/// A whole file mapped, writable (`mmap(MAP_SHARED)`: writes reach the file) or read-only
+/// (`MAP_PRIVATE`, never written), unmapped on drop. Registered read-only, it takes no
+/// write rights ([`Error::ReadOnlyBuffer`]).
 ///
 /// Other processes may write the file while it is mapped: their writes reach the region's
 /// bytes as the device's do (the region's copies are atomic, so this is no data race for
@@ -234,14 +235,20 @@ impl MappedFile {
                 value: len,
             });
         }
-        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-        // SAFETY: a fresh shared mapping of an open file at an address the kernel chooses.
+        // Read-only: a private map (never written, so it shows the file's pages; Linux 6.1
+        // refuses to pin a read-only shared file map, EFAULT from ibv_reg_mr on rxe).
+        let (prot, flags) = if writable {
+            (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED)
+        } else {
+            (libc::PROT_READ, libc::MAP_PRIVATE)
+        };
+        // SAFETY: a fresh mapping of an open file at an address the kernel chooses.
         let p = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
                 len as usize,
                 prot,
-                libc::MAP_SHARED,
+                flags,
                 file.as_raw_fd(),
                 0,
             )

@@ -53,7 +53,11 @@ fn huge_pages_or_the_sysctl_on_the_software_nic() {
 
 #[test]
 fn mapped_files_on_the_software_nic() {
-    mapped_files(&sim(), &std::env::temp_dir());
+    let path = std::env::temp_dir().join(format!("blueflame-map-{}", std::process::id()));
+    mapped_files(&sim(), &path);
+    let _ = std::fs::remove_file(&path);
+    let (_fd, path) = memfd_file();
+    mapped_files(&sim(), &path);
 }
 
 #[test]
@@ -165,4 +169,105 @@ fn implicit_on_demand_paging_and_dma_buf_are_capabilities_the_software_nic_lacks
     );
     let r = pd.register_dmabuf(f.as_fd(), 0, 0, 0x1000, Access::LOCAL_WRITE);
     assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
+}
+
+#[test]
+fn region_copies_at_every_offset_of_an_unaligned_region_match_the_nic() {
+    // A region starting 3 bytes past an 8-byte boundary: edge bytes and whole words.
+    let dev = sim();
+    let mut r = Rig::new(&dev);
+    let mut v = vec![0u8; 64 + 3];
+    let start = (8 - v.as_ptr() as usize % 8) % 8 + 3;
+    v.truncate(start + 40);
+    let buf: Box<[u8]> = v.into_boxed_slice();
+    // SAFETY: `buf` lives (untouched) until the RawBuffer comes back below.
+    let mr = unsafe {
+        r.pd.register_raw(buf.as_ptr().add(start).cast_mut(), 40, true, RIGHTS)
+    }
+    .unwrap();
+    assert_eq!(mr.addr() % 8, 3);
+    let mut model = [0u8; 40];
+    for off in 0..40 {
+        for len in 0..=40 - off {
+            let data: Vec<u8> = (0..len).map(|k| (off * 13 + k) as u8).collect();
+            mr.write(off, &data).unwrap();
+            model[off..off + len].copy_from_slice(&data);
+            let mut got = [0u8; 40];
+            mr.read(0, &mut got).unwrap();
+            assert_eq!(got, model, "{off}+{len}");
+        }
+    }
+    // The NIC reads and writes the same bytes with the same sizes: an RDMA read of the
+    // whole region into an aligned one, and a write back at an odd offset.
+    let dst = r.pd.alloc_mr(64, RIGHTS).unwrap();
+    r.a.read(
+        &[dst.sge(0, 40).unwrap()],
+        mr.remote(0).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(1);
+    let mut got = [0u8; 40];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, model);
+    dst.write(0, &[0xee; 21]).unwrap();
+    r.a.write(
+        &[dst.sge(0, 21).unwrap()],
+        mr.remote(7).unwrap(),
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(2);
+    model[7..28].fill(0xee);
+    mr.read(0, &mut got).unwrap();
+    assert_eq!(got, model);
+    for (k, &m) in model.iter().enumerate() {
+        assert_eq!(mr.read_volatile_u8(k).unwrap(), m);
+    }
+    let raw = mr.into_buffer::<RawBuffer>().unwrap().try_take().unwrap();
+    assert_eq!(raw.len(), 40);
+    assert_eq!(&buf[start..start + 40], &model[..]);
+}
+
+#[test]
+fn threads_copying_while_the_nic_writes_see_whole_words() {
+    // A writer thread fills the region with one byte value per pass while the threaded
+    // NIC writes it too: every aligned 8-byte word read back is one value repeated (words
+    // are single accesses everywhere), never a mix within a word.
+    let dev = Device::sim();
+    let mut r = Rig::new(&dev);
+    let mr = std::sync::Arc::new(r.pd.register(vec![0u8; 4096], RIGHTS).unwrap());
+    let src = r.pd.register(vec![0x77u8; 4096], Access::NONE).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let w = {
+        let (mr, stop) = (mr.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut b = 0u8;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                b = b.wrapping_add(1) | 1;
+                mr.write(0, &[b; 4096]).unwrap();
+            }
+        })
+    };
+    let base = (8 - mr.addr() % 8) % 8;
+    for i in 0..200u64 {
+        r.a.write(
+            &[src.sge(0, 4096).unwrap()],
+            mr.remote(0).unwrap(),
+            i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        r.ok(i);
+        let mut word = [0u8; 8];
+        for k in 0..500 {
+            let off = (base + 8 * k) as usize;
+            mr.read(off, &mut word).unwrap();
+            assert!(word.iter().all(|&x| x == word[0]), "torn word {word:?}");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    w.join().unwrap();
 }

@@ -33,7 +33,13 @@ on_device! {
     into_buffer_checks_the_type_on_the_device => into_buffer_checks_the_type;
     a_vec_registers_its_length_only_on_the_device => a_vec_registers_its_length_only;
     raw_registration_on_the_device => raw_registration;
-    mapped_files_on_the_device => |d| mapped_files(d, &std::env::temp_dir());
+    // A memfd (tmpfs pages), so the case does not depend on the VM's /tmp (an overlay on
+    // the host's 9p root). Read-only maps are private: Linux 6.1 gave EFAULT from ibv_reg_mr
+    // for a read-only shared map (of a memfd and of a file under /tmp alike).
+    mapped_files_on_the_device => |d| {
+        let (_fd, path) = memfd_file();
+        mapped_files(d, &path)
+    };
     huge_pages_on_the_device => huge_pages_in_the_vm;
     on_demand_paging_as_the_device_reports_it => on_demand_paging;
     dma_buf_as_the_device_answers => dma_buf;

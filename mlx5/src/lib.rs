@@ -32,6 +32,8 @@ pub mod raw;
 pub mod recv;
 pub mod request;
 pub mod seg;
+#[allow(unsafe_code)] // region bytes shared with the device: atomics through raw pointers
+pub mod shared;
 pub mod syndrome;
 pub mod umr;
 pub mod wqe;

@@ -1004,6 +1004,7 @@ mod tests {
                 lkey: 1,
             }],
             true,
+            |s| mlx5::shared::Words::of(s.addr, s.len as u64),
         );
         rq.set(0, 42);
         cq.registry.attach(Attached {

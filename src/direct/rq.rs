@@ -161,7 +161,13 @@ impl RecvQueue {
             share.check_one(self.head, self.cnt)?;
         }
         let checked = self.regions.as_mut().map_or(true, |r| r.writable(sgl));
-        self.scatter.set(self.head, sgl, checked);
+        let regions = self.regions.as_deref();
+        self.scatter.set(self.head, sgl, checked, |s| {
+            // Without a region list (a raw queue), the entry's own range.
+            regions.map_or(mlx5::shared::Words::of(s.addr, s.len as u64), |r| {
+                r.words_of(s)
+            })
+        });
         self.shadow.set(self.head, cookie);
         self.head = self.head.wrapping_add(1);
         self.shadow.mark_posted(self.head);

@@ -22,6 +22,7 @@ use crate::completion::WcStatus;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::request::Sge;
+use mlx5::shared::Words;
 use std::sync::Mutex;
 
 /// One registered region, as a posted receive may name it.
@@ -85,6 +86,20 @@ impl RegionCheck {
         }
     }
 
+    /// The whole words of the region `s` lies in, as found by the last
+    /// [`RegionCheck::writable`] (the entry's own range if none: such an entry is never
+    /// written).
+    pub(crate) fn words_of(&self, s: &Sge) -> Words {
+        self.cache
+            .iter()
+            .find(|r| {
+                r.lkey == s.lkey && s.addr >= r.addr && s.addr - r.addr <= r.len && r.writable
+            })
+            .map_or(Words::of(s.addr, s.len as u64), |r| {
+                Words::of(r.addr, r.len)
+            })
+    }
+
     /// Whether every non-empty entry lies inside one live, locally writable region under
     /// its lkey.
     pub(crate) fn writable(&mut self, sgl: &[Sge]) -> bool {
@@ -115,11 +130,13 @@ pub(crate) enum Target {
     Unchecked,
 }
 
-/// One scatter entry: where and how many bytes.
+/// One scatter entry: where and how many bytes, and the whole words of its region (the
+/// access sizes every party uses for those bytes: `mlx5::shared`).
 #[derive(Copy, Clone, Debug, Default)]
 struct Slot {
     addr: u64,
     len: u32,
+    words: Words,
 }
 
 /// The scatter lists of a receive ring, `max` entries per receive.
@@ -152,8 +169,9 @@ impl ScatterTable {
     }
 
     /// Records the scatter list of the receive at `pos` (poster only, before the doorbell
-    /// record; at most `max` non-empty entries, checked by the caller).
-    pub(crate) fn set(&self, pos: u16, sgl: &[Sge], checked: bool) {
+    /// record; at most `max` non-empty entries, checked by the caller), with the whole words
+    /// of each entry's region.
+    pub(crate) fn set(&self, pos: u16, sgl: &[Sge], checked: bool, words: impl Fn(&Sge) -> Words) {
         let i = (pos as u32 & self.mask) as usize;
         let mut n = 0;
         for s in sgl.iter().filter(|s| s.len != 0).take(self.max) {
@@ -163,6 +181,7 @@ impl ScatterTable {
                 *self.slots[i * self.max + n].get() = Slot {
                     addr: s.addr,
                     len: s.len,
+                    words: words(s),
                 }
             };
             n += 1;
@@ -200,7 +219,7 @@ impl ScatterTable {
                 // SAFETY: the entry lies inside a live, locally writable registered region
                 // (checked when posted, `Target::Checked`), which stays registered until
                 // this receive retires (the caller has not retired it yet).
-                unsafe { copy_small(data, first.addr as *mut u8) };
+                unsafe { copy_small(data, first.addr as *mut u8, first.words) };
                 return WcStatus::Success;
             }
         }
@@ -232,28 +251,25 @@ impl ScatterTable {
         for s in slots {
             let m = rest.len().min(s.len as usize);
             // SAFETY: as in `copy`, for `m <= len` bytes of this entry.
-            unsafe { copy_small(&rest[..m], s.addr as *mut u8) };
+            unsafe { copy_small(&rest[..m], s.addr as *mut u8, s.words) };
             rest = &rest[m..];
         }
         WcStatus::Success
     }
 }
 
-/// Copies at most 64 bytes (what a CQE carries) into region memory, one relaxed atomic byte
-/// store each: the same accesses as the software NIC's DMA and `MemoryRegion::read`/`write`,
-/// so a thread reading the region meanwhile races with nothing (issue 12's rule for region
-/// bytes).
+/// Copies at most 64 bytes (what a CQE carries) into region memory with relaxed atomic
+/// stores of the sizes the region's bytes always get (`mlx5::shared`): the same accesses as
+/// the software NIC's DMA and `MemoryRegion::read`/`write`, so a thread reading the region
+/// meanwhile races with nothing.
 ///
 /// # Safety
-/// `dst .. dst + src.len()` must be valid for writes and not overlap `src`.
+/// `dst .. dst + src.len()` must lie in the region whose whole words are `words`, be valid
+/// for writes and not overlap `src`.
 #[inline(always)]
-unsafe fn copy_small(src: &[u8], dst: *mut u8) {
-    for (i, &b) in src.iter().enumerate() {
-        // SAFETY: `i < src.len()`: inside the destination (caller contract); AtomicU8 has
-        // u8's size and alignment.
-        unsafe { core::sync::atomic::AtomicU8::from_ptr(dst.add(i)) }
-            .store(b, core::sync::atomic::Ordering::Relaxed);
-    }
+unsafe fn copy_small(src: &[u8], dst: *mut u8, words: Words) {
+    // SAFETY: the caller's contract is `copy_in`'s.
+    unsafe { mlx5::shared::copy_in(words, dst, src) }
 }
 
 #[cfg(test)]
@@ -295,6 +311,9 @@ mod tests {
             !check.writable(&[sge(u64::MAX, u32::MAX, 7)]),
             "no overflow"
         );
+        // The words of an entry are its region's, wherever in it the entry lies.
+        assert!(check.writable(&[sge(0x1003, 4, 7)]));
+        assert_eq!(check.words_of(&sge(0x1003, 4, 7)), Words::of(0x1000, 0x100));
         regions.remove(7);
         assert!(!check.writable(&[sge(0x1000, 8, 7)]), "dropped");
     }
@@ -309,7 +328,8 @@ mod tests {
             sge(0, 0, 1), // skipped, as the receive WQE skips it
             sge(b.as_mut_ptr() as u64, 8, 1),
         ];
-        t.set(5, &list, true);
+        let own = |s: &Sge| Words::of(s.addr, s.len as u64);
+        t.set(5, &list, true, own);
         let data: Vec<u8> = (1..=10).collect();
         // SAFETY: the buffers outlive the copies; single thread.
         assert_eq!(unsafe { t.copy(5, &data) }, WcStatus::Success);
@@ -323,7 +343,7 @@ mod tests {
         );
         // SAFETY: as above.
         assert_eq!(unsafe { t.copy(5, &[]) }, WcStatus::Success);
-        t.set(6, &list, false);
+        t.set(6, &list, false, own);
         // SAFETY: as above.
         assert_eq!(unsafe { t.copy(6, &[1]) }, WcStatus::LocProtErr);
         assert_eq!(a[0], 1, "an unchecked list is never written");

@@ -8,43 +8,7 @@ use super::pending::{PendingBuffer, Slot, WithBuffer};
 use super::Pd;
 use crate::error::{Capability, Error, Refused, Result};
 use crate::{verbs, Access, Remote, Sge};
-
-/// Copies in and out of bytes shared with the NIC and other threads.
-mod shared_bytes {
-    use core::sync::atomic::{AtomicU8, Ordering};
-
-    /// Copies `out.len()` bytes from `src`, one relaxed atomic load each.
-    ///
-    /// # Safety
-    /// `src .. src + out.len()` must be live memory.
-    pub(super) unsafe fn copy_out(src: *const u8, out: &mut [u8]) {
-        for (i, o) in out.iter_mut().enumerate() {
-            // SAFETY: inside the caller's live range; AtomicU8 has u8's size and alignment,
-            // and every access to these bytes from Rust is atomic (no data race).
-            *o = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
-        }
-    }
-
-    /// Copies `data` to `dst`, one relaxed atomic store each.
-    ///
-    /// # Safety
-    /// `dst .. dst + data.len()` must be live memory, not overlapping `data`.
-    pub(super) unsafe fn copy_in(dst: *mut u8, data: &[u8]) {
-        for (i, &b) in data.iter().enumerate() {
-            // SAFETY: as in `copy_out`.
-            unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(b, Ordering::Relaxed);
-        }
-    }
-
-    /// One byte, with acquire ordering.
-    ///
-    /// # Safety
-    /// `p` must be live memory.
-    pub(super) unsafe fn load_acquire(p: *const u8) -> u8 {
-        // SAFETY: as in `copy_out`.
-        unsafe { AtomicU8::from_ptr(p.cast_mut()) }.load(Ordering::Acquire)
-    }
-}
+use core::sync::atomic::Ordering;
 
 enum MrKind {
     #[cfg(feature = "sim")]
@@ -78,9 +42,11 @@ impl super::lifetime::Deregister for verbs::objects::Mr {
 ///
 /// The bytes are shared with the NIC, which writes them at any time, and with every thread
 /// that holds the region (it is `Sync`). [`MemoryRegion::read`] and [`MemoryRegion::write`]
-/// copy them one relaxed atomic byte access at a time, as the software NIC's DMA does, so
-/// two threads writing, or a thread reading while the NIC writes, get some mix of old and
-/// new bytes, never undefined behaviour. Order comes from completions: bytes the NIC wrote
+/// copy them with relaxed atomics, 8 bytes at a time over the region's whole aligned words
+/// and one byte at a time over its unaligned edges, the same sizes the software NIC's DMA
+/// and the poller use for these bytes ([`mlx5::shared`]), so two threads writing, or a
+/// thread reading while the NIC writes, get some mix of old and new bytes (whole 8-byte
+/// words at worst torn between two copies), never undefined behaviour. Order comes from completions: bytes the NIC wrote
 /// for a request are all visible once its completion was polled (the poller's acquire of the
 /// CQE pairs with the NIC's release), and bytes written before a post are what the NIC
 /// reads. A real NIC's DMA is outside Rust's memory model; the same rules are what verbs
@@ -337,6 +303,12 @@ impl MemoryRegion {
         self.addr as *mut u8
     }
 
+    /// The whole 8-byte words of the region: accessed as 8-byte atomics by every party.
+    #[inline]
+    fn words(&self) -> mlx5::shared::Words {
+        mlx5::shared::Words::of(self.addr, self.len)
+    }
+
     fn cpu_reads(&self) -> Result<()> {
         match self.cpu {
             Cpu::Unmapped => Err(Error::NoCpuMapping),
@@ -461,25 +433,29 @@ impl MemoryRegion {
         })
     }
 
-    /// Copies bytes out of the region, one relaxed atomic byte load each (see
+    /// Copies bytes out of the region with relaxed atomic loads, 8 bytes at a time (see
     /// [`MemoryRegion`] on sharing the bytes with the NIC and other threads).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] when the range leaves the region.
+    /// [`Error::InvalidParameter`] when the range leaves the region;
+    /// [`Error::NoCpuMapping`] for a dma-buf or implicit on-demand region.
     pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
         self.check(off, out.len())?;
         self.cpu_reads()?;
         // SAFETY: the range is inside the registered region, which stays allocated while
-        // `self` lives (and longer while the NIC may still use it: `lifetime.rs`).
-        unsafe { shared_bytes::copy_out(self.as_ptr().add(off), out) };
+        // `self` lives (and longer while the NIC may still use it: `lifetime.rs`); the words
+        // are this region's.
+        unsafe { mlx5::shared::copy_out(self.words(), self.as_ptr().add(off), out) };
         Ok(())
     }
 
-    /// Copies bytes into the region, one relaxed atomic byte store each (see
-    /// [`MemoryRegion`]).
+    /// Copies bytes into the region with relaxed atomic stores, 8 bytes at a time (a part of
+    /// a word by compare-and-swap; see [`MemoryRegion`]).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] when the range leaves the region.
+    /// [`Error::InvalidParameter`] when the range leaves the region;
+    /// [`Error::ReadOnlyBuffer`] for read-only memory; [`Error::NoCpuMapping`] for a dma-buf
+    /// or implicit on-demand region.
     pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
         self.check(off, data.len())?;
         match self.cpu {
@@ -493,7 +469,7 @@ impl MemoryRegion {
         }
         // SAFETY: as for `read`; `data` is a Rust slice, so it cannot be these shared bytes
         // (no reference to them is ever formed).
-        unsafe { shared_bytes::copy_in(self.as_ptr().add(off), data) };
+        unsafe { mlx5::shared::copy_in(self.words(), self.as_ptr().add(off), data) };
         Ok(())
     }
 
@@ -508,7 +484,9 @@ impl MemoryRegion {
         self.check(off, 1)?;
         self.cpu_reads()?;
         // SAFETY: inside the region, as for `read`.
-        Ok(unsafe { shared_bytes::load_acquire(self.as_ptr().add(off)) })
+        Ok(unsafe {
+            mlx5::shared::load_u8(self.words(), self.as_ptr().add(off), Ordering::Acquire)
+        })
     }
 
     /// Reads a native-endian `u64` (e.g. an atomic's target or result).

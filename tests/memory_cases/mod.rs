@@ -491,11 +491,11 @@ pub fn free_huge_pages(dir: &str) -> u64 {
 }
 
 /// A file mapped read-only serves reads and refuses write rights; a writable map receives
-/// writes that reach the file. `dir` is where the file goes (tmpfs in the VM).
-pub fn mapped_files(dev: &Device, dir: &std::path::Path) {
+/// writes that reach the file. `path` is the file (created or truncated here).
+pub fn mapped_files(dev: &Device, path: &std::path::Path) {
     use std::io::Write;
     let mut r = Rig::new(dev);
-    let path = dir.join(format!("blueflame-map-{}", std::process::id()));
+    let path = path.to_path_buf();
     let mut f = std::fs::File::create(&path).unwrap();
     f.write_all(&[b'f'; 8192]).unwrap();
     drop(f);
@@ -550,12 +550,22 @@ pub fn mapped_files(dev: &Device, dir: &std::path::Path) {
         // Kernels that refuse long-term write pins of file pages (6.5+ outside shmem).
         Err(Refused { error, .. }) => println!("writable shared file mapping refused: {error}"),
     }
-    let empty = dir.join(format!("blueflame-empty-{}", std::process::id()));
-    std::fs::File::create(&empty).unwrap();
+    std::fs::File::create(&path).unwrap(); // truncated to 0
     assert!(matches!(
-        MappedFile::map(&std::fs::File::open(&empty).unwrap(), false),
+        MappedFile::map(&std::fs::File::open(&path).unwrap(), false),
         Err(Error::InvalidParameter { .. })
     ));
-    let _ = std::fs::remove_file(&empty);
-    let _ = std::fs::remove_file(&path);
+}
+
+/// A memfd (shmem: tmpfs pages the kernel pins like anonymous memory), named by its
+/// `/proc/self/fd` path; keep the descriptor while the path is used.
+pub fn memfd_file() -> (std::os::fd::OwnedFd, std::path::PathBuf) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: memfd_create with a valid C string; the descriptor is owned from here on.
+    let fd = unsafe { libc::memfd_create(c"blueflame-map".as_ptr(), 0) };
+    assert!(fd >= 0, "memfd_create");
+    // SAFETY: a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    (fd, path)
 }

@@ -61,13 +61,12 @@ pub(crate) unsafe fn load_be32(p: *const u32) -> u32 {
     u32::from_be(unsafe { (*(p as *const AtomicU32)).load(Ordering::Acquire) })
 }
 
-/// Reads `out.len()` bytes at `src` (DMA from host memory), one relaxed atomic byte load
-/// each: region bytes may be written by the driver's threads at the same time (blueflame's
-/// `MemoryRegion::write` stores them the same way), and the NIC must not race with them.
+/// Reads `out.len()` bytes of a ring the NIC owns at `src`, one relaxed atomic byte load
+/// each (the driver writes them from its own thread). Region bytes go through
+/// [`read_region`].
 ///
 /// # Safety
-/// `src .. src + out.len()` must be live memory (a ring the NIC owns or a range of a
-/// registered region that was checked against the region table).
+/// `src .. src + out.len()` must be live memory of a ring.
 pub(crate) unsafe fn read(src: *const u8, out: &mut [u8]) {
     for (i, o) in out.iter_mut().enumerate() {
         // SAFETY: inside the caller's live range; AtomicU8 has u8's size and alignment.
@@ -75,17 +74,36 @@ pub(crate) unsafe fn read(src: *const u8, out: &mut [u8]) {
     }
 }
 
-/// Writes `data` at `dst` (DMA to host memory), one relaxed atomic byte store each (see
+/// Writes `data` into a ring the NIC owns at `dst`, one relaxed atomic byte store each (see
 /// [`read`]).
 ///
 /// # Safety
-/// `dst .. dst + data.len()` must be live memory checked as for [`read`], not overlapping
-/// `data`.
+/// `dst .. dst + data.len()` must be live memory of a ring, not overlapping `data`.
 pub(crate) unsafe fn write(dst: *mut u8, data: &[u8]) {
     for (i, &b) in data.iter().enumerate() {
         // SAFETY: as in `read`.
         unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(b, Ordering::Relaxed);
     }
+}
+
+/// Reads `out.len()` bytes of a registered region (DMA from host memory) with the access
+/// sizes every party uses for them ([`crate::shared`]).
+///
+/// # Safety
+/// `at.ptr .. at.ptr + out.len()` was checked against the region table (live memory of the
+/// region `at.words` describes).
+pub(crate) unsafe fn read_region(at: super::mem::Dma, out: &mut [u8]) {
+    // SAFETY: the caller's contract is `copy_out`'s.
+    unsafe { crate::shared::copy_out(at.words, at.ptr, out) }
+}
+
+/// Writes `data` into a registered region (DMA to host memory), as [`read_region`].
+///
+/// # Safety
+/// As [`read_region`], for writable memory not overlapping `data`.
+pub(crate) unsafe fn write_region(at: super::mem::Dma, data: &[u8]) {
+    // SAFETY: the caller's contract is `copy_in`'s.
+    unsafe { crate::shared::copy_in(at.words, at.ptr, data) }
 }
 
 /// Publishes a CQE: writes its first 63 bytes, then the `op_own` byte with Release ordering

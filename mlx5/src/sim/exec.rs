@@ -2,7 +2,7 @@
 
 use super::clock::{ack_timeout_ns, rnr_timer_ns};
 use super::cq::err_cqe;
-use super::mem::{Binding, Denied};
+use super::mem::{Binding, Denied, Dma};
 use super::order::{Kind, OrderMode, MAX_HOLD_NS};
 use super::qp::{Progress, QpState, Started, Wait, WaitFor};
 use super::State;
@@ -399,7 +399,7 @@ impl State {
                     let at = out.len();
                     out.resize(at + s.len as usize, 0);
                     // SAFETY: `src .. src + len` was checked to lie inside a registered region.
-                    unsafe { super::dma::read(src, &mut out[at..]) };
+                    unsafe { super::dma::read_region(src, &mut out[at..]) };
                 }
                 Ok(out)
             }
@@ -407,7 +407,7 @@ impl State {
     }
 
     /// Checks a scatter list for local writes; returns host pointers.
-    fn scatter_ptrs(&self, pd: u32, sgl: &[Sge]) -> Result<Vec<(*mut u8, usize)>, Denied> {
+    fn scatter_ptrs(&self, pd: u32, sgl: &[Sge]) -> Result<Vec<(Dma, usize)>, Denied> {
         sgl.iter()
             .map(|s| {
                 self.mem
@@ -417,11 +417,11 @@ impl State {
             .collect()
     }
 
-    fn scatter(ptrs: &[(*mut u8, usize)], mut data: &[u8]) {
+    fn scatter(ptrs: &[(Dma, usize)], mut data: &[u8]) {
         for &(p, len) in ptrs {
             let k = len.min(data.len());
             // SAFETY: every pointer was checked by `scatter_ptrs` for `len` writable bytes.
-            unsafe { super::dma::write(p, &data[..k]) };
+            unsafe { super::dma::write_region(p, &data[..k]) };
             data = &data[k..];
         }
     }
@@ -471,9 +471,9 @@ impl State {
         r: &Remote,
         len: u64,
         right: Access,
-    ) -> Result<*mut u8, Denied> {
+    ) -> Result<Dma, Denied> {
         if len == 0 {
-            return Ok(std::ptr::null_mut()); // zero-length: no key check, no access
+            return Ok(Dma::none()); // zero-length: no key check, no access
         }
         self.mem.remote(pd, peer, r.rkey, r.addr, len, right)
     }
@@ -592,7 +592,7 @@ impl State {
                 };
                 if !bytes.is_empty() {
                     // SAFETY: `dst` was checked for `bytes.len()` writable bytes at the responder.
-                    unsafe { super::dma::write(dst, &bytes) };
+                    unsafe { super::dma::write_region(dst, &bytes) };
                 }
                 if let Some(imm) = imm {
                     // The data went to the remote buffer; the receive only gets the immediate.
@@ -622,7 +622,7 @@ impl State {
                 let mut bytes = vec![0u8; total as usize];
                 if total > 0 {
                     // SAFETY: `src` was checked for `total` readable bytes at the responder.
-                    unsafe { super::dma::read(src, &mut bytes) };
+                    unsafe { super::dma::read_region(src, &mut bytes) };
                 }
                 Self::scatter(&ptrs, &bytes);
                 Outcome::Done(total as u32)
@@ -735,7 +735,7 @@ impl State {
         };
         let mut old = [0u8; 8];
         // SAFETY: `target` was checked for `size` bytes with atomic rights.
-        unsafe { super::dma::read(target, &mut old[..size]) };
+        unsafe { super::dma::read_region(target, &mut old[..size]) };
         let new: Option<[u8; 8]> = match *req {
             Request::CompareSwap { compare, swap, .. } => {
                 (u64::from_ne_bytes(old) == compare).then(|| swap.to_ne_bytes())
@@ -748,7 +748,7 @@ impl State {
         };
         if let Some(new) = new {
             // SAFETY: as above.
-            unsafe { super::dma::write(target, &new[..size]) };
+            unsafe { super::dma::write_region(target, &new[..size]) };
         }
         // The reply in the device's byte order (big-endian for 4 bytes, and for 8 in
         // `atomic_req_8B_endianness_mode` 0); the target memory is operated on in host order.
@@ -759,7 +759,7 @@ impl State {
         };
         let reply = self.atomics.reply_bytes(value, size);
         // SAFETY: `dst` was checked for `size` locally writable bytes.
-        unsafe { super::dma::write(dst, &reply[..size]) };
+        unsafe { super::dma::write_region(dst, &reply[..size]) };
         Outcome::Done(size as u32)
     }
 

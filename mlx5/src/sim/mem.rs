@@ -21,6 +21,33 @@ pub(crate) enum Denied {
     Qp,
 }
 
+/// Where the NIC moves bytes: an address checked against a region, and the region's whole
+/// words (the access sizes every party uses for its bytes: [`crate::shared`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Dma {
+    pub(crate) ptr: *mut u8,
+    pub(crate) words: crate::shared::Words,
+}
+
+impl Dma {
+    /// No bytes (a zero-length access).
+    pub(crate) fn none() -> Dma {
+        Dma {
+            ptr: core::ptr::null_mut(),
+            words: Default::default(),
+        }
+    }
+}
+
+impl Mr {
+    fn dma(&self, addr: u64) -> Dma {
+        Dma {
+            ptr: addr as *mut u8,
+            words: crate::shared::Words::of(self.addr, self.len),
+        }
+    }
+}
+
 pub(crate) struct Mr {
     pub(crate) pd: u32,
     pub(crate) addr: u64,
@@ -99,7 +126,7 @@ impl Memory {
         addr: u64,
         len: u64,
         write: bool,
-    ) -> Result<*mut u8, Denied> {
+    ) -> Result<Dma, Denied> {
         let mr = self.mr(lkey).ok_or(Denied::Key)?;
         if mr.pd != pd {
             return Err(Denied::Pd);
@@ -108,7 +135,7 @@ impl Memory {
         if write && !mr.access.contains(Access::LOCAL_WRITE) {
             return Err(Denied::Rights);
         }
-        Ok(addr as *mut u8)
+        Ok(mr.dma(addr))
     }
 
     /// A remote buffer under `rkey` seen by responder QP `qpn` in `pd`, with `right`.
@@ -120,7 +147,7 @@ impl Memory {
         addr: u64,
         len: u64,
         right: Access,
-    ) -> Result<*mut u8, Denied> {
+    ) -> Result<Dma, Denied> {
         if let Some(mr) = self.mr(rkey) {
             if mr.pd != pd {
                 return Err(Denied::Pd);
@@ -134,7 +161,7 @@ impl Memory {
                 mr.addr
             };
             within(addr, len, base, mr.len)?;
-            return Ok((mr.addr + (addr - base)) as *mut u8);
+            return Ok(mr.dma(mr.addr + (addr - base)));
         }
         let mw = self
             .mws
@@ -156,7 +183,7 @@ impl Memory {
         let mr = self.mr(b.mr_key).ok_or(Denied::Key)?;
         let va = b.addr + (addr - base);
         within(va, len, mr.addr, mr.len)?;
-        Ok(va as *mut u8)
+        Ok(mr.dma(va))
     }
 }
 
