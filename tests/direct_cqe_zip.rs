@@ -514,3 +514,57 @@ fn a_dropped_qps_sessions_are_discarded_and_its_number_reused() {
     assert_eq!(cookies, (100..110).collect::<Vec<_>>(), "only B's: {got:?}");
     assert!(got.iter().all(|c| c.is_ok() && c.qpn == qpn));
 }
+
+#[test]
+fn completion_events_fire_for_sessions_and_for_a_session_left_half_read() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let ch = dev.create_channel().unwrap();
+    let mut cq = dev
+        .create_cq_with(
+            &CqOptions::new(64)
+                .channel(&ch)
+                .compression(MiniCqeFormat::Hash),
+        )
+        .unwrap();
+    let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let q = qp.qpn();
+    qp.connect(q).unwrap();
+    let mr = pd.alloc_mr(64, ALL).unwrap();
+    let cqn = cq.cqn();
+    let mut write = |k: u64| {
+        qp.write_inline(b"zip", mr.remote(0).unwrap(), k, PostFlags::SIGNALED)
+            .unwrap()
+    };
+    // One arm, a session of 10: one event.
+    cq.arm(Notify::Any).unwrap();
+    for k in 0..10 {
+        write(k);
+    }
+    dev.process();
+    assert_eq!(nic(&dev).cq_sessions(cqn), (1, 10));
+    assert_eq!(ch.try_event().unwrap(), Some(CqEvent { cqn }));
+    assert_eq!(ch.try_event().unwrap(), None);
+    // Three read, the rest of the session still there: the consumer index the device sees
+    // is the title's, so an arm now fires at once (entries past it), as on a ConnectX.
+    let mut out = [Completion::default(); 3];
+    assert_eq!(cq.poll(&mut out), 3);
+    cq.arm(Notify::Any).unwrap();
+    dev.process();
+    assert_eq!(ch.try_event().unwrap(), Some(CqEvent { cqn }));
+    let mut rest = [Completion::default(); 16];
+    assert_eq!(cq.poll(&mut rest), 7);
+    assert_eq!(rest[6].cookie, 9);
+    // Cq::wait over a second session.
+    for k in 10..15 {
+        write(k);
+    }
+    dev.process();
+    let n = cq.wait(&mut rest, Some(std::time::Duration::from_secs(5))).unwrap();
+    assert_eq!(n, 5);
+    assert_eq!(
+        rest[..5].iter().map(|c| c.cookie).collect::<Vec<_>>(),
+        (10..15).collect::<Vec<_>>()
+    );
+    assert_eq!(nic(&dev).cq_sessions(cqn), (2, 15));
+}

@@ -118,6 +118,9 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         );
         println!(" Doorbell       : {}", setup::doorbell_mode(&dev, o)?);
         println!(" Completions    : {}", mode_line(o));
+        if let Some(f) = o.cqe_zip {
+            println!(" CQE compression: {f}");
+        }
         println!(
             " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
             o.inline, o.post_list, o.tx_depth

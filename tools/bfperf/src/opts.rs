@@ -45,6 +45,9 @@ pub struct Opts {
     /// Event mode (perftest's `-e`): the receiver sleeps on the completion channel instead
     /// of spinning on the CQ.
     pub events: bool,
+    /// `--cqe-zip hash|csum|stridx`: CQs created compressed with this mini-CQE format
+    /// (bandwidth tests).
+    pub cqe_zip: Option<blueflame::MiniCqeFormat>,
 }
 
 /// Which atomic the atomic test runs.
@@ -79,6 +82,7 @@ impl Default for Opts {
             plot: None,
             write_imm: false,
             events: false,
+            cqe_zip: None,
         }
     }
 }
@@ -100,6 +104,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --write-with-imm    write-lat with RDMA write with immediate (a receive completion per message)
   -e, --events            sleep on the completion channel instead of polling (send-lat, and
                           write-lat with --write-with-imm; as perftest's -e)
+      --cqe-zip hash|csum|stridx   bandwidth tests: CQs created compressed (CQE compression,
+                          mini-CQEs of this format; direct path only: mlx5 or the software NIC)
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -175,6 +181,16 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--plot" => o.plot = Some(val(a)?.into()),
             "--write-with-imm" | "--write_with_imm" => o.write_imm = true,
             "-e" | "--events" => o.events = true,
+            "--cqe-zip" => {
+                o.cqe_zip = Some(match val(a)?.as_str() {
+                    "hash" => blueflame::MiniCqeFormat::Hash,
+                    "csum" => blueflame::MiniCqeFormat::Csum,
+                    "stridx" => blueflame::MiniCqeFormat::CsumStridx,
+                    other => {
+                        return Err(format!("--cqe-zip: '{other}' is not hash, csum or stridx"))
+                    }
+                })
+            }
             other => return Err(format!("unknown option '{other}'")),
         }
     }
@@ -214,6 +230,12 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         return Err(format!(
             "--events needs a completion at the receiver: send-lat or write-lat --write-with-imm, not {name}{}",
             if name == "write-lat" { " without --write-with-imm" } else { "" }
+        ));
+    }
+    if o.cqe_zip.is_some() && !name.ends_with("-bw") {
+        return Err(format!(
+            "--cqe-zip is an option of the bandwidth tests (a latency test has one completion \
+             outstanding: nothing to compress), not {name}"
         ));
     }
     if o.events && o.device == "sim-stepped" {
@@ -258,6 +280,21 @@ mod tests {
         );
         assert_eq!(o.path.as_deref(), Some("verbs"));
         assert_eq!(sizes(&parse(&args("-a")).unwrap()).last(), Some(&(8 << 20)));
+    }
+
+    #[test]
+    fn cqe_zip_takes_a_format_for_bandwidth_tests() {
+        let o = parse(&args("--cqe-zip hash")).unwrap();
+        assert_eq!(o.cqe_zip, Some(blueflame::MiniCqeFormat::Hash));
+        assert_eq!(
+            parse(&args("--cqe-zip stridx")).unwrap().cqe_zip,
+            Some(blueflame::MiniCqeFormat::CsumStridx)
+        );
+        assert!(parse(&args("--cqe-zip lz4")).unwrap_err().contains("lz4"));
+        assert!(check_for("write-bw", &o).is_ok());
+        assert!(check_for("write-lat", &o)
+            .unwrap_err()
+            .contains("bandwidth"));
     }
 
     #[test]

@@ -2,11 +2,18 @@
 //! measure one by one (`--toggle-collect=bfperf::probe::measured_*`): the post of an 8-byte
 //! inline RDMA write with BlueFlame, a poll that finds one CQE, an empty poll, and a batch of
 //! 32 inline writes with one doorbell; and the same post on a QP whose BlueFlame register is
-//! shared (rung under the register's lock). The NIC runs outside the measured functions.
+//! shared (rung under the register's lock). Every [`BURST_EVERY`]th iteration it also polls
+//! bursts of 16 and 64 completions (one QP's signaled writes of one NIC pass) from a plain
+//! CQ and from a compressed one (one session each). The NIC runs outside the measured
+//! functions.
 
 use blueflame::{
-    Access, Completion, Cq, Device, DoorbellMode, PostFlags, Qp, QpCaps, Remote, UarConfig,
+    Access, Completion, Cq, CqOptions, Device, DoorbellMode, MiniCqeFormat, PostFlags, Qp,
+    QpCaps, Remote, UarConfig,
 };
+
+/// The burst probes run on one iteration in this many (`cargo xtask icount` divides by it).
+pub const BURST_EVERY: usize = 8;
 
 #[inline(never)]
 fn measured_post(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
@@ -40,6 +47,57 @@ fn measured_poll_empty(cq: &mut Cq, out: &mut [Completion; 16]) -> usize {
 #[inline(never)]
 fn measured_poll_recv(cq: &mut Cq, out: &mut [Completion; 4]) -> usize {
     cq.poll(out)
+}
+
+/// A burst of 16 completions from a plain CQ, in one poll.
+#[inline(never)]
+fn measured_poll_burst16(cq: &mut Cq, out: &mut [Completion; 16]) -> usize {
+    cq.poll(out)
+}
+
+/// A burst of 64 completions from a plain CQ, in one poll.
+#[inline(never)]
+fn measured_poll_burst64(cq: &mut Cq, out: &mut [Completion; 64]) -> usize {
+    cq.poll(out)
+}
+
+/// A compressed session of 16 completions, in one poll (a slice, not an array: the body
+/// differs from `measured_poll_burst16`, so the two are never merged).
+#[inline(never)]
+fn measured_poll_zip16(cq: &mut Cq, out: &mut [Completion]) -> usize {
+    cq.poll(out)
+}
+
+/// A compressed session of 64 completions, in one poll.
+#[inline(never)]
+fn measured_poll_zip64(cq: &mut Cq, out: &mut [Completion]) -> usize {
+    cq.poll(&mut out[..64])
+}
+
+/// Posts `n` signaled 8-byte inline writes with one doorbell, runs the NIC once (one pass:
+/// one compressed session on a compressing CQ), and checks what `poll` gets in one call.
+fn burst(
+    dev: &Device,
+    qp: &mut Qp,
+    remote: Remote,
+    n: usize,
+    poll: impl FnOnce() -> usize,
+) -> Result<(), blueflame::Error> {
+    let mut b = qp.batch();
+    for i in 0..n as u64 {
+        b.push(
+            &blueflame::Request::Write {
+                remote,
+                data: blueflame::Payload::Inline(b"burst..."),
+            },
+            i,
+            PostFlags::SIGNALED,
+        )?;
+    }
+    b.ring()?;
+    dev.process();
+    assert_eq!(poll(), n, "a burst of {n} in one poll");
+    Ok(())
 }
 
 #[inline(never)]
@@ -102,7 +160,35 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let r = rqp.qpn();
     rqp.connect(r)?;
     let mut rout = [Completion::default(); 4];
+    // Bursts: a QP on a plain CQ and one on a compressed CQ, on a device of their own.
+    let bdev = Device::sim_stepped();
+    let bpd = bdev.alloc_pd()?;
+    let bmr = bpd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let mut pcq = bdev.create_cq(1024)?;
+    let mut zcq = bdev.create_cq_with(&CqOptions::new(1024).compression(MiniCqeFormat::Hash))?;
+    let mut pqp = bpd.create_qp(&pcq, &pcq, caps)?;
+    let mut zqp = bpd.create_qp(&zcq, &zcq, caps)?;
+    let (pq, zq) = (pqp.qpn(), zqp.qpn());
+    pqp.connect(pq)?;
+    zqp.connect(zq)?;
+    let mut b16 = [Completion::default(); 16];
+    let mut b64 = [Completion::default(); 64];
+    let broom = bmr.remote(0)?;
     for i in 0..n as u64 {
+        if i as usize % BURST_EVERY == 0 {
+            burst(&bdev, &mut pqp, broom, 16, || {
+                measured_poll_burst16(&mut pcq, &mut b16)
+            })?;
+            burst(&bdev, &mut pqp, broom, 64, || {
+                measured_poll_burst64(&mut pcq, &mut b64)
+            })?;
+            burst(&bdev, &mut zqp, broom, 16, || {
+                measured_poll_zip16(&mut zcq, &mut b16)
+            })?;
+            burst(&bdev, &mut zqp, broom, 64, || {
+                measured_poll_zip64(&mut zcq, &mut b64)
+            })?;
+        }
         rqp.post_recv(&[mr.sge(512, 64)?], i)?;
         rqp.send(blueflame::Payload::Inline(&data), i, PostFlags::SIGNALED)?;
         dev.process();
@@ -138,5 +224,10 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         while cq.poll(&mut out) > 0 {}
     }
     eprintln!("post of an 8-byte inline write: {best:.1} ns (best of 200 rounds of 256)");
+    let nic = bdev.nic().expect("software NIC");
+    let (sessions, zipped) = nic.cq_sessions(zcq.cqn());
+    assert_eq!(nic.cq_sessions(pcq.cqn()), (0, 0));
+    assert_eq!(zipped, sessions / 2 * 80, "every burst was one session");
+    eprintln!("compressed bursts: {sessions} sessions, {zipped} completions");
     Ok(())
 }

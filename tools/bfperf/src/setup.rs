@@ -83,13 +83,15 @@ fn caps(o: &Opts) -> QpCaps {
 
 fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion)> {
     let pd = dev.alloc_pd()?;
-    let cq = if o.events {
+    let mut opts = CqOptions::new(1024);
+    if o.events {
         // Each side's CQ on a channel of its own (perftest: a channel per CQ with -e).
-        let ch = dev.create_channel()?;
-        dev.create_cq_with(&CqOptions::new(1024).channel(&ch))?
-    } else {
-        dev.create_cq(1024)?
-    };
+        opts = opts.channel(&dev.create_channel()?);
+    }
+    if let Some(format) = o.cqe_zip {
+        opts = opts.compression(format);
+    }
+    let cq = dev.create_cq_with(&opts)?;
     let qp = pd.create_qp(&cq, &cq, caps(o))?;
     let rights =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;

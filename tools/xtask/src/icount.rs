@@ -14,21 +14,25 @@ use crate::{root, run};
 use std::process::Command;
 
 /// (name, probe function, calls per iteration, operations per call, guard, ambition); a
-/// row without a guard is measured and printed only.
+/// row without a guard is measured and printed only. The burst rows run on one iteration in
+/// `BURST_EVERY` (bfperf's `probe::BURST_EVERY`).
 type Row = (
     &'static str,
     &'static str,
-    u64,
+    f64,
     u64,
     Option<u64>,
     Option<u64>,
 );
 
+/// bfperf's `probe::BURST_EVERY`.
+const BURST_EVERY: f64 = 8.0;
+
 const OPS: &[Row] = &[
     (
         "post: 8-byte inline RDMA write + BlueFlame",
         "measured_post",
-        1,
+        1.0,
         1,
         Some(70),
         Some(55),
@@ -36,16 +40,16 @@ const OPS: &[Row] = &[
     (
         "poll: one CQE",
         "measured_poll_hit",
-        2,
+        2.0,
         1,
         Some(75),
         Some(45),
     ),
-    ("poll: empty", "measured_poll_empty", 1, 1, Some(10), None),
+    ("poll: empty", "measured_poll_empty", 1.0, 1, Some(10), None),
     (
         "poll: one 8-byte receive (copy from the CQE)",
         "measured_poll_recv",
-        1,
+        1.0,
         1,
         Some(300),
         None,
@@ -53,7 +57,7 @@ const OPS: &[Row] = &[
     (
         "post: per WQE in a batch of 32",
         "measured_batch32",
-        1,
+        1.0,
         32,
         Some(62),
         None,
@@ -63,8 +67,43 @@ const OPS: &[Row] = &[
     (
         "post: the same, shared register (locked)",
         "measured_post_shared",
+        1.0,
         1,
-        1,
+        None,
+        None,
+    ),
+    // Per completion, polled in bursts of one QP's writes (one poll call each): a plain CQ
+    // (measured, no guard: the general path, as today) and a compressed one (one session
+    // per burst; guarded).
+    (
+        "poll: per CQE, burst of 16, plain CQ",
+        "measured_poll_burst16",
+        1.0 / BURST_EVERY,
+        16,
+        None,
+        None,
+    ),
+    (
+        "poll: per CQE, burst of 64, plain CQ",
+        "measured_poll_burst64",
+        1.0 / BURST_EVERY,
+        64,
+        None,
+        None,
+    ),
+    (
+        "poll: per CQE, burst of 16, compressed CQE",
+        "measured_poll_zip16",
+        1.0 / BURST_EVERY,
+        16,
+        None,
+        None,
+    ),
+    (
+        "poll: per CQE, burst of 64, compressed CQE",
+        "measured_poll_zip64",
+        1.0 / BURST_EVERY,
+        64,
         None,
         None,
     ),
@@ -115,7 +154,7 @@ pub fn main() -> bool {
             pass = false;
             continue;
         };
-        let per_op = total as f64 / (ITERS * calls * per_call) as f64;
+        let per_op = total as f64 / (ITERS as f64 * calls * per_call as f64);
         let ambition = ambition.map_or_else(|| "-".to_string(), |a| a.to_string());
         let Some(guard) = guard else {
             println!(
