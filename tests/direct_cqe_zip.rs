@@ -560,7 +560,9 @@ fn completion_events_fire_for_sessions_and_for_a_session_left_half_read() {
         write(k);
     }
     dev.process();
-    let n = cq.wait(&mut rest, Some(std::time::Duration::from_secs(5))).unwrap();
+    let n = cq
+        .wait(&mut rest, Some(std::time::Duration::from_secs(5)))
+        .unwrap();
     assert_eq!(n, 5);
     assert_eq!(
         rest[..5].iter().map(|c| c.cookie).collect::<Vec<_>>(),
