@@ -51,6 +51,15 @@ fn message<'a>(kind: Lat, remote: Remote, data: Payload<'a>, tag: u8) -> Request
 
 /// Posts this side's message of `size` bytes whose last byte is `tag`.
 fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, kind: Lat, cookie: u64) -> Result<()> {
+    // A write ping-pong polls only to reclaim the send queue (its writes are unsignaled; the
+    // moderation completion of half a queue ago frees it): when the queue is full, poll until
+    // it has room. A fixed drain period is not enough: on rxe the verbs QP of the default
+    // sizes holds 63 requests (51 asked, rounded up), fewer than the 64 between drains, and
+    // the 64th post failed while the peer's thread spun for ever on the byte it waited for.
+    while s.qp.free_send() == 0 {
+        s.dev.process();
+        s.drain_errors();
+    }
     let peer = Remote {
         addr: s.peer.addr,
         rkey: s.peer.rkey,
