@@ -108,13 +108,16 @@ fn initiate(
         rkey: s.peer.rkey,
     };
     let (mut posted, mut done) = (0u64, 0u64);
+    // Requests in flight: `tx-depth`, or fewer when the queue holds fewer (never a refused
+    // post: the queue's depth is what the device gave).
+    let in_flight = (o.tx_depth as u64).min(s.qp.send_depth() as u64);
     let mut out = [blueflame::Completion::default(); 16];
     let mut stamps: Vec<(Instant, u64)> = Vec::with_capacity(1024);
     ready.wait();
     let mut start = Instant::now();
     while done < total {
         while posted < total
-            && posted - done + (o.post_list as u64).min(total - posted) <= o.tx_depth as u64
+            && posted - done + (o.post_list as u64).min(total - posted) <= in_flight
         {
             let n = (o.post_list as u64).min(total - posted);
             let mut b = s.qp.batch();

@@ -72,7 +72,11 @@ pub fn doorbell_mode(dev: &Device, o: &Opts) -> Result<String> {
 fn caps(o: &Opts) -> QpCaps {
     let depth = (o.tx_depth as u32 * 2).next_power_of_two().max(256);
     QpCaps {
-        sq_blocks: depth,
+        // Blocks for `2 * tx_depth` requests of the largest kind these limits allow (5
+        // blocks with 220 inline bytes): the verbs path sizes its queue in such requests
+        // (`sq_blocks / max_wqe_bbs`), so `depth` blocks gave rxe 63 requests, fewer than
+        // the 128 a bandwidth test keeps in flight.
+        sq_blocks: depth * 8,
         rq_entries: depth,
         max_inline: o.inline,
         max_send_sge: 4,
@@ -83,7 +87,10 @@ fn caps(o: &Opts) -> QpCaps {
 
 fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion)> {
     let pd = dev.alloc_pd()?;
-    let mut opts = CqOptions::new(1024);
+    let caps = caps(o);
+    // Room for everything both queues may hold (a direct-path send holds an entry per block
+    // until its unsignaled run is reclaimed).
+    let mut opts = CqOptions::new(caps.sq_blocks + caps.rq_entries);
     if o.events {
         // Each side's CQ on a channel of its own (perftest: a channel per CQ with -e).
         opts = opts.channel(&dev.create_channel()?);
@@ -92,7 +99,7 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion)> {
         opts = opts.compression(format);
     }
     let cq = dev.create_cq_with(&opts)?;
-    let qp = pd.create_qp(&cq, &cq, caps(o))?;
+    let qp = pd.create_qp(&cq, &cq, caps)?;
     let rights =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr = pd.alloc_mr(buf_len(size), rights)?;
