@@ -258,3 +258,25 @@ impl Side {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The QPs hold twice `tx-depth` requests of the largest kind the options allow (the
+    /// depth `Qp::send_depth` reports on both paths), and a bandwidth test's in-flight
+    /// requests fit in the CQ. With 256 blocks (the old size) the default options gave 51.
+    #[test]
+    fn queues_hold_twice_tx_depth_requests() {
+        let o = crate::opts::parse(&[]).expect("defaults");
+        let dev = Device::sim();
+        let (qp, cq, _mr) = side(&dev, &o, 8).expect("side");
+        assert!(
+            qp.send_depth() as usize >= 2 * o.tx_depth,
+            "send depth {} for tx-depth {}",
+            qp.send_depth(),
+            o.tx_depth
+        );
+        assert!(cq.capacity() >= caps(&o).sq_blocks + caps(&o).rq_entries);
+    }
+}
