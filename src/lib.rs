@@ -87,7 +87,7 @@
 //! | type | `Send` | `Sync` | why |
 //! |---|---|---|---|
 //! | [`Device`], [`Pd`] | yes | yes | reference-counted handles; rdma-core's context and PD calls are thread-safe, the software NIC locks its tables |
-//! | [`MemoryRegion`] | yes | yes | its bytes are read and written with relaxed atomic byte accesses ([`MemoryRegion::read`], [`MemoryRegion::write`]): threads and the NIC may race on the contents, never into undefined behaviour |
+//! | [`MemoryRegion`] | yes | yes | its bytes are read and written with relaxed atomics of one size per byte (8-byte words inside the region, single bytes at its unaligned edges: [`MemoryRegion::read`], [`MemoryRegion::write`]): threads and the NIC may race on the contents, never into undefined behaviour |
 //! | [`Qp`], [`Cq`], [`Batch`], [`MemoryWindow`] | yes | no | posting, polling and binding take `&mut self`: one thread at a time per queue, which is why the hot path needs no lock. Move a QP or CQ to the thread that uses it |
 //! | [`cm::CmListener`], [`cm::CmRequest`] | yes | yes | librdmacm ids: rdma-core's calls on them are thread-safe |
 //!

@@ -169,6 +169,13 @@ fn implicit_on_demand_paging_and_dma_buf_are_capabilities_the_software_nic_lacks
     );
     let r = pd.register_dmabuf(f.as_fd(), 0, 0, 0x1000, Access::LOCAL_WRITE);
     assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
+    // An iova whose range wraps the address space is refused before the device sees it
+    // (requests would compute addresses past u64::MAX).
+    let r = pd.register_dmabuf(f.as_fd(), 0, 4096, u64::MAX - 100, Access::LOCAL_WRITE);
+    assert!(
+        matches!(r, Err(Error::InvalidParameter { value, .. }) if value == u64::MAX - 100),
+        "{r:?}"
+    );
 }
 
 #[test]

@@ -659,12 +659,16 @@ impl Pd {
     /// a file descriptor) at device address `iova` (`ibv_reg_dmabuf_mr`). Requests name
     /// addresses from `iova`; the region has no CPU view (`read`/`write` are
     /// [`Error::NoCpuMapping`]). The kernel keeps its own reference to the dma-buf, so `fd`
-    /// may be closed afterwards.
+    /// may be closed afterwards. The poller cannot copy a small send delivered inside the
+    /// CQE into memory without a CPU view: receive into such a region on a QP with
+    /// [`QpCaps::scatter_to_cqe`](crate::QpCaps) off (or `MLX5_SCATTER_TO_CQE=0`), else
+    /// those receives complete with `LocProtErr`.
     ///
     /// # Errors
     /// [`Error::Capability`] (`DmaBuf`) on the software NIC and when rdma-core answers
     /// `EOPNOTSUPP` (providers without dma-buf, such as rxe before Linux 6.x); as
-    /// [`Pd::register`] for the length and rights; the registration error (`EBADF`,
+    /// [`Pd::register`] for the length and rights; [`Error::InvalidParameter`] when
+    /// `iova + len` wraps; the registration error (`EBADF`,
     /// `EINVAL` for an fd that is not a dma-buf or a range outside it).
     pub fn register_dmabuf(
         &self,
@@ -675,6 +679,13 @@ impl Pd {
         access: Access,
     ) -> Result<MemoryRegion> {
         self.check_registration(len, access, true)?;
+        // Requests name iova + offset: the range must not wrap the address space.
+        if iova.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidParameter {
+                what: "dma-buf iova (iova + length wraps)",
+                value: iova,
+            });
+        }
         MemoryRegion::register_dmabuf(self.clone(), fd, offset, len, iova, access)
     }
 
