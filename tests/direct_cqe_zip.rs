@@ -516,6 +516,56 @@ fn a_dropped_qps_sessions_are_discarded_and_its_number_reused() {
 }
 
 #[test]
+fn a_half_read_session_of_a_dropped_qp_is_not_given_to_its_successor() {
+    // QP A's session is read in part (the consumer index stays on its title), then A is
+    // dropped and B takes its number: the rest of A's session must be discarded, not
+    // reported as B's completions with cookies from B's queue.
+    let dev = Device::sim_stepped_with_limits(mlx5::sim::Limits {
+        keys: 0xff_ffff,
+        qps: 1,
+        cqs: 64,
+    });
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = zip_cq(&dev, 64, MiniCqeFormat::Hash);
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let loopback = |cq: &Cq| {
+        let mut qp = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
+        let q = qp.qpn();
+        qp.connect(q).unwrap();
+        qp
+    };
+    let mut a = loopback(&cq);
+    let qpn = a.qpn();
+    for i in 0..10u64 {
+        a.write_inline(b"old", mr.remote(512).unwrap(), i, PostFlags::SIGNALED)
+            .unwrap();
+    }
+    dev.process();
+    assert_eq!(nic(&dev).cq_sessions(cq.cqn()), (1, 10));
+    let mut first = [Completion::default(); 3];
+    assert_eq!(cq.poll(&mut first), 3);
+    assert_eq!(first.map(|c| c.cookie), [0, 1, 2]);
+    drop(a);
+
+    let mut b = loopback(&cq);
+    assert_eq!(b.qpn(), qpn, "the software NIC reuses the number");
+    for i in 0..10u64 {
+        b.write_inline(
+            b"new",
+            mr.remote(600).unwrap(),
+            100 + i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    }
+    dev.process();
+    let got = poll_all(&mut cq);
+    let cookies: Vec<u64> = got.iter().map(|c| c.cookie).collect();
+    assert_eq!(cookies, (100..110).collect::<Vec<_>>(), "only B's: {got:?}");
+    assert!(got.iter().all(|c| c.is_ok() && c.qpn == qpn));
+}
+
+#[test]
 fn completion_events_fire_for_sessions_and_for_a_session_left_half_read() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
