@@ -531,38 +531,66 @@ fn dropping_a_cq_forgets_its_events_and_wakes_nobody_wrongly() {
 
 #[test]
 fn dropping_a_cq_while_a_thread_waits_on_the_channel() {
-    // Threads wait on the channel while CQs on it are created, armed, fed and dropped; the
-    // waits end with events or timeouts, never touch a freed CQ (memcheck runs this too).
+    // Threads wait on the channel while CQs on it are created, armed, fed and dropped: on
+    // even rounds the CQ is dropped only after a waiter got its event (so events do reach
+    // waiters), on odd rounds at once (the event races the drop). Every event names a CQ of
+    // the channel, none is left for a dropped CQ, and nothing touches a freed CQ (memcheck
+    // runs this too).
     let dev = Device::sim();
     let ch = dev.create_channel().unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<u32>::new()));
     let waiters: Vec<_> = (0..2)
         .map(|_| {
-            let (ch, stop) = (ch.clone(), stop.clone());
+            let (ch, stop, seen) = (ch.clone(), stop.clone(), seen.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let _ = ch.wait(Some(Duration::from_millis(2))).unwrap();
+                    if let Some(e) = ch.wait(Some(Duration::from_millis(2))).unwrap() {
+                        seen.lock().unwrap().push(e.cqn);
+                    }
                 }
             })
         })
         .collect();
-    for i in 0..50 {
-        let mut l = lo(dev.clone());
-        // `lo` made its own channel; this CQ goes on the shared one.
+    let mut cqns = Vec::new();
+    for i in 0..50u64 {
         let mut cq = dev
             .create_cq_with(&CqOptions::new(16).channel(&ch))
             .unwrap();
+        let cqn = cq.cqn();
+        cqns.push(cqn);
+        let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let me = qp.qpn();
+        qp.connect(me).unwrap();
         cq.arm(Notify::Any).unwrap();
-        l.cq.arm(Notify::Any).unwrap();
-        l.write(i);
+        qp.write_inline(b"12345678", mr.remote(0).unwrap(), i, PostFlags::SIGNALED)
+            .unwrap();
+        if i % 2 == 0 {
+            let t = std::time::Instant::now();
+            while !seen.lock().unwrap().contains(&cqn) {
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "round {i}: no waiter got CQ {cqn:#x}'s event"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        drop(qp);
         drop(cq);
-        drop(l);
     }
     stop.store(true, Ordering::Relaxed);
     for w in waiters {
         w.join().unwrap();
     }
     assert_eq!(ch.try_event().unwrap(), None);
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() >= 25, "{} events", seen.len());
+    assert!(
+        seen.iter().all(|c| cqns.contains(c)),
+        "{seen:x?} not in {cqns:x?}"
+    );
 }
 
 #[test]

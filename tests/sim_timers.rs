@@ -249,3 +249,24 @@ fn a_qp_moved_to_error_stops_waiting_for_its_timers() {
         assert_eq!(now(&dev), t);
     }
 }
+
+#[test]
+fn virtual_time_at_its_end_does_not_overflow_the_timers() {
+    // A time scale so large that virtual time saturates at u64::MAX at once: the timers
+    // computed from it (retransmission, RNR back-off, hold) saturate too instead of
+    // overflowing inside the NIC.
+    let dev = Device::sim();
+    dev.nic().unwrap().set_time_scale(1e30);
+    let mut p = pair(&dev, Timing::default());
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    p.b.set_error().unwrap();
+    p.a.write_inline(
+        b"anyone?",
+        p.mr_b.remote(0).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    assert_eq!(p.wait(false, 1)[0].1, WcStatus::RetryExcErr);
+    assert_eq!(now(&dev), u64::MAX);
+}

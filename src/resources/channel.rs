@@ -99,7 +99,13 @@ pub(crate) struct ChannelInner {
 ///
 /// Most programs call [`Cq::wait`](super::Cq::wait), which polls, arms and sleeps without
 /// missing a wake-up. The descriptor ([`AsFd`], [`AsRawFd`]) is readable while an event waits,
-/// for epoll, mio or tokio; then call [`CompletionChannel::try_event`].
+/// for epoll, mio or tokio; then call [`CompletionChannel::try_event`]. An event queued for a
+/// CQ whose [`Cq::wait`](super::Cq::wait) is running keeps the descriptor readable although
+/// `try_event` leaves it to that waiter (`None`): do not mix descriptor readiness with
+/// `Cq::wait` on the same channel, or expect such brief spurious readiness.
+///
+/// On the stepped software NIC (`Device::sim_stepped`) nothing runs the NIC while a
+/// thread sleeps: a wait finds only what the NIC produced before it, so give it a timeout.
 #[derive(Clone)]
 pub struct CompletionChannel {
     pub(crate) inner: Arc<ChannelInner>,

@@ -735,13 +735,23 @@ impl Pd {
 
 /// The ordering mode of new software NICs: `BLUEFLAME_SIM_ORDER=strict` (every request in
 /// order), a number (reordering with that seed), or unset (reordering with seed 0).
-/// Anything else is the default too.
+/// Anything else is the default too, said once on stderr (a seed meant to replay a failure
+/// must not silently become another).
 #[cfg(feature = "sim")]
 pub(crate) fn sim_order_from_env() -> mlx5::sim::OrderMode {
     match std::env::var("BLUEFLAME_SIM_ORDER") {
         Ok(v) if v.trim() == "strict" => mlx5::sim::OrderMode::Strict,
         Ok(v) => mlx5::sim::OrderMode::Relaxed {
-            seed: v.trim().parse().unwrap_or(0),
+            seed: v.trim().parse().unwrap_or_else(|_| {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "blueflame: BLUEFLAME_SIM_ORDER={v:?} is neither `strict` nor a seed \
+                         (u64): reordering with seed 0"
+                    )
+                });
+                0
+            }),
         },
         Err(_) => mlx5::sim::OrderMode::default(),
     }

@@ -110,7 +110,7 @@ impl State {
             let progress = match (outcome, held) {
                 (_, Some(kind)) => {
                     qp.stats.held_back += 1;
-                    let due = now + 1 + qp.rng.next() % MAX_HOLD_NS;
+                    let due = now.saturating_add(1 + qp.rng.next() % MAX_HOLD_NS);
                     let mut wqe = Box::new([0u8; MAX_WQE_BYTES]);
                     wqe[..bbs * 64].copy_from_slice(&buf[..bbs * 64]);
                     Progress::Held {
@@ -124,7 +124,8 @@ impl State {
                 (Outcome::Failed(Syndrome::TransportRetryExc), None) if !give_up => {
                     // No answer: send again when the local ACK timeout expires (timeout 0:
                     // never; the requester waits for ever).
-                    let until = ack_timeout_ns(qp.timing.timeout).map_or(u64::MAX, |t| now + t);
+                    let until = ack_timeout_ns(qp.timing.timeout)
+                        .map_or(u64::MAX, |t| now.saturating_add(t));
                     qp.wait = Some(Wait {
                         until,
                         kind: WaitFor::Ack,
@@ -686,7 +687,7 @@ impl State {
             return Outcome::Failed(Syndrome::RnrRetryExc);
         }
         me.wait = Some(Wait {
-            until: now + backoff,
+            until: now.saturating_add(backoff),
             kind: WaitFor::Rnr,
         });
         Outcome::Retry
