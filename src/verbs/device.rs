@@ -341,7 +341,7 @@ impl Context {
         let (input, mut out): (ffi::ibv_query_device_ex_input, ffi::ibv_device_attr_ex) =
             unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
         // SAFETY: live context; pointers to the two structs above.
-        let rc = unsafe { ffi::ibv_query_device_ex(self.ctx, &input, &mut out) };
+        let rc = unsafe { super::ex::query_device_ex(self.ctx, &input, &mut out) };
         if rc != 0 {
             return OdpCaps::default();
         }

@@ -186,7 +186,7 @@ impl Mr {
         let flags = if flush { IBV_ADVISE_MR_FLAG_FLUSH } else { 0 };
         // SAFETY: live PD; `list` holds `list.len()` entries for the call's duration.
         let rc = unsafe {
-            ffi::ibv_advise_mr(pd.pd, advice, flags, list.as_mut_ptr(), list.len() as u32)
+            super::ex::advise_mr(pd.pd, advice, flags, list.as_mut_ptr(), list.len() as u32)
         };
         if rc != 0 {
             return Err(code("ibv_advise_mr", rc));
@@ -510,8 +510,7 @@ impl ThreadDomain {
     pub fn new(pd: Arc<Pd>) -> Result<ThreadDomain, VerbsError> {
         let mut td_attr = ffi::ibv_td_init_attr { comp_mask: 0 };
         // SAFETY: live context; a valid init attribute (no optional fields).
-        let td =
-            unsafe { ffi::ibv_alloc_td(pd.ctx.ctx, &mut td_attr) }.unwrap_or(std::ptr::null_mut());
+        let td = unsafe { super::ex::alloc_td(pd.ctx.ctx, &mut td_attr) };
         if td.is_null() {
             return Err(last("ibv_alloc_td"));
         }
@@ -520,12 +519,11 @@ impl ThreadDomain {
         attr.pd = pd.pd;
         attr.td = td;
         // SAFETY: live context, PD and thread domain.
-        let parent = unsafe { ffi::ibv_alloc_parent_domain(pd.ctx.ctx, &mut attr) }
-            .unwrap_or(std::ptr::null_mut());
+        let parent = unsafe { super::ex::alloc_parent_domain(pd.ctx.ctx, &mut attr) };
         if parent.is_null() {
             let e = last("ibv_alloc_parent_domain");
             // SAFETY: allocated above, used by nothing.
-            unsafe { ffi::ibv_dealloc_td(td) };
+            unsafe { super::ex::dealloc_td(td) };
             return Err(e);
         }
         Ok(ThreadDomain {
@@ -542,7 +540,7 @@ impl Drop for ThreadDomain {
         // (it owns this value and drops it after `ibv_destroy_qp`).
         unsafe {
             ffi::ibv_dealloc_pd(self.parent);
-            ffi::ibv_dealloc_td(self.td);
+            super::ex::dealloc_td(self.td);
         }
     }
 }
