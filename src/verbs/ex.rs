@@ -814,10 +814,8 @@ mod tests {
         pattr.pd = &mut pd;
         pattr.td = td;
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { alloc_parent_domain(ctx, &mut pattr) },
-            &mut pd as *mut _
-        );
+        let parent = unsafe { alloc_parent_domain(ctx, &mut pattr) };
+        assert_eq!(parent, &mut pd as *mut _);
         // SAFETY: made by fake_alloc_td above, used by nothing.
         assert_eq!(unsafe { dealloc_td(td) }, 0);
         assert_eq!(TD.load(std::sync::atomic::Ordering::Relaxed), 101);
@@ -836,10 +834,8 @@ mod tests {
         // An input with an unknown comp_mask is refused as verbs.h does.
         let bad = ffi::ibv_query_device_ex_input { comp_mask: 1 };
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { query_device_ex(ctx, &bad, &mut out) },
-            libc::EINVAL
-        );
+        let rc = unsafe { query_device_ex(ctx, &bad, &mut out) };
+        assert_eq!(rc, libc::EINVAL);
     }
 
     /// The flags are the header's values (verbs.h: `IBV_QP_EX_WITH_*`, `IBV_WC_EX_WITH_*`).
