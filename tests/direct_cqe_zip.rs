@@ -461,26 +461,62 @@ proptest! {
     }
 }
 
-#[test]
-fn a_dropped_qps_sessions_are_discarded_and_its_number_reused() {
-    // One QP number: the next QP gets the dropped one's. QP A leaves sessions and plain
-    // entries in the CQ (unpolled) and is dropped; the teardown scan must step over A's
-    // sessions (a title's length, not its owner bits, says where the next entry is), and
-    // the poller discards them whole.
+/// A stepped software NIC with one QP number (the next QP gets a dropped one's), a
+/// compressing CQ and a region.
+struct OneQpNumber {
+    dev: Device,
+    pd: Pd,
+    cq: Cq,
+    mr: MemoryRegion,
+}
+
+fn one_qp_number() -> OneQpNumber {
     let dev = Device::sim_stepped_with_limits(mlx5::sim::Limits {
         keys: 0xff_ffff,
         qps: 1,
         cqs: 64,
     });
     let pd = dev.alloc_pd().unwrap();
-    let mut cq = zip_cq(&dev, 64, MiniCqeFormat::Hash);
+    let cq = zip_cq(&dev, 64, MiniCqeFormat::Hash);
     let mr = pd.alloc_mr(4096, ALL).unwrap();
-    let loopback = |cq: &Cq| {
-        let mut qp = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
-        let q = qp.qpn();
-        qp.connect(q).unwrap();
-        qp
-    };
+    OneQpNumber { dev, pd, cq, mr }
+}
+
+/// A QP on `cq` connected to itself.
+fn loopback(pd: &Pd, cq: &Cq) -> Qp {
+    let mut qp = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
+    let q = qp.qpn();
+    qp.connect(q).unwrap();
+    qp
+}
+
+/// B's ten signaled writes (cookies 100..110), run.
+fn ten_new_writes(dev: &Device, b: &mut Qp, mr: &MemoryRegion) {
+    for i in 0..10u64 {
+        b.write_inline(
+            b"new",
+            mr.remote(600).unwrap(),
+            100 + i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    }
+    dev.process();
+}
+
+#[test]
+fn a_dropped_qps_sessions_are_discarded_and_its_number_reused() {
+    // One QP number: the next QP gets the dropped one's. QP A leaves sessions and plain
+    // entries in the CQ (unpolled) and is dropped; the teardown scan must step over A's
+    // sessions (a title's length, not its owner bits, says where the next entry is), and
+    // the poller discards them whole.
+    let OneQpNumber {
+        dev,
+        pd,
+        mut cq,
+        mr,
+    } = one_qp_number();
+    let loopback = |cq: &Cq| loopback(&pd, cq);
     let mut a = loopback(&cq);
     let qpn = a.qpn();
     for round in 0..3u64 {
@@ -498,16 +534,7 @@ fn a_dropped_qps_sessions_are_discarded_and_its_number_reused() {
 
     let mut b = loopback(&cq);
     assert_eq!(b.qpn(), qpn, "the software NIC reuses the number");
-    for i in 0..10u64 {
-        b.write_inline(
-            b"new",
-            mr.remote(600).unwrap(),
-            100 + i,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
-    }
-    dev.process();
+    ten_new_writes(&dev, &mut b, &mr);
     assert_eq!(nic(&dev).cq_sessions(cq.cqn()), (4, 5 + 9 + 13 + 10));
     let got = poll_all(&mut cq);
     let cookies: Vec<u64> = got.iter().map(|c| c.cookie).collect();
@@ -520,20 +547,13 @@ fn a_half_read_session_of_a_dropped_qp_is_not_given_to_its_successor() {
     // QP A's session is read in part (the consumer index stays on its title), then A is
     // dropped and B takes its number: the rest of A's session must be discarded, not
     // reported as B's completions with cookies from B's queue.
-    let dev = Device::sim_stepped_with_limits(mlx5::sim::Limits {
-        keys: 0xff_ffff,
-        qps: 1,
-        cqs: 64,
-    });
-    let pd = dev.alloc_pd().unwrap();
-    let mut cq = zip_cq(&dev, 64, MiniCqeFormat::Hash);
-    let mr = pd.alloc_mr(4096, ALL).unwrap();
-    let loopback = |cq: &Cq| {
-        let mut qp = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
-        let q = qp.qpn();
-        qp.connect(q).unwrap();
-        qp
-    };
+    let OneQpNumber {
+        dev,
+        pd,
+        mut cq,
+        mr,
+    } = one_qp_number();
+    let loopback = |cq: &Cq| loopback(&pd, cq);
     let mut a = loopback(&cq);
     let qpn = a.qpn();
     for i in 0..10u64 {
@@ -549,16 +569,7 @@ fn a_half_read_session_of_a_dropped_qp_is_not_given_to_its_successor() {
 
     let mut b = loopback(&cq);
     assert_eq!(b.qpn(), qpn, "the software NIC reuses the number");
-    for i in 0..10u64 {
-        b.write_inline(
-            b"new",
-            mr.remote(600).unwrap(),
-            100 + i,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
-    }
-    dev.process();
+    ten_new_writes(&dev, &mut b, &mr);
     let got = poll_all(&mut cq);
     let cookies: Vec<u64> = got.iter().map(|c| c.cookie).collect();
     assert_eq!(cookies, (100..110).collect::<Vec<_>>(), "only B's: {got:?}");

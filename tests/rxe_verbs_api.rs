@@ -103,6 +103,38 @@ fn refusals_and_moderation(dev: &Device, api: VerbsApi) {
     let mut out = vec![Completion::default(); 64];
     let start = Instant::now();
     let mut seen = Vec::new();
+    // First half a queue of unsignaled writes, then a batch whose first request is the one
+    // moderation signals, dropped after its second push is refused: the rewind gives the
+    // moderation back, so the writes below still get their hidden signaled one (before, the
+    // counter stayed reset: a full queue of unsignaled writes, none signaled, QueueFull for
+    // good, which the loop below reports as stuck).
+    for i in 0..depth / 2 {
+        a.write_inline(&[i as u8], remote, 90, PostFlags::UNSIGNALED)
+            .expect("half a queue");
+    }
+    {
+        let mut b = a.batch();
+        b.push(
+            &Request::Write {
+                remote,
+                data: Payload::Inline(b"forced"),
+            },
+            91,
+            PostFlags::UNSIGNALED,
+        )
+        .expect("push");
+        assert!(matches!(
+            b.push(
+                &Request::Write {
+                    remote,
+                    data: Payload::Inline(&long),
+                },
+                92,
+                PostFlags::UNSIGNALED,
+            ),
+            Err(Error::InlineTooLong { .. })
+        ));
+    }
     for i in 0..4 * depth {
         loop {
             match a.write_inline(&[i as u8], remote, 100, PostFlags::UNSIGNALED) {

@@ -38,6 +38,11 @@ pub struct VerbsSendQueue {
     /// Set after a bind or local invalidate: the next request is fenced (as rdma-core arms an
     /// initiator small fence on mlx5).
     fence_next: bool,
+    /// `(unsignaled, fence_next)` before each queued request: what a rewind, or a ring whose
+    /// requests were refused from one on, puts back (else a refused forced-signal request
+    /// would leave no signaled one outstanding and the queue full for good, and a refused
+    /// request would take the fence after a bind with it).
+    moderation: Box<[(u32, bool)]>,
     wrs: Box<[ffi::ibv_send_wr]>,
     sges: Box<[ffi::ibv_sge]>,
     inline: Box<[u8]>,
@@ -83,6 +88,7 @@ impl VerbsSendQueue {
             seq: 0,
             unsignaled: 0,
             fence_next: false,
+            moderation: vec![(0, false); MAX_BATCH].into_boxed_slice(),
             wrs: (0..MAX_BATCH).map(|_| zeroed_wr()).collect(),
             // SAFETY: an all-zero ibv_sge is valid.
             sges: (0..MAX_BATCH * max_sge)
@@ -393,13 +399,14 @@ impl VerbsSendQueue {
         } else {
             0
         };
-        if flags.signaled || self.unsignaled + 1 > self.cap / 2 {
-            self.unsignaled = 0;
+        // Taken only once the request is posted (a refused one changes nothing).
+        let unsignaled = if flags.signaled || self.unsignaled + 1 > self.cap / 2 {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+            0
         } else {
-            self.unsignaled += 1;
             report = false;
-        }
+            self.unsignaled + 1
+        };
         if flags.solicited {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_SOLICITED.0;
         }
@@ -456,6 +463,7 @@ impl VerbsSendQueue {
         if rc != 0 {
             return Some(Err(Error::Verbs(code(call, rc))));
         }
+        self.unsignaled = unsignaled;
         self.seq = self.seq.wrapping_add(1);
         self.shadow.mark_posted(self.seq);
         Some(Ok(()))
@@ -475,6 +483,7 @@ impl VerbsSendQueue {
         flags: PostFlags,
     ) {
         let slot = self.pending;
+        self.moderation[slot] = (self.unsignaled, self.fence_next);
         // Completion moderation, as on the direct path.
         let mut report = flags.signaled;
         let signal = flags.signaled || self.unsignaled + 1 > self.cap / 2;
@@ -608,12 +617,13 @@ impl VerbsSendQueue {
         self.check_room()?;
         let signal = flags.signaled || self.unsignaled + 1 > self.cap / 2;
         let mut send_flags = 0;
-        if signal {
-            self.unsignaled = 0;
+        // Taken only once the bind is posted (a refused one changes nothing).
+        let unsignaled = if signal {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+            0
         } else {
-            self.unsignaled += 1;
-        }
+            self.unsignaled + 1
+        };
         let mut bind = ffi::ibv_mw_bind {
             wr_id: self.seq as u64,
             send_flags,
@@ -638,6 +648,7 @@ impl VerbsSendQueue {
         if rc != 0 {
             return Err(Error::Verbs(code("ibv_bind_mw", rc)));
         }
+        self.unsignaled = unsignaled;
         self.seq = end;
         self.shadow.mark_posted(end);
         self.fence_next = true;
@@ -689,6 +700,7 @@ impl VerbsSendQueue {
         if rc != 0 {
             self.seq = self.seq.wrapping_sub((n - first_bad) as u16);
             self.shadow.mark_posted(self.seq);
+            (self.unsignaled, self.fence_next) = self.moderation[first_bad];
             return Err(Error::Verbs(code(call, rc)));
         }
         Ok(())
@@ -706,6 +718,9 @@ impl VerbsSendQueue {
 
     /// Drops the queued requests (a batch that was not rung).
     pub fn rewind(&mut self) {
+        if self.pending > 0 {
+            (self.unsignaled, self.fence_next) = self.moderation[0];
+        }
         self.seq = self.seq.wrapping_sub(self.pending as u16);
         self.pending = 0;
         self.shadow.mark_posted(self.seq);
