@@ -504,6 +504,14 @@ fn ten_new_writes(dev: &Device, b: &mut Qp, mr: &MemoryRegion) {
     dev.process();
 }
 
+/// Everything left in `cq` is B's ten writes (`ten_new_writes`), successful, on `qpn`.
+fn only_the_new_writes(cq: &mut Cq, qpn: u32) {
+    let got = poll_all(cq);
+    let cookies: Vec<u64> = got.iter().map(|c| c.cookie).collect();
+    assert_eq!(cookies, (100..110).collect::<Vec<_>>(), "only B's: {got:?}");
+    assert!(got.iter().all(|c| c.is_ok() && c.qpn == qpn));
+}
+
 #[test]
 fn a_dropped_qps_sessions_are_discarded_and_its_number_reused() {
     // One QP number: the next QP gets the dropped one's. QP A leaves sessions and plain
@@ -516,8 +524,7 @@ fn a_dropped_qps_sessions_are_discarded_and_its_number_reused() {
         mut cq,
         mr,
     } = one_qp_number();
-    let loopback = |cq: &Cq| loopback(&pd, cq);
-    let mut a = loopback(&cq);
+    let mut a = loopback(&pd, &cq);
     let qpn = a.qpn();
     for round in 0..3u64 {
         for i in 0..(5 + round * 4) {
@@ -532,14 +539,11 @@ fn a_dropped_qps_sessions_are_discarded_and_its_number_reused() {
     assert_eq!(nic(&dev).cq_sessions(cq.cqn()), (3, 5 + 9 + 13));
     drop(a);
 
-    let mut b = loopback(&cq);
+    let mut b = loopback(&pd, &cq);
     assert_eq!(b.qpn(), qpn, "the software NIC reuses the number");
     ten_new_writes(&dev, &mut b, &mr);
     assert_eq!(nic(&dev).cq_sessions(cq.cqn()), (4, 5 + 9 + 13 + 10));
-    let got = poll_all(&mut cq);
-    let cookies: Vec<u64> = got.iter().map(|c| c.cookie).collect();
-    assert_eq!(cookies, (100..110).collect::<Vec<_>>(), "only B's: {got:?}");
-    assert!(got.iter().all(|c| c.is_ok() && c.qpn == qpn));
+    only_the_new_writes(&mut cq, qpn);
 }
 
 #[test]
@@ -553,8 +557,7 @@ fn a_half_read_session_of_a_dropped_qp_is_not_given_to_its_successor() {
         mut cq,
         mr,
     } = one_qp_number();
-    let loopback = |cq: &Cq| loopback(&pd, cq);
-    let mut a = loopback(&cq);
+    let mut a = loopback(&pd, &cq);
     let qpn = a.qpn();
     for i in 0..10u64 {
         a.write_inline(b"old", mr.remote(512).unwrap(), i, PostFlags::SIGNALED)
@@ -567,13 +570,10 @@ fn a_half_read_session_of_a_dropped_qp_is_not_given_to_its_successor() {
     assert_eq!(first.map(|c| c.cookie), [0, 1, 2]);
     drop(a);
 
-    let mut b = loopback(&cq);
+    let mut b = loopback(&pd, &cq);
     assert_eq!(b.qpn(), qpn, "the software NIC reuses the number");
     ten_new_writes(&dev, &mut b, &mr);
-    let got = poll_all(&mut cq);
-    let cookies: Vec<u64> = got.iter().map(|c| c.cookie).collect();
-    assert_eq!(cookies, (100..110).collect::<Vec<_>>(), "only B's: {got:?}");
-    assert!(got.iter().all(|c| c.is_ok() && c.qpn == qpn));
+    only_the_new_writes(&mut cq, qpn);
 }
 
 #[test]

@@ -58,6 +58,19 @@ const PACKAGES: &[&str] = &[
     "valgrind",
 ];
 
+/// Builds the examples (after the dependencies) and runs `stage` on them: the exit code.
+fn run_examples(stage: fn(&[(String, std::path::PathBuf)]) -> bool) -> i32 {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let exes = (deps() == 0)
+        .then(|| examples::executables(&cargo))
+        .flatten();
+    if exes.is_some_and(|e| stage(&e)) {
+        0
+    } else {
+        1
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match args.first().map(String::as_str) {
@@ -80,28 +93,8 @@ fn main() {
                 1
             }
         }
-        Some("examples") => {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let exes = (deps() == 0)
-                .then(|| examples::executables(&cargo))
-                .flatten();
-            if exes.is_some_and(|e| examples::host_stage(&e)) {
-                0
-            } else {
-                1
-            }
-        }
-        Some("rxe-examples") => {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let exes = (deps() == 0)
-                .then(|| examples::executables(&cargo))
-                .flatten();
-            if exes.is_some_and(|e| rxe::examples_stage(&e)) {
-                0
-            } else {
-                1
-            }
-        }
+        Some("examples") => run_examples(examples::host_stage),
+        Some("rxe-examples") => run_examples(rxe::examples_stage),
         Some("crate") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             if deps() == 0 && crate_checks::stage(&cargo) {
