@@ -219,7 +219,57 @@ impl Cqe64 {
     pub fn as_err(&self) -> &ErrCqe {
         zerocopy::transmute_ref!(self)
     }
+    /// Responder CQE of a UD (or DC) receive: `flags_rqpn` (bytes 24..28 of the leading
+    /// union), `sl << 24 | grh << 28 | source qpn` on InfiniBand (rdma-core `cq.c`
+    /// `handle_responder`).
+    #[inline]
+    pub fn flags_rqpn(&self) -> u32 {
+        let b = &self.rsvd0[FLAGS_RQPN_OFFSET..FLAGS_RQPN_OFFSET + 4];
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+    }
+    /// The source QP number of a UD receive (`flags_rqpn & 0xffffff`).
+    #[inline]
+    pub fn src_qpn(&self) -> u32 {
+        self.flags_rqpn() & 0xff_ffff
+    }
+    /// Whether the received packet carried a GRH (`(flags_rqpn >> 28) & 3` non-zero; its
+    /// 40 bytes are then at the start of the receive buffer).
+    #[inline]
+    pub fn grh_present(&self) -> bool {
+        (self.flags_rqpn() >> 28) & 3 != 0
+    }
+    /// The sender's service level (`(flags_rqpn >> 24) & 0xf`, InfiniBand).
+    #[inline]
+    pub fn sl(&self) -> u8 {
+        ((self.flags_rqpn() >> 24) & 0xf) as u8
+    }
+    /// The source LID (`slid`).
+    #[inline]
+    pub fn slid(&self) -> u16 {
+        u16::from_be_bytes([self.rsvd0[SLID_OFFSET], self.rsvd0[SLID_OFFSET + 1]])
+    }
+    /// The destination LID path bits (`ml_path & 0x7f`).
+    #[inline]
+    pub fn dlid_path_bits(&self) -> u8 {
+        self.rsvd0[ML_PATH_OFFSET] & 0x7f
+    }
+    /// Writes the UD responder fields: `flags_rqpn = sl << 24 | grh << 28 | src_qpn`,
+    /// `slid`, `ml_path` (as a NIC writes them).
+    #[inline]
+    pub fn set_ud_fields(&mut self, src_qpn: u32, sl: u8, grh: bool, slid: u16, path_bits: u8) {
+        let f = (u32::from(grh) << 28) | (u32::from(sl & 0xf) << 24) | (src_qpn & 0xff_ffff);
+        self.rsvd0[FLAGS_RQPN_OFFSET..FLAGS_RQPN_OFFSET + 4].copy_from_slice(&f.to_be_bytes());
+        self.rsvd0[SLID_OFFSET..SLID_OFFSET + 2].copy_from_slice(&slid.to_be_bytes());
+        self.rsvd0[ML_PATH_OFFSET] = path_bits & 0x7f;
+    }
 }
+
+/// Offset of `ml_path` in `struct mlx5_cqe64` (inside the leading union).
+pub const ML_PATH_OFFSET: usize = 17;
+/// Offset of `slid` in `struct mlx5_cqe64`.
+pub const SLID_OFFSET: usize = 22;
+/// Offset of `flags_rqpn` in `struct mlx5_cqe64`.
+pub const FLAGS_RQPN_OFFSET: usize = 24;
 
 impl ErrCqe {
     /// The syndrome, decoded.

@@ -3,7 +3,7 @@
 //! Byte-exact formats of what an mlx5 NIC (NVIDIA/Mellanox ConnectX-4 and later, BlueField)
 //! reads and writes in host memory, with no OS calls:
 //!
-//! - send WQE segments ([`ctrl`], [`seg`], [`umr`]) and the opcodes that go in them
+//! - send WQE segments ([`ctrl`], [`seg`], [`umr`], the UD/DC address vector [`av`]) and the opcodes that go in them
 //!   ([`opcode`]);
 //! - receive WQE entries ([`recv`]);
 //! - completion entries: the 64-byte CQE, the error CQE, mini-CQEs ([`cqe`]) and the error
@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 
 pub mod atomic;
+pub mod av;
 pub mod be;
 pub mod cqe;
 pub mod ctrl;

@@ -139,8 +139,32 @@ static const struct hdrcheck_entry hdrcheck_table[] = {
 	HC_FIELD(mlx5_wqe_umr_klm_seg, mkey),
 	HC_FIELD(mlx5_wqe_umr_klm_seg, address),
 
+	/* ---- UD / DC: the address vector and the datagram segment ---- */
+	HC_SIZEOF(mlx5_wqe_av),
+	HC_FIELD(mlx5_wqe_av, key),
+	HC_FIELD(mlx5_wqe_av, dqp_dct),
+	HC_FIELD(mlx5_wqe_av, stat_rate_sl),
+	HC_FIELD(mlx5_wqe_av, fl_mlid),
+	HC_FIELD(mlx5_wqe_av, rlid),
+	HC_FIELD(mlx5_wqe_av, reserved0),
+	HC_FIELD(mlx5_wqe_av, rmac),
+	HC_FIELD(mlx5_wqe_av, tclass),
+	HC_FIELD(mlx5_wqe_av, hop_limit),
+	HC_FIELD(mlx5_wqe_av, grh_gid_fl),
+	HC_FIELD(mlx5_wqe_av, rgid),
+	{ "offsetof(mlx5_wqe_av, key.qkey.qkey)", (uint64_t)offsetof(struct mlx5_wqe_av, key.qkey.qkey) },
+	{ "sizeof(mlx5_wqe_av.key.qkey.qkey)", (uint64_t)sizeof(((struct mlx5_wqe_av *)0)->key.qkey.qkey) },
+	{ "offsetof(mlx5_wqe_av, key.dc_key)", (uint64_t)offsetof(struct mlx5_wqe_av, key.dc_key) },
+	{ "sizeof(mlx5_wqe_av.key.dc_key)", (uint64_t)sizeof(((struct mlx5_wqe_av *)0)->key.dc_key) },
+	HC_SIZEOF(mlx5_wqe_datagram_seg),
+	HC_FIELD(mlx5_wqe_datagram_seg, av),
+	HC_CONST(MLX5_EXTENDED_UD_AV),
+
 	/* ---- completion entries ---- */
 	HC_SIZEOF(mlx5_cqe64),
+	HC_FIELD(mlx5_cqe64, ml_path),
+	HC_FIELD(mlx5_cqe64, slid),
+	HC_FIELD(mlx5_cqe64, flags_rqpn),
 	HC_FIELD(mlx5_cqe64, srqn_uidx),
 	HC_FIELD(mlx5_cqe64, imm_inval_pkey),
 	HC_FIELD(mlx5_cqe64, app),
@@ -360,6 +384,64 @@ void hdrcheck_set_raddr_seg(uint8_t *out, uint64_t raddr, uint32_t rkey)
 	seg.rkey = htobe32(rkey);
 	seg.reserved = 0;
 	memcpy(out, &seg, sizeof(seg));
+}
+
+/* struct mlx5_wqe_datagram_seg of a UD send as rdma-core's qp.c _set_datagram_seg makes it:
+ * the AH's AV (here built by member name as verbs.c mlx5_create_ah fills it on InfiniBand)
+ * copied, then dqp_dct = remote_qpn | MLX5_EXTENDED_UD_AV and key.qkey.qkey = qkey. */
+void hdrcheck_set_ud_datagram_seg(uint8_t *out, uint32_t remote_qpn, uint32_t qkey,
+				  uint8_t stat_rate_sl, uint8_t fl_mlid, uint16_t rlid,
+				  uint8_t tclass, uint8_t hop_limit, uint32_t grh_gid_fl,
+				  const uint8_t *rgid, const uint8_t *rmac)
+{
+	struct mlx5_wqe_av av;
+	struct mlx5_wqe_datagram_seg seg;
+
+	memset(&av, 0, sizeof(av));
+	av.stat_rate_sl = stat_rate_sl;
+	av.fl_mlid = fl_mlid;
+	av.rlid = htobe16(rlid);
+	memcpy(av.rmac, rmac, sizeof(av.rmac));
+	av.tclass = tclass;
+	av.hop_limit = hop_limit;
+	av.grh_gid_fl = htobe32(grh_gid_fl);
+	memcpy(av.rgid, rgid, sizeof(av.rgid));
+
+	memset(&seg, 0, sizeof(seg));
+	memcpy(&seg.av, &av, sizeof(seg.av));
+	seg.av.dqp_dct = htobe32(remote_qpn | MLX5_EXTENDED_UD_AV);
+	seg.av.key.qkey.qkey = htobe32(qkey);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* mlx5dv_set_dgram_seg (the header's own helper; it writes the 64-bit key, the DC form). */
+void hdrcheck_dv_set_dgram_seg(uint8_t *out, uint64_t key, uint32_t dqp_dct, uint8_t ext,
+			       uint8_t stat_rate_sl, uint8_t fl_mlid, uint16_t rlid,
+			       const uint8_t *rmac, uint8_t tclass, uint8_t hop_limit,
+			       uint32_t grh_gid_fl, const uint8_t *rgid)
+{
+	struct mlx5_wqe_datagram_seg seg;
+	uint8_t mac[6], gid[16];
+
+	memcpy(mac, rmac, sizeof(mac));
+	memcpy(gid, rgid, sizeof(gid));
+	memset(&seg, 0, sizeof(seg));
+	mlx5dv_set_dgram_seg(&seg, key, dqp_dct, ext, stat_rate_sl, fl_mlid, rlid, mac, tclass,
+			     hop_limit, grh_gid_fl, gid);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* The UD responder fields of a struct mlx5_cqe64 set by member name (big-endian, as the NIC
+ * writes them); cq.c handle_responder reads them back. */
+void hdrcheck_set_ud_cqe(uint8_t *out, uint32_t flags_rqpn, uint16_t slid, uint8_t ml_path)
+{
+	struct mlx5_cqe64 c;
+
+	memset(&c, 0, sizeof(c));
+	c.flags_rqpn = htobe32(flags_rqpn);
+	c.slid = htobe16(slid);
+	c.ml_path = ml_path;
+	memcpy(out, &c, sizeof(c));
 }
 
 /* The CQ arm request as rdma-core's cq.c mlx5_arm_cq builds it from the header's

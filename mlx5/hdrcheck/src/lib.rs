@@ -63,6 +63,34 @@ extern "C" {
         op_own: u8,
     );
     fn hdrcheck_wc_status_of_syndrome(syndrome: u8) -> u32;
+    fn hdrcheck_set_ud_datagram_seg(
+        out: *mut u8,
+        remote_qpn: u32,
+        qkey: u32,
+        stat_rate_sl: u8,
+        fl_mlid: u8,
+        rlid: u16,
+        tclass: u8,
+        hop_limit: u8,
+        grh_gid_fl: u32,
+        rgid: *const u8,
+        rmac: *const u8,
+    );
+    fn hdrcheck_dv_set_dgram_seg(
+        out: *mut u8,
+        key: u64,
+        dqp_dct: u32,
+        ext: u8,
+        stat_rate_sl: u8,
+        fl_mlid: u8,
+        rlid: u16,
+        rmac: *const u8,
+        tclass: u8,
+        hop_limit: u8,
+        grh_gid_fl: u32,
+        rgid: *const u8,
+    );
+    fn hdrcheck_set_ud_cqe(out: *mut u8, flags_rqpn: u32, slid: u16, ml_path: u8);
     fn hdrcheck_cq_arm(
         rec: *mut u8,
         db: *mut u8,
@@ -281,4 +309,83 @@ pub fn set_err_cqe(
 pub fn wc_status_of_syndrome(syndrome: u8) -> u32 {
     // SAFETY: a pure C function of one byte; no pointers, no global state.
     unsafe { hdrcheck_wc_status_of_syndrome(syndrome) }
+}
+
+/// The host values of a `struct mlx5_wqe_av` (as `mlx5_create_ah` fills it).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct AvFields {
+    /// `stat_rate_sl`.
+    pub stat_rate_sl: u8,
+    /// `fl_mlid`.
+    pub fl_mlid: u8,
+    /// `rlid` (host order).
+    pub rlid: u16,
+    /// `rmac`.
+    pub rmac: [u8; 6],
+    /// `tclass`.
+    pub tclass: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `grh_gid_fl` (host order).
+    pub grh_gid_fl: u32,
+    /// `rgid`.
+    pub rgid: [u8; 16],
+}
+
+/// `struct mlx5_wqe_datagram_seg` of a UD send as rdma-core's `qp.c` `_set_datagram_seg`
+/// makes it from an AV with these members.
+pub fn set_ud_datagram_seg(remote_qpn: u32, qkey: u32, av: &AvFields) -> [u8; 48] {
+    let mut out = [0u8; 48];
+    // SAFETY: the C function reads 16 bytes through `rgid` and 6 through `rmac` (arrays of
+    // exactly that size), writes sizeof(struct mlx5_wqe_datagram_seg) == 48 bytes through
+    // `out` (48 writable bytes) and keeps no pointer.
+    unsafe {
+        hdrcheck_set_ud_datagram_seg(
+            out.as_mut_ptr(),
+            remote_qpn,
+            qkey,
+            av.stat_rate_sl,
+            av.fl_mlid,
+            av.rlid,
+            av.tclass,
+            av.hop_limit,
+            av.grh_gid_fl,
+            av.rgid.as_ptr(),
+            av.rmac.as_ptr(),
+        )
+    };
+    out
+}
+
+/// The header's own `mlx5dv_set_dgram_seg` (64-bit key: the DC form).
+pub fn dv_set_dgram_seg(key: u64, dqp_dct: u32, ext: bool, av: &AvFields) -> [u8; 48] {
+    let mut out = [0u8; 48];
+    // SAFETY: as in set_ud_datagram_seg: 6 bytes read through `rmac`, 16 through `rgid`,
+    // 48 written through `out`; no pointer kept.
+    unsafe {
+        hdrcheck_dv_set_dgram_seg(
+            out.as_mut_ptr(),
+            key,
+            dqp_dct,
+            ext as u8,
+            av.stat_rate_sl,
+            av.fl_mlid,
+            av.rlid,
+            av.rmac.as_ptr(),
+            av.tclass,
+            av.hop_limit,
+            av.grh_gid_fl,
+            av.rgid.as_ptr(),
+        )
+    };
+    out
+}
+
+/// A `struct mlx5_cqe64` with only the UD responder members set by name.
+pub fn set_ud_cqe(flags_rqpn: u32, slid: u16, ml_path: u8) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    // SAFETY: the C function writes sizeof(struct mlx5_cqe64) == 64 bytes through `out`
+    // (64 writable bytes) and keeps no pointer.
+    unsafe { hdrcheck_set_ud_cqe(out.as_mut_ptr(), flags_rqpn, slid, ml_path) };
+    out
 }

@@ -771,6 +771,82 @@ mod dv_layout {
     }
 }
 
+/// UD and DC: the address vector, the datagram segment, the CQE's UD responder fields.
+mod ud {
+    use super::*;
+    use mlx5::av::{Av, DatagramSeg};
+    use mlx5::cqe;
+
+    layout! {
+        names: NAMES;
+        Av = "mlx5_wqe_av", av_size {
+            av_key => key,
+            av_dqp_dct => dqp_dct,
+            av_stat_rate_sl => stat_rate_sl,
+            av_fl_mlid => fl_mlid,
+            av_rlid => rlid,
+            av_reserved0 => reserved0,
+            av_rmac => rmac,
+            av_tclass => tclass,
+            av_hop_limit => hop_limit,
+            av_grh_gid_fl => grh_gid_fl,
+            av_rgid => rgid,
+        }
+        DatagramSeg = "mlx5_wqe_datagram_seg", datagram_seg_size {
+            datagram_seg_av => av,
+        }
+    }
+
+    checks! {
+        names: SPECIAL_NAMES;
+
+        // The key union: the Q_Key is its first four bytes, the DC key all eight; the crate
+        // keeps the union as one Be64 with accessors for both.
+        av_key_union_qkey_first_dc_key_whole(
+            q_off = "offsetof(mlx5_wqe_av, key.qkey.qkey)",
+            q_size = "sizeof(mlx5_wqe_av.key.qkey.qkey)",
+            dc_off = "offsetof(mlx5_wqe_av, key.dc_key)",
+            dc_size = "sizeof(mlx5_wqe_av.key.dc_key)",
+        ) {
+            assert_eq!((q_off, q_size), (0, 4));
+            assert_eq!((dc_off, dc_size), (0, 8));
+            let mut av = Av::default();
+            av.set_qkey(0x1122_3344);
+            let b = zerocopy::IntoBytes::as_bytes(&av);
+            assert_eq!(b[q_off as usize..(q_off + q_size) as usize], [0x11, 0x22, 0x33, 0x44]);
+            assert_eq!(av.qkey(), 0x1122_3344);
+        }
+
+        extended_ud_av(v = "MLX5_EXTENDED_UD_AV") {
+            assert_eq!(mlx5::av::EXTENDED_UD_AV as u64, v);
+        }
+
+        // The datagram segment is three DS of the WQE.
+        datagram_seg_is_three_ds(
+            seg = "sizeof(struct mlx5_wqe_datagram_seg)",
+            ds = "sizeof(struct mlx5_wqe_data_seg)",
+        ) {
+            assert_eq!(mlx5::av::DATAGRAM_SEG_DS as u64, seg / ds);
+            assert_eq!(mlx5::av::AV_BYTES as u64, seg);
+        }
+
+        // The UD responder fields live in the leading union the crate keeps raw.
+        cqe_ud_fields(
+            ml = "offsetof(mlx5_cqe64, ml_path)",
+            ml_size = "sizeof(mlx5_cqe64.ml_path)",
+            slid = "offsetof(mlx5_cqe64, slid)",
+            slid_size = "sizeof(mlx5_cqe64.slid)",
+            fr = "offsetof(mlx5_cqe64, flags_rqpn)",
+            fr_size = "sizeof(mlx5_cqe64.flags_rqpn)",
+        ) {
+            assert_eq!((cqe::ML_PATH_OFFSET as u64, 1), (ml, ml_size));
+            assert_eq!((cqe::SLID_OFFSET as u64, 2), (slid, slid_size));
+            assert_eq!((cqe::FLAGS_RQPN_OFFSET as u64, 4), (fr, fr_size));
+            assert!(fr + fr_size <= value("offsetof(mlx5_cqe64, srqn_uidx)"));
+        }
+    }
+}
+
 mod table {
     use super::*;
     use std::collections::HashSet;
@@ -782,6 +858,8 @@ mod table {
             consts::NAMES,
             consts::SPECIAL_NAMES,
             dv_layout::NAMES,
+            ud::NAMES,
+            ud::SPECIAL_NAMES,
         ]
         .into_iter()
         .flatten()
