@@ -99,6 +99,14 @@ pub enum Error {
         /// Bytes the remote buffer has from the given offset.
         available: u64,
     },
+    /// A UD send longer than the path MTU: a datagram is one packet (refused before
+    /// posting; perftest's `-c UD` caps its size at the MTU the same way).
+    MessageTooLong {
+        /// Bytes of the message.
+        len: u64,
+        /// The path MTU in bytes.
+        mtu: u32,
+    },
     /// Protection violation: a local segment whose region is in another protection domain.
     Protection {
         /// The region's lkey.
@@ -263,6 +271,10 @@ impl fmt::Display for Error {
                     "length error: {needed} bytes to move, the remote buffer has {available}"
                 )
             }
+            Error::MessageTooLong { len, mtu } => write!(
+                f,
+                "message too long: {len} bytes in one UD datagram, the path MTU is {mtu}"
+            ),
             Error::Protection { lkey } => write!(
                 f,
                 "protection violation: region {lkey:#x} is in another protection domain"

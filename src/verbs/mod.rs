@@ -9,6 +9,7 @@
 //!   moderation of unsignaled runs, statuses.
 //! - [`ex`]: rdma-core's extended work-request and polling APIs, chosen per QP and CQ at
 //!   creation ([`ex::VerbsApi`], `BLUEFLAME_VERBS_API`).
+//! - [`ud`]: unreliable-datagram QPs, address handles, multicast, UD sends.
 
 pub mod channel;
 pub mod cm;
@@ -18,6 +19,7 @@ pub(crate) mod fd;
 pub mod objects;
 pub mod path;
 pub mod probe;
+pub mod ud;
 
 use std::io;
 

@@ -551,12 +551,15 @@ pub struct Qp {
     pub(crate) caps: Caps,
     /// The extended send operations (`ibv_wr_*`), when the QP was created with them.
     pub(crate) send_ops: Option<SendOps>,
+    /// The extended send operations of a UD QP (`ibv_wr_send` + `ibv_wr_set_ud_addr`),
+    /// when it was created with them (see [`super::ud`]); None for an RC QP.
+    pub(crate) ud_ops: Option<super::ud::UdSendOps>,
     /// The rdma_cm id that created the QP (it is destroyed through it).
-    cm_id: Option<*mut ffi::rdma_cm_id>,
+    pub(super) cm_id: Option<*mut ffi::rdma_cm_id>,
     /// The QP's thread domain, when it was created on one: freed after the QP (Drop).
-    td: Option<ThreadDomain>,
-    pd: Arc<Pd>,
-    _cqs: [Arc<Cq>; 2],
+    pub(super) td: Option<ThreadDomain>,
+    pub(super) pd: Arc<Pd>,
+    pub(super) _cqs: [Arc<Cq>; 2],
 }
 
 // SAFETY: as for Pd; posting is serialised by the owner (`&mut`).
@@ -687,6 +690,7 @@ impl Qp {
             qp,
             caps: real,
             send_ops,
+            ud_ops: None,
             cm_id: None,
             td,
             pd,
@@ -735,6 +739,7 @@ impl Qp {
             qp,
             caps: real,
             send_ops,
+            ud_ops: None,
             cm_id: Some(id),
             td,
             pd,
@@ -744,7 +749,7 @@ impl Qp {
 
     /// The API the verbs data path posts to this QP with.
     pub fn api(&self) -> VerbsApi {
-        if self.send_ops.is_some() {
+        if self.send_ops.is_some() || self.ud_ops.is_some() {
             VerbsApi::Extended
         } else {
             VerbsApi::Legacy
@@ -768,7 +773,7 @@ impl Qp {
         &self.pd.ctx
     }
 
-    fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: u32) -> Result<(), VerbsError> {
+    pub(super) fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: u32) -> Result<(), VerbsError> {
         // SAFETY: live QP; `attr` is a valid attribute block for `mask`.
         let rc = unsafe { ffi::ibv_modify_qp(self.qp, attr, mask as i32) };
         if rc != 0 {

@@ -23,6 +23,10 @@ use std::sync::Arc;
 /// error have no valid opcode, and this is how they are attributed to the right queue.
 const RECV_TAG: u64 = 1 << 63;
 
+/// Marks a UD QP's receive's `wr_id` (with [`RECV_TAG`]): its completion carries the
+/// sender's QP number and whether a GRH was received, read only for these.
+const UD_TAG: u64 = 1 << 62;
+
 /// Most requests in one verbs batch (one `ibv_post_send` of a linked list).
 pub const MAX_BATCH: usize = 64;
 
@@ -46,7 +50,7 @@ pub struct VerbsSendQueue {
     wrs: Box<[ffi::ibv_send_wr]>,
     sges: Box<[ffi::ibv_sge]>,
     inline: Box<[u8]>,
-    pending: usize,
+    pub(super) pending: usize,
     /// What the device's atomics can do (read once when the device was opened).
     atomics: mlx5::AtomicCaps,
     /// The CQ entries this queue holds (None: not accounted, for tests).
@@ -152,7 +156,7 @@ impl VerbsSendQueue {
     }
 
     /// Room for one more request in the queue and in its CQ.
-    fn check_room(&mut self) -> Result<()> {
+    pub(super) fn check_room(&mut self) -> Result<()> {
         if self.free() == 0 {
             return Err(Error::QueueFull {
                 needed: 1,
@@ -195,6 +199,34 @@ impl VerbsSendQueue {
         Ok(n)
     }
 
+    /// Stages the payload `p` of the request in `slot`: a gather list into its entries
+    /// (checked), inline bytes into its staging buffer (`IBV_SEND_INLINE` added to `flags`).
+    /// Returns the number of gather entries; nothing is published on an error.
+    pub(super) fn stage(&mut self, slot: usize, p: &Payload<'_>, flags: &mut u32) -> Result<usize> {
+        match p {
+            Payload::Sgl(sgl) => self.fill_sgl(slot, sgl),
+            Payload::Inline([]) => Ok(0),
+            Payload::Inline(b) => {
+                if b.len() > self.max_inline {
+                    return Err(Error::InlineTooLong {
+                        len: b.len(),
+                        max: self.max_inline,
+                    });
+                }
+                let at = slot * self.max_inline;
+                self.inline[at..at + b.len()].copy_from_slice(b);
+                let addr = self.inline[at..].as_ptr() as u64;
+                self.sges[slot * self.max_sge] = ffi::ibv_sge {
+                    addr,
+                    length: b.len() as u32,
+                    lkey: 0,
+                };
+                *flags |= ffi::ibv_send_flags::IBV_SEND_INLINE.0;
+                Ok(1)
+            }
+        }
+    }
+
     /// Queues one request for the next [`VerbsSendQueue::ring`]; checks everything first.
     ///
     /// # Errors
@@ -214,36 +246,13 @@ impl VerbsSendQueue {
         use ffi::ibv_wr_opcode as O;
         let mut wr = zeroed_wr();
         let mut send_flags = 0u32;
-        let payload = |s: &mut Self, p: &Payload<'_>, flags: &mut u32| -> Result<usize> {
-            match p {
-                Payload::Sgl(sgl) => s.fill_sgl(slot, sgl),
-                Payload::Inline([]) => Ok(0),
-                Payload::Inline(b) => {
-                    if b.len() > s.max_inline {
-                        return Err(Error::InlineTooLong {
-                            len: b.len(),
-                            max: s.max_inline,
-                        });
-                    }
-                    let at = slot * s.max_inline;
-                    s.inline[at..at + b.len()].copy_from_slice(b);
-                    let addr = s.inline[at..].as_ptr() as u64;
-                    s.sges[slot * s.max_sge] = ffi::ibv_sge {
-                        addr,
-                        length: b.len() as u32,
-                        lkey: 0,
-                    };
-                    *flags |= ffi::ibv_send_flags::IBV_SEND_INLINE.0;
-                    Ok(1)
-                }
-            }
-        };
+        let payload = Self::stage;
         let (opcode, wc, byte_len, nsge) = match *req {
             Request::Write { remote, ref data }
             | Request::WriteImm {
                 remote, ref data, ..
             } => {
-                let n = payload(self, data, &mut send_flags)?;
+                let n = payload(self, slot, data, &mut send_flags)?;
                 wr.wr.rdma = ffi::rdma_t {
                     remote_addr: remote.addr,
                     rkey: remote.rkey,
@@ -269,15 +278,15 @@ impl VerbsSendQueue {
                 O::IBV_WR_SEND,
                 WcOpcode::Send,
                 0,
-                payload(self, data, &mut send_flags)?,
+                payload(self, slot, data, &mut send_flags)?,
             ),
             Request::SendImm { ref data, imm } => {
-                let n = payload(self, data, &mut send_flags)?;
+                let n = payload(self, slot, data, &mut send_flags)?;
                 wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
                 (O::IBV_WR_SEND_WITH_IMM, WcOpcode::Send, 0, n)
             }
             Request::SendInv { ref data, rkey } => {
-                let n = payload(self, data, &mut send_flags)?;
+                let n = payload(self, slot, data, &mut send_flags)?;
                 wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
                 (O::IBV_WR_SEND_WITH_INV, WcOpcode::Send, 0, n)
             }
@@ -472,7 +481,7 @@ impl VerbsSendQueue {
     /// Adds a built work request to the pending list with moderation, flags and its shadow
     /// entry.
     #[allow(clippy::too_many_arguments)]
-    fn enqueue(
+    pub(super) fn enqueue(
         &mut self,
         wr: ffi::ibv_send_wr,
         opcode: ffi::ibv_wr_opcode::Type,
@@ -675,15 +684,27 @@ impl VerbsSendQueue {
             }
             ops => ops.as_ref(),
         };
-        let (rc, first_bad, call) = match ex {
-            Some(ops) => {
+        let ud = match &self.qp.ud_ops {
+            Some(_) if self.gather_lists_legacy && self.wrs[..n].iter().any(|w| w.num_sge > 1) => {
+                None
+            }
+            ops => ops.as_ref(),
+        };
+        let (rc, first_bad, call) = match (ex, ud) {
+            (_, Some(ops)) => {
+                // SAFETY: as below; the address handles the sends name are live (the UD
+                // queue's `push` contract).
+                let rc = unsafe { ops.post(&self.wrs[..n]) };
+                (rc, 0, "ibv_wr_complete")
+            }
+            (Some(ops), None) => {
                 // SAFETY: the QP is live; the gather lists and inline staging the requests
                 // name are in this queue's buffers and stay untouched during the call
                 // (inline data is copied by it); `&mut self` serialises posting.
                 let rc = unsafe { ops.post(&self.wrs[..n]) };
                 (rc, 0, "ibv_wr_complete")
             }
-            None => {
+            (None, None) => {
                 self.wrs[n - 1].next = std::ptr::null_mut();
                 let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
                 // SAFETY: as above; the list links only entries of `wrs`.
@@ -790,6 +811,8 @@ pub struct VerbsRecvQueue {
     sges: Box<[ffi::ibv_sge]>,
     /// The receive request, prepared once: `sg_list` points into `sges`, `next` is null.
     wr: Box<ffi::ibv_recv_wr>,
+    /// [`RECV_TAG`], with [`UD_TAG`] on a UD QP.
+    tag: u64,
     /// The CQ entries this queue holds (None: not accounted).
     cq_share: Option<CqShare>,
 }
@@ -825,9 +848,18 @@ impl VerbsRecvQueue {
             seq: 0,
             sges,
             wr,
+            tag: RECV_TAG,
             cq_share: None,
             qp,
         }
+    }
+
+    /// The receive queue of the UD QP `qp`: its completions carry the sender's QP number
+    /// and the GRH flag.
+    pub fn new_ud(qp: Arc<Qp>) -> VerbsRecvQueue {
+        let mut q = VerbsRecvQueue::new(qp);
+        q.tag = RECV_TAG | UD_TAG;
+        q
     }
 
     /// Accounts this queue's receives against the entries of the CQ they complete on.
@@ -891,7 +923,7 @@ impl VerbsRecvQueue {
             n += 1;
         }
         // The prepared request (its list points into `sges`); only these two fields vary.
-        self.wr.wr_id = self.seq as u64 | RECV_TAG;
+        self.wr.wr_id = self.seq as u64 | self.tag;
         self.wr.num_sge = n as i32;
         self.shadow.set(self.seq, cookie);
         let mut bad = std::ptr::null_mut();

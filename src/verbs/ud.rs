@@ -1,0 +1,549 @@
+//! Unreliable-datagram QPs over rdma-core: creation (`ibv_create_qp_ex` with `IBV_QPT_UD`),
+//! the UD state transitions, address handles (`ibv_create_ah`), multicast
+//! (`ibv_attach_mcast` / `ibv_detach_mcast`) and the sends of the verbs data path:
+//! `ibv_post_send` with `wr.ud`, or, on a QP created with the extended API,
+//! `ibv_wr_send` / `ibv_wr_send_imm` + `ibv_wr_set_ud_addr` (chosen at creation as for RC,
+//! [`super::ex::ApiChoice`]).
+//!
+//! A UD send carries at most one path MTU of payload (there is no segmentation: a longer
+//! one is refused before posting); each receive gets the 40-byte GRH (or 40 undefined bytes
+//! without one) in front of the payload, so a receive for `n` bytes of payload needs
+//! `n + 40` bytes of buffer, as perftest's `ib_send_lat -c UD` sizes them (`UD_ADDITION`).
+//!
+//! The send and receive queues are the verbs path's own ([`VerbsSendQueue`],
+//! [`super::path::VerbsRecvQueue`]): the same cookies, completion moderation, CQ
+//! accounting, flushes and refusals as RC.
+
+use super::ex::{ApiChoice, VerbsApi};
+use super::objects::{Caps, Cq, Pd, Qp};
+use super::path::{VerbsSendQueue, MAX_BATCH};
+use super::{code, last, VerbsError};
+use crate::completion::WcOpcode;
+use crate::direct::PostFlags;
+use crate::error::{Error, QueueUnit, Result};
+use crate::{Fence, Payload};
+use rdma_sys as ffi;
+use std::os::raw::{c_int, c_uint, c_void};
+use std::sync::Arc;
+
+/// Bytes of the global route header in front of every UD receive's payload.
+pub const GRH_BYTES: u32 = 40;
+
+/// The path MTU in bytes of a verbs MTU enum (`IBV_MTU_256` = 1 ... `IBV_MTU_4096` = 5);
+/// 0 for a value outside it.
+pub fn mtu_bytes(mtu: u32) -> u32 {
+    match mtu {
+        1..=5 => 128 << mtu,
+        _ => 0,
+    }
+}
+
+/// The `send_ops_flags` a UD QP asks for: sends with and without immediate, all UD has
+/// (rxe refuses anything more for UD: `RXE_SUP_UD_QP_SEND_OPS_FLAGS`).
+pub(crate) fn ud_send_ops_flags() -> u64 {
+    use ffi::ibv_qp_create_send_ops_flags as F;
+    (F::IBV_QP_EX_WITH_SEND | F::IBV_QP_EX_WITH_SEND_WITH_IMM).0 as u64
+}
+
+type Qx = *mut ffi::ibv_qp_ex;
+
+/// The `ibv_wr_*` function pointers of a UD `ibv_qp_ex`, read once at creation (a provider
+/// sets only those of the opcodes asked for, so the RC set is not there).
+#[derive(Copy, Clone)]
+pub(crate) struct UdSendOps {
+    qpx: Qx,
+    start: unsafe extern "C" fn(Qx),
+    complete: unsafe extern "C" fn(Qx) -> c_int,
+    send: unsafe extern "C" fn(Qx),
+    send_imm: unsafe extern "C" fn(Qx, u32),
+    set_ud_addr: unsafe extern "C" fn(Qx, *mut ffi::ibv_ah, u32, u32),
+    set_sge: unsafe extern "C" fn(Qx, u32, u64, u32),
+    set_sge_list: unsafe extern "C" fn(Qx, usize, *const ffi::ibv_sge),
+    set_inline_data: unsafe extern "C" fn(Qx, *mut c_void, usize),
+}
+
+impl UdSendOps {
+    /// The extended UD send operations of `qp`, when it was created with
+    /// [`ud_send_ops_flags`] and its provider set every pointer used here.
+    ///
+    /// # Safety
+    /// `qp` must be a live QP; the result is used only while it lives.
+    unsafe fn of(qp: *mut ffi::ibv_qp) -> Option<UdSendOps> {
+        // SAFETY: live QP; NULL for a QP created without the extended attributes.
+        let qpx = unsafe { ffi::ibv_qp_to_qp_ex(qp) };
+        if qpx.is_null() {
+            return None;
+        }
+        // SAFETY: a live ibv_qp_ex; the provider filled its pointers at creation.
+        let q = unsafe { &*qpx };
+        Some(UdSendOps {
+            qpx,
+            start: q.wr_start?,
+            complete: q.wr_complete?,
+            send: q.wr_send?,
+            send_imm: q.wr_send_imm?,
+            set_ud_addr: q.wr_set_ud_addr?,
+            set_sge: q.wr_set_sge?,
+            set_sge_list: q.wr_set_sge_list?,
+            set_inline_data: q.wr_set_inline_data?,
+        })
+    }
+
+    /// Posts the built UD sends `wrs` between one `ibv_wr_start` and one `ibv_wr_complete`
+    /// with `ibv_post_send`'s semantics: opcode, flags, `wr_id`, the address vector
+    /// (`wr.ud`: `ibv_wr_set_ud_addr` after the opcode's builder, as verbs.h requires),
+    /// inline data or gather list. 0, or an errno after which none was posted.
+    ///
+    /// # Safety
+    /// The QP is live; the AHs, gather lists and inline bytes the requests name are valid
+    /// for the call; posting is serialised by the caller.
+    pub(crate) unsafe fn post(&self, wrs: &[ffi::ibv_send_wr]) -> c_int {
+        let q = self.qpx;
+        // SAFETY: the caller's contract; the provider's builders between start and complete,
+        // each request's address set right after its opcode's builder.
+        unsafe {
+            (self.start)(q);
+            for wr in wrs {
+                std::ptr::addr_of_mut!((*q).wr_id).write(wr.wr_id);
+                std::ptr::addr_of_mut!((*q).wr_flags).write(wr.send_flags as c_uint);
+                if wr.opcode == ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM {
+                    (self.send_imm)(q, wr.imm_data_invalidated_rkey_union.imm_data);
+                } else {
+                    (self.send)(q);
+                }
+                let ud = wr.wr.ud;
+                (self.set_ud_addr)(q, ud.ah, ud.remote_qpn, ud.remote_qkey);
+                if wr.send_flags & ffi::ibv_send_flags::IBV_SEND_INLINE.0 != 0 && wr.num_sge > 0 {
+                    let s = &*wr.sg_list;
+                    (self.set_inline_data)(q, s.addr as *mut c_void, s.length as usize);
+                } else if wr.num_sge == 1 {
+                    let s = &*wr.sg_list;
+                    (self.set_sge)(q, s.lkey, s.addr, s.length);
+                } else {
+                    (self.set_sge_list)(q, wr.num_sge as usize, wr.sg_list);
+                }
+            }
+            (self.complete)(q)
+        }
+    }
+}
+
+/// The creation attributes of a UD QP; with `extended`, the UD `ibv_wr_*` opcodes.
+fn ud_init_attr(
+    send_cq: &Cq,
+    recv_cq: &Cq,
+    caps: &Caps,
+    pd: *mut ffi::ibv_pd,
+    extended: bool,
+) -> ffi::ibv_qp_init_attr_ex {
+    // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
+    let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+    attr.send_cq = send_cq.cq;
+    attr.recv_cq = recv_cq.cq;
+    attr.qp_type = ffi::ibv_qp_type::IBV_QPT_UD;
+    attr.sq_sig_all = 0;
+    attr.cap.max_send_wr = caps.max_send_wr;
+    attr.cap.max_recv_wr = caps.max_recv_wr;
+    attr.cap.max_send_sge = caps.max_send_sge;
+    attr.cap.max_recv_sge = caps.max_recv_sge;
+    attr.cap.max_inline_data = caps.max_inline;
+    attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+    attr.pd = pd;
+    if extended {
+        attr.comp_mask |= ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+        attr.send_ops_flags = ud_send_ops_flags();
+    }
+    attr
+}
+
+impl Qp {
+    /// Creates a UD QP in RESET on `pd` (then [`Qp::ud_ready`]); with the extended UD send
+    /// operations when `api` wants them and the provider has them, else `ibv_post_send`.
+    ///
+    /// # Errors
+    /// The `ibv_create_qp_ex` error; [`Error::Unsupported`] when `api` requires the
+    /// extended operations and the provider refuses them.
+    pub fn new_ud(
+        pd: Arc<Pd>,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        caps: Caps,
+        api: ApiChoice,
+    ) -> Result<Qp> {
+        let create = |ex: bool| {
+            let mut attr = ud_init_attr(&send_cq, &recv_cq, &caps, pd.pd, ex);
+            // SAFETY: live context, PD and CQs; `attr` is a valid in/out parameter.
+            let qp = unsafe { super::ex::create_qp_ex(pd.ctx.ctx, &mut attr) };
+            (qp, attr)
+        };
+        let caps_of = |a: &ffi::ibv_qp_init_attr_ex| Caps {
+            max_send_wr: a.cap.max_send_wr,
+            max_recv_wr: a.cap.max_recv_wr,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+            max_inline: a.cap.max_inline_data,
+        };
+        let mut made = None;
+        if api.wants_extended() {
+            let (qp, attr) = create(true);
+            if !qp.is_null() {
+                // SAFETY: created just above; the ops are used while the Qp lives.
+                match unsafe { UdSendOps::of(qp) } {
+                    Some(ops) => made = Some((qp, caps_of(&attr), Some(ops))),
+                    // SAFETY: created above, used by nothing.
+                    None => unsafe {
+                        ffi::ibv_destroy_qp(qp);
+                    },
+                }
+            }
+            if made.is_none() {
+                api.unavailable(
+                    "BLUEFLAME_VERBS_API=extended: the provider refused the extended UD send operations",
+                )?;
+            }
+        }
+        let (qp, real, ud_ops) = match made {
+            Some(m) => m,
+            None => {
+                let (qp, attr) = create(false);
+                if qp.is_null() {
+                    return Err(Error::Verbs(last("ibv_create_qp_ex")));
+                }
+                (qp, caps_of(&attr), None)
+            }
+        };
+        Ok(Qp {
+            qp,
+            caps: real,
+            send_ops: None,
+            ud_ops,
+            cm_id: None,
+            td: None,
+            pd,
+            _cqs: [send_cq, recv_cq],
+        })
+    }
+
+    /// Whether this QP was created as a UD QP with the extended send operations.
+    pub fn ud_api(&self) -> VerbsApi {
+        self.api()
+    }
+
+    /// RESET -> INIT (P_Key index 0, `port`, Q_Key `qkey`) -> RTR -> RTS (send PSN `psn`):
+    /// the UD transitions (no address, no path MTU: each send names its own address
+    /// handle).
+    ///
+    /// # Errors
+    /// The `ibv_modify_qp` error.
+    pub fn ud_ready(&self, port: u8, qkey: u32, psn: u32) -> std::result::Result<(), VerbsError> {
+        use ffi::ibv_qp_attr_mask as M;
+        // SAFETY: zeroed attributes are valid; the masked ones are set.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ffi::ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = port;
+        a.qkey = qkey;
+        self.modify(
+            &mut a,
+            M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0,
+        )?;
+        // SAFETY: as above.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
+        self.modify(&mut a, M::IBV_QP_STATE.0)?;
+        // SAFETY: as above.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTS;
+        a.sq_psn = psn & 0xff_ffff;
+        self.modify(&mut a, M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0)
+    }
+
+    /// Joins the multicast group `gid` / `lid` (`ibv_attach_mcast`; `lid` is 0 on RoCE).
+    ///
+    /// # Errors
+    /// The `ibv_attach_mcast` error (`EINVAL` for a GID that is not multicast, or a QP that
+    /// is not UD).
+    pub fn attach_mcast(&self, gid: &[u8; 16], lid: u16) -> std::result::Result<(), VerbsError> {
+        let g = ffi::ibv_gid { raw: *gid };
+        // SAFETY: live QP; `g` is valid for the call, which copies it.
+        let rc = unsafe { ffi::ibv_attach_mcast(self.qp, &g, lid) };
+        if rc != 0 {
+            return Err(code("ibv_attach_mcast", rc));
+        }
+        Ok(())
+    }
+
+    /// Leaves the multicast group `gid` / `lid` (`ibv_detach_mcast`).
+    ///
+    /// # Errors
+    /// The `ibv_detach_mcast` error (`EINVAL` when the QP is not attached to it).
+    pub fn detach_mcast(&self, gid: &[u8; 16], lid: u16) -> std::result::Result<(), VerbsError> {
+        let g = ffi::ibv_gid { raw: *gid };
+        // SAFETY: as in `attach_mcast`.
+        let rc = unsafe { ffi::ibv_detach_mcast(self.qp, &g, lid) };
+        if rc != 0 {
+            return Err(code("ibv_detach_mcast", rc));
+        }
+        Ok(())
+    }
+}
+
+/// Where an address handle leads: a port's LID (InfiniBand) and, with `sgid_index`, a
+/// global route to `gid` (RoCE, where every AH is global; also a multicast GID).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AhAttr {
+    /// The destination GID (used with `sgid_index`).
+    pub gid: [u8; 16],
+    /// The destination LID (0 on RoCE; the multicast LID for a group on InfiniBand).
+    pub lid: u16,
+    /// The local port.
+    pub port: u8,
+    /// The source GID index: Some makes the AH global (`is_global`, a GRH on the wire).
+    pub sgid_index: Option<i32>,
+    /// The GRH hop limit (perftest and UCX use 255).
+    pub hop_limit: u8,
+}
+
+/// An address handle (`ibv_create_ah`), destroyed on drop after the requests naming it have
+/// been handed to the provider (rxe resolves the address when the AH is created and the
+/// kernel keeps it by number; mlx5 copies it into each WQE).
+pub struct Ah {
+    pub(crate) ah: *mut ffi::ibv_ah,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: as for Pd: the wrapper only holds the pointer; rdma-core's calls on it are
+// thread-safe and a posted request keeps no reference to the user-space object.
+unsafe impl Send for Ah {}
+// SAFETY: as above.
+unsafe impl Sync for Ah {}
+
+impl std::fmt::Debug for Ah {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ah").finish_non_exhaustive()
+    }
+}
+
+impl Ah {
+    /// An address handle on `pd` for `attr` (with a GRH: `is_global`, `dgid`,
+    /// `sgid_index`, `hop_limit`, as perftest's and UCX's UD address handles).
+    ///
+    /// # Errors
+    /// The `ibv_create_ah` error (e.g. no route to the GID's address on RoCE).
+    pub fn new(pd: Arc<Pd>, attr: &AhAttr) -> std::result::Result<Ah, VerbsError> {
+        // SAFETY: zeroed attributes are valid (no GRH, SL 0, static rate 0).
+        let mut a: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
+        a.dlid = attr.lid;
+        a.port_num = attr.port;
+        if let Some(idx) = attr.sgid_index {
+            a.is_global = 1;
+            a.grh.dgid.raw = attr.gid;
+            a.grh.sgid_index = idx as u8;
+            a.grh.hop_limit = attr.hop_limit;
+        }
+        // SAFETY: live PD; `a` is valid for the call, which copies it.
+        let ah = unsafe { ffi::ibv_create_ah(pd.pd, &mut a) };
+        if ah.is_null() {
+            return Err(last("ibv_create_ah"));
+        }
+        Ok(Ah { ah, _pd: pd })
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once.
+        unsafe { ffi::ibv_destroy_ah(self.ah) };
+    }
+}
+
+/// The send side of a UD QP on the verbs path: [`VerbsSendQueue`]'s queue, moderation and
+/// CQ accounting, with sends addressed by an [`Ah`], a QP number and a Q_Key, each at most
+/// one path MTU long.
+pub struct VerbsUdSendQueue {
+    sq: VerbsSendQueue,
+    mtu: u32,
+}
+
+impl std::fmt::Debug for VerbsUdSendQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsUdSendQueue")
+            .field("sq", &self.sq)
+            .field("mtu", &self.mtu)
+            .finish()
+    }
+}
+
+/// The bytes a payload carries.
+fn payload_len(data: &Payload<'_>) -> u64 {
+    match data {
+        Payload::Sgl(sgl) => sgl.iter().map(|s| s.len as u64).sum(),
+        Payload::Inline(b) => b.len() as u64,
+    }
+}
+
+impl VerbsUdSendQueue {
+    /// The send queue of the UD QP `qp`, whose sends carry at most `mtu` bytes (the port's
+    /// active MTU in bytes, [`mtu_bytes`]).
+    pub fn new(qp: Arc<Qp>, mtu: u32) -> VerbsUdSendQueue {
+        VerbsUdSendQueue {
+            sq: VerbsSendQueue::new(qp),
+            mtu,
+        }
+    }
+
+    /// The largest payload of one send (the path MTU).
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// The queue underneath (room, capacity, CQ accounting, gather-list workaround).
+    pub fn queue(&mut self) -> &mut VerbsSendQueue {
+        &mut self.sq
+    }
+
+    /// Requests that can be posted now.
+    pub fn free(&self) -> u32 {
+        self.sq.free()
+    }
+
+    /// Requests the queue was created for.
+    pub fn capacity(&self) -> u32 {
+        self.sq.capacity()
+    }
+
+    /// Queues one send of `data` to QP `remote_qpn` behind `ah` with Q_Key `remote_qkey`
+    /// (with immediate `imm` when Some) for the next [`VerbsUdSendQueue::ring`]; everything
+    /// is checked first. A fence is meaningless on UD (no reads or atomics to wait for) and
+    /// is not set.
+    ///
+    /// # Safety
+    /// `ah` must be a live address handle of this QP's protection domain until the request
+    /// has been handed to the provider ([`VerbsUdSendQueue::ring`] returned).
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLong`] above the MTU; as [`VerbsSendQueue::push`]:
+    /// [`Error::QueueFull`], [`Error::CqFull`], [`Error::TooManySge`],
+    /// [`Error::InlineTooLong`], [`Error::InvalidParameter`] for a gather entry above 2 GiB.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn push(
+        &mut self,
+        ah: *mut ffi::ibv_ah,
+        remote_qpn: u32,
+        remote_qkey: u32,
+        data: &Payload<'_>,
+        imm: Option<u32>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        let len = payload_len(data);
+        if len > self.mtu as u64 {
+            return Err(Error::MessageTooLong { len, mtu: self.mtu });
+        }
+        let sq = &mut self.sq;
+        if sq.pending == MAX_BATCH {
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                unit: QueueUnit::SendRequests,
+            });
+        }
+        sq.check_room()?;
+        let slot = sq.pending;
+        let mut send_flags = 0u32;
+        let nsge = sq.stage(slot, data, &mut send_flags)?;
+        // SAFETY: an all-zero ibv_send_wr (null pointers, zero counts) is a valid value.
+        let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr.ud = ffi::ud_t {
+            ah,
+            remote_qpn,
+            remote_qkey,
+        };
+        let opcode = match imm {
+            Some(imm) => {
+                wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+            }
+            None => ffi::ibv_wr_opcode::IBV_WR_SEND,
+        };
+        let flags = PostFlags {
+            fence: Fence::None,
+            ..flags
+        };
+        sq.enqueue(
+            wr,
+            opcode,
+            (WcOpcode::Send, 0),
+            nsge,
+            send_flags,
+            cookie,
+            flags,
+        );
+        Ok(())
+    }
+
+    /// Posts the queued sends (`ibv_wr_start` ... `ibv_wr_complete` on an extended QP, else
+    /// one `ibv_post_send`).
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::ring`]: the refused requests' space is given back.
+    pub fn ring(&mut self) -> Result<()> {
+        self.sq.ring()
+    }
+
+    /// Drops the queued sends (a batch that was not rung).
+    pub fn rewind(&mut self) {
+        self.sq.rewind()
+    }
+
+    /// Sends queued and not yet rung.
+    pub fn pending(&self) -> usize {
+        self.sq.pending()
+    }
+
+    /// One send now: [`VerbsUdSendQueue::push`] then [`VerbsUdSendQueue::ring`] (anything
+    /// queued before is posted with it).
+    ///
+    /// # Safety
+    /// As [`VerbsUdSendQueue::push`].
+    ///
+    /// # Errors
+    /// As [`VerbsUdSendQueue::push`] and [`VerbsUdSendQueue::ring`]; nothing is posted on
+    /// an error of `push`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn post(
+        &mut self,
+        ah: *mut ffi::ibv_ah,
+        remote_qpn: u32,
+        remote_qkey: u32,
+        data: &Payload<'_>,
+        imm: Option<u32>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.push(ah, remote_qpn, remote_qkey, data, imm, cookie, flags)? };
+        self.ring()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_enum_to_bytes() {
+        assert_eq!(mtu_bytes(1), 256);
+        assert_eq!(mtu_bytes(3), 1024);
+        assert_eq!(mtu_bytes(5), 4096);
+        assert_eq!(mtu_bytes(0), 0);
+        assert_eq!(mtu_bytes(6), 0);
+    }
+
+    /// The header's values (verbs.h `IBV_QP_EX_WITH_SEND` = 1 << 2, `_SEND_WITH_IMM` =
+    /// 1 << 3): exactly what rxe allows a UD QP (`RXE_SUP_UD_QP_SEND_OPS_FLAGS`).
+    #[test]
+    fn ud_send_ops_are_send_and_send_with_immediate() {
+        assert_eq!(ud_send_ops_flags(), (1 << 2) | (1 << 3));
+    }
+}
