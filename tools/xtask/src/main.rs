@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask demo`: installs what the build needs, then runs an RDMA-write ping-pong
 //!   through the direct data path (`bfperf write-lat`) and prints a perftest-style table.
-//! - `cargo xtask test`: installs what the build needs, then `cargo fmt --check`,
+//! - `cargo xtask test`: installs what the build needs, fetches rdma-core's source for the
+//!   `mlx5-oracle` tests (`oracle.rs`), then `cargo fmt --check`,
 //!   `cargo clippy -D warnings` (also with the `tokio` feature), `cargo test --workspace
 //!   --locked`, the `tokio` feature's tests (`AsyncCq`), and the direct-path and
 //!   memory-window tests again under valgrind's memcheck (`cargo xtask memcheck` alone).
@@ -24,6 +25,8 @@
 //! - `cargo xtask rxe-icount`: instructions per post / poll / receive of the verbs path on
 //!   rxe0 (callgrind in the VM), for both rdma-core APIs, beside plain rdma-core calls,
 //!   against guards (also run by the device stage of `test`, in its one boot).
+//! - `cargo xtask oracle`: only the rdma-core oracle tests (`mlx5/oracle`), with the source
+//!   fetched as `test` fetches it.
 //! - `cargo xtask aarch64`: only the aarch64 stage of `test` (below).
 //! - `cargo xtask deps`: only the installation step.
 //!
@@ -40,6 +43,7 @@ mod cross;
 mod examples;
 mod icount;
 mod memcheck;
+mod oracle;
 mod rxe;
 mod rxe_icount;
 mod wakeup;
@@ -81,6 +85,19 @@ fn main() {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let bins = (deps() == 0).then(|| test_executables(&cargo)).flatten();
             if bins.is_some_and(|b| memcheck::stage(&b)) {
+                0
+            } else {
+                1
+            }
+        }
+        Some("oracle") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let ok = oracle::setup(&cargo)
+                && run(
+                    "oracle tests",
+                    Command::new(&cargo).args(["test", "-p", "mlx5-oracle", "--locked"]),
+                );
+            if ok {
                 0
             } else {
                 1
@@ -135,7 +152,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | memcheck | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-icount | rxe-compare | wakeup | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-icount | rxe-compare | wakeup | deps>");
             2
         }
     };
@@ -217,6 +234,11 @@ fn test() -> i32 {
         return 1;
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // rdma-core's source for the mlx5-oracle tests, before any build (clippy lints the oracle
+    // code only when it is built).
+    if !oracle::setup(&cargo) {
+        return 1;
+    }
     let steps: [(&str, Vec<&str>); 6] = [
         ("format", vec!["fmt", "--all", "--", "--check"]),
         (

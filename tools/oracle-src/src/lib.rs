@@ -1,0 +1,1 @@
+//! Never built: this package only names the crate whose source `cargo fetch` downloads.
