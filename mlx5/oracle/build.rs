@@ -1,7 +1,8 @@
-//! Builds rdma-core's own mlx5 send and SRQ code (`providers/mlx5/qp.c`, `srq.c`, unchanged)
-//! from the source tree named by `BLUEFLAME_RDMA_CORE_SRC`, with `csrc/oracle.c` (a
-//! memory-backed QP and SRQ driven through that code) and `csrc/stubs.c` (the few functions
-//! of other rdma-core files that the two objects reference).
+//! Builds rdma-core's own mlx5 send, SRQ and address-handle code (`providers/mlx5/qp.c`,
+//! `srq.c`, `verbs.c`, unchanged) from the source tree named by `BLUEFLAME_RDMA_CORE_SRC`,
+//! with `csrc/oracle.c` (a memory-backed QP, SRQ and address handle driven through that code)
+//! and `csrc/stubs.c` (the few functions of other rdma-core files they reach; see its
+//! comment for why verbs.c links without the rest of libibverbs).
 //!
 //! The tree is rdma-core v55 as the `ibverbs-sys = "=0.3.2+55.0"` crate vendors it; `cargo
 //! xtask test` fetches that crate with `cargo fetch` (never builds it) and sets the variable.
@@ -125,7 +126,8 @@ fn main() {
         .includes(&includes)
         .warnings(false)
         .file(&qp_c)
-        .file(mlx5.join("srq.c"));
+        .file(mlx5.join("srq.c"))
+        .file(mlx5.join("verbs.c"));
     rc.compile("mlx5_oracle_rdma_core");
 
     // The oracle's own C: warnings are errors.

@@ -334,6 +334,64 @@ void oracle_wr_set_dc_addr(struct oracle_qp *q, const uint8_t av[48], uint32_t r
 	mlx5dv_wr_set_dc_addr(dv, oracle_ah(q, av), remote_dctn, remote_dc_key);
 }
 
+/* ---- Address handles ---- */
+
+struct oracle_port {
+	uint32_t gid_type;
+	uint8_t rmac[6];
+};
+extern struct oracle_port oracle_port;
+
+int oracle_create_ah(const struct oracle_ah_attr *a, uint8_t av_out[48])
+{
+	struct mlx5_device dev = {};
+	struct mlx5_context *ctx = calloc(1, sizeof(*ctx));
+	struct ibv_pd pd = {};
+	struct ibv_ah_attr attr = {};
+	struct ibv_ah *ah;
+
+	if (!ctx)
+		return ENOMEM;
+	dev.page_size = 4096;
+	ctx->ibv_ctx.context.device = &dev.verbs_dev.device;
+	ctx->dbg_fp = stderr;
+	/* One port whose link layer mlx5_query_port cached at context creation; no
+	 * MLX5_USER_CMDS_SUPP_UHW_CREATE_AH, so the MAC comes from ibv_resolve_eth_l2_from_gid. */
+	ctx->num_ports = 1;
+	ctx->cached_link_layer[0] = a->ethernet ? IBV_LINK_LAYER_ETHERNET :
+						   IBV_LINK_LAYER_INFINIBAND;
+	ctx->cached_port_flags[0] = 0;
+	ctx->cmds_supp_uhw = 0;
+	oracle_port.gid_type = a->roce_v2 ? IBV_GID_TYPE_SYSFS_ROCE_V2 :
+					    IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+	memcpy(oracle_port.rmac, a->rmac, 6);
+	pd.context = &ctx->ibv_ctx.context;
+
+	attr.dlid = a->dlid;
+	attr.sl = a->sl;
+	attr.src_path_bits = a->src_path_bits;
+	attr.static_rate = a->static_rate;
+	attr.is_global = a->is_global;
+	attr.port_num = 1;
+	memcpy(attr.grh.dgid.raw, a->dgid, 16);
+	attr.grh.flow_label = a->flow_label;
+	attr.grh.sgid_index = a->sgid_index;
+	attr.grh.hop_limit = a->hop_limit;
+	attr.grh.traffic_class = a->traffic_class;
+
+	ah = mlx5_create_ah(&pd, &attr);
+	if (!ah) {
+		int err = errno ? errno : EINVAL;
+
+		free(ctx);
+		return err;
+	}
+	memcpy(av_out, &to_mah(ah)->av, 48);
+	free(to_mah(ah));
+	free(ctx);
+	return 0;
+}
+
 /* ---- SRQ ---- */
 
 struct oracle_srq {

@@ -23,6 +23,20 @@ struct oracle_srq_geometry {
 	uint32_t dbrec;
 };
 
+/* The fields of struct ibv_ah_attr mlx5_create_ah reads, and the port it is created on. */
+struct oracle_ah_attr {
+	uint8_t ethernet, roce_v2, is_global, sl, src_path_bits, static_rate;
+	uint16_t dlid;
+	uint8_t dgid[16];
+	uint32_t flow_label;
+	uint8_t sgid_index, hop_limit, traffic_class;
+	uint8_t rmac[6];
+};
+
+/* rdma-core's verbs.c mlx5_create_ah on a one-port context: 0 and the AH's 48-byte
+ * mlx5_wqe_av, or the errno. */
+int oracle_create_ah(const struct oracle_ah_attr *a, uint8_t av_out[48]);
+
 struct oracle_qp *oracle_qp_new(int kind, uint32_t qpn, unsigned wqe_cnt, int max_inline,
 				int max_gs);
 void oracle_qp_free(struct oracle_qp *q);

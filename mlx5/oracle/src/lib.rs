@@ -5,7 +5,8 @@
 //! `csrc/oracle.c`, which builds a `struct mlx5_qp` / `struct mlx5_srq` in plain memory and
 //! posts through rdma-core's real code: `ibv_wr_start`, the `ibv_wr_*` builders and setters,
 //! `mlx5dv_wr_set_dc_addr`, `ibv_wr_complete` (doorbell record and BlueFlame copy into a
-//! memory "register") and `mlx5_post_srq_recv`.
+//! memory "register") and `mlx5_post_srq_recv`; and `providers/mlx5/verbs.c` for
+//! `mlx5_create_ah` ([`create_ah`]), the address vector of UD and DC sends.
 //!
 //! [`OracleQp`] and [`OracleSrq`] are that QP and SRQ; the tests in `tests/` post the same
 //! requests through them and through the `mlx5` crate's encoders and compare the bytes.
@@ -87,6 +88,57 @@ pub struct IbvDataBuf {
     pub length: usize,
 }
 
+/// What an address handle is created from: the fields of `struct ibv_ah_attr` that
+/// `mlx5_create_ah` reads, and the port (`struct oracle_ah_attr` of `csrc/oracle.h`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AhAttr {
+    /// 1: an Ethernet (RoCE) port; 0: InfiniBand.
+    pub ethernet: u8,
+    /// 1: the source GID is RoCE v2 (`IBV_GID_TYPE_SYSFS_ROCE_V2`).
+    pub roce_v2: u8,
+    /// `is_global`.
+    pub is_global: u8,
+    /// `sl`.
+    pub sl: u8,
+    /// `src_path_bits`.
+    pub src_path_bits: u8,
+    /// `static_rate` (`enum ibv_rate`).
+    pub static_rate: u8,
+    /// `dlid`.
+    pub dlid: u16,
+    /// `grh.dgid`.
+    pub dgid: [u8; 16],
+    /// `grh.flow_label`.
+    pub flow_label: u32,
+    /// `grh.sgid_index`.
+    pub sgid_index: u8,
+    /// `grh.hop_limit`.
+    pub hop_limit: u8,
+    /// `grh.traffic_class`.
+    pub traffic_class: u8,
+    /// The next hop's MAC the kernel resolves (`ibv_resolve_eth_l2_from_gid`).
+    pub rmac: [u8; 6],
+}
+
+/// rdma-core's `mlx5_create_ah` (providers/mlx5/verbs.c) on a one-port context: the
+/// address handle's 48-byte `struct mlx5_wqe_av`, or the errno it failed with.
+pub fn create_ah(attr: &AhAttr) -> Result<[u8; 48], i32> {
+    // The port's answers (GID type, MAC) are one global of csrc/stubs.c, as a device's port
+    // is one: one address handle at a time.
+    static PORT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _port = PORT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut av = [0u8; 48];
+    // SAFETY: `attr` is a valid `repr(C)` mirror of `struct oracle_ah_attr`, read only; the C
+    // function writes exactly 48 bytes to `av`.
+    let rc = unsafe { ffi::oracle_create_ah(attr, av.as_mut_ptr()) };
+    if rc == 0 {
+        Ok(av)
+    } else {
+        Err(rc)
+    }
+}
+
 /// The kind of QP rdma-core's `mlx5_qp_fill_wr_pfns` fills the function pointers for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(i32)]
@@ -125,7 +177,7 @@ pub struct SrqGeometry {
 /// functions that panic, so that the crate and its tests compile (and are linted) everywhere;
 /// no test reaches them (`skip_or_fail` comes first).
 mod ffi {
-    use super::{IbvDataBuf, IbvSge, SrqGeometry};
+    use super::{AhAttr, IbvDataBuf, IbvSge, SrqGeometry};
 
     #[repr(C)]
     pub struct OracleQp {
@@ -153,6 +205,7 @@ mod ffi {
     }
 
     oracle_ffi! {
+        fn oracle_create_ah(a: *const AhAttr, av: *mut u8) -> i32;
         fn oracle_qp_new(kind: i32, qpn: u32, wqe_cnt: u32, max_inline: i32, max_gs: i32) -> *mut OracleQp;
         fn oracle_qp_free(q: *mut OracleQp);
         fn oracle_qp_ring(q: *mut OracleQp) -> *mut u8;

@@ -358,3 +358,32 @@ pub fn post_oracle(
     let rc = oracle.post(&[wr]);
     assert_eq!(rc, 0, "ibv_wr_complete refused {req:?}");
 }
+
+/// A UD or DC send WQE from the crate's pieces, until the crate has a datagram WQE encoder:
+/// the request's RC body (the crate's `wqe::encode`, everything after its control segment)
+/// behind the datagram segment, and the control segment with the three extra DS.
+pub fn crate_datagram_wqe(
+    req: &Request<'_>,
+    pi: u16,
+    qpn: u32,
+    flags: FmCeSe,
+    dgram: &mlx5::av::DatagramSeg,
+) -> Vec<u8> {
+    use zerocopy::IntoBytes;
+    let lim = Limits {
+        max_sge: MAX_GS,
+        max_inline: MAX_INLINE,
+    };
+    let ds = wqe::wqe_ds(req, &lim).expect("a request the crate encodes");
+    let bbs = wqe::ds_to_bbs(ds);
+    let mut rc = vec![0u8; bbs * 64];
+    let mut span = Span::of_ring(&mut rc, 0, bbs);
+    wqe::encode(req, ds, pi, qpn, flags, &mut span);
+    let mut w = rc[..16].to_vec();
+    w.extend_from_slice(dgram.as_bytes());
+    w.extend_from_slice(&rc[16..ds * 16]);
+    let total = ds + mlx5::av::DATAGRAM_SEG_DS;
+    // qpn_ds: the same QP number, three more DS.
+    w[4..8].copy_from_slice(&((qpn << 8) | total as u32).to_be_bytes());
+    w
+}
