@@ -43,6 +43,7 @@ struct oracle_qp {
 	unsigned *wqe_head;
 	uint32_t *wr_data;
 	void *ring;
+	uint64_t *rq_wrid;
 };
 
 static struct ibv_qp_ex *qpx(struct oracle_qp *q)
@@ -164,7 +165,67 @@ void oracle_qp_free(struct oracle_qp *q)
 	free(q->wrid);
 	free(q->wqe_head);
 	free(q->wr_data);
+	free(q->rq_wrid);
+	free(q->qp.buf.buf);
 	free(q);
+}
+
+int oracle_qp_rq_setup(struct oracle_qp *q, unsigned wqe_cnt, int max_gs)
+{
+	/* mlx5_calc_rq_size without WQE signatures: a stride of max_gs data segments rounded
+	 * up to a power of two, max_gs then what the stride holds. */
+	unsigned stride = 16;
+	struct mlx5_qp *mqp = &q->qp;
+
+	if (wqe_cnt == 0 || (wqe_cnt & (wqe_cnt - 1)) != 0 || max_gs < 1 || max_gs > 64 ||
+	    mqp->buf.buf)
+		return EINVAL;
+	while (stride < (unsigned)max_gs * 16)
+		stride <<= 1;
+	mqp->buf.buf = aligned_alloc(4096, ((size_t)wqe_cnt * stride + 4095) & ~(size_t)4095);
+	q->rq_wrid = calloc(wqe_cnt, sizeof(*q->rq_wrid));
+	if (!mqp->buf.buf || !q->rq_wrid)
+		return ENOMEM;
+	memset(mqp->buf.buf, 0, (size_t)wqe_cnt * stride);
+	mqp->rq.offset = 0;
+	mqp->rq.wqe_cnt = wqe_cnt;
+	mqp->rq.wqe_shift = __builtin_ctz(stride);
+	mqp->rq.max_gs = stride / 16;
+	mqp->rq.qp_state_max_gs = stride / 16;
+	mqp->rq.max_post = wqe_cnt;
+	mqp->rq.wrid = q->rq_wrid;
+	return 0;
+}
+
+uint8_t *oracle_qp_rq_buf(struct oracle_qp *q)
+{
+	return q->qp.buf.buf;
+}
+
+int oracle_qp_post_recv(struct oracle_qp *q, uint64_t wr_id, const struct ibv_sge *sgl,
+			int num_sge)
+{
+	struct ibv_recv_wr wr = {
+		.wr_id = wr_id,
+		.sg_list = (struct ibv_sge *)sgl,
+		.num_sge = num_sge,
+	};
+	struct ibv_recv_wr *bad = NULL;
+
+	/* As if every receive had completed (what polling does to rq.tail). */
+	q->qp.rq.tail = q->qp.rq.head;
+	/* mlx5_post_recv only reads the list. */
+	return mlx5_post_recv(&q->qp.verbs_qp.qp, &wr, &bad);
+}
+
+unsigned oracle_qp_rq_head(const struct oracle_qp *q)
+{
+	return q->qp.rq.head;
+}
+
+uint32_t oracle_qp_rq_dbrec(const struct oracle_qp *q)
+{
+	return be32toh(q->dbrec[MLX5_RCV_DBR]);
 }
 
 uint8_t *oracle_qp_ring(struct oracle_qp *q)

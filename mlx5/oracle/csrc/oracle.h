@@ -48,6 +48,15 @@ unsigned oracle_qp_cur_post(const struct oracle_qp *q);
 uint32_t oracle_qp_sq_dbrec(const struct oracle_qp *q);
 unsigned oracle_qp_bf_offset(const struct oracle_qp *q);
 
+/* A receive queue for the QP (mlx5_calc_rq_size's geometry, no WQE signatures) and
+ * mlx5_post_recv into it. */
+int oracle_qp_rq_setup(struct oracle_qp *q, unsigned wqe_cnt, int max_gs);
+uint8_t *oracle_qp_rq_buf(struct oracle_qp *q);
+int oracle_qp_post_recv(struct oracle_qp *q, uint64_t wr_id, const struct ibv_sge *sgl,
+			int num_sge);
+unsigned oracle_qp_rq_head(const struct oracle_qp *q);
+uint32_t oracle_qp_rq_dbrec(const struct oracle_qp *q);
+
 void oracle_wr_start(struct oracle_qp *q);
 int oracle_wr_complete(struct oracle_qp *q);
 void oracle_wr_next(struct oracle_qp *q, uint64_t wr_id, unsigned wr_flags);

@@ -215,6 +215,11 @@ mod ffi {
         fn oracle_qp_cur_post(q: *const OracleQp) -> u32;
         fn oracle_qp_sq_dbrec(q: *const OracleQp) -> u32;
         fn oracle_qp_bf_offset(q: *const OracleQp) -> u32;
+        fn oracle_qp_rq_setup(q: *mut OracleQp, wqe_cnt: u32, max_gs: i32) -> i32;
+        fn oracle_qp_rq_buf(q: *mut OracleQp) -> *mut u8;
+        fn oracle_qp_post_recv(q: *mut OracleQp, wr_id: u64, sgl: *const IbvSge, n: i32) -> i32;
+        fn oracle_qp_rq_head(q: *const OracleQp) -> u32;
+        fn oracle_qp_rq_dbrec(q: *const OracleQp) -> u32;
         fn oracle_wr_start(q: *mut OracleQp);
         fn oracle_wr_complete(q: *mut OracleQp) -> i32;
         fn oracle_wr_next(q: *mut OracleQp, wr_id: u64, wr_flags: u32);

@@ -151,6 +151,8 @@ pub struct OracleQp {
     raw: *mut ffi::OracleQp,
     kind: QpKind,
     wqe_cnt: usize,
+    /// (entries, stride bytes) of the receive queue, once set up.
+    rq: Option<(usize, usize)>,
 }
 
 /// Largest `max_gs` / `max_inline` accepted: a WQE then fits 16 blocks, so the ring (at
@@ -184,7 +186,12 @@ impl OracleQp {
             !raw.is_null(),
             "rdma-core refused the QP (mlx5_qp_fill_wr_pfns)"
         );
-        OracleQp { raw, kind, wqe_cnt }
+        OracleQp {
+            raw,
+            kind,
+            wqe_cnt,
+            rq: None,
+        }
     }
 
     /// The send ring (`wqe_cnt * 64` bytes).
@@ -229,6 +236,71 @@ impl OracleQp {
     pub fn sq_dbrec(&self) -> u32 {
         // SAFETY: reads the doorbell record inside the live object.
         unsafe { ffi::oracle_qp_sq_dbrec(self.raw) }
+    }
+
+    /// Gives the QP a receive queue of `wqe_cnt` entries (a power of two) for `max_gs`
+    /// scatter entries (1..=64), laid out as rdma-core's `mlx5_calc_rq_size` lays it out
+    /// without WQE signatures: a stride of `max_gs` data segments rounded up to a power of
+    /// two. Returns the stride in bytes.
+    ///
+    /// # Panics
+    /// On another geometry, or a second call.
+    pub fn setup_rq(&mut self, wqe_cnt: usize, max_gs: usize) -> usize {
+        assert!(wqe_cnt.is_power_of_two() && wqe_cnt <= 1 << 14 && (1..=64).contains(&max_gs));
+        assert!(self.rq.is_none(), "one receive queue per QP");
+        // SAFETY: the C function checks the geometry and allocates the queue it owns.
+        let rc = unsafe { ffi::oracle_qp_rq_setup(self.raw, wqe_cnt as u32, max_gs as i32) };
+        assert_eq!(rc, 0, "oracle_qp_rq_setup");
+        let stride = (max_gs * 16).next_power_of_two().max(16);
+        self.rq = Some((wqe_cnt, stride));
+        stride
+    }
+
+    /// The receive queue's buffer (`wqe_cnt * stride` bytes).
+    ///
+    /// # Panics
+    /// Before [`OracleQp::setup_rq`].
+    pub fn rq_buf(&self) -> &[u8] {
+        let (n, stride) = self.rq.expect("setup_rq first");
+        // SAFETY: the buffer is `n * stride` bytes owned by the live QP; C runs only under
+        // `&mut self`.
+        unsafe { std::slice::from_raw_parts(ffi::oracle_qp_rq_buf(self.raw), n * stride) }
+    }
+
+    /// The receive queue's buffer, writable (to fill it with a pattern).
+    ///
+    /// # Panics
+    /// Before [`OracleQp::setup_rq`].
+    pub fn rq_buf_mut(&mut self) -> &mut [u8] {
+        let (n, stride) = self.rq.expect("setup_rq first");
+        // SAFETY: as `rq_buf`, and `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(ffi::oracle_qp_rq_buf(self.raw), n * stride) }
+    }
+
+    /// rdma-core's `mlx5_post_recv` of one receive (the queue emptied first, as if every
+    /// earlier receive had completed): 0 or its errno (`EINVAL` when the list has more
+    /// entries, empty ones included, than `max_gs`).
+    ///
+    /// # Panics
+    /// Before [`OracleQp::setup_rq`], or with more than 64 entries.
+    pub fn post_recv(&mut self, wr_id: u64, sgl: &[IbvSge]) -> i32 {
+        assert!(self.rq.is_some(), "setup_rq first");
+        assert!(sgl.len() <= 64);
+        // SAFETY: the list is live for the call and only read; rdma-core refuses more
+        // entries than the stride holds before writing, and writes inside its queue.
+        unsafe { ffi::oracle_qp_post_recv(self.raw, wr_id, sgl.as_ptr(), sgl.len() as i32) }
+    }
+
+    /// `rq.head`: receives posted.
+    pub fn rq_head(&self) -> u32 {
+        // SAFETY: reads one field.
+        unsafe { ffi::oracle_qp_rq_head(self.raw) }
+    }
+
+    /// The receive doorbell record (`dbrec[MLX5_RCV_DBR]`), host order.
+    pub fn rq_dbrec(&self) -> u32 {
+        // SAFETY: reads the doorbell record inside the live object.
+        unsafe { ffi::oracle_qp_rq_dbrec(self.raw) }
     }
 
     /// Posts `wrs` as one `ibv_wr_start` .. `ibv_wr_complete` batch and returns what
