@@ -46,6 +46,8 @@ struct oracle_qp {
 	uint64_t *rq_wrid;
 };
 
+static struct ibv_ah *oracle_ah(struct oracle_qp *q, const uint8_t av[48]);
+
 static struct ibv_qp_ex *qpx(struct oracle_qp *q)
 {
 	return &q->qp.verbs_qp.qp_ex;
@@ -370,6 +372,60 @@ void oracle_wr_set_inline_data_list(struct oracle_qp *q, size_t num_buf,
 				    const struct ibv_data_buf *bufs)
 {
 	ibv_wr_set_inline_data_list(qpx(q), num_buf, bufs);
+}
+
+int oracle_post_send(struct oracle_qp *q, const struct oracle_send_wr *w)
+{
+	struct ibv_mw mw = { .rkey = w->mw_rkey, .type = w->mw_type };
+	struct ibv_mr mr = { .lkey = w->mr_lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = w->wr_id,
+		.sg_list = (struct ibv_sge *)w->sgl,
+		.num_sge = w->num_sge,
+		.opcode = w->opcode,
+		.send_flags = w->send_flags,
+		.imm_data = htobe32(w->imm_host),
+	};
+	struct ibv_send_wr *bad = NULL;
+
+	switch (w->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+		wr.wr.rdma.remote_addr = w->raddr;
+		wr.wr.rdma.rkey = w->rkey;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		wr.wr.atomic.remote_addr = w->raddr;
+		wr.wr.atomic.rkey = w->rkey;
+		wr.wr.atomic.compare_add = w->compare_add;
+		wr.wr.atomic.swap = w->swap;
+		break;
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_LOCAL_INV:
+		wr.invalidate_rkey = w->rkey;
+		break;
+	case IBV_WR_BIND_MW:
+		wr.bind_mw.mw = &mw;
+		wr.bind_mw.rkey = w->new_rkey;
+		wr.bind_mw.bind_info.mr = &mr;
+		wr.bind_mw.bind_info.addr = w->bind_addr;
+		wr.bind_mw.bind_info.length = w->bind_len;
+		wr.bind_mw.bind_info.mw_access_flags = w->bind_access;
+		break;
+	default:
+		break;
+	}
+	if (w->av) {
+		wr.wr.ud.ah = oracle_ah(q, w->av);
+		wr.wr.ud.remote_qpn = w->remote_qpn;
+		wr.wr.ud.remote_qkey = w->remote_qkey;
+	}
+	/* As if every earlier request had completed. mlx5_post_send reads wr, the list and
+	 * (inline) the bytes the list points at, and writes the ring. */
+	q->qp.sq.tail = q->qp.sq.head;
+	return mlx5_post_send(&q->qp.verbs_qp.qp, &wr, &bad);
 }
 
 static struct ibv_ah *oracle_ah(struct oracle_qp *q, const uint8_t av[48])

@@ -16,6 +16,30 @@ enum {
 struct oracle_qp;
 struct oracle_srq;
 
+/* One request of the classic API (struct ibv_send_wr, flattened): mlx5_post_send. */
+struct oracle_send_wr {
+	uint64_t wr_id;
+	uint32_t opcode;	/* enum ibv_wr_opcode */
+	uint32_t send_flags;	/* IBV_SEND_* */
+	uint32_t imm_host;
+	uint32_t rkey;		/* rdma / atomic rkey, or the rkey to invalidate */
+	uint64_t raddr;
+	uint64_t compare_add;
+	uint64_t swap;
+	uint32_t mw_rkey;
+	uint32_t mw_type;	/* IBV_MW_TYPE_1 / _2 */
+	uint32_t new_rkey;
+	uint32_t mr_lkey;
+	uint64_t bind_addr;
+	uint64_t bind_len;
+	uint32_t bind_access;
+	int32_t num_sge;
+	const struct ibv_sge *sgl;
+	const uint8_t *av;	/* UD: the AH's 48-byte mlx5_wqe_av, or NULL */
+	uint32_t remote_qpn;
+	uint32_t remote_qkey;
+};
+
 struct oracle_srq_geometry {
 	int max, max_gs, wqe_shift, head, tail;
 	uint32_t nwqes;
@@ -56,6 +80,9 @@ int oracle_qp_post_recv(struct oracle_qp *q, uint64_t wr_id, const struct ibv_sg
 			int num_sge);
 unsigned oracle_qp_rq_head(const struct oracle_qp *q);
 uint32_t oracle_qp_rq_dbrec(const struct oracle_qp *q);
+
+/* rdma-core's mlx5_post_send of one request (the queue emptied first): 0 or its errno. */
+int oracle_post_send(struct oracle_qp *q, const struct oracle_send_wr *w);
 
 void oracle_wr_start(struct oracle_qp *q);
 int oracle_wr_complete(struct oracle_qp *q);

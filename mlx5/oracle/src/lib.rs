@@ -204,7 +204,33 @@ mod ffi {
         };
     }
 
+    /// `struct oracle_send_wr` (csrc/oracle.h).
+    #[repr(C)]
+    pub struct SendWr {
+        pub wr_id: u64,
+        pub opcode: u32,
+        pub send_flags: u32,
+        pub imm_host: u32,
+        pub rkey: u32,
+        pub raddr: u64,
+        pub compare_add: u64,
+        pub swap: u64,
+        pub mw_rkey: u32,
+        pub mw_type: u32,
+        pub new_rkey: u32,
+        pub mr_lkey: u32,
+        pub bind_addr: u64,
+        pub bind_len: u64,
+        pub bind_access: u32,
+        pub num_sge: i32,
+        pub sgl: *const IbvSge,
+        pub av: *const u8,
+        pub remote_qpn: u32,
+        pub remote_qkey: u32,
+    }
+
     oracle_ffi! {
+        fn oracle_post_send(q: *mut OracleQp, w: *const SendWr) -> i32;
         fn oracle_create_ah(a: *const AhAttr, av: *mut u8) -> i32;
         fn oracle_qp_new(kind: i32, qpn: u32, wqe_cnt: u32, max_inline: i32, max_gs: i32) -> *mut OracleQp;
         fn oracle_qp_free(q: *mut OracleQp);
@@ -249,4 +275,4 @@ mod ffi {
 }
 
 mod qp;
-pub use qp::{Addr, Data, Op, OracleQp, OracleSrq, Wr, MAX_GS, MAX_INLINE};
+pub use qp::{Addr, ClassicData, ClassicWr, Data, Op, OracleQp, OracleSrq, Wr, MAX_GS, MAX_INLINE};

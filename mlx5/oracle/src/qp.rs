@@ -146,6 +146,32 @@ pub struct Wr<'a> {
     pub data: Option<Data<'a>>,
 }
 
+/// The data of a classic-API request (`ibv_send_wr.sg_list`).
+#[derive(Copy, Clone, Debug)]
+pub enum ClassicData<'a> {
+    /// A gather list (addresses never dereferenced).
+    Sgl(&'a [IbvSge]),
+    /// `IBV_SEND_INLINE`: the list points at these bytes, which rdma-core copies.
+    Inline(&'a [&'a [u8]]),
+}
+
+/// One request of rdma-core's classic API (`ibv_post_send` -> `mlx5_post_send`).
+#[derive(Copy, Clone, Debug)]
+pub struct ClassicWr<'a> {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// `send_flags` (`IBV_SEND_*`; `IBV_SEND_INLINE` is added for [`ClassicData::Inline`]).
+    pub flags: u32,
+    /// The operation (as the `ibv_wr_*` builders name them).
+    pub op: Op,
+    /// For [`Op::BindMw`]: a type-1 window (`ibv_bind_mw`'s path) rather than type 2.
+    pub type1: bool,
+    /// RC: [`Addr::None`]; UD: [`Addr::Ud`] (`wr.ud`). DC has no classic API.
+    pub addr: Addr,
+    /// `sg_list` / `num_sge`.
+    pub data: ClassicData<'a>,
+}
+
 /// A memory-backed rdma-core mlx5 QP (see the crate docs).
 pub struct OracleQp {
     raw: *mut ffi::OracleQp,
@@ -301,6 +327,94 @@ impl OracleQp {
     pub fn rq_dbrec(&self) -> u32 {
         // SAFETY: reads the doorbell record inside the live object.
         unsafe { ffi::oracle_qp_rq_dbrec(self.raw) }
+    }
+
+    /// rdma-core's classic `mlx5_post_send` of one request (the queue emptied first, as if
+    /// every earlier request had completed): 0 or its errno.
+    ///
+    /// # Panics
+    /// On a DC address, an address that does not fit the QP's kind, a list of more than 64
+    /// entries or more than [`MAX_INLINE`] inline bytes.
+    pub fn post_send(&mut self, wr: &ClassicWr<'_>) -> i32 {
+        let (opcode, rkey, raddr, compare_add, swap, imm) = match wr.op {
+            Op::Write { rkey, raddr } => (0, rkey, raddr, 0, 0, 0),
+            Op::WriteImm { rkey, raddr, imm } => (1, rkey, raddr, 0, 0, imm),
+            Op::Send => (2, 0, 0, 0, 0, 0),
+            Op::SendImm { imm } => (3, 0, 0, 0, 0, imm),
+            Op::Read { rkey, raddr } => (4, rkey, raddr, 0, 0, 0),
+            Op::CmpSwp {
+                rkey,
+                raddr,
+                compare,
+                swap,
+            } => (5, rkey, raddr, compare, swap, 0),
+            Op::FetchAdd { rkey, raddr, add } => (6, rkey, raddr, add, 0, 0),
+            Op::LocalInv { rkey } => (7, rkey, 0, 0, 0, 0),
+            Op::BindMw { .. } => (8, 0, 0, 0, 0, 0),
+            Op::SendInv { rkey } => (9, rkey, 0, 0, 0, 0),
+        };
+        let (mw_rkey, new_rkey, mr_lkey, bind_addr, bind_len, bind_access) = match wr.op {
+            Op::BindMw {
+                mw_rkey,
+                new_rkey,
+                mr_lkey,
+                addr,
+                length,
+                access,
+            } => (mw_rkey, new_rkey, mr_lkey, addr, length, access),
+            _ => (0, 0, 0, 0, 0, 0),
+        };
+        let (av, remote_qpn, remote_qkey) = match (self.kind, wr.addr) {
+            (QpKind::Rc, Addr::None) => (None, 0, 0),
+            (QpKind::Ud, Addr::Ud { av, qpn, qkey }) => (Some(av), qpn, qkey),
+            (k, a) => panic!("{a:?} on a {k:?} QP through the classic API"),
+        };
+        let pieces: Vec<IbvSge>;
+        let (sgl, flags) = match wr.data {
+            ClassicData::Sgl(l) => (l, wr.flags & !crate::IBV_SEND_INLINE),
+            ClassicData::Inline(bufs) => {
+                let n: usize = bufs.iter().map(|b| b.len()).sum();
+                assert!(n <= MAX_INLINE, "inline over {MAX_INLINE}");
+                pieces = bufs
+                    .iter()
+                    .map(|b| IbvSge {
+                        addr: b.as_ptr() as u64,
+                        length: b.len() as u32,
+                        lkey: 0,
+                    })
+                    .collect();
+                (&pieces[..], wr.flags | crate::IBV_SEND_INLINE)
+            }
+        };
+        assert!(sgl.len() <= 64, "a list of at most 64 entries");
+        let w = ffi::SendWr {
+            wr_id: wr.wr_id,
+            opcode,
+            send_flags: flags,
+            imm_host: imm,
+            rkey,
+            raddr,
+            compare_add,
+            swap,
+            mw_rkey,
+            mw_type: if wr.type1 { 1 } else { 2 },
+            new_rkey,
+            mr_lkey,
+            bind_addr,
+            bind_len,
+            bind_access,
+            num_sge: sgl.len() as i32,
+            sgl: sgl.as_ptr(),
+            av: av.as_ref().map_or(std::ptr::null(), |a| a.as_ptr()),
+            remote_qpn,
+            remote_qkey,
+        };
+        // SAFETY: `w` and everything it points at (the list, the inline bytes the list
+        // points at when IBV_SEND_INLINE is set, the AV) live until the call returns and are
+        // only read; rdma-core refuses more entries than the QP's max_gs and more inline
+        // bytes than its max_inline_data before writing, and the bounds above keep the WQE
+        // inside the ring.
+        unsafe { ffi::oracle_post_send(self.raw, &w) }
     }
 
     /// Posts `wrs` as one `ibv_wr_start` .. `ibv_wr_complete` batch and returns what

@@ -54,6 +54,9 @@ pub struct Pair {
     pub pi: u32,
     pub wqe_cnt: usize,
     fence_after_bind: bool,
+    /// Post through rdma-core's classic `ibv_post_send` (`mlx5_post_send`) instead of the
+    /// `ibv_wr_*` API.
+    pub classic: bool,
     /// (first block, blocks) of every WQE posted, for messages.
     pub wqes: Vec<(u32, usize, String)>,
     /// Ring bytes that legitimately differ (see [`masked`]), with the reason.
@@ -64,6 +67,12 @@ pub struct Pair {
 /// the ring while the crate writes them, for a field the NIC does not read for this request.
 /// Everything else must be equal byte for byte.
 pub fn masked(req: &Request<'_>) -> Vec<(std::ops::Range<usize>, &'static str)> {
+    masked_for(req, false)
+}
+
+/// [`masked`] for one of rdma-core's two APIs: the classic `mlx5_post_send` writes `ctrl.imm`
+/// for every opcode (`send_ieth`: 0 without an immediate), so nothing is masked there.
+pub fn masked_for(req: &Request<'_>, classic: bool) -> Vec<(std::ops::Range<usize>, &'static str)> {
     let mut m = Vec::new();
     let imm_used = matches!(
         req,
@@ -73,7 +82,7 @@ pub fn masked(req: &Request<'_>) -> Vec<(std::ops::Range<usize>, &'static str)> 
             | Request::BindMw(_)
             | Request::LocalInvalidate { .. }
     );
-    if !imm_used {
+    if !imm_used && !classic {
         // rdma-core's _common_wqe_init_op stores opmod_idx_opcode, zeroes bytes 8..12
         // (signature, dci_stream_channel_id, fm_ce_se) and sets fm_ce_se, qpn_ds; it writes
         // `imm` only for the *_WITH_IMM, SEND_WITH_INV and UMR builders. The crate writes 0.
@@ -123,6 +132,7 @@ impl Pair {
             pi,
             wqe_cnt,
             fence_after_bind: false,
+            classic: false,
             wqes: Vec::new(),
             masked: Vec::new(),
         }
@@ -178,7 +188,7 @@ impl Pair {
         let len = self.ring.len();
         self.masked
             .retain(|&(o, _)| (o + len - first) % len >= written);
-        for (range, why) in masked(req) {
+        for (range, why) in masked_for(req, self.classic) {
             for off in range {
                 self.masked.push(((first + off) % self.ring.len(), why));
             }
@@ -190,7 +200,11 @@ impl Pair {
     /// Posts `req` through rdma-core (one `ibv_wr_start` .. `ibv_wr_complete`) and through
     /// the crate's encoder; checks that both producer indices moved alike.
     pub fn post(&mut self, req: &Request<'_>, ibv_flags: u32, setter: Setter) {
-        post_oracle(&mut self.oracle, req, ibv_flags, setter, Addr::None);
+        if self.classic {
+            post_oracle_classic(&mut self.oracle, req, ibv_flags, Addr::None);
+        } else {
+            post_oracle(&mut self.oracle, req, ibv_flags, setter, Addr::None);
+        }
         self.encode(req, ibv_flags);
         self.check_indices();
     }
@@ -386,4 +400,111 @@ pub fn crate_datagram_wqe(
     // qpn_ds: the same QP number, three more DS.
     w[4..8].copy_from_slice(&((qpn << 8) | total as u32).to_be_bytes());
     w
+}
+
+/// The `ibv_post_send` a program makes for `req` (rdma-core's `mlx5_post_send`); inline data
+/// in two pieces when it has more than one byte, to cross `set_data_inl_seg`'s loop.
+pub fn post_oracle_classic(oracle: &mut OracleQp, req: &Request<'_>, flags: u32, addr: Addr) {
+    use mlx5_oracle::{ClassicData, ClassicWr};
+    let mut local = [IbvSge::default()];
+    let list: Vec<IbvSge>;
+    let pieces: Vec<&[u8]>;
+    let mut type1 = false;
+    let (op, payload): (Op, Option<Payload<'_>>) = match *req {
+        Request::Write { remote, data } => (
+            Op::Write {
+                rkey: remote.rkey,
+                raddr: remote.addr,
+            },
+            Some(data),
+        ),
+        Request::WriteImm { remote, data, imm } => (
+            Op::WriteImm {
+                rkey: remote.rkey,
+                raddr: remote.addr,
+                imm,
+            },
+            Some(data),
+        ),
+        Request::Read { remote, sgl } => (
+            Op::Read {
+                rkey: remote.rkey,
+                raddr: remote.addr,
+            },
+            Some(Payload::Sgl(sgl)),
+        ),
+        Request::Send { data } => (Op::Send, Some(data)),
+        Request::SendImm { data, imm } => (Op::SendImm { imm }, Some(data)),
+        Request::SendInv { data, rkey } => (Op::SendInv { rkey }, Some(data)),
+        Request::CompareSwap {
+            remote,
+            compare,
+            swap,
+            local: l,
+        } => {
+            local = [IbvSge::from(mlx5::Sge { len: 8, ..l })];
+            (
+                Op::CmpSwp {
+                    rkey: remote.rkey,
+                    raddr: remote.addr,
+                    compare,
+                    swap,
+                },
+                None,
+            )
+        }
+        Request::FetchAdd {
+            remote,
+            add,
+            local: l,
+        } => {
+            local = [IbvSge::from(mlx5::Sge { len: 8, ..l })];
+            (
+                Op::FetchAdd {
+                    rkey: remote.rkey,
+                    raddr: remote.addr,
+                    add,
+                },
+                None,
+            )
+        }
+        Request::BindMw(b) => {
+            type1 = b.mw_type == mlx5::request::MwType::One;
+            (
+                Op::BindMw {
+                    mw_rkey: b.mw_rkey,
+                    new_rkey: b.new_rkey,
+                    mr_lkey: b.mr_lkey,
+                    addr: b.addr,
+                    length: b.len,
+                    access: b.access.0,
+                },
+                None,
+            )
+        }
+        Request::LocalInvalidate { rkey } => (Op::LocalInv { rkey }, None),
+        ref other => panic!("no ibv_post_send opcode for {other:?}"),
+    };
+    let data = match (op, payload) {
+        (Op::CmpSwp { .. } | Op::FetchAdd { .. }, _) => ClassicData::Sgl(&local),
+        (_, None) => ClassicData::Sgl(&[]),
+        (_, Some(Payload::Sgl(l))) => {
+            list = l.iter().copied().map(IbvSge::from).collect();
+            ClassicData::Sgl(&list)
+        }
+        (_, Some(Payload::Inline(b))) => {
+            let (x, y) = b.split_at(b.len() / 2);
+            pieces = if b.len() > 1 { vec![x, y] } else { vec![b] };
+            ClassicData::Inline(&pieces)
+        }
+    };
+    let rc = oracle.post_send(&ClassicWr {
+        wr_id: 9,
+        flags,
+        op,
+        type1,
+        addr,
+        data,
+    });
+    assert_eq!(rc, 0, "mlx5_post_send refused {req:?}");
 }
