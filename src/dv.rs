@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::DataPath;
-use mlx5::{RawCq, RawQp};
+use mlx5::{RawCq, RawQp, RawSrq};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
@@ -119,6 +119,23 @@ pub mod ffi {
         pub cqe_size: u16,
     }
 
+    /// `struct mlx5dv_srq`.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug)]
+    pub struct mlx5dv_srq {
+        pub buf: *mut c_void,
+        pub dbrec: *mut u32,
+        pub stride: u32,
+        pub head: u32,
+        pub tail: u32,
+        pub comp_mask: u64,
+        pub srqn: u32,
+    }
+
+    /// `MLX5DV_SRQ_MASK_SRQN`: asks `mlx5dv_init_obj` for `srqn`.
+    pub const MLX5DV_SRQ_MASK_SRQN: u64 = 1 << 0;
+    /// `MLX5DV_OBJ_SRQ`.
+    pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
     /// `MLX5DV_OBJ_QP`.
     pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
     /// `MLX5DV_OBJ_CQ`.
@@ -352,6 +369,80 @@ pub unsafe fn init_cq(cq: *mut c_void) -> Result<ffi::mlx5dv_cq> {
     Ok(out)
 }
 
+/// Runs `mlx5dv_init_obj` for an SRQ, asking for its number (`MLX5DV_SRQ_MASK_SRQN`).
+///
+/// # Safety
+/// `srq` must be a live `ibv_srq` of an mlx5 device.
+///
+/// # Errors
+/// As [`init_qp`].
+pub unsafe fn init_srq(srq: *mut c_void) -> Result<ffi::mlx5dv_srq> {
+    let l = lib().ok_or(Error::Unsupported("libmlx5.so.1 not found"))?;
+    // SAFETY: as in init_qp.
+    let mut out: ffi::mlx5dv_srq = unsafe { std::mem::zeroed() };
+    out.comp_mask = ffi::MLX5DV_SRQ_MASK_SRQN;
+    // SAFETY: as in init_qp.
+    let mut obj: ffi::mlx5dv_obj = unsafe { std::mem::zeroed() };
+    obj.srq = ffi::mlx5dv_obj_pair {
+        in_: srq,
+        out: (&mut out as *mut ffi::mlx5dv_srq).cast(),
+    };
+    // SAFETY: the caller passes a live mlx5 SRQ; `out` outlives the call.
+    let rc = unsafe { (l.init_obj)(&mut obj, ffi::MLX5DV_OBJ_SRQ) };
+    if rc != 0 {
+        return Err(Error::Verbs(crate::verbs::code(
+            "mlx5dv_init_obj",
+            rc.abs(),
+        )));
+    }
+    Ok(out)
+}
+
+/// The ring description of an SRQ from what `mlx5dv_init_obj` returned, for receives of
+/// at most `max_sge` entries (`ibv_create_srq`'s answer). The list's entries are the tail's
+/// index plus one (rdma-core `mlx5_alloc_srq_buf`: `tail = align_queue_size(max_wr + 1) - 1`;
+/// a wait queue, when rdma-core keeps one, lies past it and is never linked in); a fresh
+/// SRQ's head is 0 (UCX `uct_ib_mlx5_srq_init` refuses any other).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for a ring the direct path cannot drive (no SRQ number, a
+/// head other than 0, a list length that is not a power of two, a stride below 32 or not a
+/// power of two).
+pub fn raw_srq(dv: &ffi::mlx5dv_srq, max_sge: u32) -> Result<RawSrq> {
+    let bad = |what, value: u32| {
+        Err(Error::InvalidParameter {
+            what,
+            value: value as u64,
+        })
+    };
+    if dv.comp_mask & ffi::MLX5DV_SRQ_MASK_SRQN == 0 {
+        return bad("mlx5dv_srq.comp_mask (no srqn)", dv.comp_mask as u32);
+    }
+    if dv.head != 0 {
+        return bad("mlx5dv_srq.head", dv.head);
+    }
+    let cnt = dv.tail.wrapping_add(1);
+    if !cnt.is_power_of_two() || !(2..=1 << 15).contains(&cnt) {
+        return bad("mlx5dv_srq.tail", dv.tail);
+    }
+    if dv.stride < 32 || !dv.stride.is_power_of_two() || dv.stride > 512 {
+        return bad("mlx5dv_srq.stride", dv.stride);
+    }
+    if dv.buf.is_null() || dv.dbrec.is_null() {
+        return bad("mlx5dv_srq.buf", 0);
+    }
+    Ok(RawSrq {
+        srqn: dv.srqn,
+        buf: dv.buf.cast(),
+        wqe_cnt: cnt,
+        stride: dv.stride,
+        dbrec: dv.dbrec,
+        head: dv.head,
+        tail: dv.tail,
+        max_sge: max_sge.min(mlx5::srq::srq_max_sge(dv.stride)),
+    })
+}
+
 /// The creation limits the library does not report in `mlx5dv_qp`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct QpLimits {
@@ -439,6 +530,47 @@ pub fn raw_cq(dv: &ffi::mlx5dv_cq) -> Result<RawCq> {
 mod tests {
     use super::*;
     use std::ptr::null_mut;
+
+    /// What rdma-core 55's `mlx5dv_get_srq` returns for `ibv_create_srq(max_wr 100,
+    /// max_sge 2)` on a ConnectX: a ring of 512 WQEs (`2 * 100 + 1` rounded up, the upper
+    /// half the ODP wait queue), the main list 0 ..= 127, a stride of 64, the number asked
+    /// for with `MLX5DV_SRQ_MASK_SRQN`.
+    #[test]
+    fn srq_description_from_the_library() {
+        let mut buf = vec![0u8; 512 * 64];
+        let mut db = [0u32; 2];
+        let dv = ffi::mlx5dv_srq {
+            buf: buf.as_mut_ptr().cast(),
+            dbrec: db.as_mut_ptr(),
+            stride: 64,
+            head: 0,
+            tail: 127,
+            comp_mask: ffi::MLX5DV_SRQ_MASK_SRQN,
+            srqn: 0x1234,
+        };
+        let raw = raw_srq(&dv, 2).unwrap();
+        assert_eq!((raw.srqn, raw.wqe_cnt, raw.stride), (0x1234, 128, 64));
+        assert_eq!((raw.head, raw.tail, raw.max_sge), (0, 127, 2));
+        assert_eq!(raw.buf, buf.as_mut_ptr());
+        // The library's max_sge is kept below what the stride holds (3 for 64 bytes).
+        assert_eq!(raw_srq(&dv, 7).unwrap().max_sge, 3);
+        // An older library that ignores the mask, a used SRQ, odd rings: refused.
+        for bad in [
+            ffi::mlx5dv_srq { comp_mask: 0, ..dv },
+            ffi::mlx5dv_srq { head: 5, ..dv },
+            ffi::mlx5dv_srq { tail: 100, ..dv },
+            ffi::mlx5dv_srq { stride: 16, ..dv },
+            ffi::mlx5dv_srq {
+                dbrec: null_mut(),
+                ..dv
+            },
+        ] {
+            assert!(matches!(
+                raw_srq(&bad, 2),
+                Err(Error::InvalidParameter { .. })
+            ));
+        }
+    }
 
     /// What rdma-core returns for a ConnectX-5 RC QP of 256 send WQEs (sq.wqe_cnt in
     /// blocks), 64 receives of 1 SGE, with a write-combining BlueFlame register of 256 bytes.

@@ -177,6 +177,25 @@ pub enum Error {
         /// What the device supports (None: no compression on this device or path).
         caps: Option<mlx5::CqeCompCaps>,
     },
+    /// The QP takes its receives from a shared receive queue: post them to the
+    /// [`Srq`](crate::Srq) (`Qp::post_recv` on such a QP).
+    SrqQp {
+        /// The QP.
+        qpn: u32,
+        /// Its SRQ.
+        srqn: u32,
+    },
+    /// A receiver of an SRQ (a QP or DCT) must complete its receives on the CQ the SRQ was
+    /// created with ([`Pd::create_srq`](crate::Pd::create_srq)): its receives are charged
+    /// to that CQ.
+    SrqCq {
+        /// The SRQ.
+        srqn: u32,
+        /// The SRQ's CQ.
+        srq_cq: u32,
+        /// The CQ given.
+        cq: u32,
+    },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
     /// The device lacks a memory capability (on-demand paging, implicit on-demand paging,
@@ -260,6 +279,14 @@ impl fmt::Display for Error {
             ),
             Error::InvalidParameter { what, value } => write!(f, "invalid {what}: {value:#x}"),
             Error::InvalidHandle { what, value } => write!(f, "invalid handle: {what} {value:#x}"),
+            Error::SrqQp { qpn, srqn } => write!(
+                f,
+                "QP {qpn:#x} takes its receives from SRQ {srqn:#x}: post them to the SRQ"
+            ),
+            Error::SrqCq { srqn, srq_cq, cq } => write!(
+                f,
+                "SRQ {srqn:#x} completes its receives on CQ {srq_cq:#x}, not CQ {cq:#x}"
+            ),
             Error::NoChannel { cqn } => write!(
                 f,
                 "CQ {cqn:#x} has no completion channel: create it with CqOptions::channel to arm or wait"

@@ -198,6 +198,7 @@ pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, R
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use mlx5::sim::{OrderMode, UarConfig};
+pub use mlx5::RawSrq;
 pub use mlx5::{AtomicCaps, CqeCompCaps, MiniCqeFormat, RawCq, RawQp};
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
@@ -207,6 +208,7 @@ pub use resources::{
     LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, PendingBuffer, Qp, QpCaps, RawBuffer,
     RawParts, RegionBuffer, Spin,
 };
+pub use resources::{Srq, SrqCaps};
 pub use verbs::device::OdpCaps;
 pub use verbs::ex::VerbsApi;
 pub use verbs::objects::Timing;

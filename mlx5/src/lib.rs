@@ -5,7 +5,8 @@
 //!
 //! - send WQE segments ([`ctrl`], [`seg`], [`umr`], the UD/DC address vector [`av`]) and the opcodes that go in them
 //!   ([`opcode`]);
-//! - receive WQE entries ([`recv`]);
+//! - receive WQE entries ([`recv`]) and shared-receive-queue WQEs with their linked list
+//!   ([`srq`]);
 //! - completion entries: the 64-byte CQE, the error CQE, mini-CQEs ([`cqe`]) and the error
 //!   syndromes with their mapping to verbs work-completion statuses ([`syndrome`]);
 //! - doorbell-record slots and BlueFlame rules ([`doorbell`]);
@@ -35,6 +36,7 @@ pub mod request;
 pub mod seg;
 #[allow(unsafe_code)] // region bytes shared with the device: atomics through raw pointers
 pub mod shared;
+pub mod srq;
 pub mod syndrome;
 pub mod umr;
 pub mod wqe;
@@ -51,4 +53,5 @@ pub use ctrl::{CompletionMode, CtrlSeg, Fence, FmCeSe};
 pub use opcode::Opcode;
 pub use raw::{RawCq, RawQp};
 pub use request::{Access, BindMw, MaskedAtomic, Payload, Remote, Request, Sge, WqeFlags};
+pub use srq::RawSrq;
 pub use syndrome::{Syndrome, WcStatus};

@@ -5,6 +5,7 @@ use super::barrier;
 use super::cq_share::{CqSlots, RingView};
 use super::scatter::ScatterTable;
 use super::shadow::{SendEntry, Shadow};
+use super::srq::SrqShared;
 use super::teardown::Tombstone;
 use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
@@ -25,6 +26,9 @@ pub(crate) struct Attached {
     pub(crate) rq: Option<Arc<Shadow<u64>>>,
     /// The receive queue's scatter lists (direct path: scatter-to-CQE).
     pub(crate) scatter: Option<Arc<ScatterTable>>,
+    /// The SRQ the QP (or DCT) takes its receives from, when it has no receive queue of
+    /// its own: a receive completion's cookie is the SRQ's, by the CQE's WQE index.
+    pub(crate) srq: Option<Arc<SrqShared>>,
 }
 
 /// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
@@ -61,6 +65,7 @@ impl Registry {
                 x.sq = x.sq.take().or(a.sq);
                 x.rq = x.rq.take().or(a.rq);
                 x.scatter = x.scatter.take().or(a.scatter);
+                x.srq = x.srq.take().or(a.srq);
             }
             None => l.push(a),
         }
@@ -91,7 +96,11 @@ impl Registry {
     /// the ring, from the consumer index the poller published to the device's current end.
     pub(crate) fn bury(&self, list: &mut Vec<Attached>, qpn: u32) {
         if let Some(ring) = &self.ring {
-            let t = Tombstone::new(qpn, super::teardown::device_end(ring));
+            let srq = list
+                .iter()
+                .find(|x| x.qpn == qpn)
+                .and_then(|x| x.srq.clone());
+            let t = Tombstone::new(qpn, super::teardown::device_end(ring)).with_srq(srq);
             let mut tombs = self.tombs.lock().unwrap_or_else(|e| e.into_inner());
             tombs.retain(|t| !t.is_done());
             if !t.is_done() {
@@ -191,6 +200,8 @@ enum Retire {
     Nothing,
     Send(*const Shadow<SendEntry>, u16),
     Recv(*const Shadow<u64>, u16),
+    /// An SRQ's WQE, by index.
+    Srq(*const SrqShared, u16),
 }
 
 impl Retire {
@@ -201,6 +212,7 @@ impl Retire {
                 Retire::Nothing => {}
                 Retire::Send(q, end) => (*q).retire(end),
                 Retire::Recv(q, end) => (*q).retire(end),
+                Retire::Srq(q, idx) => (*q).free(idx),
             }
         }
     }
@@ -292,6 +304,11 @@ impl CompletionQueue {
         self.rare = true;
     }
 
+    /// Whether the device may write compressed sessions.
+    pub(crate) fn is_compressed(&self) -> bool {
+        self.compressed
+    }
+
     /// Shares out only `capacity` entries among the queues (a device that guarantees fewer
     /// than its ring holds, as rdma-core reports `ncqe - 1`). Before any QP uses the CQ.
     pub(crate) fn guarantee(&mut self, capacity: u32) {
@@ -379,6 +396,27 @@ impl CompletionQueue {
             self.fast_gen = self.gen;
         }
         hit
+    }
+
+    /// The SRQ WQE of a receive entry (at the consumer index) that a tombstone covers: it
+    /// goes back to its SRQ when the entry is discarded.
+    #[cold]
+    fn srq_wqe_of_buried(&self, cqe: &Cqe64) -> Option<(Arc<SrqShared>, u16)> {
+        let qpn = cqe.qpn();
+        let t = self
+            .tombs
+            .iter()
+            .find(|t| t.qpn == qpn && t.covers(self.ci & 0xff_ffff))?;
+        let srq = t.srq.as_ref()?;
+        let wqe = match CqeOpcode::from_bits(cqe.op_own >> 4)? {
+            CqeOpcode::RespSend
+            | CqeOpcode::RespSendImm
+            | CqeOpcode::RespWrImm
+            | CqeOpcode::RespSendInv => cqe.wqe_counter.get(),
+            CqeOpcode::RespErr => cqe.as_err().wqe_counter.get(),
+            _ => return None,
+        };
+        Some((srq.clone(), srq.slot(wqe)))
     }
 
     /// The owner byte of the entry at the consumer index.
@@ -482,10 +520,16 @@ impl CompletionQueue {
                     n = self.unzip(cqe, out, n);
                     continue;
                 }
-                if !self.tombs.is_empty() && self.buried(cqe, self.ci, 1) {
-                    self.advance();
-                    self.publish_ci();
-                    continue;
+                if !self.tombs.is_empty() {
+                    let give_back = self.srq_wqe_of_buried(cqe);
+                    if self.buried(cqe, self.ci, 1) {
+                        self.advance();
+                        self.publish_ci();
+                        if let Some((srq, idx)) = give_back {
+                            srq.free(idx);
+                        }
+                        continue;
+                    }
                 }
             }
             self.advance();
@@ -595,8 +639,14 @@ impl CompletionQueue {
     /// `mlx5_copy_to_recv_wqe`: format INLINE_SCATTER_32 has the data at the start of the
     /// 64-byte CQE, INLINE_SCATTER_64 in the 64 bytes before it (128-byte CQEs only).
     #[inline(never)]
-    fn scatter_from_cqe(&self, cqe: &Cqe64, q: &Attached, wqe: u16, len: u32) -> WcStatus {
-        let Some(table) = q.scatter.as_ref() else {
+    fn scatter_from_cqe(
+        &self,
+        cqe: &Cqe64,
+        table: Option<&ScatterTable>,
+        wqe: u16,
+        len: u32,
+    ) -> WcStatus {
+        let Some(table) = table else {
             // A verbs-path queue on a direct CQ cannot happen; never report lost data.
             return WcStatus::GeneralErr;
         };
@@ -621,6 +671,51 @@ impl CompletionQueue {
         unsafe { table.copy(wqe, data) }
     }
 
+    /// A receive completion (`op`; None: a receive error) of a QP that takes its receives
+    /// from an SRQ: the cookie by the CQE's WQE index (rdma-core `cq.c`:
+    /// `srq->wrid[wqe_counter]`), data that came inside the CQE copied into that WQE's
+    /// buffers (`mlx5_copy_to_recv_srq`), and the WQE given back to the SRQ once the
+    /// consumer index is published (`mlx5_free_srq_wqe`). The QP is found by the CQE's QP
+    /// number, which every CQE version carries (with CQE version 1 `srqn_uidx` holds the
+    /// QP's user index, not the SRQ number: rdma-core `get_resp_ctx_v1`).
+    #[inline(never)]
+    fn complete_srq(
+        &self,
+        cqe: &Cqe64,
+        op: Option<CqeOpcode>,
+        q: &Attached,
+        qpn: u32,
+        wqe: u16,
+    ) -> Option<Completion> {
+        let srq = q.srq.as_ref()?;
+        let idx = srq.slot(wqe);
+        let mut c = Completion {
+            qpn,
+            cookie: srq.cookies.get(idx),
+            opcode: WcOpcode::Recv,
+            ..Completion::default()
+        };
+        self.later.set(Retire::Srq(&**srq, idx));
+        let Some(op) = op else {
+            let e = cqe.as_err();
+            c.status = e.syndrome().wc_status();
+            c.syndrome = Some((e.syndrome, e.vendor_err_synd));
+            return Some(c);
+        };
+        c.byte_len = cqe.byte_cnt.get();
+        if cqe.op_own & FORMAT_MASK != 0 {
+            // Before the WQE is given back: its buffers stay registered until then.
+            c.status = self.scatter_from_cqe(cqe, srq.scatter.as_ref(), idx, c.byte_len);
+        }
+        if op == CqeOpcode::RespWrImm {
+            c.opcode = WcOpcode::RecvRdmaWithImm;
+        }
+        if op != CqeOpcode::RespSend {
+            c.imm = Some(cqe.imm_inval_pkey.get());
+        }
+        Some(c)
+    }
+
     #[inline]
     fn complete_other(
         &self,
@@ -642,12 +737,14 @@ impl CompletionQueue {
                 | CqeOpcode::RespSendInv),
             ) => {
                 let q = q?;
-                let rq = q.rq.as_ref()?;
+                let Some(rq) = q.rq.as_ref() else {
+                    return self.complete_srq(cqe, Some(op), q, qpn, wqe);
+                };
                 c.cookie = rq.get(wqe);
                 c.byte_len = cqe.byte_cnt.get();
                 if cqe.op_own & FORMAT_MASK != 0 {
                     // Before the entry retires: its buffers stay registered until then.
-                    c.status = self.scatter_from_cqe(cqe, q, wqe, c.byte_len);
+                    c.status = self.scatter_from_cqe(cqe, q.scatter.as_deref(), wqe, c.byte_len);
                 }
                 self.later.set(Retire::Recv(&**rq, wqe.wrapping_add(1)));
                 c.opcode = if op == CqeOpcode::RespWrImm {
@@ -675,7 +772,10 @@ impl CompletionQueue {
             Some(CqeOpcode::RespErr) => {
                 let e = cqe.as_err();
                 c.qpn = e.qpn();
-                let rq = q?.rq.as_ref()?;
+                let q = q?;
+                let Some(rq) = q.rq.as_ref() else {
+                    return self.complete_srq(cqe, None, q, c.qpn, e.wqe_counter.get());
+                };
                 let w = e.wqe_counter.get();
                 c.cookie = rq.get(w);
                 self.later.set(Retire::Recv(&**rq, w.wrapping_add(1)));
@@ -763,6 +863,7 @@ mod tests {
             sq: Some(sq.clone()),
             rq: None,
             scatter: None,
+            srq: None,
         });
         let mut out = [Completion::default(); 4];
         assert_eq!(cq.poll(&mut out), 0, "nothing written yet");
@@ -822,6 +923,7 @@ mod tests {
                 sq: Some(sq.clone()),
                 rq: None,
                 scatter: None,
+                srq: None,
             });
         }
         // (k, QP, WQE opcode, opcode, driver's byte count, CQE byte count, expected); the
@@ -893,6 +995,7 @@ mod tests {
                 sq: Some(sq.clone()),
                 rq: Some(rq.clone()),
                 scatter: None,
+                srq: None,
             });
         }
         for k in 0..4u16 {
@@ -950,6 +1053,7 @@ mod tests {
             sq: Some(sq.clone()),
             rq: None,
             scatter: None,
+            srq: None,
         });
         let title = |len: u32, owner: bool| Cqe64 {
             sop_drop_qpn: mlx5::Be32::new(3),
@@ -976,6 +1080,7 @@ mod tests {
             sq: Some(sq.clone()),
             rq: None,
             scatter: None,
+            srq: None,
         });
         ring2[..64].copy_from_slice(title(2, false).as_bytes());
         assert_eq!(plain.poll(&mut out), 1);
@@ -1012,6 +1117,7 @@ mod tests {
             sq: Some(sq.clone()),
             rq: Some(rq.clone()),
             scatter: Some(table),
+            srq: None,
         });
         for k in 0..3u16 {
             sq.set(

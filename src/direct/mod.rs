@@ -16,6 +16,7 @@ mod rq;
 pub(crate) mod scatter;
 pub(crate) mod shadow;
 mod sq;
+pub(crate) mod srq;
 mod teardown;
 
 pub use cq::CompletionQueue;
@@ -23,6 +24,7 @@ pub use inline_write::FAST_INLINE_MAX;
 pub use register::DoorbellMode;
 pub use rq::RecvQueue;
 pub use sq::{Batch, PostFlags, SendQueue};
+pub use srq::SrqRing;
 
 pub(crate) use cq::{Attached, Registry};
 pub(crate) use sq::check_atomic;

@@ -72,6 +72,9 @@ pub(crate) struct Tombstone {
     end: u32,
     /// Set by the poller once its consumer index has passed `end`.
     done: AtomicBool,
+    /// The SRQ the QP took its receives from: the WQEs of its discarded receive entries go
+    /// back to it (rdma-core `__mlx5_cq_clean` frees them with `mlx5_free_srq_wqe`).
+    pub(crate) srq: Option<std::sync::Arc<super::srq::SrqShared>>,
 }
 
 impl Tombstone {
@@ -81,7 +84,14 @@ impl Tombstone {
             start,
             end,
             done: AtomicBool::new(start == end),
+            srq: None,
         }
+    }
+
+    /// The same, for a QP that took its receives from `srq`.
+    pub(crate) fn with_srq(mut self, srq: Option<std::sync::Arc<super::srq::SrqShared>>) -> Self {
+        self.srq = srq;
+        self
     }
 
     /// Whether the poller has passed it.

@@ -345,6 +345,14 @@ impl Cq {
         self.cqn
     }
 
+    /// Whether the CQ compresses its entries (direct path).
+    pub(crate) fn compressed(&self) -> bool {
+        match &self.poller {
+            Poller::Direct(c) => c.is_compressed(),
+            Poller::Verbs(_) => false,
+        }
+    }
+
     /// The rdma-core API this CQ is polled with on the verbs path: extended
     /// (`ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll`) where the provider has it,
     /// else `ibv_poll_cq` (`BLUEFLAME_VERBS_API` overrides); None on the direct path.

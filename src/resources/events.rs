@@ -47,6 +47,22 @@ pub enum AsyncEvent {
     },
     /// The device failed; nothing runs any more.
     DeviceFatal,
+    /// An SRQ's limit was reached: fewer receives than the limit set with
+    /// [`Srq::set_limit`](crate::Srq::set_limit) remain posted
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is disarmed. Not an error: read it with
+    /// [`Srq::limit_reached`](crate::Srq::limit_reached). The SRQ number is 0 on the verbs
+    /// path (rdma-core names the SRQ by its `ibv_srq`).
+    SrqLimitReached {
+        /// The SRQ.
+        srqn: u32,
+    },
+    /// A QP with an SRQ went to error and takes no more receives from it
+    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`): its receive completions are all written. Not an
+    /// error: read it with [`Qp::last_wqe_reached`](crate::Qp::last_wqe_reached).
+    QpLastWqeReached {
+        /// The QP.
+        qpn: u32,
+    },
 }
 
 #[cfg(feature = "sim")]
@@ -59,6 +75,8 @@ impl From<mlx5::sim::AsyncEvent> for AsyncEvent {
             S::QpAccessError { qpn } => AsyncEvent::QpAccessError { qpn },
             S::PortError { port } => AsyncEvent::PortError { port },
             S::DeviceFatal => AsyncEvent::DeviceFatal,
+            S::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srqn },
+            S::QpLastWqeReached { qpn } => AsyncEvent::QpLastWqeReached { qpn },
             // The software NIC's enum is non-exhaustive: an event this crate does not know
             // yet stops everything rather than go unreported.
             _ => AsyncEvent::DeviceFatal,
@@ -76,6 +94,8 @@ impl From<AsyncEvent> for mlx5::sim::AsyncEvent {
             AsyncEvent::QpAccessError { qpn } => S::QpAccessError { qpn },
             AsyncEvent::PortError { port } => S::PortError { port },
             AsyncEvent::DeviceFatal => S::DeviceFatal,
+            AsyncEvent::SrqLimitReached { srqn } => S::SrqLimitReached { srqn },
+            AsyncEvent::QpLastWqeReached { qpn } => S::QpLastWqeReached { qpn },
         }
     }
 }
@@ -90,6 +110,11 @@ pub(crate) enum Subject {
     VerbsCq(usize),
     /// A QP by number.
     Qp(u32),
+    /// The informational events of an SRQ (its limit): a software-NIC SRQ by number, a
+    /// verbs SRQ by its `ibv_srq` address.
+    Srq(u64),
+    /// The last-WQE-reached event of a QP by number (informational).
+    LastWqe(u32),
     /// Everything (port down, device fatal).
     All,
 }
@@ -115,6 +140,8 @@ impl Events {
                         AsyncEvent::QpFatal { qpn } | AsyncEvent::QpAccessError { qpn } => {
                             Subject::Qp(qpn)
                         }
+                        AsyncEvent::SrqLimitReached { srqn } => Subject::Srq(srqn as u64),
+                        AsyncEvent::QpLastWqeReached { qpn } => Subject::LastWqe(qpn),
                         _ => Subject::All,
                     };
                     new.push((subject, e));
@@ -134,6 +161,13 @@ impl Events {
                             (Subject::All, AsyncEvent::PortError { port })
                         }
                         RawAsync::DeviceFatal => (Subject::All, AsyncEvent::DeviceFatal),
+                        RawAsync::SrqLimitReached(srq) => (
+                            Subject::Srq(srq as u64),
+                            AsyncEvent::SrqLimitReached { srqn: 0 },
+                        ),
+                        RawAsync::QpLastWqeReached(qpn) => {
+                            (Subject::LastWqe(qpn), AsyncEvent::QpLastWqeReached { qpn })
+                        }
                         _ => continue,
                     });
                 }
@@ -168,6 +202,23 @@ impl Events {
         }
     }
 
+    /// Reads the pending events and takes (forgets) the informational one about `subject`
+    /// (an SRQ's limit): whether there was one.
+    pub(crate) fn take(&self, backend: &Backend, subject: Subject) -> bool {
+        self.pump(backend);
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let before = seen.len();
+        seen.retain(|(s, _)| *s != subject);
+        seen.len() != before
+    }
+
+    /// Reads the pending events and says whether one about exactly `subject` was read.
+    pub(crate) fn has(&self, backend: &Backend, subject: Subject) -> bool {
+        self.pump(backend);
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.iter().any(|(s, _)| *s == subject)
+    }
+
     /// Forgets the events of a QP or CQ that goes away (its number may be reused).
     pub(crate) fn forget(&self, subject: Subject) {
         self.seen
@@ -189,6 +240,8 @@ mod tests {
             AsyncEvent::QpAccessError { qpn: 0x56 },
             AsyncEvent::PortError { port: 2 },
             AsyncEvent::DeviceFatal,
+            AsyncEvent::SrqLimitReached { srqn: 0x78 },
+            AsyncEvent::QpLastWqeReached { qpn: 0x9a },
         ] {
             let s = mlx5::sim::AsyncEvent::from(e);
             assert_eq!(AsyncEvent::from(s), e);

@@ -18,7 +18,7 @@ mod cq_options;
 pub(crate) mod device;
 mod events;
 mod iov;
-mod lifetime;
+pub(crate) mod lifetime;
 mod mr;
 mod mw;
 mod pending;
@@ -26,6 +26,7 @@ mod qp;
 #[cfg(feature = "sim")]
 mod sim_nic;
 mod spin_wait;
+mod srq;
 
 pub use buffer::{RawBuffer, RawParts, RegionBuffer};
 pub use caps::QpCaps;
@@ -43,3 +44,4 @@ pub use qp::{Batch, Endpoint, Qp};
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use sim_nic::SimNic;
 pub use spin_wait::Spin;
+pub use srq::{Srq, SrqCaps};

@@ -36,9 +36,10 @@ enum QpPath {
         rq: Option<RecvQueue>,
         hw: Option<Arc<verbs::objects::Qp>>,
     },
+    /// `rq`: None when the QP takes its receives from an SRQ.
     Verbs {
         sq: VerbsSendQueue,
-        rq: VerbsRecvQueue,
+        rq: Option<VerbsRecvQueue>,
         qp: Arc<verbs::objects::Qp>,
     },
 }
@@ -92,6 +93,8 @@ pub struct Qp {
     rnr_retry_cap: u8,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
+    /// The SRQ the QP takes its receives from (destroyed after the QP).
+    srq: Option<Arc<super::srq::SrqHandle>>,
     /// The software NIC's thread domain of this QP: freed after the QP.
     #[cfg(feature = "sim")]
     sim_td: Option<u32>,
@@ -129,23 +132,76 @@ impl Pd {
         caps: QpCaps,
         cm: Option<Arc<verbs::cm::CmId>>,
     ) -> Result<Qp> {
+        let recv = RecvSide {
+            handle: &recv_cq.handle,
+            cqn: recv_cq.cqn(),
+            dev: &recv_cq.dev,
+            srq: None,
+        };
+        self.create_qp_on(send_cq, recv, caps, cm)
+    }
+
+    /// Creates an RC QP whose sends complete on `send_cq` and that takes its receives from
+    /// `srq` (`srq` in `ibv_qp_init_attr`): they complete on the SRQ's CQ, and
+    /// [`Qp::post_recv`] is refused ([`Error::SrqQp`]); `caps.rq_entries` and
+    /// `caps.max_recv_sge` are not used. The QP keeps the SRQ alive.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`] for a send CQ of another device or an SRQ of another
+    /// protection domain; as [`Pd::create_qp`].
+    pub fn create_qp_with_srq(&self, send_cq: &Cq, srq: &super::Srq, caps: QpCaps) -> Result<Qp> {
+        let h = &srq.handle;
+        if !Arc::ptr_eq(&h.pd.inner, &self.inner) {
+            return Err(Error::InvalidHandle {
+                what: "SRQ of another protection domain (SRQ number)",
+                value: h.srqn as u64,
+            });
+        }
+        let recv = RecvSide {
+            handle: &h.cq,
+            cqn: h.cqn,
+            dev: &h.pd.inner.dev,
+            srq: Some(h),
+        };
+        let caps = QpCaps {
+            rq_entries: 0,
+            ..caps
+        };
+        self.create_qp_on(send_cq, recv, caps, None)
+    }
+
+    fn create_qp_on(
+        &self,
+        send_cq: &Cq,
+        recv: RecvSide<'_>,
+        caps: QpCaps,
+        cm: Option<Arc<verbs::cm::CmId>>,
+    ) -> Result<Qp> {
         if caps.rnr_retry > 7 {
             return Err(Error::InvalidParameter {
                 what: "rnr_retry (at most 7: a 3-bit field, 7 retries for ever)",
                 value: caps.rnr_retry as u64,
             });
         }
-        for (cq, what) in [
-            (send_cq, "send CQ of another device (CQ number)"),
-            (recv_cq, "receive CQ of another device (CQ number)"),
+        for (dev, cqn, what) in [
+            (
+                &send_cq.dev,
+                send_cq.cqn(),
+                "send CQ of another device (CQ number)",
+            ),
+            (
+                recv.dev,
+                recv.cqn,
+                "receive CQ of another device (CQ number)",
+            ),
         ] {
             // CQ and QP numbers are per device: a foreign CQ would get this device's
             // completions for its own CQ of that number, and its poller would take them for
             // its own QP of the same number.
-            if !cq.dev.same(&self.inner.dev) {
+            if !dev.same(&self.inner.dev) {
                 return Err(Error::InvalidHandle {
                     what,
-                    value: cq.cqn() as u64,
+                    value: cqn as u64,
                 });
             }
         }
@@ -170,10 +226,21 @@ impl Pd {
                 // QP's own. Without one (the device has no register left), rdma-core's
                 // shared registers, rung under their lock.
                 let td = nic.alloc_td().ok();
-                let (scq, rcq) = (send_cq.cqn(), recv_cq.cqn());
+                let (scq, rcq) = (send_cq.cqn(), recv.cqn);
                 let raw = match td {
                     Some(td) => nic.create_qp_on_td(*pd, td, scq, rcq, caps),
                     None => nic.create_qp(*pd, scq, rcq, caps),
+                };
+                // Receives from the SRQ (`ibv_qp_init_attr.srq`).
+                let raw = match (raw, recv.srq) {
+                    (Ok(raw), Some(s)) => match nic.attach_qp_srq(raw.qpn, s.srqn) {
+                        Ok(()) => Ok(raw),
+                        Err(e) => {
+                            let _ = nic.destroy_qp(raw.qpn);
+                            Err(e)
+                        }
+                    },
+                    (r, _) => r,
                 };
                 let mut raw = match raw {
                     Ok(raw) => raw,
@@ -226,7 +293,8 @@ impl Pd {
                     max_recv_sge: caps.max_recv_sge,
                     max_inline: caps.max_inline,
                 };
-                let (scq, rcq) = (cq_of(send_cq)?, cq_of(recv_cq)?);
+                let (scq, rcq) = (cq_of(&send_cq.handle)?, cq_of(recv.handle)?);
+                let vsrq = recv.srq.and_then(|s| s.verbs.clone());
                 // rdma-core reads MLX5_QP_SIGNATURE when it creates the QP: a QP with WQE
                 // signatures runs the verbs path. The direct path wants a thread domain per
                 // QP: a BlueFlame register of its own (the verbs path locks inside rdma-core
@@ -246,7 +314,15 @@ impl Pd {
                     Some(id) => unsafe {
                         verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps, direct, api)?
                     },
-                    None => verbs::objects::Qp::new(pd.clone(), scq, rcq, vcaps, direct, api)?,
+                    None => verbs::objects::Qp::with_srq(
+                        pd.clone(),
+                        scq,
+                        rcq,
+                        vcaps,
+                        direct,
+                        api,
+                        vsrq,
+                    )?,
                 };
                 let qp = Arc::new(qp);
                 let qpn = qp.qpn();
@@ -256,11 +332,8 @@ impl Pd {
                     let mut sq = VerbsSendQueue::new(qp.clone());
                     // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
                     sq.set_gather_lists_legacy(vdev.attrs.rxe);
-                    let path = QpPath::Verbs {
-                        sq,
-                        rq: VerbsRecvQueue::new(qp.clone()),
-                        qp,
-                    };
+                    let rq = recv.srq.is_none().then(|| VerbsRecvQueue::new(qp.clone()));
+                    let path = QpPath::Verbs { sq, rq, qp };
                     (path, qpn)
                 }
             }
@@ -277,7 +350,11 @@ impl Pd {
                 rq.as_ref().map(|r| r.shadow.clone()),
                 rq.as_ref().map(|r| r.scatter.clone()),
             ),
-            QpPath::Verbs { sq, rq, .. } => (sq.shadow.clone(), Some(rq.shadow.clone()), None),
+            QpPath::Verbs { sq, rq, .. } => (
+                sq.shadow.clone(),
+                rq.as_ref().map(|r| r.shadow.clone()),
+                None,
+            ),
         };
         let sq_weak: std::sync::Weak<dyn super::lifetime::Progress> =
             Arc::downgrade(&sq_shadow) as _;
@@ -291,21 +368,20 @@ impl Pd {
             sq: Some(sq_shadow),
             rq: None,
             scatter: None,
+            srq: None,
         });
-        recv_cq.handle.registry.attach(Attached {
+        recv.handle.registry.attach(Attached {
             qpn,
             sq: None,
             rq: rq_shadow,
             scatter,
+            srq: recv.srq.map(|s| s.shared.clone()),
         });
         let psn = qpn.wrapping_mul(0x9e37_79b9) >> 8;
         // The device's atomics, read once here: what it lacks is refused before posting.
         let atomics = self.inner.dev.atomic_caps();
         // CQ accounting: each queue holds entries of the CQ it completes on.
-        let (sslots, rslots) = (
-            &send_cq.handle.registry.slots,
-            &recv_cq.handle.registry.slots,
-        );
+        let (sslots, rslots) = (&send_cq.handle.registry.slots, &recv.handle.registry.slots);
         match &mut path {
             QpPath::Direct { sq, rq, .. } => {
                 sq.set_atomic_caps(atomics);
@@ -321,7 +397,9 @@ impl Pd {
             QpPath::Verbs { sq, rq, .. } => {
                 sq.set_atomic_caps(atomics);
                 sq.attach_cq(sslots.clone());
-                rq.attach_cq(rslots.clone());
+                if let Some(rq) = rq {
+                    rq.attach_cq(rslots.clone());
+                }
             }
         }
         Ok(Qp {
@@ -333,7 +411,8 @@ impl Pd {
             atomics,
             rnr_retry_cap: caps.rnr_retry,
             pd: self.clone(),
-            cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
+            cqs: [send_cq.handle.clone(), recv.handle.clone()],
+            srq: recv.srq.cloned(),
             #[cfg(feature = "sim")]
             sim_td,
             _cm: cm,
@@ -374,8 +453,16 @@ fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>, env: &Mlx5Env) -> Result<QpPath> 
     })
 }
 
-fn cq_of(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
-    match &cq.handle.kind {
+/// The receive side of a new QP: its CQ, and the SRQ it takes receives from.
+struct RecvSide<'a> {
+    handle: &'a Arc<CqHandle>,
+    cqn: u32,
+    dev: &'a super::Device,
+    srq: Option<&'a Arc<super::srq::SrqHandle>>,
+}
+
+fn cq_of(cq: &CqHandle) -> Result<Arc<verbs::objects::Cq>> {
+    match &cq.kind {
         super::cq::CqKind::Verbs(c) => Ok(c.clone()),
         #[cfg(feature = "sim")]
         super::cq::CqKind::Sim { .. } => {
@@ -738,7 +825,7 @@ impl Qp {
     pub fn recv_depth(&self) -> u32 {
         match &self.path {
             QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
-            QpPath::Verbs { rq, .. } => rq.capacity(),
+            QpPath::Verbs { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
         }
     }
 
@@ -754,7 +841,7 @@ impl Qp {
     pub fn free_recv(&self) -> u32 {
         match &self.path {
             QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
-            QpPath::Verbs { rq, .. } => rq.free(),
+            QpPath::Verbs { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
         }
     }
 
@@ -799,6 +886,19 @@ impl Qp {
             self.cqs[0].subject(),
             self.cqs[1].subject(),
         ]
+    }
+
+    /// The SRQ this QP takes its receives from (None: its own receive queue).
+    pub fn srqn(&self) -> Option<u32> {
+        self.srq.as_ref().map(|s| s.srqn)
+    }
+
+    /// Whether the device reported that this QP, which takes its receives from an SRQ and
+    /// went to error, will take no more of them (`IBV_EVENT_QP_LAST_WQE_REACHED`): its
+    /// receive completions are all written. Reads the device's events without blocking.
+    pub fn last_wqe_reached(&self) -> bool {
+        let dev = &self.pd.inner.dev;
+        dev.events.has(&dev.backend, Subject::LastWqe(self.qpn))
     }
 
     /// Reads the device's asynchronous events (never blocks) and reports one about this QP,
@@ -1248,16 +1348,26 @@ impl Qp {
     /// Posts a receive buffer list.
     ///
     /// # Errors
+    /// [`Error::SrqQp`] when the QP takes its receives from an SRQ;
     /// [`Error::Unsupported`] when the QP has no receive queue; [`Error::QueueFull`],
     /// [`Error::TooManySge`].
     #[inline]
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        if let Some(s) = &self.srq {
+            return Err(Error::SrqQp {
+                qpn: self.qpn,
+                srqn: s.srqn,
+            });
+        }
         let r = match &mut self.path {
             QpPath::Direct { rq, .. } => rq
                 .as_mut()
                 .ok_or(Error::Unsupported("QP has no receive queue"))?
                 .post(sgl, cookie),
-            QpPath::Verbs { rq, .. } => rq.post(sgl, cookie),
+            QpPath::Verbs { rq, .. } => rq
+                .as_mut()
+                .ok_or(Error::Unsupported("QP has no receive queue"))?
+                .post(sgl, cookie),
         };
         r.map_err(|e| self.explain(e))
     }
@@ -1267,6 +1377,7 @@ impl Drop for Qp {
     fn drop(&mut self) {
         // Its number may come back with another QP.
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
+        self.pd.inner.dev.events.forget(Subject::LastWqe(self.qpn));
         self.pd.inner.lifetimes.reclaim();
         match &mut self.path {
             QpPath::Direct { sq, rq, .. } => {
@@ -1281,7 +1392,9 @@ impl Drop for Qp {
             }
             QpPath::Verbs { sq, rq, .. } => {
                 sq.release_cq();
-                rq.release_cq();
+                if let Some(rq) = rq {
+                    rq.release_cq();
+                }
             }
         }
         // rdma-core cleans a CQ of a destroyed QP's entries (`__mlx5_cq_clean`), but not a

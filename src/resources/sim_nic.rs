@@ -91,6 +91,21 @@ impl<'a> SimNic<'a> {
         self.nic.raise_event(e.into())
     }
 
+    /// What the NIC saw of an SRQ (None for an unknown SRQ).
+    pub fn srq_stats(&self, srqn: u32) -> Option<mlx5::sim::SrqStats> {
+        self.nic.srq_stats(srqn)
+    }
+
+    /// Receives posted to an SRQ that the NIC has not taken yet (None for an unknown SRQ).
+    pub fn srq_pending(&self, srqn: u32) -> Option<u32> {
+        self.nic.srq_pending(srqn)
+    }
+
+    /// An SRQ's armed limit (0: disarmed; None for an unknown SRQ).
+    pub fn srq_limit(&self, srqn: u32) -> Option<u32> {
+        self.nic.srq_limit(srqn)
+    }
+
     /// A window's current rkey and whether it is bound, by any of its rkeys.
     pub fn mw_state(&self, rkey: u32) -> Option<(u32, bool)> {
         self.nic.mw_state(rkey)

@@ -161,6 +161,10 @@ pub(crate) enum RawAsync {
     PortError(u8),
     /// `IBV_EVENT_DEVICE_FATAL`.
     DeviceFatal,
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED` on this `ibv_srq`.
+    SrqLimitReached(usize),
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED` on this QP number.
+    QpLastWqeReached(u32),
     /// Anything else (port active, path migration, ...): nothing to report.
     Other,
 }
@@ -212,6 +216,11 @@ impl Context {
                 RawAsync::PortError(unsafe { ev.element.port_num } as u8)
             }
             T::IBV_EVENT_DEVICE_FATAL => RawAsync::DeviceFatal,
+            T::IBV_EVENT_SRQ_LIMIT_REACHED => {
+                // SAFETY: an SRQ event: the union holds the SRQ.
+                RawAsync::SrqLimitReached(unsafe { ev.element.srq } as usize)
+            }
+            T::IBV_EVENT_QP_LAST_WQE_REACHED => RawAsync::QpLastWqeReached(qpn()),
             _ => RawAsync::Other,
         };
         // SAFETY: the event `ibv_get_async_event` returned, acknowledged once.

@@ -7,6 +7,8 @@
 //! - [`path`]: the verbs data path (`ibv_post_send` or `ibv_wr_*`, `ibv_post_recv`,
 //!   `ibv_poll_cq` or `ibv_start_poll`) with the same semantics as the direct path: cookies,
 //!   moderation of unsignaled runs, statuses.
+//! - [`srq`]: shared receive queues (`ibv_create_srq`, `ibv_modify_srq`,
+//!   `ibv_post_srq_recv`).
 //! - [`ex`]: rdma-core's extended work-request and polling APIs, chosen per QP and CQ at
 //!   creation ([`ex::VerbsApi`], `BLUEFLAME_VERBS_API`).
 //! - [`ud`]: unreliable-datagram QPs, address handles, multicast, UD sends.
@@ -19,6 +21,7 @@ pub(crate) mod fd;
 pub mod objects;
 pub mod path;
 pub mod probe;
+pub mod srq;
 pub mod ud;
 
 use std::io;

@@ -560,6 +560,8 @@ pub struct Qp {
     pub(super) td: Option<ThreadDomain>,
     pub(super) pd: Arc<Pd>,
     pub(super) _cqs: [Arc<Cq>; 2],
+    /// The SRQ the QP takes its receives from (destroyed after the QP).
+    pub(super) _srq: Option<Arc<super::srq::Srq>>,
 }
 
 // SAFETY: as for Pd; posting is serialised by the owner (`&mut`).
@@ -576,6 +578,7 @@ fn init_attr_ex(
     caps: &Caps,
     pd: *mut ffi::ibv_pd,
     extended: bool,
+    srq: Option<&super::srq::Srq>,
 ) -> ffi::ibv_qp_init_attr_ex {
     // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
     let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
@@ -590,6 +593,12 @@ fn init_attr_ex(
     attr.cap.max_inline_data = caps.max_inline;
     attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
     attr.pd = pd;
+    if let Some(srq) = srq {
+        // Receives come from the SRQ: the QP has no receive queue.
+        attr.srq = srq.srq;
+        attr.cap.max_recv_wr = 0;
+        attr.cap.max_recv_sge = 0;
+    }
     if extended {
         attr.comp_mask |= ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
         attr.send_ops_flags = super::ex::send_ops_flags();
@@ -673,13 +682,31 @@ impl Qp {
         thread_domain: bool,
         api: ApiChoice,
     ) -> crate::Result<Qp> {
+        Qp::with_srq(pd, send_cq, recv_cq, caps, thread_domain, api, None)
+    }
+
+    /// As [`Qp::new`]; with `srq`, the QP takes its receives from it (`srq` in the
+    /// creation attributes: no receive queue of its own).
+    ///
+    /// # Errors
+    /// As [`Qp::new`].
+    pub fn with_srq(
+        pd: Arc<Pd>,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        caps: Caps,
+        thread_domain: bool,
+        api: ApiChoice,
+        srq: Option<Arc<super::srq::Srq>>,
+    ) -> crate::Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
         let on = qp_pd(&pd, &td);
         let (qp, real, send_ops) = create_with(
             api,
             "ibv_create_qp_ex",
-            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex),
-            // SAFETY: live context, (parent) PD and CQs; `attr` is a valid in/out parameter.
+            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex, srq.as_deref()),
+            // SAFETY: live context, (parent) PD, CQs and SRQ; `attr` is a valid in/out
+            // parameter.
             |attr| unsafe { super::ex::create_qp_ex(pd.ctx.ctx, attr) },
             // SAFETY: created just before, used by nothing.
             |qp| unsafe {
@@ -695,6 +722,7 @@ impl Qp {
             td,
             pd,
             _cqs: [send_cq, recv_cq],
+            _srq: srq,
         })
     }
 
@@ -721,7 +749,7 @@ impl Qp {
         let (qp, real, send_ops) = create_with(
             api,
             "rdma_create_qp_ex",
-            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex),
+            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex, None),
             |attr| {
                 // SAFETY: the caller's contract; `attr` is a valid in/out parameter; the
                 // parent domain is on the id's context.
@@ -744,6 +772,7 @@ impl Qp {
             td,
             pd,
             _cqs: [send_cq, recv_cq],
+            _srq: None,
         })
     }
 

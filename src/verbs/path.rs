@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 /// Marks a receive's `wr_id` (its sequence number is in the low 16 bits): completions in
 /// error have no valid opcode, and this is how they are attributed to the right queue.
-const RECV_TAG: u64 = 1 << 63;
+pub(crate) const RECV_TAG: u64 = 1 << 63;
 
 /// Marks a UD QP's receive's `wr_id` (with [`RECV_TAG`]): its completion carries the
 /// sender's QP number and whether a GRH was received, read only for these.
@@ -1080,9 +1080,19 @@ impl VerbsCompletionQueue {
         }
         // On an error the opcode is undefined: `wr_id` says which queue the request was on.
         if wr_id & RECV_TAG != 0 {
-            let rq = q.rq.as_ref()?;
-            c.cookie = rq.get(seq);
-            rq.retire(seq.wrapping_add(1));
+            match (&q.rq, &q.srq) {
+                (Some(rq), _) => {
+                    c.cookie = rq.get(seq);
+                    rq.retire(seq.wrapping_add(1));
+                }
+                // A QP with an SRQ: `wr_id` carries the SRQ's slot, given back now.
+                (None, Some(srq)) => {
+                    let slot = srq.slot(seq);
+                    c.cookie = srq.cookies.get(slot);
+                    srq.free(slot);
+                }
+                (None, None) => return None,
+            }
             if status != WcStatus::Success {
                 c.opcode = WcOpcode::Recv;
                 return Some(c); // opcode, byte count and flags are undefined on an error

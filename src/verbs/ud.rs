@@ -221,6 +221,7 @@ impl Qp {
             td: None,
             pd,
             _cqs: [send_cq, recv_cq],
+            _srq: None,
         })
     }
 

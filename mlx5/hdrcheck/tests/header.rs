@@ -107,6 +107,7 @@ mod layout {
     use super::*;
     use mlx5::cqe::{Cqe64, ErrCqe};
     use mlx5::seg::{AtomicSeg, DataSeg, InlineHeader, RaddrSeg};
+    use mlx5::srq::SrqNextSeg;
     use mlx5::umr::{KlmSeg, MkeyContextSeg, UmrCtrlSeg};
     use mlx5::CtrlSeg;
 
@@ -129,6 +130,12 @@ mod layout {
             data_seg_byte_count => byte_count,
             data_seg_lkey => lkey,
             data_seg_addr => addr,
+        }
+        SrqNextSeg = "mlx5_wqe_srq_next_seg", srq_next_seg_size {
+            srq_next_seg_rsvd0 => rsvd0,
+            srq_next_seg_next_wqe_index => next_wqe_index,
+            srq_next_seg_signature => signature,
+            srq_next_seg_rsvd1 => rsvd1,
         }
         InlineHeader = "mlx5_wqe_inl_data_seg", inl_data_seg_size {
             inl_data_seg_byte_count => byte_count,
@@ -658,7 +665,7 @@ mod dv_layout {
                       concat!("sizeof(", $c, ".", stringify!($field), ")"), )* )*
                 "offsetof(mlx5dv_qp, sq.wqe_cnt)", "offsetof(mlx5dv_qp, sq.stride)",
                 "offsetof(mlx5dv_qp, bf.size)", "offsetof(mlx5dv_obj, cq.out)",
-                "MLX5DV_OBJ_QP", "MLX5DV_OBJ_CQ",
+                "MLX5DV_OBJ_QP", "MLX5DV_OBJ_CQ", "MLX5DV_OBJ_SRQ", "MLX5DV_SRQ_MASK_SRQN",
                 "sizeof(struct mlx5dv_context)",
                 "offsetof(mlx5dv_context, version)", "sizeof(mlx5dv_context.version)",
                 "offsetof(mlx5dv_context, flags)", "sizeof(mlx5dv_context.flags)",
@@ -689,6 +696,11 @@ mod dv_layout {
             dv_cq_init_attr_cqe_comp_res_format => cqe_comp_res_format,
             dv_cq_init_attr_flags => flags,
             dv_cq_init_attr_cqe_size => cqe_size,
+        }
+        ffi::mlx5dv_srq = "mlx5dv_srq", dv_srq_size {
+            dv_srq_buf => buf, dv_srq_dbrec => dbrec, dv_srq_stride => stride,
+            dv_srq_head => head, dv_srq_tail => tail, dv_srq_comp_mask => comp_mask,
+            dv_srq_srqn => srqn,
         }
         ffi::mlx5dv_obj = "mlx5dv_obj", dv_obj_size {
             dv_obj_qp => qp, dv_obj_cq => cq, dv_obj_srq => srq, dv_obj_rwq => rwq,
@@ -768,6 +780,8 @@ mod dv_layout {
         );
         assert_eq!(ffi::MLX5DV_OBJ_QP, value("MLX5DV_OBJ_QP"));
         assert_eq!(ffi::MLX5DV_OBJ_CQ, value("MLX5DV_OBJ_CQ"));
+        assert_eq!(ffi::MLX5DV_OBJ_SRQ, value("MLX5DV_OBJ_SRQ"));
+        assert_eq!(ffi::MLX5DV_SRQ_MASK_SRQN, value("MLX5DV_SRQ_MASK_SRQN"));
     }
 }
 

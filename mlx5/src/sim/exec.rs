@@ -366,6 +366,8 @@ impl State {
 
     /// Flushes every posted receive of a QP in error. Returns how many.
     fn flush_recvs_if_error(&mut self, qpn: u32) -> usize {
+        // A QP with an SRQ flushes none of its WQEs: they stay for the others.
+        self.last_wqe_if_error(qpn);
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return 0;
         };
@@ -494,23 +496,20 @@ impl State {
         imm: u32,
         solicited: bool,
     ) -> Result<(), Outcome> {
-        let (ppd, avail) = {
-            let p = &self.qps[&peer];
-            (p.pd, p.rq_pending())
-        };
-        if avail == 0 {
-            return Err(self.rnr(qpn, peer));
-        }
+        let ppd = self.qps[&peer].pd;
         let mut sges = [Sge::default(); 64];
-        let n = self.qps[&peer].peek_recv(&mut sges);
+        // Its own receive queue, or its SRQ's next WQE (`srq`).
+        let Some(taken) = self.take_recv(peer, &mut sges) else {
+            return Err(self.rnr(qpn, peer));
+        };
+        let (idx, n, srqn) = (taken.idx, taken.n, taken.srqn);
         let cap: u64 = sges[..n].iter().map(|s| s.len as u64).sum();
         let p = self.qps.get_mut(&peer).expect("peer");
-        let idx = p.rq_ci as u16;
-        p.rq_ci = p.rq_ci.wrapping_add(1);
         p.stats.recvs += 1;
         let rcq = p.recv_cq;
         let resp_err = |st: &mut State, s: Syndrome| {
-            let e = err_cqe(s.to_u8(), peer, idx);
+            let mut e = err_cqe(s.to_u8(), peer, idx);
+            e.srqn = Be32::new(srqn);
             if let Some(cq) = st.cqs.get_mut(&rcq) {
                 cq.push_err(e, CqeOpcode::RespErr);
             }
@@ -544,6 +543,7 @@ impl State {
             byte_cnt: Be32::new(byte_cnt),
             imm_inval_pkey: Be32::new(imm),
             sop_drop_qpn: Be32::new(peer),
+            srqn_uidx: Be32::new(srqn),
             wqe_counter: crate::Be16::new(idx),
             ..Cqe64::default()
         };
@@ -577,7 +577,7 @@ impl State {
                     Request::WriteImm { imm, .. } => Some(imm),
                     _ => None,
                 };
-                if imm.is_some() && self.qps[&peer].rq_pending() == 0 {
+                if imm.is_some() && self.recv_pending(peer) == 0 {
                     // Checked before any byte moves: the responder NAKs the first packet.
                     return self.rnr(qpn, peer);
                 }

@@ -48,12 +48,14 @@ mod ids;
 mod mem;
 mod order;
 mod qp;
+mod srq;
 mod uar;
 
 pub use arm::{ArmStats, CqEventSink};
 pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
 pub use order::OrderMode;
 pub use qp::{QpCaps, QpState, QpStats};
+pub use srq::{SrqCaps, SrqStats};
 
 /// An asynchronous event of the device, as `ibv_get_async_event` reports them
 /// (`IBV_EVENT_CQ_ERR`, `IBV_EVENT_QP_FATAL`, `IBV_EVENT_QP_ACCESS_ERR`, ...).
@@ -84,6 +86,18 @@ pub enum AsyncEvent {
     },
     /// The device failed; nothing runs any more.
     DeviceFatal,
+    /// An SRQ's armed limit was reached: fewer WQEs than the limit remain posted
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is disarmed.
+    SrqLimitReached {
+        /// The SRQ.
+        srqn: u32,
+    },
+    /// A QP with an SRQ went to error and will take no more WQEs from it
+    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`).
+    QpLastWqeReached {
+        /// The QP.
+        qpn: u32,
+    },
 }
 pub use uar::{RegKind, RegisterCheck, UarConfig};
 
@@ -106,6 +120,8 @@ pub enum SimError {
     NoCq(u32),
     /// No QP with this number.
     NoQp(u32),
+    /// No SRQ with this number.
+    NoSrq(u32),
     /// No region with this key.
     NoMr(u32),
     /// No memory window with this key.
@@ -168,6 +184,7 @@ impl core::fmt::Display for SimError {
             SimError::NoPd(v) => write!(f, "no protection domain {v}"),
             SimError::NoCq(v) => write!(f, "no CQ {v:#x}"),
             SimError::NoQp(v) => write!(f, "no QP {v:#x}"),
+            SimError::NoSrq(v) => write!(f, "no SRQ {v:#x}"),
             SimError::NoMr(v) => write!(f, "no memory region with key {v:#x}"),
             SimError::NoMw(v) => write!(f, "no memory window with rkey {v:#x}"),
             SimError::CqSize { cqe_cnt, cqe_size } => {
@@ -256,6 +273,9 @@ pub(crate) struct State {
     pub(crate) cqs: HashMap<u32, cq::SimCq>,
     pub(crate) qps: BTreeMap<u32, qp::SimQp>,
     qpns: Ids,
+    /// Shared receive queues, by number.
+    pub(crate) srqs: HashMap<u32, srq::SimSrq>,
+    pub(crate) srqns: Ids,
     cqns: Ids,
     pub(crate) threaded: bool,
     /// What the NIC's atomics do and how it writes their replies.
@@ -414,6 +434,8 @@ impl Nic {
                     cqs: HashMap::new(),
                     qps: BTreeMap::new(),
                     qpns: Ids::new(0x100, last(0x100, limits.qps, d.qps)),
+                    srqs: HashMap::new(),
+                    srqns: Ids::new(0x40, 0xff_ffff),
                     cqns: Ids::new(0x80, last(0x80, limits.cqs, d.cqs)),
                     threaded: false,
                     atomics: crate::atomic::AtomicCaps::CONNECTX,
@@ -962,12 +984,42 @@ impl Nic {
         let mut st = self.st();
         let q = st.qps.remove(&qpn).ok_or(SimError::NoQp(qpn))?;
         st.qpns.free(qpn);
+        if let Some(srqn) = q.srq {
+            st.detach_srq(srqn);
+        }
         st.uars.release(q.reg);
         for q in st.qps.values_mut() {
             if q.peer == Some(qpn) {
                 q.peer = None;
             }
         }
+        Ok(())
+    }
+
+    /// Makes QP `qpn` take its receives from SRQ `srqn` (`srq` in `ibv_qp_init_attr`): a
+    /// QP in RESET of the SRQ's protection domain, created without a receive queue
+    /// (`rq_entries` 0).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`], [`SimError::NoSrq`]; [`SimError::QpState`] unless in RESET;
+    /// [`SimError::Caps`] for a QP with a receive queue, another SRQ, or another domain.
+    pub fn attach_qp_srq(&self, qpn: u32, srqn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get(&qpn).ok_or(SimError::NoQp(qpn))?;
+        let s = st.srqs.get(&srqn).ok_or(SimError::NoSrq(srqn))?;
+        if q.state != QpState::Reset {
+            return Err(SimError::QpState {
+                qpn,
+                state: q.state,
+            });
+        }
+        if q.rq_cnt != 0 || q.srq.is_some() || q.pd != s.pd {
+            return Err(SimError::Caps(
+                "an SRQ QP has no receive queue, one SRQ, and the SRQ's domain",
+            ));
+        }
+        st.attach_srq(srqn)?;
+        st.qps.get_mut(&qpn).expect("checked").srq = Some(srqn);
         Ok(())
     }
 

@@ -173,6 +173,10 @@ pub(crate) struct SimQp {
     reg_mark: u32,
     /// Receive WQEs consumed.
     pub(crate) rq_ci: u32,
+    /// The SRQ this QP takes its receives from (None: its own receive queue).
+    pub(crate) srq: Option<u32>,
+    /// The last-WQE-reached event was raised (a QP with an SRQ, in error).
+    pub(crate) last_wqe_reached: bool,
     pub(crate) rnr_tries: u32,
     /// Retransmissions spent on the WQE at `sq_ci`.
     pub(crate) ack_tries: u32,
@@ -223,6 +227,8 @@ impl SimQp {
             db_checked: 0,
             reg_mark: 0,
             rq_ci: 0,
+            srq: None,
+            last_wqe_reached: false,
             rnr_tries: 0,
             ack_tries: 0,
             wait: None,

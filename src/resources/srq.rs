@@ -1,0 +1,393 @@
+//! Shared receive queues: one pool of receives for many QPs (and DCTs).
+//!
+//! An [`Srq`] is bound to one receive CQ when it is created (as UCX binds its SRQ to the
+//! interface's receive CQ): every receive posted to it is charged to that CQ, so the crate's
+//! CQ accounting stays exact, and every QP that takes its receives from it completes them
+//! there ([`Pd::create_qp_with_srq`]). A receive completion names the QP the message
+//! arrived on ([`Completion::qpn`](crate::Completion::qpn)) and carries the SRQ receive's
+//! cookie.
+
+use super::cq::CqHandle;
+use super::device::{Backend, PdKind};
+use super::events::Subject;
+use super::lifetime::Progress;
+use super::{Cq, Pd};
+use crate::direct::cq_share::CqShare;
+use crate::direct::srq::SrqShared;
+use crate::direct::SrqRing;
+use crate::error::{Error, Result};
+use crate::verbs;
+use crate::verbs::srq::VerbsSrq;
+use crate::{DataPath, Sge};
+use std::sync::{Arc, Mutex};
+
+/// The limits of a shared receive queue.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SrqCaps {
+    /// Receives the SRQ holds at once (the device may give more; at most 32767).
+    pub entries: u32,
+    /// Scatter entries per receive (at most 31).
+    pub max_sge: u32,
+}
+
+impl Default for SrqCaps {
+    /// 255 receives of up to 4 entries (a ring of 256 WQEs of 128 bytes on mlx5).
+    fn default() -> Self {
+        SrqCaps {
+            entries: 255,
+            max_sge: 4,
+        }
+    }
+}
+
+impl Progress for SrqShared {
+    fn posted(&self) -> u16 {
+        self.cookies.posted()
+    }
+
+    /// Receives complete in any order: those posted before `mark` are known done only once
+    /// none is outstanding. A region dropped while the SRQ holds receives stays registered
+    /// until then, or until the SRQ and its QPs are gone.
+    fn done_up_to(&self, _mark: u16) -> bool {
+        self.outstanding() == 0
+    }
+}
+
+enum SrqPath {
+    Direct(SrqRing),
+    Verbs(VerbsSrq),
+}
+
+/// The device SRQ, kept alive by the [`Srq`] and every QP that takes receives from it.
+pub(crate) struct SrqHandle {
+    pub(crate) srqn: u32,
+    pub(crate) shared: Arc<SrqShared>,
+    /// The rdma-core SRQ (verbs backends).
+    pub(crate) verbs: Option<Arc<verbs::srq::Srq>>,
+    pub(crate) pd: Pd,
+    /// The CQ the SRQ's receives complete on.
+    pub(crate) cq: Arc<CqHandle>,
+    pub(crate) cqn: u32,
+    /// The SRQ's CQ entries, handed over by the poster when it is dropped: given back when
+    /// the SRQ is destroyed (receives posted before may complete until then).
+    share: Mutex<Option<(CqShare, u16)>>,
+}
+
+impl SrqHandle {
+    /// What the device's events call this SRQ.
+    fn subject(&self) -> Subject {
+        match &self.verbs {
+            Some(s) => Subject::Srq(s.srq as usize as u64),
+            None => Subject::Srq(self.srqn as u64),
+        }
+    }
+}
+
+impl Drop for SrqHandle {
+    fn drop(&mut self) {
+        let dev = &self.pd.inner.dev;
+        dev.events.forget(self.subject());
+        // No QP takes receives from it any more (each holds this handle): destroy it, after
+        // which nothing completes on its behalf.
+        #[cfg(feature = "sim")]
+        if let Some(n) = dev.sim_nic() {
+            let _ = n.destroy_srq(self.srqn);
+        }
+        drop(self.verbs.take());
+        if let Some((mut s, pos)) = self.share.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            s.release(pos);
+        }
+    }
+}
+
+/// A shared receive queue.
+///
+/// Created by [`Pd::create_srq`] on one receive CQ; QPs created with
+/// [`Pd::create_qp_with_srq`] take their receives from it, whichever QP a message arrives
+/// on. [`Srq::set_limit`] arms the limit event ([`Srq::limit_reached`]): the moment to post
+/// more. The SRQ lives on while a QP uses it (dropping it stops posting, not the QPs).
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, SrqCaps, WcOpcode};
+/// let dev = Device::sim_stepped();
+/// let pd = dev.alloc_pd()?;
+/// let (mut rcq, mut scq) = (dev.create_cq(64)?, dev.create_cq(64)?);
+/// let mut srq = pd.create_srq(&rcq, SrqCaps { entries: 15, ..SrqCaps::default() })?;
+/// let mr = pd.alloc_mr(1024, Access::LOCAL_WRITE)?;
+/// for i in 0..4u64 {
+///     srq.post_recv(&[mr.sge(64 * i as usize, 64)?], 100 + i)?;
+/// }
+/// // Two servers on the SRQ, each connected to a client.
+/// let mut servers = Vec::new();
+/// let mut clients = Vec::new();
+/// for _ in 0..2 {
+///     let mut s = pd.create_qp_with_srq(&scq, &srq, QpCaps::default())?;
+///     let mut c = pd.create_qp(&scq, &scq, QpCaps::default())?;
+///     let (es, ec) = (s.endpoint()?, c.endpoint()?);
+///     s.connect(ec)?;
+///     c.connect(es)?;
+///     servers.push(s);
+///     clients.push(c);
+/// }
+/// clients[1].send(Payload::Inline(b"from 1"), 1, PostFlags::SIGNALED)?;
+/// clients[0].send(Payload::Inline(b"from 0"), 0, PostFlags::SIGNALED)?;
+/// dev.process();
+/// let mut out = [Completion::default(); 4];
+/// assert_eq!(rcq.poll(&mut out), 2);
+/// // The first receive posted went to the first message, on server 1.
+/// assert_eq!((out[0].cookie, out[0].qpn, out[0].opcode), (100, servers[1].qpn(), WcOpcode::Recv));
+/// assert_eq!((out[1].cookie, out[1].qpn), (101, servers[0].qpn()));
+/// let mut got = [0u8; 6];
+/// mr.read(0, &mut got)?;
+/// assert_eq!(&got, b"from 1");
+/// assert_eq!(scq.poll(&mut out), 2);
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
+pub struct Srq {
+    // Field order: the poster goes before the handle that keeps its ring alive.
+    path: SrqPath,
+    pub(crate) handle: Arc<SrqHandle>,
+}
+
+impl core::fmt::Debug for Srq {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Srq")
+            .field("srqn", &self.handle.srqn)
+            .field("cqn", &self.handle.cqn)
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
+impl Pd {
+    /// Creates a shared receive queue whose receives complete on `recv_cq`
+    /// (`ibv_create_srq`; on mlx5 its ring from `mlx5dv_init_obj`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`] for a CQ of another device; [`Error::InvalidParameter`] for
+    /// 0 or more than 32767 entries, or more than 31 scatter entries;
+    /// [`Error::Unsupported`] on a CQ that compresses its entries (an SRQ's completions
+    /// are attributed one by one); the device's refusal ([`Error::Verbs`], `Error::Sim`).
+    pub fn create_srq(&self, recv_cq: &Cq, caps: SrqCaps) -> Result<Srq> {
+        if !recv_cq.dev.same(&self.inner.dev) {
+            return Err(Error::InvalidHandle {
+                what: "receive CQ of another device (CQ number)",
+                value: recv_cq.cqn() as u64,
+            });
+        }
+        if caps.entries == 0 || caps.entries >= 1 << 15 {
+            return Err(Error::InvalidParameter {
+                what: "SRQ entries (1 ..= 32767)",
+                value: caps.entries as u64,
+            });
+        }
+        if caps.max_sge > 31 {
+            return Err(Error::InvalidParameter {
+                what: "SRQ scatter entries (at most 31)",
+                value: caps.max_sge as u64,
+            });
+        }
+        if recv_cq.compressed() {
+            return Err(Error::Unsupported(
+                "an SRQ on a CQ that compresses its entries",
+            ));
+        }
+        let slots = recv_cq.handle.registry.slots.clone();
+        let (mut path, srqn, verbs_srq) = match (&self.inner.dev.backend, &self.inner.kind) {
+            #[cfg(feature = "sim")]
+            (Backend::Sim(nic), PdKind::Sim(pd)) => {
+                let raw = nic.create_srq(
+                    *pd,
+                    mlx5::sim::SrqCaps {
+                        max_wr: caps.entries,
+                        max_sge: caps.max_sge.max(1),
+                    },
+                )?;
+                // SAFETY: the ring belongs to the SRQ just created, fresh; this Srq alone
+                // posts to it, and the handle destroys it only after every QP on it.
+                match unsafe { SrqRing::new(&raw) } {
+                    Ok(r) => (SrqPath::Direct(r), raw.srqn, None),
+                    Err(e) => {
+                        let _ = nic.destroy_srq(raw.srqn);
+                        return Err(e);
+                    }
+                }
+            }
+            (Backend::Verbs(_), PdKind::Verbs(pd)) => {
+                let s = Arc::new(verbs::srq::Srq::new(
+                    pd.clone(),
+                    caps.entries,
+                    caps.max_sge.max(1),
+                )?);
+                if self.inner.dev.data_path() == DataPath::Direct {
+                    // SAFETY: a live SRQ of an mlx5 device (the path is Direct only there).
+                    let dv = unsafe { crate::dv::init_srq(s.srq.cast())? };
+                    let raw = crate::dv::raw_srq(&dv, s.max_sge)?;
+                    // SAFETY: a fresh SRQ, never posted to by rdma-core (the crate never
+                    // calls ibv_post_srq_recv on it); the handle keeps it alive after every
+                    // QP on it.
+                    let r = unsafe { SrqRing::new(&raw)? };
+                    (SrqPath::Direct(r), raw.srqn, Some(s))
+                } else {
+                    let srqn = verbs_srq_number();
+                    (
+                        SrqPath::Verbs(VerbsSrq::new(s.clone(), srqn)),
+                        srqn,
+                        Some(s),
+                    )
+                }
+            }
+            #[cfg(feature = "sim")]
+            _ => return Err(Error::Unsupported("PD and device backends differ")),
+        };
+        let shared = match &mut path {
+            SrqPath::Direct(r) => {
+                r.check_against(self.inner.regions.clone());
+                r.attach_cq(slots);
+                r.shared.clone()
+            }
+            SrqPath::Verbs(v) => {
+                v.attach_cq(slots);
+                v.shared.clone()
+            }
+        };
+        let weak: std::sync::Weak<dyn Progress> = Arc::downgrade(&shared) as _;
+        self.inner.lifetimes.track(weak);
+        Ok(Srq {
+            path,
+            handle: Arc::new(SrqHandle {
+                srqn,
+                shared,
+                verbs: verbs_srq,
+                pd: self.clone(),
+                cq: recv_cq.handle.clone(),
+                cqn: recv_cq.cqn(),
+                share: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+/// A number for a verbs SRQ: rdma-core names an SRQ only by its `ibv_srq` (the SRQ number
+/// is the kernel's, not reported for a basic SRQ); the crate's own, with bit 31 set as for
+/// verbs CQs.
+fn verbs_srq_number() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static IDS: AtomicU32 = AtomicU32::new(1);
+    0x8000_0000 | (IDS.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff)
+}
+
+impl Srq {
+    /// The SRQ number (on the verbs path of a device other than mlx5, a number of the
+    /// crate's own with bit 31 set: rdma-core does not report it).
+    pub fn srqn(&self) -> u32 {
+        self.handle.srqn
+    }
+
+    /// The number of the CQ the SRQ's receives complete on.
+    pub fn cqn(&self) -> u32 {
+        self.handle.cqn
+    }
+
+    /// Receives the SRQ holds at once (at least what was asked: the device rounds up).
+    pub fn capacity(&self) -> u32 {
+        match &self.path {
+            SrqPath::Direct(r) => r.capacity(),
+            SrqPath::Verbs(v) => v.capacity(),
+        }
+    }
+
+    /// Most scatter entries per receive.
+    pub fn max_sge(&self) -> usize {
+        match &self.path {
+            SrqPath::Direct(r) => r.max_sge(),
+            SrqPath::Verbs(v) => v.max_sge(),
+        }
+    }
+
+    /// Receives that may be posted now.
+    pub fn free(&self) -> u32 {
+        match &self.path {
+            SrqPath::Direct(r) => r.free(),
+            SrqPath::Verbs(v) => v.free(),
+        }
+    }
+
+    /// Posts a receive buffer list with its cookie: the next message that arrives on any
+    /// QP of the SRQ (when this is the oldest receive posted) lands in it.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`] when the SRQ is full; [`Error::TooManySge`];
+    /// [`Error::CqFull`] when the SRQ's CQ has no entry for it; nothing is posted then.
+    pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        match &mut self.path {
+            SrqPath::Direct(r) => r.post(sgl, cookie),
+            SrqPath::Verbs(v) => v.post(sgl, cookie),
+        }
+    }
+
+    /// Arms the limit: once fewer than `limit` receives remain posted, the device raises
+    /// one event ([`Srq::limit_reached`] says true once) and disarms it
+    /// (`ibv_modify_srq` with `IBV_SRQ_LIMIT`). 0 disarms.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a limit above the SRQ's capacity; the device's
+    /// refusal (rxe refuses a limit above the receives posted at the time).
+    pub fn set_limit(&mut self, limit: u32) -> Result<()> {
+        if limit > self.capacity() {
+            return Err(Error::InvalidParameter {
+                what: "SRQ limit (at most the SRQ's capacity)",
+                value: limit as u64,
+            });
+        }
+        // A new arming: an event of the previous one is forgotten.
+        let dev = &self.handle.pd.inner.dev;
+        dev.events.take(&dev.backend, self.handle.subject());
+        match &self.handle.verbs {
+            Some(s) => Ok(s.set_limit(limit)?),
+            #[cfg(feature = "sim")]
+            None => match dev.sim_nic() {
+                Some(n) => Ok(n.arm_srq_limit(self.handle.srqn, limit)?),
+                None => Err(Error::Unsupported("SRQ and device backends differ")),
+            },
+            #[cfg(not(feature = "sim"))]
+            None => Err(Error::Unsupported("SRQ without a device SRQ")),
+        }
+    }
+
+    /// Whether the limit armed by [`Srq::set_limit`] was reached since (reads the device's
+    /// events without blocking; true once per arming).
+    pub fn limit_reached(&self) -> bool {
+        let dev = &self.handle.pd.inner.dev;
+        dev.events.take(&dev.backend, self.handle.subject())
+    }
+
+    /// Checks that `cq` is this SRQ's CQ, as every receiver of the SRQ's must complete its
+    /// receives there.
+    ///
+    /// # Errors
+    /// [`Error::SrqCq`].
+    pub fn check_cq(&self, cq: &Cq) -> Result<()> {
+        if !Arc::ptr_eq(&cq.handle, &self.handle.cq) {
+            return Err(Error::SrqCq {
+                srqn: self.handle.srqn,
+                srq_cq: self.handle.cqn,
+                cq: cq.cqn(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Srq {
+    fn drop(&mut self) {
+        let share = match &mut self.path {
+            SrqPath::Direct(r) => r.take_cq_share(),
+            SrqPath::Verbs(v) => v.take_cq_share(),
+        };
+        *self.handle.share.lock().unwrap_or_else(|e| e.into_inner()) = share;
+        self.handle.pd.inner.lifetimes.reclaim();
+    }
+}

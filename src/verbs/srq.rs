@@ -1,0 +1,235 @@
+//! Shared receive queues over rdma-core: `ibv_create_srq`, `ibv_modify_srq` (the limit),
+//! `ibv_destroy_srq`, and the verbs path's poster (`ibv_post_srq_recv`).
+//!
+//! Receives of an SRQ complete in any order (whichever QP a message arrives on takes the
+//! next one). The poster gives each posted receive a slot of the SRQ's cookie table and
+//! carries the slot in `wr_id` (with the receive tag); the poller takes the cookie from the
+//! slot and gives the slot back through the same shared free ring as the direct path
+//! (`crate::direct::srq::SrqShared`).
+
+use super::objects::Pd;
+use super::{code, last, VerbsError};
+use crate::direct::cq_share::{CqShare, CqSlots};
+use crate::direct::srq::SrqShared;
+use crate::error::{Error, QueueUnit, Result};
+use crate::Sge;
+use rdma_sys as ffi;
+use std::sync::Arc;
+
+/// An rdma-core SRQ.
+pub struct Srq {
+    pub(crate) srq: *mut ffi::ibv_srq,
+    /// Receives the device gave room for (`max_wr` as written back).
+    pub(crate) max_wr: u32,
+    /// Scatter entries per receive (as written back).
+    pub(crate) max_sge: u32,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: verbs objects are thread-safe in rdma-core; posting is serialised by the owner
+// of the poster (`&mut`).
+unsafe impl Send for Srq {}
+// SAFETY: as above.
+unsafe impl Sync for Srq {}
+
+impl Srq {
+    /// `ibv_create_srq` on `pd` for `max_wr` receives of `max_sge` entries.
+    ///
+    /// # Errors
+    /// The `ibv_create_srq` error (`EINVAL` beyond the device's `max_srq_wr` /
+    /// `max_srq_sge`).
+    pub fn new(pd: Arc<Pd>, max_wr: u32, max_sge: u32) -> Result<Srq, VerbsError> {
+        // SAFETY: an all-zero init attr is valid (no context, no limit).
+        let mut attr: ffi::ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        attr.attr.max_wr = max_wr;
+        attr.attr.max_sge = max_sge;
+        // SAFETY: live PD; `attr` is a valid in/out parameter.
+        let srq = unsafe { ffi::ibv_create_srq(pd.pd, &mut attr) };
+        if srq.is_null() {
+            return Err(last("ibv_create_srq"));
+        }
+        Ok(Srq {
+            srq,
+            max_wr: attr.attr.max_wr,
+            max_sge: attr.attr.max_sge,
+            _pd: pd,
+        })
+    }
+
+    /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0 disarms).
+    ///
+    /// # Errors
+    /// The `ibv_modify_srq` error (`EINVAL` for a limit the device refuses).
+    pub fn set_limit(&self, limit: u32) -> Result<(), VerbsError> {
+        let mut attr = ffi::ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: limit,
+        };
+        // SAFETY: live SRQ; `attr` outlives the call.
+        let rc = unsafe {
+            ffi::ibv_modify_srq(
+                self.srq,
+                &mut attr,
+                ffi::ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as i32,
+            )
+        };
+        if rc != 0 {
+            return Err(code("ibv_modify_srq", rc));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Srq {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`; every QP on it holds an Arc of this SRQ, so none is left.
+        unsafe { ffi::ibv_destroy_srq(self.srq) };
+    }
+}
+
+/// Marks an SRQ receive's `wr_id` (as a QP's receives: its slot is in the low 16 bits).
+pub(crate) const SRQ_RECV_TAG: u64 = super::path::RECV_TAG;
+
+/// The verbs path's poster of an SRQ.
+pub struct VerbsSrq {
+    srq: Arc<Srq>,
+    cap: u32,
+    max_sge: usize,
+    pub(crate) shared: Arc<SrqShared>,
+    /// Slots never used yet (the first `fresh` of the table have been handed out).
+    fresh: u32,
+    /// Slots given back and taken again so far.
+    reclaimed: u16,
+    /// Receives posted.
+    counter: u16,
+    sges: Box<[ffi::ibv_sge]>,
+    /// The receive request, prepared once: `sg_list` points into `sges`, `next` is null.
+    wr: Box<ffi::ibv_recv_wr>,
+    cq_share: Option<CqShare>,
+}
+
+// SAFETY: `wr` points into this poster's own `sges`; the SRQ is thread-safe in rdma-core.
+unsafe impl Send for VerbsSrq {}
+
+impl std::fmt::Debug for VerbsSrq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsSrq")
+            .field("capacity", &self.cap)
+            .field("counter", &self.counter)
+            .finish()
+    }
+}
+
+impl VerbsSrq {
+    /// The poster of `srq`, whose completions name it as `srqn` (the crate's number).
+    pub fn new(srq: Arc<Srq>, srqn: u32) -> VerbsSrq {
+        let cap = srq.max_wr.clamp(1, 1 << 15);
+        let max_sge = srq.max_sge.max(1) as usize;
+        // SAFETY: an all-zero ibv_sge is valid.
+        let mut sges: Box<[ffi::ibv_sge]> = (0..max_sge)
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        // SAFETY: an all-zero ibv_recv_wr is valid (no next request).
+        let mut wr: Box<ffi::ibv_recv_wr> = Box::new(unsafe { std::mem::zeroed() });
+        wr.sg_list = sges.as_mut_ptr();
+        VerbsSrq {
+            shared: Arc::new(SrqShared::new(srqn, cap.next_power_of_two(), None)),
+            srq,
+            cap,
+            max_sge,
+            fresh: 0,
+            reclaimed: 0,
+            counter: 0,
+            sges,
+            wr,
+            cq_share: None,
+        }
+    }
+
+    /// Accounts the SRQ's receives against the entries of the CQ they complete on.
+    pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
+        self.cq_share = Some(CqShare::new(slots, self.shared.clone(), self.counter));
+    }
+
+    /// Gives the CQ share away for the end of the SRQ (see the direct path's).
+    pub(crate) fn take_cq_share(&mut self) -> Option<(CqShare, u16)> {
+        self.cq_share.take().map(|s| (s, self.counter))
+    }
+
+    /// Receives the SRQ holds at once.
+    pub fn capacity(&self) -> u32 {
+        self.cap
+    }
+
+    /// Most scatter entries per receive.
+    pub fn max_sge(&self) -> usize {
+        self.max_sge
+    }
+
+    /// Receives that may be posted now.
+    pub fn free(&self) -> u32 {
+        self.cap.saturating_sub(self.shared.outstanding())
+    }
+
+    /// Posts one receive.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::CqFull`], or the
+    /// `ibv_post_srq_recv` error; nothing is posted then.
+    pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        if self.free() == 0 {
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                unit: QueueUnit::Receives,
+            });
+        }
+        let mut n = 0;
+        for s in sgl {
+            if s.len == 0 {
+                continue;
+            }
+            if n == self.max_sge {
+                return Err(Error::TooManySge {
+                    n: sgl.iter().filter(|s| s.len != 0).count(),
+                    max: self.max_sge,
+                });
+            }
+            self.sges[n] = ffi::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            };
+            n += 1;
+        }
+        if let Some(share) = &mut self.cq_share {
+            share.check_one(self.counter, self.cap)?;
+        }
+        // A slot: a fresh one while there are, else the oldest given back (`free() > 0`
+        // means one of the two is there).
+        let slot = if self.fresh < self.cap {
+            self.fresh as u16
+        } else {
+            self.shared.freed_at(self.reclaimed)
+        };
+        self.wr.wr_id = slot as u64 | SRQ_RECV_TAG;
+        self.wr.num_sge = n as i32;
+        self.shared.cookies.set(slot, cookie);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: live SRQ; `wr` and its scatter list (in this poster's boxes) live across
+        // the call, which copies them.
+        let rc = unsafe { ffi::ibv_post_srq_recv(self.srq.srq, &mut *self.wr, &mut bad) };
+        if rc != 0 {
+            return Err(Error::Verbs(code("ibv_post_srq_recv", rc)));
+        }
+        if self.fresh < self.cap {
+            self.fresh += 1;
+        } else {
+            self.reclaimed = self.reclaimed.wrapping_add(1);
+        }
+        self.counter = self.counter.wrapping_add(1);
+        self.shared.cookies.mark_posted(self.counter);
+        Ok(())
+    }
+}
