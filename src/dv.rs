@@ -14,6 +14,8 @@ use mlx5::{RawCq, RawQp, RawSrq};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
+pub mod dc;
+
 /// Hand-written declarations of the mlx5dv structs the direct path needs.
 pub mod ffi {
     #![allow(non_camel_case_types, missing_docs)]

@@ -198,6 +198,14 @@ pub enum Error {
     },
     /// The operation is not supported on this device or path.
     Unsupported(&'static str),
+    /// The device has no dynamically connected transport (DC: DCIs and DCTs are an mlx5
+    /// capability; rxe, siw and the other verbs devices have none).
+    NoDc {
+        /// The device (`Device::describe`).
+        device: String,
+        /// What is missing, or what the device answered.
+        why: &'static str,
+    },
     /// The device lacks a memory capability (on-demand paging, implicit on-demand paging,
     /// dma-buf), as its attributes say (`ibv_query_device_ex` `odp_caps`; the software NIC's
     /// `mlx5::sim::MemoryCaps`) or as rdma-core answered (`EOPNOTSUPP`).
@@ -350,6 +358,9 @@ impl fmt::Display for Error {
                  of an mlx5 device (or the software NIC) decodes compressed CQEs"
             ),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
+            Error::NoDc { device, why } => {
+                write!(f, "no dynamically connected transport (DC) on {device}: {why}")
+            }
             Error::Capability(c) => write!(f, "the device lacks {c}"),
             Error::ReadOnlyBuffer { access } => write!(
                 f,

@@ -4,7 +4,7 @@
 //! reads and writes in host memory, with no OS calls:
 //!
 //! - send WQE segments ([`ctrl`], [`seg`], [`umr`], the UD/DC address vector [`av`]) and the opcodes that go in them
-//!   ([`opcode`]);
+//!   ([`opcode`]); the DC address segment and whole DCI WQEs ([`dc`]);
 //! - receive WQE entries ([`recv`]) and shared-receive-queue WQEs with their linked list
 //!   ([`srq`]);
 //! - completion entries: the 64-byte CQE, the error CQE, mini-CQEs ([`cqe`]) and the error
@@ -28,6 +28,7 @@ pub mod av;
 pub mod be;
 pub mod cqe;
 pub mod ctrl;
+pub mod dc;
 pub mod doorbell;
 pub mod opcode;
 pub mod raw;

@@ -9,6 +9,7 @@ mod arm;
 mod barrier;
 mod cq;
 pub(crate) mod cq_share;
+pub(crate) mod dc;
 mod doorbell;
 mod inline_write;
 mod register;

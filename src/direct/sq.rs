@@ -88,7 +88,7 @@ pub struct SendQueue {
     pub(super) credit: u32,
     half: u32,
     /// Fence armed by a bind or invalidate for the next WQE.
-    next_fence: Fence,
+    pub(super) next_fence: Fence,
     /// WQEs written since the last ring, and where the last one starts.
     pub(super) pending: u16,
     pub(super) last_start: u16,
@@ -163,7 +163,7 @@ pub(crate) fn check_atomic_kind(
     Ok(())
 }
 
-fn wc_opcode(req: &Request<'_>) -> (WcOpcode, u32) {
+pub(super) fn wc_opcode(req: &Request<'_>) -> (WcOpcode, u32) {
     match req {
         Request::Nop => (WcOpcode::Nop, 0),
         Request::Write { .. } | Request::WriteImm { .. } => (WcOpcode::RdmaWrite, 0),
@@ -358,7 +358,7 @@ impl SendQueue {
     /// path, and says which one is short when the request does not fit.
     #[cold]
     #[inline(never)]
-    fn make_room(&mut self, bbs: u32) -> Result<()> {
+    pub(super) fn make_room(&mut self, bbs: u32) -> Result<()> {
         let retired = self.shadow.retired();
         let ring_free = self.cnt - (self.pi.wrapping_sub(retired) as u32);
         let mut room = ring_free;
@@ -384,7 +384,7 @@ impl SendQueue {
 
     /// Arms (or clears) the fence of the next WQE; the fast path applies only without one.
     #[inline(always)]
-    fn set_next_fence(&mut self, fence: Fence) {
+    pub(super) fn set_next_fence(&mut self, fence: Fence) {
         self.next_fence = fence;
         self.update_fast_limit();
     }

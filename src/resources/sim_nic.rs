@@ -122,6 +122,11 @@ impl<'a> SimNic<'a> {
         self.nic.drain()
     }
 
+    /// What a DC target saw (key violations; None when `dctn` is not a DCT).
+    pub fn dct_stats(&self, dctn: u32) -> Option<mlx5::sim::DctStats> {
+        self.nic.dct_stats(dctn)
+    }
+
     /// The NIC's atomic capabilities (see [`Nic::atomic_caps`]).
     pub fn atomic_caps(&self) -> mlx5::atomic::AtomicCaps {
         self.nic.atomic_caps()

@@ -341,6 +341,29 @@ static const struct hdrcheck_entry hdrcheck_table[] = {
 	HC_CONST(IBV_ODP_SUPPORT_IMPLICIT),
 	HC_CONST(IBV_ODP_SUPPORT_ATOMIC),
 	HC_CONST(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ),
+	/* ---- DC: the address segment's DC fields (mlx5::dc) and mlx5dv_create_qp's DC
+	 * attributes (blueflame::dv::dc). Names start with "dc " where the UD side checks the
+	 * same struct under its own names. ---- */
+	{ "dc sizeof(struct mlx5_wqe_av)", (uint64_t)sizeof(struct mlx5_wqe_av) },
+	{ "dc sizeof(struct mlx5_wqe_datagram_seg)", (uint64_t)sizeof(struct mlx5_wqe_datagram_seg) },
+	{ "dc offsetof(mlx5_wqe_av, key.dc_key)", (uint64_t)offsetof(struct mlx5_wqe_av, key.dc_key) },
+	{ "dc sizeof(mlx5_wqe_av.key.dc_key)", (uint64_t)sizeof(((struct mlx5_wqe_av *)0)->key.dc_key) },
+	{ "dc offsetof(mlx5_wqe_av, dqp_dct)", (uint64_t)offsetof(struct mlx5_wqe_av, dqp_dct) },
+	{ "dc sizeof(mlx5_wqe_av.dqp_dct)", (uint64_t)sizeof(((struct mlx5_wqe_av *)0)->dqp_dct) },
+	{ "dc MLX5_EXTENDED_UD_AV", (uint64_t)MLX5_EXTENDED_UD_AV },
+	HC_SIZEOF(mlx5dv_dc_init_attr),
+	HC_FIELD(mlx5dv_dc_init_attr, dc_type),
+	HC_FIELD(mlx5dv_dc_init_attr, dct_access_key),
+	HC_SIZEOF(mlx5dv_qp_init_attr),
+	HC_FIELD(mlx5dv_qp_init_attr, comp_mask),
+	HC_FIELD(mlx5dv_qp_init_attr, create_flags),
+	HC_FIELD(mlx5dv_qp_init_attr, dc_init_attr),
+	HC_FIELD(mlx5dv_qp_init_attr, send_ops_flags),
+	HC_CONST(MLX5DV_QP_INIT_ATTR_MASK_DC),
+	HC_CONST(MLX5DV_DCTYPE_DCT),
+	HC_CONST(MLX5DV_DCTYPE_DCI),
+	HC_CONST(IBV_QPT_DRIVER),
+	HC_CONST(IBV_QP_INIT_ATTR_PD),
 };
 
 /* The table and its length. */
@@ -389,6 +412,22 @@ void hdrcheck_cqe_fields(const uint8_t *cqe, uint8_t *owner, uint8_t *se, uint8_
 }
 
 /* ---- the header's structs filled by member name (no helper exists in the header) ---- */
+
+/* The datagram segment of a DCI WQE as rdma-core's qp.c mlx5_send_wr_set_dc_addr fills it:
+ * the address handle's AV copied, the DCT number with MLX5_EXTENDED_UD_AV OR-ed into
+ * dqp_dct, the DC key in key.dc_key. */
+void hdrcheck_set_dc_addr(uint8_t *out, const uint8_t *ah_av, uint32_t remote_dctn,
+			  uint64_t remote_dc_key)
+{
+	struct mlx5_wqe_datagram_seg dseg;
+	struct mlx5_wqe_av av;
+
+	memcpy(&av, ah_av, sizeof(av));
+	memcpy(&dseg.av, &av, sizeof(dseg.av));
+	dseg.av.dqp_dct |= htobe32(remote_dctn | MLX5_EXTENDED_UD_AV);
+	dseg.av.key.dc_key = htobe64(remote_dc_key);
+	memcpy(out, &dseg, sizeof(dseg));
+}
 
 /* struct mlx5_wqe_raddr_seg as rdma-core's qp.c set_raddr_seg fills it. */
 void hdrcheck_set_raddr_seg(uint8_t *out, uint64_t raddr, uint32_t rkey)

@@ -50,6 +50,7 @@ extern "C" {
         opcode: *mut u8,
     );
     fn hdrcheck_set_raddr_seg(out: *mut u8, raddr: u64, rkey: u32);
+    fn hdrcheck_set_dc_addr(out: *mut u8, ah_av: *const u8, remote_dctn: u32, remote_dc_key: u64);
     fn hdrcheck_set_atomic_seg(out: *mut u8, swap_add: u64, compare: u64);
     fn hdrcheck_set_klm_seg(out: *mut u8, byte_count: u32, mkey: u32, address: u64);
     fn hdrcheck_set_err_cqe(
@@ -235,6 +236,16 @@ pub fn set_raddr_seg(raddr: u64, rkey: u32) -> [u8; 16] {
     // SAFETY: the C function writes sizeof(struct mlx5_wqe_raddr_seg) == 16 bytes through
     // `out` (16 writable bytes) and keeps no pointer.
     unsafe { hdrcheck_set_raddr_seg(out.as_mut_ptr(), raddr, rkey) };
+    out
+}
+
+/// The 48-byte datagram segment of a DCI WQE as rdma-core's `mlx5_send_wr_set_dc_addr`
+/// fills it from an address handle's AV, a DCT number and a DC key.
+pub fn set_dc_addr(ah_av: &[u8; 48], dctn: u32, dc_key: u64) -> [u8; 48] {
+    let mut out = [0u8; 48];
+    // SAFETY: the C function reads 48 bytes (sizeof(struct mlx5_wqe_av)) from `ah_av` and
+    // writes 48 (sizeof(struct mlx5_wqe_datagram_seg)) through `out`; it keeps no pointer.
+    unsafe { hdrcheck_set_dc_addr(out.as_mut_ptr(), ah_av.as_ptr(), dctn, dc_key) };
     out
 }
 

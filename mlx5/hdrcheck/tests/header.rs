@@ -860,6 +860,8 @@ mod ud {
         }
     }
 }
+#[path = "dc/header.rs"]
+mod dc_header;
 
 mod table {
     use super::*;
@@ -874,6 +876,7 @@ mod table {
             dv_layout::NAMES,
             ud::NAMES,
             ud::SPECIAL_NAMES,
+            dc_header::NAMES,
         ]
         .into_iter()
         .flatten()

@@ -9,7 +9,7 @@ use super::State;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 use crate::syndrome::Syndrome;
-use crate::wqe::{decode, Decoded, MAX_WQE_BYTES};
+use crate::wqe::{Decoded, MAX_WQE_BYTES};
 use crate::Be32;
 
 /// The result of running one WQE.
@@ -89,7 +89,9 @@ impl State {
             } else if give_up {
                 Outcome::Failed(Syndrome::TransportRetryExc)
             } else {
-                match decode(&buf[..bbs * 64], &mut sges) {
+                let mut body = [0u8; MAX_WQE_BYTES];
+                let wqe = &buf[..bbs * 64];
+                match self.decode_wqe(qpn, wqe, &mut body, &mut sges, Some(&mut n)) {
                     Ok(d) if d.qpn == qpn => {
                         let kind = Kind::of(&d.request);
                         let fence = d.flags.fence;
@@ -175,6 +177,9 @@ impl State {
     /// Whether a read or atomic passes every check of its turn (responder state, local and
     /// remote keys, bounds, rights, alignment): only its data are read late.
     fn read_like_ok(&self, qpn: u32, d: &Decoded<'_>) -> bool {
+        if self.dc_refusal(qpn, &d.request).is_some() {
+            return false;
+        }
         let pd = self.qps[&qpn].pd;
         let Ok((ppd, peer)) = self.responder(qpn) else {
             return false;
@@ -229,7 +234,7 @@ impl State {
     /// Runs the held-back WQEs of `qpn` that `pick(due, kind)` selects (every one when the
     /// QP is in error: they are flushed), in order, then writes the completions that are
     /// no longer behind a held-back WQE. Returns how many ran.
-    fn settle(&mut self, qpn: u32, pick: impl Fn(u64, Kind) -> bool) -> usize {
+    pub(crate) fn settle(&mut self, qpn: u32, pick: impl Fn(u64, Kind) -> bool) -> usize {
         let Some(qp) = self.qps.get(&qpn) else {
             return 0;
         };
@@ -261,7 +266,8 @@ impl State {
                 Progress::Failed(Syndrome::WrFlush)
             } else {
                 let mut sges = [Sge::default(); 64];
-                match decode(&wqe[..len], &mut sges) {
+                let mut body = [0u8; MAX_WQE_BYTES];
+                match self.decode_wqe(qpn, &wqe[..len], &mut body, &mut sges, None) {
                     Ok(d) => {
                         self.replay = true;
                         let o = self.exec(qpn, &d);
@@ -359,6 +365,10 @@ impl State {
 
     /// Moves a QP to error (its WQEs and receives are flushed from now on).
     pub(crate) fn set_error(&mut self, qpn: u32) {
+        // A DCT serves every initiator: one initiator's fault does not stop it.
+        if self.is_dct(qpn) {
+            return;
+        }
         if let Some(qp) = self.qps.get_mut(&qpn) {
             qp.state = QpState::Error;
         }
@@ -431,6 +441,9 @@ impl State {
 
     /// The responder's PD and QPN, or a transport error when the QP is not connected.
     fn responder(&self, qpn: u32) -> Result<(u32, u32), Syndrome> {
+        if let Some(dc) = self.dc_responder(qpn) {
+            return dc;
+        }
         let peer = self
             .qps
             .get(&qpn)
@@ -560,6 +573,9 @@ impl State {
 
     /// Runs one decoded WQE of `qpn`.
     pub(crate) fn exec(&mut self, qpn: u32, d: &Decoded<'_>) -> Outcome {
+        if let Some(refused) = self.dc_admit(qpn, &d.request) {
+            return refused;
+        }
         let pd = self.qps[&qpn].pd;
         let solicited = d.flags.solicited;
         match d.request {

@@ -42,6 +42,7 @@
 mod arm;
 mod clock;
 mod cq;
+mod dc;
 mod dma;
 mod exec;
 mod ids;
@@ -53,6 +54,7 @@ mod uar;
 
 pub use arm::{ArmStats, CqEventSink};
 pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
+pub use dc::DctStats;
 pub use order::OrderMode;
 pub use qp::{QpCaps, QpState, QpStats};
 pub use srq::{SrqCaps, SrqStats};
@@ -176,6 +178,14 @@ pub enum SimError {
         /// Its state.
         state: QpState,
     },
+    /// An operation that does not apply to this QP's DC role (connecting a DCI or DCT to a
+    /// peer, a DCI operation on another QP, ...).
+    Dc {
+        /// The QP.
+        qpn: u32,
+        /// What was wrong.
+        why: &'static str,
+    },
 }
 
 impl core::fmt::Display for SimError {
@@ -212,6 +222,7 @@ impl core::fmt::Display for SimError {
                 a.region_error().unwrap_or("refused")
             ),
             SimError::NoTd(v) => write!(f, "no thread domain {v}"),
+            SimError::Dc { qpn, why } => write!(f, "QP {qpn:#x}: {why}"),
             SimError::CqeCompression {
                 format,
                 cqe_size,
@@ -1032,6 +1043,12 @@ impl Nic {
         let mut st = self.st();
         for (x, y) in [(a, b), (b, a)] {
             let q = st.qps.get(&x).ok_or(SimError::NoQp(x))?;
+            if q.dc.is_some() {
+                return Err(SimError::Dc {
+                    qpn: x,
+                    why: "a DC QP has no peer (a DCI is made ready with dci_ready, a DCT at creation)",
+                });
+            }
             // Verbs moves a QP to RTR only from INIT, which only RESET reaches: a QP
             // connects once (connecting the same pair again is the other side's connect,
             // which this NIC already did).

@@ -189,6 +189,10 @@ pub(crate) struct SimQp {
     /// The ordering mode's choices for this QP.
     pub(crate) rng: Rng,
     pub(crate) stats: QpStats,
+    /// Its role in the DC transport (None: an RC QP).
+    pub(crate) dc: Option<super::dc::DcRole>,
+    /// What it saw as a DCT.
+    pub(crate) dct_stats: super::dc::DctStats,
 }
 
 impl SimQp {
@@ -239,6 +243,8 @@ impl SimQp {
             started: VecDeque::new(),
             rng: Rng::new(seed, qpn),
             stats: QpStats::default(),
+            dc: None,
+            dct_stats: super::dc::DctStats::default(),
         }
     }
 

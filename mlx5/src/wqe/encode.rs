@@ -337,9 +337,25 @@ pub fn encode(
     flags: FmCeSe,
     span: &mut Span<'_>,
 ) -> usize {
+    // The segments start right after the control segment.
+    encode_at(req, ds, pi, qpn, flags, span, DS_BYTES)
+}
+
+/// [`encode`] with the request's segments from byte `c` of the WQE: after the control
+/// segment (16) on RC, after the control and DC address segments (64) on a DCI. The bytes
+/// `16 .. c` are the caller's.
+#[inline(always)]
+pub(crate) fn encode_at(
+    req: &Request<'_>,
+    ds: usize,
+    pi: u16,
+    qpn: u32,
+    flags: FmCeSe,
+    span: &mut Span<'_>,
+    c: usize,
+) -> usize {
     let mut opmod = 0;
     let mut imm = Be32::ZERO;
-    let c = DS_BYTES; // the control segment
     let end = match req {
         Request::Nop => c,
         Request::Write { remote, data } => {

@@ -11,6 +11,7 @@ mod encode;
 mod span;
 
 pub use decode::{decode, DecodeError, Decoded};
+pub(crate) use encode::encode_at;
 pub use encode::{encode, max_wqe_bbs, wqe_ds, EncodeError, Limits, MAX_SGE_BYTES};
 pub use span::{linearize, Span};
 

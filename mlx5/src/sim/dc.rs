@@ -1,0 +1,317 @@
+//! Dynamically connected transport in the software NIC: DC targets (DCTs) and DC initiators
+//! (DCIs).
+//!
+//! - A DCT is a responder reached by number: its number comes from the QP number space (a
+//!   ConnectX allocates DCT numbers as QP numbers), it is ready once created (verbs takes it
+//!   INIT -> RTR only, as UCX's `uct_dc_mlx5_iface_create_dct` does), it checks the 64-bit DC
+//!   access key of every request and answers as an RC responder with the access rights it
+//!   was created with. Sends land in its receive queue (the SRQ it serves; without one, every
+//!   send meets an RNR NAK). A DCT never goes to error for one initiator's fault: a refused
+//!   request fails at its initiator only.
+//! - A DCI is a send queue without a peer: it goes RESET -> INIT -> RTR -> RTS without a
+//!   remote QP (UCX `uct_dc_mlx5_iface_dci_connect`), and every WQE carries its destination
+//!   in the DC address segment ([`crate::dc`]). It serves one destination at a time, in order:
+//!   a WQE for another DCT waits until everything started before it has completed (a ConnectX
+//!   DCI reconnects only when idle).
+//!
+//! What the initiator sees, as on a ConnectX: a request to a DCT number that does not exist,
+//! or with a DC key that is not the DCT's, is dropped by the responder (a DCT key violation is
+//! an event of the target's side, `MLX5_EVENT_TYPE_DCT_KEY_VIOLATION`, which upstream
+//! rdma-core does not pass on): no answer comes, the DCI retransmits after each local ACK
+//! timeout and fails with `TRANSPORT_RETRY_EXC` when its retry count is spent, then flushes
+//! everything after. An operation the DCT's access rights do not allow is NAKed as an
+//! invalid request (`REMOTE_INVAL_REQ`, as rxe's `check_op_valid` answers an RC QP without
+//! the right); a bad remote key or range gives `REMOTE_ACCESS` as on RC.
+
+use super::exec::Outcome;
+use super::qp::{QpCaps, QpState};
+use super::{Nic, SimError, State};
+use crate::dc::{decode_dc, DcAddr};
+use crate::request::{Access, Request, Sge};
+use crate::syndrome::Syndrome;
+use crate::wqe::{decode, Decoded, MAX_WQE_BYTES};
+use crate::RawQp;
+
+/// The destination of a DCI WQE.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DcDest {
+    pub(crate) dctn: u32,
+    pub(crate) key: u64,
+}
+
+/// What a QP is in the DC transport.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum DcRole {
+    /// An initiator; `cur` is the destination of the WQE being run.
+    Dci { cur: Option<DcDest> },
+    /// A target.
+    Dct { key: u64, access: Access },
+}
+
+/// What a DCT saw of its initiators.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DctStats {
+    /// Requests it dropped because their DC key was not its own (each retransmission counts).
+    pub key_violations: u64,
+}
+
+/// The rights a DCT may be created with: what an RC responder checks.
+const DCT_RIGHTS: Access =
+    Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
+
+impl Nic {
+    /// Creates a DC initiator in RESET: a send queue whose WQEs carry their destination
+    /// (`mlx5dv_create_qp` with `MLX5DV_DCTYPE_DCI`). It has no receive queue
+    /// (`caps.rq_entries` is ignored); its completions go to `send_cq`. Move it to RTS with
+    /// [`Nic::dci_ready`].
+    ///
+    /// # Errors
+    /// As [`Nic::create_qp`].
+    pub fn create_dci(&self, pd: u32, send_cq: u32, caps: QpCaps) -> Result<RawQp, SimError> {
+        self.create_dci_in(pd, None, send_cq, caps)
+    }
+
+    /// As [`Nic::create_dci`], on thread domain `td` (its register is the domain's own).
+    ///
+    /// # Errors
+    /// As [`Nic::create_qp_on_td`].
+    pub fn create_dci_on_td(
+        &self,
+        pd: u32,
+        td: u32,
+        send_cq: u32,
+        caps: QpCaps,
+    ) -> Result<RawQp, SimError> {
+        self.create_dci_in(pd, Some(td), send_cq, caps)
+    }
+
+    fn create_dci_in(
+        &self,
+        pd: u32,
+        td: Option<u32>,
+        send_cq: u32,
+        caps: QpCaps,
+    ) -> Result<RawQp, SimError> {
+        let caps = QpCaps {
+            rq_entries: 0,
+            scatter_to_cqe: false,
+            ..caps
+        };
+        let raw = match td {
+            None => self.create_qp(pd, send_cq, send_cq, caps)?,
+            Some(td) => self.create_qp_on_td(pd, td, send_cq, send_cq, caps)?,
+        };
+        let mut st = self.st();
+        let q = st.qps.get_mut(&raw.qpn).expect("just created");
+        q.dc = Some(DcRole::Dci { cur: None });
+        Ok(raw)
+    }
+
+    /// Moves a DCI from RESET to RTS (INIT -> RTR -> RTS with no remote QP) with its
+    /// transport attributes (ACK timeout and retry count, RNR retries).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`]; [`SimError::Dc`] for a QP that is not a DCI;
+    /// [`SimError::QpState`] when it is not in RESET; [`SimError::Caps`] for a timing past
+    /// its encoding.
+    pub fn dci_ready(&self, dci: u32, timing: super::QpTiming) -> Result<(), SimError> {
+        if !timing.is_valid() {
+            return Err(SimError::Caps(
+                "timing: retry_cnt and rnr_retry <= 7, timeout and min_rnr_timer <= 31",
+            ));
+        }
+        let mut st = self.st();
+        let q = st.qps.get_mut(&dci).ok_or(SimError::NoQp(dci))?;
+        if !matches!(q.dc, Some(DcRole::Dci { .. })) {
+            return Err(SimError::Dc {
+                qpn: dci,
+                why: "not a DC initiator",
+            });
+        }
+        if q.state != QpState::Reset {
+            return Err(SimError::QpState {
+                qpn: dci,
+                state: q.state,
+            });
+        }
+        q.timing = timing;
+        q.state = QpState::Rts;
+        q.skip_doorbell_check();
+        Ok(())
+    }
+
+    /// Creates a DC target of `pd` answering requests that carry `dc_key`
+    /// (`mlx5dv_create_qp` with `MLX5DV_DCTYPE_DCT` and `dct_access_key`, then INIT -> RTR
+    /// with `access`), ready at once. Its receive completions go to `cq`. Returns its number
+    /// (from the QP number space). Sends land in its receive queue: with `srq_entries` 0 it
+    /// has none and every send meets an RNR NAK.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`], [`SimError::NoCq`], [`SimError::Exhausted`];
+    /// [`SimError::Rights`] for rights other than remote write, read and atomic.
+    pub fn create_dct(
+        &self,
+        pd: u32,
+        cq: u32,
+        dc_key: u64,
+        access: Access,
+    ) -> Result<u32, SimError> {
+        if !DCT_RIGHTS.contains(access) {
+            return Err(SimError::Rights(access));
+        }
+        // A DCT has no send queue of the driver's: the smallest ring, no BlueFlame.
+        let caps = QpCaps {
+            sq_blocks: crate::doorbell::MAX_WQE_BBS as u32,
+            rq_entries: 0,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline: 0,
+            bf_size: 0,
+            ..QpCaps::default()
+        };
+        let raw = self.create_qp(pd, cq, cq, caps)?;
+        let mut st = self.st();
+        let q = st.qps.get_mut(&raw.qpn).expect("just created");
+        q.dc = Some(DcRole::Dct {
+            key: dc_key,
+            access,
+        });
+        q.state = QpState::Rts;
+        q.skip_doorbell_check();
+        Ok(raw.qpn)
+    }
+
+    /// Destroys a DCT (its number may come back with another QP or DCT).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`]; [`SimError::Dc`] for a QP that is not a DCT.
+    pub fn destroy_dct(&self, dctn: u32) -> Result<(), SimError> {
+        let is_dct = matches!(
+            self.st().qps.get(&dctn).map(|q| q.dc),
+            Some(Some(DcRole::Dct { .. }))
+        );
+        if !is_dct {
+            return match self.qp_state(dctn) {
+                None => Err(SimError::NoQp(dctn)),
+                Some(_) => Err(SimError::Dc {
+                    qpn: dctn,
+                    why: "not a DC target",
+                }),
+            };
+        }
+        self.destroy_qp(dctn)
+    }
+
+    /// What a DCT saw (None when `dctn` is not a DCT).
+    pub fn dct_stats(&self, dctn: u32) -> Option<DctStats> {
+        let st = self.st();
+        let q = st.qps.get(&dctn)?;
+        matches!(q.dc, Some(DcRole::Dct { .. })).then_some(q.dct_stats)
+    }
+}
+
+impl State {
+    /// Whether `qpn` is a DC target.
+    pub(crate) fn is_dct(&self, qpn: u32) -> bool {
+        matches!(
+            self.qps.get(&qpn).and_then(|q| q.dc),
+            Some(DcRole::Dct { .. })
+        )
+    }
+
+    /// Decodes the WQE of `qpn` in `wqe`. For a DCI: strips and records its destination
+    /// (the request is decoded from `body`); when it differs from the destination of WQEs
+    /// started and not completed, those complete first (`settled` counts them; a replay
+    /// passes None: it runs a WQE of the destination already current).
+    pub(crate) fn decode_wqe<'a>(
+        &mut self,
+        qpn: u32,
+        wqe: &'a [u8],
+        body: &'a mut [u8; MAX_WQE_BYTES],
+        sges: &'a mut [Sge; 64],
+        settled: Option<&mut usize>,
+    ) -> Result<Decoded<'a>, ()> {
+        let Some(DcRole::Dci { cur }) = self.qps.get(&qpn).and_then(|q| q.dc) else {
+            return decode(wqe, sges).map_err(|_| ());
+        };
+        let (addr, d): (DcAddr, Decoded<'a>) = decode_dc(wqe, body, sges).map_err(|_| ())?;
+        let dest = DcDest {
+            dctn: addr.dctn,
+            key: addr.dc_key,
+        };
+        if let Some(n) = settled {
+            let busy = self.qps.get(&qpn).is_some_and(|q| !q.started.is_empty());
+            if cur.is_some_and(|c| c != dest) && busy {
+                *n += self.settle(qpn, |_, _| true);
+            }
+        }
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.dc = Some(DcRole::Dci { cur: Some(dest) });
+        }
+        Ok(d)
+    }
+
+    /// The responder of a DCI's current WQE: `Some(Ok((pd, dctn)))`, or
+    /// `Some(Err(TRANSPORT_RETRY_EXC))` when nothing answers (no such DCT, a wrong key, a
+    /// DCT being destroyed); None for a QP that is not a DCI.
+    pub(crate) fn dc_responder(&self, qpn: u32) -> Option<Result<(u32, u32), Syndrome>> {
+        let Some(DcRole::Dci { cur }) = self.qps.get(&qpn)?.dc else {
+            return None;
+        };
+        let Some(dest) = cur else {
+            return Some(Err(Syndrome::TransportRetryExc));
+        };
+        let answer = match self.qps.get(&dest.dctn) {
+            Some(t) => match t.dc {
+                Some(DcRole::Dct { key, .. }) if key == dest.key && t.state == QpState::Rts => {
+                    Ok((t.pd, dest.dctn))
+                }
+                _ => Err(Syndrome::TransportRetryExc),
+            },
+            None => Err(Syndrome::TransportRetryExc),
+        };
+        Some(answer)
+    }
+
+    /// The DCT's checks of a DCI request before it runs: counts a key violation (the
+    /// request is dropped: `responder` says nobody answers), and refuses an operation the
+    /// DCT's rights do not allow (an invalid request NAK). None: run it.
+    pub(crate) fn dc_admit(&mut self, qpn: u32, req: &Request<'_>) -> Option<Outcome> {
+        let Some(DcRole::Dci { cur: Some(dest) }) = self.qps.get(&qpn)?.dc else {
+            return None;
+        };
+        let replay = self.replay;
+        let t = self.qps.get_mut(&dest.dctn)?;
+        if let Some(DcRole::Dct { key, .. }) = t.dc {
+            if key != dest.key && !replay {
+                t.dct_stats.key_violations += 1;
+            }
+        }
+        self.dc_refusal(qpn, req).map(Outcome::Failed)
+    }
+
+    /// What the DCT of a DCI's current WQE NAKs `req` with for lack of rights (None: it
+    /// allows it, or there is no such DCT).
+    pub(crate) fn dc_refusal(&self, qpn: u32, req: &Request<'_>) -> Option<Syndrome> {
+        let Some(DcRole::Dci { cur: Some(dest) }) = self.qps.get(&qpn)?.dc else {
+            return None;
+        };
+        let Some(DcRole::Dct { key, access }) = self.qps.get(&dest.dctn)?.dc else {
+            return None;
+        };
+        if key != dest.key {
+            return None;
+        }
+        let need = match req {
+            Request::Write { .. } => Access::REMOTE_WRITE,
+            // A write with immediate also consumes a receive: the right to write is checked.
+            Request::WriteImm { .. } => Access::REMOTE_WRITE,
+            Request::Read { .. } => Access::REMOTE_READ,
+            Request::CompareSwap { .. } | Request::FetchAdd { .. } | Request::Masked { .. } => {
+                Access::REMOTE_ATOMIC
+            }
+            _ => Access::NONE,
+        };
+        (!access.contains(need)).then_some(Syndrome::RemoteInvalReq)
+    }
+}

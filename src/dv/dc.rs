@@ -1,0 +1,383 @@
+//! DC on a ConnectX: `mlx5dv_create_qp` with the DC init attributes, and the state
+//! transitions as UCX makes them.
+//!
+//! Followed: rdma-core `providers/mlx5/verbs.c` (`mlx5dv_create_qp` -> `create_qp`: a DC QP
+//! is `IBV_QPT_DRIVER` with `MLX5DV_QP_INIT_ATTR_MASK_DC`; `MLX5DV_DCTYPE_DCT` goes to
+//! `create_dct`, which takes `dct_access_key` and refuses every vendor mask but DC and create
+//! flags; `MLX5DV_DCTYPE_DCI` is a send queue with `MLX5_QP_FLAG_TYPE_DCI`), `mlx5dv.h`
+//! (`struct mlx5dv_dc_init_attr`, `struct mlx5dv_qp_init_attr`), UCX `dc_mlx5.c`
+//! (`uct_dc_mlx5_iface_create_qp`, `uct_dc_mlx5_iface_dci_connect`,
+//! `uct_dc_mlx5_iface_create_dct`): a DCI goes INIT (pkey, port) -> RTR (path MTU) -> RTS
+//! (timeout, retry counts, `max_rd_atomic`) with no remote QP; a DCT goes INIT (pkey, port,
+//! access flags) -> RTR (path MTU, RNR timer, address vector with the port and GID index)
+//! only, and its send CQ is its receive CQ.
+//!
+//! The attribute builders are pure functions (tested by the structs they fill); the calls
+//! are in [`create_dc_qp`] and [`modify`].
+
+use crate::error::{Error, Result};
+use rdma_sys as ffi_v;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+/// The mlx5dv structs and constants of DC, declared by hand as `infiniband/mlx5dv.h`
+/// (rdma-core 44) declares them; `mlx5-hdrcheck` compares them with the header.
+pub mod ffi {
+    #![allow(non_camel_case_types, missing_docs)]
+
+    /// `struct mlx5dv_dc_init_attr`: `dc_type` then a union of `dct_access_key` (u64) and
+    /// `struct mlx5dv_dci_streams` (two u8), 8-aligned.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+    pub struct mlx5dv_dc_init_attr {
+        pub dc_type: u32,
+        /// The union: the DCT access key (a DCI with streams would put two bytes here).
+        pub dct_access_key: u64,
+    }
+
+    /// `struct mlx5dv_qp_init_attr`.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+    pub struct mlx5dv_qp_init_attr {
+        pub comp_mask: u64,
+        pub create_flags: u32,
+        pub dc_init_attr: mlx5dv_dc_init_attr,
+        pub send_ops_flags: u64,
+    }
+
+    pub const MLX5DV_QP_INIT_ATTR_MASK_DC: u64 = 1 << 1;
+    pub const MLX5DV_DCTYPE_DCT: u32 = 1;
+    pub const MLX5DV_DCTYPE_DCI: u32 = 2;
+    /// `IBV_QPT_DRIVER` (verbs.h).
+    pub const IBV_QPT_DRIVER: u32 = 0xff;
+    /// `IBV_QP_INIT_ATTR_PD` (verbs.h).
+    pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+}
+
+/// `mlx5dv_create_qp(struct ibv_context *, struct ibv_qp_init_attr_ex *,
+/// struct mlx5dv_qp_init_attr *)`, returning a `struct ibv_qp *`.
+type CreateQp = unsafe extern "C" fn(
+    *mut c_void,
+    *mut ffi_v::ibv_qp_init_attr_ex,
+    *mut ffi::mlx5dv_qp_init_attr,
+) -> *mut ffi_v::ibv_qp;
+
+/// The symbol and the version `libmlx5.map` gives it.
+pub const CREATE_QP: (&std::ffi::CStr, &std::ffi::CStr) = (c"mlx5dv_create_qp", c"MLX5_1.3");
+
+fn create_qp_fn() -> Option<CreateQp> {
+    static F: OnceLock<Option<CreateQp>> = OnceLock::new();
+    *F.get_or_init(|| {
+        // SAFETY: dlopen/dlvsym with NUL-terminated names; the handle is never closed, so the
+        // pointer stays valid; the symbol at this version has the signature of mlx5dv.h.
+        unsafe {
+            let h = libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW);
+            if h.is_null() {
+                return None;
+            }
+            let p = libc::dlvsym(h, CREATE_QP.0.as_ptr(), CREATE_QP.1.as_ptr());
+            (!p.is_null()).then(|| std::mem::transmute::<*mut c_void, CreateQp>(p))
+        }
+    })
+}
+
+/// Which end of DC a QP is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DcType {
+    /// An initiator.
+    Dci,
+    /// A target answering requests that carry this key.
+    Dct {
+        /// The DC access key.
+        key: u64,
+    },
+}
+
+/// The vendor attributes of `mlx5dv_create_qp` for a DCI or DCT.
+pub fn dv_attr(t: DcType) -> ffi::mlx5dv_qp_init_attr {
+    let (dc_type, dct_access_key) = match t {
+        DcType::Dci => (ffi::MLX5DV_DCTYPE_DCI, 0),
+        DcType::Dct { key } => (ffi::MLX5DV_DCTYPE_DCT, key),
+    };
+    ffi::mlx5dv_qp_init_attr {
+        comp_mask: ffi::MLX5DV_QP_INIT_ATTR_MASK_DC,
+        dc_init_attr: ffi::mlx5dv_dc_init_attr {
+            dc_type,
+            dct_access_key,
+        },
+        ..Default::default()
+    }
+}
+
+/// The verbs attributes of a DC QP: `IBV_QPT_DRIVER` on `pd`. A DCI: `cq` for both
+/// directions (it receives nothing: no receive WRs or SGEs), `cap` its send limits. A DCT:
+/// `cq` as send and receive CQ (it sends nothing, but the send CQ must be valid, as UCX
+/// notes), `srq` its receive queue, no send WRs.
+pub fn init_attr(
+    t: DcType,
+    pd: *mut ffi_v::ibv_pd,
+    cq: *mut ffi_v::ibv_cq,
+    srq: *mut ffi_v::ibv_srq,
+    cap: ffi_v::ibv_qp_cap,
+) -> ffi_v::ibv_qp_init_attr_ex {
+    // SAFETY: a plain C struct of integers and raw pointers: all-zero is valid.
+    let mut a: ffi_v::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+    a.qp_type = ffi::IBV_QPT_DRIVER;
+    a.comp_mask = ffi::IBV_QP_INIT_ATTR_PD;
+    a.pd = pd;
+    a.send_cq = cq;
+    a.recv_cq = cq;
+    match t {
+        DcType::Dci => {
+            a.cap = ffi_v::ibv_qp_cap {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..cap
+            };
+        }
+        DcType::Dct { .. } => {
+            a.srq = srq;
+            a.cap = ffi_v::ibv_qp_cap {
+                max_send_wr: 0,
+                max_send_sge: 0,
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..cap
+            };
+        }
+    }
+    a
+}
+
+/// What the transitions need of the port.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PortAttrs {
+    /// The port number.
+    pub port: u8,
+    /// Its active MTU (verbs encoding).
+    pub mtu: u32,
+    /// The GID index (RoCE), None on InfiniBand.
+    pub gid_index: Option<u8>,
+}
+
+/// One transition: the attributes and their mask.
+pub type Step = (ffi_v::ibv_qp_attr, u32);
+
+fn zeroed_attr() -> ffi_v::ibv_qp_attr {
+    // SAFETY: a plain C struct of integers: all-zero is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+/// The transitions of a DCI to RTS (UCX `uct_dc_mlx5_iface_dci_connect`): INIT with the
+/// pkey index and port; RTR with the path MTU (no remote QP, no address); RTS with the ACK
+/// timeout, retry counts, `max_rd_atomic` and the send PSN.
+pub fn dci_steps(p: &PortAttrs, t: &crate::Timing, max_rd_atomic: u8) -> [Step; 3] {
+    use ffi_v::ibv_qp_attr_mask as m;
+    let mut init = zeroed_attr();
+    init.qp_state = ffi_v::ibv_qp_state::IBV_QPS_INIT;
+    init.pkey_index = 0;
+    init.port_num = p.port;
+    let init_mask = m::IBV_QP_STATE.0 | m::IBV_QP_PKEY_INDEX.0 | m::IBV_QP_PORT.0;
+    let mut rtr = zeroed_attr();
+    rtr.qp_state = ffi_v::ibv_qp_state::IBV_QPS_RTR;
+    rtr.path_mtu = p.mtu;
+    let rtr_mask = m::IBV_QP_STATE.0 | m::IBV_QP_PATH_MTU.0;
+    let mut rts = zeroed_attr();
+    rts.qp_state = ffi_v::ibv_qp_state::IBV_QPS_RTS;
+    rts.timeout = t.timeout;
+    rts.retry_cnt = t.retry_cnt;
+    rts.rnr_retry = t.rnr_retry;
+    rts.max_rd_atomic = max_rd_atomic;
+    rts.sq_psn = 0;
+    let rts_mask = m::IBV_QP_STATE.0
+        | m::IBV_QP_SQ_PSN.0
+        | m::IBV_QP_TIMEOUT.0
+        | m::IBV_QP_RETRY_CNT.0
+        | m::IBV_QP_RNR_RETRY.0
+        | m::IBV_QP_MAX_QP_RD_ATOMIC.0;
+    [(init, init_mask), (rtr, rtr_mask), (rts, rts_mask)]
+}
+
+/// The transitions of a DCT to RTR, where it stays (UCX `uct_dc_mlx5_iface_create_dct`):
+/// INIT with the pkey index, port and access flags; RTR with the path MTU, the RNR timer
+/// and the address vector (port; on RoCE global, with the GID index and hop limit).
+pub fn dct_steps(p: &PortAttrs, access: u32, min_rnr_timer: u8) -> [Step; 2] {
+    use ffi_v::ibv_qp_attr_mask as m;
+    let mut init = zeroed_attr();
+    init.qp_state = ffi_v::ibv_qp_state::IBV_QPS_INIT;
+    init.pkey_index = 0;
+    init.port_num = p.port;
+    init.qp_access_flags = access;
+    let init_mask =
+        m::IBV_QP_STATE.0 | m::IBV_QP_PKEY_INDEX.0 | m::IBV_QP_PORT.0 | m::IBV_QP_ACCESS_FLAGS.0;
+    let mut rtr = zeroed_attr();
+    rtr.qp_state = ffi_v::ibv_qp_state::IBV_QPS_RTR;
+    rtr.path_mtu = p.mtu;
+    rtr.min_rnr_timer = min_rnr_timer;
+    rtr.ah_attr.port_num = p.port;
+    if let Some(g) = p.gid_index {
+        rtr.ah_attr.is_global = 1;
+        rtr.ah_attr.grh.sgid_index = g;
+        rtr.ah_attr.grh.hop_limit = 1;
+    }
+    let rtr_mask =
+        m::IBV_QP_STATE.0 | m::IBV_QP_MIN_RNR_TIMER.0 | m::IBV_QP_AV.0 | m::IBV_QP_PATH_MTU.0;
+    [(init, init_mask), (rtr, rtr_mask)]
+}
+
+/// Creates a DC QP (`mlx5dv_create_qp`). The QP is destroyed with `ibv_destroy_qp`.
+///
+/// # Safety
+/// `ctx` must be a live `ibv_context` of an mlx5 device and `attr`'s PD, CQ and SRQ live
+/// objects of it.
+///
+/// # Errors
+/// [`Error::Unsupported`] without libmlx5's `mlx5dv_create_qp`; the call's error (a device
+/// without DC refuses with `EOPNOTSUPP` or `EINVAL`).
+pub unsafe fn create_dc_qp(
+    ctx: *mut c_void,
+    attr: &mut ffi_v::ibv_qp_init_attr_ex,
+    dv: &mut ffi::mlx5dv_qp_init_attr,
+) -> Result<*mut ffi_v::ibv_qp> {
+    let f = create_qp_fn().ok_or(Error::Unsupported("libmlx5.so.1 (mlx5dv_create_qp)"))?;
+    // SAFETY: live context and objects (caller contract); both structs are initialised and
+    // outlive the call.
+    let qp = unsafe { f(ctx, attr, dv) };
+    if qp.is_null() {
+        return Err(crate::verbs::last("mlx5dv_create_qp").into());
+    }
+    Ok(qp)
+}
+
+/// Runs the transitions on `qp`.
+///
+/// # Safety
+/// `qp` must be a live QP.
+///
+/// # Errors
+/// The first `ibv_modify_qp` error.
+pub unsafe fn modify(qp: *mut ffi_v::ibv_qp, steps: &mut [Step]) -> Result<()> {
+    for (attr, mask) in steps.iter_mut() {
+        // SAFETY: live QP (caller contract); `attr` is initialised and outlives the call.
+        let rc = unsafe { ffi_v::ibv_modify_qp(qp, attr, *mask as i32) };
+        if rc != 0 {
+            return Err(crate::verbs::last("ibv_modify_qp (DC)").into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ffi_v::ibv_qp_attr_mask as m;
+
+    fn port(gid: Option<u8>) -> PortAttrs {
+        PortAttrs {
+            port: 1,
+            mtu: ffi_v::ibv_mtu::IBV_MTU_4096,
+            gid_index: gid,
+        }
+    }
+
+    #[test]
+    fn the_vendor_attributes_name_the_dc_type_and_the_key() {
+        let dct = dv_attr(DcType::Dct { key: 0xfeed });
+        assert_eq!(dct.comp_mask, ffi::MLX5DV_QP_INIT_ATTR_MASK_DC);
+        assert_eq!(dct.dc_init_attr.dc_type, ffi::MLX5DV_DCTYPE_DCT);
+        assert_eq!(dct.dc_init_attr.dct_access_key, 0xfeed);
+        // create_dct refuses create flags other than scatter-to-CQE, and send ops flags.
+        assert_eq!((dct.create_flags, dct.send_ops_flags), (0, 0));
+        let dci = dv_attr(DcType::Dci);
+        assert_eq!(dci.dc_init_attr.dc_type, ffi::MLX5DV_DCTYPE_DCI);
+        assert_eq!(dci.comp_mask, ffi::MLX5DV_QP_INIT_ATTR_MASK_DC);
+    }
+
+    #[test]
+    fn a_dci_has_no_receive_side_and_a_dct_no_send_side() {
+        let (pd, cq, srq) = (8 as *mut _, 16 as *mut _, 24 as *mut _);
+        let cap = ffi_v::ibv_qp_cap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 128,
+        };
+        let a = init_attr(DcType::Dci, pd, cq, srq, cap);
+        assert_eq!((a.qp_type, a.comp_mask), (0xff, 1));
+        assert_eq!((a.pd, a.send_cq, a.recv_cq), (pd, cq, cq));
+        assert!(a.srq.is_null());
+        assert_eq!((a.cap.max_send_wr, a.cap.max_send_sge), (64, 4));
+        assert_eq!((a.cap.max_recv_wr, a.cap.max_recv_sge), (0, 0));
+        let t = init_attr(DcType::Dct { key: 1 }, pd, cq, srq, cap);
+        assert_eq!((t.srq, t.send_cq, t.recv_cq), (srq, cq, cq));
+        assert_eq!((t.cap.max_send_wr, t.cap.max_recv_wr), (0, 0));
+        assert_eq!(t.cap.max_inline_data, 128);
+    }
+
+    #[test]
+    fn a_dci_reaches_rts_without_a_remote_qp() {
+        let timing = crate::Timing {
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+        };
+        let [(init, im), (rtr, rm), (rts, sm)] = dci_steps(&port(None), &timing, 16);
+        assert_eq!(init.qp_state, ffi_v::ibv_qp_state::IBV_QPS_INIT);
+        assert_eq!(init.port_num, 1);
+        assert_eq!(
+            im,
+            m::IBV_QP_STATE.0 | m::IBV_QP_PKEY_INDEX.0 | m::IBV_QP_PORT.0
+        );
+        assert_eq!(rtr.qp_state, ffi_v::ibv_qp_state::IBV_QPS_RTR);
+        assert_eq!(rtr.path_mtu, ffi_v::ibv_mtu::IBV_MTU_4096);
+        // No destination QP, no address vector, no receive PSN.
+        assert_eq!(rm, m::IBV_QP_STATE.0 | m::IBV_QP_PATH_MTU.0);
+        assert_eq!(
+            rm & (m::IBV_QP_DEST_QPN.0 | m::IBV_QP_AV.0 | m::IBV_QP_RQ_PSN.0),
+            0
+        );
+        assert_eq!(rts.qp_state, ffi_v::ibv_qp_state::IBV_QPS_RTS);
+        assert_eq!(
+            (rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.max_rd_atomic),
+            (14, 7, 7, 16)
+        );
+        assert_eq!(
+            sm,
+            m::IBV_QP_STATE.0
+                | m::IBV_QP_SQ_PSN.0
+                | m::IBV_QP_TIMEOUT.0
+                | m::IBV_QP_RETRY_CNT.0
+                | m::IBV_QP_RNR_RETRY.0
+                | m::IBV_QP_MAX_QP_RD_ATOMIC.0
+        );
+    }
+
+    #[test]
+    fn a_dct_stops_at_rtr_with_its_rights_and_address() {
+        let rights = ffi_v::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+            | ffi_v::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+        let steps = dct_steps(&port(Some(3)), rights, 12);
+        assert_eq!(steps.len(), 2, "INIT -> RTR only");
+        let [(init, im), (rtr, rm)] = steps;
+        assert_eq!(init.qp_access_flags, rights);
+        assert_eq!(im & m::IBV_QP_ACCESS_FLAGS.0, m::IBV_QP_ACCESS_FLAGS.0);
+        assert_eq!(rtr.qp_state, ffi_v::ibv_qp_state::IBV_QPS_RTR);
+        assert_eq!(rtr.min_rnr_timer, 12);
+        assert_eq!(
+            (
+                rtr.ah_attr.port_num,
+                rtr.ah_attr.is_global,
+                rtr.ah_attr.grh.sgid_index
+            ),
+            (1, 1, 3)
+        );
+        assert_eq!(
+            rm,
+            m::IBV_QP_STATE.0 | m::IBV_QP_MIN_RNR_TIMER.0 | m::IBV_QP_AV.0 | m::IBV_QP_PATH_MTU.0
+        );
+        let [_, (ib, _)] = dct_steps(&port(None), rights, 12);
+        assert_eq!(ib.ah_attr.is_global, 0, "InfiniBand: no GRH");
+    }
+}

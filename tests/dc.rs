@@ -1,0 +1,593 @@
+//! Dynamically connected transport on the software NIC through the direct path: one DCI
+//! talking to several DCTs in turn, many DCIs to one DCT, and what a ConnectX gives the
+//! initiator for a wrong DC key, a missing DCT, an operation the target's rights refuse,
+//! a bad remote key; flushes; one destination at a time under the relaxed ordering mode.
+
+use blueflame::*;
+
+const ALL: Access = Access(
+    Access::LOCAL_WRITE.0
+        | Access::REMOTE_WRITE.0
+        | Access::REMOTE_READ.0
+        | Access::REMOTE_ATOMIC.0,
+);
+const DCT_ALL: Access =
+    Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
+
+/// Polls `cq` until `n` completions arrived (draining the stepped NIC between polls).
+fn wait(dev: &Device, cq: &mut Cq, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let mut out = [Completion::default(); 16];
+    for _ in 0..10_000 {
+        let k = cq.poll(&mut out);
+        got.extend_from_slice(&out[..k]);
+        if got.len() >= n {
+            break;
+        }
+        if k == 0 && dev.process() == 0 {
+            dev.nic().unwrap().drain();
+        }
+    }
+    got
+}
+
+/// Nothing more arrives on `cq` once the NIC has drained.
+fn quiet(dev: &Device, cq: &mut Cq) {
+    dev.nic().unwrap().drain();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll(&mut out), 0, "unexpected {:?}", &out[..1]);
+}
+
+#[test]
+fn one_dci_writes_reads_and_runs_atomics_on_several_dcts_in_turn() {
+    let dev = Device::sim_stepped();
+    // Each target in its own protection domain, with its own region.
+    let targets: Vec<(Pd, Dct, MemoryRegion, Cq)> = (0..3u64)
+        .map(|i| {
+            let pd = dev.alloc_pd().unwrap();
+            let cq = dev.create_cq(16).unwrap();
+            let dct = pd.create_dct(&cq, 0x1000 + i, DCT_ALL).unwrap();
+            let mr = pd.alloc_mr(4096, ALL).unwrap();
+            mr.write(512, &(100 * i).to_ne_bytes()).unwrap();
+            (pd, dct, mr, cq)
+        })
+        .collect();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let local = pd.alloc_mr(4096, ALL).unwrap();
+    local.write(0, b"0123456789abcdef").unwrap();
+    let mut cookie = 0;
+    // Round robin: every request goes to the next DCT.
+    for round in 0..2u64 {
+        for (i, (_, dct, mr, _)) in targets.iter().enumerate() {
+            let peer = dct.peer().unwrap();
+            let off = 64 * round as usize;
+            let fl = PostFlags::SIGNALED;
+            dci.write(
+                &peer,
+                &[local.sge(0, 16).unwrap()],
+                mr.remote(off).unwrap(),
+                cookie,
+                fl,
+            )
+            .unwrap();
+            cookie += 1;
+            dci.write_inline(
+                &peer,
+                &[i as u8; 8],
+                mr.remote(off + 16).unwrap(),
+                cookie,
+                fl,
+            )
+            .unwrap();
+            cookie += 1;
+            let into = local.sge(1024 + 64 * (3 * round as usize + i), 24).unwrap();
+            dci.read(&peer, &[into], mr.remote(off).unwrap(), cookie, fl)
+                .unwrap();
+            cookie += 1;
+            let reply = local.sge(2048 + 8 * (3 * round as usize + i), 8).unwrap();
+            dci.fetch_add(&peer, mr.remote(512).unwrap(), 1, reply, cookie, fl)
+                .unwrap();
+            cookie += 1;
+        }
+    }
+    let got = wait(&dev, &mut cq, cookie as usize);
+    assert_eq!(got.len(), cookie as usize);
+    for (i, c) in got.iter().enumerate() {
+        assert_eq!(
+            (c.cookie, c.status, c.qpn),
+            (i as u64, WcStatus::Success, dci.qpn()),
+            "{c:?}"
+        );
+        let want = [
+            WcOpcode::RdmaWrite,
+            WcOpcode::RdmaWrite,
+            WcOpcode::RdmaRead,
+            WcOpcode::FetchAdd,
+        ][i % 4];
+        assert_eq!(c.opcode, want);
+    }
+    for round in 0..2usize {
+        for (i, (_, _, mr, _)) in targets.iter().enumerate() {
+            let mut b = [0u8; 24];
+            mr.read(64 * round, &mut b).unwrap();
+            assert_eq!(&b[..16], b"0123456789abcdef");
+            assert_eq!(b[16..], [i as u8; 8]);
+            // The read saw the writes posted before it (same DCI, in order).
+            local.read(1024 + 64 * (3 * round + i), &mut b).unwrap();
+            assert_eq!(&b[..16], b"0123456789abcdef", "read of target {i}");
+            let mut r = [0u8; 8];
+            local.read(2048 + 8 * (3 * round + i), &mut r).unwrap();
+            assert_eq!(
+                dci.atomic_result(&r).unwrap(),
+                100 * i as u64 + round as u64
+            );
+        }
+    }
+    let mut targets = targets;
+    for (i, (_, _, mr, tcq)) in targets.iter_mut().enumerate() {
+        assert_eq!(mr.read_u64(512).unwrap(), 100 * i as u64 + 2);
+        // Writes, reads and atomics consume no receive: the targets' CQs stay empty.
+        quiet(&dev, tcq);
+    }
+    quiet(&dev, &mut cq);
+}
+
+#[test]
+fn many_dcis_share_one_dct() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let dct = pd.create_dct(&tcq, 7, DCT_ALL).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let peer = dct.peer().unwrap();
+    let mut cq = dev.create_cq(256).unwrap();
+    let mut dcis: Vec<Dci> = (0..8)
+        .map(|_| pd.create_dci(&cq, QpCaps::default()).unwrap())
+        .collect();
+    let qpns: Vec<u32> = dcis.iter().map(|d| d.qpn()).collect();
+    let mut uniq = qpns.clone();
+    uniq.sort_unstable();
+    uniq.dedup();
+    assert_eq!(uniq.len(), 8);
+    assert!(!qpns.contains(&dct.dctn()), "one number space");
+    for k in 0..4u64 {
+        for (i, d) in dcis.iter_mut().enumerate() {
+            let reply = mr.sge(1024 + 8 * (4 * i + k as usize), 8).unwrap();
+            d.fetch_add(
+                &peer,
+                mr.remote(0).unwrap(),
+                1,
+                reply,
+                k,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+        }
+    }
+    let got = wait(&dev, &mut cq, 32);
+    assert_eq!(got.len(), 32);
+    assert!(got.iter().all(|c| c.status == WcStatus::Success));
+    for q in &qpns {
+        let mine: Vec<u64> = got
+            .iter()
+            .filter(|c| c.qpn == *q)
+            .map(|c| c.cookie)
+            .collect();
+        assert_eq!(mine, [0, 1, 2, 3], "each DCI's completions in order");
+    }
+    assert_eq!(mr.read_u64(0).unwrap(), 32);
+    // Every old value from 0 to 31 came back exactly once.
+    let mut olds: Vec<u64> = (0..32)
+        .map(|j| {
+            let mut r = [0u8; 8];
+            mr.read(1024 + 8 * j, &mut r).unwrap();
+            dcis[0].atomic_result(&r).unwrap()
+        })
+        .collect();
+    olds.sort_unstable();
+    assert_eq!(olds, (0..32).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_wrong_dc_key_is_dropped_the_dci_exhausts_its_retries_and_flushes() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let dct = pd.create_dct(&tcq, 0xabcd, DCT_ALL).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let timing = Timing {
+        timeout: 10,
+        retry_cnt: 3,
+        ..Timing::default()
+    };
+    let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+    let bad = dct.peer().unwrap().with_key(0xabce);
+    let t0 = dev.nic().unwrap().now_ns();
+    dci.write_inline(&bad, b"nope", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
+    dci.write_inline(
+        &dct.peer().unwrap(),
+        b"late",
+        mr.remote(8).unwrap(),
+        2,
+        PostFlags::UNSIGNALED,
+    )
+    .unwrap();
+    dci.write_inline(
+        &dct.peer().unwrap(),
+        b"later",
+        mr.remote(16).unwrap(),
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let got = wait(&dev, &mut cq, 3);
+    let st: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.cookie, c.status)).collect();
+    assert_eq!(
+        st,
+        [
+            (1, WcStatus::RetryExcErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(
+        got[0].syndrome.map(|s| s.0),
+        Some(0x15),
+        "TRANSPORT_RETRY_EXC"
+    );
+    // Sent once and retransmitted retry_cnt times, each after a local ACK timeout.
+    let nic = dev.nic().unwrap();
+    assert_eq!(nic.dct_stats(dct.dctn()).unwrap().key_violations, 4);
+    assert!(nic.now_ns() - t0 >= 4 * mlx5::sim::ack_timeout_ns(10).unwrap());
+    assert_eq!(nic.qp_state(dci.qpn()), Some(mlx5::sim::QpState::Error));
+    // Nothing landed; the target still serves a DCI that knows its key.
+    assert_eq!(mr.read_u64(0).unwrap(), 0);
+    assert_eq!(mr.read_u64(8).unwrap(), 0);
+    let mut other = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    other
+        .write_inline(
+            &dct.peer().unwrap(),
+            b"ok",
+            mr.remote(0).unwrap(),
+            4,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (4, WcStatus::Success));
+    assert_eq!(&mr.read_u64(0).unwrap().to_ne_bytes()[..2], b"ok");
+    quiet(&dev, &mut cq);
+}
+
+#[test]
+fn a_missing_dct_gives_the_initiator_a_transport_retry_error() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let timing = Timing {
+        timeout: 8,
+        retry_cnt: 1,
+        ..Timing::default()
+    };
+    let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+    let dct = pd.create_dct(&tcq, 1, DCT_ALL).unwrap();
+    let peer = dct.peer().unwrap();
+    drop(dct);
+    let reply = mr.sge(64, 8).unwrap();
+    dci.compare_swap(
+        &peer,
+        mr.remote(0).unwrap(),
+        0,
+        1,
+        reply,
+        9,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (9, WcStatus::RetryExcErr));
+    assert_eq!(
+        dev.nic()
+            .unwrap()
+            .qp_stats(dci.qpn())
+            .unwrap()
+            .transport_retries,
+        1
+    );
+    assert_eq!(mr.read_u64(0).unwrap(), 0, "nothing ran");
+    // A number that never was a DCT, and an RC QP's number: nobody answers either.
+    for target in [0x00ff_fff0, {
+        let rc = pd.create_qp(&tcq, &tcq, QpCaps::default()).unwrap();
+        let n = rc.qpn();
+        std::mem::forget(rc);
+        n
+    }] {
+        let mut d = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+        let p = DcPeer::new([0; 48], target, 1).unwrap();
+        d.write_inline(&p, b"x", mr.remote(0).unwrap(), 10, PostFlags::SIGNALED)
+            .unwrap();
+        let got = wait(&dev, &mut cq, 1);
+        assert_eq!(
+            (got[0].cookie, got[0].status),
+            (10, WcStatus::RetryExcErr),
+            "{target:#x}"
+        );
+    }
+    quiet(&dev, &mut cq);
+}
+
+#[test]
+fn the_targets_rights_and_remote_keys_are_checked_as_an_rc_responder() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let read_only = pd.create_dct(&tcq, 5, Access::REMOTE_READ).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    mr.write(0, &77u64.to_ne_bytes()).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let peer = read_only.peer().unwrap();
+    // A write, an atomic, a write with immediate: not allowed by the target.
+    type Post<'a> = &'a dyn Fn(&mut Dci) -> Result<()>;
+    let reqs: [Post<'_>; 3] = [
+        &|d| d.write_inline(&peer, b"w", mr.remote(0)?, 1, PostFlags::SIGNALED),
+        &|d| {
+            d.fetch_add(
+                &peer,
+                mr.remote(0)?,
+                1,
+                mr.sge(64, 8)?,
+                1,
+                PostFlags::SIGNALED,
+            )
+        },
+        &|d| {
+            d.write_imm(
+                &peer,
+                Payload::Inline(b"i"),
+                mr.remote(0)?,
+                3,
+                1,
+                PostFlags::SIGNALED,
+            )
+        },
+    ];
+    for post in reqs {
+        let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+        post(&mut dci).unwrap();
+        let got = wait(&dev, &mut cq, 1);
+        assert_eq!((got[0].cookie, got[0].status), (1, WcStatus::RemInvReqErr));
+    }
+    assert_eq!(mr.read_u64(0).unwrap(), 77);
+    // A read is allowed; a read with a bad rkey fails with a remote access error; the
+    // target keeps serving (a DCT does not go to error for one initiator's fault).
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let bad = Remote {
+        addr: mr.remote(0).unwrap().addr,
+        rkey: mr.remote(0).unwrap().rkey ^ 0x100,
+    };
+    dci.read(
+        &peer,
+        &[mr.sge(128, 8).unwrap()],
+        bad,
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (2, WcStatus::RemAccessErr));
+    let nic = dev.nic().unwrap();
+    assert_eq!(
+        nic.qp_state(read_only.dctn()),
+        Some(mlx5::sim::QpState::Rts)
+    );
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    dci.read(
+        &peer,
+        &[mr.sge(128, 8).unwrap()],
+        mr.remote(0).unwrap(),
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (3, WcStatus::Success));
+    assert_eq!(mr.read_u64(128).unwrap(), 77);
+    // Rights a DCT cannot have are refused at creation.
+    assert!(matches!(
+        pd.create_dct(&tcq, 1, Access::LOCAL_WRITE | Access::REMOTE_READ),
+        Err(Error::InvalidParameter { .. })
+    ));
+    quiet(&dev, &mut cq);
+}
+
+#[test]
+fn a_dci_in_error_flushes_each_request_once() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let dct = pd.create_dct(&tcq, 5, DCT_ALL).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let peer = dct.peer().unwrap();
+    dci.write_inline(&peer, b"a", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
+    dci.write_inline(&peer, b"b", mr.remote(8).unwrap(), 2, PostFlags::UNSIGNALED)
+        .unwrap();
+    dci.set_error().unwrap();
+    dci.write_inline(&peer, b"c", mr.remote(16).unwrap(), 3, PostFlags::SIGNALED)
+        .unwrap();
+    let got = wait(&dev, &mut cq, 3);
+    let st: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.cookie, c.status)).collect();
+    assert_eq!(
+        st,
+        [
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(mr.read_u64(0).unwrap(), 0);
+    quiet(&dev, &mut cq);
+}
+
+#[test]
+fn a_send_to_a_dct_without_a_receive_queue_meets_rnr_naks() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let dct = pd.create_dct(&tcq, 5, DCT_ALL).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let timing = Timing {
+        rnr_retry: 2,
+        ..Timing::default()
+    };
+    let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+    dci.send(
+        &dct.peer().unwrap(),
+        Payload::Inline(b"hi"),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!(
+        (got[0].cookie, got[0].status),
+        (1, WcStatus::RnrRetryExcErr)
+    );
+    assert_eq!(dev.nic().unwrap().qp_stats(dct.dctn()).unwrap().rnr_naks, 3);
+}
+
+#[test]
+fn a_dci_serves_one_destination_at_a_time_under_relaxed_ordering() {
+    // A read through DCT A, then a write to the same bytes through DCT B (same domain):
+    // the write starts only after the read completed, so the read never sees it. (The
+    // relaxed ordering mode may let a read see a later write of the same RC QP.)
+    let mut reordered_rc = false;
+    for seed in 0..48 {
+        let dev = Device::sim_stepped();
+        dev.nic().unwrap().set_order(OrderMode::Relaxed { seed });
+        let pd = dev.alloc_pd().unwrap();
+        let tcq = dev.create_cq(16).unwrap();
+        let a = pd.create_dct(&tcq, 1, DCT_ALL).unwrap();
+        let b = pd.create_dct(&tcq, 2, DCT_ALL).unwrap();
+        let mr = pd.alloc_mr(4096, ALL).unwrap();
+        mr.write(0, &1u64.to_ne_bytes()).unwrap();
+        let mut cq = dev.create_cq(64).unwrap();
+        let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+        let into = mr.sge(64, 8).unwrap();
+        dci.read(
+            &a.peer().unwrap(),
+            &[into],
+            mr.remote(0).unwrap(),
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        dci.write_inline(
+            &b.peer().unwrap(),
+            &2u64.to_ne_bytes(),
+            mr.remote(0).unwrap(),
+            2,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        let got = wait(&dev, &mut cq, 2);
+        assert!(got.iter().all(|c| c.status == WcStatus::Success));
+        assert_eq!(
+            mr.read_u64(64).unwrap(),
+            1,
+            "seed {seed}: the read saw the later write"
+        );
+        assert_eq!(mr.read_u64(0).unwrap(), 2);
+        // The same two requests to one DCT: the NIC may run the read late (no fence).
+        mr.write(0, &1u64.to_ne_bytes()).unwrap();
+        dci.read(
+            &a.peer().unwrap(),
+            &[into],
+            mr.remote(0).unwrap(),
+            3,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        dci.write_inline(
+            &a.peer().unwrap(),
+            &2u64.to_ne_bytes(),
+            mr.remote(0).unwrap(),
+            4,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        wait(&dev, &mut cq, 2);
+        reordered_rc |= mr.read_u64(64).unwrap() == 2;
+    }
+    assert!(
+        reordered_rc,
+        "the relaxed mode never held a read back: the test proves nothing"
+    );
+}
+
+#[test]
+fn requests_a_dci_cannot_carry_are_refused_before_posting() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let dct = pd.create_dct(&tcq, 5, DCT_ALL).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let peer = dct.peer().unwrap();
+    let free = dci.free_send();
+    for req in [
+        Request::Nop,
+        Request::LocalInvalidate { rkey: 1 },
+        Request::SendInv {
+            data: Payload::Inline(b"x"),
+            rkey: 1,
+        },
+    ] {
+        assert!(matches!(
+            dci.post(&peer, &req, 1, PostFlags::SIGNALED),
+            Err(Error::Unsupported(_))
+        ));
+    }
+    let reply = mr.sge(8, 8).unwrap();
+    let unaligned = Remote {
+        addr: mr.remote(0).unwrap().addr + 4,
+        rkey: mr.lkey(),
+    };
+    assert!(matches!(
+        dci.fetch_add(&peer, unaligned, 1, reply, 1, PostFlags::SIGNALED),
+        Err(Error::Misaligned { .. })
+    ));
+    let big = vec![0u8; 2048];
+    assert!(matches!(
+        dci.write_inline(&peer, &big, mr.remote(0).unwrap(), 1, PostFlags::SIGNALED),
+        Err(Error::InlineTooLong { .. })
+    ));
+    assert!(matches!(
+        DcPeer::new([0; 48], 0x100_0000, 1),
+        Err(Error::InvalidParameter { .. })
+    ));
+    assert_eq!(dci.free_send(), free, "nothing was written");
+    // A DCI's depth counts the address segment: 256 blocks of 64-byte WQEs with 256 inline
+    // bytes (2 + 17 DS + 3) hold 42 of the largest requests.
+    assert_eq!(dci.send_depth(), 256 / 6);
+}
+
+#[test]
+fn the_dc_address_segment_is_what_rdma_core_writes() {
+    // The first WQE of a DCI, read back from its ring through the software NIC's decoder,
+    // carries the DCT number with MLX5_EXTENDED_UD_AV and the key big-endian.
+    let peer = DcPeer::new([0; 48], 0x12_3456, 0x0102_0304_0506_0708).unwrap();
+    let seg = peer.segment();
+    assert_eq!(seg[0..8], [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(seg[8..12], [0x80, 0x12, 0x34, 0x56]);
+    assert!(seg[12..].iter().all(|&b| b == 0));
+}
