@@ -1,6 +1,7 @@
 //! Receive WQEs: rdma-core's `mlx5_post_recv` (qp.c) on a memory-backed receive queue and
 //! `mlx5_post_srq_recv` (srq.c) on a memory-backed SRQ whose buffer rdma-core's own
-//! `mlx5_alloc_srq_buf` laid out, against the crate's `recv::encode_recv`.
+//! `mlx5_alloc_srq_buf` laid out, against the crate's `recv::encode_recv` and `srq`
+//! (geometry, free-list links, SRQ WQEs).
 #![allow(missing_docs)]
 
 use mlx5::recv::encode_recv;
@@ -149,7 +150,7 @@ fn srq_geometry_of_mlx5_alloc_srq_buf() {
 }
 
 /// `mlx5_post_srq_recv`: the scatter entries after the next segment, against the crate's
-/// `encode_recv` into the same bytes; the next segment untouched; the counter in the
+/// `srq::encode_srq_recv` into the same WQE; the next segment untouched; the counter in the
 /// doorbell record. rdma-core's SRQ writes empty entries as they are (byte count 0), unlike
 /// its receive queue and the crate's encoder, which skip them: lists here have no empty
 /// entries, and `srq_empty_entries_are_written_by_rdma_core` keeps the difference visible.
@@ -170,7 +171,7 @@ fn srq_entries_match_mlx5_post_srq_recv() {
             assert_eq!(s.post_recv(k as u64, &ibv(&sgl)), 0);
             let at = head * stride;
             let mut want = before[at..at + stride].to_vec();
-            encode_recv(&sgl, &mut want[16..]).expect("fits");
+            mlx5::srq::encode_srq_recv(&sgl, &mut want).expect("fits");
             assert_eq!(
                 &s.buf()[at..at + stride],
                 &want[..],
@@ -187,6 +188,9 @@ fn srq_entries_match_mlx5_post_srq_recv() {
     }
 }
 
+/// rdma-core's SRQ post writes an empty entry as it is (byte count 0), unlike its own
+/// receive-queue post and the crate's `encode_srq_recv`, which skip it. Kept visible: the
+/// crate's choice is rdma-core's receive queue's.
 #[test]
 fn srq_empty_entries_are_written_by_rdma_core() {
     if !skip_or_fail("srq_empty_entries_are_written_by_rdma_core") {
@@ -195,17 +199,69 @@ fn srq_empty_entries_are_written_by_rdma_core() {
     let mut s = OracleSrq::new(3, 3);
     let sgl = [sge(1, 8), sge(2, 0), sge(3, 16)];
     assert_eq!(s.post_recv(1, &ibv(&sgl)), 0);
-    let w = &s.buf()[16..64];
+    let w = &s.buf()[..64];
     assert_eq!(
-        &w[16..20],
+        &w[32..36],
         &[0, 0, 0, 0],
         "rdma-core: the empty entry stays, byte count 0"
     );
-    let mut crate_entry = [0u8; 48];
-    assert_eq!(encode_recv(&sgl, &mut crate_entry), Some(2));
+    let mut crate_wqe = w.to_vec();
+    assert_eq!(mlx5::srq::encode_srq_recv(&sgl, &mut crate_wqe), Some(2));
     assert_eq!(
-        &crate_entry[16..20],
+        &crate_wqe[32..36],
         &16u32.to_be_bytes(),
         "the crate: skipped"
     );
+}
+
+/// The SRQ geometry the crate computes (`mlx5::srq`) against the one rdma-core's
+/// `mlx5_alloc_srq_buf` chose, for every scatter limit the crate takes.
+#[test]
+fn srq_geometry_matches_mlx5_alloc_srq_buf() {
+    if !skip_or_fail("srq_geometry_matches_mlx5_alloc_srq_buf") {
+        return;
+    }
+    for max_sge in 0..=31u32 {
+        for max_wr in [1u32, 2, 3, 15, 16, 100, 1000] {
+            let s = OracleSrq::new(max_wr, max_sge);
+            let g = s.geometry();
+            let stride = mlx5::srq::srq_stride(max_sge).expect("31 entries or fewer");
+            assert_eq!(stride, 1 << g.wqe_shift, "stride for {max_sge} entries");
+            assert_eq!(mlx5::srq::srq_max_sge(stride), g.max_gs as u32, "max_gs");
+            assert_eq!(
+                mlx5::srq::srq_entries(max_wr),
+                g.nwqes,
+                "entries for {max_wr}"
+            );
+        }
+    }
+    assert_eq!(mlx5::srq::srq_stride(32), None);
+}
+
+/// The crate's `init_links` against rdma-core's free list (`set_srq_buf_ll`) over the main
+/// queue, with the next segments' other bytes. rdma-core leaves the tail's
+/// `next_wqe_index` at 0 (it never links it: the tail is never posted); the crate links it
+/// to `cnt`, which is never followed either: that one field is masked.
+#[test]
+fn srq_links_match_set_srq_buf_ll() {
+    if !skip_or_fail("srq_links_match_set_srq_buf_ll") {
+        return;
+    }
+    for (max_wr, max_sge) in [(1u32, 1u32), (15, 3), (16, 7), (100, 0)] {
+        let s = OracleSrq::new(max_wr, max_sge);
+        let g = s.geometry();
+        let stride = 1usize << g.wqe_shift;
+        let main = g.nwqes as usize * stride;
+        let mut ring = vec![0u8; main];
+        mlx5::srq::init_links(&mut ring, stride);
+        let mut theirs = s.buf()[..main].to_vec();
+        let tail = g.tail as usize * stride;
+        theirs[tail + 2..tail + 4].copy_from_slice(&ring[tail + 2..tail + 4]);
+        assert_eq!(ring, theirs, "max_wr {max_wr} max_sge {max_sge}");
+        assert_eq!(
+            mlx5::srq::next_index(&s.buf()[tail..]),
+            0,
+            "rdma-core's tail link"
+        );
+    }
 }
