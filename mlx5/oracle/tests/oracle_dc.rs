@@ -1,22 +1,24 @@
-//! DC send WQEs: rdma-core's builders on a memory-backed DCI (`IBV_QPT_DRIVER`,
-//! `MLX5DV_DCTYPE_DCI`), addressed with `mlx5dv_wr_set_dc_addr` (an address handle made by
-//! rdma-core's own `mlx5_create_ah`), against the crate's `DatagramSeg::dc` in front of the
-//! crate's encoding of the same request.
+//! DCI WQEs: rdma-core's builders on a memory-backed DCI (`IBV_QPT_DRIVER`,
+//! `MLX5DV_DCTYPE_DCI`, function pointers from `mlx5_qp_fill_wr_pfns`), addressed with
+//! `mlx5dv_wr_set_dc_addr` and an address handle made by rdma-core's own `mlx5_create_ah`,
+//! against the crate's `mlx5::dc::encode_dc` of the same request to the same `DcAddr`
+//! (whose AV is the crate's `Av::from_attr`): the whole ring byte for byte.
 #![allow(missing_docs)]
 
 mod common;
 
 use common::*;
-use mlx5::av::{Av, AvAttr, AvLink, DatagramSeg, GrhAttr};
+use mlx5::av::{Av, AvAttr, AvLink, GrhAttr};
+use mlx5::dc::DcAddr;
 use mlx5::{Payload, Remote, Request, Sge};
 use mlx5_oracle::{
-    create_ah, skip_or_fail, Addr, AhAttr, Data, IbvSge, Op, OracleQp, QpKind, Wr, IBV_SEND_FENCE,
-    IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
+    create_ah, skip_or_fail, AhAttr, QpKind, IBV_SEND_FENCE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
 };
 use proptest::prelude::*;
 
-/// An InfiniBand address with a GRH, made by rdma-core and by the crate.
-fn address(dlid: u16, seed: u8) -> ([u8; 48], Av) {
+/// An address made by rdma-core (`mlx5_create_ah`) and by the crate (`Av::from_attr`):
+/// InfiniBand with a GRH, or RoCE v2 (`roce`).
+fn address(dlid: u16, seed: u8, roce: bool) -> ([u8; 48], Av) {
     let g = GrhAttr {
         dgid: core::array::from_fn(|i| (i as u8) ^ seed),
         flow_label: 0x12345 ^ u32::from(seed),
@@ -24,9 +26,10 @@ fn address(dlid: u16, seed: u8) -> ([u8; 48], Av) {
         hop_limit: 0x40,
         traffic_class: seed,
     };
+    let rmac = [2, 0, 0, 0, seed, 1];
     let c = AhAttr {
-        ethernet: 0,
-        roce_v2: 0,
+        ethernet: roce as u8,
+        roce_v2: roce as u8,
         is_global: 1,
         sl: seed & 0xf,
         src_path_bits: 0,
@@ -37,143 +40,30 @@ fn address(dlid: u16, seed: u8) -> ([u8; 48], Av) {
         sgid_index: g.sgid_index,
         hop_limit: g.hop_limit,
         traffic_class: g.traffic_class,
-        rmac: [0; 6],
+        rmac,
     };
-    let av = Av::from_attr(&AvAttr {
-        link: AvLink::Ib {
+    let link = if roce {
+        // verbs.h ibv_flow_label_to_udp_sport, as mlx5_ah_set_udp_sport uses it.
+        let fl = g.flow_label & 0xf_ffff;
+        let sport = ((fl & 0x3fff) ^ ((fl & 0xfc000) >> 14)) as u16 | 0xc000;
+        AvLink::Roce {
+            grh: g,
+            rmac,
+            udp_sport: sport,
+        }
+    } else {
+        AvLink::Ib {
             dlid,
             src_path_bits: 0,
             grh: Some(g),
-        },
+        }
+    };
+    let av = Av::from_attr(&AvAttr {
+        link,
         sl: seed & 0xf,
         static_rate: 0,
     });
     (create_ah(&c).expect("mlx5_create_ah"), av)
-}
-
-/// Posts `req` on a DCI through rdma-core (builder, `mlx5dv_wr_set_dc_addr`, data setter)
-/// at producer index `pi` of a 16-block ring of `fill`, and compares the WQE with the
-/// crate's. Returns the blocks it took.
-fn check(req: &Request<'_>, flags: u32, pi: u32, dctn: u32, dc_key: u64, seed: u8) -> usize {
-    let (c_av, av) = address(0x1234, seed);
-    let mut q = OracleQp::new(QpKind::Dci, QPN, 16, MAX_INLINE, MAX_GS);
-    q.ring_mut().fill(0xc3 ^ seed);
-    q.set_cur_post(pi);
-    let mut local = [IbvSge::default()];
-    let list: Vec<IbvSge>;
-    let (op, data) = match *req {
-        Request::Write { remote, data } => (
-            Op::Write {
-                rkey: remote.rkey,
-                raddr: remote.addr,
-            },
-            data,
-        ),
-        Request::WriteImm { remote, data, imm } => (
-            Op::WriteImm {
-                rkey: remote.rkey,
-                raddr: remote.addr,
-                imm,
-            },
-            data,
-        ),
-        Request::Read { remote, sgl } => (
-            Op::Read {
-                rkey: remote.rkey,
-                raddr: remote.addr,
-            },
-            Payload::Sgl(sgl),
-        ),
-        Request::Send { data } => (Op::Send, data),
-        Request::SendImm { data, imm } => (Op::SendImm { imm }, data),
-        Request::CompareSwap {
-            remote,
-            compare,
-            swap,
-            local: l,
-        } => {
-            local = [IbvSge::from(Sge { len: 8, ..l })];
-            (
-                Op::CmpSwp {
-                    rkey: remote.rkey,
-                    raddr: remote.addr,
-                    compare,
-                    swap,
-                },
-                Payload::Sgl(&[]),
-            )
-        }
-        Request::FetchAdd {
-            remote,
-            add,
-            local: l,
-        } => {
-            local = [IbvSge::from(Sge { len: 8, ..l })];
-            (
-                Op::FetchAdd {
-                    rkey: remote.rkey,
-                    raddr: remote.addr,
-                    add,
-                },
-                Payload::Sgl(&[]),
-            )
-        }
-        ref r => panic!("not a DCI request here: {r:?}"),
-    };
-    let data = match (op, data) {
-        (Op::CmpSwp { .. } | Op::FetchAdd { .. }, _) => Data::Sge(local[0]),
-        (_, Payload::Sgl(l)) => {
-            list = l.iter().copied().map(IbvSge::from).collect();
-            Data::SgeList(&list)
-        }
-        (_, Payload::Inline(b)) => Data::Inline(b),
-    };
-    let rc = q.post(&[Wr {
-        wr_id: 3,
-        flags,
-        op,
-        addr: Addr::Dc {
-            av: c_av,
-            dctn,
-            dc_key,
-        },
-        data: Some(data),
-    }]);
-    assert_eq!(rc, 0, "rdma-core refused {req:?}");
-
-    let fm = fm_ce_se(flags, false);
-    let want = crate_datagram_wqe(req, pi as u16, QPN, fm, &DatagramSeg::dc(&av, dctn, dc_key));
-    let bbs = want.len().div_ceil(64);
-    assert_eq!(
-        q.cur_post(),
-        pi.wrapping_add(bbs as u32),
-        "sq.cur_post after {req:?}"
-    );
-    assert_eq!(q.sq_dbrec(), pi.wrapping_add(bbs as u32) & 0xffff);
-    let mut got = vec![0u8; bbs * 64];
-    mlx5::wqe::linearize(q.ring(), pi as usize, bbs, &mut got);
-    // The bytes neither side writes (after inline data) and the RC masks, shifted past the
-    // datagram segment.
-    let pad = match data {
-        Data::Inline(b) if !b.is_empty() => (b.len() + 4).div_ceil(16) * 16 - (b.len() + 4),
-        _ => 0,
-    };
-    let mut skip = vec![false; want.len()];
-    for (r, _) in masked(req) {
-        for o in r {
-            skip[if o < 16 { o } else { o + 48 }] = true;
-        }
-    }
-    for (i, (&g, &w)) in got[..want.len() - pad].iter().zip(&want).enumerate() {
-        assert!(
-            g == w || skip[i],
-            "DC WQE byte {i} of {req:?} (pi {pi}, dctn {dctn:#x}, key {dc_key:#x}): \
-             rdma-core {g:#04x}, crate {w:#04x}\n  rdma-core: {}\n  crate:     {}",
-            hex(&got[..want.len()]),
-            hex(&want)
-        );
-    }
-    bbs
 }
 
 const REMOTE: Remote = Remote {
@@ -201,6 +91,12 @@ fn sgl() -> Vec<Sge> {
     ]
 }
 
+fn pattern(i: usize) -> u8 {
+    (i as u8).wrapping_mul(53) ^ 0xc3
+}
+
+/// Every DCI request kind, alone on a fresh 16-block ring at ring positions that make it
+/// wrap, for flag combinations, DCT numbers and keys at their edges, on IB and RoCE.
 #[test]
 fn dc_requests_match_mlx5dv_wr_set_dc_addr() {
     if !skip_or_fail("dc_requests_match_mlx5dv_wr_set_dc_addr") {
@@ -258,52 +154,123 @@ fn dc_requests_match_mlx5dv_wr_set_dc_addr() {
         },
     ];
     let mut n = 0;
-    for req in &reqs {
-        for pi in [0u32, 13, 14, 15, 0xffff] {
-            for flags in [0, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED, IBV_SEND_FENCE] {
-                for (dctn, key) in [
-                    (0x00ab_cdef, 0x1122_3344_5566_7788u64),
-                    (1, 0),
-                    (0xff_ffff, u64::MAX),
-                ] {
-                    check(req, flags, pi, dctn, key, n as u8);
-                    n += 1;
+    for roce in [false, true] {
+        let (c_av, av) = address(0x1234, 0x5a, roce);
+        for req in &reqs {
+            for pi in [0u32, 12, 13, 14, 15, 0xffff] {
+                for flags in [0, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED, IBV_SEND_FENCE] {
+                    for (dctn, key) in [
+                        (0x00ab_cdef, 0x1122_3344_5566_7788u64),
+                        (1, 0),
+                        (0xff_ffff, u64::MAX),
+                    ] {
+                        for setter in [Setter::List, Setter::Pieces(7)] {
+                            let mut p = Pair::new(QpKind::Dci, 16, pi, pattern);
+                            let addr = DcAddr::from_av(&av, dctn, key);
+                            p.post_dc(req, flags, setter, c_av, &addr);
+                            p.assert_same();
+                            n += 1;
+                        }
+                    }
                 }
             }
         }
     }
-    assert!(n >= 400);
+    assert!(n >= 2000, "{n} cases");
+}
+
+#[derive(Clone, Debug)]
+enum Gen {
+    Write(Vec<u32>),
+    WriteInline(usize),
+    WriteImm(Vec<u32>, u32),
+    Read(Vec<u32>),
+    SendInline(usize, Option<u32>),
+    Send(Vec<u32>),
+    Cas(u64, u64),
+    Faa(u64),
+}
+
+fn arb_gen() -> impl Strategy<Value = Gen> {
+    let lens = || prop::collection::vec(prop_oneof![Just(0u32), 1u32..=0x7fff_ffff], 0..=MAX_GS);
+    prop_oneof![
+        lens().prop_map(Gen::Write),
+        (0usize..=MAX_INLINE).prop_map(Gen::WriteInline),
+        (lens(), any::<u32>()).prop_map(|(l, i)| Gen::WriteImm(l, i)),
+        lens().prop_map(Gen::Read),
+        (0usize..=MAX_INLINE, any::<Option<u32>>()).prop_map(|(l, i)| Gen::SendInline(l, i)),
+        lens().prop_map(Gen::Send),
+        (any::<u64>(), any::<u64>()).prop_map(|(c, s)| Gen::Cas(c, s)),
+        any::<u64>().prop_map(Gen::Faa),
+    ]
 }
 
 proptest! {
-    /// Random writes, sends and reads with random DCT numbers (24 bits), keys, lengths and
-    /// ring positions.
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Random sequences of DCI requests to random destinations (24-bit DCT numbers, any key,
+    /// IB or RoCE addresses) from random producer indices on a 16- or 64-block ring over
+    /// random contents: after every post the rings agree.
     #[test]
-    fn random_dc_requests_match(
-        kind in 0u8..4,
-        lens in prop::collection::vec(0u32..0x1_0000, 0..8),
-        inline in 0usize..=MAX_INLINE,
+    fn random_dc_sequences_match(
+        reqs in prop::collection::vec(
+            (arb_gen(), 0u32..8, 0u32..=0xff_ffff, any::<u64>(), any::<u8>(), 1usize..9),
+            1..20,
+        ),
         pi in any::<u32>(),
-        dctn in 0u32..=0xff_ffff,
-        key in any::<u64>(),
-        flags in 0u32..8,
+        big in any::<bool>(),
         seed in any::<u8>(),
     ) {
-        if !skip_or_fail("random_dc_requests_match") {
+        if !skip_or_fail("random_dc_sequences_match") {
             return Ok(());
         }
-        let sgl: Vec<Sge> = lens.iter().enumerate().map(|(i, &len)| Sge {
-            addr: 0x10_0000 * i as u64,
-            len,
-            lkey: i as u32 + 1,
-        }).collect();
-        let payload = vec![seed; inline];
-        let req = match kind {
-            0 => Request::Write { remote: REMOTE, data: Payload::Sgl(&sgl) },
-            1 => Request::Write { remote: REMOTE, data: Payload::Inline(&payload) },
-            2 => Request::Read { remote: REMOTE, sgl: &sgl },
-            _ => Request::SendImm { data: Payload::Inline(&payload), imm: key as u32 },
-        };
-        check(&req, flags, pi, dctn, key, seed);
+        let payload: Vec<u8> = (0..MAX_INLINE).map(|i| (i as u8) ^ seed).collect();
+        let local = Sge { addr: 0x4000, len: 8, lkey: 5 };
+        let mut p = Pair::new(QpKind::Dci, if big { 64 } else { 16 }, pi, |i| {
+            (i as u8).wrapping_mul(seed | 1)
+        });
+        for (g, flags, dctn, key, aseed, piece) in &reqs {
+            let sgl: Vec<Sge>;
+            let list = |l: &Vec<u32>| -> Vec<Sge> {
+                l.iter()
+                    .enumerate()
+                    .map(|(i, &len)| Sge { addr: 0x10_0000 * i as u64, len, lkey: i as u32 })
+                    .collect()
+            };
+            let req = match g {
+                Gen::Write(l) => {
+                    sgl = list(l);
+                    Request::Write { remote: REMOTE, data: Payload::Sgl(&sgl) }
+                }
+                Gen::WriteInline(n) => {
+                    Request::Write { remote: REMOTE, data: Payload::Inline(&payload[..*n]) }
+                }
+                Gen::WriteImm(l, imm) => {
+                    sgl = list(l);
+                    Request::WriteImm { remote: REMOTE, data: Payload::Sgl(&sgl), imm: *imm }
+                }
+                Gen::Read(l) => {
+                    sgl = list(l);
+                    Request::Read { remote: REMOTE, sgl: &sgl }
+                }
+                Gen::SendInline(n, Some(imm)) => {
+                    Request::SendImm { data: Payload::Inline(&payload[..*n]), imm: *imm }
+                }
+                Gen::SendInline(n, None) => Request::Send { data: Payload::Inline(&payload[..*n]) },
+                Gen::Send(l) => {
+                    sgl = list(l);
+                    Request::Send { data: Payload::Sgl(&sgl) }
+                }
+                Gen::Cas(c, s) => {
+                    Request::CompareSwap { remote: REMOTE, compare: *c, swap: *s, local }
+                }
+                Gen::Faa(a) => Request::FetchAdd { remote: REMOTE, add: *a, local },
+            };
+            let (c_av, av) = address(*aseed as u16, *aseed, aseed & 1 == 1);
+            let addr = DcAddr::from_av(&av, *dctn, *key);
+            let setter = if piece % 2 == 0 { Setter::List } else { Setter::Pieces(*piece) };
+            p.post_dc(&req, *flags, setter, c_av, &addr);
+            p.assert_same();
+        }
     }
 }

@@ -140,20 +140,38 @@ impl Pair {
 
     /// Encodes `req` with the crate at the current producer index; returns its blocks.
     pub fn encode(&mut self, req: &Request<'_>, ibv_flags: u32) -> usize {
+        self.encode_as(req, ibv_flags, None)
+    }
+
+    /// [`Pair::encode`] as an RC WQE (`dc` None) or as a DCI WQE to `dc` (`mlx5::dc`).
+    pub fn encode_as(
+        &mut self,
+        req: &Request<'_>,
+        ibv_flags: u32,
+        dc: Option<&mlx5::dc::DcAddr>,
+    ) -> usize {
         let lim = Limits {
             max_sge: MAX_GS,
             max_inline: MAX_INLINE,
         };
         let flags = fm_ce_se(ibv_flags, self.fence_after_bind);
         self.fence_after_bind = matches!(req, Request::BindMw(_) | Request::LocalInvalidate { .. });
-        let ds = wqe::wqe_ds(req, &lim).expect("a request the crate encodes");
+        let ds = match dc {
+            None => wqe::wqe_ds(req, &lim),
+            Some(_) => mlx5::dc::dc_wqe_ds(req, &lim),
+        }
+        .expect("a request the crate encodes");
         let bbs = wqe::ds_to_bbs(ds);
         let start = self.pi as usize % self.wqe_cnt;
         let mut span = Span::of_ring(&mut self.ring, start, bbs);
-        assert_eq!(
-            wqe::encode(req, ds, self.pi as u16, QPN, flags, &mut span),
-            bbs
-        );
+        let pi = self.pi as u16;
+        let took = match dc {
+            None => wqe::encode(req, ds, pi, QPN, flags, &mut span),
+            Some(a) => mlx5::dc::encode_dc(req, ds, pi, QPN, flags, a, &mut span),
+        };
+        assert_eq!(took, bbs);
+        // Offsets of `masked` past the control segment move behind the DC address segment.
+        let shift = if dc.is_some() { mlx5::av::AV_BYTES } else { 0 };
         let mut desc = format!("{req:?}");
         desc.truncate(160);
         self.wqes
@@ -190,11 +208,32 @@ impl Pair {
             .retain(|&(o, _)| (o + len - first) % len >= written);
         for (range, why) in masked_for(req, self.classic) {
             for off in range {
+                let off = if off < 16 { off } else { off + shift };
                 self.masked.push(((first + off) % self.ring.len(), why));
             }
         }
         self.pi = self.pi.wrapping_add(bbs as u32);
         bbs
+    }
+
+    /// Posts `req` on a DCI through rdma-core (builder, `mlx5dv_wr_set_dc_addr` with an AH
+    /// whose AV is `c_av`, data setter) and encodes it with `mlx5::dc::encode_dc` to `addr`.
+    pub fn post_dc(
+        &mut self,
+        req: &Request<'_>,
+        ibv_flags: u32,
+        setter: Setter,
+        c_av: [u8; 48],
+        addr: &mlx5::dc::DcAddr,
+    ) {
+        let a = Addr::Dc {
+            av: c_av,
+            dctn: addr.dctn,
+            dc_key: addr.dc_key,
+        };
+        post_oracle(&mut self.oracle, req, ibv_flags, setter, a);
+        self.encode_as(req, ibv_flags, Some(addr));
+        self.check_indices();
     }
 
     /// Posts `req` through rdma-core (one `ibv_wr_start` .. `ibv_wr_complete`) and through
