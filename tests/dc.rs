@@ -46,7 +46,8 @@ fn one_dci_writes_reads_and_runs_atomics_on_several_dcts_in_turn() {
         .map(|i| {
             let pd = dev.alloc_pd().unwrap();
             let cq = dev.create_cq(16).unwrap();
-            let dct = pd.create_dct(&cq, 0x1000 + i, DCT_ALL).unwrap();
+            let srq = pd.create_srq(&cq, SrqCaps::default()).unwrap();
+            let dct = pd.create_dct(&cq, &srq, 0x1000 + i, DCT_ALL).unwrap();
             let mr = pd.alloc_mr(4096, ALL).unwrap();
             mr.write(512, &(100 * i).to_ne_bytes()).unwrap();
             (pd, dct, mr, cq)
@@ -139,7 +140,8 @@ fn many_dcis_share_one_dct() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
-    let dct = pd.create_dct(&tcq, 7, DCT_ALL).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &tsrq, 7, DCT_ALL).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     let peer = dct.peer().unwrap();
     let mut cq = dev.create_cq(256).unwrap();
@@ -195,7 +197,8 @@ fn a_wrong_dc_key_is_dropped_the_dci_exhausts_its_retries_and_flushes() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
-    let dct = pd.create_dct(&tcq, 0xabcd, DCT_ALL).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &tsrq, 0xabcd, DCT_ALL).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let timing = Timing {
@@ -268,6 +271,7 @@ fn a_missing_dct_gives_the_initiator_a_transport_retry_error() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let timing = Timing {
@@ -276,7 +280,7 @@ fn a_missing_dct_gives_the_initiator_a_transport_retry_error() {
         ..Timing::default()
     };
     let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
-    let dct = pd.create_dct(&tcq, 1, DCT_ALL).unwrap();
+    let dct = pd.create_dct(&tcq, &tsrq, 1, DCT_ALL).unwrap();
     let peer = dct.peer().unwrap();
     drop(dct);
     let reply = mr.sge(64, 8).unwrap();
@@ -327,7 +331,8 @@ fn the_targets_rights_and_remote_keys_are_checked_as_an_rc_responder() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
-    let read_only = pd.create_dct(&tcq, 5, Access::REMOTE_READ).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let read_only = pd.create_dct(&tcq, &tsrq, 5, Access::REMOTE_READ).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     mr.write(0, &77u64.to_ne_bytes()).unwrap();
     let mut cq = dev.create_cq(64).unwrap();
@@ -400,7 +405,7 @@ fn the_targets_rights_and_remote_keys_are_checked_as_an_rc_responder() {
     assert_eq!(mr.read_u64(128).unwrap(), 77);
     // Rights a DCT cannot have are refused at creation.
     assert!(matches!(
-        pd.create_dct(&tcq, 1, Access::LOCAL_WRITE | Access::REMOTE_READ),
+        pd.create_dct(&tcq, &tsrq, 1, Access::LOCAL_WRITE | Access::REMOTE_READ),
         Err(Error::InvalidParameter { .. })
     ));
     quiet(&dev, &mut cq);
@@ -411,7 +416,8 @@ fn a_dci_in_error_flushes_each_request_once() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
-    let dct = pd.create_dct(&tcq, 5, DCT_ALL).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &tsrq, 5, DCT_ALL).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
@@ -438,11 +444,12 @@ fn a_dci_in_error_flushes_each_request_once() {
 }
 
 #[test]
-fn a_send_to_a_dct_without_a_receive_queue_meets_rnr_naks() {
+fn a_send_to_a_dct_whose_srq_is_empty_meets_rnr_naks() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
-    let dct = pd.create_dct(&tcq, 5, DCT_ALL).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &tsrq, 5, DCT_ALL).unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let timing = Timing {
         rnr_retry: 2,
@@ -461,6 +468,26 @@ fn a_send_to_a_dct_without_a_receive_queue_meets_rnr_naks() {
         (got[0].cookie, got[0].status),
         (1, WcStatus::RnrRetryExcErr)
     );
+    // With a receive posted, the next DCI's send lands.
+    let mr = pd.alloc_mr(64, ALL).unwrap();
+    let mut tsrq = tsrq;
+    tsrq.post_recv(&[mr.sge(0, 64).unwrap()], 9).unwrap();
+    let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+    dci.send(
+        &dct.peer().unwrap(),
+        Payload::Inline(b"hi"),
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (2, WcStatus::Success));
+    let mut tcq = tcq;
+    let got = wait(&dev, &mut tcq, 1);
+    assert_eq!(
+        (got[0].cookie, got[0].qpn, got[0].byte_len),
+        (9, dct.dctn(), 2)
+    );
     assert_eq!(dev.nic().unwrap().qp_stats(dct.dctn()).unwrap().rnr_naks, 3);
 }
 
@@ -475,8 +502,9 @@ fn a_dci_serves_one_destination_at_a_time_under_relaxed_ordering() {
         dev.nic().unwrap().set_order(OrderMode::Relaxed { seed });
         let pd = dev.alloc_pd().unwrap();
         let tcq = dev.create_cq(16).unwrap();
-        let a = pd.create_dct(&tcq, 1, DCT_ALL).unwrap();
-        let b = pd.create_dct(&tcq, 2, DCT_ALL).unwrap();
+        let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+        let a = pd.create_dct(&tcq, &tsrq, 1, DCT_ALL).unwrap();
+        let b = pd.create_dct(&tcq, &tsrq, 2, DCT_ALL).unwrap();
         let mr = pd.alloc_mr(4096, ALL).unwrap();
         mr.write(0, &1u64.to_ne_bytes()).unwrap();
         let mut cq = dev.create_cq(64).unwrap();
@@ -538,7 +566,8 @@ fn requests_a_dci_cannot_carry_are_refused_before_posting() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
-    let dct = pd.create_dct(&tcq, 5, DCT_ALL).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &tsrq, 5, DCT_ALL).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     let cq = dev.create_cq(64).unwrap();
     let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
@@ -590,4 +619,114 @@ fn the_dc_address_segment_is_what_rdma_core_writes() {
     assert_eq!(seg[0..8], [1, 2, 3, 4, 5, 6, 7, 8]);
     assert_eq!(seg[8..12], [0x80, 0x12, 0x34, 0x56]);
     assert!(seg[12..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn sends_land_in_the_dcts_srq_and_name_the_dct() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut tcq = dev.create_cq(64).unwrap();
+    let mut srq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    // Two DCTs share the SRQ (as UCX's DC iface: one SRQ for its DCT and RC QPs).
+    let a = pd.create_dct(&tcq, &srq, 11, DCT_ALL).unwrap();
+    let b = pd.create_dct(&tcq, &srq, 22, DCT_ALL).unwrap();
+    assert_eq!((a.srqn(), b.srqn()), (srq.srqn(), srq.srqn()));
+    let mr = pd.alloc_mr(8192, ALL).unwrap();
+    for i in 0..6 {
+        srq.post_recv(&[mr.sge(4096 + 128 * i, 128).unwrap()], 100 + i as u64)
+            .unwrap();
+    }
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut d1 = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let mut d2 = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let (pa, pb) = (a.peer().unwrap(), b.peer().unwrap());
+    let big = [7u8; 100];
+    d1.send(&pa, Payload::Inline(b"to a"), 1, PostFlags::SIGNALED)
+        .unwrap();
+    d1.send(&pb, Payload::Inline(&big), 2, PostFlags::SIGNALED)
+        .unwrap();
+    d2.write_imm(
+        &pa,
+        Payload::Inline(b"imm"),
+        mr.remote(0).unwrap(),
+        0xbeef,
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    d2.post(
+        &pb,
+        &Request::SendImm {
+            data: Payload::Sgl(&[mr.sge(0, 3).unwrap()]),
+            imm: 5,
+        },
+        4,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let sent = wait(&dev, &mut cq, 4);
+    assert!(
+        sent.iter().all(|c| c.status == WcStatus::Success),
+        "{sent:?}"
+    );
+    let got = wait(&dev, &mut tcq, 4);
+    assert_eq!(got.len(), 4);
+    let mut by_dct: Vec<(u32, WcOpcode, u32, Option<u32>)> = got
+        .iter()
+        .map(|c| (c.qpn, c.opcode, c.byte_len, c.imm))
+        .collect();
+    by_dct.sort_unstable_by_key(|x| (x.0, x.2));
+    let mut want = vec![
+        (a.dctn(), WcOpcode::Recv, 4, None),
+        (b.dctn(), WcOpcode::Recv, 100, None),
+        (a.dctn(), WcOpcode::RecvRdmaWithImm, 3, Some(0xbeef)),
+        (b.dctn(), WcOpcode::Recv, 3, Some(5)),
+    ];
+    want.sort_unstable_by_key(|x| (x.0, x.2));
+    assert_eq!(by_dct, want);
+    // Each receive's cookie is the SRQ entry's, and the bytes are where that entry points.
+    for c in &got {
+        let i = (c.cookie - 100) as usize;
+        assert!(i < 4, "the first four receives are used in order: {c:?}");
+        let mut b = vec![0u8; c.byte_len as usize];
+        if c.opcode == WcOpcode::Recv {
+            mr.read(4096 + 128 * i, &mut b).unwrap();
+            let expect: &[u8] = match c.byte_len {
+                4 => b"to a",
+                100 => &big,
+                _ => b"imm",
+            };
+            assert_eq!(b, expect, "{c:?}");
+        }
+    }
+    assert_eq!(&mr.read_u64(0).unwrap().to_ne_bytes()[..3], b"imm");
+    assert_eq!(srq.free(), srq.capacity() - 2);
+    quiet(&dev, &mut tcq);
+}
+
+#[test]
+fn a_dct_takes_the_srqs_cq_and_domain() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let other_cq = dev.create_cq(16).unwrap();
+    let srq = pd.create_srq(&cq, SrqCaps::default()).unwrap();
+    assert!(matches!(
+        pd.create_dct(&other_cq, &srq, 1, DCT_ALL),
+        Err(Error::SrqCq { .. })
+    ));
+    let pd2 = dev.alloc_pd().unwrap();
+    assert!(matches!(
+        pd2.create_dct(&cq, &srq, 1, DCT_ALL),
+        Err(Error::InvalidHandle { .. })
+    ));
+    let other_dev = Device::sim_stepped();
+    let pd3 = other_dev.alloc_pd().unwrap();
+    let cq3 = other_dev.create_cq(16).unwrap();
+    assert!(matches!(
+        pd3.create_dci(&cq, QpCaps::default()),
+        Err(Error::InvalidHandle { .. })
+    ));
+    let srq3 = pd3.create_srq(&cq3, SrqCaps::default()).unwrap();
+    assert!(pd3.create_dct(&cq3, &srq3, 1, DCT_ALL).is_ok());
 }

@@ -70,14 +70,17 @@ impl DcPeer {
 }
 
 /// A DC target: a responder any [`Dci`] that knows its number and key can reach, with the
-/// rights it was created with (remote write, read, atomic). Sends to it land in its
-/// receive queue: without one, a send meets RNR NAKs (see [`Pd::create_dct`]).
+/// rights it was created with (remote write, read, atomic). Sends and writes with immediate
+/// to it take the receives of its shared receive queue ([`Srq`](crate::Srq)); their
+/// completions name the DCT in [`Completion::qpn`](crate::Completion) and carry the SRQ
+/// receive's cookie. It keeps the SRQ alive.
 pub struct Dct {
     dctn: u32,
     dc_key: u64,
     access: Access,
     pd: Pd,
-    _cq: Arc<CqHandle>,
+    cq: Arc<CqHandle>,
+    srq: Arc<super::srq::SrqHandle>,
 }
 
 impl core::fmt::Debug for Dct {
@@ -105,6 +108,11 @@ impl Dct {
         self.access
     }
 
+    /// The SRQ it receives into.
+    pub fn srqn(&self) -> u32 {
+        self.srq.srqn
+    }
+
     /// The destination a DCI of the same device uses to reach it.
     ///
     /// # Errors
@@ -125,6 +133,9 @@ impl Dct {
 impl Drop for Dct {
     fn drop(&mut self) {
         self.pd.inner.dev.events.forget(Subject::Qp(self.dctn));
+        // As a QP's drop: with the CQ's list locked, destroy the DCT, then leave a tombstone
+        // over the receive completions it may still have in the CQ.
+        let mut g = self.cq.registry.lock();
         match &self.pd.inner.dev.backend {
             #[cfg(feature = "sim")]
             Backend::Sim(n) => {
@@ -132,6 +143,7 @@ impl Drop for Dct {
             }
             Backend::Verbs(_) => {}
         }
+        self.cq.registry.bury(&mut g, self.dctn);
     }
 }
 
@@ -154,22 +166,29 @@ impl Drop for Dct {
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Completion, Device, PostFlags, QpCaps, WcStatus};
+/// use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, SrqCaps, WcOpcode};
 /// let dev = Device::sim_stepped();
 /// let pd = dev.alloc_pd()?;
 /// let mut cq = dev.create_cq(64)?;
-/// let target_cq = dev.create_cq(64)?;
+/// // The target: a DCT receiving into an SRQ, both completing on `target_cq`.
+/// let mut target_cq = dev.create_cq(64)?;
+/// let mut srq = pd.create_srq(&target_cq, SrqCaps::default())?;
 /// let rights = Access::REMOTE_WRITE | Access::REMOTE_READ;
-/// let dct = pd.create_dct(&target_cq, 0xc0ffee, rights)?;
-/// let mut dci = pd.create_dci(&cq, QpCaps::default())?;
+/// let dct = pd.create_dct(&target_cq, &srq, 0xc0ffee, rights)?;
 /// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+/// srq.post_recv(&[mr.sge(1024, 64)?], 77)?;
+/// // The initiator: ready at once, no connection; each request names its DCT.
+/// let mut dci = pd.create_dci(&cq, QpCaps::default())?;
 /// let peer = dct.peer()?;
 /// dci.write_inline(&peer, b"hello", mr.remote(0)?, 1, PostFlags::SIGNALED)?;
 /// dci.read(&peer, &[mr.sge(64, 5)?], mr.remote(0)?, 2, PostFlags::SIGNALED)?;
+/// dci.send(&peer, Payload::Inline(b"ping"), 3, PostFlags::SIGNALED)?;
 /// dev.process();
 /// let mut out = [Completion::default(); 4];
-/// assert_eq!(cq.poll(&mut out), 2);
-/// assert_eq!((out[0].cookie, out[1].cookie, out[1].status), (1, 2, WcStatus::Success));
+/// assert_eq!(cq.poll(&mut out), 3);
+/// assert_eq!((out[0].cookie, out[1].cookie, out[2].cookie), (1, 2, 3));
+/// assert_eq!(target_cq.poll(&mut out), 1);
+/// assert_eq!((out[0].cookie, out[0].opcode, out[0].qpn), (77, WcOpcode::Recv, dct.dctn()));
 /// let mut back = [0u8; 5];
 /// mr.read(64, &mut back)?;
 /// assert_eq!(&back, b"hello");
@@ -334,15 +353,21 @@ impl Pd {
     /// Creates a DC target of this domain: initiators that present `dc_key` may write, read
     /// and run atomics on this domain's regions as `access` allows (a subset of
     /// [`Access::REMOTE_WRITE`], [`Access::REMOTE_READ`], [`Access::REMOTE_ATOMIC`]).
-    /// Ready at once (INIT -> RTR, as UCX's `uct_dc_mlx5_iface_create_dct`). Its receive
-    /// completions go to `recv_cq`. This version creates it without a receive queue: a
-    /// send to it meets RNR NAKs (and fails with `RnrRetryExcErr` unless the initiator's
-    /// `rnr_retry` is 7).
+    /// Ready at once (INIT -> RTR, as UCX's `uct_dc_mlx5_iface_create_dct`). Sends and
+    /// writes with immediate take the receives of `srq`, whose CQ `recv_cq` must be; a send
+    /// that finds the SRQ empty meets RNR NAKs, as on RC.
     ///
     /// # Errors
     /// [`Error::NoDc`] on a device without DC; [`Error::InvalidParameter`] for other
-    /// rights; [`Error::InvalidHandle`] for a CQ of another device.
-    pub fn create_dct(&self, recv_cq: &Cq, dc_key: u64, access: Access) -> Result<Dct> {
+    /// rights; [`Error::InvalidHandle`] for a CQ of another device or an SRQ of another
+    /// protection domain; [`Error::SrqCq`] when `recv_cq` is not the SRQ's CQ.
+    pub fn create_dct(
+        &self,
+        recv_cq: &Cq,
+        srq: &crate::Srq,
+        dc_key: u64,
+        access: Access,
+    ) -> Result<Dct> {
         if !DCT_RIGHTS.contains(access) {
             return Err(Error::InvalidParameter {
                 what: "DCT rights (REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC only)",
@@ -355,13 +380,30 @@ impl Pd {
                 value: recv_cq.cqn() as u64,
             });
         }
-        let dctn = self.new_dct(recv_cq, dc_key, access)?;
+        let h = &srq.handle;
+        if !Arc::ptr_eq(&h.pd.inner, &self.inner) {
+            return Err(Error::InvalidHandle {
+                what: "SRQ of another protection domain (SRQ number)",
+                value: h.srqn as u64,
+            });
+        }
+        srq.check_cq(recv_cq)?;
+        let dctn = self.new_dct(recv_cq, h.srqn, dc_key, access)?;
+        // The DCT's receive completions: cookies from the SRQ, by the CQE's WQE index.
+        recv_cq.handle.registry.attach(Attached {
+            qpn: dctn,
+            sq: None,
+            rq: None,
+            scatter: None,
+            srq: Some(h.shared.clone()),
+        });
         Ok(Dct {
             dctn,
             dc_key,
             access,
             pd: self.clone(),
-            _cq: recv_cq.handle.clone(),
+            cq: recv_cq.handle.clone(),
+            srq: h.clone(),
         })
     }
 }
@@ -371,13 +413,14 @@ impl Pd {
     fn new_dct(
         &self,
         #[cfg_attr(not(feature = "sim"), allow(unused_variables))] recv_cq: &Cq,
+        #[cfg_attr(not(feature = "sim"), allow(unused_variables))] srqn: u32,
         #[cfg_attr(not(feature = "sim"), allow(unused_variables))] dc_key: u64,
         #[cfg_attr(not(feature = "sim"), allow(unused_variables))] access: Access,
     ) -> Result<u32> {
         match (&self.inner.dev.backend, &self.inner.kind) {
             #[cfg(feature = "sim")]
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
-                Ok(nic.create_dct(*pd, recv_cq.cqn(), dc_key, access)?)
+                Ok(nic.create_dct(*pd, recv_cq.cqn(), Some(srqn), dc_key, access)?)
             }
             (Backend::Verbs(v), _) => Err(no_dc(self, v)),
             #[cfg(feature = "sim")]

@@ -143,16 +143,18 @@ impl Nic {
     /// Creates a DC target of `pd` answering requests that carry `dc_key`
     /// (`mlx5dv_create_qp` with `MLX5DV_DCTYPE_DCT` and `dct_access_key`, then INIT -> RTR
     /// with `access`), ready at once. Its receive completions go to `cq`. Returns its number
-    /// (from the QP number space). Sends land in its receive queue: with `srq_entries` 0 it
-    /// has none and every send meets an RNR NAK.
+    /// (from the QP number space). Sends and writes with immediate take the WQEs of SRQ
+    /// `srqn` (`ibv_qp_init_attr.srq`); without one, every send meets an RNR NAK.
     ///
     /// # Errors
-    /// [`SimError::NoPd`], [`SimError::NoCq`], [`SimError::Exhausted`];
-    /// [`SimError::Rights`] for rights other than remote write, read and atomic.
+    /// [`SimError::NoPd`], [`SimError::NoCq`], [`SimError::NoSrq`], [`SimError::Exhausted`];
+    /// [`SimError::Rights`] for rights other than remote write, read and atomic;
+    /// [`SimError::Caps`] for an SRQ of another domain.
     pub fn create_dct(
         &self,
         pd: u32,
         cq: u32,
+        srqn: Option<u32>,
         dc_key: u64,
         access: Access,
     ) -> Result<u32, SimError> {
@@ -170,6 +172,12 @@ impl Nic {
             ..QpCaps::default()
         };
         let raw = self.create_qp(pd, cq, cq, caps)?;
+        if let Some(srqn) = srqn {
+            if let Err(e) = self.attach_qp_srq(raw.qpn, srqn) {
+                let _ = self.destroy_qp(raw.qpn);
+                return Err(e);
+            }
+        }
         let mut st = self.st();
         let q = st.qps.get_mut(&raw.qpn).expect("just created");
         q.dc = Some(DcRole::Dct {
