@@ -1,14 +1,14 @@
 //! Dynamically connected transport (DC): DC initiators ([`Dci`]) that reach any DC target
 //! ([`Dct`]) named in each request, without a connection per peer.
 //!
-//! DC is an mlx5 transport (`mlx5dv_create_qp` with the DC init attributes): it runs on the
-//! direct path, on the software NIC; devices without it (rxe, siw and every other verbs
-//! device) refuse [`Pd::create_dci`] and [`Pd::create_dct`] with [`Error::NoDc`].
+//! DC is an mlx5 transport: on a ConnectX the QPs are created by `mlx5dv_create_qp` with the
+//! DC init attributes (`crate::dv::dc`) and posted to on the direct path; the software NIC
+//! models both ends. Devices without it (rxe, siw and every other verbs device, and an mlx5
+//! device run on the verbs path) refuse [`Pd::create_dci`] and [`Pd::create_dct`] with
+//! [`Error::NoDc`].
 
 use super::cq::CqHandle;
-#[cfg(feature = "sim")]
-use super::device::PdKind;
-use super::device::{Backend, VerbsDev};
+use super::device::{Backend, PdKind, VerbsDev};
 use super::events::Subject;
 use super::{Cq, Pd, QpCaps};
 use crate::direct::{Attached, SendQueue};
@@ -17,6 +17,75 @@ use crate::verbs::objects::Timing;
 use crate::{Access, Payload, PostFlags, Remote, Request, Sge};
 use mlx5::dc::{DcAddr, AV_BYTES, MAX_DCTN};
 use std::sync::Arc;
+
+/// A DC QP rdma-core created on a ConnectX (`mlx5dv_create_qp`), destroyed with the owner
+/// after its queue.
+struct HwDc(*mut rdma_sys::ibv_qp);
+
+// SAFETY: the QP pointer is only passed to `ibv_destroy_qp` once, on drop; rdma-core's QP
+// objects may be destroyed from any thread.
+unsafe impl Send for HwDc {}
+// SAFETY: shared references never use the pointer: the only uses are `Dci::set_error` and
+// `Drop`, both through `&mut`.
+unsafe impl Sync for HwDc {}
+
+impl Drop for HwDc {
+    fn drop(&mut self) {
+        // SAFETY: a live QP created by `create_dc_qp`, destroyed once.
+        unsafe { rdma_sys::ibv_destroy_qp(self.0) };
+    }
+}
+
+impl HwDc {
+    /// `mlx5dv_create_qp` with the DC attributes, then the transitions.
+    ///
+    /// # Safety
+    /// `ctx`, `pd`, `cq` and `srq` (when not null) must be live objects of one mlx5 device.
+    unsafe fn create(
+        ctx: *mut rdma_sys::ibv_context,
+        t: crate::dv::dc::DcType,
+        (pd, cq, srq): (
+            *mut rdma_sys::ibv_pd,
+            *mut rdma_sys::ibv_cq,
+            *mut rdma_sys::ibv_srq,
+        ),
+        cap: rdma_sys::ibv_qp_cap,
+        steps: &mut [crate::dv::dc::Step],
+    ) -> Result<HwDc> {
+        let mut attr = crate::dv::dc::init_attr(t, pd, cq, srq, cap);
+        let mut dv = crate::dv::dc::dv_attr(t);
+        // SAFETY: live objects of the context (caller contract).
+        let qp = unsafe { crate::dv::dc::create_dc_qp(ctx.cast(), &mut attr, &mut dv)? };
+        let hw = HwDc(qp);
+        // SAFETY: the QP just created.
+        unsafe { crate::dv::dc::modify(qp, steps)? };
+        Ok(hw)
+    }
+}
+
+/// The verbs objects behind a CQ and a PD of a ConnectX.
+fn verbs_objects(pd: &Pd, cq: &Cq) -> Result<(*mut rdma_sys::ibv_pd, *mut rdma_sys::ibv_cq)> {
+    let vpd = match &pd.inner.kind {
+        PdKind::Verbs(p) => p.pd,
+        #[cfg(feature = "sim")]
+        PdKind::Sim(_) => return Err(Error::Unsupported("a software-NIC PD on a verbs device")),
+    };
+    match &cq.handle.kind {
+        super::cq::CqKind::Verbs(c) => Ok((vpd, c.cq)),
+        #[cfg(feature = "sim")]
+        super::cq::CqKind::Sim { .. } => Err(Error::Unsupported("a software-NIC CQ with a DC QP")),
+    }
+}
+
+/// What the transitions need of the device's port.
+fn port_attrs(v: &VerbsDev) -> Result<crate::dv::dc::PortAttrs> {
+    let port = v.ctx.port(v.port)?;
+    Ok(crate::dv::dc::PortAttrs {
+        port: v.port,
+        mtu: port.active_mtu,
+        gid_index: v.gid_index.map(|g| g as u8),
+    })
+}
 
 /// Where a DCI request goes: a DCT's address vector (the 48-byte `struct mlx5_wqe_av` of an
 /// address handle of its port), its number and its DC access key.
@@ -44,6 +113,17 @@ impl DcPeer {
         Ok(DcPeer {
             addr: DcAddr { av, dctn, dc_key },
         })
+    }
+
+    /// A destination reached through an address handle's address vector: on a ConnectX,
+    /// the AV `mlx5dv_init_obj` gives for the `ibv_ah` to the target's port, or the one
+    /// [`Av::from_attr`](mlx5::av::Av::from_attr) builds as `mlx5_create_ah` does.
+    ///
+    /// # Errors
+    /// As [`DcPeer::new`].
+    pub fn from_av(av: &mlx5::av::Av, dctn: u32, dc_key: u64) -> Result<DcPeer> {
+        let a = DcAddr::from_av(av, dctn, dc_key);
+        DcPeer::new(a.av, dctn, dc_key)
     }
 
     /// The same destination with another DC key (a request with a key that is not the
@@ -80,6 +160,8 @@ pub struct Dct {
     access: Access,
     pd: Pd,
     cq: Arc<CqHandle>,
+    /// The rdma-core DCT on a ConnectX (None on the software NIC).
+    hw: Option<HwDc>,
     srq: Arc<super::srq::SrqHandle>,
 }
 
@@ -141,7 +223,7 @@ impl Drop for Dct {
             Backend::Sim(n) => {
                 let _ = n.destroy_dct(self.dctn);
             }
-            Backend::Verbs(_) => {}
+            Backend::Verbs(_) => drop(self.hw.take()),
         }
         self.cq.registry.bury(&mut g, self.dctn);
     }
@@ -198,6 +280,8 @@ impl Drop for Dct {
 pub struct Dci {
     // Field order: the queue goes before the handles that keep its ring alive.
     sq: SendQueue,
+    /// The rdma-core DCI on a ConnectX (None on the software NIC).
+    hw: Option<HwDc>,
     qpn: u32,
     errored: bool,
     atomics: mlx5::AtomicCaps,
@@ -219,11 +303,15 @@ const DCT_RIGHTS: Access =
 
 /// The typed refusal of a verbs device: DC is an mlx5 transport.
 fn no_dc(pd: &Pd, v: &VerbsDev) -> Error {
-    let why = if v.path != crate::DataPath::Direct {
+    // SAFETY: the context is live (the device holds it); `device` is the ibv_device it was
+    // opened on.
+    let mlx5 = unsafe { crate::dv::is_mlx5((*v.ctx.ctx).device.cast()) };
+    let why = if mlx5 {
+        "an mlx5 device on the verbs path (BLUEFLAME_PATH=verbs or MLX5_QP_SIGNATURE): \
+         DC runs on the direct path only"
+    } else {
         "DC is an mlx5 transport (mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC); \
          this device's provider has none"
-    } else {
-        "DC on ConnectX hardware is not wired in this version (the software NIC runs it)"
     };
     Error::NoDc {
         device: pd.inner.dev.describe(),
@@ -305,12 +393,67 @@ impl Pd {
                     min_rnr_timer: timing.min_rnr_timer,
                 };
                 nic.dci_ready(raw.qpn, t).map_err(|e| undo(e.into()))?;
-                Ok(self.finish_dci(sq, raw.qpn, send_cq, td))
+                Ok(self.finish_dci(sq, None, raw.qpn, send_cq, td))
             }
-            (Backend::Verbs(v), _) => Err(no_dc(self, v)),
+            (Backend::Verbs(v), _) if v.path != crate::DataPath::Direct => Err(no_dc(self, v)),
+            (Backend::Verbs(v), _) => self.hw_dci(v, send_cq, caps, timing),
             #[cfg(feature = "sim")]
             _ => Err(Error::Unsupported("PD and device backends differ")),
         }
+    }
+
+    /// A DCI on a ConnectX: `mlx5dv_create_qp` (`MLX5DV_DCTYPE_DCI`), UCX's transitions to
+    /// RTS, the rings from `mlx5dv_init_obj`.
+    fn hw_dci(&self, v: &VerbsDev, send_cq: &Cq, caps: QpCaps, timing: &Timing) -> Result<Dci> {
+        let (pd, cq) = verbs_objects(self, send_cq)?;
+        let lim = mlx5::wqe::Limits {
+            max_sge: caps.max_send_sge as usize,
+            max_inline: caps.max_inline as usize,
+        };
+        let wrs = caps.sq_blocks / mlx5::dc::max_dc_wqe_bbs(&lim) as u32;
+        let cap = rdma_sys::ibv_qp_cap {
+            max_send_wr: wrs.max(1),
+            max_recv_wr: 0,
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: 0,
+            max_inline_data: caps.max_inline,
+        };
+        let timing = Timing {
+            rnr_retry: timing.rnr_retry.min(caps.rnr_retry),
+            ..*timing
+        };
+        let mut steps =
+            crate::dv::dc::dci_steps(&port_attrs(v)?, &timing, v.attrs.max_qp_init_rd_atom);
+        let t = crate::dv::dc::DcType::Dci;
+        // SAFETY: the context, PD and CQ are live objects of this mlx5 device (the PD and
+        // CQ are this domain's and the CQ's, checked above, kept alive by the Dci).
+        let hw = unsafe {
+            HwDc::create(
+                v.ctx.ctx,
+                t,
+                (pd, cq, std::ptr::null_mut()),
+                cap,
+                &mut steps,
+            )?
+        };
+        // SAFETY: a live QP of an mlx5 device.
+        let dv = unsafe { crate::dv::init_qp(hw.0.cast())? };
+        // SAFETY: `hw.0` is live; rdma-core filled the QP number.
+        let qpn = unsafe { (*hw.0).qp_num };
+        let raw = crate::dv::raw_qp(
+            &dv,
+            &crate::dv::QpLimits {
+                qpn,
+                max_inline: caps.max_inline,
+                max_send_sge: caps.max_send_sge,
+                max_recv_sge: 0,
+            },
+        )?;
+        // SAFETY: the rings belong to the DCI just created, which rdma-core is never asked
+        // to post to and which the Dci destroys after the queue; its register may be shared
+        // with other QPs of the context (no thread domain): the locked mode.
+        let sq = unsafe { SendQueue::new(&raw)? };
+        Ok(self.finish_dci(sq, Some(hw), qpn, send_cq, None))
     }
 
     /// The accounting every DCI gets: its shadow tracked by the domain, its queue attached
@@ -319,6 +462,7 @@ impl Pd {
     fn finish_dci(
         &self,
         mut sq: SendQueue,
+        hw: Option<HwDc>,
         qpn: u32,
         send_cq: &Cq,
         #[cfg_attr(not(feature = "sim"), allow(unused_variables))] td: Option<u32>,
@@ -340,6 +484,7 @@ impl Pd {
         sq.attach_cq(send_cq.handle.registry.slots.clone());
         Dci {
             sq,
+            hw,
             qpn,
             errored: false,
             atomics,
@@ -388,7 +533,7 @@ impl Pd {
             });
         }
         srq.check_cq(recv_cq)?;
-        let dctn = self.new_dct(recv_cq, h.srqn, dc_key, access)?;
+        let (dctn, hw) = self.new_dct(recv_cq, h, dc_key, access)?;
         // The DCT's receive completions: cookies from the SRQ, by the CQE's WQE index.
         recv_cq.handle.registry.attach(Attached {
             qpn: dctn,
@@ -403,26 +548,46 @@ impl Pd {
             access,
             pd: self.clone(),
             cq: recv_cq.handle.clone(),
+            hw,
             srq: h.clone(),
         })
     }
 }
 
 impl Pd {
-    /// The device's DCT number for a new target.
+    /// A new target: its number, and on a ConnectX the rdma-core DCT.
     fn new_dct(
         &self,
-        #[cfg_attr(not(feature = "sim"), allow(unused_variables))] recv_cq: &Cq,
-        #[cfg_attr(not(feature = "sim"), allow(unused_variables))] srqn: u32,
-        #[cfg_attr(not(feature = "sim"), allow(unused_variables))] dc_key: u64,
-        #[cfg_attr(not(feature = "sim"), allow(unused_variables))] access: Access,
-    ) -> Result<u32> {
+        recv_cq: &Cq,
+        srq: &super::srq::SrqHandle,
+        dc_key: u64,
+        access: Access,
+    ) -> Result<(u32, Option<HwDc>)> {
         match (&self.inner.dev.backend, &self.inner.kind) {
             #[cfg(feature = "sim")]
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
-                Ok(nic.create_dct(*pd, recv_cq.cqn(), Some(srqn), dc_key, access)?)
+                let n = nic.create_dct(*pd, recv_cq.cqn(), Some(srq.srqn), dc_key, access)?;
+                Ok((n, None))
             }
-            (Backend::Verbs(v), _) => Err(no_dc(self, v)),
+            (Backend::Verbs(v), _) if v.path != crate::DataPath::Direct => Err(no_dc(self, v)),
+            (Backend::Verbs(v), _) => {
+                let (pd, cq) = verbs_objects(self, recv_cq)?;
+                let vsrq = srq
+                    .verbs
+                    .as_ref()
+                    .ok_or(Error::Unsupported("a software-NIC SRQ with a DCT"))?
+                    .srq;
+                // SAFETY: a zeroed ibv_qp_cap is valid; a DCT sends nothing.
+                let cap: rdma_sys::ibv_qp_cap = unsafe { std::mem::zeroed() };
+                let mut steps = crate::dv::dc::dct_steps(&port_attrs(v)?, access.0, 12);
+                let t = crate::dv::dc::DcType::Dct { key: dc_key };
+                // SAFETY: the context, PD, CQ and SRQ are live objects of this mlx5 device,
+                // kept alive by the Dct (its domain, CQ and SRQ handles).
+                let hw = unsafe { HwDc::create(v.ctx.ctx, t, (pd, cq, vsrq), cap, &mut steps)? };
+                // SAFETY: `hw.0` is live; rdma-core filled the QP number (the DCT number).
+                let n = unsafe { (*hw.0).qp_num };
+                Ok((n, Some(hw)))
+            }
             #[cfg(feature = "sim")]
             _ => Err(Error::Unsupported("PD and device backends differ")),
         }
@@ -647,13 +812,22 @@ impl Dci {
     /// one completing with [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr).
     ///
     /// # Errors
-    /// `Error::Sim` on the software NIC when the DCI is gone.
+    /// `Error::Sim` on the software NIC when the DCI is gone; [`Error::Verbs`] when
+    /// `ibv_modify_qp` refuses.
     pub fn set_error(&mut self) -> Result<()> {
         self.errored = true;
-        match &self.pd.inner.dev.backend {
+        match (&self.pd.inner.dev.backend, &self.hw) {
             #[cfg(feature = "sim")]
-            Backend::Sim(n) => Ok(n.set_error(self.qpn)?),
-            Backend::Verbs(_) => Err(Error::Unsupported("DC on a verbs device")),
+            (Backend::Sim(n), _) => Ok(n.set_error(self.qpn)?),
+            (Backend::Verbs(_), Some(hw)) => {
+                // SAFETY: a zeroed ibv_qp_attr is valid.
+                let mut attr: rdma_sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+                attr.qp_state = rdma_sys::ibv_qp_state::IBV_QPS_ERR;
+                let mask = rdma_sys::ibv_qp_attr_mask::IBV_QP_STATE.0;
+                // SAFETY: the DCI's live QP.
+                unsafe { crate::dv::dc::modify(hw.0, &mut [(attr, mask)]) }
+            }
+            (Backend::Verbs(_), None) => Err(Error::Unsupported("a DCI without its QP")),
         }
     }
 }
@@ -676,7 +850,8 @@ impl Drop for Dci {
                     let _ = n.dealloc_td(td);
                 }
             }
-            Backend::Verbs(_) => {}
+            // `ibv_destroy_qp` now; the queue does not touch the ring again.
+            Backend::Verbs(_) => drop(self.hw.take()),
         }
         self.cq.registry.bury(&mut g, self.qpn);
     }
