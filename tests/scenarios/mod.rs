@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod device;
+pub mod srq;
 
 use blueflame::*;
 use std::time::{Duration, Instant};
@@ -120,7 +121,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-type Scenario = fn(&Device) -> Observed;
+pub type Scenario = fn(&Device) -> Observed;
 
 /// Every scenario, by name.
 pub const ALL: &[(&str, Scenario)] = &[
@@ -142,6 +143,10 @@ pub const ALL: &[(&str, Scenario)] = &[
     ("flush", flush),
     ("window_rebind", window_rebind),
     ("window_past_end", window_past_end),
+    // Shared receive queues (`srq.rs`).
+    ("srq_send_recv", srq::srq_send_recv),
+    ("srq_qp_error", srq::srq_qp_error),
+    ("srq_limit", srq::srq_limit),
 ];
 
 fn pair(dev: &Device) -> Pair {
@@ -721,6 +726,7 @@ pub fn check(all: &[Observed]) {
     let r = find(all, "recv_too_small");
     assert_eq!((r.completions[0].0, r.completions[0].1), (54, RemInvReqErr));
     assert_eq!((r.completions[1].0, r.completions[1].1), (904, LocLenErr));
+    srq::check(all);
     let f = find(all, "flush");
     let cookies: Vec<u64> = f.completions.iter().map(|c| c.0).collect();
     assert_eq!(cookies, vec![910, 911, 912, 60, 61, 62]);

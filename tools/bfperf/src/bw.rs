@@ -54,7 +54,7 @@ impl Rx {
     fn new(mut side: Side, size: usize, total: u64) -> Result<Rx> {
         let depth = 256.min(total);
         for i in 0..depth {
-            side.qp.post_recv(&[side.mr.sge(0, size as u32)?], i)?;
+            side.post_recv(&[side.mr.sge(0, size as u32)?], i)?;
         }
         Ok(Rx {
             side,
@@ -77,7 +77,6 @@ impl Rx {
             self.got += 1;
             if self.posted < self.total {
                 self.side
-                    .qp
                     .post_recv(&[self.side.mr.sge(0, self.size as u32)?], self.posted)?;
                 self.posted += 1;
             }
@@ -180,7 +179,7 @@ fn initiate(
 fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier) -> Result<()> {
     let depth = 256.min(total);
     for i in 0..depth {
-        s.qp.post_recv(&[s.mr.sge(0, size as u32)?], i)?;
+        s.post_recv(&[s.mr.sge(0, size as u32)?], i)?;
     }
     ready.wait();
     let (mut got, mut posted) = (0u64, depth);
@@ -195,7 +194,7 @@ fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier) -> Result<()> 
             }
             got += 1;
             if posted < total {
-                s.qp.post_recv(&[s.mr.sge(0, size as u32)?], posted)?;
+                s.post_recv(&[s.mr.sge(0, size as u32)?], posted)?;
                 posted += 1;
             }
         }

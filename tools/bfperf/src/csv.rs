@@ -1,12 +1,13 @@
 //! `--csv FILE`: one row per message size, written as each size finishes.
 //!
 //! Latency tests, columns (times in microseconds, as the JSON fields of the same names):
-//! `test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode`
+//! `test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv`
 //! (`t_typical_us` is the median, perftest's "typical"; for write and send tests every time
-//! is half a round trip, as perftest reports it; `mode`: `poll`, or `event` with `--events`).
+//! is half a round trip, as perftest reports it; `mode`: `poll`, or `event` with `--events`;
+//! `recv`: `rq` (the QP's receive queue), or `srq` with `--srq`).
 //!
 //! Bandwidth tests, columns:
-//! `test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode`
+//! `test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode,recv`
 //! (MB = 10^6 bytes per second, as perftest; message rate in millions per second).
 
 use crate::stats::Summary;
@@ -15,10 +16,10 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 /// The header of a latency CSV.
-pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode";
+pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv";
 /// The header of a bandwidth CSV.
 pub const BW_HEADER: &str =
-    "test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode";
+    "test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode,recv";
 
 /// An open CSV file.
 pub struct Csv {
@@ -53,10 +54,11 @@ impl Csv {
         iters: usize,
         s: &Summary,
         mode: &str,
+        recv: &str,
     ) -> io::Result<()> {
         writeln!(
             self.out,
-            "{},{},{bytes},{iters},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{mode}",
+            "{},{},{bytes},{iters},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{mode},{recv}",
             field(test),
             field(device),
             s.min,
@@ -82,10 +84,11 @@ impl Csv {
         avg: f64,
         mpps: f64,
         mode: &str,
+        recv: &str,
     ) -> io::Result<()> {
         writeln!(
             self.out,
-            "{},{},{bytes},{iters},{peak:.3},{avg:.3},{mpps:.6},{mode}",
+            "{},{},{bytes},{iters},{peak:.3},{avg:.3},{mpps:.6},{mode},{recv}",
             field(test),
             field(device)
         )?;
@@ -133,8 +136,9 @@ mod tests {
             p999: 12.0,
         };
         let mut c = Csv::create(&p, LAT_HEADER).unwrap();
-        c.lat("write_lat", "rxe0", 8, 1000, &s, "poll").unwrap();
-        c.lat("write_lat", "odd,\"name\"", 16, 1000, &s, "event")
+        c.lat("write_lat", "rxe0", 8, 1000, &s, "poll", "rq")
+            .unwrap();
+        c.lat("send_lat", "odd,\"name\"", 16, 1000, &s, "event", "srq")
             .unwrap();
         drop(c);
         let text = std::fs::read_to_string(&p).unwrap();
@@ -142,7 +146,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         let header = parse(lines[0]);
-        assert_eq!(header.len(), 12);
+        assert_eq!(header.len(), 13);
         let rows: Vec<Vec<String>> = lines[1..].iter().map(|l| parse(l)).collect();
         assert!(rows.iter().all(|r| r.len() == header.len()));
         assert_eq!(rows[0][1], "rxe0");
@@ -151,6 +155,7 @@ mod tests {
             (rows[0][11].as_str(), rows[1][11].as_str()),
             ("poll", "event")
         );
+        assert_eq!((rows[0][12].as_str(), rows[1][12].as_str()), ("rq", "srq"));
         assert_eq!(
             (
                 rows[0][2].as_str(),
@@ -182,7 +187,7 @@ mod tests {
         let p = tmp("bw.csv");
         let mut c = Csv::create(&p, BW_HEADER).unwrap();
         c.bw(
-            "write_bw", "sim", 65536, 500, 1234.5, 1200.25, 0.018315, "poll",
+            "send_bw", "sim", 65536, 500, 1234.5, 1200.25, 0.018315, "poll", "srq",
         )
         .unwrap();
         drop(c);
@@ -191,11 +196,11 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], BW_HEADER);
         let r = parse(lines[1]);
-        assert_eq!(r.len(), 8);
-        assert_eq!(r[7], "poll");
+        assert_eq!(r.len(), 9);
+        assert_eq!((r[7].as_str(), r[8].as_str()), ("poll", "srq"));
         assert_eq!(
             (r[0].as_str(), r[2].as_str(), r[3].as_str()),
-            ("write_bw", "65536", "500")
+            ("send_bw", "65536", "500")
         );
         let f: Vec<f64> = r[4..7].iter().map(|v| v.parse().unwrap()).collect();
         assert_eq!(f, [1234.5, 1200.25, 0.018315]);

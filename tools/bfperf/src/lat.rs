@@ -82,7 +82,7 @@ fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, kind: Lat, cookie: u64
 
 fn post_recv(s: &mut Side, size: usize, cookie: u64) -> Result<()> {
     let sge = [s.mr.sge(0, size as u32)?];
-    s.qp.post_recv(&sge, cookie)
+    s.post_recv(&sge, cookie)
 }
 
 /// Waits for the next receive (a send, or a write with immediate carrying `tag`); send

@@ -77,6 +77,15 @@ fn mode(o: &Opts) -> &'static str {
     }
 }
 
+/// Where the receives are posted: the JSON / CSV `recv`.
+fn recv(o: &Opts) -> &'static str {
+    if o.srq {
+        "srq"
+    } else {
+        "rq"
+    }
+}
+
 fn mode_line(o: &Opts) -> &'static str {
     if o.events {
         "events (the receiver sleeps on the completion channel, as perftest -e)"
@@ -121,6 +130,9 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         if let Some(f) = o.cqe_zip {
             println!(" CQE compression: {f}");
         }
+        if o.srq {
+            println!(" Receives       : a shared receive queue (--srq)");
+        }
         println!(
             " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
             o.inline, o.post_list, o.tx_depth
@@ -154,7 +166,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                     let sum = stats::summarize(&mut samples);
                     progress.clear();
                     if let Some(c) = csv.as_mut() {
-                        c.lat(name, &o.device, size, o.iters, &sum, mode(o))
+                        c.lat(name, &o.device, size, o.iters, &sum, mode(o), recv(o))
                             .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
                     }
                     if let Some(p) = &o.plot {
@@ -166,7 +178,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                     if o.json {
                         println!(
                             "{}",
-                            stats::json(name, &o.device, mode(o), size, o.iters, &sum)
+                            stats::json(name, &o.device, (mode(o), recv(o)), size, o.iters, &sum)
                         );
                     } else {
                         println!("{}", stats::row(size, o.iters, &sum));
@@ -186,13 +198,14 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                             r.avg,
                             r.mpps,
                             mode(o),
+                            recv(o),
                         )
                         .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
                     }
                     if o.json {
                         println!(
-                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\"}}",
-                            o.device, o.iters, r.peak, r.avg, r.mpps, mode(o)
+                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\",\"recv\":\"{}\"}}",
+                            o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o)
                         );
                     } else {
                         println!(

@@ -48,6 +48,9 @@ pub struct Opts {
     /// `--cqe-zip hash|csum|stridx`: CQs created compressed with this mini-CQE format
     /// (bandwidth tests).
     pub cqe_zip: Option<blueflame::MiniCqeFormat>,
+    /// `--srq`: the receiver's receives are posted to a shared receive queue (perftest's
+    /// `--srq`), which its QP takes them from.
+    pub srq: bool,
 }
 
 /// Which atomic the atomic test runs.
@@ -83,6 +86,7 @@ impl Default for Opts {
             write_imm: false,
             events: false,
             cqe_zip: None,
+            srq: false,
         }
     }
 }
@@ -106,6 +110,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           write-lat with --write-with-imm; as perftest's -e)
       --cqe-zip hash|csum|stridx   bandwidth tests: CQs created compressed (CQE compression,
                           mini-CQEs of this format; direct path only: mlx5 or the software NIC)
+      --srq               receives posted to a shared receive queue (send-lat, send-bw, and
+                          write-lat with --write-with-imm; as perftest --srq)
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -124,11 +130,12 @@ the round trip, read and atomic the whole request, as perftest):
   bytes         message size;  iterations  measured iterations (after --warmup)
   t_min_us t_max_us t_typical_us (median) t_avg_us t_stdev_us p99_us p999_us
   mode          poll (busy polling) | event (--events)
+  recv          rq (the QP's receive queue) | srq (--srq)
 Bandwidth tests:
   test          write_bw | read_bw | send_bw;  device, bytes, iterations as above
   bw_peak_mb_s  best stretch of a tenth of the completions, MB/s (10^6 bytes/s)
   bw_avg_mb_s   whole measured run, MB/s
-  msg_rate_mpps messages per second, millions;  mode  as above
+  msg_rate_mpps messages per second, millions;  mode, recv  as above
 CSV columns: the same names in the same order, after a header line.";
 
 /// Parses the options after the subcommand.
@@ -181,6 +188,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--plot" => o.plot = Some(val(a)?.into()),
             "--write-with-imm" | "--write_with_imm" => o.write_imm = true,
             "-e" | "--events" => o.events = true,
+            "--srq" => o.srq = true,
             "--cqe-zip" => {
                 o.cqe_zip = Some(match val(a)?.as_str() {
                     "hash" => blueflame::MiniCqeFormat::Hash,
@@ -230,6 +238,17 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         return Err(format!(
             "--events needs a completion at the receiver: send-lat or write-lat --write-with-imm, not {name}{}",
             if name == "write-lat" { " without --write-with-imm" } else { "" }
+        ));
+    }
+    if o.srq && !(name == "send-lat" || name == "send-bw" || (name == "write-lat" && o.write_imm)) {
+        // As perftest: only tests with receives have an SRQ to post them to.
+        return Err(format!(
+            "--srq needs receives: send-lat, send-bw or write-lat --write-with-imm, not {name}{}",
+            if name == "write-lat" {
+                " without --write-with-imm"
+            } else {
+                ""
+            }
         ));
     }
     if o.cqe_zip.is_some() && !name.ends_with("-bw") {
@@ -327,6 +346,29 @@ mod tests {
         assert!(parse(&args("--server --client h")).is_err());
         assert!(parse(&args("--bogus")).unwrap_err().contains("--bogus"));
         assert!(parse(&args("-n")).unwrap_err().contains("needs a value"));
+    }
+
+    #[test]
+    fn srq_only_where_there_are_receives() {
+        let s = parse(&args("--srq")).unwrap();
+        assert!(s.srq);
+        assert!(!parse(&[]).unwrap().srq);
+        assert!(check_for("send-lat", &s).is_ok());
+        assert!(check_for("send-bw", &s).is_ok());
+        assert!(check_for("write-lat", &s)
+            .unwrap_err()
+            .contains("without --write-with-imm"));
+        assert!(check_for(
+            "write-lat",
+            &parse(&args("--srq --write-with-imm")).unwrap()
+        )
+        .is_ok());
+        for t in ["read-lat", "atomic-lat", "write-bw", "read-bw"] {
+            assert!(check_for(t, &s)
+                .unwrap_err()
+                .contains("--srq needs receives"));
+        }
+        assert!(USAGE.contains("--srq") && USAGE.contains("recv"));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 use crate::opts::Opts;
 use blueflame::connect::{Exchange, RemoteBuf};
-use blueflame::{Access, Completion, Cq, CqOptions, Device, MemoryRegion, Qp, QpCaps, Result};
+use blueflame::{
+    Access, Completion, Cq, CqOptions, Device, MemoryRegion, Qp, QpCaps, Result, Sge, Srq, SrqCaps,
+};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 
@@ -22,6 +24,8 @@ pub struct Side {
     pub pause: bool,
     /// Event mode: completions are waited for on the CQ's completion channel.
     pub events: bool,
+    /// `--srq`: the shared receive queue the QP takes its receives from.
+    pub srq: Option<Srq>,
 }
 
 /// How the two sides are placed (built once per test: its size does not matter).
@@ -85,7 +89,7 @@ fn caps(o: &Opts) -> QpCaps {
     }
 }
 
-fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion)> {
+fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Option<Srq>)> {
     let pd = dev.alloc_pd()?;
     let caps = caps(o);
     // Room for everything both queues may hold (a direct-path send holds an entry per block
@@ -99,11 +103,24 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion)> {
         opts = opts.compression(format);
     }
     let cq = dev.create_cq_with(&opts)?;
-    let qp = pd.create_qp(&cq, &cq, caps)?;
+    // With --srq the receives go to a shared receive queue of the same depth, on the same
+    // CQ (perftest --srq: one SRQ the QP takes its receives from).
+    let (qp, srq) = if o.srq {
+        let srq = pd.create_srq(
+            &cq,
+            SrqCaps {
+                entries: caps.rq_entries,
+                max_sge: caps.max_recv_sge,
+            },
+        )?;
+        (pd.create_qp_with_srq(&cq, &srq, caps)?, Some(srq))
+    } else {
+        (pd.create_qp(&cq, &cq, caps)?, None)
+    };
     let rights =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr = pd.alloc_mr(buf_len(size), rights)?;
-    Ok((qp, cq, mr))
+    Ok((qp, cq, mr, srq))
 }
 
 /// Builds the sides for messages of `size`.
@@ -113,7 +130,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             "--server/--client with the software NIC: it lives in one process; run without them",
         ));
     }
-    let (mut qa, cqa, mra) = side(dev, o, size)?;
+    let (mut qa, cqa, mra, srqa) = side(dev, o, size)?;
     if o.server || o.client.is_some() {
         let ours = Exchange {
             endpoint: qa.endpoint()?,
@@ -147,6 +164,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
             events: o.events,
+            srq: srqa,
         };
         return Ok(if o.server {
             Setup::Server(s, stream)
@@ -154,7 +172,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             Setup::Client(s, stream)
         });
     }
-    let (mut qb, cqb, mrb) = side(dev, o, size)?;
+    let (mut qb, cqb, mrb, srqb) = side(dev, o, size)?;
     let (ea, eb) = (qa.endpoint()?, qb.endpoint()?);
     qa.connect(eb)?;
     if dev.nic().is_none() {
@@ -171,6 +189,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
             events: o.events,
+            srq: srqa,
         },
         Side {
             dev: dev.clone(),
@@ -181,6 +200,7 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
             events: o.events,
+            srq: srqb,
         },
     ))
 }
@@ -206,6 +226,14 @@ pub fn sync(s: &mut TcpStream) -> Result<()> {
 }
 
 impl Side {
+    /// Posts a receive: to the SRQ with `--srq`, else to the QP.
+    pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        match self.srq.as_mut() {
+            Some(srq) => srq.post_recv(sgl, cookie),
+            None => self.qp.post_recv(sgl, cookie),
+        }
+    }
+
     /// Spins until byte `off` of the own buffer equals `tag` (the stepped NIC runs meanwhile).
     pub fn wait_byte(&self, off: usize, tag: u8) -> Result<()> {
         let mut spins = 0u64;
@@ -270,7 +298,7 @@ mod tests {
     fn queues_hold_twice_tx_depth_requests() {
         let o = crate::opts::parse(&[]).expect("defaults");
         let dev = Device::sim();
-        let (qp, cq, _mr) = side(&dev, &o, 8).expect("side");
+        let (qp, cq, _mr, _) = side(&dev, &o, 8).expect("side");
         assert!(
             qp.send_depth() as usize >= 2 * o.tx_depth,
             "send depth {} for tx-depth {}",
