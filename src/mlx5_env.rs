@@ -31,6 +31,10 @@ pub struct Mlx5Env {
     /// `MLX5_POST_SEND_PREFER_BF` set to `0`: BlueFlame copies only for WQEs with inline
     /// data (rdma-core's default, `prefer_bf`, copies any WQE that fits).
     pub prefer_bf_off: bool,
+    /// `MLX5_SRQ_SIGNATURE` set: SRQs are created with WQE signatures
+    /// (`MLX5_SRQ_FLAG_SIGNATURE`), which the direct path does not write: such an SRQ is
+    /// refused there.
+    pub srq_signature: bool,
 }
 
 impl Mlx5Env {
@@ -45,6 +49,8 @@ impl Mlx5Env {
             scatter_to_cqe_off: get("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0"),
             // mlx5.c get_always_bf: unset -> 1, else strcmp(env, "0") != 0.
             prefer_bf_off: get("MLX5_POST_SEND_PREFER_BF").is_some_and(|v| v == "0"),
+            // verbs.c srq_sig_enabled: set at all.
+            srq_signature: get("MLX5_SRQ_SIGNATURE").is_some(),
         }
     }
 
@@ -112,6 +118,8 @@ mod tests {
         assert!(env(&[("MLX5_POST_SEND_PREFER_BF", "0")]).prefer_bf_off);
         assert!(!env(&[("MLX5_POST_SEND_PREFER_BF", "1")]).prefer_bf_off);
         assert!(!env(&[("MLX5_POST_SEND_PREFER_BF", "")]).prefer_bf_off);
+        assert!(env(&[("MLX5_SRQ_SIGNATURE", "0")]).srq_signature);
+        assert!(!env(&[]).srq_signature);
     }
 
     #[test]

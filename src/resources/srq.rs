@@ -224,6 +224,13 @@ impl Pd {
                     caps.max_sge.max(1),
                 )?);
                 if self.inner.dev.data_path() == DataPath::Direct {
+                    if crate::mlx5_env::Mlx5Env::current().srq_signature {
+                        // rdma-core creates the SRQ with MLX5_SRQ_FLAG_SIGNATURE: the device
+                        // would check signatures the direct path does not write.
+                        return Err(Error::Unsupported(
+                            "MLX5_SRQ_SIGNATURE is set: SRQ WQE signatures on the direct path",
+                        ));
+                    }
                     // SAFETY: a live SRQ of an mlx5 device (the path is Direct only there).
                     let dv = unsafe { crate::dv::init_srq(s.srq.cast())? };
                     let raw = crate::dv::raw_srq(&dv, s.max_sge)?;

@@ -791,6 +791,7 @@ pub fn normalize_rxe(dev: &Device, all: &mut [Observed]) -> Vec<String> {
         c.1 = mlx5;
         applied.push(format!("{name}[{i}]: rxe {rxe:?} = mlx5 {mlx5:?}"));
     }
+    applied.extend(srq::normalize_rxe(dev, all));
     applied
 }
 
