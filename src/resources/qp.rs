@@ -370,13 +370,20 @@ impl Pd {
             scatter: None,
             srq: None,
         });
-        recv.handle.registry.attach(Attached {
-            qpn,
-            sq: None,
-            rq: rq_shadow,
-            scatter,
-            srq: recv.srq.map(|s| s.shared.clone()),
-        });
+        let srq = match recv.srq {
+            // The QP's receive completions come from the SRQ's table.
+            Some(s) => Some(s.attach_receiver(recv.handle, recv.cqn, qpn)?),
+            None => {
+                recv.handle.registry.attach(Attached {
+                    qpn,
+                    sq: None,
+                    rq: rq_shadow,
+                    scatter,
+                    srq: None,
+                });
+                None
+            }
+        };
         let psn = qpn.wrapping_mul(0x9e37_79b9) >> 8;
         // The device's atomics, read once here: what it lacks is refused before posting.
         let atomics = self.inner.dev.atomic_caps();
@@ -412,7 +419,7 @@ impl Pd {
             rnr_retry_cap: caps.rnr_retry,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv.handle.clone()],
-            srq: recv.srq.cloned(),
+            srq,
             #[cfg(feature = "sim")]
             sim_td,
             _cm: cm,

@@ -74,6 +74,38 @@ pub(crate) struct SrqHandle {
 }
 
 impl SrqHandle {
+    /// Makes receiver `qpn` (a QP or DCT just created on the device with this SRQ, whose
+    /// receives complete on `cq`) take its receive completions from this SRQ on the
+    /// poller's side: checks the CQ, lists the receiver on it with the SRQ's cookie table.
+    /// Returns the handle the receiver must hold (the SRQ outlives it). Every receiver of an
+    /// SRQ goes through here (`Pd::create_qp_with_srq` for RC QPs); on the software NIC the
+    /// device side is `State::attach_receiver` (`mlx5/src/sim/srq.rs`).
+    ///
+    /// # Errors
+    /// [`Error::SrqCq`].
+    pub(crate) fn attach_receiver(
+        self: &Arc<Self>,
+        cq: &Arc<CqHandle>,
+        cqn: u32,
+        qpn: u32,
+    ) -> Result<Arc<SrqHandle>> {
+        if !Arc::ptr_eq(cq, &self.cq) {
+            return Err(Error::SrqCq {
+                srqn: self.srqn,
+                srq_cq: self.cqn,
+                cq: cqn,
+            });
+        }
+        cq.registry.attach(crate::direct::Attached {
+            qpn,
+            sq: None,
+            rq: None,
+            scatter: None,
+            srq: Some(self.shared.clone()),
+        });
+        Ok(self.clone())
+    }
+
     /// What the device's events call this SRQ.
     fn subject(&self) -> Subject {
         match &self.verbs {

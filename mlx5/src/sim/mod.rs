@@ -1029,9 +1029,7 @@ impl Nic {
                 "an SRQ QP has no receive queue, one SRQ, and the SRQ's domain",
             ));
         }
-        st.attach_srq(srqn)?;
-        st.qps.get_mut(&qpn).expect("checked").srq = Some(srqn);
-        Ok(())
+        st.attach_receiver(qpn, srqn)
     }
 
     /// Connects two QPs (or a QP to itself) and moves both to RTS.

@@ -152,6 +152,25 @@ impl State {
         Ok(())
     }
 
+    /// Makes receiving object `qpn` (an RC QP, or a DCT, both in the QP map) take its
+    /// receives from SRQ `srqn` from now on: the one call any receiver's creation makes
+    /// (`srq` in `ibv_qp_init_attr`, or in the DCT's `mlx5dv_create_qp` attributes). Its
+    /// own receive queue, if it has one, is no longer used.
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`], [`SimError::NoSrq`].
+    pub(crate) fn attach_receiver(&mut self, qpn: u32, srqn: u32) -> Result<(), SimError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(SimError::NoQp(qpn));
+        }
+        self.attach_srq(srqn)?;
+        let q = self.qps.get_mut(&qpn).expect("checked");
+        if let Some(old) = q.srq.replace(srqn) {
+            self.detach_srq(old);
+        }
+        Ok(())
+    }
+
     /// The receiver using SRQ `srqn` is gone.
     pub(crate) fn detach_srq(&mut self, srqn: u32) {
         if let Some(s) = self.srqs.get_mut(&srqn) {

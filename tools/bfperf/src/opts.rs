@@ -49,7 +49,7 @@ pub struct Opts {
     /// (bandwidth tests).
     pub cqe_zip: Option<blueflame::MiniCqeFormat>,
     /// `--srq`: the receiver's receives are posted to a shared receive queue (perftest's
-    /// `--srq`), which its QP takes them from.
+    /// `--use-srq`), which its QP takes them from.
     pub srq: bool,
 }
 
@@ -111,7 +111,7 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --cqe-zip hash|csum|stridx   bandwidth tests: CQs created compressed (CQE compression,
                           mini-CQEs of this format; direct path only: mlx5 or the software NIC)
       --srq               receives posted to a shared receive queue (send-lat, send-bw, and
-                          write-lat with --write-with-imm; as perftest --srq)
+                          write-lat with --write-with-imm; as perftest --use-srq)
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
