@@ -480,12 +480,22 @@ fn poster_and_poller_on_two_threads() {
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(1024).unwrap();
     let rcq = dev.create_cq(1024).unwrap();
-    let mut srq = pd.create_srq(&rcq, SrqCaps { entries: 15, max_sge: 1 }).unwrap();
+    let mut srq = pd
+        .create_srq(
+            &rcq,
+            SrqCaps {
+                entries: 15,
+                max_sge: 1,
+            },
+        )
+        .unwrap();
     is_send(&srq);
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..4 {
-        let mut s = pd.create_qp_with_srq(&scq, &srq, QpCaps::default()).unwrap();
+        let mut s = pd
+            .create_qp_with_srq(&scq, &srq, QpCaps::default())
+            .unwrap();
         let mut c = pd.create_qp(&scq, &scq, QpCaps::default()).unwrap();
         let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
         s.connect(ec).unwrap();
@@ -545,7 +555,11 @@ fn poster_and_poller_on_two_threads() {
         if inflight < 32 {
             let c = (sent % 4) as usize;
             clients[c]
-                .send(Payload::Inline(&sent.to_le_bytes()), sent, PostFlags::SIGNALED)
+                .send(
+                    Payload::Inline(&sent.to_le_bytes()),
+                    sent,
+                    PostFlags::SIGNALED,
+                )
                 .unwrap();
             sent += 1;
             inflight += 1;

@@ -671,22 +671,27 @@ impl CompletionQueue {
         unsafe { table.copy(wqe, data) }
     }
 
-    /// A receive completion (`op`; None: a receive error) of a QP that takes its receives
+    /// A receive completion (or a receive error) of a QP that takes its receives
     /// from an SRQ: the cookie by the CQE's WQE index (rdma-core `cq.c`:
     /// `srq->wrid[wqe_counter]`), data that came inside the CQE copied into that WQE's
     /// buffers (`mlx5_copy_to_recv_srq`), and the WQE given back to the SRQ once the
     /// consumer index is published (`mlx5_free_srq_wqe`). The QP is found by the CQE's QP
     /// number, which every CQE version carries (with CQE version 1 `srqn_uidx` holds the
     /// QP's user index, not the SRQ number: rdma-core `get_resp_ctx_v1`).
+    #[cold]
     #[inline(never)]
-    fn complete_srq(
-        &self,
-        cqe: &Cqe64,
-        op: Option<CqeOpcode>,
-        q: &Attached,
-        qpn: u32,
-        wqe: u16,
-    ) -> Option<Completion> {
+    fn complete_srq(&self, cqe: &Cqe64, q: &Attached) -> Option<Completion> {
+        let op = match CqeOpcode::from_bits(cqe.op_own >> 4)? {
+            CqeOpcode::RespErr => None,
+            op => Some(op),
+        };
+        let (qpn, wqe) = match op {
+            Some(_) => (cqe.qpn(), cqe.wqe_counter.get()),
+            None => {
+                let e = cqe.as_err();
+                (e.qpn(), e.wqe_counter.get())
+            }
+        };
         let srq = q.srq.as_ref()?;
         let idx = srq.slot(wqe);
         let mut c = Completion {
@@ -738,7 +743,7 @@ impl CompletionQueue {
             ) => {
                 let q = q?;
                 let Some(rq) = q.rq.as_ref() else {
-                    return self.complete_srq(cqe, Some(op), q, qpn, wqe);
+                    return self.complete_srq(cqe, q);
                 };
                 c.cookie = rq.get(wqe);
                 c.byte_len = cqe.byte_cnt.get();
@@ -774,7 +779,7 @@ impl CompletionQueue {
                 c.qpn = e.qpn();
                 let q = q?;
                 let Some(rq) = q.rq.as_ref() else {
-                    return self.complete_srq(cqe, None, q, c.qpn, e.wqe_counter.get());
+                    return self.complete_srq(cqe, q);
                 };
                 let w = e.wqe_counter.get();
                 c.cookie = rq.get(w);
