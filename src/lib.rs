@@ -204,9 +204,9 @@ pub use mlx5::{AtomicCaps, CqeCompCaps, MiniCqeFormat, RawCq, RawQp};
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use resources::SimNic;
 pub use resources::{
-    AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, DcPeer, Dci, Dct,
-    Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, PendingBuffer, Qp, QpCaps,
-    RawBuffer, RawParts, RegionBuffer, Spin,
+    AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, DcPeer, Dci, DciBatch,
+    Dct, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, PendingBuffer, Qp,
+    QpCaps, RawBuffer, RawParts, RegionBuffer, Spin,
 };
 pub use resources::{Srq, SrqCaps};
 pub use verbs::device::OdpCaps;

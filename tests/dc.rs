@@ -730,3 +730,71 @@ fn a_dct_takes_the_srqs_cq_and_domain() {
     let srq3 = pd3.create_srq(&cq3, SrqCaps::default()).unwrap();
     assert!(pd3.create_dct(&cq3, &srq3, 1, DCT_ALL).is_ok());
 }
+
+#[test]
+fn a_dci_batch_rings_once_and_a_dropped_one_posts_nothing() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let a = pd.create_dct(&tcq, &tsrq, 1, DCT_ALL).unwrap();
+    let b = pd.create_dct(&tcq, &tsrq, 2, DCT_ALL).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let free = dci.free_send();
+    {
+        let mut batch = dci.batch();
+        let req = Request::Write {
+            remote: mr.remote(0).unwrap(),
+            data: Payload::Inline(b"never"),
+        };
+        batch
+            .push(&a.peer().unwrap(), &req, 1, PostFlags::SIGNALED)
+            .unwrap();
+        assert_eq!(batch.len(), 1);
+        // Dropped without ringing.
+    }
+    assert_eq!(
+        dci.free_send(),
+        free,
+        "the dropped batch gave its blocks back"
+    );
+    quiet(&dev, &mut cq);
+    assert_eq!(mr.read_u64(0).unwrap(), 0);
+    let mut batch = dci.batch();
+    for i in 0..6u64 {
+        let peer = if i % 2 == 0 { a.peer() } else { b.peer() }.unwrap();
+        let bytes = (i + 1).to_ne_bytes();
+        let req = Request::Write {
+            remote: mr.remote(8 * i as usize).unwrap(),
+            data: Payload::Inline(&bytes),
+        };
+        let fl = if i == 5 {
+            PostFlags::SIGNALED
+        } else {
+            PostFlags::UNSIGNALED
+        };
+        batch.push(&peer, &req, 10 + i, fl).unwrap();
+    }
+    // A request a DCI cannot carry is refused; the batch keeps what it has.
+    assert!(matches!(
+        batch.push(&a.peer().unwrap(), &Request::Nop, 0, PostFlags::SIGNALED),
+        Err(Error::Unsupported(_))
+    ));
+    assert_eq!(batch.len(), 6);
+    batch.ring();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (15, WcStatus::Success));
+    for i in 0..6u64 {
+        assert_eq!(mr.read_u64(8 * i as usize).unwrap(), i + 1);
+    }
+    let s = dev.nic().unwrap().qp_stats(dci.qpn()).unwrap();
+    assert_eq!(s.wqes, 6);
+    assert_eq!(
+        (s.doorbells, s.doorbell_misses),
+        (1, 0),
+        "one doorbell for the batch"
+    );
+    quiet(&dev, &mut cq);
+}

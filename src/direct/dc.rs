@@ -4,7 +4,7 @@
 //! completion moderation, the shadow table, the same doorbell and BlueFlame rules). The RC
 //! post path is not touched: a DCI posts through these functions only.
 
-use super::sq::{check_atomic_kind, wc_opcode, SendQueue, MASKED_ATOMICS, STANDARD_ATOMICS};
+use super::sq::{check_atomic_kind, wc_opcode, Batch, SendQueue, MASKED_ATOMICS, STANDARD_ATOMICS};
 use crate::error::{Error, Result};
 use crate::PostFlags;
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
@@ -145,5 +145,22 @@ impl SendQueue {
         self.push_dc(dest, req, cookie, flags)?;
         self.ring();
         Ok(())
+    }
+}
+
+impl Batch<'_> {
+    /// Writes one more DCI WQE for `dest` into the batch (rung with the others by
+    /// [`Batch::ring`]; dropped unrung, nothing is posted).
+    ///
+    /// # Errors
+    /// As [`SendQueue::push_dc`]; the requests pushed before stay in the batch.
+    pub fn push_dc(
+        &mut self,
+        dest: &DcAddr,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.sq.push_dc(dest, req, cookie, flags)
     }
 }

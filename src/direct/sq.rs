@@ -690,7 +690,7 @@ impl SendQueue {
 /// Requests written to the ring and rung together (doorbell batching).
 #[must_use = "a batch posts nothing until rung"]
 pub struct Batch<'a> {
-    sq: &'a mut SendQueue,
+    pub(super) sq: &'a mut SendQueue,
     start: (u16, u32, Fence),
 }
 

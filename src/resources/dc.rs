@@ -656,6 +656,44 @@ impl Dci {
         }
     }
 
+    /// Starts a batch: requests to any DCTs, written as they are pushed and posted with one
+    /// doorbell by [`DciBatch::ring`]; dropped without ringing, nothing is posted.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+    /// use blueflame::{Access, Completion, Device, PostFlags, QpCaps, Request, Payload, SrqCaps};
+    /// let dev = Device::sim_stepped();
+    /// let pd = dev.alloc_pd()?;
+    /// let tcq = dev.create_cq(16)?;
+    /// let srq = pd.create_srq(&tcq, SrqCaps::default())?;
+    /// let (a, b) = (
+    ///     pd.create_dct(&tcq, &srq, 1, Access::REMOTE_WRITE)?,
+    ///     pd.create_dct(&tcq, &srq, 2, Access::REMOTE_WRITE)?,
+    /// );
+    /// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    /// let mut cq = dev.create_cq(16)?;
+    /// let mut dci = pd.create_dci(&cq, QpCaps::default())?;
+    /// let mut batch = dci.batch();
+    /// for (i, dct) in [&a, &b, &a].into_iter().enumerate() {
+    ///     let req = Request::Write { remote: mr.remote(8 * i)?, data: Payload::Inline(b"x") };
+    ///     let last = i == 2;
+    ///     let flags = if last { PostFlags::SIGNALED } else { PostFlags::UNSIGNALED };
+    ///     batch.push(&dct.peer()?, &req, i as u64, flags)?;
+    /// }
+    /// batch.ring();                                     // one doorbell for the three
+    /// dev.process();
+    /// let mut out = [Completion::default(); 4];
+    /// assert_eq!(cq.poll(&mut out), 1);
+    /// assert_eq!(out[0].cookie, 2);
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sim"))] fn main() {}
+    /// ```
+    pub fn batch(&mut self) -> DciBatch<'_> {
+        DciBatch {
+            inner: self.sq.batch(),
+        }
+    }
+
     /// A refused post: a queue or CQ that does not drain may be the sign of an asynchronous
     /// event about this DCI or its CQ, reported instead (as [`Qp::post`](crate::Qp::post)).
     #[cold]
@@ -854,5 +892,44 @@ impl Drop for Dci {
             Backend::Verbs(_) => drop(self.hw.take()),
         }
         self.cq.registry.bury(&mut g, self.qpn);
+    }
+}
+
+/// DCI requests written together and posted with one doorbell ([`Dci::batch`]). Dropped
+/// without [`DciBatch::ring`], it posts nothing (the ring space and completion moderation
+/// are given back).
+#[must_use = "a batch posts nothing until rung"]
+pub struct DciBatch<'a> {
+    inner: crate::direct::Batch<'a>,
+}
+
+impl DciBatch<'_> {
+    /// Adds one request to `peer`.
+    ///
+    /// # Errors
+    /// As [`Dci::post`]; the requests pushed before stay in the batch.
+    pub fn push(
+        &mut self,
+        peer: &DcPeer,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.inner.push_dc(&peer.addr, req, cookie, flags)
+    }
+
+    /// Requests in the batch.
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
+    /// Posts the whole batch with one doorbell.
+    pub fn ring(self) {
+        self.inner.ring();
     }
 }

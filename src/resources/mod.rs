@@ -34,7 +34,7 @@ pub use caps::QpCaps;
 pub use channel::{CompletionChannel, CqEvent, Notify};
 pub use cq::Cq;
 pub use cq_options::CqOptions;
-pub use dc::{DcPeer, Dci, Dct};
+pub use dc::{DcPeer, Dci, DciBatch, Dct};
 pub use device::{DataPath, Device, Pd};
 pub use events::AsyncEvent;
 pub use iov::{LocalSeg, MAX_IOV};
