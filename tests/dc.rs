@@ -798,3 +798,66 @@ fn a_dci_batch_rings_once_and_a_dropped_one_posts_nothing() {
     );
     quiet(&dev, &mut cq);
 }
+
+#[test]
+fn a_request_after_a_failed_switch_is_flushed_not_run() {
+    // A read to DCT A held back by the relaxed mode, A destroyed, then a write to DCT B:
+    // switching destinations completes the read first (it fails: nobody answers), so the
+    // DCI is in error and the write is flushed; it never reaches B's memory.
+    let mut tried = 0;
+    for seed in 0..64 {
+        let dev = Device::sim_stepped();
+        dev.nic().unwrap().set_order(OrderMode::Relaxed { seed });
+        let pd = dev.alloc_pd().unwrap();
+        let tcq = dev.create_cq(16).unwrap();
+        let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+        let a = pd.create_dct(&tcq, &tsrq, 1, DCT_ALL).unwrap();
+        let b = pd.create_dct(&tcq, &tsrq, 2, DCT_ALL).unwrap();
+        let mr = pd.alloc_mr(4096, ALL).unwrap();
+        let mut cq = dev.create_cq(64).unwrap();
+        let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+        let pa = a.peer().unwrap();
+        dci.read(
+            &pa,
+            &[mr.sge(64, 8).unwrap()],
+            mr.remote(0).unwrap(),
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        // One pass (Device::process drains: the held read would run before the drop).
+        let nic = dev.nic().unwrap();
+        nic.process();
+        if nic.qp_stats(dci.qpn()).unwrap().held_back == 0 {
+            continue; // this seed ran the read at once
+        }
+        tried += 1;
+        drop(a);
+        let pb = b.peer().unwrap();
+        dci.write_inline(
+            &pb,
+            &9u64.to_ne_bytes(),
+            mr.remote(128).unwrap(),
+            2,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        nic.process();
+        let got = wait(&dev, &mut cq, 2);
+        let st: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.cookie, c.status)).collect();
+        assert_eq!(
+            st,
+            [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)],
+            "seed {seed}"
+        );
+        assert_eq!(
+            mr.read_u64(128).unwrap(),
+            0,
+            "seed {seed}: the flushed write ran"
+        );
+    }
+    assert!(
+        tried > 0,
+        "no seed held the read back: the test proves nothing"
+    );
+}

@@ -285,10 +285,16 @@ impl State {
     /// request is dropped: `responder` says nobody answers), and refuses an operation the
     /// DCT's rights do not allow (an invalid request NAK). None: run it.
     pub(crate) fn dc_admit(&mut self, qpn: u32, req: &Request<'_>) -> Option<Outcome> {
-        let Some(DcRole::Dci { cur: Some(dest) }) = self.qps.get(&qpn)?.dc else {
+        let q = self.qps.get(&qpn)?;
+        let Some(DcRole::Dci { cur: Some(dest) }) = q.dc else {
             return None;
         };
         let replay = self.replay;
+        if q.state == QpState::Error && !replay {
+            // The WQEs it had started to another DCT failed while it switched: this one is
+            // flushed, as everything after an error.
+            return Some(Outcome::Failed(Syndrome::WrFlush));
+        }
         let t = self.qps.get_mut(&dest.dctn)?;
         if let Some(DcRole::Dct { key, .. }) = t.dc {
             if key != dest.key && !replay {
@@ -321,5 +327,92 @@ impl State {
             _ => Access::NONE,
         };
         (!access.contains(need)).then_some(Syndrome::RemoteInvalReq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ctrl::{CompletionMode, FmCeSe};
+    use crate::dc::{encode_dc, DcAddr};
+    use crate::request::{Payload, Remote};
+    use crate::wqe::Span;
+
+    /// Writes one DCI WQE (two blocks) at block 0 of `raw`'s ring (optionally without the extended-AV
+    /// bit), publishes it in the doorbell record, runs the NIC, and returns the CQE's opcode
+    /// and syndrome byte.
+    fn run_one(extended: bool) -> (u8, u8) {
+        let nic = Nic::new();
+        nic.set_order(super::super::OrderMode::Strict);
+        let pd = nic.alloc_pd();
+        let cq = nic.create_cq(16, 64).unwrap();
+        let dctn = nic.create_dct(pd, cq.cqn, None, 7, DCT_RIGHTS).unwrap();
+        let raw = nic.create_dci(pd, cq.cqn, QpCaps::default()).unwrap();
+        nic.dci_ready(raw.qpn, super::super::QpTiming::default())
+            .unwrap();
+        let mr = nic
+            .alloc_mr(pd, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let req = Request::Write {
+            remote: Remote {
+                addr: mr.addr,
+                rkey: mr.rkey,
+            },
+            data: Payload::Inline(b"abc"),
+        };
+        let ds = crate::dc::dc_wqe_ds(
+            &req,
+            &crate::wqe::Limits {
+                max_sge: 1,
+                max_inline: 64,
+            },
+        )
+        .unwrap();
+        let mut wqe = [0u8; 128];
+        let addr = DcAddr {
+            av: [0; 48],
+            dctn,
+            dc_key: 7,
+        };
+        let flags = FmCeSe {
+            completion: CompletionMode::Always,
+            ..FmCeSe::default()
+        };
+        encode_dc(
+            &req,
+            ds,
+            0,
+            raw.qpn,
+            flags,
+            &addr,
+            &mut Span {
+                a: &mut wqe,
+                b: &mut [],
+            },
+        );
+        if !extended {
+            wqe[16 + 8] &= 0x7f;
+        }
+        // SAFETY: the ring and doorbell record of the DCI just created, which nothing else
+        // writes; blocks 0 and 1 hold 128 bytes, the record's send slot is an aligned word.
+        unsafe {
+            core::ptr::copy_nonoverlapping(wqe.as_ptr(), raw.sq_buf, 128);
+            raw.dbrec
+                .add(crate::doorbell::SND_DBR)
+                .write_volatile(2u32.to_be());
+        }
+        nic.process();
+        let mut cqe = [0u8; 64];
+        // SAFETY: the CQ's first 64-byte entry, which the NIC wrote during `process`.
+        unsafe { core::ptr::copy_nonoverlapping(cq.buf, cqe.as_mut_ptr(), 64) };
+        (cqe[63] >> 4, cqe[55])
+    }
+
+    #[test]
+    fn a_dci_wqe_runs_and_one_without_the_extended_av_bit_is_a_local_qp_operation_error() {
+        assert_eq!(run_one(true).0, crate::cqe::CqeOpcode::Req as u8);
+        let (op, syndrome) = run_one(false);
+        assert_eq!(op, crate::cqe::CqeOpcode::ReqErr as u8);
+        assert_eq!(syndrome, Syndrome::LocalQpOp.to_u8());
     }
 }
