@@ -534,14 +534,9 @@ impl Pd {
         }
         srq.check_cq(recv_cq)?;
         let (dctn, hw) = self.new_dct(recv_cq, h, dc_key, access)?;
-        // The DCT's receive completions: cookies from the SRQ, by the CQE's WQE index.
-        recv_cq.handle.registry.attach(Attached {
-            qpn: dctn,
-            sq: None,
-            rq: None,
-            scatter: None,
-            srq: Some(h.shared.clone()),
-        });
+        // The DCT's receive completions: cookies from the SRQ, by the CQE's WQE index (the
+        // hook every receiver of an SRQ goes through; the CQ was checked above).
+        let srq_handle = h.attach_receiver(&recv_cq.handle, recv_cq.cqn(), dctn)?;
         Ok(Dct {
             dctn,
             dc_key,
@@ -549,7 +544,7 @@ impl Pd {
             pd: self.clone(),
             cq: recv_cq.handle.clone(),
             hw,
-            srq: h.clone(),
+            srq: srq_handle,
         })
     }
 }
