@@ -200,8 +200,6 @@ enum Retire {
     Nothing,
     Send(*const Shadow<SendEntry>, u16),
     Recv(*const Shadow<u64>, u16),
-    /// An SRQ's WQE, by index.
-    Srq(*const SrqShared, u16),
 }
 
 impl Retire {
@@ -212,7 +210,6 @@ impl Retire {
                 Retire::Nothing => {}
                 Retire::Send(q, end) => (*q).retire(end),
                 Retire::Recv(q, end) => (*q).retire(end),
-                Retire::Srq(q, idx) => (*q).free(idx),
             }
         }
     }
@@ -700,7 +697,11 @@ impl CompletionQueue {
             opcode: WcOpcode::Recv,
             ..Completion::default()
         };
-        self.later.set(Retire::Srq(&**srq, idx));
+        // The index goes into the SRQ's free ring now; the count that hands it to the
+        // poster is stored with the other retirements, after the consumer index (an SRQ's
+        // freed count is its cookie table's retired mark).
+        self.later
+            .set(Retire::Recv(&srq.cookies, srq.stage_free(idx)));
         let Some(op) = op else {
             let e = cqe.as_err();
             c.status = e.syndrome().wc_status();

@@ -72,10 +72,19 @@ impl SrqShared {
     /// the slot and, on the direct path, published its consumer index).
     #[inline]
     pub(crate) fn free(&self, idx: u16) {
+        // Release: the index (and everything the poller read of the slot) before the count.
+        self.cookies.retire(self.stage_free(idx));
+    }
+
+    /// The first half of [`SrqShared::free`]: writes `idx` into the free ring and returns
+    /// the freed count that hands it over, for the poller to store (`cookies.retire`) once
+    /// its consumer index is published. The poster reads the ring only below the count it
+    /// loaded, so the index is not seen before. Poller only, one slot at a time.
+    #[inline]
+    pub(crate) fn stage_free(&self, idx: u16) -> u16 {
         let k = self.cookies.retired();
         self.freed[(k & self.mask) as usize].store(idx & self.mask, Ordering::Relaxed);
-        // Release: the index (and everything the poller read of the slot) before the count.
-        self.cookies.retire(k.wrapping_add(1));
+        k.wrapping_add(1)
     }
 
     /// Receives posted and not given back.
