@@ -54,6 +54,12 @@ pub struct Completion {
     pub qpn: u32,
     /// The hardware syndrome and vendor syndrome of an error completion (direct path).
     pub syndrome: Option<(u8, u8)>,
+    /// A receive on a UD QP: the QP number of the sender (verbs' `src_qp`); 0 otherwise.
+    pub src_qp: u32,
+    /// A receive on a UD QP: whether the datagram carried a Global Route Header, now in the
+    /// first 40 bytes of the receive buffer (verbs' `IBV_WC_GRH`; see [`crate::Grh`]). The
+    /// 40 bytes are reserved and counted in `byte_len` either way.
+    pub grh: bool,
 }
 
 impl Default for Completion {
@@ -66,6 +72,8 @@ impl Default for Completion {
             imm: None,
             qpn: 0,
             syndrome: None,
+            src_qp: 0,
+            grh: false,
         }
     }
 }

@@ -194,6 +194,7 @@ pub use completion::{Completion, WcOpcode, WcStatus};
 pub use direct::{DoorbellMode, PostFlags};
 pub use error::{Capability, Error, QueueUnit, Refused, Result};
 pub use mlx5::ctrl::Fence;
+pub use mlx5::grh::Grh;
 pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
@@ -209,6 +210,11 @@ pub use resources::{
     QpCaps, RawBuffer, RawParts, RegionBuffer, Spin,
 };
 pub use resources::{Srq, SrqCaps};
+// UD (issue #15): unreliable datagram, address handles, multicast.
+pub use resources::{
+    AddressHandle, AhAttr, GlobalRoute, UdEndpoint, UdOptions, UdQp, DEFAULT_HOP_LIMIT,
+    QKEY_PRIVILEGED,
+};
 pub use verbs::device::OdpCaps;
 pub use verbs::ex::VerbsApi;
 pub use verbs::objects::Timing;

@@ -30,6 +30,7 @@ pub mod cqe;
 pub mod ctrl;
 pub mod dc;
 pub mod doorbell;
+pub mod grh;
 pub mod opcode;
 pub mod raw;
 pub mod recv;

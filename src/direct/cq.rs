@@ -753,6 +753,10 @@ impl CompletionQueue {
                     c.status = self.scatter_from_cqe(cqe, q.scatter.as_deref(), wqe, c.byte_len);
                 }
                 self.later.set(Retire::Recv(&**rq, wqe.wrapping_add(1)));
+                // UD: the sender's QP and the GRH bit (rdma-core `handle_responder`; zero
+                // for RC).
+                c.src_qp = cqe.src_qpn();
+                c.grh = cqe.grh_present();
                 c.opcode = if op == CqeOpcode::RespWrImm {
                     WcOpcode::RecvRdmaWithImm
                 } else {

@@ -19,6 +19,7 @@ pub(crate) mod shadow;
 mod sq;
 pub(crate) mod srq;
 mod teardown;
+mod ud;
 
 pub use cq::CompletionQueue;
 pub use inline_write::FAST_INLINE_MAX;

@@ -580,6 +580,68 @@ impl SendQueue {
         Ok(())
     }
 
+    /// Writes one WQE of `ds` DS that another transport's encoder builds (UD now, DC later:
+    /// `write(span, pi, qpn, fm)`), with everything [`SendQueue::push_general`] does around
+    /// the encoding: room in the ring and on the CQ, completion moderation, the fence armed
+    /// by an earlier bind, the shadow entry. Kept apart from `push_general` so that the RC
+    /// post path stays as it is (`cargo xtask icount`). Nothing is written on an error.
+    #[inline]
+    pub(super) fn push_encoded(
+        &mut self,
+        ds: usize,
+        cookie: u64,
+        flags: PostFlags,
+        (opcode, byte_len): (WcOpcode, u32),
+        write: impl FnOnce(&mut Span<'_>, u16, u32, FmCeSe),
+    ) -> Result<()> {
+        let bbs = ds_to_bbs(ds);
+        if bbs as u32 > self.limit.wrapping_sub(self.pi) as u32 {
+            self.make_room(bbs as u32)?;
+        }
+        let mut report = flags.signaled;
+        let signal = flags.signaled || bbs as u32 > self.credit;
+        if signal {
+            self.credit = self.half;
+        } else {
+            self.credit -= bbs as u32;
+            report = false;
+        }
+        let fence = if flags.fence != Fence::None {
+            flags.fence
+        } else {
+            self.next_fence
+        };
+        if self.next_fence != Fence::None {
+            self.set_next_fence(Fence::None);
+        }
+        let fm = FmCeSe {
+            fence,
+            completion: if signal {
+                CompletionMode::Always
+            } else {
+                CompletionMode::OnError
+            },
+            solicited: flags.solicited,
+        };
+        let pi = self.pi;
+        let first = ((self.cnt - (pi as u32 & (self.cnt - 1))) as usize).min(bbs);
+        // SAFETY: as in `push_general`: blocks pi .. pi + bbs are free and not yet announced
+        // to the device; `a` runs from block pi to at most the ring end, `b` from the ring
+        // start: disjoint, inside the ring.
+        let mut span = unsafe {
+            Span {
+                a: core::slice::from_raw_parts_mut(self.block(pi), first * SEND_WQE_BB),
+                b: core::slice::from_raw_parts_mut(self.buf, (bbs - first) * SEND_WQE_BB),
+            }
+        };
+        write(&mut span, pi, self.qpn, fm);
+        self.record(pi, cookie, bbs as u16, opcode, byte_len, report);
+        self.pi = pi.wrapping_add(bbs as u16);
+        self.pending += 1;
+        self.last_start = pi;
+        Ok(())
+    }
+
     /// Rings the doorbell for every WQE pushed since the last ring: BlueFlame copy when it is
     /// exactly one WQE that fits, else the 8-byte doorbell.
     #[inline(always)]

@@ -10,6 +10,7 @@
 //! that work has completed, and is deregistered at the next reclaim point (another region
 //! dropped or allocated, a QP dropped, [`Pd::reclaim`], or the domain's end).
 
+mod ah;
 mod buffer;
 mod caps;
 mod channel;
@@ -28,7 +29,9 @@ mod qp;
 mod sim_nic;
 mod spin_wait;
 mod srq;
+mod ud;
 
+pub use ah::{AddressHandle, AhAttr, GlobalRoute, UdEndpoint, DEFAULT_HOP_LIMIT};
 pub use buffer::{RawBuffer, RawParts, RegionBuffer};
 pub use caps::QpCaps;
 pub use channel::{CompletionChannel, CqEvent, Notify};
@@ -47,3 +50,4 @@ pub use qp::{Batch, Endpoint, Qp};
 pub use sim_nic::SimNic;
 pub use spin_wait::Spin;
 pub use srq::{Srq, SrqCaps};
+pub use ud::{UdOptions, UdQp, QKEY_PRIVILEGED};

@@ -196,6 +196,21 @@ impl<'a> SimNic<'a> {
         self.nic.set_order(order)
     }
 
+    /// Sets the port's active MTU (256 to 4096 bytes; see [`Nic::set_port_mtu`]). UD QPs
+    /// created before keep the MTU they read (fault injection: their datagrams above the
+    /// new MTU then fail at the NIC, as on a port whose MTU changed under them).
+    ///
+    /// # Errors
+    /// [`mlx5::sim::SimError::Caps`] for another value.
+    pub fn set_port_mtu(&self, mtu: u32) -> Result<(), mlx5::sim::SimError> {
+        self.nic.set_port_mtu(mtu)
+    }
+
+    /// The multicast groups (GID, LID) a QP is attached to.
+    pub fn mcast_groups(&self, qpn: u32) -> Vec<([u8; 16], u16)> {
+        self.nic.mcast_groups(qpn)
+    }
+
     /// A QP's transport attributes as the NIC runs them (programmed by `connect_with`).
     pub fn qp_timing(&self, qpn: u32) -> Option<QpTiming> {
         self.nic.qp_timing(qpn)

@@ -78,7 +78,9 @@ impl Session {
     /// solicited bit (its mini-CQE carries neither).
     fn takes(&self, cqe: &Cqe64, opcode: CqeOpcode, solicited: bool) -> bool {
         let t = &self.title;
-        if opcode != self.opcode || cqe.qpn() != t.qpn() {
+        // The leading union carries a UD receive's source QP, SL and GRH bit, which
+        // mini-CQEs do not: only equal ones share a session.
+        if opcode != self.opcode || cqe.qpn() != t.qpn() || cqe.rsvd0 != t.rsvd0 {
             return false;
         }
         opcode == CqeOpcode::Req

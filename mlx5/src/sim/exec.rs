@@ -88,6 +88,9 @@ impl State {
                 Outcome::Failed(Syndrome::WrFlush)
             } else if give_up {
                 Outcome::Failed(Syndrome::TransportRetryExc)
+            } else if qp.ud.is_some() {
+                // Datagrams: no responder state, no ordering choices (sim/ud.rs).
+                self.exec_ud(qpn, &buf[..bbs * 64])
             } else {
                 let mut body = [0u8; MAX_WQE_BYTES];
                 let wqe = &buf[..bbs * 64];
@@ -399,7 +402,7 @@ impl State {
     }
 
     /// Gathers the bytes of a payload from local memory.
-    fn gather(&self, pd: u32, p: &Payload<'_>) -> Result<Vec<u8>, Syndrome> {
+    pub(super) fn gather(&self, pd: u32, p: &Payload<'_>) -> Result<Vec<u8>, Syndrome> {
         match p {
             Payload::Inline(b) => Ok(b.to_vec()),
             Payload::Sgl(sgl) => {
@@ -420,7 +423,7 @@ impl State {
     }
 
     /// Checks a scatter list for local writes; returns host pointers.
-    fn scatter_ptrs(&self, pd: u32, sgl: &[Sge]) -> Result<Vec<(Dma, usize)>, Denied> {
+    pub(super) fn scatter_ptrs(&self, pd: u32, sgl: &[Sge]) -> Result<Vec<(Dma, usize)>, Denied> {
         sgl.iter()
             .map(|s| {
                 self.mem
@@ -430,7 +433,7 @@ impl State {
             .collect()
     }
 
-    fn scatter(ptrs: &[(Dma, usize)], mut data: &[u8]) {
+    pub(super) fn scatter(ptrs: &[(Dma, usize)], mut data: &[u8]) {
         for &(p, len) in ptrs {
             let k = len.min(data.len());
             // SAFETY: every pointer was checked by `scatter_ptrs` for `len` writable bytes.
@@ -464,7 +467,7 @@ impl State {
     }
 
     /// A QP whose completion did not fit in its CQ goes to error with a QP-fatal event.
-    fn fatal(&mut self, qpn: u32) {
+    pub(super) fn fatal(&mut self, qpn: u32) {
         self.error_with(qpn, super::AsyncEvent::QpFatal { qpn });
     }
 

@@ -46,11 +46,13 @@ mod dc;
 mod dma;
 mod exec;
 mod ids;
+mod mcast;
 mod mem;
 mod order;
 mod qp;
 mod srq;
 mod uar;
+mod ud;
 
 pub use arm::{ArmStats, CqEventSink};
 pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
@@ -58,6 +60,7 @@ pub use dc::DctStats;
 pub use order::OrderMode;
 pub use qp::{QpCaps, QpState, QpStats};
 pub use srq::{SrqCaps, SrqStats};
+pub use ud::{PortAttr, DEFAULT_PORT_MTU, PORT_GID, PORT_LID};
 
 /// An asynchronous event of the device, as `ibv_get_async_event` reports them
 /// (`IBV_EVENT_CQ_ERR`, `IBV_EVENT_QP_FATAL`, `IBV_EVENT_QP_ACCESS_ERR`, ...).
@@ -186,6 +189,8 @@ pub enum SimError {
         /// What was wrong.
         why: &'static str,
     },
+    /// A multicast attach or detach the device refuses (`EINVAL`): why.
+    Mcast(&'static str),
 }
 
 impl core::fmt::Display for SimError {
@@ -236,6 +241,7 @@ impl core::fmt::Display for SimError {
                 if caps.cqe_128 { "yes" } else { "no" }
             ),
             SimError::NoRegister => f.write_str("no BlueFlame register left for a thread domain"),
+            SimError::Mcast(why) => write!(f, "multicast: {why}"),
         }
     }
 }
@@ -307,6 +313,8 @@ pub(crate) struct State {
     /// Set while a held-back request runs: the responder accepted it when it arrived, so
     /// its state then no longer matters.
     pub(crate) replay: bool,
+    /// The port's UD side: its MTU and multicast groups.
+    pub(crate) port: ud::Port,
 }
 
 /// The longest compressed session of a software NIC by default (its `cqe_comp_caps.max_num`;
@@ -464,6 +472,7 @@ impl Nic {
                     clock: clock::Clock::new(),
                     order: OrderMode::default(),
                     replay: false,
+                    port: ud::Port::default(),
                 }),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
@@ -999,6 +1008,7 @@ impl Nic {
             st.detach_srq(srqn);
         }
         st.uars.release(q.reg);
+        st.port.groups.forget(qpn);
         for q in st.qps.values_mut() {
             if q.peer == Some(qpn) {
                 q.peer = None;

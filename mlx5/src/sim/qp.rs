@@ -95,6 +95,9 @@ pub struct QpStats {
     pub transport_retries: u64,
     /// Requests held back by the ordering mode while later ones ran first.
     pub held_back: u64,
+    /// Datagrams this UD QP dropped: a Q_Key that differs from its own, no receive posted
+    /// (UD has no RNR), or the QP not ready to receive.
+    pub ud_drops: u64,
 }
 
 /// Creation limits of a software QP.
@@ -193,6 +196,8 @@ pub(crate) struct SimQp {
     pub(crate) dc: Option<super::dc::DcRole>,
     /// What it saw as a DCT.
     pub(crate) dct_stats: super::dc::DctStats,
+    /// Set for an unreliable-datagram QP ([`super::Nic::make_ud`]).
+    pub(crate) ud: Option<super::ud::UdCtx>,
 }
 
 impl SimQp {
@@ -245,6 +250,7 @@ impl SimQp {
             stats: QpStats::default(),
             dc: None,
             dct_stats: super::dc::DctStats::default(),
+            ud: None,
         }
     }
 

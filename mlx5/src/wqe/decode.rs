@@ -86,7 +86,10 @@ impl core::fmt::Display for DecodeError {
     }
 }
 
-fn read<T: FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(b: &[u8], off: usize) -> T {
+pub(super) fn read<T: FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(
+    b: &[u8],
+    off: usize,
+) -> T {
     T::read_from_prefix(&b[off..])
         .map(|(t, _)| t)
         .unwrap_or_else(|_| T::new_zeroed())
@@ -110,7 +113,7 @@ fn sge(b: &[u8], off: usize) -> Sge {
 }
 
 /// Reads the payload in DS units `from .. ds`: one inline segment or a list of data segments.
-fn payload<'a>(
+pub(super) fn payload<'a>(
     b: &'a [u8],
     from: usize,
     ds: usize,

@@ -96,7 +96,7 @@ impl core::fmt::Display for EncodeError {
 }
 
 #[inline(always)]
-fn payload_ds(p: &Payload<'_>, lim: &Limits) -> Result<usize, EncodeError> {
+pub(super) fn payload_ds(p: &Payload<'_>, lim: &Limits) -> Result<usize, EncodeError> {
     match p {
         Payload::Inline(b) => {
             if b.len() > lim.max_inline {
@@ -217,7 +217,7 @@ fn put_sgl(span: &mut Span<'_>, mut off: usize, sgl: &[Sge]) -> usize {
 
 /// Writes the payload from byte `off`; returns the offset after it.
 #[inline(always)]
-fn put_payload(span: &mut Span<'_>, off: usize, p: &Payload<'_>) -> usize {
+pub(super) fn put_payload(span: &mut Span<'_>, off: usize, p: &Payload<'_>) -> usize {
     match p {
         Payload::Sgl(s) => put_sgl(span, off, s),
         Payload::Inline([]) => off,

@@ -9,11 +9,13 @@
 mod decode;
 mod encode;
 mod span;
+mod ud;
 
 pub use decode::{decode, DecodeError, Decoded};
 pub(crate) use encode::encode_at;
 pub use encode::{encode, max_wqe_bbs, wqe_ds, EncodeError, Limits, MAX_SGE_BYTES};
 pub use span::{linearize, Span};
+pub use ud::{decode_ud, encode_ud, ud_wqe_ds, DecodedUd, UdSend, UD_HEADER_DS};
 
 use crate::doorbell::SEND_WQE_BB;
 use crate::seg::DS_BYTES;

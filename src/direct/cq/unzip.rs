@@ -61,6 +61,7 @@ impl CompletionQueue {
         }
         let qpn = title.qpn();
         let opcode = title.op_own >> 4;
+        let (src_qp, grh) = (title.src_qpn(), title.grh_present());
         let mut j = self.zip_at;
         let mut retire = core::mem::take(&mut self.zip_retire);
         let q = self.find(qpn);
@@ -69,28 +70,37 @@ impl CompletionQueue {
             // the session, written before the title's owner byte, which was read first; the
             // consumer index is not published past it before the session ends.
             let m = unsafe { &*self.mini(j) };
-            let c = if opcode == CqeOpcode::Req as u8 {
-                q.and_then(|q| q.sq.as_ref()).and_then(|sq| {
-                    let wqe = m.wqe_counter_or_csum.get();
-                    let e = sq.get(wqe);
-                    let end = wqe.wrapping_add(e.bbs);
-                    match &mut retire {
-                        ZipRetire::Send(_, at) => *at = end,
-                        r => *r = ZipRetire::Send(sq.clone(), end),
+            // Each arm writes its completion straight into `out[n]` and says whether it
+            // counts (a 40-byte `Option<Completion>` moved around costs more than the fields).
+            let counted = if opcode == CqeOpcode::Req as u8 {
+                match q.and_then(|q| q.sq.as_ref()) {
+                    Some(sq) => {
+                        let wqe = m.wqe_counter_or_csum.get();
+                        let e = sq.get(wqe);
+                        let end = wqe.wrapping_add(e.bbs);
+                        match &mut retire {
+                            ZipRetire::Send(_, at) => *at = end,
+                            r => *r = ZipRetire::Send(sq.clone(), end),
+                        }
+                        if e.report {
+                            out[n] = Completion {
+                                cookie: e.cookie,
+                                opcode: e.opcode,
+                                // rdma-core `handle_good_req`: a read reports the CQE's byte
+                                // count.
+                                byte_len: if e.opcode == WcOpcode::RdmaRead {
+                                    m.byte_cnt.get()
+                                } else {
+                                    e.byte_len
+                                },
+                                qpn,
+                                ..Completion::default()
+                            };
+                        }
+                        e.report
                     }
-                    e.report.then(|| Completion {
-                        cookie: e.cookie,
-                        opcode: e.opcode,
-                        // rdma-core `handle_good_req`: a read reports the CQE's byte count.
-                        byte_len: if e.opcode == WcOpcode::RdmaRead {
-                            m.byte_cnt.get()
-                        } else {
-                            e.byte_len
-                        },
-                        qpn,
-                        ..Completion::default()
-                    })
-                })
+                    None => false,
+                }
             } else if let Some(
                 op @ (CqeOpcode::RespSend
                 | CqeOpcode::RespSendImm
@@ -98,38 +108,44 @@ impl CompletionQueue {
                 | CqeOpcode::RespSendInv),
             ) = CqeOpcode::from_bits(opcode)
             {
-                q.and_then(|q| q.rq.as_ref()).map(|rq| {
-                    let wqe = title.wqe_counter.get().wrapping_add(j as u16);
-                    match &mut retire {
-                        ZipRetire::Recv(_, at) => *at = wqe.wrapping_add(1),
-                        r => *r = ZipRetire::Recv(rq.clone(), wqe.wrapping_add(1)),
+                match q.and_then(|q| q.rq.as_ref()) {
+                    Some(rq) => {
+                        let wqe = title.wqe_counter.get().wrapping_add(j as u16);
+                        match &mut retire {
+                            ZipRetire::Recv(_, at) => *at = wqe.wrapping_add(1),
+                            r => *r = ZipRetire::Recv(rq.clone(), wqe.wrapping_add(1)),
+                        }
+                        out[n] = Completion {
+                            cookie: rq.get(wqe),
+                            opcode: if op == CqeOpcode::RespWrImm {
+                                WcOpcode::RecvRdmaWithImm
+                            } else {
+                                WcOpcode::Recv
+                            },
+                            byte_len: m.byte_cnt.get(),
+                            imm: (op != CqeOpcode::RespSend).then(|| title.imm_inval_pkey.get()),
+                            qpn,
+                            // UD: a session holds receives from one source only (the
+                            // title's).
+                            src_qp,
+                            grh,
+                            ..Completion::default()
+                        };
+                        true
                     }
-                    Completion {
-                        cookie: rq.get(wqe),
-                        opcode: if op == CqeOpcode::RespWrImm {
-                            WcOpcode::RecvRdmaWithImm
-                        } else {
-                            WcOpcode::Recv
-                        },
-                        byte_len: m.byte_cnt.get(),
-                        imm: (op != CqeOpcode::RespSend).then(|| title.imm_inval_pkey.get()),
-                        qpn,
-                        ..Completion::default()
-                    }
-                })
+                    None => false,
+                }
             } else {
                 // Errors are never compressed, nor is anything else: report, never drop.
-                Some(Completion {
+                out[n] = Completion {
                     qpn,
                     status: WcStatus::GeneralErr,
                     ..Completion::default()
-                })
+                };
+                true
             };
             j += 1;
-            if let Some(c) = c {
-                out[n] = c;
-                n += 1;
-            }
+            n += counted as usize;
         }
         (self.zip_retire, self.zip_at) = (retire, j);
         if j == len {

@@ -1,0 +1,125 @@
+//! Multicast groups of the software NIC's port: which UD QPs are attached to which group
+//! (`ibv_attach_mcast` / `ibv_detach_mcast`).
+//!
+//! A group is named by its multicast GID (first byte 0xff) and its multicast LID
+//! (0xc000..=0xfffe), as `ibv_attach_mcast` takes them. A datagram whose address vector has
+//! the GRH reaches the QPs attached with its destination GID; one without a GRH (InfiniBand
+//! only) the QPs attached with its destination LID.
+
+use crate::av::{MULTICAST_LID_BASE, PERMISSIVE_LID};
+use std::collections::BTreeMap;
+
+/// One attachment: the group's GID and LID.
+pub(crate) type Group = ([u8; 16], u16);
+
+/// The attachments of every QP.
+#[derive(Default)]
+pub(crate) struct Groups {
+    /// (group, QP) pairs, ordered so that delivery goes in QP-number order.
+    members: BTreeMap<(Group, u32), ()>,
+}
+
+/// Why an attach or detach is refused (what the kernel's `ib_attach_mcast` /
+/// `ib_detach_mcast` return `EINVAL` for).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum McastError {
+    /// The GID is not a multicast GID (first byte not 0xff).
+    GidNotMulticast,
+    /// The LID is not a multicast LID on an InfiniBand port.
+    LidNotMulticast,
+    /// Detach of a group the QP is not attached to.
+    Unattached,
+}
+
+/// Whether `gid` / `lid` name a multicast group on an InfiniBand port (the kernel's
+/// `rdma_is_multicast_addr` and its LID range check in `ib_attach_mcast`).
+pub(crate) fn check_group(gid: &[u8; 16], lid: u16) -> Result<(), McastError> {
+    if gid[0] != 0xff {
+        return Err(McastError::GidNotMulticast);
+    }
+    if !(MULTICAST_LID_BASE..PERMISSIVE_LID).contains(&lid) {
+        return Err(McastError::LidNotMulticast);
+    }
+    Ok(())
+}
+
+impl Groups {
+    /// Attaches `qpn` to a group (attaching twice is one attachment, as on mlx5).
+    pub(crate) fn attach(&mut self, qpn: u32, g: Group) -> Result<(), McastError> {
+        check_group(&g.0, g.1)?;
+        self.members.insert((g, qpn), ());
+        Ok(())
+    }
+
+    /// Detaches `qpn` from a group.
+    pub(crate) fn detach(&mut self, qpn: u32, g: Group) -> Result<(), McastError> {
+        check_group(&g.0, g.1)?;
+        self.members
+            .remove(&(g, qpn))
+            .map(|_| ())
+            .ok_or(McastError::Unattached)
+    }
+
+    /// Forgets every attachment of a destroyed QP.
+    pub(crate) fn forget(&mut self, qpn: u32) {
+        self.members.retain(|(_, q), _| *q != qpn);
+    }
+
+    /// The QPs a datagram to this destination reaches: by GID when it carries a GRH, else by
+    /// LID. Each QP once, in QP-number order.
+    pub(crate) fn receivers(&self, dgid: Option<&[u8; 16]>, dlid: u16) -> Vec<u32> {
+        let mut out: Vec<u32> = self
+            .members
+            .keys()
+            .filter(|((gid, lid), _)| match dgid {
+                Some(d) => gid == d,
+                None => *lid == dlid,
+            })
+            .map(|(_, q)| *q)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The groups `qpn` is attached to.
+    pub(crate) fn of(&self, qpn: u32) -> Vec<Group> {
+        self.members
+            .keys()
+            .filter(|(_, q)| *q == qpn)
+            .map(|(g, _)| *g)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MGID: [u8; 16] = [0xff, 0x12, 0x40, 0x1b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+    #[test]
+    fn attach_detach_and_receivers() {
+        let mut g = Groups::default();
+        assert_eq!(
+            g.attach(1, ([0xfe; 16], 0xc001)),
+            Err(McastError::GidNotMulticast)
+        );
+        assert_eq!(g.attach(1, (MGID, 5)), Err(McastError::LidNotMulticast));
+        assert_eq!(
+            g.attach(1, (MGID, 0xffff)),
+            Err(McastError::LidNotMulticast)
+        );
+        g.attach(3, (MGID, 0xc001)).unwrap();
+        g.attach(1, (MGID, 0xc001)).unwrap();
+        g.attach(1, (MGID, 0xc001)).unwrap();
+        assert_eq!(g.receivers(Some(&MGID), 0), vec![1, 3]);
+        assert_eq!(g.receivers(None, 0xc001), vec![1, 3]);
+        assert_eq!(g.receivers(None, 0xc002), Vec::<u32>::new());
+        g.detach(1, (MGID, 0xc001)).unwrap();
+        assert_eq!(g.detach(1, (MGID, 0xc001)), Err(McastError::Unattached));
+        assert_eq!(g.receivers(Some(&MGID), 0), vec![3]);
+        g.forget(3);
+        assert!(g.of(3).is_empty());
+    }
+}

@@ -1,0 +1,338 @@
+//! Unreliable-datagram QPs: ready at creation, one datagram per send to any address handle,
+//! receives with the 40-byte GRH area, multicast groups.
+
+use super::ah::{AddressHandle, UdEndpoint};
+use super::device::Backend;
+use super::{Cq, Pd, Qp, QpCaps};
+use crate::error::{Error, Result};
+use crate::{DataPath, Payload, PostFlags, Sge};
+use mlx5::av::{DatagramSeg, MULTICAST_LID_BASE, PERMISSIVE_LID};
+use mlx5::wqe::UdSend;
+
+/// The bit of a Q_Key reserved for privileged Q_Keys (IBA 10.2.4): a QP may have one only
+/// with `CAP_NET_RAW` (the kernel refuses it otherwise); in a send, it means "use the
+/// sending QP's own Q_Key".
+pub const QKEY_PRIVILEGED: u32 = 0x8000_0000;
+
+/// Creation options of a UD QP besides its [`QpCaps`] and Q_Key.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct UdOptions {
+    /// Multicast loopback: a datagram sent to a group this QP is attached to reaches this
+    /// QP too (on by default, as on mlx5; off is verbs'
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`).
+    pub mcast_loopback: bool,
+}
+
+impl Default for UdOptions {
+    fn default() -> Self {
+        UdOptions {
+            mcast_loopback: true,
+        }
+    }
+}
+
+/// An unreliable-datagram queue pair.
+///
+/// Created ready to send and receive ([`Pd::create_ud_qp`]: RESET -> INIT with its Q_Key
+/// -> RTR -> RTS, no connection). Each send names its destination: an [`AddressHandle`]
+/// (made once per peer port or multicast group with [`Pd::create_ah`]), the remote QP
+/// number and Q_Key. A datagram is one packet: at most [`UdQp::mtu`] bytes. Nothing
+/// acknowledges it: the send completes when it left, and a datagram that finds no receive
+/// posted, or a receiver with another Q_Key, is dropped without a trace at either end.
+/// A receive reserves its first 40 bytes for the Global Route Header ([`crate::Grh`]): the
+/// payload lands after them and the completion's `byte_len` counts them.
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Completion, Device, Grh, Payload, PostFlags, QpCaps, WcOpcode};
+/// let dev = Device::sim_stepped();
+/// let pd = dev.alloc_pd()?;
+/// let (mut cq_a, mut cq_b) = (dev.create_cq(64)?, dev.create_cq(64)?);
+/// let mut a = pd.create_ud_qp(&cq_a, &cq_a, QpCaps::default(), 0x1111)?;
+/// let mut b = pd.create_ud_qp(&cq_b, &cq_b, QpCaps::default(), 0x2222)?;
+/// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
+/// b.post_recv(&[mr.sge(0, 40 + 64)?], 7)?;          // 40 bytes of GRH area + payload
+/// let to_b = b.endpoint();                            // exchanged out of band
+/// let ah = pd.create_ah(to_b)?;
+/// a.send_to(&ah, to_b.qpn, to_b.qkey, Payload::Inline(b"hello"), 1, PostFlags::SIGNALED)?;
+/// dev.process();
+/// let mut out = [Completion::default(); 2];
+/// assert_eq!(cq_a.poll(&mut out), 1);
+/// assert_eq!((out[0].cookie, out[0].opcode), (1, WcOpcode::Send));
+/// assert_eq!(cq_b.poll(&mut out), 1);
+/// assert_eq!((out[0].cookie, out[0].byte_len, out[0].src_qp), (7, 40 + 5, a.qpn()));
+/// assert!(out[0].grh);
+/// let mut buf = [0u8; 45];
+/// mr.read(0, &mut buf)?;
+/// assert_eq!(&buf[40..], b"hello");
+/// let grh = Grh::parse(&buf).unwrap();
+/// assert_eq!(grh.sgid, a.endpoint().gid);
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
+pub struct UdQp {
+    qp: Qp,
+    qkey: u32,
+    mtu: u32,
+    lid: u16,
+    gid: [u8; 16],
+}
+
+impl core::fmt::Debug for UdQp {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("UdQp")
+            .field("qpn", &self.qp.qpn())
+            .field("qkey", &self.qkey)
+            .field("mtu", &self.mtu)
+            .finish()
+    }
+}
+
+impl Pd {
+    /// Creates a UD QP with Q_Key `qkey` whose sends complete on `send_cq` and receives on
+    /// `recv_cq` (they may be the same CQ), ready to send and receive.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a Q_Key with the privileged bit
+    /// ([`QKEY_PRIVILEGED`]); as [`Pd::create_qp`] for the CQs and capabilities; on the
+    /// verbs path [`Error::Unsupported`] until UD lands there.
+    pub fn create_ud_qp(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        qkey: u32,
+    ) -> Result<UdQp> {
+        self.create_ud_qp_with(send_cq, recv_cq, caps, qkey, UdOptions::default())
+    }
+
+    /// As [`Pd::create_ud_qp`], with [`UdOptions`].
+    ///
+    /// # Errors
+    /// As [`Pd::create_ud_qp`].
+    pub fn create_ud_qp_with(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        qkey: u32,
+        opts: UdOptions,
+    ) -> Result<UdQp> {
+        if qkey & QKEY_PRIVILEGED != 0 {
+            return Err(Error::InvalidParameter {
+                what: "Q_Key with the high bit set (privileged: the kernel refuses it without \
+                       CAP_NET_RAW)",
+                value: qkey as u64,
+            });
+        }
+        match &self.inner.dev.backend {
+            #[cfg(feature = "sim")]
+            Backend::Sim(nic) => {
+                let mut qp = self.create_qp(send_cq, recv_cq, caps)?;
+                nic.make_ud(qp.qpn(), qkey, opts.mcast_loopback)?;
+                qp.mark_connected();
+                let port = nic.port_attr();
+                Ok(UdQp {
+                    qp,
+                    qkey,
+                    mtu: port.mtu,
+                    lid: port.lid,
+                    gid: port.gid,
+                })
+            }
+            // The verbs path (rxe; and on a ConnectX the rings of a verbs UD QP through
+            // mlx5dv_init_obj): src/verbs/ud.rs fills this arm.
+            _ => {
+                let _ = opts;
+                Err(Error::Unsupported("UD QPs on the verbs path (not yet)"))
+            }
+        }
+    }
+}
+
+/// The bytes a payload carries (u64: a gather list may sum past u32).
+fn payload_len(data: &Payload<'_>) -> u64 {
+    match data {
+        Payload::Inline(b) => b.len() as u64,
+        Payload::Sgl(s) => s.iter().map(|e| e.len as u64).sum(),
+    }
+}
+
+impl UdQp {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qp.qpn()
+    }
+
+    /// The QP's Q_Key.
+    pub fn qkey(&self) -> u32 {
+        self.qkey
+    }
+
+    /// The largest datagram: the port's active MTU (one packet per message).
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// What a peer needs to send to this QP (its port's LID and GID, QP number, Q_Key).
+    pub fn endpoint(&self) -> UdEndpoint {
+        UdEndpoint {
+            qpn: self.qp.qpn(),
+            qkey: self.qkey,
+            lid: self.lid,
+            gid: self.gid,
+        }
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Pd {
+        self.qp.pd()
+    }
+
+    /// Which data path this QP runs.
+    pub fn data_path(&self) -> DataPath {
+        self.qp.data_path()
+    }
+
+    /// Sends one datagram of `data` to QP `remote_qpn` (Q_Key `remote_qkey`) at the address
+    /// of `ah`. A Q_Key with the high bit set ([`QKEY_PRIVILEGED`]) sends with this QP's own
+    /// Q_Key instead, as the InfiniBand specification says.
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLong`] for more than [`UdQp::mtu`] bytes (refused here: on the
+    /// wire it would fail the QP); [`Error::InvalidHandle`] for an address handle of
+    /// another protection domain; [`Error::InvalidParameter`] for a QP number above 24 bits;
+    /// as [`crate::Qp::post`] for the payload and queue room. Nothing is posted on an error.
+    #[inline]
+    pub fn send_to(
+        &mut self,
+        ah: &AddressHandle,
+        remote_qpn: u32,
+        remote_qkey: u32,
+        data: Payload<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.post_to(ah, remote_qpn, remote_qkey, data, None, cookie, flags)
+    }
+
+    /// As [`UdQp::send_to`], with a 32-bit immediate (host order) that the receiver's
+    /// completion carries.
+    ///
+    /// # Errors
+    /// As [`UdQp::send_to`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn send_imm_to(
+        &mut self,
+        ah: &AddressHandle,
+        remote_qpn: u32,
+        remote_qkey: u32,
+        data: Payload<'_>,
+        imm: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.post_to(ah, remote_qpn, remote_qkey, data, Some(imm), cookie, flags)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post_to(
+        &mut self,
+        ah: &AddressHandle,
+        remote_qpn: u32,
+        remote_qkey: u32,
+        data: Payload<'_>,
+        imm: Option<u32>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if !std::sync::Arc::ptr_eq(&ah.pd.inner, &self.qp.pd().inner) {
+            return Err(Error::InvalidHandle {
+                what: "address handle of another protection domain (its destination LID)",
+                value: ah.attr().dlid as u64,
+            });
+        }
+        if remote_qpn > 0xff_ffff {
+            return Err(Error::InvalidParameter {
+                what: "remote QP number (24 bits)",
+                value: remote_qpn as u64,
+            });
+        }
+        let len = payload_len(&data);
+        if len > self.mtu as u64 {
+            return Err(Error::MessageTooLong { len, mtu: self.mtu });
+        }
+        let send = UdSend {
+            dgram: DatagramSeg::ud(&ah.av, remote_qpn, remote_qkey),
+            data,
+            imm,
+        };
+        self.qp.direct_sq()?.post_ud(&send, cookie, flags)
+    }
+
+    /// Posts a receive into `sgl`. Its first 40 bytes get the GRH of the datagram (or are
+    /// left as they are when it has none: [`crate::Completion::grh`]); the payload follows.
+    /// A receive shorter than 40 bytes + the datagram completes with a local length error
+    /// and moves the QP to error.
+    ///
+    /// # Errors
+    /// As [`crate::Qp::post_recv`].
+    pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        self.qp.post_recv(sgl, cookie)
+    }
+
+    /// Attaches the QP to the multicast group `gid` / `lid` (`ibv_attach_mcast`): datagrams
+    /// sent to the group reach it (its own ones too, with [`UdOptions::mcast_loopback`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a GID that is not multicast (first byte 0xff) or a
+    /// LID outside 0xc000..=0xfffe; the device's refusal otherwise.
+    pub fn attach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
+        check_group(&gid, lid)?;
+        match &self.qp.pd().inner.dev.backend {
+            #[cfg(feature = "sim")]
+            Backend::Sim(nic) => Ok(nic.attach_mcast(self.qp.qpn(), gid, lid)?),
+            _ => Err(Error::Unsupported("multicast on the verbs path (not yet)")),
+        }
+    }
+
+    /// Detaches the QP from a multicast group (`ibv_detach_mcast`).
+    ///
+    /// # Errors
+    /// As [`UdQp::attach_mcast`]; the device's refusal when the QP is not attached.
+    pub fn detach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
+        check_group(&gid, lid)?;
+        match &self.qp.pd().inner.dev.backend {
+            #[cfg(feature = "sim")]
+            Backend::Sim(nic) => Ok(nic.detach_mcast(self.qp.qpn(), gid, lid)?),
+            _ => Err(Error::Unsupported("multicast on the verbs path (not yet)")),
+        }
+    }
+
+    /// Moves the QP to the error state: outstanding and later sends and receives are
+    /// flushed, each completing once with [`crate::WcStatus::WrFlushErr`].
+    ///
+    /// # Errors
+    /// As [`crate::Qp::set_error`].
+    pub fn set_error(&mut self) -> Result<()> {
+        self.qp.set_error()
+    }
+}
+
+/// The kernel's checks of `ibv_attach_mcast` on an InfiniBand port (`EINVAL` otherwise).
+fn check_group(gid: &[u8; 16], lid: u16) -> Result<()> {
+    if gid[0] != 0xff {
+        return Err(Error::InvalidParameter {
+            what: "multicast GID (its first byte must be 0xff; first byte given)",
+            value: gid[0] as u64,
+        });
+    }
+    if !(MULTICAST_LID_BASE..PERMISSIVE_LID).contains(&lid) {
+        return Err(Error::InvalidParameter {
+            what: "multicast LID (0xc000..=0xfffe)",
+            value: lid as u64,
+        });
+    }
+    Ok(())
+}
