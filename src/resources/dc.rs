@@ -353,13 +353,19 @@ impl Pd {
         match (&self.inner.dev.backend, &self.inner.kind) {
             #[cfg(feature = "sim")]
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
-                let caps = mlx5::sim::QpCaps::from(caps);
+                // rdma-core's switches, read when the QP is created, as for an RC QP:
+                // MLX5_SHUT_UP_BF (the register is rung without BlueFlame).
+                let env = crate::mlx5_env::Mlx5Env::current();
+                let caps = mlx5::sim::QpCaps::from(QpCaps {
+                    bf_size: if env.shut_up_bf { 0 } else { caps.bf_size },
+                    ..caps
+                });
                 let td = nic.alloc_td().ok();
                 let raw = match td {
                     Some(td) => nic.create_dci_on_td(*pd, td, send_cq.cqn(), caps),
                     None => nic.create_dci(*pd, send_cq.cqn(), caps),
                 };
-                let raw = match raw {
+                let mut raw = match raw {
                     Ok(raw) => raw,
                     Err(e) => {
                         if let Some(td) = td {
@@ -368,6 +374,7 @@ impl Pd {
                         return Err(e.into());
                     }
                 };
+                env.apply(&mut raw);
                 let undo = |e: Error| {
                     let _ = nic.destroy_qp(raw.qpn);
                     if let Some(td) = td {
@@ -440,7 +447,7 @@ impl Pd {
         let dv = unsafe { crate::dv::init_qp(hw.0.cast())? };
         // SAFETY: `hw.0` is live; rdma-core filled the QP number.
         let qpn = unsafe { (*hw.0).qp_num };
-        let raw = crate::dv::raw_qp(
+        let mut raw = crate::dv::raw_qp(
             &dv,
             &crate::dv::QpLimits {
                 qpn,
@@ -449,6 +456,7 @@ impl Pd {
                 max_recv_sge: 0,
             },
         )?;
+        crate::mlx5_env::Mlx5Env::current().apply(&mut raw);
         // SAFETY: the rings belong to the DCI just created, which rdma-core is never asked
         // to post to and which the Dci destroys after the queue; its register may be shared
         // with other QPs of the context (no thread domain): the locked mode.
@@ -481,6 +489,8 @@ impl Pd {
         sq.set_atomic_caps(atomics);
         // A DCI posts through `post_dc` only: the RC inline-write fast path stays off.
         sq.enable_fast_path(false);
+        // The driver side of MLX5_POST_SEND_PREFER_BF, as for an RC QP.
+        crate::mlx5_env::Mlx5Env::current().configure(&mut sq);
         sq.attach_cq(send_cq.handle.registry.slots.clone());
         Dci {
             sq,
@@ -561,7 +571,13 @@ impl Pd {
         match (&self.inner.dev.backend, &self.inner.kind) {
             #[cfg(feature = "sim")]
             (Backend::Sim(nic), PdKind::Sim(pd)) => {
+                // rdma-core's create_dct keeps MLX5_QP_FLAG_SCATTER_CQE unless
+                // MLX5_SCATTER_TO_CQE=0 (`use_scatter_to_cqe`).
+                let scatter = !crate::mlx5_env::Mlx5Env::current().scatter_to_cqe_off;
                 let n = nic.create_dct(*pd, recv_cq.cqn(), Some(srq.srqn), dc_key, access)?;
+                if !scatter {
+                    nic.set_dct_scatter_to_cqe(n, false)?;
+                }
                 Ok((n, None))
             }
             (Backend::Verbs(v), _) if v.path != crate::DataPath::Direct => Err(no_dc(self, v)),

@@ -189,6 +189,25 @@ impl Nic {
         Ok(raw.qpn)
     }
 
+    /// Turns the DCT's responder scatter-to-CQE off or on (on by default, as rdma-core's
+    /// `create_dct` asks for it unless `MLX5_SCATTER_TO_CQE=0`): a small send then arrives
+    /// in its CQE instead of the SRQ receive's buffers.
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`]; [`SimError::Dc`] for a QP that is not a DCT.
+    pub fn set_dct_scatter_to_cqe(&self, dctn: u32, on: bool) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get_mut(&dctn).ok_or(SimError::NoQp(dctn))?;
+        if !matches!(q.dc, Some(DcRole::Dct { .. })) {
+            return Err(SimError::Dc {
+                qpn: dctn,
+                why: "not a DC target",
+            });
+        }
+        q.caps.scatter_to_cqe = on;
+        Ok(())
+    }
+
     /// Destroys a DCT (its number may come back with another QP or DCT).
     ///
     /// # Errors

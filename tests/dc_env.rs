@@ -1,0 +1,82 @@
+//! rdma-core's `MLX5_*` switches apply to DC QPs as to RC ones: `MLX5_SHUT_UP_BF` makes a
+//! DCI ring 8-byte doorbells only, and `MLX5_SCATTER_TO_CQE=0` turns a DCT's responder
+//! scatter-to-CQE off (`create_dct` keeps `MLX5_QP_FLAG_SCATTER_CQE` otherwise). Its own test
+//! binary, one test: the variables are process-wide.
+
+use blueflame::*;
+
+const ALL: Access = Access(
+    Access::LOCAL_WRITE.0
+        | Access::REMOTE_WRITE.0
+        | Access::REMOTE_READ.0
+        | Access::REMOTE_ATOMIC.0,
+);
+
+/// A DCI writes to and sends to a DCT; returns the DCI's doorbell statistics and whether the
+/// send's bytes were in the receive buffer before the poller ran (no scatter-to-CQE).
+fn run() -> (mlx5::sim::QpStats, bool) {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut tcq = dev.create_cq(16).unwrap();
+    let mut srq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &srq, 3, Access::REMOTE_WRITE).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    srq.post_recv(&[mr.sge(1024, 64).unwrap()], 1).unwrap();
+    let mut cq = dev.create_cq(16).unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let peer = dct.peer().unwrap();
+    dci.write_inline(
+        &peer,
+        b"abcdefgh",
+        mr.remote(0).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    // One pass per ring: the NIC checks the register against the last WQE of each pass.
+    dev.process();
+    dci.send(&peer, Payload::Inline(b"small"), 2, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    let mut b = [0u8; 5];
+    mr.read(1024, &mut b).unwrap();
+    let in_memory = &b == b"small";
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll(&mut out), 2);
+    assert_eq!(tcq.poll(&mut out), 1);
+    mr.read(1024, &mut b).unwrap();
+    assert_eq!(
+        &b, b"small",
+        "after the poll, the bytes are there either way"
+    );
+    (dev.nic().unwrap().qp_stats(dci.qpn()).unwrap(), in_memory)
+}
+
+#[test]
+fn rdma_core_switches_apply_to_dcis_and_dcts() {
+    std::env::remove_var("MLX5_SHUT_UP_BF");
+    std::env::remove_var("MLX5_SCATTER_TO_CQE");
+    let (st, in_memory) = run();
+    assert_eq!(
+        (st.doorbells, st.bf_copies, st.db_writes),
+        (2, 2, 0),
+        "{st:?}"
+    );
+    assert!(!in_memory, "scatter-to-CQE: the send arrived in its CQE");
+
+    std::env::set_var("MLX5_SHUT_UP_BF", "1");
+    std::env::set_var("MLX5_SCATTER_TO_CQE", "0");
+    let (st, in_memory) = run();
+    assert_eq!(
+        (st.doorbells, st.bf_copies, st.db_writes),
+        (2, 0, 2),
+        "{st:?}"
+    );
+    assert_eq!(st.bf_violations, 0);
+    assert!(
+        in_memory,
+        "no scatter-to-CQE: the NIC wrote the receive buffer"
+    );
+    std::env::remove_var("MLX5_SHUT_UP_BF");
+    std::env::remove_var("MLX5_SCATTER_TO_CQE");
+}
