@@ -861,3 +861,40 @@ fn a_request_after_a_failed_switch_is_flushed_not_run() {
         "no seed held the read back: the test proves nothing"
     );
 }
+
+#[test]
+fn a_peer_from_an_address_handle_carries_its_av() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &tsrq, 0x77, DCT_ALL).unwrap();
+    let ah = pd
+        .create_ah(AhAttr {
+            dlid: 9,
+            sl: 2,
+            ..AhAttr::default()
+        })
+        .unwrap();
+    let peer = DcPeer::from_ah(&ah, dct.dctn(), 0x77).unwrap();
+    let seg = peer.segment();
+    let want = mlx5::av::DatagramSeg::dc(ah.av(), dct.dctn(), 0x77);
+    assert_eq!(seg[..], *zerocopy::IntoBytes::as_bytes(&want));
+    // The software NIC routes by DCT number: the request lands.
+    let mr = pd.alloc_mr(64, ALL).unwrap();
+    let mut cq = dev.create_cq(16).unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    dci.write_inline(
+        &peer,
+        b"via ah",
+        mr.remote(0).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (1, WcStatus::Success));
+    let mut b = [0u8; 6];
+    mr.read(0, &mut b).unwrap();
+    assert_eq!(&b, b"via ah");
+}

@@ -91,8 +91,8 @@ fn port_attrs(v: &VerbsDev) -> Result<crate::dv::dc::PortAttrs> {
 /// address handle of its port), its number and its DC access key.
 ///
 /// On one device (the software NIC) [`Dct::peer`] gives it; across machines, exchange
-/// [`Dct::dctn`] and the key out of band and build it with [`DcPeer::new`] from the address
-/// vector of an address handle to the target's port.
+/// [`Dct::dctn`] and the key out of band and build it with [`DcPeer::from_ah`] from an
+/// address handle to the target's port ([`Pd::create_ah`](crate::Pd::create_ah)).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DcPeer {
     addr: DcAddr,
@@ -124,6 +124,15 @@ impl DcPeer {
     pub fn from_av(av: &mlx5::av::Av, dctn: u32, dc_key: u64) -> Result<DcPeer> {
         let a = DcAddr::from_av(av, dctn, dc_key);
         DcPeer::new(a.av, dctn, dc_key)
+    }
+
+    /// A destination reached through an address handle (`mlx5dv_wr_set_dc_addr`'s `ah`):
+    /// its AV, the DCT number and key the target's owner gave out of band.
+    ///
+    /// # Errors
+    /// As [`DcPeer::new`].
+    pub fn from_ah(ah: &crate::AddressHandle, dctn: u32, dc_key: u64) -> Result<DcPeer> {
+        DcPeer::from_av(ah.av(), dctn, dc_key)
     }
 
     /// The same destination with another DC key (a request with a key that is not the
