@@ -142,6 +142,18 @@ pub mod ffi {
     pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
     /// `MLX5DV_OBJ_CQ`.
     pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
+
+    /// `struct mlx5dv_ah`: the provider's own address vector of an `ibv_ah`.
+    #[repr(C)]
+    #[derive(Copy, Clone, Debug)]
+    pub struct mlx5dv_ah {
+        /// `struct mlx5_wqe_av *`: 48 bytes inside the provider's `mlx5_ah`.
+        pub av: *mut c_void,
+        pub comp_mask: u64,
+    }
+
+    /// `MLX5DV_OBJ_AH`.
+    pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
 }
 
 type InitObj = unsafe extern "C" fn(*mut ffi::mlx5dv_obj, u64) -> i32;
@@ -400,6 +412,60 @@ pub unsafe fn init_srq(srq: *mut c_void) -> Result<ffi::mlx5dv_srq> {
     Ok(out)
 }
 
+/// Runs `mlx5dv_init_obj` for an address handle (`MLX5DV_OBJ_AH`): the provider's address
+/// vector, which `mlx5_create_ah` filled (`rlid`, `fl_mlid`, `stat_rate_sl`, the GRH fields,
+/// `rmac` on RoCE) and which UD and DC sends copy into their datagram segment.
+///
+/// # Safety
+/// `ah` must be a live `ibv_ah` of an mlx5 device.
+///
+/// # Errors
+/// As [`init_qp`].
+pub unsafe fn init_ah(ah: *mut c_void) -> Result<ffi::mlx5dv_ah> {
+    let l = lib().ok_or(Error::Unsupported("libmlx5.so.1 not found"))?;
+    let mut out = ffi::mlx5dv_ah {
+        av: std::ptr::null_mut(),
+        comp_mask: 0,
+    };
+    // SAFETY: as in init_qp: every member of mlx5dv_obj is a pointer pair; null is valid.
+    let mut obj: ffi::mlx5dv_obj = unsafe { std::mem::zeroed() };
+    obj.ah = ffi::mlx5dv_obj_pair {
+        in_: ah,
+        out: (&mut out as *mut ffi::mlx5dv_ah).cast(),
+    };
+    // SAFETY: the caller passes a live mlx5 AH; `out` outlives the call.
+    let rc = unsafe { (l.init_obj)(&mut obj, ffi::MLX5DV_OBJ_AH) };
+    if rc != 0 {
+        return Err(Error::Verbs(crate::verbs::code(
+            "mlx5dv_init_obj",
+            rc.abs(),
+        )));
+    }
+    Ok(out)
+}
+
+/// A copy of the address vector `mlx5dv_init_obj(MLX5DV_OBJ_AH)` points to.
+///
+/// # Safety
+/// `dv.av`, when not null, must point to 48 readable bytes (the provider's `mlx5_wqe_av`,
+/// alive while its `ibv_ah` is).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for a null AV (a library that did not fill it).
+pub unsafe fn av_of(dv: &ffi::mlx5dv_ah) -> Result<mlx5::av::Av> {
+    if dv.av.is_null() {
+        return Err(Error::InvalidParameter {
+            what: "mlx5dv_ah.av (null)",
+            value: 0,
+        });
+    }
+    let mut bytes = [0u8; mlx5::av::AV_BYTES];
+    // SAFETY: the caller's contract: 48 readable bytes at `dv.av`; `bytes` is 48 bytes of
+    // our own; the two do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(dv.av as *const u8, bytes.as_mut_ptr(), bytes.len()) };
+    Ok(mlx5::av::Av::from_bytes(&bytes))
+}
+
 /// The ring description of an SRQ from what `mlx5dv_init_obj` returned, for receives of
 /// at most `max_sge` entries (`ibv_create_srq`'s answer). The list's entries are the tail's
 /// index plus one (rdma-core `mlx5_alloc_srq_buf`: `tail = align_queue_size(max_wr + 1) - 1`;
@@ -532,6 +598,47 @@ pub fn raw_cq(dv: &ffi::mlx5dv_cq) -> Result<RawCq> {
 mod tests {
     use super::*;
     use std::ptr::null_mut;
+
+    /// What `mlx5dv_init_obj(MLX5DV_OBJ_AH)` returns: a pointer to the AV inside the
+    /// provider's `mlx5_ah` (here the bytes `mlx5_create_ah` writes for a global InfiniBand
+    /// address, as `mlx5::av::Av::from_attr` makes them, which the oracle checks against
+    /// rdma-core's own function).
+    #[test]
+    fn address_vector_from_the_library() {
+        use mlx5::av::{Av, AvAttr, AvLink, GrhAttr};
+        let made = Av::from_attr(&AvAttr {
+            link: AvLink::Ib {
+                dlid: 0x21,
+                src_path_bits: 1,
+                grh: Some(GrhAttr {
+                    dgid: [0xfe; 16],
+                    flow_label: 7,
+                    sgid_index: 2,
+                    hop_limit: 9,
+                    traffic_class: 3,
+                }),
+            },
+            sl: 4,
+            static_rate: 0,
+        });
+        let mut provider = [0u8; 64]; // the AV sits inside a larger struct
+        provider[8..56].copy_from_slice(&made.to_bytes());
+        let dv = ffi::mlx5dv_ah {
+            av: provider[8..].as_mut_ptr().cast(),
+            comp_mask: 0,
+        };
+        // SAFETY: `dv.av` points to 48 readable bytes of `provider`.
+        let av = unsafe { av_of(&dv) }.unwrap();
+        assert_eq!(av, made);
+        assert_eq!((av.rlid.get(), av.sl(false), av.sgid_index()), (0x21, 4, 2));
+        let null = ffi::mlx5dv_ah {
+            av: null_mut(),
+            comp_mask: 0,
+        };
+        // SAFETY: a null AV is checked before any read.
+        let refused = unsafe { av_of(&null) };
+        assert!(matches!(refused, Err(Error::InvalidParameter { .. })));
+    }
 
     /// What rdma-core 55's `mlx5dv_get_srq` returns for `ibv_create_srq(max_wr 100,
     /// max_sge 2)` on a ConnectX: a ring of 512 WQEs (`2 * 100 + 1` rounded up, the upper

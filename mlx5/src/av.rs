@@ -188,6 +188,14 @@ impl Av {
         av
     }
 
+    /// The AV of these 48 bytes (as the provider keeps it: `mlx5dv_ah.av`).
+    pub fn from_bytes(b: &[u8; AV_BYTES]) -> Av {
+        zerocopy::transmute!(*b)
+    }
+    /// The 48 bytes of this AV.
+    pub fn to_bytes(&self) -> [u8; AV_BYTES] {
+        zerocopy::transmute!(*self)
+    }
     /// The Q_Key (UD): the first four bytes of `key`.
     #[inline]
     pub fn qkey(&self) -> u32 {

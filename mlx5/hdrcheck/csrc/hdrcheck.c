@@ -175,6 +175,10 @@ static const struct hdrcheck_entry hdrcheck_table[] = {
 	HC_SIZEOF(mlx5_wqe_datagram_seg),
 	HC_FIELD(mlx5_wqe_datagram_seg, av),
 	HC_CONST(MLX5_EXTENDED_UD_AV),
+	HC_SIZEOF(mlx5dv_ah),
+	HC_FIELD(mlx5dv_ah, av),
+	HC_FIELD(mlx5dv_ah, comp_mask),
+	HC_CONST(MLX5DV_OBJ_AH),
 
 	/* ---- completion entries ---- */
 	HC_SIZEOF(mlx5_cqe64),

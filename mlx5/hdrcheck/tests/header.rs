@@ -835,6 +835,25 @@ mod ud {
             assert_eq!(mlx5::av::EXTENDED_UD_AV as u64, v);
         }
 
+        // blueflame::dv's struct mlx5dv_ah and the object type that asks for it.
+        dv_ah_layout(
+            size = "sizeof(struct mlx5dv_ah)",
+            av_off = "offsetof(mlx5dv_ah, av)",
+            av_size = "sizeof(mlx5dv_ah.av)",
+            mask_off = "offsetof(mlx5dv_ah, comp_mask)",
+            mask_size = "sizeof(mlx5dv_ah.comp_mask)",
+            obj = "MLX5DV_OBJ_AH",
+        ) {
+            use blueflame::dv::ffi::{mlx5dv_ah, MLX5DV_OBJ_AH};
+            let z = mlx5dv_ah { av: std::ptr::null_mut(), comp_mask: 0 };
+            assert_eq!(size_of::<mlx5dv_ah>() as u64, size);
+            assert_eq!(offset_of!(mlx5dv_ah, av) as u64, av_off);
+            assert_eq!(size_of_val(&z.av) as u64, av_size);
+            assert_eq!(offset_of!(mlx5dv_ah, comp_mask) as u64, mask_off);
+            assert_eq!(size_of_val(&z.comp_mask) as u64, mask_size);
+            assert_eq!(MLX5DV_OBJ_AH, obj);
+        }
+
         // The datagram segment is three DS of the WQE.
         datagram_seg_is_three_ds(
             seg = "sizeof(struct mlx5_wqe_datagram_seg)",
