@@ -213,7 +213,7 @@ pub use resources::{Srq, SrqCaps};
 // UD (issue #15): unreliable datagram, address handles, multicast.
 pub use resources::{
     AddressHandle, AhAttr, GlobalRoute, UdEndpoint, UdOptions, UdQp, DEFAULT_HOP_LIMIT,
-    QKEY_PRIVILEGED,
+    MULTICAST_QPN, QKEY_PRIVILEGED,
 };
 pub use verbs::device::OdpCaps;
 pub use verbs::ex::VerbsApi;

@@ -116,6 +116,9 @@ pub struct AddressHandle {
     pub(crate) av: Av,
     attr: AhAttr,
     pub(crate) pd: Pd,
+    /// The rdma-core address handle (`ibv_create_ah`) on the verbs path; None on the
+    /// direct path.
+    pub(crate) verbs: Option<std::sync::Arc<crate::verbs::ud::Ah>>,
 }
 
 impl core::fmt::Debug for AddressHandle {
@@ -132,7 +135,8 @@ impl AddressHandle {
         &self.attr
     }
 
-    /// The mlx5 address vector every send to it carries (direct path).
+    /// The mlx5 address vector every send to it carries (direct path; on the verbs path
+    /// the provider keeps its own and this one is all zero).
     pub fn av(&self) -> &Av {
         &self.av
     }
@@ -167,26 +171,53 @@ impl Pd {
     /// Makes an address handle for UD sends to `to` (an [`AhAttr`], or a peer's
     /// [`UdEndpoint`]).
     ///
+    /// On rdma-core devices this is `ibv_create_ah` with the same fields; a global route's
+    /// `sgid_index` 0 stands for the device's GID index in use (`BLUEFLAME_GID_INDEX`, or
+    /// the RoCE v2 IPv4 GID `Device::open` chose), so that an address made from an endpoint
+    /// leaves from the GID the endpoint was made with. On RoCE every address must be global
+    /// (an endpoint always carries its GID).
+    ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a port the device does not have; on the verbs path
-    /// [`Error::Unsupported`] until UD lands there.
+    /// [`Error::InvalidParameter`] for a port the device does not have; [`Error::Verbs`]
+    /// (`ibv_create_ah`: e.g. `EINVAL` for an address without a global route on RoCE, no
+    /// route to the GID's IP address).
     pub fn create_ah(&self, to: impl Into<AhAttr>) -> Result<AddressHandle> {
         let attr = to.into();
-        let av = match (&self.inner.dev.backend, &self.inner.kind) {
+        let (av, verbs) = match (&self.inner.dev.backend, &self.inner.kind) {
             #[cfg(feature = "sim")]
-            (Backend::Sim(_), PdKind::Sim(_)) => ib_av(&attr)?,
-            // The verbs path (rxe; and a ConnectX, whose AV comes from ibv_create_ah +
-            // mlx5dv_init_obj(MLX5DV_OBJ_AH)): src/verbs/ud.rs fills this arm.
-            _ => {
-                return Err(Error::Unsupported(
-                    "address handles on the verbs path (not yet)",
-                ))
+            (Backend::Sim(_), PdKind::Sim(_)) => (ib_av(&attr)?, None),
+            (Backend::Verbs(v), PdKind::Verbs(pd)) => {
+                let grh = attr.grh.map(|g| crate::verbs::ud::AhGrh {
+                    dgid: g.dgid,
+                    flow_label: g.flow_label,
+                    sgid_index: match (g.sgid_index, v.gid_index) {
+                        (0, Some(i)) => i as u8,
+                        (i, _) => i,
+                    },
+                    hop_limit: g.hop_limit,
+                    traffic_class: g.traffic_class,
+                });
+                let ah = crate::verbs::ud::Ah::new(
+                    pd.clone(),
+                    &crate::verbs::ud::AhAttr {
+                        dlid: attr.dlid,
+                        sl: attr.sl,
+                        src_path_bits: attr.src_path_bits,
+                        static_rate: attr.static_rate,
+                        port: attr.port,
+                        grh,
+                    },
+                )?;
+                (Av::default(), Some(std::sync::Arc::new(ah)))
             }
+            #[cfg(feature = "sim")]
+            _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
         Ok(AddressHandle {
             av,
             attr,
             pd: self.clone(),
+            verbs,
         })
     }
 }

@@ -30,6 +30,7 @@ mod sim_nic;
 mod spin_wait;
 mod srq;
 mod ud;
+mod ud_verbs;
 
 pub use ah::{AddressHandle, AhAttr, GlobalRoute, UdEndpoint, DEFAULT_HOP_LIMIT};
 pub use buffer::{RawBuffer, RawParts, RegionBuffer};
@@ -50,4 +51,4 @@ pub use qp::{Batch, Endpoint, Qp};
 pub use sim_nic::SimNic;
 pub use spin_wait::Spin;
 pub use srq::{Srq, SrqCaps};
-pub use ud::{UdOptions, UdQp, QKEY_PRIVILEGED};
+pub use ud::{UdOptions, UdQp, MULTICAST_QPN, QKEY_PRIVILEGED};

@@ -3,11 +3,16 @@
 
 use super::ah::{AddressHandle, UdEndpoint};
 use super::device::Backend;
+use super::ud_verbs::{is_roce_multicast, VerbsUd};
 use super::{Cq, Pd, Qp, QpCaps};
 use crate::error::{Error, Result};
+use crate::verbs::ex::VerbsApi;
 use crate::{DataPath, Payload, PostFlags, Sge};
 use mlx5::av::{DatagramSeg, MULTICAST_LID_BASE, PERMISSIVE_LID};
 use mlx5::wqe::UdSend;
+
+/// The QP number of a send to a multicast group (`0xffffff`, InfiniBand's multicast QPN).
+pub const MULTICAST_QPN: u32 = 0xff_ffff;
 
 /// The bit of a Q_Key reserved for privileged Q_Keys (IBA 10.2.4): a QP may have one only
 /// with `CAP_NET_RAW` (the kernel refuses it otherwise); in a send, it means "use the
@@ -71,17 +76,26 @@ impl Default for UdOptions {
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
 pub struct UdQp {
-    qp: Qp,
+    path: UdPath,
     qkey: u32,
     mtu: u32,
     lid: u16,
     gid: [u8; 16],
 }
 
+/// Which data path runs a UD QP.
+enum UdPath {
+    /// The direct path (the software NIC): a QP of the crate's own rings.
+    Direct(Qp),
+    /// The verbs path (rxe and other rdma-core devices; mlx5 too until its direct path
+    /// carries UD): an rdma-core UD QP (`src/resources/ud_verbs.rs`).
+    Verbs(VerbsUd),
+}
+
 impl core::fmt::Debug for UdQp {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("UdQp")
-            .field("qpn", &self.qp.qpn())
+            .field("qpn", &self.qpn())
             .field("qkey", &self.qkey)
             .field("mtu", &self.mtu)
             .finish()
@@ -94,8 +108,8 @@ impl Pd {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a Q_Key with the privileged bit
-    /// ([`QKEY_PRIVILEGED`]); as [`Pd::create_qp`] for the CQs and capabilities; on the
-    /// verbs path [`Error::Unsupported`] until UD lands there.
+    /// ([`QKEY_PRIVILEGED`]); as [`Pd::create_qp`] for the CQs and capabilities (on
+    /// rdma-core devices [`Error::Verbs`] from `ibv_create_qp_ex` or `ibv_modify_qp`).
     pub fn create_ud_qp(
         &self,
         send_cq: &Cq,
@@ -133,18 +147,31 @@ impl Pd {
                 qp.mark_connected();
                 let port = nic.port_attr();
                 Ok(UdQp {
-                    qp,
+                    path: UdPath::Direct(qp),
                     qkey,
                     mtu: port.mtu,
                     lid: port.lid,
                     gid: port.gid,
                 })
             }
-            // The verbs path (rxe; and on a ConnectX the rings of a verbs UD QP through
-            // mlx5dv_init_obj): src/verbs/ud.rs fills this arm.
-            _ => {
-                let _ = opts;
-                Err(Error::Unsupported("UD QPs on the verbs path (not yet)"))
+            // The verbs path (rxe and the others; a ConnectX too until the direct path
+            // drives a verbs UD QP's rings): an rdma-core UD QP.
+            Backend::Verbs(_) => {
+                if !opts.mcast_loopback {
+                    // rxe loops every group's datagrams back (it cannot block them), and
+                    // the verbs path does not ask for IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
+                    return Err(Error::Unsupported(
+                        "UdOptions::mcast_loopback = false on the verbs path",
+                    ));
+                }
+                let v = VerbsUd::create(self, send_cq, recv_cq, caps, qkey)?;
+                Ok(UdQp {
+                    qkey,
+                    mtu: v.mtu(),
+                    lid: v.lid,
+                    gid: v.gid,
+                    path: UdPath::Verbs(v),
+                })
             }
         }
     }
@@ -161,7 +188,10 @@ fn payload_len(data: &Payload<'_>) -> u64 {
 impl UdQp {
     /// The QP number.
     pub fn qpn(&self) -> u32 {
-        self.qp.qpn()
+        match &self.path {
+            UdPath::Direct(qp) => qp.qpn(),
+            UdPath::Verbs(v) => v.qpn(),
+        }
     }
 
     /// The QP's Q_Key.
@@ -177,7 +207,7 @@ impl UdQp {
     /// What a peer needs to send to this QP (its port's LID and GID, QP number, Q_Key).
     pub fn endpoint(&self) -> UdEndpoint {
         UdEndpoint {
-            qpn: self.qp.qpn(),
+            qpn: self.qpn(),
             qkey: self.qkey,
             lid: self.lid,
             gid: self.gid,
@@ -186,12 +216,61 @@ impl UdQp {
 
     /// The protection domain.
     pub fn pd(&self) -> &Pd {
-        self.qp.pd()
+        match &self.path {
+            UdPath::Direct(qp) => qp.pd(),
+            UdPath::Verbs(v) => v.pd(),
+        }
     }
 
     /// Which data path this QP runs.
     pub fn data_path(&self) -> DataPath {
-        self.qp.data_path()
+        match &self.path {
+            UdPath::Direct(qp) => qp.data_path(),
+            UdPath::Verbs(_) => DataPath::Verbs,
+        }
+    }
+
+    /// The rdma-core API the verbs path posts with (`ibv_wr_send` + `ibv_wr_set_ud_addr`,
+    /// or `ibv_post_send` with `wr.ud`; `BLUEFLAME_VERBS_API` as for RC); None on the
+    /// direct path.
+    pub fn verbs_api(&self) -> Option<VerbsApi> {
+        match &self.path {
+            UdPath::Direct(_) => None,
+            UdPath::Verbs(v) => Some(v.api()),
+        }
+    }
+
+    /// Send-queue room: blocks on the direct path, work requests on the verbs path (as
+    /// [`Qp::free_send`]).
+    pub fn free_send(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.free_send(),
+            UdPath::Verbs(v) => v.room().0,
+        }
+    }
+
+    /// The send depth: sends of the largest kind that fit at once (as [`Qp::send_depth`]).
+    pub fn send_depth(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.send_depth(),
+            UdPath::Verbs(v) => v.room().1,
+        }
+    }
+
+    /// Receive-queue room (entries).
+    pub fn free_recv(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.free_recv(),
+            UdPath::Verbs(v) => v.room().2,
+        }
+    }
+
+    /// The receive depth.
+    pub fn recv_depth(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.recv_depth(),
+            UdPath::Verbs(v) => v.room().3,
+        }
     }
 
     /// Sends one datagram of `data` to QP `remote_qpn` (Q_Key `remote_qkey`) at the address
@@ -247,7 +326,7 @@ impl UdQp {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        if !std::sync::Arc::ptr_eq(&ah.pd.inner, &self.qp.pd().inner) {
+        if !std::sync::Arc::ptr_eq(&ah.pd.inner, &self.pd().inner) {
             return Err(Error::InvalidHandle {
                 what: "address handle of another protection domain (its destination LID)",
                 value: ah.attr().dlid as u64,
@@ -263,12 +342,23 @@ impl UdQp {
         if len > self.mtu as u64 {
             return Err(Error::MessageTooLong { len, mtu: self.mtu });
         }
-        let send = UdSend {
-            dgram: DatagramSeg::ud(&ah.av, remote_qpn, remote_qkey),
-            data,
-            imm,
-        };
-        self.qp.direct_sq()?.post_ud(&send, cookie, flags)
+        match &mut self.path {
+            UdPath::Direct(qp) => {
+                let send = UdSend {
+                    dgram: DatagramSeg::ud(&ah.av, remote_qpn, remote_qkey),
+                    data,
+                    imm,
+                };
+                qp.direct_sq()?.post_ud(&send, cookie, flags)
+            }
+            UdPath::Verbs(v) => {
+                let a = ah.verbs.as_ref().ok_or(Error::InvalidHandle {
+                    what: "address handle of another device (its destination LID)",
+                    value: ah.attr().dlid as u64,
+                })?;
+                v.send(a, remote_qpn, remote_qkey, &data, imm, cookie, flags)
+            }
+        }
     }
 
     /// Posts a receive into `sgl`. Its first 40 bytes get the GRH of the datagram (or are
@@ -279,21 +369,37 @@ impl UdQp {
     /// # Errors
     /// As [`crate::Qp::post_recv`].
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        self.qp.post_recv(sgl, cookie)
+        match &mut self.path {
+            UdPath::Direct(qp) => qp.post_recv(sgl, cookie),
+            UdPath::Verbs(v) => v.post_recv(sgl, cookie),
+        }
     }
 
     /// Attaches the QP to the multicast group `gid` / `lid` (`ibv_attach_mcast`): datagrams
     /// sent to the group reach it (its own ones too, with [`UdOptions::mcast_loopback`]).
+    /// On RoCE (the verbs path on an Ethernet port) the group is an IPv6 multicast GID or an
+    /// IPv4-mapped multicast address (`::ffff:224.0.0.0/4`) and the LID is not used (pass
+    /// 0); on rxe the host must also have joined the IPv4 group at the IP level (see the
+    /// README, "UD on the verbs path").
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a GID that is not multicast (first byte 0xff) or a
-    /// LID outside 0xc000..=0xfffe; the device's refusal otherwise.
+    /// [`Error::InvalidParameter`] for a GID that is not multicast (first byte 0xff; on
+    /// RoCE also `::ffff:224.0.0.0/4`) or, on InfiniBand, a LID outside 0xc000..=0xfffe;
+    /// the device's refusal otherwise.
     pub fn attach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
-        check_group(&gid, lid)?;
-        match &self.qp.pd().inner.dev.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(nic) => Ok(nic.attach_mcast(self.qp.qpn(), gid, lid)?),
-            _ => Err(Error::Unsupported("multicast on the verbs path (not yet)")),
+        match &self.path {
+            UdPath::Direct(qp) => {
+                check_group(&gid, lid)?;
+                match &qp.pd().inner.dev.backend {
+                    #[cfg(feature = "sim")]
+                    Backend::Sim(nic) => Ok(nic.attach_mcast(qp.qpn(), gid, lid)?),
+                    _ => Err(Error::Unsupported("multicast on this backend")),
+                }
+            }
+            UdPath::Verbs(v) => {
+                check_verbs_group(v, &gid, lid)?;
+                v.attach_mcast(&gid, lid)
+            }
         }
     }
 
@@ -302,11 +408,19 @@ impl UdQp {
     /// # Errors
     /// As [`UdQp::attach_mcast`]; the device's refusal when the QP is not attached.
     pub fn detach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
-        check_group(&gid, lid)?;
-        match &self.qp.pd().inner.dev.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(nic) => Ok(nic.detach_mcast(self.qp.qpn(), gid, lid)?),
-            _ => Err(Error::Unsupported("multicast on the verbs path (not yet)")),
+        match &self.path {
+            UdPath::Direct(qp) => {
+                check_group(&gid, lid)?;
+                match &qp.pd().inner.dev.backend {
+                    #[cfg(feature = "sim")]
+                    Backend::Sim(nic) => Ok(nic.detach_mcast(qp.qpn(), gid, lid)?),
+                    _ => Err(Error::Unsupported("multicast on this backend")),
+                }
+            }
+            UdPath::Verbs(v) => {
+                check_verbs_group(v, &gid, lid)?;
+                v.detach_mcast(&gid, lid)
+            }
         }
     }
 
@@ -316,8 +430,26 @@ impl UdQp {
     /// # Errors
     /// As [`crate::Qp::set_error`].
     pub fn set_error(&mut self) -> Result<()> {
-        self.qp.set_error()
+        match &mut self.path {
+            UdPath::Direct(qp) => qp.set_error(),
+            UdPath::Verbs(v) => v.set_error(),
+        }
     }
+}
+
+/// The kernel's checks of `ibv_attach_mcast` for a verbs UD QP: on an Ethernet port
+/// `rdma_is_multicast_addr` (the LID is ignored), on InfiniBand as [`check_group`].
+fn check_verbs_group(v: &VerbsUd, gid: &[u8; 16], lid: u16) -> Result<()> {
+    if !v.ethernet {
+        return check_group(gid, lid);
+    }
+    if !is_roce_multicast(gid) {
+        return Err(Error::InvalidParameter {
+            what: "multicast GID (ff00::/8 or ::ffff:224.0.0.0/4 on RoCE; first byte given)",
+            value: gid[0] as u64,
+        });
+    }
+    Ok(())
 }
 
 /// The kernel's checks of `ibv_attach_mcast` on an InfiniBand port (`EINVAL` otherwise).

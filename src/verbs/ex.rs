@@ -109,7 +109,11 @@ pub(crate) fn send_ops_flags() -> u64 {
 /// The `wc_flags` a CQ asks for: what the poller reads besides `wr_id` and `status`.
 pub(crate) fn wc_flags() -> u64 {
     use ffi::ibv_create_cq_wc_flags as W;
-    (W::IBV_WC_EX_WITH_BYTE_LEN | W::IBV_WC_EX_WITH_IMM | W::IBV_WC_EX_WITH_QP_NUM).0 as u64
+    (W::IBV_WC_EX_WITH_BYTE_LEN
+        | W::IBV_WC_EX_WITH_IMM
+        | W::IBV_WC_EX_WITH_QP_NUM
+        | W::IBV_WC_EX_WITH_SRC_QP)
+        .0 as u64
 }
 
 /// `verbs_get_ctx_op(ctx, op)` of verbs.h: the extended context of `ctx` when it has `op`.
@@ -500,6 +504,7 @@ pub(crate) struct PollOps {
     byte_len: unsafe extern "C" fn(Cx) -> u32,
     imm_data: unsafe extern "C" fn(Cx) -> u32,
     qp_num: unsafe extern "C" fn(Cx) -> u32,
+    src_qp: unsafe extern "C" fn(Cx) -> u32,
     wc_flags: unsafe extern "C" fn(Cx) -> c_uint,
 }
 
@@ -521,6 +526,7 @@ impl PollOps {
             byte_len: c.read_byte_len?,
             imm_data: c.read_imm_data?,
             qp_num: c.read_qp_num?,
+            src_qp: c.read_src_qp?,
             wc_flags: c.read_wc_flags?,
         })
     }
@@ -582,6 +588,8 @@ pub(crate) trait WcRead {
     fn wc_flags(&self) -> u32;
     /// The immediate (network order) or, with `IBV_WC_WITH_INV`, the invalidated rkey.
     fn imm_or_rkey(&self) -> u32;
+    /// `src_qp`: the sender's QP number of a UD receive.
+    fn src_qp(&self) -> u32;
 }
 
 impl WcRead for ffi::ibv_wc {
@@ -617,6 +625,10 @@ impl WcRead for ffi::ibv_wc {
     fn imm_or_rkey(&self) -> u32 {
         // SAFETY: both members of the union are u32: any bits are a valid value.
         unsafe { self.imm_data_invalidated_rkey_union.imm_data }
+    }
+    #[inline(always)]
+    fn src_qp(&self) -> u32 {
+        self.src_qp
     }
 }
 
@@ -661,6 +673,11 @@ impl WcRead for ExWc<'_> {
         // SAFETY: `current`'s contract; created with IBV_WC_EX_WITH_IMM (verbs.h reads the
         // invalidated rkey through the same accessor, `ibv_wc_read_invalidated_rkey`).
         unsafe { (self.ops.imm_data)(self.ops.cqx) }
+    }
+    #[inline(always)]
+    fn src_qp(&self) -> u32 {
+        // SAFETY: `current`'s contract; created with IBV_WC_EX_WITH_SRC_QP.
+        unsafe { (self.ops.src_qp)(self.ops.cqx) }
     }
 }
 
@@ -842,6 +859,6 @@ mod tests {
     #[test]
     fn creation_flags_are_the_headers() {
         assert_eq!(send_ops_flags(), 0x3ff);
-        assert_eq!(wc_flags(), 1 | 2 | 4);
+        assert_eq!(wc_flags(), 1 | 2 | 4 | 8);
     }
 }

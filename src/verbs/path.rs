@@ -1109,6 +1109,10 @@ impl VerbsCompletionQueue {
             } else if flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
                 c.imm = Some(wc.imm_or_rkey());
             }
+            if wr_id & UD_TAG != 0 {
+                c.src_qp = wc.src_qp();
+                c.grh = flags & ffi::ibv_wc_flags::IBV_WC_GRH.0 != 0;
+            }
             return Some(c);
         }
         let sq = q.sq.as_ref()?;

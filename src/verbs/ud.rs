@@ -289,20 +289,37 @@ impl Qp {
     }
 }
 
-/// Where an address handle leads: a port's LID (InfiniBand) and, with `sgid_index`, a
-/// global route to `gid` (RoCE, where every AH is global; also a multicast GID).
+/// The global route of an address handle (`struct ibv_global_route`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct AhGrh {
+    /// The destination GID (a multicast GID for a group).
+    pub dgid: [u8; 16],
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+    /// The source GID's index in the port's table.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+}
+
+/// Where an address handle leads (`struct ibv_ah_attr`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct AhAttr {
-    /// The destination GID (used with `sgid_index`).
-    pub gid: [u8; 16],
     /// The destination LID (0 on RoCE; the multicast LID for a group on InfiniBand).
-    pub lid: u16,
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate (`IBV_RATE_*`; 0: the port's).
+    pub static_rate: u8,
     /// The local port.
     pub port: u8,
-    /// The source GID index: Some makes the AH global (`is_global`, a GRH on the wire).
-    pub sgid_index: Option<i32>,
-    /// The GRH hop limit (perftest and UCX use 255).
-    pub hop_limit: u8,
+    /// The global route: Some makes the AH global (`is_global`, a GRH on the wire; always
+    /// on RoCE).
+    pub grh: Option<AhGrh>,
 }
 
 /// An address handle (`ibv_create_ah`), destroyed on drop after the requests naming it have
@@ -326,21 +343,27 @@ impl std::fmt::Debug for Ah {
 }
 
 impl Ah {
-    /// An address handle on `pd` for `attr` (with a GRH: `is_global`, `dgid`,
-    /// `sgid_index`, `hop_limit`, as perftest's and UCX's UD address handles).
+    /// An address handle on `pd` for `attr` (with a global route: `is_global`, `dgid`,
+    /// `flow_label`, `sgid_index`, `hop_limit`, `traffic_class`, as perftest's and UCX's UD
+    /// address handles).
     ///
     /// # Errors
     /// The `ibv_create_ah` error (e.g. no route to the GID's address on RoCE).
     pub fn new(pd: Arc<Pd>, attr: &AhAttr) -> std::result::Result<Ah, VerbsError> {
         // SAFETY: zeroed attributes are valid (no GRH, SL 0, static rate 0).
         let mut a: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
-        a.dlid = attr.lid;
+        a.dlid = attr.dlid;
+        a.sl = attr.sl;
+        a.src_path_bits = attr.src_path_bits;
+        a.static_rate = attr.static_rate;
         a.port_num = attr.port;
-        if let Some(idx) = attr.sgid_index {
+        if let Some(g) = attr.grh {
             a.is_global = 1;
-            a.grh.dgid.raw = attr.gid;
-            a.grh.sgid_index = idx as u8;
-            a.grh.hop_limit = attr.hop_limit;
+            a.grh.dgid.raw = g.dgid;
+            a.grh.flow_label = g.flow_label & 0xf_ffff;
+            a.grh.sgid_index = g.sgid_index;
+            a.grh.hop_limit = g.hop_limit;
+            a.grh.traffic_class = g.traffic_class;
         }
         // SAFETY: live PD; `a` is valid for the call, which copies it.
         let ah = unsafe { ffi::ibv_create_ah(pd.pd, &mut a) };
@@ -406,6 +429,13 @@ impl VerbsUdSendQueue {
     /// Requests that can be posted now.
     pub fn free(&self) -> u32 {
         self.sq.free()
+    }
+
+    /// The queue's cookie table (shared with the CQ poller).
+    pub(crate) fn shadow(
+        &self,
+    ) -> Arc<crate::direct::shadow::Shadow<crate::direct::shadow::SendEntry>> {
+        self.sq.shadow.clone()
     }
 
     /// Requests the queue was created for.

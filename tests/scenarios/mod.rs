@@ -6,6 +6,7 @@
 
 pub mod device;
 pub mod srq;
+pub mod ud;
 
 use blueflame::*;
 use std::time::{Duration, Instant};

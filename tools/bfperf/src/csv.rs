@@ -1,13 +1,14 @@
 //! `--csv FILE`: one row per message size, written as each size finishes.
 //!
 //! Latency tests, columns (times in microseconds, as the JSON fields of the same names):
-//! `test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv`
+//! `test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv,connection`
 //! (`t_typical_us` is the median, perftest's "typical"; for write and send tests every time
 //! is half a round trip, as perftest reports it; `mode`: `poll`, or `event` with `--events`;
-//! `recv`: `rq` (the QP's receive queue), or `srq` with `--srq`).
+//! `recv`: `rq` (the QP's receive queue), or `srq` with `--srq`; `connection`: `RC`, or `UD`
+//! with `-c ud`).
 //!
 //! Bandwidth tests, columns:
-//! `test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode,recv`
+//! `test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode,recv,connection`
 //! (MB = 10^6 bytes per second, as perftest; message rate in millions per second).
 
 use crate::stats::Summary;
@@ -16,10 +17,10 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 /// The header of a latency CSV.
-pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv";
+pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv,connection";
 /// The header of a bandwidth CSV.
 pub const BW_HEADER: &str =
-    "test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode,recv";
+    "test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode,recv,connection";
 
 /// An open CSV file.
 pub struct Csv {
@@ -55,10 +56,11 @@ impl Csv {
         s: &Summary,
         mode: &str,
         recv: &str,
+        connection: &str,
     ) -> io::Result<()> {
         writeln!(
             self.out,
-            "{},{},{bytes},{iters},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{mode},{recv}",
+            "{},{},{bytes},{iters},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{mode},{recv},{connection}",
             field(test),
             field(device),
             s.min,
@@ -85,10 +87,11 @@ impl Csv {
         mpps: f64,
         mode: &str,
         recv: &str,
+        connection: &str,
     ) -> io::Result<()> {
         writeln!(
             self.out,
-            "{},{},{bytes},{iters},{peak:.3},{avg:.3},{mpps:.6},{mode},{recv}",
+            "{},{},{bytes},{iters},{peak:.3},{avg:.3},{mpps:.6},{mode},{recv},{connection}",
             field(test),
             field(device)
         )?;
@@ -136,17 +139,26 @@ mod tests {
             p999: 12.0,
         };
         let mut c = Csv::create(&p, LAT_HEADER).unwrap();
-        c.lat("write_lat", "rxe0", 8, 1000, &s, "poll", "rq")
+        c.lat("write_lat", "rxe0", 8, 1000, &s, "poll", "rq", "RC")
             .unwrap();
-        c.lat("send_lat", "odd,\"name\"", 16, 1000, &s, "event", "srq")
-            .unwrap();
+        c.lat(
+            "send_lat",
+            "odd,\"name\"",
+            16,
+            1000,
+            &s,
+            "event",
+            "srq",
+            "UD",
+        )
+        .unwrap();
         drop(c);
         let text = std::fs::read_to_string(&p).unwrap();
         let _ = std::fs::remove_file(&p);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         let header = parse(lines[0]);
-        assert_eq!(header.len(), 13);
+        assert_eq!(header.len(), 14);
         let rows: Vec<Vec<String>> = lines[1..].iter().map(|l| parse(l)).collect();
         assert!(rows.iter().all(|r| r.len() == header.len()));
         assert_eq!(rows[0][1], "rxe0");
@@ -156,6 +168,7 @@ mod tests {
             ("poll", "event")
         );
         assert_eq!((rows[0][12].as_str(), rows[1][12].as_str()), ("rq", "srq"));
+        assert_eq!((rows[0][13].as_str(), rows[1][13].as_str()), ("RC", "UD"));
         assert_eq!(
             (
                 rows[0][2].as_str(),
@@ -187,7 +200,7 @@ mod tests {
         let p = tmp("bw.csv");
         let mut c = Csv::create(&p, BW_HEADER).unwrap();
         c.bw(
-            "send_bw", "sim", 65536, 500, 1234.5, 1200.25, 0.018315, "poll", "srq",
+            "send_bw", "sim", 65536, 500, 1234.5, 1200.25, 0.018315, "poll", "srq", "RC",
         )
         .unwrap();
         drop(c);
@@ -196,8 +209,11 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], BW_HEADER);
         let r = parse(lines[1]);
-        assert_eq!(r.len(), 9);
-        assert_eq!((r[7].as_str(), r[8].as_str()), ("poll", "srq"));
+        assert_eq!(r.len(), 10);
+        assert_eq!(
+            (r[7].as_str(), r[8].as_str(), r[9].as_str()),
+            ("poll", "srq", "RC")
+        );
         assert_eq!(
             (r[0].as_str(), r[2].as_str(), r[3].as_str()),
             ("send_bw", "65536", "500")

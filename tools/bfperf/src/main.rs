@@ -17,8 +17,9 @@ mod probe_verbs;
 mod progress;
 mod setup;
 mod stats;
+mod ud;
 
-use opts::{Atomic, Opts};
+use opts::{Atomic, Connection, Opts};
 
 /// Pins the calling thread to `core`, if given.
 pub fn pin(core: Option<usize>) {
@@ -125,7 +126,16 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 "both sides in this process"
             }
         );
-        println!(" Doorbell       : {}", setup::doorbell_mode(&dev, o)?);
+        match o.connection {
+            Connection::Rc => {
+                println!(" Connection     : {}", o.connection.name());
+                println!(" Doorbell       : {}", setup::doorbell_mode(&dev, o)?);
+            }
+            Connection::Ud => println!(
+                " Connection     : UD (Q_Key 0x11111111; messages up to the path MTU, {} bytes; receives 40 bytes larger for the GRH)",
+                ud::mtu(&dev, o)?
+            ),
+        }
         println!(" Completions    : {}", mode_line(o));
         if let Some(f) = o.cqe_zip {
             println!(" CQE compression: {f}");
@@ -144,7 +154,18 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             ),
         }
     }
-    let sizes = opts::sizes(o);
+    let sizes = match o.connection {
+        Connection::Rc => opts::sizes(o),
+        Connection::Ud => match ud::sizes(o, ud::mtu(&dev, o)?) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!(
+                    "bfperf: -c ud: {e}: a datagram is one packet (perftest's -c UD caps its size at the MTU the same way); use --size at most the MTU"
+                );
+                std::process::exit(1);
+            }
+        },
+    };
     let sweep = o.all && !o.server && o.client.is_none(); // both sides here: every size runs
     let progress = progress::Progress::new(sizes.len(), sweep);
     for (i, &size) in sizes.iter().enumerate() {
@@ -159,6 +180,10 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         } else {
             size
         };
+        if o.connection == Connection::Ud {
+            run_ud(&t, o, &dev, size, csv.as_mut(), &progress)?;
+            continue;
+        }
         let s = setup::setup(o, &dev, size)?;
         match t {
             Test::Lat(kind, name) => {
@@ -166,8 +191,17 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                     let sum = stats::summarize(&mut samples);
                     progress.clear();
                     if let Some(c) = csv.as_mut() {
-                        c.lat(name, &o.device, size, o.iters, &sum, mode(o), recv(o))
-                            .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
+                        c.lat(
+                            name,
+                            &o.device,
+                            size,
+                            o.iters,
+                            &sum,
+                            mode(o),
+                            recv(o),
+                            o.connection.name(),
+                        )
+                        .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
                     }
                     if let Some(p) = &o.plot {
                         let file = plot::path_for(p, size, o.all);
@@ -178,7 +212,14 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                     if o.json {
                         println!(
                             "{}",
-                            stats::json(name, &o.device, (mode(o), recv(o)), size, o.iters, &sum)
+                            stats::json(
+                                name,
+                                &o.device,
+                                (mode(o), recv(o), o.connection.name()),
+                                size,
+                                o.iters,
+                                &sum
+                            )
                         );
                     } else {
                         println!("{}", stats::row(size, o.iters, &sum));
@@ -199,13 +240,14 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                             r.mpps,
                             mode(o),
                             recv(o),
+                            o.connection.name(),
                         )
                         .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
                     }
                     if o.json {
                         println!(
-                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\",\"recv\":\"{}\"}}",
-                            o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o)
+                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\",\"recv\":\"{}\",\"connection\":\"{}\"}}",
+                            o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o), o.connection.name()
                         );
                     } else {
                         println!(
@@ -223,6 +265,90 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
     progress.clear();
     if !o.json {
         println!("{line}");
+    }
+    Ok(())
+}
+
+/// One size of a UD test (`-c ud`): send latency or bandwidth, reported as the RC tests.
+fn run_ud(
+    t: &Test,
+    o: &Opts,
+    dev: &blueflame::Device,
+    size: usize,
+    csv: Option<&mut csv::Csv>,
+    progress: &progress::Progress,
+) -> blueflame::Result<()> {
+    let csv_err = || file_err(o.csv.as_deref().unwrap_or(".".as_ref()));
+    match *t {
+        Test::Lat(_, name) => {
+            let mut samples = ud::latency(o, dev, size)?;
+            let sum = stats::summarize(&mut samples);
+            progress.clear();
+            if let Some(c) = csv {
+                c.lat(
+                    name,
+                    &o.device,
+                    size,
+                    o.iters,
+                    &sum,
+                    mode(o),
+                    recv(o),
+                    o.connection.name(),
+                )
+                .map_err(csv_err())?;
+            }
+            if let Some(p) = &o.plot {
+                let file = plot::path_for(p, size, o.all);
+                let us: Vec<f64> = samples.iter().map(|v| v / 1000.0).collect();
+                let title = format!("{} {size} bytes", title(t, o));
+                plot::write_svg(&file, &title, &us, &sum).map_err(file_err(&file))?;
+            }
+            if o.json {
+                println!(
+                    "{}",
+                    stats::json(
+                        name,
+                        &o.device,
+                        (mode(o), recv(o), o.connection.name()),
+                        size,
+                        o.iters,
+                        &sum,
+                    )
+                );
+            } else {
+                println!("{}", stats::row(size, o.iters, &sum));
+            }
+        }
+        Test::Bw(_, name) => {
+            let r = ud::bandwidth(o, dev, size)?;
+            progress.clear();
+            if let Some(c) = csv {
+                c.bw(
+                    name,
+                    &o.device,
+                    size,
+                    o.iters,
+                    r.peak,
+                    r.avg,
+                    r.mpps,
+                    mode(o),
+                    recv(o),
+                    o.connection.name(),
+                )
+                .map_err(csv_err())?;
+            }
+            if o.json {
+                println!(
+                    "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\",\"recv\":\"{}\",\"connection\":\"{}\"}}",
+                    o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o), o.connection.name()
+                );
+            } else {
+                println!(
+                    " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+                    size, o.iters, r.peak, r.avg, r.mpps
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -51,6 +51,27 @@ pub struct Opts {
     /// `--srq`: the receiver's receives are posted to a shared receive queue (perftest's
     /// `--use-srq`), which its QP takes them from.
     pub srq: bool,
+    /// `-c rc|ud` (perftest's `-c RC|UD`): the transport of send-lat and send-bw.
+    pub connection: Connection,
+}
+
+/// The transport a test runs on.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Connection {
+    /// Reliable connected (every test).
+    Rc,
+    /// Unreliable datagram (send-lat, send-bw): messages of at most the path MTU.
+    Ud,
+}
+
+impl Connection {
+    /// The name in the header, JSON and CSV (perftest's spelling).
+    pub fn name(self) -> &'static str {
+        match self {
+            Connection::Rc => "RC",
+            Connection::Ud => "UD",
+        }
+    }
 }
 
 /// Which atomic the atomic test runs.
@@ -87,6 +108,7 @@ impl Default for Opts {
             events: false,
             cqe_zip: None,
             srq: false,
+            connection: Connection::Rc,
         }
     }
 }
@@ -112,6 +134,9 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           mini-CQEs of this format; direct path only: mlx5 or the software NIC)
       --srq               receives posted to a shared receive queue (send-lat, send-bw, and
                           write-lat with --write-with-imm; as perftest --use-srq)
+  -c, --connection rc|ud  transport (default rc); ud: send-lat and send-bw over UD QPs and
+                          address handles (perftest's -c UD), messages up to the path MTU
+                          (a larger --size is refused; -a stops at the MTU), both sides here
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -131,6 +156,7 @@ the round trip, read and atomic the whole request, as perftest):
   t_min_us t_max_us t_typical_us (median) t_avg_us t_stdev_us p99_us p999_us
   mode          poll (busy polling) | event (--events)
   recv          rq (the QP's receive queue) | srq (--srq)
+  connection    RC | UD (-c)
 Bandwidth tests:
   test          write_bw | read_bw | send_bw;  device, bytes, iterations as above
   bw_peak_mb_s  best stretch of a tenth of the completions, MB/s (10^6 bytes/s)
@@ -189,6 +215,13 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--write-with-imm" | "--write_with_imm" => o.write_imm = true,
             "-e" | "--events" => o.events = true,
             "--srq" => o.srq = true,
+            "-c" | "--connection" => {
+                o.connection = match val(a)?.to_ascii_lowercase().as_str() {
+                    "rc" => Connection::Rc,
+                    "ud" => Connection::Ud,
+                    other => return Err(format!("--connection: '{other}' is not rc or ud")),
+                }
+            }
             "--cqe-zip" => {
                 o.cqe_zip = Some(match val(a)?.as_str() {
                     "hash" => blueflame::MiniCqeFormat::Hash,
@@ -239,6 +272,25 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             "--events needs a completion at the receiver: send-lat or write-lat --write-with-imm, not {name}{}",
             if name == "write-lat" { " without --write-with-imm" } else { "" }
         ));
+    }
+    if o.connection == Connection::Ud {
+        if name != "send-lat" && name != "send-bw" {
+            return Err(format!(
+                "-c ud runs send-lat and send-bw (UD has sends only), not {name}"
+            ));
+        }
+        if o.server || o.client.is_some() {
+            return Err("-c ud runs both sides in this process: drop --server/--client".into());
+        }
+        if o.post_list > 1 {
+            return Err("-c ud posts one send per call: --post-list must be 1".into());
+        }
+        if o.cqe_zip.is_some() {
+            return Err("--cqe-zip is not available with -c ud".into());
+        }
+        if o.srq {
+            return Err("--srq is an RC option: UD QPs receive into their own queues here".into());
+        }
     }
     if o.srq && !(name == "send-lat" || name == "send-bw" || (name == "write-lat" && o.write_imm)) {
         // As perftest: only tests with receives have an SRQ to post them to.
@@ -369,6 +421,34 @@ mod tests {
                 .contains("--srq needs receives"));
         }
         assert!(USAGE.contains("--srq") && USAGE.contains("recv"));
+    }
+
+    #[test]
+    fn ud_for_send_tests_only() {
+        let ud = parse(&args("-c UD -s 64")).unwrap();
+        assert_eq!(ud.connection, Connection::Ud);
+        assert_eq!(
+            parse(&args("--connection rc")).unwrap().connection,
+            Connection::Rc
+        );
+        assert_eq!(parse(&args("")).unwrap().connection, Connection::Rc);
+        assert!(parse(&args("-c dc")).unwrap_err().contains("'dc'"));
+        assert!(check_for("send-lat", &ud).is_ok());
+        assert!(check_for("send-bw", &ud).is_ok());
+        assert!(check_for("write-lat", &ud)
+            .unwrap_err()
+            .contains("sends only"));
+        let srv = parse(&args("-c ud --server")).unwrap();
+        assert!(check_for("send-lat", &srv)
+            .unwrap_err()
+            .contains("--server"));
+        let pl = parse(&args("-c ud -l 4")).unwrap();
+        assert!(check_for("send-bw", &pl)
+            .unwrap_err()
+            .contains("--post-list"));
+        assert!(USAGE.contains("-c, --connection rc|ud"));
+        let srq = parse(&args("-c ud --srq")).unwrap();
+        assert!(check_for("send-lat", &srq).unwrap_err().contains("--srq"));
     }
 
     #[test]

@@ -54,13 +54,13 @@ pub fn row(bytes: usize, iters: usize, s: &Summary) -> String {
 pub fn json(
     test: &str,
     device: &str,
-    (mode, recv): (&str, &str),
+    (mode, recv, connection): (&str, &str, &str),
     bytes: usize,
     iters: usize,
     s: &Summary,
 ) -> String {
     format!(
-        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"bytes\":{bytes},\"iterations\":{iters},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"t_typical_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p999_us\":{:.3},\"mode\":\"{mode}\",\"recv\":\"{recv}\"}}",
+        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"bytes\":{bytes},\"iterations\":{iters},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"t_typical_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p999_us\":{:.3},\"mode\":\"{mode}\",\"recv\":\"{recv}\",\"connection\":\"{connection}\"}}",
         s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999
     )
 }

@@ -7,6 +7,9 @@
 //! `cargo xtask rxe-compare LABEL...` runs only the tests whose label contains one of the
 //! words (`cargo xtask rxe-compare send write-imm`: the event-mode comparison alone).
 //!
+//! UD (perftest's `-c UD`, bfperf's `-c ud`): send latency and bandwidth over UD QPs
+//! (`cargo xtask rxe-compare UD` runs those two alone).
+//!
 //! Event mode (perftest's `-e`, bfperf's `--events`: the receiver sleeps on the completion
 //! channel) runs beside busy polling in the same boot; the wake-up cost of each program is
 //! the difference of its two medians. Debian's perftest 4.5 has no write with immediate
@@ -89,6 +92,20 @@ const TESTS: &[Test] = &[
         Some(("ib_write_bw", "")),
         ("write-bw", ""),
         65536,
+        2000,
+    ),
+    t(
+        "UD send latency, 8 B",
+        Some(("ib_send_lat", "-c UD")),
+        ("send-lat", "-c ud"),
+        8,
+        2000,
+    ),
+    t(
+        "UD send bandwidth, 1 KiB",
+        Some(("ib_send_bw", "-c UD")),
+        ("send-bw", "-c ud"),
+        1024,
         2000,
     ),
 ];

@@ -1,0 +1,316 @@
+//! The verbs path of a UD QP ([`crate::UdQp`] on rdma-core devices): the verbs UD QP
+//! (`crate::verbs::ud`), its send and receive queues with the crate's cookies, completion
+//! moderation and CQ accounting, attached to the CQs' registries as an RC QP's queues are,
+//! and the same teardown.
+
+use super::cq::CqHandle;
+use super::device::{Backend, PdKind};
+use super::events::Subject;
+use super::{Cq, Pd, QpCaps};
+use crate::direct::{Attached, PostFlags};
+use crate::error::{Error, Result};
+use crate::verbs;
+use crate::verbs::ex::{ApiChoice, VerbsApi};
+use crate::verbs::path::VerbsRecvQueue;
+use crate::verbs::ud::VerbsUdSendQueue;
+use crate::{Payload, Sge};
+use std::sync::Arc;
+
+/// A UD QP on the verbs path, ready to send and receive.
+pub(crate) struct VerbsUd {
+    // Field order: the queues go before the handles that keep their QP alive.
+    sq: VerbsUdSendQueue,
+    rq: VerbsRecvQueue,
+    qp: Arc<verbs::objects::Qp>,
+    qpn: u32,
+    /// The port's LID and the GID of the index in use (zeros without one).
+    pub(crate) lid: u16,
+    pub(crate) gid: [u8; 16],
+    /// Whether the port's link layer is Ethernet (RoCE: every address is global, a
+    /// multicast group has no LID).
+    pub(crate) ethernet: bool,
+    pd: Pd,
+    cqs: [Arc<CqHandle>; 2],
+}
+
+fn verbs_cq(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
+    match &cq.handle.kind {
+        super::cq::CqKind::Verbs(c) => Ok(c.clone()),
+        #[cfg(feature = "sim")]
+        super::cq::CqKind::Sim { .. } => {
+            Err(Error::Unsupported("a software-NIC CQ with a verbs QP"))
+        }
+    }
+}
+
+impl VerbsUd {
+    /// Creates the verbs UD QP on `pd` (a verbs protection domain) and brings it to RTS
+    /// with `qkey` (`ibv_create_qp_ex` with `IBV_QPT_UD`, INIT / RTR / RTS). Sizes as an RC
+    /// QP's on the verbs path: `caps.sq_blocks / max_wqe_bbs` work requests.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`] for a CQ of another device; [`Error::Verbs`];
+    /// [`Error::Unsupported`] for a PD that is not a verbs one.
+    pub(crate) fn create(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        qkey: u32,
+    ) -> Result<VerbsUd> {
+        for (cq, what) in [
+            (send_cq, "send CQ of another device (CQ number)"),
+            (recv_cq, "receive CQ of another device (CQ number)"),
+        ] {
+            if !cq.dev.same(&pd.inner.dev) {
+                return Err(Error::InvalidHandle {
+                    what,
+                    value: cq.cqn() as u64,
+                });
+            }
+        }
+        let (Backend::Verbs(vdev), PdKind::Verbs(vpd)) = (&pd.inner.dev.backend, &pd.inner.kind)
+        else {
+            return Err(Error::Unsupported("a verbs UD QP on another backend"));
+        };
+        let lim = mlx5::wqe::Limits {
+            max_sge: caps.max_send_sge as usize,
+            max_inline: caps.max_inline as usize,
+        };
+        let wrs = caps.sq_blocks / mlx5::wqe::max_wqe_bbs(&lim) as u32;
+        let vcaps = verbs::objects::Caps {
+            max_send_wr: wrs.max(1),
+            max_recv_wr: caps.rq_entries.max(1),
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: caps.max_recv_sge,
+            max_inline: caps.max_inline,
+        };
+        let (scq, rcq) = (verbs_cq(send_cq)?, verbs_cq(recv_cq)?);
+        // `BLUEFLAME_VERBS_API`, read when the QP is created, as for RC.
+        let api = ApiChoice::current()?;
+        let qp = Arc::new(verbs::objects::Qp::new_ud(
+            vpd.clone(),
+            scq,
+            rcq,
+            vcaps,
+            api,
+        )?);
+        let qpn = qp.qpn();
+        qp.ud_ready(vdev.port, qkey, qpn.wrapping_mul(0x9e37_79b9) >> 8)?;
+        let port = vdev.ctx.port(vdev.port)?;
+        let gid = match vdev.gid_index {
+            Some(i) => vdev.ctx.gid(vdev.port, i)?,
+            None => [0; 16],
+        };
+        let mut sq = VerbsUdSendQueue::new(qp.clone(), verbs::ud::mtu_bytes(port.active_mtu));
+        // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
+        sq.queue().set_gather_lists_legacy(vdev.attrs.rxe);
+        let mut rq = VerbsRecvQueue::new_ud(qp.clone());
+        let (sq_shadow, rq_shadow) = (sq.shadow(), rq.shadow.clone());
+        let sq_weak: std::sync::Weak<dyn super::lifetime::Progress> =
+            Arc::downgrade(&sq_shadow) as _;
+        pd.inner.lifetimes.track(sq_weak);
+        let rq_weak: std::sync::Weak<dyn super::lifetime::Progress> =
+            Arc::downgrade(&rq_shadow) as _;
+        pd.inner.lifetimes.track(rq_weak);
+        send_cq.handle.registry.attach(Attached {
+            qpn,
+            sq: Some(sq_shadow),
+            rq: None,
+            scatter: None,
+            srq: None,
+        });
+        recv_cq.handle.registry.attach(Attached {
+            qpn,
+            sq: None,
+            rq: Some(rq_shadow),
+            scatter: None,
+            srq: None,
+        });
+        sq.queue().attach_cq(send_cq.handle.registry.slots.clone());
+        rq.attach_cq(recv_cq.handle.registry.slots.clone());
+        Ok(VerbsUd {
+            sq,
+            rq,
+            qp,
+            qpn,
+            lid: port.lid,
+            gid,
+            ethernet: port.ethernet,
+            pd: pd.clone(),
+            cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
+        })
+    }
+
+    /// The QP number.
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The protection domain.
+    pub(crate) fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    /// The largest payload of one send (the port's active MTU).
+    pub(crate) fn mtu(&self) -> u32 {
+        self.sq.mtu()
+    }
+
+    /// The rdma-core API the sends are posted with.
+    pub(crate) fn api(&self) -> VerbsApi {
+        self.qp.api()
+    }
+
+    /// Send-queue room and depth, receive-queue room and depth.
+    pub(crate) fn room(&self) -> (u32, u32, u32, u32) {
+        (
+            self.sq.free(),
+            self.sq.capacity(),
+            self.rq.free(),
+            self.rq.capacity(),
+        )
+    }
+
+    /// Posts one send to `remote_qpn` / `remote_qkey` behind `ah` (checked by the caller
+    /// to be of this QP's protection domain).
+    ///
+    /// # Errors
+    /// As [`VerbsUdSendQueue::push`] and [`VerbsUdSendQueue::ring`]; an asynchronous event
+    /// about this QP instead of a queue or CQ that does not drain.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send(
+        &mut self,
+        ah: &verbs::ud::Ah,
+        remote_qpn: u32,
+        remote_qkey: u32,
+        data: &Payload<'_>,
+        imm: Option<u32>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        // SAFETY: `ah` is live for the call (borrowed), of this QP's protection domain (the
+        // caller's check); the provider takes the address during the call (rxe: the kernel
+        // AH's number, or a copy of the vector on old kernels; mlx5: a copy in the WQE), so
+        // the handle may go once `post` returns.
+        let r = unsafe {
+            self.sq
+                .post(ah.ah, remote_qpn, remote_qkey, data, imm, cookie, flags)
+        };
+        r.map_err(|e| self.explain(e))
+    }
+
+    /// Posts a receive.
+    ///
+    /// # Errors
+    /// As [`VerbsRecvQueue::post`].
+    pub(crate) fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        let r = self.rq.post(sgl, cookie);
+        r.map_err(|e| self.explain(e))
+    }
+
+    /// `ibv_attach_mcast`.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`].
+    pub(crate) fn attach_mcast(&self, gid: &[u8; 16], lid: u16) -> Result<()> {
+        Ok(self.qp.attach_mcast(gid, lid)?)
+    }
+
+    /// `ibv_detach_mcast`.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`].
+    pub(crate) fn detach_mcast(&self, gid: &[u8; 16], lid: u16) -> Result<()> {
+        Ok(self.qp.detach_mcast(gid, lid)?)
+    }
+
+    /// Any state -> ERROR: posted and later work is flushed.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`].
+    pub(crate) fn set_error(&self) -> Result<()> {
+        Ok(self.qp.to_error()?)
+    }
+
+    /// Reads the device's asynchronous events and reports one about this QP or its CQs.
+    ///
+    /// # Errors
+    /// [`Error::AsyncEvent`].
+    pub(crate) fn check(&self) -> Result<()> {
+        let dev = &self.pd.inner.dev;
+        let subjects = [
+            Subject::Qp(self.qpn),
+            self.cqs[0].subject(),
+            self.cqs[1].subject(),
+        ];
+        dev.events.check(&dev.backend, &subjects)
+    }
+
+    #[cold]
+    fn explain(&self, e: Error) -> Error {
+        match e {
+            Error::QueueFull { .. } | Error::CqFull { .. } => match self.check() {
+                Err(event) => event,
+                Ok(()) => e,
+            },
+            e => e,
+        }
+    }
+}
+
+impl Drop for VerbsUd {
+    fn drop(&mut self) {
+        self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
+        self.pd.inner.lifetimes.reclaim();
+        self.sq.queue().release_cq();
+        self.rq.release_cq();
+        // As an RC QP's drop: with the CQs' lists locked, a tombstone for the number (the
+        // verbs QP itself is destroyed when its last Arc, held by the queues, drops).
+        let [a, b] = &self.cqs;
+        let (first, second) = if Arc::as_ptr(&a.registry) <= Arc::as_ptr(&b.registry) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let same = Arc::ptr_eq(&a.registry, &b.registry);
+        let mut g1 = first.registry.lock();
+        let mut g2 = (!same).then(|| second.registry.lock());
+        first.registry.bury(&mut g1, self.qpn);
+        if let Some(g2) = g2.as_mut() {
+            second.registry.bury(g2, self.qpn);
+        }
+    }
+}
+
+/// Whether `gid` is a multicast GID as the kernel's `rdma_is_multicast_addr` says (what
+/// `ibv_attach_mcast` accepts on RoCE): `ff00::/8`, or an IPv4-mapped multicast address
+/// (`::ffff:224.0.0.0/4`, how RoCE v2 over IPv4 and rdma_cm name IPv4 groups).
+pub(crate) fn is_roce_multicast(gid: &[u8; 16]) -> bool {
+    gid[0] == 0xff || (gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff] && gid[12] >> 4 == 0xe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roce_multicast_gids() {
+        let mut g = [0u8; 16];
+        assert!(!is_roce_multicast(&g));
+        g[0] = 0xff;
+        g[1] = 0x0e;
+        assert!(is_roce_multicast(&g), "IPv6 / IB multicast");
+        let v4 = |a: u8| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(&[a, 1, 2, 3]);
+            g
+        };
+        assert!(is_roce_multicast(&v4(239)), "::ffff:239.1.2.3");
+        assert!(is_roce_multicast(&v4(224)));
+        assert!(!is_roce_multicast(&v4(10)), "::ffff:10.1.2.3 is unicast");
+        assert!(!is_roce_multicast(&v4(240)));
+    }
+}
