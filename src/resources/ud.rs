@@ -387,7 +387,7 @@ impl UdQp {
     /// RoCE also `::ffff:224.0.0.0/4`) or, on InfiniBand, a LID outside 0xc000..=0xfffe;
     /// the device's refusal otherwise.
     pub fn attach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
-        match &self.path {
+        match &mut self.path {
             UdPath::Direct(qp) => {
                 check_group(&gid, lid)?;
                 match &qp.pd().inner.dev.backend {
@@ -408,7 +408,7 @@ impl UdQp {
     /// # Errors
     /// As [`UdQp::attach_mcast`]; the device's refusal when the QP is not attached.
     pub fn detach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
-        match &self.path {
+        match &mut self.path {
             UdPath::Direct(qp) => {
                 check_group(&gid, lid)?;
                 match &qp.pd().inner.dev.backend {

@@ -29,6 +29,10 @@ pub(crate) struct VerbsUd {
     /// Whether the port's link layer is Ethernet (RoCE: every address is global, a
     /// multicast group has no LID).
     pub(crate) ethernet: bool,
+    /// The multicast groups the QP is attached to: detached before the QP is destroyed
+    /// (the kernel refuses to destroy a QP with attachments, `EBUSY`, and the QP and its
+    /// CQs would stay allocated).
+    groups: Vec<([u8; 16], u16)>,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
 }
@@ -137,6 +141,7 @@ impl VerbsUd {
             lid: port.lid,
             gid,
             ethernet: port.ethernet,
+            groups: Vec::new(),
             pd: pd.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
         })
@@ -209,20 +214,26 @@ impl VerbsUd {
         r.map_err(|e| self.explain(e))
     }
 
-    /// `ibv_attach_mcast`.
+    /// `ibv_attach_mcast`; the group is remembered for the drop.
     ///
     /// # Errors
     /// [`Error::Verbs`].
-    pub(crate) fn attach_mcast(&self, gid: &[u8; 16], lid: u16) -> Result<()> {
-        Ok(self.qp.attach_mcast(gid, lid)?)
+    pub(crate) fn attach_mcast(&mut self, gid: &[u8; 16], lid: u16) -> Result<()> {
+        self.qp.attach_mcast(gid, lid)?;
+        if !self.groups.contains(&(*gid, lid)) {
+            self.groups.push((*gid, lid));
+        }
+        Ok(())
     }
 
     /// `ibv_detach_mcast`.
     ///
     /// # Errors
     /// [`Error::Verbs`].
-    pub(crate) fn detach_mcast(&self, gid: &[u8; 16], lid: u16) -> Result<()> {
-        Ok(self.qp.detach_mcast(gid, lid)?)
+    pub(crate) fn detach_mcast(&mut self, gid: &[u8; 16], lid: u16) -> Result<()> {
+        self.qp.detach_mcast(gid, lid)?;
+        self.groups.retain(|g| *g != (*gid, lid));
+        Ok(())
     }
 
     /// Any state -> ERROR: posted and later work is flushed.
@@ -261,6 +272,11 @@ impl VerbsUd {
 
 impl Drop for VerbsUd {
     fn drop(&mut self) {
+        // Groups first: `ibv_destroy_qp` (when the queues drop the last reference) fails
+        // with EBUSY while the QP is attached to one (`uverbs_free_qp`).
+        for (gid, lid) in std::mem::take(&mut self.groups) {
+            let _ = self.qp.detach_mcast(&gid, lid);
+        }
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.lifetimes.reclaim();
         self.sq.queue().release_cq();
