@@ -109,7 +109,9 @@ impl Pd {
     /// # Errors
     /// [`Error::InvalidParameter`] for a Q_Key with the privileged bit
     /// ([`QKEY_PRIVILEGED`]); as [`Pd::create_qp`] for the CQs and capabilities (on
-    /// rdma-core devices [`Error::Verbs`] from `ibv_create_qp_ex` or `ibv_modify_qp`).
+    /// rdma-core devices [`Error::Verbs`] from `ibv_create_qp_ex` or `ibv_modify_qp`);
+    /// [`Error::Unsupported`] on mlx5's direct path (not yet: `BLUEFLAME_PATH=verbs` runs
+    /// UD QPs there on the verbs path).
     pub fn create_ud_qp(
         &self,
         send_cq: &Cq,

@@ -77,6 +77,15 @@ impl VerbsUd {
         else {
             return Err(Error::Unsupported("a verbs UD QP on another backend"));
         };
+        if vdev.path == crate::DataPath::Direct {
+            // The device's CQs are polled by the direct path, which attributes completions
+            // by the rings' WQE counters: a verbs QP's completions on them would be
+            // misread.
+            return Err(Error::Unsupported(
+                "UD QPs on mlx5's direct path (not bound to a ConnectX QP yet; \
+                 BLUEFLAME_PATH=verbs runs them on the verbs path)",
+            ));
+        }
         let lim = mlx5::wqe::Limits {
             max_sge: caps.max_send_sge as usize,
             max_inline: caps.max_inline as usize,
