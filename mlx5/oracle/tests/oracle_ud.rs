@@ -1,18 +1,14 @@
 //! Address vectors and UD send WQEs: rdma-core's `mlx5_create_ah` against the crate's
-//! `Av::from_attr`, and `ibv_wr_send*` + `ibv_wr_set_ud_addr` on a memory-backed UD QP
-//! against the crate's datagram segment in a WQE built from the crate's segments.
+//! `Av::from_attr`, and UD sends on a memory-backed UD QP (`ibv_wr_set_ud_addr`, and the
+//! classic `ibv_post_send`) against the crate's `wqe::encode_ud`.
 #![allow(missing_docs)]
 
 mod common;
 
-use common::{crate_datagram_wqe, fm_ce_se, hex, masked};
-use mlx5::av::{Av, AvAttr, AvLink, DatagramSeg, GrhAttr};
-use mlx5::seg::inline_ds;
+use common::{Pair, Setter};
+use mlx5::av::{Av, AvAttr, AvLink, GrhAttr};
 use mlx5::{Payload, Request, Sge};
-use mlx5_oracle::{
-    create_ah, skip_or_fail, AhAttr, Data, IbvSge, Op, OracleQp, QpKind, Wr, IBV_SEND_SIGNALED,
-    IBV_SEND_SOLICITED,
-};
+use mlx5_oracle::{create_ah, skip_or_fail, AhAttr, QpKind, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED};
 use proptest::prelude::*;
 use zerocopy::IntoBytes;
 
@@ -151,117 +147,145 @@ proptest! {
     }
 }
 
-/// rdma-core's UD WQE (ctrl + `_set_datagram_seg` + data, wrapping at the ring end) against
-/// the crate's `DatagramSeg::ud` in front of the crate's encoding of the same send
-/// (`common::crate_datagram_wqe`), for IB and RoCE addresses, inline and gather data, at every ring
-/// position of a 16-block ring. Masked: `ctrl.imm` of a plain send (rdma-core leaves it) and
-/// inline padding (neither writes it).
+/// An InfiniBand or RoCE v2 address with a GRH, made by rdma-core and by the crate.
+fn ud_address(link: u8, seed: u8) -> ([u8; 48], Av) {
+    let (c, r) = attrs(
+        link,
+        seed & 0xf,
+        0,
+        0x12,
+        0,
+        true,
+        grh(seed),
+        [2, 0, 0, 0, seed, 1],
+    );
+    (create_ah(&c).expect("mlx5_create_ah"), Av::from_attr(&r))
+}
+
+fn pattern(i: usize) -> u8 {
+    (i as u8).wrapping_mul(41) ^ 0xa7
+}
+
+/// UD sends through rdma-core (`ibv_wr_send(_imm)` + `ibv_wr_set_ud_addr` + data setter, and
+/// the classic `ibv_post_send` with `wr.ud`), the address handle from `mlx5_create_ah`,
+/// against the crate's `wqe::encode_ud` with `DatagramSeg::ud` of `Av::from_attr`: the whole
+/// ring, for IB and RoCE addresses, inline and gathered data, at every position of a 16-block
+/// ring and at the 16-bit wrap.
 #[test]
 fn ud_send_wqe_matches_rdma_core() {
     if !skip_or_fail("ud_send_wqe_matches_rdma_core") {
         return;
     }
-    let qpn = 0x00ab_cdef;
-    let payload: Vec<u8> = (0..200u32).map(|i| (i * 5 + 1) as u8).collect();
+    let payload: Vec<u8> = (0..300u32).map(|i| (i * 5 + 1) as u8).collect();
     let sgl = [
-        IbvSge {
+        Sge {
             addr: 0x1000,
-            length: 100,
+            len: 100,
             lkey: 7,
         },
-        IbvSge {
+        Sge {
             addr: 0x2000,
-            length: 0,
+            len: 0,
             lkey: 8,
         },
-        IbvSge {
+        Sge {
             addr: u64::MAX,
-            length: 0x7fff_ffff,
+            len: 0x7fff_ffff,
             lkey: u32::MAX,
         },
     ];
+    let datas = [
+        Payload::Sgl(&sgl),
+        Payload::Sgl(&sgl[..1]),
+        Payload::Sgl(&[]),
+        Payload::Inline(&payload[..1]),
+        Payload::Inline(&payload[..12]),
+        Payload::Inline(&payload[..60]),
+        Payload::Inline(&payload[..300]),
+    ];
+    let mut n = 0;
     for link in [0u8, 2] {
-        let (c, r) = attrs(link, 3, 0, 0x12, 0, true, grh(9), [2, 0, 0, 0, 0, 1]);
-        let av_bytes = create_ah(&c).expect("mlx5_create_ah");
-        let av = Av::from_attr(&r);
-        for pi in 0u32..16 {
-            for (data, imm) in [
-                (Data::SgeList(&sgl), None),
-                (Data::SgeList(&sgl[..1]), Some(0x1234_5678)),
-                (Data::Inline(&payload[..1]), None),
-                (Data::Inline(&payload[..60]), Some(1)),
-                (Data::Inline(&payload[..200]), None),
-                (Data::SgeList(&[]), None),
-            ] {
-                for flags in [0, IBV_SEND_SIGNALED, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED] {
-                    let (rqpn, qkey) = (0x00fe_dcba, 0x8000_0011);
-                    let mut q = OracleQp::new(QpKind::Ud, qpn, 16, 512, 16);
-                    q.ring_mut().fill(0xa7);
-                    q.set_cur_post(pi);
-                    let op = match imm {
-                        Some(imm) => Op::SendImm { imm },
-                        None => Op::Send,
-                    };
-                    let rc = q.post(&[Wr {
-                        wr_id: 1,
-                        flags,
-                        op,
-                        addr: mlx5_oracle::Addr::Ud {
-                            av: av_bytes,
-                            qpn: rqpn,
-                            qkey,
-                        },
-                        data: Some(data),
-                    }]);
-                    assert_eq!(rc, 0);
-                    let fm = fm_ce_se(flags, false);
-                    let crate_sgl: Vec<Sge>;
-                    let body = match data {
-                        Data::SgeList(l) => {
-                            crate_sgl = l
-                                .iter()
-                                .map(|s| Sge {
-                                    addr: s.addr,
-                                    len: s.length,
-                                    lkey: s.lkey,
-                                })
-                                .collect();
-                            Payload::Sgl(&crate_sgl)
-                        }
-                        Data::Inline(b) => Payload::Inline(b),
-                        _ => unreachable!(),
-                    };
-                    let req = match imm {
-                        Some(imm) => Request::SendImm { data: body, imm },
-                        None => Request::Send { data: body },
-                    };
-                    let dgram = DatagramSeg::ud(&av, rqpn, qkey);
-                    let want = crate_datagram_wqe(&req, pi as u16, qpn, fm, &dgram);
-                    let bbs = want.len().div_ceil(64);
-                    assert_eq!(q.cur_post(), pi + bbs as u32, "blocks");
-                    let mut got = vec![0u8; bbs * 64];
-                    mlx5::wqe::linearize(q.ring(), pi as usize, bbs, &mut got);
-                    let pad = match data {
-                        Data::Inline(b) if !b.is_empty() => inline_ds(b.len()) * 16 - 4 - b.len(),
-                        _ => 0,
-                    };
-                    let end = want.len() - pad;
-                    let (mut g, mut w) = (got[..end].to_vec(), want[..end].to_vec());
-                    for (r, _) in masked(&req) {
-                        for o in r {
-                            let o = if o < 16 { o } else { o + 48 };
-                            g[o] = 0;
-                            w[o] = 0;
+        let (c_av, av) = ud_address(link, 9);
+        for data in datas {
+            for imm in [None, Some(0x1234_5678)] {
+                let req = match imm {
+                    Some(imm) => Request::SendImm { data, imm },
+                    None => Request::Send { data },
+                };
+                for pi in (0u32..16).chain([0xfff0, 0xffff]) {
+                    for flags in [0, IBV_SEND_SIGNALED, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED] {
+                        for classic in [false, true] {
+                            let mut p = Pair::new(QpKind::Ud, 16, pi, pattern);
+                            p.classic = classic;
+                            let (rqpn, qkey) = (0x00fe_dcba, 0x8000_0011);
+                            p.post_ud(&req, flags, Setter::Pieces(7), c_av, &av, rqpn, qkey);
+                            p.assert_same();
+                            n += 1;
                         }
                     }
-                    assert!(
-                        g == w,
-                        "link {link} pi {pi} {data:?} imm {imm:?} flags {flags}\n  rdma-core: {}\n  crate:     {}",
-                        hex(&g),
-                        hex(&w)
-                    );
                 }
             }
+        }
+    }
+    assert!(n > 2000, "{n} cases");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Random UD sends (inline 0 to 512 bytes or gather lists, immediates, destinations,
+    /// Q_Keys, IB or RoCE) in sequence on a 16- or 64-block ring from a random producer
+    /// index, through either rdma-core API: after every post the rings agree.
+    #[test]
+    fn random_ud_sequences_match(
+        sends in prop::collection::vec(
+            (
+                prop_oneof![
+                    (0usize..=512).prop_map(|n| (n, vec![])),
+                    prop::collection::vec(prop_oneof![Just(0u32), 1u32..=0x7fff_ffff], 0..=30)
+                        .prop_map(|l| (usize::MAX, l)),
+                ],
+                any::<Option<u32>>(),
+                0u32..=0xff_ffff,
+                any::<u32>(),
+                any::<u8>(),
+                0u32..8,
+            ),
+            1..20,
+        ),
+        pi in any::<u32>(),
+        big in any::<bool>(),
+        classic in any::<bool>(),
+        seed in any::<u8>(),
+    ) {
+        if !skip_or_fail("random_ud_sequences_match") {
+            return Ok(());
+        }
+        let payload: Vec<u8> = (0..512usize).map(|i| (i as u8) ^ seed).collect();
+        let mut p = Pair::new(QpKind::Ud, if big { 64 } else { 16 }, pi, |i| {
+            (i as u8).wrapping_mul(seed | 1)
+        });
+        p.classic = classic;
+        for ((inline, lens), imm, rqpn, qkey, aseed, flags) in &sends {
+            let sgl: Vec<Sge> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &len)| Sge { addr: 0x1000 * i as u64, len, lkey: i as u32 })
+                .collect();
+            let data = if *inline == usize::MAX {
+                Payload::Sgl(&sgl)
+            } else {
+                Payload::Inline(&payload[..*inline])
+            };
+            let req = match imm {
+                Some(imm) => Request::SendImm { data, imm: *imm },
+                None => Request::Send { data },
+            };
+            let (c_av, av) = ud_address(if aseed & 1 == 0 { 0 } else { 2 }, *aseed);
+            // UD has no fence: the flags are signaled and solicited only.
+            let flags = flags & (IBV_SEND_SIGNALED | IBV_SEND_SOLICITED);
+            p.post_ud(&req, flags, Setter::Pieces(5), c_av, &av, *rqpn, *qkey);
+            p.assert_same();
         }
     }
 }

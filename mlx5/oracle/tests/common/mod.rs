@@ -47,6 +47,17 @@ pub fn fm_ce_se(ibv_flags: u32, fence_after_bind: bool) -> FmCeSe {
     }
 }
 
+/// Which of the crate's WQE encoders a request goes through.
+#[derive(Copy, Clone, Debug)]
+pub enum Transport<'a> {
+    /// `wqe::encode`.
+    Rc,
+    /// `mlx5::dc::encode_dc` to this destination.
+    Dc(&'a mlx5::dc::DcAddr),
+    /// `wqe::encode_ud` with this datagram segment.
+    Ud(mlx5::av::DatagramSeg),
+}
+
 /// One QP twice: rdma-core's (memory-backed) and a plain ring the crate encodes into.
 pub struct Pair {
     pub oracle: OracleQp,
@@ -140,38 +151,56 @@ impl Pair {
 
     /// Encodes `req` with the crate at the current producer index; returns its blocks.
     pub fn encode(&mut self, req: &Request<'_>, ibv_flags: u32) -> usize {
-        self.encode_as(req, ibv_flags, None)
+        self.encode_as(req, ibv_flags, Transport::Rc)
     }
 
-    /// [`Pair::encode`] as an RC WQE (`dc` None) or as a DCI WQE to `dc` (`mlx5::dc`).
-    pub fn encode_as(
-        &mut self,
-        req: &Request<'_>,
-        ibv_flags: u32,
-        dc: Option<&mlx5::dc::DcAddr>,
-    ) -> usize {
+    /// [`Pair::encode`] as an RC WQE (`wqe::encode`), a DCI WQE (`mlx5::dc::encode_dc`) or a
+    /// UD WQE (`wqe::encode_ud`; `req` a send).
+    pub fn encode_as(&mut self, req: &Request<'_>, ibv_flags: u32, t: Transport<'_>) -> usize {
         let lim = Limits {
             max_sge: MAX_GS,
             max_inline: MAX_INLINE,
         };
         let flags = fm_ce_se(ibv_flags, self.fence_after_bind);
         self.fence_after_bind = matches!(req, Request::BindMw(_) | Request::LocalInvalidate { .. });
-        let ds = match dc {
-            None => wqe::wqe_ds(req, &lim),
-            Some(_) => mlx5::dc::dc_wqe_ds(req, &lim),
+        let ud = |dgram: mlx5::av::DatagramSeg| match *req {
+            Request::Send { data } => wqe::UdSend {
+                dgram,
+                data,
+                imm: None,
+            },
+            Request::SendImm { data, imm } => wqe::UdSend {
+                dgram,
+                data,
+                imm: Some(imm),
+            },
+            ref r => panic!("not a UD send: {r:?}"),
+        };
+        let ds = match t {
+            Transport::Rc => wqe::wqe_ds(req, &lim),
+            Transport::Dc(_) => mlx5::dc::dc_wqe_ds(req, &lim),
+            Transport::Ud(g) => wqe::ud_wqe_ds(&ud(g).data, &lim),
         }
         .expect("a request the crate encodes");
         let bbs = wqe::ds_to_bbs(ds);
         let start = self.pi as usize % self.wqe_cnt;
         let mut span = Span::of_ring(&mut self.ring, start, bbs);
         let pi = self.pi as u16;
-        let took = match dc {
-            None => wqe::encode(req, ds, pi, QPN, flags, &mut span),
-            Some(a) => mlx5::dc::encode_dc(req, ds, pi, QPN, flags, a, &mut span),
+        match t {
+            Transport::Rc => assert_eq!(wqe::encode(req, ds, pi, QPN, flags, &mut span), bbs),
+            Transport::Dc(a) => {
+                assert_eq!(
+                    mlx5::dc::encode_dc(req, ds, pi, QPN, flags, a, &mut span),
+                    bbs
+                )
+            }
+            Transport::Ud(g) => wqe::encode_ud(&ud(g), ds, pi, QPN, flags, &mut span),
+        }
+        // Offsets of `masked` past the control segment move behind the datagram segment.
+        let shift = match t {
+            Transport::Rc => 0,
+            _ => mlx5::av::AV_BYTES,
         };
-        assert_eq!(took, bbs);
-        // Offsets of `masked` past the control segment move behind the DC address segment.
-        let shift = if dc.is_some() { mlx5::av::AV_BYTES } else { 0 };
         let mut desc = format!("{req:?}");
         desc.truncate(160);
         self.wqes
@@ -232,7 +261,36 @@ impl Pair {
             dc_key: addr.dc_key,
         };
         post_oracle(&mut self.oracle, req, ibv_flags, setter, a);
-        self.encode_as(req, ibv_flags, Some(addr));
+        self.encode_as(req, ibv_flags, Transport::Dc(addr));
+        self.check_indices();
+    }
+
+    /// Posts the send `req` on a UD QP through rdma-core (`ibv_wr_set_ud_addr`, or the
+    /// classic `wr.ud` when `self.classic`) with an AH whose AV is `c_av`, and encodes it
+    /// with `wqe::encode_ud` with `DatagramSeg::ud(av, qpn, qkey)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_ud(
+        &mut self,
+        req: &Request<'_>,
+        ibv_flags: u32,
+        setter: Setter,
+        c_av: [u8; 48],
+        av: &mlx5::av::Av,
+        qpn: u32,
+        qkey: u32,
+    ) {
+        let a = Addr::Ud {
+            av: c_av,
+            qpn,
+            qkey,
+        };
+        if self.classic {
+            post_oracle_classic(&mut self.oracle, req, ibv_flags, a);
+        } else {
+            post_oracle(&mut self.oracle, req, ibv_flags, setter, a);
+        }
+        let dgram = mlx5::av::DatagramSeg::ud(av, qpn, qkey);
+        self.encode_as(req, ibv_flags, Transport::Ud(dgram));
         self.check_indices();
     }
 
@@ -410,35 +468,6 @@ pub fn post_oracle(
     };
     let rc = oracle.post(&[wr]);
     assert_eq!(rc, 0, "ibv_wr_complete refused {req:?}");
-}
-
-/// A UD or DC send WQE from the crate's pieces, until the crate has a datagram WQE encoder:
-/// the request's RC body (the crate's `wqe::encode`, everything after its control segment)
-/// behind the datagram segment, and the control segment with the three extra DS.
-pub fn crate_datagram_wqe(
-    req: &Request<'_>,
-    pi: u16,
-    qpn: u32,
-    flags: FmCeSe,
-    dgram: &mlx5::av::DatagramSeg,
-) -> Vec<u8> {
-    use zerocopy::IntoBytes;
-    let lim = Limits {
-        max_sge: MAX_GS,
-        max_inline: MAX_INLINE,
-    };
-    let ds = wqe::wqe_ds(req, &lim).expect("a request the crate encodes");
-    let bbs = wqe::ds_to_bbs(ds);
-    let mut rc = vec![0u8; bbs * 64];
-    let mut span = Span::of_ring(&mut rc, 0, bbs);
-    wqe::encode(req, ds, pi, qpn, flags, &mut span);
-    let mut w = rc[..16].to_vec();
-    w.extend_from_slice(dgram.as_bytes());
-    w.extend_from_slice(&rc[16..ds * 16]);
-    let total = ds + mlx5::av::DATAGRAM_SEG_DS;
-    // qpn_ds: the same QP number, three more DS.
-    w[4..8].copy_from_slice(&((qpn << 8) | total as u32).to_be_bytes());
-    w
 }
 
 /// The `ibv_post_send` a program makes for `req` (rdma-core's `mlx5_post_send`); inline data
