@@ -9,7 +9,9 @@
 //! that ahead of what arrived (a datagram that finds no receive is dropped, and a perftest
 //! receiver that lost one waits for ever), so every message is received.
 //!
-//! Both sides run in this process; `--server` / `--client` are refused with `-c ud`.
+//! Both sides run in this process (`--server` / `--client` are refused with `-c ud`): on an
+//! rdma-core device the responder or receiver has its own thread, on the software NIC one
+//! thread plays both sides (the NIC's own thread needs the other core).
 
 use crate::bw::BwResult;
 use crate::opts::Opts;
@@ -268,65 +270,89 @@ pub fn latency(o: &Opts, dev: &Device, size: usize) -> Result<Vec<f64>> {
     Ok(samples)
 }
 
-/// The receiver of the bandwidth test: keeps [`RX_DEPTH`] receives posted, publishes how
-/// many arrived (after the receive that replaces each one is posted), stops when `total`
-/// arrived or, once the sender is done, after 2 s without one. Returns how many arrived.
-fn receive(
-    mut s: UdSide,
+/// The receiver of the bandwidth test: keeps [`RX_DEPTH`] receives posted and counts what
+/// arrived. Stepped from its own thread on an rdma-core device, from the sender's loop on
+/// the software NIC (whose own thread needs the other core).
+struct UdRx {
+    side: UdSide,
     size: usize,
     total: u64,
-    got: &AtomicU64,
-    sender_done: &AtomicBool,
-    ready: &Barrier,
-) -> Result<u64> {
-    let depth = RX_DEPTH.min(total);
-    for i in 0..depth {
-        s.post_recv(size, i)?;
+    got: u64,
+    posted: u64,
+}
+
+impl UdRx {
+    fn new(mut side: UdSide, size: usize, total: u64) -> Result<UdRx> {
+        let depth = RX_DEPTH.min(total);
+        for i in 0..depth {
+            side.post_recv(size, i)?;
+        }
+        Ok(UdRx {
+            side,
+            size,
+            total,
+            got: 0,
+            posted: depth,
+        })
     }
-    ready.wait();
-    let (mut n, mut posted) = (0u64, depth);
-    let mut out = [Completion::default(); 16];
-    let mut idle = Instant::now();
-    while n < total {
-        s.dev.process();
-        let k = s.cq.poll(&mut out);
+
+    /// Takes the receives that arrived and posts their replacements; how many arrived.
+    fn step(&mut self) -> Result<usize> {
+        let mut out = [Completion::default(); 16];
+        let k = self.side.cq.poll(&mut out);
         for c in &out[..k] {
             if !c.is_ok() {
                 eprintln!("bfperf: receive failed: {c:?}");
                 std::process::exit(1);
             }
-            n += 1;
-            if posted < total {
-                s.post_recv(size, posted)?;
-                posted += 1;
+            self.got += 1;
+            if self.posted < self.total {
+                self.side.post_recv(self.size, self.posted)?;
+                self.posted += 1;
             }
         }
-        if k > 0 {
-            got.store(n, Ordering::Release);
+        Ok(k)
+    }
+}
+
+/// The receiver's thread: publishes how many arrived (after the receive that replaces each
+/// one is posted), stops when all arrived or, once the sender is done, after 2 s without
+/// one. Returns how many arrived.
+fn receive(
+    mut rx: UdRx,
+    got: &AtomicU64,
+    sender_done: &AtomicBool,
+    ready: &Barrier,
+) -> Result<u64> {
+    ready.wait();
+    let mut idle = Instant::now();
+    while rx.got < rx.total {
+        if rx.step()? > 0 {
+            got.store(rx.got, Ordering::Release);
             idle = Instant::now();
         } else if sender_done.load(Ordering::Acquire) && idle.elapsed() > Duration::from_secs(2) {
             break;
         }
     }
-    Ok(n)
+    Ok(rx.got)
 }
 
 /// UD send bandwidth, measured at the sender.
 pub fn bandwidth(o: &Opts, dev: &Device, size: usize) -> Result<BwResult> {
-    if dev.nic().is_some() {
-        // The software NIC's thread needs the second core: a receiver thread would starve it.
-        return Err(Error::Unsupported(
-            "send-bw -c ud on the software NIC (its UD is the direct path's)",
-        ));
-    }
     let (mut a, b) = pair(dev, o, size)?;
     let total = (o.warmup + o.iters) as u64;
     let got = Arc::new(AtomicU64::new(0));
     let done_flag = Arc::new(AtomicBool::new(false));
-    let ready = Arc::new(Barrier::new(2));
-    let t = {
-        let (got, done_flag, ready) = (got.clone(), done_flag.clone(), ready.clone());
-        std::thread::spawn(move || receive(b, size, total, &got, &done_flag, &ready))
+    let rx = UdRx::new(b, size, total)?;
+    // The software NIC: the receiver is stepped from this loop (its thread needs the other
+    // core); an rdma-core device: the receiver has its own thread, as perftest's process.
+    let (mut inline_rx, t, ready) = if dev.nic().is_some() {
+        (Some(rx), None, Arc::new(Barrier::new(1)))
+    } else {
+        let ready = Arc::new(Barrier::new(2));
+        let (got, done_flag, r2) = (got.clone(), done_flag.clone(), ready.clone());
+        let t = std::thread::spawn(move || receive(rx, &got, &done_flag, &r2));
+        (None, Some(t), ready)
     };
     crate::pin(o.pin);
     let in_flight = (o.tx_depth as u64).min(a.qp.send_depth() as u64).max(1);
@@ -351,6 +377,11 @@ pub fn bandwidth(o: &Opts, dev: &Device, size: usize) -> Result<BwResult> {
             };
             a.send(o, size, cookie, signaled)?;
         }
+        a.dev.process();
+        if let Some(rx) = inline_rx.as_mut() {
+            rx.step()?;
+            got.store(rx.got, Ordering::Release);
+        }
         let k = a.cq.poll(&mut out);
         for c in &out[..k] {
             if !c.is_ok() {
@@ -368,9 +399,20 @@ pub fn bandwidth(o: &Opts, dev: &Device, size: usize) -> Result<BwResult> {
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     done_flag.store(true, Ordering::Release);
-    let arrived = t
-        .join()
-        .map_err(|_| Error::Unsupported("the receiver thread panicked"))??;
+    let arrived = match (t, inline_rx) {
+        (Some(t), _) => t
+            .join()
+            .map_err(|_| Error::Unsupported("the receiver thread panicked"))??,
+        (None, Some(mut rx)) => {
+            let idle = Instant::now();
+            while rx.got < total && idle.elapsed() < Duration::from_secs(2) {
+                a.dev.process();
+                rx.step()?;
+            }
+            rx.got
+        }
+        (None, None) => 0,
+    };
     if arrived < total {
         eprintln!("bfperf: {} of {total} datagrams were lost", total - arrived);
     }
@@ -422,6 +464,27 @@ mod tests {
         assert_eq!(sizes(&opts("-c ud -s 4096"), 4096).unwrap(), [4096]);
         let all = sizes(&opts("-c ud -a"), 1024).unwrap();
         assert_eq!((all[0], *all.last().unwrap(), all.len()), (2, 1024, 10));
+    }
+
+    /// Both tests run whole on the software NIC (stepped: this thread runs the NIC): one
+    /// latency sample per measured iteration, every datagram of the bandwidth test sent and
+    /// counted (a lost one would leave `done` short and the loop would not end).
+    #[test]
+    fn latency_and_bandwidth_on_the_software_nic() {
+        let o = opts("-c ud -d sim-stepped -n 40 --warmup 5 -t 16");
+        let dev = Device::sim_stepped();
+        let samples = latency(&o, &dev, 100).expect("latency");
+        assert_eq!(samples.len(), 40);
+        assert!(samples.iter().all(|&ns| ns > 0.0));
+        let r = bandwidth(&o, &dev, 512).expect("bandwidth");
+        assert!(r.mpps > 0.0 && r.avg > 0.0 && r.peak >= r.avg);
+        assert!(matches!(
+            latency(&o, &dev, 4097),
+            Err(Error::MessageTooLong {
+                len: 4097,
+                mtu: 4096
+            })
+        ));
     }
 
     /// Each signaled send's cookie counts the sends it retires, so the sender's count of
