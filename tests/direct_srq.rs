@@ -573,3 +573,40 @@ fn poster_and_poller_on_two_threads() {
     assert_eq!(srq.free(), 15, "every WQE came back");
     drop(servers);
 }
+
+/// A receive into an on-demand region is refused before it is posted: a ConnectX that
+/// meets a page fault in an SRQ WQE completes it with REMOTE_ABORTED (vendor syndrome
+/// 0x93) for rdma-core to repost (`mlx5_complete_odp_fault`), which the direct path's
+/// poller cannot do. Nothing is posted; pinned regions and empty on-demand entries pass.
+#[test]
+fn srq_receives_into_on_demand_regions_are_refused_before_posting() {
+    let mut f = fan(1, 7, 256, 64);
+    let mr = f.pd.alloc_mr(4096, ALL).unwrap();
+    let odp =
+        f.pd.register(vec![0u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND)
+            .unwrap();
+    let free = f.srq.free();
+    for sgl in [
+        vec![odp.sge(0, 64).unwrap()],
+        vec![mr.sge(0, 64).unwrap(), odp.sge(64, 64).unwrap()],
+    ] {
+        match f.srq.post_recv(&sgl, 5) {
+            Err(Error::InvalidParameter { value, .. }) => assert_eq!(value, odp.lkey() as u64),
+            r => panic!("an on-demand receive buffer was accepted: {r:?}"),
+        }
+        assert_eq!(f.srq.free(), free, "nothing posted");
+        assert_eq!(nic(&f.dev).srq_pending(f.srq.srqn()), Some(0));
+    }
+    // An empty entry names no memory; a pinned region still takes the message.
+    f.srq
+        .post_recv(&[odp.sge(0, 0).unwrap(), mr.sge(0, 64).unwrap()], 6)
+        .unwrap();
+    f.clients[0]
+        .send(Payload::Inline(b"pinned"), 1, PostFlags::SIGNALED)
+        .unwrap();
+    f.dev.process();
+    let r = poll_all(&mut f.rcq);
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].cookie, r[0].status), (6, WcStatus::Success));
+    assert_eq!(bytes(&mr, 0, 6), b"pinned");
+}

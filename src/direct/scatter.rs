@@ -33,6 +33,8 @@ pub(crate) struct Region {
     pub(crate) len: u64,
     /// Local write allowed (a receive may land in it).
     pub(crate) writable: bool,
+    /// Registered on demand (`IBV_ACCESS_ON_DEMAND`): its pages may fault on the device.
+    pub(crate) on_demand: bool,
 }
 
 /// The live regions of a protection domain. Changing the list bumps a generation that a
@@ -98,6 +100,17 @@ impl RegionCheck {
             .map_or(Words::of(s.addr, s.len as u64), |r| {
                 Words::of(r.addr, r.len)
             })
+    }
+
+    /// The lkey of the first non-empty entry that names an on-demand region, if any.
+    pub(crate) fn on_demand(&mut self, sgl: &[Sge]) -> Option<u32> {
+        if self.regions.gen.load(Ordering::Acquire) != self.seen {
+            self.regions.refresh(&mut self.cache, &mut self.seen);
+        }
+        sgl.iter()
+            .filter(|s| s.len != 0)
+            .find(|s| self.cache.iter().any(|r| r.lkey == s.lkey && r.on_demand))
+            .map(|s| s.lkey)
     }
 
     /// Whether every non-empty entry lies inside one live, locally writable region under
@@ -294,12 +307,14 @@ mod tests {
             addr: 0x1000,
             len: 0x100,
             writable: true,
+            on_demand: false,
         });
         regions.insert(Region {
             lkey: 8,
             addr: 0x4000,
             len: 0x100,
             writable: false,
+            on_demand: false,
         });
         assert!(check.writable(&[sge(0x1000, 0x100, 7)]));
         assert!(check.writable(&[sge(0x10f0, 0x10, 7), sge(0x1000, 1, 7)]));

@@ -244,6 +244,18 @@ impl SrqRing {
                 max: self.max_sge,
             });
         }
+        if let Some(lkey) = self.regions.as_mut().and_then(|r| r.on_demand(sgl)) {
+            // A ConnectX that meets a page fault in an SRQ WQE has already moved past it:
+            // it completes the WQE with REMOTE_ABORTED and vendor syndrome 0x93, and
+            // rdma-core (`cq.c` `is_odp_pfault_err`, `srq.c` `mlx5_complete_odp_fault`)
+            // swallows that CQE and reposts the WQE's data at the head. Only the poller sees
+            // that CQE and only the poster writes the ring, so the direct path does not
+            // repost: it refuses the receive rather than report a spurious error for it.
+            return Err(Error::InvalidParameter {
+                what: "SRQ receive in an on-demand region (lkey; the direct path cannot repost a page-faulted SRQ WQE)",
+                value: lkey as u64,
+            });
+        }
         if let Some(share) = &mut self.cq_share {
             share.check_one(self.counter, self.cnt)?;
         }
@@ -294,8 +306,9 @@ impl SrqRing {
     /// Posts one receive buffer list with its cookie.
     ///
     /// # Errors
-    /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::CqFull`]; nothing is posted
-    /// then.
+    /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::CqFull`];
+    /// [`Error::InvalidParameter`] for an entry of an on-demand region of the domain (its
+    /// page faults would need a repost by the poller); nothing is posted then.
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         self.write(sgl, cookie)?;
         self.ring();

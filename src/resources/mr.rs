@@ -149,6 +149,7 @@ impl MemoryRegion {
             len,
             // The poller writes receive buffers with the CPU (scatter-to-CQE).
             writable: access.contains(Access::LOCAL_WRITE) && cpu == Cpu::ReadWrite,
+            on_demand: access.contains(Access::ON_DEMAND),
         });
         MemoryRegion {
             kind: Some(kind),

@@ -361,7 +361,11 @@ impl Srq {
     ///
     /// # Errors
     /// [`Error::QueueFull`] when the SRQ is full; [`Error::TooManySge`];
-    /// [`Error::CqFull`] when the SRQ's CQ has no entry for it; nothing is posted then.
+    /// [`Error::CqFull`] when the SRQ's CQ has no entry for it; on the direct path (mlx5
+    /// and the software NIC), [`Error::InvalidParameter`] with the lkey for an entry in an
+    /// on-demand region ([`Access::ON_DEMAND`](crate::Access::ON_DEMAND): a ConnectX
+    /// completes a page-faulted SRQ WQE for rdma-core to repost, which the direct path does
+    /// not do); nothing is posted then.
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         match &mut self.path {
             SrqPath::Direct(r) => r.post(sgl, cookie),
