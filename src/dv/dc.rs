@@ -281,6 +281,20 @@ mod tests {
     }
 
     #[test]
+    fn mlx5dv_create_qp_is_looked_up_at_its_version() {
+        // SAFETY: dlopen of a library name; the handle is only used below and never closed.
+        let h = unsafe { libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW) };
+        if h.is_null() {
+            eprintln!("libmlx5.so.1 not installed: nothing to check");
+            return;
+        }
+        // SAFETY: live handle, NUL-terminated names.
+        let p = unsafe { libc::dlvsym(h, CREATE_QP.0.as_ptr(), CREATE_QP.1.as_ptr()) };
+        assert!(!p.is_null(), "{CREATE_QP:?} in the installed libmlx5");
+        assert_eq!(create_qp_fn().map(|f| f as usize), Some(p as usize));
+    }
+
+    #[test]
     fn the_vendor_attributes_name_the_dc_type_and_the_key() {
         let dct = dv_attr(DcType::Dct { key: 0xfeed });
         assert_eq!(dct.comp_mask, ffi::MLX5DV_QP_INIT_ATTR_MASK_DC);
