@@ -898,3 +898,48 @@ fn a_peer_from_an_address_handle_carries_its_av() {
     mr.read(0, &mut b).unwrap();
     assert_eq!(&b, b"via ah");
 }
+
+#[test]
+fn a_dropped_dcis_completions_are_not_given_to_the_next_one() {
+    // Two QP numbers: the DCT's and one for the DCIs, so every new DCI reuses the number
+    // of the one dropped before it.
+    let dev = Device::sim_stepped_with_limits(mlx5::sim::Limits {
+        qps: 2,
+        ..mlx5::sim::Limits::default()
+    });
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &tsrq, 5, DCT_ALL).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let peer = dct.peer().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for round in 0..4u64 {
+        let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+        seen.insert(dci.qpn());
+        for i in 0..3 {
+            dci.write_inline(
+                &peer,
+                b"x",
+                mr.remote(0).unwrap(),
+                100 * round + i,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+        }
+        dev.process();
+        // Dropped with three completions in the CQ, unpolled.
+        drop(dci);
+    }
+    let mut fresh = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    fresh
+        .write_inline(&peer, b"y", mr.remote(8).unwrap(), 7, PostFlags::SIGNALED)
+        .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!(got.len(), 1, "only the live DCI's completion: {got:?}");
+    assert_eq!((got[0].cookie, got[0].qpn), (7, fresh.qpn()));
+    quiet(&dev, &mut cq);
+    assert_eq!(seen.len(), 1, "the number came back: {seen:?}");
+    assert!(seen.contains(&fresh.qpn()));
+}
