@@ -3,8 +3,12 @@
 
 use super::device::{Backend, PdKind};
 use super::Pd;
-use crate::error::{Error, Result};
-use mlx5::av::{Av, AvAttr, AvLink};
+#[cfg(feature = "sim")]
+use crate::error::Error;
+use crate::error::Result;
+use mlx5::av::Av;
+#[cfg(feature = "sim")]
+use mlx5::av::{AvAttr, AvLink};
 
 /// The global routing part of an address (verbs' `ibv_global_route`): the destination GID,
 /// flow label, source GID index, hop limit and traffic class.

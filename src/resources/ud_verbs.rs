@@ -73,9 +73,10 @@ impl VerbsUd {
                 });
             }
         }
-        let (Backend::Verbs(vdev), PdKind::Verbs(vpd)) = (&pd.inner.dev.backend, &pd.inner.kind)
-        else {
-            return Err(Error::Unsupported("a verbs UD QP on another backend"));
+        let (vdev, vpd) = match (&pd.inner.dev.backend, &pd.inner.kind) {
+            (Backend::Verbs(vdev), PdKind::Verbs(vpd)) => (vdev, vpd),
+            #[cfg(feature = "sim")]
+            _ => return Err(Error::Unsupported("a verbs UD QP on another backend")),
         };
         if vdev.path == crate::DataPath::Direct {
             // The device's CQs are polled by the direct path, which attributes completions
