@@ -204,19 +204,32 @@ impl RecvQueue {
         &mut self,
         recvs: impl IntoIterator<Item = (&'s [Sge], u64)>,
     ) -> Result<usize, (usize, Error)> {
-        let mut n = 0;
-        for (sgl, cookie) in recvs {
-            if let Err(e) = self.write(sgl, cookie) {
-                if n > 0 {
-                    self.ring();
-                }
-                return Err((n, e));
-            }
-            n += 1;
-        }
-        if n > 0 {
-            self.ring();
-        }
-        Ok(n)
+        post_each(self, recvs, Self::write, Self::ring)
     }
+}
+
+/// Writes receives into `queue` one by one with `write` and announces all those written
+/// with one `ring` (none when nothing was written). Stops at the first error, having
+/// announced the ones before it: `Err((posted, error))`. The `post_many` of a receive
+/// queue and of an SRQ.
+pub(crate) fn post_each<'s, Q>(
+    queue: &mut Q,
+    recvs: impl IntoIterator<Item = (&'s [Sge], u64)>,
+    write: impl Fn(&mut Q, &[Sge], u64) -> Result<()>,
+    ring: impl Fn(&mut Q),
+) -> Result<usize, (usize, Error)> {
+    let mut n = 0;
+    for (sgl, cookie) in recvs {
+        if let Err(e) = write(queue, sgl, cookie) {
+            if n > 0 {
+                ring(queue);
+            }
+            return Err((n, e));
+        }
+        n += 1;
+    }
+    if n > 0 {
+        ring(queue);
+    }
+    Ok(n)
 }

@@ -324,20 +324,7 @@ impl SrqRing {
         &mut self,
         recvs: impl IntoIterator<Item = (&'s [Sge], u64)>,
     ) -> Result<usize, (usize, Error)> {
-        let mut n = 0;
-        for (sgl, cookie) in recvs {
-            if let Err(e) = self.write(sgl, cookie) {
-                if n > 0 {
-                    self.ring();
-                }
-                return Err((n, e));
-            }
-            n += 1;
-        }
-        if n > 0 {
-            self.ring();
-        }
-        Ok(n)
+        super::rq::post_each(self, recvs, Self::write, Self::ring)
     }
 }
 
@@ -441,5 +428,31 @@ mod tests {
                 srq.shared.free(idx);
             }
         }
+    }
+
+    /// `post_many` writes until the first refusal and rings once for those written: the
+    /// record counts exactly them, and the device finds them in order.
+    #[test]
+    fn post_many_rings_once_for_what_it_wrote() {
+        let (cnt, stride) = (8u32, 32u32);
+        let mut dev = Fake::new(cnt, stride);
+        let raw = dev.raw(cnt, stride);
+        // SAFETY: the fake ring and record outlive the poster, which alone posts to them.
+        let mut srq = unsafe { SrqRing::new(&raw) }.unwrap();
+        assert!(matches!(srq.post_many(core::iter::empty()), Ok(0)));
+        assert_eq!(dev.db[0], 0, "nothing written, no doorbell");
+        let lists: Vec<[Sge; 1]> = (0..10u64).map(|i| sge(0x1000 + 8 * i)).collect();
+        let r = srq.post_many(lists.iter().map(|l| (&l[..], l[0].addr)));
+        assert!(
+            matches!(r, Err((7, Error::QueueFull { free: 0, .. }))),
+            "{r:?}"
+        );
+        assert_eq!(u32::from_be(dev.db[0]), 7);
+        for i in 0..7u64 {
+            let (idx, addr) = dev.take(stride as usize).unwrap();
+            assert_eq!(addr, 0x1000 + 8 * i);
+            assert_eq!(srq.shared.cookies.get(idx), addr);
+        }
+        assert_eq!(dev.take(stride as usize), None);
     }
 }

@@ -805,9 +805,9 @@ impl Drop for VerbsBatch<'_> {
 pub struct VerbsRecvQueue {
     qp: Arc<Qp>,
     cap: u32,
-    max_sge: usize,
     pub(crate) shadow: Arc<Shadow<u64>>,
     seq: u16,
+    /// The scatter list (its length: the QP's most entries per receive).
     sges: Box<[ffi::ibv_sge]>,
     /// The receive request, prepared once: `sg_list` points into `sges`, `next` is null.
     wr: Box<ffi::ibv_recv_wr>,
@@ -828,22 +828,56 @@ impl std::fmt::Debug for VerbsRecvQueue {
     }
 }
 
+/// A receive request prepared once for lists of up to `max_sge` entries: its scatter list
+/// (`sg_list` points into it; the boxed slice does not move when the box does), `next`
+/// null. Receive queues and SRQs vary only `wr_id` and `num_sge`.
+pub(crate) fn prepared_recv(max_sge: usize) -> (Box<[ffi::ibv_sge]>, Box<ffi::ibv_recv_wr>) {
+    // SAFETY: an all-zero ibv_sge is valid.
+    let mut sges: Box<[ffi::ibv_sge]> = (0..max_sge)
+        .map(|_| unsafe { std::mem::zeroed() })
+        .collect();
+    // SAFETY: an all-zero ibv_recv_wr is valid (no next request).
+    let mut wr: Box<ffi::ibv_recv_wr> = Box::new(unsafe { std::mem::zeroed() });
+    wr.sg_list = sges.as_mut_ptr();
+    (sges, wr)
+}
+
+/// Copies the non-empty entries of `sgl` into `sges` (as many as it holds); returns how
+/// many. Only the request posted after it publishes them, so an error leaves nothing
+/// behind.
+///
+/// # Errors
+/// [`Error::TooManySge`] with the non-empty entries and `sges.len()`.
+pub(crate) fn fill_recv_sges(sges: &mut [ffi::ibv_sge], sgl: &[Sge]) -> Result<usize> {
+    let mut n = 0;
+    for s in sgl {
+        if s.len == 0 {
+            continue;
+        }
+        if n == sges.len() {
+            return Err(Error::TooManySge {
+                n: sgl.iter().filter(|s| s.len != 0).count(),
+                max: sges.len(),
+            });
+        }
+        sges[n] = ffi::ibv_sge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        };
+        n += 1;
+    }
+    Ok(n)
+}
+
 impl VerbsRecvQueue {
     /// The receive queue of `qp`.
     pub fn new(qp: Arc<Qp>) -> VerbsRecvQueue {
         let caps = qp.caps;
         let max_sge = caps.max_recv_sge.max(1) as usize;
-        // SAFETY: an all-zero ibv_sge is valid.
-        let mut sges: Box<[ffi::ibv_sge]> = (0..max_sge)
-            .map(|_| unsafe { std::mem::zeroed() })
-            .collect();
-        // SAFETY: an all-zero ibv_recv_wr is valid (no next request).
-        let mut wr: Box<ffi::ibv_recv_wr> = Box::new(unsafe { std::mem::zeroed() });
-        // The boxed slice does not move when the Box does.
-        wr.sg_list = sges.as_mut_ptr();
+        let (sges, wr) = prepared_recv(max_sge);
         VerbsRecvQueue {
             cap: caps.max_recv_wr,
-            max_sge,
             shadow: Arc::new(Shadow::new(caps.max_recv_wr.max(16).next_power_of_two())),
             seq: 0,
             sges,
@@ -904,24 +938,7 @@ impl VerbsRecvQueue {
         }
         // One pass: the non-empty entries into the scatter list (published only by the
         // call below, so an error leaves nothing behind).
-        let mut n = 0;
-        for s in sgl {
-            if s.len == 0 {
-                continue;
-            }
-            if n == self.max_sge {
-                return Err(Error::TooManySge {
-                    n: sgl.iter().filter(|s| s.len != 0).count(),
-                    max: self.max_sge,
-                });
-            }
-            self.sges[n] = ffi::ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            };
-            n += 1;
-        }
+        let n = fill_recv_sges(&mut self.sges, sgl)?;
         // The prepared request (its list points into `sges`); only these two fields vary.
         self.wr.wr_id = self.seq as u64 | self.tag;
         self.wr.num_sge = n as i32;

@@ -126,13 +126,7 @@ impl VerbsSrq {
     pub fn new(srq: Arc<Srq>, srqn: u32) -> VerbsSrq {
         let cap = srq.max_wr.clamp(1, 1 << 15);
         let max_sge = srq.max_sge.max(1) as usize;
-        // SAFETY: an all-zero ibv_sge is valid.
-        let mut sges: Box<[ffi::ibv_sge]> = (0..max_sge)
-            .map(|_| unsafe { std::mem::zeroed() })
-            .collect();
-        // SAFETY: an all-zero ibv_recv_wr is valid (no next request).
-        let mut wr: Box<ffi::ibv_recv_wr> = Box::new(unsafe { std::mem::zeroed() });
-        wr.sg_list = sges.as_mut_ptr();
+        let (sges, wr) = super::path::prepared_recv(max_sge);
         VerbsSrq {
             shared: Arc::new(SrqShared::new(srqn, cap.next_power_of_two(), None)),
             srq,
@@ -185,24 +179,7 @@ impl VerbsSrq {
                 unit: QueueUnit::Receives,
             });
         }
-        let mut n = 0;
-        for s in sgl {
-            if s.len == 0 {
-                continue;
-            }
-            if n == self.max_sge {
-                return Err(Error::TooManySge {
-                    n: sgl.iter().filter(|s| s.len != 0).count(),
-                    max: self.max_sge,
-                });
-            }
-            self.sges[n] = ffi::ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            };
-            n += 1;
-        }
+        let n = super::path::fill_recv_sges(&mut self.sges, sgl)?;
         if let Some(share) = &mut self.cq_share {
             share.check_one(self.counter, self.cap)?;
         }
