@@ -124,28 +124,7 @@ impl RecvQueue {
     }
 
     fn write(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        let used = self.outstanding();
-        let free = self.cnt - used;
-        if free == 0 {
-            return Err(Error::QueueFull {
-                needed: 1,
-                free,
-                unit: QueueUnit::Receives,
-            });
-        }
-        if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
-            return Err(Error::InvalidParameter {
-                what: "scatter/gather entry length",
-                value: s.len as u64,
-            });
-        }
-        let n = sgl.iter().filter(|s| s.len != 0).count();
-        if n > self.max_sge {
-            return Err(Error::TooManySge {
-                n,
-                max: self.max_sge,
-            });
-        }
+        let n = check_recv(self.cnt - self.outstanding(), sgl, self.max_sge)?;
         let idx = (self.head as u32 & (self.cnt - 1)) as usize;
         // SAFETY: entry `idx` is free (retired by the poller, or never posted) and not yet
         // announced through the record, so the device does not read it; it lies inside the ring.
@@ -206,6 +185,35 @@ impl RecvQueue {
     ) -> Result<usize, (usize, Error)> {
         post_each(self, recvs, Self::write, Self::ring)
     }
+}
+
+/// The checks of one receive before anything is written: room (`free` receives), entry
+/// lengths, entries (`max_sge`). Returns the non-empty entries. The receive queue's and the
+/// SRQ's.
+///
+/// # Errors
+/// [`Error::QueueFull`], [`Error::InvalidParameter`] (an entry's length),
+/// [`Error::TooManySge`].
+#[inline(always)]
+pub(crate) fn check_recv(free: u32, sgl: &[Sge], max_sge: usize) -> Result<usize> {
+    if free == 0 {
+        return Err(Error::QueueFull {
+            needed: 1,
+            free,
+            unit: QueueUnit::Receives,
+        });
+    }
+    if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
+        return Err(Error::InvalidParameter {
+            what: "scatter/gather entry length",
+            value: s.len as u64,
+        });
+    }
+    let n = sgl.iter().filter(|s| s.len != 0).count();
+    if n > max_sge {
+        return Err(Error::TooManySge { n, max: max_sge });
+    }
+    Ok(n)
 }
 
 /// Writes receives into `queue` one by one with `write` and announces all those written

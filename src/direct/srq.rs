@@ -21,7 +21,7 @@ use super::cq_share::{CqShare, CqSlots};
 use super::scatter::{RegionCheck, ScatterTable};
 use super::shadow::Retired;
 use super::shadow::Shadow;
-use crate::error::{Error, QueueUnit, Result};
+use crate::error::{Error, Result};
 use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use mlx5::request::Sge;
 use mlx5::srq::{encode_srq_recv, next_index, set_next_index, RawSrq};
@@ -223,27 +223,7 @@ impl SrqRing {
     }
 
     fn write(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        let free = self.free();
-        if free == 0 {
-            return Err(Error::QueueFull {
-                needed: 1,
-                free,
-                unit: QueueUnit::Receives,
-            });
-        }
-        if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
-            return Err(Error::InvalidParameter {
-                what: "scatter/gather entry length",
-                value: s.len as u64,
-            });
-        }
-        let n = sgl.iter().filter(|s| s.len != 0).count();
-        if n > self.max_sge {
-            return Err(Error::TooManySge {
-                n,
-                max: self.max_sge,
-            });
-        }
+        let n = super::rq::check_recv(self.free(), sgl, self.max_sge)?;
         if let Some(lkey) = self.regions.as_mut().and_then(|r| r.on_demand(sgl)) {
             // A ConnectX that meets a page fault in an SRQ WQE has already moved past it:
             // it completes the WQE with REMOTE_ABORTED and vendor syndrome 0x93, and
