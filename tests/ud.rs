@@ -672,3 +672,127 @@ fn compressed_receives_keep_each_datagrams_source() {
         "some were compressed"
     );
 }
+
+/// UD WQEs (4 DS and more) go through the RC ring machinery: the ring wraps, each single
+/// post is BlueFlame-copied when it fits the register's half (and never mixed up with the
+/// 8-byte doorbell), unsignaled runs are moderated, and a CQ that could overrun refuses the
+/// post instead.
+#[test]
+fn ud_sends_wrap_the_ring_ring_blueflame_and_respect_cq_accounting() {
+    let (dev, pd, mr) = setup();
+    let mut cq = dev.create_cq(16).unwrap();
+    let caps = QpCaps {
+        sq_blocks: 16,
+        ..QpCaps::default()
+    };
+    let mut a = pd.create_ud_qp(&cq, &cq, caps, 1).unwrap();
+    let b = node(&pd, 1);
+    let eb = b.qp.endpoint();
+    let ah = pd.create_ah(eb).unwrap();
+    let big = [7u8; 200]; // ctrl + datagram + 13 DS of inline: 4 blocks
+    let mut posted = 0u64;
+    let mut completed = 0u64;
+    let mut refused = 0;
+    let mut out = [Completion::default(); 8];
+    while posted < 300 {
+        let data = if posted % 3 == 0 {
+            Payload::Inline(&big[..])
+        } else {
+            Payload::Inline(&big[..8])
+        };
+        let flags = if posted % 4 == 3 {
+            PostFlags::SIGNALED
+        } else {
+            PostFlags::UNSIGNALED
+        };
+        match a.send_to(&ah, eb.qpn, 1, data, posted, flags) {
+            Ok(()) => posted += 1,
+            Err(Error::CqFull { .. }) | Err(Error::QueueFull { .. }) => {
+                refused += 1;
+                dev.process();
+                let n = cq.poll(&mut out);
+                assert!(out[..n].iter().all(|c| c.status == WcStatus::Success));
+                completed += n as u64;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+        if posted % 5 == 0 {
+            dev.process();
+        }
+    }
+    dev.process();
+    completed += cq.poll(&mut out) as u64;
+    assert!(refused > 0, "a CQ of 16 fills");
+    assert_eq!(completed, 75, "one completion per signaled send, none lost");
+    let nic = dev.nic().unwrap();
+    assert!(!nic.cq_overrun(cq.cqn()));
+    let s = nic.qp_stats(a.qpn()).unwrap();
+    assert_eq!(s.wqes, 300);
+    assert!(s.bf_copies > 0, "{s:?}");
+    assert_eq!(
+        (
+            s.bf_mismatches,
+            s.bf_violations,
+            s.doorbell_misses,
+            s.bf_out_of_turn
+        ),
+        (0, 0, 0, 0),
+        "{s:?}"
+    );
+    drop(mr);
+}
+
+/// The same datagrams with the NIC on its own thread (the latency setting).
+#[test]
+fn ping_pong_with_the_nic_thread() {
+    let dev = Device::sim();
+    let pd = dev.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    let mut a = node(&pd, 3);
+    let mut b = node(&pd, 3);
+    let (ea, eb) = (a.qp.endpoint(), b.qp.endpoint());
+    let (to_a, to_b) = (pd.create_ah(ea).unwrap(), pd.create_ah(eb).unwrap());
+    let wait = |cq: &mut Cq| -> Completion {
+        let mut out = [Completion::default(); 1];
+        let t = std::time::Instant::now();
+        loop {
+            if cq.poll(&mut out) == 1 {
+                return out[0];
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(20),
+                "no completion"
+            );
+            std::thread::yield_now();
+        }
+    };
+    for i in 0..200u64 {
+        b.qp.post_recv(&[mr.sge(0, 128).unwrap()], i).unwrap();
+        a.qp.post_recv(&[mr.sge(4096, 128).unwrap()], i).unwrap();
+        a.qp.send_to(
+            &to_b,
+            eb.qpn,
+            3,
+            Payload::Inline(&i.to_le_bytes()),
+            i,
+            PostFlags::UNSIGNALED,
+        )
+        .unwrap();
+        let r = wait(&mut b.cq);
+        assert_eq!((r.cookie, r.src_qp, r.byte_len), (i, ea.qpn, 48));
+        b.qp.send_to(
+            &to_a,
+            ea.qpn,
+            3,
+            Payload::Inline(&i.to_le_bytes()),
+            i,
+            PostFlags::UNSIGNALED,
+        )
+        .unwrap();
+        let r = wait(&mut a.cq);
+        assert_eq!((r.cookie, r.src_qp), (i, eb.qpn));
+        let mut v = [0u8; 8];
+        mr.read(4096 + GRH, &mut v).unwrap();
+        assert_eq!(u64::from_le_bytes(v), i);
+    }
+}
