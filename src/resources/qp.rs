@@ -973,14 +973,35 @@ impl Qp {
             remote,
             data: Payload::Inline(data),
         };
-        self.post_cold(&req, cookie, flags)
+        self.write_inline_cold(&req, cookie, flags)
     }
 
-    /// [`Qp::post`] out of line, for the fall-back paths of the fast paths: the request is
-    /// built only there, and the fast path keeps its arguments where they arrived.
+    /// [`Qp::write_inline`] (`req`, an inline write) when the direct path's fast path did
+    /// not take it: on the verbs path, the send queue's own inline write; else
+    /// [`Qp::post`]. Out of line, the request built only on the way here: the direct path's
+    /// fast path keeps its arguments where they arrived.
     #[cold]
     #[inline(never)]
-    fn post_cold(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+    fn write_inline_cold(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if let (
+            QpPath::Verbs { sq, .. },
+            true,
+            &Request::Write {
+                remote,
+                data: Payload::Inline(data),
+            },
+        ) = (&mut self.path, self.connected, req)
+        {
+            return match sq.write_inline(data, remote, cookie, flags) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(self.explain(e)),
+            };
+        }
         self.post(req, cookie, flags)
     }
 

@@ -7,7 +7,7 @@
 //! Work requests, gather lists and inline staging are preallocated: posting allocates nothing.
 
 use super::code;
-use super::ex::{PollOps, VerbsApi, WcRead};
+use super::ex::{PollOps, SendOps, VerbsApi, WcRead};
 use super::objects::Qp;
 use crate::completion::{Completion, WcOpcode};
 use crate::direct::cq_share::{CqShare, CqSlots};
@@ -33,7 +33,15 @@ pub const MAX_BATCH: usize = 64;
 /// The send side of a QP on the verbs path.
 pub struct VerbsSendQueue {
     qp: Arc<Qp>,
+    /// The QP's extended send operations (a copy of `qp.send_ops`: one load less per post).
+    send_ops: Option<SendOps>,
     cap: u32,
+    /// The position up to which requests may be posted without looking at the queue's
+    /// retired position or its CQ entries: never past the queue's room (`retired + cap`)
+    /// nor the CQ allowance (`CqShare`'s end) when it was computed, both of which only
+    /// grow while the queue posts. At it, [`VerbsSendQueue::check_room`] takes its cold
+    /// path and computes both again.
+    room_end: u16,
     max_sge: usize,
     max_inline: usize,
     pub(crate) shadow: Arc<Shadow<SendEntry>>,
@@ -85,7 +93,9 @@ impl VerbsSendQueue {
         let entries = caps.max_send_wr.max(1).next_power_of_two();
         let max_sge = caps.max_send_sge.max(1) as usize;
         VerbsSendQueue {
+            send_ops: qp.send_ops,
             cap: caps.max_send_wr,
+            room_end: 0,
             max_sge,
             max_inline: caps.max_inline as usize,
             shadow: Arc::new(Shadow::new(entries.max(16))),
@@ -145,6 +155,8 @@ impl VerbsSendQueue {
     /// Accounts this queue's requests against the entries of the CQ it completes on.
     pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
         self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.seq));
+        // No allowance yet: the next post takes the cold path.
+        self.room_end = self.seq;
     }
 
     /// The queue goes away: gives its CQ entries back, those of requests not completed
@@ -153,21 +165,42 @@ impl VerbsSendQueue {
         if let Some(s) = &mut self.cq_share {
             s.release(self.seq);
         }
+        self.room_end = self.seq;
     }
 
-    /// Room for one more request in the queue and in its CQ.
+    /// Room for one more request in the queue and in its CQ: one compare while the cached
+    /// room lasts ([`VerbsSendQueue::room_end`]).
+    #[inline(always)]
     pub(super) fn check_room(&mut self) -> Result<()> {
-        if self.free() == 0 {
+        if self.seq != self.room_end {
+            return Ok(());
+        }
+        self.refill_room()
+    }
+
+    /// The cold path of [`VerbsSendQueue::check_room`]: the queue's free requests (from the
+    /// position the poller retired) and the CQ allowance (topped up when spent), the new
+    /// cached room, or the error that says which of them is full.
+    #[cold]
+    #[inline(never)]
+    fn refill_room(&mut self) -> Result<()> {
+        let free = self.free();
+        if free == 0 {
             return Err(Error::QueueFull {
                 needed: 1,
                 free: 0,
                 unit: QueueUnit::SendRequests,
             });
         }
-        match &mut self.cq_share {
-            Some(s) => s.check_one(self.seq, self.cap),
-            None => Ok(()),
-        }
+        let room = match &mut self.cq_share {
+            Some(s) => {
+                s.check_one(self.seq, self.cap)?;
+                free.min(s.allowance(self.seq))
+            }
+            None => free,
+        };
+        self.room_end = self.seq.wrapping_add(room as u16);
+        Ok(())
     }
 
     /// Copies the non-empty entries of `sgl` into the gather list of `slot`, checking them
@@ -327,155 +360,167 @@ impl VerbsSendQueue {
 
     /// Posts one request now ([`crate::Qp::post`]). A small inline RDMA write or send, or a
     /// read into one buffer, with nothing queued, no fence and no fence pending, goes to
-    /// rdma-core directly: the same checks, moderation, flags and shadow entry as
-    /// [`VerbsSendQueue::push`] + [`VerbsSendQueue::ring`], without building a queued work
-    /// request or staging the inline bytes (rdma-core copies them during the call). Any other
-    /// request takes push + ring.
+    /// rdma-core directly ([`VerbsSendQueue::post_single`]): the same checks, moderation,
+    /// flags and shadow entry as [`VerbsSendQueue::push`] + [`VerbsSendQueue::ring`],
+    /// without building a queued work request or staging the inline bytes (rdma-core copies
+    /// them during the call). Any other request takes push + ring.
     ///
     /// # Errors
     /// As [`VerbsSendQueue::push`] and [`VerbsSendQueue::ring`]; on an error nothing is
     /// posted.
-    #[inline]
+    #[inline(always)]
     pub fn post_one(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if self.pending == 0 && !self.fence_next && flags.fence == Fence::None {
-            if let Some(r) = self.try_post_one(req, cookie, flags) {
-                return r;
+            if let Some(one) = Single::of(req, self.max_inline) {
+                return self.post_single(&one, cookie, flags);
             }
         }
+        self.push_and_ring(req, cookie, flags)
+    }
+
+    /// An inline RDMA write ([`crate::Qp::write_inline`] on the verbs path): what
+    /// [`VerbsSendQueue::post_one`] does with it, in a function of its own (the request's
+    /// kind is known here: none is built or matched unless it has to be queued).
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::post_one`].
+    #[inline(always)]
+    pub fn write_inline(
+        &mut self,
+        data: &[u8],
+        remote: crate::Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if self.pending == 0
+            && !self.fence_next
+            && flags.fence == Fence::None
+            && !data.is_empty()
+            && data.len() <= self.max_inline
+        {
+            let one = Single {
+                opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                wc: WcOpcode::RdmaWrite,
+                byte_len: 0,
+                remote,
+                buf: ffi::ibv_sge {
+                    addr: data.as_ptr() as u64,
+                    length: data.len() as u32,
+                    lkey: 0,
+                },
+                inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+            };
+            return self.post_single(&one, cookie, flags);
+        }
+        let req = Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        };
+        self.push_and_ring(&req, cookie, flags)
+    }
+
+    /// [`VerbsSendQueue::push`] then [`VerbsSendQueue::ring`], out of line (the requests
+    /// [`VerbsSendQueue::post_single`] does not take).
+    #[inline(never)]
+    fn push_and_ring(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.push(req, cookie, flags)?;
         self.ring()
     }
 
-    /// The direct case of [`VerbsSendQueue::post_one`]; None when `req` is not one.
-    #[inline]
-    fn try_post_one(
-        &mut self,
-        req: &Request<'_>,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Option<Result<()>> {
-        use ffi::ibv_wr_opcode as O;
-        let inline = |b: &[u8]| ffi::ibv_sge {
-            addr: b.as_ptr() as u64,
-            length: b.len() as u32,
-            lkey: 0,
-        };
-        let fits = |b: &[u8]| !b.is_empty() && b.len() <= self.max_inline;
-        let (opcode, wc, byte_len, remote, buf, is_inline) = match *req {
-            Request::Write {
-                remote,
-                data: Payload::Inline(b),
-            } if fits(b) => (
-                O::IBV_WR_RDMA_WRITE,
-                WcOpcode::RdmaWrite,
-                0,
-                remote,
-                inline(b),
-                true,
-            ),
-            Request::Send {
-                data: Payload::Inline(b),
-            } if fits(b) => {
-                let none = crate::Remote { addr: 0, rkey: 0 };
-                (O::IBV_WR_SEND, WcOpcode::Send, 0, none, inline(b), true)
-            }
-            Request::Read { remote, sgl: [s] }
-                if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES =>
-            {
-                let buf = ffi::ibv_sge {
-                    addr: s.addr,
-                    length: s.len,
-                    lkey: s.lkey,
-                };
-                (
-                    O::IBV_WR_RDMA_READ,
-                    WcOpcode::RdmaRead,
-                    s.len,
-                    remote,
-                    buf,
-                    false,
-                )
-            }
-            _ => return None,
-        };
-        if let Err(e) = self.check_room() {
-            return Some(Err(e));
-        }
+    /// Posts `one` with nothing queued, no fence and none pending (see
+    /// [`VerbsSendQueue::post_one`]): the room check (one compare while the cached room
+    /// lasts), moderation, the shadow entry, rdma-core's calls; the queue's state changes
+    /// only once rdma-core took the request.
+    #[inline(always)]
+    fn post_single(&mut self, one: &Single, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.check_room()?;
         // Completion moderation and flags, as `enqueue`.
-        let mut report = flags.signaled;
-        let mut send_flags = if is_inline {
-            ffi::ibv_send_flags::IBV_SEND_INLINE.0
-        } else {
-            0
-        };
-        // Taken only once the request is posted (a refused one changes nothing).
-        let unsignaled = if flags.signaled || self.unsignaled + 1 > self.cap / 2 {
+        let unsignaled = self.unsignaled;
+        let signal = flags.signaled || unsignaled >= self.cap / 2;
+        let mut send_flags = one.inline_flag;
+        if signal {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
-            0
-        } else {
-            report = false;
-            self.unsignaled + 1
-        };
+        }
         if flags.solicited {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_SOLICITED.0;
         }
+        let seq = self.seq;
         self.shadow.set(
-            self.seq,
+            seq,
             SendEntry {
                 cookie,
                 bbs: 1,
-                opcode: wc,
-                byte_len,
-                report,
+                opcode: one.wc,
+                byte_len: one.byte_len,
+                report: flags.signaled,
             },
         );
-        let wr_id = self.seq as u64;
-        let (rc, call) = match &self.qp.send_ops {
-            Some(ops) => {
-                // SAFETY: live QP; `buf` names the caller's inline bytes (copied by the
-                // call) or a buffer of a registered region; `&mut self` serialises posting.
-                let rc = unsafe {
-                    ops.post_one(
-                        wr_id,
-                        send_flags,
-                        opcode,
-                        remote.rkey,
-                        remote.addr,
-                        &buf,
-                        is_inline,
-                    )
-                };
-                (rc, "ibv_wr_complete")
-            }
-            None => {
-                let mut buf = buf;
-                // Nothing is queued: the first work request is free. The fields the opcode
-                // reads are set; the others are not read for it.
-                let w = &mut self.wrs[0];
-                w.wr_id = wr_id;
-                w.next = std::ptr::null_mut();
-                w.sg_list = &mut buf;
-                w.num_sge = 1;
-                w.opcode = opcode;
-                w.send_flags = send_flags;
-                w.wr.rdma = ffi::rdma_t {
-                    remote_addr: remote.addr,
-                    rkey: remote.rkey,
-                };
-                let mut bad = std::ptr::null_mut();
-                // SAFETY: live QP; the request and its one gather entry (on this stack) live
-                // across the call, which copies them (and the inline bytes).
-                let rc = unsafe { ffi::ibv_post_send(self.qp.qp, w, &mut bad) };
-                (rc, "ibv_post_send")
-            }
+        // The queue's state moves before the calls (fewer values live across them) and
+        // back if rdma-core refuses the request ([`VerbsSendQueue::post_refused`]).
+        self.unsignaled = if signal { 0 } else { unsignaled + 1 };
+        self.seq = seq.wrapping_add(1);
+        self.shadow.mark_posted(self.seq);
+        let rc = match &self.send_ops {
+            // SAFETY: live QP (`self.qp` holds it); `one.buf` names the caller's inline
+            // bytes (copied by the call) or a buffer of a registered region; `&mut self`
+            // serialises posting.
+            Some(ops) => unsafe {
+                ops.post_one(
+                    seq as u64,
+                    send_flags,
+                    one.opcode,
+                    one.remote.rkey,
+                    one.remote.addr,
+                    &one.buf,
+                    one.inline_flag != 0,
+                )
+            },
+            None => self.post_single_legacy(one, seq, send_flags),
         };
         if rc != 0 {
-            return Some(Err(Error::Verbs(code(call, rc))));
+            return Err(self.post_refused(rc, seq, unsignaled));
         }
+        Ok(())
+    }
+
+    /// [`VerbsSendQueue::post_single`] with `ibv_post_send`.
+    #[inline(always)]
+    fn post_single_legacy(&mut self, one: &Single, seq: u16, send_flags: u32) -> i32 {
+        let mut buf = one.buf;
+        // Nothing is queued: the first work request is free. The fields the opcode reads
+        // are set; the others are not read for it.
+        let w = &mut self.wrs[0];
+        w.wr_id = seq as u64;
+        w.next = std::ptr::null_mut();
+        w.sg_list = &mut buf;
+        w.num_sge = 1;
+        w.opcode = one.opcode;
+        w.send_flags = send_flags;
+        w.wr.rdma = ffi::rdma_t {
+            remote_addr: one.remote.addr,
+            rkey: one.remote.rkey,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: live QP; the request and its one gather entry (on this stack) live across
+        // the call, which copies them (and the inline bytes).
+        unsafe { ffi::ibv_post_send(self.qp.qp, w, &mut bad) }
+    }
+
+    /// A single request rdma-core refused with `rc`: the queue's position and moderation go
+    /// back to what they were before it (`seq`, `unsignaled`; nothing was posted), and the
+    /// error names the API it was posted with.
+    #[cold]
+    #[inline(never)]
+    fn post_refused(&mut self, rc: i32, seq: u16, unsignaled: u32) -> Error {
+        self.seq = seq;
         self.unsignaled = unsignaled;
-        self.seq = self.seq.wrapping_add(1);
-        self.shadow.mark_posted(self.seq);
-        Some(Ok(()))
+        self.shadow.mark_posted(seq);
+        let call = if self.send_ops.is_some() {
+            "ibv_wr_complete"
+        } else {
+            "ibv_post_send"
+        };
+        Error::Verbs(code(call, rc))
     }
 
     /// Adds a built work request to the pending list with moderation, flags and its shadow
@@ -678,7 +723,7 @@ impl VerbsSendQueue {
         }
         let n = self.pending;
         self.pending = 0;
-        let ex = match &self.qp.send_ops {
+        let ex = match &self.send_ops {
             Some(_) if self.gather_lists_legacy && self.wrs[..n].iter().any(|w| w.num_sge > 1) => {
                 None
             }
@@ -753,6 +798,71 @@ impl VerbsSendQueue {
     }
 }
 
+/// A request [`VerbsSendQueue::post_single`] posts without a queued work request: an
+/// inline RDMA write or send of 1 to `max_inline` bytes, or an RDMA read into one buffer.
+struct Single {
+    opcode: ffi::ibv_wr_opcode::Type,
+    wc: WcOpcode,
+    /// Bytes a successful completion reports (a read's length).
+    byte_len: u32,
+    remote: crate::Remote,
+    /// The inline bytes (lkey 0) or the read's buffer.
+    buf: ffi::ibv_sge,
+    /// `IBV_SEND_INLINE` or 0.
+    inline_flag: u32,
+}
+
+impl Single {
+    /// `req` as a [`Single`], when it is one.
+    #[inline(always)]
+    fn of(req: &Request<'_>, max_inline: usize) -> Option<Single> {
+        use ffi::ibv_wr_opcode as O;
+        let inline = |opcode, wc, remote, b: &[u8]| {
+            (!b.is_empty() && b.len() <= max_inline).then_some(Single {
+                opcode,
+                wc,
+                byte_len: 0,
+                remote,
+                buf: ffi::ibv_sge {
+                    addr: b.as_ptr() as u64,
+                    length: b.len() as u32,
+                    lkey: 0,
+                },
+                inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+            })
+        };
+        match *req {
+            Request::Write {
+                remote,
+                data: Payload::Inline(b),
+            } => inline(O::IBV_WR_RDMA_WRITE, WcOpcode::RdmaWrite, remote, b),
+            Request::Send {
+                data: Payload::Inline(b),
+            } => {
+                let none = crate::Remote { addr: 0, rkey: 0 };
+                inline(O::IBV_WR_SEND, WcOpcode::Send, none, b)
+            }
+            Request::Read { remote, sgl: [s] }
+                if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES =>
+            {
+                Some(Single {
+                    opcode: O::IBV_WR_RDMA_READ,
+                    wc: WcOpcode::RdmaRead,
+                    byte_len: s.len,
+                    remote,
+                    buf: ffi::ibv_sge {
+                        addr: s.addr,
+                        length: s.len,
+                        lkey: s.lkey,
+                    },
+                    inline_flag: 0,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Requests queued on a verbs send queue and posted together; rewound when dropped unrung.
 #[must_use = "a batch posts nothing until rung"]
 pub struct VerbsBatch<'a> {
@@ -805,6 +915,8 @@ impl Drop for VerbsBatch<'_> {
 pub struct VerbsRecvQueue {
     qp: Arc<Qp>,
     cap: u32,
+    /// As [`VerbsSendQueue::room_end`], for receives.
+    room_end: u16,
     pub(crate) shadow: Arc<Shadow<u64>>,
     seq: u16,
     /// The scatter list (its length: the QP's most entries per receive).
@@ -848,6 +960,7 @@ pub(crate) fn prepared_recv(max_sge: usize) -> (Box<[ffi::ibv_sge]>, Box<ffi::ib
 ///
 /// # Errors
 /// [`Error::TooManySge`] with the non-empty entries and `sges.len()`.
+#[inline]
 pub(crate) fn fill_recv_sges(sges: &mut [ffi::ibv_sge], sgl: &[Sge]) -> Result<usize> {
     let mut n = 0;
     for s in sgl {
@@ -878,6 +991,7 @@ impl VerbsRecvQueue {
         let (sges, wr) = prepared_recv(max_sge);
         VerbsRecvQueue {
             cap: caps.max_recv_wr,
+            room_end: 0,
             shadow: Arc::new(Shadow::new(caps.max_recv_wr.max(16).next_power_of_two())),
             seq: 0,
             sges,
@@ -899,6 +1013,7 @@ impl VerbsRecvQueue {
     /// Accounts this queue's receives against the entries of the CQ they complete on.
     pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
         self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.seq));
+        self.room_end = self.seq;
     }
 
     /// Receives the queue was created for.
@@ -912,6 +1027,31 @@ impl VerbsRecvQueue {
         if let Some(s) = &mut self.cq_share {
             s.release(self.seq);
         }
+        self.room_end = self.seq;
+    }
+
+    /// The cold path of the room check of [`VerbsRecvQueue::post`] (as
+    /// [`VerbsSendQueue::check_room`]'s).
+    #[cold]
+    #[inline(never)]
+    fn refill_room(&mut self) -> Result<()> {
+        let free = self.free();
+        if free == 0 {
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                unit: QueueUnit::Receives,
+            });
+        }
+        let room = match &mut self.cq_share {
+            Some(s) => {
+                s.check_one(self.seq, self.cap)?;
+                free.min(s.allowance(self.seq))
+            }
+            None => free,
+        };
+        self.room_end = self.seq.wrapping_add(room as u16);
+        Ok(())
     }
 
     /// Entries free for new receives.
@@ -926,15 +1066,8 @@ impl VerbsRecvQueue {
     /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error.
     #[inline]
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        if self.free() == 0 {
-            return Err(Error::QueueFull {
-                needed: 1,
-                free: 0,
-                unit: QueueUnit::Receives,
-            });
-        }
-        if let Some(share) = &mut self.cq_share {
-            share.check_one(self.seq, self.cap)?;
+        if self.seq == self.room_end {
+            self.refill_room()?;
         }
         // One pass: the non-empty entries into the scatter list (published only by the
         // call below, so an error leaves nothing behind).
@@ -948,7 +1081,7 @@ impl VerbsRecvQueue {
         // call, which copies them.
         let rc = unsafe { ffi::ibv_post_recv(self.qp.qp, &mut *self.wr, &mut bad) };
         if rc != 0 {
-            return Err(Error::Verbs(code("ibv_post_recv", rc)));
+            return Err(recv_failed(rc));
         }
         self.seq = self.seq.wrapping_add(1);
         self.shadow.mark_posted(self.seq);
@@ -956,10 +1089,22 @@ impl VerbsRecvQueue {
     }
 }
 
+/// The error of a refused `ibv_post_recv`.
+#[cold]
+#[inline(never)]
+fn recv_failed(rc: i32) -> Error {
+    Error::Verbs(code("ibv_post_recv", rc))
+}
+
 /// A CQ poller on the verbs path.
 pub struct VerbsCompletionQueue {
     cq: Arc<super::objects::Cq>,
+    /// The CQ's extended polling operations (a copy of `cq.poll_ops`, read where the
+    /// poller's other fields are).
+    ops: Option<PollOps>,
     pub(crate) registry: Arc<Registry>,
+    /// `registry.slots` (one load less per poll for the orphan mark).
+    slots: Arc<CqSlots>,
     cache: Vec<Attached>,
     gen: u32,
     wcs: Box<[ffi::ibv_wc]>,
@@ -974,17 +1119,16 @@ impl std::fmt::Debug for VerbsCompletionQueue {
     }
 }
 
-fn wc_status(s: u32) -> WcStatus {
-    WcStatus::from_u32(s)
-}
-
 impl VerbsCompletionQueue {
     /// A poller of `cq`.
     pub fn new(cq: Arc<super::objects::Cq>) -> VerbsCompletionQueue {
         let capacity = cq.capacity();
+        let registry = Arc::new(Registry::new(0, capacity, None));
         VerbsCompletionQueue {
+            ops: cq.poll_ops,
             cq,
-            registry: Arc::new(Registry::new(0, capacity, None)),
+            slots: registry.slots.clone(),
+            registry,
             cache: Vec::new(),
             gen: u32::MAX,
             // SAFETY: an all-zero ibv_wc is valid.
@@ -1004,8 +1148,8 @@ impl VerbsCompletionQueue {
             self.refresh();
         }
         // Entries of dropped QPs: free again once the CQ is seen empty after this read.
-        let orphans = self.registry.slots.orphan_mark();
-        match &self.cq.poll_ops {
+        let orphans = self.slots.orphan_mark();
+        match &self.ops {
             Some(ops) => self.poll_ex(ops, out, orphans),
             None => self.poll_legacy(out, orphans),
         }
@@ -1019,14 +1163,14 @@ impl VerbsCompletionQueue {
             // SAFETY: live CQ; `wcs` holds at least `want` entries.
             let got = unsafe { ffi::ibv_poll_cq(self.cq.cq, want as i32, self.wcs.as_mut_ptr()) };
             if got < want as i32 && orphans != 0 {
-                self.registry.slots.drained(orphans);
+                self.slots.drained(orphans);
             }
             if got <= 0 {
                 break;
             }
             for i in 0..got as usize {
-                if let Some(c) = self.complete(&self.wcs[i]) {
-                    out[n] = c;
+                // `n < out.len()`: at most `want` completions are kept.
+                if self.complete(&self.wcs[i], &mut out[n]) {
                     n += 1;
                 }
             }
@@ -1039,7 +1183,10 @@ impl VerbsCompletionQueue {
 
     /// [`VerbsCompletionQueue::poll`] with `ibv_start_poll` / `ibv_end_poll`: completions
     /// are read in place through the `ibv_wc_read_*` accessors (no copy into an `ibv_wc`),
-    /// only the fields each one needs.
+    /// only the fields each one needs. Into an `out` of one (a latency loop's poll) the
+    /// completion is read straight (no loop: the compiler would copy every operation's
+    /// pointer to the stack before one); larger `out`s, and a first completion that reports
+    /// nothing, take the loop of [`VerbsCompletionQueue::poll_ex_rest`].
     ///
     /// One completion per `ibv_start_poll` / `ibv_end_poll` pair, never `ibv_next_poll`:
     /// rxe before rdma-core 55 (commit b78b414e0, "rxe: fix completion queue consumer index
@@ -1048,24 +1195,52 @@ impl VerbsCompletionQueue {
     /// requires advances the index past the producer (a stale completion read again, the
     /// CQ's entries miscounted) and unlocks a second time. A start/end pair is right on
     /// every version, and a latency loop polls one completion at a time anyway.
+    #[inline(always)]
     fn poll_ex(&self, ops: &PollOps, out: &mut [Completion], orphans: u64) -> usize {
-        let mut n = 0;
+        let [first] = out else {
+            return self.poll_ex_rest(ops, 0, out, orphans);
+        };
+        // SAFETY: live CQ, polled only through this poller (`&mut self`).
+        if !unsafe { ops.start() } {
+            if orphans != 0 {
+                self.slots.drained(orphans);
+            }
+            return 0;
+        }
+        // SAFETY: a completion is current until `end`.
+        let keep = self.complete(&unsafe { ops.current() }, first);
+        // SAFETY: start succeeded; ended once.
+        unsafe { ops.end() };
+        if keep {
+            return 1;
+        }
+        // A moderation completion: the next one.
+        self.poll_ex_rest(ops, 0, out, orphans)
+    }
+
+    /// [`VerbsCompletionQueue::poll_ex`] from `out[n]` on: one completion per start / end
+    /// pair until `out` is full or the CQ empty.
+    #[inline(always)]
+    fn poll_ex_rest(
+        &self,
+        ops: &PollOps,
+        mut n: usize,
+        out: &mut [Completion],
+        orphans: u64,
+    ) -> usize {
         while n < out.len() {
-            // SAFETY: live CQ, polled only through this poller (`&mut self`).
+            // SAFETY: as in `poll_ex`.
             if !unsafe { ops.start() } {
                 if orphans != 0 {
-                    self.registry.slots.drained(orphans);
+                    self.slots.drained(orphans);
                 }
                 break;
             }
-            // SAFETY: a completion is current until `end`.
-            let c = self.complete(&unsafe { ops.current() });
-            // SAFETY: start succeeded; ended once.
+            // SAFETY: as in `poll_ex`.
+            let keep = self.complete(&unsafe { ops.current() }, &mut out[n]);
+            // SAFETY: as in `poll_ex`.
             unsafe { ops.end() };
-            if let Some(c) = c {
-                out[n] = c;
-                n += 1;
-            }
+            n += keep as usize;
         }
         n
     }
@@ -1077,77 +1252,140 @@ impl VerbsCompletionQueue {
         }
     }
 
-    /// The completion of one work completion `wc`, attributed by its `wr_id` (a receive
-    /// carries [`RECV_TAG`]) and QP number; None for a moderation completion, which only
-    /// retires the unsignaled requests before it.
+    /// Writes the completion of one work completion `wc` into `c`, attributed by its
+    /// `wr_id` (a receive carries [`RECV_TAG`]) and QP number; false (`c` holds nothing to
+    /// report) for a moderation completion, which only retires the unsignaled requests
+    /// before it, or one of a QP no longer attached. Successes take this straight path,
+    /// errors [`complete_error`].
     #[inline(always)]
-    fn complete(&self, wc: &impl WcRead) -> Option<Completion> {
+    fn complete(&self, wc: &impl WcRead, c: &mut Completion) -> bool {
         let qp_num = wc.qp_num();
-        let q = self.cache.iter().find(|a| a.qpn == qp_num)?;
-        let status = wc_status(wc.status());
+        let Some(q) = self.cache.iter().find(|a| a.qpn == qp_num) else {
+            return false;
+        };
+        let status = wc.status();
         let wr_id = wc.wr_id();
         let seq = wr_id as u16;
-        let mut c = Completion {
-            status,
-            qpn: qp_num,
-            ..Completion::default()
-        };
-        if status != WcStatus::Success {
-            c.syndrome = Some((0, wc.vendor_err() as u8));
+        if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+            let vendor_err = wc.vendor_err();
+            return complete_error(q, wr_id, status, vendor_err, c);
         }
-        // On an error the opcode is undefined: `wr_id` says which queue the request was on.
         if wr_id & RECV_TAG != 0 {
-            match (&q.rq, &q.srq) {
-                (Some(rq), _) => {
-                    c.cookie = rq.get(seq);
-                    rq.retire(seq.wrapping_add(1));
-                }
-                // A QP with an SRQ: `wr_id` carries the SRQ's slot, given back now.
-                (None, Some(srq)) => {
-                    let slot = srq.slot(seq);
-                    c.cookie = srq.cookies.get(slot);
-                    srq.free(slot);
-                }
-                (None, None) => return None,
-            }
-            if status != WcStatus::Success {
-                c.opcode = WcOpcode::Recv;
-                return Some(c); // opcode, byte count and flags are undefined on an error
-            }
-            c.opcode = if wc.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+            let Some(cookie) = take_recv(q, seq) else {
+                return false;
+            };
+            let opcode = if wc.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
                 WcOpcode::RecvRdmaWithImm
             } else {
                 WcOpcode::Recv
             };
-            c.byte_len = wc.byte_len();
+            let byte_len = wc.byte_len();
             let flags = wc.wc_flags();
-            if flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
-                c.imm = Some(u32::from_be(wc.imm_or_rkey()));
+            let imm = if flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+                Some(u32::from_be(wc.imm_or_rkey()))
             } else if flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
-                c.imm = Some(wc.imm_or_rkey());
-            }
-            if wr_id & UD_TAG != 0 {
-                c.src_qp = wc.src_qp();
-                c.grh = flags & ffi::ibv_wc_flags::IBV_WC_GRH.0 != 0;
-            }
-            return Some(c);
+                Some(wc.imm_or_rkey())
+            } else {
+                None
+            };
+            // A UD receive: the sender's QP number and whether a GRH came (read for these
+            // only).
+            let (src_qp, grh) = if wr_id & UD_TAG != 0 {
+                (wc.src_qp(), flags & ffi::ibv_wc_flags::IBV_WC_GRH.0 != 0)
+            } else {
+                (0, false)
+            };
+            *c = Completion {
+                cookie,
+                status: WcStatus::Success,
+                opcode,
+                byte_len,
+                imm,
+                qpn: qp_num,
+                src_qp,
+                grh,
+                ..Completion::default()
+            };
+            return true;
         }
-        let sq = q.sq.as_ref()?;
-        let e = sq.get(seq);
-        if status != WcStatus::Success {
-            sq.note_error(seq);
-        }
-        sq.retire(seq.wrapping_add(e.bbs));
-        if status == WcStatus::Success && !e.report {
-            return None;
-        }
-        c.cookie = e.cookie;
-        c.opcode = e.opcode;
-        c.byte_len = if status == WcStatus::Success {
-            e.byte_len
-        } else {
-            0
+        let Some(sq) = q.sq.as_ref() else {
+            return false;
         };
-        Some(c)
+        let e = sq.get(seq);
+        sq.retire(seq.wrapping_add(e.bbs));
+        if !e.report {
+            return false;
+        }
+        *c = Completion {
+            cookie: e.cookie,
+            status: WcStatus::Success,
+            opcode: e.opcode,
+            byte_len: e.byte_len,
+            qpn: qp_num,
+            ..Completion::default()
+        };
+        true
+    }
+}
+
+/// The completion of a work completion in error (status `status`, `vendor_err`) of
+/// attached queue `q`, written into `c`: the request `wr_id` names is retired (a send's
+/// first error is noted) and always reported, its opcode from the shadow entry (a receive:
+/// `Recv`), as on an error the work completion's opcode, byte count and flags are
+/// undefined. False when `q` has no queue of that kind.
+#[cold]
+#[inline(never)]
+fn complete_error(
+    q: &Attached,
+    wr_id: u64,
+    status: u32,
+    vendor_err: u32,
+    c: &mut Completion,
+) -> bool {
+    let seq = wr_id as u16;
+    let mut out = Completion {
+        status: WcStatus::from_u32(status),
+        qpn: q.qpn,
+        syndrome: Some((0, vendor_err as u8)),
+        ..Completion::default()
+    };
+    if wr_id & RECV_TAG != 0 {
+        let Some(cookie) = take_recv(q, seq) else {
+            return false;
+        };
+        out.cookie = cookie;
+        out.opcode = WcOpcode::Recv;
+    } else {
+        let Some(sq) = q.sq.as_ref() else {
+            return false;
+        };
+        let e = sq.get(seq);
+        sq.note_error(seq);
+        sq.retire(seq.wrapping_add(e.bbs));
+        out.cookie = e.cookie;
+        out.opcode = e.opcode;
+    }
+    *c = out;
+    true
+}
+
+/// The cookie of the receive `seq` names on attached queue `q`, which is retired: its own
+/// receive queue's entry, or, for a QP with an SRQ (`seq` is the SRQ's slot), the SRQ's,
+/// whose slot is given back. None when `q` has neither.
+#[inline(always)]
+fn take_recv(q: &Attached, seq: u16) -> Option<u64> {
+    match (&q.rq, &q.srq) {
+        (Some(rq), _) => {
+            let cookie = rq.get(seq);
+            rq.retire(seq.wrapping_add(1));
+            Some(cookie)
+        }
+        (None, Some(srq)) => {
+            let slot = srq.slot(seq);
+            let cookie = srq.cookies.get(slot);
+            srq.free(slot);
+            Some(cookie)
+        }
+        (None, None) => None,
     }
 }

@@ -140,9 +140,18 @@ fn respond(
 }
 
 /// The initiator: returns one sample per measured iteration, in nanoseconds.
+///
+/// Timed as perftest times (`tposted[scnt] = get_cycles()` before each post, the samples
+/// the differences of consecutive stamps, halved for a ping-pong): one TSC read per
+/// iteration into a buffer allocated before the loop, the conversion after it. The loop
+/// holds what perftest's `run_iter_lat_write` / `run_iter_lat_send` / `run_iter_lat` hold
+/// (post, wait for the echo or the completion) and, for sends, the replenished receive,
+/// posted while the message travels (perftest posts it between the receive and its
+/// reply).
 fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> Result<Vec<f64>> {
     let total = o.warmup + o.iters;
-    let mut samples = Vec::with_capacity(o.iters);
+    // One stamp per iteration and one after the last.
+    let mut stamps: Vec<u64> = Vec::with_capacity(total + 1);
     let clock = Clock::new();
     if kind.receives() {
         for i in 0..64.min(total) {
@@ -154,17 +163,19 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
         addr: s.peer.addr,
         rkey: s.peer.rkey,
     };
+    // The read's and the atomics' local buffer, checked once.
+    let read_sge = [s.mr.sge(size, size as u32)?];
+    let atomic_sge = s.mr.sge(size, 8)?;
     for i in 0..total {
         let tag = tag_of(i);
-        let t0 = clock.now();
-        let half = match kind {
+        stamps.push(clock.now());
+        match kind {
             Lat::Write => {
                 post_msg(s, o, size, tag, kind, i as u64)?;
                 s.wait_byte(size - 1, tag)?;
                 if i % 64 == 63 {
                     s.drain_errors();
                 }
-                true
             }
             Lat::Send | Lat::WriteImm => {
                 post_msg(s, o, size, tag, kind, i as u64)?;
@@ -173,39 +184,43 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
                     post_recv(s, size, (i + 64) as u64)?;
                 }
                 wait_recv(s, tag)?;
-                true
             }
             Lat::Read => {
-                let sge = [s.mr.sge(size, size as u32)?];
-                s.qp.read(&sge, peer, i as u64, PostFlags::SIGNALED)?;
+                s.qp.read(&read_sge, peer, i as u64, PostFlags::SIGNALED)?;
                 s.next_completion()?;
-                false
             }
             Lat::Atomic(a) => {
-                let local = s.mr.sge(size, 8)?;
                 match a {
                     Atomic::FetchAdd => {
-                        s.qp.fetch_add(peer, 1, local, i as u64, PostFlags::SIGNALED)?
+                        s.qp.fetch_add(peer, 1, atomic_sge, i as u64, PostFlags::SIGNALED)?
                     }
                     Atomic::CompareSwap => s.qp.compare_swap(
                         peer,
                         i as u64,
                         i as u64 + 1,
-                        local,
+                        atomic_sge,
                         i as u64,
                         PostFlags::SIGNALED,
                     )?,
                 }
                 s.next_completion()?;
-                false
             }
-        };
-        let ns = clock.ns(t0, clock.now());
-        if i >= o.warmup {
-            samples.push(if half { ns / 2.0 } else { ns });
         }
     }
-    Ok(samples)
+    stamps.push(clock.now());
+    let half = !matches!(kind, Lat::Read | Lat::Atomic(_));
+    Ok(samples_of(&stamps, o.warmup, clock, half))
+}
+
+/// The samples (ns) of per-iteration stamps (`stamps[i]` at the start of iteration `i`, one
+/// more after the last): the iterations from `warmup` on, halved for a ping-pong.
+fn samples_of(stamps: &[u64], warmup: usize, clock: Clock, half: bool) -> Vec<f64> {
+    let div = if half { 2.0 } else { 1.0 };
+    stamps
+        .windows(2)
+        .skip(warmup)
+        .map(|w| clock.ns(w[0], w[1]) / div)
+        .collect()
 }
 
 /// Waits until side `x` received message `i` (tag `tag`), re-posting its receive.
@@ -297,5 +312,27 @@ pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<Vec<
             sync(&mut stream)?;
             Ok(Some(r))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// perftest's way: each sample is the time from one iteration's stamp to the next's,
+    /// halved for a ping-pong; the warm-up iterations are dropped.
+    #[test]
+    fn samples_are_the_differences_of_consecutive_stamps() {
+        let clock = Clock::new();
+        let stamps = [100u64, 110, 130, 160];
+        let half = samples_of(&stamps, 1, clock, true);
+        assert_eq!(
+            half,
+            vec![clock.ns(110, 130) / 2.0, clock.ns(130, 160) / 2.0]
+        );
+        let whole = samples_of(&stamps, 0, clock, false);
+        assert_eq!(whole.len(), 3);
+        assert_eq!(whole[2], clock.ns(130, 160));
+        assert!(samples_of(&stamps, 3, clock, false).is_empty());
     }
 }

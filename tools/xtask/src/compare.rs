@@ -6,6 +6,9 @@
 //!
 //! `cargo xtask rxe-compare LABEL...` runs only the tests whose label contains one of the
 //! words (`cargo xtask rxe-compare send write-imm`: the event-mode comparison alone).
+//! `--script` prints the commands the VM runs instead (to run them in a boot shared with
+//! other commands, `cargo xtask rxe -- bash FILE`), `--report` prints the table of the
+//! results the last boot left in `target/rxe` without booting.
 //!
 //! UD (perftest's `-c UD`, bfperf's `-c ud`): send latency and bandwidth over UD QPs
 //! (`cargo xtask rxe-compare UD` runs those two alone).
@@ -116,8 +119,9 @@ const WAKEUPS: &[(&str, usize, usize)] = &[
     ("write-imm latency, 8 B", 4, 5),
 ];
 
-/// Runs of each program per test.
-const ROUNDS: usize = 3;
+/// Runs of each program per test (5: a single run under emulation varies by up to 2.5
+/// times within a boot, and a median of 3 moved with one disturbed run).
+const ROUNDS: usize = 5;
 
 /// Seconds one run may take: a run that hangs (a ping-pong whose QP failed under a stalled
 /// VM spins for ever on a byte that never comes) loses its round instead of the boot.
@@ -185,8 +189,22 @@ pub(crate) fn json_value(out: &str, key: &str) -> Option<f64> {
 }
 
 /// Runs the comparison (of the tests whose label contains one of `filters`, all without);
-/// false when the VM or a program failed.
-pub fn main(filters: &[String]) -> bool {
+/// false when the VM or a program failed. With `--script`, prints the VM's commands; with
+/// `--report`, the table of the last boot's results (see the module docs).
+pub fn main(args: &[String]) -> bool {
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let filters: Vec<String> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .cloned()
+        .collect();
+    if flag("--script") {
+        print!("{}", script(&filters));
+        return true;
+    }
+    if flag("--report") {
+        return report(&filters);
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     if !run(
         "build bfperf",
@@ -194,11 +212,17 @@ pub fn main(filters: &[String]) -> bool {
     ) {
         return false;
     }
-    let Some((_, log)) = crate::rxe::run_in_vm(&script(filters)) else {
+    let Some((_, log)) = crate::rxe::run_in_vm(&script(&filters)) else {
         return false;
     };
-    let dir = root().join("target/rxe");
     println!("{log}");
+    report(&filters)
+}
+
+/// Prints the table of the results in `target/rxe` (of the tests `filters` select); false
+/// when one is missing.
+fn report(filters: &[String]) -> bool {
+    let dir = root().join("target/rxe");
     println!(
         "{:<30} {:>14} {:>14} {:>8}",
         "test (rxe0, in the VM)", "perftest", "bfperf", "ratio"
