@@ -251,28 +251,31 @@ impl Side {
     }
 
     /// Polls until one completion arrives (in event mode: sleeps on the completion channel
-    /// with `Cq::wait`); returns it (errors are fatal to the test).
+    /// with `Cq::wait`); returns it (errors are fatal to the test). Busy polling is a loop
+    /// of `Cq::poll` alone, as perftest's `do { ne = ibv_poll_cq(cq, 1, &wc); } while
+    /// (ne == 0)` (with the stepped software NIC run between polls).
     pub fn next_completion(&mut self) -> Result<Completion> {
         let mut out = [Completion::default(); 1];
-        loop {
-            let n = if self.events {
-                self.cq.wait(&mut out, None)?
-            } else {
+        if self.events {
+            while self.cq.wait(&mut out, None)? != 1 {}
+        } else if self.pause {
+            // The software NIC: run it (stepped) and pause between polls.
+            loop {
                 self.dev.process();
-                self.cq.poll(&mut out)
-            };
-            if n == 1 {
-                let c = out[0];
-                if !c.is_ok() {
-                    eprintln!("bfperf: completion failed: {c:?}");
-                    std::process::exit(1);
+                if self.cq.poll(&mut out) == 1 {
+                    break;
                 }
-                return Ok(c);
-            }
-            if self.pause {
                 std::hint::spin_loop();
             }
+        } else {
+            while self.cq.poll(&mut out) != 1 {}
         }
+        let c = out[0];
+        if !c.is_ok() {
+            eprintln!("bfperf: completion failed: {c:?}");
+            std::process::exit(1);
+        }
+        Ok(c)
     }
 
     /// Reclaims ring space (moderation completions are not reported); any reported
