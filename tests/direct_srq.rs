@@ -610,3 +610,47 @@ fn srq_receives_into_on_demand_regions_are_refused_before_posting() {
     assert_eq!((r[0].cookie, r[0].status), (6, WcStatus::Success));
     assert_eq!(bytes(&mr, 0, 6), b"pinned");
 }
+
+/// The README's lifetime rule: a region dropped while the SRQ holds a receive into it stays
+/// registered (the device may still write it) until the SRQ has none outstanding; then
+/// [`Pd::reclaim`] deregisters it.
+#[test]
+fn a_region_dropped_under_an_srq_receive_stays_registered_until_none_is_outstanding() {
+    let mut f = fan(1, 7, 256, 64);
+    let keep = f.pd.alloc_mr(4096, ALL).unwrap();
+    let victim = f.pd.alloc_mr(4096, ALL).unwrap();
+    f.srq.post_recv(&[victim.sge(0, 64).unwrap()], 1).unwrap();
+    f.srq.post_recv(&[keep.sge(0, 64).unwrap()], 2).unwrap();
+    drop(victim);
+    assert_eq!(f.pd.reclaim(), 1, "parked: the SRQ holds a receive into it");
+    // Larger than the CQE, so the NIC writes the (dropped) region itself.
+    let src = f.pd.alloc_mr(4096, ALL).unwrap();
+    src.write(0, &[7u8; 64]).unwrap();
+    let mut statuses = Vec::new();
+    for (i, (want_cookie, parked)) in [(1, 1), (2, 0)].into_iter().enumerate() {
+        f.clients[0]
+            .send(
+                Payload::Sgl(&[src.sge(0, 64).unwrap()]),
+                i as u64,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+        f.dev.process();
+        let r = poll_all(&mut f.rcq);
+        assert_eq!(r.len(), 1);
+        statuses.push((r[0].cookie, r[0].status));
+        assert_eq!(r[0].cookie, want_cookie);
+        assert_eq!(
+            f.pd.reclaim(),
+            parked,
+            "after the receive of cookie {want_cookie}"
+        );
+    }
+    assert_eq!(
+        statuses,
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)],
+        "the receive into the dropped region found it registered"
+    );
+    assert_eq!(bytes(&keep, 0, 64), vec![7u8; 64]);
+    assert!(poll_all(&mut f.scq).iter().all(|c| c.is_ok()));
+}
