@@ -271,7 +271,7 @@ fn datagrams_above_the_mtu_are_refused_before_posting_and_fail_at_the_nic() {
     );
     assert!(poll_all(&dev, &mut a.cq).is_empty(), "nothing posted");
     // The NIC itself: a port whose MTU dropped under the QP fails the send with a local
-    // length error (the QP goes to error; the next request is flushed).
+    // length error (the send queue goes to error; the next request is flushed).
     dev.nic().unwrap().set_port_mtu(1024).unwrap();
     let sgl = [mr.sge(0, 2000).unwrap()];
     a.qp.send_to(&ah, eb.qpn, 1, Payload::Sgl(&sgl), 2, PostFlags::SIGNALED)
@@ -289,6 +289,69 @@ fn datagrams_above_the_mtu_are_refused_before_posting_and_fail_at_the_nic() {
     assert_eq!(got.len(), 2);
     assert_eq!((got[0].cookie, got[0].status), (2, WcStatus::LocLenErr));
     assert_eq!((got[1].cookie, got[1].status), (3, WcStatus::WrFlushErr));
+}
+
+/// A send that fails at the NIC moves a UD QP to the send-queue-error state, not to error
+/// (IBA 10.3.1 SQEr for UD/UC; ConnectX MLX5_QP_STATE_SQER, left with SQERR2RTS_QP in the
+/// kernel's mlx5 modify_qp table): its sends are flushed, its receive queue keeps working.
+#[test]
+fn a_failed_ud_send_flushes_the_sends_but_the_qp_keeps_receiving() {
+    let (dev, pd, mr) = setup();
+    let mut a = node(&pd, 1);
+    let mut b = node(&pd, 1);
+    let (ea, eb) = (a.qp.endpoint(), b.qp.endpoint());
+    let (to_a, to_b) = (pd.create_ah(ea).unwrap(), pd.create_ah(eb).unwrap());
+    a.qp.post_recv(&[mr.sge(0, 256).unwrap()], 100).unwrap();
+    a.qp.post_recv(&[mr.sge(256, 256).unwrap()], 101).unwrap();
+    dev.nic().unwrap().set_port_mtu(1024).unwrap();
+    let sgl = [mr.sge(4096, 2000).unwrap()];
+    a.qp.send_to(&to_b, eb.qpn, 1, Payload::Sgl(&sgl), 2, PostFlags::SIGNALED)
+        .unwrap();
+    a.qp.send_to(
+        &to_b,
+        eb.qpn,
+        1,
+        Payload::Inline(b"x"),
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let got = poll_all(&dev, &mut a.cq);
+    assert_eq!(
+        got.iter().map(|c| (c.cookie, c.status)).collect::<Vec<_>>(),
+        vec![(2, WcStatus::LocLenErr), (3, WcStatus::WrFlushErr)],
+        "the sends fail and flush; the receives stay posted"
+    );
+    assert_eq!(
+        dev.nic().unwrap().qp_state(a.qp.qpn()),
+        Some(mlx5::sim::QpState::SqError)
+    );
+    b.qp.send_to(
+        &to_a,
+        ea.qpn,
+        1,
+        Payload::Inline(b"still"),
+        9,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    assert_eq!(poll_all(&dev, &mut b.cq)[0].status, WcStatus::Success);
+    let got = poll_all(&dev, &mut a.cq);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].cookie, got[0].status, got[0].byte_len, got[0].src_qp),
+        (100, WcStatus::Success, GRH as u32 + 5, eb.qpn)
+    );
+    let mut buf = [0u8; 5];
+    mr.read(GRH, &mut buf).unwrap();
+    assert_eq!(&buf, b"still");
+    // Moving it to error flushes the receive left, once.
+    a.qp.set_error().unwrap();
+    let got = poll_all(&dev, &mut a.cq);
+    assert_eq!(
+        got.iter().map(|c| (c.cookie, c.status)).collect::<Vec<_>>(),
+        vec![(101, WcStatus::WrFlushErr)]
+    );
 }
 
 #[test]

@@ -283,7 +283,7 @@ impl UdQp {
     ///
     /// # Errors
     /// [`Error::MessageTooLong`] for more than [`UdQp::mtu`] bytes (refused here: on the
-    /// wire it would fail the QP); [`Error::InvalidHandle`] for an address handle of
+    /// wire it would fail the QP's send queue); [`Error::InvalidHandle`] for an address handle of
     /// another protection domain; [`Error::InvalidParameter`] for a QP number above 24 bits;
     /// as [`crate::Qp::post`] for the payload and queue room. Nothing is posted on an error.
     #[inline]

@@ -84,7 +84,7 @@ impl State {
             let fm = crate::ctrl::FmCeSe::from_u8(ctrl.fm_ce_se).unwrap_or_default();
             let mut sges = [Sge::default(); 64];
             let mut held = None;
-            let outcome = if state == QpState::Error {
+            let outcome = if matches!(state, QpState::Error | QpState::SqError) {
                 Outcome::Failed(Syndrome::WrFlush)
             } else if give_up {
                 Outcome::Failed(Syndrome::TransportRetryExc)
@@ -353,12 +353,16 @@ impl State {
         }
     }
 
-    /// Writes a requester error CQE and moves the QP to error.
+    /// Writes a requester error CQE and moves the QP to error (a UD QP's send queue only:
+    /// [`QpState::SqError`]).
     fn req_error(&mut self, qpn: u32, pi: u16, opcode: u8, s: Syndrome) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        qp.state = QpState::Error;
+        qp.state = match qp.state {
+            QpState::Rts | QpState::SqError if qp.ud.is_some() => QpState::SqError,
+            _ => QpState::Error,
+        };
         let cq = qp.send_cq;
         let e = err_cqe(s.to_u8(), (opcode as u32) << 24 | qpn, pi);
         if let Some(cq) = self.cqs.get_mut(&cq) {

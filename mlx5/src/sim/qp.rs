@@ -64,6 +64,10 @@ pub enum QpState {
     Rts,
     /// In error: every WQE and receive is flushed.
     Error,
+    /// Send queue error (UD only, IBA 10.3.1 "SQEr"; a ConnectX's `MLX5_QP_STATE_SQER`,
+    /// which the kernel's mlx5 `modify_qp` leaves with `SQERR2RTS_QP`): a send failed, so
+    /// every later send WQE is flushed, while the receive queue keeps receiving.
+    SqError,
 }
 
 /// What the NIC saw of one QP's doorbells and WQEs.

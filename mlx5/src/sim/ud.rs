@@ -14,7 +14,11 @@
 //!   in the WQE with the high bit set means "the sending QP's own Q_Key" (IBA 10.2.4).
 //! - The sender completes its send successfully once the datagram left, whatever became of
 //!   it: UD has no acknowledgement. A payload longer than the port's MTU fails at the sender
-//!   with a local length error (`LOCAL_LENGTH`, the QP goes to error).
+//!   with a local length error (`LOCAL_LENGTH`, verbs' `IBV_WC_LOC_LEN_ERR`: "a message
+//!   that is greater than the maximum message size supported by the port", ibv_poll_cq(3)).
+//!   A failed send moves a UD QP to the send-queue-error state ([`QpState::SqError`], IBA
+//!   10.3.1 SQEr; a ConnectX's `MLX5_QP_STATE_SQER`), not to error: later sends are
+//!   flushed, receives go on.
 //! - At a receiver, a datagram is dropped silently (no completion, counted in
 //!   [`super::QpStats::ud_drops`]) when the Q_Key differs from the QP's, when no receive is
 //!   posted (UD has no RNR), or when the QP is not ready to receive. Otherwise it takes
@@ -269,7 +273,8 @@ impl State {
         let Some(ctx) = p.ud else {
             return; // not a UD QP: the packet is discarded
         };
-        if p.state != QpState::Rts || ctx.qkey != qkey || p.rq_pending() == 0 {
+        let ready = matches!(p.state, QpState::Rts | QpState::SqError);
+        if !ready || ctx.qkey != qkey || p.rq_pending() == 0 {
             // Not ready, a Q_Key violation, or no receive (UD has no RNR): silently dropped.
             p.stats.ud_drops += 1;
             return;
