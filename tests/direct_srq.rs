@@ -60,6 +60,18 @@ fn fan(n: usize, entries: u32, rcq_entries: u32, cqe_size: u32) -> Fan {
 
 const SLOT: usize = 256;
 
+/// Posts `n` receives of 64 bytes (slot `i` of a fresh region, cookie `base + i`) to the
+/// SRQ; returns the region.
+fn post_slots(f: &mut Fan, n: u64, base: u64) -> MemoryRegion {
+    let mr = f.pd.alloc_mr(4096, ALL).unwrap();
+    for i in 0..n {
+        f.srq
+            .post_recv(&[mr.sge(i as usize * 64, 64).unwrap()], base + i)
+            .unwrap();
+    }
+    mr
+}
+
 /// Sixteen QPs receive into one SRQ of 32 while it is refilled: every message lands once,
 /// in the receive the completion names (cookie), on the QP it was sent to (qpn), with its
 /// bytes (small ones inside the CQE, copied by the poller), and no completion is lost.
@@ -177,12 +189,7 @@ fn sixteen_qps_share_one_srq_refilled_while_traffic_runs() {
 #[test]
 fn limit_event_fires_once_when_the_srq_runs_low() {
     let mut f = fan(2, 15, 256, 64);
-    let mr = f.pd.alloc_mr(4096, ALL).unwrap();
-    for i in 0..8u64 {
-        f.srq
-            .post_recv(&[mr.sge(i as usize * 64, 64).unwrap()], i)
-            .unwrap();
-    }
+    let mr = post_slots(&mut f, 8, 0);
     f.srq.set_limit(4).unwrap();
     assert_eq!(nic(&f.dev).srq_limit(f.srq.srqn()), Some(4));
     let send = |f: &mut Fan, i: usize| {
@@ -223,12 +230,7 @@ fn limit_event_fires_once_when_the_srq_runs_low() {
 #[test]
 fn qp_error_leaves_srq_receives_and_reports_last_wqe() {
     let mut f = fan(2, 15, 256, 64);
-    let mr = f.pd.alloc_mr(4096, ALL).unwrap();
-    for i in 0..4u64 {
-        f.srq
-            .post_recv(&[mr.sge(i as usize * 64, 64).unwrap()], 10 + i)
-            .unwrap();
-    }
+    let mr = post_slots(&mut f, 4, 10);
     assert!(!f.servers[0].last_wqe_reached());
     f.servers[0].set_error().unwrap();
     f.dev.process();
@@ -324,12 +326,7 @@ fn scatter_to_cqe_lands_in_srq_buffers() {
 #[test]
 fn teardown_keeps_the_srq_for_its_qps_and_recovers_buried_wqes() {
     let mut f = fan(2, 15, 256, 64);
-    let mr = f.pd.alloc_mr(4096, ALL).unwrap();
-    for i in 0..6u64 {
-        f.srq
-            .post_recv(&[mr.sge(i as usize * 64, 64).unwrap()], i)
-            .unwrap();
-    }
+    let mr = post_slots(&mut f, 6, 0);
     // Two messages to server 0, not polled; then server 0 goes.
     for _ in 0..2 {
         f.clients[0]

@@ -79,19 +79,9 @@ impl Pair {
         on_b: bool,
         n: usize,
     ) -> Vec<(u64, WcStatus, WcOpcode, u32, Option<u32>)> {
-        let mut out = vec![Completion::default(); n];
-        let mut got = 0;
-        let start = Instant::now();
-        while got < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "timed out: {got} of {n} completions"
-            );
-            self.dev.process();
-            let cq = if on_b { &mut self.cq_b } else { &mut self.cq_a };
-            got += cq.poll(&mut out[got..]);
-        }
-        out.iter()
+        let cq = if on_b { &mut self.cq_b } else { &mut self.cq_a };
+        wait_on(&self.dev, cq, n)
+            .iter()
             .map(|c| (c.cookie, c.status, c.opcode, c.byte_len, c.imm))
             .collect()
     }
@@ -827,6 +817,22 @@ pub fn diff(left: &str, l: &[Observed], right: &str, r: &[Observed]) -> String {
                 ));
             }
         }
+    }
+    out
+}
+
+/// Waits for `n` completions on `cq` of `dev` (driving the software NIC), 20 s at most.
+pub fn wait_on(dev: &Device, cq: &mut Cq, n: usize) -> Vec<Completion> {
+    let mut out = vec![Completion::default(); n];
+    let mut got = 0;
+    let start = Instant::now();
+    while got < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out: {got} of {n} completions"
+        );
+        dev.process();
+        got += cq.poll(&mut out[got..]);
     }
     out
 }

@@ -62,19 +62,8 @@ impl SrqFan {
 
     /// Waits for `n` completions on the receive CQ (or the send CQ), 20 s at most.
     pub fn wait(&mut self, recv: bool, n: usize) -> Vec<Completion> {
-        let mut out = vec![Completion::default(); n];
-        let mut got = 0;
-        let start = Instant::now();
-        while got < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "timed out: {got} of {n} completions"
-            );
-            self.dev.process();
-            let cq = if recv { &mut self.rcq } else { &mut self.scq };
-            got += cq.poll(&mut out[got..]);
-        }
-        out
+        let cq = if recv { &mut self.rcq } else { &mut self.scq };
+        super::wait_on(&self.dev, cq, n)
     }
 
     /// Polls both CQs a little longer to prove nothing else arrives.
