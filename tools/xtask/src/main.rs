@@ -20,7 +20,8 @@
 //! - `cargo xtask icount`: instructions per post / poll with callgrind, against the regression
 //!   guards (also a stage of `cargo xtask test`).
 //! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot
-//!   (busy polling and event mode, with the wake-up cost of each program).
+//!   (busy polling and event mode, with the wake-up cost of each program); `--script`
+//!   prints the VM's commands (to share a boot), `--report` the table of the last boot's.
 //! - `cargo xtask wakeup`: the wake-up cost of bfperf's event mode on the software NIC.
 //! - `cargo xtask rxe-icount`: instructions per post / poll / receive of the verbs path on
 //!   rxe0 (callgrind in the VM), for both rdma-core APIs, beside plain rdma-core calls,

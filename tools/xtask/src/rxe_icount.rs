@@ -12,9 +12,9 @@
 //! counted).
 //!
 //! The guards are the figures measured when they were set plus about 10% (Debian 12's
-//! rdma-core 44 and kernel 6.1; issue 19's trimmed path: post 371 legacy / 330 extended,
-//! poll hit 202 / 153, receive post 225 / 225, receive poll 204 / 229; plain rdma-core
-//! 236 / 239, 87 / 80, 138; before the trim the guards were 445 / 405, 250 / 220, 255,
+//! rdma-core 44 and kernel 6.1; issue 19's trimmed path: post 370 legacy / 329 extended,
+//! poll hit 206 / 153, receive post 233 / 233, receive poll 210 / 234; plain rdma-core
+//! 236 / 237, 87 / 80, 138; before the trim the guards were 445 / 405, 250 / 220, 255,
 //! 250 / 285); the device stage of `cargo xtask test` runs the same commands in its one VM
 //! boot
 //! ([`script`], [`report`]).
