@@ -189,7 +189,7 @@ fn sixteen_qps_share_one_srq_refilled_while_traffic_runs() {
 #[test]
 fn limit_event_fires_once_when_the_srq_runs_low() {
     let mut f = fan(2, 15, 256, 64);
-    let mr = post_slots(&mut f, 8, 0);
+    let _mr = post_slots(&mut f, 8, 0); // the receives land in it
     f.srq.set_limit(4).unwrap();
     assert_eq!(nic(&f.dev).srq_limit(f.srq.srqn()), Some(4));
     let send = |f: &mut Fan, i: usize| {
