@@ -360,7 +360,7 @@ impl VerbsSendQueue {
 
     /// Posts one request now ([`crate::Qp::post`]). A small inline RDMA write or send, or a
     /// read into one buffer, with nothing queued, no fence and no fence pending, goes to
-    /// rdma-core directly ([`VerbsSendQueue::post_single`]): the same checks, moderation,
+    /// rdma-core directly (`post_single`): the same checks, moderation,
     /// flags and shadow entry as [`VerbsSendQueue::push`] + [`VerbsSendQueue::ring`],
     /// without building a queued work request or staging the inline bytes (rdma-core copies
     /// them during the call). Any other request takes push + ring.
