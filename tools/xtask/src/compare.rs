@@ -143,8 +143,8 @@ fn script(filters: &[String]) -> String {
         for r in 0..ROUNDS {
             if let Some((pt, px)) = t.perftest {
                 s.push_str(&format!(
-                    "timeout {LIMIT} {pt} {px} -F -d rxe0 -x 1 -s {size} -n {iters} > pt{i}_{r}.srv 2>&1 & sleep 2; \
-                     timeout {LIMIT} {pt} {px} -F -d rxe0 -x 1 -s {size} -n {iters} 10.77.0.1 > pt{i}_{r}.txt 2>&1; wait\n"
+                    "timeout {LIMIT} {pt} {px} -F -d rxe0 -x $BLUEFLAME_GID_INDEX -s {size} -n {iters} > pt{i}_{r}.srv 2>&1 & sleep 2; \
+                     timeout {LIMIT} {pt} {px} -F -d rxe0 -x $BLUEFLAME_GID_INDEX -s {size} -n {iters} 10.77.0.1 > pt{i}_{r}.txt 2>&1; wait\n"
                 ));
             }
             s.push_str(&format!(

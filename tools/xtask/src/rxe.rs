@@ -103,8 +103,9 @@ fn kernel() -> Option<(PathBuf, String)> {
     found.pop()
 }
 
-/// The script run inside the VM: rxe0 on veth0 (10.77.0.1/24, GID index 1 is its RoCE v2
-/// IPv4 GID), then `cmd`; its exit code goes to `out/exit`.
+/// The script run inside the VM: rxe0 on veth0 (10.77.0.1/24), then, once the kernel has put
+/// the RoCE v2 IPv4 GID in rxe0's table (`BLUEFLAME_GID_INDEX` is its index, 1 when the
+/// table was filled in order), `cmd`; its exit code goes to `out/exit`.
 fn script(out: &Path, cmd: &str) -> String {
     format!(
         r#"#!/bin/bash
@@ -117,7 +118,25 @@ ip addr add 10.77.0.1/24 dev veth0
 ip link set veth0 up
 ip link set veth1 up
 rdma link add rxe0 type rxe netdev veth0 || {{ echo 91 > {out}/exit; exit 0; }}
-export BLUEFLAME_DEVICE=rxe0 BLUEFLAME_GID_INDEX=1 BLUEFLAME_SERVER_ADDR=10.77.0.1
+# The kernel fills rxe0's GID table from a work queue after `rdma link add` returns: wait
+# (up to 60 s) for 10.77.0.1's RoCE v2 GID and use the index it got.
+set +x
+port=/sys/class/infiniband/rxe0/ports/1
+gid=
+for try in $(seq 600); do
+  for f in $port/gids/*; do
+    i=${{f##*/}}
+    if [ "$(cat $f 2>/dev/null)" = "{ipv4_gid}" ] \
+      && [ "$(cat $port/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ]; then
+      gid=$i; break 2
+    fi
+  done
+  sleep 0.1
+done
+set -x
+echo "rxe0: IPv4 GID index '$gid' after $try polls"
+[ -n "$gid" ] || {{ cat $port/gids/* $port/gid_attrs/types/* || true; echo 92 > {out}/exit; exit 0; }}
+export BLUEFLAME_DEVICE=rxe0 BLUEFLAME_GID_INDEX=$gid BLUEFLAME_SERVER_ADDR=10.77.0.1
 # A few 2 MiB huge pages for tests/rxe_memory.rs (the VM's kernel is thrown away).
 echo 8 > /proc/sys/vm/nr_hugepages || true
 cd {root}
@@ -127,8 +146,12 @@ echo $? > {out}/exit
 "#,
         out = out.display(),
         root = root().display(),
+        ipv4_gid = IPV4_GID,
     )
 }
+
+/// rxe0's RoCE v2 GID for 10.77.0.1 as sysfs prints it (`::ffff:10.77.0.1`).
+const IPV4_GID: &str = "0000:0000:0000:0000:0000:ffff:0a4d:0001";
 
 /// Boots the VM once, runs `cmd` (a shell command line) inside, and returns its exit code
 /// with its output. `None` when the VM did not run it.
@@ -185,7 +208,7 @@ pub fn run_in_vm(cmd: &str) -> Option<(i32, String)> {
         .and_then(|s| s.trim().parse().ok());
     let log = std::fs::read_to_string(out.join("cmd.log")).unwrap_or_default();
     match code {
-        Some(90) | Some(91) => {
+        Some(90) | Some(91) | Some(92) => {
             eprintln!(
                 "xtask: rxe set-up failed in the VM:\n{}",
                 std::fs::read_to_string(out.join("vm.log")).unwrap_or_default()
@@ -365,6 +388,28 @@ mod tests {
                 format!("=== example {n}\n{verdict}\n")
             })
             .collect()
+    }
+
+    /// The command runs only once rxe0's table holds 10.77.0.1's RoCE v2 GID, and with that
+    /// GID's index (the kernel adds GIDs from a work queue after `rdma link add` returns: a
+    /// test that read index 1 before then had no usable address).
+    #[test]
+    fn the_command_waits_for_the_ipv4_gid_and_uses_its_index() {
+        let s = script(Path::new("/o"), "CMD");
+        let wait = s.find(IPV4_GID).expect("the script looks for the IPv4 GID");
+        let export = s
+            .find("BLUEFLAME_GID_INDEX=$gid")
+            .expect("its index is exported");
+        let run = s.find("( CMD )").expect("the command");
+        assert!(s.find("rdma link add").unwrap() < wait && wait < export && export < run);
+        assert!(s.contains("echo 92 > /o/exit"), "no GID: the set-up fails");
+        assert!(!s.contains("BLUEFLAME_GID_INDEX=1 "), "no hard-coded index");
+        let gid: Vec<u8> = IPV4_GID
+            .split(':')
+            .flat_map(|h| u16::from_str_radix(h, 16).unwrap().to_be_bytes())
+            .collect();
+        let ip = std::net::Ipv4Addr::new(10, 77, 0, 1).to_ipv6_mapped();
+        assert_eq!(gid, ip.octets());
     }
 
     #[test]
