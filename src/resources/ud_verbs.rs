@@ -37,6 +37,21 @@ pub(crate) struct VerbsUd {
     cqs: [Arc<CqHandle>; 2],
 }
 
+/// Refuses a UD QP on a RoCE port whose GID in use is empty: every RoCE datagram is
+/// addressed by GID, so its endpoint would name no address. The kernel fills a RoCE port's
+/// GID table from a work queue (after the device is added, or an IP address), and an index
+/// read before then, or whose address was removed, is all zero.
+fn check_source_gid(ethernet: bool, index: Option<i32>, gid: &[u8; 16]) -> Result<()> {
+    if ethernet && *gid == [0; 16] {
+        return Err(Error::InvalidParameter {
+            what: "GID index of a RoCE port for UD: its GID is empty (not filled in yet, or \
+                   its address removed; BLUEFLAME_GID_INDEX or Device::open choose another)",
+            value: index.map_or(u64::MAX, |i| i as u64),
+        });
+    }
+    Ok(())
+}
+
 fn verbs_cq(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
     match &cq.handle.kind {
         super::cq::CqKind::Verbs(c) => Ok(c.clone()),
@@ -100,6 +115,14 @@ impl VerbsUd {
             max_inline: caps.max_inline,
         };
         let (scq, rcq) = (verbs_cq(send_cq)?, verbs_cq(recv_cq)?);
+        // The address peers are told before anything is created: on RoCE an endpoint
+        // without its GID cannot be reached.
+        let port = vdev.ctx.port(vdev.port)?;
+        let gid = match vdev.gid_index {
+            Some(i) => vdev.ctx.gid(vdev.port, i)?,
+            None => [0; 16],
+        };
+        check_source_gid(port.ethernet, vdev.gid_index, &gid)?;
         // `BLUEFLAME_VERBS_API`, read when the QP is created, as for RC.
         let api = ApiChoice::current()?;
         let qp = Arc::new(verbs::objects::Qp::new_ud(
@@ -111,11 +134,6 @@ impl VerbsUd {
         )?);
         let qpn = qp.qpn();
         qp.ud_ready(vdev.port, qkey, qpn.wrapping_mul(0x9e37_79b9) >> 8)?;
-        let port = vdev.ctx.port(vdev.port)?;
-        let gid = match vdev.gid_index {
-            Some(i) => vdev.ctx.gid(vdev.port, i)?,
-            None => [0; 16],
-        };
         let mut sq = VerbsUdSendQueue::new(qp.clone(), verbs::ud::mtu_bytes(port.active_mtu));
         // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
         sq.queue().set_gather_lists_legacy(vdev.attrs.rxe);
@@ -338,5 +356,17 @@ mod tests {
         assert!(is_roce_multicast(&v4(224)));
         assert!(!is_roce_multicast(&v4(10)), "::ffff:10.1.2.3 is unicast");
         assert!(!is_roce_multicast(&v4(240)));
+    }
+
+    #[test]
+    fn a_roce_port_without_its_gid_gives_no_ud_endpoint() {
+        let v4 = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1];
+        assert!(check_source_gid(true, Some(1), &v4).is_ok());
+        assert!(matches!(
+            check_source_gid(true, Some(1), &[0; 16]),
+            Err(Error::InvalidParameter { value: 1, .. })
+        ));
+        // InfiniBand: LIDs route, a GID is optional.
+        assert!(check_source_gid(false, None, &[0; 16]).is_ok());
     }
 }
