@@ -50,6 +50,27 @@ pub struct QpCaps {
     pub scatter_to_cqe: bool,
 }
 
+impl QpCaps {
+    /// The verbs QP's `ibv_qp_cap`: `sq_blocks` is a ring size in blocks and rdma-core
+    /// takes work requests, sizing each for the largest WQE (`mlx5_calc_sq_size`), so as many
+    /// requests of the largest kind as the blocks hold: the same depth on both paths
+    /// ([`Qp::send_depth`](crate::Qp::send_depth)).
+    pub(crate) fn verbs(&self) -> crate::verbs::objects::Caps {
+        let lim = mlx5::wqe::Limits {
+            max_sge: self.max_send_sge as usize,
+            max_inline: self.max_inline as usize,
+        };
+        let wrs = self.sq_blocks / mlx5::wqe::max_wqe_bbs(&lim) as u32;
+        crate::verbs::objects::Caps {
+            max_send_wr: wrs.max(1),
+            max_recv_wr: self.rq_entries.max(1),
+            max_send_sge: self.max_send_sge,
+            max_recv_sge: self.max_recv_sge,
+            max_inline: self.max_inline,
+        }
+    }
+}
+
 impl Default for QpCaps {
     /// 256 send blocks and receive entries, 8 gather and 4 scatter entries, 256 inline
     /// bytes, 256-byte BlueFlame halves, RNR retries for ever, scatter-to-CQE on.

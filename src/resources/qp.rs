@@ -277,22 +277,7 @@ impl Pd {
                 }
             }
             (Backend::Verbs(vdev), PdKind::Verbs(pd)) => {
-                // `sq_blocks` is a ring size in blocks; rdma-core takes work requests and
-                // sizes each for the largest WQE (`mlx5_calc_sq_size`): ask for as many
-                // requests of the largest kind as the blocks hold, so that the depth is the
-                // same on both paths (`Qp::send_depth`).
-                let lim = mlx5::wqe::Limits {
-                    max_sge: caps.max_send_sge as usize,
-                    max_inline: caps.max_inline as usize,
-                };
-                let wrs = caps.sq_blocks / mlx5::wqe::max_wqe_bbs(&lim) as u32;
-                let vcaps = verbs::objects::Caps {
-                    max_send_wr: wrs.max(1),
-                    max_recv_wr: caps.rq_entries.max(1),
-                    max_send_sge: caps.max_send_sge,
-                    max_recv_sge: caps.max_recv_sge,
-                    max_inline: caps.max_inline,
-                };
+                let vcaps = caps.verbs();
                 let (scq, rcq) = (cq_of(&send_cq.handle)?, cq_of(recv.handle)?);
                 let vsrq = recv.srq.and_then(|s| s.verbs.clone());
                 // rdma-core reads MLX5_QP_SIGNATURE when it creates the QP: a QP with WQE

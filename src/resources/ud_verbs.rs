@@ -102,18 +102,7 @@ impl VerbsUd {
                  BLUEFLAME_PATH=verbs runs them on the verbs path)",
             ));
         }
-        let lim = mlx5::wqe::Limits {
-            max_sge: caps.max_send_sge as usize,
-            max_inline: caps.max_inline as usize,
-        };
-        let wrs = caps.sq_blocks / mlx5::wqe::max_wqe_bbs(&lim) as u32;
-        let vcaps = verbs::objects::Caps {
-            max_send_wr: wrs.max(1),
-            max_recv_wr: caps.rq_entries.max(1),
-            max_send_sge: caps.max_send_sge,
-            max_recv_sge: caps.max_recv_sge,
-            max_inline: caps.max_inline,
-        };
+        let vcaps = caps.verbs();
         let (scq, rcq) = (verbs_cq(send_cq)?, verbs_cq(recv_cq)?);
         // The address peers are told before anything is created: on RoCE an endpoint
         // without its GID cannot be reached.
