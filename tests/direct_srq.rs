@@ -651,3 +651,26 @@ fn a_region_dropped_under_an_srq_receive_stays_registered_until_none_is_outstand
     assert_eq!(bytes(&keep, 0, 64), vec![7u8; 64]);
     assert!(poll_all(&mut f.scq).iter().all(|c| c.is_ok()));
 }
+
+/// The other half of the lifetime rule: once the SRQ is gone (destroyed with its last QP),
+/// its receives can never complete, and a region dropped under them is deregistered.
+#[test]
+fn a_region_dropped_under_an_srq_receive_is_deregistered_once_the_srq_is_gone() {
+    let mut f = fan(1, 7, 256, 64);
+    let victim = f.pd.alloc_mr(4096, ALL).unwrap();
+    f.srq.post_recv(&[victim.sge(0, 64).unwrap()], 1).unwrap();
+    drop(victim);
+    assert_eq!(f.pd.reclaim(), 1, "parked: the SRQ holds a receive into it");
+    let srqn = f.srq.srqn();
+    let Fan {
+        pd,
+        srq,
+        servers,
+        dev,
+        ..
+    } = f;
+    drop(srq);
+    drop(servers);
+    assert_eq!(nic(&dev).srq_pending(srqn), None, "the SRQ is destroyed");
+    assert_eq!(pd.reclaim(), 0, "nothing can write the region any more");
+}
