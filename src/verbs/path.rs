@@ -1389,3 +1389,83 @@ fn take_recv(q: &Attached, seq: u16) -> Option<u64> {
         (None, None) => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Remote;
+
+    /// The requests `post_one` posts without a queued work request: an inline write or send
+    /// of 1 to `max_inline` bytes, a read into one non-empty buffer; nothing else (those take
+    /// push + ring, whose checks refuse what must be refused).
+    #[test]
+    fn single_requests_are_small_inline_writes_and_sends_and_one_buffer_reads() {
+        let remote = Remote { addr: 64, rkey: 7 };
+        let bytes = [1u8; 16];
+        let write = |n: usize| Request::Write {
+            remote,
+            data: Payload::Inline(&bytes[..n]),
+        };
+        let w = Single::of(&write(8), 8).expect("an inline write of max_inline bytes");
+        assert_eq!(
+            (w.opcode, w.wc, w.byte_len, w.inline_flag),
+            (
+                ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                WcOpcode::RdmaWrite,
+                0,
+                ffi::ibv_send_flags::IBV_SEND_INLINE.0
+            )
+        );
+        assert_eq!((w.buf.length, w.buf.lkey, w.remote.rkey), (8, 0, 7));
+        assert!(Single::of(&write(9), 8).is_none(), "longer than max_inline");
+        assert!(Single::of(&write(0), 8).is_none(), "empty");
+        let send = Request::Send {
+            data: Payload::Inline(&bytes[..4]),
+        };
+        let s = Single::of(&send, 8).expect("an inline send");
+        assert_eq!(
+            (s.opcode, s.wc),
+            (ffi::ibv_wr_opcode::IBV_WR_SEND, WcOpcode::Send)
+        );
+        let sge = |len| Sge {
+            addr: 4096,
+            len,
+            lkey: 3,
+        };
+        let one = [sge(32)];
+        let r = Single::of(&Request::Read { remote, sgl: &one }, 8).expect("a read");
+        assert_eq!(
+            (r.opcode, r.wc, r.byte_len, r.inline_flag, r.buf.lkey),
+            (
+                ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+                WcOpcode::RdmaRead,
+                32,
+                0,
+                3
+            )
+        );
+        let two = [sge(32), sge(32)];
+        assert!(Single::of(&Request::Read { remote, sgl: &two }, 8).is_none());
+        let empty = [sge(0)];
+        assert!(Single::of(
+            &Request::Read {
+                remote,
+                sgl: &empty
+            },
+            8
+        )
+        .is_none());
+        let gathered = [sge(8)];
+        let gather_write = Request::Write {
+            remote,
+            data: Payload::Sgl(&gathered),
+        };
+        assert!(Single::of(&gather_write, 8).is_none(), "a gathered write");
+        let imm = Request::WriteImm {
+            remote,
+            data: Payload::Inline(&bytes[..4]),
+            imm: 1,
+        };
+        assert!(Single::of(&imm, 8).is_none(), "a write with immediate");
+    }
+}
