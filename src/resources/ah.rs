@@ -182,9 +182,9 @@ impl Pd {
     /// (an endpoint always carries its GID).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a port the device does not have; [`Error::Verbs`]
-    /// (`ibv_create_ah`: e.g. `EINVAL` for an address without a global route on RoCE, no
-    /// route to the GID's IP address).
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for a port the device
+    /// does not have; [`Error::Verbs`](crate::Error::Verbs) (`ibv_create_ah`: e.g. `EINVAL`
+    /// for an address without a global route on RoCE, no route to the GID's IP address).
     pub fn create_ah(&self, to: impl Into<AhAttr>) -> Result<AddressHandle> {
         let attr = to.into();
         let (av, verbs) = match (&self.inner.dev.backend, &self.inner.kind) {
