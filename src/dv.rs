@@ -640,6 +640,78 @@ mod tests {
         assert!(matches!(refused, Err(Error::InvalidParameter { .. })));
     }
 
+    /// A UD send on mlx5's direct path: rings from `mlx5dv_init_obj(MLX5DV_OBJ_QP)` of
+    /// rdma-core's UD QP, the address vector from `mlx5dv_init_obj(MLX5DV_OBJ_AH)` of its
+    /// `ibv_create_ah`. The WQE's datagram segment is the provider's AV byte for byte, with
+    /// only the Q_Key (bytes 0..4) and the destination QP with `MLX5_EXTENDED_UD_AV` (bytes
+    /// 8..12) written over it, as rdma-core's `set_datagram_seg` /
+    /// `mlx5_send_wr_set_ud_addr` (`memcpy(&dseg->av, &mah->av, ...)`) and UCX's
+    /// `uct_ib_mlx5_set_dgram_seg` build it.
+    #[test]
+    fn a_ud_send_on_library_rings_carries_the_providers_av() {
+        use mlx5::av::{AvAttr, AvLink, DatagramSeg, GrhAttr};
+        let made = mlx5::av::Av::from_attr(&AvAttr {
+            link: AvLink::Ib {
+                dlid: 0x33,
+                src_path_bits: 0,
+                grh: Some(GrhAttr {
+                    dgid: [0xab; 16],
+                    flow_label: 0x12345,
+                    sgid_index: 1,
+                    hop_limit: 64,
+                    traffic_class: 5,
+                }),
+            },
+            sl: 2,
+            static_rate: 0,
+        });
+        let mut provider = [0u8; 80];
+        provider[16..64].copy_from_slice(&made.to_bytes());
+        let dv_ah = ffi::mlx5dv_ah {
+            av: provider[16..].as_mut_ptr().cast(),
+            comp_mask: 0,
+        };
+        // SAFETY: `dv_ah.av` points to 48 readable bytes of `provider`.
+        let av = unsafe { av_of(&dv_ah) }.unwrap();
+        let mut buf = vec![0u8; 1024 + 256 * 64];
+        let (mut db, mut bf) = ([0u32; 2], vec![0u8; 512]);
+        let dv = cx5(&mut buf, &mut db, &mut bf, 256);
+        let raw = raw_qp(&dv, &LIM).unwrap();
+        // SAFETY: the rings above outlive the queue (dropped at the end of the test).
+        let mut sq = unsafe { crate::direct::SendQueue::new(&raw) }.unwrap();
+        let send = mlx5::wqe::UdSend {
+            dgram: DatagramSeg::ud(&av, 0x4321, 0x1111_2222),
+            data: crate::Payload::Inline(b"hello"),
+            imm: None,
+        };
+        sq.post_ud(&send, 9, crate::PostFlags::SIGNALED).unwrap();
+        drop(sq);
+        let wqe = &buf[1024..1024 + 128];
+        // Control segment: opcode SEND, the QP number, the size in 16-byte units
+        // (control 1 + datagram 3 + inline 1).
+        assert_eq!(wqe[3], 0x0a, "MLX5_OPCODE_SEND");
+        assert_eq!(
+            u32::from_be_bytes(wqe[4..8].try_into().unwrap()),
+            0x1234 << 8 | 5
+        );
+        let dseg = &wqe[16..64];
+        let mut want = made.to_bytes();
+        want[0..4].copy_from_slice(&0x1111_2222u32.to_be_bytes());
+        want[8..12].copy_from_slice(&(0x4321u32 | 0x8000_0000).to_be_bytes());
+        assert_eq!(dseg, &want[..]);
+        // The bytes rdma-core does not overwrite are the provider's (GRH, LID, SL).
+        assert_eq!(&dseg[12..48], &provider[16 + 12..64]);
+        // The inline segment: byte count with MLX5_INLINE_SEG, then the data.
+        assert_eq!(
+            u32::from_be_bytes(wqe[64..68].try_into().unwrap()),
+            0x8000_0000 | 5
+        );
+        assert_eq!(&wqe[68..73], b"hello");
+        // The doorbell record's send counter in 64-byte blocks: 80 bytes take two
+        // (rdma-core `qp->sq.cur_post += DIV_ROUND_UP(size * 16, MLX5_SEND_WQE_BB)`).
+        assert_eq!(u32::from_be(db[1]), 2);
+    }
+
     /// What rdma-core 55's `mlx5dv_get_srq` returns for `ibv_create_srq(max_wr 100,
     /// max_sge 2)` on a ConnectX: a ring of 512 WQEs (`2 * 100 + 1` rounded up, the upper
     /// half the ODP wait queue), the main list 0 ..= 127, a stride of 64, the number asked

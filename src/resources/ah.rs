@@ -113,8 +113,8 @@ impl From<UdEndpoint> for AhAttr {
 /// An address handle: the destination of UD sends, in the PD it was made in.
 ///
 /// On the direct path it holds the 48-byte mlx5 address vector (`struct mlx5_wqe_av`) that
-/// every send to it copies into its WQE (rdma-core `mlx5_create_ah`; on a ConnectX
-/// `mlx5dv_init_obj(MLX5DV_OBJ_AH)` gives the provider's own).
+/// every send to it copies into its WQE (rdma-core `mlx5_create_ah`; on a ConnectX the
+/// provider's own, from `mlx5dv_init_obj(MLX5DV_OBJ_AH)` of the `ibv_create_ah` handle).
 #[derive(Clone)]
 pub struct AddressHandle {
     pub(crate) av: Av,
@@ -212,7 +212,22 @@ impl Pd {
                         grh,
                     },
                 )?;
-                (Av::default(), Some(std::sync::Arc::new(ah)))
+                // mlx5's direct path: the provider's own address vector
+                // (`mlx5dv_init_obj(MLX5DV_OBJ_AH)`, the `mah->av` that rdma-core's
+                // `set_datagram_seg` / `mlx5_send_wr_set_ud_addr` and UCX's
+                // `uct_ib_mlx5_get_av` copy into every UD WQE), copied once here.
+                let av = if v.path == crate::DataPath::Direct {
+                    // SAFETY: `ah.ah` is a live AH of this mlx5 device (the direct path
+                    // runs only on mlx5), kept alive by `ah` during the calls; `av_of`
+                    // reads the 48 bytes `init_ah` points to, inside that AH.
+                    unsafe {
+                        let dv = crate::dv::init_ah(ah.ah.cast())?;
+                        crate::dv::av_of(&dv)?
+                    }
+                } else {
+                    Av::default()
+                };
+                (av, Some(std::sync::Arc::new(ah)))
             }
             #[cfg(feature = "sim")]
             _ => return Err(Error::Unsupported("PD and device backends differ")),

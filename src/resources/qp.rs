@@ -137,8 +137,34 @@ impl Pd {
             cqn: recv_cq.cqn(),
             dev: &recv_cq.dev,
             srq: None,
+            ud_qkey: None,
         };
         self.create_qp_on(send_cq, recv, caps, cm)
+    }
+
+    /// A UD QP on mlx5's direct path: rdma-core's UD QP brought to RTS with `qkey`, its
+    /// rings taken with `mlx5dv_init_obj` and registered on the direct CQs as an RC QP's
+    /// are ([`crate::UdQp`] on a ConnectX). Posting stays refused until the caller marks it
+    /// ready.
+    ///
+    /// # Errors
+    /// As [`Pd::create_qp`]; [`Error::Unsupported`] on a device whose data path is not the
+    /// direct one (or with `MLX5_QP_SIGNATURE`, which needs the verbs path).
+    pub(crate) fn create_ud_direct(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        qkey: u32,
+    ) -> Result<Qp> {
+        let recv = RecvSide {
+            handle: &recv_cq.handle,
+            cqn: recv_cq.cqn(),
+            dev: &recv_cq.dev,
+            srq: None,
+            ud_qkey: Some(qkey),
+        };
+        self.create_qp_on(send_cq, recv, caps, None)
     }
 
     /// Creates an RC QP whose sends complete on `send_cq` and that takes its receives from
@@ -162,6 +188,7 @@ impl Pd {
             cqn: h.cqn,
             dev: &h.pd.inner.dev,
             srq: Some(h),
+            ud_qkey: None,
         };
         let caps = QpCaps {
             rq_entries: 0,
@@ -293,13 +320,34 @@ impl Pd {
                 } else {
                     ApiChoice::current()?
                 };
-                let qp = match &cm {
+                let qp = match (&cm, recv.ud_qkey) {
+                    // UD on mlx5's direct path (rdma-core's `mlx5_create_qp` with
+                    // `IBV_QPT_UD` sizes each WQE for the datagram segment too,
+                    // `mlx5_calc_send_wqe`): the UD transitions, then the rings as for RC.
+                    (_, Some(qkey)) => {
+                        if !direct {
+                            return Err(Error::Unsupported(
+                                "UD QPs on mlx5's direct path with MLX5_QP_SIGNATURE \
+                                 (BLUEFLAME_PATH=verbs runs them on the verbs path)",
+                            ));
+                        }
+                        let qp = verbs::objects::Qp::new_ud(
+                            pd.clone(),
+                            scq,
+                            rcq,
+                            vcaps,
+                            ApiChoice::Legacy,
+                        )?;
+                        let psn = qp.qpn().wrapping_mul(0x9e37_79b9) >> 8;
+                        qp.ud_ready(vdev.port, qkey, psn)?;
+                        qp
+                    }
                     // SAFETY: the id is live and on this PD's context (the PD was allocated on
                     // the id's context); the Qp keeps the id (`cm`) and drops it after the QP.
-                    Some(id) => unsafe {
+                    (Some(id), None) => unsafe {
                         verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps, direct, api)?
                     },
-                    None => verbs::objects::Qp::with_srq(
+                    (None, None) => verbs::objects::Qp::with_srq(
                         pd.clone(),
                         scq,
                         rcq,
@@ -451,6 +499,9 @@ struct RecvSide<'a> {
     cqn: u32,
     dev: &'a super::Device,
     srq: Option<&'a Arc<super::srq::SrqHandle>>,
+    /// A UD QP's Q_Key (the verbs backend on mlx5's direct path only; the software NIC's
+    /// UD QPs are made UD by the caller).
+    ud_qkey: Option<u32>,
 }
 
 fn cq_of(cq: &CqHandle) -> Result<Arc<verbs::objects::Cq>> {
@@ -733,6 +784,15 @@ impl Qp {
             #[cfg(feature = "sim")]
             (QpPath::Direct { .. }, Backend::Sim(n)) => Ok(n.set_error(self.qpn)?),
             _ => Err(Error::Unsupported("QP and device backends differ")),
+        }
+    }
+
+    /// The rdma-core QP behind the direct path's rings on mlx5 (None on the software NIC
+    /// and on the verbs path).
+    pub(crate) fn hw_qp(&self) -> Option<&Arc<verbs::objects::Qp>> {
+        match &self.path {
+            QpPath::Direct { hw, .. } => hw.as_ref(),
+            QpPath::Verbs { .. } => None,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::ah::{AddressHandle, UdEndpoint};
 use super::device::Backend;
-use super::ud_verbs::{is_roce_multicast, VerbsUd};
+use super::ud_verbs::{check_source_gid, is_roce_multicast, VerbsUd};
 use super::{Cq, Pd, Qp, QpCaps};
 use crate::error::{Error, Result};
 use crate::verbs::ex::VerbsApi;
@@ -81,16 +81,21 @@ pub struct UdQp {
     mtu: u32,
     lid: u16,
     gid: [u8; 16],
+    /// Whether the port is Ethernet (RoCE: a multicast group has no LID).
+    ethernet: bool,
+    /// The multicast groups a direct-path QP on mlx5 is attached to (`ibv_attach_mcast`):
+    /// detached before its QP is destroyed (the kernel refuses to destroy a QP with
+    /// attachments, `EBUSY`). The verbs path keeps its own.
+    groups: Vec<([u8; 16], u16)>,
 }
 
 /// Which data path runs a UD QP.
-// Without the software NIC nothing builds a direct-path UD QP yet (mlx5's is not bound).
-#[cfg_attr(not(feature = "sim"), allow(dead_code))]
 enum UdPath {
-    /// The direct path (the software NIC): a QP of the crate's own rings.
+    /// The direct path: a QP of the crate's own rings (the software NIC's, or on mlx5 the
+    /// rings of an rdma-core UD QP from `mlx5dv_init_obj`).
     Direct(Qp),
-    /// The verbs path (rxe and other rdma-core devices; mlx5 too until its direct path
-    /// carries UD): an rdma-core UD QP (`src/resources/ud_verbs.rs`).
+    /// The verbs path (rxe and other rdma-core devices; mlx5 with `BLUEFLAME_PATH=verbs`):
+    /// an rdma-core UD QP (`src/resources/ud_verbs.rs`).
     Verbs(VerbsUd),
 }
 
@@ -112,8 +117,8 @@ impl Pd {
     /// [`Error::InvalidParameter`] for a Q_Key with the privileged bit
     /// ([`QKEY_PRIVILEGED`]); as [`Pd::create_qp`] for the CQs and capabilities (on
     /// rdma-core devices [`Error::Verbs`] from `ibv_create_qp_ex` or `ibv_modify_qp`);
-    /// [`Error::Unsupported`] on mlx5's direct path (not yet: `BLUEFLAME_PATH=verbs` runs
-    /// UD QPs there on the verbs path).
+    /// [`Error::Unsupported`] for `UdOptions::mcast_loopback = false` on rdma-core devices,
+    /// and on mlx5's direct path with `MLX5_QP_SIGNATURE` set.
     pub fn create_ud_qp(
         &self,
         send_cq: &Cq,
@@ -156,24 +161,52 @@ impl Pd {
                     mtu: port.mtu,
                     lid: port.lid,
                     gid: port.gid,
+                    ethernet: false,
+                    groups: Vec::new(),
                 })
             }
-            // The verbs path (rxe and the others; a ConnectX too until the direct path
-            // drives a verbs UD QP's rings): an rdma-core UD QP.
+            Backend::Verbs(_) if !opts.mcast_loopback => {
+                // rxe loops every group's datagrams back (it cannot block them), and
+                // neither path asks for IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
+                Err(Error::Unsupported(
+                    "UdOptions::mcast_loopback = false on an rdma-core device",
+                ))
+            }
+            // mlx5's direct path: rdma-core's UD QP (INIT with the Q_Key, RTR, RTS) driven
+            // through its rings (`mlx5dv_init_obj`), as UCX's uct_ud_mlx5 iface does
+            // (`uct_ib_mlx5_get_txwq` / `uct_ib_mlx5_get_rxwq`), registered on the direct
+            // CQs as an RC QP's queues are.
+            Backend::Verbs(vdev) if vdev.path == DataPath::Direct => {
+                let port = vdev.ctx.port(vdev.port)?;
+                let gid = match vdev.gid_index {
+                    Some(i) => vdev.ctx.gid(vdev.port, i)?,
+                    None => [0; 16],
+                };
+                // As on the verbs path, before anything is created.
+                check_source_gid(port.ethernet, vdev.gid_index, &gid)?;
+                let mut qp = self.create_ud_direct(send_cq, recv_cq, caps, qkey)?;
+                qp.mark_connected();
+                Ok(UdQp {
+                    path: UdPath::Direct(qp),
+                    qkey,
+                    mtu: crate::verbs::ud::mtu_bytes(port.active_mtu),
+                    lid: port.lid,
+                    gid,
+                    ethernet: port.ethernet,
+                    groups: Vec::new(),
+                })
+            }
+            // The verbs path (rxe and the others; a ConnectX with BLUEFLAME_PATH=verbs):
+            // an rdma-core UD QP.
             Backend::Verbs(_) => {
-                if !opts.mcast_loopback {
-                    // rxe loops every group's datagrams back (it cannot block them), and
-                    // the verbs path does not ask for IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
-                    return Err(Error::Unsupported(
-                        "UdOptions::mcast_loopback = false on the verbs path",
-                    ));
-                }
                 let v = VerbsUd::create(self, send_cq, recv_cq, caps, qkey)?;
                 Ok(UdQp {
                     qkey,
                     mtu: v.mtu(),
                     lid: v.lid,
                     gid: v.gid,
+                    ethernet: v.ethernet,
+                    groups: Vec::new(),
                     path: UdPath::Verbs(v),
                 })
             }
@@ -392,6 +425,17 @@ impl UdQp {
     /// the device's refusal otherwise.
     pub fn attach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
         match &mut self.path {
+            // mlx5's direct path: `ibv_attach_mcast` on the rdma-core QP behind the rings.
+            UdPath::Direct(qp) if qp.hw_qp().is_some() => {
+                check_link_group(self.ethernet, &gid, lid)?;
+                if let Some(hw) = qp.hw_qp() {
+                    hw.attach_mcast(&gid, lid)?;
+                }
+                if !self.groups.contains(&(gid, lid)) {
+                    self.groups.push((gid, lid));
+                }
+                Ok(())
+            }
             UdPath::Direct(qp) => {
                 check_group(&gid, lid)?;
                 match &qp.pd().inner.dev.backend {
@@ -401,7 +445,7 @@ impl UdQp {
                 }
             }
             UdPath::Verbs(v) => {
-                check_verbs_group(v, &gid, lid)?;
+                check_link_group(v.ethernet, &gid, lid)?;
                 v.attach_mcast(&gid, lid)
             }
         }
@@ -413,6 +457,14 @@ impl UdQp {
     /// As [`UdQp::attach_mcast`]; the device's refusal when the QP is not attached.
     pub fn detach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
         match &mut self.path {
+            UdPath::Direct(qp) if qp.hw_qp().is_some() => {
+                check_link_group(self.ethernet, &gid, lid)?;
+                if let Some(hw) = qp.hw_qp() {
+                    hw.detach_mcast(&gid, lid)?;
+                }
+                self.groups.retain(|g| *g != (gid, lid));
+                Ok(())
+            }
             UdPath::Direct(qp) => {
                 check_group(&gid, lid)?;
                 match &qp.pd().inner.dev.backend {
@@ -422,7 +474,7 @@ impl UdQp {
                 }
             }
             UdPath::Verbs(v) => {
-                check_verbs_group(v, &gid, lid)?;
+                check_link_group(v.ethernet, &gid, lid)?;
                 v.detach_mcast(&gid, lid)
             }
         }
@@ -441,10 +493,25 @@ impl UdQp {
     }
 }
 
-/// The kernel's checks of `ibv_attach_mcast` for a verbs UD QP: on an Ethernet port
+impl Drop for UdQp {
+    /// On mlx5's direct path, leaves the QP's multicast groups before the QP goes (the
+    /// kernel refuses `ibv_destroy_qp` with attachments, `EBUSY`); the verbs path does the
+    /// same in its own drop.
+    fn drop(&mut self) {
+        if let UdPath::Direct(qp) = &self.path {
+            if let Some(hw) = qp.hw_qp() {
+                for (gid, lid) in self.groups.drain(..) {
+                    let _ = hw.detach_mcast(&gid, lid);
+                }
+            }
+        }
+    }
+}
+
+/// The kernel's checks of `ibv_attach_mcast` for an rdma-core UD QP: on an Ethernet port
 /// `rdma_is_multicast_addr` (the LID is ignored), on InfiniBand as [`check_group`].
-fn check_verbs_group(v: &VerbsUd, gid: &[u8; 16], lid: u16) -> Result<()> {
-    if !v.ethernet {
+fn check_link_group(ethernet: bool, gid: &[u8; 16], lid: u16) -> Result<()> {
+    if !ethernet {
         return check_group(gid, lid);
     }
     if !is_roce_multicast(gid) {

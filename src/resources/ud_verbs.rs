@@ -41,7 +41,7 @@ pub(crate) struct VerbsUd {
 /// addressed by GID, so its endpoint would name no address. The kernel fills a RoCE port's
 /// GID table from a work queue (after the device is added, or an IP address), and an index
 /// read before then, or whose address was removed, is all zero.
-fn check_source_gid(ethernet: bool, index: Option<i32>, gid: &[u8; 16]) -> Result<()> {
+pub(crate) fn check_source_gid(ethernet: bool, index: Option<i32>, gid: &[u8; 16]) -> Result<()> {
     if ethernet && *gid == [0; 16] {
         return Err(Error::InvalidParameter {
             what: "GID index of a RoCE port for UD: its GID is empty (not filled in yet, or \
@@ -98,8 +98,8 @@ impl VerbsUd {
             // by the rings' WQE counters: a verbs QP's completions on them would be
             // misread.
             return Err(Error::Unsupported(
-                "UD QPs on mlx5's direct path (not bound to a ConnectX QP yet; \
-                 BLUEFLAME_PATH=verbs runs them on the verbs path)",
+                "a verbs-path UD QP on a device whose CQs the direct path polls \
+                 (UdQp runs mlx5's direct path there)",
             ));
         }
         let vcaps = caps.verbs();
