@@ -289,3 +289,47 @@ fn gather_and_scatter_lists() {
     }
     assert!(failed.is_empty(), "datagrams lost: {failed:?}");
 }
+
+/// An address handle dropped right after the send that names it: the send still completes
+/// successfully and its datagram arrives, 200 times (the UD queue keeps each AH until its
+/// request completed; rxe's requester looks the AH up by number when it processes the WQE,
+/// which may be after the post returned, and fails the send with `LocQpOpErr` when the AH
+/// is gone).
+#[test]
+#[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
+fn a_send_outlives_its_dropped_address_handle() {
+    let Some(dev) = device::under_test() else {
+        return device::skipped("a_send_outlives_its_dropped_address_handle");
+    };
+    let mut n = Net::new(&dev, 2);
+    let b_qpn = n.nodes[1].qp.qpn();
+    let rounds = 200u64;
+    let mut bad = Vec::new();
+    for i in 0..rounds {
+        let b = &mut n.nodes[1];
+        let sge = b.mr.sge(0, GRH_BYTES + 64).unwrap();
+        b.qp.post_recv(&[sge], 1000 + i).unwrap();
+        let ah = n.ah_to(1);
+        n.nodes[0]
+            .qp
+            .send_to(
+                &ah,
+                b_qpn,
+                QKEY,
+                Payload::Inline(b"dropped ah"),
+                i,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+        drop(ah);
+        let sent = until(&dev, &mut n.nodes[0].cq, &[i], 0);
+        let got = until(&dev, &mut n.nodes[1].cq, &[1000 + i], 0);
+        if !sent.iter().any(|c| c.cookie == i && c.is_ok())
+            || !got.iter().any(|c| c.cookie == 1000 + i && c.is_ok())
+        {
+            bad.push((i, sent, got));
+            break;
+        }
+    }
+    assert!(bad.is_empty(), "{bad:?}");
+}

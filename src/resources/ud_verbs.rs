@@ -203,7 +203,7 @@ impl VerbsUd {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &mut self,
-        ah: &verbs::ud::Ah,
+        ah: &Arc<verbs::ud::Ah>,
         remote_qpn: u32,
         remote_qkey: u32,
         data: &Payload<'_>,
@@ -211,14 +211,11 @@ impl VerbsUd {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        // SAFETY: `ah` is live for the call (borrowed), of this QP's protection domain (the
-        // caller's check); the provider takes the address during the call (rxe: the kernel
-        // AH's number, or a copy of the vector on old kernels; mlx5: a copy in the WQE), so
-        // the handle may go once `post` returns.
-        let r = unsafe {
-            self.sq
-                .post(ah.ah, remote_qpn, remote_qkey, data, imm, cookie, flags)
-        };
+        // The queue keeps `ah` until the send completed (the provider may look it up after
+        // the post returned: rxe's requester does, by number).
+        let r = self
+            .sq
+            .post(ah, remote_qpn, remote_qkey, data, imm, cookie, flags);
         r.map_err(|e| self.explain(e))
     }
 

@@ -387,6 +387,14 @@ impl Drop for Ah {
 pub struct VerbsUdSendQueue {
     sq: VerbsSendQueue,
     mtu: u32,
+    /// The address handle of each request, by its sequence number modulo the length: kept
+    /// until the slot is reused, which is after the request completed (the queue holds at
+    /// most its capacity, at most this length). The provider may read an AH after the post
+    /// returned (rxe: the kernel's requester looks the AH up by number when it processes the
+    /// WQE, which can be after `ibv_post_send` returned when its task was busy elsewhere; a
+    /// destroyed AH then fails the send with `LocQpOpErr` and the QP), and verbs forbids
+    /// destroying an AH that outstanding requests name.
+    ahs: Box<[Option<Arc<Ah>>]>,
 }
 
 impl std::fmt::Debug for VerbsUdSendQueue {
@@ -410,9 +418,12 @@ impl VerbsUdSendQueue {
     /// The send queue of the UD QP `qp`, whose sends carry at most `mtu` bytes (the port's
     /// active MTU in bytes, [`mtu_bytes`]).
     pub fn new(qp: Arc<Qp>, mtu: u32) -> VerbsUdSendQueue {
+        let sq = VerbsSendQueue::new(qp);
+        let len = sq.capacity().max(1).next_power_of_two() as usize;
         VerbsUdSendQueue {
-            sq: VerbsSendQueue::new(qp),
+            sq,
             mtu,
+            ahs: (0..len).map(|_| None).collect(),
         }
     }
 
@@ -443,23 +454,20 @@ impl VerbsUdSendQueue {
         self.sq.capacity()
     }
 
-    /// Queues one send of `data` to QP `remote_qpn` behind `ah` with Q_Key `remote_qkey`
+    /// Queues one send of `data` to QP `remote_qpn` behind `ah` (an address handle of this
+    /// QP's protection domain, held until the request completed) with Q_Key `remote_qkey`
     /// (with immediate `imm` when Some) for the next [`VerbsUdSendQueue::ring`]; everything
     /// is checked first. A fence is meaningless on UD (no reads or atomics to wait for) and
     /// is not set.
-    ///
-    /// # Safety
-    /// `ah` must be a live address handle of this QP's protection domain until the request
-    /// has been handed to the provider ([`VerbsUdSendQueue::ring`] returned).
     ///
     /// # Errors
     /// [`Error::MessageTooLong`] above the MTU; as [`VerbsSendQueue::push`]:
     /// [`Error::QueueFull`], [`Error::CqFull`], [`Error::TooManySge`],
     /// [`Error::InlineTooLong`], [`Error::InvalidParameter`] for a gather entry above 2 GiB.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn push(
+    pub fn push(
         &mut self,
-        ah: *mut ffi::ibv_ah,
+        ah: &Arc<Ah>,
         remote_qpn: u32,
         remote_qkey: u32,
         data: &Payload<'_>,
@@ -486,7 +494,7 @@ impl VerbsUdSendQueue {
         // SAFETY: an all-zero ibv_send_wr (null pointers, zero counts) is a valid value.
         let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr.ud = ffi::ud_t {
-            ah,
+            ah: ah.ah,
             remote_qpn,
             remote_qkey,
         };
@@ -501,6 +509,9 @@ impl VerbsUdSendQueue {
             fence: Fence::None,
             ..flags
         };
+        let at = sq.position() as usize & (self.ahs.len() - 1);
+        self.ahs[at] = Some(ah.clone());
+        let sq = &mut self.sq;
         sq.enqueue(
             wr,
             opcode,
@@ -535,16 +546,13 @@ impl VerbsUdSendQueue {
     /// One send now: [`VerbsUdSendQueue::push`] then [`VerbsUdSendQueue::ring`] (anything
     /// queued before is posted with it).
     ///
-    /// # Safety
-    /// As [`VerbsUdSendQueue::push`].
-    ///
     /// # Errors
     /// As [`VerbsUdSendQueue::push`] and [`VerbsUdSendQueue::ring`]; nothing is posted on
     /// an error of `push`.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn post(
+    pub fn post(
         &mut self,
-        ah: *mut ffi::ibv_ah,
+        ah: &Arc<Ah>,
         remote_qpn: u32,
         remote_qkey: u32,
         data: &Payload<'_>,
@@ -552,8 +560,7 @@ impl VerbsUdSendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        // SAFETY: the caller's contract.
-        unsafe { self.push(ah, remote_qpn, remote_qkey, data, imm, cookie, flags)? };
+        self.push(ah, remote_qpn, remote_qkey, data, imm, cookie, flags)?;
         self.ring()
     }
 }
