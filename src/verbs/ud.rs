@@ -322,9 +322,11 @@ pub struct AhAttr {
     pub grh: Option<AhGrh>,
 }
 
-/// An address handle (`ibv_create_ah`), destroyed on drop after the requests naming it have
-/// been handed to the provider (rxe resolves the address when the AH is created and the
-/// kernel keeps it by number; mlx5 copies it into each WQE).
+/// An address handle (`ibv_create_ah`), destroyed when the last reference drops: the UD send
+/// queue holds one for each request naming it until the request completed
+/// ([`VerbsUdSendQueue`]), as verbs requires (rxe resolves the address when the AH is created
+/// and its kernel requester looks the AH up by number when it processes each WQE; mlx5
+/// copies it into each WQE).
 pub struct Ah {
     pub(crate) ah: *mut ffi::ibv_ah,
     _pd: Arc<Pd>,
