@@ -12,7 +12,15 @@ use scenarios::device;
 use scenarios::ud::{self, Net, GRH_BYTES, MGID, QKEY};
 use std::time::{Duration, Instant};
 
-/// Runs `f` with `BLUEFLAME_VERBS_API=value` (the rxe stage runs tests one at a time).
+/// One test at a time in this process, whatever `--test-threads` says: `with_api` sets a
+/// process-wide variable, and the multicast tests join 239.1.2.3 at the IP level, which
+/// another test's "nothing delivered without a join" would see.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` with `BLUEFLAME_VERBS_API=value` (tests run one at a time: [`serial`]).
 fn with_api<T>(value: &str, f: impl FnOnce() -> T) -> T {
     std::env::set_var("BLUEFLAME_VERBS_API", value);
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
@@ -23,6 +31,7 @@ fn with_api<T>(value: &str, f: impl FnOnce() -> T) -> T {
 #[test]
 #[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
 fn ud_scenarios_on_both_verbs_apis() {
+    let _one = serial();
     let Some(dev) = device::under_test() else {
         return device::skipped("ud_scenarios_on_both_verbs_apis");
     };
@@ -98,6 +107,7 @@ fn until(dev: &Device, cq: &mut Cq, cookies: &[u64], extra_ms: u64) -> Vec<Compl
 #[test]
 #[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
 fn what_rxe_does_with_datagrams() {
+    let _one = serial();
     let Some(dev) = device::under_test() else {
         return device::skipped("what_rxe_does_with_datagrams");
     };
@@ -239,6 +249,7 @@ fn what_rxe_does_with_datagrams() {
 #[test]
 #[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
 fn gather_and_scatter_lists() {
+    let _one = serial();
     let Some(dev) = device::under_test() else {
         return device::skipped("gather_and_scatter_lists");
     };
@@ -298,6 +309,7 @@ fn gather_and_scatter_lists() {
 #[test]
 #[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
 fn a_send_outlives_its_dropped_address_handle() {
+    let _one = serial();
     let Some(dev) = device::under_test() else {
         return device::skipped("a_send_outlives_its_dropped_address_handle");
     };
