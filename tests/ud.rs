@@ -354,6 +354,43 @@ fn a_failed_ud_send_flushes_the_sends_but_the_qp_keeps_receiving() {
     );
 }
 
+/// A receive of fewer than 40 bytes can hold no datagram (even an empty one needs the GRH
+/// area): a ConnectX would complete the first datagram into it with a local length error
+/// and take the QP to error, so it is refused before it is posted.
+#[test]
+fn a_receive_without_room_for_the_grh_is_refused_before_posting() {
+    let (dev, pd, mr) = setup();
+    let mut a = node(&pd, 1);
+    let mut b = node(&pd, 1);
+    let free = b.qp.free_recv();
+    let short = [mr.sge(0, 20).unwrap(), mr.sge(64, GRH as u32 - 21).unwrap()];
+    let e = b.qp.post_recv(&short, 1);
+    assert!(
+        matches!(e, Err(Error::InvalidParameter { value: 39, .. })),
+        "{e:?}"
+    );
+    assert!(matches!(
+        b.qp.post_recv(&[], 2),
+        Err(Error::InvalidParameter { value: 0, .. })
+    ));
+    assert_eq!(b.qp.free_recv(), free, "nothing posted");
+    // Exactly the GRH area takes an empty datagram.
+    b.qp.post_recv(&[mr.sge(0, 30).unwrap(), mr.sge(64, 10).unwrap()], 3)
+        .unwrap();
+    let eb = b.qp.endpoint();
+    let ah = pd.create_ah(eb).unwrap();
+    a.qp.send_to(&ah, eb.qpn, 1, Payload::Inline(b""), 4, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(poll_all(&dev, &mut a.cq)[0].status, WcStatus::Success);
+    let got = poll_all(&dev, &mut b.cq);
+    assert_eq!(
+        got.iter()
+            .map(|c| (c.cookie, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(3, WcStatus::Success, GRH as u32)]
+    );
+}
+
 #[test]
 fn a_receive_shorter_than_grh_plus_payload_fails_and_flushes_the_rest() {
     let (dev, pd, mr) = setup();

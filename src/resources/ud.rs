@@ -404,8 +404,17 @@ impl UdQp {
     /// and moves the QP to error.
     ///
     /// # Errors
-    /// As [`crate::Qp::post_recv`].
+    /// [`Error::InvalidParameter`] with the receive's length when it is under 40 bytes (no
+    /// datagram fits: even an empty one needs the GRH area); as [`crate::Qp::post_recv`].
+    /// Nothing is posted on an error.
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        let room: u64 = sgl.iter().map(|s| s.len as u64).sum();
+        if room < mlx5::grh::GRH_BYTES as u64 {
+            return Err(Error::InvalidParameter {
+                what: "UD receive length (at least the 40-byte GRH area)",
+                value: room,
+            });
+        }
         match &mut self.path {
             UdPath::Direct(qp) => qp.post_recv(sgl, cookie),
             UdPath::Verbs(v) => v.post_recv(sgl, cookie),
