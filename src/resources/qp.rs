@@ -337,6 +337,9 @@ impl Pd {
                             rcq,
                             vcaps,
                             ApiChoice::Legacy,
+                            // A BlueFlame register of its own, as for RC (UCX's iface
+                            // QPs are on the worker's thread domain).
+                            true,
                         )?;
                         let psn = qp.qpn().wrapping_mul(0x9e37_79b9) >> 8;
                         qp.ud_ready(vdev.port, qkey, psn)?;

@@ -120,6 +120,7 @@ impl VerbsUd {
             rcq,
             vcaps,
             api,
+            false,
         )?);
         let qpn = qp.qpn();
         qp.ud_ready(vdev.port, qkey, qpn.wrapping_mul(0x9e37_79b9) >> 8)?;

@@ -652,7 +652,7 @@ fn create_with(
 
 /// A thread domain for a new QP when `want`, or None when the device has none to give
 /// (then the QP gets rdma-core's shared registers, as UCX falls back to the plain PD).
-fn thread_domain(pd: &Arc<Pd>, want: bool) -> Option<ThreadDomain> {
+pub(super) fn thread_domain(pd: &Arc<Pd>, want: bool) -> Option<ThreadDomain> {
     if want {
         ThreadDomain::new(pd.clone()).ok()
     } else {
@@ -661,7 +661,7 @@ fn thread_domain(pd: &Arc<Pd>, want: bool) -> Option<ThreadDomain> {
 }
 
 /// The PD a QP is created on: the thread domain's parent domain, else the PD.
-fn qp_pd(pd: &Pd, td: &Option<ThreadDomain>) -> *mut ffi::ibv_pd {
+pub(super) fn qp_pd(pd: &Pd, td: &Option<ThreadDomain>) -> *mut ffi::ibv_pd {
     td.as_ref().map_or(pd.pd, |t| t.parent)
 }
 

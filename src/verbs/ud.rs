@@ -158,7 +158,9 @@ fn ud_init_attr(
 
 impl Qp {
     /// Creates a UD QP in RESET on `pd` (then [`Qp::ud_ready`]); with the extended UD send
-    /// operations when `api` wants them and the provider has them, else `ibv_post_send`.
+    /// operations when `api` wants them and the provider has them, else `ibv_post_send`;
+    /// with `thread_domain`, on a thread domain of its own when the device gives one (its
+    /// BlueFlame register is its own: mlx5's direct path, as for RC).
     ///
     /// # Errors
     /// The `ibv_create_qp_ex` error; [`Error::Unsupported`] when `api` requires the
@@ -169,10 +171,13 @@ impl Qp {
         recv_cq: Arc<Cq>,
         caps: Caps,
         api: ApiChoice,
+        thread_domain: bool,
     ) -> Result<Qp> {
+        let td = super::objects::thread_domain(&pd, thread_domain);
+        let on = super::objects::qp_pd(&pd, &td);
         let create = |ex: bool| {
-            let mut attr = ud_init_attr(&send_cq, &recv_cq, &caps, pd.pd, ex);
-            // SAFETY: live context, PD and CQs; `attr` is a valid in/out parameter.
+            let mut attr = ud_init_attr(&send_cq, &recv_cq, &caps, on, ex);
+            // SAFETY: live context, (parent) PD and CQs; `attr` is a valid in/out parameter.
             let qp = unsafe { super::ex::create_qp_ex(pd.ctx.ctx, &mut attr) };
             (qp, attr)
         };
@@ -218,7 +223,7 @@ impl Qp {
             send_ops: None,
             ud_ops,
             cm_id: None,
-            td: None,
+            td,
             pd,
             _cqs: [send_cq, recv_cq],
             _srq: None,
