@@ -58,6 +58,12 @@ impl Default for PostFlags {
     }
 }
 
+/// Blocks of the longest WQE a queue with `lim` can build, on any transport (a UD or DC
+/// address takes one block more than an RC remote address at most).
+fn tail_bbs(lim: &Limits) -> u32 {
+    (mlx5::wqe::max_wqe_bbs(lim) + 1).min(mlx5::doorbell::MAX_WQE_BBS) as u32
+}
+
 /// The send side of a QP on the direct path.
 pub struct SendQueue {
     buf: *mut u8,
@@ -356,6 +362,19 @@ impl SendQueue {
     /// The cold path of a full cached limit: reads how far the poller has retired the ring,
     /// tops up the CQ allowance for `bbs` more blocks, caches the new limit for the fast
     /// path, and says which one is short when the request does not fit.
+    ///
+    /// It also bounds the unsignaled run by the CQ allowance (the ring's half bounds it
+    /// otherwise): a refusal for want of CQ entries must never come while every outstanding
+    /// request is unsignaled, since then nothing the user can poll would ever free them.
+    /// The cached limit stops `tail` blocks (the longest WQE the queue can build) short of
+    /// the allowance's end, so the queue comes back here while the last request still fits;
+    /// when no more than that is left, each request is signaled (the credit is zeroed) and
+    /// comes back here alone. So a CQ refusal follows a signaled WQE, which completes (or
+    /// has completed, and everything before it retired). UCX keeps the same rule with its
+    /// TX moderation (`uct_rc_iface_tx_moderation`, a signaled WQE every
+    /// `config.tx_moderation`, and `uct_rc_iface_have_tx_cqe_avail` on `tx.cq_available`);
+    /// here the interval is computed where the allowance changes, so the post path pays
+    /// nothing for it.
     #[cold]
     #[inline(never)]
     pub(super) fn make_room(&mut self, bbs: u32) -> Result<()> {
@@ -363,7 +382,18 @@ impl SendQueue {
         let ring_free = self.cnt - (self.pi.wrapping_sub(retired) as u32);
         let mut room = ring_free;
         if let Some(s) = &mut self.cq_share {
-            room = room.min(s.top_up(self.pi, bbs.min(ring_free), self.cnt));
+            let tail = tail_bbs(&self.limits);
+            let have = s.top_up(self.pi, bbs + tail, self.cnt + tail);
+            room = if have >= bbs + tail {
+                ring_free.min(have - tail)
+            } else if have >= bbs {
+                // The last requests the allowance takes: one at a time, signaled.
+                self.credit = 0;
+                bbs.min(ring_free)
+            } else {
+                // Refused: the next request comes back here too.
+                0
+            };
         }
         self.limit = self.pi.wrapping_add(room as u16);
         if self.in_batch {
@@ -791,6 +821,9 @@ impl Drop for Batch<'_> {
         // Never announced to the device: give the blocks back.
         let fence;
         (self.sq.pi, self.sq.credit, fence) = self.start;
+        // The cached limit was computed for the rewound requests' positions: the next post
+        // computes it again (`make_room`), with the unsignaled run it bounds.
+        self.sq.limit = self.sq.pi;
         self.sq.set_next_fence(fence);
         self.sq.pending = 0;
         self.sq.in_batch = false;

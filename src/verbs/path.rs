@@ -192,10 +192,25 @@ impl VerbsSendQueue {
                 unit: QueueUnit::SendRequests,
             });
         }
+        // The unsignaled run is bounded by the CQ allowance too (the half queue bounds it
+        // otherwise): the cached room stops one request short of the allowance's end, and
+        // the allowance's last request is signaled and taken alone, so that a refusal of
+        // the next one (CqFull) has a completion on its way that polling consumes. Else
+        // every outstanding request could be unsignaled and the queue would wait for ever
+        // (UCX's `uct_rc_iface_tx_moderation` signals every `config.tx_moderation`
+        // requests, below what `tx.cq_available` holds).
         let room = match &mut self.cq_share {
             Some(s) => {
-                s.check_one(self.seq, self.cap)?;
-                free.min(s.allowance(self.seq))
+                let have = s.top_up(self.seq, 2, self.cap + 1);
+                if have >= 2 {
+                    free.min(have - 1)
+                } else if have == 1 {
+                    self.unsignaled = self.cap / 2;
+                    1
+                } else {
+                    self.room_end = self.seq;
+                    return Err(s.full(self.seq, 1));
+                }
             }
             None => free,
         };
@@ -767,6 +782,8 @@ impl VerbsSendQueue {
             self.seq = self.seq.wrapping_sub((n - first_bad) as u16);
             self.shadow.mark_posted(self.seq);
             (self.unsignaled, self.fence_next) = self.moderation[first_bad];
+            // The cached room was computed for the refused requests' positions.
+            self.room_end = self.seq;
             return Err(Error::Verbs(code(call, rc)));
         }
         Ok(())
@@ -788,6 +805,8 @@ impl VerbsSendQueue {
             (self.unsignaled, self.fence_next) = self.moderation[0];
         }
         self.seq = self.seq.wrapping_sub(self.pending as u16);
+        // The cached room was computed for the dropped requests' positions.
+        self.room_end = self.seq;
         self.pending = 0;
         self.shadow.mark_posted(self.seq);
     }
