@@ -90,16 +90,23 @@ fn check(dev: &Device) {
     assert!(out[..got].iter().all(|c| c.is_ok() && c.cookie >= 1000));
 }
 
-/// A CQ of 8 under a queue of 21+ requests, every request unsignaled: a `CqFull` refusal
+/// A CQ of 8 under a queue of 85 requests, every request unsignaled: a `CqFull` refusal
 /// always has a completion on its way (the crate signals the last request its CQ allowance
 /// takes), so polling lets the stream go on. Before: with the forced signal every half
-/// queue only, the 9th post was refused with all 8 outstanding unsignaled, for ever.
+/// queue only, a post was refused with all the CQ's entries held by unsignaled requests,
+/// for ever.
 fn check_unsignaled(dev: &Device) {
     let pd = dev.alloc_pd().expect("pd");
     let mut cq_a = dev.create_cq(8).expect("cq a");
     let cq_b = dev.create_cq(64).expect("cq b");
-    let mut a = pd.create_qp(&cq_a, &cq_a, caps()).expect("qp a");
-    let mut b = pd.create_qp(&cq_b, &cq_b, caps()).expect("qp b");
+    // 256 blocks: 85 requests on the verbs path, whose forced signal every half queue (42)
+    // comes after more than the CQ holds (rxe makes a CQ of 8 one of 15).
+    let caps = QpCaps {
+        sq_blocks: 256,
+        ..caps()
+    };
+    let mut a = pd.create_qp(&cq_a, &cq_a, caps).expect("qp a");
+    let mut b = pd.create_qp(&cq_b, &cq_b, caps).expect("qp b");
     let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
     a.connect_with(&eb, &Timing::default()).expect("connect a");
     b.connect_with(&ea, &Timing::default()).expect("connect b");
