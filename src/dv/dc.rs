@@ -198,6 +198,9 @@ pub fn dci_steps(p: &PortAttrs, t: &crate::Timing, max_rd_atomic: u8) -> [Step; 
     [(init, init_mask), (rtr, rtr_mask), (rts, rts_mask)]
 }
 
+/// The hop limit of a DCT's answers (UCX's `UCX_IB_HOP_LIMIT` default).
+pub const DCT_HOP_LIMIT: u8 = 255;
+
 /// The transitions of a DCT to RTR, where it stays (UCX `uct_dc_mlx5_iface_create_dct`):
 /// INIT with the pkey index, port and access flags; RTR with the path MTU, the RNR timer
 /// and the address vector (port; on RoCE global, with the GID index and hop limit).
@@ -215,10 +218,13 @@ pub fn dct_steps(p: &PortAttrs, access: u32, min_rnr_timer: u8) -> [Step; 2] {
     rtr.path_mtu = p.mtu;
     rtr.min_rnr_timer = min_rnr_timer;
     rtr.ah_attr.port_num = p.port;
+    // The kernel (mlx5_ib_modify_dct) copies the GRH's hop limit into the DCT context
+    // whatever `is_global` says: it is the hop limit (RoCEv2 TTL) of every answer the DCT
+    // sends. UCX sets UCX_IB_HOP_LIMIT, 255 by default; 1 would not cross a router.
+    rtr.ah_attr.grh.hop_limit = DCT_HOP_LIMIT;
     if let Some(g) = p.gid_index {
         rtr.ah_attr.is_global = 1;
         rtr.ah_attr.grh.sgid_index = g;
-        rtr.ah_attr.grh.hop_limit = 1;
     }
     let rtr_mask =
         m::IBV_QP_STATE.0 | m::IBV_QP_MIN_RNR_TIMER.0 | m::IBV_QP_AV.0 | m::IBV_QP_PATH_MTU.0;
@@ -393,5 +399,16 @@ mod tests {
         );
         let [_, (ib, _)] = dct_steps(&port(None), rights, 12);
         assert_eq!(ib.ah_attr.is_global, 0, "InfiniBand: no GRH");
+    }
+
+    #[test]
+    fn a_dct_answers_with_ucx_s_hop_limit_on_roce_and_infiniband() {
+        // mlx5_ib_modify_dct: MLX5_SET(dctc, dctc, hop_limit, attr->ah_attr.grh.hop_limit),
+        // read whether or not the AV is global; UCX's uct_dc_mlx5_iface_create_dct sets
+        // config.hop_limit (UCX_IB_HOP_LIMIT, 255).
+        for gid in [Some(3), None] {
+            let [_, (rtr, _)] = dct_steps(&port(gid), 0, 12);
+            assert_eq!(rtr.ah_attr.grh.hop_limit, 255, "gid index {gid:?}");
+        }
     }
 }
