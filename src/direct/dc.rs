@@ -7,11 +7,8 @@
 use super::sq::{check_atomic_kind, wc_opcode, Batch, SendQueue, MASKED_ATOMICS, STANDARD_ATOMICS};
 use crate::error::{Error, Result};
 use crate::PostFlags;
-use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::dc::{dc_wqe_ds, encode_dc, DcAddr, MAX_DCTN};
-use mlx5::doorbell::SEND_WQE_BB;
 use mlx5::request::Request;
-use mlx5::wqe::{ds_to_bbs, Span};
 
 /// Whether a DCI posts this request: RDMA write (with immediate), read, send (with
 /// immediate), atomics. Memory-window binds and local invalidates (a window bound through a
@@ -79,56 +76,11 @@ impl SendQueue {
             _ => {}
         }
         let ds = dc_wqe_ds(req, &self.limits())?;
-        let bbs = ds_to_bbs(ds);
-        if bbs as u32 > self.limit.wrapping_sub(self.pi) as u32 {
-            self.make_room(bbs as u32)?;
-        }
-        // Completion moderation, as on RC: a run of unsignaled WQEs longer than half the
-        // ring gets one signaled (its success not reported).
-        let mut report = flags.signaled;
-        let signal = flags.signaled || bbs as u32 > self.credit;
-        if signal {
-            self.credit = self.half();
-        } else {
-            self.credit -= bbs as u32;
-            report = false;
-        }
-        let fence = if flags.fence != Fence::None {
-            flags.fence
-        } else {
-            self.next_fence
-        };
-        if self.next_fence != Fence::None {
-            self.set_next_fence(Fence::None);
-        }
-        let fm = FmCeSe {
-            fence,
-            completion: if signal {
-                CompletionMode::Always
-            } else {
-                CompletionMode::OnError
-            },
-            solicited: flags.solicited,
-        };
-        let pi = self.pi;
-        let cnt = self.ring_blocks();
-        let first = ((cnt - (pi as u32 & (cnt - 1))) as usize).min(bbs);
-        // SAFETY: blocks pi .. pi + bbs are free (retired by the poller, or never used) and
-        // not yet announced to the device; `a` runs from block pi to at most the ring end,
-        // `b` from the ring start (`block(0)`): disjoint, inside the ring.
-        let mut span = unsafe {
-            Span {
-                a: core::slice::from_raw_parts_mut(self.block(pi), first * SEND_WQE_BB),
-                b: core::slice::from_raw_parts_mut(self.block(0), (bbs - first) * SEND_WQE_BB),
-            }
-        };
-        encode_dc(req, ds, pi, self.qpn(), fm, dest, &mut span);
-        let (opcode, byte_len) = wc_opcode(req);
-        self.record(pi, cookie, bbs as u16, opcode, byte_len, report);
-        self.pi = pi.wrapping_add(bbs as u16);
-        self.pending += 1;
-        self.last_start = pi;
-        Ok(())
+        // Room, moderation, fence and the shadow entry as for every transport but RC's
+        // inlined path (one block for UD and DC).
+        self.push_encoded(ds, cookie, flags, wc_opcode(req), |span, pi, qpn, fm| {
+            encode_dc(req, ds, pi, qpn, fm, dest, span);
+        })
     }
 
     /// Posts one DCI WQE for `dest` and rings at once.

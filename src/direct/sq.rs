@@ -610,7 +610,7 @@ impl SendQueue {
         Ok(())
     }
 
-    /// Writes one WQE of `ds` DS that another transport's encoder builds (UD now, DC later:
+    /// Writes one WQE of `ds` DS that another transport's encoder builds (UD and DC:
     /// `write(span, pi, qpn, fm)`), with everything [`SendQueue::push_general`] does around
     /// the encoding: room in the ring and on the CQ, completion moderation, the fence armed
     /// by an earlier bind, the shadow entry. Kept apart from `push_general` so that the RC
