@@ -63,6 +63,27 @@ impl CqHandle {
     }
 }
 
+/// Runs `destroy` (a QP's device object destroyed) with the lists of both the QP's CQs
+/// locked, in address order (one lock when both are one CQ), then leaves a tombstone for
+/// `qpn` in each (`direct::teardown`): no QP can attach meanwhile, so none can reuse the
+/// number before the entries the destroyed QP may have left are buried.
+pub(crate) fn destroy_and_bury(cqs: &[Arc<CqHandle>; 2], qpn: u32, destroy: impl FnOnce()) {
+    let [a, b] = cqs;
+    let (first, second) = if Arc::as_ptr(&a.registry) <= Arc::as_ptr(&b.registry) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let same = Arc::ptr_eq(&a.registry, &b.registry);
+    let mut g1 = first.registry.lock();
+    let mut g2 = (!same).then(|| second.registry.lock());
+    destroy();
+    first.registry.bury(&mut g1, qpn);
+    if let Some(g2) = g2.as_mut() {
+        second.registry.bury(g2, qpn);
+    }
+}
+
 impl Drop for CqHandle {
     fn drop(&mut self) {
         // First off the channel: its events acknowledged (`ibv_destroy_cq` waits for that),

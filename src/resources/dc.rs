@@ -718,13 +718,7 @@ impl Dci {
     /// event about this DCI or its CQ, reported instead (as [`Qp::post`](crate::Qp::post)).
     #[cold]
     fn explain(&self, e: Error) -> Error {
-        match e {
-            Error::QueueFull { .. } | Error::CqFull { .. } => match self.check() {
-                Err(event) => event,
-                Ok(()) => e,
-            },
-            e => e,
-        }
+        super::events::explain_refusal(e, || self.check())
     }
 
     /// Reads the device's asynchronous events (never blocks) and reports one about this DCI,

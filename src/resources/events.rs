@@ -100,6 +100,24 @@ impl From<AsyncEvent> for mlx5::sim::AsyncEvent {
     }
 }
 
+/// A refused post explained: a queue or CQ that does not drain may be the sign of an
+/// asynchronous event (a CQ in error writes no completions, a failed device runs nothing),
+/// so for [`crate::Error::QueueFull`] and [`crate::Error::CqFull`] the events `check` reads
+/// are reported instead when it finds one; every other error stands.
+#[cold]
+pub(crate) fn explain_refusal(
+    e: crate::Error,
+    check: impl FnOnce() -> crate::Result<()>,
+) -> crate::Error {
+    match e {
+        crate::Error::QueueFull { .. } | crate::Error::CqFull { .. } => match check() {
+            Err(event) => event,
+            Ok(()) => e,
+        },
+        e => e,
+    }
+}
+
 /// What an event is about.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Subject {

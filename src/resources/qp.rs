@@ -132,13 +132,7 @@ impl Pd {
         caps: QpCaps,
         cm: Option<Arc<verbs::cm::CmId>>,
     ) -> Result<Qp> {
-        let recv = RecvSide {
-            handle: &recv_cq.handle,
-            cqn: recv_cq.cqn(),
-            dev: &recv_cq.dev,
-            srq: None,
-            ud_qkey: None,
-        };
+        let recv = RecvSide::cq(recv_cq, None);
         self.create_qp_on(send_cq, recv, caps, cm)
     }
 
@@ -157,13 +151,7 @@ impl Pd {
         caps: QpCaps,
         qkey: u32,
     ) -> Result<Qp> {
-        let recv = RecvSide {
-            handle: &recv_cq.handle,
-            cqn: recv_cq.cqn(),
-            dev: &recv_cq.dev,
-            srq: None,
-            ud_qkey: Some(qkey),
-        };
+        let recv = RecvSide::cq(recv_cq, Some(qkey));
         self.create_qp_on(send_cq, recv, caps, None)
     }
 
@@ -505,6 +493,20 @@ struct RecvSide<'a> {
     /// A UD QP's Q_Key (the verbs backend on mlx5's direct path only; the software NIC's
     /// UD QPs are made UD by the caller).
     ud_qkey: Option<u32>,
+}
+
+impl<'a> RecvSide<'a> {
+    /// Receives from the QP's own queue, completing on `cq` (with a UD QP's Q_Key on
+    /// mlx5's direct path).
+    fn cq(cq: &'a Cq, ud_qkey: Option<u32>) -> Self {
+        RecvSide {
+            handle: &cq.handle,
+            cqn: cq.cqn(),
+            dev: &cq.dev,
+            srq: None,
+            ud_qkey,
+        }
+    }
 }
 
 fn cq_of(cq: &CqHandle) -> Result<Arc<verbs::objects::Cq>> {
@@ -925,13 +927,7 @@ impl Qp {
     #[cold]
     #[inline(never)]
     fn explain(&self, e: Error) -> Error {
-        match e {
-            Error::QueueFull { .. } | Error::CqFull { .. } => match self.check() {
-                Err(event) => event,
-                Ok(()) => e,
-            },
-            e => e,
-        }
+        super::events::explain_refusal(e, || self.check())
     }
 
     /// What this QP's event subjects are: itself and its CQs.
@@ -1478,33 +1474,22 @@ impl Drop for Qp {
         // (no QP can attach, so none can reuse this number yet), destroy the QP, after which
         // the device writes no entry for it, then leave a tombstone over the entries it may
         // still have in each CQ (`direct::teardown`).
-        let [a, b] = &self.cqs;
-        let (first, second) = if Arc::as_ptr(&a.registry) <= Arc::as_ptr(&b.registry) {
-            (a, b)
-        } else {
-            (b, a)
-        };
-        let same = Arc::ptr_eq(&a.registry, &b.registry);
-        let mut g1 = first.registry.lock();
-        let mut g2 = (!same).then(|| second.registry.lock());
-        match (&mut self.path, &self.pd.inner.dev.backend) {
-            #[cfg(feature = "sim")]
-            (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) => {
-                let _ = n.destroy_qp(self.qpn);
-                if let Some(td) = self.sim_td {
-                    let _ = n.dealloc_td(td);
+        super::cq::destroy_and_bury(&self.cqs, self.qpn, || {
+            match (&mut self.path, &self.pd.inner.dev.backend) {
+                #[cfg(feature = "sim")]
+                (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) => {
+                    let _ = n.destroy_qp(self.qpn);
+                    if let Some(td) = self.sim_td {
+                        let _ = n.dealloc_td(td);
+                    }
                 }
+                // The last reference: `ibv_destroy_qp` now. The queues, dropped after, do not
+                // touch the rings again.
+                (QpPath::Direct { hw, .. }, _) => drop(hw.take()),
+                // A verbs QP is destroyed when its last Arc (held by the queues) drops; its CQs
+                // are rdma-core's.
+                (QpPath::Verbs { .. }, _) => {}
             }
-            // The last reference: `ibv_destroy_qp` now. The queues, dropped after, do not
-            // touch the rings again.
-            (QpPath::Direct { hw, .. }, _) => drop(hw.take()),
-            // A verbs QP is destroyed when its last Arc (held by the queues) drops; its CQs
-            // are rdma-core's.
-            (QpPath::Verbs { .. }, _) => {}
-        }
-        first.registry.bury(&mut g1, self.qpn);
-        if let Some(g2) = g2.as_mut() {
-            second.registry.bury(g2, self.qpn);
-        }
+        });
     }
 }

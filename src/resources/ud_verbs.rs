@@ -275,13 +275,7 @@ impl VerbsUd {
 
     #[cold]
     fn explain(&self, e: Error) -> Error {
-        match e {
-            Error::QueueFull { .. } | Error::CqFull { .. } => match self.check() {
-                Err(event) => event,
-                Ok(()) => e,
-            },
-            e => e,
-        }
+        super::events::explain_refusal(e, || self.check())
     }
 }
 
@@ -298,19 +292,7 @@ impl Drop for VerbsUd {
         self.rq.release_cq();
         // As an RC QP's drop: with the CQs' lists locked, a tombstone for the number (the
         // verbs QP itself is destroyed when its last Arc, held by the queues, drops).
-        let [a, b] = &self.cqs;
-        let (first, second) = if Arc::as_ptr(&a.registry) <= Arc::as_ptr(&b.registry) {
-            (a, b)
-        } else {
-            (b, a)
-        };
-        let same = Arc::ptr_eq(&a.registry, &b.registry);
-        let mut g1 = first.registry.lock();
-        let mut g2 = (!same).then(|| second.registry.lock());
-        first.registry.bury(&mut g1, self.qpn);
-        if let Some(g2) = g2.as_mut() {
-            second.registry.bury(g2, self.qpn);
-        }
+        super::cq::destroy_and_bury(&self.cqs, self.qpn, || {});
     }
 }
 
