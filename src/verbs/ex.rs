@@ -314,9 +314,51 @@ pub(crate) struct SendOps {
     fetch_add: unsafe extern "C" fn(Qx, u32, u64, u64),
     local_inv: unsafe extern "C" fn(Qx, u32),
     bind_mw: unsafe extern "C" fn(Qx, *mut ffi::ibv_mw, u32, *const ffi::ibv_mw_bind_info),
+    data: DataOps,
+}
+
+/// The `ibv_wr_set_*` data setters of one `ibv_qp_ex` (every transport's send operations
+/// end with one of them), read once at creation.
+#[derive(Copy, Clone)]
+pub(crate) struct DataOps {
     set_sge: unsafe extern "C" fn(Qx, u32, u64, u32),
     set_sge_list: unsafe extern "C" fn(Qx, usize, *const ffi::ibv_sge),
     set_inline_data: unsafe extern "C" fn(Qx, *mut c_void, usize),
+}
+
+impl DataOps {
+    /// The setters of `q`, when its provider set all three.
+    pub(crate) fn of(q: &ffi::ibv_qp_ex) -> Option<DataOps> {
+        Some(DataOps {
+            set_sge: q.wr_set_sge?,
+            set_sge_list: q.wr_set_sge_list?,
+            set_inline_data: q.wr_set_inline_data?,
+        })
+    }
+
+    /// Sets the data of `wr` on the request being built: with `IBV_SEND_INLINE`, its first
+    /// gather entry copied as inline data (as rdma-core's providers do for
+    /// `ibv_post_send`); else its gather entry or list.
+    ///
+    /// # Safety
+    /// `q` is the live `ibv_qp_ex` these setters were read from, between `wr_start` and
+    /// `wr_complete`, after the request's opcode builder; `wr.sg_list` holds `wr.num_sge`
+    /// valid entries and the bytes they name are valid for the call.
+    #[inline(always)]
+    pub(crate) unsafe fn set(&self, q: Qx, wr: &ffi::ibv_send_wr) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if wr.send_flags & ffi::ibv_send_flags::IBV_SEND_INLINE.0 != 0 && wr.num_sge > 0 {
+                let s = &*wr.sg_list;
+                (self.set_inline_data)(q, s.addr as *mut c_void, s.length as usize);
+            } else if wr.num_sge == 1 {
+                let s = &*wr.sg_list;
+                (self.set_sge)(q, s.lkey, s.addr, s.length);
+            } else {
+                (self.set_sge_list)(q, wr.num_sge as usize, wr.sg_list);
+            }
+        }
+    }
 }
 
 impl SendOps {
@@ -349,9 +391,7 @@ impl SendOps {
             fetch_add: q.wr_atomic_fetch_add?,
             local_inv: q.wr_local_inv?,
             bind_mw: q.wr_bind_mw?,
-            set_sge: q.wr_set_sge?,
-            set_sge_list: q.wr_set_sge_list?,
-            set_inline_data: q.wr_set_inline_data?,
+            data: DataOps::of(q)?,
         })
     }
 
@@ -434,15 +474,7 @@ impl SendOps {
                 if !data {
                     continue;
                 }
-                if wr.send_flags & ffi::ibv_send_flags::IBV_SEND_INLINE.0 != 0 && wr.num_sge > 0 {
-                    let s = &*wr.sg_list;
-                    (self.set_inline_data)(q, s.addr as *mut c_void, s.length as usize);
-                } else if wr.num_sge == 1 {
-                    let s = &*wr.sg_list;
-                    (self.set_sge)(q, s.lkey, s.addr, s.length);
-                } else {
-                    (self.set_sge_list)(q, wr.num_sge as usize, wr.sg_list);
-                }
+                self.data.set(q, wr);
             }
             (self.complete)(q)
         }
@@ -482,9 +514,9 @@ impl SendOps {
                 _ => (self.send)(q),
             }
             if inline {
-                (self.set_inline_data)(q, buf.addr as *mut c_void, buf.length as usize);
+                (self.data.set_inline_data)(q, buf.addr as *mut c_void, buf.length as usize);
             } else {
-                (self.set_sge)(q, buf.lkey, buf.addr, buf.length);
+                (self.data.set_sge)(q, buf.lkey, buf.addr, buf.length);
             }
             (self.complete)(q)
         }

@@ -569,6 +569,31 @@ unsafe impl Send for Qp {}
 // SAFETY: as for Pd.
 unsafe impl Sync for Qp {}
 
+/// The creation attributes every QP starts from: its CQs, type, sizes and PD (signaled
+/// requests only as asked, `sq_sig_all` 0).
+pub(super) fn base_init_attr(
+    send_cq: &Cq,
+    recv_cq: &Cq,
+    caps: &Caps,
+    pd: *mut ffi::ibv_pd,
+    qp_type: ffi::ibv_qp_type::Type,
+) -> ffi::ibv_qp_init_attr_ex {
+    // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
+    let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+    attr.send_cq = send_cq.cq;
+    attr.recv_cq = recv_cq.cq;
+    attr.qp_type = qp_type;
+    attr.sq_sig_all = 0;
+    attr.cap.max_send_wr = caps.max_send_wr;
+    attr.cap.max_recv_wr = caps.max_recv_wr;
+    attr.cap.max_send_sge = caps.max_send_sge;
+    attr.cap.max_recv_sge = caps.max_recv_sge;
+    attr.cap.max_inline_data = caps.max_inline;
+    attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+    attr.pd = pd;
+    attr
+}
+
 /// The creation attributes of an RC QP on these CQs with these sizes, on `pd` (a PD or a
 /// thread domain's parent domain); with `extended`, asking for the `ibv_wr_*` opcodes the
 /// verbs path posts (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`).
@@ -580,19 +605,7 @@ fn init_attr_ex(
     extended: bool,
     srq: Option<&super::srq::Srq>,
 ) -> ffi::ibv_qp_init_attr_ex {
-    // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
-    let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-    attr.send_cq = send_cq.cq;
-    attr.recv_cq = recv_cq.cq;
-    attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
-    attr.sq_sig_all = 0;
-    attr.cap.max_send_wr = caps.max_send_wr;
-    attr.cap.max_recv_wr = caps.max_recv_wr;
-    attr.cap.max_send_sge = caps.max_send_sge;
-    attr.cap.max_recv_sge = caps.max_recv_sge;
-    attr.cap.max_inline_data = caps.max_inline;
-    attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
-    attr.pd = pd;
+    let mut attr = base_init_attr(send_cq, recv_cq, caps, pd, ffi::ibv_qp_type::IBV_QPT_RC);
     if let Some(srq) = srq {
         // Receives come from the SRQ: the QP has no receive queue.
         attr.srq = srq.srq;

@@ -23,7 +23,7 @@ use crate::direct::PostFlags;
 use crate::error::{Error, QueueUnit, Result};
 use crate::{Fence, Payload};
 use rdma_sys as ffi;
-use std::os::raw::{c_int, c_uint, c_void};
+use std::os::raw::{c_int, c_uint};
 use std::sync::Arc;
 
 /// Bytes of the global route header in front of every UD receive's payload.
@@ -57,9 +57,7 @@ pub(crate) struct UdSendOps {
     send: unsafe extern "C" fn(Qx),
     send_imm: unsafe extern "C" fn(Qx, u32),
     set_ud_addr: unsafe extern "C" fn(Qx, *mut ffi::ibv_ah, u32, u32),
-    set_sge: unsafe extern "C" fn(Qx, u32, u64, u32),
-    set_sge_list: unsafe extern "C" fn(Qx, usize, *const ffi::ibv_sge),
-    set_inline_data: unsafe extern "C" fn(Qx, *mut c_void, usize),
+    data: super::ex::DataOps,
 }
 
 impl UdSendOps {
@@ -83,9 +81,7 @@ impl UdSendOps {
             send: q.wr_send?,
             send_imm: q.wr_send_imm?,
             set_ud_addr: q.wr_set_ud_addr?,
-            set_sge: q.wr_set_sge?,
-            set_sge_list: q.wr_set_sge_list?,
-            set_inline_data: q.wr_set_inline_data?,
+            data: super::ex::DataOps::of(q)?,
         })
     }
 
@@ -113,15 +109,7 @@ impl UdSendOps {
                 }
                 let ud = wr.wr.ud;
                 (self.set_ud_addr)(q, ud.ah, ud.remote_qpn, ud.remote_qkey);
-                if wr.send_flags & ffi::ibv_send_flags::IBV_SEND_INLINE.0 != 0 && wr.num_sge > 0 {
-                    let s = &*wr.sg_list;
-                    (self.set_inline_data)(q, s.addr as *mut c_void, s.length as usize);
-                } else if wr.num_sge == 1 {
-                    let s = &*wr.sg_list;
-                    (self.set_sge)(q, s.lkey, s.addr, s.length);
-                } else {
-                    (self.set_sge_list)(q, wr.num_sge as usize, wr.sg_list);
-                }
+                self.data.set(q, wr);
             }
             (self.complete)(q)
         }
@@ -136,19 +124,8 @@ fn ud_init_attr(
     pd: *mut ffi::ibv_pd,
     extended: bool,
 ) -> ffi::ibv_qp_init_attr_ex {
-    // SAFETY: a zeroed init attr is valid; the fields that matter are set below.
-    let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-    attr.send_cq = send_cq.cq;
-    attr.recv_cq = recv_cq.cq;
-    attr.qp_type = ffi::ibv_qp_type::IBV_QPT_UD;
-    attr.sq_sig_all = 0;
-    attr.cap.max_send_wr = caps.max_send_wr;
-    attr.cap.max_recv_wr = caps.max_recv_wr;
-    attr.cap.max_send_sge = caps.max_send_sge;
-    attr.cap.max_recv_sge = caps.max_recv_sge;
-    attr.cap.max_inline_data = caps.max_inline;
-    attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
-    attr.pd = pd;
+    let mut attr =
+        super::objects::base_init_attr(send_cq, recv_cq, caps, pd, ffi::ibv_qp_type::IBV_QPT_UD);
     if extended {
         attr.comp_mask |= ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
         attr.send_ops_flags = ud_send_ops_flags();
