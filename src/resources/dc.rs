@@ -369,26 +369,13 @@ impl Pd {
                     bf_size: if env.shut_up_bf { 0 } else { caps.bf_size },
                     ..caps
                 });
-                let td = nic.alloc_td().ok();
-                let raw = match td {
+                let (mut raw, td) = super::sim_td::create_on_own_td(nic, |td| match td {
                     Some(td) => nic.create_dci_on_td(*pd, td, send_cq.cqn(), caps),
                     None => nic.create_dci(*pd, send_cq.cqn(), caps),
-                };
-                let mut raw = match raw {
-                    Ok(raw) => raw,
-                    Err(e) => {
-                        if let Some(td) = td {
-                            let _ = nic.dealloc_td(td);
-                        }
-                        return Err(e.into());
-                    }
-                };
+                })?;
                 env.apply(&mut raw);
                 let undo = |e: Error| {
-                    let _ = nic.destroy_qp(raw.qpn);
-                    if let Some(td) = td {
-                        let _ = nic.dealloc_td(td);
-                    }
+                    super::sim_td::destroy_with_td(nic, raw.qpn, td);
                     e
                 };
                 // SAFETY: the ring belongs to the DCI just created, which this Dci alone posts
@@ -896,12 +883,7 @@ impl Drop for Dci {
         let mut g = self.cq.registry.lock();
         match &self.pd.inner.dev.backend {
             #[cfg(feature = "sim")]
-            Backend::Sim(n) => {
-                let _ = n.destroy_qp(self.qpn);
-                if let Some(td) = self.sim_td {
-                    let _ = n.dealloc_td(td);
-                }
-            }
+            Backend::Sim(n) => super::sim_td::destroy_with_td(n, self.qpn, self.sim_td),
             // `ibv_destroy_qp` now; the queue does not touch the ring again.
             Backend::Verbs(_) => drop(self.hw.take()),
         }

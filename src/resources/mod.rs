@@ -27,6 +27,8 @@ mod pending;
 mod qp;
 #[cfg(feature = "sim")]
 mod sim_nic;
+#[cfg(feature = "sim")]
+mod sim_td;
 mod spin_wait;
 mod srq;
 mod ud;

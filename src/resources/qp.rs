@@ -240,32 +240,21 @@ impl Pd {
                 // A thread domain per QP, as UCX gives each worker one: its register is the
                 // QP's own. Without one (the device has no register left), rdma-core's
                 // shared registers, rung under their lock.
-                let td = nic.alloc_td().ok();
                 let (scq, rcq) = (send_cq.cqn(), recv.cqn);
-                let raw = match td {
-                    Some(td) => nic.create_qp_on_td(*pd, td, scq, rcq, caps),
-                    None => nic.create_qp(*pd, scq, rcq, caps),
-                };
-                // Receives from the SRQ (`ibv_qp_init_attr.srq`).
-                let raw = match (raw, recv.srq) {
-                    (Ok(raw), Some(s)) => match nic.attach_qp_srq(raw.qpn, s.srqn) {
-                        Ok(()) => Ok(raw),
-                        Err(e) => {
+                let (mut raw, td) = super::sim_td::create_on_own_td(nic, |td| {
+                    let raw = match td {
+                        Some(td) => nic.create_qp_on_td(*pd, td, scq, rcq, caps),
+                        None => nic.create_qp(*pd, scq, rcq, caps),
+                    }?;
+                    // Receives from the SRQ (`ibv_qp_init_attr.srq`).
+                    if let Some(s) = recv.srq {
+                        if let Err(e) = nic.attach_qp_srq(raw.qpn, s.srqn) {
                             let _ = nic.destroy_qp(raw.qpn);
-                            Err(e)
+                            return Err(e);
                         }
-                    },
-                    (r, _) => r,
-                };
-                let mut raw = match raw {
-                    Ok(raw) => raw,
-                    Err(e) => {
-                        if let Some(td) = td {
-                            let _ = nic.dealloc_td(td);
-                        }
-                        return Err(e.into());
                     }
-                };
+                    Ok(raw)
+                })?;
                 env.apply(&mut raw);
                 sim_td = td;
                 // SAFETY: the rings belong to the QP just created, which this Qp alone posts
@@ -283,10 +272,7 @@ impl Pd {
                 match (sq, rq) {
                     (Ok(sq), Ok(rq)) => (QpPath::Direct { sq, rq, hw: None }, raw.qpn),
                     (Err(e), _) | (_, Err(e)) => {
-                        let _ = nic.destroy_qp(raw.qpn);
-                        if let Some(td) = td {
-                            let _ = nic.dealloc_td(td);
-                        }
+                        super::sim_td::destroy_with_td(nic, raw.qpn, td);
                         return Err(e);
                     }
                 }
@@ -1478,10 +1464,7 @@ impl Drop for Qp {
             match (&mut self.path, &self.pd.inner.dev.backend) {
                 #[cfg(feature = "sim")]
                 (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) => {
-                    let _ = n.destroy_qp(self.qpn);
-                    if let Some(td) = self.sim_td {
-                        let _ = n.dealloc_td(td);
-                    }
+                    super::sim_td::destroy_with_td(n, self.qpn, self.sim_td)
                 }
                 // The last reference: `ibv_destroy_qp` now. The queues, dropped after, do not
                 // touch the rings again.
