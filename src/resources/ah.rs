@@ -191,27 +191,14 @@ impl Pd {
             #[cfg(feature = "sim")]
             (Backend::Sim(_), PdKind::Sim(_)) => (ib_av(&attr)?, None),
             (Backend::Verbs(v), PdKind::Verbs(pd)) => {
-                let grh = attr.grh.map(|g| crate::verbs::ud::AhGrh {
-                    dgid: g.dgid,
-                    flow_label: g.flow_label,
+                let grh = attr.grh.map(|g| GlobalRoute {
                     sgid_index: match (g.sgid_index, v.gid_index) {
                         (0, Some(i)) => i as u8,
                         (i, _) => i,
                     },
-                    hop_limit: g.hop_limit,
-                    traffic_class: g.traffic_class,
+                    ..g
                 });
-                let ah = crate::verbs::ud::Ah::new(
-                    pd.clone(),
-                    &crate::verbs::ud::AhAttr {
-                        dlid: attr.dlid,
-                        sl: attr.sl,
-                        src_path_bits: attr.src_path_bits,
-                        static_rate: attr.static_rate,
-                        port: attr.port,
-                        grh,
-                    },
-                )?;
+                let ah = crate::verbs::ud::Ah::new(pd.clone(), &AhAttr { grh, ..attr })?;
                 // mlx5's direct path: the provider's own address vector
                 // (`mlx5dv_init_obj(MLX5DV_OBJ_AH)`, the `mah->av` that rdma-core's
                 // `set_datagram_seg` / `mlx5_send_wr_set_ud_addr` and UCX's

@@ -271,39 +271,6 @@ impl Qp {
     }
 }
 
-/// The global route of an address handle (`struct ibv_global_route`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub struct AhGrh {
-    /// The destination GID (a multicast GID for a group).
-    pub dgid: [u8; 16],
-    /// Flow label (20 bits).
-    pub flow_label: u32,
-    /// The source GID's index in the port's table.
-    pub sgid_index: u8,
-    /// Hop limit.
-    pub hop_limit: u8,
-    /// Traffic class.
-    pub traffic_class: u8,
-}
-
-/// Where an address handle leads (`struct ibv_ah_attr`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct AhAttr {
-    /// The destination LID (0 on RoCE; the multicast LID for a group on InfiniBand).
-    pub dlid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// Source path bits.
-    pub src_path_bits: u8,
-    /// Static rate (`IBV_RATE_*`; 0: the port's).
-    pub static_rate: u8,
-    /// The local port.
-    pub port: u8,
-    /// The global route: Some makes the AH global (`is_global`, a GRH on the wire; always
-    /// on RoCE).
-    pub grh: Option<AhGrh>,
-}
-
 /// An address handle (`ibv_create_ah`), destroyed when the last reference drops: the UD send
 /// queue holds one for each request naming it until the request completed
 /// ([`VerbsUdSendQueue`]), as verbs requires (rxe resolves the address when the AH is created
@@ -327,13 +294,14 @@ impl std::fmt::Debug for Ah {
 }
 
 impl Ah {
-    /// An address handle on `pd` for `attr` (with a global route: `is_global`, `dgid`,
-    /// `flow_label`, `sgid_index`, `hop_limit`, `traffic_class`, as perftest's and UCX's UD
-    /// address handles).
+    /// An address handle on `pd` for `attr` (`struct ibv_ah_attr`; with a global route:
+    /// `is_global`, `dgid`, `flow_label`, `sgid_index`, `hop_limit`, `traffic_class`, as
+    /// perftest's and UCX's UD address handles). The fields go to verbs as they are: the
+    /// caller maps the GID index.
     ///
     /// # Errors
     /// The `ibv_create_ah` error (e.g. no route to the GID's address on RoCE).
-    pub fn new(pd: Arc<Pd>, attr: &AhAttr) -> std::result::Result<Ah, VerbsError> {
+    pub fn new(pd: Arc<Pd>, attr: &crate::AhAttr) -> std::result::Result<Ah, VerbsError> {
         // SAFETY: zeroed attributes are valid (no GRH, SL 0, static rate 0).
         let mut a: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
         a.dlid = attr.dlid;
