@@ -60,14 +60,55 @@ pub fn json(
     s: &Summary,
 ) -> String {
     format!(
-        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"bytes\":{bytes},\"iterations\":{iters},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"t_typical_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p999_us\":{:.3},\"mode\":\"{mode}\",\"recv\":\"{recv}\",\"connection\":\"{connection}\"}}",
-        s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999
+        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"bytes\":{bytes},\"iterations\":{iters},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"t_typical_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p999_us\":{:.3},\"mode\":\"{mode}\",\"recv\":\"{recv}\",\"connection\":\"{connection}\"{}}}",
+        s.min,
+        s.max,
+        s.typical,
+        s.avg,
+        s.stdev,
+        s.p99,
+        s.p999,
+        clock_mhz().map_or(String::new(), |m| format!(",\"clock_mhz\":{m:.3}"))
     )
 }
+
+/// The TSC ticks per microsecond of the first [`Clock`] calibrated in this process (None
+/// before one is, and off x86_64). perftest converts the same ticks with `/proc/cpuinfo`'s
+/// "cpu MHz" (`get_cpu_mhz`: its own sampling only when the two differ by more than 2%), so
+/// the two programs' microseconds can differ by up to 2% for the same ticks; the JSON
+/// reports this figure (`clock_mhz`) to put both on one clock (`cargo xtask rxe-compare`).
+pub fn clock_mhz() -> Option<f64> {
+    CLOCK_MHZ.get().copied()
+}
+
+static CLOCK_MHZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The JSON line carries the calibrated clock once a `Clock` exists (x86_64: the TSC),
+    /// the figure `rxe-compare` needs to put bfperf on perftest's clock.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_json_line_carries_the_calibrated_clock() {
+        let _ = Clock::new();
+        let mut v = vec![1000.0, 2000.0];
+        let line = json(
+            "read_lat",
+            "sim",
+            ("poll", "rq", "RC"),
+            8,
+            2,
+            &summarize(&mut v),
+        );
+        let mhz = clock_mhz().expect("calibrated");
+        assert!(mhz > 1.0, "{mhz}");
+        assert!(
+            line.ends_with(&format!(",\"clock_mhz\":{mhz:.3}}}")),
+            "{line}"
+        );
+    }
 
     #[test]
     fn percentiles_and_moments() {
@@ -105,6 +146,7 @@ impl Clock {
             }
             let ns = t.elapsed().as_nanos() as f64;
             let ticks = Self::ticks().wrapping_sub(c).max(1) as f64;
+            let _ = CLOCK_MHZ.set(ticks * 1000.0 / ns.max(1.0));
             Clock {
                 ns_per_tick: ns / ticks,
             }

@@ -133,7 +133,11 @@ fn selected(t: &Test, filters: &[String]) -> bool {
 }
 
 fn script(filters: &[String]) -> String {
-    let mut s = String::from("cd target/rxe\n");
+    // perftest converts TSC ticks to microseconds with this figure (see `clock_line`).
+    let mut s = String::from(
+        "cd target/rxe\ngrep -m1 'cpu MHz' /proc/cpuinfo > cpu_mhz.txt; \
+         cat /sys/devices/system/clocksource/clocksource0/current_clocksource >> cpu_mhz.txt\n",
+    );
     for (i, t) in TESTS.iter().enumerate() {
         if !selected(t, filters) {
             continue;
@@ -188,6 +192,23 @@ pub(crate) fn json_value(out: &str, key: &str) -> Option<f64> {
     rest[..end].trim().parse().ok()
 }
 
+/// The "cpu MHz" of `/proc/cpuinfo` in `cpu_mhz.txt`'s text (the VM's first CPU).
+fn cpuinfo_mhz(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("cpu MHz"))?;
+    line.split(':').nth(1)?.trim().parse().ok()
+}
+
+/// The clock note: perftest turns TSC ticks into microseconds with `/proc/cpuinfo`'s "cpu
+/// MHz" (`get_cpu_mhz`; its own sampling only when the two differ by more than 2%), bfperf
+/// with its own calibration against the OS clock (`clock_mhz` in its JSON). The same
+/// ticks then read as different microseconds: `bfperf's figure * bfperf_mhz / cpuinfo_mhz`
+/// is bfperf's latency on perftest's clock. None without both figures.
+fn clock_factor(cpuinfo: Option<f64>, bfperf: &[f64]) -> Option<f64> {
+    let b = median(bfperf.to_vec())?;
+    let c = cpuinfo.filter(|c| *c > 0.0)?;
+    Some(b / c)
+}
+
 /// Runs the comparison (of the tests whose label contains one of `filters`, all without);
 /// false when the VM or a program failed. With `--script`, prints the VM's commands; with
 /// `--report`, the table of the last boot's results (see the module docs).
@@ -230,6 +251,8 @@ fn report(filters: &[String]) -> bool {
     let mut ok = true;
     let mut runs = Vec::new();
     let mut medians = Vec::new();
+    let mut clocks = Vec::new();
+    let mut on_one_clock = Vec::new();
     for (i, test) in TESTS.iter().enumerate() {
         if !selected(test, filters) {
             medians.push((None, None));
@@ -250,6 +273,7 @@ fn report(filters: &[String]) -> bool {
                     eprintln!("xtask: no perftest result for {label}, round {r}:\n{pt}");
                 }
             }
+            clocks.extend(json_value(&bf, "clock_mhz"));
             match json_value(&bf, if bw { "bw_avg_mb_s" } else { "t_typical_us" }) {
                 Some(v) => bs.push(v),
                 None => {
@@ -270,6 +294,9 @@ fn report(filters: &[String]) -> bool {
             _ => "-".into(),
         };
         println!("{label:<30} {:>14} {:>14} {ratio:>8}", show(p), show(b));
+        if let (Some(p), Some(b), false) = (p, b, bw) {
+            on_one_clock.push((label, b / p));
+        }
         let list = |v: &[f64]| {
             v.iter()
                 .map(|x| format!("{x:.2}"))
@@ -286,6 +313,23 @@ fn report(filters: &[String]) -> bool {
         "(medians of {ROUNDS} alternating runs; ratio = bfperf / perftest: below 1.0 is better \
          for latency, above 1.0 for bandwidth)"
     );
+    let cpu = std::fs::read_to_string(dir.join("cpu_mhz.txt")).unwrap_or_default();
+    match clock_factor(cpuinfo_mhz(&cpu), &clocks) {
+        Some(f) => {
+            println!(
+                "clock: perftest converts ticks with /proc/cpuinfo's {} MHz ({}), bfperf with \
+                 its calibration, median {:.3} MHz: on perftest's clock bfperf's latencies \
+                 are x{f:.4}; latency ratios on one clock:",
+                cpuinfo_mhz(&cpu).unwrap_or_default(),
+                cpu.lines().nth(1).unwrap_or("clocksource ?").trim(),
+                median(clocks.clone()).unwrap_or_default(),
+            );
+            for (label, r) in &on_one_clock {
+                println!("  {label:<28} {:.3}", r * f);
+            }
+        }
+        None => println!("clock: no cpu MHz or bfperf clock_mhz in this boot's results"),
+    }
     println!(
         "\n{:<30} {:>14} {:>14}",
         "wake-up cost (events - poll)", "perftest", "bfperf"
@@ -315,6 +359,24 @@ fn report(filters: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// perftest's microseconds come from /proc/cpuinfo's MHz, bfperf's from its own
+    /// calibration: the factor that puts bfperf on perftest's clock, and the script records
+    /// the figure perftest uses.
+    #[test]
+    fn bfperf_is_put_on_perftest_s_clock() {
+        let cpu = "cpu MHz\t\t: 2445.428\ntsc\n";
+        assert_eq!(cpuinfo_mhz(cpu), Some(2445.428));
+        assert_eq!(cpuinfo_mhz("model name : x"), None);
+        // bfperf counted 2400 ticks per us where perftest assumes 2445.428: the same ticks
+        // are fewer microseconds for perftest.
+        let f = clock_factor(Some(2445.428), &[2400.0, 2401.0, 2399.0]).unwrap();
+        assert!((f - 2400.0 / 2445.428).abs() < 1e-12);
+        assert_eq!(clock_factor(None, &[2400.0]), None);
+        assert_eq!(clock_factor(Some(2445.0), &[]), None);
+        assert!(script(&[])
+            .starts_with("cd target/rxe\ngrep -m1 'cpu MHz' /proc/cpuinfo > cpu_mhz.txt"));
+    }
 
     #[test]
     fn wake_up_rows_pair_a_polling_test_with_its_event_mode() {
