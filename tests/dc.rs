@@ -491,6 +491,28 @@ fn a_send_to_a_dct_whose_srq_is_empty_meets_rnr_naks() {
     assert_eq!(dev.nic().unwrap().qp_stats(dct.dctn()).unwrap().rnr_naks, 3);
 }
 
+/// A signaled read of `mr`'s word 0 into its byte 64 through `first` (cookie `cookie`),
+/// then a signaled inline write of 2 into word 0 through `second` (cookie `cookie + 1`).
+fn read_then_write(dci: &mut Dci, first: &Dct, second: &Dct, mr: &MemoryRegion, cookie: u64) {
+    let into = mr.sge(64, 8).unwrap();
+    dci.read(
+        &first.peer().unwrap(),
+        &[into],
+        mr.remote(0).unwrap(),
+        cookie,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    dci.write_inline(
+        &second.peer().unwrap(),
+        &2u64.to_ne_bytes(),
+        mr.remote(0).unwrap(),
+        cookie + 1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+}
+
 #[test]
 fn a_dci_serves_one_destination_at_a_time_under_relaxed_ordering() {
     // A read through DCT A, then a write to the same bytes through DCT B (same domain):
@@ -509,23 +531,7 @@ fn a_dci_serves_one_destination_at_a_time_under_relaxed_ordering() {
         mr.write(0, &1u64.to_ne_bytes()).unwrap();
         let mut cq = dev.create_cq(64).unwrap();
         let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
-        let into = mr.sge(64, 8).unwrap();
-        dci.read(
-            &a.peer().unwrap(),
-            &[into],
-            mr.remote(0).unwrap(),
-            1,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
-        dci.write_inline(
-            &b.peer().unwrap(),
-            &2u64.to_ne_bytes(),
-            mr.remote(0).unwrap(),
-            2,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
+        read_then_write(&mut dci, &a, &b, &mr, 1);
         let got = wait(&dev, &mut cq, 2);
         assert!(got.iter().all(|c| c.status == WcStatus::Success));
         assert_eq!(
@@ -536,22 +542,7 @@ fn a_dci_serves_one_destination_at_a_time_under_relaxed_ordering() {
         assert_eq!(mr.read_u64(0).unwrap(), 2);
         // The same two requests to one DCT: the NIC may run the read late (no fence).
         mr.write(0, &1u64.to_ne_bytes()).unwrap();
-        dci.read(
-            &a.peer().unwrap(),
-            &[into],
-            mr.remote(0).unwrap(),
-            3,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
-        dci.write_inline(
-            &a.peer().unwrap(),
-            &2u64.to_ne_bytes(),
-            mr.remote(0).unwrap(),
-            4,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
+        read_then_write(&mut dci, &a, &a, &mr, 3);
         wait(&dev, &mut cq, 2);
         reordered_rc |= mr.read_u64(64).unwrap() == 2;
     }
