@@ -32,6 +32,27 @@ fn poll_all(dev: &Device, cq: &mut Cq) -> Vec<Completion> {
     out[..n].to_vec()
 }
 
+/// Lowers the port's MTU to 1024 under `from`, then posts a send of `big` (2000 bytes: past
+/// the new MTU; cookie 2) and an inline byte (cookie 3) to QP `qpn` (Q_Key 1) through `ah`,
+/// both signaled; returns what `from`'s CQ gives.
+fn send_past_a_lowered_mtu(
+    dev: &Device,
+    from: &mut Node,
+    ah: &blueflame::AddressHandle,
+    qpn: u32,
+    big: blueflame::Sge,
+) -> Vec<Completion> {
+    dev.nic().unwrap().set_port_mtu(1024).unwrap();
+    let sgl = [big];
+    from.qp
+        .send_to(ah, qpn, 1, Payload::Sgl(&sgl), 2, PostFlags::SIGNALED)
+        .unwrap();
+    from.qp
+        .send_to(ah, qpn, 1, Payload::Inline(b"x"), 3, PostFlags::SIGNALED)
+        .unwrap();
+    poll_all(dev, &mut from.cq)
+}
+
 fn setup() -> (Device, Pd, MemoryRegion) {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
@@ -272,20 +293,7 @@ fn datagrams_above_the_mtu_are_refused_before_posting_and_fail_at_the_nic() {
     assert!(poll_all(&dev, &mut a.cq).is_empty(), "nothing posted");
     // The NIC itself: a port whose MTU dropped under the QP fails the send with a local
     // length error (the send queue goes to error; the next request is flushed).
-    dev.nic().unwrap().set_port_mtu(1024).unwrap();
-    let sgl = [mr.sge(0, 2000).unwrap()];
-    a.qp.send_to(&ah, eb.qpn, 1, Payload::Sgl(&sgl), 2, PostFlags::SIGNALED)
-        .unwrap();
-    a.qp.send_to(
-        &ah,
-        eb.qpn,
-        1,
-        Payload::Inline(b"x"),
-        3,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
-    let got = poll_all(&dev, &mut a.cq);
+    let got = send_past_a_lowered_mtu(&dev, &mut a, &ah, eb.qpn, mr.sge(0, 2000).unwrap());
     assert_eq!(got.len(), 2);
     assert_eq!((got[0].cookie, got[0].status), (2, WcStatus::LocLenErr));
     assert_eq!((got[1].cookie, got[1].status), (3, WcStatus::WrFlushErr));
@@ -303,20 +311,7 @@ fn a_failed_ud_send_flushes_the_sends_but_the_qp_keeps_receiving() {
     let (to_a, to_b) = (pd.create_ah(ea).unwrap(), pd.create_ah(eb).unwrap());
     a.qp.post_recv(&[mr.sge(0, 256).unwrap()], 100).unwrap();
     a.qp.post_recv(&[mr.sge(256, 256).unwrap()], 101).unwrap();
-    dev.nic().unwrap().set_port_mtu(1024).unwrap();
-    let sgl = [mr.sge(4096, 2000).unwrap()];
-    a.qp.send_to(&to_b, eb.qpn, 1, Payload::Sgl(&sgl), 2, PostFlags::SIGNALED)
-        .unwrap();
-    a.qp.send_to(
-        &to_b,
-        eb.qpn,
-        1,
-        Payload::Inline(b"x"),
-        3,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
-    let got = poll_all(&dev, &mut a.cq);
+    let got = send_past_a_lowered_mtu(&dev, &mut a, &to_b, eb.qpn, mr.sge(4096, 2000).unwrap());
     assert_eq!(
         got.iter().map(|c| (c.cookie, c.status)).collect::<Vec<_>>(),
         vec![(2, WcStatus::LocLenErr), (3, WcStatus::WrFlushErr)],
