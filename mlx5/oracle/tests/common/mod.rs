@@ -355,25 +355,12 @@ pub fn hex(b: &[u8]) -> String {
         .join(" ")
 }
 
-/// The `ibv_wr_*` calls a program makes for `req`.
-pub fn post_oracle(
-    oracle: &mut OracleQp,
-    req: &Request<'_>,
-    flags: u32,
-    setter: Setter,
-    addr: Addr,
-) {
-    let sgl: Vec<IbvSge>;
-    let pieces: Vec<&[u8]>;
-    // The 8-byte local buffer of an atomic (the crate's requests carry it, rdma-core takes it
-    // from the data setter).
-    let atomic: [mlx5::Sge; 1] = match *req {
-        Request::CompareSwap { local, .. } | Request::FetchAdd { local, .. } => {
-            [mlx5::Sge { len: 8, ..local }]
-        }
-        _ => [mlx5::Sge::default()],
-    };
-    let (op, payload): (Op, Option<Payload<'_>>) = match *req {
+/// The operation a program builds for `req` (`ibv_wr_*` builder or `ibv_post_send` opcode)
+/// and the data it sets: `atomic` for an atomic (the `ibv_wr_*` API takes its 8-byte local
+/// buffer from the data setter), none for a bind or an invalidate; None for a request no
+/// builder makes.
+fn op_of<'a>(req: &Request<'a>, atomic: Option<Payload<'a>>) -> Option<(Op, Option<Payload<'a>>)> {
+    Some(match *req {
         Request::Write { remote, data } => (
             Op::Write {
                 rkey: remote.rkey,
@@ -411,7 +398,7 @@ pub fn post_oracle(
                 compare,
                 swap,
             },
-            Some(Payload::Sgl(&atomic)),
+            atomic,
         ),
         Request::FetchAdd { remote, add, .. } => (
             Op::FetchAdd {
@@ -419,29 +406,51 @@ pub fn post_oracle(
                 raddr: remote.addr,
                 add,
             },
-            Some(Payload::Sgl(&atomic)),
+            atomic,
         ),
-        Request::BindMw(b) => {
-            assert_eq!(
-                b.mw_type,
-                mlx5::request::MwType::Two,
-                "ibv_wr_bind_mw binds type 2"
-            );
-            (
-                Op::BindMw {
-                    mw_rkey: b.mw_rkey,
-                    new_rkey: b.new_rkey,
-                    mr_lkey: b.mr_lkey,
-                    addr: b.addr,
-                    length: b.len,
-                    access: b.access.0,
-                },
-                None,
-            )
-        }
+        Request::BindMw(b) => (
+            Op::BindMw {
+                mw_rkey: b.mw_rkey,
+                new_rkey: b.new_rkey,
+                mr_lkey: b.mr_lkey,
+                addr: b.addr,
+                length: b.len,
+                access: b.access.0,
+            },
+            None,
+        ),
         Request::LocalInvalidate { rkey } => (Op::LocalInv { rkey }, None),
-        ref other => panic!("no ibv_wr_* builder for {other:?}"),
+        _ => return None,
+    })
+}
+
+/// The `ibv_wr_*` calls a program makes for `req`.
+pub fn post_oracle(
+    oracle: &mut OracleQp,
+    req: &Request<'_>,
+    flags: u32,
+    setter: Setter,
+    addr: Addr,
+) {
+    let sgl: Vec<IbvSge>;
+    let pieces: Vec<&[u8]>;
+    // The 8-byte local buffer of an atomic (the crate's requests carry it, rdma-core takes it
+    // from the data setter).
+    let atomic: [mlx5::Sge; 1] = match *req {
+        Request::CompareSwap { local, .. } | Request::FetchAdd { local, .. } => {
+            [mlx5::Sge { len: 8, ..local }]
+        }
+        _ => [mlx5::Sge::default()],
     };
+    if let Request::BindMw(b) = req {
+        assert_eq!(
+            b.mw_type,
+            mlx5::request::MwType::Two,
+            "ibv_wr_bind_mw binds type 2"
+        );
+    }
+    let (op, payload) = op_of(req, Some(Payload::Sgl(&atomic)))
+        .unwrap_or_else(|| panic!("no ibv_wr_* builder for {req:?}"));
     let data = match payload {
         None => None,
         Some(Payload::Sgl(l)) => {
@@ -478,81 +487,15 @@ pub fn post_oracle_classic(oracle: &mut OracleQp, req: &Request<'_>, flags: u32,
     let list: Vec<IbvSge>;
     let pieces: Vec<&[u8]>;
     let mut type1 = false;
-    let (op, payload): (Op, Option<Payload<'_>>) = match *req {
-        Request::Write { remote, data } => (
-            Op::Write {
-                rkey: remote.rkey,
-                raddr: remote.addr,
-            },
-            Some(data),
-        ),
-        Request::WriteImm { remote, data, imm } => (
-            Op::WriteImm {
-                rkey: remote.rkey,
-                raddr: remote.addr,
-                imm,
-            },
-            Some(data),
-        ),
-        Request::Read { remote, sgl } => (
-            Op::Read {
-                rkey: remote.rkey,
-                raddr: remote.addr,
-            },
-            Some(Payload::Sgl(sgl)),
-        ),
-        Request::Send { data } => (Op::Send, Some(data)),
-        Request::SendImm { data, imm } => (Op::SendImm { imm }, Some(data)),
-        Request::SendInv { data, rkey } => (Op::SendInv { rkey }, Some(data)),
-        Request::CompareSwap {
-            remote,
-            compare,
-            swap,
-            local: l,
-        } => {
+    let (op, payload) =
+        op_of(req, None).unwrap_or_else(|| panic!("no ibv_post_send opcode for {req:?}"));
+    match *req {
+        Request::CompareSwap { local: l, .. } | Request::FetchAdd { local: l, .. } => {
             local = [IbvSge::from(mlx5::Sge { len: 8, ..l })];
-            (
-                Op::CmpSwp {
-                    rkey: remote.rkey,
-                    raddr: remote.addr,
-                    compare,
-                    swap,
-                },
-                None,
-            )
         }
-        Request::FetchAdd {
-            remote,
-            add,
-            local: l,
-        } => {
-            local = [IbvSge::from(mlx5::Sge { len: 8, ..l })];
-            (
-                Op::FetchAdd {
-                    rkey: remote.rkey,
-                    raddr: remote.addr,
-                    add,
-                },
-                None,
-            )
-        }
-        Request::BindMw(b) => {
-            type1 = b.mw_type == mlx5::request::MwType::One;
-            (
-                Op::BindMw {
-                    mw_rkey: b.mw_rkey,
-                    new_rkey: b.new_rkey,
-                    mr_lkey: b.mr_lkey,
-                    addr: b.addr,
-                    length: b.len,
-                    access: b.access.0,
-                },
-                None,
-            )
-        }
-        Request::LocalInvalidate { rkey } => (Op::LocalInv { rkey }, None),
-        ref other => panic!("no ibv_post_send opcode for {other:?}"),
-    };
+        Request::BindMw(b) => type1 = b.mw_type == mlx5::request::MwType::One,
+        _ => {}
+    }
     let data = match (op, payload) {
         (Op::CmpSwp { .. } | Op::FetchAdd { .. }, _) => ClassicData::Sgl(&local),
         (_, None) => ClassicData::Sgl(&[]),
