@@ -19,6 +19,17 @@ struct Fan {
     clients: Vec<Qp>,
 }
 
+/// A server QP taking its receives from `srq` and a client QP, both completing on `cq`,
+/// connected to each other.
+fn pair_on_srq(pd: &Pd, cq: &Cq, srq: &Srq) -> (Qp, Qp) {
+    let mut s = pd.create_qp_with_srq(cq, srq, QpCaps::default()).unwrap();
+    let mut c = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
+    let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
+    s.connect(ec).unwrap();
+    c.connect(es).unwrap();
+    (s, c)
+}
+
 fn fan(n: usize, entries: u32, rcq_entries: u32, cqe_size: u32) -> Fan {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
@@ -36,13 +47,7 @@ fn fan(n: usize, entries: u32, rcq_entries: u32, cqe_size: u32) -> Fan {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..n {
-        let mut s = pd
-            .create_qp_with_srq(&scq, &srq, QpCaps::default())
-            .unwrap();
-        let mut c = pd.create_qp(&scq, &scq, QpCaps::default()).unwrap();
-        let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
-        s.connect(ec).unwrap();
-        c.connect(es).unwrap();
+        let (s, c) = pair_on_srq(&pd, &scq, &srq);
         assert_eq!(s.srqn(), Some(srq.srqn()));
         servers.push(s);
         clients.push(c);
@@ -451,13 +456,7 @@ fn srq_receives_are_charged_to_its_cq() {
         n as u32, cap,
         "as many receives as the CQ guarantees entries"
     );
-    let mut s = pd
-        .create_qp_with_srq(&scq, &srq, QpCaps::default())
-        .unwrap();
-    let mut c = pd.create_qp(&scq, &scq, QpCaps::default()).unwrap();
-    let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
-    s.connect(ec).unwrap();
-    c.connect(es).unwrap();
+    let (_s, mut c) = pair_on_srq(&pd, &scq, &srq);
     c.send(Payload::Inline(b"a"), 0, PostFlags::SIGNALED)
         .unwrap();
     dev.process();
@@ -490,13 +489,7 @@ fn poster_and_poller_on_two_threads() {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..4 {
-        let mut s = pd
-            .create_qp_with_srq(&scq, &srq, QpCaps::default())
-            .unwrap();
-        let mut c = pd.create_qp(&scq, &scq, QpCaps::default()).unwrap();
-        let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
-        s.connect(ec).unwrap();
-        c.connect(es).unwrap();
+        let (s, c) = pair_on_srq(&pd, &scq, &srq);
         servers.push(s);
         clients.push(c);
     }
