@@ -10,8 +10,7 @@ use mlx5::request::{Access, BindMw, MwType};
 use mlx5::wqe::{self, EncodeError, Limits};
 use mlx5::{Payload, Remote, Request, Sge};
 use mlx5_oracle::{
-    skip_or_fail, Data, Op, OracleQp, QpKind, Wr, IBV_SEND_FENCE, IBV_SEND_SIGNALED,
-    IBV_SEND_SOLICITED,
+    skip_or_fail, Data, OracleQp, QpKind, Wr, IBV_SEND_FENCE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
 };
 use proptest::prelude::*;
 
@@ -315,32 +314,10 @@ fn libc_eopnotsupp() -> i32 {
 fn post_raw(q: &mut OracleQp, req: &Request<'_>) -> i32 {
     let list: Vec<mlx5_oracle::IbvSge>;
     let (op, data) = match *req {
-        Request::Write { remote, data } => (
-            Op::Write {
-                rkey: remote.rkey,
-                raddr: remote.addr,
-            },
-            Some(data),
-        ),
-        Request::Read { remote, sgl } => (
-            Op::Read {
-                rkey: remote.rkey,
-                raddr: remote.addr,
-            },
-            Some(Payload::Sgl(sgl)),
-        ),
-        Request::Send { data } => (Op::Send, Some(data)),
-        Request::BindMw(b) => (
-            Op::BindMw {
-                mw_rkey: b.mw_rkey,
-                new_rkey: b.new_rkey,
-                mr_lkey: b.mr_lkey,
-                addr: b.addr,
-                length: b.len,
-                access: b.access.0,
-            },
-            None,
-        ),
+        Request::Write { .. }
+        | Request::Read { .. }
+        | Request::Send { .. }
+        | Request::BindMw(_) => op_of(req, None).expect("a builder for each"),
         ref r => panic!("not used here: {r:?}"),
     };
     let data = match data {

@@ -359,7 +359,10 @@ pub fn hex(b: &[u8]) -> String {
 /// and the data it sets: `atomic` for an atomic (the `ibv_wr_*` API takes its 8-byte local
 /// buffer from the data setter), none for a bind or an invalidate; None for a request no
 /// builder makes.
-fn op_of<'a>(req: &Request<'a>, atomic: Option<Payload<'a>>) -> Option<(Op, Option<Payload<'a>>)> {
+pub fn op_of<'a>(
+    req: &Request<'a>,
+    atomic: Option<Payload<'a>>,
+) -> Option<(Op, Option<Payload<'a>>)> {
     Some(match *req {
         Request::Write { remote, data } => (
             Op::Write {
