@@ -99,17 +99,7 @@ impl Net {
     /// Waits for `n` completions of node `i` (20 s at most); `src` is the QP number their
     /// `src_qp` should name.
     pub fn wait(&mut self, i: usize, n: usize, src: u32) -> Vec<UdWc> {
-        let mut out = vec![Completion::default(); n];
-        let mut got = 0;
-        let start = Instant::now();
-        while got < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "timed out: {got} of {n} completions on node {i}"
-            );
-            self.dev.process();
-            got += self.nodes[i].cq.poll(&mut out[got..]);
-        }
+        let out = super::wait_on(&self.dev, &mut self.nodes[i].cq, n);
         out.iter().map(|c| observe(c, src)).collect()
     }
 
