@@ -187,74 +187,13 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         let s = setup::setup(o, &dev, size)?;
         match t {
             Test::Lat(kind, name) => {
-                if let Some(mut samples) = lat::run(o, kind, s, size)? {
-                    let sum = stats::summarize(&mut samples);
-                    progress.clear();
-                    if let Some(c) = csv.as_mut() {
-                        c.lat(
-                            name,
-                            &o.device,
-                            size,
-                            o.iters,
-                            &sum,
-                            mode(o),
-                            recv(o),
-                            o.connection.name(),
-                        )
-                        .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
-                    }
-                    if let Some(p) = &o.plot {
-                        let file = plot::path_for(p, size, o.all);
-                        let us: Vec<f64> = samples.iter().map(|v| v / 1000.0).collect();
-                        let title = format!("{} {size} bytes", title(&t, o));
-                        plot::write_svg(&file, &title, &us, &sum).map_err(file_err(&file))?;
-                    }
-                    if o.json {
-                        println!(
-                            "{}",
-                            stats::json(
-                                name,
-                                &o.device,
-                                (mode(o), recv(o), o.connection.name()),
-                                size,
-                                o.iters,
-                                &sum
-                            )
-                        );
-                    } else {
-                        println!("{}", stats::row(size, o.iters, &sum));
-                    }
+                if let Some(samples) = lat::run(o, kind, s, size)? {
+                    report_lat(&t, o, name, size, samples, csv.as_mut(), &progress)?;
                 }
             }
             Test::Bw(kind, name) => {
                 if let Some(r) = bw::run(o, kind, s, size)? {
-                    progress.clear();
-                    if let Some(c) = csv.as_mut() {
-                        c.bw(
-                            name,
-                            &o.device,
-                            size,
-                            o.iters,
-                            r.peak,
-                            r.avg,
-                            r.mpps,
-                            mode(o),
-                            recv(o),
-                            o.connection.name(),
-                        )
-                        .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
-                    }
-                    if o.json {
-                        println!(
-                            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\",\"recv\":\"{}\",\"connection\":\"{}\"}}",
-                            o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o), o.connection.name()
-                        );
-                    } else {
-                        println!(
-                            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-                            size, o.iters, r.peak, r.avg, r.mpps
-                        );
-                    }
+                    report_bw(o, name, size, &r, csv.as_mut(), &progress)?;
                 }
             }
         }
@@ -278,77 +217,106 @@ fn run_ud(
     csv: Option<&mut csv::Csv>,
     progress: &progress::Progress,
 ) -> blueflame::Result<()> {
-    let csv_err = || file_err(o.csv.as_deref().unwrap_or(".".as_ref()));
     match *t {
         Test::Lat(_, name) => {
-            let mut samples = ud::latency(o, dev, size)?;
-            let sum = stats::summarize(&mut samples);
-            progress.clear();
-            if let Some(c) = csv {
-                c.lat(
-                    name,
-                    &o.device,
-                    size,
-                    o.iters,
-                    &sum,
-                    mode(o),
-                    recv(o),
-                    o.connection.name(),
-                )
-                .map_err(csv_err())?;
-            }
-            if let Some(p) = &o.plot {
-                let file = plot::path_for(p, size, o.all);
-                let us: Vec<f64> = samples.iter().map(|v| v / 1000.0).collect();
-                let title = format!("{} {size} bytes", title(t, o));
-                plot::write_svg(&file, &title, &us, &sum).map_err(file_err(&file))?;
-            }
-            if o.json {
-                println!(
-                    "{}",
-                    stats::json(
-                        name,
-                        &o.device,
-                        (mode(o), recv(o), o.connection.name()),
-                        size,
-                        o.iters,
-                        &sum,
-                    )
-                );
-            } else {
-                println!("{}", stats::row(size, o.iters, &sum));
-            }
+            let samples = ud::latency(o, dev, size)?;
+            report_lat(t, o, name, size, samples, csv, progress)
         }
         Test::Bw(_, name) => {
             let r = ud::bandwidth(o, dev, size)?;
-            progress.clear();
-            if let Some(c) = csv {
-                c.bw(
-                    name,
-                    &o.device,
-                    size,
-                    o.iters,
-                    r.peak,
-                    r.avg,
-                    r.mpps,
-                    mode(o),
-                    recv(o),
-                    o.connection.name(),
-                )
-                .map_err(csv_err())?;
-            }
-            if o.json {
-                println!(
-                    "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\",\"recv\":\"{}\",\"connection\":\"{}\"}}",
-                    o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o), o.connection.name()
-                );
-            } else {
-                println!(
-                    " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-                    size, o.iters, r.peak, r.avg, r.mpps
-                );
-            }
+            report_bw(o, name, size, &r, csv, progress)
         }
+    }
+}
+
+/// Reports one size of a latency test (RC or UD): its CSV row, its plot, then its JSON
+/// line or table row.
+fn report_lat(
+    t: &Test,
+    o: &Opts,
+    name: &str,
+    size: usize,
+    mut samples: Vec<f64>,
+    csv: Option<&mut csv::Csv>,
+    progress: &progress::Progress,
+) -> blueflame::Result<()> {
+    let csv_err = || file_err(o.csv.as_deref().unwrap_or(".".as_ref()));
+    let sum = stats::summarize(&mut samples);
+    progress.clear();
+    if let Some(c) = csv {
+        c.lat(
+            name,
+            &o.device,
+            size,
+            o.iters,
+            &sum,
+            mode(o),
+            recv(o),
+            o.connection.name(),
+        )
+        .map_err(csv_err())?;
+    }
+    if let Some(p) = &o.plot {
+        let file = plot::path_for(p, size, o.all);
+        let us: Vec<f64> = samples.iter().map(|v| v / 1000.0).collect();
+        let title = format!("{} {size} bytes", title(t, o));
+        plot::write_svg(&file, &title, &us, &sum).map_err(file_err(&file))?;
+    }
+    if o.json {
+        println!(
+            "{}",
+            stats::json(
+                name,
+                &o.device,
+                (mode(o), recv(o), o.connection.name()),
+                size,
+                o.iters,
+                &sum,
+            )
+        );
+    } else {
+        println!("{}", stats::row(size, o.iters, &sum));
+    }
+    Ok(())
+}
+
+/// Reports one size of a bandwidth test (RC or UD): its CSV row, then its JSON line or
+/// table row.
+fn report_bw(
+    o: &Opts,
+    name: &str,
+    size: usize,
+    r: &bw::BwResult,
+    csv: Option<&mut csv::Csv>,
+    progress: &progress::Progress,
+) -> blueflame::Result<()> {
+    let csv_err = || file_err(o.csv.as_deref().unwrap_or(".".as_ref()));
+    progress.clear();
+    if let Some(c) = csv {
+        c.bw(
+            name,
+            &o.device,
+            size,
+            o.iters,
+            r.peak,
+            r.avg,
+            r.mpps,
+            mode(o),
+            recv(o),
+            o.connection.name(),
+        )
+        .map_err(csv_err())?;
+    }
+    if o.json {
+        println!(
+            "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\",\"recv\":\"{}\",\"connection\":\"{}\"}}",
+            o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o), o.connection.name()
+        );
+    } else {
+        println!(
+            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+            size, o.iters, r.peak, r.avg, r.mpps
+        );
     }
     Ok(())
 }
