@@ -141,22 +141,53 @@ fn initiate(
             rx.step()?;
         }
         let k = s.cq.poll(&mut out);
-        for c in &out[..k] {
-            if !c.is_ok() {
-                eprintln!("bfperf: completion failed: {c:?}");
-                std::process::exit(1);
-            }
-            let before = done;
-            done += c.cookie;
-            if before < o.warmup as u64 && done >= o.warmup as u64 {
-                start = Instant::now();
-                stamps.clear();
-            }
-            stamps.push((Instant::now(), done));
-        }
+        tally(
+            &out[..k],
+            o.warmup as u64,
+            &mut done,
+            &mut start,
+            &mut stamps,
+        );
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
-    let measured = (total - (o.warmup as u64).min(total)).max(1);
+    Ok(result(total, o.warmup as u64, size, secs, &stamps))
+}
+
+/// Counts the completions `cs` of a bandwidth run (each retires `cookie` requests) into
+/// `done`, stamping when each arrived; when the count crosses `warmup`, the clock (`start`)
+/// restarts and the stamps so far are dropped. A failed completion ends the program.
+pub(crate) fn tally(
+    cs: &[blueflame::Completion],
+    warmup: u64,
+    done: &mut u64,
+    start: &mut Instant,
+    stamps: &mut Vec<(Instant, u64)>,
+) {
+    for c in cs {
+        if !c.is_ok() {
+            eprintln!("bfperf: completion failed: {c:?}");
+            std::process::exit(1);
+        }
+        let before = *done;
+        *done += c.cookie;
+        if before < warmup && *done >= warmup {
+            *start = Instant::now();
+            stamps.clear();
+        }
+        stamps.push((Instant::now(), *done));
+    }
+}
+
+/// The result of a bandwidth run of `total` requests of `size` bytes whose measured part
+/// (past `warmup`) took `secs`: the average, and the peak over a tenth of the `stamps`.
+pub(crate) fn result(
+    total: u64,
+    warmup: u64,
+    size: usize,
+    secs: f64,
+    stamps: &[(Instant, u64)],
+) -> BwResult {
+    let measured = (total - warmup.min(total)).max(1);
     let avg = measured as f64 * size as f64 / secs / 1e6;
     let window = (stamps.len() / 10).max(1);
     let mut peak = avg;
@@ -168,11 +199,11 @@ fn initiate(
             peak = peak.max((n1 - n0) as f64 * size as f64 / dt / 1e6);
         }
     }
-    Ok(BwResult {
+    BwResult {
         peak,
         avg,
         mpps: measured as f64 / secs / 1e6,
-    })
+    }
 }
 
 /// The receiver of a send test: keeps receives posted until `total` messages arrived.

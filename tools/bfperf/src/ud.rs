@@ -383,19 +383,13 @@ pub fn bandwidth(o: &Opts, dev: &Device, size: usize) -> Result<BwResult> {
             got.store(rx.got, Ordering::Release);
         }
         let k = a.cq.poll(&mut out);
-        for c in &out[..k] {
-            if !c.is_ok() {
-                eprintln!("bfperf: completion failed: {c:?}");
-                std::process::exit(1);
-            }
-            let before = done;
-            done += c.cookie;
-            if before < o.warmup as u64 && done >= o.warmup as u64 {
-                start = Instant::now();
-                stamps.clear();
-            }
-            stamps.push((Instant::now(), done));
-        }
+        crate::bw::tally(
+            &out[..k],
+            o.warmup as u64,
+            &mut done,
+            &mut start,
+            &mut stamps,
+        );
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     done_flag.store(true, Ordering::Release);
@@ -416,23 +410,13 @@ pub fn bandwidth(o: &Opts, dev: &Device, size: usize) -> Result<BwResult> {
     if arrived < total {
         eprintln!("bfperf: {} of {total} datagrams were lost", total - arrived);
     }
-    let measured = (total - (o.warmup as u64).min(total)).max(1);
-    let avg = measured as f64 * size as f64 / secs / 1e6;
-    let window = (stamps.len() / 10).max(1);
-    let mut peak = avg;
-    for w in stamps.windows(window + 1) {
-        let (t0, n0) = w[0];
-        let (t1, n1) = w[window];
-        let dt = (t1 - t0).as_secs_f64();
-        if dt > 0.0 {
-            peak = peak.max((n1 - n0) as f64 * size as f64 / dt / 1e6);
-        }
-    }
-    Ok(BwResult {
-        peak,
-        avg,
-        mpps: measured as f64 / secs / 1e6,
-    })
+    Ok(crate::bw::result(
+        total,
+        o.warmup as u64,
+        size,
+        secs,
+        &stamps,
+    ))
 }
 
 /// Sends before `posted` that an earlier signaled send retired: the last multiple of
