@@ -298,6 +298,22 @@ pub(crate) unsafe fn advise_mr(
 
 type Qx = *mut ffi::ibv_qp_ex;
 
+/// The `ibv_qp_ex` of `qp` with a view of it (its `wr_*` pointers, which the provider
+/// filled at creation); None for a QP created without the extended attributes.
+///
+/// # Safety
+/// `qp` must be a live QP; the view is used only while it lives.
+pub(crate) unsafe fn qp_ex<'a>(qp: *mut ffi::ibv_qp) -> Option<(Qx, &'a ffi::ibv_qp_ex)> {
+    // SAFETY: live QP; libibverbs returns NULL for a QP created without the extended
+    // attributes (`VERBS_QP_EX` not in its comp_mask).
+    let qpx = unsafe { ffi::ibv_qp_to_qp_ex(qp) };
+    if qpx.is_null() {
+        return None;
+    }
+    // SAFETY: a live ibv_qp_ex (the caller's contract), not null.
+    Some((qpx, unsafe { &*qpx }))
+}
+
 /// The `ibv_wr_*` function pointers of one `ibv_qp_ex`, read once at creation.
 #[derive(Copy, Clone)]
 pub(crate) struct SendOps {
@@ -369,14 +385,8 @@ impl SendOps {
     /// # Safety
     /// `qp` must be a live QP; the result is used only while it lives.
     pub(crate) unsafe fn of(qp: *mut ffi::ibv_qp) -> Option<SendOps> {
-        // SAFETY: live QP; libibverbs returns NULL for a QP created without the extended
-        // attributes (`VERBS_QP_EX` not in its comp_mask).
-        let qpx = unsafe { ffi::ibv_qp_to_qp_ex(qp) };
-        if qpx.is_null() {
-            return None;
-        }
-        // SAFETY: a live ibv_qp_ex; the provider filled its pointers at creation.
-        let q = unsafe { &*qpx };
+        // SAFETY: the caller's contract.
+        let (qpx, q) = unsafe { qp_ex(qp) }?;
         Some(SendOps {
             qpx,
             start: q.wr_start?,

@@ -67,13 +67,8 @@ impl UdSendOps {
     /// # Safety
     /// `qp` must be a live QP; the result is used only while it lives.
     unsafe fn of(qp: *mut ffi::ibv_qp) -> Option<UdSendOps> {
-        // SAFETY: live QP; NULL for a QP created without the extended attributes.
-        let qpx = unsafe { ffi::ibv_qp_to_qp_ex(qp) };
-        if qpx.is_null() {
-            return None;
-        }
-        // SAFETY: a live ibv_qp_ex; the provider filled its pointers at creation.
-        let q = unsafe { &*qpx };
+        // SAFETY: the caller's contract.
+        let (qpx, q) = unsafe { super::ex::qp_ex(qp) }?;
         Some(UdSendOps {
             qpx,
             start: q.wr_start?,
