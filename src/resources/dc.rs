@@ -472,8 +472,7 @@ impl Pd {
         #[cfg_attr(not(feature = "sim"), allow(unused_variables))] td: Option<u32>,
     ) -> Dci {
         let shadow = sq.shadow.clone();
-        let weak: std::sync::Weak<dyn super::lifetime::Progress> = Arc::downgrade(&shadow) as _;
-        self.inner.lifetimes.track(weak);
+        self.inner.lifetimes.track(&shadow);
         send_cq.handle.registry.attach(Attached {
             qpn,
             sq: Some(shadow),

@@ -12,7 +12,7 @@
 //!   and at the latest when the protection domain goes).
 
 use crate::direct::shadow::Shadow;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// How far a queue has posted and retired.
 pub(crate) trait Progress: Send + Sync {
@@ -62,8 +62,10 @@ pub(crate) struct Lifetimes {
 }
 
 impl Lifetimes {
-    /// A queue whose outstanding work may name regions of this domain.
-    pub(crate) fn track(&self, q: Weak<dyn Progress>) {
+    /// A queue whose outstanding work may name regions of this domain (held weakly: the
+    /// queue's owner keeps it).
+    pub(crate) fn track<Q: Progress + 'static>(&self, q: &Arc<Q>) {
+        let q: Weak<dyn Progress> = Arc::downgrade(q) as _;
         let mut qs = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         qs.retain(|q| q.strong_count() > 0);
         qs.push(q);

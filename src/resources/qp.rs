@@ -366,12 +366,9 @@ impl Pd {
                 None,
             ),
         };
-        let sq_weak: std::sync::Weak<dyn super::lifetime::Progress> =
-            Arc::downgrade(&sq_shadow) as _;
-        self.inner.lifetimes.track(sq_weak);
+        self.inner.lifetimes.track(&sq_shadow);
         if let Some(r) = &rq_shadow {
-            let rq_weak: std::sync::Weak<dyn super::lifetime::Progress> = Arc::downgrade(r) as _;
-            self.inner.lifetimes.track(rq_weak);
+            self.inner.lifetimes.track(r);
         }
         send_cq.handle.registry.attach(Attached {
             qpn,

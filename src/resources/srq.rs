@@ -294,8 +294,7 @@ impl Pd {
                 v.shared.clone()
             }
         };
-        let weak: std::sync::Weak<dyn Progress> = Arc::downgrade(&shared) as _;
-        self.inner.lifetimes.track(weak);
+        self.inner.lifetimes.track(&shared);
         Ok(Srq {
             path,
             handle: Arc::new(SrqHandle {

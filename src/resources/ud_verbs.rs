@@ -129,12 +129,8 @@ impl VerbsUd {
         sq.queue().set_gather_lists_legacy(vdev.attrs.rxe);
         let mut rq = VerbsRecvQueue::new_ud(qp.clone());
         let (sq_shadow, rq_shadow) = (sq.shadow(), rq.shadow.clone());
-        let sq_weak: std::sync::Weak<dyn super::lifetime::Progress> =
-            Arc::downgrade(&sq_shadow) as _;
-        pd.inner.lifetimes.track(sq_weak);
-        let rq_weak: std::sync::Weak<dyn super::lifetime::Progress> =
-            Arc::downgrade(&rq_shadow) as _;
-        pd.inner.lifetimes.track(rq_weak);
+        pd.inner.lifetimes.track(&sq_shadow);
+        pd.inner.lifetimes.track(&rq_shadow);
         send_cq.handle.registry.attach(Attached {
             qpn,
             sq: Some(sq_shadow),
