@@ -139,6 +139,21 @@ pub enum AvLink {
     },
 }
 
+/// The mlx5 static-rate code of a verbs rate (`enum ibv_rate`, as in `ibv_ah_attr.static_rate`),
+/// as rdma-core's `mlx5_create_ah` converts it (`verbs.c` `ah_attr_to_mlx5_rate` and its table):
+/// 0 (the port's rate), the unknown and the rates above 120 Gb/s give 0 (unlimited); a rate
+/// between two of the codes takes the next one up.
+pub const fn mlx5_rate(ibv_rate: u8) -> u8 {
+    const CODES: [u8; 23] = [
+        0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 11, 13, 15, 0, 9, 15, 0, 0, 9, 13, 0, 0,
+    ];
+    if (ibv_rate as usize) < CODES.len() {
+        CODES[ibv_rate as usize]
+    } else {
+        0
+    }
+}
+
 /// What an address handle says, in host values (the fields of `ibv_ah_attr` mlx5 reads).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AvAttr {
@@ -146,7 +161,7 @@ pub struct AvAttr {
     pub link: AvLink,
     /// Service level (4 bits on InfiniBand, 3 bits of priority on RoCE).
     pub sl: u8,
-    /// The mlx5 static-rate code (0: port rate).
+    /// The mlx5 static-rate code (0: port rate; [`mlx5_rate`] converts a verbs rate).
     pub static_rate: u8,
 }
 

@@ -26,7 +26,9 @@ pub struct AhAttr {
     pub sl: u8,
     /// Source path bits (7 bits).
     pub src_path_bits: u8,
-    /// Static rate (the mlx5 rate code; 0: the port's rate).
+    /// Static rate: a verbs rate (`enum ibv_rate`, `IBV_RATE_*`, as `ibv_ah_attr.static_rate`;
+    /// 0: the port's rate), the same value on every backend (the mlx5 AV carries its mlx5
+    /// code, [`mlx5::av::mlx5_rate`], as rdma-core's `mlx5_create_ah` converts it).
     pub static_rate: u8,
     /// Global routing: with it, every datagram carries a GRH, which the receiver finds in
     /// the first 40 bytes of its buffer ([`crate::Completion::grh`]). Mandatory on RoCE.
@@ -167,7 +169,7 @@ fn ib_av(attr: &AhAttr) -> Result<Av> {
             grh: attr.grh,
         },
         sl: attr.sl,
-        static_rate: attr.static_rate,
+        static_rate: mlx5::av::mlx5_rate(attr.static_rate),
     }))
 }
 

@@ -12,16 +12,9 @@ use mlx5_oracle::{create_ah, skip_or_fail, AhAttr, QpKind, IBV_SEND_SIGNALED, IB
 use proptest::prelude::*;
 use zerocopy::IntoBytes;
 
-/// `enum ibv_rate` -> the mlx5 static-rate code, as verbs.c `ah_attr_to_mlx5_rate`'s table
-/// (the crate's `AvAttr` takes the mlx5 code: the conversion is the caller's).
-fn mlx5_rate(ibv_rate: u8) -> u8 {
-    const T: [u8; 23] = [
-        0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 11, 13, 15, 0, 9, 15, 0, 0, 9, 13, 0, 0,
-    ];
-    T.get(ibv_rate as usize).copied().unwrap_or(0)
-}
-
-/// The same address, for rdma-core and for the crate.
+/// The same address, for rdma-core and for the crate (the crate's `AvAttr` takes the mlx5
+/// rate code: `mlx5::av::mlx5_rate` converts the verbs rate, checked here against
+/// rdma-core's `ah_attr_to_mlx5_rate`).
 #[allow(clippy::too_many_arguments)]
 fn attrs(
     link: u8,
@@ -67,7 +60,7 @@ fn attrs(
         AvAttr {
             link,
             sl,
-            static_rate: mlx5_rate(rate),
+            static_rate: mlx5::av::mlx5_rate(rate),
         },
     )
 }
