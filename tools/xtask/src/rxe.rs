@@ -150,6 +150,9 @@ echo $? > {out}/exit
     )
 }
 
+/// The lock that serialises VM boots across checkouts on one machine (see `run_in_vm`).
+const VM_LOCK: &str = "/tmp/blueflame-rxe-vm.lock";
+
 /// rxe0's RoCE v2 GID for 10.77.0.1 as sysfs prints it (`::ffff:10.77.0.1`).
 const IPV4_GID: &str = "0000:0000:0000:0000:0000:ffff:0a4d:0001";
 
@@ -179,7 +182,12 @@ pub fn run_in_vm(cmd: &str) -> Option<(i32, String)> {
     let ok = match std::fs::File::create(&console) {
         Ok(f) => run(
             "rxe VM",
-            Command::new(vng)
+            // One VM at a time on a machine: virtme-ng gives every qemu the same QMP port
+            // (3636), so a second boot fails while one runs, and two emulated VMs on two
+            // cores would time each other's latency tests. `flock` queues the boots.
+            Command::new("flock")
+                .arg(VM_LOCK)
+                .arg(vng)
                 .arg("--run")
                 .arg(&kernel)
                 .args(["--disable-kvm", "--memory", "2G", "--cpus", "2", "--rwdir"])
