@@ -4,6 +4,9 @@
 //! CPUs are host threads): each test runs [`ROUNDS`] times, the two programs alternating,
 //! and the line shows the median of each program's results, then every result.
 //!
+//! Both programs run as two processes, a server and a client on rxe0 (bfperf's `--server` /
+//! `--client`; over UD bfperf keeps both sides in one process: it has no server mode there).
+//!
 //! `cargo xtask rxe-compare LABEL...` runs only the tests whose label contains one of the
 //! words (`cargo xtask rxe-compare send write-imm`: the event-mode comparison alone).
 //! `--script` prints the commands the VM runs instead (to run them in a boot shared with
@@ -143,7 +146,6 @@ fn script(filters: &[String]) -> String {
             continue;
         }
         let (size, iters) = (t.size, t.iters);
-        let (bf, bx) = t.bfperf;
         for r in 0..ROUNDS {
             if let Some((pt, px)) = t.perftest {
                 s.push_str(&format!(
@@ -151,12 +153,28 @@ fn script(filters: &[String]) -> String {
                      timeout {LIMIT} {pt} {px} -F -d rxe0 -x $BLUEFLAME_GID_INDEX -s {size} -n {iters} 10.77.0.1 > pt{i}_{r}.txt 2>&1; wait\n"
                 ));
             }
-            s.push_str(&format!(
-                "timeout {LIMIT} ../release/bfperf {bf} {bx} --device rxe0 --size {size} --iters {iters} --json > bf{i}_{r}.txt 2>&1\n"
-            ));
+            s.push_str(&bfperf_line(t, i, r));
         }
     }
     s
+}
+
+/// The command line of bfperf's run `r` of test `i`: over RC, a server and a client process
+/// on rxe0 as perftest runs (each program then has the same process layout, one busy thread
+/// per process); over UD, bfperf's both sides in one process (it refuses `--server` /
+/// `--client` with `-c ud`).
+fn bfperf_line(t: &Test, i: usize, r: usize) -> String {
+    let (size, iters) = (t.size, t.iters);
+    let (bf, bx) = t.bfperf;
+    let common = format!("{bf} {bx} --device rxe0 --size {size} --iters {iters}");
+    if bx.contains("-c ud") {
+        format!("timeout {LIMIT} ../release/bfperf {common} --json > bf{i}_{r}.txt 2>&1\n")
+    } else {
+        format!(
+            "timeout {LIMIT} ../release/bfperf {common} --server > bf{i}_{r}.srv 2>&1 & sleep 2; \
+             timeout {LIMIT} ../release/bfperf {common} --client 10.77.0.1 --json > bf{i}_{r}.txt 2>&1; wait\n"
+        )
+    }
 }
 
 /// The median of the values (None when there are none).
