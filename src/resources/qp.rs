@@ -1408,6 +1408,10 @@ impl Qp {
     /// [`Error::TooManySge`].
     #[inline]
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        if let QpPath::Verbs { .. } = self.path {
+            // A call of the same signature: a jump.
+            return self.post_recv_verbs(sgl, cookie);
+        }
         if let Some(s) = &self.srq {
             return Err(Error::SrqQp {
                 qpn: self.qpn,
@@ -1419,12 +1423,58 @@ impl Qp {
                 .as_mut()
                 .ok_or(Error::Unsupported("QP has no receive queue"))?
                 .post(sgl, cookie),
-            QpPath::Verbs { rq, .. } => rq
-                .as_mut()
-                .ok_or(Error::Unsupported("QP has no receive queue"))?
-                .post(sgl, cookie),
+            QpPath::Verbs { .. } => unreachable!("taken above"),
         };
         r.map_err(|e| self.explain(e))
+    }
+
+    /// [`Qp::post_recv`] on the verbs path, out of line: inlined, it shared the direct
+    /// path's registers, and the receive paid their saves and restores (rxe-icount).
+    /// One buffer while the queue's cached room lasts is posted straight; everything else
+    /// takes [`Qp::post_recv_verbs_general`] (a jump), as does nothing on this path.
+    #[inline(never)]
+    fn post_recv_verbs(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        if let (QpPath::Verbs { rq: Some(rq), .. }, [s]) = (&mut self.path, sgl) {
+            match rq.post_one(s, cookie) {
+                Some(0) => return Ok(()),
+                Some(rc) => return Err(self.recv_refused(rc)),
+                None => {}
+            }
+        }
+        self.post_recv_verbs_general(sgl, cookie)
+    }
+
+    /// [`Qp::post_recv`] on the verbs path, every case.
+    #[inline(never)]
+    fn post_recv_verbs_general(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        match &mut self.path {
+            QpPath::Verbs { rq: Some(rq), .. } => rq.post(sgl, cookie).map_err(|e| self.explain(e)),
+            // A verbs QP on an SRQ has no receive queue (`rq` is None).
+            _ => Err(self.no_receive_queue()),
+        }
+    }
+
+    /// `ibv_post_recv` refused the receive [`Qp::post_recv_verbs`] posted, with `rc`.
+    #[cold]
+    #[inline(never)]
+    fn recv_refused(&mut self, rc: i32) -> Error {
+        let e = match &mut self.path {
+            QpPath::Verbs { rq: Some(rq), .. } => rq.unpost(rc),
+            _ => unreachable!("only after a verbs receive"),
+        };
+        self.explain(e)
+    }
+
+    /// Why this QP takes no receive of its own: its SRQ, or no receive queue at all.
+    #[cold]
+    fn no_receive_queue(&self) -> Error {
+        match &self.srq {
+            Some(s) => Error::SrqQp {
+                qpn: self.qpn,
+                srqn: s.srqn,
+            },
+            None => Error::Unsupported("QP has no receive queue"),
+        }
     }
 }
 

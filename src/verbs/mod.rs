@@ -7,6 +7,7 @@
 //! - [`path`]: the verbs data path (`ibv_post_send` or `ibv_wr_*`, `ibv_post_recv`,
 //!   `ibv_poll_cq` or `ibv_start_poll`) with the same semantics as the direct path: cookies,
 //!   moderation of unsignaled runs, statuses.
+//! - `recv_call`: `ibv_post_recv` with the QP's provider operation read once.
 //! - [`srq`]: shared receive queues (`ibv_create_srq`, `ibv_modify_srq`,
 //!   `ibv_post_srq_recv`).
 //! - [`ex`]: rdma-core's extended work-request and polling APIs, chosen per QP and CQ at
@@ -21,6 +22,7 @@ pub(crate) mod fd;
 pub mod objects;
 pub mod path;
 pub mod probe;
+pub(crate) mod recv_call;
 pub mod srq;
 pub mod ud;
 

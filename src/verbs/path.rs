@@ -9,6 +9,7 @@
 use super::code;
 use super::ex::{PollOps, SendOps, VerbsApi, WcRead};
 use super::objects::Qp;
+use super::recv_call::PostRecv;
 use crate::completion::{Completion, WcOpcode};
 use crate::direct::cq_share::{CqShare, CqSlots};
 use crate::direct::shadow::{SendEntry, Shadow};
@@ -932,7 +933,10 @@ impl Drop for VerbsBatch<'_> {
 
 /// The receive side of a QP on the verbs path.
 pub struct VerbsRecvQueue {
-    qp: Arc<Qp>,
+    /// The QP, kept alive while `post_recv` points to it.
+    _qp: Arc<Qp>,
+    /// `ibv_post_recv` on `qp` (its pointer and provider operation, read at creation).
+    post_recv: PostRecv,
     cap: u32,
     /// As [`VerbsSendQueue::room_end`], for receives.
     room_end: u16,
@@ -948,7 +952,8 @@ pub struct VerbsRecvQueue {
     cq_share: Option<CqShare>,
 }
 
-// SAFETY: as for VerbsSendQueue (`wr` points into this queue's own `sges`).
+// SAFETY: as for VerbsSendQueue (`wr` points into this queue's own `sges`; `post_recv`
+// holds the pointer of the QP in `qp`, thread-safe in rdma-core).
 unsafe impl Send for VerbsRecvQueue {}
 
 impl std::fmt::Debug for VerbsRecvQueue {
@@ -1009,6 +1014,9 @@ impl VerbsRecvQueue {
         let max_sge = caps.max_recv_sge.max(1) as usize;
         let (sges, wr) = prepared_recv(max_sge);
         VerbsRecvQueue {
+            // SAFETY: `qp` is live while this queue holds it (`qp` below), and the call is
+            // made only through this queue.
+            post_recv: unsafe { PostRecv::of(qp.qp) },
             cap: caps.max_recv_wr,
             room_end: 0,
             shadow: Arc::new(Shadow::new(caps.max_recv_wr.max(16).next_power_of_two())),
@@ -1017,7 +1025,7 @@ impl VerbsRecvQueue {
             wr,
             tag: RECV_TAG,
             cq_share: None,
-            qp,
+            _qp: qp,
         }
     }
 
@@ -1083,7 +1091,6 @@ impl VerbsRecvQueue {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error.
-    #[inline]
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         if self.seq == self.room_end {
             self.refill_room()?;
@@ -1091,28 +1098,62 @@ impl VerbsRecvQueue {
         // One pass: the non-empty entries into the scatter list (published only by the
         // call below, so an error leaves nothing behind).
         let n = fill_recv_sges(&mut self.sges, sgl)?;
-        // The prepared request (its list points into `sges`); only these two fields vary.
-        self.wr.wr_id = self.seq as u64 | self.tag;
-        self.wr.num_sge = n as i32;
-        self.shadow.set(self.seq, cookie);
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: live QP; `wr` and its scatter list (in this queue's boxes) live across the
-        // call, which copies them.
-        let rc = unsafe { ffi::ibv_post_recv(self.qp.qp, &mut *self.wr, &mut bad) };
-        if rc != 0 {
-            return Err(recv_failed(rc));
+        match self.submit(n, cookie) {
+            0 => Ok(()),
+            rc => Err(self.unpost(rc)),
         }
-        self.seq = self.seq.wrapping_add(1);
-        self.shadow.mark_posted(self.seq);
-        Ok(())
     }
-}
 
-/// The error of a refused `ibv_post_recv`.
-#[cold]
-#[inline(never)]
-fn recv_failed(rc: i32) -> Error {
-    Error::Verbs(code("ibv_post_recv", rc))
+    /// The usual receive, one non-empty buffer `s` while the cached room lasts, posted
+    /// straight: `Some(0)` posted, `Some(rc)` refused by `ibv_post_recv` (then
+    /// [`VerbsRecvQueue::unpost`] must follow), None when it is not that case (nothing
+    /// done: [`VerbsRecvQueue::post`] takes it, with every check).
+    #[inline(always)]
+    pub(crate) fn post_one(&mut self, s: &Sge, cookie: u64) -> Option<i32> {
+        if self.seq == self.room_end || s.len == 0 {
+            return None;
+        }
+        *self.sges.first_mut()? = ffi::ibv_sge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        };
+        Some(self.submit(1, cookie))
+    }
+
+    /// Posts the prepared request with its first `n` scatter entries as the receive at
+    /// `seq`, of `cookie`: 0, or `ibv_post_recv`'s error (then [`VerbsRecvQueue::unpost`]
+    /// must follow).
+    ///
+    /// The queue moves first and is put back on a refusal, so that nothing but the call's
+    /// result is live across it (no registers to save for the rest). A `posted` mark one
+    /// ahead for the length of the call only delays a deferred deregistration's check
+    /// (`Shadow::done_up_to`); no completion of `seq` can come before it is posted.
+    #[inline(always)]
+    fn submit(&mut self, n: usize, cookie: u64) -> i32 {
+        let seq = self.seq;
+        // The prepared request (its list points into `sges`); only these two fields vary.
+        let wr = &mut *self.wr;
+        wr.wr_id = seq as u64 | self.tag;
+        wr.num_sge = n as i32;
+        self.shadow.set(seq, cookie);
+        let next = seq.wrapping_add(1);
+        self.seq = next;
+        self.shadow.mark_posted(next);
+        // SAFETY: the QP is live (held by this queue); `wr` and its scatter list (in this
+        // queue's boxes) live across the call, which copies them.
+        unsafe { self.post_recv.call(wr) }
+    }
+
+    /// `ibv_post_recv` refused the last receive with `rc`: the queue goes back to before it
+    /// (nothing was posted); the error.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn unpost(&mut self, rc: i32) -> Error {
+        self.seq = self.seq.wrapping_sub(1);
+        self.shadow.mark_posted(self.seq);
+        Error::Verbs(code("ibv_post_recv", rc))
+    }
 }
 
 /// A CQ poller on the verbs path.
@@ -1290,42 +1331,7 @@ impl VerbsCompletionQueue {
             return complete_error(q, wr_id, status, vendor_err, c);
         }
         if wr_id & RECV_TAG != 0 {
-            let Some(cookie) = take_recv(q, seq) else {
-                return false;
-            };
-            let opcode = if wc.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
-                WcOpcode::RecvRdmaWithImm
-            } else {
-                WcOpcode::Recv
-            };
-            let byte_len = wc.byte_len();
-            let flags = wc.wc_flags();
-            let imm = if flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
-                Some(u32::from_be(wc.imm_or_rkey()))
-            } else if flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
-                Some(wc.imm_or_rkey())
-            } else {
-                None
-            };
-            // A UD receive: the sender's QP number and whether a GRH came (read for these
-            // only).
-            let (src_qp, grh) = if wr_id & UD_TAG != 0 {
-                (wc.src_qp(), flags & ffi::ibv_wc_flags::IBV_WC_GRH.0 != 0)
-            } else {
-                (0, false)
-            };
-            *c = Completion {
-                cookie,
-                status: WcStatus::Success,
-                opcode,
-                byte_len,
-                imm,
-                qpn: qp_num,
-                src_qp,
-                grh,
-                ..Completion::default()
-            };
-            return true;
+            return complete_recv(q, wc, wr_id, qp_num, c);
         }
         let Some(sq) = q.sq.as_ref() else {
             return false;
@@ -1345,6 +1351,61 @@ impl VerbsCompletionQueue {
         };
         true
     }
+}
+
+/// Writes the completion of the successful receive `wc` (its `wr_id` carries
+/// [`RECV_TAG`]) of attached queue `q` (QP `qp_num`) into `c`, and retires the receive;
+/// false when `q` has no receive queue or SRQ.
+///
+/// The opcode is read only for a receive that carries an immediate: a receive consumed
+/// by an RDMA write with immediate always carries one (`IBV_WC_WITH_IMM`; the IB
+/// specification's RDMA Write with Immediate delivers its immediate in the receive's
+/// completion), so without the flag the receive is a send's (`IBV_WC_RECV`). On the
+/// extended API each field is a call into the provider (`ibv_wc_read_opcode`): the usual
+/// receive makes one call less.
+#[inline(always)]
+fn complete_recv(
+    q: &Attached,
+    wc: &impl WcRead,
+    wr_id: u64,
+    qp_num: u32,
+    c: &mut Completion,
+) -> bool {
+    let Some(cookie) = take_recv(q, wr_id as u16) else {
+        return false;
+    };
+    let flags = wc.wc_flags();
+    let byte_len = wc.byte_len();
+    let (opcode, imm) = if flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+        let opcode = if wc.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+            WcOpcode::RecvRdmaWithImm
+        } else {
+            WcOpcode::Recv
+        };
+        (opcode, Some(u32::from_be(wc.imm_or_rkey())))
+    } else if flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
+        (WcOpcode::Recv, Some(wc.imm_or_rkey()))
+    } else {
+        (WcOpcode::Recv, None)
+    };
+    // A UD receive: the sender's QP number and whether a GRH came (read for these only).
+    let (src_qp, grh) = if wr_id & UD_TAG != 0 {
+        (wc.src_qp(), flags & ffi::ibv_wc_flags::IBV_WC_GRH.0 != 0)
+    } else {
+        (0, false)
+    };
+    *c = Completion {
+        cookie,
+        status: WcStatus::Success,
+        opcode,
+        byte_len,
+        imm,
+        qpn: qp_num,
+        src_qp,
+        grh,
+        ..Completion::default()
+    };
+    true
 }
 
 /// The completion of a work completion in error (status `status`, `vendor_err`) of
@@ -1413,6 +1474,139 @@ fn take_recv(q: &Attached, seq: u16) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::Remote;
+    use std::cell::Cell;
+
+    /// A successful receive's work completion, counting the reads of its opcode.
+    struct FakeWc {
+        flags: u32,
+        opcode: u32,
+        imm: u32,
+        opcode_reads: Cell<u32>,
+    }
+
+    impl WcRead for FakeWc {
+        fn wr_id(&self) -> u64 {
+            unreachable!("passed to complete_recv")
+        }
+        fn status(&self) -> u32 {
+            ffi::ibv_wc_status::IBV_WC_SUCCESS
+        }
+        fn qp_num(&self) -> u32 {
+            unreachable!("passed to complete_recv")
+        }
+        fn opcode(&self) -> u32 {
+            self.opcode_reads.set(self.opcode_reads.get() + 1);
+            self.opcode
+        }
+        fn vendor_err(&self) -> u32 {
+            0
+        }
+        fn byte_len(&self) -> u32 {
+            8
+        }
+        fn wc_flags(&self) -> u32 {
+            self.flags
+        }
+        fn imm_or_rkey(&self) -> u32 {
+            self.imm
+        }
+        fn src_qp(&self) -> u32 {
+            77
+        }
+    }
+
+    /// Completes receive 3 (cookie 99) of a queue on QP 5 from `wc`; also checks that it
+    /// retired the receive.
+    fn receive(wc: &FakeWc) -> Completion {
+        let rq = Arc::new(Shadow::<u64>::new(16));
+        rq.set(3, 99);
+        let q = Attached {
+            qpn: 5,
+            sq: None,
+            rq: Some(rq.clone()),
+            scatter: None,
+            srq: None,
+        };
+        let mut c = Completion::default();
+        assert!(complete_recv(&q, wc, RECV_TAG | 3, 5, &mut c));
+        assert_eq!(rq.retired(), 4);
+        assert_eq!((c.cookie, c.qpn, c.byte_len, c.src_qp), (99, 5, 8, 0));
+        c
+    }
+
+    /// A receive without an immediate is a send's: its opcode is not read (on the
+    /// extended API, one provider call less per receive); with one, the opcode tells an
+    /// RDMA write's from a send's.
+    #[test]
+    fn a_receive_reads_its_opcode_only_with_an_immediate() {
+        use ffi::ibv_wc_flags as F;
+        use ffi::ibv_wc_opcode as O;
+        let wc = |flags, opcode, imm| FakeWc {
+            flags,
+            opcode,
+            imm,
+            opcode_reads: Cell::new(0),
+        };
+        // A plain send's receive (the opcode a provider would report, never read).
+        let plain = wc(0, O::IBV_WC_RECV, 0);
+        let c = receive(&plain);
+        assert_eq!((c.opcode, c.imm), (WcOpcode::Recv, None));
+        assert_eq!(
+            plain.opcode_reads.get(),
+            0,
+            "a plain receive read its opcode"
+        );
+        // A send with invalidate: the rkey, no opcode read.
+        let inv = wc(F::IBV_WC_WITH_INV.0, O::IBV_WC_RECV, 0x1234);
+        let c = receive(&inv);
+        assert_eq!((c.opcode, c.imm), (WcOpcode::Recv, Some(0x1234)));
+        assert_eq!(inv.opcode_reads.get(), 0);
+        // An RDMA write with immediate: the immediate in host order.
+        let write = wc(
+            F::IBV_WC_WITH_IMM.0,
+            O::IBV_WC_RECV_RDMA_WITH_IMM,
+            7u32.to_be(),
+        );
+        let c = receive(&write);
+        assert_eq!((c.opcode, c.imm), (WcOpcode::RecvRdmaWithImm, Some(7)));
+        assert_eq!(write.opcode_reads.get(), 1);
+        // A send with immediate.
+        let send = wc(F::IBV_WC_WITH_IMM.0, O::IBV_WC_RECV, 9u32.to_be());
+        let c = receive(&send);
+        assert_eq!((c.opcode, c.imm), (WcOpcode::Recv, Some(9)));
+        assert_eq!(send.opcode_reads.get(), 1);
+    }
+
+    /// A UD receive reports the sender's QP number and the GRH flag; an RC one neither.
+    #[test]
+    fn a_ud_receive_reports_its_sender() {
+        let rq = Arc::new(Shadow::<u64>::new(16));
+        rq.set(0, 1);
+        let q = Attached {
+            qpn: 5,
+            sq: None,
+            rq: Some(rq),
+            scatter: None,
+            srq: None,
+        };
+        let wc = FakeWc {
+            flags: ffi::ibv_wc_flags::IBV_WC_GRH.0,
+            opcode: ffi::ibv_wc_opcode::IBV_WC_RECV,
+            imm: 0,
+            opcode_reads: Cell::new(0),
+        };
+        let mut c = Completion::default();
+        assert!(complete_recv(&q, &wc, RECV_TAG | UD_TAG, 5, &mut c));
+        assert_eq!((c.src_qp, c.grh, c.cookie), (77, true, 1));
+        let none = Attached {
+            qpn: 6,
+            sq: None,
+            rq: None,
+            scatter: None,
+            srq: None,
+        };
+        assert!(!complete_recv(&none, &wc, RECV_TAG, 6, &mut c));
+    }
 
     /// The requests `post_one` posts without a queued work request: an inline write or send
     /// of 1 to `max_inline` bytes, a read into one non-empty buffer; nothing else (those take
