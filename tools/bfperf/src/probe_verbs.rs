@@ -1,8 +1,10 @@
 //! `bfperf icount-verbs N`: the verbs path on a real device (rxe in the VM of
 //! `cargo xtask rxe-icount`), each operation in its own `#[inline(never)]` function for
-//! callgrind (`--toggle-collect`): the crate's post of an 8-byte inline RDMA write, its poll
-//! of one completion, its post of one receive and its poll of one receive, beside the same
-//! operations as plain rdma-core calls ([`blueflame::verbs::probe::Plain`]).
+//! callgrind (`--toggle-collect`): the crate's post of an 8-byte inline RDMA write, of an
+//! 8-byte inline send and of an 8-byte RDMA read into one buffer (what bfperf's write-lat,
+//! send-lat and read-lat post), its poll of one completion, its post of one receive and its
+//! poll of one receive, beside the same operations as plain rdma-core calls
+//! ([`blueflame::verbs::probe::Plain`]).
 //!
 //! The device runs between the measured calls: each poll is made after the completion had
 //! time to arrive (the write's bytes are seen at the peer, then a pause); a poll that still
@@ -27,6 +29,18 @@ fn measured_verbs_poll_hit(cq: &mut Cq, out: &mut [Completion; 1]) -> usize {
     // path's row of `cargo xtask icount` found no `measured_poll_hit` to count (0.0).
     std::hint::black_box(());
     cq.poll(out)
+}
+
+#[inline(never)]
+fn measured_verbs_post_send(qp: &mut Qp, data: &[u8; 8], cookie: u64) {
+    qp.send(Payload::Inline(data), cookie, PostFlags::SIGNALED)
+        .expect("send");
+}
+
+#[inline(never)]
+fn measured_verbs_post_read(qp: &mut Qp, sge: &[Sge; 1], remote: Remote, cookie: u64) {
+    qp.read(sge, remote, cookie, PostFlags::SIGNALED)
+        .expect("read");
 }
 
 #[inline(never)]
@@ -119,7 +133,9 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let (ea, eb) = (a.endpoint()?, b.endpoint()?);
     a.connect(eb)?;
     b.connect(ea)?;
-    let rights = blueflame::Access::LOCAL_WRITE | blueflame::Access::REMOTE_WRITE;
+    let rights = blueflame::Access::LOCAL_WRITE
+        | blueflame::Access::REMOTE_WRITE
+        | blueflame::Access::REMOTE_READ;
     let mr = pd.alloc_mr(4096, rights)?;
     let mut plain = Plain::new(&name, gid)?;
     eprintln!(
@@ -134,6 +150,7 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let mut out = [Completion::default(); 1];
     let mut rout = [Completion::default(); 2];
     let rsge = [mr.sge(512, 64)?];
+    let read_sge = [mr.sge(1024, 8)?];
     for i in 0..n as u64 {
         let tag = (i % 250) as u8 + 1;
         // The crate: write + poll hit.
@@ -147,7 +164,8 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         // The crate: receive post + receive poll (the send is not measured).
         calls.one("measured_verbs_post_recv");
         measured_verbs_post_recv(&mut b, &rsge, i);
-        a.send(Payload::Inline(&data), i, PostFlags::SIGNALED)?;
+        calls.one("measured_verbs_post_send");
+        measured_verbs_post_send(&mut a, &data, i);
         let c = poll_until(&mut calls, "measured_verbs_poll_recv", &mut misses, || {
             (measured_verbs_poll_recv(&mut cq_b, &mut rout) == 1).then_some(rout[0])
         });
@@ -158,6 +176,20 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
             assert!(spins < 1_000_000, "send completion");
             settle();
         }
+        // The crate: an 8-byte read of what the write put at 0 (its poll is not measured).
+        calls.one("measured_verbs_post_read");
+        measured_verbs_post_read(&mut a, &read_sge, mr.remote(0)?, i);
+        let mut spins = 0;
+        while cq_a.poll(&mut out) == 0 {
+            spins += 1;
+            assert!(spins < 1_000_000, "read completion");
+            settle();
+        }
+        assert!(
+            out[0].is_ok() && out[0].cookie == i && out[0].byte_len == 8,
+            "{:?}",
+            out[0]
+        );
         // Plain rdma-core: ibv_post_send + ibv_poll_cq.
         plain.set_tag(tag);
         calls.one("measured_plain_post_send");

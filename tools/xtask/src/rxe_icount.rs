@@ -53,6 +53,18 @@ const ROWS: &[Row] = &[
         ],
     ),
     (
+        "post: 8-byte inline send",
+        "measured_verbs_post_send",
+        [450, 400],
+        [None, None],
+    ),
+    (
+        "post: 8-byte RDMA read, one buffer",
+        "measured_verbs_post_read",
+        [450, 400],
+        [None, None],
+    ),
+    (
         "poll: one completion",
         "measured_verbs_poll_hit",
         [225, 170],
