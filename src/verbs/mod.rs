@@ -7,13 +7,14 @@
 //! - [`path`]: the verbs data path (`ibv_post_send` or `ibv_wr_*`, `ibv_post_recv`,
 //!   `ibv_poll_cq` or `ibv_start_poll`) with the same semantics as the direct path: cookies,
 //!   moderation of unsignaled runs, statuses.
-//! - `recv_call`: `ibv_post_recv` with the QP's provider operation read once.
+//! - `calls`: `ibv_post_recv` and `ibv_poll_cq` with the provider's operation read once.
 //! - [`srq`]: shared receive queues (`ibv_create_srq`, `ibv_modify_srq`,
 //!   `ibv_post_srq_recv`).
 //! - [`ex`]: rdma-core's extended work-request and polling APIs, chosen per QP and CQ at
 //!   creation ([`ex::VerbsApi`], `BLUEFLAME_VERBS_API`).
 //! - [`ud`]: unreliable-datagram QPs, address handles, multicast, UD sends.
 
+pub(crate) mod calls;
 pub mod channel;
 pub mod cm;
 pub mod device;
@@ -22,7 +23,6 @@ pub(crate) mod fd;
 pub mod objects;
 pub mod path;
 pub mod probe;
-pub(crate) mod recv_call;
 pub mod srq;
 pub mod ud;
 

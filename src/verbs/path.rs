@@ -6,10 +6,10 @@
 //! request in half a queue of unsignaled ones) stay hidden and every status is the verbs one.
 //! Work requests, gather lists and inline staging are preallocated: posting allocates nothing.
 
+use super::calls::{PollCq, PostRecv};
 use super::code;
 use super::ex::{PollOps, SendOps, VerbsApi, WcRead};
 use super::objects::Qp;
-use super::recv_call::PostRecv;
 use crate::completion::{Completion, WcOpcode};
 use crate::direct::cq_share::{CqShare, CqSlots};
 use crate::direct::shadow::{SendEntry, Shadow};
@@ -1159,6 +1159,8 @@ impl VerbsRecvQueue {
 /// A CQ poller on the verbs path.
 pub struct VerbsCompletionQueue {
     cq: Arc<super::objects::Cq>,
+    /// `ibv_poll_cq` on `cq` (its pointer and provider operation, read at creation).
+    poll_cq: PollCq,
     /// The CQ's extended polling operations (a copy of `cq.poll_ops`, read where the
     /// poller's other fields are).
     ops: Option<PollOps>,
@@ -1186,6 +1188,9 @@ impl VerbsCompletionQueue {
         let registry = Arc::new(Registry::new(0, capacity, None));
         VerbsCompletionQueue {
             ops: cq.poll_ops,
+            // SAFETY: `cq` is live while this poller holds it (`cq` below), and polled only
+            // through this poller.
+            poll_cq: unsafe { PollCq::of(cq.cq) },
             cq,
             slots: registry.slots.clone(),
             registry,
@@ -1276,30 +1281,60 @@ impl VerbsCompletionQueue {
         }
     }
 
-    /// [`VerbsCompletionQueue::poll`] with `ibv_poll_cq`.
+    /// [`VerbsCompletionQueue::poll`] with `ibv_poll_cq`: as many entries as `out` has room
+    /// for (up to `wcs`' length) per call, until a call returns fewer than asked (the CQ
+    /// is empty) or `out` is full. The first call is made straight, its completions
+    /// written, and only a full answer that left room (`out` longer than `wcs`, or
+    /// moderation completions among them) goes on in
+    /// [`VerbsCompletionQueue::poll_legacy_more`]: a loop here kept its invariants in
+    /// stack slots and cost the usual poll, which one call answers, about twenty
+    /// instructions.
+    #[inline(always)]
     fn poll_legacy(&mut self, out: &mut [Completion], orphans: u64) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            let want = (out.len() - n).min(self.wcs.len());
-            // SAFETY: live CQ; `wcs` holds at least `want` entries.
-            let got = unsafe { ffi::ibv_poll_cq(self.cq.cq, want as i32, self.wcs.as_mut_ptr()) };
-            if got < want as i32 && orphans != 0 {
-                self.slots.drained(orphans);
-            }
-            if got <= 0 {
-                break;
-            }
-            for i in 0..got as usize {
-                // `n < out.len()`: at most `want` completions are kept.
-                if self.complete(&self.wcs[i], &mut out[n]) {
-                    n += 1;
-                }
-            }
-            if (got as usize) < want {
-                break;
-            }
+        let (n, more) = self.poll_legacy_once(out, orphans);
+        if more {
+            return self.poll_legacy_more(out, n, orphans);
         }
         n
+    }
+
+    /// One `ibv_poll_cq` into `out` (nothing when it is empty): the completions written,
+    /// and whether the call returned all it was asked with `out` not full (then the CQ may
+    /// hold more).
+    #[inline(always)]
+    fn poll_legacy_once(&mut self, out: &mut [Completion], orphans: u64) -> (usize, bool) {
+        let want = out.len().min(self.wcs.len());
+        if want == 0 {
+            return (0, false);
+        }
+        // SAFETY: live CQ, polled only through this poller; `wcs` holds `want` entries.
+        let got = unsafe { self.poll_cq.call(want as i32, self.wcs.as_mut_ptr()) };
+        if got < want as i32 && orphans != 0 {
+            self.slots.drained(orphans);
+        }
+        // A provider's count is trusted no further than asked (and an error is none).
+        let got = (got.max(0) as usize).min(want);
+        let mut n = 0;
+        for wc in &self.wcs[..got] {
+            // `n < want <= out.len()`: at most `got` completions are kept.
+            if self.complete(wc, &mut out[n]) {
+                n += 1;
+            }
+        }
+        (n, got == want && n < out.len())
+    }
+
+    /// [`VerbsCompletionQueue::poll_legacy`] after a full first answer: polls on into
+    /// `out[n..]` until a call returns fewer than asked or `out` is full.
+    #[inline(never)]
+    fn poll_legacy_more(&mut self, out: &mut [Completion], mut n: usize, orphans: u64) -> usize {
+        loop {
+            let (k, more) = self.poll_legacy_once(&mut out[n..], orphans);
+            n += k;
+            if !more {
+                return n;
+            }
+        }
     }
 
     /// [`VerbsCompletionQueue::poll`] with `ibv_start_poll` / `ibv_end_poll`: completions
