@@ -1254,8 +1254,8 @@ impl VerbsCompletionQueue {
     fn poll_one_legacy(&mut self, c: &mut Completion) -> Option<usize> {
         let orphans = self.slots.orphan_mark();
         let wc = &mut self.wcs[0];
-        // SAFETY: live CQ; room for one entry.
-        let got = unsafe { ffi::ibv_poll_cq(self.cq.cq, 1, wc as *mut ffi::ibv_wc) };
+        // SAFETY: live CQ, polled only through this poller; room for one entry.
+        let got = unsafe { self.poll_cq.call(1, wc as *mut ffi::ibv_wc) };
         if got <= 0 {
             if orphans != 0 {
                 self.slots.drained(orphans);
