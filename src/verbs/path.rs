@@ -1209,10 +1209,9 @@ impl VerbsCompletionQueue {
     /// Polls up to `out.len()` completions.
     ///
     /// Into an `out` of one (a latency loop's poll) with the queues' list current, one
-    /// completion is read straight ([`VerbsCompletionQueue::poll_one_ex`],
-    /// [`VerbsCompletionQueue::poll_one_legacy`]: `ibv_poll_cq` of one entry, not of up to
-    /// 32 into the poller's array); everything else, and a first completion that reports
-    /// nothing, takes [`VerbsCompletionQueue::poll_general`].
+    /// completion is read straight (`poll_one_ex`, or `poll_one_legacy`: `ibv_poll_cq` of
+    /// one entry, not of up to 32 into the poller's array); everything else, and a first
+    /// completion that reports nothing, takes `poll_general`.
     #[inline(always)]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
         if let [first] = out {
