@@ -1422,18 +1422,9 @@ impl Qp {
             // A call of the same signature: a jump.
             return self.post_recv_verbs(sgl, cookie);
         }
-        if let Some(s) = &self.srq {
-            return Err(Error::SrqQp {
-                qpn: self.qpn,
-                srqn: s.srqn,
-            });
-        }
         let r = match &mut self.path {
-            QpPath::Direct { rq, .. } => rq
-                .as_mut()
-                .ok_or(Error::Unsupported("QP has no receive queue"))?
-                .post(sgl, cookie),
-            QpPath::Verbs { .. } => unreachable!("taken above"),
+            QpPath::Direct { rq: Some(rq), .. } if self.srq.is_none() => rq.post(sgl, cookie),
+            _ => return Err(self.no_receive_queue()),
         };
         r.map_err(|e| self.explain(e))
     }
