@@ -184,6 +184,7 @@ pub mod dv;
 pub mod error;
 pub mod mapping;
 pub mod mlx5_env;
+mod queue;
 pub mod resources;
 pub mod verbs;
 

@@ -602,10 +602,11 @@ fn srq_receives_into_on_demand_regions_are_refused_before_posting() {
 }
 
 /// The README's lifetime rule: a region dropped while the SRQ holds a receive into it stays
-/// registered (the device may still write it) until the SRQ has none outstanding; then
-/// [`Pd::reclaim`] deregisters it.
+/// registered (the device may still write it) until that receive has completed; then
+/// [`Pd::reclaim`] deregisters it, while the SRQ still holds other receives (issue 25: it
+/// used to wait until the SRQ had none outstanding, which a busy server never reaches).
 #[test]
-fn a_region_dropped_under_an_srq_receive_stays_registered_until_none_is_outstanding() {
+fn a_region_dropped_under_an_srq_receive_stays_registered_until_that_receive_completes() {
     let mut f = fan(1, 7, 256, 64);
     let keep = f.pd.alloc_mr(4096, ALL).unwrap();
     let victim = f.pd.alloc_mr(4096, ALL).unwrap();
@@ -617,7 +618,7 @@ fn a_region_dropped_under_an_srq_receive_stays_registered_until_none_is_outstand
     let src = f.pd.alloc_mr(4096, ALL).unwrap();
     src.write(0, &[7u8; 64]).unwrap();
     let mut statuses = Vec::new();
-    for (i, (want_cookie, parked)) in [(1, 1), (2, 0)].into_iter().enumerate() {
+    for (i, (want_cookie, parked)) in [(1, 0), (2, 0)].into_iter().enumerate() {
         f.clients[0]
             .send(
                 Payload::Sgl(&[src.sge(0, 64).unwrap()]),

@@ -100,3 +100,59 @@ fn a_cq_lives_as_long_as_its_qps() {
     assert_eq!(&got, b"into a live ring");
     drop(qp); // now the CQ is destroyed too
 }
+
+/// Receives are tracked per region (issue 25): a QP or SRQ that always holds receives (any
+/// busy server) keeps no other region of its domain registered. A region no receive names
+/// is deregistered at once when dropped; one a receive names stays registered until that
+/// receive completes, whatever else is still posted. (Before, every region dropped in the
+/// domain waited for the receives its queues had posted until then: for ever on a busy
+/// SRQ.)
+#[test]
+fn posted_receives_keep_only_the_regions_they_name_registered() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq_a = dev.create_cq(64).unwrap();
+    let mut cq_b = dev.create_cq(64).unwrap();
+    let mut srq = pd.create_srq(&cq_b, SrqCaps::default()).unwrap();
+    let _on_srq = pd
+        .create_qp_with_srq(&cq_b, &srq, QpCaps::default())
+        .unwrap();
+    let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
+    let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+    a.connect(eb).unwrap();
+    b.connect(ea).unwrap();
+    // A busy server: its receive queue and its SRQ hold receives for good.
+    let held = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut server = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
+    for i in 0..8 {
+        server
+            .post_recv(&[held.sge(64 * i, 64).unwrap()], i as u64)
+            .unwrap();
+        srq.post_recv(&[held.sge(2048 + 64 * i, 64).unwrap()], 100 + i as u64)
+            .unwrap();
+    }
+    let idle = pd.alloc_mr(4096, RIGHTS).unwrap();
+    drop(idle);
+    assert_eq!(pd.reclaim(), 0, "no receive names it: deregistered at once");
+    // A region a receive names waits for that receive only.
+    let named = pd.alloc_mr(4096, RIGHTS).unwrap();
+    b.post_recv(&[named.sge(0, 64).unwrap()], 7).unwrap();
+    drop(named);
+    assert_eq!(pd.reclaim(), 1, "parked: a receive names it");
+    a.send(Payload::Inline(&[9; 48]), 1, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq_b.poll(&mut out), 1);
+    assert_eq!((out[0].cookie, out[0].status), (7, WcStatus::Success));
+    assert_eq!(
+        pd.reclaim(),
+        0,
+        "its receive completed: deregistered while the other queues still hold theirs"
+    );
+    assert_eq!(
+        (server.free_recv(), srq.free()),
+        (server.recv_depth() - 8, srq.capacity() - 8)
+    );
+}

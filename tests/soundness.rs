@@ -311,3 +311,108 @@ fn a_region_dropped_between_batch_push_and_ring_is_parked() {
     drop(gone);
     assert_eq!(pd.reclaim(), 0);
 }
+
+/// How long each post-versus-release race runs: `BLUEFLAME_RACE_SECS` (the memcheck stage
+/// shortens it), 10 seconds by default.
+fn race_time() -> std::time::Duration {
+    let secs = std::env::var("BLUEFLAME_RACE_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(10.0);
+    std::time::Duration::from_secs_f64(secs)
+}
+
+/// Where the receives of [`race_receive_against_release`] are posted.
+#[derive(Copy, Clone, Debug)]
+enum RecvOn {
+    Queue,
+    Srq,
+}
+
+/// One thread posts a receive into a region while another turns that region back into its
+/// buffer, round after round, on the threaded software NIC; a peer then sends 8 bytes, which
+/// arrive inside the CQE (scatter-to-CQE: the poller copies them with the CPU, no key
+/// check). Whichever step wins, the buffer handed back must never be written afterwards:
+/// the receive either pinned the region first (the buffer comes back only after its
+/// completion) or found it gone (a local protection error, nothing written). The old
+/// check-then-mark let the release slip between the two and hand the buffer back with the
+/// receive still posted: the peer's bytes landed in the returned buffer (or in freed
+/// memory, had it been dropped).
+fn race_receive_against_release(on: RecvOn) {
+    let dev = Device::sim();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq_a = dev.create_cq(64).unwrap();
+    let mut cq_b = dev.create_cq(64).unwrap();
+    let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
+    let srq = match on {
+        RecvOn::Srq => Some(pd.create_srq(&cq_b, SrqCaps::default()).unwrap()),
+        RecvOn::Queue => None,
+    };
+    let mut b = match &srq {
+        Some(s) => pd.create_qp_with_srq(&cq_b, s, QpCaps::default()).unwrap(),
+        None => pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap(),
+    };
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+    a.connect(eb).unwrap();
+    b.connect(ea).unwrap();
+    let mut srq = srq;
+    let deadline = std::time::Instant::now() + race_time();
+    let (mut rounds, mut pinned, mut refused) = (0u64, 0u64, 0u64);
+    while std::time::Instant::now() < deadline {
+        let mr = pd.register(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
+        let sge = mr.sge(0, 64).unwrap();
+        let (give, take) = std::sync::mpsc::channel::<MemoryRegion>();
+        let (polled, wait_polled) = std::sync::mpsc::channel::<()>();
+        let releaser = std::thread::spawn(move || {
+            let mr = take.recv().unwrap();
+            let mut pending = mr.into_buffer::<Vec<u8>>().unwrap();
+            let mut buf = loop {
+                if let Some(b) = pending.try_take() {
+                    break b;
+                }
+                std::hint::spin_loop();
+            };
+            // Ours again: nothing may write it from here on.
+            buf.fill(0xaa);
+            wait_polled.recv().unwrap();
+            assert!(
+                buf.iter().all(|&x| x == 0xaa),
+                "the buffer was written after it was handed back: {buf:?}"
+            );
+        });
+        give.send(mr).unwrap();
+        match &mut srq {
+            Some(s) => s.post_recv(&[sge], rounds).unwrap(),
+            None => b.post_recv(&[sge], rounds).unwrap(),
+        }
+        a.send(Payload::Inline(b"8 bytes!"), rounds, PostFlags::SIGNALED)
+            .unwrap();
+        let mut out = [Completion::default(); 1];
+        assert_eq!(cq_a.poll_n(&mut out, 1, u64::MAX), 1);
+        assert_eq!(out[0].status, WcStatus::Success, "{out:?}");
+        assert_eq!(cq_b.poll_n(&mut out, 1, u64::MAX), 1);
+        assert_eq!(out[0].cookie, rounds);
+        match out[0].status {
+            WcStatus::Success => pinned += 1,
+            WcStatus::LocProtErr => refused += 1,
+            s => panic!("round {rounds}: {s:?}"),
+        }
+        polled.send(()).unwrap();
+        releaser.join().unwrap();
+        rounds += 1;
+    }
+    eprintln!(
+        "{on:?}: {rounds} rounds, {pinned} receives pinned the region, {refused} found it gone"
+    );
+    assert!(rounds > 0);
+}
+
+#[test]
+fn a_receive_racing_the_release_of_its_region_never_writes_the_returned_buffer() {
+    race_receive_against_release(RecvOn::Queue);
+}
+
+#[test]
+fn an_srq_receive_racing_the_release_of_its_region_never_writes_the_returned_buffer() {
+    race_receive_against_release(RecvOn::Srq);
+}

@@ -3,12 +3,12 @@
 
 use super::barrier;
 use super::cq_share::{CqSlots, RingView};
-use super::scatter::ScatterTable;
 use super::shadow::{SendEntry, Shadow};
 use super::srq::SrqShared;
 use super::teardown::Tombstone;
 use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
+use crate::queue::scatter::ScatterTable;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use mlx5::cqe::{cqe64_offset, op_own, sw_owner, Cqe64, CqeFormat, CqeOpcode, OWNER_MASK};
@@ -636,17 +636,7 @@ impl CompletionQueue {
     /// `mlx5_copy_to_recv_wqe`: format INLINE_SCATTER_32 has the data at the start of the
     /// 64-byte CQE, INLINE_SCATTER_64 in the 64 bytes before it (128-byte CQEs only).
     #[inline(never)]
-    fn scatter_from_cqe(
-        &self,
-        cqe: &Cqe64,
-        table: Option<&ScatterTable>,
-        wqe: u16,
-        len: u32,
-    ) -> WcStatus {
-        let Some(table) = table else {
-            // A verbs-path queue on a direct CQ cannot happen; never report lost data.
-            return WcStatus::GeneralErr;
-        };
+    fn scatter_from_cqe(&self, cqe: &Cqe64, table: &ScatterTable, wqe: u16, len: u32) -> WcStatus {
         let at = cqe as *const Cqe64 as *const u8;
         let format = cqe.op_own & FORMAT_MASK;
         let src = if format == (CqeFormat::InlineScatter32 as u8) << 2 && len <= 32 {
@@ -697,28 +687,32 @@ impl CompletionQueue {
             opcode: WcOpcode::Recv,
             ..Completion::default()
         };
-        // The index goes into the SRQ's free ring now; the count that hands it to the
-        // poster is stored with the other retirements, after the consumer index (an SRQ's
-        // freed count is its cookie table's retired mark).
+        match op {
+            None => {
+                let e = cqe.as_err();
+                c.status = e.syndrome().wc_status();
+                c.syndrome = Some((e.syndrome, e.vendor_err_synd));
+            }
+            Some(op) => {
+                c.byte_len = cqe.byte_cnt.get();
+                if cqe.op_own & FORMAT_MASK != 0 {
+                    // Before the WQE is given back: its buffers stay pinned until then.
+                    c.status = self.scatter_from_cqe(cqe, &srq.scatter, idx, c.byte_len);
+                }
+                if op == CqeOpcode::RespWrImm {
+                    c.opcode = WcOpcode::RecvRdmaWithImm;
+                }
+                if op != CqeOpcode::RespSend {
+                    c.imm = Some(cqe.imm_inval_pkey.get());
+                }
+            }
+        }
+        // After the copy: the WQE's regions are given back and its index goes into the
+        // SRQ's free ring now; the count that hands it to the poster is stored with the
+        // other retirements, after the consumer index (an SRQ's freed count is its cookie
+        // table's retired mark).
         self.later
             .set(Retire::Recv(&srq.cookies, srq.stage_free(idx)));
-        let Some(op) = op else {
-            let e = cqe.as_err();
-            c.status = e.syndrome().wc_status();
-            c.syndrome = Some((e.syndrome, e.vendor_err_synd));
-            return Some(c);
-        };
-        c.byte_len = cqe.byte_cnt.get();
-        if cqe.op_own & FORMAT_MASK != 0 {
-            // Before the WQE is given back: its buffers stay registered until then.
-            c.status = self.scatter_from_cqe(cqe, srq.scatter.as_ref(), idx, c.byte_len);
-        }
-        if op == CqeOpcode::RespWrImm {
-            c.opcode = WcOpcode::RecvRdmaWithImm;
-        }
-        if op != CqeOpcode::RespSend {
-            c.imm = Some(cqe.imm_inval_pkey.get());
-        }
         Some(c)
     }
 
@@ -748,9 +742,15 @@ impl CompletionQueue {
                 };
                 c.cookie = rq.get(wqe);
                 c.byte_len = cqe.byte_cnt.get();
-                if cqe.op_own & FORMAT_MASK != 0 {
-                    // Before the entry retires: its buffers stay registered until then.
-                    c.status = self.scatter_from_cqe(cqe, q.scatter.as_deref(), wqe, c.byte_len);
+                if let Some(t) = q.scatter.as_deref() {
+                    if cqe.op_own & FORMAT_MASK != 0 {
+                        // Before the receive is done: its buffers stay pinned until then.
+                        c.status = self.scatter_from_cqe(cqe, t, wqe, c.byte_len);
+                    }
+                    t.done(wqe);
+                } else if cqe.op_own & FORMAT_MASK != 0 {
+                    // A queue without a table cannot happen; never report lost data.
+                    c.status = WcStatus::GeneralErr;
                 }
                 self.later.set(Retire::Recv(&**rq, wqe.wrapping_add(1)));
                 // UD: the sender's QP and the GRH bit (rdma-core `handle_responder`; zero
@@ -788,6 +788,9 @@ impl CompletionQueue {
                 };
                 let w = e.wqe_counter.get();
                 c.cookie = rq.get(w);
+                if let Some(t) = q.scatter.as_deref() {
+                    t.done(w);
+                }
                 self.later.set(Retire::Recv(&**rq, w.wrapping_add(1)));
                 c.opcode = WcOpcode::Recv;
                 c.status = e.syndrome().wc_status();
@@ -1111,15 +1114,14 @@ mod tests {
         let rq = Arc::new(Shadow::<u64>::new(16));
         let table = Arc::new(ScatterTable::new(16, 1));
         let mut buf = [0u8; 8];
-        table.set(
+        table.record(
             0,
             &[mlx5::Sge {
                 addr: buf.as_mut_ptr() as u64,
                 len: 8,
                 lkey: 1,
             }],
-            true,
-            |s| mlx5::shared::Words::of(s.addr, s.len as u64),
+            None,
         );
         rq.set(0, 42);
         cq.registry.attach(Attached {

@@ -14,7 +14,6 @@ mod doorbell;
 mod inline_write;
 mod register;
 mod rq;
-pub(crate) mod scatter;
 pub(crate) mod shadow;
 mod sq;
 pub(crate) mod srq;

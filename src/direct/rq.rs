@@ -2,9 +2,10 @@
 
 use super::barrier;
 use super::cq_share::{CqShare, CqSlots};
-use super::scatter::{RegionCheck, ScatterTable};
 use super::shadow::Shadow;
 use crate::error::{Error, QueueUnit, Result};
+use crate::queue::regions::{RegionCheck, Regions};
+use crate::queue::scatter::ScatterTable;
 use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::doorbell::RCV_DBR;
 use mlx5::recv::encode_recv;
@@ -90,7 +91,7 @@ impl RecvQueue {
     /// data that arrived inside a CQE only into entries that lie in a live, locally
     /// writable region under their lkey (the others complete with a local protection
     /// error, as the device reports when it writes the buffers itself).
-    pub(crate) fn check_against(&mut self, regions: Arc<super::scatter::Regions>) {
+    pub(crate) fn check_against(&mut self, regions: Arc<Regions>) {
         self.regions = Some(Box::new(RegionCheck::new(regions)));
     }
 
@@ -139,14 +140,9 @@ impl RecvQueue {
         if let Some(share) = &mut self.cq_share {
             share.check_one(self.head, self.cnt)?;
         }
-        let checked = self.regions.as_mut().map_or(true, |r| r.writable(sgl));
-        let regions = self.regions.as_deref();
-        self.scatter.set(self.head, sgl, checked, |s| {
-            // Without a region list (a raw queue), the entry's own range.
-            regions.map_or(mlx5::shared::Words::of(s.addr, s.len as u64), |r| {
-                r.words_of(s)
-            })
-        });
+        // Nothing can fail from here on: the entry's regions are pinned until it completes.
+        self.scatter
+            .record(self.head, sgl, self.regions.as_deref_mut());
         self.shadow.set(self.head, cookie);
         self.head = self.head.wrapping_add(1);
         self.shadow.mark_posted(self.head);

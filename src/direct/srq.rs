@@ -18,10 +18,11 @@
 
 use super::barrier;
 use super::cq_share::{CqShare, CqSlots};
-use super::scatter::{RegionCheck, ScatterTable};
 use super::shadow::Retired;
 use super::shadow::Shadow;
 use crate::error::{Error, Result};
+use crate::queue::regions::{RegionCheck, Regions};
+use crate::queue::scatter::ScatterTable;
 use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use mlx5::request::Sge;
 use mlx5::srq::{encode_srq_recv, next_index, set_next_index, RawSrq};
@@ -36,8 +37,9 @@ pub(crate) struct SrqShared {
     pub(crate) cookies: Shadow<u64>,
     /// Indices given back by the poller, in order: entry `k & mask` is the k-th.
     freed: Box<[AtomicU16]>,
-    /// The scatter lists by WQE index (direct path: scatter-to-CQE).
-    pub(crate) scatter: Option<ScatterTable>,
+    /// The scatter lists by WQE index: the regions each receive pins, and (direct path)
+    /// where data that came inside the CQE is copied.
+    pub(crate) scatter: ScatterTable,
 }
 
 impl core::fmt::Debug for SrqShared {
@@ -51,14 +53,14 @@ impl core::fmt::Debug for SrqShared {
 
 impl SrqShared {
     /// The shared state of SRQ `srqn` of `cnt` slots (a power of two up to 32768), with
-    /// scatter lists of `max_sge` entries when the CPU may have to place received data.
-    pub(crate) fn new(srqn: u32, cnt: u32, max_sge: Option<usize>) -> SrqShared {
+    /// scatter lists of `max_sge` entries.
+    pub(crate) fn new(srqn: u32, cnt: u32, max_sge: usize) -> SrqShared {
         SrqShared {
             srqn,
             mask: (cnt - 1) as u16,
             cookies: Shadow::new(cnt),
             freed: (0..cnt).map(|_| AtomicU16::new(0)).collect(),
-            scatter: max_sge.map(|m| ScatterTable::new(cnt, m)),
+            scatter: ScatterTable::new(cnt, max_sge),
         }
     }
 
@@ -76,12 +78,15 @@ impl SrqShared {
         self.cookies.retire(self.stage_free(idx));
     }
 
-    /// The first half of [`SrqShared::free`]: writes `idx` into the free ring and returns
-    /// the freed count that hands it over, for the poller to store (`cookies.retire`) once
-    /// its consumer index is published. The poster reads the ring only below the count it
-    /// loaded, so the index is not seen before. Poller only, one slot at a time.
+    /// The first half of [`SrqShared::free`]: gives back the regions the receive in slot
+    /// `idx` pinned (after any copy into them: the caller has made it), writes `idx` into
+    /// the free ring and returns the freed count that hands it over, for the poller to
+    /// store (`cookies.retire`) once its consumer index is published. The poster reads the
+    /// ring only below the count it loaded, so the index is not seen before. Poller only,
+    /// one slot at a time.
     #[inline]
     pub(crate) fn stage_free(&self, idx: u16) -> u16 {
+        self.scatter.done(idx);
         let k = self.cookies.retired();
         self.freed[(k & self.mask) as usize].store(idx & self.mask, Ordering::Relaxed);
         k.wrapping_add(1)
@@ -176,7 +181,7 @@ impl SrqRing {
             tail: raw.tail as u16,
             counter: 0,
             reclaimed: 0,
-            shared: Arc::new(SrqShared::new(raw.srqn, raw.wqe_cnt, Some(max_sge))),
+            shared: Arc::new(SrqShared::new(raw.srqn, raw.wqe_cnt, max_sge)),
             regions: None,
             cq_share: None,
         })
@@ -184,7 +189,7 @@ impl SrqRing {
 
     /// Checks every receive posted from now on against these regions (see
     /// [`RecvQueue`](super::RecvQueue)'s `check_against`).
-    pub(crate) fn check_against(&mut self, regions: Arc<super::scatter::Regions>) {
+    pub(crate) fn check_against(&mut self, regions: Arc<Regions>) {
         self.regions = Some(Box::new(RegionCheck::new(regions)));
     }
 
@@ -257,15 +262,10 @@ impl SrqRing {
         let e = self.entry(head);
         encode_srq_recv(sgl, e).ok_or(Error::TooManySge { n, max })?;
         let next = next_index(e);
-        let checked = self.regions.as_mut().map_or(true, |r| r.writable(sgl));
-        let regions = self.regions.as_deref();
-        if let Some(t) = &self.shared.scatter {
-            t.set(head, sgl, checked, |s| {
-                regions.map_or(mlx5::shared::Words::of(s.addr, s.len as u64), |r| {
-                    r.words_of(s)
-                })
-            });
-        }
+        // Nothing can fail from here on: the entry's regions are pinned until it completes.
+        self.shared
+            .scatter
+            .record(head, sgl, self.regions.as_deref_mut());
         self.shared.cookies.set(head, cookie);
         self.head = next & (self.cnt - 1) as u16;
         self.counter = self.counter.wrapping_add(1);

@@ -33,6 +33,9 @@ pub(crate) struct VerbsDev {
     /// What an mlx5 device on the direct path reports of CQE compression
     /// (`mlx5dv_query_device`, read once at open); None elsewhere.
     pub(crate) cqe_comp: Option<mlx5::CqeCompCaps>,
+    /// The device is an mlx5: rdma-core's provider may copy small received messages into
+    /// receive buffers with the CPU (scatter-to-CQE) on the verbs path.
+    pub(crate) mlx5: bool,
 }
 
 impl VerbsDev {
@@ -61,6 +64,7 @@ impl VerbsDev {
             None
         };
         Ok(VerbsDev {
+            mlx5,
             cqe_comp,
             atomics: attrs.atomic_caps(mlx5),
             attrs,
@@ -294,6 +298,17 @@ impl Device {
         }
     }
 
+    /// Whether rdma-core's provider may copy small received messages into receive buffers
+    /// with the CPU, checking no key (mlx5's scatter-to-CQE on the verbs path): such
+    /// receives must name CPU-writable registered memory.
+    pub(crate) fn provider_copies_receives(&self) -> bool {
+        match &self.backend {
+            #[cfg(feature = "sim")]
+            Backend::Sim(_) => false,
+            Backend::Verbs(v) => v.mlx5,
+        }
+    }
+
     /// What this device's atomics can do and the byte order of their replies: read once
     /// (`ibv_query_device` at open; the software NIC's `Nic::atomic_caps` when a QP is
     /// created). [`Qp::atomic_result`](crate::Qp::atomic_result) reads a reply with it.
@@ -435,7 +450,7 @@ pub(crate) struct PdInner {
     /// The live regions of this domain (every `MemoryRegion` is listed from creation to
     /// drop): receive buffers are checked against them, because the direct-path poller
     /// writes data that arrived inside a CQE into them with the CPU.
-    pub(crate) regions: Arc<crate::direct::scatter::Regions>,
+    pub(crate) regions: Arc<crate::queue::regions::Regions>,
 }
 
 impl Drop for PdInner {

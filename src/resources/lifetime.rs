@@ -5,13 +5,24 @@
 //! would forbid the fire-and-forget posting that RDMA programs rely on. Instead:
 //! - a [`Qp`](super::Qp) holds reference counts of its CQs, so a CQ is destroyed only after
 //!   every QP on it (and its poller) is gone;
-//! - a [`MemoryRegion`](super::MemoryRegion) dropped while a QP of its protection domain still
-//!   has work outstanding is not deregistered at once: the registration is parked in the
-//!   protection domain until every request posted before the drop has completed (it is
-//!   reclaimed on later region drops and allocations, QP drops, [`Pd::reclaim`](super::Pd::reclaim),
-//!   and at the latest when the protection domain goes).
+//! - a [`MemoryRegion`](super::MemoryRegion) dropped while a send queue of its protection
+//!   domain still has work outstanding, or while a posted receive pins it, is not
+//!   deregistered at once: the registration is parked in the protection domain until every
+//!   request posted to a send queue before the drop has completed and every receive that
+//!   pinned it has completed (it is reclaimed on later region drops and allocations, QP
+//!   drops, [`Pd::reclaim`](super::Pd::reclaim), and at the latest when the protection
+//!   domain goes).
+//!
+//! Receives are tracked per region (`crate::queue::pin`): a receive pins each region it
+//! lands in, in one atomic step against the drop's close, so that a receive posted on one
+//! thread while the region is dropped on another either keeps it registered or finds it
+//! gone; a receive queue that always holds receives keeps no other region registered.
+//! Send queues are tracked as a whole: the device checks every key of a send when it runs
+//! it, so a send racing the drop of its region at worst completes with a protection error;
+//! the CPU touches no region memory for a send.
 
 use crate::direct::shadow::Shadow;
+use crate::queue::pin::Pins;
 use std::sync::{Arc, Mutex, Weak};
 
 /// How far a queue has posted and retired.
@@ -44,13 +55,17 @@ pub(crate) type Registration = Box<dyn Deregister>;
 struct Parked {
     reg: Registration,
     marks: Vec<(Weak<dyn Progress>, u16)>,
+    /// The region's pins (closed): none may be held when it is deregistered.
+    pins: Option<Arc<Pins>>,
 }
 
 impl Parked {
     fn done(&self) -> bool {
-        self.marks
-            .iter()
-            .all(|(q, mark)| q.upgrade().map_or(true, |q| q.done_up_to(*mark)))
+        self.pins.as_ref().map_or(true, |p| p.released())
+            && self
+                .marks
+                .iter()
+                .all(|(q, mark)| q.upgrade().map_or(true, |q| q.done_up_to(*mark)))
     }
 }
 
@@ -62,8 +77,8 @@ pub(crate) struct Lifetimes {
 }
 
 impl Lifetimes {
-    /// A queue whose outstanding work may name regions of this domain (held weakly: the
-    /// queue's owner keeps it).
+    /// A send queue whose outstanding work may name regions of this domain (held weakly:
+    /// the queue's owner keeps it). Receive queues pin the regions instead.
     pub(crate) fn track<Q: Progress + 'static>(&self, q: &Arc<Q>) {
         let q: Weak<dyn Progress> = Arc::downgrade(q) as _;
         let mut qs = self.queues.lock().unwrap_or_else(|e| e.into_inner());
@@ -72,9 +87,11 @@ impl Lifetimes {
     }
 
     /// Deregisters now when nothing is outstanding and the device agrees; otherwise parks
-    /// the registration until the work posted so far has completed and the device agrees
-    /// (its windows are unbound or freed).
-    pub(crate) fn release(&self, mut reg: Registration) {
+    /// the registration until the work posted so far has completed, no receive pins the
+    /// region (`pins`, closed here first: no receive pins it from now on) and the device
+    /// agrees (its windows are unbound or freed).
+    pub(crate) fn release(&self, mut reg: Registration, pins: Option<Arc<Pins>>) {
+        let unpinned = pins.as_ref().map_or(true, |p| p.close());
         let marks: Vec<(Weak<dyn Progress>, u16)> = self
             .queues
             .lock()
@@ -87,11 +104,11 @@ impl Lifetimes {
                 (!q.done_up_to(mark)).then(|| (w.clone(), mark))
             })
             .collect();
-        if !(marks.is_empty() && reg.deregister()) {
+        if !(unpinned && marks.is_empty() && reg.deregister()) {
             self.parked
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(Parked { reg, marks });
+                .push(Parked { reg, marks, pins });
         }
         self.reclaim();
     }
@@ -108,9 +125,17 @@ impl Lifetimes {
     /// A registration the device still refuses to deregister keeps its memory for the rest
     /// of the process (leaked: freeing it under a live registration would let the device
     /// write freed heap).
+    ///
+    /// Every QP of the domain is destroyed by now, so no receive can be written any more;
+    /// pins may still be held by the scatter table of a destroyed QP that a CQ's poller has
+    /// not let go of yet (it gives them back when it does): their counter is kept alive for
+    /// it (leaked, a few bytes).
     pub(crate) fn clear(&self) {
         let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
         for mut p in parked {
+            if let Some(pins) = p.pins.take().filter(|p| !p.released()) {
+                std::mem::forget(pins);
+            }
             if !p.reg.deregister() {
                 std::mem::forget(p.reg);
             }

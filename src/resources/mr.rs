@@ -7,8 +7,11 @@ use super::device::PdKind;
 use super::pending::{PendingBuffer, Slot, WithBuffer};
 use super::Pd;
 use crate::error::{Capability, Error, Refused, Result};
+use crate::queue::pin::Pins;
+use crate::queue::regions::Region;
 use crate::{verbs, Access, Remote, Sge};
 use core::sync::atomic::Ordering;
+use std::sync::Arc;
 
 enum MrKind {
     #[cfg(feature = "sim")]
@@ -83,6 +86,9 @@ pub struct MemoryRegion {
     /// The user's buffer, when the region was made from one (given back or dropped only
     /// after the registration is gone).
     owned: Option<Owned>,
+    /// How many posted receives may still write the region (`crate::queue::pin`):
+    /// closed when the region is dropped, deregistered once none is left.
+    pins: Arc<Pins>,
     pd: Pd,
 }
 
@@ -143,13 +149,16 @@ impl MemoryRegion {
     /// A live registration becomes a region: listed in its domain from now until drop.
     fn made(pd: Pd, made: Made, access: Access, cpu: Cpu, owned: Option<Owned>) -> MemoryRegion {
         let (kind, addr, len, lkey, rkey) = made;
-        pd.inner.regions.insert(crate::direct::scatter::Region {
+        let pins = Arc::new(Pins::new());
+        pd.inner.regions.insert(Region {
             lkey,
             addr,
             len,
+            local_write: access.contains(Access::LOCAL_WRITE),
             // The poller writes receive buffers with the CPU (scatter-to-CQE).
-            writable: access.contains(Access::LOCAL_WRITE) && cpu == Cpu::ReadWrite,
+            cpu_writable: access.contains(Access::LOCAL_WRITE) && cpu == Cpu::ReadWrite,
             on_demand: access.contains(Access::ON_DEMAND),
+            pins: pins.clone(),
         });
         MemoryRegion {
             kind: Some(kind),
@@ -160,6 +169,7 @@ impl MemoryRegion {
             access,
             cpu,
             owned,
+            pins,
             pd,
         }
     }
@@ -502,9 +512,10 @@ impl MemoryRegion {
 }
 
 impl MemoryRegion {
-    /// Deregistered now, or once the work outstanding on its domain's QPs has completed;
-    /// its buffer (if any) is dropped after that, or put in `slot`. Receives posted from now
-    /// on may not name it (those posted before keep it registered until they complete).
+    /// Deregistered now, or once the work outstanding on its domain's QPs has completed
+    /// and no receive pins it any more; its buffer (if any) is dropped after that, or put
+    /// in `slot`. Receives posted from now on cannot pin it (those that pinned it before
+    /// keep it registered until they complete).
     fn park(&mut self, slot: Option<Slot>) {
         let Some(kind) = self.kind.take() else {
             return;
@@ -519,7 +530,10 @@ impl MemoryRegion {
             None => reg,
             buf => Box::new(WithBuffer { reg, buf, slot }),
         };
-        self.pd.inner.lifetimes.release(reg);
+        self.pd
+            .inner
+            .lifetimes
+            .release(reg, Some(self.pins.clone()));
     }
 }
 

@@ -351,8 +351,14 @@ impl Pd {
             _ => return Err(Error::Unsupported("PD and device backends differ")),
         };
         let mut path = path;
-        if let QpPath::Direct { rq: Some(rq), .. } = &mut path {
-            rq.check_against(self.inner.regions.clone());
+        // Every receive pins the regions it lands in until it completes.
+        match &mut path {
+            QpPath::Direct { rq: Some(rq), .. } => rq.check_against(self.inner.regions.clone()),
+            QpPath::Verbs { rq: Some(rq), .. } => rq.check_against(
+                self.inner.regions.clone(),
+                self.inner.dev.provider_copies_receives(),
+            ),
+            _ => {}
         }
         let (sq_shadow, rq_shadow, scatter) = match &path {
             QpPath::Direct { sq, rq, .. } => (
@@ -363,13 +369,10 @@ impl Pd {
             QpPath::Verbs { sq, rq, .. } => (
                 sq.shadow.clone(),
                 rq.as_ref().map(|r| r.shadow.clone()),
-                None,
+                rq.as_ref().map(|r| r.scatter.clone()),
             ),
         };
         self.inner.lifetimes.track(&sq_shadow);
-        if let Some(r) = &rq_shadow {
-            self.inner.lifetimes.track(r);
-        }
         send_cq.handle.registry.attach(Attached {
             qpn,
             sq: Some(sq_shadow),

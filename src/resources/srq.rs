@@ -10,7 +10,6 @@
 use super::cq::CqHandle;
 use super::device::{Backend, PdKind};
 use super::events::Subject;
-use super::lifetime::Progress;
 use super::{Cq, Pd};
 use crate::direct::cq_share::CqShare;
 use crate::direct::srq::SrqShared;
@@ -37,19 +36,6 @@ impl Default for SrqCaps {
             entries: 255,
             max_sge: 4,
         }
-    }
-}
-
-impl Progress for SrqShared {
-    fn posted(&self) -> u16 {
-        self.cookies.posted()
-    }
-
-    /// Receives complete in any order: those posted before `mark` are known done only once
-    /// none is outstanding. A region dropped while the SRQ holds receives stays registered
-    /// until then, or until the SRQ and its QPs are gone.
-    fn done_up_to(&self, _mark: u16) -> bool {
-        self.outstanding() == 0
     }
 }
 
@@ -290,11 +276,14 @@ impl Pd {
                 r.shared.clone()
             }
             SrqPath::Verbs(v) => {
+                v.check_against(
+                    self.inner.regions.clone(),
+                    self.inner.dev.provider_copies_receives(),
+                );
                 v.attach_cq(slots);
                 v.shared.clone()
             }
         };
-        self.inner.lifetimes.track(&shared);
         Ok(Srq {
             path,
             handle: Arc::new(SrqHandle {

@@ -128,9 +128,9 @@ impl VerbsUd {
         // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
         sq.queue().set_gather_lists_legacy(vdev.attrs.rxe);
         let mut rq = VerbsRecvQueue::new_ud(qp.clone());
+        rq.check_against(pd.inner.regions.clone(), vdev.mlx5);
         let (sq_shadow, rq_shadow) = (sq.shadow(), rq.shadow.clone());
         pd.inner.lifetimes.track(&sq_shadow);
-        pd.inner.lifetimes.track(&rq_shadow);
         send_cq.handle.registry.attach(Attached {
             qpn,
             sq: Some(sq_shadow),
@@ -142,7 +142,7 @@ impl VerbsUd {
             qpn,
             sq: None,
             rq: Some(rq_shadow),
-            scatter: None,
+            scatter: Some(rq.scatter.clone()),
             srq: None,
         });
         sq.queue().attach_cq(send_cq.handle.registry.slots.clone());

@@ -562,6 +562,11 @@ pub struct Qp {
     pub(super) _cqs: [Arc<Cq>; 2],
     /// The SRQ the QP takes its receives from (destroyed after the QP).
     pub(super) _srq: Option<Arc<super::srq::Srq>>,
+    /// The scatter lists of the QP's receive queue (set by its
+    /// [`VerbsRecvQueue`](super::path::VerbsRecvQueue)): dropped only after the QP is
+    /// destroyed (Drop below), so the regions its outstanding receives pin stay registered
+    /// while the device may still write them, whoever holds the QP last.
+    pub(crate) recv_targets: std::sync::OnceLock<Arc<crate::queue::scatter::ScatterTable>>,
 }
 
 // SAFETY: as for Pd; posting is serialised by the owner (`&mut`).
@@ -736,6 +741,7 @@ impl Qp {
             pd,
             _cqs: [send_cq, recv_cq],
             _srq: srq,
+            recv_targets: Default::default(),
         })
     }
 
@@ -786,6 +792,7 @@ impl Qp {
             pd,
             _cqs: [send_cq, recv_cq],
             _srq: None,
+            recv_targets: Default::default(),
         })
     }
 

@@ -15,6 +15,8 @@ use crate::direct::cq_share::{CqShare, CqSlots};
 use crate::direct::shadow::{SendEntry, Shadow};
 use crate::direct::{Attached, PostFlags, Registry};
 use crate::error::{Error, QueueUnit, Result};
+use crate::queue::regions::{RegionCheck, Regions};
+use crate::queue::scatter::ScatterTable;
 use crate::{Fence, Payload, Request, Sge, WcStatus};
 use rdma_sys as ffi;
 use std::sync::atomic::Ordering;
@@ -950,6 +952,16 @@ pub struct VerbsRecvQueue {
     tag: u64,
     /// The CQ entries this queue holds (None: not accounted).
     cq_share: Option<CqShare>,
+    /// The scatter list of every posted receive: the regions each pins until its
+    /// completion is polled (the QP holds it too, until it is destroyed).
+    pub(crate) scatter: Arc<ScatterTable>,
+    /// The protection domain's regions, the receives' entries are pinned in (None: not
+    /// checked, the caller vouches for them).
+    regions: Option<Box<RegionCheck>>,
+    /// The provider copies small received messages into the buffers with the CPU
+    /// (rdma-core's mlx5 scatter-to-CQE, `mlx5_copy_to_recv_wqe`, which checks no key):
+    /// a receive with an entry the CPU may not write is refused.
+    provider_copies: bool,
 }
 
 // SAFETY: as for VerbsSendQueue (`wr` points into this queue's own `sges`; `post_recv`
@@ -1013,20 +1025,36 @@ impl VerbsRecvQueue {
         let caps = qp.caps;
         let max_sge = caps.max_recv_sge.max(1) as usize;
         let (sges, wr) = prepared_recv(max_sge);
+        let cnt = caps.max_recv_wr.max(16).next_power_of_two();
+        let scatter = Arc::new(ScatterTable::new(cnt, max_sge));
+        // Kept by the QP until it is destroyed (a QP has one receive queue).
+        let _ = qp.recv_targets.set(scatter.clone());
         VerbsRecvQueue {
             // SAFETY: `qp` is live while this queue holds it (`qp` below), and the call is
             // made only through this queue.
             post_recv: unsafe { PostRecv::of(qp.qp) },
             cap: caps.max_recv_wr,
             room_end: 0,
-            shadow: Arc::new(Shadow::new(caps.max_recv_wr.max(16).next_power_of_two())),
+            shadow: Arc::new(Shadow::new(cnt)),
             seq: 0,
             sges,
             wr,
             tag: RECV_TAG,
             cq_share: None,
+            scatter,
+            regions: None,
+            provider_copies: false,
             _qp: qp,
         }
+    }
+
+    /// Pins the region of every entry of every receive posted from now on in `regions`
+    /// (until its completion is polled); with `provider_copies` (rdma-core's mlx5
+    /// provider, which copies small messages into the buffers itself), refuses a receive
+    /// with an entry outside every CPU-writable region.
+    pub(crate) fn check_against(&mut self, regions: Arc<Regions>, provider_copies: bool) {
+        self.regions = Some(Box::new(RegionCheck::new(regions)));
+        self.provider_copies = provider_copies;
     }
 
     /// The receive queue of the UD QP `qp`: its completions carry the sender's QP number
@@ -1090,7 +1118,10 @@ impl VerbsRecvQueue {
     /// Posts one receive.
     ///
     /// # Errors
-    /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error.
+    /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error;
+    /// [`Error::InvalidParameter`] with the lkey of an entry outside every CPU-writable
+    /// region of the domain, on a device whose provider copies small messages with the
+    /// CPU (mlx5).
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         if self.seq == self.room_end {
             self.refill_room()?;
@@ -1098,10 +1129,33 @@ impl VerbsRecvQueue {
         // One pass: the non-empty entries into the scatter list (published only by the
         // call below, so an error leaves nothing behind).
         let n = fill_recv_sges(&mut self.sges, sgl)?;
+        self.land(sgl)?;
         match self.submit(n, cookie) {
             0 => Ok(()),
             rc => Err(self.unpost(rc)),
         }
+    }
+
+    /// Records the receive about to be posted at `seq` in the scatter table, pinning its
+    /// regions; refuses it (nothing kept) when the provider would copy into memory the CPU
+    /// may not write.
+    #[inline]
+    fn land(&mut self, sgl: &[Sge]) -> Result<()> {
+        match self
+            .scatter
+            .record(self.seq, sgl, self.regions.as_deref_mut())
+        {
+            Some(lkey) if self.provider_copies => Err(self.refuse_landing(lkey)),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`VerbsRecvQueue::land`]'s refusal: the pins go back.
+    #[cold]
+    #[inline(never)]
+    fn refuse_landing(&mut self, lkey: u32) -> Error {
+        self.scatter.done(self.seq);
+        crate::queue::scatter::not_cpu_writable(lkey)
     }
 
     /// The usual receive, one non-empty buffer `s` while the cached room lasts, posted
@@ -1118,6 +1172,20 @@ impl VerbsRecvQueue {
             length: s.len,
             lkey: s.lkey,
         };
+        if self
+            .scatter
+            .record(
+                self.seq,
+                core::slice::from_ref(s),
+                self.regions.as_deref_mut(),
+            )
+            .is_some()
+            && self.provider_copies
+        {
+            // Refused by the general path (which records it again).
+            self.scatter.done(self.seq);
+            return None;
+        }
         Some(self.submit(1, cookie))
     }
 
@@ -1152,6 +1220,7 @@ impl VerbsRecvQueue {
     pub(crate) fn unpost(&mut self, rc: i32) -> Error {
         self.seq = self.seq.wrapping_sub(1);
         self.shadow.mark_posted(self.seq);
+        self.scatter.done(self.seq);
         Error::Verbs(code("ibv_post_recv", rc))
     }
 }
@@ -1552,6 +1621,10 @@ fn take_recv(q: &Attached, seq: u16) -> Option<u64> {
     match (&q.rq, &q.srq) {
         (Some(rq), _) => {
             let cookie = rq.get(seq);
+            // rdma-core has copied whatever it copies: the regions go back first.
+            if let Some(t) = &q.scatter {
+                t.done(seq);
+            }
             rq.retire(seq.wrapping_add(1));
             Some(cookie)
         }

@@ -12,6 +12,7 @@ use super::{code, last, VerbsError};
 use crate::direct::cq_share::{CqShare, CqSlots};
 use crate::direct::srq::SrqShared;
 use crate::error::{Error, QueueUnit, Result};
+use crate::queue::regions::{RegionCheck, Regions};
 use crate::Sge;
 use rdma_sys as ffi;
 use std::sync::Arc;
@@ -107,6 +108,12 @@ pub struct VerbsSrq {
     /// The receive request, prepared once: `sg_list` points into `sges`, `next` is null.
     wr: Box<ffi::ibv_recv_wr>,
     cq_share: Option<CqShare>,
+    /// The protection domain's regions, each receive's entries are pinned in (as
+    /// [`VerbsRecvQueue`](super::path::VerbsRecvQueue)'s).
+    regions: Option<Box<RegionCheck>>,
+    /// As [`VerbsRecvQueue`](super::path::VerbsRecvQueue)'s: the provider copies small
+    /// messages with the CPU (mlx5's `mlx5_copy_to_recv_srq`).
+    provider_copies: bool,
 }
 
 // SAFETY: `wr` points into this poster's own `sges`; the SRQ is thread-safe in rdma-core.
@@ -128,7 +135,7 @@ impl VerbsSrq {
         let max_sge = srq.max_sge.max(1) as usize;
         let (sges, wr) = super::path::prepared_recv(max_sge);
         VerbsSrq {
-            shared: Arc::new(SrqShared::new(srqn, cap.next_power_of_two(), None)),
+            shared: Arc::new(SrqShared::new(srqn, cap.next_power_of_two(), max_sge)),
             srq,
             cap,
             max_sge,
@@ -138,7 +145,15 @@ impl VerbsSrq {
             sges,
             wr,
             cq_share: None,
+            regions: None,
+            provider_copies: false,
         }
+    }
+
+    /// As [`VerbsRecvQueue::check_against`](super::path::VerbsRecvQueue::check_against).
+    pub(crate) fn check_against(&mut self, regions: Arc<Regions>, provider_copies: bool) {
+        self.regions = Some(Box::new(RegionCheck::new(regions)));
+        self.provider_copies = provider_copies;
     }
 
     /// Accounts the SRQ's receives against the entries of the CQ they complete on.
@@ -170,7 +185,9 @@ impl VerbsSrq {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::CqFull`], or the
-    /// `ibv_post_srq_recv` error; nothing is posted then.
+    /// `ibv_post_srq_recv` error; [`Error::InvalidParameter`] with the lkey of an entry
+    /// outside every CPU-writable region of the domain on a device whose provider copies
+    /// small messages with the CPU (mlx5); nothing is posted then.
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         if self.free() == 0 {
             return Err(Error::QueueFull {
@@ -190,6 +207,13 @@ impl VerbsSrq {
         } else {
             self.shared.freed_at(self.reclaimed)
         };
+        let scatter = &self.shared.scatter;
+        if let Some(lkey) = scatter.record(slot, sgl, self.regions.as_deref_mut()) {
+            if self.provider_copies {
+                scatter.done(slot);
+                return Err(crate::queue::scatter::not_cpu_writable(lkey));
+            }
+        }
         self.wr.wr_id = slot as u64 | SRQ_RECV_TAG;
         self.wr.num_sge = n as i32;
         self.shared.cookies.set(slot, cookie);
@@ -198,6 +222,7 @@ impl VerbsSrq {
         // the call, which copies them.
         let rc = unsafe { ffi::ibv_post_srq_recv(self.srq.srq, &mut *self.wr, &mut bad) };
         if rc != 0 {
+            self.shared.scatter.done(slot);
             return Err(Error::Verbs(code("ibv_post_srq_recv", rc)));
         }
         if self.fresh < self.cap {

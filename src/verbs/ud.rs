@@ -199,6 +199,7 @@ impl Qp {
             pd,
             _cqs: [send_cq, recv_cq],
             _srq: None,
+            recv_targets: Default::default(),
         })
     }
 

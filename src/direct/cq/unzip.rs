@@ -111,6 +111,10 @@ impl CompletionQueue {
                 match q.and_then(|q| q.rq.as_ref()) {
                     Some(rq) => {
                         let wqe = title.wqe_counter.get().wrapping_add(j as u16);
+                        // A mini-CQE carries no data: nothing to copy, the receive is done.
+                        if let Some(t) = q.and_then(|q| q.scatter.as_deref()) {
+                            t.done(wqe);
+                        }
                         match &mut retire {
                             ZipRetire::Recv(_, at) => *at = wqe.wrapping_add(1),
                             r => *r = ZipRetire::Recv(rq.clone(), wqe.wrapping_add(1)),

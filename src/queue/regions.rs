@@ -1,0 +1,241 @@
+//! The live regions of a protection domain, as a receive finds the region each of its
+//! entries lies in: the key, the range, what the device and the CPU may write, and the
+//! region's pin count ([`Pins`]).
+
+use super::pin::Pins;
+use core::sync::atomic::{AtomicU32, Ordering};
+use mlx5::request::Sge;
+use mlx5::shared::Words;
+use std::sync::{Arc, Mutex};
+
+/// One registered region, as a posted receive may name it.
+#[derive(Clone, Debug)]
+pub(crate) struct Region {
+    pub(crate) lkey: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    /// Local write allowed: the device may place a receive in it.
+    pub(crate) local_write: bool,
+    /// Its bytes are mapped read-write for the CPU: the poller may copy a receive's data
+    /// that came inside the CQE into it (not for read-only, dma-buf or implicit on-demand
+    /// memory).
+    pub(crate) cpu_writable: bool,
+    /// Registered on demand (`IBV_ACCESS_ON_DEMAND`): its pages may fault on the device.
+    pub(crate) on_demand: bool,
+    /// How many posted receives may still write it; closed when the region is dropped.
+    pub(crate) pins: Arc<Pins>,
+}
+
+impl Region {
+    /// Whether the non-empty entry `s` lies inside this region under its key.
+    #[inline]
+    fn holds(&self, s: &Sge) -> bool {
+        self.lkey == s.lkey
+            && s.addr >= self.addr
+            && s.addr - self.addr <= self.len
+            && s.len as u64 <= self.len - (s.addr - self.addr)
+    }
+}
+
+/// The live regions of a protection domain. Changing the list bumps a generation that a
+/// receive queue compares with one load before it uses its own copy of the list.
+#[derive(Default)]
+pub(crate) struct Regions {
+    gen: AtomicU32,
+    list: Mutex<Vec<Region>>,
+}
+
+impl Regions {
+    pub(crate) fn insert(&self, r: Region) {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+        self.gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Forgets a region (its `MemoryRegion` was dropped: later receives may not name it).
+    /// Receives that pinned it keep it registered; its pins are closed by the caller.
+    pub(crate) fn remove(&self, lkey: u32) {
+        self.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|r| r.lkey != lkey);
+        self.gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Copies the list into `cache` when it changed since `seen`.
+    #[cold]
+    fn refresh(&self, cache: &mut Vec<Region>, seen: &mut u32) {
+        let gen = self.gen.load(Ordering::Acquire);
+        if gen != *seen {
+            cache.clear();
+            cache.extend_from_slice(&self.list.lock().unwrap_or_else(|e| e.into_inner()));
+            *seen = gen;
+        }
+    }
+}
+
+/// Where one receive entry landed: the region it pinned (None: it lies in no live region
+/// the device may write, so nothing is held and the device will refuse it), the whole
+/// words of the bytes the CPU may write, and whether it may.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Landing {
+    pub(crate) pins: Option<*const Pins>,
+    pub(crate) words: Words,
+    pub(crate) cpu_writable: bool,
+}
+
+/// A receive queue's view of its domain's regions.
+pub(crate) struct RegionCheck {
+    regions: Arc<Regions>,
+    cache: Vec<Region>,
+    seen: u32,
+}
+
+impl RegionCheck {
+    pub(crate) fn new(regions: Arc<Regions>) -> RegionCheck {
+        RegionCheck {
+            regions,
+            cache: Vec::new(),
+            seen: u32::MAX,
+        }
+    }
+
+    #[inline]
+    fn fresh(&mut self) {
+        if self.regions.gen.load(Ordering::Acquire) != self.seen {
+            self.regions.refresh(&mut self.cache, &mut self.seen);
+        }
+    }
+
+    /// Finds the region the non-empty entry `s` lies in under its key, with local write,
+    /// and pins it (one step against the region's close: [`Pins::pin`]). The caller owes an
+    /// unpin for every `Landing::pins` it gets.
+    #[inline]
+    pub(crate) fn land(&mut self, s: &Sge) -> Landing {
+        self.fresh();
+        let found = self
+            .cache
+            .iter()
+            // A region closed since the list was copied refuses the pin: as if not found.
+            .find(|r| r.local_write && r.holds(s) && r.pins.pin());
+        match found {
+            Some(r) => Landing {
+                pins: Some(Arc::as_ptr(&r.pins)),
+                words: Words::of(r.addr, r.len),
+                cpu_writable: r.cpu_writable,
+            },
+            None => Landing {
+                pins: None,
+                words: Words::of(s.addr, s.len as u64),
+                cpu_writable: false,
+            },
+        }
+    }
+
+    /// The lkey of the first non-empty entry that names an on-demand region, if any.
+    pub(crate) fn on_demand(&mut self, sgl: &[Sge]) -> Option<u32> {
+        self.fresh();
+        sgl.iter()
+            .filter(|s| s.len != 0)
+            .find(|s| self.cache.iter().any(|r| r.lkey == s.lkey && r.on_demand))
+            .map(|s| s.lkey)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sge(addr: u64, len: u32, lkey: u32) -> Sge {
+        Sge { addr, len, lkey }
+    }
+
+    fn region(lkey: u32, addr: u64, local_write: bool, cpu_writable: bool) -> Region {
+        Region {
+            lkey,
+            addr,
+            len: 0x100,
+            local_write,
+            cpu_writable,
+            on_demand: false,
+            pins: Arc::new(Pins::new()),
+        }
+    }
+
+    /// Lands and gives the pin back; (pinned, CPU-writable).
+    fn try_land(check: &mut RegionCheck, s: Sge) -> (bool, bool) {
+        let l = check.land(&s);
+        if let Some(p) = l.pins {
+            // SAFETY: pinned just now: the pins are alive (the region list holds them).
+            unsafe { (*p).unpin() };
+        }
+        (l.pins.is_some(), l.cpu_writable)
+    }
+
+    #[test]
+    fn an_entry_lands_in_a_live_region_under_its_key_with_local_write() {
+        let regions = Arc::new(Regions::default());
+        let mut check = RegionCheck::new(regions.clone());
+        assert_eq!(try_land(&mut check, sge(0x1000, 8, 7)), (false, false));
+        regions.insert(region(7, 0x1000, true, true));
+        regions.insert(region(8, 0x4000, false, true));
+        regions.insert(region(9, 0x8000, true, false));
+        assert_eq!(try_land(&mut check, sge(0x1000, 0x100, 7)), (true, true));
+        assert_eq!(try_land(&mut check, sge(0x10f0, 0x10, 7)), (true, true));
+        assert_eq!(
+            try_land(&mut check, sge(0x10f0, 0x11, 7)),
+            (false, false),
+            "one byte past"
+        );
+        assert_eq!(
+            try_land(&mut check, sge(0xff0, 0x20, 7)),
+            (false, false),
+            "starts before"
+        );
+        assert_eq!(
+            try_land(&mut check, sge(0x1000, 8, 10)),
+            (false, false),
+            "wrong key"
+        );
+        assert_eq!(
+            try_land(&mut check, sge(0x4000, 8, 8)),
+            (false, false),
+            "no local write"
+        );
+        assert_eq!(
+            try_land(&mut check, sge(0x8000, 8, 9)),
+            (true, false),
+            "the device may write it, the CPU may not"
+        );
+        assert_eq!(
+            try_land(&mut check, sge(u64::MAX, u32::MAX, 7)),
+            (false, false),
+            "no overflow"
+        );
+        // The words of an entry are its region's, wherever in it the entry lies.
+        let l = check.land(&sge(0x1003, 4, 7));
+        assert_eq!(l.words, Words::of(0x1000, 0x100));
+        // SAFETY: pinned just now.
+        unsafe { (*l.pins.unwrap()).unpin() };
+        regions.remove(7);
+        assert_eq!(
+            try_land(&mut check, sge(0x1000, 8, 7)),
+            (false, false),
+            "dropped"
+        );
+    }
+
+    /// A region closed while the queue's copy of the list still has it is not pinned.
+    #[test]
+    fn a_closed_region_is_never_pinned_even_from_a_stale_list() {
+        let regions = Arc::new(Regions::default());
+        let mut check = RegionCheck::new(regions.clone());
+        let r = region(7, 0x1000, true, true);
+        let pins = r.pins.clone();
+        regions.insert(r);
+        assert_eq!(try_land(&mut check, sge(0x1000, 8, 7)), (true, true));
+        // Closed, but not yet removed from the list the check copied.
+        assert!(pins.close());
+        assert_eq!(try_land(&mut check, sge(0x1000, 8, 7)), (false, false));
+        assert!(pins.released());
+    }
+}

@@ -1,0 +1,340 @@
+//! The scatter list of every posted receive, kept beside the receive ring (never read back
+//! from it): where the poller copies data that arrived inside a CQE, and which regions the
+//! receive pins until it completes.
+//!
+//! Scatter-to-CQE: a ConnectX QP created by rdma-core scatters received sends of up to 32
+//! bytes (64 with 128-byte CQEs) into the CQE and leaves the receive buffers untouched
+//! (rdma-core `verbs.c` `use_scatter_to_cqe`; the kernel's `create_user_qp`). rdma-core's
+//! poller copies them with `mlx5_copy_to_recv_wqe`, reading the scatter list back from the
+//! receive ring; UCX hands the CQE bytes up directly. The direct path's poller copies, from
+//! the copy of the scatter list kept here, so the ring stays write-only.
+//!
+//! Soundness: the poller writes with the CPU where the device would have written, so every
+//! entry it writes must lie in registered, CPU-writable memory that stays alive until the
+//! receive completes. When a receive is posted, each entry is looked up in its protection
+//! domain's regions and the region is pinned in the same step ([`RegionCheck::land`],
+//! `super::pin`); a receive with an entry outside every such region is marked and its
+//! inline data are never copied (the completion reports a local protection error, as the
+//! device does for such a receive when it writes the buffers itself). The pins are given
+//! back when the receive completes ([`ScatterTable::done`]: the poller, after any copy and
+//! before it retires the entry), or when the table goes (its queue's QP is destroyed, so
+//! the device writes nothing more): a region dropped meanwhile stays registered until then.
+//! Both data paths keep the table: the verbs path for the pins (rdma-core's mlx5 provider
+//! copies with the CPU too; other devices write the buffers themselves).
+
+use super::pin::Pins;
+use super::regions::RegionCheck;
+use crate::completion::WcStatus;
+use core::cell::UnsafeCell;
+use mlx5::request::Sge;
+use mlx5::shared::Words;
+
+/// One scatter entry: where and how many bytes, the whole words of its region (the access
+/// sizes every party uses for those bytes: `mlx5::shared`), and the region it pins (null:
+/// none).
+#[derive(Copy, Clone, Debug)]
+struct Slot {
+    addr: u64,
+    len: u32,
+    words: Words,
+    pins: *const Pins,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot {
+            addr: 0,
+            len: 0,
+            words: Words::default(),
+            pins: core::ptr::null(),
+        }
+    }
+}
+
+/// What one receive recorded: its `n` non-empty entries (slots), and whether the poller
+/// may copy into them (every one lies in a CPU-writable region it pinned, or the queue's
+/// owner vouched for them).
+#[derive(Copy, Clone, Debug, Default)]
+struct Entry {
+    n: u8,
+    copy: bool,
+}
+
+/// The scatter lists of a receive ring, `max` entries per receive.
+pub(crate) struct ScatterTable {
+    mask: u32,
+    max: usize,
+    entries: Box<[UnsafeCell<Entry>]>,
+    slots: Box<[UnsafeCell<Slot>]>,
+}
+
+// SAFETY: the same protocol as `Shadow`: receive `i`'s entry and slots are written only by
+// the single poster (it holds `&mut` of its receive queue) before the doorbell record
+// announces the receive (Release), and read and cleared only by the single poller after the
+// device completed that receive (the Acquire load of the CQE's owner byte, or rdma-core's
+// poll on the verbs path), before the poller retires it (Release), after which the poster
+// (Acquire load of the retired mark) may write it again. A poster that records a receive
+// and then does not post it clears it itself before anything is announced. The `Pins` the
+// slots point to are kept alive by their regions while pinned (`super::pin`).
+unsafe impl Sync for ScatterTable {}
+// SAFETY: plain data and pointers to `Pins`, which are `Sync`; as above.
+unsafe impl Send for ScatterTable {}
+
+impl ScatterTable {
+    pub(crate) fn new(cnt: u32, max: usize) -> ScatterTable {
+        ScatterTable {
+            mask: cnt - 1,
+            max,
+            entries: (0..cnt)
+                .map(|_| UnsafeCell::new(Entry::default()))
+                .collect(),
+            slots: (0..cnt as usize * max)
+                .map(|_| UnsafeCell::new(Slot::default()))
+                .collect(),
+        }
+    }
+
+    /// Records the scatter list of the receive at `pos` (poster only, before the doorbell
+    /// record; at most `max` non-empty entries, checked by the caller). With `check`, each
+    /// entry pins the region it lies in ([`RegionCheck::land`]) and the poller may copy only
+    /// if every one is CPU-writable; without (a raw queue whose owner vouches for the
+    /// memory), the entries' own ranges, pinning nothing. Returns the lkey of the first
+    /// entry the poller may not copy into (None: it may copy). The pins are given back by
+    /// [`ScatterTable::done`].
+    #[inline]
+    pub(crate) fn record(
+        &self,
+        pos: u16,
+        sgl: &[Sge],
+        mut check: Option<&mut RegionCheck>,
+    ) -> Option<u32> {
+        let i = (pos as u32 & self.mask) as usize;
+        let mut n = 0;
+        let mut refused = None;
+        for s in sgl.iter().filter(|s| s.len != 0).take(self.max) {
+            let (words, pins) = match check.as_deref_mut() {
+                Some(c) => {
+                    let l = c.land(s);
+                    if !l.cpu_writable && refused.is_none() {
+                        refused = Some(s.lkey);
+                    }
+                    (l.words, l.pins.unwrap_or(core::ptr::null()))
+                }
+                None => (Words::of(s.addr, s.len as u64), core::ptr::null()),
+            };
+            // SAFETY: `i * max + n` < cnt * max; only the poster writes, and only entries of
+            // receives not yet announced (see the `Sync` impl).
+            unsafe {
+                *self.slots.get_unchecked(i * self.max + n).get() = Slot {
+                    addr: s.addr,
+                    len: s.len,
+                    words,
+                    pins,
+                }
+            };
+            n += 1;
+        }
+        let copy = refused.is_none();
+        // SAFETY: as above (`i` < cnt).
+        unsafe { *self.entries.get_unchecked(i).get() = Entry { n: n as u8, copy } };
+        refused
+    }
+
+    /// The receive at `pos` is over: gives back the pins it holds (the poller, once its
+    /// completion was consumed and any copy made, before the entry is retired; or the
+    /// poster, for a receive it recorded and did not post). Its regions may be deregistered
+    /// from then on.
+    #[inline]
+    pub(crate) fn done(&self, pos: u16) {
+        let i = (pos as u32 & self.mask) as usize;
+        // SAFETY: `i` < cnt; the caller holds the entry (see the `Sync` impl).
+        let e = unsafe { &mut *self.entries.get_unchecked(i).get() };
+        for k in 0..e.n as usize {
+            // SAFETY: entry `i` has `max >= n` slots from `i * max`.
+            let s = unsafe { &mut *self.slots.get_unchecked(i * self.max + k).get() };
+            if !s.pins.is_null() {
+                // SAFETY: pinned by `record` and not given back since (the pointer is
+                // cleared here): the region keeps its pins alive while pinned.
+                unsafe { (*s.pins).unpin() };
+                s.pins = core::ptr::null();
+            }
+        }
+        e.n = 0;
+    }
+
+    /// Copies `data` (what a CQE carried) into the scatter list of the receive at `pos`,
+    /// as rdma-core's `copy_to_scat`: entry after entry, until the data run out. Returns
+    /// the status of the receive: a local length error when the list is shorter than the
+    /// data (nothing is written then), a local protection error when the list may not be
+    /// written by the CPU.
+    ///
+    /// # Safety
+    /// Poller only, after the CQE of the receive at `pos` was seen and before the entry is
+    /// given back ([`ScatterTable::done`]) and retired; `data` (at most 64 bytes) must not
+    /// overlap the receive buffers.
+    #[inline(always)]
+    pub(crate) unsafe fn copy(&self, pos: u16, data: &[u8]) -> WcStatus {
+        let i = (pos as u32 & self.mask) as usize;
+        // SAFETY: `i` is masked by `cnt - 1` (`entries` has `cnt` elements); read after the
+        // device completed the receive (caller contract, `Sync`).
+        let e = unsafe { *self.entries.get_unchecked(i).get() };
+        if e.copy && e.n >= 1 {
+            // SAFETY: entry `i` has `max >= 1` slots from `i * max`, written with it.
+            let first = unsafe { *self.slots.get_unchecked(i * self.max).get() };
+            // The usual case: the first entry holds it all.
+            if data.len() <= first.len as usize {
+                // SAFETY: the entry lies inside a live, CPU-writable registered region
+                // (checked and pinned when posted, `copy`), which stays registered until
+                // this receive is done (the caller has not given it back yet).
+                unsafe { copy_small(data, first.addr as *mut u8, first.words) };
+                return WcStatus::Success;
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.copy_list(i, e, data) }
+    }
+
+    /// [`ScatterTable::copy`] over several entries, or an error.
+    ///
+    /// # Safety
+    /// As [`ScatterTable::copy`], for entry `i` (masked) holding `e`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn copy_list(&self, i: usize, e: Entry, data: &[u8]) -> WcStatus {
+        if data.is_empty() {
+            return WcStatus::Success;
+        }
+        if !e.copy {
+            return WcStatus::LocProtErr;
+        }
+        let slots: Vec<Slot> = (0..e.n as usize)
+            // SAFETY: entry `i` has `max >= n` slots from `i * max`, written with it.
+            .map(|k| unsafe { *self.slots[i * self.max + k].get() })
+            .collect();
+        if slots.iter().map(|s| s.len as u64).sum::<u64>() < data.len() as u64 {
+            return WcStatus::LocLenErr;
+        }
+        let mut rest = data;
+        for s in slots {
+            let m = rest.len().min(s.len as usize);
+            // SAFETY: as in `copy`, for `m <= len` bytes of this entry.
+            unsafe { copy_small(&rest[..m], s.addr as *mut u8, s.words) };
+            rest = &rest[m..];
+        }
+        WcStatus::Success
+    }
+}
+
+impl Drop for ScatterTable {
+    /// The last holder of the table is gone: its queue's QP was destroyed before (the
+    /// queue holds the table, and its owner destroys the QP before dropping the queue;
+    /// the poller's copy goes after), so the device writes none of its receives any more:
+    /// the pins of those never completed are given back.
+    fn drop(&mut self) {
+        for pos in 0..=self.mask {
+            self.done(pos as u16);
+        }
+    }
+}
+
+/// The refusal of a receive with the entry of `lkey` outside every CPU-writable region of
+/// its domain, on a device whose provider copies small messages into the buffers with the
+/// CPU and checks no key (rdma-core's mlx5 `mlx5_copy_to_recv_wqe`): posted, it would let a
+/// peer's bytes land wherever the entry points.
+#[cold]
+pub(crate) fn not_cpu_writable(lkey: u32) -> crate::Error {
+    crate::Error::InvalidParameter {
+        what: "receive entry outside every CPU-writable registered region of the protection \
+               domain (lkey; rdma-core's mlx5 provider copies small messages into receive \
+               buffers with the CPU)",
+        value: lkey as u64,
+    }
+}
+
+/// Copies at most 64 bytes (what a CQE carries) into region memory with relaxed atomic
+/// stores of the sizes the region's bytes always get (`mlx5::shared`): the same accesses as
+/// the software NIC's DMA and `MemoryRegion::read`/`write`, so a thread reading the region
+/// meanwhile races with nothing.
+///
+/// # Safety
+/// `dst .. dst + src.len()` must lie in the region whose whole words are `words`, be valid
+/// for writes and not overlap `src`.
+#[inline(always)]
+unsafe fn copy_small(src: &[u8], dst: *mut u8, words: Words) {
+    // SAFETY: the caller's contract is `copy_in`'s.
+    unsafe { mlx5::shared::copy_in(words, dst, src) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::regions::{Region, Regions};
+    use super::*;
+    use std::sync::Arc;
+
+    fn sge(addr: u64, len: u32, lkey: u32) -> Sge {
+        Sge { addr, len, lkey }
+    }
+
+    #[test]
+    fn copy_follows_the_list_and_its_bounds() {
+        let mut a = [0u8; 4];
+        let mut b = [0u8; 8];
+        let t = ScatterTable::new(4, 3);
+        let list = [
+            sge(a.as_mut_ptr() as u64, 4, 1),
+            sge(0, 0, 1), // skipped, as the receive WQE skips it
+            sge(b.as_mut_ptr() as u64, 8, 1),
+        ];
+        assert_eq!(t.record(5, &list, None), None);
+        let data: Vec<u8> = (1..=10).collect();
+        // SAFETY: the buffers outlive the copies; single thread.
+        assert_eq!(unsafe { t.copy(5, &data) }, WcStatus::Success);
+        assert_eq!((a, b), ([1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 0, 0]));
+        // SAFETY: as above.
+        assert_eq!(unsafe { t.copy(5, &[0xee; 13]) }, WcStatus::LocLenErr);
+        assert_eq!(
+            (a, b),
+            ([1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 0, 0]),
+            "untouched"
+        );
+        // SAFETY: as above.
+        assert_eq!(unsafe { t.copy(5, &[]) }, WcStatus::Success);
+        // An entry outside every registered region: never written.
+        let regions = Arc::new(Regions::default());
+        let mut check = RegionCheck::new(regions);
+        assert_eq!(t.record(6, &list, Some(&mut check)), Some(1));
+        // SAFETY: as above.
+        assert_eq!(unsafe { t.copy(6, &[1]) }, WcStatus::LocProtErr);
+        assert_eq!(a[0], 1, "an unchecked list is never written");
+    }
+
+    /// A receive pins each region it lands in until it is done; the table gives back the
+    /// pins of receives never completed when it goes.
+    #[test]
+    fn a_receive_holds_its_regions_until_done_or_the_table_goes() {
+        let regions = Arc::new(Regions::default());
+        let pins = Arc::new(Pins::new());
+        regions.insert(Region {
+            lkey: 7,
+            addr: 0x1000,
+            len: 0x100,
+            local_write: true,
+            cpu_writable: true,
+            on_demand: false,
+            pins: pins.clone(),
+        });
+        let mut check = RegionCheck::new(regions.clone());
+        let t = ScatterTable::new(4, 2);
+        let two = [sge(0x1000, 8, 7), sge(0x1080, 8, 7)];
+        assert_eq!(t.record(0, &two, Some(&mut check)), None);
+        assert_eq!(t.record(1, &two[..1], Some(&mut check)), None);
+        regions.remove(7);
+        assert!(!pins.close(), "three pins held");
+        t.done(0);
+        assert!(!pins.released(), "receive 1 still holds it");
+        t.done(0);
+        assert!(!pins.released(), "done twice gives back nothing more");
+        drop(t);
+        assert!(pins.released(), "the table gave back receive 1's pin");
+    }
+}
