@@ -80,9 +80,10 @@ pub struct MemoryWindow {
 pub(crate) struct Step {
     pub(crate) rkey: u32,
     pub(crate) bound: Option<u32>,
-    /// Its positions in the send queue.
-    pub(crate) start: u16,
-    pub(crate) end: u16,
+    /// Its positions in the send queue, as 64-bit counts ([`Shadow::widen_posted`]): exact
+    /// however long the window stays unsettled.
+    pub(crate) start: u64,
+    pub(crate) end: u64,
 }
 
 /// The window's requests in flight on one QP (up to [`MAX_IN_FLIGHT`]).
