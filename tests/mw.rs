@@ -423,3 +423,44 @@ fn a_bind_flushed_after_an_error_is_forgotten_across_a_position_wrap() {
     );
     unbind_revokes(&p, &mut mw, k1);
 }
+
+#[test]
+fn a_window_dropped_with_its_bind_in_flight_is_deallocated_once_the_bind_completed() {
+    let mut p = pair();
+    let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
+    let k =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
+            .unwrap();
+    // Dropped before the NIC ran the bind (stepped: nothing runs until `process`).
+    drop(mw);
+    assert!(p.dev.nic().unwrap().mw_state(k).is_some(), "kept");
+    assert_eq!(
+        p.wait(true, 1)[0],
+        (1, WcStatus::Success, WcOpcode::BindMw, 0, None)
+    );
+    // The QP lives on: its next request succeeds.
+    let at = Remote {
+        addr: p.mr_a.addr(),
+        rkey: p.mr_a.rkey(),
+    };
+    p.b.write_inline(b"alive", at, 2, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
+    // Deallocated at the next reclaim point: the key grants nothing.
+    assert_eq!(p.b.pd().reclaim(), 0);
+    assert_eq!(p.dev.nic().unwrap().mw_state(k), None, "deallocated");
+    assert_eq!(write(&mut p, b"x", 0, k, 3), WcStatus::RemAccessErr);
+
+    // The binding QP dropped before the NIC ran the bind: deallocated at the next reclaim.
+    let mut p = pair();
+    let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
+    let k =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
+            .unwrap();
+    drop(mw);
+    assert_eq!(p.b.pd().reclaim(), 1, "kept while the bind is in flight");
+    let Pair { dev, a, b, .. } = p;
+    drop(b);
+    assert_eq!(a.pd().reclaim(), 0);
+    assert_eq!(dev.nic().unwrap().mw_state(k), None, "deallocated");
+}
