@@ -279,3 +279,188 @@ fn a_window_of_another_protection_domain_is_refused() {
         .unwrap_err();
     assert!(matches!(e, Error::InvalidHandle { .. }), "{e}");
 }
+
+/// Drives the NIC and polls both CQs until nothing more happens; returns B's completion
+/// statuses.
+fn drain(p: &mut Pair) -> Vec<WcStatus> {
+    let mut out = [Completion::default(); 64];
+    let mut seen = Vec::new();
+    loop {
+        let ran = p.dev.process();
+        let n = p.cq_b.poll(&mut out);
+        seen.extend(out[..n].iter().map(|c| c.status));
+        let m = p.cq_a.poll(&mut out);
+        if ran + n + m == 0 {
+            return seen;
+        }
+    }
+}
+
+/// B posts `n` one-block inline writes to A's region with `rkey`, unsignaled but every 32nd
+/// and the last, running the NIC and polling (into `seen`) whenever B is short of room.
+fn b_writes(p: &mut Pair, n: u64, rkey: u32, seen: &mut Vec<WcStatus>) {
+    let at = Remote {
+        addr: p.mr_a.addr(),
+        rkey,
+    };
+    for i in 0..n {
+        let flags = if i % 32 == 31 || i + 1 == n {
+            PostFlags::SIGNALED
+        } else {
+            PostFlags::UNSIGNALED
+        };
+        loop {
+            let free = p.b.free_send();
+            match p.b.write_inline(&[7; 8], at, 100 + i, flags) {
+                Ok(()) => {
+                    assert_eq!(free - p.b.free_send(), 1, "one send-ring block");
+                    break;
+                }
+                Err(Error::QueueFull { .. } | Error::CqFull { .. }) => seen.extend(drain(p)),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+}
+
+/// Unbinds the type-1 window `mw` through a fresh pair of QPs of B's domain, and shows that
+/// the NIC held `key` before (the peer's write through it succeeds) and nothing after (the
+/// same write fails).
+fn unbind_revokes(p: &Pair, mw: &mut MemoryWindow, key: u32) {
+    let pd = p.b.pd().clone();
+    let (mut cq_c, mut cq_d) = (p.dev.create_cq(64).unwrap(), p.dev.create_cq(64).unwrap());
+    let mut c = pd.create_qp(&cq_c, &cq_c, scenarios::caps()).unwrap();
+    let mut d = pd.create_qp(&cq_d, &cq_d, scenarios::caps()).unwrap();
+    let (ec, ed) = (c.endpoint().unwrap(), d.endpoint().unwrap());
+    c.connect(ed).unwrap();
+    d.connect(ec).unwrap();
+    let at = Remote {
+        addr: p.mr_b.addr(),
+        rkey: key,
+    };
+    d.write_inline(b"before", at, 1, PostFlags::SIGNALED)
+        .unwrap();
+    let status = scenarios::wait_on(&p.dev, &mut cq_d, 1)[0].status;
+    assert_eq!(status, WcStatus::Success, "the NIC holds the key");
+    c.unbind_mw(mw, 2, PostFlags::SIGNALED).unwrap();
+    let status = scenarios::wait_on(&p.dev, &mut cq_c, 1)[0].status;
+    assert_eq!(status, WcStatus::Success, "the unbind names the NIC's key");
+    assert!(!mw.is_bound());
+    d.write_inline(b"after", at, 3, PostFlags::SIGNALED)
+        .unwrap();
+    let status = scenarios::wait_on(&p.dev, &mut cq_d, 1)[0].status;
+    assert_eq!(status, WcStatus::RemAccessErr, "revoked");
+}
+
+/// A key no region or window of the pair has.
+const BAD_RKEY: u32 = 0x00ff_ff00;
+
+#[test]
+fn a_completed_bind_stays_committed_when_its_qp_fails_two_position_wraps_later() {
+    let mut p = pair();
+    let good = p.mr_a.rkey();
+    let mut mw = p.b.pd().alloc_mw(MwType::One).unwrap();
+    let free = p.b.free_send();
+    let k1 =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
+            .unwrap();
+    let bind_bbs = (free - p.b.free_send()) as u64;
+    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
+    // 70,000 send positions of other work, polled: the window is as it was.
+    let mut seen = Vec::new();
+    b_writes(&mut p, 70_000, good, &mut seen);
+    seen.extend(drain(&mut p));
+    assert!(seen.iter().all(|s| *s == WcStatus::Success), "{seen:?}");
+    assert_eq!((mw.rkey(), mw.is_bound()), (k1, true));
+    // Then B fails 2 * 65,536 - 3 positions after the bind started (a write with a bad key),
+    // and the five requests after it are flushed: the 16-bit positions of the bind and of
+    // the error are then 3 apart the wrong way round.
+    let mut seen = Vec::new();
+    b_writes(&mut p, 2 * 65_536 - 3 - bind_bbs - 70_000, good, &mut seen);
+    b_writes(&mut p, 1, BAD_RKEY, &mut seen);
+    b_writes(&mut p, 5, good, &mut seen);
+    seen.extend(drain(&mut p));
+    let failed: Vec<_> = seen.iter().filter(|s| **s != WcStatus::Success).collect();
+    assert_eq!(failed[0], &WcStatus::RemAccessErr, "{failed:?}");
+    assert!(failed[1..].iter().all(|s| **s == WcStatus::WrFlushErr));
+    assert_eq!(
+        (mw.rkey(), mw.is_bound()),
+        (k1, true),
+        "the bind completed long before the error"
+    );
+    unbind_revokes(&p, &mut mw, k1);
+}
+
+#[test]
+fn a_bind_flushed_after_an_error_is_forgotten_across_a_position_wrap() {
+    let mut p = pair();
+    let good = p.mr_a.rkey();
+    let mut mw = p.b.pd().alloc_mw(MwType::One).unwrap();
+    let free = p.b.free_send();
+    let k1 =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
+            .unwrap();
+    let bind_bbs = (free - p.b.free_send()) as u64;
+    assert!(bind_bbs < 8);
+    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
+    // B fails at once (a write with a bad key); every later request is flushed, a rebind
+    // 65,536 - 8 positions after the error among them, with 10 writes after it.
+    let mut seen = Vec::new();
+    b_writes(&mut p, 1, BAD_RKEY, &mut seen);
+    b_writes(&mut p, 65_536 - 8 - 1, good, &mut seen);
+    let k2 =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 128, RW, 2, PostFlags::SIGNALED)
+            .unwrap();
+    assert_ne!(k2, k1);
+    b_writes(&mut p, 10, good, &mut seen);
+    seen.extend(drain(&mut p));
+    assert_eq!(seen[0], WcStatus::RemAccessErr, "{:?}", &seen[..4]);
+    assert!(seen[1..].iter().all(|s| *s == WcStatus::WrFlushErr));
+    assert_eq!(
+        (mw.rkey(), mw.is_bound()),
+        (k1, true),
+        "the rebind was flushed: the first bind holds"
+    );
+    unbind_revokes(&p, &mut mw, k1);
+}
+
+#[test]
+fn a_window_dropped_with_its_bind_in_flight_is_deallocated_once_the_bind_completed() {
+    let mut p = pair();
+    let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
+    let k =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
+            .unwrap();
+    // Dropped before the NIC ran the bind (stepped: nothing runs until `process`).
+    drop(mw);
+    assert!(p.dev.nic().unwrap().mw_state(k).is_some(), "kept");
+    assert_eq!(
+        p.wait(true, 1)[0],
+        (1, WcStatus::Success, WcOpcode::BindMw, 0, None)
+    );
+    // The QP lives on: its next request succeeds.
+    let at = Remote {
+        addr: p.mr_a.addr(),
+        rkey: p.mr_a.rkey(),
+    };
+    p.b.write_inline(b"alive", at, 2, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
+    // Deallocated at the next reclaim point: the key grants nothing.
+    assert_eq!(p.b.pd().reclaim(), 0);
+    assert_eq!(p.dev.nic().unwrap().mw_state(k), None, "deallocated");
+    assert_eq!(write(&mut p, b"x", 0, k, 3), WcStatus::RemAccessErr);
+
+    // The binding QP dropped before the NIC ran the bind: deallocated at the next reclaim.
+    let mut p = pair();
+    let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
+    let k =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
+            .unwrap();
+    drop(mw);
+    assert_eq!(p.b.pd().reclaim(), 1, "kept while the bind is in flight");
+    let Pair { dev, a, b, .. } = p;
+    drop(b);
+    assert_eq!(a.pd().reclaim(), 0);
+    assert_eq!(dev.nic().unwrap().mw_state(k), None, "deallocated");
+}

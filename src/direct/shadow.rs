@@ -6,10 +6,15 @@
 //! owner byte); the poller's Acquire load of that byte therefore happens after the entry was
 //! written. The poller then stores how far the ring has retired (Release), and the poster
 //! loads it (Acquire) before reusing those blocks.
+//!
+//! Positions are 16-bit and wrap. Window bookkeeping needs to compare positions any distance
+//! apart, so the poster also keeps, on its cold path, the retired position it last read as a
+//! 64-bit count ([`Shadow::note_retired`]); every position still in the ring lies less than a
+//! ring from it, which widens it exactly ([`Shadow::widen_posted`], [`Shadow::outcome`]).
 
 use crate::completion::WcOpcode;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 /// What the poller needs to know about one posted send WQE. 16 bytes, the last 8 of which
 /// are a constant for a given kind of request (one store on the fast path).
@@ -38,13 +43,21 @@ pub(crate) struct Shadow<T> {
     retired: AtomicU16,
     /// Producer index after the last request posted (for deferred deregistration).
     posted: AtomicU16,
-    /// Position of the first request that completed in error ([`NO_ERROR`] until then):
-    /// written once by the poller on its error path, read by window bookkeeping.
-    first_error: AtomicU32,
+    /// Position (64-bit, see `base`) of the first request that completed in error
+    /// ([`NO_ERROR`] until then): written once by the poller on its error path, read by
+    /// window bookkeeping.
+    first_error: AtomicU64,
+    /// The retired position the poster read on its cold path last, counted from the ring's
+    /// creation (64 bits; its low 16 bits are that position). Written by the poster only
+    /// (Release), at least once every ring of positions: it reads the retired position again
+    /// before it posts past the room it computed from the last one (`SendQueue::make_room`,
+    /// `VerbsSendQueue::refill_room`), so every position posted since lies within a ring of
+    /// this one, and so does the retired position and the first error.
+    base: AtomicU64,
 }
 
 /// `first_error` before any error.
-const NO_ERROR: u32 = u32::MAX;
+const NO_ERROR: u64 = u64::MAX;
 
 // SAFETY: entries are written only by the single poster (it holds `&mut` of its queue) for
 // positions the device has not been told about, and read by the single poller only after the
@@ -61,7 +74,8 @@ impl<T: Copy + Default> Shadow<T> {
             entries: (0..cnt).map(|_| UnsafeCell::new(T::default())).collect(),
             retired: AtomicU16::new(0),
             posted: AtomicU16::new(0),
-            first_error: AtomicU32::new(NO_ERROR),
+            first_error: AtomicU64::new(NO_ERROR),
+            base: AtomicU64::new(0),
         }
     }
 
@@ -140,34 +154,72 @@ impl<T: Copy + Default> Shadow<T> {
     /// and every later request is flushed.
     #[cold]
     pub(crate) fn note_error(&self, pos: u16) {
+        // The request is not retired yet, so the poster's `base` (a retired position it read)
+        // is at or before it; and it was posted after the `base` the poster last stored
+        // before posting it, which the device's completion makes visible here, and less than
+        // a ring after that one. So it is within 65,535 positions after any `base` read now.
+        let base = self.base.load(Ordering::Acquire);
         let _ = self.first_error.compare_exchange(
             NO_ERROR,
-            pos as u32,
+            widen(base, pos),
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
     }
 
-    /// How the request occupying positions `start .. end` ended, as far as the poller knows:
-    /// `Some(true)` succeeded, `Some(false)` failed or was flushed, `None` not known yet.
+    /// Records the retired position the poster has just read on its cold path, before it
+    /// computes how far it may post from it (poster only; one load and one store, not on
+    /// the fast path).
+    pub(crate) fn note_retired(&self, retired: u16) {
+        let base = self.base.load(Ordering::Relaxed);
+        // Retired positions only grow, and the poster posted less than a ring past the last
+        // `base` (the room it computed from it), so the new one is less than a ring ahead.
+        self.base.store(widen(base, retired), Ordering::Release);
+    }
+
+    /// The 64-bit count of position `pos`, one the poster has just posted (poster only).
+    pub(crate) fn widen_posted(&self, pos: u16) -> u64 {
+        // `pos` was posted after the poster read the retired position `base` holds, and
+        // before its room from there (at most a ring) ran out.
+        widen(self.base.load(Ordering::Relaxed), pos)
+    }
+
+    /// How the request occupying positions `start .. end` (64-bit counts from
+    /// [`Shadow::widen_posted`]) ended, as far as the poller knows: `Some(true)` succeeded,
+    /// `Some(false)` failed or was flushed, `None` not known yet. Exact however many
+    /// positions have been posted since (cold path: window bookkeeping).
     ///
     /// Requests run in order and the first failure moves the QP to error, so a request
     /// succeeded if it retired before any error, or if the first error came after it.
-    /// Positions are 16-bit: the answer is exact while fewer than 32,768 positions have been
-    /// posted since `start` (callers settle at every use of the object that needs it).
-    pub(crate) fn outcome(&self, start: u16, end: u16) -> Option<bool> {
-        // Acquire on `retired` orders the error mark (written before the retire) before us.
-        let retired = self.retired();
-        let posted = self.posted();
-        let err = self.first_error.load(Ordering::Relaxed);
-        if err != NO_ERROR {
-            let e = err as u16;
-            // Distances back from the producer: at or before `start` means this one failed.
-            return Some(posted.wrapping_sub(e) < posted.wrapping_sub(start));
+    pub(crate) fn outcome(&self, start: u64, end: u64) -> Option<bool> {
+        loop {
+            let base = self.base.load(Ordering::Acquire);
+            // Acquire on `retired` orders the error mark (written before the retire) before
+            // the loads below.
+            let retired = self.retired();
+            let err = self.first_error.load(Ordering::Relaxed);
+            // The retired position is at or after `base` (a value of it the poster read, and
+            // the Acquire above orders that read before ours). If the poster has not moved
+            // `base` since, it has posted less than a ring past it, and the retired position
+            // is no further: one 16-bit distance from `base` says where it is. If it has
+            // (a position retired beyond the ring was posted after a newer `base`, which the
+            // retire's Release then makes visible here), read again.
+            if self.base.load(Ordering::Relaxed) != base {
+                continue;
+            }
+            if err != NO_ERROR {
+                // At or before `start` means this one failed.
+                return Some(err > start);
+            }
+            return (widen(base, retired) >= end).then_some(true);
         }
-        let done = retired == posted || retired.wrapping_sub(end) <= posted.wrapping_sub(end);
-        done.then_some(true)
     }
+}
+
+/// The 64-bit count of the 16-bit position `pos`, given that it lies at or after the count
+/// `base` and less than 65,536 positions from it.
+fn widen(base: u64, pos: u16) -> u64 {
+    base + pos.wrapping_sub(base as u16) as u64
 }
 
 /// How far a queue's positions are retired (for the CQ accounting, which does not care

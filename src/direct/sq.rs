@@ -379,6 +379,7 @@ impl SendQueue {
     #[inline(never)]
     pub(super) fn make_room(&mut self, bbs: u32) -> Result<()> {
         let retired = self.shadow.retired();
+        self.shadow.note_retired(retired);
         let ring_free = self.cnt - (self.pi.wrapping_sub(retired) as u32);
         let mut room = ring_free;
         if let Some(s) = &mut self.cq_share {

@@ -501,7 +501,8 @@ impl Pd {
     }
 
     /// Deregisters the dropped regions whose outstanding work has completed since (see the
-    /// crate's ownership rules); returns how many still wait.
+    /// crate's ownership rules), and deallocates the memory windows dropped with a bind or
+    /// unbind in flight once that work has completed; returns how many still wait.
     pub fn reclaim(&self) -> usize {
         self.inner.lifetimes.reclaim()
     }

@@ -24,7 +24,9 @@ pub(crate) enum MwKind {
 /// [`Qp::bind_mw`](crate::Qp::bind_mw) / [`Qp::unbind_mw`](crate::Qp::unbind_mw) is *in
 /// flight* until the poller has seen it (or a later request of its QP) complete; it is
 /// committed when it succeeded and forgotten when it failed or was flushed, so the key and
-/// binding never run ahead of the NIC.
+/// binding never run ahead of the NIC. A window dropped with a bind or unbind in flight is
+/// deallocated only once that work has completed (see its `Drop`): the bind completes as
+/// posted, and its QP lives on.
 ///
 /// Granting a peer 256 bytes of a region, then revoking it:
 ///
@@ -80,9 +82,10 @@ pub struct MemoryWindow {
 pub(crate) struct Step {
     pub(crate) rkey: u32,
     pub(crate) bound: Option<u32>,
-    /// Its positions in the send queue.
-    pub(crate) start: u16,
-    pub(crate) end: u16,
+    /// Its positions in the send queue, as 64-bit counts ([`Shadow::widen_posted`]): exact
+    /// however long the window stays unsettled.
+    pub(crate) start: u64,
+    pub(crate) end: u64,
 }
 
 /// The window's requests in flight on one QP (up to [`MAX_IN_FLIGHT`]).
@@ -258,24 +261,73 @@ impl MemoryWindow {
     }
 }
 
-impl Drop for MemoryWindow {
-    fn drop(&mut self) {
-        match (&self.kind, &self.pd.inner.dev.backend) {
+/// A dropped window's deallocation, kept in its protection domain's lifetimes (as a region's
+/// registration is) while a bind or unbind of it is in flight: the device runs binds against
+/// the window, and one that meets a freed window fails (`MW_BIND`) and moves its QP to error.
+enum Dealloc {
+    /// The software NIC's window (found by index: any of the keys the window had will do).
+    #[cfg(feature = "sim")]
+    Sim(mlx5::sim::Nic, u32),
+    /// rdma-core's window.
+    Verbs(*mut ffi::ibv_mw),
+    /// Nothing to free (window and domain of different backends, which `alloc_mw` never
+    /// makes).
+    #[cfg(feature = "sim")]
+    Nothing,
+}
+
+// SAFETY: the verbs pointer is taken from the dropped window, which no longer uses it: this
+// value alone frees it, once; rdma-core windows may be freed from any thread.
+unsafe impl Send for Dealloc {}
+
+impl super::lifetime::Deregister for Dealloc {
+    /// Frees the window; false when rdma-core's `ibv_dealloc_mw` fails (rdma-core's
+    /// `mlx5_dealloc_mw` keeps the window then, so it may be tried again).
+    fn deregister(&mut self) -> bool {
+        match self {
             #[cfg(feature = "sim")]
-            (MwKind::Sim, Backend::Sim(n)) => {
-                // The NIC finds windows by index: any of the keys the window had will do.
-                let _ = n.dealloc_mw(self.rkey);
+            Dealloc::Sim(n, rkey) => {
+                // An unknown window (NoMw) is freed already.
+                let _ = n.dealloc_mw(*rkey);
+                true
             }
-            (MwKind::Verbs(mw), _) => {
-                // SAFETY: allocated in alloc_mw, freed once.
-                unsafe { ffi::ibv_dealloc_mw(*mw) };
-            }
+            // SAFETY: allocated in alloc_mw; freed here only, and only once: after a
+            // success, `deregister` is not called again.
+            Dealloc::Verbs(mw) => unsafe { ffi::ibv_dealloc_mw(*mw) == 0 },
             #[cfg(feature = "sim")]
-            _ => {}
+            Dealloc::Nothing => true,
         }
-        // A region whose deregistration the device refused while this window was bound to
-        // it may go now.
-        self.pd.inner.lifetimes.reclaim();
+    }
+}
+
+impl Drop for MemoryWindow {
+    /// Deallocates the window, at once unless a bind or unbind of it is still in flight:
+    /// then once the work posted so far on its domain's QPs has completed (or was flushed),
+    /// or those QPs are gone, at the domain's next reclaim (a region drop or allocation, a
+    /// QP drop, [`Pd::reclaim`](super::Pd::reclaim)), at the latest with the domain. The
+    /// bind completes meanwhile, as posted, and its key grants access until then.
+    fn drop(&mut self) {
+        self.settle();
+        // Not kept: the window's hold on its QP's queue would keep that queue counted as
+        // live once the QP is gone.
+        let in_flight = self.flight.take().is_some();
+        let mut dealloc = match (&self.kind, &self.pd.inner.dev.backend) {
+            #[cfg(feature = "sim")]
+            (MwKind::Sim, Backend::Sim(n)) => Dealloc::Sim(n.clone(), self.rkey),
+            (MwKind::Verbs(mw), _) => Dealloc::Verbs(*mw),
+            #[cfg(feature = "sim")]
+            _ => Dealloc::Nothing,
+        };
+        let lifetimes = &self.pd.inner.lifetimes;
+        if in_flight {
+            lifetimes.release(Box::new(dealloc), None);
+        } else {
+            use super::lifetime::Deregister;
+            dealloc.deregister();
+            // A region whose deregistration the device refused while this window was bound
+            // to it may go now.
+            lifetimes.reclaim();
+        }
     }
 }
 

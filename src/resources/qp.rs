@@ -1398,8 +1398,8 @@ impl Qp {
         let step = super::mw::Step {
             rkey,
             bound,
-            start,
-            end,
+            start: shadow.widen_posted(start),
+            end: shadow.widen_posted(end),
         };
         mw.push_step(self.qpn, shadow, step);
     }

@@ -187,7 +187,13 @@ impl VerbsSendQueue {
     #[cold]
     #[inline(never)]
     fn refill_room(&mut self) -> Result<()> {
-        let free = self.free();
+        // `free`, from one read of the retired position, which the window bookkeeping
+        // widens from (`Shadow::note_retired`).
+        let retired = self.shadow.retired();
+        self.shadow.note_retired(retired);
+        let free = self
+            .cap
+            .saturating_sub(self.seq.wrapping_sub(retired) as u32);
         if free == 0 {
             return Err(Error::QueueFull {
                 needed: 1,
