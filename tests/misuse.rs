@@ -349,3 +349,63 @@ fn messages_name_rights_and_which_handle_was_wrong() {
         "nothing posted"
     );
 }
+
+/// The direct send queue of an RC QP (`Qp::direct_sq`, or the `Batch::Direct` of
+/// `Qp::batch`) knows its transport: a UD send or a DC request on it is refused before
+/// anything is written (a ConnectX would fail the WQE with a local QP operation error and
+/// move the QP to error), and the QP goes on working.
+#[test]
+fn ud_and_dc_posts_on_an_rc_qps_direct_queue_are_refused_before_posting() {
+    let (dev, pd, mut cq, mut qp) = loopback();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let free = qp.free_send();
+    let data = Payload::Inline(b"datagram");
+    let av = mlx5::av::Av::default();
+    let send = mlx5::wqe::UdSend {
+        dgram: mlx5::av::DatagramSeg::ud(&av, qp.qpn(), 0x1111),
+        data,
+        imm: None,
+    };
+    let dest = mlx5::dc::DcAddr {
+        av: [0; mlx5::dc::AV_BYTES],
+        dctn: 0x42,
+        dc_key: 7,
+    };
+    let write = Request::Write {
+        remote: mr.remote(0).unwrap(),
+        data,
+    };
+    let flags = PostFlags::SIGNALED;
+    let sq = qp.direct_sq().unwrap();
+    let mut refused = vec![
+        sq.post_ud(&send, 1, flags),
+        sq.post_dc(&dest, &write, 2, flags),
+        sq.push_dc(&dest, &write, 3, flags),
+    ];
+    let mut batch = sq.batch();
+    refused.push(batch.push_dc(&dest, &write, 4, flags));
+    batch.ring();
+    let Batch::Direct(mut batch) = qp.batch() else {
+        panic!("the software NIC runs the direct path");
+    };
+    refused.push(batch.push_dc(&dest, &write, 5, flags));
+    batch.ring();
+    for (i, r) in refused.into_iter().enumerate() {
+        assert!(
+            matches!(&r, Err(Error::Unsupported(why)) if why.contains("RC QP")),
+            "post {i}: {r:?}"
+        );
+    }
+    assert_eq!(qp.free_send(), free, "nothing written");
+    assert_eq!(dev.process(), 0, "nothing posted");
+    // The QP is alive: an RC write runs.
+    qp.write_inline(b"rc", mr.remote(8).unwrap(), 6, flags)
+        .unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll(&mut out), 1);
+    assert_eq!((out[0].cookie, out[0].status), (6, WcStatus::Success));
+    let mut got = [0u8; 2];
+    mr.read(8, &mut got).unwrap();
+    assert_eq!(&got, b"rc");
+}

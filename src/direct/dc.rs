@@ -4,7 +4,9 @@
 //! completion moderation, the shadow table, the same doorbell and BlueFlame rules). The RC
 //! post path is not touched: a DCI posts through these functions only.
 
-use super::sq::{check_atomic_kind, wc_opcode, Batch, SendQueue, MASKED_ATOMICS, STANDARD_ATOMICS};
+use super::sq::{
+    check_atomic_kind, wc_opcode, Batch, SendQueue, Transport, MASKED_ATOMICS, STANDARD_ATOMICS,
+};
 use crate::error::{Error, Result};
 use crate::PostFlags;
 use mlx5::dc::{dc_wqe_ds, encode_dc, DcAddr, MAX_DCTN};
@@ -38,8 +40,9 @@ impl SendQueue {
     /// # Errors
     /// [`Error::Unsupported`] for a request a DCI does not post (binds, local invalidates,
     /// sends with invalidate, NOPs) or an
-    /// atomic the device lacks; [`Error::InvalidParameter`] for a DCT number past 24 bits;
-    /// otherwise as [`SendQueue::push`].
+    /// atomic the device lacks, and on the queue of one of the crate's QPs that is not a
+    /// DCI (an RC or UD QP's: [`crate::Qp::direct_sq`]); [`Error::InvalidParameter`] for a
+    /// DCT number past 24 bits; otherwise as [`SendQueue::push`].
     pub fn push_dc(
         &mut self,
         dest: &DcAddr,
@@ -47,6 +50,7 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
+        self.check_transport(Transport::Dci)?;
         dci_request_ok(req)?;
         if dest.dctn > MAX_DCTN {
             return Err(Error::InvalidParameter {

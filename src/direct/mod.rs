@@ -29,7 +29,7 @@ pub use sq::{Batch, PostFlags, SendQueue};
 pub use srq::SrqRing;
 
 pub(crate) use cq::{Attached, Registry};
-pub(crate) use sq::check_atomic;
+pub(crate) use sq::{check_atomic, Transport};
 
 /// The most bytes one message moves (InfiniBand's 2^31; a CQE counts them in 32 bits).
 pub(crate) const MAX_MESSAGE: u64 = 1 << 31;

@@ -5,7 +5,7 @@
 //! completion moderation, shadow table, doorbell or BlueFlame) by their own post function,
 //! so the RC post path is unchanged.
 
-use super::sq::{PostFlags, SendQueue};
+use super::sq::{PostFlags, SendQueue, Transport};
 use crate::completion::WcOpcode;
 use crate::error::Result;
 use mlx5::wqe::{encode_ud, ud_wqe_ds, UdSend};
@@ -15,9 +15,12 @@ impl SendQueue {
     /// path MTU (a longer one fails at the NIC with a local length error).
     ///
     /// # Errors
-    /// As [`SendQueue::push`] for the payload and queue room; nothing is written on an error.
+    /// As [`SendQueue::push`] for the payload and queue room; [`crate::Error::Unsupported`]
+    /// on the queue of one of the crate's QPs that is not UD (an RC QP's:
+    /// [`crate::Qp::direct_sq`]). Nothing is written on an error.
     #[inline]
     pub fn post_ud(&mut self, send: &UdSend<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.check_transport(Transport::Ud)?;
         let ds = ud_wqe_ds(&send.data, &self.limits())?;
         self.push_encoded(
             ds,
