@@ -87,6 +87,75 @@ fn a_read_whose_entries_sum_past_2_pow_31_is_refused_before_posting() {
     assert_eq!(qp.free_send(), free, "nothing posted");
 }
 
+/// Writes and sends gather their message from the entries: past 2^31 bytes in all (each
+/// entry under 2^31) they are refused before posting with the sum in the error, through
+/// every entry of an RC QP and of a DCI (a ConnectX would fail them with a local length
+/// error and move the QP to error).
+#[test]
+fn writes_and_sends_whose_entries_sum_past_2_pow_31_are_refused_before_posting() {
+    let (dev, pd, mut cq, mut qp) = loopback();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let big = Sge {
+        addr: mr.addr(),
+        len: (1 << 31) - 1,
+        lkey: mr.lkey(),
+    };
+    let remote = mr.remote(0).unwrap();
+    let flags = PostFlags::SIGNALED;
+    let srq = pd.create_srq(&cq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&cq, &srq, 9, Access::REMOTE_WRITE).unwrap();
+    let peer = dct.peer().unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let (free, dci_free) = (qp.free_send(), dci.free_send());
+    for sgl in [vec![big, Sge { len: 2, ..big }], vec![big, big, big]] {
+        let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
+        let data = Payload::Sgl(&sgl);
+        let mut refused = vec![
+            qp.write(&sgl, remote, 1, flags),
+            qp.write_imm(data, remote, 7, 2, flags),
+            qp.send(data, 3, flags),
+            qp.post(&Request::SendImm { data, imm: 7 }, 4, flags),
+            qp.post(&Request::SendInv { data, rkey: 7 }, 5, flags),
+        ];
+        let mut batch = qp.batch();
+        refused.push(batch.push(&Request::Write { remote, data }, 6, flags));
+        batch.ring().unwrap();
+        refused.push(
+            qp.direct_sq()
+                .unwrap()
+                .post(&Request::Send { data }, 7, flags),
+        );
+        refused.push(dci.write(&peer, &sgl, remote, 8, flags));
+        refused.push(dci.send(&peer, data, 9, flags));
+        refused.push(dci.post(&peer, &Request::SendImm { data, imm: 7 }, 10, flags));
+        let mut batch = dci.batch();
+        refused.push(batch.push(
+            &peer,
+            &Request::WriteImm {
+                remote,
+                data,
+                imm: 7,
+            },
+            11,
+            flags,
+        ));
+        batch.ring();
+        for (i, r) in refused.into_iter().enumerate() {
+            assert!(
+                matches!(r, Err(Error::InvalidParameter { value, .. }) if value == total),
+                "entry {i}: {r:?}"
+            );
+        }
+    }
+    assert_eq!(
+        (qp.free_send(), dci.free_send()),
+        (free, dci_free),
+        "nothing written"
+    );
+    assert_eq!(dev.process(), 0, "nothing posted");
+    assert_eq!(cq.poll(&mut [Completion::default(); 4]), 0);
+}
+
 #[test]
 fn write_iov_to_a_remote_range_past_2_pow_64_is_refused() {
     let (_dev, pd, _cq, mut qp) = loopback();

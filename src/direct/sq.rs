@@ -219,7 +219,7 @@ pub(super) fn wc_opcode(req: &Request<'_>) -> (WcOpcode, u32) {
     match req {
         Request::Nop => (WcOpcode::Nop, 0),
         Request::Write { .. } | Request::WriteImm { .. } => (WcOpcode::RdmaWrite, 0),
-        // Checked by `read_len` before anything is written: the sum fits.
+        // Checked by `message_len` before anything is written: the sum fits.
         Request::Read { sgl, .. } => (
             WcOpcode::RdmaRead,
             sgl.iter().fold(0u32, |t, s| t.wrapping_add(s.len)),
@@ -575,10 +575,12 @@ impl SendQueue {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
-    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`]; for atomics
-    /// [`Error::Unsupported`] (the device lacks them) and [`Error::AtomicLength`]. On the
-    /// queue of one of the crate's QPs, [`Error::Unsupported`] for [`Request::BindMw`]
-    /// (bind with [`Qp::bind_mw`](crate::Qp::bind_mw), unbind with
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`];
+    /// [`Error::InvalidParameter`] for a write, send or read of more than 2^31 bytes (the
+    /// sum of its entries, in the error); for atomics [`Error::Unsupported`] (the device
+    /// lacks them) and [`Error::AtomicLength`]. On the queue of one of the crate's QPs,
+    /// [`Error::Unsupported`] for [`Request::BindMw`] (bind with
+    /// [`Qp::bind_mw`](crate::Qp::bind_mw), unbind with
     /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)) and on a UD QP's or DCI's queue.
     #[inline(always)]
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
@@ -664,10 +666,31 @@ impl SendQueue {
                     });
                 }
             }
+            Request::Read { sgl, .. } => {
+                crate::direct::message_len(sgl)?;
+            }
+            Request::Write {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::WriteImm {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::Send {
+                data: Payload::Sgl(sgl),
+            }
+            | Request::SendImm {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::SendInv {
+                data: Payload::Sgl(sgl),
+                ..
+            } => {
+                crate::direct::message_len(sgl)?;
+            }
             _ => {}
-        }
-        if let Request::Read { sgl, .. } = req {
-            crate::direct::read_len(sgl)?;
         }
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);
@@ -1066,6 +1089,69 @@ mod tests {
             m.ring[3 * 64..].iter().all(|&b| b == 0),
             "nothing written after the error"
         );
+    }
+
+    /// Every kind that gathers, through every post function of the direct path (RC post,
+    /// push and batch; UD; DC post and push), is refused past 2^31 bytes in all with the sum
+    /// in the error, and nothing is written; exactly 2^31 is a message.
+    #[test]
+    fn gathers_past_2_pow_31_are_refused_by_every_post_function() {
+        let mut m = mem();
+        let mut sq = queue(&mut m);
+        let e = |len| mlx5::Sge {
+            addr: 0x1000,
+            len,
+            lkey: 7,
+        };
+        let remote = mlx5::Remote { addr: 0, rkey: 1 };
+        let dest = mlx5::dc::DcAddr {
+            av: [0; mlx5::dc::AV_BYTES],
+            dctn: 5,
+            dc_key: 6,
+        };
+        let f = PostFlags::SIGNALED;
+        for sgl in [[e(0x7fff_ffff), e(2)], [e(0x7fff_ffff), e(0x7fff_ffff)]] {
+            let total = sgl.iter().map(|s| s.len as u64).sum::<u64>();
+            let data = Payload::Sgl(&sgl);
+            let reqs = [
+                Request::Write { remote, data },
+                Request::WriteImm {
+                    remote,
+                    data,
+                    imm: 1,
+                },
+                Request::Send { data },
+                Request::SendImm { data, imm: 1 },
+                Request::SendInv { data, rkey: 1 },
+            ];
+            let ud = mlx5::wqe::UdSend {
+                dgram: mlx5::av::DatagramSeg::ud(&mlx5::av::Av::default(), 1, 2),
+                data,
+                imm: None,
+            };
+            let mut refused = vec![sq.post_ud(&ud, 0, f)];
+            for req in &reqs {
+                refused.push(sq.post(req, 0, f));
+                refused.push(sq.push(req, 0, f));
+                refused.push(sq.batch().push(req, 0, f));
+                if !matches!(req, Request::SendInv { .. }) {
+                    refused.push(sq.post_dc(&dest, req, 0, f));
+                    refused.push(sq.push_dc(&dest, req, 0, f));
+                }
+            }
+            for (i, r) in refused.into_iter().enumerate() {
+                assert!(
+                    matches!(r, Err(Error::InvalidParameter { value, .. }) if value == total),
+                    "{i}: {r:?}"
+                );
+            }
+            assert_eq!(sq.free_blocks(), 16);
+        }
+        assert!(m.ring.iter().all(|&b| b == 0), "nothing written");
+        // 2^31 exactly: a message (it fails at the NIC only for the keys given here).
+        let sgl = [e(0x7fff_ffff), e(1)];
+        let data = Payload::Sgl(&sgl);
+        sq.post(&Request::Write { remote, data }, 1, f).unwrap();
     }
 
     /// The queue of one of the crate's UD QPs or DCIs refuses RC requests (and the RC

@@ -649,7 +649,7 @@ impl Dci {
     /// send with invalidate or NOP, or an atomic the device lacks; [`Error::QueueFull`],
     /// [`Error::CqFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
     /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::AtomicLength`],
-    /// [`Error::InvalidParameter`] (a read longer than 2^31 bytes).
+    /// [`Error::InvalidParameter`] (a read, write or send of more than 2^31 bytes).
     pub fn post(
         &mut self,
         peer: &DcPeer,

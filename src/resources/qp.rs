@@ -901,10 +901,11 @@ impl Qp {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
-    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], ...; [`Error::Unsupported`] for
-    /// [`Request::BindMw`], which only [`Qp::bind_mw`] and [`Qp::unbind_mw`] post (they
-    /// check the range, the rights and the window's state, and keep the window's key in
-    /// step). Nothing is posted on error.
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], ...; [`Error::InvalidParameter`] for
+    /// a write, send or read whose entries add up to more than 2^31 bytes (the sum in the
+    /// error); [`Error::Unsupported`] for [`Request::BindMw`], which only
+    /// [`Qp::bind_mw`] and [`Qp::unbind_mw`] post (they check the range, the rights and
+    /// the window's state, and keep the window's key in step). Nothing is posted on error.
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
