@@ -158,6 +158,9 @@ pub struct SendQueue {
     /// The transport of the crate's QP this queue belongs to (None: made over raw rings by
     /// [`SendQueue::new`], unchecked).
     transport: Option<Transport>,
+    /// `transport` is UD's or DCI's: the RC post functions are refused (one test on the
+    /// general path).
+    not_rc: bool,
 }
 
 // SAFETY: the raw pointers are to the QP's rings and doorbell record, which this queue alone
@@ -361,6 +364,7 @@ impl SendQueue {
             atomics: AtomicCaps::CONNECTX,
             bf_inline_only: false,
             transport: None,
+            not_rc: false,
         })
     }
 
@@ -376,7 +380,19 @@ impl SendQueue {
     /// no inline-write fast path.
     pub(crate) fn set_transport(&mut self, transport: Transport) {
         self.transport = Some(transport);
+        self.not_rc = transport != Transport::Rc;
         self.update_fast_limit();
+    }
+
+    /// The refusal of an RC post function on a UD QP's or DCI's queue (`not_rc`).
+    #[cold]
+    #[inline(never)]
+    fn refuse_rc(&self) -> Error {
+        let queue = match self.transport {
+            Some(Transport::Ud) => Transport::Ud,
+            _ => Transport::Dci,
+        };
+        other_transport(queue, Transport::Rc)
     }
 
     /// Refuses a post function of `asked` on the queue of one of the crate's QPs of
@@ -508,8 +524,7 @@ impl SendQueue {
     }
 
     fn update_fast_limit(&mut self) {
-        let rc = matches!(self.transport, None | Some(Transport::Rc));
-        let on = self.bf_ok && self.enabled && self.next_fence == Fence::None && rc;
+        let on = self.bf_ok && self.enabled && self.next_fence == Fence::None && !self.not_rc;
         self.fast_limit = if on {
             FAST_INLINE_MAX.min(self.limits.max_inline) + 1
         } else {
@@ -640,8 +655,8 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        if let Some(t @ (Transport::Ud | Transport::Dci)) = self.transport {
-            return Err(other_transport(t, Transport::Rc));
+        if self.not_rc {
+            return Err(self.refuse_rc());
         }
         match req {
             Request::CompareSwap { remote, local, .. }
