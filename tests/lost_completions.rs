@@ -258,28 +258,71 @@ fn type2_unbind_is_a_local_invalidate_and_is_checked() {
 #[test]
 fn the_nic_checks_the_qp_of_a_zero_length_type2_bind() {
     // A raw zero-length type-2 bind (rdma-core's form of an unbind: CHECK_QPN) of a window
-    // bound through another QP fails on a ConnectX; the software NIC does the same.
-    let mut p = pair();
-    let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
-    let k1 =
-        p.b.bind_mw(&mut mw, &p.mr_b, 0, 64, RW, 1, PostFlags::SIGNALED)
-            .unwrap();
-    p.wait(true, 1);
+    // bound through another QP fails on a ConnectX; the software NIC does the same. A QP's
+    // own queue refuses raw binds (`Qp::bind_mw` / `Qp::unbind_mw` are the way): the WQEs
+    // are posted through send queues over the NIC's raw rings.
+    use blueflame::direct::SendQueue;
+    use mlx5::sim::{Nic, QpCaps as RawCaps, QpState};
+    let nic = Nic::new();
+    let pd = nic.alloc_pd();
+    let (cq_a, cq_b) = (
+        nic.create_cq(16, 64).unwrap(),
+        nic.create_cq(16, 64).unwrap(),
+    );
+    let qa = nic
+        .create_qp(pd, cq_a.cqn, cq_a.cqn, RawCaps::default())
+        .unwrap();
+    let qb = nic
+        .create_qp(pd, cq_b.cqn, cq_b.cqn, RawCaps::default())
+        .unwrap();
+    nic.connect(qa.qpn, qb.qpn).unwrap();
+    let mr = nic.alloc_mr(pd, 4096, REGION).unwrap();
+    let rkey = nic.alloc_mw(pd, MwType::Two).unwrap();
+    // SAFETY: the rings belong to the NIC's QPs, which live as long as `nic` (dropped after
+    // the queues) and which nothing else posts to.
+    let (mut sa, mut sb) = unsafe { (SendQueue::new(&qa).unwrap(), SendQueue::new(&qb).unwrap()) };
+    let next = |k: u32| (k & !0xff) | (k.wrapping_add(1) & 0xff);
+    let k1 = next(rkey);
+    let bind = BindMw {
+        mw_rkey: rkey,
+        new_rkey: k1,
+        mw_type: MwType::Two,
+        mr_lkey: mr.lkey,
+        addr: mr.addr,
+        len: 64,
+        access: RW,
+    };
+    sb.post(&Request::BindMw(bind), 1, PostFlags::SIGNALED)
+        .unwrap();
+    nic.drain();
+    assert_eq!(nic.mw_state(rkey), Some((k1, true)), "bound through B");
     let raw = BindMw {
         mw_rkey: k1,
-        new_rkey: (k1 & !0xff) | ((k1 + 1) & 0xff) | 1,
+        new_rkey: next(k1) | 1,
         mw_type: MwType::Two,
         mr_lkey: 0,
         addr: 0,
         len: 0,
         access: Access::NONE,
     };
-    p.a.direct_sq()
-        .unwrap()
-        .post(&Request::BindMw(raw), 2, PostFlags::SIGNALED)
+    sa.post(&Request::BindMw(raw), 2, PostFlags::SIGNALED)
         .unwrap();
-    assert_eq!(p.wait(false, 1)[0].1, WcStatus::MwBindErr);
+    nic.drain();
+    // A's error completion (its first entry): a memory-window bind error; A is in error.
+    // SAFETY: the CQ's first 64-byte entry, in the NIC's live ring, written and idle.
+    let cqe = unsafe { std::slice::from_raw_parts(cq_a.buf, 64) };
+    let cqe = <mlx5::cqe::Cqe64 as zerocopy::FromBytes>::read_from_bytes(cqe).unwrap();
+    assert_eq!(cqe.as_err().syndrome(), mlx5::Syndrome::MwBind);
+    assert_eq!(nic.qp_state(qa.qpn), Some(QpState::Error));
     // The window is still bound through B, with its key: B's invalidate of it succeeds.
-    assert_eq!(p.b.unbind_mw(&mut mw, 3, PostFlags::SIGNALED).unwrap(), k1);
-    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
+    assert_eq!(nic.mw_state(rkey), Some((k1, true)));
+    sb.post(
+        &Request::LocalInvalidate { rkey: k1 },
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    nic.drain();
+    assert_eq!(nic.mw_state(rkey), Some((k1, false)), "unbound by B");
+    assert_eq!(nic.qp_state(qb.qpn), Some(QpState::Rts));
 }

@@ -87,6 +87,75 @@ fn a_read_whose_entries_sum_past_2_pow_31_is_refused_before_posting() {
     assert_eq!(qp.free_send(), free, "nothing posted");
 }
 
+/// Writes and sends gather their message from the entries: past 2^31 bytes in all (each
+/// entry under 2^31) they are refused before posting with the sum in the error, through
+/// every entry of an RC QP and of a DCI (a ConnectX would fail them with a local length
+/// error and move the QP to error).
+#[test]
+fn writes_and_sends_whose_entries_sum_past_2_pow_31_are_refused_before_posting() {
+    let (dev, pd, mut cq, mut qp) = loopback();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let big = Sge {
+        addr: mr.addr(),
+        len: (1 << 31) - 1,
+        lkey: mr.lkey(),
+    };
+    let remote = mr.remote(0).unwrap();
+    let flags = PostFlags::SIGNALED;
+    let srq = pd.create_srq(&cq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&cq, &srq, 9, Access::REMOTE_WRITE).unwrap();
+    let peer = dct.peer().unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let (free, dci_free) = (qp.free_send(), dci.free_send());
+    for sgl in [vec![big, Sge { len: 2, ..big }], vec![big, big, big]] {
+        let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
+        let data = Payload::Sgl(&sgl);
+        let mut refused = vec![
+            qp.write(&sgl, remote, 1, flags),
+            qp.write_imm(data, remote, 7, 2, flags),
+            qp.send(data, 3, flags),
+            qp.post(&Request::SendImm { data, imm: 7 }, 4, flags),
+            qp.post(&Request::SendInv { data, rkey: 7 }, 5, flags),
+        ];
+        let mut batch = qp.batch();
+        refused.push(batch.push(&Request::Write { remote, data }, 6, flags));
+        batch.ring().unwrap();
+        refused.push(
+            qp.direct_sq()
+                .unwrap()
+                .post(&Request::Send { data }, 7, flags),
+        );
+        refused.push(dci.write(&peer, &sgl, remote, 8, flags));
+        refused.push(dci.send(&peer, data, 9, flags));
+        refused.push(dci.post(&peer, &Request::SendImm { data, imm: 7 }, 10, flags));
+        let mut batch = dci.batch();
+        refused.push(batch.push(
+            &peer,
+            &Request::WriteImm {
+                remote,
+                data,
+                imm: 7,
+            },
+            11,
+            flags,
+        ));
+        batch.ring();
+        for (i, r) in refused.into_iter().enumerate() {
+            assert!(
+                matches!(r, Err(Error::InvalidParameter { value, .. }) if value == total),
+                "entry {i}: {r:?}"
+            );
+        }
+    }
+    assert_eq!(
+        (qp.free_send(), dci.free_send()),
+        (free, dci_free),
+        "nothing written"
+    );
+    assert_eq!(dev.process(), 0, "nothing posted");
+    assert_eq!(cq.poll(&mut [Completion::default(); 4]), 0);
+}
+
 #[test]
 fn write_iov_to_a_remote_range_past_2_pow_64_is_refused() {
     let (_dev, pd, _cq, mut qp) = loopback();
@@ -348,4 +417,64 @@ fn messages_name_rights_and_which_handle_was_wrong() {
         0,
         "nothing posted"
     );
+}
+
+/// The direct send queue of an RC QP (`Qp::direct_sq`, or the `Batch::Direct` of
+/// `Qp::batch`) knows its transport: a UD send or a DC request on it is refused before
+/// anything is written (a ConnectX would fail the WQE with a local QP operation error and
+/// move the QP to error), and the QP goes on working.
+#[test]
+fn ud_and_dc_posts_on_an_rc_qps_direct_queue_are_refused_before_posting() {
+    let (dev, pd, mut cq, mut qp) = loopback();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let free = qp.free_send();
+    let data = Payload::Inline(b"datagram");
+    let av = mlx5::av::Av::default();
+    let send = mlx5::wqe::UdSend {
+        dgram: mlx5::av::DatagramSeg::ud(&av, qp.qpn(), 0x1111),
+        data,
+        imm: None,
+    };
+    let dest = mlx5::dc::DcAddr {
+        av: [0; mlx5::dc::AV_BYTES],
+        dctn: 0x42,
+        dc_key: 7,
+    };
+    let write = Request::Write {
+        remote: mr.remote(0).unwrap(),
+        data,
+    };
+    let flags = PostFlags::SIGNALED;
+    let sq = qp.direct_sq().unwrap();
+    let mut refused = vec![
+        sq.post_ud(&send, 1, flags),
+        sq.post_dc(&dest, &write, 2, flags),
+        sq.push_dc(&dest, &write, 3, flags),
+    ];
+    let mut batch = sq.batch();
+    refused.push(batch.push_dc(&dest, &write, 4, flags));
+    batch.ring();
+    let Batch::Direct(mut batch) = qp.batch() else {
+        panic!("the software NIC runs the direct path");
+    };
+    refused.push(batch.push_dc(&dest, &write, 5, flags));
+    batch.ring();
+    for (i, r) in refused.into_iter().enumerate() {
+        assert!(
+            matches!(&r, Err(Error::Unsupported(why)) if why.contains("RC QP")),
+            "post {i}: {r:?}"
+        );
+    }
+    assert_eq!(qp.free_send(), free, "nothing written");
+    assert_eq!(dev.process(), 0, "nothing posted");
+    // The QP is alive: an RC write runs.
+    qp.write_inline(b"rc", mr.remote(8).unwrap(), 6, flags)
+        .unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll(&mut out), 1);
+    assert_eq!((out[0].cookie, out[0].status), (6, WcStatus::Success));
+    let mut got = [0u8; 2];
+    mr.read(8, &mut got).unwrap();
+    assert_eq!(&got, b"rc");
 }

@@ -464,3 +464,56 @@ fn a_window_dropped_with_its_bind_in_flight_is_deallocated_once_the_bind_complet
     assert_eq!(a.pd().reclaim(), 0);
     assert_eq!(dev.nic().unwrap().mw_state(k), None, "deallocated");
 }
+
+/// `Request::BindMw` through a generic post skips every check `Qp::bind_mw` makes (the
+/// range inside the region, the region's rights, the window's state) and the window's own
+/// record of its key: every generic entry refuses it before posting and names the typed
+/// methods, so a bind over the region's end cannot fail at the NIC (MwBindErr) and kill the
+/// QP. The QP and the window go on working: `Qp::bind_mw` binds it next.
+#[test]
+fn a_bind_through_a_generic_post_is_refused_and_names_bind_mw() {
+    let mut p = pair();
+    let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
+    let (rkey, free) = (mw.rkey(), p.b.free_send());
+    // Past the region's end (4000 + 200 > 4096): a ConnectX fails the bind (MwBindErr).
+    let bind = BindMw {
+        mw_rkey: rkey,
+        new_rkey: (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff),
+        mw_type: MwType::Two,
+        mr_lkey: p.mr_b.lkey(),
+        addr: p.mr_b.addr() + 4000,
+        len: 200,
+        access: RW,
+    };
+    let req = Request::BindMw(bind);
+    let flags = PostFlags::SIGNALED;
+    let mut refused = vec![p.b.post(&req, 1, flags)];
+    let mut batch = p.b.batch();
+    refused.push(batch.push(&req, 2, flags));
+    batch.ring().unwrap();
+    let sq = p.b.direct_sq().unwrap();
+    refused.push(sq.post(&req, 3, flags));
+    refused.push(sq.push(&req, 4, flags));
+    sq.ring();
+    let mut batch = sq.batch();
+    refused.push(batch.push(&req, 5, flags));
+    batch.ring();
+    for (i, r) in refused.into_iter().enumerate() {
+        assert!(
+            matches!(&r, Err(Error::Unsupported(why)) if why.contains("Qp::bind_mw") && why.contains("Qp::unbind_mw")),
+            "entry {i}: {r:?}"
+        );
+    }
+    assert_eq!(
+        (p.b.free_send(), mw.rkey()),
+        (free, rkey),
+        "nothing posted, key unchanged"
+    );
+    assert!(p.nothing_more());
+    let k = p.b.bind_mw(&mut mw, &p.mr_b, 0, 64, RW, 6, flags).unwrap();
+    assert_eq!(
+        p.wait(true, 1)[0],
+        (6, WcStatus::Success, WcOpcode::BindMw, 0, None)
+    );
+    assert_eq!(write(&mut p, b"bound", 0, k, 7), WcStatus::Success);
+}

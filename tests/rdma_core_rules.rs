@@ -139,8 +139,9 @@ const BINDABLE: Access = Access(
 );
 
 /// rdma-core's `mlx5_bind_mw` refuses a type-1 bind with `IBV_ACCESS_ZERO_BASED` (EINVAL)
-/// before posting: so does `Qp::bind_mw` (and the direct send queue for a raw `BindMw`),
-/// and nothing is posted. A type-2 window may be zero-based.
+/// before posting: so does `Qp::bind_mw` (and a send queue over raw rings for a raw
+/// `BindMw`; a QP's generic post refuses every raw bind), and nothing is posted. A type-2
+/// window may be zero-based.
 #[test]
 fn zero_based_type1_bind_is_refused_before_posting() {
     let mut s = Setup::pair(QpCaps::default());
@@ -164,7 +165,7 @@ fn zero_based_type1_bind_is_refused_before_posting() {
         access: zb,
     };
     let r = s.a.post(&Request::BindMw(bind), 2, PostFlags::SIGNALED);
-    assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
+    assert!(matches!(r, Err(Error::Unsupported(_))), "{r:?}");
     assert_eq!(s.a.free_send(), free);
     s.run_expect(0, 0);
     // Not zero-based: bound; a type-2 window zero-based: bound too.
@@ -243,5 +244,150 @@ fn software_nic_fails_a_zero_based_type1_bind() {
             (!zero_based, zero_based),
             "zero-based {zero_based}"
         );
+    }
+}
+
+/// A raw QP of a fresh software NIC, connected to itself, with a region of `len` bytes
+/// (local and remote write) and its own CQ.
+fn raw_loopback(len: usize) -> (Nic, RawQp, RawCq, mlx5::sim::MrInfo) {
+    let nic = Nic::new();
+    let pd = nic.alloc_pd();
+    let cq = nic.create_cq(64, 64).unwrap();
+    let raw = nic
+        .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
+        .unwrap();
+    nic.connect(raw.qpn, raw.qpn).unwrap();
+    let mr = nic
+        .alloc_mr(pd, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    (nic, raw, cq, mr)
+}
+
+/// Writes `req` by hand as the first WQE of `raw` (the encoder writes any message length:
+/// the checks before posting are the driver's), rings and runs the NIC.
+fn post_by_hand(nic: &Nic, raw: &RawQp, req: &Request<'_>) {
+    let lim = Limits {
+        max_sge: 61,
+        max_inline: 0,
+    };
+    let ds = wqe_ds(req, &lim).unwrap();
+    let bbs = ds.div_ceil(4);
+    let flags = FmCeSe {
+        fence: Fence::None,
+        completion: CompletionMode::Always,
+        solicited: false,
+    };
+    // SAFETY: the ring and doorbell record belong to the QP just created, which nothing
+    // else posts to; blocks 0 .. bbs are free.
+    unsafe {
+        let blocks = core::slice::from_raw_parts_mut(raw.sq_buf, bbs * 64);
+        let mut span = Span {
+            a: blocks,
+            b: &mut [],
+        };
+        encode(req, ds, 0, raw.qpn, flags, &mut span);
+        raw.dbrec.add(SND_DBR).write_volatile((bbs as u32).to_be());
+        core::ptr::copy_nonoverlapping(raw.sq_buf, raw.bf_reg, 8);
+    }
+    nic.drain();
+}
+
+/// The syndrome of the error completion in the first entry of `cq`.
+fn first_syndrome(cq: &RawCq) -> mlx5::Syndrome {
+    // SAFETY: the CQ's first 64-byte entry, in the NIC's live ring, written and idle.
+    let cqe = unsafe { core::slice::from_raw_parts(cq.buf, 64) };
+    let cqe = <mlx5::cqe::Cqe64 as zerocopy::FromBytes>::read_from_bytes(cqe).unwrap();
+    assert_eq!(cqe.opcode(), Some(mlx5::cqe::CqeOpcode::ReqErr));
+    cqe.as_err().syndrome()
+}
+
+/// A message longer than a ConnectX port's largest (`max_msg_sz`, 2^31) completes with a
+/// local length error (IBV_WC_LOC_LEN_ERR) before a byte is gathered: a WQE written by
+/// hand cannot make the software NIC gather (allocate) gigabytes. Writes, sends and reads
+/// on RC; a UD send past the MTU is refused the same way, before its gather.
+#[test]
+fn the_software_nic_fails_a_message_past_2_pow_31_with_a_local_length_error_before_gathering() {
+    let one = |mr: &mlx5::sim::MrInfo, len: u32| Sge {
+        addr: mr.addr,
+        len,
+        lkey: mr.lkey,
+    };
+    // Entries past the region's end after the first: gathering them one by one, the NIC
+    // would stop at a protection error; the length is checked first.
+    {
+        let (nic, raw, cq, mr) = raw_loopback(4096);
+        let sgl = [one(&mr, 64), one(&mr, 0x7fff_ffff), one(&mr, 0x7fff_ffff)];
+        let remote = Remote {
+            addr: mr.addr,
+            rkey: mr.rkey,
+        };
+        let write = Request::Write {
+            remote,
+            data: Payload::Sgl(&sgl),
+        };
+        post_by_hand(&nic, &raw, &write);
+        assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "write");
+        assert_eq!(nic.qp_state(raw.qpn), Some(mlx5::sim::QpState::Error));
+    }
+    for (i, kind) in ["send", "read"].into_iter().enumerate() {
+        let (nic, raw, cq, mr) = raw_loopback(4096);
+        let sgl = [one(&mr, 64), one(&mr, 0x7fff_ffff), one(&mr, 2)];
+        let req = if i == 0 {
+            Request::Send {
+                data: Payload::Sgl(&sgl),
+            }
+        } else {
+            let remote = Remote {
+                addr: mr.addr,
+                rkey: mr.rkey,
+            };
+            Request::Read { remote, sgl: &sgl }
+        };
+        post_by_hand(&nic, &raw, &req);
+        assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "{kind}");
+    }
+    // Every entry inside a registered region (33 of 64 MiB: 2^31 + 2^25 bytes): the NIC
+    // would gather 2 GiB; it fails the WQE instead, and the destination is untouched.
+    {
+        let (nic, raw, cq, mr) = raw_loopback(64 << 20);
+        let sgl = [one(&mr, 64 << 20); 33];
+        let remote = Remote {
+            addr: mr.addr,
+            rkey: mr.rkey,
+        };
+        let write = Request::Write {
+            remote,
+            data: Payload::Sgl(&sgl),
+        };
+        post_by_hand(&nic, &raw, &write);
+        assert_eq!(
+            first_syndrome(&cq),
+            mlx5::Syndrome::LocalLength,
+            "33 x 64 MiB"
+        );
+    }
+    // UD: a datagram past the MTU fails before its gather too (here its second entry is
+    // past the region's end).
+    {
+        let nic = Nic::new();
+        let pd = nic.alloc_pd();
+        let cq = nic.create_cq(64, 64).unwrap();
+        let raw = nic
+            .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
+            .unwrap();
+        nic.make_ud(raw.qpn, 0x1111, true).unwrap();
+        let mr = nic.alloc_mr(pd, 4096, Access::LOCAL_WRITE).unwrap();
+        let sgl = [one(&mr, 64), one(&mr, 1 << 20)];
+        // SAFETY: the rings belong to the NIC's QP, which lives as long as `nic` (dropped
+        // after the queue) and which nothing else posts to.
+        let mut sq = unsafe { SendQueue::new(&raw) }.unwrap();
+        let send = mlx5::wqe::UdSend {
+            dgram: mlx5::av::DatagramSeg::ud(&mlx5::av::Av::default(), raw.qpn, 0x1111),
+            data: Payload::Sgl(&sgl),
+            imm: None,
+        };
+        sq.post_ud(&send, 1, PostFlags::SIGNALED).unwrap();
+        nic.drain();
+        assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "UD");
     }
 }

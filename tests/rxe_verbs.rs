@@ -129,6 +129,50 @@ fn inline_and_gather_sizes() {
     ));
 }
 
+/// Writes and sends whose entries add up to more than 2^31 bytes (each entry under 2^31)
+/// are refused before `ibv_post_send` with the sum in the error, as on the direct path (rxe
+/// checks the sum against its port's `max_msg_sz` in the kernel and fails the request; a
+/// ConnectX completes it with a local length error and moves the QP to error). The QP
+/// goes on working.
+#[test]
+#[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
+fn gathers_past_2_pow_31_are_refused_before_posting_on_the_verbs_path() {
+    let Some(dev) = device::under_test() else {
+        return device::skipped(
+            "gathers_past_2_pow_31_are_refused_before_posting_on_the_verbs_path",
+        );
+    };
+    let mut p = Pair::new(&dev, RIGHTS, scenarios::caps(), &Timing::default());
+    let big = Sge {
+        len: (1 << 31) - 1,
+        ..p.mr_a.sge(0, 8).unwrap()
+    };
+    let remote = p.mr_b.remote(0).unwrap();
+    let flags = PostFlags::SIGNALED;
+    for sgl in [vec![big, Sge { len: 2, ..big }], vec![big, big]] {
+        let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
+        let data = Payload::Sgl(&sgl);
+        let mut refused = vec![
+            p.a.write(&sgl, remote, 1, flags),
+            p.a.write_imm(data, remote, 7, 2, flags),
+            p.a.send(data, 3, flags),
+            p.a.post(&Request::SendImm { data, imm: 7 }, 4, flags),
+        ];
+        let mut batch = p.a.batch();
+        refused.push(batch.push(&Request::Write { remote, data }, 5, flags));
+        batch.ring().unwrap();
+        for (i, r) in refused.into_iter().enumerate() {
+            assert!(
+                matches!(r, Err(Error::InvalidParameter { value, .. }) if value == total),
+                "entry {i}: {r:?}"
+            );
+        }
+    }
+    assert!(p.nothing_more(), "nothing posted");
+    p.a.write_inline(b"alive", remote, 6, flags).unwrap();
+    assert_eq!(p.wait(false, 1)[0].1, WcStatus::Success);
+}
+
 /// Atomics on the verbs path of a real device: rxe reports `atomic_cap` (host-order replies,
 /// read back through `Qp::atomic_result`); a local entry that is not 8 bytes is refused
 /// before `ibv_post_send` (it used to be posted with its length forced to 8); a type-1

@@ -4,11 +4,13 @@
 //! completion moderation, the shadow table, the same doorbell and BlueFlame rules). The RC
 //! post path is not touched: a DCI posts through these functions only.
 
-use super::sq::{check_atomic_kind, wc_opcode, Batch, SendQueue, MASKED_ATOMICS, STANDARD_ATOMICS};
+use super::sq::{
+    check_atomic_kind, wc_opcode, Batch, SendQueue, Transport, MASKED_ATOMICS, STANDARD_ATOMICS,
+};
 use crate::error::{Error, Result};
 use crate::PostFlags;
 use mlx5::dc::{dc_wqe_ds, encode_dc, DcAddr, MAX_DCTN};
-use mlx5::request::Request;
+use mlx5::request::{Payload, Request};
 
 /// Whether a DCI posts this request: RDMA write (with immediate), read, send (with
 /// immediate), atomics. Memory-window binds and local invalidates (a window bound through a
@@ -38,8 +40,10 @@ impl SendQueue {
     /// # Errors
     /// [`Error::Unsupported`] for a request a DCI does not post (binds, local invalidates,
     /// sends with invalidate, NOPs) or an
-    /// atomic the device lacks; [`Error::InvalidParameter`] for a DCT number past 24 bits;
-    /// otherwise as [`SendQueue::push`].
+    /// atomic the device lacks, and on the queue of one of the crate's QPs that is not a
+    /// DCI (an RC or UD QP's: [`crate::Qp::direct_sq`]); [`Error::InvalidParameter`] for a
+    /// DCT number past 24 bits or a message of more than 2^31 bytes; otherwise as
+    /// [`SendQueue::push`].
     pub fn push_dc(
         &mut self,
         dest: &DcAddr,
@@ -47,6 +51,7 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
+        self.check_transport(Transport::Dci)?;
         dci_request_ok(req)?;
         if dest.dctn > MAX_DCTN {
             return Err(Error::InvalidParameter {
@@ -70,8 +75,23 @@ impl SendQueue {
                 let m = atomics.masked;
                 check_atomic_kind(m, MASKED_ATOMICS, remote.addr, local.len, op.size())?;
             }
-            Request::Read { sgl, .. } => {
-                super::read_len(sgl)?;
+            Request::Read { sgl, .. }
+            | Request::Write {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::WriteImm {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::Send {
+                data: Payload::Sgl(sgl),
+            }
+            | Request::SendImm {
+                data: Payload::Sgl(sgl),
+                ..
+            } => {
+                super::message_len(sgl)?;
             }
             _ => {}
         }

@@ -58,6 +58,49 @@ impl Default for PostFlags {
     }
 }
 
+/// The transport of the QP a send queue belongs to, as the crate made it: which post
+/// functions the queue takes. A queue of one of the crate's QPs knows it and refuses the
+/// post functions of the others before anything is written (a ConnectX fails such a WQE
+/// with a local QP operation error and moves the QP to error); a queue made over raw rings
+/// ([`SendQueue::new`]) does not, and leaves it to its caller.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Transport {
+    /// Reliable connection ([`crate::Qp`]): [`SendQueue::post`], [`SendQueue::push`],
+    /// [`Batch::push`].
+    Rc,
+    /// Unreliable datagram ([`crate::UdQp`]): [`SendQueue::post_ud`].
+    Ud,
+    /// DC initiator ([`crate::Dci`]): [`SendQueue::post_dc`], [`SendQueue::push_dc`],
+    /// [`Batch::push_dc`].
+    Dci,
+}
+
+/// The refusal of a post function of transport `asked` on a queue of transport `queue`.
+#[cold]
+#[inline(never)]
+pub(super) fn other_transport(queue: Transport, asked: Transport) -> Error {
+    use Transport::{Dci, Rc, Ud};
+    Error::Unsupported(match (asked, queue) {
+        (Ud, Dci) => "a UD send (SendQueue::post_ud) on a DCI's send queue",
+        (Ud, _) => "a UD send (SendQueue::post_ud) on an RC QP's send queue",
+        (Dci, Ud) => "a DC request (SendQueue::post_dc / push_dc) on a UD QP's send queue",
+        (Dci, _) => "a DC request (SendQueue::post_dc / push_dc) on an RC QP's send queue",
+        (Rc, Ud) => "an RC request (SendQueue::post / push) on a UD QP's send queue",
+        (Rc, _) => "an RC request (SendQueue::post / push) on a DCI's send queue",
+    })
+}
+
+/// The refusal of [`Request::BindMw`] through a generic post of one of the crate's QPs.
+#[cold]
+#[inline(never)]
+fn bind_refused() -> Error {
+    Error::Unsupported(
+        "Request::BindMw through a generic post (Qp::post, Batch::push, SendQueue::post / \
+         push): bind with Qp::bind_mw and unbind with Qp::unbind_mw, which check the range, \
+         the rights and the window's state and keep its key in step with the NIC",
+    )
+}
+
 /// Blocks of the longest WQE a queue with `lim` can build, on any transport (a UD or DC
 /// address takes one block more than an RC remote address at most).
 fn tail_bbs(lim: &Limits) -> u32 {
@@ -112,6 +155,12 @@ pub struct SendQueue {
     atomics: AtomicCaps,
     /// BlueFlame copies only for WQEs with inline data (`MLX5_POST_SEND_PREFER_BF=0`).
     bf_inline_only: bool,
+    /// The transport of the crate's QP this queue belongs to (None: made over raw rings by
+    /// [`SendQueue::new`], unchecked).
+    transport: Option<Transport>,
+    /// `transport` is UD's or DCI's: the RC post functions are refused (one test on the
+    /// general path).
+    not_rc: bool,
 }
 
 // SAFETY: the raw pointers are to the QP's rings and doorbell record, which this queue alone
@@ -173,7 +222,7 @@ pub(super) fn wc_opcode(req: &Request<'_>) -> (WcOpcode, u32) {
     match req {
         Request::Nop => (WcOpcode::Nop, 0),
         Request::Write { .. } | Request::WriteImm { .. } => (WcOpcode::RdmaWrite, 0),
-        // Checked by `read_len` before anything is written: the sum fits.
+        // Checked by `message_len` before anything is written: the sum fits.
         Request::Read { sgl, .. } => (
             WcOpcode::RdmaRead,
             sgl.iter().fold(0u32, |t, s| t.wrapping_add(s.len)),
@@ -208,6 +257,15 @@ impl SendQueue {
     /// The register is taken as one other queues may ring too
     /// ([`DoorbellMode::SharedLocked`]: every ring takes the register's lock), or
     /// [`DoorbellMode::DoorbellOnly`] without BlueFlame.
+    ///
+    /// A queue made here does not know its QP's transport nor the memory windows the
+    /// crate's [`MemoryWindow`](crate::MemoryWindow)s track: it takes every post function
+    /// ([`SendQueue::post`] / [`SendQueue::push`], [`SendQueue::post_ud`],
+    /// [`SendQueue::post_dc`]) and [`Request::BindMw`] through [`SendQueue::post`], and a
+    /// request the QP's transport does not carry, or a bind the NIC refuses, fails there
+    /// (a local QP operation or memory-window bind error) and moves the QP to error. The
+    /// queues of the crate's QPs ([`crate::Qp::direct_sq`]) know both and refuse them
+    /// before posting.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for ring sizes or a BlueFlame size the hardware never
@@ -305,6 +363,8 @@ impl SendQueue {
             enabled: true,
             atomics: AtomicCaps::CONNECTX,
             bf_inline_only: false,
+            transport: None,
+            not_rc: false,
         })
     }
 
@@ -312,6 +372,37 @@ impl SendQueue {
     #[inline]
     pub fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// Makes this the queue of one of the crate's QPs of `transport`: from now on it refuses
+    /// the post functions of other transports and [`Request::BindMw`] through the generic
+    /// post ([`SendQueue::post_bind`] is the crate's way), and a queue that is not RC's takes
+    /// no inline-write fast path.
+    pub(crate) fn set_transport(&mut self, transport: Transport) {
+        self.transport = Some(transport);
+        self.not_rc = transport != Transport::Rc;
+        self.update_fast_limit();
+    }
+
+    /// The refusal of an RC post function on a UD QP's or DCI's queue (`not_rc`).
+    #[cold]
+    #[inline(never)]
+    fn refuse_rc(&self) -> Error {
+        let queue = match self.transport {
+            Some(Transport::Ud) => Transport::Ud,
+            _ => Transport::Dci,
+        };
+        other_transport(queue, Transport::Rc)
+    }
+
+    /// Refuses a post function of `asked` on the queue of one of the crate's QPs of
+    /// another transport.
+    #[inline(always)]
+    pub(super) fn check_transport(&self, asked: Transport) -> Result<()> {
+        match self.transport {
+            Some(t) if t != asked => Err(other_transport(t, asked)),
+            _ => Ok(()),
+        }
     }
 
     /// Sets what the device's atomics can do (a ConnectX's by default): atomics it lacks are
@@ -434,7 +525,7 @@ impl SendQueue {
     }
 
     fn update_fast_limit(&mut self) {
-        let on = self.bf_ok && self.enabled && self.next_fence == Fence::None;
+        let on = self.bf_ok && self.enabled && self.next_fence == Fence::None && !self.not_rc;
         self.fast_limit = if on {
             FAST_INLINE_MAX.min(self.limits.max_inline) + 1
         } else {
@@ -500,8 +591,13 @@ impl SendQueue {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
-    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`]; for atomics
-    /// [`Error::Unsupported`] (the device lacks them) and [`Error::AtomicLength`].
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`];
+    /// [`Error::InvalidParameter`] for a write, send or read of more than 2^31 bytes (the
+    /// sum of its entries, in the error); for atomics [`Error::Unsupported`] (the device
+    /// lacks them) and [`Error::AtomicLength`]. On the queue of one of the crate's QPs,
+    /// [`Error::Unsupported`] for [`Request::BindMw`] (bind with
+    /// [`Qp::bind_mw`](crate::Qp::bind_mw), unbind with
+    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)) and on a UD QP's or DCI's queue.
     #[inline(always)]
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if let Request::Write {
@@ -528,9 +624,41 @@ impl SendQueue {
         self.push_general(&req, cookie, flags)
     }
 
-    /// Every request: checks, encodes, records.
+    /// Every request of the generic post: [`SendQueue::push_checked`] with the public
+    /// entries' refusals.
     #[inline(always)]
     fn push_general(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.push_checked::<false>(req, cookie, flags)
+    }
+
+    /// Posts a memory-window bind or unbind and rings: the crate's entry for
+    /// [`Qp::bind_mw`](crate::Qp::bind_mw) and [`Qp::unbind_mw`](crate::Qp::unbind_mw),
+    /// which made their checks and track the window. Everything else as
+    /// [`SendQueue::post`].
+    pub(crate) fn post_bind(
+        &mut self,
+        bind: &mlx5::request::BindMw,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.push_checked::<true>(&Request::BindMw(*bind), cookie, flags)?;
+        self.ring();
+        Ok(())
+    }
+
+    /// Every request: checks, encodes, records. The queue of one of the crate's QPs that
+    /// is not RC's refuses every request, and an RC QP's refuses binds unless `BIND` (the
+    /// caller is the crate's bind entry, [`SendQueue::post_bind`]).
+    #[inline(always)]
+    fn push_checked<const BIND: bool>(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if self.not_rc {
+            return Err(self.refuse_rc());
+        }
         match req {
             Request::CompareSwap { remote, local, .. }
             | Request::FetchAdd { remote, local, .. } => {
@@ -540,19 +668,45 @@ impl SendQueue {
                 let masked = self.atomics.masked;
                 check_atomic_kind(masked, MASKED_ATOMICS, remote.addr, local.len, op.size())?;
             }
-            // rdma-core's mlx5_bind_mw: a type-1 window is never zero-based (EINVAL).
-            Request::BindMw(b)
-                if b.mw_type == MwType::One && b.access.contains(Access::ZERO_BASED) =>
-            {
-                return Err(Error::InvalidParameter {
-                    what: "ZERO_BASED with a type-1 memory window (window rights)",
-                    value: b.access.0 as u64,
-                });
+            Request::BindMw(b) => {
+                // Only the crate's own binds, which checked the window, the region and the
+                // rights and track the window's key; a raw queue's are its caller's.
+                if !BIND && self.transport.is_some() {
+                    return Err(bind_refused());
+                }
+                // rdma-core's mlx5_bind_mw: a type-1 window is never zero-based (EINVAL).
+                if b.mw_type == MwType::One && b.access.contains(Access::ZERO_BASED) {
+                    return Err(Error::InvalidParameter {
+                        what: "ZERO_BASED with a type-1 memory window (window rights)",
+                        value: b.access.0 as u64,
+                    });
+                }
+            }
+            Request::Read { sgl, .. } => {
+                crate::direct::message_len(sgl)?;
+            }
+            Request::Write {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::WriteImm {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::Send {
+                data: Payload::Sgl(sgl),
+            }
+            | Request::SendImm {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::SendInv {
+                data: Payload::Sgl(sgl),
+                ..
+            } => {
+                crate::direct::message_len(sgl)?;
             }
             _ => {}
-        }
-        if let Request::Read { sgl, .. } = req {
-            crate::direct::read_len(sgl)?;
         }
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);
@@ -951,5 +1105,133 @@ mod tests {
             m.ring[3 * 64..].iter().all(|&b| b == 0),
             "nothing written after the error"
         );
+    }
+
+    /// Every kind that gathers, through every post function of the direct path (RC post,
+    /// push and batch; UD; DC post and push), is refused past 2^31 bytes in all with the sum
+    /// in the error, and nothing is written; exactly 2^31 is a message.
+    #[test]
+    fn gathers_past_2_pow_31_are_refused_by_every_post_function() {
+        let mut m = mem();
+        let mut sq = queue(&mut m);
+        let e = |len| mlx5::Sge {
+            addr: 0x1000,
+            len,
+            lkey: 7,
+        };
+        let remote = mlx5::Remote { addr: 0, rkey: 1 };
+        let dest = mlx5::dc::DcAddr {
+            av: [0; mlx5::dc::AV_BYTES],
+            dctn: 5,
+            dc_key: 6,
+        };
+        let f = PostFlags::SIGNALED;
+        for sgl in [[e(0x7fff_ffff), e(2)], [e(0x7fff_ffff), e(0x7fff_ffff)]] {
+            let total = sgl.iter().map(|s| s.len as u64).sum::<u64>();
+            let data = Payload::Sgl(&sgl);
+            let reqs = [
+                Request::Write { remote, data },
+                Request::WriteImm {
+                    remote,
+                    data,
+                    imm: 1,
+                },
+                Request::Send { data },
+                Request::SendImm { data, imm: 1 },
+                Request::SendInv { data, rkey: 1 },
+            ];
+            let ud = mlx5::wqe::UdSend {
+                dgram: mlx5::av::DatagramSeg::ud(&mlx5::av::Av::default(), 1, 2),
+                data,
+                imm: None,
+            };
+            let mut refused = vec![sq.post_ud(&ud, 0, f)];
+            for req in &reqs {
+                refused.push(sq.post(req, 0, f));
+                refused.push(sq.push(req, 0, f));
+                refused.push(sq.batch().push(req, 0, f));
+                if !matches!(req, Request::SendInv { .. }) {
+                    refused.push(sq.post_dc(&dest, req, 0, f));
+                    refused.push(sq.push_dc(&dest, req, 0, f));
+                }
+            }
+            for (i, r) in refused.into_iter().enumerate() {
+                assert!(
+                    matches!(r, Err(Error::InvalidParameter { value, .. }) if value == total),
+                    "{i}: {r:?}"
+                );
+            }
+            assert_eq!(sq.free_blocks(), 16);
+        }
+        assert!(m.ring.iter().all(|&b| b == 0), "nothing written");
+        // 2^31 exactly: a message (it fails at the NIC only for the keys given here).
+        let sgl = [e(0x7fff_ffff), e(1)];
+        let data = Payload::Sgl(&sgl);
+        sq.post(&Request::Write { remote, data }, 1, f).unwrap();
+    }
+
+    /// The queue of one of the crate's UD QPs or DCIs refuses RC requests (and the RC
+    /// queue UD and DC requests) before anything is written, whatever the entry; the RC
+    /// queue refuses a raw bind but the crate's bind entry posts it.
+    #[test]
+    fn a_crate_queue_refuses_other_transports_and_raw_binds() {
+        let mut m = mem();
+        let mut sq = queue(&mut m);
+        let f = PostFlags::SIGNALED;
+        let remote = mlx5::Remote { addr: 0, rkey: 1 };
+        let write = Request::Write {
+            remote,
+            data: Payload::Inline(b"x"),
+        };
+        let ud = mlx5::wqe::UdSend {
+            dgram: mlx5::av::DatagramSeg::ud(&mlx5::av::Av::default(), 1, 2),
+            data: Payload::Inline(b"x"),
+            imm: None,
+        };
+        let dest = mlx5::dc::DcAddr {
+            av: [0; mlx5::dc::AV_BYTES],
+            dctn: 5,
+            dc_key: 6,
+        };
+        for t in [Transport::Ud, Transport::Dci] {
+            sq.set_transport(t);
+            for r in [
+                sq.post(&write, 1, f),
+                sq.push(&write, 1, f),
+                sq.write_inline(b"x", remote, 1, f),
+                sq.batch().push(&Request::Nop, 1, f),
+            ] {
+                assert!(matches!(r, Err(Error::Unsupported(_))), "{t:?}: {r:?}");
+            }
+            let other = match t {
+                Transport::Ud => sq.post_dc(&dest, &write, 1, f),
+                _ => sq.post_ud(&ud, 1, f),
+            };
+            assert!(matches!(other, Err(Error::Unsupported(_))), "{other:?}");
+        }
+        sq.set_transport(Transport::Rc);
+        assert!(matches!(sq.post_ud(&ud, 1, f), Err(Error::Unsupported(_))));
+        let bind = BindMw {
+            mw_rkey: 0x100,
+            new_rkey: 0x101,
+            mw_type: MwType::Two,
+            mr_lkey: 7,
+            addr: 0x1000,
+            len: 64,
+            access: Access::REMOTE_READ,
+        };
+        let r = sq.post(&Request::BindMw(bind), 1, f);
+        assert!(matches!(r, Err(Error::Unsupported(_))), "{r:?}");
+        assert_eq!(sq.free_blocks(), 16);
+        assert!(m.ring.iter().all(|&b| b == 0), "nothing written");
+        sq.post_bind(&bind, 2, f).unwrap();
+        // A type-1 zero-based bind stays refused (rdma-core's mlx5_bind_mw).
+        let zb = BindMw {
+            mw_type: MwType::One,
+            access: Access::REMOTE_READ | Access::ZERO_BASED,
+            ..bind
+        };
+        let r = sq.post_bind(&zb, 3, f);
+        assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
     }
 }

@@ -5,9 +5,10 @@
 //! completion moderation, shadow table, doorbell or BlueFlame) by their own post function,
 //! so the RC post path is unchanged.
 
-use super::sq::{PostFlags, SendQueue};
+use super::sq::{PostFlags, SendQueue, Transport};
 use crate::completion::WcOpcode;
 use crate::error::Result;
+use mlx5::request::Payload;
 use mlx5::wqe::{encode_ud, ud_wqe_ds, UdSend};
 
 impl SendQueue {
@@ -15,9 +16,16 @@ impl SendQueue {
     /// path MTU (a longer one fails at the NIC with a local length error).
     ///
     /// # Errors
-    /// As [`SendQueue::push`] for the payload and queue room; nothing is written on an error.
+    /// As [`SendQueue::push`] for the payload and queue room ([`crate::Error::InvalidParameter`]
+    /// for more than 2^31 bytes); [`crate::Error::Unsupported`] on the queue of one of the
+    /// crate's QPs that is not UD (an RC QP's: [`crate::Qp::direct_sq`]). Nothing is
+    /// written on an error.
     #[inline]
     pub fn post_ud(&mut self, send: &UdSend<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.check_transport(Transport::Ud)?;
+        if let Payload::Sgl(sgl) = send.data {
+            super::message_len(sgl)?;
+        }
         let ds = ud_wqe_ds(&send.data, &self.limits())?;
         self.push_encoded(
             ds,

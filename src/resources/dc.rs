@@ -483,6 +483,7 @@ impl Pd {
         let atomics = self.inner.dev.atomic_caps();
         sq.set_atomic_caps(atomics);
         // A DCI posts through `post_dc` only: the RC inline-write fast path stays off.
+        sq.set_transport(crate::direct::Transport::Dci);
         sq.enable_fast_path(false);
         // The driver side of MLX5_POST_SEND_PREFER_BF, as for an RC QP.
         crate::mlx5_env::Mlx5Env::current().configure(&mut sq);
@@ -648,7 +649,7 @@ impl Dci {
     /// send with invalidate or NOP, or an atomic the device lacks; [`Error::QueueFull`],
     /// [`Error::CqFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
     /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::AtomicLength`],
-    /// [`Error::InvalidParameter`] (a read longer than 2^31 bytes).
+    /// [`Error::InvalidParameter`] (a read, write or send of more than 2^31 bytes).
     pub fn post(
         &mut self,
         peer: &DcPeer,

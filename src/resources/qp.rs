@@ -401,6 +401,8 @@ impl Pd {
         let (sslots, rslots) = (&send_cq.handle.registry.slots, &recv.handle.registry.slots);
         match &mut path {
             QpPath::Direct { sq, rq, .. } => {
+                // An RC QP's queue (a UD QP's is marked by `Qp::mark_ud`).
+                sq.set_transport(crate::direct::Transport::Rc);
                 sq.set_atomic_caps(atomics);
                 // The driver side of rdma-core's MLX5_POST_SEND_PREFER_BF.
                 env.configure(sq);
@@ -792,6 +794,14 @@ impl Qp {
         self.set_connected();
     }
 
+    /// Records that the QP is a UD QP ([`crate::UdQp`]'s, on the direct path): its send
+    /// queue takes UD sends only.
+    pub(crate) fn mark_ud(&mut self) {
+        if let QpPath::Direct { sq, .. } = &mut self.path {
+            sq.set_transport(crate::direct::Transport::Ud);
+        }
+    }
+
     fn set_connected(&mut self) {
         self.connected = true;
         if let QpPath::Direct { sq, .. } = &mut self.path {
@@ -827,7 +837,9 @@ impl Qp {
     }
 
     /// The direct-path send queue of a connected QP (for batches and raw requests without
-    /// the `Qp` wrapper).
+    /// the `Qp` wrapper). It is an RC QP's queue: it refuses UD sends and DC requests
+    /// ([`SendQueue::post_ud`], [`SendQueue::post_dc`]) and [`Request::BindMw`] before
+    /// posting, as [`Qp::post`] does.
     ///
     /// # Errors
     /// [`Error::InvalidState`] before `connect` (a request posted then would never run);
@@ -892,7 +904,11 @@ impl Qp {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
-    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], ...: nothing is posted on error.
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], ...; [`Error::InvalidParameter`] for
+    /// a write, send or read whose entries add up to more than 2^31 bytes (the sum in the
+    /// error); [`Error::Unsupported`] for [`Request::BindMw`], which only
+    /// [`Qp::bind_mw`] and [`Qp::unbind_mw`] post (they check the range, the rights and
+    /// the window's state, and keep the window's key in step). Nothing is posted on error.
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
@@ -1262,7 +1278,7 @@ impl Qp {
                     len: len as u64,
                     access,
                 };
-                sq.post(&Request::BindMw(b), cookie, flags)?;
+                sq.post_bind(&b, cookie, flags)?;
                 new_rkey
             }
             (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
@@ -1357,7 +1373,7 @@ impl Qp {
                         len: 0,
                         access: crate::Access::NONE,
                     };
-                    sq.post(&Request::BindMw(b), cookie, flags)?;
+                    sq.post_bind(&b, cookie, flags)?;
                     new_rkey
                 }
                 (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {

@@ -153,6 +153,7 @@ impl Pd {
             Backend::Sim(nic) => {
                 let mut qp = self.create_qp(send_cq, recv_cq, caps)?;
                 nic.make_ud(qp.qpn(), qkey, opts.mcast_loopback)?;
+                qp.mark_ud();
                 qp.mark_connected();
                 let port = nic.port_attr();
                 Ok(UdQp {
@@ -185,6 +186,7 @@ impl Pd {
                 // As on the verbs path, before anything is created.
                 check_source_gid(port.ethernet, vdev.gid_index, &gid)?;
                 let mut qp = self.create_ud_direct(send_cq, recv_cq, caps, qkey)?;
+                qp.mark_ud();
                 qp.mark_connected();
                 Ok(UdQp {
                     path: UdPath::Direct(qp),

@@ -257,11 +257,15 @@ impl VerbsSendQueue {
     }
 
     /// Stages the payload `p` of the request in `slot`: a gather list into its entries
-    /// (checked), inline bytes into its staging buffer (`IBV_SEND_INLINE` added to `flags`).
-    /// Returns the number of gather entries; nothing is published on an error.
+    /// (checked, and refused past 2^31 bytes in all as on the direct path), inline bytes
+    /// into its staging buffer (`IBV_SEND_INLINE` added to `flags`). Returns the number of
+    /// gather entries; nothing is published on an error.
     pub(super) fn stage(&mut self, slot: usize, p: &Payload<'_>, flags: &mut u32) -> Result<usize> {
         match p {
-            Payload::Sgl(sgl) => self.fill_sgl(slot, sgl),
+            Payload::Sgl(sgl) => {
+                crate::direct::message_len(sgl)?;
+                self.fill_sgl(slot, sgl)
+            }
             Payload::Inline([]) => Ok(0),
             Payload::Inline(b) => {
                 if b.len() > self.max_inline {
@@ -288,7 +292,8 @@ impl VerbsSendQueue {
     ///
     /// # Errors
     /// As the direct path: [`Error::QueueFull`], [`Error::TooManySge`],
-    /// [`Error::InlineTooLong`], [`Error::Misaligned`]; [`Error::Unsupported`] for requests
+    /// [`Error::InlineTooLong`], [`Error::Misaligned`], [`Error::InvalidParameter`] for a
+    /// write, send or read of more than 2^31 bytes; [`Error::Unsupported`] for requests
     /// the verbs path does not carry (masked atomics, NOP, memory windows).
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if self.pending == MAX_BATCH {
@@ -323,7 +328,7 @@ impl VerbsSendQueue {
                 (op, WcOpcode::RdmaWrite, 0, n)
             }
             Request::Read { remote, sgl } => {
-                let len = crate::direct::read_len(sgl)?;
+                let len = crate::direct::message_len(sgl)?;
                 let n = self.fill_sgl(slot, sgl)?;
                 wr.wr.rdma = ffi::rdma_t {
                     remote_addr: remote.addr,

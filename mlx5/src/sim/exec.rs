@@ -9,8 +9,23 @@ use super::State;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 use crate::syndrome::Syndrome;
-use crate::wqe::{Decoded, MAX_WQE_BYTES};
+use crate::wqe::{Decoded, MAX_MESSAGE_BYTES, MAX_WQE_BYTES};
 use crate::Be32;
+
+/// The bytes `req` moves: the sum of its gather or scatter list (or its inline bytes); 0
+/// for the requests that move no message. At most 63 entries of 32 bits fit in a WQE: the
+/// sum does not overflow.
+fn message_bytes(req: &Request<'_>) -> u64 {
+    match req {
+        Request::Write { data, .. }
+        | Request::WriteImm { data, .. }
+        | Request::Send { data }
+        | Request::SendImm { data, .. }
+        | Request::SendInv { data, .. } => data.len(),
+        Request::Read { sgl, .. } => sgl.iter().map(|s| s.len as u64).sum(),
+        _ => 0,
+    }
+}
 
 /// The result of running one WQE.
 pub(crate) enum Outcome {
@@ -190,7 +205,8 @@ impl State {
         match d.request {
             Request::Read { remote, sgl } => {
                 let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
-                self.scatter_ptrs(pd, sgl).is_ok()
+                total <= MAX_MESSAGE_BYTES
+                    && self.scatter_ptrs(pd, sgl).is_ok()
                     && self
                         .remote_buf(ppd, peer, &remote, total, Access::REMOTE_READ)
                         .is_ok()
@@ -580,6 +596,12 @@ impl State {
 
     /// Runs one decoded WQE of `qpn`.
     pub(crate) fn exec(&mut self, qpn: u32, d: &Decoded<'_>) -> Outcome {
+        // A message longer than the port's largest (a ConnectX's `max_msg_sz`, 2^31) fails
+        // at the requester with a local length error before a byte is gathered, sent or
+        // read (IBV_WC_LOC_LEN_ERR): nothing of it is allocated here either.
+        if message_bytes(&d.request) > MAX_MESSAGE_BYTES {
+            return Outcome::Failed(Syndrome::LocalLength);
+        }
         if let Some(refused) = self.dc_admit(qpn, &d.request) {
             return refused;
         }

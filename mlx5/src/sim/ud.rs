@@ -201,14 +201,15 @@ impl State {
             },
             _ => return Outcome::Failed(Syndrome::LocalQpOp),
         };
+        if d.send.data.len() > u64::from(self.port.mtu) {
+            // One packet per datagram: the requester refuses a message above the MTU (and
+            // so any above the port's largest, 2^31), before a byte is gathered.
+            return Outcome::Failed(Syndrome::LocalLength);
+        }
         let bytes = match self.gather(pd, &d.send.data) {
             Ok(b) => b,
             Err(s) => return Outcome::Failed(s),
         };
-        if bytes.len() as u64 > u64::from(self.port.mtu) {
-            // One packet per datagram: the requester refuses a message above the MTU.
-            return Outcome::Failed(Syndrome::LocalLength);
-        }
         let av: Av = d.send.dgram.av;
         let qkey = if av.qkey() & 0x8000_0000 != 0 {
             ctx.qkey

@@ -13,7 +13,9 @@ mod ud;
 
 pub use decode::{decode, DecodeError, Decoded};
 pub(crate) use encode::encode_at;
-pub use encode::{encode, max_wqe_bbs, wqe_ds, EncodeError, Limits, MAX_SGE_BYTES};
+pub use encode::{
+    encode, max_wqe_bbs, wqe_ds, EncodeError, Limits, MAX_MESSAGE_BYTES, MAX_SGE_BYTES,
+};
 pub use span::{linearize, Span};
 pub use ud::{decode_ud, encode_ud, ud_wqe_ds, DecodedUd, UdSend, UD_HEADER_DS};
 
