@@ -86,11 +86,15 @@ impl AsyncCq {
     /// [`Error::InvalidParameter`] when the channel serves other CQs too (checked, and the
     /// channel taken, in one step: a CQ created on it meanwhile is either counted here or
     /// refused with [`Error::ChannelTaken`]);
-    /// [`Error::Unsupported`] outside a tokio runtime; [`Error::Io`] when the reactor refuses
-    /// the descriptor.
+    /// [`Error::Unsupported`] outside a tokio runtime, or inside one built without I/O
+    /// (`enable_io`); [`Error::Io`] when the reactor refuses the descriptor.
     ///
     /// # Panics
-    /// Inside a runtime built without I/O (`enable_io`), as every tokio `AsyncFd`.
+    /// tokio 1.x has no call that says whether a runtime has its I/O driver: registering a
+    /// descriptor without one panics inside tokio (`AsyncFd::with_interest` and
+    /// `AsyncFd::try_with_interest` alike). That panic is caught here and returned as
+    /// [`Error::Unsupported`], but the panic hook still runs (the default one prints tokio's
+    /// message), and a program built with `panic = "abort"` aborts there.
     pub fn new(cq: Cq) -> Result<AsyncCq> {
         let Some(ch) = cq.channel().cloned() else {
             return Err(Error::NoChannel { cqn: cq.cqn() });
@@ -103,7 +107,20 @@ impl AsyncCq {
         // Before the descriptor is registered: a refusal here registers nothing. Released if
         // the registration fails.
         let taken = ch.inner.take_alone(cq.cqn())?;
-        let fd = AsyncFd::with_interest(ch, Interest::READABLE).map_err(Error::Io)?;
+        // tokio panics at its `driver::Handle::io()` when the runtime has no I/O driver,
+        // before it changes anything: nothing is left half-done by the unwinding (the channel
+        // handle moved in drops), hence AssertUnwindSafe. Any other panic goes on.
+        let register =
+            std::panic::AssertUnwindSafe(|| AsyncFd::with_interest(ch, Interest::READABLE));
+        let fd = match std::panic::catch_unwind(register) {
+            Ok(r) => r.map_err(Error::Io)?,
+            Err(p) if io_disabled(&*p) => {
+                return Err(Error::Unsupported(
+                    "AsyncCq::new in a tokio runtime without I/O (build it with enable_io)",
+                ))
+            }
+            Err(p) => std::panic::resume_unwind(p),
+        };
         Ok(AsyncCq {
             cq,
             fd,
@@ -172,6 +189,20 @@ impl AsyncCq {
         let rest = self.buf[self.head..self.len].to_vec();
         (self.cq, rest)
     }
+}
+
+/// Whether a panic's payload is tokio's "A Tokio 1.x context was found, but IO is disabled"
+/// (`driver::Handle::io`).
+fn io_disabled(payload: &(dyn core::any::Any + Send)) -> bool {
+    let msg = match (
+        payload.downcast_ref::<String>(),
+        payload.downcast_ref::<&str>(),
+    ) {
+        (Some(s), _) => s.as_str(),
+        (None, Some(s)) => s,
+        (None, None) => return false,
+    };
+    msg.contains("IO is disabled")
 }
 
 impl futures_core::Stream for AsyncCq {

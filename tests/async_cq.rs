@@ -342,6 +342,30 @@ fn async_cq_new_racing_a_cq_creation_on_its_channel_never_lets_both_through() {
 }
 
 #[test]
+fn a_runtime_without_io_is_refused_with_a_typed_error() {
+    // Both flavours, built without `enable_io`: no reactor to register the channel with.
+    let current = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    for rt in [current, multi] {
+        let dev = Device::sim();
+        let ch = dev.create_channel().unwrap();
+        let opts = CqOptions::new(8).channel(&ch);
+        let cq = dev.create_cq_with(&opts).unwrap();
+        let e = rt.block_on(async { AsyncCq::new(cq) }).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{e}");
+        // Nothing kept: the channel takes CQs again, and serves them.
+        let mut cq = dev.create_cq_with(&opts).unwrap();
+        cq.arm(Notify::Any).unwrap();
+        assert_eq!(ch.try_event().unwrap(), None);
+    }
+}
+
+#[test]
 fn no_allocation_per_completion() {
     // The counter works.
     let before = allocs();
