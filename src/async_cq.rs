@@ -9,6 +9,7 @@
 //! cleared, so an event that arrives after that read makes the descriptor readable again.
 
 use crate::error::{Error, Result};
+use crate::resources::channel::Taken;
 use crate::resources::{CompletionChannel, Cq, Notify};
 use crate::Completion;
 use core::pin::Pin;
@@ -26,10 +27,11 @@ const BATCH: usize = 16;
 /// channel and sleeps until the channel's descriptor becomes readable, which it does when the
 /// first event is queued, not for each one. A channel serving other CQs would have their
 /// events taken here, and the event of this CQ could arrive without a new readiness edge:
-/// [`AsyncCq::new`] refuses a channel that serves other CQs, and no CQ may be added to the
-/// channel, nor anyone else wait on it, while the `AsyncCq` lives. Nothing is allocated per
-/// completion; completions are polled in batches of 16 into a buffer inside. The stream
-/// never ends; errors (a failed arm, an unreadable channel) are items.
+/// [`AsyncCq::new`] refuses a channel that serves other CQs, and while the `AsyncCq` lives a
+/// CQ created on the channel is refused ([`Error::ChannelTaken`]); nobody else may wait on
+/// the channel meanwhile. Nothing is allocated per completion; completions are polled in
+/// batches of 16 into a buffer inside. The stream never ends; errors (a failed arm, an
+/// unreadable channel) are items.
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
@@ -61,6 +63,8 @@ pub struct AsyncCq {
     len: usize,
     /// An arm is outstanding (no event read since it was made).
     armed: bool,
+    /// Keeps other CQs off the channel while this lives.
+    _taken: Taken,
 }
 
 impl core::fmt::Debug for AsyncCq {
@@ -79,29 +83,44 @@ impl AsyncCq {
     ///
     /// # Errors
     /// [`Error::NoChannel`] for a CQ without a completion channel;
-    /// [`Error::InvalidParameter`] when the channel serves other CQs too;
-    /// [`Error::Unsupported`] outside a tokio runtime; [`Error::Io`] when the reactor refuses
-    /// the descriptor (`EEXIST`: another `AsyncCq` of this runtime has the same channel).
+    /// [`Error::InvalidParameter`] when the channel serves other CQs too (checked, and the
+    /// channel taken, in one step: a CQ created on it meanwhile is either counted here or
+    /// refused with [`Error::ChannelTaken`]);
+    /// [`Error::Unsupported`] outside a tokio runtime, or inside one built without I/O
+    /// (`enable_io`); [`Error::Io`] when the reactor refuses the descriptor.
     ///
     /// # Panics
-    /// Inside a runtime built without I/O (`enable_io`), as every tokio `AsyncFd`.
+    /// tokio 1.x has no call that says whether a runtime has its I/O driver: registering a
+    /// descriptor without one panics inside tokio (`AsyncFd::with_interest` and
+    /// `AsyncFd::try_with_interest` alike). That panic is caught here and returned as
+    /// [`Error::Unsupported`], but the panic hook still runs (the default one prints tokio's
+    /// message), and a program built with `panic = "abort"` aborts there.
     pub fn new(cq: Cq) -> Result<AsyncCq> {
         let Some(ch) = cq.channel().cloned() else {
             return Err(Error::NoChannel { cqn: cq.cqn() });
         };
-        let members = ch.inner.members();
-        if members != 1 {
-            return Err(Error::InvalidParameter {
-                what: "AsyncCq: CQs on the channel (it must serve this CQ alone)",
-                value: members as u64,
-            });
-        }
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::Unsupported(
                 "AsyncCq::new outside a tokio runtime (call it from a task or block_on)",
             ));
         }
-        let fd = AsyncFd::with_interest(ch, Interest::READABLE).map_err(Error::Io)?;
+        // Before the descriptor is registered: a refusal here registers nothing. Released if
+        // the registration fails.
+        let taken = ch.inner.take_alone(cq.cqn())?;
+        // tokio panics at its `driver::Handle::io()` when the runtime has no I/O driver,
+        // before it changes anything: nothing is left half-done by the unwinding (the channel
+        // handle moved in drops), hence AssertUnwindSafe. Any other panic goes on.
+        let register =
+            std::panic::AssertUnwindSafe(|| AsyncFd::with_interest(ch, Interest::READABLE));
+        let fd = match std::panic::catch_unwind(register) {
+            Ok(r) => r.map_err(Error::Io)?,
+            Err(p) if io_disabled(&*p) => {
+                return Err(Error::Unsupported(
+                    "AsyncCq::new in a tokio runtime without I/O (build it with enable_io)",
+                ))
+            }
+            Err(p) => std::panic::resume_unwind(p),
+        };
         Ok(AsyncCq {
             cq,
             fd,
@@ -109,6 +128,7 @@ impl AsyncCq {
             head: 0,
             len: 0,
             armed: false,
+            _taken: taken,
         })
     }
 
@@ -162,12 +182,27 @@ impl AsyncCq {
         &self.cq
     }
 
-    /// Gives the CQ back. Completions already taken from the ring and not yet returned by
-    /// [`AsyncCq::next`] are returned with it.
+    /// Gives the CQ back (and the channel: CQs may be created on it again). Completions
+    /// already taken from the ring and not yet returned by [`AsyncCq::next`] are returned
+    /// with it.
     pub fn into_inner(self) -> (Cq, Vec<Completion>) {
         let rest = self.buf[self.head..self.len].to_vec();
         (self.cq, rest)
     }
+}
+
+/// Whether a panic's payload is tokio's "A Tokio 1.x context was found, but IO is disabled"
+/// (`driver::Handle::io`).
+fn io_disabled(payload: &(dyn core::any::Any + Send)) -> bool {
+    let msg = match (
+        payload.downcast_ref::<String>(),
+        payload.downcast_ref::<&str>(),
+    ) {
+        (Some(s), _) => s.as_str(),
+        (None, Some(s)) => s,
+        (None, None) => return false,
+    };
+    msg.contains("IO is disabled")
 }
 
 impl futures_core::Stream for AsyncCq {

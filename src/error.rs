@@ -87,6 +87,13 @@ pub enum Error {
         /// The CQ.
         cqn: u32,
     },
+    /// The completion channel is taken by the `AsyncCq` (feature `tokio`) of CQ `cqn`, which
+    /// reads every event of the channel: no other CQ may be created on it while that lives
+    /// (the stream would take that CQ's events, and its waiter would never wake).
+    ChannelTaken {
+        /// The CQ whose `AsyncCq` holds the channel.
+        cqn: u32,
+    },
     /// Invalid state: the QP is not connected yet.
     InvalidState {
         /// What state it is in.
@@ -298,6 +305,10 @@ impl fmt::Display for Error {
             Error::NoChannel { cqn } => write!(
                 f,
                 "CQ {cqn:#x} has no completion channel: create it with CqOptions::channel to arm or wait"
+            ),
+            Error::ChannelTaken { cqn } => write!(
+                f,
+                "the completion channel is taken by the AsyncCq of CQ {cqn:#x}: no other CQ may complete on it"
             ),
             Error::InvalidState { state } => write!(f, "invalid state: the QP is {state}"),
             Error::LengthError { needed, available } => {

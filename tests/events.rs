@@ -641,3 +641,36 @@ fn channels_are_shared_handles_across_threads() {
     );
     assert_eq!(l.ch.try_event().unwrap(), None);
 }
+
+/// The arm doorbell is written while the NIC's thread loads and swaps the same register
+/// (and reads the record's arm word): every access on both sides must be atomic, of one
+/// size, or the two threads race in Rust's memory model. Each round arms, then completes
+/// one write, and takes the one event it raises. The assertions hold with plain stores
+/// too (x86 never tears an aligned 8-byte store): run it under ThreadSanitizer to see the
+/// race the atomics remove (`RUSTFLAGS=-Zsanitizer=thread cargo +nightly test -Zbuild-std
+/// --target x86_64-unknown-linux-gnu -p blueflame --test events arm_doorbells`: a plain
+/// or volatile store on either side is reported as a data race).
+#[test]
+fn arm_doorbells_race_the_threaded_nic_as_atomics() {
+    let mut l = lo(Device::sim());
+    const ROUNDS: u64 = 300;
+    for i in 0..ROUNDS {
+        l.cq.arm(Notify::Any).unwrap();
+        l.write(i);
+        let e = l.ch.wait(Some(LONG)).unwrap();
+        assert_eq!(e, Some(CqEvent { cqn: l.cq.cqn() }), "round {i}");
+        let mut got = 0;
+        let t = Instant::now();
+        while got == 0 && t.elapsed() < LONG {
+            got = l.drain();
+        }
+        assert_eq!(got, 1, "round {i}");
+    }
+    let s = l.stats();
+    assert_eq!(
+        (s.arms, s.events, s.stale_arms),
+        (ROUNDS, ROUNDS, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.record_mismatches, 0, "{s:?}");
+}

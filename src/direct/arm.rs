@@ -4,7 +4,7 @@
 
 use super::barrier;
 use super::CompletionQueue;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use mlx5::doorbell::{CqArm, CQ_ARM_DB, CQ_DOORBELL};
 
 impl CompletionQueue {
@@ -15,7 +15,8 @@ impl CompletionQueue {
     ///
     /// In order: the arm word `sn << 28 | cmd | ci` to the doorbell record's arm slot, the
     /// write-combining barrier (the record is in memory before the register write leaves),
-    /// one 64-bit big-endian store of `word << 32 | cqn` to `cq_uar + 0x20`, the flush.
+    /// one 64-bit big-endian store of `word << 32 | cqn` to `cq_uar + 0x20`, the flush. Both
+    /// stores are atomic, of the size the software NIC's thread loads them with.
     ///
     /// # Safety
     /// `cq_uar` must be the CQ's UAR page (`mlx5dv_cq.cq_uar`), mapped while the CQ lives.
@@ -27,16 +28,29 @@ impl CompletionQueue {
             ci: self.consumer_index() & 0xff_ffff,
         };
         // SAFETY: the record is the CQ's live, aligned doorbell record (constructor
-        // contract); the device reads it, hence the atomic store.
+        // contract); the device reads it, hence the atomic store (the software NIC loads it
+        // as an AtomicU32 too).
         unsafe {
             (*(self.dbrec().add(CQ_ARM_DB) as *const AtomicU32))
                 .store(arm.word().to_be(), Ordering::Relaxed)
         };
         barrier::wc_start();
         // SAFETY: `cq_uar + 0x20` is the CQ doorbell register of the live UAR page (caller
-        // contract), 8-byte aligned; one 64-bit store, as `mmio_write64_be`.
+        // contract), 8-byte aligned; AtomicU64 has u64's layout. One 64-bit store, as
+        // rdma-core's `mmio_write64_be`, and an atomic one: on the software NIC the register
+        // is ordinary memory whose thread loads and swaps it as an AtomicU64 meanwhile
+        // (`mlx5::sim` `ArmState::take_doorbell`), and a plain or volatile store would race
+        // with that in Rust's memory model. Release orders the record store above before it
+        // for that thread, which reads the record after taking the doorbell. On a ConnectX
+        // the page is device memory no Rust thread reads, where what counts is one aligned
+        // 8-byte store after the barrier: this is one (`mov` on x86_64, `stlr` on aarch64),
+        // as the volatile store was. The send doorbell (`super::doorbell`) keeps volatile
+        // stores: the threaded software NIC does not read BlueFlame registers (the stepped
+        // one does, in `Device::process`: run on another thread during a ring, that still
+        // races; ThreadSanitizer shows it).
         unsafe {
-            (cq_uar.add(CQ_DOORBELL) as *mut u64).write_volatile(arm.doorbell(self.cqn()).to_be())
+            (*(cq_uar.add(CQ_DOORBELL) as *const AtomicU64))
+                .store(arm.doorbell(self.cqn()).to_be(), Ordering::Release)
         };
         barrier::wc_flush();
     }

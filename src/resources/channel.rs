@@ -78,6 +78,9 @@ struct State {
     /// CQs a `Cq::wait` sleeps for: their events are theirs.
     waiting: Vec<u32>,
     next_token: u64,
+    /// The CQ whose `AsyncCq` reads every event of the channel (feature `tokio`): no other
+    /// CQ may join while it is set.
+    taken_by: Option<u32>,
 }
 
 pub(crate) struct ChannelInner {
@@ -199,9 +202,17 @@ impl ChannelInner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds CQ `id` (`cq`: its `ibv_cq`, 0 on the software NIC); returns its token.
-    pub(crate) fn attach(&self, id: u32, cq: usize) -> u64 {
+    /// Adds CQ `id` (`cq`: its `ibv_cq`, 0 on the software NIC); returns its token. Checks
+    /// and joins under the one lock `ChannelInner::take_alone` holds: a CQ joins before the
+    /// channel is taken (and `take_alone` refuses), or is refused.
+    ///
+    /// # Errors
+    /// [`Error::ChannelTaken`] while an `AsyncCq` holds the channel.
+    pub(crate) fn attach(&self, id: u32, cq: usize) -> Result<u64> {
         let mut st = self.lock();
+        if let Some(owner) = st.taken_by {
+            return Err(Error::ChannelTaken { cqn: owner });
+        }
         st.next_token += 1;
         let token = st.next_token;
         st.members.push(Member {
@@ -211,13 +222,30 @@ impl ChannelInner {
             cq,
             unacked: 0,
         });
-        token
+        Ok(token)
     }
 
-    /// How many CQs complete on this channel now.
+    /// Takes the channel for CQ `id`, its only member, until the guard drops: from here on
+    /// [`ChannelInner::attach`] refuses every other CQ (checked and set under one lock).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] (the count) when the channel serves other CQs too, or
+    /// none; [`Error::ChannelTaken`] when it is taken already.
     #[cfg(feature = "tokio")]
-    pub(crate) fn members(&self) -> usize {
-        self.lock().members.len()
+    pub(crate) fn take_alone(self: &Arc<Self>, id: u32) -> Result<Taken> {
+        let mut st = self.lock();
+        if let Some(owner) = st.taken_by {
+            return Err(Error::ChannelTaken { cqn: owner });
+        }
+        let members = st.members.len();
+        if members != 1 || st.members[0].id != id {
+            return Err(Error::InvalidParameter {
+                what: "AsyncCq: CQs on the channel (it must serve this CQ alone)",
+                value: members as u64,
+            });
+        }
+        st.taken_by = Some(id);
+        Ok(Taken { chan: self.clone() })
     }
 
     /// Removes CQ `id` before it is destroyed: its events are acknowledged and forgotten.
@@ -374,6 +402,20 @@ impl ChannelInner {
                 }
             }
         }
+    }
+}
+
+/// A channel taken by an `AsyncCq` (see [`ChannelInner::take_alone`]); dropping it lets CQs join
+/// again.
+#[cfg(feature = "tokio")]
+pub(crate) struct Taken {
+    chan: Arc<ChannelInner>,
+}
+
+#[cfg(feature = "tokio")]
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.chan.lock().taken_by = None;
     }
 }
 

@@ -210,20 +210,30 @@ impl Cq {
                     dev: dev.clone(),
                     cqn: raw.cqn,
                 };
-                let link = chan.map(|c| {
-                    let token = c.inner.attach(raw.cqn, 0);
-                    let sink = SimSink {
-                        chan: Arc::downgrade(&c.inner),
-                        id: raw.cqn,
-                        token,
-                    };
-                    let _ = nic.set_cq_event_sink(raw.cqn, Some(Arc::new(sink)));
-                    ChannelLink {
-                        chan: c.clone(),
-                        id: raw.cqn,
-                        token,
+                let link = match chan {
+                    Some(c) => {
+                        let token = match c.inner.attach(raw.cqn, 0) {
+                            Ok(token) => token,
+                            Err(e) => {
+                                // Refused (an AsyncCq holds the channel): the CQ goes.
+                                let _ = nic.destroy_cq(raw.cqn);
+                                return Err(e);
+                            }
+                        };
+                        let sink = SimSink {
+                            chan: Arc::downgrade(&c.inner),
+                            id: raw.cqn,
+                            token,
+                        };
+                        let _ = nic.set_cq_event_sink(raw.cqn, Some(Arc::new(sink)));
+                        Some(ChannelLink {
+                            chan: c.clone(),
+                            id: raw.cqn,
+                            token,
+                        })
                     }
-                });
+                    None => None,
+                };
                 // SAFETY: the ring and record belong to the CQ just created, kept alive by the
                 // handle built from `kind`.
                 unsafe { Cq::new_direct(dev, &raw, kind, raw.cqe_cnt, link, zip.is_some()) }
@@ -268,16 +278,21 @@ impl Cq {
                         });
                     }
                 }
-                let link = chan.map(|c| {
-                    // Events name the CQ by its context: the device's number.
-                    // SAFETY: live CQ, not armed yet: nothing reads its context concurrently.
-                    unsafe { (*cq.cq).cq_context = raw.cqn as usize as *mut _ };
-                    ChannelLink {
-                        chan: c.clone(),
-                        id: raw.cqn,
-                        token: c.inner.attach(raw.cqn, cq.cq as usize),
+                let link = match chan {
+                    Some(c) => {
+                        // Events name the CQ by its context: the device's number.
+                        // SAFETY: live CQ, not armed yet: nothing reads its context
+                        // concurrently.
+                        unsafe { (*cq.cq).cq_context = raw.cqn as usize as *mut _ };
+                        Some(ChannelLink {
+                            chan: c.clone(),
+                            id: raw.cqn,
+                            // Refused: `cq` drops here, destroyed.
+                            token: c.inner.attach(raw.cqn, cq.cq as usize)?,
+                        })
                     }
-                });
+                    None => None,
+                };
                 // rdma-core promises `ncqe - 1` entries of a ring of `ncqe` (`mlx5_create_cq`):
                 // the CQ accounting shares out what it promises.
                 let promised = cq.capacity();
@@ -299,11 +314,15 @@ impl Cq {
                     id as usize,
                     api,
                 )?);
-                let link = chan.map(|c| ChannelLink {
-                    chan: c.clone(),
-                    id,
-                    token: c.inner.attach(id, cq.cq as usize),
-                });
+                let link = match chan {
+                    Some(c) => Some(ChannelLink {
+                        chan: c.clone(),
+                        id,
+                        // Refused: `cq` drops here, destroyed.
+                        token: c.inner.attach(id, cq.cq as usize)?,
+                    }),
+                    None => None,
+                };
                 let capacity = cq.capacity();
                 let poller = VerbsCompletionQueue::new(cq.clone());
                 let handle = Arc::new(CqHandle {

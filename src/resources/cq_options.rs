@@ -44,7 +44,9 @@ impl CqOptions {
 
     /// The channel the CQ's completion events go to: the CQ can then be armed
     /// ([`Cq::arm`](super::Cq::arm)) and waited on ([`Cq::wait`](super::Cq::wait)). One channel
-    /// serves any number of CQs of its device.
+    /// serves any number of CQs of its device, but none more while an `AsyncCq` (feature
+    /// `tokio`) holds it: creating the CQ then fails with
+    /// [`Error::ChannelTaken`](crate::Error::ChannelTaken).
     pub fn channel(mut self, channel: &CompletionChannel) -> CqOptions {
         self.channel = Some(channel.clone());
         self

@@ -381,7 +381,8 @@ impl Device {
     ///
     /// # Errors
     /// As [`Device::create_cq_with_cqe_size`]; [`Error::InvalidHandle`] for a channel of
-    /// another device; [`Error::Verbs`] when rdma-core refuses the CQ.
+    /// another device; [`Error::ChannelTaken`] for a channel an `AsyncCq` holds (feature
+    /// `tokio`); [`Error::Verbs`] when rdma-core refuses the CQ.
     pub fn create_cq_with(&self, opts: &super::CqOptions) -> Result<Cq> {
         if opts.cqe_size != 64 && opts.cqe_size != 128 {
             return Err(Error::InvalidParameter {

@@ -13,7 +13,7 @@
 mod ah;
 mod buffer;
 mod caps;
-mod channel;
+pub(crate) mod channel;
 mod cq;
 mod cq_options;
 mod dc;

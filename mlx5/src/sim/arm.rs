@@ -98,8 +98,9 @@ impl ArmState {
     /// is taken once; the register reads 0 afterwards: a CQ number is never 0 here).
     fn take_doorbell(&self) -> Option<u64> {
         // SAFETY: the register is a live 64-byte, 64-aligned DmaBuf; offset 0x20 is 8-aligned.
-        // The driver writes it with one 64-bit store, the NIC swaps it: no write is lost or
-        // torn.
+        // The driver writes it with one 64-bit atomic store (Release: its arm word is in the
+        // record before), the NIC loads and swaps it as the same AtomicU64: every access of
+        // both threads is atomic and of one size, no write is lost or torn.
         let reg = unsafe { &*(self.uar.ptr().add(CQ_DOORBELL) as *const AtomicU64) };
         if reg.load(Ordering::Relaxed) == 0 {
             return None;
@@ -209,10 +210,16 @@ mod tests {
     use super::*;
     use crate::doorbell::{cq_arm, CQ_DB_REQ_NOT};
 
+    /// The driver's side of an arm doorbell: one 64-bit atomic store, as blueflame's.
     fn ring(a: &ArmState, word: u32, cqn: u32) {
-        let reg = a.uar().wrapping_add(CQ_DOORBELL) as *mut u64;
-        // SAFETY: inside the live register page, aligned.
-        unsafe { reg.write_volatile(crate::doorbell::cq_arm_doorbell(word, cqn).to_be()) };
+        let reg = a.uar().wrapping_add(CQ_DOORBELL) as *const AtomicU64;
+        // SAFETY: inside the live register page, aligned; AtomicU64 has u64's layout.
+        unsafe {
+            (*reg).store(
+                crate::doorbell::cq_arm_doorbell(word, cqn).to_be(),
+                Ordering::Release,
+            )
+        };
     }
 
     #[test]
