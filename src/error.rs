@@ -400,6 +400,24 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// The refusal of a memory-window request ([`crate::Request::BindMw`],
+    /// [`crate::Request::LocalInvalidate`]) through a generic post of one of the crate's
+    /// QPs, on either data path: the typed calls check what the device would fail on (the
+    /// range, the rights, the window's type and state) and keep the window's key in step
+    /// with the NIC's.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn window_request() -> Error {
+        Error::Unsupported(
+            "a memory-window request (Request::BindMw, Request::LocalInvalidate) through a \
+             generic post (Qp::post, Batch::push, SendQueue::post / push): bind with \
+             Qp::bind_mw and unbind with Qp::unbind_mw, which check the range, the rights \
+             and the window's state and keep its key in step with the NIC",
+        )
+    }
+}
+
 impl From<crate::verbs::VerbsError> for Error {
     fn from(e: crate::verbs::VerbsError) -> Self {
         Error::Verbs(e)

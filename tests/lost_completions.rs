@@ -74,30 +74,6 @@ fn a_qp_on_a_cq_of_another_device_is_refused() {
 }
 
 #[test]
-fn the_direct_send_queue_needs_a_connected_qp() {
-    let dev = Device::sim_stepped();
-    let pd = dev.alloc_pd().unwrap();
-    let mut cq = dev.create_cq(16).unwrap();
-    let mut qp = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
-    let mr = pd.alloc_mr(64, REGION).unwrap();
-    assert!(
-        matches!(qp.direct_sq(), Err(Error::InvalidState { .. })),
-        "a raw send queue before connect would post requests that never run"
-    );
-    qp.connect(qp.qpn()).unwrap();
-    let req = Request::Write {
-        remote: mr.remote(8).unwrap(),
-        data: Payload::Inline(b"raw"),
-    };
-    qp.direct_sq()
-        .unwrap()
-        .post(&req, 5, PostFlags::SIGNALED)
-        .unwrap();
-    let c = wait(&mut cq, 1)[0];
-    assert_eq!((c.cookie, c.status), (5, WcStatus::Success));
-}
-
-#[test]
 fn a_bind_before_connect_is_refused() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();

@@ -120,11 +120,6 @@ fn writes_and_sends_whose_entries_sum_past_2_pow_31_are_refused_before_posting()
         let mut batch = qp.batch();
         refused.push(batch.push(&Request::Write { remote, data }, 6, flags));
         batch.ring().unwrap();
-        refused.push(
-            qp.direct_sq()
-                .unwrap()
-                .post(&Request::Send { data }, 7, flags),
-        );
         refused.push(dci.write(&peer, &sgl, remote, 8, flags));
         refused.push(dci.send(&peer, data, 9, flags));
         refused.push(dci.post(&peer, &Request::SendImm { data, imm: 7 }, 10, flags));
@@ -419,8 +414,8 @@ fn messages_name_rights_and_which_handle_was_wrong() {
     );
 }
 
-/// The direct send queue of an RC QP (`Qp::direct_sq`, or the `Batch::Direct` of
-/// `Qp::batch`) knows its transport: a UD send or a DC request on it is refused before
+/// The direct send queue of an RC QP (the `Batch::Direct` of `Qp::batch`) knows its
+/// transport: a UD send or a DC request on it is refused before
 /// anything is written (a ConnectX would fail the WQE with a local QP operation error and
 /// move the QP to error), and the QP goes on working.
 #[test]
@@ -429,12 +424,6 @@ fn ud_and_dc_posts_on_an_rc_qps_direct_queue_are_refused_before_posting() {
     let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
     let free = qp.free_send();
     let data = Payload::Inline(b"datagram");
-    let av = mlx5::av::Av::default();
-    let send = mlx5::wqe::UdSend {
-        dgram: mlx5::av::DatagramSeg::ud(&av, qp.qpn(), 0x1111),
-        data,
-        imm: None,
-    };
     let dest = mlx5::dc::DcAddr {
         av: [0; mlx5::dc::AV_BYTES],
         dctn: 0x42,
@@ -445,19 +434,10 @@ fn ud_and_dc_posts_on_an_rc_qps_direct_queue_are_refused_before_posting() {
         data,
     };
     let flags = PostFlags::SIGNALED;
-    let sq = qp.direct_sq().unwrap();
-    let mut refused = vec![
-        sq.post_ud(&send, 1, flags),
-        sq.post_dc(&dest, &write, 2, flags),
-        sq.push_dc(&dest, &write, 3, flags),
-    ];
-    let mut batch = sq.batch();
-    refused.push(batch.push_dc(&dest, &write, 4, flags));
-    batch.ring();
     let Batch::Direct(mut batch) = qp.batch() else {
         panic!("the software NIC runs the direct path");
     };
-    refused.push(batch.push_dc(&dest, &write, 5, flags));
+    let refused = [batch.push_dc(&dest, &write, 5, flags)];
     batch.ring();
     for (i, r) in refused.into_iter().enumerate() {
         assert!(

@@ -150,7 +150,11 @@ fn local_invalidate_and_send_with_invalidate() {
     let rkey =
         p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
             .unwrap();
-    p.b.invalidate(rkey, 2, PostFlags::SIGNALED).unwrap();
+    assert_eq!(
+        p.b.unbind_mw(&mut mw, 2, PostFlags::SIGNALED).unwrap(),
+        rkey,
+        "a type-2 unbind is a local invalidate of its key"
+    );
     let done: Vec<_> = p.wait(true, 2).iter().map(|c| (c.0, c.1, c.2)).collect();
     assert_eq!(
         done,
@@ -467,11 +471,13 @@ fn a_window_dropped_with_its_bind_in_flight_is_deallocated_once_the_bind_complet
 
 /// `Request::BindMw` through a generic post skips every check `Qp::bind_mw` makes (the
 /// range inside the region, the region's rights, the window's state) and the window's own
-/// record of its key: every generic entry refuses it before posting and names the typed
-/// methods, so a bind over the region's end cannot fail at the NIC (MwBindErr) and kill the
-/// QP. The QP and the window go on working: `Qp::bind_mw` binds it next.
+/// record of its key, and so does `Request::LocalInvalidate` for `Qp::unbind_mw`'s (a
+/// type-2 window bound through this QP): every generic entry refuses both before posting
+/// and names the typed methods, so a bind over the region's end or an invalidate of a key
+/// that is no bound window cannot fail at the NIC and kill the QP. The QP and the window go
+/// on working: `Qp::bind_mw` binds it next, `Qp::unbind_mw` unbinds it.
 #[test]
-fn a_bind_through_a_generic_post_is_refused_and_names_bind_mw() {
+fn window_requests_through_a_generic_post_are_refused_and_name_bind_mw() {
     let mut p = pair();
     let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
     let (rkey, free) = (mw.rkey(), p.b.free_send());
@@ -485,19 +491,16 @@ fn a_bind_through_a_generic_post_is_refused_and_names_bind_mw() {
         len: 200,
         access: RW,
     };
-    let req = Request::BindMw(bind);
     let flags = PostFlags::SIGNALED;
-    let mut refused = vec![p.b.post(&req, 1, flags)];
-    let mut batch = p.b.batch();
-    refused.push(batch.push(&req, 2, flags));
-    batch.ring().unwrap();
-    let sq = p.b.direct_sq().unwrap();
-    refused.push(sq.post(&req, 3, flags));
-    refused.push(sq.push(&req, 4, flags));
-    sq.ring();
-    let mut batch = sq.batch();
-    refused.push(batch.push(&req, 5, flags));
-    batch.ring();
+    let mut refused = Vec::new();
+    // An unbound window's key: a ConnectX fails the invalidate (the QP dies).
+    for req in [Request::BindMw(bind), Request::LocalInvalidate { rkey }] {
+        refused.push(p.b.post(&req, 1, flags));
+        let mut batch = p.b.batch();
+        refused.push(batch.push(&req, 2, flags));
+        batch.ring().unwrap();
+    }
+
     for (i, r) in refused.into_iter().enumerate() {
         assert!(
             matches!(&r, Err(Error::Unsupported(why)) if why.contains("Qp::bind_mw") && why.contains("Qp::unbind_mw")),
@@ -516,4 +519,10 @@ fn a_bind_through_a_generic_post_is_refused_and_names_bind_mw() {
         (6, WcStatus::Success, WcOpcode::BindMw, 0, None)
     );
     assert_eq!(write(&mut p, b"bound", 0, k, 7), WcStatus::Success);
+    assert_eq!(p.b.unbind_mw(&mut mw, 8, flags).unwrap(), k);
+    assert_eq!(
+        p.wait(true, 1)[0],
+        (8, WcStatus::Success, WcOpcode::LocalInv, 0, None)
+    );
+    assert_eq!(write(&mut p, b"gone", 0, k, 9), WcStatus::RemAccessErr);
 }

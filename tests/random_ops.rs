@@ -522,15 +522,14 @@ impl World {
                     ]);
                     qp.bind_mw(mw, mr, off, len, rights, cookie, f).map(|_| ())
                 }
-                2 => qp.unbind_mw(mw, cookie, f).map(|_| ()),
-                _ => qp.invalidate(mw.rkey(), cookie, f),
+                _ => qp.unbind_mw(mw, cookie, f).map(|_| ()),
             }
         };
         let qpn = self.qps[q].as_ref().unwrap().qp.qpn();
         self.note(format!(
             "window op {kind} on mw {wi} via qp {qpn:#x}, cookie {cookie}: {res:?}"
         ));
-        if res.is_ok() && kind < 3 {
+        if res.is_ok() {
             self.mw_qps[wi].push(q);
         }
         self.posted(q, cookie, signaled, false, &res);

@@ -210,7 +210,7 @@ fn invalidate_then_tell(dev: &Device) {
     assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
     let addr = p.mr_b.addr();
     p.a.post_recv(&[p.mr_a.sge(1024, 16).unwrap()], 40).unwrap();
-    p.b.invalidate(rkey, 2, PostFlags::UNSIGNALED).unwrap();
+    p.b.unbind_mw(&mut mw, 2, PostFlags::UNSIGNALED).unwrap();
     p.b.send(Payload::Inline(b"gone"), 3, PostFlags::UNSIGNALED)
         .unwrap();
     let r = step_until_one(dev, &mut p.cq_a);

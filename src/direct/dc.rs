@@ -41,7 +41,7 @@ impl SendQueue {
     /// [`Error::Unsupported`] for a request a DCI does not post (binds, local invalidates,
     /// sends with invalidate, NOPs) or an
     /// atomic the device lacks, and on the queue of one of the crate's QPs that is not a
-    /// DCI (an RC or UD QP's: [`crate::Qp::direct_sq`]); [`Error::InvalidParameter`] for a
+    /// DCI (an RC or UD QP's); [`Error::InvalidParameter`] for a
     /// DCT number past 24 bits or a message of more than 2^31 bytes; otherwise as
     /// [`SendQueue::push`].
     pub fn push_dc(

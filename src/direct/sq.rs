@@ -90,17 +90,6 @@ pub(super) fn other_transport(queue: Transport, asked: Transport) -> Error {
     })
 }
 
-/// The refusal of [`Request::BindMw`] through a generic post of one of the crate's QPs.
-#[cold]
-#[inline(never)]
-fn bind_refused() -> Error {
-    Error::Unsupported(
-        "Request::BindMw through a generic post (Qp::post, Batch::push, SendQueue::post / \
-         push): bind with Qp::bind_mw and unbind with Qp::unbind_mw, which check the range, \
-         the rights and the window's state and keep its key in step with the NIC",
-    )
-}
-
 /// Blocks of the longest WQE a queue with `lim` can build, on any transport (a UD or DC
 /// address takes one block more than an RC remote address at most).
 fn tail_bbs(lim: &Limits) -> u32 {
@@ -264,7 +253,7 @@ impl SendQueue {
     /// [`SendQueue::post_dc`]) and [`Request::BindMw`] through [`SendQueue::post`], and a
     /// request the QP's transport does not carry, or a bind the NIC refuses, fails there
     /// (a local QP operation or memory-window bind error) and moves the QP to error. The
-    /// queues of the crate's QPs ([`crate::Qp::direct_sq`]) know both and refuse them
+    /// queues of the crate's QPs know both and refuse them
     /// before posting.
     ///
     /// # Errors
@@ -376,7 +365,7 @@ impl SendQueue {
 
     /// Makes this the queue of one of the crate's QPs of `transport`: from now on it refuses
     /// the post functions of other transports and [`Request::BindMw`] through the generic
-    /// post ([`SendQueue::post_bind`] is the crate's way), and a queue that is not RC's takes
+    /// post ([`SendQueue::post_window`] is the crate's way), and a queue that is not RC's takes
     /// no inline-write fast path.
     pub(crate) fn set_transport(&mut self, transport: Transport) {
         self.transport = Some(transport);
@@ -631,24 +620,24 @@ impl SendQueue {
         self.push_checked::<false>(req, cookie, flags)
     }
 
-    /// Posts a memory-window bind or unbind and rings: the crate's entry for
-    /// [`Qp::bind_mw`](crate::Qp::bind_mw) and [`Qp::unbind_mw`](crate::Qp::unbind_mw),
-    /// which made their checks and track the window. Everything else as
-    /// [`SendQueue::post`].
-    pub(crate) fn post_bind(
+    /// Posts a memory-window request (a bind, or the local invalidate that unbinds a type-2
+    /// window) and rings: the crate's entry for [`Qp::bind_mw`](crate::Qp::bind_mw) and
+    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw), which made their checks and track the
+    /// window. Everything else as [`SendQueue::post`].
+    pub(crate) fn post_window(
         &mut self,
-        bind: &mlx5::request::BindMw,
+        req: &Request<'_>,
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        self.push_checked::<true>(&Request::BindMw(*bind), cookie, flags)?;
+        self.push_checked::<true>(req, cookie, flags)?;
         self.ring();
         Ok(())
     }
 
     /// Every request: checks, encodes, records. The queue of one of the crate's QPs that
-    /// is not RC's refuses every request, and an RC QP's refuses binds unless `BIND` (the
-    /// caller is the crate's bind entry, [`SendQueue::post_bind`]).
+    /// is not RC's refuses every request, and an RC QP's refuses window requests unless
+    /// `BIND` (the caller is the crate's entry, [`SendQueue::post_window`]).
     #[inline(always)]
     fn push_checked<const BIND: bool>(
         &mut self,
@@ -668,11 +657,14 @@ impl SendQueue {
                 let masked = self.atomics.masked;
                 check_atomic_kind(masked, MASKED_ATOMICS, remote.addr, local.len, op.size())?;
             }
+            Request::LocalInvalidate { .. } if !BIND && self.transport.is_some() => {
+                return Err(Error::window_request());
+            }
             Request::BindMw(b) => {
                 // Only the crate's own binds, which checked the window, the region and the
                 // rights and track the window's key; a raw queue's are its caller's.
                 if !BIND && self.transport.is_some() {
-                    return Err(bind_refused());
+                    return Err(Error::window_request());
                 }
                 // rdma-core's mlx5_bind_mw: a type-1 window is never zero-based (EINVAL).
                 if b.mw_type == MwType::One && b.access.contains(Access::ZERO_BASED) {
@@ -1224,14 +1216,14 @@ mod tests {
         assert!(matches!(r, Err(Error::Unsupported(_))), "{r:?}");
         assert_eq!(sq.free_blocks(), 16);
         assert!(m.ring.iter().all(|&b| b == 0), "nothing written");
-        sq.post_bind(&bind, 2, f).unwrap();
+        sq.post_window(&Request::BindMw(bind), 2, f).unwrap();
         // A type-1 zero-based bind stays refused (rdma-core's mlx5_bind_mw).
         let zb = BindMw {
             mw_type: MwType::One,
             access: Access::REMOTE_READ | Access::ZERO_BASED,
             ..bind
         };
-        let r = sq.post_bind(&zb, 3, f);
+        let r = sq.post_window(&Request::BindMw(zb), 3, f);
         assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
     }
 }

@@ -18,7 +18,7 @@ impl SendQueue {
     /// # Errors
     /// As [`SendQueue::push`] for the payload and queue room ([`crate::Error::InvalidParameter`]
     /// for more than 2^31 bytes); [`crate::Error::Unsupported`] on the queue of one of the
-    /// crate's QPs that is not UD (an RC QP's: [`crate::Qp::direct_sq`]). Nothing is
+    /// crate's QPs that is not UD (an RC QP's). Nothing is
     /// written on an error.
     #[inline]
     pub fn post_ud(&mut self, send: &UdSend<'_>, cookie: u64, flags: PostFlags) -> Result<()> {

@@ -581,12 +581,4 @@ impl Cq {
             }
         }
     }
-
-    /// The direct-path poller, when this CQ runs the direct path.
-    pub fn direct(&mut self) -> Option<&mut CompletionQueue> {
-        match &mut self.poller {
-            Poller::Direct(p) => Some(p),
-            Poller::Verbs(_) => None,
-        }
-    }
 }

@@ -156,8 +156,8 @@ impl MemoryWindow {
     }
 
     /// Whether the window is bound, as of its last bind or unbind (in flight included).
-    /// A window invalidated by [`Qp::invalidate`](crate::Qp::invalidate) or by a peer's
-    /// send with invalidate stays "bound" here until [`MemoryWindow::invalidated`] says so.
+    /// A window a peer invalidated with its send with invalidate stays "bound" here until
+    /// [`MemoryWindow::invalidated`] says so.
     pub fn is_bound(&self) -> bool {
         self.current().1.is_some()
     }
@@ -178,8 +178,7 @@ impl MemoryWindow {
 
     /// Records that the window's key `rkey` was invalidated outside
     /// [`Qp::unbind_mw`](crate::Qp::unbind_mw): by a peer's send with invalidate (the
-    /// receive completion carries the key) or by [`Qp::invalidate`](crate::Qp::invalidate)
-    /// after its completion. Returns whether `rkey` was the window's key.
+    /// receive completion carries the key). Returns whether `rkey` was the window's key.
     pub fn invalidated(&mut self, rkey: u32) -> bool {
         self.settle();
         if self.flight.is_some() || rkey != self.rkey {

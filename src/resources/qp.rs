@@ -836,15 +836,20 @@ impl Qp {
         })
     }
 
-    /// The direct-path send queue of a connected QP (for batches and raw requests without
-    /// the `Qp` wrapper). It is an RC QP's queue: it refuses UD sends and DC requests
-    /// ([`SendQueue::post_ud`], [`SendQueue::post_dc`]) and [`Request::BindMw`] before
-    /// posting, as [`Qp::post`] does.
+    /// The direct-path send queue of a connected QP (the crate's UD QPs post through it).
+    /// Never handed out: a `&mut SendQueue` of a user's could be swapped with another QP's,
+    /// which would then post into this QP's rings after they are freed (issue 25).
+    ///
+    /// ```compile_fail
+    /// fn swap(a: &mut blueflame::Qp, b: &mut blueflame::Qp) {
+    ///     core::mem::swap(a.direct_sq().unwrap(), b.direct_sq().unwrap());
+    /// }
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidState`] before `connect` (a request posted then would never run);
     /// [`Error::Unsupported`] on the verbs path.
-    pub fn direct_sq(&mut self) -> Result<&mut SendQueue> {
+    pub(crate) fn direct_sq(&mut self) -> Result<&mut SendQueue> {
         self.check_state()?;
         match &mut self.path {
             QpPath::Direct { sq, .. } => Ok(sq),
@@ -906,9 +911,10 @@ impl Qp {
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
     /// [`Error::WqeTooLarge`], [`Error::Misaligned`], ...; [`Error::InvalidParameter`] for
     /// a write, send or read whose entries add up to more than 2^31 bytes (the sum in the
-    /// error); [`Error::Unsupported`] for [`Request::BindMw`], which only
-    /// [`Qp::bind_mw`] and [`Qp::unbind_mw`] post (they check the range, the rights and
-    /// the window's state, and keep the window's key in step). Nothing is posted on error.
+    /// error); [`Error::Unsupported`] for [`Request::BindMw`] and
+    /// [`Request::LocalInvalidate`], which only [`Qp::bind_mw`] and [`Qp::unbind_mw`] post
+    /// (they check the range, the rights and the window's type and state, and keep the
+    /// window's key in step). Nothing is posted on error.
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
@@ -1278,7 +1284,7 @@ impl Qp {
                     len: len as u64,
                     access,
                 };
-                sq.post_bind(&b, cookie, flags)?;
+                sq.post_window(&Request::BindMw(b), cookie, flags)?;
                 new_rkey
             }
             (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
@@ -1358,7 +1364,13 @@ impl Qp {
                         })
                     }
                 }
-                self.post(&Request::LocalInvalidate { rkey: old }, cookie, flags)?;
+                self.check_state()?;
+                let inval = Request::LocalInvalidate { rkey: old };
+                match &mut self.path {
+                    QpPath::Direct { sq, .. } => sq.post_window(&inval, cookie, flags),
+                    QpPath::Verbs { sq, .. } => sq.post_invalidate(old, cookie, flags),
+                }
+                .map_err(|e| self.explain(e))?;
                 old
             }
             crate::MwType::One => match (&mut self.path, &mw.kind) {
@@ -1373,7 +1385,7 @@ impl Qp {
                         len: 0,
                         access: crate::Access::NONE,
                     };
-                    sq.post_bind(&b, cookie, flags)?;
+                    sq.post_window(&Request::BindMw(b), cookie, flags)?;
                     new_rkey
                 }
                 (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
@@ -1418,15 +1430,6 @@ impl Qp {
             end: shadow.widen_posted(end),
         };
         mw.push_step(self.qpn, shadow, step);
-    }
-
-    /// Invalidates a type-2 window's `rkey` locally (a local-invalidate request); later
-    /// remote access with it fails with a remote access error.
-    ///
-    /// # Errors
-    /// See [`Qp::post`].
-    pub fn invalidate(&mut self, rkey: u32, cookie: u64, flags: PostFlags) -> Result<()> {
-        self.post(&Request::LocalInvalidate { rkey }, cookie, flags)
     }
 
     /// Posts a receive buffer list.

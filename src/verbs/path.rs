@@ -294,8 +294,34 @@ impl VerbsSendQueue {
     /// As the direct path: [`Error::QueueFull`], [`Error::TooManySge`],
     /// [`Error::InlineTooLong`], [`Error::Misaligned`], [`Error::InvalidParameter`] for a
     /// write, send or read of more than 2^31 bytes; [`Error::Unsupported`] for requests
-    /// the verbs path does not carry (masked atomics, NOP, memory windows).
+    /// the verbs path does not carry (masked atomics, NOP) and memory-window requests
+    /// (bind with [`Qp::bind_mw`](crate::Qp::bind_mw), unbind with
+    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)).
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        if let Request::LocalInvalidate { .. } | Request::BindMw(_) = req {
+            return Err(Error::window_request());
+        }
+        self.push_any(req, cookie, flags)
+    }
+
+    /// Posts the local invalidate that unbinds a type-2 window through this QP: the
+    /// crate's entry for [`Qp::unbind_mw`](crate::Qp::unbind_mw), which checked the
+    /// window's state and tracks its key.
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::push`] and [`VerbsSendQueue::ring`].
+    pub(crate) fn post_invalidate(
+        &mut self,
+        rkey: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.push_any(&Request::LocalInvalidate { rkey }, cookie, flags)?;
+        self.ring()
+    }
+
+    /// [`VerbsSendQueue::push`] for any request.
+    fn push_any(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if self.pending == MAX_BATCH {
             return Err(Error::QueueFull {
                 needed: 1,

@@ -377,7 +377,9 @@ pub fn old_rkey_fails(dev: &Device, mw_type: MwType) {
                 p.b.bind_mw(&mut mw, &p.mr_b, 0, 0, RW, 2, PostFlags::SIGNALED)
                     .unwrap();
         }
-        MwType::Two => p.b.invalidate(first, 2, PostFlags::SIGNALED).unwrap(),
+        MwType::Two => {
+            let _ = p.b.unbind_mw(&mut mw, 2, PostFlags::SIGNALED).unwrap();
+        }
     }
     assert!(p.wait(true, 2).iter().all(|c| c.1 == WcStatus::Success));
     let addr = p.mr_b.addr();
