@@ -631,7 +631,8 @@ impl CompletionQueue {
         self.complete_other(cqe, opcode, q, qpn, wqe)
     }
 
-    /// Copies the data a receive CQE carries (scatter-to-CQE) into the receive's buffers;
+    /// Copies the data a receive CQE carries (scatter-to-CQE) into the receive's buffers,
+    /// then gives the receive's pins back (`ScatterTable::done`, whatever the outcome);
     /// returns the receive's status. rdma-core `handle_responder` /
     /// `mlx5_copy_to_recv_wqe`: format INLINE_SCATTER_32 has the data at the start of the
     /// 64-byte CQE, INLINE_SCATTER_64 in the 64 bytes before it (128-byte CQEs only).
@@ -647,6 +648,7 @@ impl CompletionQueue {
         {
             at.wrapping_sub(64)
         } else {
+            table.done(wqe);
             return WcStatus::GeneralErr;
         };
         // SAFETY: the entry is software's (the poller holds it until `publish_ci`), and the
@@ -655,7 +657,7 @@ impl CompletionQueue {
         let data = unsafe { core::slice::from_raw_parts(src, len as usize) };
         // SAFETY: the poller, after the receive's CQE and before retiring it; the CQ ring
         // never overlaps registered receive buffers.
-        unsafe { table.copy(wqe, data) }
+        unsafe { table.copy_done(wqe, data) }
     }
 
     /// A receive completion (or a receive error) of a QP that takes its receives
@@ -696,7 +698,7 @@ impl CompletionQueue {
             Some(op) => {
                 c.byte_len = cqe.byte_cnt.get();
                 if cqe.op_own & FORMAT_MASK != 0 {
-                    // Before the WQE is given back: its buffers stay pinned until then.
+                    // Before the WQE is given back (which gives back its pins too).
                     c.status = self.scatter_from_cqe(cqe, &srq.scatter, idx, c.byte_len);
                 }
                 if op == CqeOpcode::RespWrImm {
@@ -744,10 +746,11 @@ impl CompletionQueue {
                 c.byte_len = cqe.byte_cnt.get();
                 if let Some(t) = q.scatter.as_deref() {
                     if cqe.op_own & FORMAT_MASK != 0 {
-                        // Before the receive is done: its buffers stay pinned until then.
+                        // The copy, then the receive's pins go.
                         c.status = self.scatter_from_cqe(cqe, t, wqe, c.byte_len);
+                    } else {
+                        t.done(wqe);
                     }
-                    t.done(wqe);
                 } else if cqe.op_own & FORMAT_MASK != 0 {
                     // A queue without a table cannot happen; never report lost data.
                     c.status = WcStatus::GeneralErr;

@@ -144,60 +144,68 @@ impl ScatterTable {
     /// completion was consumed and any copy made, before the entry is retired; or the
     /// poster, for a receive it recorded and did not post). Its regions may be deregistered
     /// from then on.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn done(&self, pos: u16) {
         let i = (pos as u32 & self.mask) as usize;
         // SAFETY: `i` < cnt; the caller holds the entry (see the `Sync` impl).
         let e = unsafe { &mut *self.entries.get_unchecked(i).get() };
-        for k in 0..e.n as usize {
+        let n = e.n as usize;
+        // The slots' pins count only while `n` covers them: cleared in one store.
+        e.n = 0;
+        for k in 0..n {
             // SAFETY: entry `i` has `max >= n` slots from `i * max`.
-            let s = unsafe { &mut *self.slots.get_unchecked(i * self.max + k).get() };
-            if !s.pins.is_null() {
-                // SAFETY: pinned by `record` and not given back since (the pointer is
-                // cleared here): the region keeps its pins alive while pinned.
-                unsafe { (*s.pins).unpin() };
-                s.pins = core::ptr::null();
+            let pins = unsafe { (*self.slots.get_unchecked(i * self.max + k).get()).pins };
+            if !pins.is_null() {
+                // SAFETY: pinned by `record` and not given back since (`n` covered it):
+                // the region keeps its pins alive while pinned.
+                unsafe { (*pins).unpin() };
             }
         }
-        e.n = 0;
     }
 
     /// Copies `data` (what a CQE carried) into the scatter list of the receive at `pos`,
-    /// as rdma-core's `copy_to_scat`: entry after entry, until the data run out. Returns
-    /// the status of the receive: a local length error when the list is shorter than the
-    /// data (nothing is written then), a local protection error when the list may not be
-    /// written by the CPU.
+    /// as rdma-core's `copy_to_scat`: entry after entry, until the data run out, then
+    /// gives the receive's pins back ([`ScatterTable::done`]). Returns the status of the
+    /// receive: a local length error when the list is shorter than the data (nothing is
+    /// written then), a local protection error when the list may not be written by the
+    /// CPU.
     ///
     /// # Safety
     /// Poller only, after the CQE of the receive at `pos` was seen and before the entry is
-    /// given back ([`ScatterTable::done`]) and retired; `data` (at most 64 bytes) must not
-    /// overlap the receive buffers.
+    /// retired; `data` (at most 64 bytes) must not overlap the receive buffers.
     #[inline(always)]
-    pub(crate) unsafe fn copy(&self, pos: u16, data: &[u8]) -> WcStatus {
+    pub(crate) unsafe fn copy_done(&self, pos: u16, data: &[u8]) -> WcStatus {
         let i = (pos as u32 & self.mask) as usize;
         // SAFETY: `i` is masked by `cnt - 1` (`entries` has `cnt` elements); read after the
         // device completed the receive (caller contract, `Sync`).
-        let e = unsafe { *self.entries.get_unchecked(i).get() };
-        if e.copy && e.n >= 1 {
+        let e = unsafe { &mut *self.entries.get_unchecked(i).get() };
+        if e.copy && e.n == 1 {
             // SAFETY: entry `i` has `max >= 1` slots from `i * max`, written with it.
             let first = unsafe { *self.slots.get_unchecked(i * self.max).get() };
-            // The usual case: the first entry holds it all.
+            // The usual case: one entry holds it all.
             if data.len() <= first.len as usize {
                 // SAFETY: the entry lies inside a live, CPU-writable registered region
                 // (checked and pinned when posted, `copy`), which stays registered until
-                // this receive is done (the caller has not given it back yet).
+                // its pin goes, below.
                 unsafe { copy_small(data, first.addr as *mut u8, first.words) };
+                e.n = 0;
+                if !first.pins.is_null() {
+                    // SAFETY: as in `done`.
+                    unsafe { (*first.pins).unpin() };
+                }
                 return WcStatus::Success;
             }
         }
         // SAFETY: the caller's contract.
-        unsafe { self.copy_list(i, e, data) }
+        let status = unsafe { self.copy_list(i, *e, data) };
+        self.done(pos);
+        status
     }
 
-    /// [`ScatterTable::copy`] over several entries, or an error.
+    /// [`ScatterTable::copy_done`]'s copy over several entries, or an error.
     ///
     /// # Safety
-    /// As [`ScatterTable::copy`], for entry `i` (masked) holding `e`.
+    /// As [`ScatterTable::copy_done`], for entry `i` (masked) holding `e`.
     #[cold]
     #[inline(never)]
     unsafe fn copy_list(&self, i: usize, e: Entry, data: &[u8]) -> WcStatus {
@@ -288,23 +296,23 @@ mod tests {
         assert_eq!(t.record(5, &list, None), None);
         let data: Vec<u8> = (1..=10).collect();
         // SAFETY: the buffers outlive the copies; single thread.
-        assert_eq!(unsafe { t.copy(5, &data) }, WcStatus::Success);
+        assert_eq!(unsafe { t.copy_done(5, &data) }, WcStatus::Success);
         assert_eq!((a, b), ([1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 0, 0]));
         // SAFETY: as above.
-        assert_eq!(unsafe { t.copy(5, &[0xee; 13]) }, WcStatus::LocLenErr);
+        assert_eq!(unsafe { t.copy_done(5, &[0xee; 13]) }, WcStatus::LocLenErr);
         assert_eq!(
             (a, b),
             ([1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 0, 0]),
             "untouched"
         );
         // SAFETY: as above.
-        assert_eq!(unsafe { t.copy(5, &[]) }, WcStatus::Success);
+        assert_eq!(unsafe { t.copy_done(5, &[]) }, WcStatus::Success);
         // An entry outside every registered region: never written.
         let regions = Arc::new(Regions::default());
         let mut check = RegionCheck::new(regions);
         assert_eq!(t.record(6, &list, Some(&mut check)), Some(1));
         // SAFETY: as above.
-        assert_eq!(unsafe { t.copy(6, &[1]) }, WcStatus::LocProtErr);
+        assert_eq!(unsafe { t.copy_done(6, &[1]) }, WcStatus::LocProtErr);
         assert_eq!(a[0], 1, "an unchecked list is never written");
     }
 

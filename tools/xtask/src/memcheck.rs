@@ -39,7 +39,11 @@ const SUBSET: &[Entry] = &[
     ("direct_shared_cq", &[], &[]),
     // Drop orders: QPs torn down with entries in their CQs (the raced NIC-thread loop left
     // out: the others run the same code).
-    ("direct_teardown", &["teardown_while_the_nic_thread_runs"], &[]),
+    (
+        "direct_teardown",
+        &["teardown_while_the_nic_thread_runs"],
+        &[],
+    ),
     // Completion events: channels, arms, CQs dropped while threads wait (the long raced
     // loops left out: the shorter tests run the same code).
     (
