@@ -192,7 +192,7 @@ pub mod verbs;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use async_cq::AsyncCq;
 pub use completion::{Completion, WcOpcode, WcStatus};
-pub use direct::{DoorbellMode, PostFlags};
+pub use direct::DoorbellMode;
 pub use error::{Capability, Error, QueueUnit, Refused, Result};
 pub use mlx5::ctrl::Fence;
 pub use mlx5::grh::Grh;
@@ -202,6 +202,7 @@ pub use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, R
 pub use mlx5::sim::{OrderMode, UarConfig};
 pub use mlx5::RawSrq;
 pub use mlx5::{AtomicCaps, CqeCompCaps, MiniCqeFormat, RawCq, RawQp};
+pub use queue::flags::PostFlags;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use resources::SimNic;

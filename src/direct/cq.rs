@@ -2,123 +2,22 @@
 //! shadow table, consumer index.
 
 use super::barrier;
-use super::cq_share::{CqSlots, RingView};
-use super::shadow::{SendEntry, Shadow};
-use super::srq::SrqShared;
-use super::teardown::Tombstone;
 use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
+use crate::queue::cq_share::RingView;
+use crate::queue::registry::{Attached, Registry};
 use crate::queue::scatter::ScatterTable;
+use crate::queue::shadow::{SendEntry, Shadow};
+use crate::queue::srq_shared::SrqShared;
+use crate::queue::teardown::Tombstone;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use mlx5::cqe::{cqe64_offset, op_own, sw_owner, Cqe64, CqeFormat, CqeOpcode, OWNER_MASK};
 use mlx5::doorbell::CQ_SET_CI;
 use mlx5::{RawCq, WcStatus};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 mod unzip;
-
-/// The queues whose completions arrive on one CQ, by QP number.
-#[derive(Clone)]
-pub(crate) struct Attached {
-    pub(crate) qpn: u32,
-    pub(crate) sq: Option<Arc<Shadow<SendEntry>>>,
-    pub(crate) rq: Option<Arc<Shadow<u64>>>,
-    /// The receive queue's scatter lists (direct path: scatter-to-CQE).
-    pub(crate) scatter: Option<Arc<ScatterTable>>,
-    /// The SRQ the QP (or DCT) takes its receives from, when it has no receive queue of
-    /// its own: a receive completion's cookie is the SRQ's, by the CQE's WQE index.
-    pub(crate) srq: Option<Arc<SrqShared>>,
-}
-
-/// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
-/// bumps a generation the poller checks with one load; it re-reads the list (under the lock)
-/// only then, never on the hot path. It also carries the CQ's entries that the queues share
-/// out (see `cq_share`), and the [`Tombstone`]s of QPs destroyed while entries of theirs
-/// may still be in the ring (direct-path CQs, `super::teardown`).
-pub(crate) struct Registry {
-    pub(crate) gen: AtomicU32,
-    pub(crate) list: Mutex<Vec<Attached>>,
-    pub(crate) slots: Arc<CqSlots>,
-    tombs: Mutex<Vec<Arc<Tombstone>>>,
-    /// The ring of a direct-path CQ (None on the verbs path).
-    ring: Option<RingView>,
-}
-
-impl Registry {
-    /// The registry of CQ `cqn`, whose device guarantees `capacity` entries; `ring` when
-    /// the crate polls the ring itself.
-    pub(crate) fn new(cqn: u32, capacity: u32, ring: Option<RingView>) -> Registry {
-        Registry {
-            gen: AtomicU32::new(0),
-            list: Mutex::new(Vec::new()),
-            slots: Arc::new(CqSlots::new(cqn, capacity, ring)),
-            tombs: Mutex::new(Vec::new()),
-            ring,
-        }
-    }
-
-    pub(crate) fn attach(&self, a: Attached) {
-        let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        match l.iter_mut().find(|x| x.qpn == a.qpn) {
-            Some(x) => {
-                x.sq = x.sq.take().or(a.sq);
-                x.rq = x.rq.take().or(a.rq);
-                x.scatter = x.scatter.take().or(a.scatter);
-                x.srq = x.srq.take().or(a.srq);
-            }
-            None => l.push(a),
-        }
-        self.gen.fetch_add(1, Ordering::Release);
-    }
-
-    /// The current list, and the generation it belongs to, if it changed since `seen`.
-    #[cold]
-    pub(crate) fn snapshot_if_changed(&self, seen: u32) -> Option<(Vec<Attached>, u32)> {
-        let gen = self.gen.load(Ordering::Acquire);
-        if gen == seen {
-            return None;
-        }
-        Some((
-            self.list.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            gen,
-        ))
-    }
-
-    /// Locks the list of attached queues: while held, no QP can attach (a QP that got a
-    /// reused number waits until the old one's entries are accounted for).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Vec<Attached>> {
-        self.list.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Detaches QP `qpn`, whose QP the device no longer runs (destroyed), through the held
-    /// `list`: on a direct-path CQ, leaves a tombstone over the entries it may have left in
-    /// the ring, from the consumer index the poller published to the device's current end.
-    pub(crate) fn bury(&self, list: &mut Vec<Attached>, qpn: u32) {
-        if let Some(ring) = &self.ring {
-            let srq = list
-                .iter()
-                .find(|x| x.qpn == qpn)
-                .and_then(|x| x.srq.clone());
-            let t = Tombstone::new(qpn, super::teardown::device_end(ring)).with_srq(srq);
-            let mut tombs = self.tombs.lock().unwrap_or_else(|e| e.into_inner());
-            tombs.retain(|t| !t.is_done());
-            if !t.is_done() {
-                tombs.push(Arc::new(t));
-            }
-        }
-        // After the tombstone: a poller that no longer finds the QP finds its tombstone.
-        list.retain(|x| x.qpn != qpn);
-        self.gen.fetch_add(1, Ordering::Release);
-    }
-
-    /// The live tombstones (read after the list, see `bury`).
-    #[cold]
-    fn tombstones(&self) -> Vec<Arc<Tombstone>> {
-        let tombs = self.tombs.lock().unwrap_or_else(|e| e.into_inner());
-        tombs.iter().filter(|t| !t.is_done()).cloned().collect()
-    }
-}
 
 /// A completion queue on the direct path.
 ///

@@ -4,10 +4,9 @@
 //! completion moderation, the shadow table, the same doorbell and BlueFlame rules). The RC
 //! post path is not touched: a DCI posts through these functions only.
 
-use super::sq::{
-    check_atomic_kind, wc_opcode, Batch, SendQueue, Transport, MASKED_ATOMICS, STANDARD_ATOMICS,
-};
+use super::sq::{wc_opcode, Batch, SendQueue, Transport};
 use crate::error::{Error, Result};
+use crate::queue::checks::{check_atomic_kind, MASKED_ATOMICS, STANDARD_ATOMICS};
 use crate::PostFlags;
 use mlx5::dc::{dc_wqe_ds, encode_dc, DcAddr, MAX_DCTN};
 use mlx5::request::{Payload, Request};
@@ -91,7 +90,7 @@ impl SendQueue {
                 data: Payload::Sgl(sgl),
                 ..
             } => {
-                super::message_len(sgl)?;
+                crate::queue::checks::message_len(sgl)?;
             }
             _ => {}
         }

@@ -10,9 +10,10 @@
 //! unsignaled run that needs a signal) goes to the general path, which checks and encodes
 //! everything.
 
-use super::sq::{PostFlags, SendQueue};
+use super::sq::SendQueue;
 use crate::completion::WcOpcode;
 use crate::error::Result;
+use crate::queue::flags::PostFlags;
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::opcode::Opcode;
 use mlx5::request::{Payload, Remote, Request};

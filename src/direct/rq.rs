@@ -1,11 +1,12 @@
 //! The receive queue of the direct path.
 
 use super::barrier;
-use super::cq_share::{CqShare, CqSlots};
-use super::shadow::Shadow;
-use crate::error::{Error, QueueUnit, Result};
+use crate::error::{Error, Result};
+use crate::queue::checks::check_recv;
+use crate::queue::cq_share::{CqShare, CqSlots};
 use crate::queue::regions::{RegionCheck, Regions};
 use crate::queue::scatter::ScatterTable;
+use crate::queue::shadow::Shadow;
 use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::doorbell::RCV_DBR;
 use mlx5::recv::encode_recv;
@@ -181,35 +182,6 @@ impl RecvQueue {
     ) -> Result<usize, (usize, Error)> {
         post_each(self, recvs, Self::write, Self::ring)
     }
-}
-
-/// The checks of one receive before anything is written: room (`free` receives), entry
-/// lengths, entries (`max_sge`). Returns the non-empty entries. The receive queue's and the
-/// SRQ's.
-///
-/// # Errors
-/// [`Error::QueueFull`], [`Error::InvalidParameter`] (an entry's length),
-/// [`Error::TooManySge`].
-#[inline(always)]
-pub(crate) fn check_recv(free: u32, sgl: &[Sge], max_sge: usize) -> Result<usize> {
-    if free == 0 {
-        return Err(Error::QueueFull {
-            needed: 1,
-            free,
-            unit: QueueUnit::Receives,
-        });
-    }
-    if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
-        return Err(Error::InvalidParameter {
-            what: "scatter/gather entry length",
-            value: s.len as u64,
-        });
-    }
-    let n = sgl.iter().filter(|s| s.len != 0).count();
-    if n > max_sge {
-        return Err(Error::TooManySge { n, max: max_sge });
-    }
-    Ok(n)
 }
 
 /// Writes receives into `queue` one by one with `write` and announces all those written

@@ -1,62 +1,21 @@
 //! The send queue of the direct path: WQEs written straight into the ring, cookies into the
 //! shadow table, one doorbell per post or per batch.
 
-use super::cq_share::{CqShare, CqSlots};
 use super::doorbell::Doorbell;
 use super::inline_write::FAST_INLINE_MAX;
 use super::register::{self, DoorbellMode};
-use super::shadow::{SendEntry, Shadow};
 use crate::completion::WcOpcode;
 use crate::error::{Error, QueueUnit, Result};
+use crate::queue::checks::{check_atomic, check_atomic_kind, MASKED_ATOMICS};
+use crate::queue::cq_share::{CqShare, CqSlots};
+use crate::queue::flags::PostFlags;
+use crate::queue::shadow::{SendEntry, Shadow};
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::doorbell::SEND_WQE_BB;
 use mlx5::request::{Access, MwType, Payload, Request};
 use mlx5::wqe::{ds_to_bbs, encode, wqe_ds, Limits, Span};
 use mlx5::{AtomicCaps, RawQp};
 use std::sync::Arc;
-
-/// How one request completes and orders.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PostFlags {
-    /// Report success with a completion (errors are always reported).
-    pub signaled: bool,
-    /// Raise a solicited event at the responder (sends and writes with immediate).
-    pub solicited: bool,
-    /// Wait for earlier work of this QP before starting.
-    pub fence: Fence,
-}
-
-impl PostFlags {
-    /// A completion on success and on error.
-    pub const SIGNALED: PostFlags = PostFlags {
-        signaled: true,
-        solicited: false,
-        fence: Fence::None,
-    };
-    /// A completion only on error ("suppress success completions").
-    pub const UNSIGNALED: PostFlags = PostFlags {
-        signaled: false,
-        solicited: false,
-        fence: Fence::None,
-    };
-
-    /// With the solicited-event bit.
-    pub const fn solicited(mut self) -> PostFlags {
-        self.solicited = true;
-        self
-    }
-    /// With a fence mode (`Fence::SmallAndFence` is verbs' `IBV_SEND_FENCE`).
-    pub const fn fence(mut self, fence: Fence) -> PostFlags {
-        self.fence = fence;
-        self
-    }
-}
-
-impl Default for PostFlags {
-    fn default() -> Self {
-        PostFlags::SIGNALED
-    }
-}
 
 /// The transport of the QP a send queue belongs to, as the crate made it: which post
 /// functions the queue takes. A queue of one of the crate's QPs knows it and refuses the
@@ -170,41 +129,6 @@ impl core::fmt::Debug for SendQueue {
             .field("pi", &self.pi)
             .finish()
     }
-}
-
-/// The checks of an atomic before anything is written, in rdma-core's order: the device can
-/// run it (`_mlx5_post_send`: EOPNOTSUPP without `atomic_cap`), the remote address is aligned
-/// to the operand, and the local entry is exactly the operand's size.
-#[cold]
-pub(crate) fn check_atomic(supported: bool, addr: u64, len: u32, size: u32) -> Result<()> {
-    check_atomic_kind(supported, STANDARD_ATOMICS, addr, len, size)
-}
-
-/// What [`check_atomic`] says of a device without standard atomics.
-pub(crate) const STANDARD_ATOMICS: &str =
-    "compare-swap / fetch-add on this device (atomic_cap IBV_ATOMIC_NONE)";
-/// The same for masked atomics.
-pub(crate) const MASKED_ATOMICS: &str = "masked atomics on this device (not reported by it)";
-
-/// [`check_atomic`] naming the kind of atomic in the `Unsupported` error.
-#[cold]
-pub(crate) fn check_atomic_kind(
-    supported: bool,
-    what: &'static str,
-    addr: u64,
-    len: u32,
-    size: u32,
-) -> Result<()> {
-    if !supported {
-        return Err(Error::Unsupported(what));
-    }
-    if addr % size as u64 != 0 {
-        return Err(Error::Misaligned { addr, align: size });
-    }
-    if len != size {
-        return Err(Error::AtomicLength { len, size });
-    }
-    Ok(())
 }
 
 pub(super) fn wc_opcode(req: &Request<'_>) -> (WcOpcode, u32) {
@@ -675,7 +599,7 @@ impl SendQueue {
                 }
             }
             Request::Read { sgl, .. } => {
-                crate::direct::message_len(sgl)?;
+                crate::queue::checks::message_len(sgl)?;
             }
             Request::Write {
                 data: Payload::Sgl(sgl),
@@ -696,7 +620,7 @@ impl SendQueue {
                 data: Payload::Sgl(sgl),
                 ..
             } => {
-                crate::direct::message_len(sgl)?;
+                crate::queue::checks::message_len(sgl)?;
             }
             _ => {}
         }

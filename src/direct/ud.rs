@@ -5,9 +5,10 @@
 //! completion moderation, shadow table, doorbell or BlueFlame) by their own post function,
 //! so the RC post path is unchanged.
 
-use super::sq::{PostFlags, SendQueue, Transport};
+use super::sq::{SendQueue, Transport};
 use crate::completion::WcOpcode;
 use crate::error::Result;
+use crate::queue::flags::PostFlags;
 use mlx5::request::Payload;
 use mlx5::wqe::{encode_ud, ud_wqe_ds, UdSend};
 
@@ -24,7 +25,7 @@ impl SendQueue {
     pub fn post_ud(&mut self, send: &UdSend<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_transport(Transport::Ud)?;
         if let Payload::Sgl(sgl) = send.data {
-            super::message_len(sgl)?;
+            crate::queue::checks::message_len(sgl)?;
         }
         let ds = ud_wqe_ds(&send.data, &self.limits())?;
         self.push_encoded(

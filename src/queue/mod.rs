@@ -1,10 +1,20 @@
-//! What both data paths keep beside the rings: the receive targets and the regions they
-//! pin, shared by the direct path (`crate::direct`) and the verbs path (`crate::verbs`),
-//! which never import each other for it.
+//! What both data paths keep beside the rings, shared by the direct path (`crate::direct`)
+//! and the verbs path (`crate::verbs`), which never import each other: the shadow tables
+//! of cookies (`shadow`), CQ accounting (`cq_share`), the queues attached to a CQ
+//! (`registry`) and the tombstones of destroyed QPs (`teardown`), an SRQ's shared state
+//! (`srq_shared`), the receive targets and the regions they pin (`scatter`, `regions`,
+//! `pin`), the post flags (`flags`) and the checks made before posting (`checks`).
 
+pub(crate) mod checks;
+pub(crate) mod cq_share;
+pub(crate) mod flags;
 pub(crate) mod pin;
 pub(crate) mod regions;
+pub(crate) mod registry;
 pub(crate) mod scatter;
+pub(crate) mod shadow;
+pub(crate) mod srq_shared;
+pub(crate) mod teardown;
 
 /// The atomics [`pin`] is written against (loom's, when `tests/loom_pins.rs` compiles it).
 mod sync {

@@ -6,8 +6,9 @@ use super::channel::{CompletionChannel, Notify};
 use super::device::Backend;
 use super::events::Subject;
 use super::{CqOptions, Device};
-use crate::direct::{CompletionQueue, Registry};
+use crate::direct::CompletionQueue;
 use crate::error::{Error, Result};
+use crate::queue::registry::Registry;
 
 /// The most entries a software-NIC CQ has (a ConnectX's `log_max_cq_sz` of 22).
 #[cfg(feature = "sim")]

@@ -4,8 +4,8 @@
 
 use super::{MemoryRegion, Qp};
 use crate::connect::RemoteBuf;
-use crate::direct::PostFlags;
 use crate::error::{Error, Result};
+use crate::queue::flags::PostFlags;
 use crate::{Payload, Remote, Request, Sge};
 use std::sync::Arc;
 

@@ -21,8 +21,8 @@
 //! it, so a send racing the drop of its region at worst completes with a protection error;
 //! the CPU touches no region memory for a send.
 
-use crate::direct::shadow::Shadow;
 use crate::queue::pin::Pins;
+use crate::queue::shadow::Shadow;
 use std::sync::{Arc, Mutex, Weak};
 
 /// How far a queue has posted and retired.

@@ -5,8 +5,8 @@
 use super::device::Backend;
 use super::device::PdKind;
 use super::Pd;
-use crate::direct::shadow::{SendEntry, Shadow};
 use crate::error::{Error, Result};
+use crate::queue::shadow::{SendEntry, Shadow};
 use crate::{Access, MwType};
 use rdma_sys as ffi;
 use std::sync::Arc;

@@ -11,10 +11,10 @@ use super::cq::CqHandle;
 use super::device::{Backend, PdKind};
 use super::events::Subject;
 use super::{Cq, Pd};
-use crate::direct::cq_share::CqShare;
-use crate::direct::srq::SrqShared;
 use crate::direct::SrqRing;
 use crate::error::{Error, Result};
+use crate::queue::cq_share::CqShare;
+use crate::queue::srq_shared::SrqShared;
 use crate::verbs;
 use crate::verbs::srq::VerbsSrq;
 use crate::{DataPath, Sge};
@@ -82,7 +82,7 @@ impl SrqHandle {
                 cq: cqn,
             });
         }
-        cq.registry.attach(crate::direct::Attached {
+        cq.registry.attach(crate::queue::registry::Attached {
             qpn,
             sq: None,
             rq: None,

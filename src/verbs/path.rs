@@ -11,12 +11,13 @@ use super::code;
 use super::ex::{PollOps, SendOps, VerbsApi, WcRead};
 use super::objects::Qp;
 use crate::completion::{Completion, WcOpcode};
-use crate::direct::cq_share::{CqShare, CqSlots};
-use crate::direct::shadow::{SendEntry, Shadow};
-use crate::direct::{Attached, PostFlags, Registry};
 use crate::error::{Error, QueueUnit, Result};
+use crate::queue::cq_share::{CqShare, CqSlots};
+use crate::queue::flags::PostFlags;
 use crate::queue::regions::{RegionCheck, Regions};
+use crate::queue::registry::{Attached, Registry};
 use crate::queue::scatter::ScatterTable;
+use crate::queue::shadow::{SendEntry, Shadow};
 use crate::{Fence, Payload, Request, Sge, WcStatus};
 use rdma_sys as ffi;
 use std::sync::atomic::Ordering;
@@ -263,7 +264,7 @@ impl VerbsSendQueue {
     pub(super) fn stage(&mut self, slot: usize, p: &Payload<'_>, flags: &mut u32) -> Result<usize> {
         match p {
             Payload::Sgl(sgl) => {
-                crate::direct::message_len(sgl)?;
+                crate::queue::checks::message_len(sgl)?;
                 self.fill_sgl(slot, sgl)
             }
             Payload::Inline([]) => Ok(0),
@@ -354,7 +355,7 @@ impl VerbsSendQueue {
                 (op, WcOpcode::RdmaWrite, 0, n)
             }
             Request::Read { remote, sgl } => {
-                let len = crate::direct::message_len(sgl)?;
+                let len = crate::queue::checks::message_len(sgl)?;
                 let n = self.fill_sgl(slot, sgl)?;
                 wr.wr.rdma = ffi::rdma_t {
                     remote_addr: remote.addr,
@@ -380,7 +381,7 @@ impl VerbsSendQueue {
             }
             Request::CompareSwap { remote, local, .. }
             | Request::FetchAdd { remote, local, .. } => {
-                crate::direct::check_atomic(self.atomics.standard, remote.addr, local.len, 8)?;
+                crate::queue::checks::check_atomic(self.atomics.standard, remote.addr, local.len, 8)?;
                 let (cs, compare, swap) = match *req {
                     Request::CompareSwap { compare, swap, .. } => (true, compare, swap),
                     Request::FetchAdd { add, .. } => (false, add, 0),

@@ -5,14 +5,14 @@
 //! next one). The poster gives each posted receive a slot of the SRQ's cookie table and
 //! carries the slot in `wr_id` (with the receive tag); the poller takes the cookie from the
 //! slot and gives the slot back through the same shared free ring as the direct path
-//! (`crate::direct::srq::SrqShared`).
+//! (`crate::queue::srq_shared::SrqShared`).
 
 use super::objects::Pd;
 use super::{code, last, VerbsError};
-use crate::direct::cq_share::{CqShare, CqSlots};
-use crate::direct::srq::SrqShared;
 use crate::error::{Error, QueueUnit, Result};
+use crate::queue::cq_share::{CqShare, CqSlots};
 use crate::queue::regions::{RegionCheck, Regions};
+use crate::queue::srq_shared::SrqShared;
 use crate::Sge;
 use rdma_sys as ffi;
 use std::sync::Arc;

@@ -19,8 +19,8 @@ use super::objects::{Caps, Cq, Pd, Qp};
 use super::path::{VerbsSendQueue, MAX_BATCH};
 use super::{code, last, VerbsError};
 use crate::completion::WcOpcode;
-use crate::direct::PostFlags;
 use crate::error::{Error, QueueUnit, Result};
+use crate::queue::flags::PostFlags;
 use crate::{Fence, Payload};
 use rdma_sys as ffi;
 use std::os::raw::{c_int, c_uint};
@@ -393,7 +393,7 @@ impl VerbsUdSendQueue {
     /// The queue's cookie table (shared with the CQ poller).
     pub(crate) fn shadow(
         &self,
-    ) -> Arc<crate::direct::shadow::Shadow<crate::direct::shadow::SendEntry>> {
+    ) -> Arc<crate::queue::shadow::Shadow<crate::queue::shadow::SendEntry>> {
         self.sq.shadow.clone()
     }
 

@@ -307,7 +307,7 @@ impl Drop for CqShare {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::direct::shadow::Shadow;
+    use crate::queue::shadow::Shadow;
 
     #[test]
     fn charges_shrink_as_the_poller_retires() {

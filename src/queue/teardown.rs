@@ -74,7 +74,7 @@ pub(crate) struct Tombstone {
     done: AtomicBool,
     /// The SRQ the QP took its receives from: the WQEs of its discarded receive entries go
     /// back to it (rdma-core `__mlx5_cq_clean` frees them with `mlx5_free_srq_wqe`).
-    pub(crate) srq: Option<std::sync::Arc<super::srq::SrqShared>>,
+    pub(crate) srq: Option<std::sync::Arc<super::srq_shared::SrqShared>>,
 }
 
 impl Tombstone {
@@ -89,7 +89,10 @@ impl Tombstone {
     }
 
     /// The same, for a QP that took its receives from `srq`.
-    pub(crate) fn with_srq(mut self, srq: Option<std::sync::Arc<super::srq::SrqShared>>) -> Self {
+    pub(crate) fn with_srq(
+        mut self,
+        srq: Option<std::sync::Arc<super::srq_shared::SrqShared>>,
+    ) -> Self {
         self.srq = srq;
         self
     }

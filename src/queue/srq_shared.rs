@@ -1,0 +1,94 @@
+//! What the poster of a shared receive queue shares with the poller of its CQ, on both
+//! data paths: the cookies by WQE index (slot), the ring of indices the poller gives back,
+//! and the scatter lists of the posted receives.
+//!
+//! Two parties, no lock: the poster alone takes slots; the poller of the SRQ's CQ gives
+//! completed ones back: it writes the index into the `freed` ring, then bumps the freed
+//! count (Release); the poster takes those indices when it needs room (Acquire). The direct
+//! path links them back into the SRQ's ring (`crate::direct::srq`), the verbs path hands
+//! them to `ibv_post_srq_recv` again (`crate::verbs::srq`).
+
+use super::scatter::ScatterTable;
+use super::shadow::{Retired, Shadow};
+use core::sync::atomic::{AtomicU16, Ordering};
+
+/// What the poster of an SRQ shares with the poller of its CQ.
+pub(crate) struct SrqShared {
+    pub(crate) srqn: u32,
+    mask: u16,
+    /// Cookies by WQE index (slot); its posted / retired marks count receives posted and
+    /// given back.
+    pub(crate) cookies: Shadow<u64>,
+    /// Indices given back by the poller, in order: entry `k & mask` is the k-th.
+    freed: Box<[AtomicU16]>,
+    /// The scatter lists by WQE index: the regions each receive pins, and (direct path)
+    /// where data that came inside the CQE is copied.
+    pub(crate) scatter: ScatterTable,
+}
+
+impl core::fmt::Debug for SrqShared {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SrqShared")
+            .field("srqn", &self.srqn)
+            .field("slots", &(self.mask as u32 + 1))
+            .finish()
+    }
+}
+
+impl SrqShared {
+    /// The shared state of SRQ `srqn` of `cnt` slots (a power of two up to 32768), with
+    /// scatter lists of `max_sge` entries.
+    pub(crate) fn new(srqn: u32, cnt: u32, max_sge: usize) -> SrqShared {
+        SrqShared {
+            srqn,
+            mask: (cnt - 1) as u16,
+            cookies: Shadow::new(cnt),
+            freed: (0..cnt).map(|_| AtomicU16::new(0)).collect(),
+            scatter: ScatterTable::new(cnt, max_sge),
+        }
+    }
+
+    /// The slot a completion names (the CQE's `wqe_counter`, a verbs `wr_id`).
+    #[inline]
+    pub(crate) fn slot(&self, wqe: u16) -> u16 {
+        wqe & self.mask
+    }
+
+    /// Gives slot `idx` back to the poster (poller only, after it read what it needed of
+    /// the slot and, on the direct path, published its consumer index).
+    #[inline]
+    pub(crate) fn free(&self, idx: u16) {
+        // Release: the index (and everything the poller read of the slot) before the count.
+        self.cookies.retire(self.stage_free(idx));
+    }
+
+    /// The first half of [`SrqShared::free`]: gives back the regions the receive in slot
+    /// `idx` pinned (after any copy into them: the caller has made it), writes `idx` into
+    /// the free ring and returns the freed count that hands it over, for the poller to
+    /// store (`cookies.retire`) once its consumer index is published. The poster reads the
+    /// ring only below the count it loaded, so the index is not seen before. Poller only,
+    /// one slot at a time.
+    #[inline]
+    pub(crate) fn stage_free(&self, idx: u16) -> u16 {
+        self.scatter.done(idx);
+        let k = self.cookies.retired();
+        self.freed[(k & self.mask) as usize].store(idx & self.mask, Ordering::Relaxed);
+        k.wrapping_add(1)
+    }
+
+    /// Receives posted and not given back.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.cookies.posted().wrapping_sub(self.cookies.retired()) as u32
+    }
+
+    /// The `k`-th index given back (poster, for `k` below the freed count it loaded).
+    pub(crate) fn freed_at(&self, k: u16) -> u16 {
+        self.freed[(k & self.mask) as usize].load(Ordering::Relaxed)
+    }
+}
+
+impl Retired for SrqShared {
+    fn retired(&self) -> u16 {
+        self.cookies.retired()
+    }
+}
