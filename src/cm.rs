@@ -17,7 +17,6 @@
 
 use crate::connect::RemoteBuf;
 use crate::error::{Error, Result};
-use crate::resources::device::{Backend, VerbsDev};
 use crate::verbs::cm::CmId;
 use crate::verbs::device::Context;
 use crate::{Cq, Device, Pd, Qp, QpCaps};
@@ -64,7 +63,7 @@ fn device_of(id: &Arc<CmId>) -> Result<(Device, Pd)> {
     let ctx = Arc::new(unsafe { Context::borrowed(ctx, keep) });
     let dev = Device {
         events: Arc::default(),
-        backend: Backend::Verbs(Arc::new(VerbsDev::new(ctx, id.port(), None)?)),
+        backend: crate::backend::Dev::of_context(ctx, id.port())?,
     };
     let pd = dev.alloc_pd()?;
     Ok((dev, pd))

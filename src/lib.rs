@@ -174,8 +174,12 @@ pub struct ReadmeDoctests;
 #[cfg(not(doctest))]
 pub mod readme {}
 
+mod address;
 #[cfg(feature = "tokio")]
 mod async_cq;
+mod async_event;
+mod backend;
+mod caps;
 pub mod cm;
 pub mod completion;
 pub mod connect;

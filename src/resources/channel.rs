@@ -20,15 +20,13 @@
 //! step with the queue; on rdma-core devices an epoll set of that eventfd and the
 //! `ibv_comp_channel` descriptor).
 
-use super::device::Backend;
 use super::Device;
+use crate::backend::{ChannelSource, EventSink};
 use crate::error::{Error, Result};
 use crate::verbs::channel::CompChannel;
 use crate::verbs::fd;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-#[cfg(feature = "sim")]
-use std::sync::Weak;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -91,8 +89,11 @@ pub(crate) struct ChannelInner {
     ready: OwnedFd,
     /// Wakes the thread in `poll` when another thread queued an event.
     wake: OwnedFd,
-    /// rdma-core devices: the channel, and the epoll set of `ready` and its descriptor.
-    verbs: Option<(Arc<CompChannel>, OwnedFd)>,
+    /// Where the events come from: rdma-core's channel, read from its descriptor, or
+    /// nothing to read (the software NIC pushes them: [`EventSink`]).
+    pub(crate) source: ChannelSource,
+    /// With rdma-core's channel: the epoll set of `ready` and its descriptor.
+    epoll: Option<OwnedFd>,
 }
 
 /// A completion channel: the completion events of the CQs created with it
@@ -127,14 +128,10 @@ impl CompletionChannel {
     pub(crate) fn new(dev: &Device) -> Result<CompletionChannel> {
         let ready = fd::eventfd().map_err(Error::Io)?;
         let wake = fd::eventfd().map_err(Error::Io)?;
-        let verbs = match &dev.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => None,
-            Backend::Verbs(v) => {
-                let ch = Arc::new(CompChannel::new(v.ctx.clone())?);
-                let ep = fd::epoll_of(&[ready.as_raw_fd(), ch.fd()]).map_err(Error::Io)?;
-                Some((ch, ep))
-            }
+        let source = dev.backend.create_channel()?;
+        let epoll = match &source {
+            Some(ch) => Some(fd::epoll_of(&[ready.as_raw_fd(), ch.fd()]).map_err(Error::Io)?),
+            None => None,
         };
         Ok(CompletionChannel {
             inner: Arc::new(ChannelInner {
@@ -143,7 +140,8 @@ impl CompletionChannel {
                 cond: Condvar::new(),
                 ready,
                 wake,
-                verbs,
+                source,
+                epoll,
             }),
         })
     }
@@ -171,11 +169,6 @@ impl CompletionChannel {
         Ok(id.map(|cqn| CqEvent { cqn }))
     }
 
-    /// The rdma-core channel (None on the software NIC).
-    pub(crate) fn verbs(&self) -> Option<&Arc<CompChannel>> {
-        self.inner.verbs.as_ref().map(|(c, _)| c)
-    }
-
     /// Whether this channel belongs to `dev`.
     pub(crate) fn is_of(&self, dev: &Device) -> bool {
         self.inner.dev.same(dev)
@@ -184,8 +177,8 @@ impl CompletionChannel {
 
 impl AsFd for CompletionChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        match &self.inner.verbs {
-            Some((_, ep)) => ep.as_fd(),
+        match &self.inner.epoll {
+            Some(ep) => ep.as_fd(),
             None => self.inner.ready.as_fd(),
         }
     }
@@ -301,7 +294,7 @@ impl ChannelInner {
 
     /// Reads every event waiting on the rdma-core descriptor (never blocks).
     fn drain(&self, st: &mut State) {
-        let Some((ch, _)) = &self.verbs else { return };
+        let Some(ch) = &self.source else { return };
         while let Some((cq, ctx)) = ch.next_event() {
             if !self.deliver(st, ctx as u32, None, cq as usize) {
                 // A CQ already detached (its QPs keep it alive until they go): acknowledge
@@ -374,8 +367,8 @@ impl ChannelInner {
                 },
                 None => None,
             };
-            match &self.verbs {
-                Some((ch, _)) if !st.reader => {
+            match &self.source {
+                Some(ch) if !st.reader => {
                     // This thread reads the rdma-core descriptor; the others sleep on the
                     // condvar until it queues their events.
                     st.reader = true;
@@ -440,21 +433,10 @@ impl Drop for Waiter<'_> {
     }
 }
 
-#[cfg(feature = "sim")]
-/// The software NIC's side of a CQ's channel: the NIC calls it when the armed CQ raises its
-/// event.
-pub(crate) struct SimSink {
-    pub(crate) chan: Weak<ChannelInner>,
-    pub(crate) id: u32,
-    pub(crate) token: u64,
-}
-
-#[cfg(feature = "sim")]
-impl mlx5::sim::CqEventSink for SimSink {
-    fn cq_event(&self, _cqn: u32) {
-        if let Some(c) = self.chan.upgrade() {
-            let mut st = c.lock();
-            c.deliver(&mut st, self.id, Some(self.token), 0);
-        }
+impl EventSink for ChannelInner {
+    /// The software NIC's side of a CQ's channel: called when the armed CQ raises its event.
+    fn cq_event(&self, id: u32, token: u64) {
+        let mut st = self.lock();
+        self.deliver(&mut st, id, Some(token), 0);
     }
 }

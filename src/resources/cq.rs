@@ -1,33 +1,17 @@
 //! Completion queues.
 
-#[cfg(feature = "sim")]
-use super::channel::SimSink;
 use super::channel::{CompletionChannel, Notify};
-use super::device::Backend;
 use super::events::Subject;
 use super::{CqOptions, Device};
+use crate::backend::{self, CqRings, CqSpec};
 use crate::direct::CompletionQueue;
 use crate::error::{Error, Result};
 use crate::queue::registry::Registry;
-
-/// The most entries a software-NIC CQ has (a ConnectX's `log_max_cq_sz` of 22).
-#[cfg(feature = "sim")]
-const SIM_MAX_CQE: u32 = 1 << 22;
-use crate::verbs;
-use crate::verbs::ex::{ApiChoice, VerbsApi};
+use crate::verbs::ex::VerbsApi;
 use crate::verbs::path::VerbsCompletionQueue;
 use crate::Completion;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Numbers of verbs-path CQs (rdma-core does not expose the device's): blueflame's own,
-/// unique in the process, bit 31 set so that they never look like a device's 24-bit number.
-static VERBS_CQ_IDS: AtomicU32 = AtomicU32::new(0);
-
-fn verbs_cq_id() -> u32 {
-    0x8000_0000 | (VERBS_CQ_IDS.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff)
-}
 
 /// A CQ's place on its completion channel.
 pub(crate) struct ChannelLink {
@@ -36,18 +20,12 @@ pub(crate) struct ChannelLink {
     pub(crate) token: u64,
 }
 
-pub(crate) enum CqKind {
-    #[cfg(feature = "sim")]
-    Sim {
-        dev: Device,
-        cqn: u32,
-    },
-    Verbs(Arc<verbs::objects::Cq>),
-}
-
 /// Keeps a CQ alive; the last owner (the poller or a QP) destroys it.
 pub(crate) struct CqHandle {
-    pub(crate) kind: CqKind,
+    /// The backend's CQ (destroyed after the handle's drop: field).
+    pub(crate) kind: backend::Cq,
+    /// The device's events (a CQ's are forgotten when it goes: its number comes back).
+    events: Arc<super::events::Events>,
     pub(crate) registry: Arc<Registry>,
     /// The completion channel, when the CQ has one.
     pub(crate) link: Option<ChannelLink>,
@@ -56,11 +34,7 @@ pub(crate) struct CqHandle {
 impl CqHandle {
     /// What the device's events call this CQ.
     pub(crate) fn subject(&self) -> Subject {
-        match &self.kind {
-            #[cfg(feature = "sim")]
-            CqKind::Sim { cqn, .. } => Subject::Cq(*cqn),
-            CqKind::Verbs(c) => Subject::VerbsCq(c.cq as usize),
-        }
+        self.kind.subject()
     }
 }
 
@@ -90,22 +64,11 @@ impl Drop for CqHandle {
         // First off the channel: its events acknowledged (`ibv_destroy_cq` waits for that),
         // the software NIC's sink removed, the queued ones forgotten.
         if let Some(l) = &self.link {
-            #[cfg(feature = "sim")]
-            if let CqKind::Sim { dev, cqn } = &self.kind {
-                if let Some(n) = dev.sim_nic() {
-                    let _ = n.set_cq_event_sink(*cqn, None);
-                }
-            }
+            self.kind.unlink();
             l.chan.inner.detach(l.id, l.token);
         }
-        #[cfg(feature = "sim")]
-        if let CqKind::Sim { dev, cqn } = &self.kind {
-            // Its number may come back with another CQ.
-            dev.events.forget(Subject::Cq(*cqn));
-            if let Some(n) = dev.sim_nic() {
-                let _ = n.destroy_cq(*cqn);
-            }
-        }
+        // Its number may come back with another CQ.
+        self.events.forget(self.kind.subject());
     }
 }
 
@@ -177,205 +140,77 @@ impl core::fmt::Debug for Cq {
 impl Cq {
     /// A CQ as `opts` say (compressing with `opts.zip` when set).
     pub(crate) fn new(dev: &Device, opts: &CqOptions) -> Result<Cq> {
-        let (entries, cqe_size, zip) = (opts.entries, opts.cqe_size, opts.zip);
-        let max = match &dev.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => SIM_MAX_CQE,
-            // `ibv_create_cq` takes an int.
-            Backend::Verbs(_) => i32::MAX as u32,
-        };
-        if entries == 0 || entries > max {
+        let max = dev.backend.max_cqe();
+        if opts.entries == 0 || opts.entries > max {
             // rdma-core refuses 0 (EINVAL); more than the device has is refused too.
-            return Err(Error::CqSize { entries, max });
+            return Err(Error::CqSize {
+                entries: opts.entries,
+                max,
+            });
         }
         let chan = opts.channel.as_ref();
-        match &dev.backend {
-            Backend::Verbs(_) if cqe_size != 64 => Err(crate::Error::Unsupported(
-                "128-byte CQEs on a verbs device: set MLX5_CQE_SIZE=128 for rdma-core",
-            )),
-            Backend::Verbs(v) if zip.is_some() && v.path != crate::DataPath::Direct => {
-                Err(Error::CqeCompression {
-                    format: zip.expect("checked"),
-                    cqe_size,
-                    caps: None,
+        let spec = CqSpec {
+            entries: opts.entries,
+            cqe_size: opts.cqe_size,
+            zip: opts.zip,
+            channel: chan.map(|c| &c.inner.source),
+        };
+        let (kind, rings, cqn) = dev.backend.create_cq(&spec)?;
+        let link = match chan {
+            Some(c) => {
+                // Refused (an AsyncCq holds the channel): `kind` drops here, destroyed.
+                let token = c.inner.attach(cqn, kind.event_handle())?;
+                let sink: std::sync::Weak<dyn backend::EventSink> = Arc::downgrade(&c.inner) as _;
+                kind.link(cqn, token, sink);
+                Some(ChannelLink {
+                    chan: c.clone(),
+                    id: cqn,
+                    token,
                 })
             }
-            #[cfg(feature = "sim")]
-            Backend::Sim(nic) => {
-                let cnt = entries.max(2).next_power_of_two();
-                let raw = match zip {
-                    Some(f) => nic.create_cq_compressed(cnt, cqe_size, f)?,
-                    None => nic.create_cq(cnt, cqe_size)?,
-                };
-                let kind = CqKind::Sim {
-                    dev: dev.clone(),
-                    cqn: raw.cqn,
-                };
-                let link = match chan {
-                    Some(c) => {
-                        let token = match c.inner.attach(raw.cqn, 0) {
-                            Ok(token) => token,
-                            Err(e) => {
-                                // Refused (an AsyncCq holds the channel): the CQ goes.
-                                let _ = nic.destroy_cq(raw.cqn);
-                                return Err(e);
-                            }
-                        };
-                        let sink = SimSink {
-                            chan: Arc::downgrade(&c.inner),
-                            id: raw.cqn,
-                            token,
-                        };
-                        let _ = nic.set_cq_event_sink(raw.cqn, Some(Arc::new(sink)));
-                        Some(ChannelLink {
-                            chan: c.clone(),
-                            id: raw.cqn,
-                            token,
-                        })
-                    }
-                    None => None,
-                };
-                // SAFETY: the ring and record belong to the CQ just created, kept alive by the
-                // handle built from `kind`.
-                unsafe { Cq::new_direct(dev, &raw, kind, raw.cqe_cnt, link, zip.is_some()) }
-            }
-            Backend::Verbs(v) if v.path == crate::DataPath::Direct => {
-                // mlx5: poll the CQ's ring directly (rdma-core never polls it: a classic CQ).
-                let ch = chan.and_then(|c| c.verbs().cloned());
-                let cq = Arc::new(match zip {
-                    None => verbs::objects::Cq::with_channel(
-                        v.ctx.clone(),
-                        entries,
-                        ch,
-                        0,
-                        ApiChoice::Legacy,
-                    )?,
-                    Some(format) => {
-                        // rdma-core's test (`create_cq`) before asking, so that the error
-                        // says what the device supports.
-                        if !v.cqe_comp.unwrap_or_default().supports(format, 64) {
-                            return Err(Error::CqeCompression {
-                                format,
-                                cqe_size: 64,
-                                caps: v.cqe_comp,
-                            });
-                        }
-                        verbs::objects::Cq::new_compressed(v.ctx.clone(), entries, format, ch)?
-                    }
-                });
-                // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).
-                let raw = crate::dv::raw_cq(&unsafe { crate::dv::init_cq(cq.cq.cast())? })?;
-                if let Some(format) = zip {
-                    // rdma-core's MLX5_CQE_SIZE=128 makes 128-byte entries.
-                    if !v
-                        .cqe_comp
-                        .unwrap_or_default()
-                        .supports(format, raw.cqe_size)
-                    {
-                        return Err(Error::CqeCompression {
-                            format,
-                            cqe_size: raw.cqe_size,
-                            caps: v.cqe_comp,
-                        });
-                    }
+            None => None,
+        };
+        let (poller, capacity, cq_uar) = match rings {
+            CqRings::Direct {
+                raw,
+                promised,
+                compressed,
+            } => {
+                // SAFETY: the ring and record belong to the CQ `kind` owns, which the handle
+                // keeps alive after the poller (field order of Cq); nobody else polls it
+                // (rdma-core is never asked to).
+                let mut p = unsafe { CompletionQueue::new(&raw)? };
+                p.guarantee(promised);
+                if compressed {
+                    p.set_compressed();
                 }
-                let link = match chan {
-                    Some(c) => {
-                        // Events name the CQ by its context: the device's number.
-                        // SAFETY: live CQ, not armed yet: nothing reads its context
-                        // concurrently.
-                        unsafe { (*cq.cq).cq_context = raw.cqn as usize as *mut _ };
-                        Some(ChannelLink {
-                            chan: c.clone(),
-                            id: raw.cqn,
-                            // Refused: `cq` drops here, destroyed.
-                            token: c.inner.attach(raw.cqn, cq.cq as usize)?,
-                        })
-                    }
-                    None => None,
-                };
-                // rdma-core promises `ncqe - 1` entries of a ring of `ncqe` (`mlx5_create_cq`):
-                // the CQ accounting shares out what it promises.
-                let promised = cq.capacity();
-                // SAFETY: the ring belongs to `cq`, kept alive by the handle; rdma-core is
-                // never asked to poll it.
-                unsafe {
-                    Cq::new_direct(dev, &raw, CqKind::Verbs(cq), promised, link, zip.is_some())
-                }
+                (Poller::Direct(p), raw.cqe_cnt, raw.cq_uar)
             }
-            Backend::Verbs(v) => {
-                let id = verbs_cq_id();
-                let ch = chan.and_then(|c| c.verbs().cloned());
-                // `BLUEFLAME_VERBS_API`, read when the CQ is created.
-                let api = ApiChoice::current()?;
-                let cq = Arc::new(verbs::objects::Cq::with_channel(
-                    v.ctx.clone(),
-                    entries,
-                    ch,
-                    id as usize,
-                    api,
-                )?);
-                let link = match chan {
-                    Some(c) => Some(ChannelLink {
-                        chan: c.clone(),
-                        id,
-                        // Refused: `cq` drops here, destroyed.
-                        token: c.inner.attach(id, cq.cq as usize)?,
-                    }),
-                    None => None,
-                };
+            CqRings::Verbs(cq) => {
                 let capacity = cq.capacity();
-                let poller = VerbsCompletionQueue::new(cq.clone());
-                let handle = Arc::new(CqHandle {
-                    kind: CqKind::Verbs(cq),
-                    registry: poller.registry.clone(),
-                    link,
-                });
-                Ok(Cq {
-                    poller: Poller::Verbs(poller),
-                    handle,
-                    cqn: id,
+                (
+                    Poller::Verbs(VerbsCompletionQueue::new(cq)),
                     capacity,
-                    dev: dev.clone(),
-                    cq_uar: std::ptr::null_mut(),
-                })
+                    std::ptr::null_mut(),
+                )
             }
-        }
-    }
-
-    /// A direct-path poller over `raw`, whose memory `kind` keeps alive.
-    ///
-    /// # Safety
-    /// `raw` must describe the live ring of the CQ that `kind` owns, polled by nobody else.
-    /// `promised`: the entries the device guarantees, shared out among the queues;
-    /// `compressed`: the device may write compressed sessions.
-    unsafe fn new_direct(
-        dev: &Device,
-        raw: &mlx5::RawCq,
-        kind: CqKind,
-        promised: u32,
-        link: Option<ChannelLink>,
-        compressed: bool,
-    ) -> Result<Cq> {
-        // SAFETY: the caller's contract; the handle (which owns `kind`) outlives the poller
-        // (field order of Cq).
-        let mut poller = unsafe { CompletionQueue::new(raw)? };
-        poller.guarantee(promised);
-        if compressed {
-            poller.set_compressed();
-        }
-        let handle = Arc::new(CqHandle {
-            kind,
-            registry: poller.registry.clone(),
-            link,
-        });
+        };
+        let registry = match &poller {
+            Poller::Direct(p) => p.registry.clone(),
+            Poller::Verbs(p) => p.registry.clone(),
+        };
         Ok(Cq {
-            poller: Poller::Direct(poller),
-            handle,
-            cqn: raw.cqn,
-            capacity: raw.cqe_cnt,
+            poller,
+            handle: Arc::new(CqHandle {
+                kind,
+                events: dev.events.clone(),
+                registry,
+                link,
+            }),
+            cqn,
+            capacity,
             dev: dev.clone(),
-            cq_uar: raw.cq_uar,
+            cq_uar,
         })
     }
 
@@ -497,8 +332,8 @@ impl Cq {
             return Err(Error::NoChannel { cqn: self.cqn });
         };
         let solicited = matches!(n, Notify::Solicited);
-        match (&self.poller, &self.handle.kind) {
-            (Poller::Direct(p), _) => {
+        match &self.poller {
+            Poller::Direct(p) => {
                 if self.cq_uar.is_null() {
                     return Err(Error::Unsupported(
                         "arming a CQ whose UAR page mlx5dv_init_obj did not give",
@@ -510,11 +345,7 @@ impl Cq {
                 unsafe { p.arm(self.cq_uar, sn, solicited) };
                 Ok(())
             }
-            (Poller::Verbs(_), CqKind::Verbs(cq)) => Ok(cq.req_notify(solicited)?),
-            #[cfg(feature = "sim")]
-            (Poller::Verbs(_), CqKind::Sim { .. }) => {
-                Err(Error::Unsupported("a verbs poller over the software NIC"))
-            }
+            Poller::Verbs(_) => self.handle.kind.req_notify(solicited),
         }
     }
 

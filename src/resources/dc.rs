@@ -8,85 +8,17 @@
 //! [`Error::NoDc`].
 
 use super::cq::CqHandle;
-use super::device::{Backend, PdKind, VerbsDev};
 use super::events::Subject;
 use super::{Cq, Pd, QpCaps};
+use crate::backend::{self, QpKind, QpRings, QpSpec};
 use crate::direct::SendQueue;
 use crate::error::{Error, Result};
+use crate::mlx5_env::Mlx5Env;
 use crate::queue::registry::Attached;
 use crate::verbs::objects::Timing;
 use crate::{Access, Payload, PostFlags, Remote, Request, Sge};
 use mlx5::dc::{DcAddr, AV_BYTES, MAX_DCTN};
 use std::sync::Arc;
-
-/// A DC QP rdma-core created on a ConnectX (`mlx5dv_create_qp`), destroyed with the owner
-/// after its queue.
-struct HwDc(*mut rdma_sys::ibv_qp);
-
-// SAFETY: the QP pointer is only passed to `ibv_destroy_qp` once, on drop; rdma-core's QP
-// objects may be destroyed from any thread.
-unsafe impl Send for HwDc {}
-// SAFETY: shared references never use the pointer: the only uses are `Dci::set_error` and
-// `Drop`, both through `&mut`.
-unsafe impl Sync for HwDc {}
-
-impl Drop for HwDc {
-    fn drop(&mut self) {
-        // SAFETY: a live QP created by `create_dc_qp`, destroyed once.
-        unsafe { rdma_sys::ibv_destroy_qp(self.0) };
-    }
-}
-
-impl HwDc {
-    /// `mlx5dv_create_qp` with the DC attributes, then the transitions.
-    ///
-    /// # Safety
-    /// `ctx`, `pd`, `cq` and `srq` (when not null) must be live objects of one mlx5 device.
-    unsafe fn create(
-        ctx: *mut rdma_sys::ibv_context,
-        t: crate::dv::dc::DcType,
-        (pd, cq, srq): (
-            *mut rdma_sys::ibv_pd,
-            *mut rdma_sys::ibv_cq,
-            *mut rdma_sys::ibv_srq,
-        ),
-        cap: rdma_sys::ibv_qp_cap,
-        steps: &mut [crate::dv::dc::Step],
-    ) -> Result<HwDc> {
-        let mut attr = crate::dv::dc::init_attr(t, pd, cq, srq, cap);
-        let mut dv = crate::dv::dc::dv_attr(t);
-        // SAFETY: live objects of the context (caller contract).
-        let qp = unsafe { crate::dv::dc::create_dc_qp(ctx.cast(), &mut attr, &mut dv)? };
-        let hw = HwDc(qp);
-        // SAFETY: the QP just created.
-        unsafe { crate::dv::dc::modify(qp, steps)? };
-        Ok(hw)
-    }
-}
-
-/// The verbs objects behind a CQ and a PD of a ConnectX.
-fn verbs_objects(pd: &Pd, cq: &Cq) -> Result<(*mut rdma_sys::ibv_pd, *mut rdma_sys::ibv_cq)> {
-    let vpd = match &pd.inner.kind {
-        PdKind::Verbs(p) => p.pd,
-        #[cfg(feature = "sim")]
-        PdKind::Sim(_) => return Err(Error::Unsupported("a software-NIC PD on a verbs device")),
-    };
-    match &cq.handle.kind {
-        super::cq::CqKind::Verbs(c) => Ok((vpd, c.cq)),
-        #[cfg(feature = "sim")]
-        super::cq::CqKind::Sim { .. } => Err(Error::Unsupported("a software-NIC CQ with a DC QP")),
-    }
-}
-
-/// What the transitions need of the device's port.
-fn port_attrs(v: &VerbsDev) -> Result<crate::dv::dc::PortAttrs> {
-    let port = v.ctx.port(v.port)?;
-    Ok(crate::dv::dc::PortAttrs {
-        port: v.port,
-        mtu: port.active_mtu,
-        gid_index: v.gid_index.map(|g| g as u8),
-    })
-}
 
 /// Where a DCI request goes: a DCT's address vector (the 48-byte `struct mlx5_wqe_av` of an
 /// address handle of its port), its number and its DC access key.
@@ -170,8 +102,8 @@ pub struct Dct {
     access: Access,
     pd: Pd,
     cq: Arc<CqHandle>,
-    /// The rdma-core DCT on a ConnectX (None on the software NIC).
-    hw: Option<HwDc>,
+    /// The backend's DCT: destroyed in Drop (`None` after).
+    obj: Option<backend::Qp>,
     srq: Arc<super::srq::SrqHandle>,
 }
 
@@ -211,14 +143,13 @@ impl Dct {
     /// [`Error::Unsupported`] on a verbs device (build the peer from an address handle with
     /// [`DcPeer::new`]).
     pub fn peer(&self) -> Result<DcPeer> {
-        match &self.pd.inner.dev.backend {
-            // The software NIC routes by number: the address vector is not looked at.
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => DcPeer::new([0; AV_BYTES], self.dctn, self.dc_key),
-            Backend::Verbs(_) => Err(Error::Unsupported(
-                "a DC peer without an address handle on a verbs device (DcPeer::new)",
-            )),
+        // The software NIC routes by number: the address vector is not looked at.
+        if self.pd.inner.dev.backend.dc_by_number() {
+            return DcPeer::new([0; AV_BYTES], self.dctn, self.dc_key);
         }
+        Err(Error::Unsupported(
+            "a DC peer without an address handle on a verbs device (DcPeer::new)",
+        ))
     }
 }
 
@@ -228,13 +159,7 @@ impl Drop for Dct {
         // As a QP's drop: with the CQ's list locked, destroy the DCT, then leave a tombstone
         // over the receive completions it may still have in the CQ.
         let mut g = self.cq.registry.lock();
-        match &self.pd.inner.dev.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(n) => {
-                let _ = n.destroy_dct(self.dctn);
-            }
-            Backend::Verbs(_) => drop(self.hw.take()),
-        }
+        drop(self.obj.take());
         self.cq.registry.bury(&mut g, self.dctn);
     }
 }
@@ -290,15 +215,13 @@ impl Drop for Dct {
 pub struct Dci {
     // Field order: the queue goes before the handles that keep its ring alive.
     sq: SendQueue,
-    /// The rdma-core DCI on a ConnectX (None on the software NIC).
-    hw: Option<HwDc>,
+    /// The backend's DCI: destroyed in Drop, after the queue's claims (`None` after).
+    obj: Option<backend::Qp>,
     qpn: u32,
     errored: bool,
     atomics: mlx5::AtomicCaps,
     pd: Pd,
     cq: Arc<CqHandle>,
-    #[cfg(feature = "sim")]
-    sim_td: Option<u32>,
 }
 
 impl core::fmt::Debug for Dci {
@@ -310,24 +233,6 @@ impl core::fmt::Debug for Dci {
 /// The rights a DCT may grant.
 const DCT_RIGHTS: Access =
     Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
-
-/// The typed refusal of a verbs device: DC is an mlx5 transport.
-fn no_dc(pd: &Pd, v: &VerbsDev) -> Error {
-    // SAFETY: the context is live (the device holds it); `device` is the ibv_device it was
-    // opened on.
-    let mlx5 = unsafe { crate::dv::is_mlx5((*v.ctx.ctx).device.cast()) };
-    let why = if mlx5 {
-        "an mlx5 device on the verbs path (BLUEFLAME_PATH=verbs or MLX5_QP_SIGNATURE): \
-         DC runs on the direct path only"
-    } else {
-        "DC is an mlx5 transport (mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC); \
-         this device's provider has none"
-    };
-    Error::NoDc {
-        device: pd.inner.dev.describe(),
-        why,
-    }
-}
 
 impl Pd {
     /// Creates a DC initiator whose completions go to `send_cq`, ready to post, with the
@@ -360,117 +265,40 @@ impl Pd {
                 value: send_cq.cqn() as u64,
             });
         }
-        match (&self.inner.dev.backend, &self.inner.kind) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(nic), PdKind::Sim(pd)) => {
-                // rdma-core's switches, read when the QP is created, as for an RC QP:
-                // MLX5_SHUT_UP_BF (the register is rung without BlueFlame).
-                let env = crate::mlx5_env::Mlx5Env::current();
-                let caps = mlx5::sim::QpCaps::from(QpCaps {
-                    bf_size: if env.shut_up_bf { 0 } else { caps.bf_size },
-                    ..caps
-                });
-                let (mut raw, td) = super::sim_td::create_on_own_td(nic, |td| match td {
-                    Some(td) => nic.create_dci_on_td(*pd, td, send_cq.cqn(), caps),
-                    None => nic.create_dci(*pd, send_cq.cqn(), caps),
-                })?;
-                env.apply(&mut raw);
-                let undo = |e: Error| {
-                    super::sim_td::destroy_with_td(nic, raw.qpn, td);
-                    e
-                };
-                // SAFETY: the ring belongs to the DCI just created, which this Dci alone posts
-                // to and destroys on drop, after the queue (field order); with a thread
-                // domain, its register is this DCI's alone.
-                let sq = unsafe {
-                    if td.is_some() {
-                        SendQueue::new_dedicated(&raw)
-                    } else {
-                        SendQueue::new(&raw)
-                    }
-                }
-                .map_err(undo)?;
-                let t = mlx5::sim::QpTiming {
-                    timeout: timing.timeout,
-                    retry_cnt: timing.retry_cnt,
-                    rnr_retry: timing.rnr_retry.min(caps.rnr_retry),
-                    min_rnr_timer: timing.min_rnr_timer,
-                };
-                nic.dci_ready(raw.qpn, t).map_err(|e| undo(e.into()))?;
-                Ok(self.finish_dci(sq, None, raw.qpn, send_cq, td))
+        // rdma-core's switches, read when the QP is created, as for an RC QP.
+        let env = Mlx5Env::current();
+        let spec = QpSpec {
+            caps,
+            send_cq: &send_cq.handle.kind,
+            kind: QpKind::Dci { timing },
+            env: &env,
+        };
+        let (obj, rings, qpn) = self.inner.pd.create_qp(&spec)?;
+        let QpRings::Direct { raw, dedicated } = rings else {
+            return Err(Error::Unsupported("a DCI without its ring"));
+        };
+        // SAFETY: the ring belongs to the DCI `obj` owns, which this Dci alone posts to
+        // (rdma-core is never asked to) and destroys in its drop, after which the queue
+        // touches the ring no more; with `dedicated`, its register is this DCI's alone.
+        let sq = unsafe {
+            if dedicated {
+                SendQueue::new_dedicated(&raw)?
+            } else {
+                SendQueue::new(&raw)?
             }
-            (Backend::Verbs(v), _) if v.path != crate::DataPath::Direct => Err(no_dc(self, v)),
-            (Backend::Verbs(v), _) => self.hw_dci(v, send_cq, caps, timing),
-            #[cfg(feature = "sim")]
-            _ => Err(Error::Unsupported("PD and device backends differ")),
-        }
-    }
-
-    /// A DCI on a ConnectX: `mlx5dv_create_qp` (`MLX5DV_DCTYPE_DCI`), UCX's transitions to
-    /// RTS, the rings from `mlx5dv_init_obj`.
-    fn hw_dci(&self, v: &VerbsDev, send_cq: &Cq, caps: QpCaps, timing: &Timing) -> Result<Dci> {
-        let (pd, cq) = verbs_objects(self, send_cq)?;
-        let lim = mlx5::wqe::Limits {
-            max_sge: caps.max_send_sge as usize,
-            max_inline: caps.max_inline as usize,
         };
-        let wrs = caps.sq_blocks / mlx5::dc::max_dc_wqe_bbs(&lim) as u32;
-        let cap = rdma_sys::ibv_qp_cap {
-            max_send_wr: wrs.max(1),
-            max_recv_wr: 0,
-            max_send_sge: caps.max_send_sge,
-            max_recv_sge: 0,
-            max_inline_data: caps.max_inline,
-        };
-        let timing = Timing {
-            rnr_retry: timing.rnr_retry.min(caps.rnr_retry),
-            ..*timing
-        };
-        let mut steps =
-            crate::dv::dc::dci_steps(&port_attrs(v)?, &timing, v.attrs.max_qp_init_rd_atom);
-        let t = crate::dv::dc::DcType::Dci;
-        // SAFETY: the context, PD and CQ are live objects of this mlx5 device (the PD and
-        // CQ are this domain's and the CQ's, checked above, kept alive by the Dci).
-        let hw = unsafe {
-            HwDc::create(
-                v.ctx.ctx,
-                t,
-                (pd, cq, std::ptr::null_mut()),
-                cap,
-                &mut steps,
-            )?
-        };
-        // SAFETY: a live QP of an mlx5 device.
-        let dv = unsafe { crate::dv::init_qp(hw.0.cast())? };
-        // SAFETY: `hw.0` is live; rdma-core filled the QP number.
-        let qpn = unsafe { (*hw.0).qp_num };
-        let mut raw = crate::dv::raw_qp(
-            &dv,
-            &crate::dv::QpLimits {
-                qpn,
-                max_inline: caps.max_inline,
-                max_send_sge: caps.max_send_sge,
-                max_recv_sge: 0,
-            },
-        )?;
-        crate::mlx5_env::Mlx5Env::current().apply(&mut raw);
-        // SAFETY: the rings belong to the DCI just created, which rdma-core is never asked
-        // to post to and which the Dci destroys after the queue; its register may be shared
-        // with other QPs of the context (no thread domain): the locked mode.
-        let sq = unsafe { SendQueue::new(&raw)? };
-        Ok(self.finish_dci(sq, Some(hw), qpn, send_cq, None))
+        Ok(self.finish_dci(sq, obj, qpn, send_cq, &env))
     }
 
     /// The accounting every DCI gets: its shadow tracked by the domain, its queue attached
     /// to the CQ's list and charged to the CQ's entries.
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     fn finish_dci(
         &self,
         mut sq: SendQueue,
-        hw: Option<HwDc>,
+        obj: backend::Qp,
         qpn: u32,
         send_cq: &Cq,
-        #[cfg_attr(not(feature = "sim"), allow(unused_variables))] td: Option<u32>,
+        env: &Mlx5Env,
     ) -> Dci {
         let shadow = sq.shadow.clone();
         self.inner.lifetimes.track(&shadow);
@@ -487,18 +315,16 @@ impl Pd {
         sq.set_transport(crate::direct::Transport::Dci);
         sq.enable_fast_path(false);
         // The driver side of MLX5_POST_SEND_PREFER_BF, as for an RC QP.
-        crate::mlx5_env::Mlx5Env::current().configure(&mut sq);
+        env.configure(&mut sq);
         sq.attach_cq(send_cq.handle.registry.slots.clone());
         Dci {
             sq,
-            hw,
+            obj: Some(obj),
             qpn,
             errored: false,
             atomics,
             pd: self.clone(),
             cq: send_cq.handle.clone(),
-            #[cfg(feature = "sim")]
-            sim_td: td,
         }
     }
 
@@ -540,7 +366,17 @@ impl Pd {
             });
         }
         srq.check_cq(recv_cq)?;
-        let (dctn, hw) = self.new_dct(recv_cq, h, dc_key, access)?;
+        let spec = QpSpec {
+            caps: QpCaps::default(),
+            send_cq: &recv_cq.handle.kind,
+            kind: QpKind::Dct {
+                srq: h.obj()?,
+                dc_key,
+                access,
+            },
+            env: &Mlx5Env::current(),
+        };
+        let (obj, _, dctn) = self.inner.pd.create_qp(&spec)?;
         // The DCT's receive completions: cookies from the SRQ, by the CQE's WQE index (the
         // hook every receiver of an SRQ goes through; the CQ was checked above).
         let srq_handle = h.attach_receiver(&recv_cq.handle, recv_cq.cqn(), dctn)?;
@@ -550,55 +386,9 @@ impl Pd {
             access,
             pd: self.clone(),
             cq: recv_cq.handle.clone(),
-            hw,
+            obj: Some(obj),
             srq: srq_handle,
         })
-    }
-}
-
-impl Pd {
-    /// A new target: its number, and on a ConnectX the rdma-core DCT.
-    fn new_dct(
-        &self,
-        recv_cq: &Cq,
-        srq: &super::srq::SrqHandle,
-        dc_key: u64,
-        access: Access,
-    ) -> Result<(u32, Option<HwDc>)> {
-        match (&self.inner.dev.backend, &self.inner.kind) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(nic), PdKind::Sim(pd)) => {
-                // rdma-core's create_dct keeps MLX5_QP_FLAG_SCATTER_CQE unless
-                // MLX5_SCATTER_TO_CQE=0 (`use_scatter_to_cqe`).
-                let scatter = !crate::mlx5_env::Mlx5Env::current().scatter_to_cqe_off;
-                let n = nic.create_dct(*pd, recv_cq.cqn(), Some(srq.srqn), dc_key, access)?;
-                if !scatter {
-                    nic.set_dct_scatter_to_cqe(n, false)?;
-                }
-                Ok((n, None))
-            }
-            (Backend::Verbs(v), _) if v.path != crate::DataPath::Direct => Err(no_dc(self, v)),
-            (Backend::Verbs(v), _) => {
-                let (pd, cq) = verbs_objects(self, recv_cq)?;
-                let vsrq = srq
-                    .verbs
-                    .as_ref()
-                    .ok_or(Error::Unsupported("a software-NIC SRQ with a DCT"))?
-                    .srq;
-                // SAFETY: a zeroed ibv_qp_cap is valid; a DCT sends nothing.
-                let cap: rdma_sys::ibv_qp_cap = unsafe { std::mem::zeroed() };
-                let mut steps = crate::dv::dc::dct_steps(&port_attrs(v)?, access.0, 12);
-                let t = crate::dv::dc::DcType::Dct { key: dc_key };
-                // SAFETY: the context, PD, CQ and SRQ are live objects of this mlx5 device,
-                // kept alive by the Dct (its domain, CQ and SRQ handles).
-                let hw = unsafe { HwDc::create(v.ctx.ctx, t, (pd, cq, vsrq), cap, &mut steps)? };
-                // SAFETY: `hw.0` is live; rdma-core filled the QP number (the DCT number).
-                let n = unsafe { (*hw.0).qp_num };
-                Ok((n, Some(hw)))
-            }
-            #[cfg(feature = "sim")]
-            _ => Err(Error::Unsupported("PD and device backends differ")),
-        }
     }
 }
 
@@ -856,18 +646,9 @@ impl Dci {
     /// `ibv_modify_qp` refuses.
     pub fn set_error(&mut self) -> Result<()> {
         self.errored = true;
-        match (&self.pd.inner.dev.backend, &self.hw) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(n), _) => Ok(n.set_error(self.qpn)?),
-            (Backend::Verbs(_), Some(hw)) => {
-                // SAFETY: a zeroed ibv_qp_attr is valid.
-                let mut attr: rdma_sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-                attr.qp_state = rdma_sys::ibv_qp_state::IBV_QPS_ERR;
-                let mask = rdma_sys::ibv_qp_attr_mask::IBV_QP_STATE.0;
-                // SAFETY: the DCI's live QP.
-                unsafe { crate::dv::dc::modify(hw.0, &mut [(attr, mask)]) }
-            }
-            (Backend::Verbs(_), None) => Err(Error::Unsupported("a DCI without its QP")),
+        match &self.obj {
+            Some(q) => q.set_error(),
+            None => Err(Error::InvalidState { state: "destroyed" }),
         }
     }
 }
@@ -882,12 +663,8 @@ impl Drop for Dci {
         // With the CQ's list locked (no QP can take this number meanwhile), destroy the DCI,
         // then leave a tombstone over the entries it may still have in the CQ.
         let mut g = self.cq.registry.lock();
-        match &self.pd.inner.dev.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(n) => super::sim_td::destroy_with_td(n, self.qpn, self.sim_td),
-            // `ibv_destroy_qp` now; the queue does not touch the ring again.
-            Backend::Verbs(_) => drop(self.hw.take()),
-        }
+        // The DCI goes now; the queue does not touch the ring again.
+        drop(self.obj.take());
         self.cq.registry.bury(&mut g, self.qpn);
     }
 }

@@ -1,80 +1,13 @@
 //! Devices and protection domains.
 
 use super::{Cq, MemoryRegion};
+use crate::backend::{self, Dev};
 use crate::error::{Capability, Error, Refused, Result};
 use crate::verbs;
 use crate::Access;
 #[cfg(feature = "sim")]
 use mlx5::sim::{Nic, UarConfig};
 use std::sync::Arc;
-
-/// Where a device's resources come from.
-#[derive(Clone, Debug)]
-pub(crate) enum Backend {
-    /// The software mlx5 NIC.
-    #[cfg(feature = "sim")]
-    Sim(Nic),
-    /// rdma-core: a real device (or rxe/siw).
-    Verbs(Arc<VerbsDev>),
-}
-
-/// An open verbs device and the port/GID it uses.
-#[derive(Debug)]
-pub(crate) struct VerbsDev {
-    pub(crate) ctx: Arc<verbs::device::Context>,
-    pub(crate) port: u8,
-    pub(crate) gid_index: Option<i32>,
-    /// Direct on mlx5 (unless `BLUEFLAME_PATH=verbs`), verbs elsewhere.
-    pub(crate) path: DataPath,
-    /// `ibv_query_device`, read once at open.
-    pub(crate) attrs: verbs::device::DeviceAttrs,
-    /// What the device's atomics do, from `attrs`.
-    pub(crate) atomics: mlx5::AtomicCaps,
-    /// What an mlx5 device on the direct path reports of CQE compression
-    /// (`mlx5dv_query_device`, read once at open); None elsewhere.
-    pub(crate) cqe_comp: Option<mlx5::CqeCompCaps>,
-    /// The device is an mlx5: rdma-core's provider may copy small received messages into
-    /// receive buffers with the CPU (scatter-to-CQE) on the verbs path.
-    pub(crate) mlx5: bool,
-}
-
-impl VerbsDev {
-    /// An opened device: its data path (mlx5 runs the direct path unless `BLUEFLAME_PATH`
-    /// or rdma-core's `MLX5_QP_SIGNATURE` say otherwise) and its attributes, read once.
-    pub(crate) fn new(
-        ctx: Arc<verbs::device::Context>,
-        port: u8,
-        gid_index: Option<i32>,
-    ) -> Result<VerbsDev> {
-        // SAFETY: the context is live; its `device` field is the ibv_device it was opened on.
-        let mlx5 = unsafe { crate::dv::is_mlx5((*ctx.ctx).device.cast()) };
-        let var = std::env::var("BLUEFLAME_PATH").ok();
-        let path = crate::dv::choose(mlx5, var.as_deref())?;
-        // rdma-core's switches that rule the direct path out (WQE signatures).
-        let path = if mlx5 {
-            crate::mlx5_env::Mlx5Env::current().path(path, var.as_deref() == Some("direct"))?
-        } else {
-            path
-        };
-        let attrs = ctx.attrs()?;
-        let cqe_comp = if path == DataPath::Direct {
-            // SAFETY: a live context of an mlx5 device (the direct path runs only there).
-            unsafe { crate::dv::cqe_comp_caps(ctx.ctx.cast()) }
-        } else {
-            None
-        };
-        Ok(VerbsDev {
-            mlx5,
-            cqe_comp,
-            atomics: attrs.atomic_caps(mlx5),
-            attrs,
-            ctx,
-            port,
-            gid_index,
-            path,
-        })
-    }
-}
 
 /// An RDMA device: a real one through rdma-core, or the software mlx5 NIC.
 ///
@@ -95,7 +28,7 @@ impl VerbsDev {
 /// ```
 #[derive(Clone, Debug)]
 pub struct Device {
-    pub(crate) backend: Backend,
+    pub(crate) backend: Dev,
     /// The asynchronous events read so far (shared by the device's clones).
     pub(crate) events: Arc<super::events::Events>,
 }
@@ -120,7 +53,7 @@ impl Device {
         }
         Device {
             events: Arc::default(),
-            backend: Backend::Sim(nic),
+            backend: Dev::sim(nic),
         }
     }
 
@@ -192,17 +125,9 @@ impl Device {
     /// [`Error::Verbs`] when the device cannot be opened or queried;
     /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
     pub fn open(name: &str, gid_index: Option<i32>) -> Result<Device> {
-        let ctx = Arc::new(verbs::device::Context::open(name)?);
-        let port = 1;
-        let info = ctx.port(port)?;
-        let gid_index = match gid_index {
-            Some(i) => Some(i),
-            None if info.ethernet => ctx.roce_v2_gid_index(port).or(Some(0)),
-            None => None,
-        };
         Ok(Device {
             events: Arc::default(),
-            backend: Backend::Verbs(Arc::new(VerbsDev::new(ctx, port, gid_index)?)),
+            backend: Dev::open(name, gid_index)?,
         })
     }
 
@@ -232,29 +157,7 @@ impl Device {
 
     /// A short description: `software mlx5 NIC` or `rdma-core device rxe0 (port 1, GID 1)`.
     pub fn describe(&self) -> String {
-        match &self.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(n) => {
-                let mode = if n.is_threaded() {
-                    "thread mode"
-                } else {
-                    "stepped"
-                };
-                let order = match n.order() {
-                    mlx5::sim::OrderMode::Strict => "in order".to_string(),
-                    mlx5::sim::OrderMode::Relaxed { seed } => {
-                        format!("reordering seed {seed}: BLUEFLAME_SIM_ORDER={seed}")
-                    }
-                };
-                format!("software mlx5 NIC ({mode}, {order})")
-            }
-            Backend::Verbs(v) => format!(
-                "rdma-core device {} (port {}, GID index {:?})",
-                v.ctx.name(),
-                v.port,
-                v.gid_index
-            ),
-        }
+        self.backend.describe()
     }
 
     /// The software NIC behind this device, if it is one: queries (QP state and doorbell
@@ -270,54 +173,33 @@ impl Device {
     /// The whole software NIC (destructive calls included), for this crate's own objects.
     #[cfg(feature = "sim")]
     pub(crate) fn sim_nic(&self) -> Option<&Nic> {
-        match &self.backend {
-            Backend::Sim(n) => Some(n),
-            Backend::Verbs(_) => None,
-        }
+        self.backend.sim_nic()
     }
 
     /// Whether `other` is this same device instance (the same software NIC, or the same
     /// verbs context): only then can their CQs, QPs and keys work together.
     pub(crate) fn same(&self, other: &Device) -> bool {
-        match (&self.backend, &other.backend) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(a), Backend::Sim(b)) => a.same(b),
-            (Backend::Verbs(a), Backend::Verbs(b)) => Arc::ptr_eq(&a.ctx, &b.ctx),
-            #[cfg(feature = "sim")]
-            _ => false,
-        }
+        self.backend.same(&other.backend)
     }
 
     /// The data path QPs of this device run: direct on the software NIC and on mlx5
     /// devices, verbs on other rdma-core devices (see [`Device::open`] for the override).
     pub fn data_path(&self) -> DataPath {
-        match &self.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => DataPath::Direct,
-            Backend::Verbs(v) => v.path,
-        }
+        self.backend.data_path()
     }
 
     /// Whether rdma-core's provider may copy small received messages into receive buffers
     /// with the CPU, checking no key (mlx5's scatter-to-CQE on the verbs path): such
     /// receives must name CPU-writable registered memory.
     pub(crate) fn provider_copies_receives(&self) -> bool {
-        match &self.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => false,
-            Backend::Verbs(v) => v.mlx5,
-        }
+        self.backend.provider_copies_receives()
     }
 
     /// What this device's atomics can do and the byte order of their replies: read once
     /// (`ibv_query_device` at open; the software NIC's `Nic::atomic_caps` when a QP is
     /// created). [`Qp::atomic_result`](crate::Qp::atomic_result) reads a reply with it.
     pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
-        match &self.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(n) => n.atomic_caps(),
-            Backend::Verbs(v) => v.atomics,
-        }
+        self.backend.atomic_caps()
     }
 
     /// What on-demand paging this device does: `ibv_query_device_ex`'s `odp_caps`, read
@@ -325,28 +207,13 @@ impl Device {
     /// software NIC its `mlx5::sim::MemoryCaps` in the same bits (explicit RC on-demand
     /// paging, every operation; no implicit).
     pub fn odp_caps(&self) -> verbs::device::OdpCaps {
-        #[cfg(feature = "sim")]
-        use verbs::device::OdpCaps;
-        match &self.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(n) if n.memory_caps().odp => OdpCaps {
-                general: OdpCaps::SUPPORT,
-                rc: OdpCaps::RC_BASIC | OdpCaps::RC_ATOMIC,
-            },
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => OdpCaps::default(),
-            Backend::Verbs(v) => v.attrs.odp,
-        }
+        self.backend.odp_caps()
     }
 
     /// Runs the stepped software NIC until it has nothing left to do; returns the WQEs and
     /// receives it handled. A no-op for a threaded NIC or a real device.
     pub fn process(&self) -> usize {
-        match &self.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(n) if !n.is_threaded() => n.drain(),
-            _ => 0,
-        }
+        self.backend.process()
     }
 
     /// A protection domain.
@@ -354,15 +221,10 @@ impl Device {
     /// # Errors
     /// [`Error::Verbs`] from `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let kind = match &self.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(n) => PdKind::Sim(n.alloc_pd()),
-            Backend::Verbs(v) => PdKind::Verbs(Arc::new(verbs::objects::Pd::new(v.ctx.clone())?)),
-        };
         Ok(Pd {
             inner: Arc::new(PdInner {
                 dev: self.clone(),
-                kind,
+                pd: self.backend.alloc_pd()?,
                 lifetimes: Default::default(),
                 regions: Default::default(),
             }),
@@ -416,12 +278,7 @@ impl Device {
     /// [`CqOptions::compression`](super::CqOptions::compression); None where compressed CQEs
     /// cannot be used (a device that is not mlx5, or the verbs path).
     pub fn cqe_compression_caps(&self) -> Option<mlx5::CqeCompCaps> {
-        match &self.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(n) => Some(n.cqe_comp_caps()),
-            Backend::Verbs(v) if v.path == crate::DataPath::Direct => v.cqe_comp,
-            Backend::Verbs(_) => None,
-        }
+        self.backend.cqe_compression_caps()
     }
 
     /// A completion queue of at least `entries` entries of `cqe_size` bytes (64 or 128).
@@ -437,17 +294,12 @@ impl Device {
     }
 }
 
-pub(crate) enum PdKind {
-    #[cfg(feature = "sim")]
-    Sim(u32),
-    Verbs(Arc<verbs::objects::Pd>),
-}
-
 pub(crate) struct PdInner {
     pub(crate) dev: Device,
-    pub(crate) kind: PdKind,
+    /// The backend's domain (freed after the parked regions: field order).
+    pub(crate) pd: backend::Pd,
     /// Queues of this domain and regions waiting for their work to complete.
-    pub(crate) lifetimes: super::lifetime::Lifetimes,
+    pub(crate) lifetimes: crate::queue::lifetime::Lifetimes,
     /// The live regions of this domain (every `MemoryRegion` is listed from creation to
     /// drop): receive buffers are checked against them, because the direct-path poller
     /// writes data that arrived inside a CQE into them with the CPU.
@@ -458,10 +310,6 @@ impl Drop for PdInner {
     fn drop(&mut self) {
         // No QP is left (each holds the domain): every parked region can go.
         self.lifetimes.clear();
-        #[cfg(feature = "sim")]
-        if let (Backend::Sim(n), PdKind::Sim(pd)) = (&self.dev.backend, &self.kind) {
-            let _ = n.dealloc_pd(*pd);
-        }
     }
 }
 
@@ -669,7 +517,8 @@ impl Pd {
             return Err(Error::Capability(Capability::ImplicitOnDemandPaging));
         }
         self.check_odp(access)?;
-        MemoryRegion::register_implicit(self.clone(), access)
+        // SAFETY: the caller's contract.
+        unsafe { MemoryRegion::register_implicit(self.clone(), access) }
     }
 
     /// Registers `len` bytes at `offset` of a dma-buf (GPU or accelerator memory exported as
@@ -728,25 +577,7 @@ impl Pd {
         if !self.device().odp_caps().rc(false) {
             return Err(Error::Capability(Capability::OnDemandPaging));
         }
-        match (&self.inner.dev.backend, &self.inner.kind) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(n), PdKind::Sim(p)) => n.advise_mr(*p, write, sgl).map_err(|e| match e {
-                mlx5::sim::SimError::Prefetch(lkey) => Error::InvalidParameter {
-                    what: "prefetch entry (lkey)",
-                    value: lkey as u64,
-                },
-                e => e.into(),
-            }),
-            (_, PdKind::Verbs(p)) => match verbs::objects::Mr::advise(p, write, flush, sgl) {
-                Ok(()) => Ok(()),
-                Err(e) if e.source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                    Err(Error::Capability(Capability::Prefetch))
-                }
-                Err(e) => Err(e.into()),
-            },
-            #[cfg(feature = "sim")]
-            _ => Err(Error::Unsupported("PD and device backends differ")),
-        }
+        self.inner.pd.prefetch(sgl, write, flush)
     }
 }
 

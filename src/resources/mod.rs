@@ -4,7 +4,7 @@
 //! a ConnectX) or, with the `sim` feature, by the software NIC; the same types whatever the
 //! backend (see the crate documentation's "Backends").
 //!
-//! Ownership (reference counts, see `lifetime.rs`): a [`Qp`] keeps its CQs alive, so a CQ is
+//! Ownership (reference counts, see `crate::queue::lifetime`): a [`Qp`] keeps its CQs alive, so a CQ is
 //! destroyed only when its poller and every QP on it are gone; a [`MemoryRegion`] dropped while
 //! QPs of its protection domain have work outstanding stays registered (its memory too) until
 //! that work has completed, and is deregistered at the next reclaim point (another region
@@ -12,7 +12,7 @@
 
 mod ah;
 mod buffer;
-mod caps;
+
 pub(crate) mod channel;
 mod cq;
 mod cq_options;
@@ -20,23 +20,20 @@ mod dc;
 pub(crate) mod device;
 mod events;
 mod iov;
-pub(crate) mod lifetime;
 mod mr;
 mod mw;
 mod pending;
 mod qp;
 #[cfg(feature = "sim")]
 mod sim_nic;
-#[cfg(feature = "sim")]
-mod sim_td;
 mod spin_wait;
 mod srq;
 mod ud;
 mod ud_verbs;
 
+pub use crate::caps::QpCaps;
 pub use ah::{AddressHandle, AhAttr, GlobalRoute, UdEndpoint, DEFAULT_HOP_LIMIT};
 pub use buffer::{RawBuffer, RawParts, RegionBuffer};
-pub use caps::QpCaps;
 pub use channel::{CompletionChannel, CqEvent, Notify};
 pub use cq::Cq;
 pub use cq_options::CqOptions;

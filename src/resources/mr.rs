@@ -1,45 +1,15 @@
 //! Memory regions.
 
 use super::buffer::{Owned, RegionBuffer};
-#[cfg(feature = "sim")]
-use super::device::Backend;
-use super::device::PdKind;
 use super::pending::{PendingBuffer, Slot, WithBuffer};
 use super::Pd;
-use crate::error::{Capability, Error, Refused, Result};
+use crate::backend::{MrInfo, Reg};
+use crate::error::{Error, Refused, Result};
 use crate::queue::pin::Pins;
 use crate::queue::regions::Region;
-use crate::{verbs, Access, Remote, Sge};
+use crate::{Access, Remote, Sge};
 use core::sync::atomic::Ordering;
 use std::sync::Arc;
-
-enum MrKind {
-    #[cfg(feature = "sim")]
-    Sim(SimReg),
-    /// Held for its Drop: deregisters, then frees the memory.
-    Verbs(verbs::objects::Mr),
-}
-
-/// A software-NIC registration (the NIC owns the memory and frees it when deregistered).
-#[cfg(feature = "sim")]
-struct SimReg {
-    nic: mlx5::sim::Nic,
-    lkey: u32,
-}
-
-#[cfg(feature = "sim")]
-impl super::lifetime::Deregister for SimReg {
-    fn deregister(&mut self) -> bool {
-        // Busy while a window is bound to the region; anything else means it is gone.
-        self.nic.dereg_mr(self.lkey) != Err(mlx5::sim::SimError::Busy)
-    }
-}
-
-impl super::lifetime::Deregister for verbs::objects::Mr {
-    fn deregister(&mut self) -> bool {
-        verbs::objects::Mr::deregister(self)
-    }
-}
 
 /// Registered memory: the NIC may read and write it under its keys.
 ///
@@ -74,8 +44,8 @@ impl super::lifetime::Deregister for verbs::objects::Mr {
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
 pub struct MemoryRegion {
-    /// `None` only while being dropped.
-    kind: Option<MrKind>,
+    /// The backend's registration (`None` only once parked).
+    kind: Option<Reg>,
     addr: u64,
     len: u64,
     lkey: u32,
@@ -102,28 +72,6 @@ pub(crate) enum Cpu {
     Unmapped,
 }
 
-/// A registration of the backend: (kind, addr, len, lkey, rkey).
-type Made = (MrKind, u64, u64, u32, u32);
-
-#[cfg(feature = "sim")]
-fn sim_made(n: &mlx5::sim::Nic, i: mlx5::sim::MrInfo) -> Made {
-    (
-        MrKind::Sim(SimReg {
-            nic: n.clone(),
-            lkey: i.lkey,
-        }),
-        i.addr,
-        i.len,
-        i.lkey,
-        i.rkey,
-    )
-}
-
-fn verbs_made(mr: verbs::objects::Mr) -> Made {
-    let (a, l, lk, rk) = mr.info();
-    (MrKind::Verbs(mr), a, l, lk, rk)
-}
-
 impl core::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("MemoryRegion")
@@ -136,19 +84,18 @@ impl core::fmt::Debug for MemoryRegion {
 
 impl MemoryRegion {
     pub(crate) fn alloc(pd: Pd, len: usize, access: Access) -> Result<MemoryRegion> {
-        let made = match (&pd.inner.dev.backend, &pd.inner.kind) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(n), PdKind::Sim(p)) => sim_made(n, n.alloc_mr(*p, len, access)?),
-            (_, PdKind::Verbs(p)) => verbs_made(verbs::objects::Mr::alloc(p.clone(), len, access)?),
-            #[cfg(feature = "sim")]
-            _ => return Err(Error::Unsupported("PD and device backends differ")),
-        };
+        let made = pd.inner.pd.alloc_mr(len, access)?;
         Ok(MemoryRegion::made(pd, made, access, Cpu::ReadWrite, None))
     }
 
     /// A live registration becomes a region: listed in its domain from now until drop.
-    fn made(pd: Pd, made: Made, access: Access, cpu: Cpu, owned: Option<Owned>) -> MemoryRegion {
-        let (kind, addr, len, lkey, rkey) = made;
+    fn made(
+        pd: Pd,
+        (kind, (addr, len, lkey, rkey)): (Reg, MrInfo),
+        access: Access,
+        cpu: Cpu,
+        owned: Option<Owned>,
+    ) -> MemoryRegion {
         let pins = Arc::new(Pins::new());
         pd.inner.regions.insert(Region {
             lkey,
@@ -194,22 +141,9 @@ impl MemoryRegion {
         if let Err(e) = pd.check_registration(len, access, writable) {
             return Err(refuse(owned, e));
         }
-        let made: Result<Made> = match (&pd.inner.dev.backend, &pd.inner.kind) {
-            // SAFETY: the bytes stay allocated at this address until `from_raw`, which runs
-            // only after the registration is gone (`Owned`, `WithBuffer`).
-            #[cfg(feature = "sim")]
-            (Backend::Sim(n), PdKind::Sim(q)) => unsafe { n.reg_mr(*q, ptr, len, access) }
-                .map(|i| sim_made(n, i))
-                .map_err(Error::from),
-            (_, PdKind::Verbs(q)) => {
-                // SAFETY: as above.
-                unsafe { verbs::objects::Mr::register(q.clone(), ptr, len, access) }
-                    .map(verbs_made)
-                    .map_err(Error::from)
-            }
-            #[cfg(feature = "sim")]
-            _ => Err(Error::Unsupported("PD and device backends differ")),
-        };
+        // SAFETY: the bytes stay allocated at this address until `from_raw`, which runs
+        // only after the registration is gone (`Owned`, `WithBuffer`).
+        let made = unsafe { pd.inner.pd.register(ptr, len, access) };
         match made {
             Ok(m) => {
                 let cpu = if writable {
@@ -224,26 +158,12 @@ impl MemoryRegion {
     }
 
     /// Implicit on-demand registration of the whole address space (checked by the caller).
-    pub(crate) fn register_implicit(pd: Pd, access: Access) -> Result<MemoryRegion> {
-        let made = match &pd.inner.kind {
-            PdKind::Verbs(q) => {
-                // SAFETY: addr 0, length SIZE_MAX with ON_DEMAND is rdma-core's implicit
-                // on-demand registration; the caller of `Pd::register_implicit_odp` vouched
-                // for every address a request will name through it.
-                verbs_made(unsafe {
-                    verbs::objects::Mr::register(
-                        q.clone(),
-                        core::ptr::null_mut(),
-                        usize::MAX,
-                        access,
-                    )
-                }?)
-            }
-            #[cfg(feature = "sim")]
-            PdKind::Sim(_) => {
-                return Err(Error::Capability(Capability::ImplicitOnDemandPaging));
-            }
-        };
+    ///
+    /// # Safety
+    /// As [`Pd::register_implicit_odp`].
+    pub(crate) unsafe fn register_implicit(pd: Pd, access: Access) -> Result<MemoryRegion> {
+        // SAFETY: the caller's contract.
+        let made = unsafe { pd.inner.pd.register_implicit(access) }?;
         Ok(MemoryRegion::made(pd, made, access, Cpu::Unmapped, None))
     }
 
@@ -256,29 +176,13 @@ impl MemoryRegion {
         iova: u64,
         access: Access,
     ) -> Result<MemoryRegion> {
-        let made = match &pd.inner.kind {
-            PdKind::Verbs(q) => {
-                match verbs::objects::Mr::register_dmabuf(q.clone(), offset, len, iova, fd, access)
-                {
-                    Ok(mr) => verbs_made(mr),
-                    Err(e) if e.source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                        return Err(Error::Capability(Capability::DmaBuf))
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            #[cfg(feature = "sim")]
-            PdKind::Sim(_) => return Err(Error::Capability(Capability::DmaBuf)),
-        };
+        let made = pd.inner.pd.register_dmabuf(fd, offset, len, iova, access)?;
         Ok(MemoryRegion::made(pd, made, access, Cpu::Unmapped, None))
     }
 
     /// The rdma-core region, on a verbs device.
     pub(crate) fn verbs_mr(&self) -> Option<*mut rdma_sys::ibv_mr> {
-        match &self.kind {
-            Some(MrKind::Verbs(mr)) => Some(mr.mr),
-            _ => None,
-        }
+        self.kind.as_ref().and_then(Reg::verbs_mr)
     }
 
     /// Start address.
@@ -521,12 +425,8 @@ impl MemoryRegion {
             return;
         };
         self.pd.inner.regions.remove(self.lkey);
-        let reg: super::lifetime::Registration = match kind {
-            #[cfg(feature = "sim")]
-            MrKind::Sim(r) => Box::new(r),
-            MrKind::Verbs(m) => Box::new(m),
-        };
-        let reg: super::lifetime::Registration = match self.owned.take() {
+        let reg: crate::queue::lifetime::Registration = Box::new(kind);
+        let reg: crate::queue::lifetime::Registration = match self.owned.take() {
             None => reg,
             buf => Box::new(WithBuffer { reg, buf, slot }),
         };

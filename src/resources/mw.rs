@@ -1,21 +1,13 @@
 //! Memory windows: remote access to a sub-range of a region, with their own rkey and rights,
 //! re-bound (new rkey) or invalidated without re-registering memory (uDAPL `dat_rmr_bind`).
 
-#[cfg(feature = "sim")]
-use super::device::Backend;
-use super::device::PdKind;
 use super::Pd;
+use crate::backend;
 use crate::error::{Error, Result};
+use crate::queue::lifetime::Deregister;
 use crate::queue::shadow::{SendEntry, Shadow};
 use crate::{Access, MwType};
-use rdma_sys as ffi;
 use std::sync::Arc;
-
-pub(crate) enum MwKind {
-    #[cfg(feature = "sim")]
-    Sim,
-    Verbs(*mut ffi::ibv_mw),
-}
 
 /// A memory window. Its rkey changes with every bind ([`MemoryWindow::rkey`] is the current
 /// one); an unbound or invalidated window grants nothing.
@@ -65,7 +57,8 @@ pub(crate) enum MwKind {
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
 pub struct MemoryWindow {
-    pub(crate) kind: MwKind,
+    /// The backend's window (`None` only once dropped).
+    pub(crate) kind: Option<backend::Mw>,
     /// The key the NIC holds as far as known (the last committed bind).
     pub(crate) rkey: u32,
     /// The QP a type-2 window is bound through (`Some` for a bound type-1 window too, with
@@ -98,10 +91,6 @@ pub(crate) struct InFlight {
 /// Binds and unbinds of one window that may be in flight at once (on its QP).
 pub(crate) const MAX_IN_FLIGHT: usize = 4;
 
-// SAFETY: the verbs pointer is only used by the owner (`&mut` for binds) and freed in Drop;
-// rdma-core windows are thread-safe.
-unsafe impl Send for MemoryWindow {}
-
 impl core::fmt::Debug for MemoryWindow {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("MemoryWindow")
@@ -111,34 +100,22 @@ impl core::fmt::Debug for MemoryWindow {
     }
 }
 
+impl MemoryWindow {
+    /// rdma-core's window (the verbs path binds it by pointer).
+    pub(crate) fn verbs_mw(&self) -> Option<*mut rdma_sys::ibv_mw> {
+        self.kind.as_ref().and_then(backend::Mw::verbs_mw)
+    }
+}
+
 impl Pd {
     /// Allocates a memory window of `mw_type`.
     ///
     /// # Errors
     /// [`Error::Verbs`] (`EOPNOTSUPP` when the device has no windows).
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow> {
-        let (kind, rkey) = match (&self.inner.dev.backend, &self.inner.kind) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(n), PdKind::Sim(pd)) => (MwKind::Sim, n.alloc_mw(*pd, mw_type)?),
-            (_, PdKind::Verbs(pd)) => {
-                let t = match mw_type {
-                    MwType::One => ffi::ibv_mw_type::IBV_MW_TYPE_1,
-                    MwType::Two => ffi::ibv_mw_type::IBV_MW_TYPE_2,
-                };
-                // SAFETY: live PD; the returned window is freed in Drop.
-                let mw = unsafe { ffi::ibv_alloc_mw(pd.pd, t) };
-                let mw = match mw {
-                    Some(p) if !p.is_null() => p,
-                    _ => return Err(crate::verbs::last("ibv_alloc_mw").into()),
-                };
-                // SAFETY: just allocated.
-                (MwKind::Verbs(mw), unsafe { (*mw).rkey })
-            }
-            #[cfg(feature = "sim")]
-            _ => return Err(Error::Unsupported("PD and device backends differ")),
-        };
+        let (kind, rkey) = self.inner.pd.alloc_mw(mw_type)?;
         Ok(MemoryWindow {
-            kind,
+            kind: Some(kind),
             rkey,
             bound: None,
             mw_type,
@@ -260,45 +237,6 @@ impl MemoryWindow {
     }
 }
 
-/// A dropped window's deallocation, kept in its protection domain's lifetimes (as a region's
-/// registration is) while a bind or unbind of it is in flight: the device runs binds against
-/// the window, and one that meets a freed window fails (`MW_BIND`) and moves its QP to error.
-enum Dealloc {
-    /// The software NIC's window (found by index: any of the keys the window had will do).
-    #[cfg(feature = "sim")]
-    Sim(mlx5::sim::Nic, u32),
-    /// rdma-core's window.
-    Verbs(*mut ffi::ibv_mw),
-    /// Nothing to free (window and domain of different backends, which `alloc_mw` never
-    /// makes).
-    #[cfg(feature = "sim")]
-    Nothing,
-}
-
-// SAFETY: the verbs pointer is taken from the dropped window, which no longer uses it: this
-// value alone frees it, once; rdma-core windows may be freed from any thread.
-unsafe impl Send for Dealloc {}
-
-impl super::lifetime::Deregister for Dealloc {
-    /// Frees the window; false when rdma-core's `ibv_dealloc_mw` fails (rdma-core's
-    /// `mlx5_dealloc_mw` keeps the window then, so it may be tried again).
-    fn deregister(&mut self) -> bool {
-        match self {
-            #[cfg(feature = "sim")]
-            Dealloc::Sim(n, rkey) => {
-                // An unknown window (NoMw) is freed already.
-                let _ = n.dealloc_mw(*rkey);
-                true
-            }
-            // SAFETY: allocated in alloc_mw; freed here only, and only once: after a
-            // success, `deregister` is not called again.
-            Dealloc::Verbs(mw) => unsafe { ffi::ibv_dealloc_mw(*mw) == 0 },
-            #[cfg(feature = "sim")]
-            Dealloc::Nothing => true,
-        }
-    }
-}
-
 impl Drop for MemoryWindow {
     /// Deallocates the window, at once unless a bind or unbind of it is still in flight:
     /// then once the work posted so far on its domain's QPs has completed (or was flushed),
@@ -310,18 +248,13 @@ impl Drop for MemoryWindow {
         // Not kept: the window's hold on its QP's queue would keep that queue counted as
         // live once the QP is gone.
         let in_flight = self.flight.take().is_some();
-        let mut dealloc = match (&self.kind, &self.pd.inner.dev.backend) {
-            #[cfg(feature = "sim")]
-            (MwKind::Sim, Backend::Sim(n)) => Dealloc::Sim(n.clone(), self.rkey),
-            (MwKind::Verbs(mw), _) => Dealloc::Verbs(*mw),
-            #[cfg(feature = "sim")]
-            _ => Dealloc::Nothing,
+        let Some(mut dealloc) = self.kind.take() else {
+            return;
         };
         let lifetimes = &self.pd.inner.lifetimes;
         if in_flight {
             lifetimes.release(Box::new(dealloc), None);
         } else {
-            use super::lifetime::Deregister;
             dealloc.deregister();
             // A region whose deregistration the device refused while this window was bound
             // to it may go now.

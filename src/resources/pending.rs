@@ -3,8 +3,8 @@
 //! [`PendingBuffer::try_take`] empties.
 
 use super::buffer::{Owned, RegionBuffer};
-use super::lifetime::{Deregister, Registration};
 use super::Pd;
+use crate::queue::lifetime::{Deregister, Registration};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 

@@ -2,20 +2,20 @@
 //! binding is wired) and the verbs path (any rdma-core device).
 
 use super::cq::CqHandle;
-use super::device::{Backend, PdKind};
 use super::events::Subject;
 use super::{Cq, Pd, QpCaps};
+use crate::backend::{self, QpKind, QpRings, QpSpec};
 use crate::direct::{self, RecvQueue, SendQueue};
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
 use crate::queue::flags::PostFlags;
 use crate::queue::registry::Attached;
 use crate::verbs;
-use crate::verbs::ex::{ApiChoice, VerbsApi};
+use crate::verbs::bind::WindowBind;
+use crate::verbs::ex::VerbsApi;
 use crate::verbs::objects::{PathInfo, Timing};
 use crate::verbs::path::{VerbsBatch, VerbsRecvQueue, VerbsSendQueue};
 use crate::{DataPath, Payload, Remote, Request, Sge};
-use rdma_sys as ffi;
 use std::sync::Arc;
 
 /// What a peer needs to connect to a QP: exchange it out of band (see [`crate::connect`]).
@@ -31,18 +31,16 @@ impl From<u32> for Endpoint {
     }
 }
 
+/// The data path a QP's queues run (which backend made it is [`backend::Qp`]'s business).
 enum QpPath {
-    /// `hw`: the verbs QP behind the rings on mlx5 (None on the software NIC).
     Direct {
         sq: SendQueue,
         rq: Option<RecvQueue>,
-        hw: Option<Arc<verbs::objects::Qp>>,
     },
     /// `rq`: None when the QP takes its receives from an SRQ.
     Verbs {
         sq: VerbsSendQueue,
         rq: Option<VerbsRecvQueue>,
-        qp: Arc<verbs::objects::Qp>,
     },
 }
 
@@ -95,11 +93,10 @@ pub struct Qp {
     rnr_retry_cap: u8,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
+    /// The backend's QP: destroyed in Drop, before the queues go (`None` after).
+    obj: Option<backend::Qp>,
     /// The SRQ the QP takes its receives from (destroyed after the QP).
     srq: Option<Arc<super::srq::SrqHandle>>,
-    /// The software NIC's thread domain of this QP: freed after the QP.
-    #[cfg(feature = "sim")]
-    sim_td: Option<u32>,
     /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
     _cm: Option<Arc<verbs::cm::CmId>>,
 }
@@ -134,27 +131,8 @@ impl Pd {
         caps: QpCaps,
         cm: Option<Arc<verbs::cm::CmId>>,
     ) -> Result<Qp> {
-        let recv = RecvSide::cq(recv_cq, None);
+        let recv = RecvSide::cq(recv_cq);
         self.create_qp_on(send_cq, recv, caps, cm)
-    }
-
-    /// A UD QP on mlx5's direct path: rdma-core's UD QP brought to RTS with `qkey`, its
-    /// rings taken with `mlx5dv_init_obj` and registered on the direct CQs as an RC QP's
-    /// are ([`crate::UdQp`] on a ConnectX). Posting stays refused until the caller marks it
-    /// ready.
-    ///
-    /// # Errors
-    /// As [`Pd::create_qp`]; [`Error::Unsupported`] on a device whose data path is not the
-    /// direct one (or with `MLX5_QP_SIGNATURE`, which needs the verbs path).
-    pub(crate) fn create_ud_direct(
-        &self,
-        send_cq: &Cq,
-        recv_cq: &Cq,
-        caps: QpCaps,
-        qkey: u32,
-    ) -> Result<Qp> {
-        let recv = RecvSide::cq(recv_cq, Some(qkey));
-        self.create_qp_on(send_cq, recv, caps, None)
     }
 
     /// Creates an RC QP whose sends complete on `send_cq` and that takes its receives from
@@ -178,7 +156,6 @@ impl Pd {
             cqn: h.cqn,
             dev: &h.pd.inner.dev,
             srq: Some(h),
-            ud_qkey: None,
         };
         let caps = QpCaps {
             rq_entries: 0,
@@ -200,6 +177,34 @@ impl Pd {
                 value: caps.rnr_retry as u64,
             });
         }
+        self.check_cqs(send_cq, recv.dev, recv.cqn)?;
+        // rdma-core's MLX5_* switches, read once for this QP (rdma-core reads them when it
+        // creates the QP).
+        let env = Mlx5Env::current();
+        let srq = recv.srq.map(|s| s.obj()).transpose()?;
+        let spec = QpSpec {
+            caps,
+            send_cq: &send_cq.handle.kind,
+            kind: QpKind::Rc {
+                recv_cq: &recv.handle.kind,
+                srq,
+                cm: cm.as_ref(),
+            },
+            env: &env,
+        };
+        let made = self.inner.pd.create_qp(&spec)?;
+        self.assemble(made, send_cq, recv, &env, caps.rnr_retry, cm)
+    }
+
+    /// Refuses CQs of another device: CQ and QP numbers are per device, so a foreign CQ
+    /// would get this device's completions for its own CQ of that number, and its poller
+    /// would take them for its own QP of the same number.
+    pub(crate) fn check_cqs(
+        &self,
+        send_cq: &Cq,
+        recv_dev: &super::Device,
+        recv_cqn: u32,
+    ) -> Result<()> {
         for (dev, cqn, what) in [
             (
                 &send_cq.dev,
@@ -207,14 +212,11 @@ impl Pd {
                 "send CQ of another device (CQ number)",
             ),
             (
-                recv.dev,
-                recv.cqn,
+                recv_dev,
+                recv_cqn,
                 "receive CQ of another device (CQ number)",
             ),
         ] {
-            // CQ and QP numbers are per device: a foreign CQ would get this device's
-            // completions for its own CQ of that number, and its poller would take them for
-            // its own QP of the same number.
             if !dev.same(&self.inner.dev) {
                 return Err(Error::InvalidHandle {
                     what,
@@ -222,137 +224,46 @@ impl Pd {
                 });
             }
         }
-        #[cfg(feature = "sim")]
-        let mut sim_td = None;
-        // rdma-core's MLX5_* switches, read once for this QP (rdma-core reads them when it
-        // creates the QP).
-        let env = Mlx5Env::current();
-        let (path, qpn) = match (&self.inner.dev.backend, &self.inner.kind) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(nic), PdKind::Sim(pd)) => {
-                // rdma-core's switches for this QP, as on mlx5: the device side
-                // (MLX5_SCATTER_TO_CQE, `use_scatter_to_cqe`; MLX5_SHUT_UP_BF: every QP rings
-                // the register without BlueFlame, `mlx5_get_qp_uar` returns `ctx->nc_uar`) and
-                // the driver side (MLX5_SHUT_UP_BF).
-                let caps = mlx5::sim::QpCaps::from(QpCaps {
-                    scatter_to_cqe: caps.scatter_to_cqe && !env.scatter_to_cqe_off,
-                    bf_size: if env.shut_up_bf { 0 } else { caps.bf_size },
-                    ..caps
-                });
-                // A thread domain per QP, as UCX gives each worker one: its register is the
-                // QP's own. Without one (the device has no register left), rdma-core's
-                // shared registers, rung under their lock.
-                let (scq, rcq) = (send_cq.cqn(), recv.cqn);
-                let (mut raw, td) = super::sim_td::create_on_own_td(nic, |td| {
-                    let raw = match td {
-                        Some(td) => nic.create_qp_on_td(*pd, td, scq, rcq, caps),
-                        None => nic.create_qp(*pd, scq, rcq, caps),
-                    }?;
-                    // Receives from the SRQ (`ibv_qp_init_attr.srq`).
-                    if let Some(s) = recv.srq {
-                        if let Err(e) = nic.attach_qp_srq(raw.qpn, s.srqn) {
-                            let _ = nic.destroy_qp(raw.qpn);
-                            return Err(e);
-                        }
-                    }
-                    Ok(raw)
-                })?;
-                env.apply(&mut raw);
-                sim_td = td;
-                // SAFETY: the rings belong to the QP just created, which this Qp alone posts
-                // to and destroys on drop, after the queues (field order); with a thread
-                // domain, its register is this QP's alone (one domain per QP).
+        Ok(())
+    }
+
+    /// A QP the backend made, with its queues: the send and receive queues of its data
+    /// path over its rings (or rdma-core's QP), attached to their CQs (registries and CQ
+    /// accounting), their regions and window bookkeeping, the post flags of the device.
+    pub(crate) fn assemble(
+        &self,
+        (obj, rings, qpn): (backend::Qp, QpRings, u32),
+        send_cq: &Cq,
+        recv: RecvSide<'_>,
+        env: &Mlx5Env,
+        rnr_retry: u8,
+        cm: Option<Arc<verbs::cm::CmId>>,
+    ) -> Result<Qp> {
+        let mut path = match rings {
+            QpRings::Direct { raw, dedicated } => {
+                // SAFETY: the rings belong to the QP `obj` owns, which this Qp alone posts
+                // to (rdma-core is never asked to) and destroys in its drop, before the
+                // queues go, which then touch the rings no more; with `dedicated`, its
+                // register is this QP's alone (a thread domain of its own).
                 let sq = unsafe {
-                    if td.is_some() {
-                        SendQueue::new_dedicated(&raw)
+                    if dedicated {
+                        SendQueue::new_dedicated(&raw)?
                     } else {
-                        SendQueue::new(&raw)
+                        SendQueue::new(&raw)?
                     }
                 };
                 // SAFETY: as above, for the receive ring.
-                let rq = unsafe { RecvQueue::new(&raw) };
-                match (sq, rq) {
-                    (Ok(sq), Ok(rq)) => (QpPath::Direct { sq, rq, hw: None }, raw.qpn),
-                    (Err(e), _) | (_, Err(e)) => {
-                        super::sim_td::destroy_with_td(nic, raw.qpn, td);
-                        return Err(e);
-                    }
-                }
+                let rq = unsafe { RecvQueue::new(&raw)? };
+                QpPath::Direct { sq, rq }
             }
-            (Backend::Verbs(vdev), PdKind::Verbs(pd)) => {
-                let vcaps = caps.verbs();
-                let (scq, rcq) = (cq_of(&send_cq.handle)?, cq_of(recv.handle)?);
-                let vsrq = recv.srq.and_then(|s| s.verbs.clone());
-                // rdma-core reads MLX5_QP_SIGNATURE when it creates the QP: a QP with WQE
-                // signatures runs the verbs path. The direct path wants a thread domain per
-                // QP: a BlueFlame register of its own (the verbs path locks inside rdma-core
-                // anyway).
-                let direct = self.inner.dev.data_path() == DataPath::Direct && !env.qp_signature;
-                // `BLUEFLAME_VERBS_API`, read when the QP is created: the verbs path posts
-                // with `ibv_wr_*` where the provider has them; the direct path never asks
-                // rdma-core to post.
-                let api = if direct {
-                    ApiChoice::Legacy
-                } else {
-                    ApiChoice::current()?
-                };
-                let qp = match (&cm, recv.ud_qkey) {
-                    // UD on mlx5's direct path (rdma-core's `mlx5_create_qp` with
-                    // `IBV_QPT_UD` sizes each WQE for the datagram segment too,
-                    // `mlx5_calc_send_wqe`): the UD transitions, then the rings as for RC.
-                    (_, Some(qkey)) => {
-                        if !direct {
-                            return Err(Error::Unsupported(
-                                "UD QPs on mlx5's direct path with MLX5_QP_SIGNATURE \
-                                 (BLUEFLAME_PATH=verbs runs them on the verbs path)",
-                            ));
-                        }
-                        let qp = verbs::objects::Qp::new_ud(
-                            pd.clone(),
-                            scq,
-                            rcq,
-                            vcaps,
-                            ApiChoice::Legacy,
-                            // A BlueFlame register of its own, as for RC (UCX's iface
-                            // QPs are on the worker's thread domain).
-                            true,
-                        )?;
-                        let psn = qp.qpn().wrapping_mul(0x9e37_79b9) >> 8;
-                        qp.ud_ready(vdev.port, qkey, psn)?;
-                        qp
-                    }
-                    // SAFETY: the id is live and on this PD's context (the PD was allocated on
-                    // the id's context); the Qp keeps the id (`cm`) and drops it after the QP.
-                    (Some(id), None) => unsafe {
-                        verbs::objects::Qp::on_cm(id.id, pd.clone(), scq, rcq, vcaps, direct, api)?
-                    },
-                    (None, None) => verbs::objects::Qp::with_srq(
-                        pd.clone(),
-                        scq,
-                        rcq,
-                        vcaps,
-                        direct,
-                        api,
-                        vsrq,
-                    )?,
-                };
-                let qp = Arc::new(qp);
-                let qpn = qp.qpn();
-                if direct {
-                    (direct_on_mlx5(qp, &env)?, qpn)
-                } else {
-                    let mut sq = VerbsSendQueue::new(qp.clone());
-                    // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
-                    sq.set_gather_lists_legacy(vdev.attrs.rxe);
-                    let rq = recv.srq.is_none().then(|| VerbsRecvQueue::new(qp.clone()));
-                    let path = QpPath::Verbs { sq, rq, qp };
-                    (path, qpn)
-                }
+            QpRings::Verbs { qp, legacy_gather } => {
+                let mut sq = VerbsSendQueue::new(qp.clone());
+                sq.set_gather_lists_legacy(legacy_gather);
+                let rq = recv.srq.is_none().then(|| VerbsRecvQueue::new(qp));
+                QpPath::Verbs { sq, rq }
             }
-            #[cfg(feature = "sim")]
-            _ => return Err(Error::Unsupported("PD and device backends differ")),
+            QpRings::None => return Err(Error::Unsupported("a QP without queues")),
         };
-        let mut path = path;
         // Every receive pins the regions it lands in until it completes.
         match &mut path {
             QpPath::Direct { rq: Some(rq), .. } => rq.check_against(self.inner.regions.clone()),
@@ -396,7 +307,7 @@ impl Pd {
                 None
             }
         };
-        let psn = qpn.wrapping_mul(0x9e37_79b9) >> 8;
+        let psn = backend::initial_psn(qpn);
         // The device's atomics, read once here: what it lacks is refused before posting.
         let atomics = self.inner.dev.atomic_caps();
         // CQ accounting: each queue holds entries of the CQ it completes on.
@@ -430,83 +341,41 @@ impl Pd {
             connected: false,
             errored: false,
             atomics,
-            rnr_retry_cap: caps.rnr_retry,
+            rnr_retry_cap: rnr_retry,
             pd: self.clone(),
             cqs: [send_cq.handle.clone(), recv.handle.clone()],
+            obj: Some(obj),
             srq,
-            #[cfg(feature = "sim")]
-            sim_td,
             _cm: cm,
         })
     }
 }
 
-/// The direct path on a verbs QP of an mlx5 device: its rings from `mlx5dv_init_obj`.
-fn direct_on_mlx5(qp: Arc<verbs::objects::Qp>, env: &Mlx5Env) -> Result<QpPath> {
-    // SAFETY: a live QP of an mlx5 device (the path is Direct only on mlx5).
-    let dv = unsafe { crate::dv::init_qp(qp.qp.cast())? };
-    let c = qp.caps;
-    let lim = crate::dv::QpLimits {
-        qpn: qp.qpn(),
-        max_inline: c.max_inline,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-    };
-    let mut raw = crate::dv::raw_qp(&dv, &lim)?;
-    env.apply(&mut raw);
-    // SAFETY: the rings and registers belong to `qp`, which the path holds (`hw`) and which
-    // rdma-core is never asked to post to; the queues are dropped before it. With a thread
-    // domain (one per QP), rdma-core gives the register to no other QP
-    // (`mlx5_attach_dedicated_uar`).
-    let sq = unsafe {
-        if qp.has_thread_domain() {
-            SendQueue::new_dedicated(&raw)?
-        } else {
-            SendQueue::new(&raw)?
-        }
-    };
-    // SAFETY: as above.
-    let rq = unsafe { RecvQueue::new(&raw)? };
-    Ok(QpPath::Direct {
-        sq,
-        rq,
-        hw: Some(qp),
-    })
-}
-
 /// The receive side of a new QP: its CQ, and the SRQ it takes receives from.
-struct RecvSide<'a> {
+pub(crate) struct RecvSide<'a> {
     handle: &'a Arc<CqHandle>,
     cqn: u32,
     dev: &'a super::Device,
     srq: Option<&'a Arc<super::srq::SrqHandle>>,
-    /// A UD QP's Q_Key (the verbs backend on mlx5's direct path only; the software NIC's
-    /// UD QPs are made UD by the caller).
-    ud_qkey: Option<u32>,
 }
 
 impl<'a> RecvSide<'a> {
-    /// Receives from the QP's own queue, completing on `cq` (with a UD QP's Q_Key on
-    /// mlx5's direct path).
-    fn cq(cq: &'a Cq, ud_qkey: Option<u32>) -> Self {
+    /// Receives from the QP's own queue, completing on `cq`.
+    pub(crate) fn cq(cq: &'a Cq) -> Self {
         RecvSide {
             handle: &cq.handle,
             cqn: cq.cqn(),
             dev: &cq.dev,
             srq: None,
-            ud_qkey,
         }
     }
 }
 
-fn cq_of(cq: &CqHandle) -> Result<Arc<verbs::objects::Cq>> {
-    match &cq.kind {
-        super::cq::CqKind::Verbs(c) => Ok(c.clone()),
-        #[cfg(feature = "sim")]
-        super::cq::CqKind::Sim { .. } => {
-            Err(Error::Unsupported("a software-NIC CQ with a verbs QP"))
-        }
-    }
+/// rdma-core's window of `mw` (a window of this QP's domain, checked by the caller: the
+/// verbs path runs only on rdma-core devices).
+fn verbs_window(mw: &crate::MemoryWindow) -> Result<*mut rdma_sys::ibv_mw> {
+    mw.verbs_mw()
+        .ok_or_else(|| crate::backend::other_device("window of another device (rkey)"))
 }
 
 /// The window key after `rkey`: same index, next variant byte (rdma-core `ibv_inc_rkey`).
@@ -648,7 +517,7 @@ impl Qp {
     pub fn verbs_api(&self) -> Option<VerbsApi> {
         match &self.path {
             QpPath::Direct { .. } => None,
-            QpPath::Verbs { qp, .. } => Some(qp.api()),
+            QpPath::Verbs { sq, .. } => Some(sq.api()),
         }
     }
 
@@ -657,29 +526,14 @@ impl Qp {
     /// # Errors
     /// [`Error::Verbs`] when the port or GID cannot be queried.
     pub fn endpoint(&self) -> Result<Endpoint> {
-        match (&self.path, &self.pd.inner.dev.backend) {
-            (_, Backend::Verbs(v)) => {
-                let port = v.ctx.port(v.port)?;
-                let gid = match v.gid_index {
-                    Some(i) => v.ctx.gid(v.port, i)?,
-                    None => [0; 16],
-                };
-                Ok(PathInfo {
-                    qpn: self.qpn,
-                    psn: self.psn,
-                    gid,
-                    lid: port.lid,
-                    mtu: port.active_mtu,
-                })
-            }
-            // The software NIC: only the numbers matter.
-            #[cfg(feature = "sim")]
-            _ => Ok(PathInfo {
-                qpn: self.qpn,
-                psn: self.psn,
-                ..PathInfo::default()
-            }),
-        }
+        self.obj()?.endpoint(self.qpn, self.psn)
+    }
+
+    /// The backend's QP (there until the drop).
+    fn obj(&self) -> Result<&backend::Qp> {
+        self.obj
+            .as_ref()
+            .ok_or(Error::InvalidState { state: "destroyed" })
     }
 
     /// Connects this QP to `remote` (RESET -> INIT -> RTR -> RTS on rdma-core devices) with
@@ -714,55 +568,14 @@ impl Qp {
                 state: "in error: a QP connects only from RESET (create a new one)",
             });
         }
-        match (&self.path, &self.pd.inner.dev.backend) {
-            (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, Backend::Verbs(v)) => {
-                let lim = verbs::objects::ConnLimits {
-                    local_mtu: v.ctx.port(v.port)?.active_mtu,
-                    max_qp_rd_atom: v.attrs.max_qp_rd_atom,
-                    max_qp_init_rd_atom: v.attrs.max_qp_init_rd_atom,
-                };
-                if self.connected {
-                    return Err(Error::InvalidState {
-                        state: "connected: a QP connects only from RESET (create a new one)",
-                    });
-                }
-                let timing = &Timing {
-                    retry_cnt: v.attrs.retry_cnt_for(timing.retry_cnt),
-                    ..*timing
-                };
-                qp.to_init(v.port)?;
-                qp.to_rtr(remote, v.port, v.gid_index, timing, &lim)?;
-                qp.to_rts(self.psn, timing, &lim)?;
-                self.set_connected();
-                Ok(())
-            }
-            #[cfg(feature = "sim")]
-            (QpPath::Direct { .. }, Backend::Sim(n)) => {
-                let t = mlx5::sim::QpTiming {
-                    timeout: timing.timeout,
-                    retry_cnt: timing.retry_cnt,
-                    rnr_retry: timing.rnr_retry,
-                    min_rnr_timer: timing.min_rnr_timer,
-                };
-                n.connect(self.qpn, remote.qpn).map_err(|e| match e {
-                    mlx5::sim::SimError::QpState { state, .. } => Error::InvalidState {
-                        state: match state {
-                            mlx5::sim::QpState::Error => {
-                                "in error: a QP connects only from RESET (create a new one)"
-                            }
-                            _ => "connected to another QP: a QP connects only from RESET",
-                        },
-                    },
-                    e => e.into(),
-                })?;
-                // RTR and RTS attributes: this side's timers (the peer's are its own
-                // connect's).
-                n.set_timing(self.qpn, t)?;
-                self.set_connected();
-                Ok(())
-            }
-            _ => Err(Error::Unsupported("QP and device backends differ")),
+        if self.connected {
+            return Err(Error::InvalidState {
+                state: "connected: a QP connects only from RESET (create a new one)",
+            });
         }
+        self.obj()?.connect(remote, self.psn, timing)?;
+        self.set_connected();
+        Ok(())
     }
 
     /// Moves the QP to the error state: outstanding and later work is flushed, each request
@@ -772,23 +585,12 @@ impl Qp {
     /// [`Error::Verbs`] (`Error::Sim` on the software NIC).
     pub fn set_error(&mut self) -> Result<()> {
         self.errored = true;
-        match (&self.path, &self.pd.inner.dev.backend) {
-            (QpPath::Verbs { qp, .. } | QpPath::Direct { hw: Some(qp), .. }, _) => {
-                Ok(qp.to_error()?)
-            }
-            #[cfg(feature = "sim")]
-            (QpPath::Direct { .. }, Backend::Sim(n)) => Ok(n.set_error(self.qpn)?),
-            _ => Err(Error::Unsupported("QP and device backends differ")),
-        }
+        self.obj()?.set_error()
     }
 
-    /// The rdma-core QP behind the direct path's rings on mlx5 (None on the software NIC
-    /// and on the verbs path).
-    pub(crate) fn hw_qp(&self) -> Option<&Arc<verbs::objects::Qp>> {
-        match &self.path {
-            QpPath::Direct { hw, .. } => hw.as_ref(),
-            QpPath::Verbs { .. } => None,
-        }
+    /// The backend's QP, for a UD QP's multicast groups.
+    pub(crate) fn backend_qp(&self) -> Option<&backend::Qp> {
+        self.obj.as_ref()
     }
 
     /// Records that librdmacm connected the QP.
@@ -824,14 +626,9 @@ impl Qp {
     /// may have connected both; ask it (slow path, taken only until connected).
     #[cold]
     fn refresh_connected(&mut self) -> Result<()> {
-        #[cfg(feature = "sim")]
-        if let Backend::Sim(n) = &self.pd.inner.dev.backend {
-            if n.qp_state(self.qpn)
-                .is_some_and(|s| s != mlx5::sim::QpState::Reset)
-            {
-                self.set_connected();
-                return Ok(());
-            }
+        if self.obj.as_ref().is_some_and(backend::Qp::left_reset) {
+            self.set_connected();
+            return Ok(());
         }
         Err(Error::InvalidState {
             state: "not connected (RESET)",
@@ -1275,8 +1072,8 @@ impl Qp {
         let addr = mr.addr() + off as u64;
         let new_rkey = next_variant(old);
         let access = rights;
-        let new_rkey = match (&mut self.path, &mw.kind) {
-            (QpPath::Direct { sq, .. }, _) => {
+        let new_rkey = match &mut self.path {
+            QpPath::Direct { sq, .. } => {
                 let b = crate::BindMw {
                     mw_rkey: old,
                     new_rkey,
@@ -1289,32 +1086,25 @@ impl Qp {
                 sq.post_window(&Request::BindMw(b), cookie, flags)?;
                 new_rkey
             }
-            (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
-                let m = mr.verbs_mr().ok_or(Error::Unsupported(
-                    "a software-NIC region with a verbs window",
-                ))?;
-                // SAFETY: `w` is live (freed only in the window's Drop); the provider reads
-                // the window's current key from it (rxe checks it against the kernel's).
-                unsafe { (**w).rkey = old };
-                let flags_v = access.0;
-                match mw.mw_type {
-                    // SAFETY: `w` and `m` are live objects of this QP's PD (checked above),
-                    // borrowed for the call; the window outlives the request (&mut).
-                    crate::MwType::One => unsafe {
-                        sq.bind_type1(*w, m, addr, len as u64, flags_v, cookie, flags)?
-                    },
-                    crate::MwType::Two => {
-                        // SAFETY: as above.
-                        unsafe {
-                            sq.push_bind(*w, m, new_rkey, addr, len as u64, flags_v, cookie, flags)?
-                        };
-                        sq.ring()?;
-                        new_rkey
-                    }
-                }
+            QpPath::Verbs { sq, .. } => {
+                let b = WindowBind {
+                    mw: verbs_window(mw)?,
+                    mw_type: mw.mw_type,
+                    rkey: old,
+                    new_rkey,
+                    mr: Some(mr.verbs_mr().ok_or_else(|| {
+                        crate::backend::other_device("region of another device (lkey)")
+                    })?),
+                    addr,
+                    len: len as u64,
+                    access,
+                };
+                // SAFETY: window and region are live objects of this QP's domain (checked
+                // above), the window for as long as it is bound (`&mut` while binding, freed
+                // only once no bind is in flight), the region while a window is bound to it
+                // (its deregistration waits).
+                unsafe { sq.bind_window(&b, cookie, flags)? }
             }
-            #[cfg(feature = "sim")]
-            _ => return Err(Error::Unsupported("window and QP backends differ")),
         };
         self.record_window_step(mw, new_rkey, Some(self.qpn));
         Ok(new_rkey)
@@ -1375,8 +1165,8 @@ impl Qp {
                 .map_err(|e| self.explain(e))?;
                 old
             }
-            crate::MwType::One => match (&mut self.path, &mw.kind) {
-                (QpPath::Direct { sq, .. }, _) => {
+            crate::MwType::One => match &mut self.path {
+                QpPath::Direct { sq, .. } => {
                     let new_rkey = next_variant(old);
                     let b = crate::BindMw {
                         mw_rkey: old,
@@ -1390,23 +1180,21 @@ impl Qp {
                     sq.post_window(&Request::BindMw(b), cookie, flags)?;
                     new_rkey
                 }
-                (QpPath::Verbs { sq, .. }, super::mw::MwKind::Verbs(w)) => {
-                    // SAFETY: as in `bind_mw`.
-                    unsafe { (**w).rkey = old };
-                    // A zero-length bind needs no region, but providers read the region
-                    // struct all the same (rxe's `convert_send_wr` reads `mr->lkey`, which
-                    // the kernel ignores for length 0; others compare `mr->pd`): a
-                    // placeholder of the window's domain, alive across the call.
-                    // SAFETY: `ibv_mr` is plain data; all-zero is a valid value.
-                    let mut none: ffi::ibv_mr = unsafe { core::mem::zeroed() };
-                    // SAFETY: `w` is live.
-                    (none.context, none.pd) = unsafe { ((**w).context, (**w).pd) };
-                    // SAFETY: `w` is live; `none` outlives the call, which posts a
-                    // zero-length bind that refers to no memory.
-                    unsafe { sq.bind_type1(*w, &mut none, 0, 0, 0, cookie, flags)? }
+                QpPath::Verbs { sq, .. } => {
+                    let b = WindowBind {
+                        mw: verbs_window(mw)?,
+                        mw_type: crate::MwType::One,
+                        rkey: old,
+                        new_rkey: old,
+                        mr: None,
+                        addr: 0,
+                        len: 0,
+                        access: crate::Access::NONE,
+                    };
+                    // SAFETY: the window is a live object of this QP's domain (checked
+                    // above); an unbind names no memory.
+                    unsafe { sq.bind_window(&b, cookie, flags)? }
                 }
-                #[cfg(feature = "sim")]
-                _ => return Err(Error::Unsupported("window and QP backends differ")),
             },
         };
         self.record_window_step(mw, new_rkey, None);
@@ -1532,19 +1320,11 @@ impl Drop for Qp {
         // (no QP can attach, so none can reuse this number yet), destroy the QP, after which
         // the device writes no entry for it, then leave a tombstone over the entries it may
         // still have in each CQ (`direct::teardown`).
-        super::cq::destroy_and_bury(&self.cqs, self.qpn, || {
-            match (&mut self.path, &self.pd.inner.dev.backend) {
-                #[cfg(feature = "sim")]
-                (QpPath::Direct { hw: None, .. }, Backend::Sim(n)) => {
-                    super::sim_td::destroy_with_td(n, self.qpn, self.sim_td)
-                }
-                // The last reference: `ibv_destroy_qp` now. The queues, dropped after, do not
-                // touch the rings again.
-                (QpPath::Direct { hw, .. }, _) => drop(hw.take()),
-                // A verbs QP is destroyed when its last Arc (held by the queues) drops; its CQs
-                // are rdma-core's.
-                (QpPath::Verbs { .. }, _) => {}
-            }
-        });
+        // On the direct path the backend's QP is the last owner of the device QP: it goes
+        // now (the queues, dropped after, do not touch the rings again); on the verbs path
+        // the queues hold rdma-core's QP too, destroyed when they drop (its CQs are
+        // rdma-core's).
+        let obj = &mut self.obj;
+        super::cq::destroy_and_bury(&self.cqs, self.qpn, || drop(obj.take()));
     }
 }

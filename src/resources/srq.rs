@@ -8,16 +8,15 @@
 //! cookie.
 
 use super::cq::CqHandle;
-use super::device::{Backend, PdKind};
 use super::events::Subject;
 use super::{Cq, Pd};
+use crate::backend::{self, SrqRings};
 use crate::direct::SrqRing;
 use crate::error::{Error, Result};
 use crate::queue::cq_share::CqShare;
 use crate::queue::srq_shared::SrqShared;
-use crate::verbs;
 use crate::verbs::srq::VerbsSrq;
-use crate::{DataPath, Sge};
+use crate::Sge;
 use std::sync::{Arc, Mutex};
 
 /// The limits of a shared receive queue.
@@ -48,8 +47,8 @@ enum SrqPath {
 pub(crate) struct SrqHandle {
     pub(crate) srqn: u32,
     pub(crate) shared: Arc<SrqShared>,
-    /// The rdma-core SRQ (verbs backends).
-    pub(crate) verbs: Option<Arc<verbs::srq::Srq>>,
+    /// The backend's SRQ (`None` only once destroyed).
+    pub(crate) obj: Option<backend::Srq>,
     pub(crate) pd: Pd,
     /// The CQ the SRQ's receives complete on.
     pub(crate) cq: Arc<CqHandle>,
@@ -94,10 +93,17 @@ impl SrqHandle {
 
     /// What the device's events call this SRQ.
     fn subject(&self) -> Subject {
-        match &self.verbs {
-            Some(s) => Subject::Srq(s.srq as usize as u64),
+        match &self.obj {
+            Some(s) => s.subject(),
             None => Subject::Srq(self.srqn as u64),
         }
+    }
+
+    /// The backend's SRQ, for a receiver created on it.
+    pub(crate) fn obj(&self) -> Result<&backend::Srq> {
+        self.obj.as_ref().ok_or(Error::InvalidState {
+            state: "SRQ destroyed",
+        })
     }
 }
 
@@ -107,11 +113,7 @@ impl Drop for SrqHandle {
         dev.events.forget(self.subject());
         // No QP takes receives from it any more (each holds this handle): destroy it, after
         // which nothing completes on its behalf.
-        #[cfg(feature = "sim")]
-        if let Some(n) = dev.sim_nic() {
-            let _ = n.destroy_srq(self.srqn);
-        }
-        drop(self.verbs.take());
+        drop(self.obj.take());
         if let Some((mut s, pos)) = self.share.lock().unwrap_or_else(|e| e.into_inner()).take() {
             s.release(pos);
         }
@@ -215,59 +217,16 @@ impl Pd {
             ));
         }
         let slots = recv_cq.handle.registry.slots.clone();
-        let (mut path, srqn, verbs_srq) = match (&self.inner.dev.backend, &self.inner.kind) {
-            #[cfg(feature = "sim")]
-            (Backend::Sim(nic), PdKind::Sim(pd)) => {
-                let raw = nic.create_srq(
-                    *pd,
-                    mlx5::sim::SrqCaps {
-                        max_wr: caps.entries,
-                        max_sge: caps.max_sge.max(1),
-                    },
-                )?;
-                // SAFETY: the ring belongs to the SRQ just created, fresh; this Srq alone
-                // posts to it, and the handle destroys it only after every QP on it.
-                match unsafe { SrqRing::new(&raw) } {
-                    Ok(r) => (SrqPath::Direct(r), raw.srqn, None),
-                    Err(e) => {
-                        let _ = nic.destroy_srq(raw.srqn);
-                        return Err(e);
-                    }
-                }
-            }
-            (Backend::Verbs(_), PdKind::Verbs(pd)) => {
-                let s = Arc::new(verbs::srq::Srq::new(
-                    pd.clone(),
-                    caps.entries,
-                    caps.max_sge.max(1),
-                )?);
-                if self.inner.dev.data_path() == DataPath::Direct {
-                    if crate::mlx5_env::Mlx5Env::current().srq_signature {
-                        // rdma-core creates the SRQ with MLX5_SRQ_FLAG_SIGNATURE: the device
-                        // would check signatures the direct path does not write.
-                        return Err(Error::Unsupported(
-                            "MLX5_SRQ_SIGNATURE is set: SRQ WQE signatures on the direct path",
-                        ));
-                    }
-                    // SAFETY: a live SRQ of an mlx5 device (the path is Direct only there).
-                    let dv = unsafe { crate::dv::init_srq(s.srq.cast())? };
-                    let raw = crate::dv::raw_srq(&dv, s.max_sge)?;
-                    // SAFETY: a fresh SRQ, never posted to by rdma-core (the crate never
-                    // calls ibv_post_srq_recv on it); the handle keeps it alive after every
-                    // QP on it.
-                    let r = unsafe { SrqRing::new(&raw)? };
-                    (SrqPath::Direct(r), raw.srqn, Some(s))
-                } else {
-                    let srqn = verbs_srq_number();
-                    (
-                        SrqPath::Verbs(VerbsSrq::new(s.clone(), srqn)),
-                        srqn,
-                        Some(s),
-                    )
-                }
-            }
-            #[cfg(feature = "sim")]
-            _ => return Err(Error::Unsupported("PD and device backends differ")),
+        let (obj, rings, srqn) = self
+            .inner
+            .pd
+            .create_srq(caps.entries, caps.max_sge.max(1))?;
+        let mut path = match rings {
+            // SAFETY: the ring belongs to the SRQ just created, fresh; this Srq alone posts to
+            // it (rdma-core is never asked to), and the handle destroys it only after every
+            // QP on it.
+            SrqRings::Direct(raw) => SrqPath::Direct(unsafe { SrqRing::new(&raw)? }),
+            SrqRings::Verbs(s) => SrqPath::Verbs(VerbsSrq::new(s, srqn)),
         };
         let shared = match &mut path {
             SrqPath::Direct(r) => {
@@ -289,7 +248,7 @@ impl Pd {
             handle: Arc::new(SrqHandle {
                 srqn,
                 shared,
-                verbs: verbs_srq,
+                obj: Some(obj),
                 pd: self.clone(),
                 cq: recv_cq.handle.clone(),
                 cqn: recv_cq.cqn(),
@@ -297,15 +256,6 @@ impl Pd {
             }),
         })
     }
-}
-
-/// A number for a verbs SRQ: rdma-core names an SRQ only by its `ibv_srq` (the SRQ number
-/// is the kernel's, not reported for a basic SRQ); the crate's own, with bit 31 set as for
-/// verbs CQs.
-fn verbs_srq_number() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static IDS: AtomicU32 = AtomicU32::new(1);
-    0x8000_0000 | (IDS.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff)
 }
 
 impl Srq {
@@ -378,16 +328,7 @@ impl Srq {
         // A new arming: an event of the previous one is forgotten.
         let dev = &self.handle.pd.inner.dev;
         dev.events.take(&dev.backend, self.handle.subject());
-        match &self.handle.verbs {
-            Some(s) => Ok(s.set_limit(limit)?),
-            #[cfg(feature = "sim")]
-            None => match dev.sim_nic() {
-                Some(n) => Ok(n.arm_srq_limit(self.handle.srqn, limit)?),
-                None => Err(Error::Unsupported("SRQ and device backends differ")),
-            },
-            #[cfg(not(feature = "sim"))]
-            None => Err(Error::Unsupported("SRQ without a device SRQ")),
-        }
+        self.handle.obj()?.set_limit(limit)
     }
 
     /// Whether the limit armed by [`Srq::set_limit`] was reached since (reads the device's

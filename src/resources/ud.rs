@@ -2,10 +2,12 @@
 //! receives with the 40-byte GRH area, multicast groups.
 
 use super::ah::{AddressHandle, UdEndpoint};
-use super::device::Backend;
-use super::ud_verbs::{check_source_gid, is_roce_multicast, VerbsUd};
+use super::qp::RecvSide;
+use super::ud_verbs::{is_roce_multicast, VerbsUd};
 use super::{Cq, Pd, Qp, QpCaps};
+use crate::backend::{self, QpKind, QpRings, QpSpec};
 use crate::error::{Error, Result};
+use crate::mlx5_env::Mlx5Env;
 use crate::verbs::ex::VerbsApi;
 use crate::{DataPath, Payload, PostFlags, Sge};
 use mlx5::av::{DatagramSeg, MULTICAST_LID_BASE, PERMISSIVE_LID};
@@ -148,71 +150,52 @@ impl Pd {
                 value: qkey as u64,
             });
         }
-        match &self.inner.dev.backend {
-            #[cfg(feature = "sim")]
-            Backend::Sim(nic) => {
-                let mut qp = self.create_qp(send_cq, recv_cq, caps)?;
-                nic.make_ud(qp.qpn(), qkey, opts.mcast_loopback)?;
+        self.check_cqs(send_cq, &recv_cq.dev, recv_cq.cqn())?;
+        // rdma-core's MLX5_* switches, read once for this QP.
+        let env = Mlx5Env::current();
+        let spec = QpSpec {
+            caps,
+            send_cq: &send_cq.handle.kind,
+            kind: QpKind::Ud {
+                recv_cq: &recv_cq.handle.kind,
+                qkey,
+                mcast_loopback: opts.mcast_loopback,
+            },
+            env: &env,
+        };
+        let (obj, rings, qpn) = self.inner.pd.create_qp(&spec)?;
+        let port = obj.ud_port()?;
+        let path = match rings {
+            // The verbs path (rxe and the others; a ConnectX with BLUEFLAME_PATH=verbs).
+            QpRings::Verbs { qp, legacy_gather } => UdPath::Verbs(VerbsUd::assemble(
+                self,
+                (obj, qp, legacy_gather, qpn),
+                send_cq,
+                recv_cq,
+                port.mtu,
+            )),
+            // The direct path (the software NIC; mlx5: rdma-core's UD QP, INIT with the
+            // Q_Key, RTR, RTS, driven through its rings as UCX's uct_ud_mlx5 iface does,
+            // `uct_ib_mlx5_get_txwq` / `uct_ib_mlx5_get_rxwq`), registered on the direct CQs
+            // as an RC QP's queues are.
+            rings => {
+                let made = (obj, rings, qpn);
+                let recv = RecvSide::cq(recv_cq);
+                let mut qp = self.assemble(made, send_cq, recv, &env, caps.rnr_retry, None)?;
                 qp.mark_ud();
                 qp.mark_connected();
-                let port = nic.port_attr();
-                Ok(UdQp {
-                    path: UdPath::Direct(qp),
-                    qkey,
-                    mtu: port.mtu,
-                    lid: port.lid,
-                    gid: port.gid,
-                    ethernet: false,
-                    groups: Vec::new(),
-                })
+                UdPath::Direct(qp)
             }
-            Backend::Verbs(_) if !opts.mcast_loopback => {
-                // rxe loops every group's datagrams back (it cannot block them), and
-                // neither path asks for IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
-                Err(Error::Unsupported(
-                    "UdOptions::mcast_loopback = false on an rdma-core device",
-                ))
-            }
-            // mlx5's direct path: rdma-core's UD QP (INIT with the Q_Key, RTR, RTS) driven
-            // through its rings (`mlx5dv_init_obj`), as UCX's uct_ud_mlx5 iface does
-            // (`uct_ib_mlx5_get_txwq` / `uct_ib_mlx5_get_rxwq`), registered on the direct
-            // CQs as an RC QP's queues are.
-            Backend::Verbs(vdev) if vdev.path == DataPath::Direct => {
-                let port = vdev.ctx.port(vdev.port)?;
-                let gid = match vdev.gid_index {
-                    Some(i) => vdev.ctx.gid(vdev.port, i)?,
-                    None => [0; 16],
-                };
-                // As on the verbs path, before anything is created.
-                check_source_gid(port.ethernet, vdev.gid_index, &gid)?;
-                let mut qp = self.create_ud_direct(send_cq, recv_cq, caps, qkey)?;
-                qp.mark_ud();
-                qp.mark_connected();
-                Ok(UdQp {
-                    path: UdPath::Direct(qp),
-                    qkey,
-                    mtu: crate::verbs::ud::mtu_bytes(port.active_mtu),
-                    lid: port.lid,
-                    gid,
-                    ethernet: port.ethernet,
-                    groups: Vec::new(),
-                })
-            }
-            // The verbs path (rxe and the others; a ConnectX with BLUEFLAME_PATH=verbs):
-            // an rdma-core UD QP.
-            Backend::Verbs(_) => {
-                let v = VerbsUd::create(self, send_cq, recv_cq, caps, qkey)?;
-                Ok(UdQp {
-                    qkey,
-                    mtu: v.mtu(),
-                    lid: v.lid,
-                    gid: v.gid,
-                    ethernet: v.ethernet,
-                    groups: Vec::new(),
-                    path: UdPath::Verbs(v),
-                })
-            }
-        }
+        };
+        Ok(UdQp {
+            path,
+            qkey,
+            mtu: port.mtu,
+            lid: port.lid,
+            gid: port.gid,
+            ethernet: port.ethernet,
+            groups: Vec::new(),
+        })
     }
 }
 
@@ -435,31 +418,12 @@ impl UdQp {
     /// RoCE also `::ffff:224.0.0.0/4`) or, on InfiniBand, a LID outside 0xc000..=0xfffe;
     /// the device's refusal otherwise.
     pub fn attach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
-        match &mut self.path {
-            // mlx5's direct path: `ibv_attach_mcast` on the rdma-core QP behind the rings.
-            UdPath::Direct(qp) if qp.hw_qp().is_some() => {
-                check_link_group(self.ethernet, &gid, lid)?;
-                if let Some(hw) = qp.hw_qp() {
-                    hw.attach_mcast(&gid, lid)?;
-                }
-                if !self.groups.contains(&(gid, lid)) {
-                    self.groups.push((gid, lid));
-                }
-                Ok(())
-            }
-            UdPath::Direct(qp) => {
-                check_group(&gid, lid)?;
-                match &qp.pd().inner.dev.backend {
-                    #[cfg(feature = "sim")]
-                    Backend::Sim(nic) => Ok(nic.attach_mcast(qp.qpn(), gid, lid)?),
-                    _ => Err(Error::Unsupported("multicast on this backend")),
-                }
-            }
-            UdPath::Verbs(v) => {
-                check_link_group(v.ethernet, &gid, lid)?;
-                v.attach_mcast(&gid, lid)
-            }
+        check_link_group(self.ethernet, &gid, lid)?;
+        self.backend_qp()?.attach_mcast(gid, lid)?;
+        if !self.groups.contains(&(gid, lid)) {
+            self.groups.push((gid, lid));
         }
+        Ok(())
     }
 
     /// Detaches the QP from a multicast group (`ibv_detach_mcast`).
@@ -467,27 +431,19 @@ impl UdQp {
     /// # Errors
     /// As [`UdQp::attach_mcast`]; the device's refusal when the QP is not attached.
     pub fn detach_mcast(&mut self, gid: [u8; 16], lid: u16) -> Result<()> {
-        match &mut self.path {
-            UdPath::Direct(qp) if qp.hw_qp().is_some() => {
-                check_link_group(self.ethernet, &gid, lid)?;
-                if let Some(hw) = qp.hw_qp() {
-                    hw.detach_mcast(&gid, lid)?;
-                }
-                self.groups.retain(|g| *g != (gid, lid));
-                Ok(())
-            }
-            UdPath::Direct(qp) => {
-                check_group(&gid, lid)?;
-                match &qp.pd().inner.dev.backend {
-                    #[cfg(feature = "sim")]
-                    Backend::Sim(nic) => Ok(nic.detach_mcast(qp.qpn(), gid, lid)?),
-                    _ => Err(Error::Unsupported("multicast on this backend")),
-                }
-            }
-            UdPath::Verbs(v) => {
-                check_link_group(v.ethernet, &gid, lid)?;
-                v.detach_mcast(&gid, lid)
-            }
+        check_link_group(self.ethernet, &gid, lid)?;
+        self.backend_qp()?.detach_mcast(gid, lid)?;
+        self.groups.retain(|g| *g != (gid, lid));
+        Ok(())
+    }
+
+    /// The backend's QP.
+    fn backend_qp(&self) -> Result<&backend::Qp> {
+        match &self.path {
+            UdPath::Direct(qp) => qp
+                .backend_qp()
+                .ok_or(Error::InvalidState { state: "destroyed" }),
+            UdPath::Verbs(v) => Ok(v.backend_qp()),
         }
     }
 
@@ -505,15 +461,13 @@ impl UdQp {
 }
 
 impl Drop for UdQp {
-    /// On mlx5's direct path, leaves the QP's multicast groups before the QP goes (the
-    /// kernel refuses `ibv_destroy_qp` with attachments, `EBUSY`); the verbs path does the
-    /// same in its own drop.
+    /// Leaves the QP's multicast groups before the QP goes (the kernel refuses
+    /// `ibv_destroy_qp` with attachments, `EBUSY`, `uverbs_free_qp`).
     fn drop(&mut self) {
-        if let UdPath::Direct(qp) = &self.path {
-            if let Some(hw) = qp.hw_qp() {
-                for (gid, lid) in self.groups.drain(..) {
-                    let _ = hw.detach_mcast(&gid, lid);
-                }
+        let groups = std::mem::take(&mut self.groups);
+        if let Ok(qp) = self.backend_qp() {
+            for (gid, lid) in groups {
+                let _ = qp.detach_mcast(gid, lid);
             }
         }
     }

@@ -4,14 +4,14 @@
 //! and the same teardown.
 
 use super::cq::CqHandle;
-use super::device::{Backend, PdKind};
 use super::events::Subject;
-use super::{Cq, Pd, QpCaps};
+use super::{Cq, Pd};
+use crate::backend;
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
 use crate::queue::registry::Attached;
 use crate::verbs;
-use crate::verbs::ex::{ApiChoice, VerbsApi};
+use crate::verbs::ex::VerbsApi;
 use crate::verbs::path::VerbsRecvQueue;
 use crate::verbs::ud::VerbsUdSendQueue;
 use crate::{Payload, Sge};
@@ -19,117 +19,37 @@ use std::sync::Arc;
 
 /// A UD QP on the verbs path, ready to send and receive.
 pub(crate) struct VerbsUd {
-    // Field order: the queues go before the handles that keep their QP alive.
+    // Field order: the queues go before the QP they hold (destroyed with the last of them).
     sq: VerbsUdSendQueue,
     rq: VerbsRecvQueue,
-    qp: Arc<verbs::objects::Qp>,
+    obj: backend::Qp,
     qpn: u32,
-    /// The port's LID and the GID of the index in use (zeros without one).
-    pub(crate) lid: u16,
-    pub(crate) gid: [u8; 16],
-    /// Whether the port's link layer is Ethernet (RoCE: every address is global, a
-    /// multicast group has no LID).
-    pub(crate) ethernet: bool,
-    /// The multicast groups the QP is attached to: detached before the QP is destroyed
-    /// (the kernel refuses to destroy a QP with attachments, `EBUSY`, and the QP and its
-    /// CQs would stay allocated).
-    groups: Vec<([u8; 16], u16)>,
+    /// The rdma-core API the QP posts with.
+    api: VerbsApi,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
 }
 
-/// Refuses a UD QP on a RoCE port whose GID in use is empty: every RoCE datagram is
-/// addressed by GID, so its endpoint would name no address. The kernel fills a RoCE port's
-/// GID table from a work queue (after the device is added, or an IP address), and an index
-/// read before then, or whose address was removed, is all zero.
-pub(crate) fn check_source_gid(ethernet: bool, index: Option<i32>, gid: &[u8; 16]) -> Result<()> {
-    if ethernet && *gid == [0; 16] {
-        return Err(Error::InvalidParameter {
-            what: "GID index of a RoCE port for UD: its GID is empty (not filled in yet, or \
-                   its address removed; BLUEFLAME_GID_INDEX or Device::open choose another)",
-            value: index.map_or(u64::MAX, |i| i as u64),
-        });
-    }
-    Ok(())
-}
-
-fn verbs_cq(cq: &Cq) -> Result<Arc<verbs::objects::Cq>> {
-    match &cq.handle.kind {
-        super::cq::CqKind::Verbs(c) => Ok(c.clone()),
-        #[cfg(feature = "sim")]
-        super::cq::CqKind::Sim { .. } => {
-            Err(Error::Unsupported("a software-NIC CQ with a verbs QP"))
-        }
-    }
-}
-
 impl VerbsUd {
-    /// Creates the verbs UD QP on `pd` (a verbs protection domain) and brings it to RTS
-    /// with `qkey` (`ibv_create_qp_ex` with `IBV_QPT_UD`, INIT / RTR / RTS). Sizes as an RC
-    /// QP's on the verbs path: `caps.sq_blocks / max_wqe_bbs` work requests.
-    ///
-    /// # Errors
-    /// [`Error::InvalidHandle`] for a CQ of another device; [`Error::Verbs`];
-    /// [`Error::Unsupported`] for a PD that is not a verbs one.
-    pub(crate) fn create(
+    /// The verbs path's queues over rdma-core's UD QP `qp` (`obj`, number `qpn`, ready:
+    /// INIT / RTR / RTS with its Q_Key), attached to the CQs' registries as an RC QP's are,
+    /// datagrams of at most `mtu` bytes.
+    pub(crate) fn assemble(
         pd: &Pd,
+        (obj, qp, legacy_gather, qpn): (backend::Qp, Arc<verbs::objects::Qp>, bool, u32),
         send_cq: &Cq,
         recv_cq: &Cq,
-        caps: QpCaps,
-        qkey: u32,
-    ) -> Result<VerbsUd> {
-        for (cq, what) in [
-            (send_cq, "send CQ of another device (CQ number)"),
-            (recv_cq, "receive CQ of another device (CQ number)"),
-        ] {
-            if !cq.dev.same(&pd.inner.dev) {
-                return Err(Error::InvalidHandle {
-                    what,
-                    value: cq.cqn() as u64,
-                });
-            }
-        }
-        let (vdev, vpd) = match (&pd.inner.dev.backend, &pd.inner.kind) {
-            (Backend::Verbs(vdev), PdKind::Verbs(vpd)) => (vdev, vpd),
-            #[cfg(feature = "sim")]
-            _ => return Err(Error::Unsupported("a verbs UD QP on another backend")),
-        };
-        if vdev.path == crate::DataPath::Direct {
-            // The device's CQs are polled by the direct path, which attributes completions
-            // by the rings' WQE counters: a verbs QP's completions on them would be
-            // misread.
-            return Err(Error::Unsupported(
-                "a verbs-path UD QP on a device whose CQs the direct path polls \
-                 (UdQp runs mlx5's direct path there)",
-            ));
-        }
-        let vcaps = caps.verbs();
-        let (scq, rcq) = (verbs_cq(send_cq)?, verbs_cq(recv_cq)?);
-        // The address peers are told before anything is created: on RoCE an endpoint
-        // without its GID cannot be reached.
-        let port = vdev.ctx.port(vdev.port)?;
-        let gid = match vdev.gid_index {
-            Some(i) => vdev.ctx.gid(vdev.port, i)?,
-            None => [0; 16],
-        };
-        check_source_gid(port.ethernet, vdev.gid_index, &gid)?;
-        // `BLUEFLAME_VERBS_API`, read when the QP is created, as for RC.
-        let api = ApiChoice::current()?;
-        let qp = Arc::new(verbs::objects::Qp::new_ud(
-            vpd.clone(),
-            scq,
-            rcq,
-            vcaps,
-            api,
-            false,
-        )?);
-        let qpn = qp.qpn();
-        qp.ud_ready(vdev.port, qkey, qpn.wrapping_mul(0x9e37_79b9) >> 8)?;
-        let mut sq = VerbsUdSendQueue::new(qp.clone(), verbs::ud::mtu_bytes(port.active_mtu));
+        mtu: u32,
+    ) -> VerbsUd {
+        let api = qp.api();
+        let mut sq = VerbsUdSendQueue::new(qp.clone(), mtu);
         // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
-        sq.queue().set_gather_lists_legacy(vdev.attrs.rxe);
-        let mut rq = VerbsRecvQueue::new_ud(qp.clone());
-        rq.check_against(pd.inner.regions.clone(), vdev.mlx5);
+        sq.queue().set_gather_lists_legacy(legacy_gather);
+        let mut rq = VerbsRecvQueue::new_ud(qp);
+        rq.check_against(
+            pd.inner.regions.clone(),
+            pd.inner.dev.provider_copies_receives(),
+        );
         let (sq_shadow, rq_shadow) = (sq.shadow(), rq.shadow.clone());
         pd.inner.lifetimes.track(&sq_shadow);
         send_cq.handle.registry.attach(Attached {
@@ -148,21 +68,22 @@ impl VerbsUd {
         });
         sq.queue().attach_cq(send_cq.handle.registry.slots.clone());
         rq.attach_cq(recv_cq.handle.registry.slots.clone());
-        Ok(VerbsUd {
+        VerbsUd {
             sq,
             rq,
-            qp,
+            obj,
             qpn,
-            lid: port.lid,
-            gid,
-            ethernet: port.ethernet,
-            groups: Vec::new(),
+            api,
             pd: pd.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
-        })
+        }
     }
 
-    /// The QP number.
+    /// The backend's QP (multicast groups).
+    pub(crate) fn backend_qp(&self) -> &backend::Qp {
+        &self.obj
+    }
+
     pub(crate) fn qpn(&self) -> u32 {
         self.qpn
     }
@@ -172,14 +93,9 @@ impl VerbsUd {
         &self.pd
     }
 
-    /// The largest payload of one send (the port's active MTU).
-    pub(crate) fn mtu(&self) -> u32 {
-        self.sq.mtu()
-    }
-
     /// The rdma-core API the sends are posted with.
     pub(crate) fn api(&self) -> VerbsApi {
-        self.qp.api()
+        self.api
     }
 
     /// Send-queue room and depth, receive-queue room and depth.
@@ -230,36 +146,10 @@ impl VerbsUd {
     ///
     /// # Errors
     /// [`Error::Verbs`].
-    pub(crate) fn attach_mcast(&mut self, gid: &[u8; 16], lid: u16) -> Result<()> {
-        self.qp.attach_mcast(gid, lid)?;
-        if !self.groups.contains(&(*gid, lid)) {
-            self.groups.push((*gid, lid));
-        }
-        Ok(())
-    }
-
-    /// `ibv_detach_mcast`.
-    ///
-    /// # Errors
-    /// [`Error::Verbs`].
-    pub(crate) fn detach_mcast(&mut self, gid: &[u8; 16], lid: u16) -> Result<()> {
-        self.qp.detach_mcast(gid, lid)?;
-        self.groups.retain(|g| *g != (*gid, lid));
-        Ok(())
-    }
-
-    /// Any state -> ERROR: posted and later work is flushed.
-    ///
-    /// # Errors
-    /// [`Error::Verbs`].
     pub(crate) fn set_error(&self) -> Result<()> {
-        Ok(self.qp.to_error()?)
+        self.obj.set_error()
     }
 
-    /// Reads the device's asynchronous events and reports one about this QP or its CQs.
-    ///
-    /// # Errors
-    /// [`Error::AsyncEvent`].
     pub(crate) fn check(&self) -> Result<()> {
         let dev = &self.pd.inner.dev;
         let subjects = [
@@ -278,11 +168,6 @@ impl VerbsUd {
 
 impl Drop for VerbsUd {
     fn drop(&mut self) {
-        // Groups first: `ibv_destroy_qp` (when the queues drop the last reference) fails
-        // with EBUSY while the QP is attached to one (`uverbs_free_qp`).
-        for (gid, lid) in std::mem::take(&mut self.groups) {
-            let _ = self.qp.detach_mcast(&gid, lid);
-        }
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.lifetimes.reclaim();
         self.sq.queue().release_cq();
@@ -327,6 +212,7 @@ mod tests {
     #[test]
     fn a_roce_port_without_its_gid_gives_no_ud_endpoint() {
         let v4 = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1];
+        use crate::backend::rdma::check_source_gid;
         assert!(check_source_gid(true, Some(1), &v4).is_ok());
         assert!(matches!(
             check_source_gid(true, Some(1), &[0; 16]),

@@ -14,6 +14,7 @@
 //!   creation ([`ex::VerbsApi`], `BLUEFLAME_VERBS_API`).
 //! - [`ud`]: unreliable-datagram QPs, address handles, multicast, UD sends.
 
+pub(crate) mod bind;
 pub(crate) mod calls;
 pub mod channel;
 pub mod cm;

@@ -297,7 +297,7 @@ impl Ah {
     ///
     /// # Errors
     /// The `ibv_create_ah` error (e.g. no route to the GID's address on RoCE).
-    pub fn new(pd: Arc<Pd>, attr: &crate::AhAttr) -> std::result::Result<Ah, VerbsError> {
+    pub fn new(pd: Arc<Pd>, attr: &crate::address::AhAttr) -> std::result::Result<Ah, VerbsError> {
         // SAFETY: zeroed attributes are valid (no GRH, SL 0, static rate 0).
         let mut a: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
         a.dlid = attr.dlid;

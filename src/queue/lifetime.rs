@@ -3,14 +3,14 @@
 //! A request carries plain keys (an lkey in a gather entry, an rkey in a peer's write), so the
 //! borrow checker cannot tie it to the region it names, and tying every post to a borrow
 //! would forbid the fire-and-forget posting that RDMA programs rely on. Instead:
-//! - a [`Qp`](super::Qp) holds reference counts of its CQs, so a CQ is destroyed only after
+//! - a [`Qp`](crate::Qp) holds reference counts of its CQs, so a CQ is destroyed only after
 //!   every QP on it (and its poller) is gone;
-//! - a [`MemoryRegion`](super::MemoryRegion) dropped while a send queue of its protection
+//! - a [`MemoryRegion`](crate::MemoryRegion) dropped while a send queue of its protection
 //!   domain still has work outstanding, or while a posted receive pins it, is not
 //!   deregistered at once: the registration is parked in the protection domain until every
 //!   request posted to a send queue before the drop has completed and every receive that
 //!   pinned it has completed (it is reclaimed on later region drops and allocations, QP
-//!   drops, [`Pd::reclaim`](super::Pd::reclaim), and at the latest when the protection
+//!   drops, [`Pd::reclaim`](crate::Pd::reclaim), and at the latest when the protection
 //!   domain goes).
 //!
 //! Receives are tracked per region (`crate::queue::pin`): a receive pins each region it

@@ -1,0 +1,105 @@
+//! Where a UD datagram goes, as values: [`AhAttr`] (verbs' `ibv_ah_attr`), its global route,
+//! and a UD QP's [`UdEndpoint`] (what a peer needs to address it). The address handle made
+//! of them is `crate::resources::ah`.
+
+/// The global routing part of an address (verbs' `ibv_global_route`): the destination GID,
+/// flow label, source GID index, hop limit and traffic class.
+pub type GlobalRoute = mlx5::av::GrhAttr;
+
+/// Where datagrams go (verbs' `struct ibv_ah_attr`, on an InfiniBand port).
+///
+/// Made from a peer's [`UdEndpoint`] (`AhAttr::from(&endpoint)`), or for a multicast group
+/// with [`AhAttr::multicast`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AhAttr {
+    /// Destination LID (a multicast LID, 0xc000..=0xfffe, for a group).
+    pub dlid: u16,
+    /// Service level (4 bits).
+    pub sl: u8,
+    /// Source path bits (7 bits).
+    pub src_path_bits: u8,
+    /// Static rate: a verbs rate (`enum ibv_rate`, `IBV_RATE_*`, as `ibv_ah_attr.static_rate`;
+    /// 0: the port's rate), the same value on every backend (the mlx5 AV carries its mlx5
+    /// code, [`mlx5::av::mlx5_rate`], as rdma-core's `mlx5_create_ah` converts it).
+    pub static_rate: u8,
+    /// Global routing: with it, every datagram carries a GRH, which the receiver finds in
+    /// the first 40 bytes of its buffer ([`crate::Completion::grh`]). Mandatory on RoCE.
+    pub grh: Option<GlobalRoute>,
+    /// The local port (1 on the software NIC).
+    pub port: u8,
+}
+
+impl Default for AhAttr {
+    fn default() -> Self {
+        AhAttr {
+            dlid: 0,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            grh: None,
+            port: 1,
+        }
+    }
+}
+
+/// The default hop limit of a global route made from an endpoint or a group (one subnet,
+/// as UCX's `uct_ib_iface_fill_ah_attr_from_gid_lid` uses).
+pub const DEFAULT_HOP_LIMIT: u8 = 64;
+
+impl AhAttr {
+    /// The address of a multicast group: its multicast LID and GID (always global: an
+    /// InfiniBand multicast packet carries a GRH with the group's GID).
+    pub fn multicast(mgid: [u8; 16], mlid: u16) -> AhAttr {
+        AhAttr {
+            dlid: mlid,
+            grh: Some(GlobalRoute {
+                dgid: mgid,
+                hop_limit: DEFAULT_HOP_LIMIT,
+                ..GlobalRoute::default()
+            }),
+            ..AhAttr::default()
+        }
+    }
+
+    /// The same address without global routing: its datagrams carry no GRH (InfiniBand
+    /// only).
+    pub fn local(mut self) -> AhAttr {
+        self.grh = None;
+        self
+    }
+}
+
+/// What a peer needs to send datagrams to a UD QP: its port's LID and GID, its QP number and
+/// its Q_Key ([`crate::UdQp::endpoint`]); exchange it out of band.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UdEndpoint {
+    /// The QP number.
+    pub qpn: u32,
+    /// The QP's Q_Key.
+    pub qkey: u32,
+    /// The port's LID.
+    pub lid: u16,
+    /// The port's GID (all zero when the port has none in use).
+    pub gid: [u8; 16],
+}
+
+impl From<&UdEndpoint> for AhAttr {
+    /// The address of the endpoint's port; global (with a GRH) when it has a GID.
+    fn from(e: &UdEndpoint) -> AhAttr {
+        AhAttr {
+            dlid: e.lid,
+            grh: (e.gid != [0; 16]).then_some(GlobalRoute {
+                dgid: e.gid,
+                hop_limit: DEFAULT_HOP_LIMIT,
+                ..GlobalRoute::default()
+            }),
+            ..AhAttr::default()
+        }
+    }
+}
+
+impl From<UdEndpoint> for AhAttr {
+    fn from(e: UdEndpoint) -> AhAttr {
+        AhAttr::from(&e)
+    }
+}

@@ -1,0 +1,107 @@
+//! The device's asynchronous events (`ibv_get_async_event`; the software NIC raises the
+//! same ones), and what each is about: the types every layer shares. Reading and keeping
+//! them is `crate::resources::events`.
+
+/// An asynchronous event of the device, as `ibv_get_async_event` reports them
+/// (`IBV_EVENT_CQ_ERR`, `IBV_EVENT_QP_FATAL`, `IBV_EVENT_QP_ACCESS_ERR`,
+/// `IBV_EVENT_PORT_ERR`, `IBV_EVENT_DEVICE_FATAL`): what
+/// [`Error::AsyncEvent`](crate::Error::AsyncEvent) carries.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// A CQ overran (or its memory failed): it is in error, writes nothing more. The CQ
+    /// number is 0 on the verbs path (rdma-core names the CQ by its `ibv_cq`).
+    CqError {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// A QP went to error for a reason no completion reports (its completion did not fit
+    /// in an overrun CQ).
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// A responder QP went to error on an incoming request it refused (a class-C error:
+    /// remote access or invalid request).
+    QpAccessError {
+        /// The QP.
+        qpn: u32,
+    },
+    /// The port went down.
+    PortError {
+        /// The port.
+        port: u8,
+    },
+    /// The device failed; nothing runs any more.
+    DeviceFatal,
+    /// An SRQ's limit was reached: fewer receives than the limit set with
+    /// [`Srq::set_limit`](crate::Srq::set_limit) remain posted
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is disarmed. Not an error: read it with
+    /// [`Srq::limit_reached`](crate::Srq::limit_reached). The SRQ number is 0 on the verbs
+    /// path (rdma-core names the SRQ by its `ibv_srq`).
+    SrqLimitReached {
+        /// The SRQ.
+        srqn: u32,
+    },
+    /// A QP with an SRQ went to error and takes no more receives from it
+    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`): its receive completions are all written. Not an
+    /// error: read it with [`Qp::last_wqe_reached`](crate::Qp::last_wqe_reached).
+    QpLastWqeReached {
+        /// The QP.
+        qpn: u32,
+    },
+}
+
+#[cfg(feature = "sim")]
+impl From<mlx5::sim::AsyncEvent> for AsyncEvent {
+    fn from(e: mlx5::sim::AsyncEvent) -> Self {
+        use mlx5::sim::AsyncEvent as S;
+        match e {
+            S::CqError { cqn } => AsyncEvent::CqError { cqn },
+            S::QpFatal { qpn } => AsyncEvent::QpFatal { qpn },
+            S::QpAccessError { qpn } => AsyncEvent::QpAccessError { qpn },
+            S::PortError { port } => AsyncEvent::PortError { port },
+            S::DeviceFatal => AsyncEvent::DeviceFatal,
+            S::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srqn },
+            S::QpLastWqeReached { qpn } => AsyncEvent::QpLastWqeReached { qpn },
+            // The software NIC's enum is non-exhaustive: an event this crate does not know
+            // yet stops everything rather than go unreported.
+            _ => AsyncEvent::DeviceFatal,
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+impl From<AsyncEvent> for mlx5::sim::AsyncEvent {
+    fn from(e: AsyncEvent) -> Self {
+        use mlx5::sim::AsyncEvent as S;
+        match e {
+            AsyncEvent::CqError { cqn } => S::CqError { cqn },
+            AsyncEvent::QpFatal { qpn } => S::QpFatal { qpn },
+            AsyncEvent::QpAccessError { qpn } => S::QpAccessError { qpn },
+            AsyncEvent::PortError { port } => S::PortError { port },
+            AsyncEvent::DeviceFatal => S::DeviceFatal,
+            AsyncEvent::SrqLimitReached { srqn } => S::SrqLimitReached { srqn },
+            AsyncEvent::QpLastWqeReached { qpn } => S::QpLastWqeReached { qpn },
+        }
+    }
+}
+
+/// What an event is about.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Subject {
+    /// A software-NIC CQ by number.
+    #[cfg(feature = "sim")]
+    Cq(u32),
+    /// A verbs CQ by its `ibv_cq` address.
+    VerbsCq(usize),
+    /// A QP by number.
+    Qp(u32),
+    /// The informational events of an SRQ (its limit): a software-NIC SRQ by number, a
+    /// verbs SRQ by its `ibv_srq` address.
+    Srq(u64),
+    /// The last-WQE-reached event of a QP by number (informational).
+    LastWqe(u32),
+    /// Everything (port down, device fatal).
+    All,
+}

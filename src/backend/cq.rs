@@ -1,0 +1,169 @@
+//! Completion queues of each backend: the device's CQ, what it is polled with (its raw
+//! ring on the direct path, rdma-core's CQ on the verbs path), and its completion events.
+
+#[cfg(feature = "sim")]
+use super::sim;
+use super::{rdma, Dev};
+use crate::async_event::Subject;
+use crate::error::Result;
+use crate::verbs;
+use mlx5::MiniCqeFormat;
+use std::sync::{Arc, Weak};
+
+/// Where the events of a CQ of the software NIC go as it raises them: a completion channel
+/// (rdma-core's are read from the channel's descriptor instead).
+pub(crate) trait EventSink: Send + Sync {
+    /// The CQ `id` (its `token` on the channel) raised an event.
+    // Only the software NIC calls it.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    fn cq_event(&self, id: u32, token: u64);
+}
+
+/// A completion channel's source of events in a backend: rdma-core's channel (read from its
+/// descriptor), or none (the software NIC pushes them to an [`EventSink`]).
+pub(crate) type ChannelSource = Option<Arc<verbs::channel::CompChannel>>;
+
+/// What a new CQ is.
+pub(crate) struct CqSpec<'a> {
+    pub(crate) entries: u32,
+    pub(crate) cqe_size: u32,
+    pub(crate) zip: Option<MiniCqeFormat>,
+    /// The channel's rdma-core source, when the CQ's events go to a channel.
+    pub(crate) channel: Option<&'a ChannelSource>,
+}
+
+/// How a CQ is polled.
+pub(crate) enum CqRings {
+    /// The direct path, over the CQ's ring: `promised` entries the device guarantees (shared
+    /// out among the queues), compressed sessions when `compressed`.
+    Direct {
+        raw: mlx5::RawCq,
+        promised: u32,
+        compressed: bool,
+    },
+    /// The verbs path, over rdma-core's CQ.
+    Verbs(Arc<verbs::objects::Cq>),
+}
+
+/// A CQ of a backend (destroyed on drop, once nothing holds it).
+pub(crate) enum Cq {
+    #[cfg(feature = "sim")]
+    Sim(sim::Cq),
+    Rdma(Arc<verbs::objects::Cq>),
+}
+
+impl Dev {
+    /// The most entries a CQ may ask for.
+    pub(crate) fn max_cqe(&self) -> u32 {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => sim::MAX_CQE,
+            // `ibv_create_cq` takes an int.
+            Dev::Rdma(_) => i32::MAX as u32,
+        }
+    }
+
+    /// A completion channel's source of events.
+    ///
+    /// # Errors
+    /// [`crate::Error::Verbs`] from `ibv_create_comp_channel`.
+    pub(crate) fn create_channel(&self) -> Result<ChannelSource> {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => Ok(None),
+            Dev::Rdma(r) => Ok(Some(Arc::new(verbs::channel::CompChannel::new(
+                r.ctx.clone(),
+            )?))),
+        }
+    }
+
+    /// A CQ as `spec` says: the CQ, how it is polled, and its number (the device's on the
+    /// direct path; on the verbs path, where rdma-core does not expose it, one of the
+    /// crate's own, bit 31 set).
+    ///
+    /// # Errors
+    /// As [`Device::create_cq_with`](crate::Device::create_cq_with).
+    pub(crate) fn create_cq(&self, spec: &CqSpec<'_>) -> Result<(Cq, CqRings, u32)> {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => sim::create_cq(n, spec).map(|(c, r, n)| (Cq::Sim(c), r, n)),
+            Dev::Rdma(r) => rdma::create_cq(r, spec).map(|(c, r, n)| (Cq::Rdma(c), r, n)),
+        }
+    }
+}
+
+impl Cq {
+    /// What the device's events call this CQ.
+    pub(crate) fn subject(&self) -> Subject {
+        match self {
+            #[cfg(feature = "sim")]
+            Cq::Sim(c) => Subject::Cq(c.cqn),
+            Cq::Rdma(c) => Subject::VerbsCq(c.cq as usize),
+        }
+    }
+
+    /// What the completion channel keeps of this CQ to acknowledge its events: rdma-core's
+    /// `ibv_cq` (0: nothing to acknowledge).
+    pub(crate) fn event_handle(&self) -> usize {
+        match self {
+            #[cfg(feature = "sim")]
+            Cq::Sim(_) => 0,
+            Cq::Rdma(c) => c.cq as usize,
+        }
+    }
+
+    /// Sends the CQ's events to `sink` as CQ `id` with `token` (the software NIC pushes
+    /// them; rdma-core's go to the channel the CQ was created on, named by `id`).
+    pub(crate) fn link(&self, id: u32, token: u64, sink: Weak<dyn EventSink>) {
+        match self {
+            #[cfg(feature = "sim")]
+            Cq::Sim(c) => c.link(id, token, sink),
+            Cq::Rdma(c) => {
+                let _ = (token, sink);
+                // Events name the CQ by its context.
+                // SAFETY: live CQ, not armed yet: nothing reads its context concurrently.
+                unsafe { (*c.cq).cq_context = id as usize as *mut _ };
+            }
+        }
+    }
+
+    /// Stops the CQ's events (before it leaves its channel).
+    pub(crate) fn unlink(&self) {
+        match self {
+            #[cfg(feature = "sim")]
+            Cq::Sim(c) => c.unlink(),
+            Cq::Rdma(_) => {}
+        }
+    }
+
+    /// Arms rdma-core's CQ for one event (`ibv_req_notify_cq`): the verbs path's arm (the
+    /// direct path rings the CQ's doorbell itself).
+    ///
+    /// # Errors
+    /// The `ibv_req_notify_cq` error.
+    pub(crate) fn req_notify(&self, solicited: bool) -> Result<()> {
+        match self {
+            #[cfg(feature = "sim")]
+            Cq::Sim(_) => Err(super::other_device("a verbs poller over the software NIC")),
+            Cq::Rdma(c) => Ok(c.req_notify(solicited)?),
+        }
+    }
+
+    /// rdma-core's CQ, for a QP created on it.
+    pub(crate) fn rdma(&self) -> Result<Arc<verbs::objects::Cq>> {
+        match self {
+            #[cfg(feature = "sim")]
+            Cq::Sim(_) => Err(super::other_device("CQ of another device (CQ number)")),
+            Cq::Rdma(c) => Ok(c.clone()),
+        }
+    }
+
+    /// The software NIC's number of the CQ, for a QP created on it.
+    #[cfg(feature = "sim")]
+    pub(crate) fn sim(&self) -> Result<u32> {
+        match self {
+            Cq::Sim(c) => Ok(c.cqn),
+            Cq::Rdma(_) => Err(super::other_device("CQ of another device (CQ number)")),
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The backends, and the one place that tells them apart: the software mlx5 NIC (feature
+//! `sim`) and rdma-core (an mlx5 device on the direct path through mlx5dv, any device on
+//! the verbs path).
+//!
+//! Every object the crate's façade makes (protection domains, regions, windows, CQs, QPs,
+//! SRQs, address handles, DC targets) comes from here as an opaque value of this module:
+//! an enum with one variant per backend, matched only in `backend/`. Each backend lives in
+//! its own files (`sim/`, `rdma/`), as virtio-drivers keeps each transport in its own file
+//! and matches its `SomeTransport` in one. What differs between backends at creation
+//! (thread domains, scatter-to-CQE, CQE compression, the rdma-core switches) is decided
+//! there; the façade (`crate::resources`) sees only what the data paths need: raw rings for
+//! the direct path, rdma-core objects for the verbs path.
+//!
+//! Objects of two devices never work together: the façade checks that once
+//! ([`Dev::same`]), and the backends answer a pair of objects of different backends with
+//! [`other_device`].
+
+pub(crate) mod cq;
+mod memory;
+pub(crate) mod qp;
+pub(crate) mod rdma;
+#[cfg(feature = "sim")]
+mod sim;
+pub(crate) mod srq;
+
+pub(crate) use cq::{ChannelSource, Cq, CqRings, CqSpec, EventSink};
+pub(crate) use memory::{MrInfo, Mw, Pd, Reg};
+pub(crate) use qp::{initial_psn, Qp, QpKind, QpRings, QpSpec};
+pub(crate) use rdma::RdmaDev;
+pub(crate) use srq::{Srq, SrqRings};
+
+use crate::async_event::{AsyncEvent, Subject};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// Where a device's objects come from.
+#[derive(Clone, Debug)]
+pub(crate) enum Dev {
+    /// The software mlx5 NIC.
+    #[cfg(feature = "sim")]
+    Sim(mlx5::sim::Nic),
+    /// rdma-core: a real device (or rxe, siw).
+    Rdma(Arc<RdmaDev>),
+}
+
+/// The refusal of a pair of objects of two devices (of two backends, or two instances of
+/// one): the façade checks devices before it pairs objects, so the backends meet this only
+/// through that check.
+#[cold]
+pub(crate) fn other_device(what: &'static str) -> Error {
+    Error::InvalidHandle { what, value: 0 }
+}
+
+impl Dev {
+    /// The software NIC `nic` as a device.
+    #[cfg(feature = "sim")]
+    pub(crate) fn sim(nic: mlx5::sim::Nic) -> Dev {
+        Dev::Sim(nic)
+    }
+
+    /// The rdma-core device `name` on port `port`, with `gid_index` (None: the first RoCE
+    /// v2 IPv4 GID of an Ethernet port).
+    ///
+    /// # Errors
+    /// As [`RdmaDev::open`].
+    pub(crate) fn open(name: &str, gid_index: Option<i32>) -> Result<Dev> {
+        Ok(Dev::Rdma(Arc::new(RdmaDev::open(name, gid_index)?)))
+    }
+
+    /// The device of rdma_cm's context `ctx` on `port`.
+    ///
+    /// # Errors
+    /// As [`RdmaDev::new`].
+    pub(crate) fn of_context(ctx: Arc<crate::verbs::device::Context>, port: u8) -> Result<Dev> {
+        Ok(Dev::Rdma(Arc::new(RdmaDev::new(ctx, port, None)?)))
+    }
+
+    /// A short description of the device.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => sim::describe(n),
+            Dev::Rdma(r) => r.describe(),
+        }
+    }
+
+    /// The software NIC, if this is one.
+    #[cfg(feature = "sim")]
+    pub(crate) fn sim_nic(&self) -> Option<&mlx5::sim::Nic> {
+        match self {
+            Dev::Sim(n) => Some(n),
+            Dev::Rdma(_) => None,
+        }
+    }
+
+    /// Whether the device routes DC requests by the target's number alone (the software
+    /// NIC: the address vector is not looked at), so that a target can name itself.
+    pub(crate) fn dc_by_number(&self) -> bool {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => true,
+            Dev::Rdma(_) => false,
+        }
+    }
+
+    /// Whether `other` is this same device instance (the same software NIC, or the same
+    /// rdma-core context): only then can their objects work together.
+    pub(crate) fn same(&self, other: &Dev) -> bool {
+        match (self, other) {
+            #[cfg(feature = "sim")]
+            (Dev::Sim(a), Dev::Sim(b)) => a.same(b),
+            (Dev::Rdma(a), Dev::Rdma(b)) => Arc::ptr_eq(&a.ctx, &b.ctx),
+            #[cfg(feature = "sim")]
+            _ => false,
+        }
+    }
+
+    /// The data path the device's QPs run.
+    pub(crate) fn data_path(&self) -> crate::DataPath {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => crate::DataPath::Direct,
+            Dev::Rdma(r) => r.path,
+        }
+    }
+
+    /// Whether rdma-core's provider may copy small received messages into receive buffers
+    /// with the CPU, checking no key (mlx5's scatter-to-CQE on the verbs path).
+    pub(crate) fn provider_copies_receives(&self) -> bool {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => false,
+            Dev::Rdma(r) => r.mlx5,
+        }
+    }
+
+    /// What the device's atomics do and the byte order of their replies.
+    pub(crate) fn atomic_caps(&self) -> mlx5::AtomicCaps {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => n.atomic_caps(),
+            Dev::Rdma(r) => r.atomics,
+        }
+    }
+
+    /// The device's on-demand paging.
+    pub(crate) fn odp_caps(&self) -> crate::verbs::device::OdpCaps {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => sim::odp_caps(n),
+            Dev::Rdma(r) => r.attrs.odp,
+        }
+    }
+
+    /// What the device reports of CQE compression, where compressed CQEs can be used.
+    pub(crate) fn cqe_compression_caps(&self) -> Option<mlx5::CqeCompCaps> {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => Some(n.cqe_comp_caps()),
+            Dev::Rdma(r) if r.path == crate::DataPath::Direct => r.cqe_comp,
+            Dev::Rdma(_) => None,
+        }
+    }
+
+    /// Runs a stepped software NIC until it is idle; the work it did (0 elsewhere).
+    pub(crate) fn process(&self) -> usize {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) if !n.is_threaded() => n.drain(),
+            _ => 0,
+        }
+    }
+
+    /// A protection domain.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] from `ibv_alloc_pd`.
+    pub(crate) fn alloc_pd(&self) -> Result<Pd> {
+        Ok(match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => Pd::Sim(sim::Pd::new(n)),
+            Dev::Rdma(r) => Pd::Rdma(rdma::Pd::new(r)?),
+        })
+    }
+
+    /// Reads the device's asynchronous events without blocking, each with what it is about.
+    pub(crate) fn read_events(&self, out: &mut Vec<(Subject, AsyncEvent)>) {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => sim::read_events(n, out),
+            Dev::Rdma(r) => r.read_events(out),
+        }
+    }
+}

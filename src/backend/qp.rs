@@ -1,0 +1,193 @@
+//! Queue pairs of each backend, every transport: RC (through `ibv_modify_qp` or rdma_cm
+//! on rdma-core), UD, and DC initiators and targets (mlx5 only). A QP comes out as the
+//! backend's object (state changes, multicast, destruction) and what its queues are posted
+//! with: its raw rings for the direct path, rdma-core's QP for the verbs path.
+
+#[cfg(feature = "sim")]
+use super::sim;
+use super::{rdma, Cq, Pd, Srq};
+use crate::caps::QpCaps;
+use crate::error::Result;
+use crate::mlx5_env::Mlx5Env;
+use crate::verbs;
+use crate::verbs::objects::{PathInfo, Timing};
+use mlx5::request::Access;
+use std::sync::Arc;
+
+/// The first send PSN of QP `qpn` (a hash of its number, as perftest spreads them).
+pub(crate) fn initial_psn(qpn: u32) -> u32 {
+    qpn.wrapping_mul(0x9e37_79b9) >> 8
+}
+
+/// What a new QP is.
+pub(crate) struct QpSpec<'a> {
+    pub(crate) caps: QpCaps,
+    pub(crate) send_cq: &'a Cq,
+    pub(crate) kind: QpKind<'a>,
+    /// rdma-core's `MLX5_*` switches, read once for this QP.
+    pub(crate) env: &'a Mlx5Env,
+}
+
+/// The transport of a new QP, with what it needs.
+pub(crate) enum QpKind<'a> {
+    /// Reliable connection; receives from its own queue on `recv_cq`, or from `srq`; created
+    /// through rdma_cm on `cm` when given (connected by librdmacm).
+    Rc {
+        recv_cq: &'a Cq,
+        srq: Option<&'a Srq>,
+        cm: Option<&'a Arc<verbs::cm::CmId>>,
+    },
+    /// Unreliable datagram with Q_Key `qkey`, ready to send and receive once created.
+    Ud {
+        recv_cq: &'a Cq,
+        qkey: u32,
+        mcast_loopback: bool,
+    },
+    /// A DC initiator, ready to post once created (its RTS attributes from `timing`).
+    Dci { timing: &'a Timing },
+    /// A DC target receiving into `srq` on `send_cq` (its only CQ), with its key and rights.
+    Dct {
+        srq: &'a Srq,
+        dc_key: u64,
+        access: Access,
+    },
+}
+
+/// How a QP's queues are posted to.
+pub(crate) enum QpRings {
+    /// The direct path, over the QP's rings; `dedicated` when its BlueFlame register is its
+    /// own (a thread domain of its own), else shared and rung under its lock.
+    Direct { raw: mlx5::RawQp, dedicated: bool },
+    /// The verbs path, over rdma-core's QP; `legacy_gather` for rxe's gather lists (its
+    /// `wr_set_sge_list` miscounts them before rdma-core 64).
+    Verbs {
+        qp: Arc<verbs::objects::Qp>,
+        legacy_gather: bool,
+    },
+    /// No queue to post to (a DC target).
+    None,
+}
+
+/// What a new UD QP's port says of it.
+pub(crate) struct UdPort {
+    /// The largest datagram (the port's active MTU).
+    pub(crate) mtu: u32,
+    pub(crate) lid: u16,
+    /// The source GID (zero on InfiniBand without a GID index).
+    pub(crate) gid: [u8; 16],
+    pub(crate) ethernet: bool,
+}
+
+/// A QP of a backend: state changes and multicast, destroyed on drop (on the verbs path,
+/// once its queues, which hold rdma-core's QP too, are gone).
+pub(crate) enum Qp {
+    #[cfg(feature = "sim")]
+    Sim(sim::Qp),
+    Rdma(rdma::Qp),
+}
+
+impl Pd {
+    /// A QP as `spec` says: the QP, how it is posted to, and its number.
+    ///
+    /// # Errors
+    /// [`crate::Error::NoDc`] for DC on a device without it; the device's refusal;
+    /// [`crate::Error::Unsupported`] for what the backend does not do.
+    pub(crate) fn create_qp(&self, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)> {
+        match self {
+            #[cfg(feature = "sim")]
+            Pd::Sim(p) => sim::create_qp(p, spec).map(|(q, r, n)| (Qp::Sim(q), r, n)),
+            Pd::Rdma(p) => rdma::create_qp(p, spec).map(|(q, r, n)| (Qp::Rdma(q), r, n)),
+        }
+    }
+}
+
+impl Qp {
+    /// What a peer needs to connect to QP `qpn` whose first send PSN is `psn`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Verbs`] when the port or GID cannot be queried.
+    pub(crate) fn endpoint(&self, qpn: u32, psn: u32) -> Result<PathInfo> {
+        match self {
+            // The software NIC: only the numbers matter.
+            #[cfg(feature = "sim")]
+            Qp::Sim(_) => Ok(PathInfo {
+                qpn,
+                psn,
+                ..PathInfo::default()
+            }),
+            Qp::Rdma(q) => q.endpoint(qpn, psn),
+        }
+    }
+
+    /// Connects the RC QP to `remote` (RESET -> INIT -> RTR -> RTS), with first send PSN
+    /// `psn` and `timing` (its RNR retries already capped by the QP's).
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidState`] for a QP the device says is not in RESET; the
+    /// device's refusal of a transition.
+    pub(crate) fn connect(&self, remote: &PathInfo, psn: u32, timing: &Timing) -> Result<()> {
+        match self {
+            #[cfg(feature = "sim")]
+            Qp::Sim(q) => q.connect(remote, timing),
+            Qp::Rdma(q) => q.connect(remote, psn, timing),
+        }
+    }
+
+    /// Moves the QP to the error state.
+    ///
+    /// # Errors
+    /// The device's refusal.
+    pub(crate) fn set_error(&self) -> Result<()> {
+        match self {
+            #[cfg(feature = "sim")]
+            Qp::Sim(q) => q.set_error(),
+            Qp::Rdma(q) => q.set_error(),
+        }
+    }
+
+    /// Whether the device has the QP out of RESET though its owner did not connect it (on
+    /// the software NIC the peer's connect connects both ends).
+    pub(crate) fn left_reset(&self) -> bool {
+        match self {
+            #[cfg(feature = "sim")]
+            Qp::Sim(q) => q.left_reset(),
+            Qp::Rdma(_) => false,
+        }
+    }
+
+    /// Attaches the UD QP to the multicast group `gid` / `lid`.
+    ///
+    /// # Errors
+    /// The device's refusal.
+    pub(crate) fn attach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<()> {
+        match self {
+            #[cfg(feature = "sim")]
+            Qp::Sim(q) => q.attach_mcast(gid, lid),
+            Qp::Rdma(q) => q.attach_mcast(gid, lid),
+        }
+    }
+
+    /// Detaches the UD QP from the multicast group `gid` / `lid`.
+    ///
+    /// # Errors
+    /// The device's refusal (not attached).
+    pub(crate) fn detach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<()> {
+        match self {
+            #[cfg(feature = "sim")]
+            Qp::Sim(q) => q.detach_mcast(gid, lid),
+            Qp::Rdma(q) => q.detach_mcast(gid, lid),
+        }
+    }
+
+    /// The UD QP's port: its MTU, LID and source GID.
+    ///
+    /// # Errors
+    /// [`crate::Error::Verbs`] when the port or GID cannot be queried.
+    pub(crate) fn ud_port(&self) -> Result<UdPort> {
+        match self {
+            #[cfg(feature = "sim")]
+            Qp::Sim(q) => Ok(q.ud_port()),
+            Qp::Rdma(q) => q.ud_port(),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! rdma-core CQs: on mlx5's direct path a classic CQ (or one that compresses its CQEs,
+//! `mlx5dv_create_cq`) whose ring the crate polls itself, on the verbs path a CQ rdma-core
+//! polls (`ibv_create_cq_ex` where the provider has it).
+
+use super::RdmaDev;
+use crate::backend::cq::{CqRings, CqSpec};
+use crate::error::{Error, Result};
+use crate::verbs;
+use crate::verbs::ex::ApiChoice;
+use crate::DataPath;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Numbers of verbs-path CQs (rdma-core does not expose the device's): the crate's own,
+/// unique in the process, bit 31 set so that they never look like a device's 24-bit number.
+fn verbs_cq_id() -> u32 {
+    static IDS: AtomicU32 = AtomicU32::new(0);
+    0x8000_0000 | (IDS.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff)
+}
+
+/// A CQ of `r` as `spec` says.
+pub(crate) fn create_cq(
+    r: &RdmaDev,
+    spec: &CqSpec<'_>,
+) -> Result<(Arc<verbs::objects::Cq>, CqRings, u32)> {
+    let (entries, cqe_size, zip) = (spec.entries, spec.cqe_size, spec.zip);
+    if cqe_size != 64 {
+        return Err(Error::Unsupported(
+            "128-byte CQEs on a verbs device: set MLX5_CQE_SIZE=128 for rdma-core",
+        ));
+    }
+    let ch = spec.channel.and_then(|c| c.clone());
+    if r.path != DataPath::Direct {
+        if let Some(format) = zip {
+            return Err(Error::CqeCompression {
+                format,
+                cqe_size,
+                caps: None,
+            });
+        }
+        let id = verbs_cq_id();
+        // `BLUEFLAME_VERBS_API`, read when the CQ is created.
+        let api = ApiChoice::current()?;
+        let cq = Arc::new(verbs::objects::Cq::with_channel(
+            r.ctx.clone(),
+            entries,
+            ch,
+            id as usize,
+            api,
+        )?);
+        return Ok((cq.clone(), CqRings::Verbs(cq), id));
+    }
+    // mlx5: poll the CQ's ring directly (rdma-core never polls it: a classic CQ).
+    let cq = Arc::new(match zip {
+        None => verbs::objects::Cq::with_channel(r.ctx.clone(), entries, ch, 0, ApiChoice::Legacy)?,
+        Some(format) => {
+            // rdma-core's test (`create_cq`) before asking, so that the error says what the
+            // device supports.
+            if !r.cqe_comp.unwrap_or_default().supports(format, 64) {
+                return Err(Error::CqeCompression {
+                    format,
+                    cqe_size: 64,
+                    caps: r.cqe_comp,
+                });
+            }
+            verbs::objects::Cq::new_compressed(r.ctx.clone(), entries, format, ch)?
+        }
+    });
+    // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).
+    let raw = crate::dv::raw_cq(&unsafe { crate::dv::init_cq(cq.cq.cast())? })?;
+    if let Some(format) = zip {
+        // rdma-core's MLX5_CQE_SIZE=128 makes 128-byte entries.
+        if !r
+            .cqe_comp
+            .unwrap_or_default()
+            .supports(format, raw.cqe_size)
+        {
+            return Err(Error::CqeCompression {
+                format,
+                cqe_size: raw.cqe_size,
+                caps: r.cqe_comp,
+            });
+        }
+    }
+    // rdma-core promises `ncqe - 1` entries of a ring of `ncqe` (`mlx5_create_cq`): the CQ
+    // accounting shares out what it promises.
+    let promised = cq.capacity();
+    let cqn = raw.cqn;
+    let rings = CqRings::Direct {
+        raw,
+        promised,
+        compressed: zip.is_some(),
+    };
+    Ok((cq, rings, cqn))
+}

@@ -1,0 +1,247 @@
+//! rdma-core QPs: RC and UD, on mlx5's direct path (a thread domain of their own, their
+//! rings from `mlx5dv_init_obj`, never posted to by rdma-core) or on the verbs path; DC
+//! initiators and targets live beside (`super::dc`).
+
+use super::dc::HwDc;
+use super::{Pd, RdmaDev};
+use crate::backend::qp::{initial_psn, QpKind, QpRings, QpSpec, UdPort};
+use crate::error::{Error, Result};
+use crate::verbs;
+use crate::verbs::ex::ApiChoice;
+use crate::verbs::objects::{ConnLimits, PathInfo, Timing};
+use crate::DataPath;
+use std::sync::Arc;
+
+/// What an rdma-core QP is.
+enum Hw {
+    /// An RC or UD QP (on the verbs path its queues hold it too).
+    Verbs(Arc<verbs::objects::Qp>),
+    /// A DC initiator or target (`mlx5dv_create_qp`).
+    Dc(HwDc),
+}
+
+/// An rdma-core QP with its device.
+pub(crate) struct Qp {
+    dev: Arc<RdmaDev>,
+    hw: Hw,
+}
+
+/// The port's address of `d`: (port attributes, source GID).
+fn port_gid(d: &RdmaDev) -> Result<(verbs::device::PortInfo, [u8; 16])> {
+    let port = d.ctx.port(d.port)?;
+    let gid = match d.gid_index {
+        Some(i) => d.ctx.gid(d.port, i)?,
+        None => [0; 16],
+    };
+    Ok((port, gid))
+}
+
+/// Refuses a UD endpoint without a source GID on a RoCE port: peers cannot reach it.
+pub(crate) fn check_source_gid(ethernet: bool, index: Option<i32>, gid: &[u8; 16]) -> Result<()> {
+    if ethernet && *gid == [0; 16] {
+        return Err(Error::InvalidParameter {
+            what: "GID index of a RoCE port for UD: its GID is empty (not filled in yet, or \
+                   its address removed; BLUEFLAME_GID_INDEX or Device::open choose another)",
+            value: index.map_or(u64::MAX, |i| i as u64),
+        });
+    }
+    Ok(())
+}
+
+/// A QP of `p` as `spec` says.
+pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)> {
+    let d = &p.dev;
+    let (env, caps) = (spec.env, spec.caps);
+    let scq = spec.send_cq.rdma()?;
+    // rdma-core reads MLX5_QP_SIGNATURE when it creates the QP: a QP with WQE signatures
+    // runs the verbs path. The direct path wants a thread domain per QP: a BlueFlame
+    // register of its own (the verbs path locks inside rdma-core anyway).
+    let direct = d.path == DataPath::Direct && !env.qp_signature;
+    let qp = match &spec.kind {
+        QpKind::Dci { timing } => return super::dc::create_dci(p, spec, timing),
+        QpKind::Dct {
+            srq,
+            dc_key,
+            access,
+            ..
+        } => return super::dc::create_dct(p, spec, srq, *dc_key, *access),
+        QpKind::Ud {
+            recv_cq,
+            qkey,
+            mcast_loopback,
+        } => {
+            if !mcast_loopback {
+                // rxe loops every group's datagrams back (it cannot block them), and neither
+                // path asks for IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
+                return Err(Error::Unsupported(
+                    "UdOptions::mcast_loopback = false on an rdma-core device",
+                ));
+            }
+            if d.path == DataPath::Direct && !direct {
+                return Err(Error::Unsupported(
+                    "UD QPs on mlx5's direct path with MLX5_QP_SIGNATURE \
+                     (BLUEFLAME_PATH=verbs runs them on the verbs path)",
+                ));
+            }
+            // The address peers are told before anything is created: on RoCE an endpoint
+            // without its GID cannot be reached.
+            let (port, gid) = port_gid(d)?;
+            check_source_gid(port.ethernet, d.gid_index, &gid)?;
+            // On mlx5's direct path (rdma-core's `mlx5_create_qp` with `IBV_QPT_UD` sizes
+            // each WQE for the datagram segment too, `mlx5_calc_send_wqe`), with a
+            // BlueFlame register of its own as for RC (UCX's iface QPs are on the worker's
+            // thread domain); on the verbs path with `BLUEFLAME_VERBS_API`.
+            let api = if direct {
+                ApiChoice::Legacy
+            } else {
+                ApiChoice::current()?
+            };
+            let qp = verbs::objects::Qp::new_ud(
+                p.pd.clone(),
+                scq,
+                recv_cq.rdma()?,
+                caps.verbs(),
+                api,
+                direct,
+            )?;
+            qp.ud_ready(d.port, *qkey, initial_psn(qp.qpn()))?;
+            qp
+        }
+        QpKind::Rc { recv_cq, srq, cm } => {
+            let rcq = recv_cq.rdma()?;
+            // `BLUEFLAME_VERBS_API`, read when the QP is created: the verbs path posts with
+            // `ibv_wr_*` where the provider has them; the direct path never asks rdma-core
+            // to post.
+            let api = if direct {
+                ApiChoice::Legacy
+            } else {
+                ApiChoice::current()?
+            };
+            match cm {
+                // SAFETY: the id is live and on this PD's context (the PD was allocated on
+                // the id's context); the QP's owner keeps the id and drops it after the QP.
+                Some(id) => unsafe {
+                    verbs::objects::Qp::on_cm(
+                        id.id,
+                        p.pd.clone(),
+                        scq,
+                        rcq,
+                        caps.verbs(),
+                        direct,
+                        api,
+                    )?
+                },
+                None => verbs::objects::Qp::with_srq(
+                    p.pd.clone(),
+                    scq,
+                    rcq,
+                    caps.verbs(),
+                    direct,
+                    api,
+                    srq.map(|s| s.rdma().cloned()).transpose()?,
+                )?,
+            }
+        }
+    };
+    let qp = Arc::new(qp);
+    let qpn = qp.qpn();
+    let rings = if direct {
+        // SAFETY: a live QP of an mlx5 device (the path is Direct only on mlx5).
+        let dv = unsafe { crate::dv::init_qp(qp.qp.cast())? };
+        let c = qp.caps;
+        let lim = crate::dv::QpLimits {
+            qpn,
+            max_inline: c.max_inline,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+        };
+        let mut raw = crate::dv::raw_qp(&dv, &lim)?;
+        env.apply(&mut raw);
+        // With a thread domain (one per QP), rdma-core gives the register to no other QP
+        // (`mlx5_attach_dedicated_uar`).
+        QpRings::Direct {
+            raw,
+            dedicated: qp.has_thread_domain(),
+        }
+    } else {
+        QpRings::Verbs {
+            qp: qp.clone(),
+            legacy_gather: d.attrs.rxe,
+        }
+    };
+    let obj = Qp {
+        dev: d.clone(),
+        hw: Hw::Verbs(qp),
+    };
+    Ok((obj, rings, qpn))
+}
+
+impl Qp {
+    /// A DC QP of `dev`.
+    pub(super) fn dc(dev: &Arc<RdmaDev>, hw: HwDc) -> Qp {
+        Qp {
+            dev: dev.clone(),
+            hw: Hw::Dc(hw),
+        }
+    }
+
+    fn verbs(&self) -> Result<&Arc<verbs::objects::Qp>> {
+        match &self.hw {
+            Hw::Verbs(q) => Ok(q),
+            Hw::Dc(_) => Err(Error::Unsupported("this request on a DC QP")),
+        }
+    }
+
+    pub(crate) fn endpoint(&self, qpn: u32, psn: u32) -> Result<PathInfo> {
+        let (port, gid) = port_gid(&self.dev)?;
+        Ok(PathInfo {
+            qpn,
+            psn,
+            gid,
+            lid: port.lid,
+            mtu: port.active_mtu,
+        })
+    }
+
+    pub(crate) fn connect(&self, remote: &PathInfo, psn: u32, timing: &Timing) -> Result<()> {
+        let (d, qp) = (&self.dev, self.verbs()?);
+        let lim = ConnLimits {
+            local_mtu: d.ctx.port(d.port)?.active_mtu,
+            max_qp_rd_atom: d.attrs.max_qp_rd_atom,
+            max_qp_init_rd_atom: d.attrs.max_qp_init_rd_atom,
+        };
+        let timing = &Timing {
+            retry_cnt: d.attrs.retry_cnt_for(timing.retry_cnt),
+            ..*timing
+        };
+        qp.to_init(d.port)?;
+        qp.to_rtr(remote, d.port, d.gid_index, timing, &lim)?;
+        qp.to_rts(psn, timing, &lim)?;
+        Ok(())
+    }
+
+    pub(crate) fn set_error(&self) -> Result<()> {
+        match &self.hw {
+            Hw::Verbs(q) => Ok(q.to_error()?),
+            Hw::Dc(h) => h.set_error(),
+        }
+    }
+
+    pub(crate) fn attach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<()> {
+        Ok(self.verbs()?.attach_mcast(&gid, lid)?)
+    }
+
+    pub(crate) fn detach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<()> {
+        Ok(self.verbs()?.detach_mcast(&gid, lid)?)
+    }
+
+    pub(crate) fn ud_port(&self) -> Result<UdPort> {
+        let (port, gid) = port_gid(&self.dev)?;
+        Ok(UdPort {
+            mtu: verbs::ud::mtu_bytes(port.active_mtu),
+            lid: port.lid,
+            gid,
+            ethernet: port.ethernet,
+        })
+    }
+}

@@ -1,0 +1,284 @@
+//! The software mlx5 NIC as a backend: its objects, made and freed through its own calls
+//! (`mlx5::sim::Nic`), and its rings handed to the direct path as a ConnectX's would be.
+
+mod qp;
+
+pub(crate) use qp::{create_qp, Qp};
+
+use crate::async_event::{AsyncEvent, Subject};
+use crate::error::{Error, Result};
+use mlx5::request::{Access, MwType, Sge};
+use mlx5::sim::{Nic, SimError};
+
+/// A short description: `software mlx5 NIC (thread mode, ...)`.
+pub(super) fn describe(n: &Nic) -> String {
+    let mode = if n.is_threaded() {
+        "thread mode"
+    } else {
+        "stepped"
+    };
+    let order = match n.order() {
+        mlx5::sim::OrderMode::Strict => "in order".to_string(),
+        mlx5::sim::OrderMode::Relaxed { seed } => {
+            format!("reordering seed {seed}: BLUEFLAME_SIM_ORDER={seed}")
+        }
+    };
+    format!("software mlx5 NIC ({mode}, {order})")
+}
+
+/// The NIC's `MemoryCaps` in the bits of `ibv_query_device_ex`'s `odp_caps`.
+pub(super) fn odp_caps(n: &Nic) -> crate::verbs::device::OdpCaps {
+    use crate::verbs::device::OdpCaps;
+    if n.memory_caps().odp {
+        OdpCaps {
+            general: OdpCaps::SUPPORT,
+            rc: OdpCaps::RC_BASIC | OdpCaps::RC_ATOMIC,
+        }
+    } else {
+        OdpCaps::default()
+    }
+}
+
+/// Reads the NIC's pending asynchronous events.
+pub(super) fn read_events(n: &Nic, out: &mut Vec<(Subject, AsyncEvent)>) {
+    while let Some(e) = n.take_async_event() {
+        let e = AsyncEvent::from(e);
+        let subject = match e {
+            AsyncEvent::CqError { cqn } => Subject::Cq(cqn),
+            AsyncEvent::QpFatal { qpn } | AsyncEvent::QpAccessError { qpn } => Subject::Qp(qpn),
+            AsyncEvent::SrqLimitReached { srqn } => Subject::Srq(srqn as u64),
+            AsyncEvent::QpLastWqeReached { qpn } => Subject::LastWqe(qpn),
+            _ => Subject::All,
+        };
+        out.push((subject, e));
+    }
+}
+
+/// A protection domain of the NIC (deallocated on drop).
+pub(crate) struct Pd {
+    pub(crate) nic: Nic,
+    pub(crate) pd: u32,
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        let _ = self.nic.dealloc_pd(self.pd);
+    }
+}
+
+/// A registration (the NIC owns allocated memory and frees it when deregistered).
+pub(crate) struct Reg {
+    nic: Nic,
+    lkey: u32,
+}
+
+impl Reg {
+    /// Deregisters: false while a window is bound to the region (the NIC refuses, as rxe
+    /// does); anything else means it is gone.
+    pub(super) fn deregister(&mut self) -> bool {
+        self.nic.dereg_mr(self.lkey) != Err(SimError::Busy)
+    }
+}
+
+/// A window of the NIC, found by its key's index (any key the window had will do).
+pub(crate) struct Mw {
+    nic: Nic,
+    rkey: u32,
+}
+
+impl Mw {
+    /// Frees the window (an unknown window is freed already).
+    pub(super) fn dealloc(&mut self) -> bool {
+        let _ = self.nic.dealloc_mw(self.rkey);
+        true
+    }
+}
+
+fn made(nic: &Nic, i: mlx5::sim::MrInfo) -> (Reg, super::memory::MrInfo) {
+    (
+        Reg {
+            nic: nic.clone(),
+            lkey: i.lkey,
+        },
+        (i.addr, i.len, i.lkey, i.rkey),
+    )
+}
+
+impl Pd {
+    pub(super) fn new(nic: &Nic) -> Pd {
+        Pd {
+            pd: nic.alloc_pd(),
+            nic: nic.clone(),
+        }
+    }
+
+    pub(super) fn alloc_mr(
+        &self,
+        len: usize,
+        access: Access,
+    ) -> Result<(Reg, super::memory::MrInfo)> {
+        Ok(made(&self.nic, self.nic.alloc_mr(self.pd, len, access)?))
+    }
+
+    /// # Safety
+    /// As [`super::Pd::register`].
+    pub(super) unsafe fn register(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<(Reg, super::memory::MrInfo)> {
+        // SAFETY: the caller's contract.
+        let i = unsafe { self.nic.reg_mr(self.pd, ptr, len, access) }?;
+        Ok(made(&self.nic, i))
+    }
+
+    /// Checks a prefetch as the kernel's `get_prefetchable_mr` (memory is resident here).
+    pub(super) fn prefetch(&self, sgl: &[Sge], write: bool) -> Result<()> {
+        self.nic
+            .advise_mr(self.pd, write, sgl)
+            .map_err(|e| match e {
+                SimError::Prefetch(lkey) => Error::InvalidParameter {
+                    what: "prefetch entry (lkey)",
+                    value: lkey as u64,
+                },
+                e => e.into(),
+            })
+    }
+
+    pub(super) fn alloc_mw(&self, mw_type: MwType) -> Result<(Mw, u32)> {
+        let rkey = self.nic.alloc_mw(self.pd, mw_type)?;
+        Ok((
+            Mw {
+                nic: self.nic.clone(),
+                rkey,
+            },
+            rkey,
+        ))
+    }
+}
+
+/// The most entries a software-NIC CQ has (a ConnectX's `log_max_cq_sz` of 22).
+pub(super) const MAX_CQE: u32 = 1 << 22;
+
+/// A CQ of the NIC (destroyed on drop, its event sink removed first).
+pub(crate) struct Cq {
+    nic: Nic,
+    pub(crate) cqn: u32,
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        let _ = self.nic.set_cq_event_sink(self.cqn, None);
+        let _ = self.nic.destroy_cq(self.cqn);
+    }
+}
+
+/// The NIC's sink of a CQ's events: the channel's [`super::cq::EventSink`].
+struct Sink {
+    to: std::sync::Weak<dyn super::cq::EventSink>,
+    id: u32,
+    token: u64,
+}
+
+impl mlx5::sim::CqEventSink for Sink {
+    fn cq_event(&self, _cqn: u32) {
+        if let Some(s) = self.to.upgrade() {
+            s.cq_event(self.id, self.token);
+        }
+    }
+}
+
+impl Cq {
+    pub(super) fn link(&self, id: u32, token: u64, to: std::sync::Weak<dyn super::cq::EventSink>) {
+        let sink = Sink { to, id, token };
+        let _ = self
+            .nic
+            .set_cq_event_sink(self.cqn, Some(std::sync::Arc::new(sink)));
+    }
+
+    pub(super) fn unlink(&self) {
+        let _ = self.nic.set_cq_event_sink(self.cqn, None);
+    }
+}
+
+/// A CQ of the NIC: a ring of at least `entries` entries (a power of two).
+pub(super) fn create_cq(
+    n: &Nic,
+    spec: &super::cq::CqSpec<'_>,
+) -> Result<(Cq, super::cq::CqRings, u32)> {
+    let cnt = spec.entries.max(2).next_power_of_two();
+    let raw = match spec.zip {
+        Some(f) => n.create_cq_compressed(cnt, spec.cqe_size, f)?,
+        None => n.create_cq(cnt, spec.cqe_size)?,
+    };
+    let cq = Cq {
+        nic: n.clone(),
+        cqn: raw.cqn,
+    };
+    let rings = super::cq::CqRings::Direct {
+        promised: raw.cqe_cnt,
+        compressed: spec.zip.is_some(),
+        raw,
+    };
+    Ok((cq, rings, raw.cqn))
+}
+
+/// An SRQ of the NIC (destroyed on drop).
+pub(crate) struct Srq {
+    nic: Nic,
+    pub(crate) srqn: u32,
+}
+
+impl Drop for Srq {
+    fn drop(&mut self) {
+        let _ = self.nic.destroy_srq(self.srqn);
+    }
+}
+
+impl Srq {
+    pub(super) fn set_limit(&self, limit: u32) -> Result<()> {
+        Ok(self.nic.arm_srq_limit(self.srqn, limit)?)
+    }
+}
+
+impl Pd {
+    pub(super) fn create_srq(
+        &self,
+        entries: u32,
+        max_sge: u32,
+    ) -> Result<(Srq, super::srq::SrqRings, u32)> {
+        let raw = self.nic.create_srq(
+            self.pd,
+            mlx5::sim::SrqCaps {
+                max_wr: entries,
+                max_sge,
+            },
+        )?;
+        let srq = Srq {
+            nic: self.nic.clone(),
+            srqn: raw.srqn,
+        };
+        Ok((srq, super::srq::SrqRings::Direct(raw), raw.srqn))
+    }
+}
+
+/// The mlx5 AV of an InfiniBand address (`mlx5_create_ah`), after its checks.
+pub(super) fn ib_av(attr: &crate::address::AhAttr) -> Result<mlx5::av::Av> {
+    use mlx5::av::{Av, AvAttr, AvLink};
+    if attr.port != 1 {
+        return Err(Error::InvalidParameter {
+            what: "port number of the address handle (the device has port 1)",
+            value: attr.port as u64,
+        });
+    }
+    Ok(Av::from_attr(&AvAttr {
+        link: AvLink::Ib {
+            dlid: attr.dlid,
+            src_path_bits: attr.src_path_bits,
+            grh: attr.grh,
+        },
+        sl: attr.sl,
+        static_rate: mlx5::av::mlx5_rate(attr.static_rate),
+    }))
+}
