@@ -2,7 +2,8 @@
 
 use super::clock::{ack_timeout_ns, rnr_timer_ns};
 use super::cq::err_cqe;
-use super::mem::{Binding, Denied, Dma};
+use super::dma::Dma;
+use super::mem::{Binding, Denied};
 use super::order::{Kind, OrderMode, MAX_HOLD_NS};
 use super::qp::{Progress, QpState, Started, Wait, WaitFor};
 use super::State;

@@ -1,7 +1,7 @@
 //! Protection domains, memory regions and memory windows: the key tables of the NIC, and
 //! every check made before a byte is moved.
 
-use super::dma::DmaBuf;
+use super::dma::{Dma, DmaBuf};
 use super::ids::Ids;
 use crate::request::{Access, MwType};
 use std::collections::HashMap;
@@ -19,24 +19,6 @@ pub(crate) enum Denied {
     Rights,
     /// A type-2 window used through a QP other than the one it is bound to.
     Qp,
-}
-
-/// Where the NIC moves bytes: an address checked against a region, and the region's whole
-/// words (the access sizes every party uses for its bytes: [`crate::shared`]).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Dma {
-    pub(crate) ptr: *mut u8,
-    pub(crate) words: crate::shared::Words,
-}
-
-impl Dma {
-    /// No bytes (a zero-length access).
-    pub(crate) fn none() -> Dma {
-        Dma {
-            ptr: core::ptr::null_mut(),
-            words: Default::default(),
-        }
-    }
 }
 
 impl Mr {

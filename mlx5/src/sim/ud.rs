@@ -344,7 +344,7 @@ impl State {
     }
 
     /// Reads the first `out.len()` bytes of a checked scatter list.
-    fn gather_ptrs(ptrs: &[(super::mem::Dma, usize)], out: &mut [u8]) {
+    fn gather_ptrs(ptrs: &[(super::dma::Dma, usize)], out: &mut [u8]) {
         let mut at = 0;
         for &(p, len) in ptrs {
             let k = len.min(out.len() - at);
