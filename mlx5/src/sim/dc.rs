@@ -23,37 +23,14 @@
 //! invalid request (`REMOTE_INVAL_REQ`, as rxe's `check_op_valid` answers an RC QP without
 //! the right); a bad remote key or range gives `REMOTE_ACCESS` as on RC.
 
-use super::exec::Outcome;
-use super::qp::{QpCaps, QpState};
+use super::progress::Outcome;
+use super::qp_attr::{DcDest, DcRole, DctStats, QpCaps, QpState};
 use super::{Nic, SimError, State};
 use crate::dc::{decode_dc, DcAddr};
 use crate::request::{Access, Request, Sge};
 use crate::syndrome::Syndrome;
 use crate::wqe::{decode, Decoded, MAX_WQE_BYTES};
 use crate::RawQp;
-
-/// The destination of a DCI WQE.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct DcDest {
-    pub(crate) dctn: u32,
-    pub(crate) key: u64,
-}
-
-/// What a QP is in the DC transport.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum DcRole {
-    /// An initiator; `cur` is the destination of the WQE being run.
-    Dci { cur: Option<DcDest> },
-    /// A target.
-    Dct { key: u64, access: Access },
-}
-
-/// What a DCT saw of its initiators.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct DctStats {
-    /// Requests it dropped because their DC key was not its own (each retransmission counts).
-    pub key_violations: u64,
-}
 
 /// The rights a DCT may be created with: what an RC responder checks.
 const DCT_RIGHTS: Access =

@@ -5,7 +5,8 @@ use super::cq::err_cqe;
 use super::dma::Dma;
 use super::mem::{Binding, Denied};
 use super::order::{Kind, OrderMode, MAX_HOLD_NS};
-use super::qp::{Progress, QpState, Started, Wait, WaitFor};
+use super::progress::{Outcome, Progress, Started, Wait, WaitFor};
+use super::qp_attr::QpState;
 use super::State;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
@@ -26,16 +27,6 @@ fn message_bytes(req: &Request<'_>) -> u64 {
         Request::Read { sgl, .. } => sgl.iter().map(|s| s.len as u64).sum(),
         _ => 0,
     }
-}
-
-/// The result of running one WQE.
-pub(crate) enum Outcome {
-    /// Done; bytes for the CQE's byte count.
-    Done(u32),
-    /// Failed with this syndrome (the QP goes to error).
-    Failed(Syndrome),
-    /// The responder had no receive WQE: try again when the RNR timer expires.
-    Retry,
 }
 
 impl State {

@@ -49,16 +49,17 @@ mod ids;
 mod mcast;
 mod mem;
 mod order;
+mod progress;
 mod qp;
+mod qp_attr;
 mod srq;
 mod uar;
 mod ud;
 
 pub use arm::{ArmStats, CqEventSink};
 pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
-pub use dc::DctStats;
 pub use order::OrderMode;
-pub use qp::{QpCaps, QpState, QpStats};
+pub use qp_attr::{DctStats, QpCaps, QpState, QpStats};
 pub use srq::{SrqCaps, SrqStats};
 pub use ud::{PortAttr, DEFAULT_PORT_MTU, PORT_GID, PORT_LID};
 

@@ -229,7 +229,7 @@ impl State {
     /// for the others); the last-WQE-reached event, once.
     pub(crate) fn last_wqe_if_error(&mut self, qpn: u32) {
         if let Some(q) = self.qps.get_mut(&qpn) {
-            if q.srq.is_some() && q.state == super::QpState::Error && !q.last_wqe_reached {
+            if q.srq.is_some() && q.state == super::qp_attr::QpState::Error && !q.last_wqe_reached {
                 q.last_wqe_reached = true;
                 self.events.push_back(AsyncEvent::QpLastWqeReached { qpn });
             }

@@ -31,9 +31,9 @@
 //!   sending QP too, unless the QP was created without it (verbs
 //!   `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`): mlx5's default is loopback on.
 
-use super::exec::Outcome;
 use super::mcast::McastError;
-use super::qp::QpState;
+use super::progress::Outcome;
+use super::qp_attr::{QpState, UdCtx};
 use super::{Nic, SimError, State};
 use crate::av::Av;
 use crate::cqe::{Cqe64, CqeOpcode};
@@ -62,15 +62,6 @@ pub struct PortAttr {
     pub gid: [u8; 16],
     /// The active MTU in bytes (256, 512, 1024, 2048 or 4096): the largest UD message.
     pub mtu: u32,
-}
-
-/// The UD attributes of a QP.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct UdCtx {
-    /// The QP's Q_Key.
-    pub(crate) qkey: u32,
-    /// Whether its multicast sends reach itself when attached.
-    pub(crate) mcast_loopback: bool,
 }
 
 /// The port's UD state.
