@@ -23,9 +23,12 @@
 //! invalid request (`REMOTE_INVAL_REQ`, as rxe's `check_op_valid` answers an RC QP without
 //! the right); a bad remote key or range gives `REMOTE_ACCESS` as on RC.
 
+use super::clock::QpTiming;
+use super::error::SimError;
 use super::progress::Outcome;
 use super::qp_attr::{DcDest, DcRole, DctStats, QpCaps, QpState};
-use super::{Nic, SimError, State};
+use super::state::State;
+use super::Nic;
 use crate::dc::{decode_dc, DcAddr};
 use crate::request::{Access, Request, Sge};
 use crate::syndrome::Syndrome;
@@ -91,7 +94,7 @@ impl Nic {
     /// [`SimError::NoQp`]; [`SimError::Dc`] for a QP that is not a DCI;
     /// [`SimError::QpState`] when it is not in RESET; [`SimError::Caps`] for a timing past
     /// its encoding.
-    pub fn dci_ready(&self, dci: u32, timing: super::QpTiming) -> Result<(), SimError> {
+    pub fn dci_ready(&self, dci: u32, timing: QpTiming) -> Result<(), SimError> {
         if !timing.is_valid() {
             return Err(SimError::Caps(
                 "timing: retry_cnt and rnr_retry <= 7, timeout and min_rnr_timer <= 31",

@@ -3,11 +3,12 @@
 use super::clock::{ack_timeout_ns, rnr_timer_ns};
 use super::cq::err_cqe;
 use super::dma::Dma;
+use super::event::AsyncEvent;
 use super::mem::{Binding, Denied};
 use super::order::{Kind, OrderMode, MAX_HOLD_NS};
 use super::progress::{Outcome, Progress, Started, Wait, WaitFor};
 use super::qp_attr::QpState;
-use super::State;
+use super::state::State;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 use crate::syndrome::Syndrome;
@@ -389,30 +390,6 @@ impl State {
         }
     }
 
-    /// Flushes every posted receive of a QP in error. Returns how many.
-    fn flush_recvs_if_error(&mut self, qpn: u32) -> usize {
-        // A QP with an SRQ flushes none of its WQEs: they stay for the others.
-        self.last_wqe_if_error(qpn);
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return 0;
-        };
-        if qp.state != QpState::Error {
-            return 0;
-        }
-        let mut n = 0;
-        while qp.rq_pending() > 0 {
-            let idx = qp.rq_ci as u16;
-            qp.rq_ci = qp.rq_ci.wrapping_add(1);
-            qp.stats.recvs += 1;
-            let e = err_cqe(Syndrome::WrFlush.to_u8(), qpn, idx);
-            if let Some(cq) = self.cqs.get_mut(&qp.recv_cq) {
-                cq.push_err(e, CqeOpcode::RespErr);
-            }
-            n += 1;
-        }
-        n
-    }
-
     /// Gathers the bytes of a payload from local memory.
     pub(super) fn gather(&self, pd: u32, p: &Payload<'_>) -> Result<Vec<u8>, Syndrome> {
         match p {
@@ -474,17 +451,17 @@ impl State {
 
     /// A class-C responder error: the responder QP goes to error too.
     fn remote_fault(&mut self, peer: u32, s: Syndrome) -> Outcome {
-        self.error_with(peer, super::AsyncEvent::QpAccessError { qpn: peer });
+        self.error_with(peer, AsyncEvent::QpAccessError { qpn: peer });
         Outcome::Failed(s)
     }
 
     /// A QP whose completion did not fit in its CQ goes to error with a QP-fatal event.
     pub(super) fn fatal(&mut self, qpn: u32) {
-        self.error_with(qpn, super::AsyncEvent::QpFatal { qpn });
+        self.error_with(qpn, AsyncEvent::QpFatal { qpn });
     }
 
     /// Moves `qpn` to error, raising `event` when it was not in error already.
-    fn error_with(&mut self, qpn: u32, event: super::AsyncEvent) {
+    fn error_with(&mut self, qpn: u32, event: AsyncEvent) {
         if self
             .qps
             .get(&qpn)

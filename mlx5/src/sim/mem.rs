@@ -6,6 +6,30 @@ use super::ids::Ids;
 use crate::request::{Access, MwType};
 use std::collections::HashMap;
 
+/// What the NIC's memory registration does, as `ibv_query_device_ex` reports it
+/// (`odp_caps`).
+///
+/// The default is what the software NIC models of a ConnectX: explicit on-demand paging
+/// for RC (send, receive, write, read, atomic). The NIC works on the process's own memory
+/// with plain loads and stores and cannot fault pages in: an explicit on-demand region is
+/// memory its owner keeps mapped (the region owns the buffer, or its `unsafe` registration
+/// promised it), so it behaves as a pinned one, and a prefetch is checked (key, domain,
+/// on-demand, rights, range) and then has nothing to do. It does not model implicit
+/// on-demand paging (a whole-address-space key would let a peer reach any address, which a
+/// model without page tables cannot refuse) nor dma-buf (memory of another device): both
+/// are reported absent.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MemoryCaps {
+    /// Explicit on-demand paging for RC (`IBV_ODP_SUPPORT` and the RC bits).
+    pub odp: bool,
+}
+
+impl Default for MemoryCaps {
+    fn default() -> Self {
+        MemoryCaps { odp: true }
+    }
+}
+
 /// Why an access was refused.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Denied {

@@ -44,234 +44,44 @@ mod clock;
 mod cq;
 mod dc;
 mod dma;
+mod error;
+mod event;
 mod exec;
 mod ids;
 mod mcast;
 mod mem;
 mod order;
+mod port;
 mod progress;
 mod qp;
 mod qp_attr;
+mod recv;
 mod srq;
+mod state;
 mod uar;
 mod ud;
 
 pub use arm::{ArmStats, CqEventSink};
 pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
+pub use error::SimError;
+pub use event::AsyncEvent;
+pub use mem::MemoryCaps;
 pub use order::OrderMode;
+pub use port::{PortAttr, DEFAULT_PORT_MTU, PORT_GID, PORT_LID};
 pub use qp_attr::{DctStats, QpCaps, QpState, QpStats};
 pub use srq::{SrqCaps, SrqStats};
-pub use ud::{PortAttr, DEFAULT_PORT_MTU, PORT_GID, PORT_LID};
-
-/// An asynchronous event of the device, as `ibv_get_async_event` reports them
-/// (`IBV_EVENT_CQ_ERR`, `IBV_EVENT_QP_FATAL`, `IBV_EVENT_QP_ACCESS_ERR`, ...).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AsyncEvent {
-    /// A CQ overran (or its memory failed): it is in error, writes nothing more.
-    CqError {
-        /// The CQ.
-        cqn: u32,
-    },
-    /// A QP went to error for a reason no completion reports (its completion did not fit
-    /// in an overrun CQ).
-    QpFatal {
-        /// The QP.
-        qpn: u32,
-    },
-    /// A responder QP went to error on an incoming request it refused (a class-C error:
-    /// remote access or invalid request).
-    QpAccessError {
-        /// The QP.
-        qpn: u32,
-    },
-    /// The port went down.
-    PortError {
-        /// The port.
-        port: u8,
-    },
-    /// The device failed; nothing runs any more.
-    DeviceFatal,
-    /// An SRQ's armed limit was reached: fewer WQEs than the limit remain posted
-    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is disarmed.
-    SrqLimitReached {
-        /// The SRQ.
-        srqn: u32,
-    },
-    /// A QP with an SRQ went to error and will take no more WQEs from it
-    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`).
-    QpLastWqeReached {
-        /// The QP.
-        qpn: u32,
-    },
-}
+pub use state::{Limits, DEFAULT_CQE_COMP_MAX_NUM};
 pub use uar::{RegKind, RegisterCheck, UarConfig};
 
 use crate::request::{Access, MwType};
+use crate::srq::RawSrq;
 use crate::{wqe, RawCq, RawQp};
-use ids::Ids;
-use mem::{Memory, Mr, Mw};
-use std::collections::{BTreeMap, HashMap};
+use mem::{Mr, Mw};
+use srq::SimSrq;
+use state::State;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-
-/// Why the software NIC refused a control operation.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SimError {
-    /// No protection domain with this number.
-    NoPd(u32),
-    /// No CQ with this number.
-    NoCq(u32),
-    /// No QP with this number.
-    NoQp(u32),
-    /// No SRQ with this number.
-    NoSrq(u32),
-    /// No region with this key.
-    NoMr(u32),
-    /// No memory window with this key.
-    NoMw(u32),
-    /// A CQ size that is not a power of two of 64- or 128-byte entries.
-    CqSize {
-        /// Entries asked for.
-        cqe_cnt: u32,
-        /// Entry size asked for.
-        cqe_size: u32,
-    },
-    /// QP limits out of range (BlueFlame size not a multiple of 64, more than 16 blocks of
-    /// WQE, ...).
-    Caps(&'static str),
-    /// A zero-length region or a null address.
-    BadRegion,
-    /// The object is still in use (a QP on a CQ, windows bound to a region).
-    Busy,
-    /// Every number of this kind is in use (24-bit key indices, QP or CQ numbers, or the
-    /// smaller limits of [`Nic::with_limits`]).
-    Exhausted(&'static str),
-    /// The NIC could not allocate memory of this many bytes.
-    NoMemory(u64),
-    /// Region rights the hardware refuses ([`Access::region_error`] says why).
-    Rights(Access),
-    /// No thread domain with this number.
-    NoTd(u32),
-    /// A compressing CQ the NIC cannot create (rdma-core's `mlx5dv_create_cq` fails with
-    /// `EINVAL`): the format is not among the supported ones, `max_num` is 0, or the entries
-    /// are 128 bytes and the NIC compresses only 64-byte ones.
-    CqeCompression {
-        /// The mini-CQE format asked for.
-        format: crate::cqe::MiniCqeFormat,
-        /// The entry size asked for.
-        cqe_size: u32,
-        /// What the NIC supports.
-        caps: crate::cqe::CqeCompCaps,
-    },
-    /// Every register for thread domains is taken (`ibv_alloc_td` fails: `ENOMEM`).
-    NoRegister,
-    /// The NIC's [`MemoryCaps`] lack what the registration asks for (on-demand paging).
-    NoCapability(&'static str),
-    /// A prefetch (`ibv_advise_mr`) of a range the kernel refuses (`ENOENT`, as
-    /// `get_prefetchable_mr`): no region with this key in the domain, a region that is not
-    /// on-demand, a write prefetch of a region without local write, or a range outside it.
-    Prefetch(u32),
-    /// A QP in a state that does not allow the transition (connecting a QP that is
-    /// connected to another one or in error: verbs requires RESET first).
-    QpState {
-        /// The QP.
-        qpn: u32,
-        /// Its state.
-        state: QpState,
-    },
-    /// An operation that does not apply to this QP's DC role (connecting a DCI or DCT to a
-    /// peer, a DCI operation on another QP, ...).
-    Dc {
-        /// The QP.
-        qpn: u32,
-        /// What was wrong.
-        why: &'static str,
-    },
-    /// A multicast attach or detach the device refuses (`EINVAL`): why.
-    Mcast(&'static str),
-}
-
-impl core::fmt::Display for SimError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            SimError::NoPd(v) => write!(f, "no protection domain {v}"),
-            SimError::NoCq(v) => write!(f, "no CQ {v:#x}"),
-            SimError::NoQp(v) => write!(f, "no QP {v:#x}"),
-            SimError::NoSrq(v) => write!(f, "no SRQ {v:#x}"),
-            SimError::NoMr(v) => write!(f, "no memory region with key {v:#x}"),
-            SimError::NoMw(v) => write!(f, "no memory window with rkey {v:#x}"),
-            SimError::CqSize { cqe_cnt, cqe_size } => {
-                write!(
-                    f,
-                    "CQ of {cqe_cnt} entries of {cqe_size} bytes: need a power of two of 64 or 128"
-                )
-            }
-            SimError::Caps(why) => write!(f, "QP capabilities: {why}"),
-            SimError::BadRegion => f.write_str("memory region of zero length or at a null address"),
-            SimError::Busy => f.write_str("object still in use"),
-            SimError::Exhausted(what) => write!(f, "every {what} is in use"),
-            SimError::NoMemory(len) => write!(f, "cannot allocate {len} bytes"),
-            SimError::NoCapability(what) => write!(f, "the NIC does not do {what}"),
-            SimError::Prefetch(lkey) => write!(
-                f,
-                "prefetch refused for region {lkey:#x} (not on-demand, not writable, or out of range)"
-            ),
-            SimError::QpState { qpn, state } => {
-                write!(f, "QP {qpn:#x} is {state:?}: it connects only from RESET")
-            }
-            SimError::Rights(a) => write!(
-                f,
-                "region rights {a}: {}",
-                a.region_error().unwrap_or("refused")
-            ),
-            SimError::NoTd(v) => write!(f, "no thread domain {v}"),
-            SimError::Dc { qpn, why } => write!(f, "QP {qpn:#x}: {why}"),
-            SimError::CqeCompression {
-                format,
-                cqe_size,
-                caps,
-            } => write!(
-                f,
-                "CQE compression with {format} on {cqe_size}-byte CQEs: the NIC supports \
-                 formats {:#x}, sessions of up to {}, 128-byte CQEs {}",
-                caps.supported_format,
-                caps.max_num,
-                if caps.cqe_128 { "yes" } else { "no" }
-            ),
-            SimError::NoRegister => f.write_str("no BlueFlame register left for a thread domain"),
-            SimError::Mcast(why) => write!(f, "multicast: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for SimError {}
-
-/// What the NIC's memory registration does, as `ibv_query_device_ex` reports it
-/// (`odp_caps`).
-///
-/// The default is what the software NIC models of a ConnectX: explicit on-demand paging
-/// for RC (send, receive, write, read, atomic). The NIC works on the process's own memory
-/// with plain loads and stores and cannot fault pages in: an explicit on-demand region is
-/// memory its owner keeps mapped (the region owns the buffer, or its `unsafe` registration
-/// promised it), so it behaves as a pinned one, and a prefetch is checked (key, domain,
-/// on-demand, rights, range) and then has nothing to do. It does not model implicit
-/// on-demand paging (a whole-address-space key would let a peer reach any address, which a
-/// model without page tables cannot refuse) nor dma-buf (memory of another device): both
-/// are reported absent.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct MemoryCaps {
-    /// Explicit on-demand paging for RC (`IBV_ODP_SUPPORT` and the RC bits).
-    pub odp: bool,
-}
-
-impl Default for MemoryCaps {
-    fn default() -> Self {
-        MemoryCaps { odp: true }
-    }
-}
 
 /// A registered memory region.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -284,64 +94,6 @@ pub struct MrInfo {
     pub lkey: u32,
     /// Remote key (equal to the lkey on mlx5).
     pub rkey: u32,
-}
-
-pub(crate) struct State {
-    pub(crate) mem: Memory,
-    pub(crate) cqs: HashMap<u32, cq::SimCq>,
-    pub(crate) qps: BTreeMap<u32, qp::SimQp>,
-    qpns: Ids,
-    /// Shared receive queues, by number.
-    pub(crate) srqs: HashMap<u32, srq::SimSrq>,
-    pub(crate) srqns: Ids,
-    cqns: Ids,
-    pub(crate) threaded: bool,
-    /// What the NIC's atomics do and how it writes their replies.
-    pub(crate) atomics: crate::atomic::AtomicCaps,
-    /// What the NIC reports of CQE compression.
-    pub(crate) cqe_comp: crate::cqe::CqeCompCaps,
-    pub(crate) uars: uar::Uars,
-    /// Asynchronous events not yet taken (the device's event queue).
-    pub(crate) events: std::collections::VecDeque<AsyncEvent>,
-    /// What registration can do.
-    memory_caps: MemoryCaps,
-    /// Arms count only entries written after them ([`Nic::set_arm_next_only`]).
-    arm_next_only: bool,
-    /// Virtual time, for the transport timers and held-back requests.
-    pub(crate) clock: clock::Clock,
-    /// In order, or as freely as the ordering rules allow.
-    pub(crate) order: OrderMode,
-    /// Set while a held-back request runs: the responder accepted it when it arrived, so
-    /// its state then no longer matters.
-    pub(crate) replay: bool,
-    /// The port's UD side: its MTU and multicast groups.
-    pub(crate) port: ud::Port,
-}
-
-/// The longest compressed session of a software NIC by default (its `cqe_comp_caps.max_num`;
-/// [`Nic::set_cqe_comp_caps`] changes it).
-pub const DEFAULT_CQE_COMP_MAX_NUM: u32 = 64;
-
-/// How many objects of each kind a software NIC may hold at once. The defaults are the
-/// hardware's 24-bit spaces; tests that exhaust or wrap them choose smaller ones.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Key indices shared by regions and windows (at most 0xff_ffff).
-    pub keys: u32,
-    /// QP numbers, from 0x100 (at most 0xff_ff00).
-    pub qps: u32,
-    /// CQ numbers, from 0x80 (at most 0xff_ff80).
-    pub cqs: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            keys: 0xff_ffff,
-            qps: 0x100_0000 - 0x100,
-            cqs: 0x100_0000 - 0x80,
-        }
-    }
 }
 
 struct Inner {
@@ -445,36 +197,9 @@ impl Nic {
     }
 
     fn with_limits_and_uars(limits: Limits, uars: UarConfig) -> Nic {
-        let d = Limits::default();
-        let last = |first: u32, n: u32, max: u32| first + n.clamp(1, max) - 1;
         Nic {
             inner: Arc::new(Inner {
-                state: Mutex::new(State {
-                    mem: Memory::new(limits.keys.clamp(1, d.keys)),
-                    cqs: HashMap::new(),
-                    qps: BTreeMap::new(),
-                    qpns: Ids::new(0x100, last(0x100, limits.qps, d.qps)),
-                    srqs: HashMap::new(),
-                    srqns: Ids::new(0x40, 0xff_ffff),
-                    cqns: Ids::new(0x80, last(0x80, limits.cqs, d.cqs)),
-                    threaded: false,
-                    atomics: crate::atomic::AtomicCaps::CONNECTX,
-                    cqe_comp: crate::cqe::CqeCompCaps {
-                        max_num: DEFAULT_CQE_COMP_MAX_NUM,
-                        supported_format: crate::cqe::MiniCqeFormat::ALL
-                            .iter()
-                            .fold(0, |a, f| a | f.bit()),
-                        cqe_128: true,
-                    },
-                    uars: uar::Uars::new(uars),
-                    events: std::collections::VecDeque::new(),
-                    memory_caps: MemoryCaps::default(),
-                    arm_next_only: false,
-                    clock: clock::Clock::new(),
-                    order: OrderMode::default(),
-                    replay: false,
-                    port: ud::Port::default(),
-                }),
+                state: Mutex::new(State::new(limits, uars)),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
             }),
@@ -1333,5 +1058,74 @@ impl Nic {
     /// Whether the doorbell thread runs.
     pub fn is_threaded(&self) -> bool {
         self.inner.running.load(Ordering::Acquire)
+    }
+}
+
+impl Nic {
+    /// Creates an SRQ in protection domain `pd` (`ibv_create_srq`): its ring linked as
+    /// rdma-core links it, head 0, tail the last entry.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`], [`SimError::Caps`] (more than 32767 receives or 31 entries),
+    /// [`SimError::Exhausted`].
+    pub fn create_srq(&self, pd: u32, caps: SrqCaps) -> Result<RawSrq, SimError> {
+        if caps.max_wr == 0 || caps.max_wr >= 1 << 15 || caps.max_sge > 31 {
+            return Err(SimError::Caps("SRQ: 1 <= max_wr <= 32767, max_sge <= 31"));
+        }
+        let mut st = self.st();
+        Self::check_pd(&st, pd)?;
+        let srqn = st.srqns.alloc().ok_or(SimError::Exhausted("SRQ number"))?;
+        let s = SimSrq::new(srqn, pd, caps);
+        let raw = s.raw();
+        st.srqs.insert(srqn, s);
+        Ok(raw)
+    }
+
+    /// Destroys an SRQ (its ring is freed: the driver must not touch it afterwards).
+    ///
+    /// # Errors
+    /// [`SimError::NoSrq`]; [`SimError::Busy`] while a QP uses it (`ibv_destroy_srq`:
+    /// `EBUSY`).
+    pub fn destroy_srq(&self, srqn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let s = st.srqs.get(&srqn).ok_or(SimError::NoSrq(srqn))?;
+        if s.users != 0 {
+            return Err(SimError::Busy);
+        }
+        st.srqs.remove(&srqn);
+        st.srqns.free(srqn);
+        Ok(())
+    }
+
+    /// Arms the SRQ's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): one
+    /// [`AsyncEvent::SrqLimitReached`] when a WQE is taken and fewer than `limit` remain
+    /// posted; 0 disarms.
+    ///
+    /// # Errors
+    /// [`SimError::NoSrq`]; [`SimError::Caps`] for a limit not below the ring's entries
+    /// (the kernel's `mlx5_ib_modify_srq`: `EINVAL`).
+    pub fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let s = st.srqs.get_mut(&srqn).ok_or(SimError::NoSrq(srqn))?;
+        if limit >= s.cnt {
+            return Err(SimError::Caps("SRQ limit must be below the SRQ's entries"));
+        }
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// The SRQ's armed limit (0: disarmed), None for an unknown SRQ.
+    pub fn srq_limit(&self, srqn: u32) -> Option<u32> {
+        self.st().srqs.get(&srqn).map(|s| s.limit)
+    }
+
+    /// WQEs posted to the SRQ and not taken yet (None for an unknown SRQ).
+    pub fn srq_pending(&self, srqn: u32) -> Option<u32> {
+        self.st().srqs.get(&srqn).map(|s| s.pending())
+    }
+
+    /// What the NIC saw of an SRQ.
+    pub fn srq_stats(&self, srqn: u32) -> Option<SrqStats> {
+        self.st().srqs.get(&srqn).map(|s| s.stats)
     }
 }

@@ -2,7 +2,8 @@
 //! receives with the 40-byte GRH area, Q_Keys and multicast.
 //!
 //! The NIC has one InfiniBand port ([`PortAttr`]: LID [`PORT_LID`], GID [`PORT_GID`], an
-//! active MTU of [`DEFAULT_PORT_MTU`] unless [`Nic::set_port_mtu`] says otherwise). What it
+//! active MTU of [`DEFAULT_PORT_MTU`](super::DEFAULT_PORT_MTU) unless [`Nic::set_port_mtu`]
+//! says otherwise). What it
 //! does, as a ConnectX does:
 //! - A UD QP goes RESET -> INIT (Q_Key) -> RTR -> RTS as verbs asks; [`Nic::make_ud`] does it
 //!   in one step. A Q_Key with the high bit set needs privilege (the kernel refuses it with
@@ -31,10 +32,13 @@
 //!   sending QP too, unless the QP was created without it (verbs
 //!   `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`): mlx5's default is loopback on.
 
+use super::error::SimError;
 use super::mcast::McastError;
+use super::port::{PortAttr, PORT_GID, PORT_LID};
 use super::progress::Outcome;
 use super::qp_attr::{QpState, UdCtx};
-use super::{Nic, SimError, State};
+use super::state::State;
+use super::Nic;
 use crate::av::Av;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::grh::{Grh, GRH_BYTES};
@@ -43,41 +47,6 @@ use crate::syndrome::Syndrome;
 use crate::wqe::decode_ud;
 use crate::Be32;
 use zerocopy::IntoBytes;
-
-/// The LID of the software NIC's port.
-pub const PORT_LID: u16 = 1;
-/// The GID (index 0) of the software NIC's port: link-local prefix, a fixed interface id.
-pub const PORT_GID: [u8; 16] = [
-    0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0xb1, 0x0e, 0xff, 0xfe, 0, 0, 0x01,
-];
-/// The port's active MTU unless set otherwise (`IBV_MTU_4096`).
-pub const DEFAULT_PORT_MTU: u32 = 4096;
-
-/// What `ibv_query_port` / `ibv_query_gid` say of the software NIC's port.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct PortAttr {
-    /// The port's LID.
-    pub lid: u16,
-    /// The port's GID at index 0.
-    pub gid: [u8; 16],
-    /// The active MTU in bytes (256, 512, 1024, 2048 or 4096): the largest UD message.
-    pub mtu: u32,
-}
-
-/// The port's UD state.
-pub(crate) struct Port {
-    pub(crate) mtu: u32,
-    pub(crate) groups: super::mcast::Groups,
-}
-
-impl Default for Port {
-    fn default() -> Self {
-        Port {
-            mtu: DEFAULT_PORT_MTU,
-            groups: Default::default(),
-        }
-    }
-}
 
 fn mcast_err(e: McastError) -> SimError {
     SimError::Mcast(match e {
@@ -213,7 +182,7 @@ impl State {
                 av.tclass,
                 av.flow_label(),
                 av.hop_limit,
-                super::ud::PORT_GID,
+                PORT_GID,
                 av.rgid,
                 bytes.len() as u32,
                 d.send.imm.is_some(),
