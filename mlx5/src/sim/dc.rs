@@ -25,10 +25,10 @@
 
 use super::clock::QpTiming;
 use super::error::SimError;
+use super::nic::Nic;
 use super::progress::Outcome;
 use super::qp_attr::{DcDest, DcRole, DctStats, QpCaps, QpState};
 use super::state::State;
-use super::Nic;
 use crate::dc::{decode_dc, DcAddr};
 use crate::request::{Access, Request, Sge};
 use crate::syndrome::Syndrome;
@@ -335,6 +335,7 @@ mod tests {
     use crate::ctrl::{CompletionMode, FmCeSe};
     use crate::dc::{encode_dc, DcAddr};
     use crate::request::{Payload, Remote};
+    use crate::sim::order::OrderMode;
     use crate::wqe::Span;
 
     /// Writes one DCI WQE (two blocks) at block 0 of `raw`'s ring (optionally without the extended-AV
@@ -342,13 +343,12 @@ mod tests {
     /// and syndrome byte.
     fn run_one(extended: bool) -> (u8, u8) {
         let nic = Nic::new();
-        nic.set_order(super::super::OrderMode::Strict);
+        nic.set_order(OrderMode::Strict);
         let pd = nic.alloc_pd();
         let cq = nic.create_cq(16, 64).unwrap();
         let dctn = nic.create_dct(pd, cq.cqn, None, 7, DCT_RIGHTS).unwrap();
         let raw = nic.create_dci(pd, cq.cqn, QpCaps::default()).unwrap();
-        nic.dci_ready(raw.qpn, super::super::QpTiming::default())
-            .unwrap();
+        nic.dci_ready(raw.qpn, QpTiming::default()).unwrap();
         let mr = nic
             .alloc_mr(pd, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();

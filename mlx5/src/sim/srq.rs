@@ -3,16 +3,18 @@
 //! - The ring is a linked list of WQEs ([`crate::srq`]): the NIC takes the WQE at its head
 //!   and moves to that WQE's `next_wqe_index`; it never looks at the driver's head or tail.
 //!   How many WQEs it may take is the doorbell record's counter (16 bits) minus what it took.
-//! - Any receiving object attached to the SRQ ([`State::attach_srq`](super::state::State::attach_srq): an RC QP
-//!   now; the
-//!   same call serves a DCT) takes its receives from it; the CQE names the receiving QP
+//! - Any receiving object attached to the SRQ
+//!   ([`State::attach_srq`](super::state::State::attach_srq): an RC QP now; the same call
+//!   serves a DCT) takes its receives from it; the CQE names the receiving QP
 //!   (`sop_drop_qpn`), the SRQ (`srqn_uidx`, as with CQE version 0) and the WQE's index
 //!   (`wqe_counter`), which the driver gives back to its free list.
 //! - A QP that goes to error does not flush the SRQ's WQEs (they stay for the others): it
-//!   raises [`AsyncEvent::QpLastWqeReached`](super::AsyncEvent::QpLastWqeReached) once instead.
-//! - The limit ("LWM"): armed by [`Nic::arm_srq_limit`](super::Nic::arm_srq_limit); when the NIC takes a WQE and fewer
-//!   than the limit remain posted, it raises [`AsyncEvent::SrqLimitReached`](super::AsyncEvent::SrqLimitReached) once and
-//!   disarms (the kernel's `mlx5_ib_modify_srq` refuses a limit not below the ring's size).
+//!   raises [`AsyncEvent::QpLastWqeReached`](super::AsyncEvent::QpLastWqeReached) once
+//!   instead.
+//! - The limit ("LWM"): armed by [`Nic::arm_srq_limit`](super::Nic::arm_srq_limit); when the
+//!   NIC takes a WQE and fewer than the limit remain posted, it raises
+//!   [`AsyncEvent::SrqLimitReached`](super::AsyncEvent::SrqLimitReached) once and disarms
+//!   (the kernel's `mlx5_ib_modify_srq` refuses a limit not below the ring's size).
 //! - No WQE posted: an RC sender gets RNR NAKs, as with a QP's own receive queue.
 
 use super::dma::{self, DmaBuf};

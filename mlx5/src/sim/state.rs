@@ -33,7 +33,8 @@ pub(crate) struct State {
     pub(crate) events: VecDeque<AsyncEvent>,
     /// What registration can do.
     pub(crate) memory_caps: MemoryCaps,
-    /// Arms count only entries written after them ([`Nic::set_arm_next_only`](super::Nic::set_arm_next_only)).
+    /// Arms count only entries written after them
+    /// ([`Nic::set_arm_next_only`](super::Nic::set_arm_next_only)).
     pub(crate) arm_next_only: bool,
     /// Virtual time, for the transport timers and held-back requests.
     pub(crate) clock: Clock,

@@ -34,11 +34,11 @@
 
 use super::error::SimError;
 use super::mcast::McastError;
+use super::nic::Nic;
 use super::port::{PortAttr, PORT_GID, PORT_LID};
 use super::progress::Outcome;
 use super::qp_attr::{QpState, UdCtx};
 use super::state::State;
-use super::Nic;
 use crate::av::Av;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::grh::{Grh, GRH_BYTES};
