@@ -41,6 +41,7 @@
 //! ```
 
 mod arm;
+mod atomic;
 mod clock;
 mod cq;
 mod dc;
@@ -52,6 +53,7 @@ mod fault;
 mod ids;
 mod mcast;
 mod mem;
+mod mw;
 mod nic;
 mod nic_control;
 mod nic_mem;
@@ -63,6 +65,7 @@ mod progress;
 mod qp;
 mod qp_attr;
 mod recv;
+mod sq;
 mod srq;
 mod state;
 mod uar;
