@@ -124,6 +124,32 @@ pub(crate) unsafe fn write_region(at: Dma, data: &[u8]) {
     unsafe { crate::shared::copy_in(at.words, at.ptr, data) }
 }
 
+/// Writes `data` across a checked scatter list, piece after piece (what does not fit is
+/// left out).
+pub(crate) fn scatter(ptrs: &[(Dma, usize)], mut data: &[u8]) {
+    for &(p, len) in ptrs {
+        let k = len.min(data.len());
+        // SAFETY: every pointer was checked by `scatter_ptrs` for `len` writable bytes.
+        unsafe { write_region(p, &data[..k]) };
+        data = &data[k..];
+    }
+}
+
+/// Reads the first `out.len()` bytes of a checked scatter list.
+pub(crate) fn gather_ptrs(ptrs: &[(Dma, usize)], out: &mut [u8]) {
+    let mut at = 0;
+    for &(p, len) in ptrs {
+        let k = len.min(out.len() - at);
+        if k == 0 {
+            break;
+        }
+        // SAFETY: every pointer was checked by `scatter_ptrs` for `len` bytes of the
+        // region (writable, hence readable by the device).
+        unsafe { read_region(p, &mut out[at..at + k]) };
+        at += k;
+    }
+}
+
 /// Publishes a CQE: writes its first 63 bytes, then the `op_own` byte with Release ordering
 /// so a poller that sees the new owner bit (Acquire or read barrier) sees the whole entry.
 ///

@@ -10,7 +10,7 @@ use super::progress::{Outcome, Wait, WaitFor};
 use super::qp_attr::QpState;
 use super::state::State;
 use crate::cqe::{Cqe64, CqeOpcode};
-use crate::request::{Access, Payload, Remote, Request, Sge};
+use crate::request::{Access, Remote, Request, Sge};
 use crate::syndrome::Syndrome;
 use crate::wqe::{Decoded, MAX_MESSAGE_BYTES};
 use crate::Be32;
@@ -51,7 +51,7 @@ impl State {
                     Ok(x) => x,
                     Err(s) => return Outcome::Failed(s),
                 };
-                let bytes = match self.gather(pd, &data) {
+                let bytes = match self.mem.gather(pd, &data) {
                     Ok(b) => b,
                     Err(s) => return Outcome::Failed(s),
                 };
@@ -93,7 +93,7 @@ impl State {
                     Ok(x) => x,
                     Err(s) => return Outcome::Failed(s),
                 };
-                let ptrs = match self.scatter_ptrs(pd, sgl) {
+                let ptrs = match self.mem.scatter_ptrs(pd, sgl) {
                     Ok(p) => p,
                     Err(_) => return Outcome::Failed(Syndrome::LocalProt),
                 };
@@ -107,7 +107,7 @@ impl State {
                     // SAFETY: `src` was checked for `total` readable bytes at the responder.
                     unsafe { dma::read_region(src, &mut bytes) };
                 }
-                Self::scatter(&ptrs, &bytes);
+                dma::scatter(&ptrs, &bytes);
                 Outcome::Done(total as u32)
             }
             Request::Send { data }
@@ -117,7 +117,7 @@ impl State {
                     Ok((_, p)) => p,
                     Err(s) => return Outcome::Failed(s),
                 };
-                let bytes = match self.gather(pd, &data) {
+                let bytes = match self.mem.gather(pd, &data) {
                     Ok(b) => b,
                     Err(s) => return Outcome::Failed(s),
                 };
@@ -256,14 +256,14 @@ impl State {
                 .get(&rcq)
                 .is_some_and(|cq| data.len() <= cq.inline_max());
         if !in_cqe {
-            let ptrs = match self.scatter_ptrs(ppd, &sges[..n]) {
+            let ptrs = match self.mem.scatter_ptrs(ppd, &sges[..n]) {
                 Ok(p) => p,
                 Err(_) => {
                     resp_err(self, Syndrome::LocalProt);
                     return Err(Outcome::Failed(Syndrome::RemoteOp));
                 }
             };
-            Self::scatter(&ptrs, data);
+            dma::scatter(&ptrs, data);
         }
         let c = Cqe64 {
             byte_cnt: Be32::new(byte_cnt),
@@ -282,46 +282,5 @@ impl State {
             self.fatal(peer);
         }
         Ok(())
-    }
-
-    /// Gathers the bytes of a payload from local memory.
-    pub(crate) fn gather(&self, pd: u32, p: &Payload<'_>) -> Result<Vec<u8>, Syndrome> {
-        match p {
-            Payload::Inline(b) => Ok(b.to_vec()),
-            Payload::Sgl(sgl) => {
-                let mut out = Vec::new();
-                for s in sgl.iter() {
-                    let src = self
-                        .mem
-                        .local(pd, s.lkey, s.addr, s.len as u64, false)
-                        .map_err(|_| Syndrome::LocalProt)?;
-                    let at = out.len();
-                    out.resize(at + s.len as usize, 0);
-                    // SAFETY: `src .. src + len` was checked to lie inside a registered region.
-                    unsafe { dma::read_region(src, &mut out[at..]) };
-                }
-                Ok(out)
-            }
-        }
-    }
-
-    /// Checks a scatter list for local writes; returns host pointers.
-    pub(crate) fn scatter_ptrs(&self, pd: u32, sgl: &[Sge]) -> Result<Vec<(Dma, usize)>, Denied> {
-        sgl.iter()
-            .map(|s| {
-                self.mem
-                    .local(pd, s.lkey, s.addr, s.len as u64, true)
-                    .map(|p| (p, s.len as usize))
-            })
-            .collect()
-    }
-
-    pub(crate) fn scatter(ptrs: &[(Dma, usize)], mut data: &[u8]) {
-        for &(p, len) in ptrs {
-            let k = len.min(data.len());
-            // SAFETY: every pointer was checked by `scatter_ptrs` for `len` writable bytes.
-            unsafe { dma::write_region(p, &data[..k]) };
-            data = &data[k..];
-        }
     }
 }

@@ -1,9 +1,10 @@
 //! Protection domains, memory regions and memory windows: the key tables of the NIC, and
-//! every check made before a byte is moved.
+//! every check made before a byte is moved (gather and scatter lists included).
 
-use super::dma::{Dma, DmaBuf};
+use super::dma::{self, Dma, DmaBuf};
 use super::ids::Ids;
-use crate::request::{Access, MwType};
+use crate::request::{Access, MwType, Payload, Sge};
+use crate::syndrome::Syndrome;
 use std::collections::HashMap;
 
 /// What the NIC's memory registration does, as `ibv_query_device_ex` reports it
@@ -190,6 +191,36 @@ impl Memory {
         let va = b.addr + (addr - base);
         within(va, len, mr.addr, mr.len)?;
         Ok(mr.dma(va))
+    }
+
+    /// Gathers the bytes of a payload from local memory.
+    pub(crate) fn gather(&self, pd: u32, p: &Payload<'_>) -> Result<Vec<u8>, Syndrome> {
+        match p {
+            Payload::Inline(b) => Ok(b.to_vec()),
+            Payload::Sgl(sgl) => {
+                let mut out = Vec::new();
+                for s in sgl.iter() {
+                    let src = self
+                        .local(pd, s.lkey, s.addr, s.len as u64, false)
+                        .map_err(|_| Syndrome::LocalProt)?;
+                    let at = out.len();
+                    out.resize(at + s.len as usize, 0);
+                    // SAFETY: `src .. src + len` was checked to lie inside a registered region.
+                    unsafe { dma::read_region(src, &mut out[at..]) };
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Checks a scatter list for local writes; returns host pointers.
+    pub(crate) fn scatter_ptrs(&self, pd: u32, sgl: &[Sge]) -> Result<Vec<(Dma, usize)>, Denied> {
+        sgl.iter()
+            .map(|s| {
+                self.local(pd, s.lkey, s.addr, s.len as u64, true)
+                    .map(|p| (p, s.len as usize))
+            })
+            .collect()
     }
 }
 

@@ -181,7 +181,7 @@ impl State {
             Request::Read { remote, sgl } => {
                 let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
                 total <= MAX_MESSAGE_BYTES
-                    && self.scatter_ptrs(pd, sgl).is_ok()
+                    && self.mem.scatter_ptrs(pd, sgl).is_ok()
                     && self
                         .remote_buf(ppd, peer, &remote, total, Access::REMOTE_READ)
                         .is_ok()

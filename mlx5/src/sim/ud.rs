@@ -32,6 +32,7 @@
 //!   sending QP too, unless the QP was created without it (verbs
 //!   `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`): mlx5's default is loopback on.
 
+use super::dma;
 use super::error::SimError;
 use super::mcast::McastError;
 use super::nic::Nic;
@@ -166,7 +167,7 @@ impl State {
             // so any above the port's largest, 2^31), before a byte is gathered.
             return Outcome::Failed(Syndrome::LocalLength);
         }
-        let bytes = match self.gather(pd, &d.send.data) {
+        let bytes = match self.mem.gather(pd, &d.send.data) {
             Ok(b) => b,
             Err(s) => return Outcome::Failed(s),
         };
@@ -271,7 +272,7 @@ impl State {
                 msg[..GRH_BYTES].copy_from_slice(g.as_bytes());
             }
         } else {
-            let ptrs = match self.scatter_ptrs(pd, &sges[..n]) {
+            let ptrs = match self.mem.scatter_ptrs(pd, &sges[..n]) {
                 Ok(p) => p,
                 Err(_) => {
                     resp_err(self, Syndrome::LocalProt);
@@ -281,9 +282,9 @@ impl State {
             match &src.grh {
                 Some(g) => msg[..GRH_BYTES].copy_from_slice(g.as_bytes()),
                 // No GRH: its 40 bytes are left as they were (read back, written unchanged).
-                None => Self::gather_ptrs(&ptrs, &mut msg[..GRH_BYTES]),
+                None => dma::gather_ptrs(&ptrs, &mut msg[..GRH_BYTES]),
             }
-            Self::scatter(&ptrs, &msg);
+            dma::scatter(&ptrs, &msg);
         }
         let mut c = Cqe64 {
             byte_cnt: Be32::new(total as u32),
@@ -300,21 +301,6 @@ impl State {
             .is_some_and(|cq| cq.push_scattered(c, op, solicited, inline))
         {
             self.fatal(dst);
-        }
-    }
-
-    /// Reads the first `out.len()` bytes of a checked scatter list.
-    fn gather_ptrs(ptrs: &[(super::dma::Dma, usize)], out: &mut [u8]) {
-        let mut at = 0;
-        for &(p, len) in ptrs {
-            let k = len.min(out.len() - at);
-            if k == 0 {
-                break;
-            }
-            // SAFETY: every pointer was checked by `scatter_ptrs` for `len` bytes of the
-            // region (writable, hence readable by the device).
-            unsafe { super::dma::read_region(p, &mut out[at..at + k]) };
-            at += k;
         }
     }
 }
