@@ -40,36 +40,50 @@
 //! assert_eq!(nic.process(), 0); // nothing posted yet
 //! ```
 
-mod arm;
-mod atomic;
+// The files from the ground up: each imports only from its own group and the groups before
+// it, never from this file.
+//
+// Small shared types and primitives:
 mod clock;
-mod cq;
-mod dc;
 mod dma;
 mod error;
 mod event;
-mod exec;
-mod fault;
 mod ids;
 mod mcast;
+mod order;
+mod progress;
+mod qp_attr;
+
+// The device's objects and tables:
+mod arm;
+mod cq;
 mod mem;
+mod port;
+mod qp;
+mod srq;
+mod uar;
+
+// Everything the NIC holds, under one lock:
+mod state;
+
+// What the NIC does (methods of the state):
+mod atomic;
+mod dc;
+mod exec;
+mod fault;
 mod mw;
+mod recv;
+mod sq;
+mod ud;
+
+// The handle and its API:
 mod nic;
 mod nic_control;
+mod nic_dc;
 mod nic_mem;
 mod nic_queues;
 mod nic_run;
-mod order;
-mod port;
-mod progress;
-mod qp;
-mod qp_attr;
-mod recv;
-mod sq;
-mod srq;
-mod state;
-mod uar;
-mod ud;
+mod nic_ud;
 
 pub use arm::{ArmStats, CqEventSink};
 pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};

@@ -1,4 +1,5 @@
-//! The NIC side of a shared receive queue, as a ConnectX runs one.
+//! The NIC side of a shared receive queue: its ring of linked WQEs, taken as a ConnectX
+//! takes them.
 //!
 //! - The ring is a linked list of WQEs ([`crate::srq`]): the NIC takes the WQE at its head
 //!   and moves to that WQE's `next_wqe_index`; it never looks at the driver's head or tail.
