@@ -1,5 +1,5 @@
-//! Memory the software NIC owns (rings, doorbell records, BlueFlame registers, allocated
-//! regions) and the raw copies that play DMA.
+//! DMA of the software NIC: the memory it owns (rings, doorbell records, BlueFlame registers,
+//! allocated regions), the addresses it checked in registered regions, and the raw copies.
 //!
 //! Everything the driver shares with the NIC is touched here through raw pointers, never
 //! through references: the driver writes these bytes from another thread at the same time,
@@ -51,6 +51,24 @@ impl Drop for DmaBuf {
     }
 }
 
+/// Where the NIC moves bytes: an address checked against a region, and the region's whole
+/// words (the access sizes every party uses for its bytes: [`crate::shared`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Dma {
+    pub(crate) ptr: *mut u8,
+    pub(crate) words: crate::shared::Words,
+}
+
+impl Dma {
+    /// No bytes (a zero-length access).
+    pub(crate) fn none() -> Dma {
+        Dma {
+            ptr: core::ptr::null_mut(),
+            words: Default::default(),
+        }
+    }
+}
+
 /// Reads a big-endian doorbell-record word the driver updates from another thread.
 ///
 /// # Safety
@@ -92,7 +110,7 @@ pub(crate) unsafe fn write(dst: *mut u8, data: &[u8]) {
 /// # Safety
 /// `at.ptr .. at.ptr + out.len()` was checked against the region table (live memory of the
 /// region `at.words` describes).
-pub(crate) unsafe fn read_region(at: super::mem::Dma, out: &mut [u8]) {
+pub(crate) unsafe fn read_region(at: Dma, out: &mut [u8]) {
     // SAFETY: the caller's contract is `copy_out`'s.
     unsafe { crate::shared::copy_out(at.words, at.ptr, out) }
 }
@@ -101,9 +119,35 @@ pub(crate) unsafe fn read_region(at: super::mem::Dma, out: &mut [u8]) {
 ///
 /// # Safety
 /// As [`read_region`], for writable memory not overlapping `data`.
-pub(crate) unsafe fn write_region(at: super::mem::Dma, data: &[u8]) {
+pub(crate) unsafe fn write_region(at: Dma, data: &[u8]) {
     // SAFETY: the caller's contract is `copy_in`'s.
     unsafe { crate::shared::copy_in(at.words, at.ptr, data) }
+}
+
+/// Writes `data` across a checked scatter list, piece after piece (what does not fit is
+/// left out).
+pub(crate) fn scatter(ptrs: &[(Dma, usize)], mut data: &[u8]) {
+    for &(p, len) in ptrs {
+        let k = len.min(data.len());
+        // SAFETY: every pointer was checked by `scatter_ptrs` for `len` writable bytes.
+        unsafe { write_region(p, &data[..k]) };
+        data = &data[k..];
+    }
+}
+
+/// Reads the first `out.len()` bytes of a checked scatter list.
+pub(crate) fn gather_ptrs(ptrs: &[(Dma, usize)], out: &mut [u8]) {
+    let mut at = 0;
+    for &(p, len) in ptrs {
+        let k = len.min(out.len() - at);
+        if k == 0 {
+            break;
+        }
+        // SAFETY: every pointer was checked by `scatter_ptrs` for `len` bytes of the
+        // region (writable, hence readable by the device).
+        unsafe { read_region(p, &mut out[at..at + k]) };
+        at += k;
+    }
 }
 
 /// Publishes a CQE: writes its first 63 bytes, then the `op_own` byte with Release ordering

@@ -1,10 +1,35 @@
 //! Protection domains, memory regions and memory windows: the key tables of the NIC, and
-//! every check made before a byte is moved.
+//! every check made before a byte is moved (gather and scatter lists included).
 
-use super::dma::DmaBuf;
+use super::dma::{self, Dma, DmaBuf};
 use super::ids::Ids;
-use crate::request::{Access, MwType};
+use crate::request::{Access, MwType, Payload, Sge};
+use crate::syndrome::Syndrome;
 use std::collections::HashMap;
+
+/// What the NIC's memory registration does, as `ibv_query_device_ex` reports it
+/// (`odp_caps`).
+///
+/// The default is what the software NIC models of a ConnectX: explicit on-demand paging
+/// for RC (send, receive, write, read, atomic). The NIC works on the process's own memory
+/// with plain loads and stores and cannot fault pages in: an explicit on-demand region is
+/// memory its owner keeps mapped (the region owns the buffer, or its `unsafe` registration
+/// promised it), so it behaves as a pinned one, and a prefetch is checked (key, domain,
+/// on-demand, rights, range) and then has nothing to do. It does not model implicit
+/// on-demand paging (a whole-address-space key would let a peer reach any address, which a
+/// model without page tables cannot refuse) nor dma-buf (memory of another device): both
+/// are reported absent.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MemoryCaps {
+    /// Explicit on-demand paging for RC (`IBV_ODP_SUPPORT` and the RC bits).
+    pub odp: bool,
+}
+
+impl Default for MemoryCaps {
+    fn default() -> Self {
+        MemoryCaps { odp: true }
+    }
+}
 
 /// Why an access was refused.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -19,24 +44,6 @@ pub(crate) enum Denied {
     Rights,
     /// A type-2 window used through a QP other than the one it is bound to.
     Qp,
-}
-
-/// Where the NIC moves bytes: an address checked against a region, and the region's whole
-/// words (the access sizes every party uses for its bytes: [`crate::shared`]).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Dma {
-    pub(crate) ptr: *mut u8,
-    pub(crate) words: crate::shared::Words,
-}
-
-impl Dma {
-    /// No bytes (a zero-length access).
-    pub(crate) fn none() -> Dma {
-        Dma {
-            ptr: core::ptr::null_mut(),
-            words: Default::default(),
-        }
-    }
 }
 
 impl Mr {
@@ -184,6 +191,36 @@ impl Memory {
         let va = b.addr + (addr - base);
         within(va, len, mr.addr, mr.len)?;
         Ok(mr.dma(va))
+    }
+
+    /// Gathers the bytes of a payload from local memory.
+    pub(crate) fn gather(&self, pd: u32, p: &Payload<'_>) -> Result<Vec<u8>, Syndrome> {
+        match p {
+            Payload::Inline(b) => Ok(b.to_vec()),
+            Payload::Sgl(sgl) => {
+                let mut out = Vec::new();
+                for s in sgl.iter() {
+                    let src = self
+                        .local(pd, s.lkey, s.addr, s.len as u64, false)
+                        .map_err(|_| Syndrome::LocalProt)?;
+                    let at = out.len();
+                    out.resize(at + s.len as usize, 0);
+                    // SAFETY: `src .. src + len` was checked to lie inside a registered region.
+                    unsafe { dma::read_region(src, &mut out[at..]) };
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Checks a scatter list for local writes; returns host pointers.
+    pub(crate) fn scatter_ptrs(&self, pd: u32, sgl: &[Sge]) -> Result<Vec<(Dma, usize)>, Denied> {
+        sgl.iter()
+            .map(|s| {
+                self.local(pd, s.lkey, s.addr, s.len as u64, true)
+                    .map(|p| (p, s.len as usize))
+            })
+            .collect()
     }
 }
 

@@ -3,157 +3,17 @@
 use super::clock::QpTiming;
 use super::dma::{self, DmaBuf};
 use super::order::{Kind, Rng};
+use super::progress::{Progress, Started, Wait};
+use super::qp_attr::{DcRole, DctStats, QpCaps, QpState, QpStats, UdCtx};
 use super::uar::{PassRing, SimReg};
 use crate::ctrl::CtrlSeg;
 use crate::doorbell::{MAX_WQE_BBS, RCV_DBR, SEND_WQE_BB, SND_DBR};
 use crate::recv::decode_recv;
 use crate::request::Sge;
-use crate::syndrome::Syndrome;
 use crate::wqe::{ds_to_bbs, MAX_WQE_BYTES};
 use crate::RawQp;
 use std::collections::VecDeque;
 use zerocopy::FromBytes;
-
-/// What the WQE at the head of the send queue waits for.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum WaitFor {
-    /// The local ACK timeout: the responder answered nothing.
-    Ack,
-    /// The RNR NAK timer: the responder had no receive.
-    Rnr,
-}
-
-/// A timer of the WQE at the head of the send queue.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Wait {
-    /// Virtual time it expires (`u64::MAX`: never).
-    pub(crate) until: u64,
-    pub(crate) kind: WaitFor,
-}
-
-/// How a started WQE stands.
-pub(crate) enum Progress {
-    /// Ran; bytes for the CQE.
-    Done(u32),
-    /// Failed with this syndrome.
-    Failed(Syndrome),
-    /// Held back by the ordering mode: runs at `due` or when a later WQE waits for it.
-    Held {
-        wqe: Box<[u8; MAX_WQE_BYTES]>,
-        len: usize,
-        kind: Kind,
-        due: u64,
-    },
-}
-
-/// A WQE the NIC started whose completion is not written yet (completions go in order: a
-/// WQE that ran waits behind a held-back one before it).
-pub(crate) struct Started {
-    pub(crate) pi: u32,
-    pub(crate) opcode: u8,
-    pub(crate) signaled: bool,
-    pub(crate) progress: Progress,
-}
-
-/// The state of a software QP.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum QpState {
-    /// Created, not connected: doorbells are ignored.
-    Reset,
-    /// Connected and running.
-    Rts,
-    /// In error: every WQE and receive is flushed.
-    Error,
-    /// Send queue error (UD only, IBA 10.3.1 "SQEr"; a ConnectX's `MLX5_QP_STATE_SQER`,
-    /// which the kernel's mlx5 `modify_qp` leaves with `SQERR2RTS_QP`): a send failed, so
-    /// every later send WQE is flushed, while the receive queue keeps receiving.
-    SqError,
-}
-
-/// What the NIC saw of one QP's doorbells and WQEs.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct QpStats {
-    /// Send WQEs executed or flushed.
-    pub wqes: u64,
-    /// Receive WQEs consumed or flushed.
-    pub recvs: u64,
-    /// Rings whose doorbell was found in the BlueFlame register (synchronous mode).
-    pub doorbells: u64,
-    /// Of those, rings that carried the whole WQE (BlueFlame copy) equal to the ring's bytes.
-    pub bf_copies: u64,
-    /// Rings that wrote only the 8-byte doorbell.
-    pub db_writes: u64,
-    /// BlueFlame copies whose bytes differ from the WQE in the ring.
-    pub bf_mismatches: u64,
-    /// BlueFlame copies that were not allowed (`bf_size == 0`, the WQE larger than it, or a
-    /// WQE of one DS, which rdma-core's `post_send_db` rings with the 8-byte doorbell).
-    pub bf_violations: u64,
-    /// Doorbell records that moved with no matching doorbell write in the register.
-    pub doorbell_misses: u64,
-    /// Rings that used the same BlueFlame half as the ring before them on the register (the
-    /// offset must alternate per register, whichever QP rings: rdma-core `bf->offset`).
-    pub bf_out_of_turn: u64,
-    /// Times a send found no receive WQE at the responder (RNR NAKs).
-    pub rnr_naks: u64,
-    /// Retransmissions after a local ACK timeout (the responder answered nothing).
-    pub transport_retries: u64,
-    /// Requests held back by the ordering mode while later ones ran first.
-    pub held_back: u64,
-    /// Datagrams this UD QP dropped: a Q_Key that differs from its own, no receive posted
-    /// (UD has no RNR), or the QP not ready to receive.
-    pub ud_drops: u64,
-}
-
-/// Creation limits of a software QP.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct QpCaps {
-    /// The send queue's size in 64-byte blocks (WQEBBs; rounded up to a power of two,
-    /// 16 ..= 32768): the unit of the direct path's ring, where a request takes 1 to 16
-    /// blocks (a small inline write or a read 1, a bind 3, a long gather list or inline
-    /// payload more). The largest request these limits allow takes
-    /// `mlx5::wqe::max_wqe_bbs` blocks, so `sq_blocks / max_wqe_bbs` of them always fit:
-    /// blueflame's `Qp::send_depth`. On the verbs path the QP is created with that many work
-    /// requests (`max_send_wr`), so both paths have the same depth.
-    pub sq_blocks: u32,
-    /// The receive queue's size in receive work requests (rounded up to a power of two; 0
-    /// for none).
-    pub rq_entries: u32,
-    /// Gather entries per send WQE.
-    pub max_send_sge: u32,
-    /// Scatter entries per receive WQE.
-    pub max_recv_sge: u32,
-    /// Inline bytes per send WQE.
-    pub max_inline: u32,
-    /// BlueFlame half size in bytes (0: doorbell only; a multiple of 64 otherwise).
-    pub bf_size: u32,
-    /// RNR retries before an RNR error (7 means retry for ever, as in verbs): the QP's RNR
-    /// retry count until [`super::Nic::set_timing`] programs another.
-    pub rnr_retry: u8,
-    /// Responder scatter-to-CQE (the QP context's `cs_res`). A ConnectX QP created by
-    /// rdma-core has it unless `MLX5_SCATTER_TO_CQE=0` or
-    /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE` (rdma-core `verbs.c` `use_scatter_to_cqe`;
-    /// the kernel's `create_user_qp` sets it for RC QPs, 64 bytes when the receive CQ has
-    /// 128-byte entries, else 32): a received send, send with immediate or send with
-    /// invalidate of up to 32 bytes (64 with 128-byte CQEs) then arrives inside its CQE
-    /// (format INLINE_SCATTER_32 / _64) and the receive buffers are not written: the
-    /// driver copies the data (rdma-core `mlx5_copy_to_recv_wqe`).
-    pub scatter_to_cqe: bool,
-}
-
-impl Default for QpCaps {
-    fn default() -> Self {
-        QpCaps {
-            sq_blocks: 256,
-            rq_entries: 256,
-            max_send_sge: 8,
-            max_recv_sge: 4,
-            max_inline: 256,
-            bf_size: 256,
-            rnr_retry: 7,
-            scatter_to_cqe: true,
-        }
-    }
-}
 
 pub(crate) struct SimQp {
     pub(crate) qpn: u32,
@@ -197,11 +57,11 @@ pub(crate) struct SimQp {
     pub(crate) rng: Rng,
     pub(crate) stats: QpStats,
     /// Its role in the DC transport (None: an RC QP).
-    pub(crate) dc: Option<super::dc::DcRole>,
+    pub(crate) dc: Option<DcRole>,
     /// What it saw as a DCT.
-    pub(crate) dct_stats: super::dc::DctStats,
+    pub(crate) dct_stats: DctStats,
     /// Set for an unreliable-datagram QP ([`super::Nic::make_ud`]).
-    pub(crate) ud: Option<super::ud::UdCtx>,
+    pub(crate) ud: Option<UdCtx>,
 }
 
 impl SimQp {
@@ -253,7 +113,7 @@ impl SimQp {
             rng: Rng::new(seed, qpn),
             stats: QpStats::default(),
             dc: None,
-            dct_stats: super::dc::DctStats::default(),
+            dct_stats: DctStats::default(),
             ud: None,
         }
     }

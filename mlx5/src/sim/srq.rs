@@ -1,21 +1,24 @@
-//! The NIC side of a shared receive queue, as a ConnectX runs one.
+//! The NIC side of a shared receive queue: its ring of linked WQEs, taken as a ConnectX
+//! takes them.
 //!
 //! - The ring is a linked list of WQEs ([`crate::srq`]): the NIC takes the WQE at its head
 //!   and moves to that WQE's `next_wqe_index`; it never looks at the driver's head or tail.
 //!   How many WQEs it may take is the doorbell record's counter (16 bits) minus what it took.
-//! - Any receiving object attached to the SRQ ([`State::attach_srq`]: an RC QP now; the
-//!   same call serves a DCT) takes its receives from it; the CQE names the receiving QP
+//! - Any receiving object attached to the SRQ
+//!   ([`State::attach_srq`](super::state::State::attach_srq): an RC QP now; the same call
+//!   serves a DCT) takes its receives from it; the CQE names the receiving QP
 //!   (`sop_drop_qpn`), the SRQ (`srqn_uidx`, as with CQE version 0) and the WQE's index
 //!   (`wqe_counter`), which the driver gives back to its free list.
 //! - A QP that goes to error does not flush the SRQ's WQEs (they stay for the others): it
-//!   raises [`AsyncEvent::QpLastWqeReached`] once instead.
-//! - The limit ("LWM"): armed by [`Nic::arm_srq_limit`]; when the NIC takes a WQE and fewer
-//!   than the limit remain posted, it raises [`AsyncEvent::SrqLimitReached`] once and
-//!   disarms (the kernel's `mlx5_ib_modify_srq` refuses a limit not below the ring's size).
+//!   raises [`AsyncEvent::QpLastWqeReached`](super::AsyncEvent::QpLastWqeReached) once
+//!   instead.
+//! - The limit ("LWM"): armed by [`Nic::arm_srq_limit`](super::Nic::arm_srq_limit); when the
+//!   NIC takes a WQE and fewer than the limit remain posted, it raises
+//!   [`AsyncEvent::SrqLimitReached`](super::AsyncEvent::SrqLimitReached) once and disarms
+//!   (the kernel's `mlx5_ib_modify_srq` refuses a limit not below the ring's size).
 //! - No WQE posted: an RC sender gets RNR NAKs, as with a QP's own receive queue.
 
 use super::dma::{self, DmaBuf};
-use super::{AsyncEvent, Nic, SimError, State};
 use crate::request::Sge;
 use crate::srq::{decode_srq_recv, init_links, srq_entries, srq_max_sge, srq_stride, RawSrq};
 
@@ -51,7 +54,7 @@ pub(crate) struct SimSrq {
     pub(crate) srqn: u32,
     pub(crate) pd: u32,
     buf: DmaBuf,
-    cnt: u32,
+    pub(crate) cnt: u32,
     stride: u32,
     max_sge: u32,
     dbrec: DmaBuf,
@@ -60,14 +63,14 @@ pub(crate) struct SimSrq {
     /// WQEs taken (16 bits, compared with the doorbell record's counter).
     taken: u16,
     /// The armed limit (0: disarmed).
-    limit: u32,
+    pub(crate) limit: u32,
     /// Receiving objects attached (QPs, DCTs): the SRQ cannot be destroyed while any is.
     pub(crate) users: u32,
     pub(crate) stats: SrqStats,
 }
 
 impl SimSrq {
-    fn new(srqn: u32, pd: u32, caps: SrqCaps) -> SimSrq {
+    pub(crate) fn new(srqn: u32, pd: u32, caps: SrqCaps) -> SimSrq {
         let stride = srq_stride(caps.max_sge.max(1)).unwrap_or(512);
         let cnt = srq_entries(caps.max_wr.max(1));
         let buf = DmaBuf::new((cnt * stride) as usize);
@@ -92,7 +95,7 @@ impl SimSrq {
         }
     }
 
-    fn raw(&self) -> RawSrq {
+    pub(crate) fn raw(&self) -> RawSrq {
         RawSrq {
             srqn: self.srqn,
             buf: self.buf.ptr(),
@@ -113,8 +116,8 @@ impl SimSrq {
     }
 
     /// Takes the WQE at the head (the caller checked [`SimSrq::pending`]): its index and
-    /// entries. Raises nothing (see [`State::take_srq_wqe`]).
-    fn take(&mut self, out: &mut [Sge; 64]) -> (u16, usize) {
+    /// entries. Raises nothing (see [`State::take_srq_wqe`](super::state::State::take_srq_wqe)).
+    pub(crate) fn take(&mut self, out: &mut [Sge; 64]) -> (u16, usize) {
         let idx = self.head;
         let stride = self.stride as usize;
         let mut entry = [0u8; 512];
@@ -126,182 +129,5 @@ impl SimSrq {
         self.taken = self.taken.wrapping_add(1);
         self.stats.taken += 1;
         (idx & (self.cnt - 1) as u16, n)
-    }
-}
-
-/// A receive WQE taken for an incoming message.
-pub(crate) struct Taken {
-    /// Its index (the CQE's `wqe_counter`).
-    pub(crate) idx: u16,
-    /// Scatter entries in the caller's array.
-    pub(crate) n: usize,
-    /// The SRQ it came from (0: the QP's own receive queue): the CQE's `srqn_uidx`.
-    pub(crate) srqn: u32,
-}
-
-impl State {
-    /// Attaches `receiver` (a QP or DCT number) to SRQ `srqn`: it takes its receives from
-    /// it from now on. The receiver's own bookkeeping (which SRQ it names) is its
-    /// creator's; this counts it as a user, so the SRQ outlives it.
-    ///
-    /// # Errors
-    /// [`SimError::NoSrq`].
-    pub(crate) fn attach_srq(&mut self, srqn: u32) -> Result<(), SimError> {
-        let s = self.srqs.get_mut(&srqn).ok_or(SimError::NoSrq(srqn))?;
-        s.users += 1;
-        Ok(())
-    }
-
-    /// Makes receiving object `qpn` (an RC QP, or a DCT, both in the QP map) take its
-    /// receives from SRQ `srqn` from now on: the one call any receiver's creation makes
-    /// (`srq` in `ibv_qp_init_attr`, or in the DCT's `mlx5dv_create_qp` attributes). Its
-    /// own receive queue, if it has one, is no longer used.
-    ///
-    /// # Errors
-    /// [`SimError::NoQp`], [`SimError::NoSrq`].
-    pub(crate) fn attach_receiver(&mut self, qpn: u32, srqn: u32) -> Result<(), SimError> {
-        if !self.qps.contains_key(&qpn) {
-            return Err(SimError::NoQp(qpn));
-        }
-        self.attach_srq(srqn)?;
-        let q = self.qps.get_mut(&qpn).expect("checked");
-        if let Some(old) = q.srq.replace(srqn) {
-            self.detach_srq(old);
-        }
-        Ok(())
-    }
-
-    /// The receiver using SRQ `srqn` is gone.
-    pub(crate) fn detach_srq(&mut self, srqn: u32) {
-        if let Some(s) = self.srqs.get_mut(&srqn) {
-            s.users = s.users.saturating_sub(1);
-        }
-    }
-
-    /// Receive WQEs available to QP `qpn` (its own, or its SRQ's).
-    pub(crate) fn recv_pending(&self, qpn: u32) -> u32 {
-        let Some(q) = self.qps.get(&qpn) else {
-            return 0;
-        };
-        match q.srq {
-            Some(srqn) => self.srqs.get(&srqn).map_or(0, |s| s.pending()),
-            None => q.rq_pending(),
-        }
-    }
-
-    /// Takes the next receive WQE of QP `qpn` (its own, or its SRQ's), if one is posted.
-    pub(crate) fn take_recv(&mut self, qpn: u32, out: &mut [Sge; 64]) -> Option<Taken> {
-        let q = self.qps.get_mut(&qpn)?;
-        match q.srq {
-            Some(srqn) => {
-                let (idx, n) = self.take_srq_wqe(srqn, out)?;
-                Some(Taken { idx, n, srqn })
-            }
-            None => {
-                if q.rq_pending() == 0 {
-                    return None;
-                }
-                let n = q.peek_recv(out);
-                let idx = q.rq_ci as u16;
-                q.rq_ci = q.rq_ci.wrapping_add(1);
-                Some(Taken { idx, n, srqn: 0 })
-            }
-        }
-    }
-
-    /// Takes the WQE at the head of SRQ `srqn` for any receiver attached to it, if one is
-    /// posted; raises the limit event when fewer than the armed limit remain.
-    pub(crate) fn take_srq_wqe(&mut self, srqn: u32, out: &mut [Sge; 64]) -> Option<(u16, usize)> {
-        let s = self.srqs.get_mut(&srqn)?;
-        if s.pending() == 0 {
-            return None;
-        }
-        let got = s.take(out);
-        if s.limit != 0 && s.pending() < s.limit {
-            s.limit = 0;
-            s.stats.limit_events += 1;
-            self.events.push_back(AsyncEvent::SrqLimitReached { srqn });
-        }
-        Some(got)
-    }
-
-    /// A QP with an SRQ that is in error: its receives are not flushed (the SRQ's WQEs stay
-    /// for the others); the last-WQE-reached event, once.
-    pub(crate) fn last_wqe_if_error(&mut self, qpn: u32) {
-        if let Some(q) = self.qps.get_mut(&qpn) {
-            if q.srq.is_some() && q.state == super::QpState::Error && !q.last_wqe_reached {
-                q.last_wqe_reached = true;
-                self.events.push_back(AsyncEvent::QpLastWqeReached { qpn });
-            }
-        }
-    }
-}
-
-impl Nic {
-    /// Creates an SRQ in protection domain `pd` (`ibv_create_srq`): its ring linked as
-    /// rdma-core links it, head 0, tail the last entry.
-    ///
-    /// # Errors
-    /// [`SimError::NoPd`], [`SimError::Caps`] (more than 32767 receives or 31 entries),
-    /// [`SimError::Exhausted`].
-    pub fn create_srq(&self, pd: u32, caps: SrqCaps) -> Result<RawSrq, SimError> {
-        if caps.max_wr == 0 || caps.max_wr >= 1 << 15 || caps.max_sge > 31 {
-            return Err(SimError::Caps("SRQ: 1 <= max_wr <= 32767, max_sge <= 31"));
-        }
-        let mut st = self.st();
-        Self::check_pd(&st, pd)?;
-        let srqn = st.srqns.alloc().ok_or(SimError::Exhausted("SRQ number"))?;
-        let s = SimSrq::new(srqn, pd, caps);
-        let raw = s.raw();
-        st.srqs.insert(srqn, s);
-        Ok(raw)
-    }
-
-    /// Destroys an SRQ (its ring is freed: the driver must not touch it afterwards).
-    ///
-    /// # Errors
-    /// [`SimError::NoSrq`]; [`SimError::Busy`] while a QP uses it (`ibv_destroy_srq`:
-    /// `EBUSY`).
-    pub fn destroy_srq(&self, srqn: u32) -> Result<(), SimError> {
-        let mut st = self.st();
-        let s = st.srqs.get(&srqn).ok_or(SimError::NoSrq(srqn))?;
-        if s.users != 0 {
-            return Err(SimError::Busy);
-        }
-        st.srqs.remove(&srqn);
-        st.srqns.free(srqn);
-        Ok(())
-    }
-
-    /// Arms the SRQ's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): one
-    /// [`AsyncEvent::SrqLimitReached`] when a WQE is taken and fewer than `limit` remain
-    /// posted; 0 disarms.
-    ///
-    /// # Errors
-    /// [`SimError::NoSrq`]; [`SimError::Caps`] for a limit not below the ring's entries
-    /// (the kernel's `mlx5_ib_modify_srq`: `EINVAL`).
-    pub fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<(), SimError> {
-        let mut st = self.st();
-        let s = st.srqs.get_mut(&srqn).ok_or(SimError::NoSrq(srqn))?;
-        if limit >= s.cnt {
-            return Err(SimError::Caps("SRQ limit must be below the SRQ's entries"));
-        }
-        s.limit = limit;
-        Ok(())
-    }
-
-    /// The SRQ's armed limit (0: disarmed), None for an unknown SRQ.
-    pub fn srq_limit(&self, srqn: u32) -> Option<u32> {
-        self.st().srqs.get(&srqn).map(|s| s.limit)
-    }
-
-    /// WQEs posted to the SRQ and not taken yet (None for an unknown SRQ).
-    pub fn srq_pending(&self, srqn: u32) -> Option<u32> {
-        self.st().srqs.get(&srqn).map(|s| s.pending())
-    }
-
-    /// What the NIC saw of an SRQ.
-    pub fn srq_stats(&self, srqn: u32) -> Option<SrqStats> {
-        self.st().srqs.get(&srqn).map(|s| s.stats)
     }
 }

@@ -1,12 +1,14 @@
 //! Unreliable datagram on the software NIC: UD QPs, their sends by address vector, their
 //! receives with the 40-byte GRH area, Q_Keys and multicast.
 //!
-//! The NIC has one InfiniBand port ([`PortAttr`]: LID [`PORT_LID`], GID [`PORT_GID`], an
-//! active MTU of [`DEFAULT_PORT_MTU`] unless [`Nic::set_port_mtu`] says otherwise). What it
-//! does, as a ConnectX does:
-//! - A UD QP goes RESET -> INIT (Q_Key) -> RTR -> RTS as verbs asks; [`Nic::make_ud`] does it
-//!   in one step. A Q_Key with the high bit set needs privilege (the kernel refuses it with
-//!   `EPERM` without `CAP_NET_RAW`): the driver refuses it before it gets here.
+//! The NIC has one InfiniBand port ([`PortAttr`](super::PortAttr): LID [`PORT_LID`], GID
+//! [`PORT_GID`], an active MTU of [`DEFAULT_PORT_MTU`](super::DEFAULT_PORT_MTU) unless
+//! [`Nic::set_port_mtu`](super::Nic::set_port_mtu) says otherwise). What it does, as a
+//! ConnectX does:
+//! - A UD QP goes RESET -> INIT (Q_Key) -> RTR -> RTS as verbs asks;
+//!   [`Nic::make_ud`](super::Nic::make_ud) does it in one step. A Q_Key with the high bit set
+//!   needs privilege (the kernel refuses it with `EPERM` without `CAP_NET_RAW`): the driver
+//!   refuses it before it gets here.
 //! - A send WQE carries the address vector ([`crate::av`]): the datagram goes to the QP
 //!   `dqp` of the port the AV names (this port: `rlid == PORT_LID`, and with a GRH
 //!   `rgid == PORT_GID`; any other destination is unreachable and the datagram is lost), or
@@ -31,10 +33,11 @@
 //!   sending QP too, unless the QP was created without it (verbs
 //!   `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`): mlx5's default is loopback on.
 
-use super::exec::Outcome;
-use super::mcast::McastError;
-use super::qp::QpState;
-use super::{Nic, SimError, State};
+use super::dma;
+use super::port::{PORT_GID, PORT_LID};
+use super::progress::Outcome;
+use super::qp_attr::QpState;
+use super::state::State;
 use crate::av::Av;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::grh::{Grh, GRH_BYTES};
@@ -43,141 +46,6 @@ use crate::syndrome::Syndrome;
 use crate::wqe::decode_ud;
 use crate::Be32;
 use zerocopy::IntoBytes;
-
-/// The LID of the software NIC's port.
-pub const PORT_LID: u16 = 1;
-/// The GID (index 0) of the software NIC's port: link-local prefix, a fixed interface id.
-pub const PORT_GID: [u8; 16] = [
-    0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0xb1, 0x0e, 0xff, 0xfe, 0, 0, 0x01,
-];
-/// The port's active MTU unless set otherwise (`IBV_MTU_4096`).
-pub const DEFAULT_PORT_MTU: u32 = 4096;
-
-/// What `ibv_query_port` / `ibv_query_gid` say of the software NIC's port.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct PortAttr {
-    /// The port's LID.
-    pub lid: u16,
-    /// The port's GID at index 0.
-    pub gid: [u8; 16],
-    /// The active MTU in bytes (256, 512, 1024, 2048 or 4096): the largest UD message.
-    pub mtu: u32,
-}
-
-/// The UD attributes of a QP.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct UdCtx {
-    /// The QP's Q_Key.
-    pub(crate) qkey: u32,
-    /// Whether its multicast sends reach itself when attached.
-    pub(crate) mcast_loopback: bool,
-}
-
-/// The port's UD state.
-pub(crate) struct Port {
-    pub(crate) mtu: u32,
-    pub(crate) groups: super::mcast::Groups,
-}
-
-impl Default for Port {
-    fn default() -> Self {
-        Port {
-            mtu: DEFAULT_PORT_MTU,
-            groups: Default::default(),
-        }
-    }
-}
-
-fn mcast_err(e: McastError) -> SimError {
-    SimError::Mcast(match e {
-        McastError::GidNotMulticast => "the GID is not a multicast GID (first byte 0xff)",
-        McastError::LidNotMulticast => "the LID is not a multicast LID (0xc000..=0xfffe)",
-        McastError::Unattached => "the QP is not attached to this group",
-    })
-}
-
-impl Nic {
-    /// The port's LID, GID and active MTU.
-    pub fn port_attr(&self) -> PortAttr {
-        PortAttr {
-            lid: PORT_LID,
-            gid: PORT_GID,
-            mtu: self.st().port.mtu,
-        }
-    }
-
-    /// Sets the port's active MTU (256, 512, 1024, 2048 or 4096 bytes).
-    ///
-    /// # Errors
-    /// [`SimError::Caps`] for another value.
-    pub fn set_port_mtu(&self, mtu: u32) -> Result<(), SimError> {
-        if !mtu.is_power_of_two() || !(256..=4096).contains(&mtu) {
-            return Err(SimError::Caps("port MTU: 256, 512, 1024, 2048 or 4096"));
-        }
-        self.st().port.mtu = mtu;
-        Ok(())
-    }
-
-    /// Makes a QP in RESET an unreliable-datagram QP with this Q_Key and moves it to RTS
-    /// (verbs: INIT with the Q_Key, RTR, RTS). `mcast_loopback` false is verbs'
-    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
-    ///
-    /// # Errors
-    /// [`SimError::NoQp`]; [`SimError::QpState`] when the QP is not in RESET.
-    pub fn make_ud(&self, qpn: u32, qkey: u32, mcast_loopback: bool) -> Result<(), SimError> {
-        let mut st = self.st();
-        let q = st.qps.get_mut(&qpn).ok_or(SimError::NoQp(qpn))?;
-        if q.state != QpState::Reset || q.ud.is_some() {
-            return Err(SimError::QpState {
-                qpn,
-                state: q.state,
-            });
-        }
-        q.ud = Some(UdCtx {
-            qkey,
-            mcast_loopback,
-        });
-        q.state = QpState::Rts;
-        Ok(())
-    }
-
-    /// The Q_Key of a UD QP (None for an unknown or non-UD QP).
-    pub fn ud_qkey(&self, qpn: u32) -> Option<u32> {
-        self.st().qps.get(&qpn).and_then(|q| q.ud).map(|u| u.qkey)
-    }
-
-    /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`).
-    ///
-    /// # Errors
-    /// [`SimError::NoQp`]; [`SimError::Mcast`] for a QP that is not UD, a GID that is not
-    /// multicast or a LID that is not a multicast LID (the kernel's `EINVAL`).
-    pub fn attach_mcast(&self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), SimError> {
-        let mut st = self.st();
-        let q = st.qps.get(&qpn).ok_or(SimError::NoQp(qpn))?;
-        if q.ud.is_none() {
-            return Err(SimError::Mcast("multicast needs a UD QP"));
-        }
-        st.port.groups.attach(qpn, (gid, lid)).map_err(mcast_err)
-    }
-
-    /// Detaches a UD QP from a multicast group (`ibv_detach_mcast`).
-    ///
-    /// # Errors
-    /// As [`Nic::attach_mcast`]; [`SimError::Mcast`] when the QP is not attached to it.
-    pub fn detach_mcast(&self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), SimError> {
-        let mut st = self.st();
-        let q = st.qps.get(&qpn).ok_or(SimError::NoQp(qpn))?;
-        if q.ud.is_none() {
-            return Err(SimError::Mcast("multicast needs a UD QP"));
-        }
-        st.port.groups.detach(qpn, (gid, lid)).map_err(mcast_err)
-    }
-
-    /// The multicast groups a QP is attached to.
-    pub fn mcast_groups(&self, qpn: u32) -> Vec<([u8; 16], u16)> {
-        self.st().port.groups.of(qpn)
-    }
-}
 
 /// Where a datagram came from, as the receiver's CQE and GRH report it.
 struct Source {
@@ -206,7 +74,7 @@ impl State {
             // so any above the port's largest, 2^31), before a byte is gathered.
             return Outcome::Failed(Syndrome::LocalLength);
         }
-        let bytes = match self.gather(pd, &d.send.data) {
+        let bytes = match self.mem.gather(pd, &d.send.data) {
             Ok(b) => b,
             Err(s) => return Outcome::Failed(s),
         };
@@ -222,7 +90,7 @@ impl State {
                 av.tclass,
                 av.flow_label(),
                 av.hop_limit,
-                super::ud::PORT_GID,
+                PORT_GID,
                 av.rgid,
                 bytes.len() as u32,
                 d.send.imm.is_some(),
@@ -311,7 +179,7 @@ impl State {
                 msg[..GRH_BYTES].copy_from_slice(g.as_bytes());
             }
         } else {
-            let ptrs = match self.scatter_ptrs(pd, &sges[..n]) {
+            let ptrs = match self.mem.scatter_ptrs(pd, &sges[..n]) {
                 Ok(p) => p,
                 Err(_) => {
                     resp_err(self, Syndrome::LocalProt);
@@ -321,9 +189,9 @@ impl State {
             match &src.grh {
                 Some(g) => msg[..GRH_BYTES].copy_from_slice(g.as_bytes()),
                 // No GRH: its 40 bytes are left as they were (read back, written unchanged).
-                None => Self::gather_ptrs(&ptrs, &mut msg[..GRH_BYTES]),
+                None => dma::gather_ptrs(&ptrs, &mut msg[..GRH_BYTES]),
             }
-            Self::scatter(&ptrs, &msg);
+            dma::scatter(&ptrs, &msg);
         }
         let mut c = Cqe64 {
             byte_cnt: Be32::new(total as u32),
@@ -340,21 +208,6 @@ impl State {
             .is_some_and(|cq| cq.push_scattered(c, op, solicited, inline))
         {
             self.fatal(dst);
-        }
-    }
-
-    /// Reads the first `out.len()` bytes of a checked scatter list.
-    fn gather_ptrs(ptrs: &[(super::mem::Dma, usize)], out: &mut [u8]) {
-        let mut at = 0;
-        for &(p, len) in ptrs {
-            let k = len.min(out.len() - at);
-            if k == 0 {
-                break;
-            }
-            // SAFETY: every pointer was checked by `scatter_ptrs` for `len` bytes of the
-            // region (writable, hence readable by the device).
-            unsafe { super::dma::read_region(p, &mut out[at..at + k]) };
-            at += k;
         }
     }
 }

@@ -1,0 +1,293 @@
+//! Creating and destroying the software NIC's queues: CQs, QPs, SRQs, and the thread domains
+//! whose BlueFlame registers QPs ring.
+
+use super::cq::SimCq;
+use super::error::SimError;
+use super::nic::Nic;
+use super::order::OrderMode;
+use super::qp::SimQp;
+use super::qp_attr::{QpCaps, QpState};
+use super::srq::{SimSrq, SrqCaps};
+use super::uar::{RegKind, SimReg};
+use crate::srq::RawSrq;
+use crate::{RawCq, RawQp};
+
+impl Nic {
+    /// Creates a CQ of `cqe_cnt` entries (a power of two) of `cqe_size` bytes (64 or 128).
+    ///
+    /// # Errors
+    /// [`SimError::CqSize`].
+    pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<RawCq, SimError> {
+        let size_ok = cqe_size == 64 || cqe_size == 128;
+        if !cqe_cnt.is_power_of_two() || !(2..=1 << 22).contains(&cqe_cnt) || !size_ok {
+            return Err(SimError::CqSize { cqe_cnt, cqe_size });
+        }
+        let mut st = self.st();
+        let cqn = st.cqns.alloc().ok_or(SimError::Exhausted("CQ number"))?;
+        let cq = SimCq::new(cqn, cqe_cnt, cqe_size);
+        let raw = cq.raw();
+        st.cqs.insert(cqn, cq);
+        Ok(raw)
+    }
+
+    /// Creates a CQ as [`Nic::create_cq`] that compresses runs of completions into
+    /// sessions of mini-CQEs of `format` (`mlx5dv_create_cq` with
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`; the module `cq` describes the sessions).
+    ///
+    /// # Errors
+    /// [`SimError::CqeCompression`] when [`Nic::cqe_comp_caps`] does not allow it (rdma-core's
+    /// test); as [`Nic::create_cq`].
+    pub fn create_cq_compressed(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        format: crate::cqe::MiniCqeFormat,
+    ) -> Result<RawCq, SimError> {
+        let caps = self.cqe_comp_caps();
+        if !caps.supports(format, cqe_size) {
+            return Err(SimError::CqeCompression {
+                format,
+                cqe_size,
+                caps,
+            });
+        }
+        let raw = self.create_cq(cqe_cnt, cqe_size)?;
+        if let Some(cq) = self.st().cqs.get_mut(&raw.cqn) {
+            cq.compress(format, caps.max_num);
+        }
+        Ok(raw)
+    }
+
+    /// Destroys a CQ.
+    ///
+    /// # Errors
+    /// [`SimError::NoCq`]; [`SimError::Busy`] while a QP uses it.
+    pub fn destroy_cq(&self, cqn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        if !st.cqs.contains_key(&cqn) {
+            return Err(SimError::NoCq(cqn));
+        }
+        if st
+            .qps
+            .values()
+            .any(|q| q.send_cq == cqn || q.recv_cq == cqn)
+        {
+            return Err(SimError::Busy);
+        }
+        st.cqs.remove(&cqn);
+        st.cqns.free(cqn);
+        Ok(())
+    }
+
+    /// Creates an RC QP in RESET. Its BlueFlame register is rdma-core's choice for a QP
+    /// without a thread domain (`mlx5_get_qp_uar`): dedicated for the first ones, then shared.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`], [`SimError::NoCq`], [`SimError::Caps`].
+    pub fn create_qp(
+        &self,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+    ) -> Result<RawQp, SimError> {
+        self.create_qp_in(pd, None, send_cq, recv_cq, caps)
+    }
+
+    /// Creates an RC QP in RESET on thread domain `td` (the QP created on a parent domain
+    /// holding the thread domain): it rings the domain's own register.
+    ///
+    /// # Errors
+    /// As [`Nic::create_qp`]; [`SimError::NoTd`].
+    pub fn create_qp_on_td(
+        &self,
+        pd: u32,
+        td: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+    ) -> Result<RawQp, SimError> {
+        self.create_qp_in(pd, Some(td), send_cq, recv_cq, caps)
+    }
+
+    fn create_qp_in(
+        &self,
+        pd: u32,
+        td: Option<u32>,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+    ) -> Result<RawQp, SimError> {
+        if caps.bf_size % 64 != 0 || caps.bf_size > 4096 {
+            return Err(SimError::Caps(
+                "bf_size must be 0 or a multiple of 64 up to 4096",
+            ));
+        }
+        if caps.sq_blocks < crate::doorbell::MAX_WQE_BBS as u32 || caps.sq_blocks > 1 << 15 {
+            return Err(SimError::Caps("sq_blocks must be 16 ..= 32768"));
+        }
+        if caps.rq_entries > 1 << 15 || caps.max_recv_sge > 64 || caps.max_send_sge > 60 {
+            return Err(SimError::Caps(
+                "rq_entries <= 32768, max_recv_sge <= 64, max_send_sge <= 60",
+            ));
+        }
+        if caps.rnr_retry > 7 {
+            return Err(SimError::Caps(
+                "rnr_retry <= 7 (a 3-bit field; 7 retries for ever)",
+            ));
+        }
+        if caps.max_inline > 960 {
+            return Err(SimError::Caps(
+                "max_inline <= 960 (a WQE is at most 16 blocks)",
+            ));
+        }
+        let mut st = self.st();
+        Self::check_pd(&st, pd)?;
+        for cq in [send_cq, recv_cq] {
+            if !st.cqs.contains_key(&cq) {
+                return Err(SimError::NoCq(cq));
+            }
+        }
+        let bf_size = caps.bf_size as usize;
+        let reg = match td {
+            None => st.uars.for_qp(bf_size),
+            Some(td) => {
+                let i = *st.uars.tds.get(&td).ok_or(SimError::NoTd(td))?;
+                let r = &mut st.uars.regs[i];
+                if r.users == 0 && r.bf_size != bf_size {
+                    // The domain's register takes the size of its first QP's BlueFlame.
+                    *r = SimReg::new(RegKind::ThreadDomain, bf_size);
+                    r.td = Some(td);
+                } else if r.bf_size != bf_size {
+                    return Err(SimError::Caps(
+                        "bf_size differs from the thread domain's register",
+                    ));
+                }
+                r.users += 1;
+                i
+            }
+        };
+        let qpn = match st.qpns.alloc() {
+            Some(q) => q,
+            None => {
+                st.uars.release(reg);
+                return Err(SimError::Exhausted("QP number"));
+            }
+        };
+        let bf = st.uars.regs[reg].ptr();
+        let seed = match st.order {
+            OrderMode::Relaxed { seed } => seed,
+            OrderMode::Strict => 0,
+        };
+        let qp = SimQp::new(qpn, pd, (send_cq, recv_cq), caps, (reg, bf), seed);
+        let raw = qp.raw();
+        st.qps.insert(qpn, qp);
+        Ok(raw)
+    }
+
+    /// Destroys a QP (its rings are freed: the driver must not touch them afterwards).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`].
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.remove(&qpn).ok_or(SimError::NoQp(qpn))?;
+        st.qpns.free(qpn);
+        if let Some(srqn) = q.srq {
+            st.detach_srq(srqn);
+        }
+        st.uars.release(q.reg);
+        st.port.groups.forget(qpn);
+        for q in st.qps.values_mut() {
+            if q.peer == Some(qpn) {
+                q.peer = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes QP `qpn` take its receives from SRQ `srqn` (`srq` in `ibv_qp_init_attr`): a
+    /// QP in RESET of the SRQ's protection domain, created without a receive queue
+    /// (`rq_entries` 0).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`], [`SimError::NoSrq`]; [`SimError::QpState`] unless in RESET;
+    /// [`SimError::Caps`] for a QP with a receive queue, another SRQ, or another domain.
+    pub fn attach_qp_srq(&self, qpn: u32, srqn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get(&qpn).ok_or(SimError::NoQp(qpn))?;
+        let s = st.srqs.get(&srqn).ok_or(SimError::NoSrq(srqn))?;
+        if q.state != QpState::Reset {
+            return Err(SimError::QpState {
+                qpn,
+                state: q.state,
+            });
+        }
+        if q.rq_cnt != 0 || q.srq.is_some() || q.pd != s.pd {
+            return Err(SimError::Caps(
+                "an SRQ QP has no receive queue, one SRQ, and the SRQ's domain",
+            ));
+        }
+        st.attach_receiver(qpn, srqn)
+    }
+
+    /// A thread domain with a register of its own (`ibv_alloc_td` on mlx5).
+    ///
+    /// # Errors
+    /// [`SimError::NoRegister`] when every register for thread domains is taken.
+    pub fn alloc_td(&self) -> Result<u32, SimError> {
+        self.st()
+            .uars
+            .alloc_td(QpCaps::default().bf_size as usize)
+            .ok_or(SimError::NoRegister)
+    }
+
+    /// Frees a thread domain.
+    ///
+    /// # Errors
+    /// [`SimError::NoTd`]; [`SimError::Busy`] while QPs use it.
+    pub fn dealloc_td(&self, td: u32) -> Result<(), SimError> {
+        self.st().uars.dealloc_td(td).map_err(|busy| {
+            if busy {
+                SimError::Busy
+            } else {
+                SimError::NoTd(td)
+            }
+        })
+    }
+
+    /// Creates an SRQ in protection domain `pd` (`ibv_create_srq`): its ring linked as
+    /// rdma-core links it, head 0, tail the last entry.
+    ///
+    /// # Errors
+    /// [`SimError::NoPd`], [`SimError::Caps`] (more than 32767 receives or 31 entries),
+    /// [`SimError::Exhausted`].
+    pub fn create_srq(&self, pd: u32, caps: SrqCaps) -> Result<RawSrq, SimError> {
+        if caps.max_wr == 0 || caps.max_wr >= 1 << 15 || caps.max_sge > 31 {
+            return Err(SimError::Caps("SRQ: 1 <= max_wr <= 32767, max_sge <= 31"));
+        }
+        let mut st = self.st();
+        Self::check_pd(&st, pd)?;
+        let srqn = st.srqns.alloc().ok_or(SimError::Exhausted("SRQ number"))?;
+        let s = SimSrq::new(srqn, pd, caps);
+        let raw = s.raw();
+        st.srqs.insert(srqn, s);
+        Ok(raw)
+    }
+
+    /// Destroys an SRQ (its ring is freed: the driver must not touch it afterwards).
+    ///
+    /// # Errors
+    /// [`SimError::NoSrq`]; [`SimError::Busy`] while a QP uses it (`ibv_destroy_srq`:
+    /// `EBUSY`).
+    pub fn destroy_srq(&self, srqn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let s = st.srqs.get(&srqn).ok_or(SimError::NoSrq(srqn))?;
+        if s.users != 0 {
+            return Err(SimError::Busy);
+        }
+        st.srqs.remove(&srqn);
+        st.srqns.free(srqn);
+        Ok(())
+    }
+}

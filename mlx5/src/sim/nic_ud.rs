@@ -1,0 +1,100 @@
+//! The UD side of the software NIC's API: the port's attributes and MTU, UD QPs and their
+//! Q_Keys, and multicast attach and detach (the transport itself is `ud.rs`).
+
+use super::error::SimError;
+use super::mcast::McastError;
+use super::nic::Nic;
+use super::port::{PortAttr, PORT_GID, PORT_LID};
+use super::qp_attr::{QpState, UdCtx};
+
+/// The control error of a multicast attach or detach the port refused.
+fn mcast_err(e: McastError) -> SimError {
+    SimError::Mcast(match e {
+        McastError::GidNotMulticast => "the GID is not a multicast GID (first byte 0xff)",
+        McastError::LidNotMulticast => "the LID is not a multicast LID (0xc000..=0xfffe)",
+        McastError::Unattached => "the QP is not attached to this group",
+    })
+}
+
+impl Nic {
+    /// The port's LID, GID and active MTU.
+    pub fn port_attr(&self) -> PortAttr {
+        PortAttr {
+            lid: PORT_LID,
+            gid: PORT_GID,
+            mtu: self.st().port.mtu,
+        }
+    }
+
+    /// Sets the port's active MTU (256, 512, 1024, 2048 or 4096 bytes).
+    ///
+    /// # Errors
+    /// [`SimError::Caps`] for another value.
+    pub fn set_port_mtu(&self, mtu: u32) -> Result<(), SimError> {
+        if !mtu.is_power_of_two() || !(256..=4096).contains(&mtu) {
+            return Err(SimError::Caps("port MTU: 256, 512, 1024, 2048 or 4096"));
+        }
+        self.st().port.mtu = mtu;
+        Ok(())
+    }
+
+    /// Makes a QP in RESET an unreliable-datagram QP with this Q_Key and moves it to RTS
+    /// (verbs: INIT with the Q_Key, RTR, RTS). `mcast_loopback` false is verbs'
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`]; [`SimError::QpState`] when the QP is not in RESET.
+    pub fn make_ud(&self, qpn: u32, qkey: u32, mcast_loopback: bool) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get_mut(&qpn).ok_or(SimError::NoQp(qpn))?;
+        if q.state != QpState::Reset || q.ud.is_some() {
+            return Err(SimError::QpState {
+                qpn,
+                state: q.state,
+            });
+        }
+        q.ud = Some(UdCtx {
+            qkey,
+            mcast_loopback,
+        });
+        q.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// The Q_Key of a UD QP (None for an unknown or non-UD QP).
+    pub fn ud_qkey(&self, qpn: u32) -> Option<u32> {
+        self.st().qps.get(&qpn).and_then(|q| q.ud).map(|u| u.qkey)
+    }
+
+    /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`]; [`SimError::Mcast`] for a QP that is not UD, a GID that is not
+    /// multicast or a LID that is not a multicast LID (the kernel's `EINVAL`).
+    pub fn attach_mcast(&self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get(&qpn).ok_or(SimError::NoQp(qpn))?;
+        if q.ud.is_none() {
+            return Err(SimError::Mcast("multicast needs a UD QP"));
+        }
+        st.port.groups.attach(qpn, (gid, lid)).map_err(mcast_err)
+    }
+
+    /// Detaches a UD QP from a multicast group (`ibv_detach_mcast`).
+    ///
+    /// # Errors
+    /// As [`Nic::attach_mcast`]; [`SimError::Mcast`] when the QP is not attached to it.
+    pub fn detach_mcast(&self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get(&qpn).ok_or(SimError::NoQp(qpn))?;
+        if q.ud.is_none() {
+            return Err(SimError::Mcast("multicast needs a UD QP"));
+        }
+        st.port.groups.detach(qpn, (gid, lid)).map_err(mcast_err)
+    }
+
+    /// The multicast groups a QP is attached to.
+    pub fn mcast_groups(&self, qpn: u32) -> Vec<([u8; 16], u16)> {
+        self.st().port.groups.of(qpn)
+    }
+}
