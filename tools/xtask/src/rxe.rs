@@ -137,7 +137,7 @@ set -x
 echo "rxe0: IPv4 GID index '$gid' after $try polls"
 [ -n "$gid" ] || {{ cat $port/gids/* $port/gid_attrs/types/* || true; echo 92 > {out}/exit; exit 0; }}
 export BLUEFLAME_DEVICE=rxe0 BLUEFLAME_GID_INDEX=$gid BLUEFLAME_SERVER_ADDR=10.77.0.1
-# A few 2 MiB huge pages for tests/rxe_memory.rs (the VM's kernel is thrown away).
+# A few 2 MiB huge pages for tests/rxe/rxe_memory.rs (the VM's kernel is thrown away).
 echo 8 > /proc/sys/vm/nr_hugepages || true
 cd {root}
 set +x
