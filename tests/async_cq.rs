@@ -1,7 +1,7 @@
 //! `AsyncCq` (feature `tokio`) on the software NIC in thread mode: completions awaited on a
 //! current-thread and on a multi-thread runtime, completions racing the arm, a flush waking
 //! the task, the refusals, and no allocation per completion (a counting global allocator,
-//! as `direct_zero_alloc.rs`).
+//! as `tests/no_alloc/direct_zero_alloc.rs`).
 
 mod alloc_count;
 

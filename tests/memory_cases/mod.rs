@@ -1,5 +1,5 @@
-//! Memory the user owns, the same cases on any device: the software NIC (`tests/memory.rs`)
-//! and rxe (`tests/rxe_memory.rs`, in the VM).
+//! Memory the user owns, the same cases on any device: the software NIC
+//! (`tests/memory/memory.rs`) and rxe (`tests/rxe/rxe_memory.rs`, in the VM).
 #![allow(dead_code)]
 
 use blueflame::mapping::{HugePages, MappedFile, PageSize};

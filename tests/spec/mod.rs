@@ -1,11 +1,11 @@
 //! The promises of the four RDMA-write specifications (uDAPL `dat_ep_post_rdma_write` and
 //! `dat_rmr_bind`, librdmacm `rdma_post_writev`, librpma `rpma_write_with_imm`), one check
 //! per line of the README's table, runnable on any device: the software NIC (direct path)
-//! and rxe (verbs path).
+//! and rxe (verbs path). A binary that includes it includes `tests/scenarios` as
+//! `scenarios` too (`tests/conformance`, `tests/rxe`).
 #![allow(dead_code)]
 
-#[path = "../scenarios/mod.rs"]
-pub mod scenarios;
+pub(crate) use crate::scenarios;
 
 use blueflame::connect::RemoteBuf;
 use blueflame::*;

@@ -33,8 +33,9 @@
 //!
 //! `cargo xtask test` runs the crate checks after the tests, then the aarch64 stage (the
 //! crate cross-built for `aarch64-unknown-linux-gnu` with Debian's Rust, its unit and
-//! direct-path tests run under qemu-user; see `cross.rs`) and ends with the device stage: the `rxe_*` integration tests,
-//! built on the host, then every example (server and client sides both on rxe0), run inside
+//! direct-path tests run under qemu-user; see `cross.rs`) and ends with the device stage: the
+//! device tests (`tests/rxe`, each module in a process of its own; see `rxe.rs`), built on
+//! the host, then every example (server and client sides both on rxe0), run inside
 //! one boot of the rxe VM, followed in the same boot by the verbs path's instruction counts
 //! (`rxe-icount`).
 

@@ -1,6 +1,7 @@
-//! The memcheck stage of `cargo xtask test`: the direct-path and memory-window test binaries
-//! under valgrind's memcheck, failing on any invalid read or write, use of uninitialised
-//! memory or bad free (`--error-exitcode`), as well as on a failing test.
+//! The memcheck stage of `cargo xtask test`: the direct-path, event and memory tests (modules
+//! of the `direct`, `events`, `memory` and `conformance` test binaries, one valgrind run per
+//! binary) under valgrind's memcheck, failing on any invalid read or write, use of
+//! uninitialised memory or bad free (`--error-exitcode`), as well as on a failing test.
 //!
 //! A subset that fits the CI budget (about 4 minutes here): the thread-mode ping-pong is
 //! left out (its timed waits cannot be met at valgrind's speed and it adds no path the others
@@ -13,56 +14,71 @@ use crate::run;
 use std::process::Command;
 use std::time::Instant;
 
-/// One test binary of the stage: its name, test names to skip, extra environment.
+/// One run of the stage: a test binary, the modules of it to run (the former test files,
+/// selected by the test-name filters `module::`), test names to skip (`module::test`
+/// prefixes), extra environment.
 type Entry = (
     &'static str,
+    &'static [&'static str],
     &'static [&'static str],
     &'static [(&'static str, &'static str)],
 );
 
 const SUBSET: &[Entry] = &[
-    ("direct_cq_overrun", &[], &[]),
-    ("direct_doorbell", &[], &[]),
-    ("direct_errors", &[], &[]),
-    ("direct_flags", &[], &[]),
-    ("direct_flush", &[], &[]),
-    ("direct_inline", &[], &[]),
-    ("direct_opcodes", &[], &[]),
     (
-        "direct_ring_wrap",
-        &["fifty_thousand", "producer_index_wraps"],
-        &[],
-    ),
-    ("direct_scatter_cqe", &[], &[]),
-    ("direct_scenarios", &[], &[]),
-    ("direct_sge_limits", &[], &[]),
-    ("direct_shared_cq", &[], &[]),
-    // Drop orders: QPs torn down with entries in their CQs (the raced NIC-thread loop left
-    // out: the others run the same code).
-    (
-        "direct_teardown",
-        &["teardown_while_the_nic_thread_runs"],
+        "direct",
+        &[
+            "direct_cq_overrun",
+            "direct_doorbell",
+            "direct_errors",
+            "direct_flags",
+            "direct_flush",
+            "direct_inline",
+            "direct_opcodes",
+            "direct_ring_wrap",
+            "direct_scatter_cqe",
+            "direct_scenarios",
+            "direct_sge_limits",
+            "direct_shared_cq",
+            // Drop orders: QPs torn down with entries in their CQs.
+            "direct_teardown",
+        ],
+        &[
+            "direct_ring_wrap::fifty_thousand",
+            "direct_ring_wrap::producer_index_wraps",
+            // The raced NIC-thread loop: the others run the same code.
+            "direct_teardown::teardown_while_the_nic_thread_runs",
+        ],
         &[],
     ),
     // Completion events: channels, arms, CQs dropped while threads wait (the long raced
     // loops left out: the shorter tests run the same code).
     (
         "events",
-        &["no_missed_wake_up", "many_threads", "a_channel_wait_leaves"],
+        &["events"],
+        &[
+            "events::no_missed_wake_up",
+            "events::many_threads",
+            "events::a_channel_wait_leaves",
+        ],
         &[],
     ),
-    ("lifetimes", &[], &[]),
-    ("lost_completions", &[], &[]),
-    ("mw", &[], &[]),
-    // Receives racing the release (drop, into_buffer) of their region, two seconds each
-    // (ten in the plain test run), and the parked-registration cases; the 2^24-window key
-    // wrap left out (its loop takes minutes here and touches no memory the others do not).
+    // Lifetimes, lost completions, memory windows; and receives racing the release (drop,
+    // into_buffer) of their region, two seconds each (ten in the plain test run), and the
+    // parked-registration cases; the 2^24-window key wrap left out (its loop takes minutes
+    // here and touches no memory the others do not).
     (
-        "soundness",
-        &["key_indices_that_wrap"],
+        "memory",
+        &["lifetimes", "lost_completions", "mw", "soundness"],
+        &["soundness::key_indices_that_wrap"],
         &[("BLUEFLAME_RACE_SECS", "2")],
     ),
-    ("random_ops", &[], &[("BLUEFLAME_RANDOM_SEEDS", "10")]),
+    (
+        "conformance",
+        &["random_ops"],
+        &[],
+        &[("BLUEFLAME_RANDOM_SEEDS", "10")],
+    ),
 ];
 
 /// Runs the subset of `bins` (the workspace's test executables, [`crate::test_executables`])
@@ -70,7 +86,7 @@ const SUBSET: &[Entry] = &[
 pub fn stage(bins: &[(String, String)]) -> bool {
     let start = Instant::now();
     let mut ok = true;
-    for &(name, skips, env) in SUBSET {
+    for &(name, modules, skips, env) in SUBSET {
         let Some((_, exe)) = bins.iter().find(|(n, _)| n == name) else {
             eprintln!("xtask: memcheck: no test binary {name}");
             ok = false;
@@ -87,6 +103,7 @@ pub fn stage(bins: &[(String, String)]) -> bool {
         ])
         .arg(exe)
         .arg("--test-threads=1");
+        cmd.args(modules.iter().map(|m| format!("{m}::")));
         for s in skips {
             cmd.args(["--skip", s]);
         }

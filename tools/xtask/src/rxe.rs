@@ -137,7 +137,7 @@ set -x
 echo "rxe0: IPv4 GID index '$gid' after $try polls"
 [ -n "$gid" ] || {{ cat $port/gids/* $port/gid_attrs/types/* || true; echo 92 > {out}/exit; exit 0; }}
 export BLUEFLAME_DEVICE=rxe0 BLUEFLAME_GID_INDEX=$gid BLUEFLAME_SERVER_ADDR=10.77.0.1
-# A few 2 MiB huge pages for tests/rxe_memory.rs (the VM's kernel is thrown away).
+# A few 2 MiB huge pages for tests/rxe/rxe_memory.rs (the VM's kernel is thrown away).
 echo 8 > /proc/sys/vm/nr_hugepages || true
 cd {root}
 set +x
@@ -266,38 +266,98 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// Device-test binaries: the integration tests named `rxe_*` among `all` (the workspace's
-/// test executables, [`crate::test_executables`]), built on the host.
-fn device_tests(all: &[(String, String)]) -> Vec<PathBuf> {
-    let mut bins: Vec<PathBuf> = all
+/// One run of the device stage: the label its log section starts with, a test binary, and
+/// the test-name filter that selects one module of it (`rxe_verbs::`), if it has modules.
+struct Run {
+    label: String,
+    exe: PathBuf,
+    filter: Option<String>,
+}
+
+/// The device stage's runs: one per module of the integration test binary `rxe` (and of any
+/// binary named `rxe_*`) among `all` (the workspace's test executables,
+/// [`crate::test_executables`], built on the host), so that each module runs in a process of
+/// its own, as when each was its own binary. The modules are those of the binary's ignored
+/// tests (the device tests), listed on the host; a binary whose tests are not in modules is
+/// one run. `None` when a binary cannot list its tests.
+fn device_runs(all: &[(String, String)]) -> Option<Vec<Run>> {
+    let mut bins: Vec<(&str, PathBuf)> = all
         .iter()
-        .filter(|(name, _)| name.starts_with("rxe_"))
-        .map(|(_, exe)| PathBuf::from(exe))
+        .filter(|(name, _)| name == "rxe" || name.starts_with("rxe_"))
+        .map(|(name, exe)| (name.as_str(), PathBuf::from(exe)))
         .collect();
     bins.sort();
     bins.dedup();
-    bins
+    let mut runs = Vec::new();
+    for (name, exe) in bins {
+        let out = Command::new(&exe)
+            .args(["--list", "--ignored", "--format=terse"])
+            .output();
+        let list = match out {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            _ => {
+                eprintln!("xtask: {} --list failed", exe.display());
+                return None;
+            }
+        };
+        runs.extend(runs_of(name, &exe, &list));
+    }
+    Some(runs)
 }
 
-/// The device stage of `cargo xtask test`: every `rxe_*` test binary among `all`, ignored
-/// tests included, then every example (`examples`, see [`crate::examples::vm_commands`]),
-/// in one VM boot. Fails when the VM did not run, a binary failed, ran no test, or skipped,
-/// or an example failed.
+/// The runs of one binary from its list of ignored tests (`--list --format=terse` lines,
+/// `module::test: test`): one per module, by name, or the whole binary when a test is
+/// outside a module.
+fn runs_of(name: &str, exe: &Path, list: &str) -> Vec<Run> {
+    let tests: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .collect();
+    let modules: Option<Vec<&str>> = tests
+        .iter()
+        .map(|t| t.split_once("::").map(|(m, _)| m))
+        .collect();
+    let Some(mut modules) = modules.filter(|m| !m.is_empty()) else {
+        return vec![Run {
+            label: name.to_owned(),
+            exe: exe.to_owned(),
+            filter: None,
+        }];
+    };
+    modules.sort_unstable();
+    modules.dedup();
+    modules
+        .into_iter()
+        .map(|m| Run {
+            label: format!("{name} {m}"),
+            exe: exe.to_owned(),
+            filter: Some(format!("{m}::")),
+        })
+        .collect()
+}
+
+/// The device stage of `cargo xtask test`: every run of [`device_runs`] (a module of the
+/// `rxe` test binary, ignored tests included, in a process of its own), then every example
+/// (`examples`, see [`crate::examples::vm_commands`]), in one VM boot. Fails when the VM did
+/// not run, a run failed, ran no test, or skipped, or an example failed.
 pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) -> bool {
-    let bins = device_tests(all);
-    if bins.is_empty() {
-        eprintln!("xtask: no rxe_* device tests found: the rxe stage has nothing to run");
+    let Some(runs) = device_runs(all) else {
+        return false;
+    };
+    if runs.is_empty() {
+        eprintln!("xtask: no rxe device tests found: the rxe stage has nothing to run");
         return false;
     }
     let mut cmd = String::from("rc=0; ");
-    for b in &bins {
-        let name = b
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    for r in &runs {
         cmd.push_str(&format!(
-            "echo '=== {name}'; timeout 900 {} --ignored --test-threads=1 --nocapture || rc=1; ",
-            b.display()
+            "echo '=== {}'; timeout 900 {} --ignored --test-threads=1 --nocapture{} || rc=1; ",
+            r.label,
+            r.exe.display(),
+            r.filter
+                .as_deref()
+                .map(|f| format!(" {}", shell_quote(f)))
+                .unwrap_or_default()
         ));
     }
     cmd.push_str(&crate::examples::vm_commands(examples));
@@ -315,11 +375,12 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
         eprintln!("xtask: FAILED: the verbs path's instruction counts (rxe-icount)");
     }
     println!("xtask: rxe stage summary:");
-    summary(&log, bins.len(), examples) && code == 0 && icount_ok
+    summary(&log, runs.len(), examples) && code == 0 && icount_ok
 }
 
-/// Reads the device stage's log: `bins` test binaries (each must have run tests and skipped
-/// none), then the examples' runs ([`crate::examples::vm_summary`]). Prints one line each.
+/// Reads the device stage's log: `bins` runs of test binaries (each must have run tests and
+/// skipped none), then the examples' runs ([`crate::examples::vm_summary`]). Prints one line
+/// each.
 fn summary(log: &str, bins: usize, examples: &[(String, PathBuf)]) -> bool {
     let mut ok = true;
     let (tests_log, examples_log) = log
@@ -348,7 +409,7 @@ fn summary(log: &str, bins: usize, examples: &[(String, PathBuf)]) -> bool {
         }
     }
     if tests_log.split("=== ").count() - 1 != bins {
-        eprintln!("xtask: not every device-test binary ran in the VM");
+        eprintln!("xtask: not every device-test run ran in the VM");
         ok = false;
     }
     ok &= crate::examples::vm_summary(&examples_log, examples);
@@ -418,6 +479,37 @@ mod tests {
             .collect();
         let ip = std::net::Ipv4Addr::new(10, 77, 0, 1).to_ipv6_mapped();
         assert_eq!(gid, ip.octets());
+    }
+
+    /// A binary with modules runs once per module (a filter that selects that module only:
+    /// `rxe_verbs::` is not a prefix of `rxe_verbs_api::`); one without runs whole.
+    #[test]
+    fn each_module_of_the_device_tests_runs_on_its_own() {
+        let exe = Path::new("/t/rxe-1");
+        let list =
+            "rxe_verbs_api::b: test\nrxe_cm::a: test\nrxe_verbs::c: test\nrxe_verbs::d: test\n";
+        let runs = runs_of("rxe", exe, list);
+        let got: Vec<(&str, Option<&str>)> = runs
+            .iter()
+            .map(|r| (r.label.as_str(), r.filter.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("rxe rxe_cm", Some("rxe_cm::")),
+                ("rxe rxe_verbs", Some("rxe_verbs::")),
+                ("rxe rxe_verbs_api", Some("rxe_verbs_api::")),
+            ]
+        );
+        assert!(runs.iter().all(|r| r.exe == exe));
+        let whole = runs_of("rxe_cm", exe, "connect: test\n");
+        assert_eq!(whole.len(), 1);
+        assert_eq!(
+            (whole[0].label.as_str(), whole[0].filter.as_deref()),
+            ("rxe_cm", None)
+        );
+        // No ignored test: one run, which the summary then finds ran nothing.
+        assert_eq!(runs_of("rxe", exe, "").len(), 1);
     }
 
     #[test]

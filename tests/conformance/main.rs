@@ -1,0 +1,18 @@
+//! The software NIC held to the rules a ConnectX and rdma-core follow, one module per
+//! subject (each was its own test binary before; `cargo test --test conformance sim_timers::`
+//! runs one of them): the specifications' promises (`spec_sim`), the InfiniBand ordering
+//! rules (`sim_ordering`), the transport timers (`sim_timers`), rdma-core's rules of the
+//! direct path (`rdma_core_rules`) and seeded random operations (`random_ops`).
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../scenarios/mod.rs"]
+mod scenarios;
+#[path = "../spec/mod.rs"]
+mod spec;
+
+mod random_ops;
+mod rdma_core_rules;
+mod sim_ordering;
+mod sim_timers;
+mod spec_sim;

@@ -1,0 +1,102 @@
+//! The device's asynchronous events become errors of the QPs and CQs they concern, read on
+//! the cold paths a stalled queue reaches (a refused post, `check`), never a silent stall.
+//! The software NIC raises them as a ConnectX does (CQ error on an overrun, QP fatal for the
+//! QP whose completion did not fit, QP access error for a responder that refused a request).
+
+use crate::common;
+
+use blueflame::*;
+use common::*;
+use mlx5::sim::QpState;
+
+#[test]
+fn a_cq_in_error_stops_posts_within_its_entries_and_check_says_why() {
+    // Before: the QP went to error, its completions vanished, posts were accepted for ever.
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(8).unwrap();
+    let cqn = cq.cqn();
+    let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let q = qp.qpn();
+    qp.connect(q).unwrap();
+    let mr = pd.alloc_mr(4096, common::ALL).unwrap();
+    qp.write_inline(&[1], mr.remote(0).unwrap(), 0, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 16];
+    assert_eq!(cq.poll(&mut out), 1);
+    assert!(cq.check().is_ok() && qp.check().is_ok());
+    // The CQ fails (an overrun by another driver, a ring the device cannot write).
+    nic(&dev).fail_cq(cqn).unwrap();
+    let mut posted = 0u64;
+    let e = loop {
+        match qp.write_inline(&[1], mr.remote(0).unwrap(), posted, PostFlags::SIGNALED) {
+            Ok(()) => posted += 1,
+            Err(e) => break e,
+        }
+        dev.process();
+        assert!(posted <= 8, "posts accepted for ever");
+    };
+    assert!(
+        matches!(e, Error::AsyncEvent(AsyncEvent::CqError { cqn: c }) if c == cqn),
+        "{e}"
+    );
+    // Nothing arrives, and the CQ and the QP say why.
+    assert_eq!(cq.poll(&mut out), 0);
+    assert!(matches!(
+        cq.check(),
+        Err(Error::AsyncEvent(AsyncEvent::CqError { .. }))
+    ));
+    assert!(matches!(
+        qp.check(),
+        Err(Error::AsyncEvent(AsyncEvent::CqError { .. }))
+    ));
+    // The QP whose completion did not fit went to error, with its own event.
+    assert_eq!(nic(&dev).qp_state(q), Some(QpState::Error));
+}
+
+#[test]
+fn a_responder_that_refuses_a_request_raises_an_access_error() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    a.connect(b.qpn()).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap(); // no remote write
+    a.write_inline(&[1], mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll(&mut out), 1);
+    assert_eq!(out[0].status, WcStatus::RemAccessErr);
+    // The requester learns it from its completion; the responder, which has none, from
+    // the event.
+    assert!(matches!(
+        b.check(),
+        Err(Error::AsyncEvent(AsyncEvent::QpAccessError { qpn })) if qpn == b.qpn()
+    ));
+    assert!(a.check().is_ok());
+    // The CQ knows both QPs: it reports the responder's event.
+    assert!(matches!(
+        cq.check(),
+        Err(Error::AsyncEvent(AsyncEvent::QpAccessError { .. }))
+    ));
+}
+
+#[test]
+fn a_failed_device_is_reported_to_every_qp_and_cq() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    nic(&dev).raise_event(AsyncEvent::DeviceFatal);
+    assert!(matches!(
+        qp.check(),
+        Err(Error::AsyncEvent(AsyncEvent::DeviceFatal))
+    ));
+    assert!(matches!(
+        cq.check(),
+        Err(Error::AsyncEvent(AsyncEvent::DeviceFatal))
+    ));
+}
