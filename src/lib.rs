@@ -165,8 +165,17 @@
 #[cfg(all(doctest, feature = "sim"))]
 pub struct ReadmeDoctests;
 
-/// The project's README, the user's manual of the tools and the checks (its example runs as
-/// a doc test with the `sim` feature).
+// The examples of docs/guide.md and docs/architecture.md run as doc tests too.
+#[doc = include_str!("../docs/guide.md")]
+#[cfg(all(doctest, feature = "sim"))]
+pub struct GuideDoctests;
+
+#[doc = include_str!("../docs/architecture.md")]
+#[cfg(all(doctest, feature = "sim"))]
+pub struct ArchitectureDoctests;
+
+/// The project's README, the user's manual (its example runs as a doc test with the `sim`
+/// feature; the longer manual is in `docs/`).
 ///
 /// ---
 ///
