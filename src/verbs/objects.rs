@@ -2,7 +2,7 @@
 //! after everything that depends on it (reference counts).
 
 use super::device::Context;
-use super::ex::{ApiChoice, PollOps, SendOps, VerbsApi};
+use super::ex::{ApiChoice, PollOps, SendOps, UdSendOps, VerbsApi};
 use super::{code, last, VerbsError};
 use crate::Access;
 use rdma_sys as ffi;
@@ -553,7 +553,7 @@ pub struct Qp {
     pub(crate) send_ops: Option<SendOps>,
     /// The extended send operations of a UD QP (`ibv_wr_send` + `ibv_wr_set_ud_addr`),
     /// when it was created with them (see [`super::ud`]); None for an RC QP.
-    pub(crate) ud_ops: Option<super::ud::UdSendOps>,
+    pub(crate) ud_ops: Option<UdSendOps>,
     /// The rdma_cm id that created the QP (it is destroyed through it).
     pub(super) cm_id: Option<*mut ffi::rdma_cm_id>,
     /// The QP's thread domain, when it was created on one: freed after the QP (Drop).

@@ -14,7 +14,7 @@
 //! [`super::path::VerbsRecvQueue`]): the same cookies, completion moderation, CQ
 //! accounting, flushes and refusals as RC.
 
-use super::ex::{ApiChoice, VerbsApi};
+use super::ex::{ud_send_ops_flags, ApiChoice, UdSendOps, VerbsApi};
 use super::objects::{Caps, Cq, Pd, Qp};
 use super::path::{VerbsSendQueue, MAX_BATCH};
 use super::{code, last, VerbsError};
@@ -23,7 +23,6 @@ use crate::error::{Error, QueueUnit, Result};
 use crate::queue::flags::PostFlags;
 use crate::{Fence, Payload};
 use rdma_sys as ffi;
-use std::os::raw::{c_int, c_uint};
 use std::sync::Arc;
 
 /// Bytes of the global route header in front of every UD receive's payload.
@@ -35,79 +34,6 @@ pub fn mtu_bytes(mtu: u32) -> u32 {
     match mtu {
         1..=5 => 128 << mtu,
         _ => 0,
-    }
-}
-
-/// The `send_ops_flags` a UD QP asks for: sends with and without immediate, all UD has
-/// (rxe refuses anything more for UD: `RXE_SUP_UD_QP_SEND_OPS_FLAGS`).
-pub(crate) fn ud_send_ops_flags() -> u64 {
-    use ffi::ibv_qp_create_send_ops_flags as F;
-    (F::IBV_QP_EX_WITH_SEND | F::IBV_QP_EX_WITH_SEND_WITH_IMM).0 as u64
-}
-
-type Qx = *mut ffi::ibv_qp_ex;
-
-/// The `ibv_wr_*` function pointers of a UD `ibv_qp_ex`, read once at creation (a provider
-/// sets only those of the opcodes asked for, so the RC set is not there).
-#[derive(Copy, Clone)]
-pub(crate) struct UdSendOps {
-    qpx: Qx,
-    start: unsafe extern "C" fn(Qx),
-    complete: unsafe extern "C" fn(Qx) -> c_int,
-    send: unsafe extern "C" fn(Qx),
-    send_imm: unsafe extern "C" fn(Qx, u32),
-    set_ud_addr: unsafe extern "C" fn(Qx, *mut ffi::ibv_ah, u32, u32),
-    data: super::ex::DataOps,
-}
-
-impl UdSendOps {
-    /// The extended UD send operations of `qp`, when it was created with
-    /// [`ud_send_ops_flags`] and its provider set every pointer used here.
-    ///
-    /// # Safety
-    /// `qp` must be a live QP; the result is used only while it lives.
-    unsafe fn of(qp: *mut ffi::ibv_qp) -> Option<UdSendOps> {
-        // SAFETY: the caller's contract.
-        let (qpx, q) = unsafe { super::ex::qp_ex(qp) }?;
-        Some(UdSendOps {
-            qpx,
-            start: q.wr_start?,
-            complete: q.wr_complete?,
-            send: q.wr_send?,
-            send_imm: q.wr_send_imm?,
-            set_ud_addr: q.wr_set_ud_addr?,
-            data: super::ex::DataOps::of(q)?,
-        })
-    }
-
-    /// Posts the built UD sends `wrs` between one `ibv_wr_start` and one `ibv_wr_complete`
-    /// with `ibv_post_send`'s semantics: opcode, flags, `wr_id`, the address vector
-    /// (`wr.ud`: `ibv_wr_set_ud_addr` after the opcode's builder, as verbs.h requires),
-    /// inline data or gather list. 0, or an errno after which none was posted.
-    ///
-    /// # Safety
-    /// The QP is live; the AHs, gather lists and inline bytes the requests name are valid
-    /// for the call; posting is serialised by the caller.
-    pub(crate) unsafe fn post(&self, wrs: &[ffi::ibv_send_wr]) -> c_int {
-        let q = self.qpx;
-        // SAFETY: the caller's contract; the provider's builders between start and complete,
-        // each request's address set right after its opcode's builder.
-        unsafe {
-            (self.start)(q);
-            for wr in wrs {
-                std::ptr::addr_of_mut!((*q).wr_id).write(wr.wr_id);
-                std::ptr::addr_of_mut!((*q).wr_flags).write(wr.send_flags as c_uint);
-                if wr.opcode == ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM {
-                    (self.send_imm)(q, wr.imm_data_invalidated_rkey_union.imm_data);
-                } else {
-                    (self.send)(q);
-                }
-                let ud = wr.wr.ud;
-                (self.set_ud_addr)(q, ud.ah, ud.remote_qpn, ud.remote_qkey);
-                self.data.set(q, wr);
-            }
-            (self.complete)(q)
-        }
     }
 }
 
@@ -524,12 +450,5 @@ mod tests {
         assert_eq!(mtu_bytes(5), 4096);
         assert_eq!(mtu_bytes(0), 0);
         assert_eq!(mtu_bytes(6), 0);
-    }
-
-    /// The header's values (verbs.h `IBV_QP_EX_WITH_SEND` = 1 << 2, `_SEND_WITH_IMM` =
-    /// 1 << 3): exactly what rxe allows a UD QP (`RXE_SUP_UD_QP_SEND_OPS_FLAGS`).
-    #[test]
-    fn ud_send_ops_are_send_and_send_with_immediate() {
-        assert_eq!(ud_send_ops_flags(), (1 << 2) | (1 << 3));
     }
 }
