@@ -14,8 +14,8 @@ use crate::queue::registry::Registry;
 #[cfg(feature = "sim")]
 const SIM_MAX_CQE: u32 = 1 << 22;
 use crate::verbs;
+use crate::verbs::cq::VerbsCompletionQueue;
 use crate::verbs::ex::{ApiChoice, VerbsApi};
-use crate::verbs::path::VerbsCompletionQueue;
 use crate::Completion;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -5,9 +5,10 @@
 //! - [`channel`]: completion channels (`ibv_get_cq_event`, `ibv_ack_cq_events`).
 //! - [`objects`]: the rdma-core objects, one file each: protection domain, memory region,
 //!   CQ, thread domain, QP (RC and UD) and its state machine, SRQ, address handle.
-//! - [`path`]: the verbs data path (`ibv_post_send` or `ibv_wr_*`, `ibv_post_recv`,
-//!   `ibv_poll_cq` or `ibv_start_poll`) with the same semantics as the direct path: cookies,
-//!   moderation of unsignaled runs, statuses.
+//! - the verbs data path, with the same semantics as the direct path (cookies, moderation of
+//!   unsignaled runs, statuses): [`sq`], the send queue (`ibv_post_send` or `ibv_wr_*`);
+//!   [`rq`], the receive queue (`ibv_post_recv`); [`cq`], the poller (`ibv_poll_cq` or
+//!   `ibv_start_poll`).
 //! - `calls`: `ibv_post_recv` and `ibv_poll_cq` with the provider's operation read once.
 //! - [`srq`]: the poster of shared receive queues (`ibv_post_srq_recv`).
 //! - [`ex`]: rdma-core's extended work-request and polling APIs, chosen per QP and CQ at
@@ -17,12 +18,14 @@
 pub(crate) mod calls;
 pub mod channel;
 pub mod cm;
+pub mod cq;
 pub mod device;
 pub mod ex;
 pub(crate) mod fd;
 pub mod objects;
-pub mod path;
 pub mod probe;
+pub mod rq;
+pub mod sq;
 pub mod srq;
 pub mod ud;
 

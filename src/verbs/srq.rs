@@ -19,7 +19,7 @@ use std::sync::Arc;
 pub use super::objects::Srq;
 
 /// Marks an SRQ receive's `wr_id` (as a QP's receives: its slot is in the low 16 bits).
-pub(crate) const SRQ_RECV_TAG: u64 = super::path::RECV_TAG;
+pub(crate) const SRQ_RECV_TAG: u64 = super::rq::RECV_TAG;
 
 /// The verbs path's poster of an SRQ.
 pub struct VerbsSrq {
@@ -38,9 +38,9 @@ pub struct VerbsSrq {
     wr: Box<ffi::ibv_recv_wr>,
     cq_share: Option<CqShare>,
     /// The protection domain's regions, each receive's entries are pinned in (as
-    /// [`VerbsRecvQueue`](super::path::VerbsRecvQueue)'s).
+    /// [`VerbsRecvQueue`](super::rq::VerbsRecvQueue)'s).
     regions: Option<Box<RegionCheck>>,
-    /// As [`VerbsRecvQueue`](super::path::VerbsRecvQueue)'s: the provider copies small
+    /// As [`VerbsRecvQueue`](super::rq::VerbsRecvQueue)'s: the provider copies small
     /// messages with the CPU (mlx5's `mlx5_copy_to_recv_srq`).
     provider_copies: bool,
 }
@@ -62,7 +62,7 @@ impl VerbsSrq {
     pub fn new(srq: Arc<Srq>, srqn: u32) -> VerbsSrq {
         let cap = srq.max_wr.clamp(1, 1 << 15);
         let max_sge = srq.max_sge.max(1) as usize;
-        let (sges, wr) = super::path::prepared_recv(max_sge);
+        let (sges, wr) = super::rq::prepared_recv(max_sge);
         VerbsSrq {
             shared: Arc::new(SrqShared::new(srqn, cap.next_power_of_two(), max_sge)),
             srq,
@@ -79,7 +79,7 @@ impl VerbsSrq {
         }
     }
 
-    /// As [`VerbsRecvQueue::check_against`](super::path::VerbsRecvQueue::check_against).
+    /// As [`VerbsRecvQueue::check_against`](super::rq::VerbsRecvQueue::check_against).
     pub(crate) fn check_against(&mut self, regions: Arc<Regions>, provider_copies: bool) {
         self.regions = Some(Box::new(RegionCheck::new(regions)));
         self.provider_copies = provider_copies;
@@ -125,7 +125,7 @@ impl VerbsSrq {
                 unit: QueueUnit::Receives,
             });
         }
-        let n = super::path::fill_recv_sges(&mut self.sges, sgl)?;
+        let n = super::rq::fill_recv_sges(&mut self.sges, sgl)?;
         if let Some(share) = &mut self.cq_share {
             share.check_one(self.counter, self.cap)?;
         }

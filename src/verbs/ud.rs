@@ -12,11 +12,11 @@
 //! `n + 40` bytes of buffer, as perftest's `ib_send_lat -c UD` sizes them (`UD_ADDITION`).
 //!
 //! The send and receive queues are the verbs path's own ([`VerbsSendQueue`],
-//! [`super::path::VerbsRecvQueue`]): the same cookies, completion moderation, CQ
+//! [`super::rq::VerbsRecvQueue`]): the same cookies, completion moderation, CQ
 //! accounting, flushes and refusals as RC.
 
 use super::objects::Qp;
-use super::path::{VerbsSendQueue, MAX_BATCH};
+use super::sq::{VerbsSendQueue, MAX_BATCH};
 use crate::completion::WcOpcode;
 use crate::error::{Error, QueueUnit, Result};
 use crate::queue::flags::PostFlags;

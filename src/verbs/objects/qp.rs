@@ -36,7 +36,7 @@ pub struct Qp {
     /// The SRQ the QP takes its receives from (destroyed after the QP).
     pub(super) _srq: Option<Arc<Srq>>,
     /// The scatter lists of the QP's receive queue (set by its
-    /// [`VerbsRecvQueue`](crate::verbs::path::VerbsRecvQueue)): dropped only after the QP is
+    /// [`VerbsRecvQueue`](crate::verbs::rq::VerbsRecvQueue)): dropped only after the QP is
     /// destroyed (Drop below), so the regions its outstanding receives pin stay registered
     /// while the device may still write them, whoever holds the QP last.
     pub(crate) recv_targets: std::sync::OnceLock<Arc<crate::queue::scatter::ScatterTable>>,
