@@ -1,5 +1,6 @@
-//! Tests of the direct path's poller: byte counts, the general path's completions, the
-//! errors of CQEs it cannot attribute or place.
+//! Tests of the direct path's poller over plain memory: passes over the ring, a read's byte
+//! count, the general path, and the CQEs it reports as errors (impossible compressed titles,
+//! requester CQEs with data).
 
 use super::*;
 use zerocopy::IntoBytes;
