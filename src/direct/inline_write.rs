@@ -3,7 +3,8 @@
 //!
 //! It writes the same bytes as the general encoder ([`mlx5::wqe::encode`]; a test compares
 //! them for every length) but with the request's shape known in advance: one 64-byte block
-//! (control, remote address, inline header, up to [`FAST_INLINE_MAX`] bytes), fields stored
+//! (control, remote address, inline header, up to
+//! [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX) bytes), fields stored
 //! as whole words, the control segment's QP-number word ready-made per DS count, one shadow
 //! entry, one BlueFlame block.
 //! Anything else (a longer payload, an armed fence, a full ring, a QP without BlueFlame, an
@@ -18,10 +19,6 @@ use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::opcode::Opcode;
 use mlx5::request::{Payload, Remote, Request};
 use mlx5::seg::INLINE_SEG;
-
-/// The longest payload of the fast path: 64 bytes minus control (16), remote address (16)
-/// and inline header (4).
-pub const FAST_INLINE_MAX: usize = 28;
 
 impl SendQueue {
     /// Whether the fast path takes an inline write of `len` bytes with `flags`.
@@ -157,6 +154,7 @@ impl SendQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::direct::FAST_INLINE_MAX;
     use crate::Error;
     use mlx5::RawQp;
 

@@ -18,10 +18,9 @@ pub(crate) mod srq;
 mod ud;
 
 pub use cq::CompletionQueue;
-pub use inline_write::FAST_INLINE_MAX;
 pub use register::DoorbellMode;
 pub use rq::RecvQueue;
-pub use sq::{Batch, SendQueue};
+pub use sq::{Batch, SendQueue, FAST_INLINE_MAX};
 pub use srq::SrqRing;
 
 pub(crate) use sq::Transport;

@@ -24,7 +24,7 @@
 //! A refusal must have a completion on its way: a queue makes the last request its allowance
 //! takes signaled (the direct send queue keeps its longest WQE's blocks of the allowance
 //! back for it, `SendQueue::make_room`; the verbs send queue signals the allowance's last
-//! request, `verbs::path`), so a queue refused for want of entries never waits on
+//! request, `verbs::sq`), so a queue refused for want of entries never waits on
 //! unsignaled requests only (UCX `uct_rc_iface_tx_moderation` under `tx.cq_available`).
 //!
 //! A queue takes some headroom beyond its need (half its fair share of the CQ) so that it

@@ -11,10 +11,11 @@ use crate::mlx5_env::Mlx5Env;
 use crate::queue::flags::PostFlags;
 use crate::queue::registry::Attached;
 use crate::verbs;
-use crate::verbs::bind::WindowBind;
 use crate::verbs::ex::VerbsApi;
 use crate::verbs::objects::{PathInfo, Timing};
-use crate::verbs::path::{VerbsBatch, VerbsRecvQueue, VerbsSendQueue};
+use crate::verbs::rq::VerbsRecvQueue;
+use crate::verbs::sq::WindowBind;
+use crate::verbs::sq::{VerbsBatch, VerbsSendQueue};
 use crate::{DataPath, Payload, Remote, Request, Sge};
 use std::sync::Arc;
 

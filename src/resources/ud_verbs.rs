@@ -12,7 +12,7 @@ use crate::queue::flags::PostFlags;
 use crate::queue::registry::Attached;
 use crate::verbs;
 use crate::verbs::ex::VerbsApi;
-use crate::verbs::path::VerbsRecvQueue;
+use crate::verbs::rq::VerbsRecvQueue;
 use crate::verbs::ud::VerbsUdSendQueue;
 use crate::{Payload, Sge};
 use std::sync::Arc;

@@ -1,9 +1,9 @@
 //! Completion channels over rdma-core: `ibv_create_comp_channel`, `ibv_get_cq_event` on a
-//! non-blocking descriptor, `ibv_ack_cq_events`, `ibv_req_notify_cq`.
+//! non-blocking descriptor, `ibv_ack_cq_events` (a CQ is armed by its own
+//! [`Cq::req_notify`](super::objects::Cq::req_notify)).
 
 use super::device::Context;
-use super::objects::Cq;
-use super::{code, last, VerbsError};
+use super::{last, VerbsError};
 use rdma_sys as ffi;
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -77,21 +77,5 @@ impl Drop for CompChannel {
     fn drop(&mut self) {
         // SAFETY: created in `new`; the CQs on it hold an Arc, so none is left.
         unsafe { ffi::ibv_destroy_comp_channel(self.ch) };
-    }
-}
-
-impl Cq {
-    /// Asks for an event on the next completion (`ibv_req_notify_cq`; `solicited`: the next
-    /// solicited or error completion).
-    ///
-    /// # Errors
-    /// The provider's error.
-    pub fn req_notify(&self, solicited: bool) -> Result<(), VerbsError> {
-        // SAFETY: live CQ.
-        let rc = unsafe { ffi::ibv_req_notify_cq(self.cq, solicited as i32) };
-        if rc != 0 {
-            return Err(code("ibv_req_notify_cq", rc));
-        }
-        Ok(())
     }
 }

@@ -2,28 +2,30 @@
 //! module, so the OS/FFI surface is in one place.
 //!
 //! - [`device`]: device list, open by name, port and GID query (RoCE v2 GID selection).
-//! - [`channel`]: completion channels (`ibv_get_cq_event`, `ibv_req_notify_cq`).
-//! - [`objects`]: protection domain, memory region, CQ, RC QP and its state machine.
-//! - [`path`]: the verbs data path (`ibv_post_send` or `ibv_wr_*`, `ibv_post_recv`,
-//!   `ibv_poll_cq` or `ibv_start_poll`) with the same semantics as the direct path: cookies,
-//!   moderation of unsignaled runs, statuses.
+//! - [`channel`]: completion channels (`ibv_get_cq_event`, `ibv_ack_cq_events`).
+//! - [`objects`]: the rdma-core objects, one file each: protection domain, memory region,
+//!   CQ, thread domain, QP (RC and UD) and its state machine, SRQ, address handle.
+//! - the verbs data path, with the same semantics as the direct path (cookies, moderation of
+//!   unsignaled runs, statuses): [`sq`], the send queue (`ibv_post_send` or `ibv_wr_*`);
+//!   [`rq`], the receive queue (`ibv_post_recv`); [`cq`], the poller (`ibv_poll_cq` or
+//!   `ibv_start_poll`).
 //! - `calls`: `ibv_post_recv` and `ibv_poll_cq` with the provider's operation read once.
-//! - [`srq`]: shared receive queues (`ibv_create_srq`, `ibv_modify_srq`,
-//!   `ibv_post_srq_recv`).
+//! - [`srq`]: the poster of shared receive queues (`ibv_post_srq_recv`).
 //! - [`ex`]: rdma-core's extended work-request and polling APIs, chosen per QP and CQ at
 //!   creation ([`ex::VerbsApi`], `BLUEFLAME_VERBS_API`).
-//! - [`ud`]: unreliable-datagram QPs, address handles, multicast, UD sends.
+//! - [`ud`]: UD sends.
 
-pub(crate) mod bind;
 pub(crate) mod calls;
 pub mod channel;
 pub mod cm;
+pub mod cq;
 pub mod device;
 pub mod ex;
 pub(crate) mod fd;
 pub mod objects;
-pub mod path;
 pub mod probe;
+pub mod rq;
+pub mod sq;
 pub mod srq;
 pub mod ud;
 

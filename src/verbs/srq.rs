@@ -1,5 +1,5 @@
-//! Shared receive queues over rdma-core: `ibv_create_srq`, `ibv_modify_srq` (the limit),
-//! `ibv_destroy_srq`, and the verbs path's poster (`ibv_post_srq_recv`).
+//! The verbs path's poster of a shared receive queue (`ibv_post_srq_recv`); the SRQ itself
+//! is an rdma-core object ([`super::objects::Srq`], re-exported here).
 //!
 //! Receives of an SRQ complete in any order (whichever QP a message arrives on takes the
 //! next one). The poster gives each posted receive a slot of the SRQ's cookie table and
@@ -7,8 +7,7 @@
 //! slot and gives the slot back through the same shared free ring as the direct path
 //! (`crate::queue::srq_shared::SrqShared`).
 
-use super::objects::Pd;
-use super::{code, last, VerbsError};
+use super::code;
 use crate::error::{Error, QueueUnit, Result};
 use crate::queue::cq_share::{CqShare, CqSlots};
 use crate::queue::regions::{RegionCheck, Regions};
@@ -17,80 +16,10 @@ use crate::Sge;
 use rdma_sys as ffi;
 use std::sync::Arc;
 
-/// An rdma-core SRQ.
-pub struct Srq {
-    pub(crate) srq: *mut ffi::ibv_srq,
-    /// Receives the device gave room for (`max_wr` as written back).
-    pub(crate) max_wr: u32,
-    /// Scatter entries per receive (as written back).
-    pub(crate) max_sge: u32,
-    _pd: Arc<Pd>,
-}
-
-// SAFETY: verbs objects are thread-safe in rdma-core; posting is serialised by the owner
-// of the poster (`&mut`).
-unsafe impl Send for Srq {}
-// SAFETY: as above.
-unsafe impl Sync for Srq {}
-
-impl Srq {
-    /// `ibv_create_srq` on `pd` for `max_wr` receives of `max_sge` entries.
-    ///
-    /// # Errors
-    /// The `ibv_create_srq` error (`EINVAL` beyond the device's `max_srq_wr` /
-    /// `max_srq_sge`).
-    pub fn new(pd: Arc<Pd>, max_wr: u32, max_sge: u32) -> Result<Srq, VerbsError> {
-        // SAFETY: an all-zero init attr is valid (no context, no limit).
-        let mut attr: ffi::ibv_srq_init_attr = unsafe { std::mem::zeroed() };
-        attr.attr.max_wr = max_wr;
-        attr.attr.max_sge = max_sge;
-        // SAFETY: live PD; `attr` is a valid in/out parameter.
-        let srq = unsafe { ffi::ibv_create_srq(pd.pd, &mut attr) };
-        if srq.is_null() {
-            return Err(last("ibv_create_srq"));
-        }
-        Ok(Srq {
-            srq,
-            max_wr: attr.attr.max_wr,
-            max_sge: attr.attr.max_sge,
-            _pd: pd,
-        })
-    }
-
-    /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0 disarms).
-    ///
-    /// # Errors
-    /// The `ibv_modify_srq` error (`EINVAL` for a limit the device refuses).
-    pub fn set_limit(&self, limit: u32) -> Result<(), VerbsError> {
-        let mut attr = ffi::ibv_srq_attr {
-            max_wr: 0,
-            max_sge: 0,
-            srq_limit: limit,
-        };
-        // SAFETY: live SRQ; `attr` outlives the call.
-        let rc = unsafe {
-            ffi::ibv_modify_srq(
-                self.srq,
-                &mut attr,
-                ffi::ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as i32,
-            )
-        };
-        if rc != 0 {
-            return Err(code("ibv_modify_srq", rc));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Srq {
-    fn drop(&mut self) {
-        // SAFETY: created in `new`; every QP on it holds an Arc of this SRQ, so none is left.
-        unsafe { ffi::ibv_destroy_srq(self.srq) };
-    }
-}
+pub use super::objects::Srq;
 
 /// Marks an SRQ receive's `wr_id` (as a QP's receives: its slot is in the low 16 bits).
-pub(crate) const SRQ_RECV_TAG: u64 = super::path::RECV_TAG;
+pub(crate) const SRQ_RECV_TAG: u64 = super::rq::RECV_TAG;
 
 /// The verbs path's poster of an SRQ.
 pub struct VerbsSrq {
@@ -109,9 +38,9 @@ pub struct VerbsSrq {
     wr: Box<ffi::ibv_recv_wr>,
     cq_share: Option<CqShare>,
     /// The protection domain's regions, each receive's entries are pinned in (as
-    /// [`VerbsRecvQueue`](super::path::VerbsRecvQueue)'s).
+    /// [`VerbsRecvQueue`](super::rq::VerbsRecvQueue)'s).
     regions: Option<Box<RegionCheck>>,
-    /// As [`VerbsRecvQueue`](super::path::VerbsRecvQueue)'s: the provider copies small
+    /// As [`VerbsRecvQueue`](super::rq::VerbsRecvQueue)'s: the provider copies small
     /// messages with the CPU (mlx5's `mlx5_copy_to_recv_srq`).
     provider_copies: bool,
 }
@@ -133,7 +62,7 @@ impl VerbsSrq {
     pub fn new(srq: Arc<Srq>, srqn: u32) -> VerbsSrq {
         let cap = srq.max_wr.clamp(1, 1 << 15);
         let max_sge = srq.max_sge.max(1) as usize;
-        let (sges, wr) = super::path::prepared_recv(max_sge);
+        let (sges, wr) = super::rq::prepared_recv(max_sge);
         VerbsSrq {
             shared: Arc::new(SrqShared::new(srqn, cap.next_power_of_two(), max_sge)),
             srq,
@@ -150,7 +79,7 @@ impl VerbsSrq {
         }
     }
 
-    /// As [`VerbsRecvQueue::check_against`](super::path::VerbsRecvQueue::check_against).
+    /// As [`VerbsRecvQueue::check_against`](super::rq::VerbsRecvQueue::check_against).
     pub(crate) fn check_against(&mut self, regions: Arc<Regions>, provider_copies: bool) {
         self.regions = Some(Box::new(RegionCheck::new(regions)));
         self.provider_copies = provider_copies;
@@ -196,7 +125,7 @@ impl VerbsSrq {
                 unit: QueueUnit::Receives,
             });
         }
-        let n = super::path::fill_recv_sges(&mut self.sges, sgl)?;
+        let n = super::rq::fill_recv_sges(&mut self.sges, sgl)?;
         if let Some(share) = &mut self.cq_share {
             share.check_one(self.counter, self.cap)?;
         }

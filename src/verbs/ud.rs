@@ -1,9 +1,10 @@
-//! Unreliable-datagram QPs over rdma-core: creation (`ibv_create_qp_ex` with `IBV_QPT_UD`),
-//! the UD state transitions, address handles (`ibv_create_ah`), multicast
-//! (`ibv_attach_mcast` / `ibv_detach_mcast`) and the sends of the verbs data path:
-//! `ibv_post_send` with `wr.ud`, or, on a QP created with the extended API,
-//! `ibv_wr_send` / `ibv_wr_send_imm` + `ibv_wr_set_ud_addr` (chosen at creation as for RC,
-//! [`super::ex::ApiChoice`]).
+//! UD sends on the verbs path: `ibv_post_send` with `wr.ud`, or, on a QP created with the
+//! extended API, `ibv_wr_send` / `ibv_wr_send_imm` + `ibv_wr_set_ud_addr` (chosen at creation
+//! as for RC, [`super::ex::ApiChoice`]), each send naming its address handle.
+//!
+//! The UD QP itself (creation with `IBV_QPT_UD`, the UD state transitions, multicast) and
+//! its address handles are rdma-core objects: [`super::objects::Qp`] and [`Ah`] (re-exported
+//! here from `super::objects`).
 //!
 //! A UD send carries at most one path MTU of payload (there is no segmentation: a longer
 //! one is refused before posting); each receive gets the 40-byte GRH (or 40 undefined bytes
@@ -11,20 +12,19 @@
 //! `n + 40` bytes of buffer, as perftest's `ib_send_lat -c UD` sizes them (`UD_ADDITION`).
 //!
 //! The send and receive queues are the verbs path's own ([`VerbsSendQueue`],
-//! [`super::path::VerbsRecvQueue`]): the same cookies, completion moderation, CQ
+//! [`super::rq::VerbsRecvQueue`]): the same cookies, completion moderation, CQ
 //! accounting, flushes and refusals as RC.
 
-use super::ex::{ApiChoice, VerbsApi};
-use super::objects::{Caps, Cq, Pd, Qp};
-use super::path::{VerbsSendQueue, MAX_BATCH};
-use super::{code, last, VerbsError};
+use super::objects::Qp;
+use super::sq::{VerbsSendQueue, MAX_BATCH};
 use crate::completion::WcOpcode;
 use crate::error::{Error, QueueUnit, Result};
 use crate::queue::flags::PostFlags;
 use crate::{Fence, Payload};
 use rdma_sys as ffi;
-use std::os::raw::{c_int, c_uint};
 use std::sync::Arc;
+
+pub use super::objects::Ah;
 
 /// Bytes of the global route header in front of every UD receive's payload.
 pub const GRH_BYTES: u32 = 40;
@@ -35,297 +35,6 @@ pub fn mtu_bytes(mtu: u32) -> u32 {
     match mtu {
         1..=5 => 128 << mtu,
         _ => 0,
-    }
-}
-
-/// The `send_ops_flags` a UD QP asks for: sends with and without immediate, all UD has
-/// (rxe refuses anything more for UD: `RXE_SUP_UD_QP_SEND_OPS_FLAGS`).
-pub(crate) fn ud_send_ops_flags() -> u64 {
-    use ffi::ibv_qp_create_send_ops_flags as F;
-    (F::IBV_QP_EX_WITH_SEND | F::IBV_QP_EX_WITH_SEND_WITH_IMM).0 as u64
-}
-
-type Qx = *mut ffi::ibv_qp_ex;
-
-/// The `ibv_wr_*` function pointers of a UD `ibv_qp_ex`, read once at creation (a provider
-/// sets only those of the opcodes asked for, so the RC set is not there).
-#[derive(Copy, Clone)]
-pub(crate) struct UdSendOps {
-    qpx: Qx,
-    start: unsafe extern "C" fn(Qx),
-    complete: unsafe extern "C" fn(Qx) -> c_int,
-    send: unsafe extern "C" fn(Qx),
-    send_imm: unsafe extern "C" fn(Qx, u32),
-    set_ud_addr: unsafe extern "C" fn(Qx, *mut ffi::ibv_ah, u32, u32),
-    data: super::ex::DataOps,
-}
-
-impl UdSendOps {
-    /// The extended UD send operations of `qp`, when it was created with
-    /// [`ud_send_ops_flags`] and its provider set every pointer used here.
-    ///
-    /// # Safety
-    /// `qp` must be a live QP; the result is used only while it lives.
-    unsafe fn of(qp: *mut ffi::ibv_qp) -> Option<UdSendOps> {
-        // SAFETY: the caller's contract.
-        let (qpx, q) = unsafe { super::ex::qp_ex(qp) }?;
-        Some(UdSendOps {
-            qpx,
-            start: q.wr_start?,
-            complete: q.wr_complete?,
-            send: q.wr_send?,
-            send_imm: q.wr_send_imm?,
-            set_ud_addr: q.wr_set_ud_addr?,
-            data: super::ex::DataOps::of(q)?,
-        })
-    }
-
-    /// Posts the built UD sends `wrs` between one `ibv_wr_start` and one `ibv_wr_complete`
-    /// with `ibv_post_send`'s semantics: opcode, flags, `wr_id`, the address vector
-    /// (`wr.ud`: `ibv_wr_set_ud_addr` after the opcode's builder, as verbs.h requires),
-    /// inline data or gather list. 0, or an errno after which none was posted.
-    ///
-    /// # Safety
-    /// The QP is live; the AHs, gather lists and inline bytes the requests name are valid
-    /// for the call; posting is serialised by the caller.
-    pub(crate) unsafe fn post(&self, wrs: &[ffi::ibv_send_wr]) -> c_int {
-        let q = self.qpx;
-        // SAFETY: the caller's contract; the provider's builders between start and complete,
-        // each request's address set right after its opcode's builder.
-        unsafe {
-            (self.start)(q);
-            for wr in wrs {
-                std::ptr::addr_of_mut!((*q).wr_id).write(wr.wr_id);
-                std::ptr::addr_of_mut!((*q).wr_flags).write(wr.send_flags as c_uint);
-                if wr.opcode == ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM {
-                    (self.send_imm)(q, wr.imm_data_invalidated_rkey_union.imm_data);
-                } else {
-                    (self.send)(q);
-                }
-                let ud = wr.wr.ud;
-                (self.set_ud_addr)(q, ud.ah, ud.remote_qpn, ud.remote_qkey);
-                self.data.set(q, wr);
-            }
-            (self.complete)(q)
-        }
-    }
-}
-
-/// The creation attributes of a UD QP; with `extended`, the UD `ibv_wr_*` opcodes.
-fn ud_init_attr(
-    send_cq: &Cq,
-    recv_cq: &Cq,
-    caps: &Caps,
-    pd: *mut ffi::ibv_pd,
-    extended: bool,
-) -> ffi::ibv_qp_init_attr_ex {
-    let mut attr =
-        super::objects::base_init_attr(send_cq, recv_cq, caps, pd, ffi::ibv_qp_type::IBV_QPT_UD);
-    if extended {
-        attr.comp_mask |= ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
-        attr.send_ops_flags = ud_send_ops_flags();
-    }
-    attr
-}
-
-impl Qp {
-    /// Creates a UD QP in RESET on `pd` (then [`Qp::ud_ready`]); with the extended UD send
-    /// operations when `api` wants them and the provider has them, else `ibv_post_send`;
-    /// with `thread_domain`, on a thread domain of its own when the device gives one (its
-    /// BlueFlame register is its own: mlx5's direct path, as for RC).
-    ///
-    /// # Errors
-    /// The `ibv_create_qp_ex` error; [`Error::Unsupported`] when `api` requires the
-    /// extended operations and the provider refuses them.
-    pub fn new_ud(
-        pd: Arc<Pd>,
-        send_cq: Arc<Cq>,
-        recv_cq: Arc<Cq>,
-        caps: Caps,
-        api: ApiChoice,
-        thread_domain: bool,
-    ) -> Result<Qp> {
-        let td = super::objects::thread_domain(&pd, thread_domain);
-        let on = super::objects::qp_pd(&pd, &td);
-        let create = |ex: bool| {
-            let mut attr = ud_init_attr(&send_cq, &recv_cq, &caps, on, ex);
-            // SAFETY: live context, (parent) PD and CQs; `attr` is a valid in/out parameter.
-            let qp = unsafe { super::ex::create_qp_ex(pd.ctx.ctx, &mut attr) };
-            (qp, attr)
-        };
-        let caps_of = |a: &ffi::ibv_qp_init_attr_ex| Caps {
-            max_send_wr: a.cap.max_send_wr,
-            max_recv_wr: a.cap.max_recv_wr,
-            max_send_sge: a.cap.max_send_sge,
-            max_recv_sge: a.cap.max_recv_sge,
-            max_inline: a.cap.max_inline_data,
-        };
-        let mut made = None;
-        if api.wants_extended() {
-            let (qp, attr) = create(true);
-            if !qp.is_null() {
-                // SAFETY: created just above; the ops are used while the Qp lives.
-                match unsafe { UdSendOps::of(qp) } {
-                    Some(ops) => made = Some((qp, caps_of(&attr), Some(ops))),
-                    // SAFETY: created above, used by nothing.
-                    None => unsafe {
-                        ffi::ibv_destroy_qp(qp);
-                    },
-                }
-            }
-            if made.is_none() {
-                api.unavailable(
-                    "BLUEFLAME_VERBS_API=extended: the provider refused the extended UD send operations",
-                )?;
-            }
-        }
-        let (qp, real, ud_ops) = match made {
-            Some(m) => m,
-            None => {
-                let (qp, attr) = create(false);
-                if qp.is_null() {
-                    return Err(Error::Verbs(last("ibv_create_qp_ex")));
-                }
-                (qp, caps_of(&attr), None)
-            }
-        };
-        Ok(Qp {
-            qp,
-            caps: real,
-            send_ops: None,
-            ud_ops,
-            cm_id: None,
-            td,
-            pd,
-            _cqs: [send_cq, recv_cq],
-            _srq: None,
-            recv_targets: Default::default(),
-        })
-    }
-
-    /// Whether this QP was created as a UD QP with the extended send operations.
-    pub fn ud_api(&self) -> VerbsApi {
-        self.api()
-    }
-
-    /// RESET -> INIT (P_Key index 0, `port`, Q_Key `qkey`) -> RTR -> RTS (send PSN `psn`):
-    /// the UD transitions (no address, no path MTU: each send names its own address
-    /// handle).
-    ///
-    /// # Errors
-    /// The `ibv_modify_qp` error.
-    pub fn ud_ready(&self, port: u8, qkey: u32, psn: u32) -> std::result::Result<(), VerbsError> {
-        use ffi::ibv_qp_attr_mask as M;
-        // SAFETY: zeroed attributes are valid; the masked ones are set.
-        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ffi::ibv_qp_state::IBV_QPS_INIT;
-        a.pkey_index = 0;
-        a.port_num = port;
-        a.qkey = qkey;
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0,
-        )?;
-        // SAFETY: as above.
-        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
-        self.modify(&mut a, M::IBV_QP_STATE.0)?;
-        // SAFETY: as above.
-        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTS;
-        a.sq_psn = psn & 0xff_ffff;
-        self.modify(&mut a, M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0)
-    }
-
-    /// Joins the multicast group `gid` / `lid` (`ibv_attach_mcast`; `lid` is 0 on RoCE).
-    ///
-    /// # Errors
-    /// The `ibv_attach_mcast` error (`EINVAL` for a GID that is not multicast, or a QP that
-    /// is not UD).
-    pub fn attach_mcast(&self, gid: &[u8; 16], lid: u16) -> std::result::Result<(), VerbsError> {
-        let g = ffi::ibv_gid { raw: *gid };
-        // SAFETY: live QP; `g` is valid for the call, which copies it.
-        let rc = unsafe { ffi::ibv_attach_mcast(self.qp, &g, lid) };
-        if rc != 0 {
-            return Err(code("ibv_attach_mcast", rc));
-        }
-        Ok(())
-    }
-
-    /// Leaves the multicast group `gid` / `lid` (`ibv_detach_mcast`).
-    ///
-    /// # Errors
-    /// The `ibv_detach_mcast` error (`EINVAL` when the QP is not attached to it).
-    pub fn detach_mcast(&self, gid: &[u8; 16], lid: u16) -> std::result::Result<(), VerbsError> {
-        let g = ffi::ibv_gid { raw: *gid };
-        // SAFETY: as in `attach_mcast`.
-        let rc = unsafe { ffi::ibv_detach_mcast(self.qp, &g, lid) };
-        if rc != 0 {
-            return Err(code("ibv_detach_mcast", rc));
-        }
-        Ok(())
-    }
-}
-
-/// An address handle (`ibv_create_ah`), destroyed when the last reference drops: the UD send
-/// queue holds one for each request naming it until the request completed
-/// ([`VerbsUdSendQueue`]), as verbs requires (rxe resolves the address when the AH is created
-/// and its kernel requester looks the AH up by number when it processes each WQE; mlx5
-/// copies it into each WQE).
-pub struct Ah {
-    pub(crate) ah: *mut ffi::ibv_ah,
-    _pd: Arc<Pd>,
-}
-
-// SAFETY: as for Pd: the wrapper only holds the pointer; rdma-core's calls on it are
-// thread-safe and a posted request keeps no reference to the user-space object.
-unsafe impl Send for Ah {}
-// SAFETY: as above.
-unsafe impl Sync for Ah {}
-
-impl std::fmt::Debug for Ah {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ah").finish_non_exhaustive()
-    }
-}
-
-impl Ah {
-    /// An address handle on `pd` for `attr` (`struct ibv_ah_attr`; with a global route:
-    /// `is_global`, `dgid`, `flow_label`, `sgid_index`, `hop_limit`, `traffic_class`, as
-    /// perftest's and UCX's UD address handles). The fields go to verbs as they are: the
-    /// caller maps the GID index.
-    ///
-    /// # Errors
-    /// The `ibv_create_ah` error (e.g. no route to the GID's address on RoCE).
-    pub fn new(pd: Arc<Pd>, attr: &crate::address::AhAttr) -> std::result::Result<Ah, VerbsError> {
-        // SAFETY: zeroed attributes are valid (no GRH, SL 0, static rate 0).
-        let mut a: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
-        a.dlid = attr.dlid;
-        a.sl = attr.sl;
-        a.src_path_bits = attr.src_path_bits;
-        a.static_rate = attr.static_rate;
-        a.port_num = attr.port;
-        if let Some(g) = attr.grh {
-            a.is_global = 1;
-            a.grh.dgid.raw = g.dgid;
-            a.grh.flow_label = g.flow_label & 0xf_ffff;
-            a.grh.sgid_index = g.sgid_index;
-            a.grh.hop_limit = g.hop_limit;
-            a.grh.traffic_class = g.traffic_class;
-        }
-        // SAFETY: live PD; `a` is valid for the call, which copies it.
-        let ah = unsafe { ffi::ibv_create_ah(pd.pd, &mut a) };
-        if ah.is_null() {
-            return Err(last("ibv_create_ah"));
-        }
-        Ok(Ah { ah, _pd: pd })
-    }
-}
-
-impl Drop for Ah {
-    fn drop(&mut self) {
-        // SAFETY: created in `new`, destroyed once.
-        unsafe { ffi::ibv_destroy_ah(self.ah) };
     }
 }
 
@@ -524,12 +233,5 @@ mod tests {
         assert_eq!(mtu_bytes(5), 4096);
         assert_eq!(mtu_bytes(0), 0);
         assert_eq!(mtu_bytes(6), 0);
-    }
-
-    /// The header's values (verbs.h `IBV_QP_EX_WITH_SEND` = 1 << 2, `_SEND_WITH_IMM` =
-    /// 1 << 3): exactly what rxe allows a UD QP (`RXE_SUP_UD_QP_SEND_OPS_FLAGS`).
-    #[test]
-    fn ud_send_ops_are_send_and_send_with_immediate() {
-        assert_eq!(ud_send_ops_flags(), (1 << 2) | (1 << 3));
     }
 }

@@ -1,0 +1,288 @@
+//! The posts of the direct path's send queue: any request checked, encoded into the ring
+//! and recorded (`push`, `post`, the crate's window requests), and the WQEs the other
+//! transports encode (`push_encoded`).
+
+use super::{wc_opcode, SendQueue};
+use crate::completion::WcOpcode;
+use crate::error::{Error, Result};
+use crate::queue::checks::{check_atomic, check_atomic_kind, MASKED_ATOMICS};
+use crate::queue::flags::PostFlags;
+use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
+use mlx5::doorbell::SEND_WQE_BB;
+use mlx5::request::{Access, MwType, Payload, Request};
+use mlx5::wqe::{ds_to_bbs, encode, wqe_ds, Span};
+
+impl SendQueue {
+    /// Writes one WQE without ringing (see [`SendQueue::ring`]). Checks everything first: on
+    /// an error nothing is written.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`];
+    /// [`Error::InvalidParameter`] for a write, send or read of more than 2^31 bytes (the
+    /// sum of its entries, in the error); for atomics [`Error::Unsupported`] (the device
+    /// lacks them) and [`Error::AtomicLength`]. On the queue of one of the crate's QPs,
+    /// [`Error::Unsupported`] for [`Request::BindMw`] (bind with
+    /// [`Qp::bind_mw`](crate::Qp::bind_mw), unbind with
+    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)) and on a UD QP's or DCI's queue.
+    #[inline(always)]
+    pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        if let Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        } = req
+        {
+            // Small inline writes: the fast path, or the general one out of line.
+            if !self.fast_inline_applies(data.len(), flags) {
+                return self.push_outlined(*req, cookie, flags);
+            }
+            self.last_start = self.pi;
+            self.push_inline_write(data, *remote, cookie, flags);
+            self.pending += 1;
+            return Ok(());
+        }
+        self.push_general(req, cookie, flags)
+    }
+
+    /// [`SendQueue::push_general`], not inlined; the request by value, so that the inlined
+    /// fast path need not keep it in memory.
+    #[inline(never)]
+    fn push_outlined(&mut self, req: Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.push_general(&req, cookie, flags)
+    }
+
+    /// Every request of the generic post: [`SendQueue::push_checked`] with the public
+    /// entries' refusals.
+    #[inline(always)]
+    fn push_general(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.push_checked::<false>(req, cookie, flags)
+    }
+
+    /// Posts a memory-window request (a bind, or the local invalidate that unbinds a type-2
+    /// window) and rings: the crate's entry for [`Qp::bind_mw`](crate::Qp::bind_mw) and
+    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw), which made their checks and track the
+    /// window. Everything else as [`SendQueue::post`].
+    pub(crate) fn post_window(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.push_checked::<true>(req, cookie, flags)?;
+        self.ring();
+        Ok(())
+    }
+
+    /// Every request: checks, encodes, records. The queue of one of the crate's QPs that
+    /// is not RC's refuses every request, and an RC QP's refuses window requests unless
+    /// `BIND` (the caller is the crate's entry, [`SendQueue::post_window`]).
+    #[inline(always)]
+    fn push_checked<const BIND: bool>(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if self.not_rc {
+            return Err(self.refuse_rc());
+        }
+        match req {
+            Request::CompareSwap { remote, local, .. }
+            | Request::FetchAdd { remote, local, .. } => {
+                check_atomic(self.atomics.standard, remote.addr, local.len, 8)?;
+            }
+            Request::Masked { remote, op, local } => {
+                let masked = self.atomics.masked;
+                check_atomic_kind(masked, MASKED_ATOMICS, remote.addr, local.len, op.size())?;
+            }
+            Request::LocalInvalidate { .. } if !BIND && self.transport.is_some() => {
+                return Err(Error::window_request());
+            }
+            Request::BindMw(b) => {
+                // Only the crate's own binds, which checked the window, the region and the
+                // rights and track the window's key; a raw queue's are its caller's.
+                if !BIND && self.transport.is_some() {
+                    return Err(Error::window_request());
+                }
+                // rdma-core's mlx5_bind_mw: a type-1 window is never zero-based (EINVAL).
+                if b.mw_type == MwType::One && b.access.contains(Access::ZERO_BASED) {
+                    return Err(Error::InvalidParameter {
+                        what: "ZERO_BASED with a type-1 memory window (window rights)",
+                        value: b.access.0 as u64,
+                    });
+                }
+            }
+            Request::Read { sgl, .. } => {
+                crate::queue::checks::message_len(sgl)?;
+            }
+            Request::Write {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::WriteImm {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::Send {
+                data: Payload::Sgl(sgl),
+            }
+            | Request::SendImm {
+                data: Payload::Sgl(sgl),
+                ..
+            }
+            | Request::SendInv {
+                data: Payload::Sgl(sgl),
+                ..
+            } => {
+                crate::queue::checks::message_len(sgl)?;
+            }
+            _ => {}
+        }
+        let ds = wqe_ds(req, &self.limits)?;
+        let bbs = ds_to_bbs(ds);
+        if bbs as u32 > self.limit.wrapping_sub(self.pi) as u32 {
+            self.make_room(bbs as u32)?;
+        }
+        // Completion moderation: an unsignaled run longer than half the ring gets one WQE
+        // signaled, so the ring can be reclaimed; its success is not reported.
+        let mut report = flags.signaled;
+        let signal = flags.signaled || bbs as u32 > self.credit;
+        if signal {
+            self.credit = self.half;
+        } else {
+            self.credit -= bbs as u32;
+            report = false;
+        }
+        let fence = if flags.fence != Fence::None {
+            flags.fence
+        } else {
+            self.next_fence
+        };
+        let next_fence = match req {
+            Request::BindMw(_) | Request::LocalInvalidate { .. } => Fence::InitiatorSmall,
+            _ => Fence::None,
+        };
+        if next_fence != self.next_fence {
+            self.set_next_fence(next_fence);
+        }
+        let fm = FmCeSe {
+            fence,
+            completion: if signal {
+                CompletionMode::Always
+            } else {
+                CompletionMode::OnError
+            },
+            solicited: flags.solicited,
+        };
+        let pi = self.pi;
+        let first = ((self.cnt - (pi as u32 & (self.cnt - 1))) as usize).min(bbs);
+        // SAFETY: blocks pi .. pi + bbs are free (retired by the poller, or never used) and not
+        // yet announced to the device, so nobody reads or writes them; `a` runs from block pi
+        // to at most the ring end, `b` from the ring start: disjoint, inside the ring.
+        let mut span = unsafe {
+            Span {
+                a: core::slice::from_raw_parts_mut(self.block(pi), first * SEND_WQE_BB),
+                b: core::slice::from_raw_parts_mut(self.buf, (bbs - first) * SEND_WQE_BB),
+            }
+        };
+        encode(req, ds, pi, self.qpn, fm, &mut span);
+        let (opcode, byte_len) = wc_opcode(req);
+        let end = pi.wrapping_add(bbs as u16);
+        self.record(pi, cookie, bbs as u16, opcode, byte_len, report);
+        self.pi = end;
+        self.pending += 1;
+        self.last_start = pi;
+        Ok(())
+    }
+
+    /// Writes one WQE of `ds` DS that another transport's encoder builds (UD and DC:
+    /// `write(span, pi, qpn, fm)`), with everything [`SendQueue::push_general`] does around
+    /// the encoding: room in the ring and on the CQ, completion moderation, the fence armed
+    /// by an earlier bind, the shadow entry. Kept apart from `push_general` so that the RC
+    /// post path stays as it is (`cargo xtask icount`). Nothing is written on an error.
+    #[inline]
+    pub(in crate::direct) fn push_encoded(
+        &mut self,
+        ds: usize,
+        cookie: u64,
+        flags: PostFlags,
+        (opcode, byte_len): (WcOpcode, u32),
+        write: impl FnOnce(&mut Span<'_>, u16, u32, FmCeSe),
+    ) -> Result<()> {
+        let bbs = ds_to_bbs(ds);
+        if bbs as u32 > self.limit.wrapping_sub(self.pi) as u32 {
+            self.make_room(bbs as u32)?;
+        }
+        let mut report = flags.signaled;
+        let signal = flags.signaled || bbs as u32 > self.credit;
+        if signal {
+            self.credit = self.half;
+        } else {
+            self.credit -= bbs as u32;
+            report = false;
+        }
+        let fence = if flags.fence != Fence::None {
+            flags.fence
+        } else {
+            self.next_fence
+        };
+        if self.next_fence != Fence::None {
+            self.set_next_fence(Fence::None);
+        }
+        let fm = FmCeSe {
+            fence,
+            completion: if signal {
+                CompletionMode::Always
+            } else {
+                CompletionMode::OnError
+            },
+            solicited: flags.solicited,
+        };
+        let pi = self.pi;
+        let first = ((self.cnt - (pi as u32 & (self.cnt - 1))) as usize).min(bbs);
+        // SAFETY: as in `push_general`: blocks pi .. pi + bbs are free and not yet announced
+        // to the device; `a` runs from block pi to at most the ring end, `b` from the ring
+        // start: disjoint, inside the ring.
+        let mut span = unsafe {
+            Span {
+                a: core::slice::from_raw_parts_mut(self.block(pi), first * SEND_WQE_BB),
+                b: core::slice::from_raw_parts_mut(self.buf, (bbs - first) * SEND_WQE_BB),
+            }
+        };
+        write(&mut span, pi, self.qpn, fm);
+        self.record(pi, cookie, bbs as u16, opcode, byte_len, report);
+        self.pi = pi.wrapping_add(bbs as u16);
+        self.pending += 1;
+        self.last_start = pi;
+        Ok(())
+    }
+
+    /// Posts one request and rings at once.
+    ///
+    /// # Errors
+    /// As [`SendQueue::push`].
+    #[inline(always)]
+    pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        if let Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        } = req
+        {
+            return self.write_inline(data, *remote, cookie, flags);
+        }
+        self.post_general(req, cookie, flags)
+    }
+
+    /// [`SendQueue::post`] without the inline-write fast path.
+    #[inline(always)]
+    pub(in crate::direct) fn post_general(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.push_general(req, cookie, flags)?;
+        self.ring();
+        Ok(())
+    }
+}

@@ -1,0 +1,566 @@
+//! The CQ poller of the verbs path (`ibv_poll_cq`, or `ibv_start_poll` / `ibv_end_poll`):
+//! each completion attributed to its queue by QP number and `wr_id`, moderation completions
+//! hidden, the cookies and statuses as on the direct path.
+
+use super::calls::PollCq;
+use super::ex::{PollOps, VerbsApi, WcRead};
+use super::rq::{RECV_TAG, UD_TAG};
+use crate::completion::{Completion, WcOpcode};
+use crate::queue::cq_share::CqSlots;
+use crate::queue::registry::{Attached, Registry};
+use crate::WcStatus;
+use rdma_sys as ffi;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A CQ poller on the verbs path.
+pub struct VerbsCompletionQueue {
+    cq: Arc<super::objects::Cq>,
+    /// `ibv_poll_cq` on `cq` (its pointer and provider operation, read at creation).
+    poll_cq: PollCq,
+    /// The CQ's extended polling operations (a copy of `cq.poll_ops`, read where the
+    /// poller's other fields are).
+    ops: Option<PollOps>,
+    pub(crate) registry: Arc<Registry>,
+    /// `registry.slots` (one load less per poll for the orphan mark).
+    slots: Arc<CqSlots>,
+    cache: Vec<Attached>,
+    gen: u32,
+    wcs: Box<[ffi::ibv_wc]>,
+}
+
+// SAFETY: polling is serialised by `&mut self`; the CQ is thread-safe in rdma-core.
+unsafe impl Send for VerbsCompletionQueue {}
+
+impl std::fmt::Debug for VerbsCompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsCompletionQueue").finish()
+    }
+}
+
+impl VerbsCompletionQueue {
+    /// A poller of `cq`.
+    pub fn new(cq: Arc<super::objects::Cq>) -> VerbsCompletionQueue {
+        let capacity = cq.capacity();
+        let registry = Arc::new(Registry::new(0, capacity, None));
+        VerbsCompletionQueue {
+            ops: cq.poll_ops,
+            // SAFETY: `cq` is live while this poller holds it (`cq` below), and polled only
+            // through this poller.
+            poll_cq: unsafe { PollCq::of(cq.cq) },
+            cq,
+            slots: registry.slots.clone(),
+            registry,
+            cache: Vec::new(),
+            gen: u32::MAX,
+            // SAFETY: an all-zero ibv_wc is valid.
+            wcs: (0..32).map(|_| unsafe { std::mem::zeroed() }).collect(),
+        }
+    }
+
+    /// The rdma-core API this poller polls with.
+    pub fn api(&self) -> VerbsApi {
+        self.cq.api()
+    }
+
+    /// Polls up to `out.len()` completions.
+    ///
+    /// Into an `out` of one (a latency loop's poll) with the queues' list current, one
+    /// completion is read straight (`poll_one_ex`, or `poll_one_legacy`: `ibv_poll_cq` of
+    /// one entry, not of up to 32 into the poller's array); everything else, and a first
+    /// completion that reports nothing, takes `poll_general`.
+    #[inline(always)]
+    pub fn poll(&mut self, out: &mut [Completion]) -> usize {
+        if let [first] = out {
+            if self.registry.gen.load(Ordering::Acquire) == self.gen {
+                if let Some(n) = match &self.ops {
+                    Some(ops) => self.poll_one_ex(ops, first),
+                    None => self.poll_one_legacy(first),
+                } {
+                    return n;
+                }
+            }
+        }
+        self.poll_general(out)
+    }
+
+    /// [`VerbsCompletionQueue::poll`] of one completion with `ibv_start_poll` /
+    /// `ibv_end_poll`: 0 when the CQ is empty, 1 when `c` holds a completion, None after a
+    /// completion that reports nothing (a moderation completion: the caller polls on).
+    #[inline(always)]
+    fn poll_one_ex(&self, ops: &PollOps, c: &mut Completion) -> Option<usize> {
+        // Entries of dropped QPs: free again once the CQ is seen empty after this read.
+        let orphans = self.slots.orphan_mark();
+        // SAFETY: live CQ, polled only through this poller (`&mut self`).
+        if !unsafe { ops.start() } {
+            if orphans != 0 {
+                self.slots.drained(orphans);
+            }
+            return Some(0);
+        }
+        // SAFETY: a completion is current until `end`.
+        let keep = self.complete(&unsafe { ops.current() }, c);
+        // SAFETY: start succeeded; ended once.
+        unsafe { ops.end() };
+        keep.then_some(1)
+    }
+
+    /// [`VerbsCompletionQueue::poll_one_ex`] with `ibv_poll_cq` of one entry.
+    #[inline(always)]
+    fn poll_one_legacy(&mut self, c: &mut Completion) -> Option<usize> {
+        let orphans = self.slots.orphan_mark();
+        let wc = &mut self.wcs[0];
+        // SAFETY: live CQ, polled only through this poller; room for one entry.
+        let got = unsafe { self.poll_cq.call(1, wc as *mut ffi::ibv_wc) };
+        if got <= 0 {
+            if orphans != 0 {
+                self.slots.drained(orphans);
+            }
+            return Some(0);
+        }
+        self.complete(&self.wcs[0], c).then_some(1)
+    }
+
+    /// [`VerbsCompletionQueue::poll`]: the queues' list refreshed when it changed, then up
+    /// to `out.len()` completions. Inlined: out of line, its call and second prologue cost a
+    /// receive poll into an `out` of two 20 instructions (callgrind in the rxe VM).
+    #[inline(always)]
+    fn poll_general(&mut self, out: &mut [Completion]) -> usize {
+        if self.registry.gen.load(Ordering::Acquire) != self.gen {
+            self.refresh();
+        }
+        // Entries of dropped QPs: free again once the CQ is seen empty after this read.
+        let orphans = self.slots.orphan_mark();
+        match &self.ops {
+            Some(ops) => self.poll_ex(ops, out, orphans),
+            None => self.poll_legacy(out, orphans),
+        }
+    }
+
+    /// [`VerbsCompletionQueue::poll`] with `ibv_poll_cq`: as many entries as `out` has room
+    /// for (up to `wcs`' length) per call, until a call returns fewer than asked (the CQ
+    /// is empty) or `out` is full. The first call is made straight, its completions
+    /// written, and only a full answer that left room (`out` longer than `wcs`, or
+    /// moderation completions among them) goes on in
+    /// [`VerbsCompletionQueue::poll_legacy_more`]: a loop here kept its invariants in
+    /// stack slots and cost the usual poll, which one call answers, about twenty
+    /// instructions.
+    #[inline(always)]
+    fn poll_legacy(&mut self, out: &mut [Completion], orphans: u64) -> usize {
+        let (n, more) = self.poll_legacy_once(out, orphans);
+        if more {
+            return self.poll_legacy_more(out, n, orphans);
+        }
+        n
+    }
+
+    /// One `ibv_poll_cq` into `out` (nothing when it is empty): the completions written,
+    /// and whether the call returned all it was asked with `out` not full (then the CQ may
+    /// hold more).
+    #[inline(always)]
+    fn poll_legacy_once(&mut self, out: &mut [Completion], orphans: u64) -> (usize, bool) {
+        let want = out.len().min(self.wcs.len());
+        if want == 0 {
+            return (0, false);
+        }
+        // SAFETY: live CQ, polled only through this poller; `wcs` holds `want` entries.
+        let got = unsafe { self.poll_cq.call(want as i32, self.wcs.as_mut_ptr()) };
+        if got < want as i32 && orphans != 0 {
+            self.slots.drained(orphans);
+        }
+        // A provider's count is trusted no further than asked (and an error is none).
+        let got = (got.max(0) as usize).min(want);
+        let mut n = 0;
+        for wc in &self.wcs[..got] {
+            // `n < want <= out.len()`: at most `got` completions are kept.
+            if self.complete(wc, &mut out[n]) {
+                n += 1;
+            }
+        }
+        (n, got == want && n < out.len())
+    }
+
+    /// [`VerbsCompletionQueue::poll_legacy`] after a full first answer: polls on into
+    /// `out[n..]` until a call returns fewer than asked or `out` is full.
+    #[inline(never)]
+    fn poll_legacy_more(&mut self, out: &mut [Completion], mut n: usize, orphans: u64) -> usize {
+        loop {
+            let (k, more) = self.poll_legacy_once(&mut out[n..], orphans);
+            n += k;
+            if !more {
+                return n;
+            }
+        }
+    }
+
+    /// [`VerbsCompletionQueue::poll`] with `ibv_start_poll` / `ibv_end_poll`: completions
+    /// are read in place through the `ibv_wc_read_*` accessors (no copy into an `ibv_wc`),
+    /// only the fields each one needs. Into an `out` of one (a latency loop's poll) the
+    /// completion is read straight (no loop: the compiler would copy every operation's
+    /// pointer to the stack before one); larger `out`s, and a first completion that reports
+    /// nothing, take the loop of [`VerbsCompletionQueue::poll_ex_rest`].
+    ///
+    /// One completion per `ibv_start_poll` / `ibv_end_poll` pair, never `ibv_next_poll`:
+    /// rxe before rdma-core 55 (commit b78b414e0, "rxe: fix completion queue consumer index
+    /// overrun"; Debian 12 ships 44) releases the CQ's lock and publishes the consumer index
+    /// when `ibv_next_poll` finds nothing, after which the `ibv_end_poll` that the man page
+    /// requires advances the index past the producer (a stale completion read again, the
+    /// CQ's entries miscounted) and unlocks a second time. A start/end pair is right on
+    /// every version, and a latency loop polls one completion at a time anyway.
+    #[inline(always)]
+    fn poll_ex(&self, ops: &PollOps, out: &mut [Completion], orphans: u64) -> usize {
+        let [first] = out else {
+            return self.poll_ex_rest(ops, 0, out, orphans);
+        };
+        // SAFETY: live CQ, polled only through this poller (`&mut self`).
+        if !unsafe { ops.start() } {
+            if orphans != 0 {
+                self.slots.drained(orphans);
+            }
+            return 0;
+        }
+        // SAFETY: a completion is current until `end`.
+        let keep = self.complete(&unsafe { ops.current() }, first);
+        // SAFETY: start succeeded; ended once.
+        unsafe { ops.end() };
+        if keep {
+            return 1;
+        }
+        // A moderation completion: the next one.
+        self.poll_ex_rest(ops, 0, out, orphans)
+    }
+
+    /// [`VerbsCompletionQueue::poll_ex`] from `out[n]` on: one completion per start / end
+    /// pair until `out` is full or the CQ empty.
+    #[inline(always)]
+    fn poll_ex_rest(
+        &self,
+        ops: &PollOps,
+        mut n: usize,
+        out: &mut [Completion],
+        orphans: u64,
+    ) -> usize {
+        while n < out.len() {
+            // SAFETY: as in `poll_ex`.
+            if !unsafe { ops.start() } {
+                if orphans != 0 {
+                    self.slots.drained(orphans);
+                }
+                break;
+            }
+            // SAFETY: as in `poll_ex`.
+            let keep = self.complete(&unsafe { ops.current() }, &mut out[n]);
+            // SAFETY: as in `poll_ex`.
+            unsafe { ops.end() };
+            n += keep as usize;
+        }
+        n
+    }
+
+    #[cold]
+    fn refresh(&mut self) {
+        if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {
+            (self.cache, self.gen) = (list, gen);
+        }
+    }
+
+    /// Writes the completion of one work completion `wc` into `c`, attributed by its
+    /// `wr_id` (a receive carries [`RECV_TAG`]) and QP number; false (`c` holds nothing to
+    /// report) for a moderation completion, which only retires the unsignaled requests
+    /// before it, or one of a QP no longer attached. Successes take this straight path,
+    /// errors [`complete_error`].
+    #[inline(always)]
+    fn complete(&self, wc: &impl WcRead, c: &mut Completion) -> bool {
+        let qp_num = wc.qp_num();
+        let Some(q) = self.cache.iter().find(|a| a.qpn == qp_num) else {
+            return false;
+        };
+        let status = wc.status();
+        let wr_id = wc.wr_id();
+        let seq = wr_id as u16;
+        if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+            let vendor_err = wc.vendor_err();
+            return complete_error(q, wr_id, status, vendor_err, c);
+        }
+        if wr_id & RECV_TAG != 0 {
+            return complete_recv(q, wc, wr_id, qp_num, c);
+        }
+        let Some(sq) = q.sq.as_ref() else {
+            return false;
+        };
+        let e = sq.get(seq);
+        sq.retire(seq.wrapping_add(e.bbs));
+        if !e.report {
+            return false;
+        }
+        *c = Completion {
+            cookie: e.cookie,
+            status: WcStatus::Success,
+            opcode: e.opcode,
+            byte_len: e.byte_len,
+            qpn: qp_num,
+            ..Completion::default()
+        };
+        true
+    }
+}
+
+/// Writes the completion of the successful receive `wc` (its `wr_id` carries
+/// [`RECV_TAG`]) of attached queue `q` (QP `qp_num`) into `c`, and retires the receive;
+/// false when `q` has no receive queue or SRQ.
+///
+/// The opcode is read only for a receive that carries an immediate: a receive consumed
+/// by an RDMA write with immediate always carries one (`IBV_WC_WITH_IMM`; the IB
+/// specification's RDMA Write with Immediate delivers its immediate in the receive's
+/// completion), so without the flag the receive is a send's (`IBV_WC_RECV`). On the
+/// extended API each field is a call into the provider (`ibv_wc_read_opcode`): the usual
+/// receive makes one call less.
+#[inline(always)]
+fn complete_recv(
+    q: &Attached,
+    wc: &impl WcRead,
+    wr_id: u64,
+    qp_num: u32,
+    c: &mut Completion,
+) -> bool {
+    let Some(cookie) = take_recv(q, wr_id as u16) else {
+        return false;
+    };
+    let flags = wc.wc_flags();
+    let byte_len = wc.byte_len();
+    let (opcode, imm) = if flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+        let opcode = if wc.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+            WcOpcode::RecvRdmaWithImm
+        } else {
+            WcOpcode::Recv
+        };
+        (opcode, Some(u32::from_be(wc.imm_or_rkey())))
+    } else if flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
+        (WcOpcode::Recv, Some(wc.imm_or_rkey()))
+    } else {
+        (WcOpcode::Recv, None)
+    };
+    // A UD receive: the sender's QP number and whether a GRH came (read for these only).
+    let (src_qp, grh) = if wr_id & UD_TAG != 0 {
+        (wc.src_qp(), flags & ffi::ibv_wc_flags::IBV_WC_GRH.0 != 0)
+    } else {
+        (0, false)
+    };
+    *c = Completion {
+        cookie,
+        status: WcStatus::Success,
+        opcode,
+        byte_len,
+        imm,
+        qpn: qp_num,
+        src_qp,
+        grh,
+        ..Completion::default()
+    };
+    true
+}
+
+/// The completion of a work completion in error (status `status`, `vendor_err`) of
+/// attached queue `q`, written into `c`: the request `wr_id` names is retired (a send's
+/// first error is noted) and always reported, its opcode from the shadow entry (a receive:
+/// `Recv`), as on an error the work completion's opcode, byte count and flags are
+/// undefined. False when `q` has no queue of that kind.
+#[cold]
+#[inline(never)]
+fn complete_error(
+    q: &Attached,
+    wr_id: u64,
+    status: u32,
+    vendor_err: u32,
+    c: &mut Completion,
+) -> bool {
+    let seq = wr_id as u16;
+    let mut out = Completion {
+        status: WcStatus::from_u32(status),
+        qpn: q.qpn,
+        syndrome: Some((0, vendor_err as u8)),
+        ..Completion::default()
+    };
+    if wr_id & RECV_TAG != 0 {
+        let Some(cookie) = take_recv(q, seq) else {
+            return false;
+        };
+        out.cookie = cookie;
+        out.opcode = WcOpcode::Recv;
+    } else {
+        let Some(sq) = q.sq.as_ref() else {
+            return false;
+        };
+        let e = sq.get(seq);
+        sq.note_error(seq);
+        sq.retire(seq.wrapping_add(e.bbs));
+        out.cookie = e.cookie;
+        out.opcode = e.opcode;
+    }
+    *c = out;
+    true
+}
+
+/// The cookie of the receive `seq` names on attached queue `q`, which is retired: its own
+/// receive queue's entry, or, for a QP with an SRQ (`seq` is the SRQ's slot), the SRQ's,
+/// whose slot is given back. None when `q` has neither.
+#[inline(always)]
+fn take_recv(q: &Attached, seq: u16) -> Option<u64> {
+    match (&q.rq, &q.srq) {
+        (Some(rq), _) => {
+            let cookie = rq.get(seq);
+            // rdma-core has copied whatever it copies: the regions go back first.
+            if let Some(t) = &q.scatter {
+                t.done(seq);
+            }
+            rq.retire(seq.wrapping_add(1));
+            Some(cookie)
+        }
+        (None, Some(srq)) => {
+            let slot = srq.slot(seq);
+            let cookie = srq.cookies.get(slot);
+            srq.free(slot);
+            Some(cookie)
+        }
+        (None, None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::shadow::Shadow;
+    use std::cell::Cell;
+
+    /// A successful receive's work completion, counting the reads of its opcode.
+    struct FakeWc {
+        flags: u32,
+        opcode: u32,
+        imm: u32,
+        opcode_reads: Cell<u32>,
+    }
+
+    impl WcRead for FakeWc {
+        fn wr_id(&self) -> u64 {
+            unreachable!("passed to complete_recv")
+        }
+        fn status(&self) -> u32 {
+            ffi::ibv_wc_status::IBV_WC_SUCCESS
+        }
+        fn qp_num(&self) -> u32 {
+            unreachable!("passed to complete_recv")
+        }
+        fn opcode(&self) -> u32 {
+            self.opcode_reads.set(self.opcode_reads.get() + 1);
+            self.opcode
+        }
+        fn vendor_err(&self) -> u32 {
+            0
+        }
+        fn byte_len(&self) -> u32 {
+            8
+        }
+        fn wc_flags(&self) -> u32 {
+            self.flags
+        }
+        fn imm_or_rkey(&self) -> u32 {
+            self.imm
+        }
+        fn src_qp(&self) -> u32 {
+            77
+        }
+    }
+
+    /// Completes receive 3 (cookie 99) of a queue on QP 5 from `wc`; also checks that it
+    /// retired the receive.
+    fn receive(wc: &FakeWc) -> Completion {
+        let rq = Arc::new(Shadow::<u64>::new(16));
+        rq.set(3, 99);
+        let q = Attached {
+            qpn: 5,
+            sq: None,
+            rq: Some(rq.clone()),
+            scatter: None,
+            srq: None,
+        };
+        let mut c = Completion::default();
+        assert!(complete_recv(&q, wc, RECV_TAG | 3, 5, &mut c));
+        assert_eq!(rq.retired(), 4);
+        assert_eq!((c.cookie, c.qpn, c.byte_len, c.src_qp), (99, 5, 8, 0));
+        c
+    }
+
+    /// A receive without an immediate is a send's: its opcode is not read (on the
+    /// extended API, one provider call less per receive); with one, the opcode tells an
+    /// RDMA write's from a send's.
+    #[test]
+    fn a_receive_reads_its_opcode_only_with_an_immediate() {
+        use ffi::ibv_wc_flags as F;
+        use ffi::ibv_wc_opcode as O;
+        let wc = |flags, opcode, imm| FakeWc {
+            flags,
+            opcode,
+            imm,
+            opcode_reads: Cell::new(0),
+        };
+        // A plain send's receive (the opcode a provider would report, never read).
+        let plain = wc(0, O::IBV_WC_RECV, 0);
+        let c = receive(&plain);
+        assert_eq!((c.opcode, c.imm), (WcOpcode::Recv, None));
+        assert_eq!(
+            plain.opcode_reads.get(),
+            0,
+            "a plain receive read its opcode"
+        );
+        // A send with invalidate: the rkey, no opcode read.
+        let inv = wc(F::IBV_WC_WITH_INV.0, O::IBV_WC_RECV, 0x1234);
+        let c = receive(&inv);
+        assert_eq!((c.opcode, c.imm), (WcOpcode::Recv, Some(0x1234)));
+        assert_eq!(inv.opcode_reads.get(), 0);
+        // An RDMA write with immediate: the immediate in host order.
+        let write = wc(
+            F::IBV_WC_WITH_IMM.0,
+            O::IBV_WC_RECV_RDMA_WITH_IMM,
+            7u32.to_be(),
+        );
+        let c = receive(&write);
+        assert_eq!((c.opcode, c.imm), (WcOpcode::RecvRdmaWithImm, Some(7)));
+        assert_eq!(write.opcode_reads.get(), 1);
+        // A send with immediate.
+        let send = wc(F::IBV_WC_WITH_IMM.0, O::IBV_WC_RECV, 9u32.to_be());
+        let c = receive(&send);
+        assert_eq!((c.opcode, c.imm), (WcOpcode::Recv, Some(9)));
+        assert_eq!(send.opcode_reads.get(), 1);
+    }
+
+    /// A UD receive reports the sender's QP number and the GRH flag; an RC one neither.
+    #[test]
+    fn a_ud_receive_reports_its_sender() {
+        let rq = Arc::new(Shadow::<u64>::new(16));
+        rq.set(0, 1);
+        let q = Attached {
+            qpn: 5,
+            sq: None,
+            rq: Some(rq),
+            scatter: None,
+            srq: None,
+        };
+        let wc = FakeWc {
+            flags: ffi::ibv_wc_flags::IBV_WC_GRH.0,
+            opcode: ffi::ibv_wc_opcode::IBV_WC_RECV,
+            imm: 0,
+            opcode_reads: Cell::new(0),
+        };
+        let mut c = Completion::default();
+        assert!(complete_recv(&q, &wc, RECV_TAG | UD_TAG, 5, &mut c));
+        assert_eq!((c.src_qp, c.grh, c.cookie), (77, true, 1));
+        let none = Attached {
+            qpn: 6,
+            sq: None,
+            rq: None,
+            scatter: None,
+            srq: None,
+        };
+        assert!(!complete_recv(&none, &wc, RECV_TAG, 6, &mut c));
+    }
+}

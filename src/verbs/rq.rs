@@ -1,0 +1,315 @@
+//! The receive queue of the verbs path (`ibv_post_recv`): each receive's cookie in a shadow
+//! table under a sequence number its `wr_id` carries with the receive tag, its buffers pinned
+//! until its completion is polled.
+
+use super::calls::PostRecv;
+use super::code;
+use super::objects::Qp;
+use crate::error::{Error, QueueUnit, Result};
+use crate::queue::cq_share::{CqShare, CqSlots};
+use crate::queue::regions::{RegionCheck, Regions};
+use crate::queue::scatter::ScatterTable;
+use crate::queue::shadow::Shadow;
+use crate::Sge;
+use rdma_sys as ffi;
+use std::sync::Arc;
+
+/// Marks a receive's `wr_id` (its sequence number is in the low 16 bits): completions in
+/// error have no valid opcode, and this is how they are attributed to the right queue.
+pub(crate) const RECV_TAG: u64 = 1 << 63;
+
+/// Marks a UD QP's receive's `wr_id` (with [`RECV_TAG`]): its completion carries the
+/// sender's QP number and whether a GRH was received, read only for these.
+pub(super) const UD_TAG: u64 = 1 << 62;
+
+/// The receive side of a QP on the verbs path.
+pub struct VerbsRecvQueue {
+    /// The QP, kept alive while `post_recv` points to it.
+    _qp: Arc<Qp>,
+    /// `ibv_post_recv` on `qp` (its pointer and provider operation, read at creation).
+    post_recv: PostRecv,
+    cap: u32,
+    /// As [`VerbsSendQueue::room_end`](super::sq::VerbsSendQueue::room_end), for receives.
+    room_end: u16,
+    pub(crate) shadow: Arc<Shadow<u64>>,
+    seq: u16,
+    /// The scatter list (its length: the QP's most entries per receive).
+    sges: Box<[ffi::ibv_sge]>,
+    /// The receive request, prepared once: `sg_list` points into `sges`, `next` is null.
+    wr: Box<ffi::ibv_recv_wr>,
+    /// [`RECV_TAG`], with [`UD_TAG`] on a UD QP.
+    tag: u64,
+    /// The CQ entries this queue holds (None: not accounted).
+    cq_share: Option<CqShare>,
+    /// The scatter list of every posted receive: the regions each pins until its
+    /// completion is polled (the QP holds it too, until it is destroyed).
+    pub(crate) scatter: Arc<ScatterTable>,
+    /// The protection domain's regions, the receives' entries are pinned in (None: not
+    /// checked, the caller vouches for them).
+    regions: Option<Box<RegionCheck>>,
+    /// The provider copies small received messages into the buffers with the CPU
+    /// (rdma-core's mlx5 scatter-to-CQE, `mlx5_copy_to_recv_wqe`, which checks no key):
+    /// a receive with an entry the CPU may not write is refused.
+    provider_copies: bool,
+}
+
+// SAFETY: as for VerbsSendQueue (`wr` points into this queue's own `sges`; `post_recv`
+// holds the pointer of the QP in `qp`, thread-safe in rdma-core).
+unsafe impl Send for VerbsRecvQueue {}
+
+impl std::fmt::Debug for VerbsRecvQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsRecvQueue")
+            .field("seq", &self.seq)
+            .finish()
+    }
+}
+
+/// A receive request prepared once for lists of up to `max_sge` entries: its scatter list
+/// (`sg_list` points into it; the boxed slice does not move when the box does), `next`
+/// null. Receive queues and SRQs vary only `wr_id` and `num_sge`.
+pub(crate) fn prepared_recv(max_sge: usize) -> (Box<[ffi::ibv_sge]>, Box<ffi::ibv_recv_wr>) {
+    // SAFETY: an all-zero ibv_sge is valid.
+    let mut sges: Box<[ffi::ibv_sge]> = (0..max_sge)
+        .map(|_| unsafe { std::mem::zeroed() })
+        .collect();
+    // SAFETY: an all-zero ibv_recv_wr is valid (no next request).
+    let mut wr: Box<ffi::ibv_recv_wr> = Box::new(unsafe { std::mem::zeroed() });
+    wr.sg_list = sges.as_mut_ptr();
+    (sges, wr)
+}
+
+/// Copies the non-empty entries of `sgl` into `sges` (as many as it holds); returns how
+/// many. Only the request posted after it publishes them, so an error leaves nothing
+/// behind.
+///
+/// # Errors
+/// [`Error::TooManySge`] with the non-empty entries and `sges.len()`.
+#[inline]
+pub(crate) fn fill_recv_sges(sges: &mut [ffi::ibv_sge], sgl: &[Sge]) -> Result<usize> {
+    let mut n = 0;
+    for s in sgl {
+        if s.len == 0 {
+            continue;
+        }
+        if n == sges.len() {
+            return Err(Error::TooManySge {
+                n: sgl.iter().filter(|s| s.len != 0).count(),
+                max: sges.len(),
+            });
+        }
+        sges[n] = ffi::ibv_sge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        };
+        n += 1;
+    }
+    Ok(n)
+}
+
+impl VerbsRecvQueue {
+    /// The receive queue of `qp`.
+    pub fn new(qp: Arc<Qp>) -> VerbsRecvQueue {
+        let caps = qp.caps;
+        let max_sge = caps.max_recv_sge.max(1) as usize;
+        let (sges, wr) = prepared_recv(max_sge);
+        let cnt = caps.max_recv_wr.max(16).next_power_of_two();
+        let scatter = Arc::new(ScatterTable::new(cnt, max_sge));
+        // Kept by the QP until it is destroyed (a QP has one receive queue).
+        let _ = qp.recv_targets.set(scatter.clone());
+        VerbsRecvQueue {
+            // SAFETY: `qp` is live while this queue holds it (`qp` below), and the call is
+            // made only through this queue.
+            post_recv: unsafe { PostRecv::of(qp.qp) },
+            cap: caps.max_recv_wr,
+            room_end: 0,
+            shadow: Arc::new(Shadow::new(cnt)),
+            seq: 0,
+            sges,
+            wr,
+            tag: RECV_TAG,
+            cq_share: None,
+            scatter,
+            regions: None,
+            provider_copies: false,
+            _qp: qp,
+        }
+    }
+
+    /// Pins the region of every entry of every receive posted from now on in `regions`
+    /// (until its completion is polled); with `provider_copies` (rdma-core's mlx5
+    /// provider, which copies small messages into the buffers itself), refuses a receive
+    /// with an entry outside every CPU-writable region.
+    pub(crate) fn check_against(&mut self, regions: Arc<Regions>, provider_copies: bool) {
+        self.regions = Some(Box::new(RegionCheck::new(regions)));
+        self.provider_copies = provider_copies;
+    }
+
+    /// The receive queue of the UD QP `qp`: its completions carry the sender's QP number
+    /// and the GRH flag.
+    pub fn new_ud(qp: Arc<Qp>) -> VerbsRecvQueue {
+        let mut q = VerbsRecvQueue::new(qp);
+        q.tag = RECV_TAG | UD_TAG;
+        q
+    }
+
+    /// Accounts this queue's receives against the entries of the CQ they complete on.
+    pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
+        self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.seq));
+        self.room_end = self.seq;
+    }
+
+    /// Receives the queue was created for.
+    pub fn capacity(&self) -> u32 {
+        self.cap
+    }
+
+    /// The queue goes away: gives its CQ entries back, those of receives not completed yet
+    /// as the poller consumes their completions.
+    pub(crate) fn release_cq(&mut self) {
+        if let Some(s) = &mut self.cq_share {
+            s.release(self.seq);
+        }
+        self.room_end = self.seq;
+    }
+
+    /// The cold path of the room check of [`VerbsRecvQueue::post`] (as
+    /// [`VerbsSendQueue::check_room`](super::sq::VerbsSendQueue::check_room)'s).
+    #[cold]
+    #[inline(never)]
+    fn refill_room(&mut self) -> Result<()> {
+        let free = self.free();
+        if free == 0 {
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                unit: QueueUnit::Receives,
+            });
+        }
+        let room = match &mut self.cq_share {
+            Some(s) => {
+                s.check_one(self.seq, self.cap)?;
+                free.min(s.allowance(self.seq))
+            }
+            None => free,
+        };
+        self.room_end = self.seq.wrapping_add(room as u16);
+        Ok(())
+    }
+
+    /// Entries free for new receives.
+    pub fn free(&self) -> u32 {
+        self.cap
+            .saturating_sub(self.seq.wrapping_sub(self.shadow.retired()) as u32)
+    }
+
+    /// Posts one receive.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error;
+    /// [`Error::InvalidParameter`] with the lkey of an entry outside every CPU-writable
+    /// region of the domain, on a device whose provider copies small messages with the
+    /// CPU (mlx5).
+    pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        if self.seq == self.room_end {
+            self.refill_room()?;
+        }
+        // One pass: the non-empty entries into the scatter list (published only by the
+        // call below, so an error leaves nothing behind).
+        let n = fill_recv_sges(&mut self.sges, sgl)?;
+        self.land(sgl)?;
+        match self.submit(n, cookie) {
+            0 => Ok(()),
+            rc => Err(self.unpost(rc)),
+        }
+    }
+
+    /// Records the receive about to be posted at `seq` in the scatter table, pinning its
+    /// regions; refuses it (nothing kept) when the provider would copy into memory the CPU
+    /// may not write.
+    #[inline]
+    fn land(&mut self, sgl: &[Sge]) -> Result<()> {
+        match self
+            .scatter
+            .record(self.seq, sgl, self.regions.as_deref_mut())
+        {
+            Some(lkey) if self.provider_copies => Err(self.refuse_landing(lkey)),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`VerbsRecvQueue::land`]'s refusal: the pins go back.
+    #[cold]
+    #[inline(never)]
+    fn refuse_landing(&mut self, lkey: u32) -> Error {
+        self.scatter.done(self.seq);
+        crate::queue::scatter::not_cpu_writable(lkey)
+    }
+
+    /// The usual receive, one non-empty buffer `s` while the cached room lasts, posted
+    /// straight: `Some(0)` posted, `Some(rc)` refused by `ibv_post_recv` (then
+    /// [`VerbsRecvQueue::unpost`] must follow), None when it is not that case (nothing
+    /// done: [`VerbsRecvQueue::post`] takes it, with every check).
+    #[inline(always)]
+    pub(crate) fn post_one(&mut self, s: &Sge, cookie: u64) -> Option<i32> {
+        if self.seq == self.room_end || s.len == 0 {
+            return None;
+        }
+        *self.sges.first_mut()? = ffi::ibv_sge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        };
+        if self
+            .scatter
+            .record(
+                self.seq,
+                core::slice::from_ref(s),
+                self.regions.as_deref_mut(),
+            )
+            .is_some()
+            && self.provider_copies
+        {
+            // Refused by the general path (which records it again).
+            self.scatter.done(self.seq);
+            return None;
+        }
+        Some(self.submit(1, cookie))
+    }
+
+    /// Posts the prepared request with its first `n` scatter entries as the receive at
+    /// `seq`, of `cookie`: 0, or `ibv_post_recv`'s error (then [`VerbsRecvQueue::unpost`]
+    /// must follow).
+    ///
+    /// The queue moves first and is put back on a refusal, so that nothing but the call's
+    /// result is live across it (no registers to save for the rest). A `posted` mark one
+    /// ahead for the length of the call only delays a deferred deregistration's check
+    /// (`Shadow::done_up_to`); no completion of `seq` can come before it is posted.
+    #[inline(always)]
+    fn submit(&mut self, n: usize, cookie: u64) -> i32 {
+        let seq = self.seq;
+        // The prepared request (its list points into `sges`); only these two fields vary.
+        let wr = &mut *self.wr;
+        wr.wr_id = seq as u64 | self.tag;
+        wr.num_sge = n as i32;
+        self.shadow.set(seq, cookie);
+        let next = seq.wrapping_add(1);
+        self.seq = next;
+        self.shadow.mark_posted(next);
+        // SAFETY: the QP is live (held by this queue); `wr` and its scatter list (in this
+        // queue's boxes) live across the call, which copies them.
+        unsafe { self.post_recv.call(wr) }
+    }
+
+    /// `ibv_post_recv` refused the last receive with `rc`: the queue goes back to before it
+    /// (nothing was posted); the error.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn unpost(&mut self, rc: i32) -> Error {
+        self.seq = self.seq.wrapping_sub(1);
+        self.shadow.mark_posted(self.seq);
+        self.scatter.done(self.seq);
+        Error::Verbs(code("ibv_post_recv", rc))
+    }
+}

@@ -1,0 +1,324 @@
+//! One request posted straight ([`VerbsSendQueue::post_one`],
+//! [`VerbsSendQueue::write_inline`]): a small inline RDMA write or send, or a read into one
+//! buffer, handed to rdma-core without a queued work request.
+
+use super::VerbsSendQueue;
+use crate::completion::WcOpcode;
+use crate::error::{Error, Result};
+use crate::queue::flags::PostFlags;
+use crate::queue::shadow::SendEntry;
+use crate::verbs::code;
+use crate::{Fence, Payload, Request};
+use rdma_sys as ffi;
+
+/// A request [`VerbsSendQueue::post_single`] posts without a queued work request: an
+/// inline RDMA write or send of 1 to `max_inline` bytes, or an RDMA read into one buffer.
+struct Single {
+    opcode: ffi::ibv_wr_opcode::Type,
+    wc: WcOpcode,
+    /// Bytes a successful completion reports (a read's length).
+    byte_len: u32,
+    remote: crate::Remote,
+    /// The inline bytes (lkey 0) or the read's buffer.
+    buf: ffi::ibv_sge,
+    /// `IBV_SEND_INLINE` or 0.
+    inline_flag: u32,
+}
+
+impl Single {
+    /// `req` as a [`Single`], when it is one.
+    #[inline(always)]
+    fn of(req: &Request<'_>, max_inline: usize) -> Option<Single> {
+        use ffi::ibv_wr_opcode as O;
+        let inline = |opcode, wc, remote, b: &[u8]| {
+            (!b.is_empty() && b.len() <= max_inline).then_some(Single {
+                opcode,
+                wc,
+                byte_len: 0,
+                remote,
+                buf: ffi::ibv_sge {
+                    addr: b.as_ptr() as u64,
+                    length: b.len() as u32,
+                    lkey: 0,
+                },
+                inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+            })
+        };
+        match *req {
+            Request::Write {
+                remote,
+                data: Payload::Inline(b),
+            } => inline(O::IBV_WR_RDMA_WRITE, WcOpcode::RdmaWrite, remote, b),
+            Request::Send {
+                data: Payload::Inline(b),
+            } => {
+                let none = crate::Remote { addr: 0, rkey: 0 };
+                inline(O::IBV_WR_SEND, WcOpcode::Send, none, b)
+            }
+            Request::Read { remote, sgl: [s] }
+                if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES =>
+            {
+                Some(Single {
+                    opcode: O::IBV_WR_RDMA_READ,
+                    wc: WcOpcode::RdmaRead,
+                    byte_len: s.len,
+                    remote,
+                    buf: ffi::ibv_sge {
+                        addr: s.addr,
+                        length: s.len,
+                        lkey: s.lkey,
+                    },
+                    inline_flag: 0,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+impl VerbsSendQueue {
+    /// Posts one request now ([`crate::Qp::post`]). A small inline RDMA write or send, or a
+    /// read into one buffer, with nothing queued, no fence and no fence pending, goes to
+    /// rdma-core directly (`post_single`): the same checks, moderation,
+    /// flags and shadow entry as [`VerbsSendQueue::push`] + [`VerbsSendQueue::ring`],
+    /// without building a queued work request or staging the inline bytes (rdma-core copies
+    /// them during the call). Any other request takes push + ring.
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::push`] and [`VerbsSendQueue::ring`]; on an error nothing is
+    /// posted.
+    #[inline(always)]
+    pub fn post_one(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        if self.pending == 0 && !self.fence_next && flags.fence == Fence::None {
+            if let Some(one) = Single::of(req, self.max_inline) {
+                return self.post_single(&one, cookie, flags);
+            }
+        }
+        self.push_and_ring(req, cookie, flags)
+    }
+
+    /// An inline RDMA write ([`crate::Qp::write_inline`] on the verbs path): what
+    /// [`VerbsSendQueue::post_one`] does with it, in a function of its own (the request's
+    /// kind is known here: none is built or matched unless it has to be queued).
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::post_one`].
+    #[inline(always)]
+    pub fn write_inline(
+        &mut self,
+        data: &[u8],
+        remote: crate::Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if self.pending == 0
+            && !self.fence_next
+            && flags.fence == Fence::None
+            && !data.is_empty()
+            && data.len() <= self.max_inline
+        {
+            let one = Single {
+                opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                wc: WcOpcode::RdmaWrite,
+                byte_len: 0,
+                remote,
+                buf: ffi::ibv_sge {
+                    addr: data.as_ptr() as u64,
+                    length: data.len() as u32,
+                    lkey: 0,
+                },
+                inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+            };
+            return self.post_single(&one, cookie, flags);
+        }
+        let req = Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        };
+        self.push_and_ring(&req, cookie, flags)
+    }
+
+    /// [`VerbsSendQueue::push`] then [`VerbsSendQueue::ring`], out of line (the requests
+    /// [`VerbsSendQueue::post_single`] does not take).
+    #[inline(never)]
+    fn push_and_ring(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.push(req, cookie, flags)?;
+        self.ring()
+    }
+
+    /// Posts `one` with nothing queued, no fence and none pending (see
+    /// [`VerbsSendQueue::post_one`]): the room check (one compare while the cached room
+    /// lasts), moderation, the shadow entry, rdma-core's calls; the queue's state changes
+    /// only once rdma-core took the request.
+    #[inline(always)]
+    fn post_single(&mut self, one: &Single, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.check_room()?;
+        // Completion moderation and flags, as `enqueue`.
+        let unsignaled = self.unsignaled;
+        let signal = flags.signaled || unsignaled >= self.cap / 2;
+        let mut send_flags = one.inline_flag;
+        if signal {
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        if flags.solicited {
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        let seq = self.seq;
+        self.shadow.set(
+            seq,
+            SendEntry {
+                cookie,
+                bbs: 1,
+                opcode: one.wc,
+                byte_len: one.byte_len,
+                report: flags.signaled,
+            },
+        );
+        // The queue's state moves before the calls (fewer values live across them) and
+        // back if rdma-core refuses the request ([`VerbsSendQueue::post_refused`]).
+        self.unsignaled = if signal { 0 } else { unsignaled + 1 };
+        self.seq = seq.wrapping_add(1);
+        self.shadow.mark_posted(self.seq);
+        let rc = match &self.send_ops {
+            // SAFETY: live QP (`self.qp` holds it); `one.buf` names the caller's inline
+            // bytes (copied by the call) or a buffer of a registered region; `&mut self`
+            // serialises posting.
+            Some(ops) => unsafe {
+                ops.post_one(
+                    seq as u64,
+                    send_flags,
+                    one.opcode,
+                    one.remote.rkey,
+                    one.remote.addr,
+                    &one.buf,
+                    one.inline_flag != 0,
+                )
+            },
+            None => self.post_single_legacy(one, seq, send_flags),
+        };
+        if rc != 0 {
+            return Err(self.post_refused(rc, seq, unsignaled));
+        }
+        Ok(())
+    }
+
+    /// [`VerbsSendQueue::post_single`] with `ibv_post_send`.
+    #[inline(always)]
+    fn post_single_legacy(&mut self, one: &Single, seq: u16, send_flags: u32) -> i32 {
+        let mut buf = one.buf;
+        // Nothing is queued: the first work request is free. The fields the opcode reads
+        // are set; the others are not read for it.
+        let w = &mut self.wrs[0];
+        w.wr_id = seq as u64;
+        w.next = std::ptr::null_mut();
+        w.sg_list = &mut buf;
+        w.num_sge = 1;
+        w.opcode = one.opcode;
+        w.send_flags = send_flags;
+        w.wr.rdma = ffi::rdma_t {
+            remote_addr: one.remote.addr,
+            rkey: one.remote.rkey,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: live QP; the request and its one gather entry (on this stack) live across
+        // the call, which copies them (and the inline bytes).
+        unsafe { ffi::ibv_post_send(self.qp.qp, w, &mut bad) }
+    }
+
+    /// A single request rdma-core refused with `rc`: the queue's position and moderation go
+    /// back to what they were before it (`seq`, `unsignaled`; nothing was posted), and the
+    /// error names the API it was posted with.
+    #[cold]
+    #[inline(never)]
+    fn post_refused(&mut self, rc: i32, seq: u16, unsignaled: u32) -> Error {
+        self.seq = seq;
+        self.unsignaled = unsignaled;
+        self.shadow.mark_posted(seq);
+        let call = if self.send_ops.is_some() {
+            "ibv_wr_complete"
+        } else {
+            "ibv_post_send"
+        };
+        Error::Verbs(code(call, rc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Remote, Sge};
+
+    /// The requests `post_one` posts without a queued work request: an inline write or send
+    /// of 1 to `max_inline` bytes, a read into one non-empty buffer; nothing else (those take
+    /// push + ring, whose checks refuse what must be refused).
+    #[test]
+    fn single_requests_are_small_inline_writes_and_sends_and_one_buffer_reads() {
+        let remote = Remote { addr: 64, rkey: 7 };
+        let bytes = [1u8; 16];
+        let write = |n: usize| Request::Write {
+            remote,
+            data: Payload::Inline(&bytes[..n]),
+        };
+        let w = Single::of(&write(8), 8).expect("an inline write of max_inline bytes");
+        assert_eq!(
+            (w.opcode, w.wc, w.byte_len, w.inline_flag),
+            (
+                ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                WcOpcode::RdmaWrite,
+                0,
+                ffi::ibv_send_flags::IBV_SEND_INLINE.0
+            )
+        );
+        assert_eq!((w.buf.length, w.buf.lkey, w.remote.rkey), (8, 0, 7));
+        assert!(Single::of(&write(9), 8).is_none(), "longer than max_inline");
+        assert!(Single::of(&write(0), 8).is_none(), "empty");
+        let send = Request::Send {
+            data: Payload::Inline(&bytes[..4]),
+        };
+        let s = Single::of(&send, 8).expect("an inline send");
+        assert_eq!(
+            (s.opcode, s.wc),
+            (ffi::ibv_wr_opcode::IBV_WR_SEND, WcOpcode::Send)
+        );
+        let sge = |len| Sge {
+            addr: 4096,
+            len,
+            lkey: 3,
+        };
+        let one = [sge(32)];
+        let r = Single::of(&Request::Read { remote, sgl: &one }, 8).expect("a read");
+        assert_eq!(
+            (r.opcode, r.wc, r.byte_len, r.inline_flag, r.buf.lkey),
+            (
+                ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+                WcOpcode::RdmaRead,
+                32,
+                0,
+                3
+            )
+        );
+        let two = [sge(32), sge(32)];
+        assert!(Single::of(&Request::Read { remote, sgl: &two }, 8).is_none());
+        let empty = [sge(0)];
+        assert!(Single::of(
+            &Request::Read {
+                remote,
+                sgl: &empty
+            },
+            8
+        )
+        .is_none());
+        let gathered = [sge(8)];
+        let gather_write = Request::Write {
+            remote,
+            data: Payload::Sgl(&gathered),
+        };
+        assert!(Single::of(&gather_write, 8).is_none(), "a gathered write");
+        let imm = Request::WriteImm {
+            remote,
+            data: Payload::Inline(&bytes[..4]),
+            imm: 1,
+        };
+        assert!(Single::of(&imm, 8).is_none(), "a write with immediate");
+    }
+}

@@ -1,0 +1,209 @@
+//! Memory-window requests on the verbs send queue: type-2 binds queued (`IBV_WR_BIND_MW`),
+//! type-1 binds through `ibv_bind_mw`, and the local invalidate that unbinds a type-2 window;
+//! the window's current key set in its `ibv_mw` first (rdma-core reads it from there; rxe
+//! checks it against the kernel's).
+
+use super::{zeroed_wr, VerbsSendQueue, MAX_BATCH};
+use crate::completion::WcOpcode;
+use crate::error::{Error, QueueUnit, Result};
+use crate::queue::flags::PostFlags;
+use crate::queue::shadow::SendEntry;
+use crate::verbs::code;
+use crate::Request;
+use mlx5::request::{Access, MwType};
+use rdma_sys as ffi;
+
+/// One bind (or, with no region and length 0, a type-1 unbind) of a window.
+pub(crate) struct WindowBind {
+    /// rdma-core's window.
+    pub(crate) mw: *mut ffi::ibv_mw,
+    pub(crate) mw_type: MwType,
+    /// The key the window has now.
+    pub(crate) rkey: u32,
+    /// The key a type-2 bind gives it (a type-1 bind takes rdma-core's).
+    pub(crate) new_rkey: u32,
+    /// rdma-core's region, None for an unbind.
+    pub(crate) mr: Option<*mut ffi::ibv_mr>,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) access: Access,
+}
+
+impl VerbsSendQueue {
+    /// Posts the local invalidate that unbinds a type-2 window through this QP: the
+    /// crate's entry for [`Qp::unbind_mw`](crate::Qp::unbind_mw), which checked the
+    /// window's state and tracks its key.
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::push`] and [`VerbsSendQueue::ring`].
+    pub(crate) fn post_invalidate(
+        &mut self,
+        rkey: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.push_any(&Request::LocalInvalidate { rkey }, cookie, flags)?;
+        self.ring()
+    }
+
+    /// Queues a type-2 memory-window bind (`IBV_WR_BIND_MW`) of `mw` to `addr .. addr + len`
+    /// of `mr` with new rkey `new_rkey` and `access` (`IBV_ACCESS_*` values).
+    ///
+    /// # Safety
+    /// `mw` and `mr` must be live objects of this QP's protection domain until the request
+    /// completes.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn push_bind(
+        &mut self,
+        mw: *mut ffi::ibv_mw,
+        mr: *mut ffi::ibv_mr,
+        new_rkey: u32,
+        addr: u64,
+        len: u64,
+        access: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if self.pending == MAX_BATCH {
+            return Err(Error::QueueFull {
+                needed: 1,
+                free: 0,
+                unit: QueueUnit::SendRequests,
+            });
+        }
+        self.check_room()?;
+        let mut wr = zeroed_wr();
+        wr.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
+            mw,
+            rkey: new_rkey,
+            bind_info: ffi::ibv_mw_bind_info {
+                mr,
+                addr,
+                length: len,
+                mw_access_flags: access,
+            },
+        };
+        self.enqueue(
+            wr,
+            ffi::ibv_wr_opcode::IBV_WR_BIND_MW,
+            (WcOpcode::BindMw, 0),
+            0,
+            0,
+            cookie,
+            flags,
+        );
+        Ok(())
+    }
+
+    /// Binds a type-1 window with `ibv_bind_mw` (which posts its own work request); returns
+    /// the window's new rkey. Anything queued is posted first.
+    ///
+    /// # Safety
+    /// As [`VerbsSendQueue::push_bind`].
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`]; the `ibv_bind_mw` error.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn bind_type1(
+        &mut self,
+        mw: *mut ffi::ibv_mw,
+        mr: *mut ffi::ibv_mr,
+        addr: u64,
+        len: u64,
+        access: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<u32> {
+        self.ring()?;
+        self.check_room()?;
+        let signal = flags.signaled || self.unsignaled + 1 > self.cap / 2;
+        let mut send_flags = 0;
+        // Taken only once the bind is posted (a refused one changes nothing).
+        let unsignaled = if signal {
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+            0
+        } else {
+            self.unsignaled + 1
+        };
+        let mut bind = ffi::ibv_mw_bind {
+            wr_id: self.seq as u64,
+            send_flags,
+            bind_info: ffi::ibv_mw_bind_info {
+                mr,
+                addr,
+                length: len,
+                mw_access_flags: access,
+            },
+        };
+        let end = self.seq.wrapping_add(1);
+        let entry = SendEntry {
+            cookie,
+            bbs: 1,
+            opcode: WcOpcode::BindMw,
+            byte_len: 0,
+            report: flags.signaled,
+        };
+        self.shadow.set(self.seq, entry);
+        // SAFETY: the caller guarantees live objects; `bind` lives across the call.
+        let rc = unsafe { ffi::ibv_bind_mw(self.qp.qp, mw, &mut bind) };
+        if rc != 0 {
+            return Err(Error::Verbs(code("ibv_bind_mw", rc)));
+        }
+        self.unsignaled = unsignaled;
+        self.seq = end;
+        self.shadow.mark_posted(end);
+        self.fence_next = true;
+        // SAFETY: `mw` is live; the provider stored the new rkey in it.
+        Ok(unsafe { (*mw).rkey })
+    }
+
+    /// Posts `b`; returns the window's key after it.
+    ///
+    /// # Safety
+    /// `b.mw` and `b.mr` must be live objects of this QP's protection domain until the
+    /// request completes.
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::push_bind`], [`VerbsSendQueue::bind_type1`] and
+    /// [`VerbsSendQueue::ring`].
+    pub(crate) unsafe fn bind_window(
+        &mut self,
+        b: &WindowBind,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<u32> {
+        // SAFETY: `mw` is live (caller contract); nothing else reads it during the call.
+        unsafe { (*b.mw).rkey = b.rkey };
+        let access = b.access.0;
+        match (b.mw_type, b.mr) {
+            (MwType::Two, Some(mr)) => {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    self.push_bind(b.mw, mr, b.new_rkey, b.addr, b.len, access, cookie, flags)?
+                };
+                self.ring()?;
+                Ok(b.new_rkey)
+            }
+            // SAFETY: the caller's contract.
+            (_, Some(mr)) => unsafe {
+                self.bind_type1(b.mw, mr, b.addr, b.len, access, cookie, flags)
+            },
+            (_, None) => {
+                // A zero-length bind needs no region, but providers read the region struct
+                // all the same (rxe's `convert_send_wr` reads `mr->lkey`, which the kernel
+                // ignores for length 0; others compare `mr->pd`): a placeholder of the
+                // window's domain, alive across the call.
+                // SAFETY: `ibv_mr` is plain data; all-zero is a valid value.
+                let mut none: ffi::ibv_mr = unsafe { core::mem::zeroed() };
+                // SAFETY: `mw` is live.
+                (none.context, none.pd) = unsafe { ((*b.mw).context, (*b.mw).pd) };
+                // SAFETY: `mw` is live; `none` outlives the call, which posts a zero-length
+                // bind that refers to no memory.
+                unsafe { self.bind_type1(b.mw, &mut none, 0, 0, 0, cookie, flags) }
+            }
+        }
+    }
+}
