@@ -142,8 +142,11 @@ impl RecvQueue {
             share.check_one(self.head, self.cnt)?;
         }
         // Nothing can fail from here on: the entry's regions are pinned until it completes.
-        self.scatter
-            .record(self.head, sgl, self.regions.as_deref_mut());
+        let regions = self.regions.as_deref_mut();
+        match sgl {
+            [s] if s.len != 0 => self.scatter.record_one(self.head, s, regions),
+            _ => self.scatter.record(self.head, sgl, regions),
+        };
         self.shadow.set(self.head, cookie);
         self.head = self.head.wrapping_add(1);
         self.shadow.mark_posted(self.head);

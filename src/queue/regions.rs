@@ -14,6 +14,8 @@ pub(crate) struct Region {
     pub(crate) lkey: u32,
     pub(crate) addr: u64,
     pub(crate) len: u64,
+    /// The region's whole words (`Words::of(addr, len)`).
+    pub(crate) words: Words,
     /// Local write allowed: the device may place a receive in it.
     pub(crate) local_write: bool,
     /// Its bytes are mapped read-write for the CPU: the poller may copy a receive's data
@@ -24,6 +26,32 @@ pub(crate) struct Region {
     pub(crate) on_demand: bool,
     /// How many posted receives may still write it; closed when the region is dropped.
     pub(crate) pins: Arc<Pins>,
+}
+
+impl Region {
+    /// The region of `len` bytes at `addr` under `lkey`, open, with no pin.
+    pub(crate) fn new(lkey: u32, addr: u64, len: u64) -> Region {
+        Region {
+            lkey,
+            addr,
+            len,
+            words: Words::of(addr, len),
+            local_write: false,
+            cpu_writable: false,
+            on_demand: false,
+            pins: Arc::new(Pins::new()),
+        }
+    }
+
+    /// Where an entry of this region lands (pinned by the caller).
+    #[inline]
+    fn landing(&self) -> Landing {
+        Landing {
+            pins: Some(Arc::as_ptr(&self.pins)),
+            words: self.words,
+            cpu_writable: self.cpu_writable,
+        }
+    }
 }
 
 impl Region {
@@ -88,6 +116,9 @@ pub(crate) struct RegionCheck {
     regions: Arc<Regions>,
     cache: Vec<Region>,
     seen: u32,
+    /// The index in `cache` of the region the last entry landed in, looked at first: a
+    /// queue posts into the same region again and again.
+    last: usize,
 }
 
 impl RegionCheck {
@@ -96,10 +127,11 @@ impl RegionCheck {
             regions,
             cache: Vec::new(),
             seen: u32::MAX,
+            last: 0,
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn fresh(&mut self) {
         if self.regions.gen.load(Ordering::Acquire) != self.seen {
             self.regions.refresh(&mut self.cache, &mut self.seen);
@@ -109,20 +141,28 @@ impl RegionCheck {
     /// Finds the region the non-empty entry `s` lies in under its key, with local write,
     /// and pins it (one step against the region's close: [`Pins::pin`]). The caller owes an
     /// unpin for every `Landing::pins` it gets.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn land(&mut self, s: &Sge) -> Landing {
         self.fresh();
+        match self.cache.get(self.last) {
+            // A region closed since the list was copied refuses the pin: as if not found.
+            Some(r) if r.local_write && r.holds(s) && r.pins.pin() => r.landing(),
+            _ => self.land_search(s),
+        }
+    }
+
+    /// [`RegionCheck::land`] in every region of the list.
+    #[inline(never)]
+    fn land_search(&mut self, s: &Sge) -> Landing {
         let found = self
             .cache
             .iter()
-            // A region closed since the list was copied refuses the pin: as if not found.
-            .find(|r| r.local_write && r.holds(s) && r.pins.pin());
+            .position(|r| r.local_write && r.holds(s) && r.pins.pin());
         match found {
-            Some(r) => Landing {
-                pins: Some(Arc::as_ptr(&r.pins)),
-                words: Words::of(r.addr, r.len),
-                cpu_writable: r.cpu_writable,
-            },
+            Some(i) => {
+                self.last = i;
+                self.cache[i].landing()
+            }
             None => Landing {
                 pins: None,
                 words: Words::of(s.addr, s.len as u64),
@@ -151,13 +191,9 @@ mod tests {
 
     fn region(lkey: u32, addr: u64, local_write: bool, cpu_writable: bool) -> Region {
         Region {
-            lkey,
-            addr,
-            len: 0x100,
             local_write,
             cpu_writable,
-            on_demand: false,
-            pins: Arc::new(Pins::new()),
+            ..Region::new(lkey, addr, 0x100)
         }
     }
 

@@ -109,9 +109,16 @@ impl ScatterTable {
         mut check: Option<&mut RegionCheck>,
     ) -> Option<u32> {
         let i = (pos as u32 & self.mask) as usize;
+        let base = i * self.max;
         let mut n = 0;
         let mut refused = None;
-        for s in sgl.iter().filter(|s| s.len != 0).take(self.max) {
+        for s in sgl {
+            if s.len == 0 {
+                continue;
+            }
+            if n == self.max {
+                break;
+            }
             let (words, pins) = match check.as_deref_mut() {
                 Some(c) => {
                     let l = c.land(s);
@@ -122,10 +129,10 @@ impl ScatterTable {
                 }
                 None => (Words::of(s.addr, s.len as u64), core::ptr::null()),
             };
-            // SAFETY: `i * max + n` < cnt * max; only the poster writes, and only entries of
+            // SAFETY: `base + n` < cnt * max; only the poster writes, and only entries of
             // receives not yet announced (see the `Sync` impl).
             unsafe {
-                *self.slots.get_unchecked(i * self.max + n).get() = Slot {
+                *self.slots.get_unchecked(base + n).get() = Slot {
                     addr: s.addr,
                     len: s.len,
                     words,
@@ -138,6 +145,37 @@ impl ScatterTable {
         // SAFETY: as above (`i` < cnt).
         unsafe { *self.entries.get_unchecked(i).get() = Entry { n: n as u8, copy } };
         refused
+    }
+
+    /// [`ScatterTable::record`] of a receive of one non-empty entry `s`, the usual receive,
+    /// straight through (inlined where it is posted).
+    #[inline(always)]
+    pub(crate) fn record_one(
+        &self,
+        pos: u16,
+        s: &Sge,
+        check: Option<&mut RegionCheck>,
+    ) -> Option<u32> {
+        let i = (pos as u32 & self.mask) as usize;
+        let (words, pins, copy) = match check {
+            Some(c) => {
+                let l = c.land(s);
+                (l.words, l.pins.unwrap_or(core::ptr::null()), l.cpu_writable)
+            }
+            None => (Words::of(s.addr, s.len as u64), core::ptr::null(), true),
+        };
+        // SAFETY: entry `i` (< cnt) has `max >= 1` slots from `i * max`; only the poster
+        // writes, and only entries of receives not yet announced (see the `Sync` impl).
+        unsafe {
+            *self.slots.get_unchecked(i * self.max).get() = Slot {
+                addr: s.addr,
+                len: s.len,
+                words,
+                pins,
+            };
+            *self.entries.get_unchecked(i).get() = Entry { n: 1, copy };
+        }
+        (!copy).then_some(s.lkey)
     }
 
     /// The receive at `pos` is over: gives back the pins it holds (the poller, once its
@@ -323,13 +361,10 @@ mod tests {
         let regions = Arc::new(Regions::default());
         let pins = Arc::new(Pins::new());
         regions.insert(Region {
-            lkey: 7,
-            addr: 0x1000,
-            len: 0x100,
             local_write: true,
             cpu_writable: true,
-            on_demand: false,
             pins: pins.clone(),
+            ..Region::new(7, 0x1000, 0x100)
         });
         let mut check = RegionCheck::new(regions.clone());
         let t = ScatterTable::new(4, 2);

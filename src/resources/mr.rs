@@ -96,17 +96,15 @@ impl MemoryRegion {
         cpu: Cpu,
         owned: Option<Owned>,
     ) -> MemoryRegion {
-        let pins = Arc::new(Pins::new());
-        pd.inner.regions.insert(Region {
-            lkey,
-            addr,
-            len,
+        let region = Region {
             local_write: access.contains(Access::LOCAL_WRITE),
             // The poller writes receive buffers with the CPU (scatter-to-CQE).
             cpu_writable: access.contains(Access::LOCAL_WRITE) && cpu == Cpu::ReadWrite,
             on_demand: access.contains(Access::ON_DEMAND),
-            pins: pins.clone(),
-        });
+            ..Region::new(lkey, addr, len)
+        };
+        let pins = region.pins.clone();
+        pd.inner.regions.insert(region);
         MemoryRegion {
             kind: Some(kind),
             addr,

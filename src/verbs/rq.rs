@@ -263,11 +263,7 @@ impl VerbsRecvQueue {
         };
         if self
             .scatter
-            .record(
-                self.seq,
-                core::slice::from_ref(s),
-                self.regions.as_deref_mut(),
-            )
+            .record_one(self.seq, s, self.regions.as_deref_mut())
             .is_some()
             && self.provider_copies
         {

@@ -55,6 +55,14 @@ const OPS: &[Row] = &[
         None,
     ),
     (
+        "post receive: one 64-byte buffer",
+        "measured_post_recv",
+        1.0,
+        1,
+        None,
+        None,
+    ),
+    (
         "post: per WQE in a batch of 32",
         "measured_batch32",
         1.0,
