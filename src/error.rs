@@ -247,7 +247,7 @@ pub enum Error {
     /// A socket error during connection set-up.
     Io(std::io::Error),
     /// An rdma-core call failed.
-    Verbs(crate::verbs::VerbsError),
+    Verbs(VerbsError),
     /// The software NIC refused a control operation.
     #[cfg(feature = "sim")]
     Sim(mlx5::sim::SimError),
@@ -418,8 +418,8 @@ impl Error {
     }
 }
 
-impl From<crate::verbs::VerbsError> for Error {
-    fn from(e: crate::verbs::VerbsError) -> Self {
+impl From<VerbsError> for Error {
+    fn from(e: VerbsError) -> Self {
         Error::Verbs(e)
     }
 }
@@ -551,3 +551,24 @@ impl fmt::Display for QueueUnit {
 
 /// Results of this crate.
 pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// An rdma-core call failed: which call, and the OS error it returned.
+#[derive(Debug)]
+pub struct VerbsError {
+    /// The verbs function.
+    pub call: &'static str,
+    /// The error (`errno`).
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {}", self.call, self.source)
+    }
+}
+
+impl std::error::Error for VerbsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}

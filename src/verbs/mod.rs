@@ -23,34 +23,15 @@ pub mod device;
 pub mod ex;
 pub(crate) mod fd;
 pub mod objects;
+#[cfg(feature = "internals")]
 pub mod probe;
 pub mod rq;
 pub mod sq;
 pub mod srq;
 pub mod ud;
 
+pub use crate::error::VerbsError;
 use std::io;
-
-/// An rdma-core call failed: which call, and the OS error it returned.
-#[derive(Debug)]
-pub struct VerbsError {
-    /// The verbs function.
-    pub call: &'static str,
-    /// The error (`errno`).
-    pub source: io::Error,
-}
-
-impl std::fmt::Display for VerbsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed: {}", self.call, self.source)
-    }
-}
-
-impl std::error::Error for VerbsError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
 
 /// An error from the last OS error (`errno`) of `call`.
 pub(crate) fn last(call: &'static str) -> VerbsError {

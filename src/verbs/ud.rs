@@ -26,9 +26,6 @@ use std::sync::Arc;
 
 pub use super::objects::Ah;
 
-/// Bytes of the global route header in front of every UD receive's payload.
-pub const GRH_BYTES: u32 = 40;
-
 /// The path MTU in bytes of a verbs MTU enum (`IBV_MTU_256` = 1 ... `IBV_MTU_4096` = 5);
 /// 0 for a value outside it.
 pub fn mtu_bytes(mtu: u32) -> u32 {
@@ -82,11 +79,6 @@ impl VerbsUdSendQueue {
             mtu,
             ahs: (0..len).map(|_| None).collect(),
         }
-    }
-
-    /// The largest payload of one send (the path MTU).
-    pub fn mtu(&self) -> u32 {
-        self.mtu
     }
 
     /// The queue underneath (room, capacity, CQ accounting, gather-list workaround).
@@ -188,16 +180,6 @@ impl VerbsUdSendQueue {
     /// As [`VerbsSendQueue::ring`]: the refused requests' space is given back.
     pub fn ring(&mut self) -> Result<()> {
         self.sq.ring()
-    }
-
-    /// Drops the queued sends (a batch that was not rung).
-    pub fn rewind(&mut self) {
-        self.sq.rewind()
-    }
-
-    /// Sends queued and not yet rung.
-    pub fn pending(&self) -> usize {
-        self.sq.pending()
     }
 
     /// One send now: [`VerbsUdSendQueue::push`] then [`VerbsUdSendQueue::ring`] (anything

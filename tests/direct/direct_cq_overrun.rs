@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use blueflame::direct::{CompletionQueue, SendQueue};
+use blueflame::raw::{CompletionQueue, SendQueue};
 use blueflame::*;
 use common::*;
 use mlx5::sim::{Nic, QpState};

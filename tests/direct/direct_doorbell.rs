@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use blueflame::direct::SendQueue;
+use blueflame::raw::SendQueue;
 use blueflame::*;
 use common::*;
 use mlx5::sim::QpStats;

@@ -237,7 +237,7 @@ fn the_nic_checks_the_qp_of_a_zero_length_type2_bind() {
     // bound through another QP fails on a ConnectX; the software NIC does the same. A QP's
     // own queue refuses raw binds (`Qp::bind_mw` / `Qp::unbind_mw` are the way): the WQEs
     // are posted through send queues over the NIC's raw rings.
-    use blueflame::direct::SendQueue;
+    use blueflame::raw::SendQueue;
     use mlx5::sim::{Nic, QpCaps as RawCaps, QpState};
     let nic = Nic::new();
     let pd = nic.alloc_pd();

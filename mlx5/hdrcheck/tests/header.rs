@@ -448,11 +448,11 @@ mod consts {
 
         // on-demand paging and prefetch (blueflame's verbs module; the flag is declared by
         // hand there: rdma-sys has no binding for it)
-        advise_flag_flush: blueflame::verbs::objects::IBV_ADVISE_MR_FLAG_FLUSH => "IBV_ADVISE_MR_FLAG_FLUSH",
-        odp_support: blueflame::verbs::device::OdpCaps::SUPPORT => "IBV_ODP_SUPPORT",
-        odp_support_implicit: blueflame::verbs::device::OdpCaps::IMPLICIT => "IBV_ODP_SUPPORT_IMPLICIT",
-        odp_rc_atomic: blueflame::verbs::device::OdpCaps::RC_ATOMIC => "IBV_ODP_SUPPORT_ATOMIC",
-        odp_rc_basic: blueflame::verbs::device::OdpCaps::RC_BASIC
+        advise_flag_flush: blueflame::internals::IBV_ADVISE_MR_FLAG_FLUSH => "IBV_ADVISE_MR_FLAG_FLUSH",
+        odp_support: blueflame::OdpCaps::SUPPORT => "IBV_ODP_SUPPORT",
+        odp_support_implicit: blueflame::OdpCaps::IMPLICIT => "IBV_ODP_SUPPORT_IMPLICIT",
+        odp_rc_atomic: blueflame::OdpCaps::RC_ATOMIC => "IBV_ODP_SUPPORT_ATOMIC",
+        odp_rc_basic: blueflame::OdpCaps::RC_BASIC
             => "IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ",
     }
 
@@ -634,7 +634,7 @@ mod consts {
 /// The mlx5dv structs `blueflame::dv` declares by hand (`mlx5dv_init_obj`'s in/out).
 mod dv_layout {
     use super::*;
-    use blueflame::dv::ffi;
+    use blueflame::internals::dv::ffi;
 
     macro_rules! dv_layout {
         ($( $rust:ty = $c:literal, $size_test:ident { $( $test:ident => $field:ident ),* $(,)? } )*) => {
@@ -844,7 +844,7 @@ mod ud {
             mask_size = "sizeof(mlx5dv_ah.comp_mask)",
             obj = "MLX5DV_OBJ_AH",
         ) {
-            use blueflame::dv::ffi::{mlx5dv_ah, MLX5DV_OBJ_AH};
+            use blueflame::internals::dv::ffi::{mlx5dv_ah, MLX5DV_OBJ_AH};
             let z = mlx5dv_ah { av: std::ptr::null_mut(), comp_mask: 0 };
             assert_eq!(size_of::<mlx5dv_ah>() as u64, size);
             assert_eq!(offset_of!(mlx5dv_ah, av) as u64, av_off);

@@ -24,7 +24,7 @@ mod ctx;
 mod poll;
 mod send;
 
-pub use api::{ApiChoice, VerbsApi, VAR};
+pub use api::{ApiChoice, VerbsApi};
 pub(crate) use ctx::{
     advise_mr, alloc_parent_domain, alloc_td, create_cq_ex, create_qp_ex, dealloc_td,
     query_device_ex,

@@ -15,8 +15,9 @@ mod td;
 pub use ah::Ah;
 pub use attrs::{Caps, ConnLimits, PathInfo, Timing};
 pub use cq::Cq;
-pub use mr::{Mr, IBV_ADVISE_MR_FLAG_FLUSH};
+pub use mr::Mr;
+#[cfg(feature = "internals")]
+pub use mr::IBV_ADVISE_MR_FLAG_FLUSH;
 pub use pd::Pd;
 pub use qp::Qp;
 pub use srq::Srq;
-pub use td::ThreadDomain;

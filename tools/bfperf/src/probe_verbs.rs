@@ -4,14 +4,14 @@
 //! 8-byte inline send and of an 8-byte RDMA read into one buffer (what bfperf's write-lat,
 //! send-lat and read-lat post), its poll of one completion, its post of one receive and its
 //! poll of one receive, beside the same operations as plain rdma-core calls
-//! ([`blueflame::verbs::probe::Plain`]).
+//! ([`blueflame::internals::Plain`]).
 //!
 //! The device runs between the measured calls: each poll is made after the completion had
 //! time to arrive (the write's bytes are seen at the peer, then a pause); a poll that still
 //! finds nothing is retried and counted as a miss, and every measured function's number of
 //! calls is printed (`calls NAME N`) for the report to divide by.
 
-use blueflame::verbs::probe::Plain;
+use blueflame::internals::Plain;
 use blueflame::{Completion, Cq, Device, Payload, PostFlags, Qp, QpCaps, Remote, Sge};
 use std::collections::BTreeMap;
 use std::time::Duration;

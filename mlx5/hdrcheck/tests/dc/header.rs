@@ -1,9 +1,9 @@
 //! DC against the header: the DC fields of the address segment (`mlx5::dc`), the bytes of
 //! `mlx5_send_wr_set_dc_addr`, and the DC attributes of `mlx5dv_create_qp` that
-//! `blueflame::dv::dc` declares by hand.
+//! `blueflame::internals::dv::dc` declares by hand.
 
 use super::*;
-use blueflame::dv::dc::ffi;
+use blueflame::internals::dv::dc::ffi;
 use mlx5::dc::{set_dc_addr, DcAddr, AV_BYTES, DC_KEY_OFFSET, DQP_DCT_OFFSET, EXTENDED_UD_AV};
 
 pub const NAMES: &[&str] = &[
