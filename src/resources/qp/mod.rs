@@ -1,0 +1,431 @@
+//! Queue pairs: one user API over the direct path (software NIC, and mlx5 once the mlx5dv
+//! binding is wired) and the verbs path (any rdma-core device).
+
+use super::cq::CqHandle;
+use super::events::Subject;
+use super::Pd;
+use crate::backend::{self};
+use crate::direct::{RecvQueue, SendQueue};
+use crate::error::{Error, Result};
+use crate::verbs;
+use crate::verbs::ex::VerbsApi;
+use crate::verbs::objects::{PathInfo, Timing};
+use crate::verbs::rq::VerbsRecvQueue;
+use crate::verbs::sq::{VerbsBatch, VerbsSendQueue};
+use crate::DataPath;
+use std::sync::Arc;
+
+mod batch;
+mod create;
+mod post;
+mod windows;
+
+pub use batch::Batch;
+pub(crate) use create::RecvSide;
+
+/// What a peer needs to connect to a QP: exchange it out of band (see [`crate::connect`]).
+pub type Endpoint = PathInfo;
+
+impl From<u32> for Endpoint {
+    /// The endpoint of a QP of the same software NIC (only its number matters there).
+    fn from(qpn: u32) -> Endpoint {
+        PathInfo {
+            qpn,
+            ..PathInfo::default()
+        }
+    }
+}
+
+/// The data path a QP's queues run (which backend made it is [`backend::Qp`]'s business).
+enum QpPath {
+    Direct {
+        sq: SendQueue,
+        rq: Option<RecvQueue>,
+    },
+    /// `rq`: None when the QP takes its receives from an SRQ.
+    Verbs {
+        sq: VerbsSendQueue,
+        rq: Option<VerbsRecvQueue>,
+    },
+}
+
+/// A reliable-connected queue pair.
+///
+/// Created by [`Pd::create_qp`], connected once ([`Qp::connect`] with the peer's
+/// [`Qp::endpoint`], exchanged out of band: [`crate::connect`]), then posted to through
+/// `&mut self`: RDMA write (gather list, inline, with immediate), read, send, atomics,
+/// memory-window binds, receives.
+///
+/// ```
+/// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+/// use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, WcOpcode};
+/// let dev = Device::sim_stepped();
+/// let pd = dev.alloc_pd()?;
+/// let (mut cq_a, mut cq_b) = (dev.create_cq(64)?, dev.create_cq(64)?);
+/// let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default())?;
+/// let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default())?;
+/// let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+/// a.connect(eb)?;
+/// b.connect(ea)?;
+/// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+/// // B waits for a message; A sends one, then reads 8 bytes of B's region.
+/// b.post_recv(&[mr.sge(0, 64)?], 10)?;
+/// a.send(Payload::Inline(b"ping"), 1, PostFlags::SIGNALED)?;
+/// mr.write(512, &42u64.to_le_bytes())?;
+/// a.read(&[mr.sge(1024, 8)?], mr.remote(512)?, 2, PostFlags::SIGNALED)?;
+/// dev.process();
+/// let mut out = [Completion::default(); 4];
+/// assert_eq!(cq_a.poll(&mut out), 2);
+/// assert_eq!((out[0].cookie, out[1].cookie, out[1].opcode), (1, 2, WcOpcode::RdmaRead));
+/// assert_eq!(cq_b.poll(&mut out), 1);
+/// assert_eq!((out[0].cookie, out[0].opcode, out[0].byte_len), (10, WcOpcode::Recv, 4));
+/// assert_eq!(mr.read_u64(1024)?, 42u64.to_le());
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sim"))] fn main() {}
+/// ```
+pub struct Qp {
+    // Field order: the queues go before the handles that keep their rings alive.
+    path: QpPath,
+    qpn: u32,
+    psn: u32,
+    /// Set by `connect`: posting before it is an invalid-state error.
+    connected: bool,
+    /// Set by `set_error`: the QP cannot be connected again.
+    errored: bool,
+    /// What the device's atomics can do and how it writes their replies.
+    atomics: mlx5::AtomicCaps,
+    /// `QpCaps::rnr_retry`: the most RNR retries `connect` programs.
+    rnr_retry_cap: u8,
+    pd: Pd,
+    cqs: [Arc<CqHandle>; 2],
+    /// The backend's QP: destroyed in Drop, before the queues go (`None` after).
+    obj: Option<backend::Qp>,
+    /// The SRQ the QP takes its receives from (destroyed after the QP).
+    srq: Option<Arc<super::srq::SrqHandle>>,
+    /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
+    _cm: Option<Arc<verbs::cm::CmId>>,
+}
+
+impl core::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn)
+            .field("path", &self.data_path())
+            .field("verbs_api", &self.verbs_api())
+            .finish()
+    }
+}
+
+impl Qp {
+    /// How the direct path rings this QP's doorbell (None on the verbs path): a BlueFlame
+    /// register of its own, a shared one under its lock, or 8-byte doorbells only.
+    pub fn doorbell_mode(&self) -> Option<crate::DoorbellMode> {
+        match &self.path {
+            QpPath::Direct { sq, .. } => Some(sq.doorbell_mode()),
+            QpPath::Verbs { .. } => None,
+        }
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    /// Which data path this QP runs.
+    pub fn data_path(&self) -> DataPath {
+        match self.path {
+            QpPath::Direct { .. } => DataPath::Direct,
+            QpPath::Verbs { .. } => DataPath::Verbs,
+        }
+    }
+
+    /// The rdma-core API this QP posts with on the verbs path: extended (`ibv_wr_start` /
+    /// `ibv_wr_*` / `ibv_wr_complete`) where the provider has it, else `ibv_post_send`
+    /// (`BLUEFLAME_VERBS_API=auto|extended|legacy` overrides, read when the QP is created);
+    /// None on the direct path.
+    pub fn verbs_api(&self) -> Option<VerbsApi> {
+        match &self.path {
+            QpPath::Direct { .. } => None,
+            QpPath::Verbs { sq, .. } => Some(sq.api()),
+        }
+    }
+
+    /// What a peer needs to connect to this QP.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] when the port or GID cannot be queried.
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        self.obj()?.endpoint(self.qpn, self.psn)
+    }
+
+    /// The backend's QP (there until the drop).
+    fn obj(&self) -> Result<&backend::Qp> {
+        self.obj
+            .as_ref()
+            .ok_or(Error::InvalidState { state: "destroyed" })
+    }
+
+    /// Connects this QP to `remote` (RESET -> INIT -> RTR -> RTS on rdma-core devices) with
+    /// default timeouts and retries. On the software NIC, a QP number is enough:
+    /// `qp.connect(other.qpn())`, or `qp.connect(qp.qpn())` for a loopback.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] (`Error::Sim` on the software NIC) when the transition is refused.
+    pub fn connect(&mut self, remote: impl Into<Endpoint>) -> Result<()> {
+        self.connect_with(&remote.into(), &Timing::default())
+    }
+
+    /// As [`Qp::connect`], with explicit timeouts and retries.
+    ///
+    /// # Errors
+    /// As [`Qp::connect`].
+    ///
+    /// The RNR retry count programmed is the smaller of `timing.rnr_retry` and the QP's
+    /// [`QpCaps::rnr_retry`] (7, retry for ever, being the largest). On the software NIC the
+    /// four attributes drive its transport timers as on a ConnectX: a request with no answer
+    /// is sent again every `4.096 us * 2^timeout` until `retry_cnt` retransmissions are spent
+    /// (then `RetryExcErr`), and a send that meets no receive waits the peer's
+    /// `min_rnr_timer` before each of `rnr_retry` retries (then `RnrRetryExcErr`).
+    pub fn connect_with(&mut self, remote: &Endpoint, timing: &Timing) -> Result<()> {
+        timing.check()?;
+        let timing = &Timing {
+            rnr_retry: timing.rnr_retry.min(self.rnr_retry_cap),
+            ..*timing
+        };
+        if self.errored {
+            return Err(Error::InvalidState {
+                state: "in error: a QP connects only from RESET (create a new one)",
+            });
+        }
+        if self.connected {
+            return Err(Error::InvalidState {
+                state: "connected: a QP connects only from RESET (create a new one)",
+            });
+        }
+        self.obj()?.connect(remote, self.psn, timing)?;
+        self.set_connected();
+        Ok(())
+    }
+
+    /// Moves the QP to the error state: outstanding and later work is flushed, each request
+    /// completing once with [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr).
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] (`Error::Sim` on the software NIC).
+    pub fn set_error(&mut self) -> Result<()> {
+        self.errored = true;
+        self.obj()?.set_error()
+    }
+
+    /// The backend's QP, for a UD QP's multicast groups.
+    pub(crate) fn backend_qp(&self) -> Option<&backend::Qp> {
+        self.obj.as_ref()
+    }
+
+    /// Records that librdmacm connected the QP.
+    pub(crate) fn mark_connected(&mut self) {
+        self.set_connected();
+    }
+
+    /// Records that the QP is a UD QP ([`crate::UdQp`]'s, on the direct path): its send
+    /// queue takes UD sends only.
+    pub(crate) fn mark_ud(&mut self) {
+        if let QpPath::Direct { sq, .. } = &mut self.path {
+            sq.set_transport(crate::direct::Transport::Ud);
+        }
+    }
+
+    fn set_connected(&mut self) {
+        self.connected = true;
+        if let QpPath::Direct { sq, .. } = &mut self.path {
+            sq.enable_fast_path(true);
+        }
+    }
+
+    /// Posting needs a connected QP (a QP in error is fine: its requests are flushed).
+    #[inline(always)]
+    fn check_state(&mut self) -> Result<()> {
+        if self.connected {
+            return Ok(());
+        }
+        self.refresh_connected()
+    }
+
+    /// Not known to be connected by this handle: on the software NIC the peer's `connect`
+    /// may have connected both; ask it (slow path, taken only until connected).
+    #[cold]
+    fn refresh_connected(&mut self) -> Result<()> {
+        if self.obj.as_ref().is_some_and(backend::Qp::left_reset) {
+            self.set_connected();
+            return Ok(());
+        }
+        Err(Error::InvalidState {
+            state: "not connected (RESET)",
+        })
+    }
+
+    /// The direct-path send queue of a connected QP (the crate's UD QPs post through it).
+    /// Never handed out: a `&mut SendQueue` of a user's could be swapped with another QP's,
+    /// which would then post into this QP's rings after they are freed (issue 25).
+    ///
+    /// ```compile_fail
+    /// fn swap(a: &mut blueflame::Qp, b: &mut blueflame::Qp) {
+    ///     core::mem::swap(a.direct_sq().unwrap(), b.direct_sq().unwrap());
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidState`] before `connect` (a request posted then would never run);
+    /// [`Error::Unsupported`] on the verbs path.
+    pub(crate) fn direct_sq(&mut self) -> Result<&mut SendQueue> {
+        self.check_state()?;
+        match &mut self.path {
+            QpPath::Direct { sq, .. } => Ok(sq),
+            QpPath::Verbs { .. } => {
+                Err(Error::Unsupported("a direct send queue on the verbs path"))
+            }
+        }
+    }
+
+    /// The send depth: how many requests of the largest kind this QP's limits allow fit in
+    /// its send queue at once (smaller ones may fit more on the direct path, where a request
+    /// takes 1 to 16 blocks of [`Qp::send_ring_blocks`]). At least what was asked: the
+    /// device rounds up. The CQ may allow fewer at a time (see [`Error::CqFull`]).
+    pub fn send_depth(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { sq, .. } => {
+                sq.ring_blocks() / mlx5::wqe::max_wqe_bbs(&sq.limits()) as u32
+            }
+            QpPath::Verbs { sq, .. } => sq.capacity(),
+        }
+    }
+
+    /// Blocks of the direct path's send ring (None on the verbs path, which counts work
+    /// requests).
+    pub fn send_ring_blocks(&self) -> Option<u32> {
+        match &self.path {
+            QpPath::Direct { sq, .. } => Some(sq.ring_blocks()),
+            QpPath::Verbs { .. } => None,
+        }
+    }
+
+    /// The receive depth: receives that may be posted at once.
+    pub fn recv_depth(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
+            QpPath::Verbs { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
+        }
+    }
+
+    /// Send-queue room: blocks on the direct path, work requests on the verbs path.
+    pub fn free_send(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { sq, .. } => sq.free_blocks(),
+            QpPath::Verbs { sq, .. } => sq.free(),
+        }
+    }
+
+    /// Receive-queue room (entries).
+    pub fn free_recv(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
+            QpPath::Verbs { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
+        }
+    }
+
+    /// A refused post: a queue or CQ that does not drain may be the sign of an
+    /// asynchronous event (a CQ in error writes no completions, a failed device runs
+    /// nothing): the device's events are read, and one about this QP, its CQs or the device
+    /// is reported instead.
+    #[cold]
+    #[inline(never)]
+    fn explain(&self, e: Error) -> Error {
+        super::events::explain_refusal(e, || self.check())
+    }
+
+    /// What this QP's event subjects are: itself and its CQs.
+    fn subjects(&self) -> [Subject; 3] {
+        [
+            Subject::Qp(self.qpn),
+            self.cqs[0].subject(),
+            self.cqs[1].subject(),
+        ]
+    }
+
+    /// The SRQ this QP takes its receives from (None: its own receive queue).
+    pub fn srqn(&self) -> Option<u32> {
+        self.srq.as_ref().map(|s| s.srqn)
+    }
+
+    /// Whether the device reported that this QP, which takes its receives from an SRQ and
+    /// went to error, will take no more of them (`IBV_EVENT_QP_LAST_WQE_REACHED`): its
+    /// receive completions are all written. Reads the device's events without blocking.
+    pub fn last_wqe_reached(&self) -> bool {
+        let dev = &self.pd.inner.dev;
+        dev.events.has(&dev.backend, Subject::LastWqe(self.qpn))
+    }
+
+    /// Reads the device's asynchronous events (never blocks) and reports one about this QP,
+    /// its CQs, its port or the device: the way to learn why completions stopped coming.
+    ///
+    /// # Errors
+    /// [`Error::AsyncEvent`].
+    pub fn check(&self) -> Result<()> {
+        let dev = &self.pd.inner.dev;
+        dev.events.check(&dev.backend, &self.subjects())
+    }
+
+    /// Starts a batch (one doorbell for many requests).
+    pub fn batch(&mut self) -> Batch<'_> {
+        if let Err(Error::InvalidState { state }) = self.check_state() {
+            return Batch::NotConnected(state);
+        }
+        match &mut self.path {
+            QpPath::Direct { sq, .. } => Batch::Direct(sq.batch()),
+            QpPath::Verbs { sq, .. } => Batch::Verbs(VerbsBatch::new(sq)),
+        }
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // Its number may come back with another QP.
+        self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
+        self.pd.inner.dev.events.forget(Subject::LastWqe(self.qpn));
+        self.pd.inner.lifetimes.reclaim();
+        match &mut self.path {
+            QpPath::Direct { sq, rq, .. } => {
+                sq.release_cq();
+                // The register claim goes before the QP: once the QP and its thread domain are
+                // freed, the device may give that register to another QP, which then claims
+                // it as its own.
+                sq.release_register();
+                if let Some(rq) = rq {
+                    rq.release_cq();
+                }
+            }
+            QpPath::Verbs { sq, rq, .. } => {
+                sq.release_cq();
+                if let Some(rq) = rq {
+                    rq.release_cq();
+                }
+            }
+        }
+        // rdma-core cleans a CQ of a destroyed QP's entries (`__mlx5_cq_clean`), but not a
+        // CQ it handed to us: the direct path's CQs are ours. With the CQs' lists locked
+        // (no QP can attach, so none can reuse this number yet), destroy the QP, after which
+        // the device writes no entry for it, then leave a tombstone over the entries it may
+        // still have in each CQ (`direct::teardown`).
+        // On the direct path the backend's QP is the last owner of the device QP: it goes
+        // now (the queues, dropped after, do not touch the rings again); on the verbs path
+        // the queues hold rdma-core's QP too, destroyed when they drop (its CQs are
+        // rdma-core's).
+        let obj = &mut self.obj;
+        super::cq::destroy_and_bury(&self.cqs, self.qpn, || drop(obj.take()));
+    }
+}
