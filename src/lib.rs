@@ -74,7 +74,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with_registers`/`_with_limits`, `Device::nic` and `SimNic` (queries, stepping, fault injection), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
+//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with_registers`/`_with_limits`, `Device::nic` and its `mlx5::sim::NicView` (queries, stepping, fault injection), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
 //! | `tokio` | no | `AsyncCq`: completions as an async stream (tokio `AsyncFd` over the completion channel's descriptor, also a `futures_core::Stream`) |
 //!
 //! Without `sim` (`default-features = false`) the crate carries no simulator: `mlx5` is
@@ -235,9 +235,6 @@ pub use mlx5::sim::{OrderMode, UarConfig};
 pub use mlx5::RawSrq;
 pub use mlx5::{AtomicCaps, CqeCompCaps, MiniCqeFormat, RawCq, RawQp};
 pub use queue::flags::PostFlags;
-#[cfg(feature = "sim")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-pub use resources::SimNic;
 pub use resources::{
     AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, DcPeer, Dci, DciBatch,
     Dct, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, PendingBuffer, Qp,

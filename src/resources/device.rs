@@ -65,7 +65,7 @@ impl Device {
     /// may read its data after later unfenced writes and sends landed, a bind or local
     /// invalidate may take effect after later requests without the initiator small fence)
     /// and runs the transport timers of [`Timing`](crate::Timing) in virtual time (as slow as
-    /// a ConnectX in thread mode; see [`SimNic::set_time_scale`](super::SimNic::set_time_scale)).
+    /// a ConnectX in thread mode; see [`NicView::set_time_scale`](mlx5::sim::NicView::set_time_scale)).
     /// `BLUEFLAME_SIM_ORDER=strict` runs every request in order; `BLUEFLAME_SIM_ORDER=N`
     /// seeds the choices with N (default 0).
     #[cfg(feature = "sim")]
@@ -160,14 +160,32 @@ impl Device {
         self.backend.describe()
     }
 
-    /// The software NIC behind this device, if it is one: queries (QP state and doorbell
-    /// statistics, CQ overrun, window state) and stepping. Destroying or deregistering its
-    /// objects is left to the drops of the [`Qp`](super::Qp), [`Cq`] and [`MemoryRegion`]
-    /// that use them.
+    /// The software NIC behind this device, if it is one: its queries (QP state and doorbell
+    /// statistics, CQ overrun, window state), stepping and fault injection
+    /// ([`NicView`](mlx5::sim::NicView)). Destroying or deregistering its objects is left to
+    /// the drops of the [`Qp`](super::Qp), [`Cq`] and [`MemoryRegion`] that use them: the view
+    /// has no call that frees anything.
+    ///
+    /// ```
+    /// let dev = blueflame::Device::sim_stepped();
+    /// let cq = dev.create_cq(8).unwrap();
+    /// assert!(!dev.nic().unwrap().cq_overrun(cq.cqn()));
+    /// ```
+    /// ```compile_fail
+    /// let dev = blueflame::Device::sim_stepped();
+    /// let cq = dev.create_cq(8).unwrap();
+    /// dev.nic().unwrap().destroy_cq(cq.cqn()).unwrap(); // only the Cq's drop destroys it
+    /// ```
+    /// ```compile_fail
+    /// let dev = blueflame::Device::sim_stepped();
+    /// let pd = dev.alloc_pd().unwrap();
+    /// let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE).unwrap();
+    /// dev.nic().unwrap().dereg_mr(mr.lkey()).unwrap(); // only the region's drop does
+    /// ```
     #[cfg(feature = "sim")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-    pub fn nic(&self) -> Option<super::SimNic<'_>> {
-        self.sim_nic().map(super::SimNic::new)
+    pub fn nic(&self) -> Option<&mlx5::sim::NicView> {
+        self.sim_nic().map(|nic| &**nic)
     }
 
     /// The whole software NIC (destructive calls included), for this crate's own objects.
@@ -196,7 +214,7 @@ impl Device {
     }
 
     /// What this device's atomics can do and the byte order of their replies: read once
-    /// (`ibv_query_device` at open; the software NIC's `Nic::atomic_caps` when a QP is
+    /// (`ibv_query_device` at open; the software NIC's `NicView::atomic_caps` when a QP is
     /// created). [`Qp::atomic_result`](crate::Qp::atomic_result) reads a reply with it.
     pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
         self.backend.atomic_caps()

@@ -24,8 +24,6 @@ mod mr;
 mod mw;
 mod pending;
 mod qp;
-#[cfg(feature = "sim")]
-mod sim_nic;
 mod spin_wait;
 mod srq;
 mod ud;
@@ -47,7 +45,6 @@ pub use pending::PendingBuffer;
 pub use qp::{Batch, Endpoint, Qp};
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-pub use sim_nic::SimNic;
 pub use spin_wait::Spin;
 pub use srq::{Srq, SrqCaps};
 pub use ud::{UdOptions, UdQp, MULTICAST_QPN, QKEY_PRIVILEGED};

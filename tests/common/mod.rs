@@ -16,7 +16,7 @@ pub fn free_recv(qp: &mut Qp) -> u32 {
 }
 
 /// The software NIC behind a device (its read-only view).
-pub fn nic(dev: &Device) -> SimNic<'_> {
+pub fn nic(dev: &Device) -> &mlx5::sim::NicView {
     dev.nic().expect("a software-NIC device")
 }
 

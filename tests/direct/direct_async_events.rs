@@ -90,7 +90,7 @@ fn a_failed_device_is_reported_to_every_qp_and_cq() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    nic(&dev).raise_event(AsyncEvent::DeviceFatal);
+    nic(&dev).raise_event(mlx5::sim::AsyncEvent::DeviceFatal);
     assert!(matches!(
         qp.check(),
         Err(Error::AsyncEvent(AsyncEvent::DeviceFatal))

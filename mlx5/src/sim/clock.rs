@@ -1,7 +1,7 @@
 //! The software NIC's clock and the transport timers of a QP (InfiniBand's encodings).
 //!
 //! Time is virtual, in nanoseconds. In stepped mode it stands still while there is work
-//! and jumps to the next timer when a pass finds nothing to do ([`super::Nic::process`]), so
+//! and jumps to the next timer when a pass finds nothing to do ([`super::NicView::process`]), so
 //! a test sees a 537 ms retry sequence end at once, with the elapsed time exact. In thread
 //! mode it follows the wall clock, multiplied by the NIC's time scale (1 by default: as slow
 //! as a ConnectX).

@@ -15,7 +15,7 @@
 //! counter in their mini-CQE (their counters are consecutive from the title's); the
 //! responder's first 4 bytes are what the CQ's [`MiniCqeFormat`] names.
 //!
-//! When: the NIC gathers the completions of one pass ([`Nic::process`](super::Nic::process),
+//! When: the NIC gathers the completions of one pass ([`NicView::process`](super::NicView::process),
 //! the stand-in for a ConnectX's compression timeout) and closes a session when the next
 //! completion does not match it, when it reaches the CQ's `max_num`, before any CQE that is
 //! never compressed (errors, data inside the CQE) and at the end of the pass. A session of

@@ -15,12 +15,12 @@
 //! (completions still in order; [`OrderMode::Strict`] runs everything in order); a request
 //! the responder never answers is sent again after each local ACK timeout until its retry
 //! count runs out, and an RNR NAK costs the responder's RNR timer ([`QpTiming`],
-//! [`Nic::set_timing`]). Time is virtual ([`Nic::now_ns`]): in stepped mode it jumps to the
+//! [`Nic::set_timing`]). Time is virtual ([`NicView::now_ns`]): in stepped mode it jumps to the
 //! next timer when a pass finds nothing to do; in thread mode it follows the wall clock
-//! times [`Nic::set_time_scale`].
+//! times [`NicView::set_time_scale`].
 //!
 //! Two ways to run it:
-//! - [`Nic::process`]: one synchronous pass over every QP (deterministic tests). In this mode
+//! - [`NicView::process`]: one synchronous pass over every QP (deterministic tests). In this mode
 //!   the NIC also checks each ring's doorbell in the BlueFlame register: the 8-byte doorbell or
 //!   the BlueFlame copy must match the WQE in the ring ([`QpStats`]).
 //! - [`Nic::start`]: a thread that watches the doorbell records, as hardware does (latency
@@ -90,7 +90,7 @@ pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
 pub use error::SimError;
 pub use event::AsyncEvent;
 pub use mem::MemoryCaps;
-pub use nic::Nic;
+pub use nic::{Nic, NicView};
 pub use nic_mem::MrInfo;
 pub use order::OrderMode;
 pub use port::{PortAttr, DEFAULT_PORT_MTU, PORT_GID, PORT_LID};

@@ -8,8 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// What every handle of one NIC shares.
-pub(crate) struct Inner {
+/// What every handle of one NIC shares, and what anyone may do with the NIC: look at it and
+/// step it. Nothing here frees a resource (the destroying calls are [`Nic`]'s alone), so a
+/// crate that hands out `&NicView` of a NIC whose rings its own objects still use stays
+/// sound. A [`Nic`] derefs to its view.
+pub struct NicView {
     pub(crate) state: Mutex<State>,
     /// The doorbell thread runs.
     pub(crate) running: AtomicBool,
@@ -20,7 +23,30 @@ pub(crate) struct Inner {
 /// A software mlx5 NIC. Cloning gives another handle to the same NIC.
 #[derive(Clone)]
 pub struct Nic {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<NicView>,
+}
+
+impl core::ops::Deref for Nic {
+    type Target = NicView;
+    fn deref(&self) -> &NicView {
+        &self.inner
+    }
+}
+
+impl NicView {
+    /// The NIC's state, locked.
+    pub(crate) fn st(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug in the NIC itself; keep going with its state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl core::fmt::Debug for NicView {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("NicView")
+            .field("threaded", &self.running.load(Ordering::Relaxed))
+            .finish()
+    }
 }
 
 impl Default for Nic {
@@ -57,18 +83,12 @@ impl Nic {
 
     fn with_limits_and_uars(limits: Limits, uars: UarConfig) -> Nic {
         Nic {
-            inner: Arc::new(Inner {
+            inner: Arc::new(NicView {
                 state: Mutex::new(State::new(limits, uars)),
                 running: AtomicBool::new(false),
                 thread: Mutex::new(None),
             }),
         }
-    }
-
-    /// The NIC's state, locked.
-    pub(crate) fn st(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock is a bug in the NIC itself; keep going with its state.
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether `pd` is a live protection domain.

@@ -6,7 +6,7 @@ use super::arm::{ArmStats, CqEventSink};
 use super::clock::QpTiming;
 use super::error::SimError;
 use super::event::AsyncEvent;
-use super::nic::Nic;
+use super::nic::{Nic, NicView};
 use super::order::OrderMode;
 use super::qp_attr::{QpState, QpStats};
 use super::srq::SrqStats;
@@ -60,16 +60,6 @@ impl Nic {
         Ok(())
     }
 
-    /// The state of a QP.
-    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
-        self.st().qps.get(&qpn).map(|q| q.state)
-    }
-
-    /// What the NIC saw of a QP.
-    pub fn qp_stats(&self, qpn: u32) -> Option<QpStats> {
-        self.st().qps.get(&qpn).map(|q| q.stats)
-    }
-
     /// Programs a QP's transport attributes (`ibv_modify_qp` at RTR/RTS): its local ACK
     /// timeout and retry count, its RNR retry count and the RNR timer it asks of its
     /// requesters.
@@ -88,9 +78,149 @@ impl Nic {
         Ok(())
     }
 
-    /// A QP's transport attributes.
-    pub fn qp_timing(&self, qpn: u32) -> Option<QpTiming> {
-        self.st().qps.get(&qpn).map(|q| q.timing)
+    /// A compressing CQ's mini-CQE format (None: not compressing, or no such CQ).
+    pub fn cq_compression(&self, cqn: u32) -> Option<crate::cqe::MiniCqeFormat> {
+        self.st().cqs.get(&cqn).and_then(|c| c.zip_format())
+    }
+
+    /// Gives a CQ the sink its completion events go to (None: events are counted but go
+    /// nowhere, as for a CQ created without a completion channel).
+    ///
+    /// # Errors
+    /// [`SimError::NoCq`].
+    pub fn set_cq_event_sink(
+        &self,
+        cqn: u32,
+        sink: Option<Arc<dyn CqEventSink>>,
+    ) -> Result<(), SimError> {
+        let mut st = self.st();
+        st.cqs
+            .get_mut(&cqn)
+            .ok_or(SimError::NoCq(cqn))?
+            .arm
+            .set_sink(sink);
+        Ok(())
+    }
+
+    /// Arms the SRQ's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): one
+    /// [`AsyncEvent::SrqLimitReached`] when a WQE is taken and fewer than `limit` remain
+    /// posted; 0 disarms.
+    ///
+    /// # Errors
+    /// [`SimError::NoSrq`]; [`SimError::Caps`] for a limit not below the ring's entries
+    /// (the kernel's `mlx5_ib_modify_srq`: `EINVAL`).
+    pub fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let s = st.srqs.get_mut(&srqn).ok_or(SimError::NoSrq(srqn))?;
+        if limit >= s.cnt {
+            return Err(SimError::Caps("SRQ limit must be below the SRQ's entries"));
+        }
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// The next asynchronous event, if any (as `ibv_get_async_event` on a non-blocking
+    /// event file descriptor).
+    pub fn take_async_event(&self) -> Option<AsyncEvent> {
+        self.st().events.pop_front()
+    }
+}
+
+impl NicView {
+    /// What the NIC saw of a QP.
+    pub fn qp_stats(&self, qpn: u32) -> Option<QpStats> {
+        self.st().qps.get(&qpn).map(|q| q.stats)
+    }
+
+    /// The state of a QP.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.st().qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// Whether the NIC found a CQ full when it had a CQE to write (the CQ is then in error and
+    /// its QPs too).
+    pub fn cq_overrun(&self, cqn: u32) -> bool {
+        self.st().cqs.get(&cqn).is_some_and(|c| c.overrun)
+    }
+
+    /// What the NIC saw of a CQ's arm requests and events (None for an unknown CQ).
+    pub fn cq_arm_stats(&self, cqn: u32) -> Option<ArmStats> {
+        self.st().cqs.get(&cqn).map(|c| c.arm.stats)
+    }
+
+    /// Whether an arm counts only the entries written after the NIC reads it (the IB
+    /// specification's minimum, what rxe does) instead of every entry past the armed
+    /// consumer index, as a ConnectX does (the default). A driver must poll once more after
+    /// arming to be right on both; this mode catches one that does not.
+    pub fn set_arm_next_only(&self, next_only: bool) {
+        self.st().arm_next_only = next_only;
+    }
+
+    /// Puts a CQ in error as the hardware does when it overruns or cannot write its ring:
+    /// it writes nothing more, and raises [`AsyncEvent::CqError`] (a fault injection for
+    /// tests: blueflame's own accounting never overruns a CQ).
+    ///
+    /// # Errors
+    /// [`SimError::NoCq`].
+    pub fn fail_cq(&self, cqn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let cq = st.cqs.get_mut(&cqn).ok_or(SimError::NoCq(cqn))?;
+        cq.overrun = true;
+        st.note_cq_errors();
+        Ok(())
+    }
+
+    /// Raises an event the way the device would (port down, device fatal: fault injection
+    /// for tests). A fatal device stops running WQEs.
+    pub fn raise_event(&self, e: AsyncEvent) {
+        self.st().events.push_back(e);
+    }
+
+    /// What the NIC saw of an SRQ.
+    pub fn srq_stats(&self, srqn: u32) -> Option<SrqStats> {
+        self.st().srqs.get(&srqn).map(|s| s.stats)
+    }
+
+    /// WQEs posted to the SRQ and not taken yet (None for an unknown SRQ).
+    pub fn srq_pending(&self, srqn: u32) -> Option<u32> {
+        self.st().srqs.get(&srqn).map(|s| s.pending())
+    }
+
+    /// The SRQ's armed limit (0: disarmed), None for an unknown SRQ.
+    pub fn srq_limit(&self, srqn: u32) -> Option<u32> {
+        self.st().srqs.get(&srqn).map(|s| s.limit)
+    }
+
+    /// The NIC's atomic capabilities: by default a ConnectX's under a current Linux driver
+    /// ([`AtomicCaps::CONNECTX`](crate::atomic::AtomicCaps::CONNECTX): every atomic, 8-byte
+    /// replies in host order, 4-byte masked replies big-endian).
+    pub fn atomic_caps(&self) -> crate::atomic::AtomicCaps {
+        self.st().atomics
+    }
+
+    /// Changes the NIC's atomic capabilities (before creating the QPs that should see them:
+    /// a driver reads them once). Atomics the NIC lacks fail with a local QP operation
+    /// error; replies are written in the byte order `caps` says.
+    pub fn set_atomic_caps(&self, caps: crate::atomic::AtomicCaps) {
+        self.st().atomics = caps;
+    }
+
+    /// What the NIC reports of CQE compression (`mlx5dv_query_device`'s `cqe_comp_caps`):
+    /// by default every mini-CQE format, sessions of up to
+    /// [`DEFAULT_CQE_COMP_MAX_NUM`](super::DEFAULT_CQE_COMP_MAX_NUM), 64- and 128-byte CQEs.
+    pub fn cqe_comp_caps(&self) -> crate::cqe::CqeCompCaps {
+        self.st().cqe_comp
+    }
+
+    /// Changes what the NIC reports of CQE compression (for CQs created afterwards).
+    pub fn set_cqe_comp_caps(&self, caps: crate::cqe::CqeCompCaps) {
+        self.st().cqe_comp = caps;
+    }
+
+    /// How many compressed sessions the NIC wrote into a CQ, and how many completions they
+    /// held (sessions of one are written plain and not counted).
+    pub fn cq_sessions(&self, cqn: u32) -> (u64, u64) {
+        self.st().cqs.get(&cqn).map_or((0, 0), |c| c.zip_stats)
     }
 
     /// The kind of the register a QP rings and how many QPs ring it.
@@ -155,113 +285,6 @@ impl Nic {
         out
     }
 
-    /// Whether the NIC found a CQ full when it had a CQE to write (the CQ is then in error and
-    /// its QPs too).
-    pub fn cq_overrun(&self, cqn: u32) -> bool {
-        self.st().cqs.get(&cqn).is_some_and(|c| c.overrun)
-    }
-
-    /// A compressing CQ's mini-CQE format (None: not compressing, or no such CQ).
-    pub fn cq_compression(&self, cqn: u32) -> Option<crate::cqe::MiniCqeFormat> {
-        self.st().cqs.get(&cqn).and_then(|c| c.zip_format())
-    }
-
-    /// How many compressed sessions the NIC wrote into a CQ, and how many completions they
-    /// held (sessions of one are written plain and not counted).
-    pub fn cq_sessions(&self, cqn: u32) -> (u64, u64) {
-        self.st().cqs.get(&cqn).map_or((0, 0), |c| c.zip_stats)
-    }
-
-    /// Gives a CQ the sink its completion events go to (None: events are counted but go
-    /// nowhere, as for a CQ created without a completion channel).
-    ///
-    /// # Errors
-    /// [`SimError::NoCq`].
-    pub fn set_cq_event_sink(
-        &self,
-        cqn: u32,
-        sink: Option<Arc<dyn CqEventSink>>,
-    ) -> Result<(), SimError> {
-        let mut st = self.st();
-        st.cqs
-            .get_mut(&cqn)
-            .ok_or(SimError::NoCq(cqn))?
-            .arm
-            .set_sink(sink);
-        Ok(())
-    }
-
-    /// Whether an arm counts only the entries written after the NIC reads it (the IB
-    /// specification's minimum, what rxe does) instead of every entry past the armed
-    /// consumer index, as a ConnectX does (the default). A driver must poll once more after
-    /// arming to be right on both; this mode catches one that does not.
-    pub fn set_arm_next_only(&self, next_only: bool) {
-        self.st().arm_next_only = next_only;
-    }
-
-    /// What the NIC saw of a CQ's arm requests and events (None for an unknown CQ).
-    pub fn cq_arm_stats(&self, cqn: u32) -> Option<ArmStats> {
-        self.st().cqs.get(&cqn).map(|c| c.arm.stats)
-    }
-
-    /// Arms the SRQ's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): one
-    /// [`AsyncEvent::SrqLimitReached`] when a WQE is taken and fewer than `limit` remain
-    /// posted; 0 disarms.
-    ///
-    /// # Errors
-    /// [`SimError::NoSrq`]; [`SimError::Caps`] for a limit not below the ring's entries
-    /// (the kernel's `mlx5_ib_modify_srq`: `EINVAL`).
-    pub fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<(), SimError> {
-        let mut st = self.st();
-        let s = st.srqs.get_mut(&srqn).ok_or(SimError::NoSrq(srqn))?;
-        if limit >= s.cnt {
-            return Err(SimError::Caps("SRQ limit must be below the SRQ's entries"));
-        }
-        s.limit = limit;
-        Ok(())
-    }
-
-    /// The SRQ's armed limit (0: disarmed), None for an unknown SRQ.
-    pub fn srq_limit(&self, srqn: u32) -> Option<u32> {
-        self.st().srqs.get(&srqn).map(|s| s.limit)
-    }
-
-    /// WQEs posted to the SRQ and not taken yet (None for an unknown SRQ).
-    pub fn srq_pending(&self, srqn: u32) -> Option<u32> {
-        self.st().srqs.get(&srqn).map(|s| s.pending())
-    }
-
-    /// What the NIC saw of an SRQ.
-    pub fn srq_stats(&self, srqn: u32) -> Option<SrqStats> {
-        self.st().srqs.get(&srqn).map(|s| s.stats)
-    }
-
-    /// The NIC's atomic capabilities: by default a ConnectX's under a current Linux driver
-    /// ([`AtomicCaps::CONNECTX`](crate::atomic::AtomicCaps::CONNECTX): every atomic, 8-byte
-    /// replies in host order, 4-byte masked replies big-endian).
-    pub fn atomic_caps(&self) -> crate::atomic::AtomicCaps {
-        self.st().atomics
-    }
-
-    /// Changes the NIC's atomic capabilities (before creating the QPs that should see them:
-    /// a driver reads them once). Atomics the NIC lacks fail with a local QP operation
-    /// error; replies are written in the byte order `caps` says.
-    pub fn set_atomic_caps(&self, caps: crate::atomic::AtomicCaps) {
-        self.st().atomics = caps;
-    }
-
-    /// What the NIC reports of CQE compression (`mlx5dv_query_device`'s `cqe_comp_caps`):
-    /// by default every mini-CQE format, sessions of up to
-    /// [`DEFAULT_CQE_COMP_MAX_NUM`](super::DEFAULT_CQE_COMP_MAX_NUM), 64- and 128-byte CQEs.
-    pub fn cqe_comp_caps(&self) -> crate::cqe::CqeCompCaps {
-        self.st().cqe_comp
-    }
-
-    /// Changes what the NIC reports of CQE compression (for CQs created afterwards).
-    pub fn set_cqe_comp_caps(&self, caps: crate::cqe::CqeCompCaps) {
-        self.st().cqe_comp = caps;
-    }
-
     /// The ordering mode (by default [`OrderMode::Relaxed`] with seed 0).
     pub fn order(&self) -> OrderMode {
         self.st().order
@@ -273,29 +296,8 @@ impl Nic {
         self.st().order = order;
     }
 
-    /// The next asynchronous event, if any (as `ibv_get_async_event` on a non-blocking
-    /// event file descriptor).
-    pub fn take_async_event(&self) -> Option<AsyncEvent> {
-        self.st().events.pop_front()
-    }
-
-    /// Raises an event the way the device would (port down, device fatal: fault injection
-    /// for tests). A fatal device stops running WQEs.
-    pub fn raise_event(&self, e: AsyncEvent) {
-        self.st().events.push_back(e);
-    }
-
-    /// Puts a CQ in error as the hardware does when it overruns or cannot write its ring:
-    /// it writes nothing more, and raises [`AsyncEvent::CqError`] (a fault injection for
-    /// tests: blueflame's own accounting never overruns a CQ).
-    ///
-    /// # Errors
-    /// [`SimError::NoCq`].
-    pub fn fail_cq(&self, cqn: u32) -> Result<(), SimError> {
-        let mut st = self.st();
-        let cq = st.cqs.get_mut(&cqn).ok_or(SimError::NoCq(cqn))?;
-        cq.overrun = true;
-        st.note_cq_errors();
-        Ok(())
+    /// A QP's transport attributes.
+    pub fn qp_timing(&self, qpn: u32) -> Option<QpTiming> {
+        self.st().qps.get(&qpn).map(|q| q.timing)
     }
 }

@@ -3,7 +3,7 @@
 
 use super::clock::QpTiming;
 use super::error::SimError;
-use super::nic::Nic;
+use super::nic::{Nic, NicView};
 use super::qp_attr::{DcRole, DctStats, QpCaps, QpState};
 use crate::request::Access;
 use crate::RawQp;
@@ -181,7 +181,9 @@ impl Nic {
         }
         self.destroy_qp(dctn)
     }
+}
 
+impl NicView {
     /// What a DCT saw (None when `dctn` is not a DCT).
     pub fn dct_stats(&self, dctn: u32) -> Option<DctStats> {
         let st = self.st();

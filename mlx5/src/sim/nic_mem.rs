@@ -4,7 +4,7 @@
 use super::dma::DmaBuf;
 use super::error::SimError;
 use super::mem::{MemoryCaps, Mr, Mw};
-use super::nic::Nic;
+use super::nic::{Nic, NicView};
 use crate::request::{Access, MwType};
 
 /// A registered memory region.
@@ -85,17 +85,6 @@ impl Nic {
             return Err(SimError::Rights(access));
         }
         self.insert_mr(pd, addr as u64, len as u64, access, None)
-    }
-
-    /// What registration on this NIC can do.
-    pub fn memory_caps(&self) -> MemoryCaps {
-        self.st().memory_caps
-    }
-
-    /// Changes what registration can do (a NIC without on-demand paging, for the
-    /// capability errors); registered regions stay as they are.
-    pub fn set_memory_caps(&self, caps: MemoryCaps) {
-        self.st().memory_caps = caps;
     }
 
     /// A prefetch of on-demand pages (`ibv_advise_mr` with `IBV_ADVISE_MR_ADVICE_PREFETCH`,
@@ -225,6 +214,19 @@ impl Nic {
             .ok_or(SimError::NoMw(rkey))?;
         st.mem.free_key(w.rkey);
         Ok(())
+    }
+}
+
+impl NicView {
+    /// What registration on this NIC can do.
+    pub fn memory_caps(&self) -> MemoryCaps {
+        self.st().memory_caps
+    }
+
+    /// Changes what registration can do (a NIC without on-demand paging, for the
+    /// capability errors); registered regions stay as they are.
+    pub fn set_memory_caps(&self, caps: MemoryCaps) {
+        self.st().memory_caps = caps;
     }
 
     /// The current rkey of a window and whether it is bound (for tests and the driver's

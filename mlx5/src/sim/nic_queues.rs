@@ -35,7 +35,7 @@ impl Nic {
     /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`; the module `cq` describes the sessions).
     ///
     /// # Errors
-    /// [`SimError::CqeCompression`] when [`Nic::cqe_comp_caps`] does not allow it (rdma-core's
+    /// [`SimError::CqeCompression`] when [`NicView::cqe_comp_caps`](super::NicView::cqe_comp_caps) does not allow it (rdma-core's
     /// test); as [`Nic::create_cq`].
     pub fn create_cq_compressed(
         &self,

@@ -1,7 +1,7 @@
 //! How the software NIC runs: passes over every QP, made from the caller's thread or from the
 //! NIC's own doorbell thread, in virtual time.
 
-use super::nic::Nic;
+use super::nic::{Nic, NicView};
 use super::state::State;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -47,62 +47,6 @@ impl State {
 }
 
 impl Nic {
-    /// One pass over every QP at the current virtual time: runs the WQEs and flushes up to
-    /// each doorbell record, the timers and held-back requests that are due. In stepped mode,
-    /// a pass that finds nothing to do moves the clock to the next timer or held-back request
-    /// and runs again. Returns how many WQEs and receives it handled (a retransmission counts,
-    /// an RNR retry that meets another RNR NAK does not). Call it until it returns 0 to drain.
-    pub fn process(&self) -> usize {
-        let mut st = self.st();
-        let mut n = st.pass();
-        if n == 0 && !st.threaded {
-            if let Some(t) = st.qps.values().filter_map(|q| q.next_due()).min() {
-                st.clock.advance_to(t);
-                n = st.pass();
-            }
-        }
-        let events: Vec<_> = st
-            .cqs
-            .values_mut()
-            .filter_map(|c| c.arm.take_undelivered().map(|(s, k)| (s, c.cqn, k)))
-            .collect();
-        drop(st);
-        // The sinks run without the NIC's lock: they may call back into the NIC.
-        for (sink, cqn, k) in events {
-            for _ in 0..k {
-                sink.cq_event(cqn);
-            }
-        }
-        n
-    }
-
-    /// Passes until nothing is left to do (an RNR wait counts as nothing to do; a local ACK
-    /// timeout does not: the retransmissions run, in virtual time, until the retry count is
-    /// spent).
-    pub fn drain(&self) -> usize {
-        let mut total = 0;
-        loop {
-            let n = self.process();
-            if n == 0 {
-                return total;
-            }
-            total += n;
-        }
-    }
-
-    /// The NIC's virtual time in nanoseconds (see [`Nic::process`] and
-    /// [`Nic::set_time_scale`]).
-    pub fn now_ns(&self) -> u64 {
-        self.st().clock.now()
-    }
-
-    /// How fast virtual time runs in thread mode: `scale` virtual nanoseconds per wall-clock
-    /// nanosecond (1 by default, as slow as a ConnectX; 1000 makes a 67 ms ACK timeout take
-    /// 67 us). Values that are not finite and positive mean 1.
-    pub fn set_time_scale(&self, scale: f64) {
-        self.st().clock.set_scale(scale);
-    }
-
     /// The thread-mode time scale.
     pub fn time_scale(&self) -> f64 {
         self.st().clock.scale()
@@ -166,9 +110,67 @@ impl Nic {
             q.skip_doorbell_check();
         }
     }
+}
+
+impl NicView {
+    /// One pass over every QP at the current virtual time: runs the WQEs and flushes up to
+    /// each doorbell record, the timers and held-back requests that are due. In stepped mode,
+    /// a pass that finds nothing to do moves the clock to the next timer or held-back request
+    /// and runs again. Returns how many WQEs and receives it handled (a retransmission counts,
+    /// an RNR retry that meets another RNR NAK does not). Call it until it returns 0 to drain.
+    pub fn process(&self) -> usize {
+        let mut st = self.st();
+        let mut n = st.pass();
+        if n == 0 && !st.threaded {
+            if let Some(t) = st.qps.values().filter_map(|q| q.next_due()).min() {
+                st.clock.advance_to(t);
+                n = st.pass();
+            }
+        }
+        let events: Vec<_> = st
+            .cqs
+            .values_mut()
+            .filter_map(|c| c.arm.take_undelivered().map(|(s, k)| (s, c.cqn, k)))
+            .collect();
+        drop(st);
+        // The sinks run without the NIC's lock: they may call back into the NIC.
+        for (sink, cqn, k) in events {
+            for _ in 0..k {
+                sink.cq_event(cqn);
+            }
+        }
+        n
+    }
+
+    /// Passes until nothing is left to do (an RNR wait counts as nothing to do; a local ACK
+    /// timeout does not: the retransmissions run, in virtual time, until the retry count is
+    /// spent).
+    pub fn drain(&self) -> usize {
+        let mut total = 0;
+        loop {
+            let n = self.process();
+            if n == 0 {
+                return total;
+            }
+            total += n;
+        }
+    }
 
     /// Whether the doorbell thread runs.
     pub fn is_threaded(&self) -> bool {
-        self.inner.running.load(Ordering::Acquire)
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// The NIC's virtual time in nanoseconds (see [`NicView::process`] and
+    /// [`NicView::set_time_scale`]).
+    pub fn now_ns(&self) -> u64 {
+        self.st().clock.now()
+    }
+
+    /// How fast virtual time runs in thread mode: `scale` virtual nanoseconds per wall-clock
+    /// nanosecond (1 by default, as slow as a ConnectX; 1000 makes a 67 ms ACK timeout take
+    /// 67 us). Values that are not finite and positive mean 1.
+    pub fn set_time_scale(&self, scale: f64) {
+        self.st().clock.set_scale(scale);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::error::SimError;
 use super::mcast::McastError;
-use super::nic::Nic;
+use super::nic::{Nic, NicView};
 use super::port::{PortAttr, PORT_GID, PORT_LID};
 use super::qp_attr::{QpState, UdCtx};
 
@@ -24,18 +24,6 @@ impl Nic {
             gid: PORT_GID,
             mtu: self.st().port.mtu,
         }
-    }
-
-    /// Sets the port's active MTU (256, 512, 1024, 2048 or 4096 bytes).
-    ///
-    /// # Errors
-    /// [`SimError::Caps`] for another value.
-    pub fn set_port_mtu(&self, mtu: u32) -> Result<(), SimError> {
-        if !mtu.is_power_of_two() || !(256..=4096).contains(&mtu) {
-            return Err(SimError::Caps("port MTU: 256, 512, 1024, 2048 or 4096"));
-        }
-        self.st().port.mtu = mtu;
-        Ok(())
     }
 
     /// Makes a QP in RESET an unreliable-datagram QP with this Q_Key and moves it to RTS
@@ -91,6 +79,20 @@ impl Nic {
             return Err(SimError::Mcast("multicast needs a UD QP"));
         }
         st.port.groups.detach(qpn, (gid, lid)).map_err(mcast_err)
+    }
+}
+
+impl NicView {
+    /// Sets the port's active MTU (256, 512, 1024, 2048 or 4096 bytes).
+    ///
+    /// # Errors
+    /// [`SimError::Caps`] for another value.
+    pub fn set_port_mtu(&self, mtu: u32) -> Result<(), SimError> {
+        if !mtu.is_power_of_two() || !(256..=4096).contains(&mtu) {
+            return Err(SimError::Caps("port MTU: 256, 512, 1024, 2048 or 4096"));
+        }
+        self.st().port.mtu = mtu;
+        Ok(())
     }
 
     /// The multicast groups a QP is attached to.

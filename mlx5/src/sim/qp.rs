@@ -36,7 +36,7 @@ pub(crate) struct SimQp {
     pub(crate) sq_ci: u32,
     /// Producer index up to which doorbells were checked.
     db_checked: u32,
-    /// Producer index at the last register check ([`super::Nic::check_registers`]).
+    /// Producer index at the last register check ([`super::NicView::check_registers`]).
     reg_mark: u32,
     /// Receive WQEs consumed.
     pub(crate) rq_ci: u32,

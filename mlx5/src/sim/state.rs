@@ -34,7 +34,7 @@ pub(crate) struct State {
     /// What registration can do.
     pub(crate) memory_caps: MemoryCaps,
     /// Arms count only entries written after them
-    /// ([`Nic::set_arm_next_only`](super::Nic::set_arm_next_only)).
+    /// ([`NicView::set_arm_next_only`](super::NicView::set_arm_next_only)).
     pub(crate) arm_next_only: bool,
     /// Virtual time, for the transport timers and held-back requests.
     pub(crate) clock: Clock,
@@ -48,7 +48,7 @@ pub(crate) struct State {
 }
 
 /// The longest compressed session of a software NIC by default (its `cqe_comp_caps.max_num`;
-/// [`Nic::set_cqe_comp_caps`](super::Nic::set_cqe_comp_caps) changes it).
+/// [`NicView::set_cqe_comp_caps`](super::NicView::set_cqe_comp_caps) changes it).
 pub const DEFAULT_CQE_COMP_MAX_NUM: u32 = 64;
 
 /// How many objects of each kind a software NIC may hold at once. The defaults are the

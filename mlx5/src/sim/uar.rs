@@ -15,10 +15,10 @@
 //!   non-write-combining register (`ctx->nc_uar`) with 8-byte doorbells and no lock.
 //!
 //! Checks (what the hardware relies on):
-//! - stepped mode ([`super::Nic::process`]): per register, consecutive rings alternate between
+//! - stepped mode ([`super::NicView::process`]): per register, consecutive rings alternate between
 //!   the two halves (`bf->offset ^= bf->buf_size`, kept per register, not per QP); a ring whose
 //!   doorbell is not in the register when it must be is a miss.
-//! - any mode, at a quiescent point ([`super::Nic::check_registers`]): a half holding a
+//! - any mode, at a quiescent point ([`super::NicView::check_registers`]): a half holding a
 //!   BlueFlame copy holds one whole WQE, never pieces of two (interleaved copies), and a register
 //!   rung at least twice since the last check has both halves written.
 
@@ -63,7 +63,7 @@ pub enum RegKind {
     NoBlueFlame,
 }
 
-/// What [`super::Nic::check_registers`] found.
+/// What [`super::NicView::check_registers`] found.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct RegisterCheck {
     /// Registers in use.

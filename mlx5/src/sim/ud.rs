@@ -3,7 +3,7 @@
 //!
 //! The NIC has one InfiniBand port ([`PortAttr`](super::PortAttr): LID [`PORT_LID`], GID
 //! [`PORT_GID`], an active MTU of [`DEFAULT_PORT_MTU`](super::DEFAULT_PORT_MTU) unless
-//! [`Nic::set_port_mtu`](super::Nic::set_port_mtu) says otherwise). What it does, as a
+//! [`NicView::set_port_mtu`](super::NicView::set_port_mtu) says otherwise). What it does, as a
 //! ConnectX does:
 //! - A UD QP goes RESET -> INIT (Q_Key) -> RTR -> RTS as verbs asks;
 //!   [`Nic::make_ud`](super::Nic::make_ud) does it in one step. A Q_Key with the high bit set

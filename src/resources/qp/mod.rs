@@ -186,7 +186,7 @@ impl Qp {
     /// As [`Qp::connect`].
     ///
     /// The RNR retry count programmed is the smaller of `timing.rnr_retry` and the QP's
-    /// [`QpCaps::rnr_retry`] (7, retry for ever, being the largest). On the software NIC the
+    /// [`QpCaps::rnr_retry`](crate::QpCaps::rnr_retry) (7, retry for ever, being the largest). On the software NIC the
     /// four attributes drive its transport timers as on a ConnectX: a request with no answer
     /// is sent again every `4.096 us * 2^timeout` until `retry_cnt` retransmissions are spent
     /// (then `RetryExcErr`), and a send that meets no receive waits the peer's

@@ -85,7 +85,7 @@ fn simulator_absent(cargo: &str) -> bool {
     };
     let sim: Vec<&str> = syms
         .lines()
-        .filter(|l| l.contains("mlx5::sim::") || l.contains("SimNic"))
+        .filter(|l| l.contains("mlx5::sim::") || l.contains("NicView"))
         .collect();
     if !sim.is_empty() {
         eprintln!(
