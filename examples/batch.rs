@@ -28,6 +28,7 @@
 //!   requests on the verbs path) is never refused; a smaller one works too, but a post that
 //!   could overrun it is refused with `Error::CqFull` (poll, then post again).
 
+use blueflame::QueuePair;
 use blueflame::{Access, Completion, Cq, Device, Payload, PostFlags, QpCaps, Request};
 use std::time::{Duration, Instant};
 

@@ -23,6 +23,7 @@
 //! `Device::open_default()`, both sides in this process.
 
 use blueflame::connect::{self, Exchange, RemoteBuf};
+use blueflame::PostSend;
 use blueflame::{
     cm, Access, Completion, Cq, Device, MemoryRegion, Payload, PostFlags, Qp, QpCaps, Remote,
     WcOpcode,

@@ -18,6 +18,7 @@
 //! byte change and writes it back into the client's buffer; and so on, `--iters` times.
 
 use blueflame::connect::{self, Exchange, RemoteBuf};
+use blueflame::PostSend;
 use blueflame::{Access, Completion, Cq, Device, MemoryRegion, PostFlags, Qp, QpCaps, Remote};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -16,6 +16,7 @@
 //! Both QPs live in this process on one device (the software NIC lives in one process).
 //! The example exits 0 only when every step did what it should.
 
+use blueflame::PostSend;
 use blueflame::{Access, Completion, Cq, Device, MwType, PostFlags, QpCaps, Remote, WcStatus};
 use std::time::{Duration, Instant};
 

@@ -35,7 +35,7 @@ const BATCH: usize = 16;
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{AsyncCq, CqOptions, Device, PostFlags, QpCaps};
+/// use blueflame::{AsyncCq, CqOptions, Device, PostFlags, PostSend, QpCaps, QueuePair};
 /// let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
 /// rt.block_on(async {
 ///     let dev = Device::sim();

@@ -5,7 +5,7 @@
 ///
 /// The same fields rule the direct path's rings (on a ConnectX and on the software NIC) and
 /// the verbs QP's `ibv_qp_cap` (on other devices), so one value gives the same send depth
-/// everywhere ([`Qp::send_depth`](crate::Qp::send_depth)).
+/// everywhere ([`QueuePair::send_depth`](crate::QueuePair::send_depth)).
 ///
 /// ```
 /// let caps = blueflame::QpCaps {
@@ -22,7 +22,7 @@ pub struct QpCaps {
     /// blocks (a small inline write or a read 1, a bind 3, a long gather list or inline
     /// payload more). The largest request these limits allow takes
     /// `mlx5::wqe::max_wqe_bbs` blocks, so `sq_blocks / max_wqe_bbs` of them always fit:
-    /// [`Qp::send_depth`](crate::Qp::send_depth). On the verbs path the QP is created with
+    /// [`QueuePair::send_depth`](crate::QueuePair::send_depth). On the verbs path the QP is created with
     /// that many work requests (`max_send_wr`), so both paths have the same depth.
     pub sq_blocks: u32,
     /// The receive queue's size in receive work requests (rounded up to a power of two; 0
@@ -54,7 +54,7 @@ impl QpCaps {
     /// The verbs QP's `ibv_qp_cap`: `sq_blocks` is a ring size in blocks and rdma-core
     /// takes work requests, sizing each for the largest WQE (`mlx5_calc_sq_size`), so as many
     /// requests of the largest kind as the blocks hold: the same depth on both paths
-    /// ([`Qp::send_depth`](crate::Qp::send_depth)).
+    /// ([`QueuePair::send_depth`](crate::QueuePair::send_depth)).
     pub(crate) fn verbs(&self) -> crate::verbs::objects::Caps {
         let lim = mlx5::wqe::Limits {
             max_sge: self.max_send_sge as usize,

@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! # fn main() -> blueflame::Result<()> {
-//! use blueflame::{cm, Access, QpCaps};
+//! use blueflame::{Access, QpCaps, QueuePair, cm};
 //! use std::time::Duration;
 //! let listener = cm::listen("10.77.0.1:7471".parse().unwrap())?;
 //! let req = listener.next_request(Duration::from_secs(60))?;

@@ -44,7 +44,7 @@ pub struct RemoteBuf {
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
 /// use blueflame::connect::{accept, dial, Exchange};
-/// use blueflame::{Access, Completion, Device, Error, PostFlags, QpCaps, Remote};
+/// use blueflame::{Access, Completion, Device, Error, PostFlags, PostSend, QpCaps, Remote};
 /// use std::net::TcpListener;
 ///
 /// let dev = Device::sim();

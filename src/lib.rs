@@ -27,7 +27,7 @@
 //!
 //! ```
 //! # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-//! use blueflame::{Access, Completion, Device, PostFlags, QpCaps, WcStatus};
+//! use blueflame::{Access, Completion, Device, PostFlags, PostSend, QpCaps, WcStatus};
 //!
 //! let dev = Device::sim();            // or Device::open("mlx5_0", None)?, Device::open_default()?
 //! let pd = dev.alloc_pd()?;
@@ -236,9 +236,9 @@ pub use mlx5::RawSrq;
 pub use mlx5::{AtomicCaps, CqeCompCaps, MiniCqeFormat, RawCq, RawQp};
 pub use queue::flags::PostFlags;
 pub use resources::{
-    AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, DcPeer, Dci, DciBatch,
-    Dct, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd, PendingBuffer, Qp,
-    QpCaps, RawBuffer, RawParts, RegionBuffer, Spin,
+    AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, DcPeer, DcSend, Dci,
+    DciBatch, Dct, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd,
+    PendingBuffer, PostSend, Qp, QpCaps, QueuePair, RawBuffer, RawParts, RegionBuffer, Spin,
 };
 pub use resources::{Srq, SrqCaps, MAX_IOV};
 // UD (issue #15): unreliable datagram, address handles, multicast.

@@ -25,17 +25,13 @@ fn run() -> (mlx5::sim::QpStats, bool) {
     let mut cq = dev.create_cq(16).unwrap();
     let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
     let peer = dct.peer().unwrap();
-    dci.write_inline(
-        &peer,
-        b"abcdefgh",
-        mr.remote(0).unwrap(),
-        1,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&peer)
+        .write_inline(b"abcdefgh", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
     // One pass per ring: the NIC checks the register against the last WQE of each pass.
     dev.process();
-    dci.send(&peer, Payload::Inline(b"small"), 2, PostFlags::SIGNALED)
+    dci.to(&peer)
+        .send(Payload::Inline(b"small"), 2, PostFlags::SIGNALED)
         .unwrap();
     dev.process();
     let mut b = [0u8; 5];

@@ -92,7 +92,7 @@ enum Poller {
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Completion, Device, PostFlags, QpCaps, WcOpcode, WcStatus};
+/// use blueflame::{Access, Completion, Device, PostFlags, PostSend, QpCaps, WcOpcode, WcStatus};
 /// let dev = Device::sim();                        // the NIC in its own thread
 /// let pd = dev.alloc_pd()?;
 /// let mut cq = dev.create_cq(64)?;
@@ -113,6 +113,7 @@ enum Poller {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
+/// use blueflame::{QueuePair};
 pub struct Cq {
     // Field order: the poller goes before the handle that frees its ring.
     poller: Poller,
@@ -357,7 +358,7 @@ impl Cq {
     ///
     /// ```
     /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-    /// use blueflame::{Completion, CqOptions, Device, Payload, PostFlags, QpCaps, Request};
+    /// use blueflame::{Completion, CqOptions, Device, Payload, PostFlags, PostSend, QpCaps, QueuePair, Request};
     /// use std::time::Duration;
     /// let dev = Device::sim(); // the software NIC, running in its own thread
     /// let ch = dev.create_channel()?;

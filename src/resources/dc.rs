@@ -9,14 +9,15 @@
 
 use super::cq::CqHandle;
 use super::events::Subject;
-use super::{Cq, Pd, QpCaps};
+use super::{Cq, DataPath, Pd, PostSend, QpCaps, QueuePair};
 use crate::backend::{self, QpKind, QpRings, QpSpec};
 use crate::direct::SendQueue;
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
 use crate::queue::registry::Attached;
+use crate::verbs::ex::VerbsApi;
 use crate::verbs::objects::Timing;
-use crate::{Access, Payload, PostFlags, Remote, Request, Sge};
+use crate::{Access, PostFlags, Request};
 use mlx5::dc::{DcAddr, AV_BYTES, MAX_DCTN};
 use std::sync::Arc;
 
@@ -183,7 +184,7 @@ impl Drop for Dct {
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, SrqCaps, WcOpcode};
+/// use blueflame::{Access, Completion, Device, Payload, PostFlags, PostSend, QpCaps, SrqCaps, WcOpcode};
 /// let dev = Device::sim_stepped();
 /// let pd = dev.alloc_pd()?;
 /// let mut cq = dev.create_cq(64)?;
@@ -197,9 +198,10 @@ impl Drop for Dct {
 /// // The initiator: ready at once, no connection; each request names its DCT.
 /// let mut dci = pd.create_dci(&cq, QpCaps::default())?;
 /// let peer = dct.peer()?;
-/// dci.write_inline(&peer, b"hello", mr.remote(0)?, 1, PostFlags::SIGNALED)?;
-/// dci.read(&peer, &[mr.sge(64, 5)?], mr.remote(0)?, 2, PostFlags::SIGNALED)?;
-/// dci.send(&peer, Payload::Inline(b"ping"), 3, PostFlags::SIGNALED)?;
+/// let mut to_dct = dci.to(&peer);
+/// to_dct.write_inline(b"hello", mr.remote(0)?, 1, PostFlags::SIGNALED)?;
+/// to_dct.read(&[mr.sge(64, 5)?], mr.remote(0)?, 2, PostFlags::SIGNALED)?;
+/// to_dct.send(Payload::Inline(b"ping"), 3, PostFlags::SIGNALED)?;
 /// dev.process();
 /// let mut out = [Completion::default(); 4];
 /// assert_eq!(cq.poll(&mut out), 3);
@@ -212,6 +214,7 @@ impl Drop for Dct {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
+/// use blueflame::{QueuePair};
 pub struct Dci {
     // Field order: the queue goes before the handles that keep its ring alive.
     sq: SendQueue,
@@ -393,55 +396,9 @@ impl Pd {
 }
 
 impl Dci {
-    /// The DCI's QP number (completions name it in [`Completion::qpn`](crate::Completion)).
-    pub fn qpn(&self) -> u32 {
-        self.qpn
-    }
-
-    /// The protection domain.
-    pub fn pd(&self) -> &Pd {
-        &self.pd
-    }
-
-    /// Send-queue room in blocks.
-    pub fn free_send(&self) -> u32 {
-        self.sq.free_blocks()
-    }
-
-    /// How many requests of the largest kind this DCI's limits allow fit in its send queue
-    /// at once (each carries the 48-byte address segment).
-    pub fn send_depth(&self) -> u32 {
-        self.sq.ring_blocks() / mlx5::dc::max_dc_wqe_bbs(&self.sq.limits()) as u32
-    }
-
-    /// What this DCI's device can do with atomics (read when it was created).
-    pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
-        self.atomics
-    }
-
-    /// The old value an atomic of this DCI returned, in host order (see
-    /// [`Qp::atomic_result`](crate::Qp::atomic_result)).
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] when `reply` is neither 8 nor 4 bytes long.
-    pub fn atomic_result(&self, reply: &[u8]) -> Result<u64> {
-        self.atomics
-            .reply_value(reply)
-            .ok_or(Error::InvalidParameter {
-                what: "atomic reply length (8 bytes, or 4 for a 32-bit masked atomic)",
-                value: reply.len() as u64,
-            })
-    }
-
-    /// Posts one request to `peer`.
-    ///
-    /// # Errors
-    /// Before anything is posted: [`Error::Unsupported`] for a bind, local invalidate,
-    /// send with invalidate or NOP, or an atomic the device lacks; [`Error::QueueFull`],
-    /// [`Error::CqFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
-    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::AtomicLength`],
-    /// [`Error::InvalidParameter`] (a read, write or send of more than 2^31 bytes).
-    pub fn post(
+    /// Posts one request to `peer` (what [`DcSend`]'s [`PostSend::post`] runs).
+    #[inline(always)]
+    fn post_to(
         &mut self,
         peer: &DcPeer,
         req: &Request<'_>,
@@ -452,6 +409,32 @@ impl Dci {
             Ok(()) => Ok(()),
             Err(e) => Err(self.explain(e)),
         }
+    }
+
+    /// This DCI aimed at one DC target: post to it with the [`PostSend`] methods.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+    /// use blueflame::{Access, Completion, Device, PostFlags, PostSend, QpCaps, SrqCaps};
+    /// let dev = Device::sim_stepped();
+    /// let pd = dev.alloc_pd()?;
+    /// let tcq = dev.create_cq(16)?;
+    /// let srq = pd.create_srq(&tcq, SrqCaps::default())?;
+    /// let dct = pd.create_dct(&tcq, &srq, 7, Access::REMOTE_WRITE)?;
+    /// let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    /// let mut cq = dev.create_cq(16)?;
+    /// let mut dci = pd.create_dci(&cq, QpCaps::default())?;
+    /// dci.to(&dct.peer()?).write_inline(b"hello", mr.remote(0)?, 1, PostFlags::SIGNALED)?;
+    /// dev.process();
+    /// assert_eq!(cq.poll(&mut [Completion::default(); 1]), 1);
+    /// let mut got = [0u8; 5];
+    /// mr.read(0, &mut got)?;
+    /// assert_eq!(&got, b"hello");
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sim"))] fn main() {}
+    /// ```
+    pub fn to<'a>(&'a mut self, peer: &'a DcPeer) -> DcSend<'a> {
+        DcSend { dci: self, peer }
     }
 
     /// Starts a batch: requests to any DCTs, written as they are pushed and posted with one
@@ -493,163 +476,90 @@ impl Dci {
     }
 
     /// A refused post: a queue or CQ that does not drain may be the sign of an asynchronous
-    /// event about this DCI or its CQ, reported instead (as [`Qp::post`](crate::Qp::post)).
+    /// event about this DCI or its CQ, reported instead (as [`PostSend::post`](crate::PostSend::post)).
     #[cold]
     fn explain(&self, e: Error) -> Error {
         super::events::explain_refusal(e, || self.check())
     }
+}
 
-    /// Reads the device's asynchronous events (never blocks) and reports one about this DCI,
-    /// its CQ, its port or the device.
-    ///
-    /// # Errors
-    /// [`Error::AsyncEvent`].
-    pub fn check(&self) -> Result<()> {
-        let dev = &self.pd.inner.dev;
-        dev.events
-            .check(&dev.backend, &[Subject::Qp(self.qpn), self.cq.subject()])
+impl QueuePair for Dci {
+    fn qpn(&self) -> u32 {
+        self.qpn
     }
 
-    /// RDMA write of a gather list to `peer`'s memory.
-    ///
-    /// # Errors
-    /// See [`Dci::post`].
-    pub fn write(
-        &mut self,
-        peer: &DcPeer,
-        sgl: &[Sge],
-        remote: Remote,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        let data = Payload::Sgl(sgl);
-        self.post(peer, &Request::Write { remote, data }, cookie, flags)
+    fn pd(&self) -> &Pd {
+        &self.pd
     }
 
-    /// RDMA write of bytes carried in the WQE.
-    ///
-    /// # Errors
-    /// See [`Dci::post`].
-    pub fn write_inline(
-        &mut self,
-        peer: &DcPeer,
-        data: &[u8],
-        remote: Remote,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        let data = Payload::Inline(data);
-        self.post(peer, &Request::Write { remote, data }, cookie, flags)
+    fn free_send(&self) -> u32 {
+        self.sq.free_blocks()
     }
 
-    /// RDMA write with immediate (consumes a receive of the target).
-    ///
-    /// # Errors
-    /// See [`Dci::post`].
-    pub fn write_imm(
-        &mut self,
-        peer: &DcPeer,
-        data: Payload<'_>,
-        remote: Remote,
-        imm: u32,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(
-            peer,
-            &Request::WriteImm { remote, data, imm },
-            cookie,
-            flags,
-        )
+    fn send_depth(&self) -> u32 {
+        self.sq.ring_blocks() / mlx5::dc::max_dc_wqe_bbs(&self.sq.limits()) as u32
     }
 
-    /// RDMA read from `peer`'s memory into a scatter list.
-    ///
-    /// # Errors
-    /// See [`Dci::post`].
-    pub fn read(
-        &mut self,
-        peer: &DcPeer,
-        sgl: &[Sge],
-        remote: Remote,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(peer, &Request::Read { remote, sgl }, cookie, flags)
-    }
-
-    /// Send (lands in a receive of the target).
-    ///
-    /// # Errors
-    /// See [`Dci::post`].
-    pub fn send(
-        &mut self,
-        peer: &DcPeer,
-        data: Payload<'_>,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(peer, &Request::Send { data }, cookie, flags)
-    }
-
-    /// Atomic compare-and-swap of the 8 bytes at `remote`; the old value lands in `local`
-    /// (read it with [`Dci::atomic_result`]).
-    ///
-    /// # Errors
-    /// See [`Dci::post`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn compare_swap(
-        &mut self,
-        peer: &DcPeer,
-        remote: Remote,
-        compare: u64,
-        swap: u64,
-        local: Sge,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        let req = Request::CompareSwap {
-            remote,
-            compare,
-            swap,
-            local,
-        };
-        self.post(peer, &req, cookie, flags)
-    }
-
-    /// Atomic fetch-and-add on the 8 bytes at `remote`; the old value lands in `local`.
-    ///
-    /// # Errors
-    /// See [`Dci::post`].
-    pub fn fetch_add(
-        &mut self,
-        peer: &DcPeer,
-        remote: Remote,
-        add: u64,
-        local: Sge,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(
-            peer,
-            &Request::FetchAdd { remote, add, local },
-            cookie,
-            flags,
-        )
-    }
-
-    /// Moves the DCI to error: outstanding and later requests are flushed, each signaled
-    /// one completing with [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr).
-    ///
-    /// # Errors
-    /// `Error::Sim` on the software NIC when the DCI is gone; [`Error::Verbs`] when
-    /// `ibv_modify_qp` refuses.
-    pub fn set_error(&mut self) -> Result<()> {
+    fn set_error(&mut self) -> Result<()> {
         self.errored = true;
         match &self.obj {
             Some(q) => q.set_error(),
             None => Err(Error::InvalidState { state: "destroyed" }),
         }
+    }
+
+    fn check(&self) -> Result<()> {
+        let dev = &self.pd.inner.dev;
+        dev.events
+            .check(&dev.backend, &[Subject::Qp(self.qpn), self.cq.subject()])
+    }
+
+    fn atomic_caps(&self) -> mlx5::AtomicCaps {
+        self.atomics
+    }
+
+    /// Always the direct path: DC runs only there.
+    fn data_path(&self) -> DataPath {
+        DataPath::Direct
+    }
+
+    /// None: DC runs only on the direct path.
+    fn verbs_api(&self) -> Option<VerbsApi> {
+        None
+    }
+
+    /// 0: a DCI has no receive queue.
+    fn free_recv(&self) -> u32 {
+        0
+    }
+
+    /// 0: a DCI has no receive queue.
+    fn recv_depth(&self) -> u32 {
+        0
+    }
+}
+
+/// A [`Dci`] aimed at one DC target ([`Dci::to`]): the [`PostSend`] methods post to it.
+/// Each request carries the target's address, DCT number and DC key; the DCI may aim at
+/// another target with the next request.
+#[derive(Debug)]
+pub struct DcSend<'a> {
+    dci: &'a mut Dci,
+    peer: &'a DcPeer,
+}
+
+impl PostSend for DcSend<'_> {
+    /// Posts one request to the target.
+    ///
+    /// # Errors
+    /// Before anything is posted: [`Error::Unsupported`] for a bind, local invalidate,
+    /// send with invalidate or NOP, or an atomic the device lacks; [`Error::QueueFull`],
+    /// [`Error::CqFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::AtomicLength`],
+    /// [`Error::InvalidParameter`] (a read, write or send of more than 2^31 bytes).
+    #[inline(always)]
+    fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.dci.post_to(self.peer, req, cookie, flags)
     }
 }
 
@@ -681,7 +591,7 @@ impl DciBatch<'_> {
     /// Adds one request to `peer`.
     ///
     /// # Errors
-    /// As [`Dci::post`]; the requests pushed before stay in the batch.
+    /// As [`PostSend::post`]; the requests pushed before stay in the batch.
     pub fn push(
         &mut self,
         peer: &DcPeer,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{DataPath, Device};
+/// use blueflame::{DataPath, Device, QueuePair};
 /// // BLUEFLAME_DEVICE, else the first rdma-core device, else (feature `sim`) the software NIC.
 /// let dev = Device::open_default()?;
 /// println!("{}: {:?} path", dev.describe(), dev.data_path());
@@ -182,6 +182,7 @@ impl Device {
     /// let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE).unwrap();
     /// dev.nic().unwrap().dereg_mr(mr.lkey()).unwrap(); // only the region's drop does
     /// ```
+    /// use blueflame::{QueuePair};
     #[cfg(feature = "sim")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn nic(&self) -> Option<&mlx5::sim::NicView> {
@@ -215,7 +216,7 @@ impl Device {
 
     /// What this device's atomics can do and the byte order of their replies: read once
     /// (`ibv_query_device` at open; the software NIC's `NicView::atomic_caps` when a QP is
-    /// created). [`Qp::atomic_result`](crate::Qp::atomic_result) reads a reply with it.
+    /// created). [`QueuePair::atomic_result`](crate::QueuePair::atomic_result) reads a reply with it.
     pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
         self.backend.atomic_caps()
     }
@@ -335,7 +336,7 @@ impl Drop for PdInner {
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Device, Error, QpCaps};
+/// use blueflame::{Access, Device, Error, QpCaps, QueuePair};
 /// let dev = Device::sim_stepped();
 /// let pd = dev.alloc_pd()?;
 /// let cq = dev.create_cq(64)?;
@@ -445,7 +446,7 @@ impl Pd {
     ///
     /// ```
     /// # #[cfg(feature = "sim")] fn main() {
-    /// use blueflame::{Access, Completion, Device, PostFlags, QpCaps};
+    /// use blueflame::{Access, Completion, Device, PostFlags, PostSend, QpCaps, QueuePair};
     /// let dev = Device::sim_stepped();
     /// let pd = dev.alloc_pd().unwrap();
     /// let mut cq = dev.create_cq(16).unwrap();

@@ -2,7 +2,7 @@
 //! as uDAPL's `dat_ep_post_rdma_write` and librdmacm's `rdma_post_writev` promise: every
 //! problem is reported before anything is posted.
 
-use super::{MemoryRegion, Qp};
+use super::{MemoryRegion, PostSend, Qp, QueuePair};
 use crate::connect::RemoteBuf;
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;

@@ -23,7 +23,9 @@ mod iov;
 mod mr;
 mod mw;
 mod pending;
+mod post_send;
 mod qp;
+mod queue_pair;
 mod spin_wait;
 mod srq;
 mod ud;
@@ -35,14 +37,16 @@ pub use buffer::{RawBuffer, RawParts, RegionBuffer};
 pub use channel::{CompletionChannel, CqEvent, Notify};
 pub use cq::Cq;
 pub use cq_options::CqOptions;
-pub use dc::{DcPeer, Dci, DciBatch, Dct};
+pub use dc::{DcPeer, DcSend, Dci, DciBatch, Dct};
 pub use device::{DataPath, Device, Pd};
 pub use events::AsyncEvent;
 pub use iov::{LocalSeg, MAX_IOV};
 pub use mr::MemoryRegion;
 pub use mw::MemoryWindow;
 pub use pending::PendingBuffer;
+pub use post_send::PostSend;
 pub use qp::{Batch, Endpoint, Qp};
+pub use queue_pair::QueuePair;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use spin_wait::Spin;

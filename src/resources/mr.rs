@@ -28,7 +28,7 @@ use std::sync::Arc;
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Device, Error};
+/// use blueflame::{Access, Device, Error, PostSend};
 /// let pd = Device::sim_stepped().alloc_pd()?;
 /// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 /// mr.write(100, b"hello")?;
@@ -243,7 +243,7 @@ impl MemoryRegion {
     ///
     /// ```
     /// # #[cfg(feature = "sim")] fn main() {
-    /// use blueflame::{Access, Device};
+    /// use blueflame::{Access, Device, PostSend};
     /// let dev = Device::sim_stepped();
     /// let pd = dev.alloc_pd().unwrap();
     /// let mr = pd.register(vec![7u8; 4096], Access::LOCAL_WRITE).unwrap();
@@ -254,6 +254,7 @@ impl MemoryRegion {
     /// # }
     /// # #[cfg(not(feature = "sim"))] fn main() {}
     /// ```
+    /// use blueflame::{PostSend, QueuePair};
     ///
     /// # Errors
     /// [`Error::BufferType`] (with the region back, untouched) when the region does not

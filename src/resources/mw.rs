@@ -24,7 +24,7 @@ use std::sync::Arc;
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Completion, Device, MwType, PostFlags, QpCaps, Remote, WcStatus};
+/// use blueflame::{Access, Completion, Device, MwType, PostFlags, PostSend, QpCaps, Remote, WcStatus};
 /// let dev = Device::sim_stepped();
 /// let pd = dev.alloc_pd()?;
 /// let (mut cq_a, mut cq_b) = (dev.create_cq(64)?, dev.create_cq(64)?);

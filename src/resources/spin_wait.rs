@@ -42,7 +42,7 @@ impl Cq {
     ///
     /// ```
     /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-    /// use blueflame::{Access, Completion, CqOptions, Device, PostFlags, QpCaps, Spin};
+    /// use blueflame::{Access, Completion, CqOptions, Device, PostFlags, PostSend, QpCaps, QueuePair, Spin};
     /// use std::time::Duration;
     /// let dev = Device::sim(); // the software NIC, in its own thread
     /// let ch = dev.create_channel()?;

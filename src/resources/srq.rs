@@ -129,7 +129,7 @@ impl Drop for SrqHandle {
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, SrqCaps, WcOpcode};
+/// use blueflame::{Access, Completion, Device, Payload, PostFlags, PostSend, QpCaps, QueuePair, SrqCaps, WcOpcode};
 /// let dev = Device::sim_stepped();
 /// let pd = dev.alloc_pd()?;
 /// let (mut rcq, mut scq) = (dev.create_cq(64)?, dev.create_cq(64)?);
@@ -167,6 +167,7 @@ impl Drop for SrqHandle {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
+/// use blueflame::{PostSend};
 pub struct Srq {
     // Field order: the poster goes before the handle that keeps its ring alive.
     path: SrqPath,

@@ -4,7 +4,7 @@
 use super::ah::{AddressHandle, UdEndpoint};
 use super::qp::RecvSide;
 use super::ud_verbs::{is_roce_multicast, VerbsUd};
-use super::{Cq, Pd, Qp, QpCaps};
+use super::{Cq, Pd, Qp, QpCaps, QueuePair};
 use crate::backend::{self, QpKind, QpRings, QpSpec};
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
@@ -51,7 +51,7 @@ impl Default for UdOptions {
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Completion, Device, Grh, Payload, PostFlags, QpCaps, WcOpcode};
+/// use blueflame::{Access, Completion, Device, Grh, Payload, PostFlags, PostSend, QpCaps, QueuePair, WcOpcode};
 /// let dev = Device::sim_stepped();
 /// let pd = dev.alloc_pd()?;
 /// let (mut cq_a, mut cq_b) = (dev.create_cq(64)?, dev.create_cq(64)?);
@@ -77,6 +77,7 @@ impl Default for UdOptions {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
+/// use blueflame::{PostSend};
 pub struct UdQp {
     path: UdPath,
     qkey: u32,
@@ -208,14 +209,6 @@ fn payload_len(data: &Payload<'_>) -> u64 {
 }
 
 impl UdQp {
-    /// The QP number.
-    pub fn qpn(&self) -> u32 {
-        match &self.path {
-            UdPath::Direct(qp) => qp.qpn(),
-            UdPath::Verbs(v) => v.qpn(),
-        }
-    }
-
     /// The QP's Q_Key.
     pub fn qkey(&self) -> u32 {
         self.qkey
@@ -236,65 +229,6 @@ impl UdQp {
         }
     }
 
-    /// The protection domain.
-    pub fn pd(&self) -> &Pd {
-        match &self.path {
-            UdPath::Direct(qp) => qp.pd(),
-            UdPath::Verbs(v) => v.pd(),
-        }
-    }
-
-    /// Which data path this QP runs.
-    pub fn data_path(&self) -> DataPath {
-        match &self.path {
-            UdPath::Direct(qp) => qp.data_path(),
-            UdPath::Verbs(_) => DataPath::Verbs,
-        }
-    }
-
-    /// The rdma-core API the verbs path posts with (`ibv_wr_send` + `ibv_wr_set_ud_addr`,
-    /// or `ibv_post_send` with `wr.ud`; `BLUEFLAME_VERBS_API` as for RC); None on the
-    /// direct path.
-    pub fn verbs_api(&self) -> Option<VerbsApi> {
-        match &self.path {
-            UdPath::Direct(_) => None,
-            UdPath::Verbs(v) => Some(v.api()),
-        }
-    }
-
-    /// Send-queue room: blocks on the direct path, work requests on the verbs path (as
-    /// [`Qp::free_send`]).
-    pub fn free_send(&self) -> u32 {
-        match &self.path {
-            UdPath::Direct(qp) => qp.free_send(),
-            UdPath::Verbs(v) => v.room().0,
-        }
-    }
-
-    /// The send depth: sends of the largest kind that fit at once (as [`Qp::send_depth`]).
-    pub fn send_depth(&self) -> u32 {
-        match &self.path {
-            UdPath::Direct(qp) => qp.send_depth(),
-            UdPath::Verbs(v) => v.room().1,
-        }
-    }
-
-    /// Receive-queue room (entries).
-    pub fn free_recv(&self) -> u32 {
-        match &self.path {
-            UdPath::Direct(qp) => qp.free_recv(),
-            UdPath::Verbs(v) => v.room().2,
-        }
-    }
-
-    /// The receive depth.
-    pub fn recv_depth(&self) -> u32 {
-        match &self.path {
-            UdPath::Direct(qp) => qp.recv_depth(),
-            UdPath::Verbs(v) => v.room().3,
-        }
-    }
-
     /// Sends one datagram of `data` to QP `remote_qpn` (Q_Key `remote_qkey`) at the address
     /// of `ah`. A Q_Key with the high bit set ([`QKEY_PRIVILEGED`]) sends with this QP's own
     /// Q_Key instead, as the InfiniBand specification says.
@@ -303,7 +237,7 @@ impl UdQp {
     /// [`Error::MessageTooLong`] for more than [`UdQp::mtu`] bytes (refused here: on the
     /// wire it would fail the QP's send queue); [`Error::InvalidHandle`] for an address handle of
     /// another protection domain; [`Error::InvalidParameter`] for a QP number above 24 bits;
-    /// as [`crate::Qp::post`] for the payload and queue room. Nothing is posted on an error.
+    /// as [`crate::PostSend::post`] for the payload and queue room. Nothing is posted on an error.
     #[inline]
     pub fn send_to(
         &mut self,
@@ -446,17 +380,82 @@ impl UdQp {
             UdPath::Verbs(v) => Ok(v.backend_qp()),
         }
     }
+}
 
-    /// Moves the QP to the error state: outstanding and later sends and receives are
-    /// flushed, each completing once with [`crate::WcStatus::WrFlushErr`].
-    ///
-    /// # Errors
-    /// As [`crate::Qp::set_error`].
-    pub fn set_error(&mut self) -> Result<()> {
+impl QueuePair for UdQp {
+    fn qpn(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.qpn(),
+            UdPath::Verbs(v) => v.qpn(),
+        }
+    }
+
+    fn pd(&self) -> &Pd {
+        match &self.path {
+            UdPath::Direct(qp) => qp.pd(),
+            UdPath::Verbs(v) => v.pd(),
+        }
+    }
+
+    fn data_path(&self) -> DataPath {
+        match &self.path {
+            UdPath::Direct(qp) => qp.data_path(),
+            UdPath::Verbs(_) => DataPath::Verbs,
+        }
+    }
+
+    fn verbs_api(&self) -> Option<VerbsApi> {
+        match &self.path {
+            UdPath::Direct(_) => None,
+            UdPath::Verbs(v) => Some(v.api()),
+        }
+    }
+
+    fn free_send(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.free_send(),
+            UdPath::Verbs(v) => v.room().0,
+        }
+    }
+
+    fn send_depth(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.send_depth(),
+            UdPath::Verbs(v) => v.room().1,
+        }
+    }
+
+    fn free_recv(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.free_recv(),
+            UdPath::Verbs(v) => v.room().2,
+        }
+    }
+
+    fn recv_depth(&self) -> u32 {
+        match &self.path {
+            UdPath::Direct(qp) => qp.recv_depth(),
+            UdPath::Verbs(v) => v.room().3,
+        }
+    }
+
+    fn set_error(&mut self) -> Result<()> {
         match &mut self.path {
             UdPath::Direct(qp) => qp.set_error(),
             UdPath::Verbs(v) => v.set_error(),
         }
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.path {
+            UdPath::Direct(qp) => qp.check(),
+            UdPath::Verbs(v) => v.check(),
+        }
+    }
+
+    /// The device's (a UD QP posts no atomics).
+    fn atomic_caps(&self) -> mlx5::AtomicCaps {
+        self.pd().device().atomic_caps()
     }
 }
 

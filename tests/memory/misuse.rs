@@ -120,9 +120,12 @@ fn writes_and_sends_whose_entries_sum_past_2_pow_31_are_refused_before_posting()
         let mut batch = qp.batch();
         refused.push(batch.push(&Request::Write { remote, data }, 6, flags));
         batch.ring().unwrap();
-        refused.push(dci.write(&peer, &sgl, remote, 8, flags));
-        refused.push(dci.send(&peer, data, 9, flags));
-        refused.push(dci.post(&peer, &Request::SendImm { data, imm: 7 }, 10, flags));
+        refused.push(dci.to(&peer).write(&sgl, remote, 8, flags));
+        refused.push(dci.to(&peer).send(data, 9, flags));
+        refused.push(
+            dci.to(&peer)
+                .post(&Request::SendImm { data, imm: 7 }, 10, flags),
+        );
         let mut batch = dci.batch();
         refused.push(batch.push(
             &peer,

@@ -47,17 +47,19 @@ fn dci_posts_and_polls_never_allocate() {
         srq.post_recv(&[mr.sge(4096, 64).unwrap()], it).unwrap();
         t += allocs() - before;
         m(
-            &mut || dci.write_inline(p, &data[..8], remote, 1, PostFlags::UNSIGNALED),
+            &mut || {
+                dci.to(p)
+                    .write_inline(&data[..8], remote, 1, PostFlags::UNSIGNALED)
+            },
             &mut t,
         );
         m(
-            &mut || dci.write(p, &[sge], remote, 2, PostFlags::UNSIGNALED),
+            &mut || dci.to(p).write(&[sge], remote, 2, PostFlags::UNSIGNALED),
             &mut t,
         );
         m(
             &mut || {
-                dci.read(
-                    p,
+                dci.to(p).read(
                     &[mr.sge(2048, 64).unwrap()],
                     remote,
                     3,
@@ -67,12 +69,18 @@ fn dci_posts_and_polls_never_allocate() {
             &mut t,
         );
         m(
-            &mut || dci.send(p, Payload::Inline(&data[..16]), 4, PostFlags::UNSIGNALED),
+            &mut || {
+                dci.to(p)
+                    .send(Payload::Inline(&data[..16]), 4, PostFlags::UNSIGNALED)
+            },
             &mut t,
         );
         let reply = mr.sge(3072, 8).unwrap();
         m(
-            &mut || dci.fetch_add(p, mr.remote(512).unwrap(), 1, reply, 5, PostFlags::SIGNALED),
+            &mut || {
+                dci.to(p)
+                    .fetch_add(mr.remote(512).unwrap(), 1, reply, 5, PostFlags::SIGNALED)
+            },
             &mut t,
         );
         let before = allocs();
@@ -135,21 +143,17 @@ fn dc_runs_on_the_software_nics_thread() {
     let mut out = [Completion::default(); 8];
     for i in 0..200u64 {
         srq.post_recv(&[mr.sge(2048, 64).unwrap()], i).unwrap();
-        dci.write_inline(
-            &peer,
-            &i.to_ne_bytes(),
-            mr.remote(0).unwrap(),
-            i,
-            PostFlags::UNSIGNALED,
-        )
-        .unwrap();
-        dci.send(
-            &peer,
-            Payload::Inline(&i.to_ne_bytes()),
-            i,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
+        dci.to(&peer)
+            .write_inline(
+                &i.to_ne_bytes(),
+                mr.remote(0).unwrap(),
+                i,
+                PostFlags::UNSIGNALED,
+            )
+            .unwrap();
+        dci.to(&peer)
+            .send(Payload::Inline(&i.to_ne_bytes()), i, PostFlags::SIGNALED)
+            .unwrap();
         let t0 = std::time::Instant::now();
         let (mut s, mut r) = (0, 0);
         while s < 1 || r < 1 {

@@ -65,30 +65,27 @@ fn one_dci_writes_reads_and_runs_atomics_on_several_dcts_in_turn() {
             let peer = dct.peer().unwrap();
             let off = 64 * round as usize;
             let fl = PostFlags::SIGNALED;
-            dci.write(
-                &peer,
-                &[local.sge(0, 16).unwrap()],
-                mr.remote(off).unwrap(),
-                cookie,
-                fl,
-            )
-            .unwrap();
+            dci.to(&peer)
+                .write(
+                    &[local.sge(0, 16).unwrap()],
+                    mr.remote(off).unwrap(),
+                    cookie,
+                    fl,
+                )
+                .unwrap();
             cookie += 1;
-            dci.write_inline(
-                &peer,
-                &[i as u8; 8],
-                mr.remote(off + 16).unwrap(),
-                cookie,
-                fl,
-            )
-            .unwrap();
+            dci.to(&peer)
+                .write_inline(&[i as u8; 8], mr.remote(off + 16).unwrap(), cookie, fl)
+                .unwrap();
             cookie += 1;
             let into = local.sge(1024 + 64 * (3 * round as usize + i), 24).unwrap();
-            dci.read(&peer, &[into], mr.remote(off).unwrap(), cookie, fl)
+            dci.to(&peer)
+                .read(&[into], mr.remote(off).unwrap(), cookie, fl)
                 .unwrap();
             cookie += 1;
             let reply = local.sge(2048 + 8 * (3 * round as usize + i), 8).unwrap();
-            dci.fetch_add(&peer, mr.remote(512).unwrap(), 1, reply, cookie, fl)
+            dci.to(&peer)
+                .fetch_add(mr.remote(512).unwrap(), 1, reply, cookie, fl)
                 .unwrap();
             cookie += 1;
         }
@@ -157,15 +154,9 @@ fn many_dcis_share_one_dct() {
     for k in 0..4u64 {
         for (i, d) in dcis.iter_mut().enumerate() {
             let reply = mr.sge(1024 + 8 * (4 * i + k as usize), 8).unwrap();
-            d.fetch_add(
-                &peer,
-                mr.remote(0).unwrap(),
-                1,
-                reply,
-                k,
-                PostFlags::SIGNALED,
-            )
-            .unwrap();
+            d.to(&peer)
+                .fetch_add(mr.remote(0).unwrap(), 1, reply, k, PostFlags::SIGNALED)
+                .unwrap();
         }
     }
     let got = wait(&dev, &mut cq, 32);
@@ -209,24 +200,15 @@ fn a_wrong_dc_key_is_dropped_the_dci_exhausts_its_retries_and_flushes() {
     let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
     let bad = dct.peer().unwrap().with_key(0xabce);
     let t0 = dev.nic().unwrap().now_ns();
-    dci.write_inline(&bad, b"nope", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+    dci.to(&bad)
+        .write_inline(b"nope", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
-    dci.write_inline(
-        &dct.peer().unwrap(),
-        b"late",
-        mr.remote(8).unwrap(),
-        2,
-        PostFlags::UNSIGNALED,
-    )
-    .unwrap();
-    dci.write_inline(
-        &dct.peer().unwrap(),
-        b"later",
-        mr.remote(16).unwrap(),
-        3,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&dct.peer().unwrap())
+        .write_inline(b"late", mr.remote(8).unwrap(), 2, PostFlags::UNSIGNALED)
+        .unwrap();
+    dci.to(&dct.peer().unwrap())
+        .write_inline(b"later", mr.remote(16).unwrap(), 3, PostFlags::SIGNALED)
+        .unwrap();
     let got = wait(&dev, &mut cq, 3);
     let st: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.cookie, c.status)).collect();
     assert_eq!(
@@ -252,13 +234,8 @@ fn a_wrong_dc_key_is_dropped_the_dci_exhausts_its_retries_and_flushes() {
     assert_eq!(mr.read_u64(8).unwrap(), 0);
     let mut other = pd.create_dci(&cq, QpCaps::default()).unwrap();
     other
-        .write_inline(
-            &dct.peer().unwrap(),
-            b"ok",
-            mr.remote(0).unwrap(),
-            4,
-            PostFlags::SIGNALED,
-        )
+        .to(&dct.peer().unwrap())
+        .write_inline(b"ok", mr.remote(0).unwrap(), 4, PostFlags::SIGNALED)
         .unwrap();
     let got = wait(&dev, &mut cq, 1);
     assert_eq!((got[0].cookie, got[0].status), (4, WcStatus::Success));
@@ -284,16 +261,9 @@ fn a_missing_dct_gives_the_initiator_a_transport_retry_error() {
     let peer = dct.peer().unwrap();
     drop(dct);
     let reply = mr.sge(64, 8).unwrap();
-    dci.compare_swap(
-        &peer,
-        mr.remote(0).unwrap(),
-        0,
-        1,
-        reply,
-        9,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&peer)
+        .compare_swap(mr.remote(0).unwrap(), 0, 1, reply, 9, PostFlags::SIGNALED)
+        .unwrap();
     let got = wait(&dev, &mut cq, 1);
     assert_eq!((got[0].cookie, got[0].status), (9, WcStatus::RetryExcErr));
     assert_eq!(
@@ -314,7 +284,8 @@ fn a_missing_dct_gives_the_initiator_a_transport_retry_error() {
     }] {
         let mut d = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
         let p = DcPeer::new([0; 48], target, 1).unwrap();
-        d.write_inline(&p, b"x", mr.remote(0).unwrap(), 10, PostFlags::SIGNALED)
+        d.to(&p)
+            .write_inline(b"x", mr.remote(0).unwrap(), 10, PostFlags::SIGNALED)
             .unwrap();
         let got = wait(&dev, &mut cq, 1);
         assert_eq!(
@@ -340,20 +311,16 @@ fn the_targets_rights_and_remote_keys_are_checked_as_an_rc_responder() {
     // A write, an atomic, a write with immediate: not allowed by the target.
     type Post<'a> = &'a dyn Fn(&mut Dci) -> Result<()>;
     let reqs: [Post<'_>; 3] = [
-        &|d| d.write_inline(&peer, b"w", mr.remote(0)?, 1, PostFlags::SIGNALED),
         &|d| {
-            d.fetch_add(
-                &peer,
-                mr.remote(0)?,
-                1,
-                mr.sge(64, 8)?,
-                1,
-                PostFlags::SIGNALED,
-            )
+            d.to(&peer)
+                .write_inline(b"w", mr.remote(0)?, 1, PostFlags::SIGNALED)
         },
         &|d| {
-            d.write_imm(
-                &peer,
+            d.to(&peer)
+                .fetch_add(mr.remote(0)?, 1, mr.sge(64, 8)?, 1, PostFlags::SIGNALED)
+        },
+        &|d| {
+            d.to(&peer).write_imm(
                 Payload::Inline(b"i"),
                 mr.remote(0)?,
                 3,
@@ -376,14 +343,9 @@ fn the_targets_rights_and_remote_keys_are_checked_as_an_rc_responder() {
         addr: mr.remote(0).unwrap().addr,
         rkey: mr.remote(0).unwrap().rkey ^ 0x100,
     };
-    dci.read(
-        &peer,
-        &[mr.sge(128, 8).unwrap()],
-        bad,
-        2,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&peer)
+        .read(&[mr.sge(128, 8).unwrap()], bad, 2, PostFlags::SIGNALED)
+        .unwrap();
     let got = wait(&dev, &mut cq, 1);
     assert_eq!((got[0].cookie, got[0].status), (2, WcStatus::RemAccessErr));
     let nic = dev.nic().unwrap();
@@ -392,14 +354,14 @@ fn the_targets_rights_and_remote_keys_are_checked_as_an_rc_responder() {
         Some(mlx5::sim::QpState::Rts)
     );
     let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
-    dci.read(
-        &peer,
-        &[mr.sge(128, 8).unwrap()],
-        mr.remote(0).unwrap(),
-        3,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&peer)
+        .read(
+            &[mr.sge(128, 8).unwrap()],
+            mr.remote(0).unwrap(),
+            3,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
     let got = wait(&dev, &mut cq, 1);
     assert_eq!((got[0].cookie, got[0].status), (3, WcStatus::Success));
     assert_eq!(mr.read_u64(128).unwrap(), 77);
@@ -422,12 +384,15 @@ fn a_dci_in_error_flushes_each_request_once() {
     let mut cq = dev.create_cq(64).unwrap();
     let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
     let peer = dct.peer().unwrap();
-    dci.write_inline(&peer, b"a", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+    dci.to(&peer)
+        .write_inline(b"a", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
-    dci.write_inline(&peer, b"b", mr.remote(8).unwrap(), 2, PostFlags::UNSIGNALED)
+    dci.to(&peer)
+        .write_inline(b"b", mr.remote(8).unwrap(), 2, PostFlags::UNSIGNALED)
         .unwrap();
     dci.set_error().unwrap();
-    dci.write_inline(&peer, b"c", mr.remote(16).unwrap(), 3, PostFlags::SIGNALED)
+    dci.to(&peer)
+        .write_inline(b"c", mr.remote(16).unwrap(), 3, PostFlags::SIGNALED)
         .unwrap();
     let got = wait(&dev, &mut cq, 3);
     let st: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.cookie, c.status)).collect();
@@ -456,13 +421,9 @@ fn a_send_to_a_dct_whose_srq_is_empty_meets_rnr_naks() {
         ..Timing::default()
     };
     let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
-    dci.send(
-        &dct.peer().unwrap(),
-        Payload::Inline(b"hi"),
-        1,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&dct.peer().unwrap())
+        .send(Payload::Inline(b"hi"), 1, PostFlags::SIGNALED)
+        .unwrap();
     let got = wait(&dev, &mut cq, 1);
     assert_eq!(
         (got[0].cookie, got[0].status),
@@ -473,13 +434,9 @@ fn a_send_to_a_dct_whose_srq_is_empty_meets_rnr_naks() {
     let mut tsrq = tsrq;
     tsrq.post_recv(&[mr.sge(0, 64).unwrap()], 9).unwrap();
     let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
-    dci.send(
-        &dct.peer().unwrap(),
-        Payload::Inline(b"hi"),
-        2,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&dct.peer().unwrap())
+        .send(Payload::Inline(b"hi"), 2, PostFlags::SIGNALED)
+        .unwrap();
     let got = wait(&dev, &mut cq, 1);
     assert_eq!((got[0].cookie, got[0].status), (2, WcStatus::Success));
     let mut tcq = tcq;
@@ -495,22 +452,17 @@ fn a_send_to_a_dct_whose_srq_is_empty_meets_rnr_naks() {
 /// then a signaled inline write of 2 into word 0 through `second` (cookie `cookie + 1`).
 fn read_then_write(dci: &mut Dci, first: &Dct, second: &Dct, mr: &MemoryRegion, cookie: u64) {
     let into = mr.sge(64, 8).unwrap();
-    dci.read(
-        &first.peer().unwrap(),
-        &[into],
-        mr.remote(0).unwrap(),
-        cookie,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
-    dci.write_inline(
-        &second.peer().unwrap(),
-        &2u64.to_ne_bytes(),
-        mr.remote(0).unwrap(),
-        cookie + 1,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&first.peer().unwrap())
+        .read(&[into], mr.remote(0).unwrap(), cookie, PostFlags::SIGNALED)
+        .unwrap();
+    dci.to(&second.peer().unwrap())
+        .write_inline(
+            &2u64.to_ne_bytes(),
+            mr.remote(0).unwrap(),
+            cookie + 1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
 }
 
 #[test]
@@ -573,7 +525,7 @@ fn requests_a_dci_cannot_carry_are_refused_before_posting() {
         },
     ] {
         assert!(matches!(
-            dci.post(&peer, &req, 1, PostFlags::SIGNALED),
+            dci.to(&peer).post(&req, 1, PostFlags::SIGNALED),
             Err(Error::Unsupported(_))
         ));
     }
@@ -583,12 +535,14 @@ fn requests_a_dci_cannot_carry_are_refused_before_posting() {
         rkey: mr.lkey(),
     };
     assert!(matches!(
-        dci.fetch_add(&peer, unaligned, 1, reply, 1, PostFlags::SIGNALED),
+        dci.to(&peer)
+            .fetch_add(unaligned, 1, reply, 1, PostFlags::SIGNALED),
         Err(Error::Misaligned { .. })
     ));
     let big = vec![0u8; 2048];
     assert!(matches!(
-        dci.write_inline(&peer, &big, mr.remote(0).unwrap(), 1, PostFlags::SIGNALED),
+        dci.to(&peer)
+            .write_inline(&big, mr.remote(0).unwrap(), 1, PostFlags::SIGNALED),
         Err(Error::InlineTooLong { .. })
     ));
     assert!(matches!(
@@ -632,29 +586,31 @@ fn sends_land_in_the_dcts_srq_and_name_the_dct() {
     let mut d2 = pd.create_dci(&cq, QpCaps::default()).unwrap();
     let (pa, pb) = (a.peer().unwrap(), b.peer().unwrap());
     let big = [7u8; 100];
-    d1.send(&pa, Payload::Inline(b"to a"), 1, PostFlags::SIGNALED)
+    d1.to(&pa)
+        .send(Payload::Inline(b"to a"), 1, PostFlags::SIGNALED)
         .unwrap();
-    d1.send(&pb, Payload::Inline(&big), 2, PostFlags::SIGNALED)
+    d1.to(&pb)
+        .send(Payload::Inline(&big), 2, PostFlags::SIGNALED)
         .unwrap();
-    d2.write_imm(
-        &pa,
-        Payload::Inline(b"imm"),
-        mr.remote(0).unwrap(),
-        0xbeef,
-        3,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
-    d2.post(
-        &pb,
-        &Request::SendImm {
-            data: Payload::Sgl(&[mr.sge(0, 3).unwrap()]),
-            imm: 5,
-        },
-        4,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    d2.to(&pa)
+        .write_imm(
+            Payload::Inline(b"imm"),
+            mr.remote(0).unwrap(),
+            0xbeef,
+            3,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    d2.to(&pb)
+        .post(
+            &Request::SendImm {
+                data: Payload::Sgl(&[mr.sge(0, 3).unwrap()]),
+                imm: 5,
+            },
+            4,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
     let sent = wait(&dev, &mut cq, 4);
     assert!(
         sent.iter().all(|c| c.status == WcStatus::Success),
@@ -808,14 +764,14 @@ fn a_request_after_a_failed_switch_is_flushed_not_run() {
         let mut cq = dev.create_cq(64).unwrap();
         let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
         let pa = a.peer().unwrap();
-        dci.read(
-            &pa,
-            &[mr.sge(64, 8).unwrap()],
-            mr.remote(0).unwrap(),
-            1,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
+        dci.to(&pa)
+            .read(
+                &[mr.sge(64, 8).unwrap()],
+                mr.remote(0).unwrap(),
+                1,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
         // One pass (Device::process drains: the held read would run before the drop).
         let nic = dev.nic().unwrap();
         nic.process();
@@ -825,14 +781,14 @@ fn a_request_after_a_failed_switch_is_flushed_not_run() {
         tried += 1;
         drop(a);
         let pb = b.peer().unwrap();
-        dci.write_inline(
-            &pb,
-            &9u64.to_ne_bytes(),
-            mr.remote(128).unwrap(),
-            2,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
+        dci.to(&pb)
+            .write_inline(
+                &9u64.to_ne_bytes(),
+                mr.remote(128).unwrap(),
+                2,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
         nic.process();
         let got = wait(&dev, &mut cq, 2);
         let st: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.cookie, c.status)).collect();
@@ -875,14 +831,9 @@ fn a_peer_from_an_address_handle_carries_its_av() {
     let mr = pd.alloc_mr(64, ALL).unwrap();
     let mut cq = dev.create_cq(16).unwrap();
     let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
-    dci.write_inline(
-        &peer,
-        b"via ah",
-        mr.remote(0).unwrap(),
-        1,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    dci.to(&peer)
+        .write_inline(b"via ah", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
     let got = wait(&dev, &mut cq, 1);
     assert_eq!((got[0].cookie, got[0].status), (1, WcStatus::Success));
     let mut b = [0u8; 6];
@@ -910,14 +861,14 @@ fn a_dropped_dcis_completions_are_not_given_to_the_next_one() {
         let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
         seen.insert(dci.qpn());
         for i in 0..3 {
-            dci.write_inline(
-                &peer,
-                b"x",
-                mr.remote(0).unwrap(),
-                100 * round + i,
-                PostFlags::SIGNALED,
-            )
-            .unwrap();
+            dci.to(&peer)
+                .write_inline(
+                    b"x",
+                    mr.remote(0).unwrap(),
+                    100 * round + i,
+                    PostFlags::SIGNALED,
+                )
+                .unwrap();
         }
         dev.process();
         // Dropped with three completions in the CQ, unpolled.
@@ -925,7 +876,8 @@ fn a_dropped_dcis_completions_are_not_given_to_the_next_one() {
     }
     let mut fresh = pd.create_dci(&cq, QpCaps::default()).unwrap();
     fresh
-        .write_inline(&peer, b"y", mr.remote(8).unwrap(), 7, PostFlags::SIGNALED)
+        .to(&peer)
+        .write_inline(b"y", mr.remote(8).unwrap(), 7, PostFlags::SIGNALED)
         .unwrap();
     let got = wait(&dev, &mut cq, 1);
     assert_eq!(got.len(), 1, "only the live DCI's completion: {got:?}");

@@ -2,6 +2,7 @@
 //! the GRH area, MTU, receive errors, multicast, immediates, many peers, flushes.
 #![cfg(feature = "sim")]
 
+use blueflame::QueuePair;
 use blueflame::{
     Access, AhAttr, Completion, Cq, Device, Error, Grh, MemoryRegion, Payload, Pd, PostFlags,
     QpCaps, UdOptions, UdQp, WcOpcode, WcStatus,

@@ -53,7 +53,7 @@ impl Batch<'_> {
     /// Adds one request.
     ///
     /// # Errors
-    /// As [`Qp::post`](super::Qp::post); the requests pushed before stay in the batch.
+    /// As [`PostSend::post`](crate::PostSend::post); the requests pushed before stay in the batch.
     #[inline(always)]
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         match self {

@@ -3,7 +3,7 @@
 
 use super::cq::CqHandle;
 use super::events::Subject;
-use super::Pd;
+use super::{Pd, QueuePair};
 use crate::backend::{self};
 use crate::direct::{RecvQueue, SendQueue};
 use crate::error::{Error, Result};
@@ -58,7 +58,7 @@ enum QpPath {
 ///
 /// ```
 /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-/// use blueflame::{Access, Completion, Device, Payload, PostFlags, QpCaps, WcOpcode};
+/// use blueflame::{Access, Completion, Device, Payload, PostFlags, PostSend, QpCaps, WcOpcode};
 /// let dev = Device::sim_stepped();
 /// let pd = dev.alloc_pd()?;
 /// let (mut cq_a, mut cq_b) = (dev.create_cq(64)?, dev.create_cq(64)?);
@@ -83,6 +83,7 @@ enum QpPath {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
+/// use blueflame::{QueuePair};
 pub struct Qp {
     // Field order: the queues go before the handles that keep their rings alive.
     path: QpPath,
@@ -123,35 +124,6 @@ impl Qp {
         match &self.path {
             QpPath::Direct { sq, .. } => Some(sq.doorbell_mode()),
             QpPath::Verbs { .. } => None,
-        }
-    }
-
-    /// The QP number.
-    pub fn qpn(&self) -> u32 {
-        self.qpn
-    }
-
-    /// The protection domain.
-    pub fn pd(&self) -> &Pd {
-        &self.pd
-    }
-
-    /// Which data path this QP runs.
-    pub fn data_path(&self) -> DataPath {
-        match self.path {
-            QpPath::Direct { .. } => DataPath::Direct,
-            QpPath::Verbs { .. } => DataPath::Verbs,
-        }
-    }
-
-    /// The rdma-core API this QP posts with on the verbs path: extended (`ibv_wr_start` /
-    /// `ibv_wr_*` / `ibv_wr_complete`) where the provider has it, else `ibv_post_send`
-    /// (`BLUEFLAME_VERBS_API=auto|extended|legacy` overrides, read when the QP is created);
-    /// None on the direct path.
-    pub fn verbs_api(&self) -> Option<VerbsApi> {
-        match &self.path {
-            QpPath::Direct { .. } => None,
-            QpPath::Verbs { sq, .. } => Some(sq.api()),
         }
     }
 
@@ -210,16 +182,6 @@ impl Qp {
         self.obj()?.connect(remote, self.psn, timing)?;
         self.set_connected();
         Ok(())
-    }
-
-    /// Moves the QP to the error state: outstanding and later work is flushed, each request
-    /// completing once with [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr).
-    ///
-    /// # Errors
-    /// [`Error::Verbs`] (`Error::Sim` on the software NIC).
-    pub fn set_error(&mut self) -> Result<()> {
-        self.errored = true;
-        self.obj()?.set_error()
     }
 
     /// The backend's QP, for a UD QP's multicast groups.
@@ -292,49 +254,12 @@ impl Qp {
         }
     }
 
-    /// The send depth: how many requests of the largest kind this QP's limits allow fit in
-    /// its send queue at once (smaller ones may fit more on the direct path, where a request
-    /// takes 1 to 16 blocks of [`Qp::send_ring_blocks`]). At least what was asked: the
-    /// device rounds up. The CQ may allow fewer at a time (see [`Error::CqFull`]).
-    pub fn send_depth(&self) -> u32 {
-        match &self.path {
-            QpPath::Direct { sq, .. } => {
-                sq.ring_blocks() / mlx5::wqe::max_wqe_bbs(&sq.limits()) as u32
-            }
-            QpPath::Verbs { sq, .. } => sq.capacity(),
-        }
-    }
-
     /// Blocks of the direct path's send ring (None on the verbs path, which counts work
     /// requests).
     pub fn send_ring_blocks(&self) -> Option<u32> {
         match &self.path {
             QpPath::Direct { sq, .. } => Some(sq.ring_blocks()),
             QpPath::Verbs { .. } => None,
-        }
-    }
-
-    /// The receive depth: receives that may be posted at once.
-    pub fn recv_depth(&self) -> u32 {
-        match &self.path {
-            QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
-            QpPath::Verbs { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
-        }
-    }
-
-    /// Send-queue room: blocks on the direct path, work requests on the verbs path.
-    pub fn free_send(&self) -> u32 {
-        match &self.path {
-            QpPath::Direct { sq, .. } => sq.free_blocks(),
-            QpPath::Verbs { sq, .. } => sq.free(),
-        }
-    }
-
-    /// Receive-queue room (entries).
-    pub fn free_recv(&self) -> u32 {
-        match &self.path {
-            QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
-            QpPath::Verbs { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
         }
     }
 
@@ -370,16 +295,6 @@ impl Qp {
         dev.events.has(&dev.backend, Subject::LastWqe(self.qpn))
     }
 
-    /// Reads the device's asynchronous events (never blocks) and reports one about this QP,
-    /// its CQs, its port or the device: the way to learn why completions stopped coming.
-    ///
-    /// # Errors
-    /// [`Error::AsyncEvent`].
-    pub fn check(&self) -> Result<()> {
-        let dev = &self.pd.inner.dev;
-        dev.events.check(&dev.backend, &self.subjects())
-    }
-
     /// Starts a batch (one doorbell for many requests).
     pub fn batch(&mut self) -> Batch<'_> {
         if let Err(Error::InvalidState { state }) = self.check_state() {
@@ -389,6 +304,73 @@ impl Qp {
             QpPath::Direct { sq, .. } => Batch::Direct(sq.batch()),
             QpPath::Verbs { sq, .. } => Batch::Verbs(VerbsBatch::new(sq)),
         }
+    }
+}
+
+impl QueuePair for Qp {
+    fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    fn data_path(&self) -> DataPath {
+        match self.path {
+            QpPath::Direct { .. } => DataPath::Direct,
+            QpPath::Verbs { .. } => DataPath::Verbs,
+        }
+    }
+
+    fn verbs_api(&self) -> Option<VerbsApi> {
+        match &self.path {
+            QpPath::Direct { .. } => None,
+            QpPath::Verbs { sq, .. } => Some(sq.api()),
+        }
+    }
+
+    fn free_send(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { sq, .. } => sq.free_blocks(),
+            QpPath::Verbs { sq, .. } => sq.free(),
+        }
+    }
+
+    fn send_depth(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { sq, .. } => {
+                sq.ring_blocks() / mlx5::wqe::max_wqe_bbs(&sq.limits()) as u32
+            }
+            QpPath::Verbs { sq, .. } => sq.capacity(),
+        }
+    }
+
+    fn free_recv(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
+            QpPath::Verbs { rq, .. } => rq.as_ref().map_or(0, |r| r.free()),
+        }
+    }
+
+    fn recv_depth(&self) -> u32 {
+        match &self.path {
+            QpPath::Direct { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
+            QpPath::Verbs { rq, .. } => rq.as_ref().map_or(0, |r| r.capacity()),
+        }
+    }
+
+    fn set_error(&mut self) -> Result<()> {
+        self.errored = true;
+        self.obj()?.set_error()
+    }
+
+    fn check(&self) -> Result<()> {
+        let dev = &self.pd.inner.dev;
+        dev.events.check(&dev.backend, &self.subjects())
+    }
+    fn atomic_caps(&self) -> mlx5::AtomicCaps {
+        self.atomics
     }
 }
 

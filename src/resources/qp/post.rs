@@ -4,21 +4,12 @@
 use super::{Qp, QpPath};
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
+use crate::resources::PostSend;
 use crate::{Payload, Remote, Request, Sge};
 
-impl Qp {
-    /// Posts one request.
-    ///
-    /// # Errors
-    /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
-    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], ...; [`Error::InvalidParameter`] for
-    /// a write, send or read whose entries add up to more than 2^31 bytes (the sum in the
-    /// error); [`Error::Unsupported`] for [`Request::BindMw`] and
-    /// [`Request::LocalInvalidate`], which only [`Qp::bind_mw`] and [`Qp::unbind_mw`] post
-    /// (they check the range, the rights and the window's type and state, and keep the
-    /// window's key in step). Nothing is posted on error.
+impl PostSend for Qp {
     #[inline(always)]
-    pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+    fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
         let r = match &mut self.path {
             QpPath::Direct { sq, .. } => sq.post(req, cookie, flags),
@@ -30,34 +21,10 @@ impl Qp {
         }
     }
 
-    /// RDMA write of a gather list.
-    ///
-    /// # Errors
-    /// See [`Qp::post`].
+    /// The direct path's fast path for small inline writes: a request that fits is written
+    /// straight into the ring without building a [`Request`].
     #[inline(always)]
-    pub fn write(
-        &mut self,
-        sgl: &[Sge],
-        remote: Remote,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(
-            &Request::Write {
-                remote,
-                data: Payload::Sgl(sgl),
-            },
-            cookie,
-            flags,
-        )
-    }
-
-    /// RDMA write of bytes carried in the WQE (no registration needed).
-    ///
-    /// # Errors
-    /// See [`Qp::post`].
-    #[inline(always)]
-    pub fn write_inline(
+    fn write_inline(
         &mut self,
         data: &[u8],
         remote: Remote,
@@ -76,7 +43,9 @@ impl Qp {
         };
         self.write_inline_cold(&req, cookie, flags)
     }
+}
 
+impl Qp {
     /// [`Qp::write_inline`] (`req`, an inline write) when the direct path's fast path did
     /// not take it: on the verbs path, the send queue's own inline write; else
     /// [`Qp::post`]. Out of line, the request built only on the way here: the direct path's
@@ -114,146 +83,6 @@ impl Qp {
     #[inline(never)]
     fn post_out_of_line(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.post(req, cookie, flags)
-    }
-
-    /// RDMA write with immediate.
-    ///
-    /// # Errors
-    /// See [`Qp::post`].
-    #[inline(always)]
-    pub fn write_imm(
-        &mut self,
-        data: Payload<'_>,
-        remote: Remote,
-        imm: u32,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(&Request::WriteImm { remote, data, imm }, cookie, flags)
-    }
-
-    /// RDMA read into a scatter list.
-    ///
-    /// # Errors
-    /// See [`Qp::post`].
-    #[inline(always)]
-    pub fn read(
-        &mut self,
-        sgl: &[Sge],
-        remote: Remote,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(&Request::Read { remote, sgl }, cookie, flags)
-    }
-
-    /// Send.
-    ///
-    /// # Errors
-    /// See [`Qp::post`].
-    #[inline(always)]
-    pub fn send(&mut self, data: Payload<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        self.post(&Request::Send { data }, cookie, flags)
-    }
-
-    /// Atomic compare-and-swap of the 8 bytes at `remote`; the old value lands in `local`.
-    ///
-    /// # Errors
-    /// See [`Qp::post`]; [`Error::Misaligned`] for a remote address not 8-byte aligned;
-    /// [`Error::AtomicLength`] for a local entry that is not 8 bytes; [`Error::Unsupported`]
-    /// on a device without atomics (`atomic_cap` `IBV_ATOMIC_NONE`). Read the old value with
-    /// [`Qp::atomic_result`].
-    #[inline(always)]
-    pub fn compare_swap(
-        &mut self,
-        remote: Remote,
-        compare: u64,
-        swap: u64,
-        local: Sge,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(
-            &Request::CompareSwap {
-                remote,
-                compare,
-                swap,
-                local,
-            },
-            cookie,
-            flags,
-        )
-    }
-
-    /// Atomic fetch-and-add on the 8 bytes at `remote`; the old value lands in `local`.
-    ///
-    /// # Errors
-    /// See [`Qp::compare_swap`].
-    #[inline(always)]
-    pub fn fetch_add(
-        &mut self,
-        remote: Remote,
-        add: u64,
-        local: Sge,
-        cookie: u64,
-        flags: PostFlags,
-    ) -> Result<()> {
-        self.post(&Request::FetchAdd { remote, add, local }, cookie, flags)
-    }
-
-    /// The old value an atomic of this QP returned, in host order on every device: `reply`
-    /// is the local buffer of a completed compare-swap, fetch-add or 64-bit masked atomic (8
-    /// bytes) or of a 32-bit masked atomic (4 bytes), as the device wrote it.
-    ///
-    /// Devices write replies in different byte orders: a ConnectX writes 4-byte masked
-    /// replies big-endian always, and 8-byte ones big-endian in
-    /// `atomic_req_8B_endianness_mode` 0 (host order in mode 1, which Linux selects); rxe
-    /// and the other verbs devices write host order. Read atomic results through this call
-    /// (or [`AtomicCaps::reply_value`](mlx5::AtomicCaps::reply_value) with
-    /// [`Device::atomic_caps`](crate::Device::atomic_caps)), never as raw memory.
-    ///
-    /// ```
-    /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
-    /// use blueflame::{Access, AtomicCaps, Completion, Device, PostFlags, QpCaps};
-    ///
-    /// let dev = Device::sim_stepped();
-    /// // A ConnectX in 8-byte endianness mode 0: every reply big-endian.
-    /// dev.nic().unwrap().set_atomic_caps(AtomicCaps::CONNECTX_BIG_ENDIAN);
-    /// let pd = dev.alloc_pd()?;
-    /// let mut cq = dev.create_cq(16)?;
-    /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
-    /// let me = qp.qpn();
-    /// qp.connect(me)?;
-    /// let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-    /// let mr = pd.alloc_mr(64, all)?;
-    /// mr.write(0, &41u64.to_ne_bytes())?;
-    /// qp.fetch_add(mr.remote(0)?, 1, mr.sge(8, 8)?, 1, PostFlags::SIGNALED)?;
-    /// dev.process();
-    /// assert_eq!(cq.poll(&mut [Completion::default(); 1]), 1);
-    /// let mut reply = [0u8; 8];
-    /// mr.read(8, &mut reply)?;
-    /// assert_eq!(reply, 41u64.to_be_bytes());       // as the device wrote it
-    /// assert_eq!(qp.atomic_result(&reply)?, 41);    // the old value, host order
-    /// assert_eq!(mr.read_u64(0)?, 42);
-    /// # Ok(()) }
-    /// # #[cfg(not(feature = "sim"))] fn main() {}
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] when `reply` is neither 8 nor 4 bytes long.
-    #[inline]
-    pub fn atomic_result(&self, reply: &[u8]) -> Result<u64> {
-        self.atomics
-            .reply_value(reply)
-            .ok_or(Error::InvalidParameter {
-                what: "atomic reply length (8 bytes, or 4 for a 32-bit masked atomic)",
-                value: reply.len() as u64,
-            })
-    }
-
-    /// What this QP's device can do with atomics (read when the QP was created).
-    pub fn atomic_caps(&self) -> mlx5::AtomicCaps {
-        self.atomics
     }
 
     /// Posts a receive buffer list.

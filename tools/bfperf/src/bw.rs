@@ -3,6 +3,7 @@
 
 use crate::opts::Opts;
 use crate::setup::{sync, Setup, Side};
+use blueflame::QueuePair;
 use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;

@@ -7,6 +7,7 @@ use crate::opts::{Atomic, Opts};
 use crate::setup::{sync, Setup, Side};
 use crate::stats::Clock;
 use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
+use blueflame::{PostSend, QueuePair};
 use std::sync::{Arc, Barrier};
 
 /// Which latency test.

@@ -11,6 +11,7 @@ use blueflame::{
     Access, Completion, Cq, CqOptions, Device, DoorbellMode, MiniCqeFormat, PostFlags, Qp, QpCaps,
     Remote, UarConfig,
 };
+use blueflame::{PostSend, QueuePair};
 
 /// The burst probes run on one iteration in this many (`cargo xtask icount` divides by it).
 pub const BURST_EVERY: usize = 8;

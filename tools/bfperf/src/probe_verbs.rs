@@ -13,6 +13,7 @@
 
 use blueflame::internals::Plain;
 use blueflame::{Completion, Cq, Device, Payload, PostFlags, Qp, QpCaps, Remote, Sge};
+use blueflame::{PostSend, QueuePair};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -293,6 +293,7 @@ impl Side {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use blueflame::QueuePair;
 
     /// The QPs hold twice `tx-depth` requests of the largest kind the options allow (the
     /// depth `Qp::send_depth` reports on both paths), and a bandwidth test's in-flight

@@ -16,6 +16,7 @@
 use crate::bw::BwResult;
 use crate::opts::Opts;
 use crate::stats::Clock;
+use blueflame::QueuePair;
 use blueflame::{
     AddressHandle, Completion, Cq, CqOptions, Device, Error, MemoryRegion, Payload, PostFlags,
     QpCaps, Result, UdQp,
