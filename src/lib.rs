@@ -74,7 +74,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with_registers`/`_with_limits`, `Device::nic` and its `mlx5::sim::NicView` (queries, stepping, fault injection), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
+//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with`, `Device::nic` and its `mlx5::sim::NicView` (queries, stepping, fault injection), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
 //! | `tokio` | no | `AsyncCq`: completions as an async stream (tokio `AsyncFd` over the completion channel's descriptor, also a `futures_core::Stream`) |
 //!
 //! Without `sim` (`default-features = false`) the crate carries no simulator: `mlx5` is

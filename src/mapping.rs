@@ -32,7 +32,7 @@ impl PageSize {
     }
 
     /// Where to reserve pages of this size (as root).
-    pub fn sysctl(self) -> &'static str {
+    pub(crate) fn sysctl(self) -> &'static str {
         match self {
             PageSize::Normal => "nothing (base pages need no reservation)",
             PageSize::Huge2M => {

@@ -10,7 +10,7 @@ use crate::caps::QpCaps;
 use crate::error::Result;
 use crate::mlx5_env::Mlx5Env;
 use crate::verbs;
-use crate::verbs::objects::{PathInfo, Timing};
+use crate::verbs::objects::{Endpoint, Timing};
 use mlx5::request::Access;
 use std::sync::Arc;
 
@@ -106,14 +106,14 @@ impl Qp {
     ///
     /// # Errors
     /// [`crate::Error::Verbs`] when the port or GID cannot be queried.
-    pub(crate) fn endpoint(&self, qpn: u32, psn: u32) -> Result<PathInfo> {
+    pub(crate) fn endpoint(&self, qpn: u32, psn: u32) -> Result<Endpoint> {
         match self {
             // The software NIC: only the numbers matter.
             #[cfg(feature = "sim")]
-            Qp::Sim(_) => Ok(PathInfo {
+            Qp::Sim(_) => Ok(Endpoint {
                 qpn,
                 psn,
-                ..PathInfo::default()
+                ..Endpoint::default()
             }),
             Qp::Rdma(q) => q.endpoint(qpn, psn),
         }
@@ -125,7 +125,7 @@ impl Qp {
     /// # Errors
     /// [`crate::Error::InvalidState`] for a QP the device says is not in RESET; the
     /// device's refusal of a transition.
-    pub(crate) fn connect(&self, remote: &PathInfo, psn: u32, timing: &Timing) -> Result<()> {
+    pub(crate) fn connect(&self, remote: &Endpoint, psn: u32, timing: &Timing) -> Result<()> {
         match self {
             #[cfg(feature = "sim")]
             Qp::Sim(q) => q.connect(remote, timing),

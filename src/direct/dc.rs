@@ -43,7 +43,7 @@ impl SendQueue {
     /// DCI (an RC or UD QP's); [`Error::InvalidParameter`] for a
     /// DCT number past 24 bits or a message of more than 2^31 bytes; otherwise as
     /// [`SendQueue::push`].
-    pub fn push_dc(
+    pub(crate) fn push_dc(
         &mut self,
         dest: &DcAddr,
         req: &Request<'_>,
@@ -106,7 +106,7 @@ impl SendQueue {
     ///
     /// # Errors
     /// As [`SendQueue::push_dc`].
-    pub fn post_dc(
+    pub(crate) fn post_dc(
         &mut self,
         dest: &DcAddr,
         req: &Request<'_>,
@@ -125,7 +125,7 @@ impl Batch<'_> {
     ///
     /// # Errors
     /// As [`SendQueue::push_dc`]; the requests pushed before stay in the batch.
-    pub fn push_dc(
+    pub(crate) fn push_dc(
         &mut self,
         dest: &DcAddr,
         req: &Request<'_>,

@@ -114,7 +114,7 @@ impl SendQueue {
     /// The fast path of [`SendQueue::write_inline`] alone: posts and returns true when it
     /// applies, else does nothing and returns false.
     #[inline(always)]
-    pub fn try_write_inline(
+    pub(crate) fn try_write_inline(
         &mut self,
         data: &[u8],
         remote: Remote,

@@ -177,8 +177,8 @@ impl SendQueue {
     ///
     /// A queue made here does not know its QP's transport nor the memory windows the
     /// crate's [`MemoryWindow`](crate::MemoryWindow)s track: it takes every post function
-    /// ([`SendQueue::post`] / [`SendQueue::push`], [`SendQueue::post_ud`],
-    /// [`SendQueue::post_dc`]) and [`Request::BindMw`] through [`SendQueue::post`], and a
+    /// ([`SendQueue::post`], [`Batch::push`], [`SendQueue::post_ud`]) and
+    /// [`Request::BindMw`] through [`SendQueue::post`], and a
     /// request the QP's transport does not carry, or a bind the NIC refuses, fails there
     /// (a local QP operation or memory-window bind error) and moves the QP to error. The
     /// queues of the crate's QPs know both and refuse them
@@ -477,7 +477,7 @@ impl SendQueue {
     }
 
     /// The limits the QP was created with.
-    pub fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         self.limits
     }
 
@@ -506,7 +506,7 @@ impl SendQueue {
     /// Rings the doorbell for every WQE pushed since the last ring: BlueFlame copy when it is
     /// exactly one WQE that fits, else the 8-byte doorbell.
     #[inline(always)]
-    pub fn ring(&mut self) {
+    pub(crate) fn ring(&mut self) {
         if self.pending == 0 {
             return;
         }
@@ -551,7 +551,7 @@ impl SendQueue {
 
     /// rdma-core's `MLX5_POST_SEND_PREFER_BF=0`: BlueFlame copies only for WQEs with inline
     /// data (off by default, as in rdma-core).
-    pub fn set_blueflame_inline_only(&mut self, on: bool) {
+    pub(crate) fn set_blueflame_inline_only(&mut self, on: bool) {
         self.bf_inline_only = on;
     }
 
@@ -592,7 +592,7 @@ impl Batch<'_> {
     /// Writes one more request.
     ///
     /// # Errors
-    /// As [`SendQueue::push`]; the requests pushed before stay in the batch.
+    /// As [`SendQueue::post`]; the requests pushed before stay in the batch.
     #[inline(always)]
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.sq.push(req, cookie, flags)

@@ -17,7 +17,7 @@ impl SendQueue {
     /// path MTU (a longer one fails at the NIC with a local length error).
     ///
     /// # Errors
-    /// As [`SendQueue::push`] for the payload and queue room ([`crate::Error::InvalidParameter`]
+    /// As [`SendQueue::post`] for the payload and queue room ([`crate::Error::InvalidParameter`]
     /// for more than 2^31 bytes); [`crate::Error::Unsupported`] on the queue of one of the
     /// crate's QPs that is not UD (an RC QP's). Nothing is
     /// written on an error.

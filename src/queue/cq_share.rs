@@ -144,6 +144,7 @@ impl CqSlots {
     }
 
     /// Entries no queue may use now (as far as the poller has retired).
+    #[cfg(test)]
     pub(crate) fn free(&self) -> u32 {
         let l = self.lock();
         self.free_in(&l)

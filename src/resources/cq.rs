@@ -113,7 +113,6 @@ enum Poller {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
-/// use blueflame::{QueuePair};
 pub struct Cq {
     // Field order: the poller goes before the handle that frees its ring.
     poller: Poller,
@@ -243,15 +242,6 @@ impl Cq {
     /// Entries in the ring.
     pub fn capacity(&self) -> u32 {
         self.capacity
-    }
-
-    /// Entries no queue holds now. Each QP's send queue and receive queue hold entries of
-    /// the CQ they complete on, one per outstanding request or posted receive (one per
-    /// 64-byte block of a direct-path send), taken as they post and given back as they come
-    /// back for more; a post that could overrun the CQ is refused with
-    /// [`Error::CqFull`](crate::Error::CqFull).
-    pub fn unreserved(&self) -> u32 {
-        self.handle.registry.slots.free()
     }
 
     /// Entries the device guarantees, shared out among the queues (the ring's on the

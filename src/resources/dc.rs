@@ -55,7 +55,7 @@ impl DcPeer {
     ///
     /// # Errors
     /// As [`DcPeer::new`].
-    pub fn from_av(av: &mlx5::av::Av, dctn: u32, dc_key: u64) -> Result<DcPeer> {
+    pub(crate) fn from_av(av: &mlx5::av::Av, dctn: u32, dc_key: u64) -> Result<DcPeer> {
         let a = DcAddr::from_av(av, dctn, dc_key);
         DcPeer::new(a.av, dctn, dc_key)
     }
@@ -214,7 +214,6 @@ impl Drop for Dct {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
-/// use blueflame::{QueuePair};
 pub struct Dci {
     // Field order: the queue goes before the handles that keep its ring alive.
     sq: SendQueue,

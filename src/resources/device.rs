@@ -82,14 +82,16 @@ impl Device {
         Device::from_nic(Nic::new(), false)
     }
 
-    /// The software mlx5 NIC with `uars` BlueFlame registers (rdma-core's counts by default:
-    /// [`UarConfig::default`]), in thread mode or stepped.
+    /// A software mlx5 NIC of its own size: `limits` objects of each kind at most (a small
+    /// QP-number space makes the NIC reuse a dropped QP's number at once), `uars` BlueFlame
+    /// registers (rdma-core's counts by default: [`UarConfig::default`]), in thread mode
+    /// ([`Device::sim`]) or stepped ([`Device::sim_stepped`]).
     ///
     /// ```
     /// use blueflame::{Device, DoorbellMode, QpCaps, UarConfig};
     /// // A device with no register left for thread domains: QPs share registers, locked.
     /// let uars = UarConfig { thread_domains: 0, ..UarConfig::default() };
-    /// let dev = Device::sim_with_registers(uars, false);
+    /// let dev = Device::sim_with(Default::default(), uars, false);
     /// let pd = dev.alloc_pd().unwrap();
     /// let cq = dev.create_cq(64).unwrap();
     /// let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
@@ -97,24 +99,8 @@ impl Device {
     /// ```
     #[cfg(feature = "sim")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-    pub fn sim_with_registers(uars: UarConfig, threaded: bool) -> Device {
-        Device::from_nic(Nic::with_uars(uars), threaded)
-    }
-
-    /// As [`Device::sim`], with a NIC that holds at most `limits` objects of each kind (a
-    /// small QP-number space makes the NIC reuse a dropped QP's number at once).
-    #[cfg(feature = "sim")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-    pub fn sim_with_limits(limits: mlx5::sim::Limits) -> Device {
-        Device::from_nic(Nic::with_limits(limits), true)
-    }
-
-    /// As [`Device::sim_stepped`], with a NIC that holds at most `limits` objects of each
-    /// kind.
-    #[cfg(feature = "sim")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-    pub fn sim_stepped_with_limits(limits: mlx5::sim::Limits) -> Device {
-        Device::from_nic(Nic::with_limits(limits), false)
+    pub fn sim_with(limits: mlx5::sim::Limits, uars: UarConfig, threaded: bool) -> Device {
+        Device::from_nic(Nic::with_limits_and_uars(limits, uars), threaded)
     }
 
     /// Opens the rdma-core device `name` (e.g. `mlx5_0`, `rxe0`) on port 1, with the first
@@ -182,7 +168,6 @@ impl Device {
     /// let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE).unwrap();
     /// dev.nic().unwrap().dereg_mr(mr.lkey()).unwrap(); // only the region's drop does
     /// ```
-    /// use blueflame::{QueuePair};
     #[cfg(feature = "sim")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
     pub fn nic(&self) -> Option<&mlx5::sim::NicView> {
@@ -261,7 +246,9 @@ impl Device {
     /// A completion queue as `opts` say (size, entry size, completion channel).
     ///
     /// # Errors
-    /// As [`Device::create_cq_with_cqe_size`]; [`Error::InvalidHandle`] for a channel of
+    /// [`Error::InvalidParameter`] for a CQE size other than 64 or 128; [`Error::Unsupported`]
+    /// for 128 on a verbs device (there rdma-core's `MLX5_CQE_SIZE=128` chooses it, and the
+    /// poller reads the size from the CQ); [`Error::InvalidHandle`] for a channel of
     /// another device; [`Error::ChannelTaken`] for a channel an `AsyncCq` holds (feature
     /// `tokio`); [`Error::Verbs`] when rdma-core refuses the CQ.
     pub fn create_cq_with(&self, opts: &super::CqOptions) -> Result<Cq> {
@@ -298,18 +285,6 @@ impl Device {
     /// cannot be used (a device that is not mlx5, or the verbs path).
     pub fn cqe_compression_caps(&self) -> Option<mlx5::CqeCompCaps> {
         self.backend.cqe_compression_caps()
-    }
-
-    /// A completion queue of at least `entries` entries of `cqe_size` bytes (64 or 128).
-    /// With 128-byte entries a ConnectX delivers received sends of up to 64 bytes inside the
-    /// entry (scatter-to-CQE) instead of 32.
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] for another size; [`Error::Unsupported`] for 128 on a
-    /// verbs device (there rdma-core's `MLX5_CQE_SIZE=128` chooses it, and the poller reads
-    /// the size from the CQ); as [`Device::create_cq`].
-    pub fn create_cq_with_cqe_size(&self, entries: u32, cqe_size: u32) -> Result<Cq> {
-        self.create_cq_with(&super::CqOptions::new(entries).cqe_size(cqe_size))
     }
 }
 

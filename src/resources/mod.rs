@@ -32,6 +32,7 @@ mod ud;
 mod ud_verbs;
 
 pub use crate::caps::QpCaps;
+pub use crate::verbs::objects::Endpoint;
 pub use ah::{AddressHandle, AhAttr, GlobalRoute, UdEndpoint, DEFAULT_HOP_LIMIT};
 pub use buffer::{RawBuffer, RawParts, RegionBuffer};
 pub use channel::{CompletionChannel, CqEvent, Notify};
@@ -45,7 +46,7 @@ pub use mr::MemoryRegion;
 pub use mw::MemoryWindow;
 pub use pending::PendingBuffer;
 pub use post_send::PostSend;
-pub use qp::{Batch, Endpoint, Qp};
+pub use qp::{Batch, Qp};
 pub use queue_pair::QueuePair;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]

@@ -231,7 +231,7 @@ impl MemoryRegion {
 
     /// Whether the region holds a buffer of type `B` (made by
     /// [`Pd::register`](super::Pd::register) from one).
-    pub fn holds<B: RegionBuffer>(&self) -> bool {
+    pub(crate) fn holds<B: RegionBuffer>(&self) -> bool {
         self.owned.as_ref().is_some_and(|o| o.is::<B>())
     }
 
@@ -254,7 +254,6 @@ impl MemoryRegion {
     /// # }
     /// # #[cfg(not(feature = "sim"))] fn main() {}
     /// ```
-    /// use blueflame::{PostSend, QueuePair};
     ///
     /// # Errors
     /// [`Error::BufferType`] (with the region back, untouched) when the region does not

@@ -99,7 +99,6 @@ pub trait QueuePair {
     /// # Ok(()) }
     /// # #[cfg(not(feature = "sim"))] fn main() {}
     /// ```
-    /// use blueflame::{QueuePair};
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] when `reply` is neither 8 nor 4 bytes long.

@@ -167,7 +167,6 @@ impl Drop for SrqHandle {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
-/// use blueflame::{PostSend};
 pub struct Srq {
     // Field order: the poster goes before the handle that keeps its ring alive.
     path: SrqPath,

@@ -77,7 +77,6 @@ impl Default for UdOptions {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
-/// use blueflame::{PostSend};
 pub struct UdQp {
     path: UdPath,
     qkey: u32,

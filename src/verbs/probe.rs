@@ -11,7 +11,7 @@
 
 use super::device::Context;
 use super::ex::{ApiChoice, SendOps};
-use super::objects::{ConnLimits, Cq, Mr, PathInfo, Pd, Qp, Timing};
+use super::objects::{ConnLimits, Cq, Endpoint, Mr, Pd, Qp, Timing};
 use crate::error::{Error, Result};
 use crate::Access;
 use rdma_sys as ffi;
@@ -56,7 +56,7 @@ fn connect(qp: &Qp, ctx: &Context, to: &Qp, gid_index: Option<i32>) -> Result<()
         Some(i) => ctx.gid(1, i)?,
         None => [0; 16],
     };
-    let remote = PathInfo {
+    let remote = Endpoint {
         qpn: to.qpn(),
         psn: 0,
         gid,

@@ -471,11 +471,15 @@ struct OneQpNumber {
 }
 
 fn one_qp_number() -> OneQpNumber {
-    let dev = Device::sim_stepped_with_limits(mlx5::sim::Limits {
-        keys: 0xff_ffff,
-        qps: 1,
-        cqs: 64,
-    });
+    let dev = Device::sim_with(
+        mlx5::sim::Limits {
+            keys: 0xff_ffff,
+            qps: 1,
+            cqs: 64,
+        },
+        blueflame::UarConfig::default(),
+        false,
+    );
     let pd = dev.alloc_pd().unwrap();
     let cq = zip_cq(&dev, 64, MiniCqeFormat::Hash);
     let mr = pd.alloc_mr(4096, ALL).unwrap();

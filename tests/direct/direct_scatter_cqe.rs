@@ -12,8 +12,12 @@ use common::*;
 fn pair(cqe_size: u32, caps: QpCaps) -> Setup {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
-    let cq_a = dev.create_cq_with_cqe_size(256, cqe_size).unwrap();
-    let cq_b = dev.create_cq_with_cqe_size(256, cqe_size).unwrap();
+    let cq_a = dev
+        .create_cq_with(&CqOptions::new(256).cqe_size(cqe_size))
+        .unwrap();
+    let cq_b = dev
+        .create_cq_with(&CqOptions::new(256).cqe_size(cqe_size))
+        .unwrap();
     let mut a = pd.create_qp(&cq_a, &cq_a, caps).unwrap();
     let b = pd.create_qp(&cq_b, &cq_b, caps).unwrap();
     a.connect(b.qpn()).unwrap();

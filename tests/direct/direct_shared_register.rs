@@ -34,7 +34,7 @@ fn rings_alternate_per_register_not_per_queue() {
     // the NIC after each post): it must use the half the register's previous ring left, even
     // when that ring was another QP's. A per-queue offset (each queue starting at half 0)
     // rings the same half twice in a row here.
-    let dev = Device::sim_with_registers(shared_only(2), false);
+    let dev = Device::sim_with(Default::default(), shared_only(2), false);
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(1024).unwrap();
     let caps = QpCaps {
@@ -85,7 +85,7 @@ fn rings_alternate_per_register_not_per_queue() {
 fn two_queues_ring_one_register_between_passes() {
     // Both QPs of one register ring before the NIC looks: both rings must be visible, one in
     // each half. (Registers come in pages of two: the third QP shares the first's.)
-    let dev = Device::sim_with_registers(shared_only(1), false);
+    let dev = Device::sim_with(Default::default(), shared_only(1), false);
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(1024).unwrap();
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
@@ -131,7 +131,7 @@ fn rdma_core_allocation_dedicated_then_shared() {
         thread_domains: 0,
         ..UarConfig::default()
     };
-    let dev = Device::sim_with_registers(uars, false);
+    let dev = Device::sim_with(Default::default(), uars, false);
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let caps = QpCaps {
@@ -173,7 +173,7 @@ fn thread_domain_gives_a_register_of_its_own() {
         thread_domains: 4,
         ..UarConfig::default()
     };
-    let dev = Device::sim_with_registers(uars, false);
+    let dev = Device::sim_with(Default::default(), uars, false);
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let caps = QpCaps {
@@ -270,7 +270,7 @@ fn stress_many_queues_few_registers_many_threads() {
         shared: 2,
         thread_domains: 4,
     };
-    let dev = Device::sim_with_registers(uars, true);
+    let dev = Device::sim_with(Default::default(), uars, true);
     let nic = nic(&dev);
     let pd = dev.alloc_pd().unwrap();
     let caps = QpCaps {

@@ -34,7 +34,9 @@ fn fan(n: usize, entries: u32, rcq_entries: u32, cqe_size: u32) -> Fan {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let scq = dev.create_cq(4096).unwrap();
-    let rcq = dev.create_cq_with_cqe_size(rcq_entries, cqe_size).unwrap();
+    let rcq = dev
+        .create_cq_with(&CqOptions::new(rcq_entries).cqe_size(cqe_size))
+        .unwrap();
     let srq = pd
         .create_srq(
             &rcq,

@@ -30,7 +30,7 @@ fn all_polled(dev: &Device, cq: &mut Cq) -> Vec<Completion> {
 
 #[test]
 fn a_reused_qp_number_sees_only_its_own_completions() {
-    let dev = Device::sim_stepped_with_limits(ONE_QPN);
+    let dev = Device::sim_with(ONE_QPN, blueflame::UarConfig::default(), false);
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(256).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
@@ -109,7 +109,7 @@ fn a_reused_qp_number_sees_only_its_own_completions() {
 
 #[test]
 fn separate_send_and_receive_cqs_are_both_cleaned() {
-    let dev = Device::sim_stepped_with_limits(ONE_QPN);
+    let dev = Device::sim_with(ONE_QPN, blueflame::UarConfig::default(), false);
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(64).unwrap();
     let mut rcq = dev.create_cq(64).unwrap();
@@ -165,7 +165,7 @@ fn separate_send_and_receive_cqs_are_both_cleaned() {
 #[test]
 fn a_qp_dropped_after_its_completions_were_polled_leaves_nothing_behind() {
     // The tombstone covers nothing: later QPs of that number run the fast path at once.
-    let dev = Device::sim_stepped_with_limits(ONE_QPN);
+    let dev = Device::sim_with(ONE_QPN, blueflame::UarConfig::default(), false);
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(16).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
@@ -197,7 +197,7 @@ fn a_qp_dropped_after_its_completions_were_polled_leaves_nothing_behind() {
 fn teardown_while_the_nic_thread_runs() {
     // The NIC writes CQEs from its own thread while the QP is dropped: whatever A's WQEs
     // produced before the destroy is discarded, B's completions all arrive, once each.
-    let dev = Device::sim_with_limits(ONE_QPN);
+    let dev = Device::sim_with(ONE_QPN, blueflame::UarConfig::default(), true);
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(1024).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();

@@ -845,10 +845,14 @@ fn a_peer_from_an_address_handle_carries_its_av() {
 fn a_dropped_dcis_completions_are_not_given_to_the_next_one() {
     // Two QP numbers: the DCT's and one for the DCIs, so every new DCI reuses the number
     // of the one dropped before it.
-    let dev = Device::sim_stepped_with_limits(mlx5::sim::Limits {
-        qps: 2,
-        ..mlx5::sim::Limits::default()
-    });
+    let dev = Device::sim_with(
+        mlx5::sim::Limits {
+            qps: 2,
+            ..mlx5::sim::Limits::default()
+        },
+        blueflame::UarConfig::default(),
+        false,
+    );
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
     let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();

@@ -81,7 +81,9 @@ impl Nic {
         Nic::with_limits_and_uars(limits, UarConfig::default())
     }
 
-    fn with_limits_and_uars(limits: Limits, uars: UarConfig) -> Nic {
+    /// A NIC holding at most `limits` objects of each kind, with these BlueFlame register
+    /// counts, in synchronous mode.
+    pub fn with_limits_and_uars(limits: Limits, uars: UarConfig) -> Nic {
         Nic {
             inner: Arc::new(NicView {
                 state: Mutex::new(State::new(limits, uars)),

@@ -8,7 +8,7 @@ use crate::backend::qp::{initial_psn, QpKind, QpRings, QpSpec, UdPort};
 use crate::error::{Error, Result};
 use crate::verbs;
 use crate::verbs::ex::ApiChoice;
-use crate::verbs::objects::{ConnLimits, PathInfo, Timing};
+use crate::verbs::objects::{ConnLimits, Endpoint, Timing};
 use crate::DataPath;
 use std::sync::Arc;
 
@@ -192,9 +192,9 @@ impl Qp {
         }
     }
 
-    pub(crate) fn endpoint(&self, qpn: u32, psn: u32) -> Result<PathInfo> {
+    pub(crate) fn endpoint(&self, qpn: u32, psn: u32) -> Result<Endpoint> {
         let (port, gid) = port_gid(&self.dev)?;
-        Ok(PathInfo {
+        Ok(Endpoint {
             qpn,
             psn,
             gid,
@@ -203,7 +203,7 @@ impl Qp {
         })
     }
 
-    pub(crate) fn connect(&self, remote: &PathInfo, psn: u32, timing: &Timing) -> Result<()> {
+    pub(crate) fn connect(&self, remote: &Endpoint, psn: u32, timing: &Timing) -> Result<()> {
         let (d, qp) = (&self.dev, self.verbs()?);
         let lim = ConnLimits {
             local_mtu: d.ctx.port(d.port)?.active_mtu,

@@ -6,7 +6,7 @@ use super::{Nic, Pd};
 use crate::backend::qp::{QpKind, QpRings, QpSpec, UdPort};
 use crate::caps::QpCaps;
 use crate::error::{Error, Result};
-use crate::verbs::objects::{PathInfo, Timing};
+use crate::verbs::objects::{Endpoint, Timing};
 use mlx5::sim::{QpState, QpTiming, SimError};
 
 /// What a QP of the NIC is: destroyed as such.
@@ -167,7 +167,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
 }
 
 impl Qp {
-    pub(crate) fn connect(&self, remote: &PathInfo, timing: &Timing) -> Result<()> {
+    pub(crate) fn connect(&self, remote: &Endpoint, timing: &Timing) -> Result<()> {
         self.nic
             .connect(self.qpn, remote.qpn)
             .map_err(|e| match e {

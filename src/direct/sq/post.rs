@@ -13,20 +13,13 @@ use mlx5::request::{Access, MwType, Payload, Request};
 use mlx5::wqe::{ds_to_bbs, encode, wqe_ds, Span};
 
 impl SendQueue {
-    /// Writes one WQE without ringing (see [`SendQueue::ring`]). Checks everything first: on
-    /// an error nothing is written.
+    /// Writes one WQE without ringing (the crate's batches ring once for many). Checks
+    /// everything first: on an error nothing is written.
     ///
     /// # Errors
-    /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
-    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`];
-    /// [`Error::InvalidParameter`] for a write, send or read of more than 2^31 bytes (the
-    /// sum of its entries, in the error); for atomics [`Error::Unsupported`] (the device
-    /// lacks them) and [`Error::AtomicLength`]. On the queue of one of the crate's QPs,
-    /// [`Error::Unsupported`] for [`Request::BindMw`] (bind with
-    /// [`Qp::bind_mw`](crate::Qp::bind_mw), unbind with
-    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)) and on a UD QP's or DCI's queue.
+    /// As [`SendQueue::post`].
     #[inline(always)]
-    pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+    pub(crate) fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if let Request::Write {
             remote,
             data: Payload::Inline(data),
@@ -257,10 +250,18 @@ impl SendQueue {
         Ok(())
     }
 
-    /// Posts one request and rings at once.
+    /// Posts one request and rings at once. Checks everything first: on an error nothing
+    /// is written.
     ///
     /// # Errors
-    /// As [`SendQueue::push`].
+    /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
+    /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`];
+    /// [`Error::InvalidParameter`] for a write, send or read of more than 2^31 bytes (the
+    /// sum of its entries, in the error); for atomics [`Error::Unsupported`] (the device
+    /// lacks them) and [`Error::AtomicLength`]. On the queue of one of the crate's QPs,
+    /// [`Error::Unsupported`] for [`Request::BindMw`] (bind with
+    /// [`Qp::bind_mw`](crate::Qp::bind_mw), unbind with
+    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)) and on a UD QP's or DCI's queue.
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if let Request::Write {

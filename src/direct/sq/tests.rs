@@ -224,6 +224,16 @@ fn a_crate_queue_refuses_other_transports_and_raw_binds() {
     }
     sq.set_transport(Transport::Rc);
     assert!(matches!(sq.post_ud(&ud, 1, f), Err(Error::Unsupported(_))));
+    let r = sq.post_dc(&dest, &write, 1, f);
+    assert!(
+        matches!(&r, Err(Error::Unsupported(why)) if why.contains("RC QP")),
+        "{r:?}"
+    );
+    let r = sq.batch().push_dc(&dest, &write, 1, f);
+    assert!(
+        matches!(&r, Err(Error::Unsupported(why)) if why.contains("RC QP")),
+        "{r:?}"
+    );
     let bind = BindMw {
         mw_rkey: 0x100,
         new_rkey: 0x101,

@@ -9,7 +9,7 @@ use crate::direct::{RecvQueue, SendQueue};
 use crate::error::{Error, Result};
 use crate::verbs;
 use crate::verbs::ex::VerbsApi;
-use crate::verbs::objects::{PathInfo, Timing};
+use crate::verbs::objects::{Endpoint, Timing};
 use crate::verbs::rq::VerbsRecvQueue;
 use crate::verbs::sq::{VerbsBatch, VerbsSendQueue};
 use crate::DataPath;
@@ -23,15 +23,12 @@ mod windows;
 pub use batch::Batch;
 pub(crate) use create::RecvSide;
 
-/// What a peer needs to connect to a QP: exchange it out of band (see [`crate::connect`]).
-pub type Endpoint = PathInfo;
-
 impl From<u32> for Endpoint {
     /// The endpoint of a QP of the same software NIC (only its number matters there).
     fn from(qpn: u32) -> Endpoint {
-        PathInfo {
+        Endpoint {
             qpn,
-            ..PathInfo::default()
+            ..Endpoint::default()
         }
     }
 }
@@ -83,7 +80,6 @@ enum QpPath {
 /// # Ok(()) }
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
-/// use blueflame::{QueuePair};
 pub struct Qp {
     // Field order: the queues go before the handles that keep their rings alive.
     path: QpPath,

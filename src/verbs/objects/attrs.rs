@@ -1,5 +1,5 @@
 //! What a QP is created and connected with: its sizes ([`Caps`]), its peer's path
-//! ([`PathInfo`]), the device's limits on the connection ([`ConnLimits`]) and its timeouts
+//! ([`Endpoint`]), the device's limits on the connection ([`ConnLimits`]) and its timeouts
 //! and retries ([`Timing`]).
 
 /// Sizes of an RC QP.
@@ -17,9 +17,9 @@ pub struct Caps {
     pub max_inline: u32,
 }
 
-/// What a peer needs to connect to a QP (exchanged out of band).
+/// What a peer needs to connect to a QP: exchange it out of band (see [`crate::connect`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub struct PathInfo {
+pub struct Endpoint {
     /// QP number.
     pub qpn: u32,
     /// Initial packet sequence number (24 bits).

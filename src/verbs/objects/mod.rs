@@ -13,7 +13,7 @@ mod srq;
 mod td;
 
 pub use ah::Ah;
-pub use attrs::{Caps, ConnLimits, PathInfo, Timing};
+pub use attrs::{Caps, ConnLimits, Endpoint, Timing};
 pub use cq::Cq;
 pub use mr::Mr;
 #[cfg(feature = "internals")]

@@ -3,7 +3,7 @@
 //! thread domain when asked; the state transitions (`ibv_modify_qp`); a UD QP's multicast
 //! groups (`ibv_attach_mcast` / `ibv_detach_mcast`).
 
-use super::attrs::{Caps, ConnLimits, PathInfo, Timing};
+use super::attrs::{Caps, ConnLimits, Endpoint, Timing};
 use super::cq::Cq;
 use super::pd::Pd;
 use super::srq::Srq;
@@ -321,7 +321,7 @@ impl Qp {
     /// The `ibv_modify_qp` error.
     pub fn to_rtr(
         &self,
-        remote: &PathInfo,
+        remote: &Endpoint,
         port: u8,
         gid_index: Option<i32>,
         t: &Timing,

@@ -163,7 +163,7 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         thread_domains: 0,
         ..UarConfig::default()
     };
-    let shared_dev = Device::sim_with_registers(uars, false);
+    let shared_dev = Device::sim_with(Default::default(), uars, false);
     let shared_pd = shared_dev.alloc_pd()?;
     let mut shared_cq = shared_dev.create_cq(1024)?;
     let mut shared = shared_pd.create_qp(&shared_cq, &shared_cq, caps)?;
