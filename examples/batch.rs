@@ -24,7 +24,7 @@
 //! - **Size the CQ for what may complete, not for what is signaled.** After an error every
 //!   outstanding request completes with its own flush entry, signaled or not, so each one
 //!   holds a CQ entry until it is retired. A CQ with at least as many entries as the send
-//!   queue has slots (`Qp::send_ring_blocks()` on the direct path, `Qp::send_depth()`
+//!   queue has slots (`Qp::free_send()` of a fresh QP on the direct path, `Qp::send_depth()`
 //!   requests on the verbs path) is never refused; a smaller one works too, but a post that
 //!   could overrun it is refused with `Error::CqFull` (poll, then post again).
 
@@ -67,7 +67,7 @@ fn run() -> Res<()> {
     }
 
     let dev = Device::open_default()?;
-    println!("batch: device {}", dev.describe());
+    println!("batch: device {}", dev);
     let caps = QpCaps {
         sq_blocks: 256, // the direct path's send ring: 256 blocks of 64 bytes
         ..QpCaps::default()

@@ -138,7 +138,7 @@ fn cm_server(listener: cm::CmListener) -> Res<Conn> {
     let mr = req.pd().alloc_mr(4096, rights())?;
     let cq = req.device().create_cq(16)?;
     let peer = req.peer().ok_or("the client offered no buffer")?;
-    println!("cm server: connect request on {}", req.device().describe());
+    println!("cm server: connect request on {}", req.device());
     let conn = req.accept(&cq, QpCaps::default(), Some(mr.remote_buf()))?;
     Ok(Conn {
         qp: conn.qp,
@@ -190,7 +190,7 @@ fn fallback() -> Res<()> {
         "cm: no server address (--addr or BLUEFLAME_SERVER_ADDR). rdma_cm needs a kernel RDMA \
          device with an IP address, and the software NIC has no rdma_cm: falling back to the \
          out-of-band TCP exchange on {}",
-        dev.describe()
+        dev
     );
     let listener = TcpListener::bind(("127.0.0.1", 0))?;
     let port = listener.local_addr()?.port();

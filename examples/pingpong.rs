@@ -202,7 +202,7 @@ fn report(dev: &Device, a: &Args, took: Duration) {
         "pingpong: {} round trips of {} bytes on {}: {:.2} us per round trip, {:.2} us one way",
         a.iters,
         a.size,
-        dev.describe(),
+        dev,
         rtt,
         rtt / 2.0
     );
@@ -211,7 +211,7 @@ fn report(dev: &Device, a: &Args, took: Duration) {
 fn run() -> Res<()> {
     let a = parse_args()?;
     let dev = Device::open_default()?;
-    println!("pingpong: device {}", dev.describe());
+    println!("pingpong: device {}", dev);
     match &a.role {
         Role::Server | Role::Client(_) if is_software_nic(&dev) => Err(
             "the software NIC lives inside one process: run without --server/--client, or \

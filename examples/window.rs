@@ -48,7 +48,7 @@ fn expect_success(cq: &mut Cq, cookie: u64, what: &str) -> Res<()> {
 
 fn run() -> Res<()> {
     let dev = Device::open_default()?;
-    println!("window: device {}", dev.describe());
+    println!("window: device {}", dev);
 
     // The owner: a region the peer will reach only through the window. A region that
     // windows are bound to needs MW_BIND, and every right a window grants (here

@@ -145,7 +145,7 @@ impl AsyncCq {
     ///
     /// # Errors
     /// Arming the CQ or reading its channel failed.
-    pub fn poll_completion(&mut self, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
+    pub(crate) fn poll_completion(&mut self, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
         loop {
             if self.head < self.len {
                 let c = self.buf[self.head];

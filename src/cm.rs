@@ -126,7 +126,7 @@ pub struct CmRequest {
 impl std::fmt::Debug for CmRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CmRequest")
-            .field("device", &self.device.describe())
+            .field("device", &self.device.to_string())
             .field("peer", &self.peer)
             .finish()
     }

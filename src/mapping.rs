@@ -65,8 +65,13 @@ impl PageSize {
 ///
 /// ```
 /// use blueflame::mapping::{HugePages, PageSize};
+/// use blueflame::Error;
 /// // Huge pages when the system has them reserved, else normal pages: `page_size` says which.
-/// let mem = HugePages::new_or_normal(1 << 20, PageSize::Huge2M).unwrap();
+/// let mem = match HugePages::new(1 << 20, PageSize::Huge2M) {
+///     Err(Error::NoHugePages { .. }) => HugePages::new(1 << 20, PageSize::Normal),
+///     r => r,
+/// }
+/// .unwrap();
 /// assert!(mem.len() >= 1 << 20);
 /// assert!(matches!(mem.page_size(), PageSize::Huge2M | PageSize::Normal));
 /// ```
@@ -136,18 +141,6 @@ impl HugePages {
             len: map_len,
             page,
         })
-    }
-
-    /// Huge pages of `page` size when the system has them, else normal pages (the fallback
-    /// users choose explicitly); [`HugePages::page_size`] says which it got.
-    ///
-    /// # Errors
-    /// As [`HugePages::new`], except [`Error::NoHugePages`].
-    pub fn new_or_normal(len: usize, page: PageSize) -> Result<HugePages> {
-        match HugePages::new(len, page) {
-            Err(Error::NoHugePages { .. }) => HugePages::new(len, PageSize::Normal),
-            r => r,
-        }
     }
 
     /// The page size the mapping got.
@@ -270,10 +263,6 @@ impl MappedFile {
     /// Never: empty files are refused.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-    /// Whether the mapping is writable.
-    pub fn writable(&self) -> bool {
-        self.writable
     }
 }
 

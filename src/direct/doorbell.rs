@@ -63,6 +63,7 @@ impl Doorbell {
 
     /// Bytes one BlueFlame write may carry (0: doorbell only).
     #[inline(always)]
+    #[cfg(test)]
     pub(crate) fn bf_size(&self) -> usize {
         self.bf_size
     }

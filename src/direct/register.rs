@@ -33,20 +33,14 @@ pub enum DoorbellMode {
     DoorbellOnly,
 }
 
-impl DoorbellMode {
-    /// A short name (bfperf's header).
-    pub fn name(self) -> &'static str {
-        match self {
+/// A short name (bfperf's header).
+impl core::fmt::Display for DoorbellMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
             DoorbellMode::Dedicated => "dedicated BlueFlame register",
             DoorbellMode::SharedLocked => "shared BlueFlame register, locked",
             DoorbellMode::DoorbellOnly => "8-byte doorbell only",
-        }
-    }
-}
-
-impl core::fmt::Display for DoorbellMode {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
+        })
     }
 }
 

@@ -347,7 +347,7 @@ impl SendQueue {
 
     /// Blocks of the ring (the send depth in blocks).
     #[inline]
-    pub fn ring_blocks(&self) -> u32 {
+    pub(crate) fn ring_blocks(&self) -> u32 {
         self.cnt
     }
 
@@ -482,7 +482,8 @@ impl SendQueue {
     }
 
     /// Bytes of one BlueFlame write (0: doorbell only).
-    pub fn bf_size(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn bf_size(&self) -> usize {
         self.db.bf_size()
     }
 

@@ -127,7 +127,7 @@ impl SrqRing {
     }
 
     /// Most scatter entries per receive.
-    pub fn max_sge(&self) -> usize {
+    pub(crate) fn max_sge(&self) -> usize {
         self.max_sge
     }
 

@@ -31,13 +31,13 @@ impl core::fmt::Debug for AddressHandle {
 
 impl AddressHandle {
     /// The address it was made from.
-    pub fn attr(&self) -> &AhAttr {
+    pub(crate) fn attr(&self) -> &AhAttr {
         &self.attr
     }
 
     /// The mlx5 address vector every send to it carries (direct path; on the verbs path
     /// the provider keeps its own and this one is all zero).
-    pub fn av(&self) -> &Av {
+    pub(crate) fn av(&self) -> &Av {
         &self.av
     }
 
@@ -70,5 +70,34 @@ impl Pd {
             pd: self.clone(),
             verbs,
         })
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod rate_tests {
+    /// `AhAttr::static_rate` is an `enum ibv_rate`, as on the verbs path (`ibv_create_ah`);
+    /// the mlx5 AV carries the mlx5 code rdma-core's `mlx5_create_ah` converts it to.
+    #[test]
+    fn an_address_handles_static_rate_is_the_verbs_rate() {
+        let dev = crate::Device::sim_stepped();
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(16).unwrap();
+        let qp = pd
+            .create_ud_qp(&cq, &cq, crate::QpCaps::default(), 5)
+            .unwrap();
+        for (ibv_rate, mlx5_code) in [
+            (0u8, 0u8),
+            (2, 7),
+            (3, 8),
+            (7, 12),
+            (11, 11),
+            (16, 15),
+            (99, 0),
+        ] {
+            let mut attr = super::AhAttr::from(&qp.endpoint());
+            attr.static_rate = ibv_rate;
+            let ah = pd.create_ah(attr).unwrap();
+            assert_eq!(ah.av().stat_rate_sl >> 4, mlx5_code, "IBV rate {ibv_rate}");
+        }
     }
 }

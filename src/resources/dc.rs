@@ -81,13 +81,9 @@ impl DcPeer {
         self.addr.dctn
     }
 
-    /// The DC access key.
-    pub fn dc_key(&self) -> u64 {
-        self.addr.dc_key
-    }
-
     /// The address segment every request to this peer carries (`mlx5dv_wr_set_dc_addr`'s).
-    pub fn segment(&self) -> [u8; AV_BYTES] {
+    #[cfg(test)]
+    fn segment(&self) -> [u8; AV_BYTES] {
         self.addr.segment()
     }
 }
@@ -121,16 +117,6 @@ impl Dct {
     /// The DCT number (from the QP number space).
     pub fn dctn(&self) -> u32 {
         self.dctn
-    }
-
-    /// The DC access key initiators must present.
-    pub fn dc_key(&self) -> u64 {
-        self.dc_key
-    }
-
-    /// The rights it grants initiators.
-    pub fn access(&self) -> Access {
-        self.access
     }
 
     /// The SRQ it receives into.
@@ -614,5 +600,39 @@ impl DciBatch<'_> {
     /// Posts the whole batch with one doorbell.
     pub fn ring(self) {
         self.inner.ring();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The address segment carries the DCT number with MLX5_EXTENDED_UD_AV and the key
+    /// big-endian, as rdma-core's `mlx5dv_wr_set_dc_addr` writes it.
+    #[test]
+    fn the_dc_address_segment_is_what_rdma_core_writes() {
+        let peer = DcPeer::new([0; 48], 0x12_3456, 0x0102_0304_0506_0708).unwrap();
+        let seg = peer.segment();
+        assert_eq!(seg[0..8], [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(seg[8..12], [0x80, 0x12, 0x34, 0x56]);
+        assert!(seg[12..].iter().all(|&b| b == 0));
+    }
+
+    /// A peer reached through an address handle carries the handle's AV.
+    #[cfg(feature = "sim")]
+    #[test]
+    fn a_peer_from_an_address_handle_carries_its_av() {
+        let dev = crate::Device::sim_stepped();
+        let pd = dev.alloc_pd().unwrap();
+        let ah = pd
+            .create_ah(crate::AhAttr {
+                dlid: 9,
+                sl: 2,
+                ..crate::AhAttr::default()
+            })
+            .unwrap();
+        let peer = DcPeer::from_ah(&ah, 0x42, 0x77).unwrap();
+        let want = mlx5::av::DatagramSeg::dc(ah.av(), 0x42, 0x77);
+        assert_eq!(peer.segment()[..], *zerocopy::IntoBytes::as_bytes(&want));
     }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 /// use blueflame::{DataPath, Device, QueuePair};
 /// // BLUEFLAME_DEVICE, else the first rdma-core device, else (feature `sim`) the software NIC.
 /// let dev = Device::open_default()?;
-/// println!("{}: {:?} path", dev.describe(), dev.data_path());
+/// println!("{dev}: {:?} path", dev.data_path());
 /// // The software NIC, stepped by hand: nothing runs until `process` (a no-op elsewhere).
 /// let sim = Device::sim_stepped();
 /// assert_eq!(sim.data_path(), DataPath::Direct);
@@ -31,6 +31,13 @@ pub struct Device {
     pub(crate) backend: Dev,
     /// The asynchronous events read so far (shared by the device's clones).
     pub(crate) events: Arc<super::events::Events>,
+}
+
+/// A short description: `software mlx5 NIC` or `rdma-core device rxe0 (port 1, GID 1)`.
+impl core::fmt::Display for Device {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.backend.describe())
+    }
 }
 
 /// Which data path a QP runs.
@@ -139,11 +146,6 @@ impl Device {
                 "no rdma-core device (and no software NIC: blueflame built without `sim`)",
             )),
         }
-    }
-
-    /// A short description: `software mlx5 NIC` or `rdma-core device rxe0 (port 1, GID 1)`.
-    pub fn describe(&self) -> String {
-        self.backend.describe()
     }
 
     /// The software NIC behind this device, if it is one: its queries (QP state and doorbell
@@ -317,7 +319,7 @@ impl Drop for PdInner {
 /// let cq = dev.create_cq(64)?;
 /// let qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
 /// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
-/// assert!(mr.pd().device().describe().starts_with("software mlx5 NIC"));
+/// assert!(mr.pd().device().to_string().starts_with("software mlx5 NIC"));
 /// // Remote write without local write is refused, as verbs does.
 /// assert!(matches!(pd.alloc_mr(64, Access::REMOTE_WRITE), Err(Error::RegionRights { .. })));
 /// # drop(qp);
@@ -332,7 +334,7 @@ pub struct Pd {
 impl core::fmt::Debug for Pd {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Pd")
-            .field("device", &self.inner.dev.describe())
+            .field("device", &self.inner.dev.to_string())
             .finish()
     }
 }

@@ -231,10 +231,6 @@ impl MemoryWindow {
             *slot = Some(step);
         }
     }
-    /// The window type.
-    pub fn mw_type(&self) -> MwType {
-        self.mw_type
-    }
 }
 
 impl Drop for MemoryWindow {

@@ -49,7 +49,14 @@ impl<B: RegionBuffer> core::fmt::Debug for PendingBuffer<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("PendingBuffer")
             .field("buffer", &core::any::type_name::<B>())
-            .field("ready", &self.is_ready())
+            .field(
+                "back",
+                &self
+                    .slot
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_some(),
+            )
             .finish()
     }
 }
@@ -61,16 +68,6 @@ impl<B: RegionBuffer> PendingBuffer<B> {
             pd,
             _buf: PhantomData,
         }
-    }
-
-    /// Whether the buffer is back (after a reclaim of the protection domain's parked
-    /// registrations).
-    pub fn is_ready(&self) -> bool {
-        self.pd.reclaim();
-        self.slot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
     }
 
     /// The buffer, once the device no longer uses it (reclaims the protection domain's

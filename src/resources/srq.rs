@@ -343,7 +343,7 @@ impl Srq {
     ///
     /// # Errors
     /// [`Error::SrqCq`].
-    pub fn check_cq(&self, cq: &Cq) -> Result<()> {
+    pub(crate) fn check_cq(&self, cq: &Cq) -> Result<()> {
         if !Arc::ptr_eq(&cq.handle, &self.handle.cq) {
             return Err(Error::SrqCq {
                 srqn: self.handle.srqn,

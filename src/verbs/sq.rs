@@ -124,11 +124,6 @@ impl VerbsSendQueue {
         self.gather_lists_legacy = on;
     }
 
-    /// The QP number.
-    pub fn qpn(&self) -> u32 {
-        self.qp.qpn()
-    }
-
     /// Sets what the device's atomics can do: atomics it lacks are refused before posting
     /// (rdma-core's mlx5 returns EOPNOTSUPP without `atomic_cap`; other providers post them
     /// and fail the request).
@@ -548,11 +543,6 @@ impl VerbsSendQueue {
         self.pending = 0;
         self.shadow.mark_posted(self.seq);
     }
-
-    /// Requests queued and not yet rung.
-    pub fn pending(&self) -> usize {
-        self.pending
-    }
 }
 
 /// Requests queued on a verbs send queue and posted together; rewound when dropped unrung.
@@ -580,10 +570,6 @@ impl<'a> VerbsBatch<'a> {
     /// Requests queued.
     pub fn len(&self) -> usize {
         self.q.pending
-    }
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.q.pending == 0
     }
     /// Posts the batch.
     ///

@@ -8,7 +8,7 @@ use blueflame::Device;
 fn every_promise_on_the_software_nic() {
     for (name, check) in spec::ALL {
         for dev in [Device::sim_stepped(), Device::sim()] {
-            let which = dev.describe();
+            let which = dev.to_string();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&dev)));
             assert!(r.is_ok(), "{name} failed on {which}");
         }

@@ -21,7 +21,7 @@ fn send_depth_is_what_was_asked_on_the_software_nic() {
         max_inline: caps.max_inline as usize,
     };
     assert_eq!(mlx5::wqe::max_wqe_bbs(&lim), 5);
-    assert_eq!(qp.send_ring_blocks(), Some(256));
+    assert_eq!(qp.free_send(), 256, "blocks of the ring, all free");
     assert_eq!(qp.send_depth(), 51);
     assert_eq!(qp.recv_depth(), 256);
     let mr = pd.alloc_mr(4096, common::ALL).unwrap();

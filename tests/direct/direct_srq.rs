@@ -415,11 +415,15 @@ fn refusals_are_typed() {
         pd2.create_qp_with_srq(&f.scq, &f.srq, QpCaps::default()),
         Err(Error::InvalidHandle { .. })
     ));
-    assert!(f.srq.check_cq(&f.rcq).is_ok());
+    // A DCT completes its receives on its SRQ's CQ.
     assert!(matches!(
-        f.srq.check_cq(&f.scq),
+        f.pd.create_dct(&f.scq, &f.srq, 1, Access::REMOTE_WRITE),
         Err(Error::SrqCq { srq_cq, cq, .. }) if srq_cq == f.rcq.cqn() && cq == f.scq.cqn()
     ));
+    assert!(f
+        .pd
+        .create_dct(&f.rcq, &f.srq, 1, Access::REMOTE_WRITE)
+        .is_ok());
     // Another device's CQ.
     let other = Device::sim_stepped();
     let ocq = other.create_cq(16).unwrap();

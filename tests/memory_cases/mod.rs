@@ -279,7 +279,6 @@ pub fn buffers_outlive_requests_in_flight(dev: &Device) {
         pending.try_take().is_none(),
         "not back while the read is outstanding"
     );
-    assert!(!pending.is_ready());
     r.ok(2);
     let back = pending.try_take().expect("back once the read completed");
     assert_eq!(&back.bytes[..5], b"fresh");
@@ -452,7 +451,11 @@ pub fn huge_pages_or_the_sysctl(dev: &Device) {
         }
         Err(e) => panic!("{e}"),
     }
-    let h = HugePages::new_or_normal(1 << 20, PageSize::Huge2M).unwrap();
+    let h = match HugePages::new(1 << 20, PageSize::Huge2M) {
+        Err(Error::NoHugePages { .. }) => HugePages::new(1 << 20, PageSize::Normal),
+        r => r,
+    }
+    .unwrap();
     let expect = if free2m >= 1 {
         PageSize::Huge2M
     } else {
@@ -527,7 +530,6 @@ pub fn mapped_files(dev: &Device, path: &std::path::Path) {
         .open(&path)
         .unwrap();
     let rw = MappedFile::map(&rw, true).unwrap();
-    assert!(rw.writable());
     let rw = r.pd.register(rw, RIGHTS);
     match rw {
         Ok(rw) => {

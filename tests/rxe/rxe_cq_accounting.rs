@@ -26,17 +26,13 @@ fn check(dev: &Device) {
         3
     );
     let depth = a.send_depth();
-    assert!(depth >= 21, "{}: send depth {depth}", dev.describe());
+    assert!(depth >= 21, "{}: send depth {depth}", dev);
     let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
     a.connect_with(&eb, &Timing::default()).expect("connect a");
     b.connect_with(&ea, &Timing::default()).expect("connect b");
     let mr = pd.alloc_mr(4096, RIGHTS).expect("mr");
     let entries = cq_a.guaranteed();
-    assert!(
-        entries >= 8 && entries < depth,
-        "{}: CQ {entries}",
-        dev.describe()
-    );
+    assert!(entries >= 8 && entries < depth, "{}: CQ {entries}", dev);
     let mut accepted = 0u64;
     let e = loop {
         let remote = mr.remote(accepted as usize % 4096).expect("remote");
@@ -44,15 +40,11 @@ fn check(dev: &Device) {
             Ok(()) => accepted += 1,
             Err(e) => break e,
         }
-        assert!(
-            accepted <= depth as u64,
-            "{}: never refused",
-            dev.describe()
-        );
+        assert!(accepted <= depth as u64, "{}: never refused", dev);
     };
     println!(
         "{}: send depth {depth}, CQ of {entries}: {accepted} posts, then {e}",
-        dev.describe()
+        dev
     );
     assert_eq!(accepted, entries as u64);
     assert!(
@@ -127,18 +119,18 @@ fn check_unsignaled(dev: &Device) {
                 assert!(
                     t.elapsed() < Duration::from_secs(10),
                     "{}: stuck at post {i}: nothing signaled in flight",
-                    dev.describe()
+                    dev
                 );
                 dev.process();
                 // Forced signals retire the requests before them; none is reported.
                 assert_eq!(cq_a.poll(&mut out), 0);
             }
-            Err(e) => panic!("{}: post {i}: {e}", dev.describe()),
+            Err(e) => panic!("{}: post {i}: {e}", dev),
         }
     }
     println!(
         "{}: 200 unsignaled writes on a CQ of 8: {refusals} CqFull refusals, each cleared by polling",
-        dev.describe()
+        dev
     );
     assert!(refusals > 0);
     // One signaled request: its completion is the only one reported.

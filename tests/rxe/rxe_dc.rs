@@ -16,7 +16,7 @@ fn dc_is_refused_with_the_device_and_the_missing_transport() {
     };
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
-    let name = dev.describe();
+    let name = dev.to_string();
     let check = |e: Error| match e {
         Error::NoDc { device, why } => {
             assert_eq!(device, name);

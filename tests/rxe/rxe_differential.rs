@@ -18,12 +18,12 @@ fn software_nic_and_device_agree() {
     for line in normalize_rxe(&dev, &mut hw) {
         println!("documented rxe deviation: {line}");
     }
-    let d = diff("software NIC (direct)", &sim, &dev.describe(), &hw);
+    let d = diff("software NIC (direct)", &sim, &dev.to_string(), &hw);
     assert!(d.is_empty(), "the two paths differ:\n{d}");
     println!(
         "{} scenarios identical on the software NIC and {}",
         sim.len(),
-        dev.describe()
+        dev
     );
 }
 
@@ -39,7 +39,7 @@ fn ud_on_software_nic_and_device_agree() {
     let hw = ud::run_all(&dev);
     ud::check(&hw);
     for o in hw.iter().filter(|o| !o.grh.is_empty()) {
-        println!("{}: {}", dev.describe(), ud::grh_deviation(o));
+        println!("{}: {}", dev, ud::grh_deviation(o));
     }
     let sim_dev = Device::sim();
     let pd = sim_dev.alloc_pd().expect("pd");
@@ -58,11 +58,11 @@ fn ud_on_software_nic_and_device_agree() {
     for o in sim.iter().filter(|o| !o.grh.is_empty()) {
         println!("software NIC: {}", ud::grh_deviation(o));
     }
-    let d = ud::diff("software NIC (direct)", &sim, &dev.describe(), &hw);
+    let d = ud::diff("software NIC (direct)", &sim, &dev.to_string(), &hw);
     assert!(d.is_empty(), "the two paths differ on UD:\n{d}");
     println!(
         "{} UD scenarios identical on the software NIC and {}",
         sim.len(),
-        dev.describe()
+        dev
     );
 }

@@ -125,7 +125,7 @@ fn solicited_filtering(dev: &Device) {
             .expect("wait")
             .is_none(),
         "{}: an unsolicited send raised an event under a solicited-only arm",
-        dev.describe()
+        dev
     );
     // Still armed: a solicited send raises it.
     e.send(3, true);
@@ -256,7 +256,7 @@ fn flush_wakes_the_waiter(dev: &Device) {
     std::thread::sleep(Duration::from_millis(200));
     e.b.set_error().expect("b to error");
     let (got, took) = waiter.join().expect("waiter");
-    println!("{}: woken by flushes after {took:?}", dev.describe());
+    println!("{}: woken by flushes after {took:?}", dev);
     assert_eq!(
         got,
         (100..103)

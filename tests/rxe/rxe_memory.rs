@@ -18,7 +18,7 @@ macro_rules! on_device {
             let Some(dev) = device::under_test() else {
                 return device::skipped(stringify!($name));
             };
-            println!("device: {}", dev.describe());
+            println!("device: {}", dev.to_string());
             let case: fn(&Device) = $case;
             case(&dev);
         }

@@ -55,11 +55,7 @@ fn check(dev: &Device) {
         ("timeout 12, retry 3", short),
     ] {
         let (c, took) = to_a_peer_in_error(dev, &timing);
-        println!(
-            "{}: {name}: {c:?} after {:.2} s",
-            dev.describe(),
-            took.as_secs_f64()
-        );
+        println!("{}: {name}: {c:?} after {:.2} s", dev, took.as_secs_f64());
         assert_eq!(
             c,
             vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)],

@@ -16,9 +16,5 @@ fn every_promise_on_the_device() {
             Err(_) => failed.push(*name),
         }
     }
-    assert!(
-        failed.is_empty(),
-        "failed on {}: {failed:?}",
-        dev.describe()
-    );
+    assert!(failed.is_empty(), "failed on {}: {failed:?}", dev);
 }

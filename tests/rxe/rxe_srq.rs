@@ -96,7 +96,6 @@ fn refusals(dev: &Device) {
         f.srq.post_recv(&[sge], 99),
         Err(Error::QueueFull { free: 0, .. })
     ));
-    assert!(matches!(f.srq.check_cq(&f.scq), Err(Error::SrqCq { .. })));
 }
 
 #[test]
@@ -118,8 +117,8 @@ fn srq_on_the_device() {
         println!("documented rxe deviation: {line}");
     }
     let sim: Vec<Observed> = srq::ALL.iter().map(|(_, f)| f(&Device::sim())).collect();
-    let d = diff("software NIC (direct)", &sim, &dev.describe(), &hw);
+    let d = diff("software NIC (direct)", &sim, &dev.to_string(), &hw);
     assert!(d.is_empty(), "the two paths differ:\n{d}");
     srq::check(&hw);
-    println!("SRQ: identical on the software NIC and {}", dev.describe());
+    println!("SRQ: identical on the software NIC and {}", dev);
 }

@@ -111,11 +111,8 @@ fn what_rxe_does_with_datagrams() {
     let Some(dev) = device::under_test() else {
         return device::skipped("what_rxe_does_with_datagrams");
     };
-    if !dev.describe().contains(" rxe") {
-        return println!(
-            "SKIPPED what_rxe_does_with_datagrams: {} is not rxe",
-            dev.describe()
-        );
+    if !dev.to_string().contains(" rxe") {
+        return println!("SKIPPED what_rxe_does_with_datagrams: {} is not rxe", dev);
     }
     let mut n = Net::new(&dev, 2);
     let b_qpn = n.nodes[1].qp.qpn();

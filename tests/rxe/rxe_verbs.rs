@@ -18,9 +18,9 @@ fn every_scenario_on_the_device() {
         dev.data_path(),
         DataPath::Verbs,
         "rxe runs the verbs path: {}",
-        dev.describe()
+        dev
     );
-    println!("device: {}", dev.describe());
+    println!("device: {}", dev);
     let mut all = run_all(&dev);
     for line in normalize_rxe(&dev, &mut all) {
         println!("documented rxe deviation: {line}");

@@ -36,7 +36,7 @@ fn both_apis_agree_with_the_software_nic() {
     let sim = run_all(&Device::sim());
     // rxe (rdma-core 44) has both extended APIs: `auto` takes them.
     let auto = Some(VerbsApi::Extended);
-    assert_eq!(api_now(&dev), (auto, auto), "{}", dev.describe());
+    assert_eq!(api_now(&dev), (auto, auto), "{}", dev);
     for (value, api) in [
         ("legacy", VerbsApi::Legacy),
         ("extended", VerbsApi::Extended),

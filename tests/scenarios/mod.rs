@@ -769,7 +769,7 @@ pub const RXE_DEVIATIONS: &[(&str, usize, WcStatus, WcStatus)] = &[
 /// that rxe reported exactly the documented one. Returns what it mapped, for the log.
 pub fn normalize_rxe(dev: &Device, all: &mut [Observed]) -> Vec<String> {
     let mut applied = Vec::new();
-    if !dev.describe().contains(" rxe") {
+    if !dev.to_string().contains(" rxe") {
         return applied;
     }
     for &(name, i, mlx5, rxe) in RXE_DEVIATIONS {

@@ -286,7 +286,7 @@ pub fn check(all: &[Observed]) {
 /// not flushed all the same: the scenario's completions agree). Returns what it mapped.
 pub fn normalize_rxe(dev: &Device, all: &mut [Observed]) -> Vec<String> {
     let mut applied = Vec::new();
-    if !dev.describe().contains(" rxe") {
+    if !dev.to_string().contains(" rxe") {
         return applied;
     }
     if let Some(o) = all.iter_mut().find(|o| o.name == "srq_qp_error") {

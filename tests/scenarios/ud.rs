@@ -352,7 +352,7 @@ fn ud_unsignaled(dev: &Device) -> UdObserved {
 /// membership. This joins `MGID`'s IPv4 group on the interface of `ep`'s IPv4-mapped GID
 /// (kept while the socket lives); None elsewhere (the software NIC, non-IPv4 GIDs).
 pub fn ip_join(dev: &Device, ep: &UdEndpoint) -> Option<std::net::UdpSocket> {
-    if !dev.describe().contains(" rxe")
+    if !dev.to_string().contains(" rxe")
         || ep.gid[..12] != [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]
     {
         return None;

@@ -892,25 +892,3 @@ fn ping_pong_with_the_nic_thread() {
         assert_eq!(u64::from_le_bytes(v), i);
     }
 }
-
-#[test]
-fn an_address_handles_static_rate_is_the_verbs_rate_on_every_backend() {
-    // `AhAttr::static_rate` is an `enum ibv_rate`, as on the verbs path (`ibv_create_ah`);
-    // the mlx5 AV carries the mlx5 code rdma-core's `mlx5_create_ah` converts it to.
-    let (_dev, pd, _mr) = setup();
-    let b = node(&pd, 5);
-    for (ibv_rate, mlx5_code) in [
-        (0u8, 0u8),
-        (2, 7),
-        (3, 8),
-        (7, 12),
-        (11, 11),
-        (16, 15),
-        (99, 0),
-    ] {
-        let mut attr = AhAttr::from(&b.qp.endpoint());
-        attr.static_rate = ibv_rate;
-        let ah = pd.create_ah(attr).unwrap();
-        assert_eq!(ah.av().stat_rate_sl >> 4, mlx5_code, "IBV rate {ibv_rate}");
-    }
-}

@@ -40,13 +40,22 @@ use crate::Request;
 /// # #[cfg(not(feature = "sim"))] fn main() {}
 /// ```
 #[must_use = "a batch posts nothing until rung"]
-pub enum Batch<'a> {
+pub struct Batch<'a>(Path<'a>);
+
+/// The data path a batch is written on.
+pub(super) enum Path<'a> {
     /// Direct path.
     Direct(direct::Batch<'a>),
     /// Verbs path.
     Verbs(VerbsBatch<'a>),
     /// The QP is not connected: every push fails with [`Error::InvalidState`].
     NotConnected(&'static str),
+}
+
+impl<'a> Batch<'a> {
+    pub(super) fn new(path: Path<'a>) -> Batch<'a> {
+        Batch(path)
+    }
 }
 
 impl Batch<'_> {
@@ -56,8 +65,8 @@ impl Batch<'_> {
     /// As [`PostSend::post`](crate::PostSend::post); the requests pushed before stay in the batch.
     #[inline(always)]
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        match self {
-            Batch::Direct(b) => b.push(req, cookie, flags),
+        match &mut self.0 {
+            Path::Direct(b) => b.push(req, cookie, flags),
             // By value: the direct path's request can then stay in registers.
             _ => self.push_other(*req, cookie, flags),
         }
@@ -66,19 +75,19 @@ impl Batch<'_> {
     /// [`Batch::push`] on the verbs path, or before `connect`.
     #[inline(never)]
     fn push_other(&mut self, req: Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        match self {
-            Batch::Direct(b) => b.push(&req, cookie, flags),
-            Batch::Verbs(b) => b.push(&req, cookie, flags),
-            Batch::NotConnected(state) => Err(Error::InvalidState { state }),
+        match &mut self.0 {
+            Path::Direct(b) => b.push(&req, cookie, flags),
+            Path::Verbs(b) => b.push(&req, cookie, flags),
+            Path::NotConnected(state) => Err(Error::InvalidState { state }),
         }
     }
 
     /// Requests in the batch.
     pub fn len(&self) -> usize {
-        match self {
-            Batch::Direct(b) => b.len(),
-            Batch::Verbs(b) => b.len(),
-            Batch::NotConnected(_) => 0,
+        match &self.0 {
+            Path::Direct(b) => b.len(),
+            Path::Verbs(b) => b.len(),
+            Path::NotConnected(_) => 0,
         }
     }
 
@@ -93,13 +102,13 @@ impl Batch<'_> {
     /// On the verbs path, the `ibv_post_send` error (the direct path cannot fail here).
     #[inline(always)]
     pub fn ring(self) -> Result<()> {
-        match self {
-            Batch::Direct(b) => {
+        match self.0 {
+            Path::Direct(b) => {
                 b.ring();
                 Ok(())
             }
-            Batch::Verbs(b) => b.ring(),
-            Batch::NotConnected(_) => Ok(()),
+            Path::Verbs(b) => b.ring(),
+            Path::NotConnected(_) => Ok(()),
         }
     }
 }

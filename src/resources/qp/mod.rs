@@ -250,15 +250,6 @@ impl Qp {
         }
     }
 
-    /// Blocks of the direct path's send ring (None on the verbs path, which counts work
-    /// requests).
-    pub fn send_ring_blocks(&self) -> Option<u32> {
-        match &self.path {
-            QpPath::Direct { sq, .. } => Some(sq.ring_blocks()),
-            QpPath::Verbs { .. } => None,
-        }
-    }
-
     /// A refused post: a queue or CQ that does not drain may be the sign of an
     /// asynchronous event (a CQ in error writes no completions, a failed device runs
     /// nothing): the device's events are read, and one about this QP, its CQs or the device
@@ -294,11 +285,11 @@ impl Qp {
     /// Starts a batch (one doorbell for many requests).
     pub fn batch(&mut self) -> Batch<'_> {
         if let Err(Error::InvalidState { state }) = self.check_state() {
-            return Batch::NotConnected(state);
+            return Batch::new(batch::Path::NotConnected(state));
         }
         match &mut self.path {
-            QpPath::Direct { sq, .. } => Batch::Direct(sq.batch()),
-            QpPath::Verbs { sq, .. } => Batch::Verbs(VerbsBatch::new(sq)),
+            QpPath::Direct { sq, .. } => Batch::new(batch::Path::Direct(sq.batch())),
+            QpPath::Verbs { sq, .. } => Batch::new(batch::Path::Verbs(VerbsBatch::new(sq))),
         }
     }
 }

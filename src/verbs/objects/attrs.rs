@@ -89,7 +89,7 @@ impl Timing {
     ///
     /// # Errors
     /// [`crate::Error::InvalidParameter`] naming the field.
-    pub fn check(&self) -> crate::Result<()> {
+    pub(crate) fn check(&self) -> crate::Result<()> {
         for (what, v, max) in [
             ("timing: rnr_retry (at most 7)", self.rnr_retry, 7),
             ("timing: retry_cnt (at most 7)", self.retry_cnt, 7),

@@ -9,7 +9,6 @@ use super::pd::Pd;
 use super::srq::Srq;
 use super::td::{qp_pd, thread_domain, ThreadDomain};
 use crate::error::{Error, Result};
-use crate::verbs::device::Context;
 use crate::verbs::ex::{
     create_qp_ex, send_ops_flags, ud_send_ops_flags, ApiChoice, SendOps, UdSendOps, VerbsApi,
 };
@@ -31,7 +30,8 @@ pub struct Qp {
     pub(super) cm_id: Option<*mut ffi::rdma_cm_id>,
     /// The QP's thread domain, when it was created on one: freed after the QP (Drop).
     pub(super) td: Option<ThreadDomain>,
-    pub(super) pd: Arc<Pd>,
+    /// Keeps the domain alive until the QP is destroyed.
+    pub(super) _pd: Arc<Pd>,
     pub(super) _cqs: [Arc<Cq>; 2],
     /// The SRQ the QP takes its receives from (destroyed after the QP).
     pub(super) _srq: Option<Arc<Srq>>,
@@ -196,7 +196,7 @@ impl Qp {
             ud_ops: None,
             cm_id: None,
             td,
-            pd,
+            _pd: pd,
             _cqs: [send_cq, recv_cq],
             _srq: srq,
             recv_targets: Default::default(),
@@ -247,7 +247,7 @@ impl Qp {
             ud_ops: None,
             cm_id: Some(id),
             td,
-            pd,
+            _pd: pd,
             _cqs: [send_cq, recv_cq],
             _srq: None,
             recv_targets: Default::default(),
@@ -273,11 +273,6 @@ impl Qp {
     pub fn qpn(&self) -> u32 {
         // SAFETY: live QP.
         unsafe { (*self.qp).qp_num }
-    }
-
-    /// The context.
-    pub fn context(&self) -> &Context {
-        &self.pd.ctx
     }
 
     pub(super) fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: u32) -> Result<(), VerbsError> {
@@ -487,16 +482,11 @@ impl Qp {
             ud_ops,
             cm_id: None,
             td,
-            pd,
+            _pd: pd,
             _cqs: [send_cq, recv_cq],
             _srq: None,
             recv_targets: Default::default(),
         })
-    }
-
-    /// Whether this QP was created as a UD QP with the extended send operations.
-    pub fn ud_api(&self) -> VerbsApi {
-        self.api()
     }
 
     /// RESET -> INIT (P_Key index 0, `port`, Q_Key `qkey`) -> RTR -> RTS (send PSN `psn`):

@@ -141,7 +141,7 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let mut plain = Plain::new(&name, gid)?;
     eprintln!(
         "bfperf: icount-verbs on {}: QP {:?}, CQ {:?}; plain pair extended: {}",
-        dev.describe(),
+        dev,
         a.verbs_api(),
         cq_a.verbs_api(),
         plain.has_extended()

@@ -56,7 +56,7 @@ pub fn open(o: &Opts) -> Result<(Device, String)> {
         "auto" => Device::open_default()?,
         name => Device::open(name, o.gid_index)?,
     };
-    let what = format!("{}, {:?} data path", dev.describe(), dev.data_path());
+    let what = format!("{}, {:?} data path", dev, dev.data_path());
     Ok((dev, what))
 }
 
