@@ -8,10 +8,10 @@
 //! it does, every pending event is read (each one disarms the CQ) before tokio's readiness is
 //! cleared, so an event that arrives after that read makes the descriptor readable again.
 
+use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::resources::channel::Taken;
 use crate::resources::{CompletionChannel, Cq, Notify};
-use crate::Completion;
 use core::pin::Pin;
 use core::task::{ready, Context, Poll};
 use tokio::io::unix::AsyncFd;

@@ -15,11 +15,15 @@
 //! # let _ = conn; Ok(()) }
 //! ```
 
+use crate::caps::QpCaps;
 use crate::connect::RemoteBuf;
 use crate::error::{Error, Result};
+use crate::resources::Cq;
+use crate::resources::Device;
+use crate::resources::Pd;
+use crate::resources::Qp;
 use crate::verbs::cm::CmId;
 use crate::verbs::device::Context;
-use crate::{Cq, Device, Pd, Qp, QpCaps};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -19,7 +19,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::Endpoint;
+use crate::verbs::objects::Endpoint;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;

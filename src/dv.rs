@@ -8,8 +8,8 @@
 //! Reviewed against rdma-core `providers/mlx5/mlx5.c` (`mlx5dv_get_qp`, `mlx5dv_get_cq`) and
 //! UCX `uct_ib_mlx5_get_txwq` / `uct_ib_mlx5_get_cq`.
 
+use crate::data_path::DataPath;
 use crate::error::{Error, Result};
-use crate::DataPath;
 use mlx5::{RawCq, RawQp, RawSrq};
 use std::ffi::c_void;
 use std::sync::OnceLock;

@@ -36,7 +36,7 @@ pub enum Error {
     /// device (`ibv_get_async_event`): a CQ in error writes no more completions, a QP in
     /// error flushes its work, a port down or a failed device runs nothing. Recreate the CQ
     /// and its QPs (or the device).
-    AsyncEvent(crate::AsyncEvent),
+    AsyncEvent(crate::async_event::AsyncEvent),
     /// More scatter/gather entries than the QP was created for.
     TooManySge {
         /// Entries given.
@@ -130,9 +130,9 @@ pub enum Error {
     /// window's rights against its region's, or a region without the bind right).
     Privileges {
         /// Rights asked for.
-        requested: crate::Access,
+        requested: mlx5::request::Access,
         /// Rights the region allows (and whether it has the bind right).
-        allowed: crate::Access,
+        allowed: mlx5::request::Access,
     },
     /// A memory-window bind larger than one KLM describes (2 GiB).
     BindTooLong {
@@ -152,7 +152,7 @@ pub enum Error {
     /// Region rights that verbs refuses (`ibv_reg_mr` fails with `EINVAL`).
     RegionRights {
         /// The rights asked for.
-        access: crate::Access,
+        access: mlx5::request::Access,
         /// What is wrong with them.
         why: &'static str,
     },
@@ -216,13 +216,13 @@ pub enum Error {
     /// The device lacks a memory capability (on-demand paging, implicit on-demand paging,
     /// dma-buf), as its attributes say (`ibv_query_device_ex` `odp_caps`; the software NIC's
     /// `mlx5::sim::MemoryCaps`) or as rdma-core answered (`EOPNOTSUPP`).
-    Capability(crate::Capability),
+    Capability(crate::error::Capability),
     /// Read-only memory (`&'static [u8]`, a read-only file mapping, a read-only
     /// [`RawBuffer`](crate::RawBuffer)) with rights that let the device write it, or a CPU
     /// write into it ([`MemoryRegion::write`](crate::MemoryRegion::write)).
     ReadOnlyBuffer {
         /// The rights asked for (or the region's, for a CPU write).
-        access: crate::Access,
+        access: mlx5::request::Access,
     },
     /// The region does not hold a buffer of the type asked for
     /// ([`MemoryRegion::into_buffer`](crate::MemoryRegion::into_buffer)).

@@ -193,6 +193,7 @@ mod caps;
 pub mod cm;
 mod completion;
 pub mod connect;
+mod data_path;
 mod direct;
 mod dv;
 mod error;

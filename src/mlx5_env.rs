@@ -15,8 +15,8 @@
 //!   responder scatter-to-CQE, so small received sends land in the receive buffers instead
 //!   of inside the CQE. The direct path handles both; the software NIC follows the switch.
 
+use crate::data_path::DataPath;
 use crate::error::{Error, Result};
-use crate::DataPath;
 use mlx5::RawQp;
 
 /// The variables that matter to the direct path, as rdma-core interprets them.

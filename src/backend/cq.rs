@@ -1,49 +1,14 @@
 //! Completion queues of each backend: the device's CQ, what it is polled with (its raw
 //! ring on the direct path, rdma-core's CQ on the verbs path), and its completion events.
 
-#[cfg(feature = "sim")]
 use super::sim;
+#[cfg(feature = "sim")]
+use super::spec::{ChannelSource, CqRings, CqSpec, EventSink};
 use super::{rdma, Dev};
 use crate::async_event::Subject;
 use crate::error::Result;
 use crate::verbs;
-use mlx5::MiniCqeFormat;
 use std::sync::{Arc, Weak};
-
-/// Where the events of a CQ of the software NIC go as it raises them: a completion channel
-/// (rdma-core's are read from the channel's descriptor instead).
-pub(crate) trait EventSink: Send + Sync {
-    /// The CQ `id` (its `token` on the channel) raised an event.
-    // Only the software NIC calls it.
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
-    fn cq_event(&self, id: u32, token: u64);
-}
-
-/// A completion channel's source of events in a backend: rdma-core's channel (read from its
-/// descriptor), or none (the software NIC pushes them to an [`EventSink`]).
-pub(crate) type ChannelSource = Option<Arc<verbs::channel::CompChannel>>;
-
-/// What a new CQ is.
-pub(crate) struct CqSpec<'a> {
-    pub(crate) entries: u32,
-    pub(crate) cqe_size: u32,
-    pub(crate) zip: Option<MiniCqeFormat>,
-    /// The channel's rdma-core source, when the CQ's events go to a channel.
-    pub(crate) channel: Option<&'a ChannelSource>,
-}
-
-/// How a CQ is polled.
-pub(crate) enum CqRings {
-    /// The direct path, over the CQ's ring: `promised` entries the device guarantees (shared
-    /// out among the queues), compressed sessions when `compressed`.
-    Direct {
-        raw: mlx5::RawCq,
-        promised: u32,
-        compressed: bool,
-    },
-    /// The verbs path, over rdma-core's CQ.
-    Verbs(Arc<verbs::objects::Cq>),
-}
 
 /// A CQ of a backend (destroyed on drop, once nothing holds it).
 pub(crate) enum Cq {

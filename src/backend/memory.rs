@@ -3,6 +3,7 @@
 use super::rdma;
 #[cfg(feature = "sim")]
 use super::sim;
+use super::spec::MrInfo;
 use crate::error::Result;
 use crate::queue::lifetime::Deregister;
 use mlx5::request::{Access, MwType};
@@ -13,9 +14,6 @@ pub(crate) enum Pd {
     Sim(sim::Pd),
     Rdma(rdma::Pd),
 }
-
-/// What a registration reports: (address, length, lkey, rkey).
-pub(crate) type MrInfo = (u64, u64, u32, u32);
 
 /// A live registration of a region: deregistered by [`Deregister::deregister`] (the
 /// device may refuse while a window is bound to it), or on drop.
@@ -80,8 +78,8 @@ impl Pd {
     pub(crate) unsafe fn register_implicit(&self, access: Access) -> Result<(Reg, MrInfo)> {
         match self {
             #[cfg(feature = "sim")]
-            Pd::Sim(_) => Err(crate::Error::Capability(
-                crate::Capability::ImplicitOnDemandPaging,
+            Pd::Sim(_) => Err(crate::error::Error::Capability(
+                crate::error::Capability::ImplicitOnDemandPaging,
             )),
             // SAFETY: the caller's contract.
             Pd::Rdma(p) => unsafe { p.register_implicit(access) }.map(|(r, i)| (Reg::Rdma(r), i)),
@@ -102,7 +100,9 @@ impl Pd {
     ) -> Result<(Reg, MrInfo)> {
         match self {
             #[cfg(feature = "sim")]
-            Pd::Sim(_) => Err(crate::Error::Capability(crate::Capability::DmaBuf)),
+            Pd::Sim(_) => Err(crate::error::Error::Capability(
+                crate::error::Capability::DmaBuf,
+            )),
             Pd::Rdma(p) => p
                 .register_dmabuf(fd, offset, len, iova, access)
                 .map(|(r, i)| (Reg::Rdma(r), i)),

@@ -21,13 +21,15 @@ pub(crate) mod qp;
 pub(crate) mod rdma;
 #[cfg(feature = "sim")]
 mod sim;
+pub(crate) mod spec;
 pub(crate) mod srq;
 
-pub(crate) use cq::{ChannelSource, Cq, CqRings, CqSpec, EventSink};
-pub(crate) use memory::{MrInfo, Mw, Pd, Reg};
-pub(crate) use qp::{initial_psn, Qp, QpKind, QpRings, QpSpec};
+pub(crate) use cq::Cq;
+pub(crate) use memory::{Mw, Pd, Reg};
+pub(crate) use qp::{initial_psn, Qp, QpKind, QpSpec};
 pub(crate) use rdma::RdmaDev;
-pub(crate) use srq::{Srq, SrqRings};
+pub(crate) use spec::{ChannelSource, CqRings, CqSpec, EventSink, MrInfo, QpRings, SrqRings};
+pub(crate) use srq::Srq;
 
 use crate::async_event::{AsyncEvent, Subject};
 use crate::error::{Error, Result};
@@ -116,10 +118,10 @@ impl Dev {
     }
 
     /// The data path the device's QPs run.
-    pub(crate) fn data_path(&self) -> crate::DataPath {
+    pub(crate) fn data_path(&self) -> crate::data_path::DataPath {
         match self {
             #[cfg(feature = "sim")]
-            Dev::Sim(_) => crate::DataPath::Direct,
+            Dev::Sim(_) => crate::data_path::DataPath::Direct,
             Dev::Rdma(r) => r.path,
         }
     }
@@ -157,7 +159,7 @@ impl Dev {
         match self {
             #[cfg(feature = "sim")]
             Dev::Sim(n) => Some(n.cqe_comp_caps()),
-            Dev::Rdma(r) if r.path == crate::DataPath::Direct => r.cqe_comp,
+            Dev::Rdma(r) if r.path == crate::data_path::DataPath::Direct => r.cqe_comp,
             Dev::Rdma(_) => None,
         }
     }

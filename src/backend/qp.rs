@@ -3,8 +3,9 @@
 //! backend's object (state changes, multicast, destruction) and what its queues are posted
 //! with: its raw rings for the direct path, rdma-core's QP for the verbs path.
 
-#[cfg(feature = "sim")]
 use super::sim;
+#[cfg(feature = "sim")]
+use super::spec::{QpRings, UdPort};
 use super::{rdma, Cq, Pd, Srq};
 use crate::caps::QpCaps;
 use crate::error::Result;
@@ -51,31 +52,6 @@ pub(crate) enum QpKind<'a> {
         dc_key: u64,
         access: Access,
     },
-}
-
-/// How a QP's queues are posted to.
-pub(crate) enum QpRings {
-    /// The direct path, over the QP's rings; `dedicated` when its BlueFlame register is its
-    /// own (a thread domain of its own), else shared and rung under its lock.
-    Direct { raw: mlx5::RawQp, dedicated: bool },
-    /// The verbs path, over rdma-core's QP; `legacy_gather` for rxe's gather lists (its
-    /// `wr_set_sge_list` miscounts them before rdma-core 64).
-    Verbs {
-        qp: Arc<verbs::objects::Qp>,
-        legacy_gather: bool,
-    },
-    /// No queue to post to (a DC target).
-    None,
-}
-
-/// What a new UD QP's port says of it.
-pub(crate) struct UdPort {
-    /// The largest datagram (the port's active MTU).
-    pub(crate) mtu: u32,
-    pub(crate) lid: u16,
-    /// The source GID (zero on InfiniBand without a GID index).
-    pub(crate) gid: [u8; 16],
-    pub(crate) ethernet: bool,
 }
 
 /// A QP of a backend: state changes and multicast, destroyed on drop (on the verbs path,

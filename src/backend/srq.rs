@@ -1,21 +1,14 @@
 //! Shared receive queues of each backend: the device's SRQ and what it is posted with (its
 //! raw ring on the direct path, rdma-core's SRQ on the verbs path).
 
-#[cfg(feature = "sim")]
 use super::sim;
+#[cfg(feature = "sim")]
+use super::spec::SrqRings;
 use super::{rdma, Pd};
 use crate::async_event::Subject;
 use crate::error::Result;
 use crate::verbs;
 use std::sync::Arc;
-
-/// How an SRQ is posted to.
-pub(crate) enum SrqRings {
-    /// The direct path, over the SRQ's ring (`mlx5dv_init_obj`, or the software NIC's).
-    Direct(mlx5::RawSrq),
-    /// The verbs path, over rdma-core's SRQ.
-    Verbs(Arc<verbs::srq::Srq>),
-}
 
 /// An SRQ of a backend (destroyed on drop: after every QP on it, which hold its handle).
 pub(crate) enum Srq {

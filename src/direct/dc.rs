@@ -7,7 +7,7 @@
 use super::sq::{wc_opcode, Batch, SendQueue, Transport};
 use crate::error::{Error, Result};
 use crate::queue::checks::{check_atomic_kind, MASKED_ATOMICS, STANDARD_ATOMICS};
-use crate::PostFlags;
+use crate::queue::flags::PostFlags;
 use mlx5::dc::{dc_wqe_ds, encode_dc, DcAddr, MAX_DCTN};
 use mlx5::request::{Payload, Request};
 

@@ -155,7 +155,7 @@ impl SendQueue {
 mod tests {
     use super::*;
     use crate::direct::FAST_INLINE_MAX;
-    use crate::Error;
+    use crate::error::Error;
     use mlx5::RawQp;
 
     #[repr(C, align(64))]

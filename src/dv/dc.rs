@@ -171,7 +171,7 @@ fn zeroed_attr() -> ffi_v::ibv_qp_attr {
 /// The transitions of a DCI to RTS (UCX `uct_dc_mlx5_iface_dci_connect`): INIT with the
 /// pkey index and port; RTR with the path MTU (no remote QP, no address); RTS with the ACK
 /// timeout, retry counts, `max_rd_atomic` and the send PSN.
-pub fn dci_steps(p: &PortAttrs, t: &crate::Timing, max_rd_atomic: u8) -> [Step; 3] {
+pub fn dci_steps(p: &PortAttrs, t: &crate::verbs::objects::Timing, max_rd_atomic: u8) -> [Step; 3] {
     use ffi_v::ibv_qp_attr_mask as m;
     let mut init = zeroed_attr();
     init.qp_state = ffi_v::ibv_qp_state::IBV_QPS_INIT;
@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn a_dci_reaches_rts_without_a_remote_qp() {
-        let timing = crate::Timing {
+        let timing = crate::verbs::objects::Timing {
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,

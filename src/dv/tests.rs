@@ -86,10 +86,11 @@ fn a_ud_send_on_library_rings_carries_the_providers_av() {
     let mut sq = unsafe { crate::direct::SendQueue::new(&raw) }.unwrap();
     let send = mlx5::wqe::UdSend {
         dgram: DatagramSeg::ud(&av, 0x4321, 0x1111_2222),
-        data: crate::Payload::Inline(b"hello"),
+        data: mlx5::request::Payload::Inline(b"hello"),
         imm: None,
     };
-    sq.post_ud(&send, 9, crate::PostFlags::SIGNALED).unwrap();
+    sq.post_ud(&send, 9, crate::queue::flags::PostFlags::SIGNALED)
+        .unwrap();
     drop(sq);
     let wqe = &buf[1024..1024 + 128];
     // Control segment: opcode SEND, the QP number, the size in 16-byte units
@@ -284,7 +285,7 @@ fn cq_fields_and_128_byte_cqes() {
     }
     // SAFETY: the ring and record above live longer than the poller.
     let mut cq = unsafe { crate::direct::CompletionQueue::new(&raw) }.unwrap();
-    let mut out = [crate::Completion::default(); 4];
+    let mut out = [crate::completion::Completion::default(); 4];
     assert_eq!(cq.poll(&mut out), 0);
     let bad = ffi::mlx5dv_cq { cqe_size: 32, ..dv };
     assert!(matches!(

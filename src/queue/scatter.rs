@@ -288,8 +288,8 @@ impl Drop for ScatterTable {
 /// CPU and checks no key (rdma-core's mlx5 `mlx5_copy_to_recv_wqe`): posted, it would let a
 /// peer's bytes land wherever the entry points.
 #[cold]
-pub(crate) fn not_cpu_writable(lkey: u32) -> crate::Error {
-    crate::Error::InvalidParameter {
+pub(crate) fn not_cpu_writable(lkey: u32) -> crate::error::Error {
+    crate::error::Error::InvalidParameter {
         what: "receive entry outside every CPU-writable registered region of the protection \
                domain (lkey; rdma-core's mlx5 provider copies small messages into receive \
                buffers with the CPU)",

@@ -79,11 +79,11 @@ mod rate_tests {
     /// the mlx5 AV carries the mlx5 code rdma-core's `mlx5_create_ah` converts it to.
     #[test]
     fn an_address_handles_static_rate_is_the_verbs_rate() {
-        let dev = crate::Device::sim_stepped();
+        let dev = crate::resources::Device::sim_stepped();
         let pd = dev.alloc_pd().unwrap();
         let cq = dev.create_cq(16).unwrap();
         let qp = pd
-            .create_ud_qp(&cq, &cq, crate::QpCaps::default(), 5)
+            .create_ud_qp(&cq, &cq, crate::caps::QpCaps::default(), 5)
             .unwrap();
         for (ibv_rate, mlx5_code) in [
             (0u8, 0u8),

@@ -4,12 +4,12 @@ use super::channel::{CompletionChannel, Notify};
 use super::events::Subject;
 use super::{CqOptions, Device};
 use crate::backend::{self, CqRings, CqSpec};
+use crate::completion::Completion;
 use crate::direct::CompletionQueue;
 use crate::error::{Error, Result};
 use crate::queue::registry::Registry;
 use crate::verbs::cq::VerbsCompletionQueue;
 use crate::verbs::ex::VerbsApi;
-use crate::Completion;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -14,11 +14,13 @@ use crate::backend::{self, QpKind, QpRings, QpSpec};
 use crate::direct::SendQueue;
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
+use crate::queue::flags::PostFlags;
 use crate::queue::registry::Attached;
 use crate::verbs::ex::VerbsApi;
 use crate::verbs::objects::Timing;
-use crate::{Access, PostFlags, Request};
 use mlx5::dc::{DcAddr, AV_BYTES, MAX_DCTN};
+use mlx5::request::Access;
+use mlx5::request::Request;
 use std::sync::Arc;
 
 /// Where a DCI request goes: a DCT's address vector (the 48-byte `struct mlx5_wqe_av` of an
@@ -65,7 +67,7 @@ impl DcPeer {
     ///
     /// # Errors
     /// As [`DcPeer::new`].
-    pub fn from_ah(ah: &crate::AddressHandle, dctn: u32, dc_key: u64) -> Result<DcPeer> {
+    pub fn from_ah(ah: &crate::resources::AddressHandle, dctn: u32, dc_key: u64) -> Result<DcPeer> {
         DcPeer::from_av(ah.av(), dctn, dc_key)
     }
 
@@ -330,7 +332,7 @@ impl Pd {
     pub fn create_dct(
         &self,
         recv_cq: &Cq,
-        srq: &crate::Srq,
+        srq: &crate::resources::Srq,
         dc_key: u64,
         access: Access,
     ) -> Result<Dct> {
@@ -622,13 +624,13 @@ mod tests {
     #[cfg(feature = "sim")]
     #[test]
     fn a_peer_from_an_address_handle_carries_its_av() {
-        let dev = crate::Device::sim_stepped();
+        let dev = crate::resources::Device::sim_stepped();
         let pd = dev.alloc_pd().unwrap();
         let ah = pd
-            .create_ah(crate::AhAttr {
+            .create_ah(crate::address::AhAttr {
                 dlid: 9,
                 sl: 2,
-                ..crate::AhAttr::default()
+                ..crate::address::AhAttr::default()
             })
             .unwrap();
         let peer = DcPeer::from_ah(&ah, 0x42, 0x77).unwrap();

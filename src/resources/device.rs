@@ -2,9 +2,10 @@
 
 use super::{Cq, MemoryRegion};
 use crate::backend::{self, Dev};
+use crate::data_path::DataPath;
 use crate::error::{Capability, Error, Refused, Result};
 use crate::verbs;
-use crate::Access;
+use mlx5::request::Access;
 #[cfg(feature = "sim")]
 use mlx5::sim::{Nic, UarConfig};
 use std::sync::Arc;
@@ -38,15 +39,6 @@ impl core::fmt::Display for Device {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(&self.backend.describe())
     }
-}
-
-/// Which data path a QP runs.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum DataPath {
-    /// WQEs into the ring, BlueFlame doorbell, CQEs polled from the ring (mlx5, software NIC).
-    Direct,
-    /// `ibv_post_send` / `ibv_poll_cq` (any other device).
-    Verbs,
 }
 
 impl Device {
@@ -563,7 +555,7 @@ impl Pd {
     /// NIC for an entry the kernel would refuse (not an on-demand region of this domain,
     /// out of range, or a write prefetch of a region without local write); the
     /// `ibv_advise_mr` error.
-    pub fn prefetch(&self, sgl: &[crate::Sge], write: bool, flush: bool) -> Result<()> {
+    pub fn prefetch(&self, sgl: &[mlx5::request::Sge], write: bool, flush: bool) -> Result<()> {
         if sgl.is_empty() {
             return Err(Error::InvalidParameter {
                 what: "prefetch entries",

@@ -22,11 +22,12 @@ use std::sync::Mutex;
 /// are reported instead when it finds one; every other error stands.
 #[cold]
 pub(crate) fn explain_refusal(
-    e: crate::Error,
-    check: impl FnOnce() -> crate::Result<()>,
-) -> crate::Error {
+    e: crate::error::Error,
+    check: impl FnOnce() -> crate::error::Result<()>,
+) -> crate::error::Error {
     match e {
-        crate::Error::QueueFull { .. } | crate::Error::CqFull { .. } => match check() {
+        crate::error::Error::QueueFull { .. } | crate::error::Error::CqFull { .. } => match check()
+        {
             Err(event) => event,
             Ok(()) => e,
         },
@@ -67,10 +68,10 @@ impl Events {
 
     /// Reads the pending events ([`Events::pump`]) and reports the first one about
     /// `subjects` (or the whole device) as [`Error::AsyncEvent`](crate::Error::AsyncEvent).
-    pub(crate) fn check(&self, backend: &Dev, subjects: &[Subject]) -> crate::Result<()> {
+    pub(crate) fn check(&self, backend: &Dev, subjects: &[Subject]) -> crate::error::Result<()> {
         self.pump(backend);
         match self.about(subjects) {
-            Some(e) => Err(crate::Error::AsyncEvent(e)),
+            Some(e) => Err(crate::error::Error::AsyncEvent(e)),
             None => Ok(()),
         }
     }

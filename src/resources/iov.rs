@@ -6,7 +6,10 @@ use super::{MemoryRegion, PostSend, Qp, QueuePair};
 use crate::connect::RemoteBuf;
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
-use crate::{Payload, Remote, Request, Sge};
+use mlx5::request::Payload;
+use mlx5::request::Remote;
+use mlx5::request::Request;
+use mlx5::request::Sge;
 use std::sync::Arc;
 
 /// One local segment: `len` bytes at offset `off` of a registered region.

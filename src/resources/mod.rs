@@ -32,6 +32,7 @@ mod ud;
 mod ud_verbs;
 
 pub use crate::caps::QpCaps;
+pub use crate::data_path::DataPath;
 pub use crate::verbs::objects::Endpoint;
 pub use ah::{AddressHandle, AhAttr, GlobalRoute, UdEndpoint, DEFAULT_HOP_LIMIT};
 pub use buffer::{RawBuffer, RawParts, RegionBuffer};
@@ -39,7 +40,7 @@ pub use channel::{CompletionChannel, CqEvent, Notify};
 pub use cq::Cq;
 pub use cq_options::CqOptions;
 pub use dc::{DcPeer, DcSend, Dci, DciBatch, Dct};
-pub use device::{DataPath, Device, Pd};
+pub use device::{Device, Pd};
 pub use events::AsyncEvent;
 pub use iov::{LocalSeg, MAX_IOV};
 pub use mr::MemoryRegion;

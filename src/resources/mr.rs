@@ -7,8 +7,10 @@ use crate::backend::{MrInfo, Reg};
 use crate::error::{Error, Refused, Result};
 use crate::queue::pin::Pins;
 use crate::queue::regions::Region;
-use crate::{Access, Remote, Sge};
 use core::sync::atomic::Ordering;
+use mlx5::request::Access;
+use mlx5::request::Remote;
+use mlx5::request::Sge;
 use std::sync::Arc;
 
 /// Registered memory: the NIC may read and write it under its keys.

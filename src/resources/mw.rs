@@ -6,7 +6,8 @@ use crate::backend;
 use crate::error::{Error, Result};
 use crate::queue::lifetime::Deregister;
 use crate::queue::shadow::{SendEntry, Shadow};
-use crate::{Access, MwType};
+use mlx5::request::Access;
+use mlx5::request::MwType;
 use std::sync::Arc;
 
 /// A memory window. Its rkey changes with every bind ([`MemoryWindow::rkey`] is the current

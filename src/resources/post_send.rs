@@ -3,7 +3,10 @@
 
 use crate::error::Result;
 use crate::queue::flags::PostFlags;
-use crate::{Payload, Remote, Request, Sge};
+use mlx5::request::Payload;
+use mlx5::request::Remote;
+use mlx5::request::Request;
+use mlx5::request::Sge;
 
 /// Posting requests: one required method, [`PostSend::post`], and the shapes every sender
 /// shares built on it (io-uring's one-place-per-opcode: a request kind is a [`Request`]

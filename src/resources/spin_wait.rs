@@ -17,8 +17,8 @@
 //!   driven by tokio's reactor.
 
 use super::Cq;
+use crate::completion::Completion;
 use crate::error::{Error, Result};
-use crate::Completion;
 use std::time::{Duration, Instant};
 
 /// How long [`Cq::wait_spin`] busy-polls before it sleeps.

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::queue::cq_share::CqShare;
 use crate::queue::srq_shared::SrqShared;
 use crate::verbs::srq::VerbsSrq;
-use crate::Sge;
+use mlx5::request::Sge;
 use std::sync::{Arc, Mutex};
 
 /// The limits of a shared receive queue.

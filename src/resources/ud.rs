@@ -6,11 +6,14 @@ use super::qp::RecvSide;
 use super::ud_verbs::{is_roce_multicast, VerbsUd};
 use super::{Cq, Pd, Qp, QpCaps, QueuePair};
 use crate::backend::{self, QpKind, QpRings, QpSpec};
+use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
+use crate::queue::flags::PostFlags;
 use crate::verbs::ex::VerbsApi;
-use crate::{DataPath, Payload, PostFlags, Sge};
 use mlx5::av::{DatagramSeg, MULTICAST_LID_BASE, PERMISSIVE_LID};
+use mlx5::request::Payload;
+use mlx5::request::Sge;
 use mlx5::wqe::UdSend;
 
 /// The QP number of a send to a multicast group (`0xffffff`, InfiniBand's multicast QPN).

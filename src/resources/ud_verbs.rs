@@ -14,7 +14,8 @@ use crate::verbs;
 use crate::verbs::ex::VerbsApi;
 use crate::verbs::rq::VerbsRecvQueue;
 use crate::verbs::ud::VerbsUdSendQueue;
-use crate::{Payload, Sge};
+use mlx5::request::Payload;
+use mlx5::request::Sge;
 use std::sync::Arc;
 
 /// A UD QP on the verbs path, ready to send and receive.

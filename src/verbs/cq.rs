@@ -5,10 +5,10 @@
 use super::calls::PollCq;
 use super::ex::{PollOps, VerbsApi, WcRead};
 use super::rq::{RECV_TAG, UD_TAG};
+use crate::completion::WcStatus;
 use crate::completion::{Completion, WcOpcode};
 use crate::queue::cq_share::CqSlots;
 use crate::queue::registry::{Attached, Registry};
-use crate::WcStatus;
 use rdma_sys as ffi;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

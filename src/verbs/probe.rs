@@ -13,7 +13,7 @@ use super::device::Context;
 use super::ex::{ApiChoice, SendOps};
 use super::objects::{ConnLimits, Cq, Endpoint, Mr, Pd, Qp, Timing};
 use crate::error::{Error, Result};
-use crate::Access;
+use mlx5::request::Access;
 use rdma_sys as ffi;
 use std::sync::Arc;
 

@@ -10,7 +10,7 @@ use crate::queue::cq_share::{CqShare, CqSlots};
 use crate::queue::regions::{RegionCheck, Regions};
 use crate::queue::scatter::ScatterTable;
 use crate::queue::shadow::Shadow;
-use crate::Sge;
+use mlx5::request::Sge;
 use rdma_sys as ffi;
 use std::sync::Arc;
 

@@ -14,7 +14,10 @@ use crate::error::{Error, QueueUnit, Result};
 use crate::queue::cq_share::{CqShare, CqSlots};
 use crate::queue::flags::PostFlags;
 use crate::queue::shadow::{SendEntry, Shadow};
-use crate::{Fence, Payload, Request, Sge};
+use mlx5::ctrl::Fence;
+use mlx5::request::Payload;
+use mlx5::request::Request;
+use mlx5::request::Sge;
 use rdma_sys as ffi;
 use std::sync::Arc;
 

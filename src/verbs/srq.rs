@@ -12,7 +12,7 @@ use crate::error::{Error, QueueUnit, Result};
 use crate::queue::cq_share::{CqShare, CqSlots};
 use crate::queue::regions::{RegionCheck, Regions};
 use crate::queue::srq_shared::SrqShared;
-use crate::Sge;
+use mlx5::request::Sge;
 use rdma_sys as ffi;
 use std::sync::Arc;
 

@@ -20,7 +20,8 @@ use super::sq::{VerbsSendQueue, MAX_BATCH};
 use crate::completion::WcOpcode;
 use crate::error::{Error, QueueUnit, Result};
 use crate::queue::flags::PostFlags;
-use crate::{Fence, Payload};
+use mlx5::ctrl::Fence;
+use mlx5::request::Payload;
 use rdma_sys as ffi;
 use std::sync::Arc;
 

@@ -3,11 +3,11 @@
 //! polls (`ibv_create_cq_ex` where the provider has it).
 
 use super::RdmaDev;
-use crate::backend::cq::{CqRings, CqSpec};
+use crate::backend::spec::{CqRings, CqSpec};
+use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::verbs;
 use crate::verbs::ex::ApiChoice;
-use crate::DataPath;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -63,7 +63,14 @@ pub(crate) fn create_cq(
                     caps: r.cqe_comp,
                 });
             }
-            verbs::objects::Cq::new_compressed(r.ctx.clone(), entries, format, ch)?
+            let chp = ch.as_ref().map_or(std::ptr::null_mut(), |c| c.ch);
+            // SAFETY: live context of an mlx5 device (the direct path runs only there); `chp`
+            // is null or a live channel of it, kept alive by the CQ that adopts it.
+            let cq = unsafe {
+                crate::dv::create_cq_compressed(r.ctx.ctx.cast(), entries, format, chp.cast())?
+            };
+            // SAFETY: just created on this context with this channel; the CQ owns it now.
+            unsafe { verbs::objects::Cq::adopt(r.ctx.clone(), cq.cast(), ch) }
         }
     });
     // SAFETY: a live CQ of an mlx5 device (the path is Direct only on mlx5).

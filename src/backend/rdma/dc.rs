@@ -3,13 +3,13 @@
 //! a DCI's ring taken over with `mlx5dv_init_obj`. Devices without DC refuse with
 //! [`Error::NoDc`].
 
-use super::qp::Qp;
 use super::{Pd, RdmaDev};
-use crate::backend::qp::{QpRings, QpSpec};
+use crate::backend::qp::QpSpec;
+use crate::backend::spec::QpRings;
 use crate::backend::Srq;
+use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::verbs::objects::Timing;
-use crate::DataPath;
 use mlx5::request::Access;
 
 /// A DC QP rdma-core created on a ConnectX (`mlx5dv_create_qp`), destroyed on drop.
@@ -92,7 +92,11 @@ fn no_dc(d: &RdmaDev) -> Error {
 
 /// A DCI on a ConnectX: `mlx5dv_create_qp` (`MLX5DV_DCTYPE_DCI`), UCX's transitions to RTS,
 /// the ring from `mlx5dv_init_obj`.
-pub(super) fn create_dci(p: &Pd, spec: &QpSpec<'_>, timing: &Timing) -> Result<(Qp, QpRings, u32)> {
+pub(super) fn create_dci(
+    p: &Pd,
+    spec: &QpSpec<'_>,
+    timing: &Timing,
+) -> Result<(HwDc, QpRings, u32)> {
     let d = &p.dev;
     if d.path != DataPath::Direct {
         return Err(no_dc(d));
@@ -147,7 +151,7 @@ pub(super) fn create_dci(p: &Pd, spec: &QpSpec<'_>, timing: &Timing) -> Result<(
         raw,
         dedicated: false,
     };
-    Ok((Qp::dc(d, hw), rings, qpn))
+    Ok((hw, rings, qpn))
 }
 
 /// A DCT on a ConnectX: `mlx5dv_create_qp` (`MLX5DV_DCTYPE_DCT`) on `srq`, UCX's
@@ -158,7 +162,7 @@ pub(super) fn create_dct(
     srq: &Srq,
     dc_key: u64,
     access: Access,
-) -> Result<(Qp, QpRings, u32)> {
+) -> Result<(HwDc, QpRings, u32)> {
     let d = &p.dev;
     if d.path != DataPath::Direct {
         return Err(no_dc(d));
@@ -174,5 +178,5 @@ pub(super) fn create_dct(
     let hw = unsafe { HwDc::create(d.ctx.ctx, t, (p.pd.pd, cq.cq, vsrq), cap, &mut steps)? };
     // SAFETY: `hw.0` is live; rdma-core filled the QP number (the DCT number).
     let n = unsafe { (*hw.0).qp_num };
-    Ok((Qp::dc(d, hw), QpRings::None, n))
+    Ok((hw, QpRings::None, n))
 }

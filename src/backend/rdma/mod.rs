@@ -14,10 +14,10 @@ pub(crate) use qp::{create_qp, Qp};
 pub(crate) use srq::create_srq;
 
 use crate::async_event::{AsyncEvent, Subject};
+use crate::data_path::DataPath;
 use crate::error::{Capability, Error, Result};
 use crate::verbs;
 use crate::verbs::device::RawAsync;
-use crate::DataPath;
 use mlx5::request::{Access, MwType, Sge};
 use rdma_sys as ffi;
 use std::sync::Arc;
@@ -147,7 +147,7 @@ pub(crate) struct Pd {
 /// An rdma-core registration.
 pub(crate) type Mr = verbs::objects::Mr;
 
-fn made(mr: Mr) -> (Mr, super::memory::MrInfo) {
+fn made(mr: Mr) -> (Mr, crate::backend::spec::MrInfo) {
     let i = mr.info();
     (mr, i)
 }
@@ -188,7 +188,7 @@ impl Pd {
         &self,
         len: usize,
         access: Access,
-    ) -> Result<(Mr, super::memory::MrInfo)> {
+    ) -> Result<(Mr, crate::backend::spec::MrInfo)> {
         Ok(made(Mr::alloc(self.pd.clone(), len, access)?))
     }
 
@@ -199,7 +199,7 @@ impl Pd {
         ptr: *mut u8,
         len: usize,
         access: Access,
-    ) -> Result<(Mr, super::memory::MrInfo)> {
+    ) -> Result<(Mr, crate::backend::spec::MrInfo)> {
         // SAFETY: the caller's contract.
         Ok(made(unsafe {
             Mr::register(self.pd.clone(), ptr, len, access)
@@ -211,7 +211,7 @@ impl Pd {
     pub(super) unsafe fn register_implicit(
         &self,
         access: Access,
-    ) -> Result<(Mr, super::memory::MrInfo)> {
+    ) -> Result<(Mr, crate::backend::spec::MrInfo)> {
         // SAFETY: addr 0, length SIZE_MAX with ON_DEMAND is rdma-core's implicit on-demand
         // registration; the caller vouched for every address a request will name through it.
         Ok(made(unsafe {
@@ -226,7 +226,7 @@ impl Pd {
         len: usize,
         iova: u64,
         access: Access,
-    ) -> Result<(Mr, super::memory::MrInfo)> {
+    ) -> Result<(Mr, crate::backend::spec::MrInfo)> {
         match Mr::register_dmabuf(self.pd.clone(), offset, len, iova, fd, access) {
             Ok(mr) => Ok(made(mr)),
             Err(e) if e.source.raw_os_error() == Some(libc::EOPNOTSUPP) => {

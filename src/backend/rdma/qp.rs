@@ -4,12 +4,13 @@
 
 use super::dc::HwDc;
 use super::{Pd, RdmaDev};
-use crate::backend::qp::{initial_psn, QpKind, QpRings, QpSpec, UdPort};
+use crate::backend::qp::{initial_psn, QpKind, QpSpec};
+use crate::backend::spec::{QpRings, UdPort};
+use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::verbs;
 use crate::verbs::ex::ApiChoice;
 use crate::verbs::objects::{ConnLimits, Endpoint, Timing};
-use crate::DataPath;
 use std::sync::Arc;
 
 /// What an rdma-core QP is.
@@ -58,13 +59,19 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     // register of its own (the verbs path locks inside rdma-core anyway).
     let direct = d.path == DataPath::Direct && !env.qp_signature;
     let qp = match &spec.kind {
-        QpKind::Dci { timing } => return super::dc::create_dci(p, spec, timing),
+        QpKind::Dci { timing } => {
+            let (hw, rings, qpn) = super::dc::create_dci(p, spec, timing)?;
+            return Ok((Qp::dc(d, hw), rings, qpn));
+        }
         QpKind::Dct {
             srq,
             dc_key,
             access,
             ..
-        } => return super::dc::create_dct(p, spec, srq, *dc_key, *access),
+        } => {
+            let (hw, rings, n) = super::dc::create_dct(p, spec, srq, *dc_key, *access)?;
+            return Ok((Qp::dc(d, hw), rings, n));
+        }
         QpKind::Ud {
             recv_cq,
             qkey,
@@ -178,7 +185,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
 
 impl Qp {
     /// A DC QP of `dev`.
-    pub(super) fn dc(dev: &Arc<RdmaDev>, hw: HwDc) -> Qp {
+    fn dc(dev: &Arc<RdmaDev>, hw: HwDc) -> Qp {
         Qp {
             dev: dev.clone(),
             hw: Hw::Dc(hw),

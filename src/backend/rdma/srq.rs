@@ -3,10 +3,10 @@
 //! `ibv_post_srq_recv`.
 
 use super::Pd;
-use crate::backend::srq::SrqRings;
+use crate::backend::spec::SrqRings;
+use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::verbs;
-use crate::DataPath;
 use std::sync::Arc;
 
 /// A number for a verbs SRQ: rdma-core names an SRQ only by its `ibv_srq` (the SRQ number

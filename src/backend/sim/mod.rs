@@ -94,7 +94,7 @@ impl Mw {
     }
 }
 
-fn made(nic: &Nic, i: mlx5::sim::MrInfo) -> (Reg, super::memory::MrInfo) {
+fn made(nic: &Nic, i: mlx5::sim::MrInfo) -> (Reg, crate::backend::spec::MrInfo) {
     (
         Reg {
             nic: nic.clone(),
@@ -116,7 +116,7 @@ impl Pd {
         &self,
         len: usize,
         access: Access,
-    ) -> Result<(Reg, super::memory::MrInfo)> {
+    ) -> Result<(Reg, crate::backend::spec::MrInfo)> {
         Ok(made(&self.nic, self.nic.alloc_mr(self.pd, len, access)?))
     }
 
@@ -127,7 +127,7 @@ impl Pd {
         ptr: *mut u8,
         len: usize,
         access: Access,
-    ) -> Result<(Reg, super::memory::MrInfo)> {
+    ) -> Result<(Reg, crate::backend::spec::MrInfo)> {
         // SAFETY: the caller's contract.
         let i = unsafe { self.nic.reg_mr(self.pd, ptr, len, access) }?;
         Ok(made(&self.nic, i))
@@ -174,9 +174,9 @@ impl Drop for Cq {
     }
 }
 
-/// The NIC's sink of a CQ's events: the channel's [`super::cq::EventSink`].
+/// The NIC's sink of a CQ's events: the channel's [`crate::backend::spec::EventSink`].
 struct Sink {
-    to: std::sync::Weak<dyn super::cq::EventSink>,
+    to: std::sync::Weak<dyn crate::backend::spec::EventSink>,
     id: u32,
     token: u64,
 }
@@ -190,7 +190,12 @@ impl mlx5::sim::CqEventSink for Sink {
 }
 
 impl Cq {
-    pub(super) fn link(&self, id: u32, token: u64, to: std::sync::Weak<dyn super::cq::EventSink>) {
+    pub(super) fn link(
+        &self,
+        id: u32,
+        token: u64,
+        to: std::sync::Weak<dyn crate::backend::spec::EventSink>,
+    ) {
         let sink = Sink { to, id, token };
         let _ = self
             .nic
@@ -205,8 +210,8 @@ impl Cq {
 /// A CQ of the NIC: a ring of at least `entries` entries (a power of two).
 pub(super) fn create_cq(
     n: &Nic,
-    spec: &super::cq::CqSpec<'_>,
-) -> Result<(Cq, super::cq::CqRings, u32)> {
+    spec: &crate::backend::spec::CqSpec<'_>,
+) -> Result<(Cq, crate::backend::spec::CqRings, u32)> {
     let cnt = spec.entries.max(2).next_power_of_two();
     let raw = match spec.zip {
         Some(f) => n.create_cq_compressed(cnt, spec.cqe_size, f)?,
@@ -216,7 +221,7 @@ pub(super) fn create_cq(
         nic: n.clone(),
         cqn: raw.cqn,
     };
-    let rings = super::cq::CqRings::Direct {
+    let rings = crate::backend::spec::CqRings::Direct {
         promised: raw.cqe_cnt,
         compressed: spec.zip.is_some(),
         raw,
@@ -247,7 +252,7 @@ impl Pd {
         &self,
         entries: u32,
         max_sge: u32,
-    ) -> Result<(Srq, super::srq::SrqRings, u32)> {
+    ) -> Result<(Srq, crate::backend::spec::SrqRings, u32)> {
         let raw = self.nic.create_srq(
             self.pd,
             mlx5::sim::SrqCaps {
@@ -259,7 +264,7 @@ impl Pd {
             nic: self.nic.clone(),
             srqn: raw.srqn,
         };
-        Ok((srq, super::srq::SrqRings::Direct(raw), raw.srqn))
+        Ok((srq, crate::backend::spec::SrqRings::Direct(raw), raw.srqn))
     }
 }
 

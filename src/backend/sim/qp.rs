@@ -3,7 +3,8 @@
 //! worker one), with rdma-core's `MLX5_*` switches applied as on a ConnectX.
 
 use super::{Nic, Pd};
-use crate::backend::qp::{QpKind, QpRings, QpSpec, UdPort};
+use crate::backend::qp::{QpKind, QpSpec};
+use crate::backend::spec::{QpRings, UdPort};
 use crate::caps::QpCaps;
 use crate::error::{Error, Result};
 use crate::verbs::objects::{Endpoint, Timing};

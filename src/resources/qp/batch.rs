@@ -4,7 +4,7 @@ use crate::direct::{self};
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
 use crate::verbs::sq::VerbsBatch;
-use crate::Request;
+use mlx5::request::Request;
 /// Requests written together and posted with one doorbell (direct path) or one
 /// `ibv_post_send` of a linked list (verbs path). Dropped without [`Batch::ring`], it posts
 /// nothing.

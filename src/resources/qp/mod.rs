@@ -5,6 +5,7 @@ use super::cq::CqHandle;
 use super::events::Subject;
 use super::{Pd, QueuePair};
 use crate::backend::{self};
+use crate::data_path::DataPath;
 use crate::direct::{RecvQueue, SendQueue};
 use crate::error::{Error, Result};
 use crate::verbs;
@@ -12,7 +13,6 @@ use crate::verbs::ex::VerbsApi;
 use crate::verbs::objects::{Endpoint, Timing};
 use crate::verbs::rq::VerbsRecvQueue;
 use crate::verbs::sq::{VerbsBatch, VerbsSendQueue};
-use crate::DataPath;
 use std::sync::Arc;
 
 mod batch;
@@ -116,7 +116,7 @@ impl core::fmt::Debug for Qp {
 impl Qp {
     /// How the direct path rings this QP's doorbell (None on the verbs path): a BlueFlame
     /// register of its own, a shared one under its lock, or 8-byte doorbells only.
-    pub fn doorbell_mode(&self) -> Option<crate::DoorbellMode> {
+    pub fn doorbell_mode(&self) -> Option<crate::direct::DoorbellMode> {
         match &self.path {
             QpPath::Direct { sq, .. } => Some(sq.doorbell_mode()),
             QpPath::Verbs { .. } => None,

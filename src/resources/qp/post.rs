@@ -5,7 +5,10 @@ use super::{Qp, QpPath};
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
 use crate::resources::PostSend;
-use crate::{Payload, Remote, Request, Sge};
+use mlx5::request::Payload;
+use mlx5::request::Remote;
+use mlx5::request::Request;
+use mlx5::request::Sge;
 
 impl PostSend for Qp {
     #[inline(always)]

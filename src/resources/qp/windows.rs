@@ -5,12 +5,12 @@ use super::{Qp, QpPath};
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
 use crate::verbs::sq::WindowBind;
-use crate::Request;
+use mlx5::request::Request;
 use std::sync::Arc;
 
 /// rdma-core's window of `mw` (a window of this QP's domain, checked by the caller: the
 /// verbs path runs only on rdma-core devices).
-fn verbs_window(mw: &crate::MemoryWindow) -> Result<*mut rdma_sys::ibv_mw> {
+fn verbs_window(mw: &crate::resources::MemoryWindow) -> Result<*mut rdma_sys::ibv_mw> {
     mw.verbs_mw()
         .ok_or_else(|| crate::backend::other_device("window of another device (rkey)"))
 }
@@ -48,11 +48,11 @@ impl Qp {
     #[allow(clippy::too_many_arguments)]
     pub fn bind_mw(
         &mut self,
-        mw: &mut crate::MemoryWindow,
-        mr: &crate::MemoryRegion,
+        mw: &mut crate::resources::MemoryWindow,
+        mr: &crate::resources::MemoryRegion,
         off: usize,
         len: usize,
-        rights: crate::Access,
+        rights: mlx5::request::Access,
         cookie: u64,
         flags: PostFlags,
     ) -> Result<u32> {
@@ -84,7 +84,7 @@ impl Qp {
         mw.settle();
         mw.check_flight(self.qpn)?;
         let (old, bound) = mw.effective();
-        if mw.mw_type == crate::MwType::Two && bound.is_some() {
+        if mw.mw_type == mlx5::request::MwType::Two && bound.is_some() {
             return Err(Error::WindowState {
                 rkey: old,
                 state: "bound (a type-2 window is unbound with Qp::unbind_mw before a new bind)",
@@ -95,7 +95,7 @@ impl Qp {
         let access = rights;
         let new_rkey = match &mut self.path {
             QpPath::Direct { sq, .. } => {
-                let b = crate::BindMw {
+                let b = mlx5::request::BindMw {
                     mw_rkey: old,
                     new_rkey,
                     mw_type: mw.mw_type,
@@ -146,7 +146,7 @@ impl Qp {
     /// [`Error::QueueFull`].
     pub fn unbind_mw(
         &mut self,
-        mw: &mut crate::MemoryWindow,
+        mw: &mut crate::resources::MemoryWindow,
         cookie: u64,
         flags: PostFlags,
     ) -> Result<u32> {
@@ -161,7 +161,7 @@ impl Qp {
         mw.check_flight(self.qpn)?;
         let (old, bound) = mw.effective();
         let new_rkey = match mw.mw_type {
-            crate::MwType::Two => {
+            mlx5::request::MwType::Two => {
                 match bound {
                     Some(q) if q == self.qpn => {}
                     Some(_) => {
@@ -186,17 +186,17 @@ impl Qp {
                 .map_err(|e| self.explain(e))?;
                 old
             }
-            crate::MwType::One => match &mut self.path {
+            mlx5::request::MwType::One => match &mut self.path {
                 QpPath::Direct { sq, .. } => {
                     let new_rkey = next_variant(old);
-                    let b = crate::BindMw {
+                    let b = mlx5::request::BindMw {
                         mw_rkey: old,
                         new_rkey,
-                        mw_type: crate::MwType::One,
+                        mw_type: mlx5::request::MwType::One,
                         mr_lkey: 0,
                         addr: 0,
                         len: 0,
-                        access: crate::Access::NONE,
+                        access: mlx5::request::Access::NONE,
                     };
                     sq.post_window(&Request::BindMw(b), cookie, flags)?;
                     new_rkey
@@ -204,13 +204,13 @@ impl Qp {
                 QpPath::Verbs { sq, .. } => {
                     let b = WindowBind {
                         mw: verbs_window(mw)?,
-                        mw_type: crate::MwType::One,
+                        mw_type: mlx5::request::MwType::One,
                         rkey: old,
                         new_rkey: old,
                         mr: None,
                         addr: 0,
                         len: 0,
-                        access: crate::Access::NONE,
+                        access: mlx5::request::Access::NONE,
                     };
                     // SAFETY: the window is a live object of this QP's domain (checked
                     // above); an unbind names no memory.
@@ -223,7 +223,12 @@ impl Qp {
     }
 
     /// Records the bind or unbind of `mw` this QP just posted as in flight.
-    fn record_window_step(&self, mw: &mut crate::MemoryWindow, rkey: u32, bound: Option<u32>) {
+    fn record_window_step(
+        &self,
+        mw: &mut crate::resources::MemoryWindow,
+        rkey: u32,
+        bound: Option<u32>,
+    ) {
         let (shadow, start, end) = match &self.path {
             QpPath::Direct { sq, .. } => {
                 let (start, end) = sq.last_wqe();

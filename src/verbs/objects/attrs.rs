@@ -89,7 +89,7 @@ impl Timing {
     ///
     /// # Errors
     /// [`crate::Error::InvalidParameter`] naming the field.
-    pub(crate) fn check(&self) -> crate::Result<()> {
+    pub(crate) fn check(&self) -> crate::error::Result<()> {
         for (what, v, max) in [
             ("timing: rnr_retry (at most 7)", self.rnr_retry, 7),
             ("timing: retry_cnt (at most 7)", self.retry_cnt, 7),
@@ -97,7 +97,7 @@ impl Timing {
             ("timing: min_rnr_timer (at most 31)", self.min_rnr_timer, 31),
         ] {
             if v > max {
-                return Err(crate::Error::InvalidParameter {
+                return Err(crate::error::Error::InvalidParameter {
                     what,
                     value: v as u64,
                 });

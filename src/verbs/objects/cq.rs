@@ -32,7 +32,7 @@ impl Cq {
     /// # Errors
     /// The `ibv_create_cq` error; [`crate::Error::Unsupported`] when `api` requires the
     /// extended CQ and the provider refuses it.
-    pub fn new(ctx: Arc<Context>, entries: u32, api: ApiChoice) -> crate::Result<Cq> {
+    pub fn new(ctx: Arc<Context>, entries: u32, api: ApiChoice) -> crate::error::Result<Cq> {
         Cq::with_channel(ctx, entries, None, 0, api)
     }
 
@@ -49,7 +49,7 @@ impl Cq {
         channel: Option<Arc<CompChannel>>,
         context: usize,
         api: ApiChoice,
-    ) -> crate::Result<Cq> {
+    ) -> crate::error::Result<Cq> {
         let ch = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.ch);
         if api.wants_extended() {
             // SAFETY: a zeroed attribute is valid (vector 0, no optional field).
@@ -85,7 +85,7 @@ impl Cq {
         // vector 0.
         let cq = unsafe { ffi::ibv_create_cq(ctx.ctx, entries as i32, context as *mut _, ch, 0) };
         if cq.is_null() {
-            return Err(crate::Error::Verbs(last("ibv_create_cq")));
+            return Err(crate::error::Error::Verbs(last("ibv_create_cq")));
         }
         Ok(Cq {
             cq,
@@ -104,28 +104,23 @@ impl Cq {
         }
     }
 
-    /// A CQ of at least `entries` entries whose CQEs an mlx5 device compresses with
-    /// mini-CQEs of `format` (`crate::dv::create_cq_compressed`), its events on `channel`.
+    /// Takes over a CQ created on `ctx` by another call (mlx5dv's `mlx5dv_create_cq` for a
+    /// compressing CQ), its events on `channel`: destroyed with `ibv_destroy_cq` on drop.
     ///
-    /// # Errors
-    /// As `crate::dv::create_cq_compressed`.
-    pub(crate) fn new_compressed(
+    /// # Safety
+    /// `cq` is a live CQ of `ctx`, created with `channel` (or none), that nothing else
+    /// destroys.
+    pub(crate) unsafe fn adopt(
         ctx: Arc<Context>,
-        entries: u32,
-        format: mlx5::MiniCqeFormat,
+        cq: *mut ffi::ibv_cq,
         channel: Option<Arc<CompChannel>>,
-    ) -> crate::Result<Cq> {
-        let ch = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.ch);
-        // SAFETY: live context of an mlx5 device (the direct path runs only there); `ch` is
-        // null or a live channel of it (kept alive by the CQ).
-        let cq =
-            unsafe { crate::dv::create_cq_compressed(ctx.ctx.cast(), entries, format, ch.cast())? };
-        Ok(Cq {
-            cq: cq.cast(),
+    ) -> Cq {
+        Cq {
+            cq,
             poll_ops: None,
             _ctx: ctx,
             _channel: channel,
-        })
+        }
     }
 
     /// Entries the CQ really has.

@@ -5,7 +5,7 @@
 use super::pd::Pd;
 use crate::verbs::ex::advise_mr;
 use crate::verbs::{code, last, VerbsError};
-use crate::Access;
+use mlx5::request::Access;
 use rdma_sys as ffi;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::Arc;
@@ -136,7 +136,12 @@ impl Mr {
     ///
     /// # Errors
     /// The `ibv_advise_mr` error (`EOPNOTSUPP` without the provider call).
-    pub fn advise(pd: &Pd, write: bool, flush: bool, sgl: &[crate::Sge]) -> Result<(), VerbsError> {
+    pub fn advise(
+        pd: &Pd,
+        write: bool,
+        flush: bool,
+        sgl: &[mlx5::request::Sge],
+    ) -> Result<(), VerbsError> {
         use ffi::ib_uverbs_advise_mr_advice as adv;
         let mut list: Vec<ffi::ibv_sge> = sgl
             .iter()

@@ -13,7 +13,7 @@ use crate::verbs::ex::{
     create_qp_ex, send_ops_flags, ud_send_ops_flags, ApiChoice, SendOps, UdSendOps, VerbsApi,
 };
 use crate::verbs::{code, last, VerbsError};
-use crate::Access;
+use mlx5::request::Access;
 use rdma_sys as ffi;
 use std::sync::Arc;
 
@@ -118,7 +118,7 @@ fn create_with(
     attr_of: impl Fn(bool) -> ffi::ibv_qp_init_attr_ex,
     create: impl Fn(&mut ffi::ibv_qp_init_attr_ex) -> *mut ffi::ibv_qp,
     destroy: impl Fn(*mut ffi::ibv_qp),
-) -> crate::Result<(*mut ffi::ibv_qp, Caps, Option<SendOps>)> {
+) -> crate::error::Result<(*mut ffi::ibv_qp, Caps, Option<SendOps>)> {
     if api.wants_extended() {
         let mut attr = attr_of(true);
         let qp = create(&mut attr);
@@ -136,7 +136,7 @@ fn create_with(
     let mut attr = attr_of(false);
     let qp = create(&mut attr);
     if qp.is_null() {
-        return Err(crate::Error::Verbs(last(call)));
+        return Err(crate::error::Error::Verbs(last(call)));
     }
     Ok((qp, caps_of(&attr), None))
 }
@@ -157,7 +157,7 @@ impl Qp {
         caps: Caps,
         thread_domain: bool,
         api: ApiChoice,
-    ) -> crate::Result<Qp> {
+    ) -> crate::error::Result<Qp> {
         Qp::with_srq(pd, send_cq, recv_cq, caps, thread_domain, api, None)
     }
 
@@ -174,7 +174,7 @@ impl Qp {
         thread_domain: bool,
         api: ApiChoice,
         srq: Option<Arc<Srq>>,
-    ) -> crate::Result<Qp> {
+    ) -> crate::error::Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
         let on = qp_pd(&pd, &td);
         let (qp, real, send_ops) = create_with(
@@ -220,7 +220,7 @@ impl Qp {
         caps: Caps,
         thread_domain: bool,
         api: ApiChoice,
-    ) -> crate::Result<Qp> {
+    ) -> crate::error::Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
         let on = qp_pd(&pd, &td);
         let (qp, real, send_ops) = create_with(

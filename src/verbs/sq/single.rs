@@ -8,7 +8,9 @@ use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
 use crate::queue::shadow::SendEntry;
 use crate::verbs::code;
-use crate::{Fence, Payload, Request};
+use mlx5::ctrl::Fence;
+use mlx5::request::Payload;
+use mlx5::request::Request;
 use rdma_sys as ffi;
 
 /// A request [`VerbsSendQueue::post_single`] posts without a queued work request: an
@@ -18,7 +20,7 @@ struct Single {
     wc: WcOpcode,
     /// Bytes a successful completion reports (a read's length).
     byte_len: u32,
-    remote: crate::Remote,
+    remote: mlx5::request::Remote,
     /// The inline bytes (lkey 0) or the read's buffer.
     buf: ffi::ibv_sge,
     /// `IBV_SEND_INLINE` or 0.
@@ -52,7 +54,7 @@ impl Single {
             Request::Send {
                 data: Payload::Inline(b),
             } => {
-                let none = crate::Remote { addr: 0, rkey: 0 };
+                let none = mlx5::request::Remote { addr: 0, rkey: 0 };
                 inline(O::IBV_WR_SEND, WcOpcode::Send, none, b)
             }
             Request::Read { remote, sgl: [s] }
@@ -107,7 +109,7 @@ impl VerbsSendQueue {
     pub fn write_inline(
         &mut self,
         data: &[u8],
-        remote: crate::Remote,
+        remote: mlx5::request::Remote,
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
@@ -246,7 +248,8 @@ impl VerbsSendQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Remote, Sge};
+    use mlx5::request::Remote;
+    use mlx5::request::Sge;
 
     /// The requests `post_one` posts without a queued work request: an inline write or send
     /// of 1 to `max_inline` bytes, a read into one non-empty buffer; nothing else (those take

@@ -9,7 +9,7 @@ use crate::error::{Error, QueueUnit, Result};
 use crate::queue::flags::PostFlags;
 use crate::queue::shadow::SendEntry;
 use crate::verbs::code;
-use crate::Request;
+use mlx5::request::Request;
 use mlx5::request::{Access, MwType};
 use rdma_sys as ffi;
 

@@ -21,7 +21,7 @@
 //! the difference of its two medians. Debian's perftest 4.5 has no write with immediate
 //! (`--write_with_imm`), so that test runs bfperf alone.
 
-use crate::{root, run};
+use crate::shell::{root, run};
 use std::process::Command;
 
 /// One comparison: its label, perftest's program and options (none: bfperf alone),
@@ -251,7 +251,7 @@ pub fn main(args: &[String]) -> bool {
     ) {
         return false;
     }
-    let Some((_, log)) = crate::rxe::run_in_vm(&script(&filters)) else {
+    let Some((_, log)) = crate::vm::run_in_vm(&script(&filters)) else {
         return false;
     };
     println!("{log}");

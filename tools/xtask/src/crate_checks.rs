@@ -13,7 +13,7 @@
 //!    `cargo install --path tools/bfperf` into a temporary root, whose `bfperf` then prints
 //!    its usage and runs a short ping-pong on the software NIC.
 
-use crate::{root, run};
+use crate::shell::{root, run};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -9,7 +9,7 @@
 //! installed too (multi-arch: next to the host's); the software-NIC tests never open a
 //! device, the libraries only have to load.
 
-use crate::{installed, is_root, root, run};
+use crate::shell::{installed, is_root, root, run};
 use std::process::Command;
 
 const TARGET: &str = "aarch64-unknown-linux-gnu";

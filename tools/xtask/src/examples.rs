@@ -2,7 +2,7 @@
 //! NIC on the host (`cargo xtask examples`, a stage of `cargo xtask test`), and on rxe0 in
 //! the VM of the device stage (both sides of every server/client pair on rxe0).
 
-use crate::root;
+use crate::shell::root;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

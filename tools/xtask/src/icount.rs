@@ -10,7 +10,7 @@
 //! callgrind collects only inside them (`--toggle-collect`), and the inclusive count of each
 //! function divided by its calls is the cost of one operation.
 
-use crate::{root, run};
+use crate::shell::{root, run};
 use std::process::Command;
 
 /// (name, probe function, calls per iteration, operations per call, guard, ambition); a

@@ -48,9 +48,11 @@ mod memcheck;
 mod oracle;
 mod rxe;
 mod rxe_icount;
+mod shell;
+mod vm;
 mod wakeup;
 
-use std::path::Path;
+use shell::{installed, is_root, root, run};
 use std::process::{exit, Command};
 
 /// Debian packages the build and the tests need.
@@ -159,44 +161,6 @@ fn main() {
         }
     };
     exit(code);
-}
-
-pub(crate) fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .and_then(Path::parent)
-        .expect("workspace root")
-}
-
-pub(crate) fn run(what: &str, cmd: &mut Command) -> bool {
-    eprintln!("xtask: {what}: {cmd:?}");
-    match cmd.current_dir(root()).status() {
-        Ok(s) if s.success() => true,
-        Ok(s) => {
-            eprintln!("xtask: {what} failed ({s})");
-            false
-        }
-        Err(e) => {
-            eprintln!("xtask: {what}: cannot run: {e}");
-            false
-        }
-    }
-}
-
-pub(crate) fn installed(pkg: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", pkg])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-        .unwrap_or(false)
-}
-
-pub(crate) fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0"))
-        .unwrap_or(false)
 }
 
 /// Installs the missing Debian packages (as root), or prints the command.

@@ -10,7 +10,7 @@
 //! thread-mode software NIC's accesses to the rings are races by design (as a device's DMA)
 //! but memcheck does not report races, and nothing else needs one.
 
-use crate::run;
+use crate::shell::run;
 use std::process::Command;
 use std::time::Instant;
 

@@ -16,7 +16,7 @@ const PACKAGE: &str = "\"name\":\"ibverbs-sys\",\"version\":\"0.3.2+55.0\"";
 
 /// Fetches the source (a no-op when cargo's cache has it) and returns the rdma-core tree.
 pub fn source(cargo: &str) -> Option<PathBuf> {
-    if !crate::run(
+    if !crate::shell::run(
         "fetch rdma-core's source for the oracle",
         Command::new(cargo).args(["fetch", "--locked", "--manifest-path", MANIFEST]),
     ) {
@@ -32,7 +32,7 @@ pub fn source(cargo: &str) -> Option<PathBuf> {
             "--manifest-path",
             MANIFEST,
         ])
-        .current_dir(crate::root())
+        .current_dir(crate::shell::root())
         .output()
         .ok()?;
     if !out.status.success() {

@@ -24,7 +24,7 @@
 //! the pin back) cost the receive post 199 -> 272.7 and the receive poll 202 / 233 -> 225.1
 //! / 255.1: their guards 215 -> 285 and 218 / 250 -> 235 / 265.
 
-use crate::{root, run};
+use crate::shell::{root, run};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -240,7 +240,7 @@ pub fn main(args: &[String]) -> bool {
     ) {
         return false;
     }
-    if crate::rxe::run_in_vm(&script()).is_none() {
+    if crate::vm::run_in_vm(&script()).is_none() {
         return false;
     }
     report()

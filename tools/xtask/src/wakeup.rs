@@ -5,7 +5,7 @@
 //! figures, beside perftest's `ib_send_lat -e`, come from `cargo xtask rxe-compare`.
 
 use crate::compare::{json_value, median};
-use crate::{root, run};
+use crate::shell::{root, run};
 use std::process::Command;
 
 /// (label, bfperf subcommand and options)
