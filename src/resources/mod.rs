@@ -26,6 +26,8 @@ mod pending;
 mod post_send;
 mod qp;
 mod queue_pair;
+#[cfg(feature = "sim")]
+mod sim_device;
 mod spin_wait;
 mod srq;
 mod ud;
