@@ -4,32 +4,22 @@
 //! completion moderation, the shadow table, the same doorbell and BlueFlame rules). The RC
 //! post path is not touched: a DCI posts through these functions only.
 
-use super::sq::{wc_opcode, Batch, SendQueue, Transport};
+use super::sq::{Batch, SendQueue, Transport};
 use crate::error::{Error, Result};
-use crate::queue::checks::{check_atomic_kind, MASKED_ATOMICS, STANDARD_ATOMICS};
 use crate::queue::flags::PostFlags;
+use crate::queue::kind;
 use mlx5::dc::{dc_wqe_ds, encode_dc, DcAddr, MAX_DCTN};
-use mlx5::request::{Payload, Request};
+use mlx5::request::Request;
 
-/// Whether a DCI posts this request: RDMA write (with immediate), read, send (with
-/// immediate), atomics. Memory-window binds and local invalidates (a window bound through a
-/// DCI has no connection to check against) and sends with invalidate (a DCT has no window
-/// bound through it) are refused here, before posting; so is a NOP.
+/// Refuses a request a DCI does not post ([`kind::on_dc`]), before posting.
 pub(crate) fn dci_request_ok(req: &Request<'_>) -> Result<()> {
-    match req {
-        Request::Write { .. }
-        | Request::WriteImm { .. }
-        | Request::Read { .. }
-        | Request::Send { .. }
-        | Request::SendImm { .. }
-        | Request::CompareSwap { .. }
-        | Request::FetchAdd { .. }
-        | Request::Masked { .. } => Ok(()),
-        _ => Err(Error::Unsupported(
-            "on a DCI: binds, local invalidates, sends with invalidate and NOPs \
-             (RDMA write, read, send and atomics only)",
-        )),
+    if kind::on_dc(req) {
+        return Ok(());
     }
+    Err(Error::Unsupported(
+        "on a DCI: binds, local invalidates, sends with invalidate and NOPs \
+         (RDMA write, read, send and atomics only)",
+    ))
 }
 
 impl SendQueue {
@@ -58,48 +48,19 @@ impl SendQueue {
                 value: dest.dctn as u64,
             });
         }
-        let atomics = self.atomic_caps();
-        match req {
-            Request::CompareSwap { remote, local, .. }
-            | Request::FetchAdd { remote, local, .. } => {
-                check_atomic_kind(
-                    atomics.standard,
-                    STANDARD_ATOMICS,
-                    remote.addr,
-                    local.len,
-                    8,
-                )?;
-            }
-            Request::Masked { remote, op, local } => {
-                let m = atomics.masked;
-                check_atomic_kind(m, MASKED_ATOMICS, remote.addr, local.len, op.size())?;
-            }
-            Request::Read { sgl, .. }
-            | Request::Write {
-                data: Payload::Sgl(sgl),
-                ..
-            }
-            | Request::WriteImm {
-                data: Payload::Sgl(sgl),
-                ..
-            }
-            | Request::Send {
-                data: Payload::Sgl(sgl),
-            }
-            | Request::SendImm {
-                data: Payload::Sgl(sgl),
-                ..
-            } => {
-                crate::queue::checks::message_len(sgl)?;
-            }
-            _ => {}
-        }
+        kind::check(req, self.atomic_caps())?;
         let ds = dc_wqe_ds(req, &self.limits())?;
         // Room, moderation, fence and the shadow entry as for every transport but RC's
         // inlined path (one block for UD and DC).
-        self.push_encoded(ds, cookie, flags, wc_opcode(req), |span, pi, qpn, fm| {
-            encode_dc(req, ds, pi, qpn, fm, dest, span);
-        })
+        self.push_encoded(
+            ds,
+            cookie,
+            flags,
+            kind::completion(req),
+            |span, pi, qpn, fm| {
+                encode_dc(req, ds, pi, qpn, fm, dest, span);
+            },
+        )
     }
 
     /// Posts one DCI WQE for `dest` and rings at once.

@@ -135,34 +135,6 @@ impl core::fmt::Debug for SendQueue {
     }
 }
 
-pub(super) fn wc_opcode(req: &Request<'_>) -> (WcOpcode, u32) {
-    match req {
-        Request::Nop => (WcOpcode::Nop, 0),
-        Request::Write { .. } | Request::WriteImm { .. } => (WcOpcode::RdmaWrite, 0),
-        // Checked by `message_len` before anything is written: the sum fits.
-        Request::Read { sgl, .. } => (
-            WcOpcode::RdmaRead,
-            sgl.iter().fold(0u32, |t, s| t.wrapping_add(s.len)),
-        ),
-        Request::Send { .. } | Request::SendImm { .. } | Request::SendInv { .. } => {
-            (WcOpcode::Send, 0)
-        }
-        Request::CompareSwap { .. } => (WcOpcode::CompSwap, 8),
-        Request::FetchAdd { .. } => (WcOpcode::FetchAdd, 8),
-        Request::Masked { op, .. } => (
-            if op.is_cs() {
-                WcOpcode::MaskedCompSwap
-            } else {
-                WcOpcode::MaskedFetchAdd
-            },
-            op.size(),
-        ),
-        Request::LocalInvalidate { .. } => (WcOpcode::LocalInv, 0),
-        Request::BindMw(_) => (WcOpcode::BindMw, 0),
-        _ => (WcOpcode::Unknown, 0),
-    }
-}
-
 impl SendQueue {
     /// A send queue over the rings of `raw`.
     ///

@@ -32,21 +32,16 @@ fn too_long(total: u64) -> Error {
     }
 }
 
-/// The checks of an atomic before anything is written, in rdma-core's order: the device can
-/// run it (`_mlx5_post_send`: EOPNOTSUPP without `atomic_cap`), the remote address is aligned
-/// to the operand, and the local entry is exactly the operand's size.
-#[cold]
-pub(crate) fn check_atomic(supported: bool, addr: u64, len: u32, size: u32) -> Result<()> {
-    check_atomic_kind(supported, STANDARD_ATOMICS, addr, len, size)
-}
-
-/// What [`check_atomic`] says of a device without standard atomics.
+/// What [`check_atomic_kind`] says of a device without standard atomics.
 pub(crate) const STANDARD_ATOMICS: &str =
     "compare-swap / fetch-add on this device (atomic_cap IBV_ATOMIC_NONE)";
 /// The same for masked atomics.
 pub(crate) const MASKED_ATOMICS: &str = "masked atomics on this device (not reported by it)";
 
-/// [`check_atomic`] naming the kind of atomic in the `Unsupported` error.
+/// The checks of an atomic before anything is written, in rdma-core's order: the device can
+/// run it (`_mlx5_post_send`: EOPNOTSUPP without `atomic_cap`; `what` names the kind in
+/// the `Unsupported` error), the remote address is aligned to the operand, and the local
+/// entry is exactly the operand's size.
 #[cold]
 pub(crate) fn check_atomic_kind(
     supported: bool,

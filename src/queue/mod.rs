@@ -8,6 +8,7 @@
 pub(crate) mod checks;
 pub(crate) mod cq_share;
 pub(crate) mod flags;
+pub(crate) mod kind;
 pub(crate) mod lifetime;
 pub(crate) mod pin;
 pub(crate) mod regions;

@@ -13,6 +13,7 @@ use crate::completion::WcOpcode;
 use crate::error::{Error, QueueUnit, Result};
 use crate::queue::cq_share::{CqShare, CqSlots};
 use crate::queue::flags::PostFlags;
+use crate::queue::kind::{self, VerbsOp};
 use crate::queue::shadow::{SendEntry, Shadow};
 use mlx5::ctrl::Fence;
 use mlx5::request::Payload;
@@ -306,84 +307,74 @@ impl VerbsSendQueue {
         }
         self.check_room()?;
         let slot = self.pending;
-        use ffi::ibv_wr_opcode as O;
+        let Some(op) = kind::verbs_op(req) else {
+            return Err(kind::not_on_verbs());
+        };
         let mut wr = zeroed_wr();
         let mut send_flags = 0u32;
         let payload = Self::stage;
-        let (opcode, wc, byte_len, nsge) = match *req {
+        // The request's own fields; what it is (its opcode, what it completes as, its
+        // checks) is `kind`'s.
+        let nsge = match *req {
             Request::Write { remote, ref data }
             | Request::WriteImm {
                 remote, ref data, ..
             } => {
-                let n = payload(self, slot, data, &mut send_flags)?;
                 wr.wr.rdma = ffi::rdma_t {
                     remote_addr: remote.addr,
                     rkey: remote.rkey,
                 };
-                let op = if let Request::WriteImm { imm, .. } = *req {
-                    wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-                    O::IBV_WR_RDMA_WRITE_WITH_IMM
-                } else {
-                    O::IBV_WR_RDMA_WRITE
-                };
-                (op, WcOpcode::RdmaWrite, 0, n)
+                payload(self, slot, data, &mut send_flags)?
             }
             Request::Read { remote, sgl } => {
-                let len = crate::queue::checks::message_len(sgl)?;
-                let n = self.fill_sgl(slot, sgl)?;
+                crate::queue::checks::message_len(sgl)?;
                 wr.wr.rdma = ffi::rdma_t {
                     remote_addr: remote.addr,
                     rkey: remote.rkey,
                 };
-                (O::IBV_WR_RDMA_READ, WcOpcode::RdmaRead, len, n)
+                self.fill_sgl(slot, sgl)?
             }
-            Request::Send { ref data } => (
-                O::IBV_WR_SEND,
-                WcOpcode::Send,
-                0,
-                payload(self, slot, data, &mut send_flags)?,
-            ),
-            Request::SendImm { ref data, imm } => {
-                let n = payload(self, slot, data, &mut send_flags)?;
-                wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-                (O::IBV_WR_SEND_WITH_IMM, WcOpcode::Send, 0, n)
-            }
-            Request::SendInv { ref data, rkey } => {
-                let n = payload(self, slot, data, &mut send_flags)?;
-                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
-                (O::IBV_WR_SEND_WITH_INV, WcOpcode::Send, 0, n)
-            }
-            Request::CompareSwap { remote, local, .. }
-            | Request::FetchAdd { remote, local, .. } => {
-                crate::queue::checks::check_atomic(self.atomics.standard, remote.addr, local.len, 8)?;
-                let (cs, compare, swap) = match *req {
-                    Request::CompareSwap { compare, swap, .. } => (true, compare, swap),
-                    Request::FetchAdd { add, .. } => (false, add, 0),
-                    _ => unreachable!("matched above"),
-                };
-                let n = self.fill_sgl(slot, &[local])?;
+            Request::Send { ref data }
+            | Request::SendImm { ref data, .. }
+            | Request::SendInv { ref data, .. } => payload(self, slot, data, &mut send_flags)?,
+            Request::CompareSwap {
+                remote,
+                local,
+                compare,
+                swap,
+            } => {
+                kind::check(req, self.atomics)?;
                 wr.wr.atomic = ffi::atomic_t {
                     remote_addr: remote.addr,
                     compare_add: compare,
-                    swap: if cs { swap } else { 0 },
+                    swap,
                     rkey: remote.rkey,
                 };
-                if cs {
-                    (O::IBV_WR_ATOMIC_CMP_AND_SWP, WcOpcode::CompSwap, 8, n)
-                } else {
-                    (O::IBV_WR_ATOMIC_FETCH_AND_ADD, WcOpcode::FetchAdd, 8, n)
-                }
+                self.fill_sgl(slot, &[local])?
             }
-            Request::LocalInvalidate { rkey } => {
-                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
-                (O::IBV_WR_LOCAL_INV, WcOpcode::LocalInv, 0, 0)
+            Request::FetchAdd { remote, local, add } => {
+                kind::check(req, self.atomics)?;
+                wr.wr.atomic = ffi::atomic_t {
+                    remote_addr: remote.addr,
+                    compare_add: add,
+                    swap: 0,
+                    rkey: remote.rkey,
+                };
+                self.fill_sgl(slot, &[local])?
             }
-            _ => {
-                return Err(Error::Unsupported(
-                    "this request on the verbs path (masked atomics, NOP; bind windows with Qp::bind_mw)",
-                ))
-            }
+            _ => 0,
         };
+        match *req {
+            Request::WriteImm { imm, .. } | Request::SendImm { imm, .. } => {
+                wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+            }
+            Request::SendInv { rkey, .. } | Request::LocalInvalidate { rkey } => {
+                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+            }
+            _ => {}
+        }
+        let opcode = ibv_opcode(op);
+        let (wc, byte_len) = kind::completion(req);
         self.enqueue(wr, opcode, (wc, byte_len), nsge, send_flags, cookie, flags);
         Ok(())
     }
@@ -589,5 +580,22 @@ impl Drop for VerbsBatch<'_> {
         if !self.rung {
             self.q.rewind();
         }
+    }
+}
+
+/// The verbs opcode of a request kind (`enum ibv_wr_opcode`).
+#[inline(always)]
+fn ibv_opcode(op: VerbsOp) -> ffi::ibv_wr_opcode::Type {
+    use ffi::ibv_wr_opcode as O;
+    match op {
+        VerbsOp::RdmaWrite => O::IBV_WR_RDMA_WRITE,
+        VerbsOp::RdmaWriteImm => O::IBV_WR_RDMA_WRITE_WITH_IMM,
+        VerbsOp::RdmaRead => O::IBV_WR_RDMA_READ,
+        VerbsOp::Send => O::IBV_WR_SEND,
+        VerbsOp::SendImm => O::IBV_WR_SEND_WITH_IMM,
+        VerbsOp::SendInv => O::IBV_WR_SEND_WITH_INV,
+        VerbsOp::CompSwap => O::IBV_WR_ATOMIC_CMP_AND_SWP,
+        VerbsOp::FetchAdd => O::IBV_WR_ATOMIC_FETCH_AND_ADD,
+        VerbsOp::LocalInv => O::IBV_WR_LOCAL_INV,
     }
 }

@@ -2,11 +2,11 @@
 //! and recorded (`push`, `post`, the crate's window requests), and the WQEs the other
 //! transports encode (`push_encoded`).
 
-use super::{wc_opcode, SendQueue};
+use super::SendQueue;
 use crate::completion::WcOpcode;
 use crate::error::{Error, Result};
-use crate::queue::checks::{check_atomic, check_atomic_kind, MASKED_ATOMICS};
 use crate::queue::flags::PostFlags;
+use crate::queue::kind;
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::doorbell::SEND_WQE_BB;
 use mlx5::request::{Access, MwType, Payload, Request};
@@ -80,14 +80,6 @@ impl SendQueue {
             return Err(self.refuse_rc());
         }
         match req {
-            Request::CompareSwap { remote, local, .. }
-            | Request::FetchAdd { remote, local, .. } => {
-                check_atomic(self.atomics.standard, remote.addr, local.len, 8)?;
-            }
-            Request::Masked { remote, op, local } => {
-                let masked = self.atomics.masked;
-                check_atomic_kind(masked, MASKED_ATOMICS, remote.addr, local.len, op.size())?;
-            }
             Request::LocalInvalidate { .. } if !BIND && self.transport.is_some() => {
                 return Err(Error::window_request());
             }
@@ -105,31 +97,7 @@ impl SendQueue {
                     });
                 }
             }
-            Request::Read { sgl, .. } => {
-                crate::queue::checks::message_len(sgl)?;
-            }
-            Request::Write {
-                data: Payload::Sgl(sgl),
-                ..
-            }
-            | Request::WriteImm {
-                data: Payload::Sgl(sgl),
-                ..
-            }
-            | Request::Send {
-                data: Payload::Sgl(sgl),
-            }
-            | Request::SendImm {
-                data: Payload::Sgl(sgl),
-                ..
-            }
-            | Request::SendInv {
-                data: Payload::Sgl(sgl),
-                ..
-            } => {
-                crate::queue::checks::message_len(sgl)?;
-            }
-            _ => {}
+            _ => kind::check(req, self.atomics)?,
         }
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);
@@ -151,9 +119,10 @@ impl SendQueue {
         } else {
             self.next_fence
         };
-        let next_fence = match req {
-            Request::BindMw(_) | Request::LocalInvalidate { .. } => Fence::InitiatorSmall,
-            _ => Fence::None,
+        let next_fence = if kind::fences_next(req) {
+            Fence::InitiatorSmall
+        } else {
+            Fence::None
         };
         if next_fence != self.next_fence {
             self.set_next_fence(next_fence);
@@ -179,7 +148,7 @@ impl SendQueue {
             }
         };
         encode(req, ds, pi, self.qpn, fm, &mut span);
-        let (opcode, byte_len) = wc_opcode(req);
+        let (opcode, byte_len) = kind::completion(req);
         let end = pi.wrapping_add(bbs as u16);
         self.record(pi, cookie, bbs as u16, opcode, byte_len, report);
         self.pi = end;

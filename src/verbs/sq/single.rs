@@ -300,6 +300,17 @@ mod tests {
                 3
             )
         );
+        // The straight posts name their kind's constants: the same as `kind` says.
+        let read = Request::Read { remote, sgl: &one };
+        for (req, single) in [(write(8), w), (send, s), (read, r)] {
+            let op = crate::queue::kind::verbs_op(&req).expect("a verbs request");
+            assert_eq!(single.opcode, super::super::ibv_opcode(op), "{req:?}");
+            assert_eq!(
+                (single.wc, single.byte_len),
+                crate::queue::kind::completion(&req),
+                "{req:?}"
+            );
+        }
         let two = [sge(32), sge(32)];
         assert!(Single::of(&Request::Read { remote, sgl: &two }, 8).is_none());
         let empty = [sge(0)];
