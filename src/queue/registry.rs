@@ -22,6 +22,20 @@ pub(crate) struct Attached {
     pub(crate) srq: Option<Arc<SrqShared>>,
 }
 
+impl Attached {
+    /// A QP's send queue alone, on its send CQ (its receives complete elsewhere, or it has
+    /// none).
+    pub(crate) fn send(qpn: u32, sq: Arc<Shadow<SendEntry>>) -> Attached {
+        Attached {
+            qpn,
+            sq: Some(sq),
+            rq: None,
+            scatter: None,
+            srq: None,
+        }
+    }
+}
+
 /// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
 /// bumps a generation the poller checks with one load; it re-reads the list (under the lock)
 /// only then, never on the hot path. It also carries the CQ's entries that the queues share

@@ -292,13 +292,7 @@ impl Pd {
     ) -> Dci {
         let shadow = sq.shadow.clone();
         self.inner.lifetimes.track(&shadow);
-        send_cq.handle.registry.attach(Attached {
-            qpn,
-            sq: Some(shadow),
-            rq: None,
-            scatter: None,
-            srq: None,
-        });
+        send_cq.handle.registry.attach(Attached::send(qpn, shadow));
         let atomics = self.inner.dev.atomic_caps();
         sq.set_atomic_caps(atomics);
         // A DCI posts through `post_dc` only: the RC inline-write fast path stays off.

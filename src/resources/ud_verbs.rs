@@ -53,13 +53,10 @@ impl VerbsUd {
         );
         let (sq_shadow, rq_shadow) = (sq.shadow(), rq.shadow.clone());
         pd.inner.lifetimes.track(&sq_shadow);
-        send_cq.handle.registry.attach(Attached {
-            qpn,
-            sq: Some(sq_shadow),
-            rq: None,
-            scatter: None,
-            srq: None,
-        });
+        send_cq
+            .handle
+            .registry
+            .attach(Attached::send(qpn, sq_shadow));
         recv_cq.handle.registry.attach(Attached {
             qpn,
             sq: None,

@@ -194,13 +194,10 @@ impl Pd {
             ),
         };
         self.inner.lifetimes.track(&sq_shadow);
-        send_cq.handle.registry.attach(Attached {
-            qpn,
-            sq: Some(sq_shadow),
-            rq: None,
-            scatter: None,
-            srq: None,
-        });
+        send_cq
+            .handle
+            .registry
+            .attach(Attached::send(qpn, sq_shadow));
         let srq = match recv.srq {
             // The QP's receive completions come from the SRQ's table.
             Some(s) => Some(s.attach_receiver(recv.handle, recv.cqn, qpn)?),

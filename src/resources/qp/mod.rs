@@ -1,5 +1,5 @@
-//! Queue pairs: one user API over the direct path (software NIC, and mlx5 once the mlx5dv
-//! binding is wired) and the verbs path (any rdma-core device).
+//! Reliable-connected queue pairs ([`Qp`]): their state, connection and teardown; creation,
+//! posting, memory windows and batches live in the files beside this one.
 
 use super::cq::CqHandle;
 use super::events::Subject;
