@@ -1,8 +1,8 @@
 //! Completion queues of each backend: the device's CQ, what it is polled with (its raw
 //! ring on the direct path, rdma-core's CQ on the verbs path), and its completion events.
 
-use super::sim;
 #[cfg(feature = "sim")]
+use super::sim;
 use super::spec::{ChannelSource, CqRings, CqSpec, EventSink};
 use super::{rdma, Dev};
 use crate::async_event::Subject;

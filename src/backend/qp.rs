@@ -3,8 +3,8 @@
 //! backend's object (state changes, multicast, destruction) and what its queues are posted
 //! with: its raw rings for the direct path, rdma-core's QP for the verbs path.
 
-use super::sim;
 #[cfg(feature = "sim")]
+use super::sim;
 use super::spec::{QpRings, UdPort};
 use super::{rdma, Cq, Pd, Srq};
 use crate::caps::QpCaps;

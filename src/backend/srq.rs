@@ -1,8 +1,8 @@
 //! Shared receive queues of each backend: the device's SRQ and what it is posted with (its
 //! raw ring on the direct path, rdma-core's SRQ on the verbs path).
 
-use super::sim;
 #[cfg(feature = "sim")]
+use super::sim;
 use super::spec::SrqRings;
 use super::{rdma, Pd};
 use crate::async_event::Subject;

@@ -51,8 +51,6 @@ pub use pending::PendingBuffer;
 pub use post_send::PostSend;
 pub use qp::{Batch, Qp};
 pub use queue_pair::QueuePair;
-#[cfg(feature = "sim")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use spin_wait::Spin;
 pub use srq::{Srq, SrqCaps};
 pub use ud::{UdOptions, UdQp, MULTICAST_QPN, QKEY_PRIVILEGED};

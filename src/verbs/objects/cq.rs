@@ -32,6 +32,8 @@ impl Cq {
     /// # Errors
     /// The `ibv_create_cq` error; [`crate::Error::Unsupported`] when `api` requires the
     /// extended CQ and the provider refuses it.
+    /// (Only `internals`' plain calls make CQs this way; the backends take `with_channel`.)
+    #[cfg(feature = "internals")]
     pub fn new(ctx: Arc<Context>, entries: u32, api: ApiChoice) -> crate::error::Result<Cq> {
         Cq::with_channel(ctx, entries, None, 0, api)
     }

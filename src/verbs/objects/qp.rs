@@ -150,6 +150,8 @@ impl Qp {
     /// The `ibv_create_qp_ex` error (e.g. `EINVAL` for an inline size the device refuses);
     /// [`crate::Error::Unsupported`] when `api` requires the extended operations and the
     /// provider refuses them.
+    /// (Only `internals`' plain calls make RC QPs this way; the backends take `with_srq`.)
+    #[cfg(feature = "internals")]
     pub fn new(
         pd: Arc<Pd>,
         send_cq: Arc<Cq>,
