@@ -184,6 +184,17 @@ pub enum Error {
         /// What the device supports (None: no compression on this device or path).
         caps: Option<mlx5::CqeCompCaps>,
     },
+    /// A UD QP's receives on a CQ that compresses its entries. A ConnectX's mini-CQE carries
+    /// only the byte count and a hash or checksum (`mlx5_mini_cqe8`); the source QP, the GRH
+    /// flag and the immediate of every receive of a session are read from its title entry
+    /// (rdma-core `cq.c`, UCX `uct_ib_mlx5_iface_cqe_unzip`), so the datagrams of several
+    /// senders would all report the first one's. The kernel turns compression off for its
+    /// own UD user (IPoIB). Create the receive CQ without
+    /// [`CqOptions::compression`](crate::CqOptions::compression) (its send CQ may compress).
+    CompressedUdReceives {
+        /// The compressing CQ.
+        cqn: u32,
+    },
     /// The QP takes its receives from a shared receive queue: post them to the
     /// [`Srq`](crate::Srq) (`Qp::post_recv` on such a QP).
     SrqQp {
@@ -367,6 +378,12 @@ impl fmt::Display for Error {
                 f,
                 "CQE compression with {format} on {cqe_size}-byte CQEs: only the direct path \
                  of an mlx5 device (or the software NIC) decodes compressed CQEs"
+            ),
+            Error::CompressedUdReceives { cqn } => write!(
+                f,
+                "UD receives on CQ {cqn}, which compresses its entries: a ConnectX's mini-CQEs \
+                 carry no source QP, GRH flag or immediate (create the receive CQ without \
+                 compression)"
             ),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::NoDc { device, why } => {

@@ -1,7 +1,9 @@
 //! rdma-core's `MLX5_*` switches apply to DC QPs as to RC ones: `MLX5_SHUT_UP_BF` makes a
 //! DCI ring 8-byte doorbells only, and `MLX5_SCATTER_TO_CQE=0` turns a DCT's responder
-//! scatter-to-CQE off (`create_dct` keeps `MLX5_QP_FLAG_SCATTER_CQE` otherwise). Its own test
-//! binary, one test: the variables are process-wide.
+//! scatter-to-CQE off (`create_dct` keeps `MLX5_QP_FLAG_SCATTER_CQE` otherwise). A DCT
+//! scatters into 128-byte CQEs only, 64 bytes at most (the kernel's
+//! `configure_responder_scat_cqe`: `cs_res` SCAT_DATA64 for a 128-byte receive CQE, nothing
+//! for a 64-byte one). Its own test binary, one test: the variables are process-wide.
 
 use blueflame::*;
 
@@ -12,12 +14,15 @@ const ALL: Access = Access(
         | Access::REMOTE_ATOMIC.0,
 );
 
-/// A DCI writes to and sends to a DCT; returns the DCI's doorbell statistics and whether the
-/// send's bytes were in the receive buffer before the poller ran (no scatter-to-CQE).
-fn run() -> (mlx5::sim::QpStats, bool) {
+/// A DCI writes to and sends to a DCT whose CQ has `cqe_size`-byte entries; returns the DCI's
+/// doorbell statistics and whether the send's bytes were in the receive buffer before the
+/// poller ran (no scatter-to-CQE).
+fn run(cqe_size: u32) -> (mlx5::sim::QpStats, bool) {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
-    let mut tcq = dev.create_cq(16).unwrap();
+    let mut tcq = dev
+        .create_cq_with(&CqOptions::new(16).cqe_size(cqe_size))
+        .unwrap();
     let mut srq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
     let dct = pd.create_dct(&tcq, &srq, 3, Access::REMOTE_WRITE).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
@@ -52,17 +57,22 @@ fn run() -> (mlx5::sim::QpStats, bool) {
 fn rdma_core_switches_apply_to_dcis_and_dcts() {
     std::env::remove_var("MLX5_SHUT_UP_BF");
     std::env::remove_var("MLX5_SCATTER_TO_CQE");
-    let (st, in_memory) = run();
+    let (st, in_memory) = run(128);
     assert_eq!(
         (st.doorbells, st.bf_copies, st.db_writes),
         (2, 2, 0),
         "{st:?}"
     );
     assert!(!in_memory, "scatter-to-CQE: the send arrived in its CQE");
+    let (_, in_memory) = run(64);
+    assert!(
+        in_memory,
+        "a DCT does not scatter into 64-byte CQEs: the NIC wrote the receive buffer"
+    );
 
     std::env::set_var("MLX5_SHUT_UP_BF", "1");
     std::env::set_var("MLX5_SCATTER_TO_CQE", "0");
-    let (st, in_memory) = run();
+    let (st, in_memory) = run(128);
     assert_eq!(
         (st.doorbells, st.bf_copies, st.db_writes),
         (2, 0, 2),

@@ -122,7 +122,8 @@ impl Pd {
     /// [`Error::InvalidParameter`] for a Q_Key with the privileged bit
     /// ([`QKEY_PRIVILEGED`]); as [`Pd::create_qp`] for the CQs and capabilities (on
     /// rdma-core devices [`Error::Verbs`] from `ibv_create_qp_ex` or `ibv_modify_qp`);
-    /// [`Error::Unsupported`] for `UdOptions::mcast_loopback = false` on rdma-core devices,
+    /// [`Error::CompressedUdReceives`] for a receive CQ that compresses its entries (a
+    /// mini-CQE names no sender); [`Error::Unsupported`] for `UdOptions::mcast_loopback = false` on rdma-core devices,
     /// and on mlx5's direct path with `MLX5_QP_SIGNATURE` set.
     pub fn create_ud_qp(
         &self,
@@ -154,6 +155,9 @@ impl Pd {
             });
         }
         self.check_cqs(send_cq, &recv_cq.dev, recv_cq.cqn())?;
+        if recv_cq.compressed() {
+            return Err(Error::CompressedUdReceives { cqn: recv_cq.cqn() });
+        }
         // rdma-core's MLX5_* switches, read once for this QP.
         let env = Mlx5Env::current();
         let spec = QpSpec {

@@ -7,7 +7,7 @@ use super::cq::err_cqe;
 use super::dma::{self, Dma};
 use super::mem::Denied;
 use super::progress::{Outcome, Wait, WaitFor};
-use super::qp_attr::QpState;
+use super::qp_attr::{DcRole, QpState};
 use super::state::State;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, Remote, Request, Sge};
@@ -248,13 +248,16 @@ impl State {
         // Scatter-to-CQE: a send small enough for the CQE arrives inside it; the receive
         // buffers are neither written nor translated (their keys are not looked at). The
         // length check above still holds: the responder NAKs a message longer than the
-        // receive, as the InfiniBand rules require.
+        // receive, as the InfiniBand rules require. A DCT scatters only into 128-byte CQEs
+        // (the kernel's `configure_responder_scat_cqe` sets `cs_res` of a DCT to
+        // SCAT_DATA64 with 128-byte receive CQEs, and leaves it off otherwise).
+        let dct = matches!(self.qps[&peer].dc, Some(DcRole::Dct { .. }));
         let in_cqe = op != CqeOpcode::RespWrImm
             && self.qps[&peer].caps.scatter_to_cqe
             && self
                 .cqs
                 .get(&rcq)
-                .is_some_and(|cq| data.len() <= cq.inline_max());
+                .is_some_and(|cq| data.len() <= cq.inline_max() && (!dct || cq.cqe_size == 128));
         if !in_cqe {
             let ptrs = match self.mem.scatter_ptrs(ppd, &sges[..n]) {
                 Ok(p) => p,
