@@ -46,7 +46,15 @@ pub struct QpCaps {
     /// 128-byte entries, else 32): a received send, send with immediate or send with
     /// invalidate of up to 32 bytes (64 with 128-byte CQEs) then arrives inside its CQE
     /// (format INLINE_SCATTER_32 / _64) and the receive buffers are not written: the
-    /// driver copies the data (rdma-core `mlx5_copy_to_recv_wqe`).
+    /// driver copies the data (rdma-core `mlx5_copy_to_recv_wqe`). Off, the device writes
+    /// every receive to its buffers: the way to receive into regions the CPU cannot write
+    /// (dma-buf, implicit ODP). On a ConnectX such an RC or UD QP is created with
+    /// `mlx5dv_create_qp` and `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE` (on both data
+    /// paths); a QP connected through rdma_cm cannot ask for it ([`Error::Unsupported`],
+    /// `MLX5_SCATTER_TO_CQE=0` turns it off for the whole process instead). DCIs and DCTs
+    /// ignore it (a DCT follows `MLX5_SCATTER_TO_CQE`).
+    ///
+    /// [`Error::Unsupported`]: crate::Error::Unsupported
     pub scatter_to_cqe: bool,
 }
 

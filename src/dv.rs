@@ -28,17 +28,25 @@ type CreateCq = unsafe extern "C" fn(
     *mut rdma_sys::ibv_cq_init_attr_ex,
     *mut ffi::mlx5dv_cq_init_attr,
 ) -> *mut c_void;
+/// `mlx5dv_create_qp(struct ibv_context *, struct ibv_qp_init_attr_ex *,
+/// struct mlx5dv_qp_init_attr *)`, returning a `struct ibv_qp *`.
+type CreateQp = unsafe extern "C" fn(
+    *mut c_void,
+    *mut rdma_sys::ibv_qp_init_attr_ex,
+    *mut ffi::mlx5dv_qp_init_attr,
+) -> *mut rdma_sys::ibv_qp;
 
 /// Every libmlx5 symbol the crate calls, with the version rdma-core's
 /// `providers/mlx5/libmlx5.map` gives it. Each is looked up with `dlvsym` at that version:
 /// `mlx5dv_init_obj` exists twice (`@MLX5_1.0` is a compat entry that fills `mlx5dv_cq.cq_uar`
 /// differently from the default `@@MLX5_1.2`), and an unversioned `dlsym` would take
 /// whichever definition the loader finds first.
-pub const SYMBOLS: [(&std::ffi::CStr, &std::ffi::CStr); 4] = [
+pub const SYMBOLS: [(&std::ffi::CStr, &std::ffi::CStr); 5] = [
     (c"mlx5dv_init_obj", c"MLX5_1.2"),
     (c"mlx5dv_is_supported", c"MLX5_1.8"),
     (c"mlx5dv_query_device", c"MLX5_1.0"),
     (c"mlx5dv_create_cq", c"MLX5_1.1"),
+    (c"mlx5dv_create_qp", c"MLX5_1.3"),
 ];
 
 /// `dlvsym(handle, name, version)`.
@@ -58,6 +66,7 @@ struct Lib {
     is_supported: IsSupported,
     query_device: QueryDevice,
     create_cq: CreateCq,
+    create_qp: CreateQp,
 }
 
 fn lib() -> Option<&'static Lib> {
@@ -71,8 +80,11 @@ fn lib() -> Option<&'static Lib> {
             if h.is_null() {
                 return None;
             }
-            let [init, sup, query, create] = SYMBOLS.map(|s| versioned(h, s));
-            if [init, sup, query, create].iter().any(|p| p.is_null()) {
+            let [init, sup, query, create, create_qp] = SYMBOLS.map(|s| versioned(h, s));
+            if [init, sup, query, create, create_qp]
+                .iter()
+                .any(|p| p.is_null())
+            {
                 return None;
             }
             Some(Lib {
@@ -80,6 +92,7 @@ fn lib() -> Option<&'static Lib> {
                 is_supported: std::mem::transmute::<*mut c_void, IsSupported>(sup),
                 query_device: std::mem::transmute::<*mut c_void, QueryDevice>(query),
                 create_cq: std::mem::transmute::<*mut c_void, CreateCq>(create),
+                create_qp: std::mem::transmute::<*mut c_void, CreateQp>(create_qp),
             })
         }
     })
@@ -166,6 +179,47 @@ pub unsafe fn create_cq_compressed(
         return Err(crate::verbs::last("mlx5dv_create_cq").into());
     }
     Ok(cq)
+}
+
+/// Creates a QP with rdma-core's vendor call (`mlx5dv_create_qp`): `attr` as for
+/// `ibv_create_qp_ex` (written back with the sizes the device gave), `dv` the vendor
+/// attributes (DC, creation flags). The QP is destroyed with `ibv_destroy_qp`.
+///
+/// # Safety
+/// `ctx` must be a live `ibv_context` of an mlx5 device and `attr`'s PD, CQs and SRQ live
+/// objects of it.
+///
+/// # Errors
+/// [`Error::Unsupported`] without libmlx5; the call's error (a device without DC refuses a
+/// DC QP with `EOPNOTSUPP` or `EINVAL`).
+pub unsafe fn create_qp(
+    ctx: *mut c_void,
+    attr: &mut rdma_sys::ibv_qp_init_attr_ex,
+    dv: &mut ffi::mlx5dv_qp_init_attr,
+) -> Result<*mut rdma_sys::ibv_qp> {
+    let l = lib().ok_or(Error::Unsupported("libmlx5.so.1 (mlx5dv_create_qp)"))?;
+    // SAFETY: live context and objects (caller contract); both structs are initialised and
+    // outlive the call.
+    let qp = unsafe { (l.create_qp)(ctx, attr, dv) };
+    if qp.is_null() {
+        return Err(crate::verbs::last("mlx5dv_create_qp").into());
+    }
+    Ok(qp)
+}
+
+/// The vendor attributes an RC or UD QP on an mlx5 device needs, None when
+/// `ibv_create_qp_ex` makes it as asked. rdma-core creates every QP with responder
+/// scatter-to-CQE (`verbs.c` `create_qp`: `MLX5_QP_FLAG_SCATTER_CQE` whenever
+/// `use_scatter_to_cqe()`, i.e. unless `MLX5_SCATTER_TO_CQE=0`), and only
+/// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE` through `mlx5dv_create_qp` turns it off for one
+/// QP: the kernel's `configure_responder_scat_cqe` then leaves `cs_res` at 0 and every
+/// received send is written to its buffers by the device.
+pub fn rc_ud_vendor_attr(scatter_to_cqe: bool) -> Option<ffi::mlx5dv_qp_init_attr> {
+    (!scatter_to_cqe).then(|| ffi::mlx5dv_qp_init_attr {
+        comp_mask: ffi::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+        create_flags: ffi::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+        ..Default::default()
+    })
 }
 
 /// The path a QP runs: `BLUEFLAME_PATH` (`direct`, `verbs` or `auto`) against what the

@@ -212,10 +212,6 @@ pub mod internals {
     /// The mlx5dv declarations.
     pub mod dv {
         pub use crate::dv::ffi;
-        /// The DC attributes of `mlx5dv_create_qp`.
-        pub mod dc {
-            pub use crate::dv::dc::ffi;
-        }
     }
 }
 mod resources;

@@ -60,10 +60,13 @@ pub(crate) enum QpRings {
     /// own (a thread domain of its own), else shared and rung under its lock.
     Direct { raw: mlx5::RawQp, dedicated: bool },
     /// The verbs path, over rdma-core's QP; `legacy_gather` for rxe's gather lists (its
-    /// `wr_set_sge_list` miscounts them before rdma-core 64).
+    /// `wr_set_sge_list` miscounts them before rdma-core 64); `provider_copies` when the
+    /// provider copies small received messages into the receive buffers with the CPU
+    /// (mlx5's responder scatter-to-CQE, on for the QP).
     Verbs {
         qp: Arc<verbs::objects::Qp>,
         legacy_gather: bool,
+        provider_copies: bool,
     },
     /// No queue to post to (a DC target).
     None,

@@ -13,73 +13,11 @@
 //! only, and its send CQ is its receive CQ.
 //!
 //! The attribute builders are pure functions (tested by the structs they fill); the calls
-//! are in [`create_dc_qp`] and [`modify`].
+//! are [`super::create_qp`] and [`modify`].
 
-use crate::error::{Error, Result};
+use super::ffi;
+use crate::error::Result;
 use rdma_sys as ffi_v;
-use std::ffi::c_void;
-use std::sync::OnceLock;
-
-/// The mlx5dv structs and constants of DC, declared by hand as `infiniband/mlx5dv.h`
-/// (rdma-core 44) declares them; `mlx5-hdrcheck` compares them with the header.
-pub mod ffi {
-    #![allow(non_camel_case_types, missing_docs)]
-
-    /// `struct mlx5dv_dc_init_attr`: `dc_type` then a union of `dct_access_key` (u64) and
-    /// `struct mlx5dv_dci_streams` (two u8), 8-aligned.
-    #[repr(C)]
-    #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-    pub struct mlx5dv_dc_init_attr {
-        pub dc_type: u32,
-        /// The union: the DCT access key (a DCI with streams would put two bytes here).
-        pub dct_access_key: u64,
-    }
-
-    /// `struct mlx5dv_qp_init_attr`.
-    #[repr(C)]
-    #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-    pub struct mlx5dv_qp_init_attr {
-        pub comp_mask: u64,
-        pub create_flags: u32,
-        pub dc_init_attr: mlx5dv_dc_init_attr,
-        pub send_ops_flags: u64,
-    }
-
-    pub const MLX5DV_QP_INIT_ATTR_MASK_DC: u64 = 1 << 1;
-    pub const MLX5DV_DCTYPE_DCT: u32 = 1;
-    pub const MLX5DV_DCTYPE_DCI: u32 = 2;
-    /// `IBV_QPT_DRIVER` (verbs.h).
-    pub const IBV_QPT_DRIVER: u32 = 0xff;
-    /// `IBV_QP_INIT_ATTR_PD` (verbs.h).
-    pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
-}
-
-/// `mlx5dv_create_qp(struct ibv_context *, struct ibv_qp_init_attr_ex *,
-/// struct mlx5dv_qp_init_attr *)`, returning a `struct ibv_qp *`.
-type CreateQp = unsafe extern "C" fn(
-    *mut c_void,
-    *mut ffi_v::ibv_qp_init_attr_ex,
-    *mut ffi::mlx5dv_qp_init_attr,
-) -> *mut ffi_v::ibv_qp;
-
-/// The symbol and the version `libmlx5.map` gives it.
-pub const CREATE_QP: (&std::ffi::CStr, &std::ffi::CStr) = (c"mlx5dv_create_qp", c"MLX5_1.3");
-
-fn create_qp_fn() -> Option<CreateQp> {
-    static F: OnceLock<Option<CreateQp>> = OnceLock::new();
-    *F.get_or_init(|| {
-        // SAFETY: dlopen/dlvsym with NUL-terminated names; the handle is never closed, so the
-        // pointer stays valid; the symbol at this version has the signature of mlx5dv.h.
-        unsafe {
-            let h = libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW);
-            if h.is_null() {
-                return None;
-            }
-            let p = libc::dlvsym(h, CREATE_QP.0.as_ptr(), CREATE_QP.1.as_ptr());
-            (!p.is_null()).then(|| std::mem::transmute::<*mut c_void, CreateQp>(p))
-        }
-    })
-}
 
 /// Which end of DC a QP is.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -169,8 +107,10 @@ fn zeroed_attr() -> ffi_v::ibv_qp_attr {
 }
 
 /// The transitions of a DCI to RTS (UCX `uct_dc_mlx5_iface_dci_connect`): INIT with the
-/// pkey index and port; RTR with the path MTU (no remote QP, no address); RTS with the ACK
-/// timeout, retry counts, `max_rd_atomic` and the send PSN.
+/// pkey index and port; RTR with the path MTU and an address vector (no remote QP: each
+/// WQE names its DCT) that carries the port (the kernel's `ib_modify_qp` wants a valid
+/// `ah_attr.port_num` whenever `IBV_QP_AV` is set), SL 0 and, on RoCE, the global bit with
+/// the GID index; RTS with the ACK timeout, retry counts, `max_rd_atomic` and the send PSN.
 pub fn dci_steps(p: &PortAttrs, t: &crate::verbs::objects::Timing, max_rd_atomic: u8) -> [Step; 3] {
     use ffi_v::ibv_qp_attr_mask as m;
     let mut init = zeroed_attr();
@@ -181,7 +121,15 @@ pub fn dci_steps(p: &PortAttrs, t: &crate::verbs::objects::Timing, max_rd_atomic
     let mut rtr = zeroed_attr();
     rtr.qp_state = ffi_v::ibv_qp_state::IBV_QPS_RTR;
     rtr.path_mtu = p.mtu;
-    let rtr_mask = m::IBV_QP_STATE.0 | m::IBV_QP_PATH_MTU.0;
+    rtr.ah_attr.port_num = p.port;
+    rtr.ah_attr.sl = 0;
+    // UCX sets `is_global` to its force_global_addr (on for RoCE).
+    if let Some(g) = p.gid_index {
+        rtr.ah_attr.is_global = 1;
+        rtr.ah_attr.grh.sgid_index = g;
+        rtr.ah_attr.grh.hop_limit = DCT_HOP_LIMIT;
+    }
+    let rtr_mask = m::IBV_QP_STATE.0 | m::IBV_QP_PATH_MTU.0 | m::IBV_QP_AV.0;
     let mut rts = zeroed_attr();
     rts.qp_state = ffi_v::ibv_qp_state::IBV_QPS_RTS;
     rts.timeout = t.timeout;
@@ -198,7 +146,8 @@ pub fn dci_steps(p: &PortAttrs, t: &crate::verbs::objects::Timing, max_rd_atomic
     [(init, init_mask), (rtr, rtr_mask), (rts, rts_mask)]
 }
 
-/// The hop limit of a DCT's answers (UCX's `UCX_IB_HOP_LIMIT` default).
+/// The hop limit of a DCT's answers and of a DCI's address vector on RoCE (UCX's
+/// `UCX_IB_HOP_LIMIT` default).
 pub const DCT_HOP_LIMIT: u8 = 255;
 
 /// The transitions of a DCT to RTR, where it stays (UCX `uct_dc_mlx5_iface_create_dct`):
@@ -231,30 +180,6 @@ pub fn dct_steps(p: &PortAttrs, access: u32, min_rnr_timer: u8) -> [Step; 2] {
     [(init, init_mask), (rtr, rtr_mask)]
 }
 
-/// Creates a DC QP (`mlx5dv_create_qp`). The QP is destroyed with `ibv_destroy_qp`.
-///
-/// # Safety
-/// `ctx` must be a live `ibv_context` of an mlx5 device and `attr`'s PD, CQ and SRQ live
-/// objects of it.
-///
-/// # Errors
-/// [`Error::Unsupported`] without libmlx5's `mlx5dv_create_qp`; the call's error (a device
-/// without DC refuses with `EOPNOTSUPP` or `EINVAL`).
-pub unsafe fn create_dc_qp(
-    ctx: *mut c_void,
-    attr: &mut ffi_v::ibv_qp_init_attr_ex,
-    dv: &mut ffi::mlx5dv_qp_init_attr,
-) -> Result<*mut ffi_v::ibv_qp> {
-    let f = create_qp_fn().ok_or(Error::Unsupported("libmlx5.so.1 (mlx5dv_create_qp)"))?;
-    // SAFETY: live context and objects (caller contract); both structs are initialised and
-    // outlive the call.
-    let qp = unsafe { f(ctx, attr, dv) };
-    if qp.is_null() {
-        return Err(crate::verbs::last("mlx5dv_create_qp").into());
-    }
-    Ok(qp)
-}
-
 /// Runs the transitions on `qp`.
 ///
 /// # Safety
@@ -284,20 +209,6 @@ mod tests {
             mtu: ffi_v::ibv_mtu::IBV_MTU_4096,
             gid_index: gid,
         }
-    }
-
-    #[test]
-    fn mlx5dv_create_qp_is_looked_up_at_its_version() {
-        // SAFETY: dlopen of a library name; the handle is only used below and never closed.
-        let h = unsafe { libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW) };
-        if h.is_null() {
-            eprintln!("libmlx5.so.1 not installed: nothing to check");
-            return;
-        }
-        // SAFETY: live handle, NUL-terminated names.
-        let p = unsafe { libc::dlvsym(h, CREATE_QP.0.as_ptr(), CREATE_QP.1.as_ptr()) };
-        assert!(!p.is_null(), "{CREATE_QP:?} in the installed libmlx5");
-        assert_eq!(create_qp_fn().map(|f| f as usize), Some(p as usize));
     }
 
     #[test]
@@ -352,11 +263,19 @@ mod tests {
         );
         assert_eq!(rtr.qp_state, ffi_v::ibv_qp_state::IBV_QPS_RTR);
         assert_eq!(rtr.path_mtu, ffi_v::ibv_mtu::IBV_MTU_4096);
-        // No destination QP, no address vector, no receive PSN.
-        assert_eq!(rm, m::IBV_QP_STATE.0 | m::IBV_QP_PATH_MTU.0);
+        // No destination QP, no receive PSN; an address vector with the port, as UCX's.
         assert_eq!(
-            rm & (m::IBV_QP_DEST_QPN.0 | m::IBV_QP_AV.0 | m::IBV_QP_RQ_PSN.0),
-            0
+            rm,
+            m::IBV_QP_STATE.0 | m::IBV_QP_PATH_MTU.0 | m::IBV_QP_AV.0
+        );
+        assert_eq!(rm & (m::IBV_QP_DEST_QPN.0 | m::IBV_QP_RQ_PSN.0), 0);
+        assert_eq!((rtr.ah_attr.port_num, rtr.ah_attr.sl), (1, 0));
+        assert_eq!(rtr.ah_attr.is_global, 0, "InfiniBand: no GRH");
+        let [_, (rtr, _), _] = dci_steps(&port(Some(3)), &timing, 16);
+        assert_eq!(
+            (rtr.ah_attr.is_global, rtr.ah_attr.grh.sgid_index),
+            (1, 3),
+            "RoCE: global, with the GID index"
         );
         assert_eq!(rts.qp_state, ffi_v::ibv_qp_state::IBV_QPS_RTS);
         assert_eq!(

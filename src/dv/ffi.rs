@@ -136,3 +136,37 @@ pub struct mlx5dv_ah {
 
 /// `MLX5DV_OBJ_AH`.
 pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
+
+/// `struct mlx5dv_dc_init_attr`: `dc_type` then a union of `dct_access_key` (u64) and
+/// `struct mlx5dv_dci_streams` (two u8), 8-aligned.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct mlx5dv_dc_init_attr {
+    pub dc_type: u32,
+    /// The union: the DCT access key (a DCI with streams would put two bytes here).
+    pub dct_access_key: u64,
+}
+
+/// `struct mlx5dv_qp_init_attr`: the vendor attributes of `mlx5dv_create_qp`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct mlx5dv_qp_init_attr {
+    pub comp_mask: u64,
+    pub create_flags: u32,
+    pub dc_init_attr: mlx5dv_dc_init_attr,
+    pub send_ops_flags: u64,
+}
+
+/// `MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS`: `create_flags` is valid.
+pub const MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS: u64 = 1 << 0;
+/// `MLX5DV_QP_INIT_ATTR_MASK_DC`: `dc_init_attr` is valid.
+pub const MLX5DV_QP_INIT_ATTR_MASK_DC: u64 = 1 << 1;
+/// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`: the QP is created without responder
+/// scatter-to-CQE (rdma-core `create_qp` clears `MLX5_QP_FLAG_SCATTER_CQE`).
+pub const MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: u32 = 1 << 3;
+pub const MLX5DV_DCTYPE_DCT: u32 = 1;
+pub const MLX5DV_DCTYPE_DCI: u32 = 2;
+/// `IBV_QPT_DRIVER` (verbs.h).
+pub const IBV_QPT_DRIVER: u32 = 0xff;
+/// `IBV_QP_INIT_ATTR_PD` (verbs.h).
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;

@@ -330,6 +330,9 @@ fn symbols_are_looked_up_at_their_versions() {
     let sup = unsafe { versioned(h, SYMBOLS[1]) };
     assert_eq!(l.is_supported as usize, sup as usize);
     // SAFETY: live handle.
+    let create_qp = unsafe { versioned(h, SYMBOLS[4]) };
+    assert_eq!(l.create_qp as usize, create_qp as usize);
+    // SAFETY: live handle.
     let wrong = unsafe { versioned(h, (c"mlx5dv_is_supported", c"MLX5_1.0")) };
     assert!(wrong.is_null(), "no such version: nothing is used");
 }
@@ -348,4 +351,18 @@ fn path_choice() {
         choose(false, Some("fast")),
         Err(Error::InvalidParameter { .. })
     ));
+}
+
+/// `QpCaps::scatter_to_cqe = false` on a ConnectX: rdma-core turns responder
+/// scatter-to-CQE on for every QP `ibv_create_qp_ex` makes, so such a QP is made by
+/// `mlx5dv_create_qp` with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE` (and nothing else:
+/// `create_qp` refuses it together with `ALLOW_SCATTER_TO_CQE`, and a DC mask would make
+/// it a DC QP); with it on, the plain call.
+#[test]
+fn a_qp_without_scatter_to_cqe_is_made_with_the_vendor_flag() {
+    assert_eq!(rc_ud_vendor_attr(true), None);
+    let a = rc_ud_vendor_attr(false).expect("the vendor call");
+    assert_eq!(a.comp_mask, ffi::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS);
+    assert_eq!(a.create_flags, ffi::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE);
+    assert_eq!((a.dc_init_attr, a.send_ops_flags), Default::default());
 }

@@ -174,9 +174,13 @@ impl Pd {
         let port = obj.ud_port()?;
         let path = match rings {
             // The verbs path (rxe and the others; a ConnectX with BLUEFLAME_PATH=verbs).
-            QpRings::Verbs { qp, legacy_gather } => UdPath::Verbs(VerbsUd::assemble(
+            QpRings::Verbs {
+                qp,
+                legacy_gather,
+                provider_copies,
+            } => UdPath::Verbs(VerbsUd::assemble(
                 self,
-                (obj, qp, legacy_gather, qpn),
+                (obj, qp, legacy_gather, provider_copies, qpn),
                 send_cq,
                 recv_cq,
                 port.mtu,

@@ -34,10 +34,17 @@ pub(crate) struct VerbsUd {
 impl VerbsUd {
     /// The verbs path's queues over rdma-core's UD QP `qp` (`obj`, number `qpn`, ready:
     /// INIT / RTR / RTS with its Q_Key), attached to the CQs' registries as an RC QP's are,
-    /// datagrams of at most `mtu` bytes.
+    /// datagrams of at most `mtu` bytes; `provider_copies` as in
+    /// [`QpRings::Verbs`](crate::backend::spec::QpRings).
     pub(crate) fn assemble(
         pd: &Pd,
-        (obj, qp, legacy_gather, qpn): (backend::Qp, Arc<verbs::objects::Qp>, bool, u32),
+        (obj, qp, legacy_gather, provider_copies, qpn): (
+            backend::Qp,
+            Arc<verbs::objects::Qp>,
+            bool,
+            bool,
+            u32,
+        ),
         send_cq: &Cq,
         recv_cq: &Cq,
         mtu: u32,
@@ -47,10 +54,7 @@ impl VerbsUd {
         // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
         sq.queue().set_gather_lists_legacy(legacy_gather);
         let mut rq = VerbsRecvQueue::new_ud(qp);
-        rq.check_against(
-            pd.inner.regions.clone(),
-            pd.inner.dev.provider_copies_receives(),
-        );
+        rq.check_against(pd.inner.regions.clone(), provider_copies);
         let (sq_shadow, rq_shadow) = (sq.shadow(), rq.shadow.clone());
         pd.inner.lifetimes.track(&sq_shadow);
         send_cq

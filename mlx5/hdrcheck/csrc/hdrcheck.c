@@ -364,6 +364,8 @@ static const struct hdrcheck_entry hdrcheck_table[] = {
 	HC_FIELD(mlx5dv_qp_init_attr, dc_init_attr),
 	HC_FIELD(mlx5dv_qp_init_attr, send_ops_flags),
 	HC_CONST(MLX5DV_QP_INIT_ATTR_MASK_DC),
+	HC_CONST(MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS),
+	HC_CONST(MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE),
 	HC_CONST(MLX5DV_DCTYPE_DCT),
 	HC_CONST(MLX5DV_DCTYPE_DCI),
 	HC_CONST(IBV_QPT_DRIVER),

@@ -9,46 +9,56 @@ use crate::backend::spec::QpRings;
 use crate::backend::Srq;
 use crate::data_path::DataPath;
 use crate::error::{Error, Result};
-use crate::verbs::objects::Timing;
+use crate::verbs;
+use crate::verbs::objects::{qp_pd, thread_domain, ThreadDomain, Timing};
 use mlx5::request::Access;
 
-/// A DC QP rdma-core created on a ConnectX (`mlx5dv_create_qp`), destroyed on drop.
-pub(crate) struct HwDc(*mut rdma_sys::ibv_qp);
+/// A DC QP rdma-core created on a ConnectX (`mlx5dv_create_qp`), destroyed on drop; a DCI
+/// on a thread domain of its own when the device gives one (freed after the QP).
+pub(crate) struct HwDc {
+    qp: *mut rdma_sys::ibv_qp,
+    _td: Option<ThreadDomain>,
+}
 
 // SAFETY: the QP pointer is passed to `ibv_modify_qp` by its owner and to `ibv_destroy_qp`
-// once, on drop; rdma-core's QP objects may be used and destroyed from any thread.
+// once, on drop; rdma-core's QP objects may be used and destroyed from any thread (the
+// thread domain is Send and Sync itself).
 unsafe impl Send for HwDc {}
 // SAFETY: as above: rdma-core serialises modifications of a QP itself.
 unsafe impl Sync for HwDc {}
 
 impl Drop for HwDc {
     fn drop(&mut self) {
-        // SAFETY: a live QP created by `create_dc_qp`, destroyed once.
-        unsafe { rdma_sys::ibv_destroy_qp(self.0) };
+        // SAFETY: a live QP created by `mlx5dv_create_qp`, destroyed once.
+        unsafe { rdma_sys::ibv_destroy_qp(self.qp) };
     }
 }
 
 impl HwDc {
-    /// `mlx5dv_create_qp` with the DC attributes, then the transitions.
+    /// `mlx5dv_create_qp` with the DC attributes, on `td`'s parent domain when there is
+    /// one (else on `pd`), then the transitions.
     ///
     /// # Safety
-    /// `ctx`, `pd`, `cq` and `srq` (when not null) must be live objects of one mlx5 device.
+    /// `ctx`, `pd`, `cq` and `srq` (when not null) must be live objects of one mlx5 device,
+    /// `td` a thread domain over `pd`.
     unsafe fn create(
         ctx: *mut rdma_sys::ibv_context,
         t: crate::dv::dc::DcType,
-        (pd, cq, srq): (
-            *mut rdma_sys::ibv_pd,
+        (pd, td, cq, srq): (
+            &verbs::objects::Pd,
+            Option<ThreadDomain>,
             *mut rdma_sys::ibv_cq,
             *mut rdma_sys::ibv_srq,
         ),
         cap: rdma_sys::ibv_qp_cap,
         steps: &mut [crate::dv::dc::Step],
     ) -> Result<HwDc> {
-        let mut attr = crate::dv::dc::init_attr(t, pd, cq, srq, cap);
+        let on = qp_pd(pd, &td);
+        let mut attr = crate::dv::dc::init_attr(t, on, cq, srq, cap);
         let mut dv = crate::dv::dc::dv_attr(t);
         // SAFETY: live objects of the context (caller contract).
-        let qp = unsafe { crate::dv::dc::create_dc_qp(ctx.cast(), &mut attr, &mut dv)? };
-        let hw = HwDc(qp);
+        let qp = unsafe { crate::dv::create_qp(ctx.cast(), &mut attr, &mut dv)? };
+        let hw = HwDc { qp, _td: td };
         // SAFETY: the QP just created.
         unsafe { crate::dv::dc::modify(qp, steps)? };
         Ok(hw)
@@ -61,7 +71,7 @@ impl HwDc {
         attr.qp_state = rdma_sys::ibv_qp_state::IBV_QPS_ERR;
         let mask = rdma_sys::ibv_qp_attr_mask::IBV_QP_STATE.0;
         // SAFETY: the live QP.
-        unsafe { crate::dv::dc::modify(self.0, &mut [(attr, mask)]) }
+        unsafe { crate::dv::dc::modify(self.qp, &mut [(attr, mask)]) }
     }
 }
 
@@ -120,21 +130,28 @@ pub(super) fn create_dci(
         ..*timing
     };
     let mut steps = crate::dv::dc::dci_steps(&port_attrs(d)?, &timing, d.attrs.max_qp_init_rd_atom);
+    // A BlueFlame register of its own, as an RC QP's: UCX puts its DCIs on the worker's
+    // thread domain (`uct_dc_mlx5_iface_create_qp` through `uct_ib_mlx5_iface_fill_attr`),
+    // and rdma-core's `create_qp` takes the register of a parent domain's thread domain
+    // for any QP type.
+    let td = thread_domain(&p.pd, true);
+    let dedicated = td.is_some();
     // SAFETY: the context, PD and CQ are live objects of this mlx5 device (the PD and CQ
-    // are this domain's and the device's, kept alive by the DCI's owner).
+    // are this domain's and the device's, kept alive by the DCI's owner); the thread
+    // domain is over this PD.
     let hw = unsafe {
         HwDc::create(
             d.ctx.ctx,
             crate::dv::dc::DcType::Dci,
-            (p.pd.pd, cq.cq, std::ptr::null_mut()),
+            (&p.pd, td, cq.cq, std::ptr::null_mut()),
             cap,
             &mut steps,
         )?
     };
     // SAFETY: a live QP of an mlx5 device.
-    let dv = unsafe { crate::dv::init_qp(hw.0.cast())? };
-    // SAFETY: `hw.0` is live; rdma-core filled the QP number.
-    let qpn = unsafe { (*hw.0).qp_num };
+    let dv = unsafe { crate::dv::init_qp(hw.qp.cast())? };
+    // SAFETY: `hw.qp` is live; rdma-core filled the QP number.
+    let qpn = unsafe { (*hw.qp).qp_num };
     let mut raw = crate::dv::raw_qp(
         &dv,
         &crate::dv::QpLimits {
@@ -145,12 +162,9 @@ pub(super) fn create_dci(
         },
     )?;
     spec.env.apply(&mut raw);
-    // Its register may be shared with other QPs of the context (no thread domain): the
-    // locked mode.
-    let rings = QpRings::Direct {
-        raw,
-        dedicated: false,
-    };
+    // With a thread domain its register is its own (`mlx5_attach_dedicated_uar`);
+    // without one it may be shared with other QPs of the context: the locked mode.
+    let rings = QpRings::Direct { raw, dedicated };
     Ok((hw, rings, qpn))
 }
 
@@ -175,8 +189,8 @@ pub(super) fn create_dct(
     let t = crate::dv::dc::DcType::Dct { key: dc_key };
     // SAFETY: the context, PD, CQ and SRQ are live objects of this mlx5 device, kept alive
     // by the DCT's owner (its domain, CQ and SRQ handles).
-    let hw = unsafe { HwDc::create(d.ctx.ctx, t, (p.pd.pd, cq.cq, vsrq), cap, &mut steps)? };
-    // SAFETY: `hw.0` is live; rdma-core filled the QP number (the DCT number).
-    let n = unsafe { (*hw.0).qp_num };
+    let hw = unsafe { HwDc::create(d.ctx.ctx, t, (&p.pd, None, cq.cq, vsrq), cap, &mut steps)? };
+    // SAFETY: `hw.qp` is live; rdma-core filled the QP number (the DCT number).
+    let n = unsafe { (*hw.qp).qp_num };
     Ok((hw, QpRings::None, n))
 }

@@ -10,7 +10,7 @@ use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::verbs;
 use crate::verbs::ex::ApiChoice;
-use crate::verbs::objects::{ConnLimits, Endpoint, Timing};
+use crate::verbs::objects::{ConnLimits, Creator, Endpoint, Timing};
 use std::sync::Arc;
 
 /// What an rdma-core QP is.
@@ -58,6 +58,27 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     // runs the verbs path. The direct path wants a thread domain per QP: a BlueFlame
     // register of its own (the verbs path locks inside rdma-core anyway).
     let direct = d.path == DataPath::Direct && !env.qp_signature;
+    // rdma-core creates every RC and UD QP of a ConnectX with responder scatter-to-CQE
+    // unless MLX5_SCATTER_TO_CQE=0 (`verbs.c` `create_qp`, `use_scatter_to_cqe`, read by
+    // rdma-core itself); a QP asked without it needs the vendor call and its creation flag.
+    let vendor = if d.mlx5 {
+        crate::dv::rc_ud_vendor_attr(caps.scatter_to_cqe)
+    } else {
+        None
+    };
+    let vendor_create = |attr: &mut rdma_sys::ibv_qp_init_attr_ex| {
+        let mut dv = vendor.unwrap_or_default();
+        // SAFETY: called only through `Creator::create`, whose callers pass the attributes
+        // of live objects of this device's context (an mlx5 device: `d.mlx5`).
+        unsafe { crate::dv::create_qp(d.ctx.ctx.cast(), attr, &mut dv) }
+    };
+    let creator = match vendor {
+        Some(_) => Creator::Vendor(&vendor_create),
+        None => Creator::Verbs,
+    };
+    // rdma-core's poller copies a small received message into the receive's buffers with
+    // the CPU (`mlx5_copy_to_recv_wqe`) on the verbs path of a QP that scatters to the CQE.
+    let provider_copies = d.mlx5 && caps.scatter_to_cqe && !env.scatter_to_cqe_off;
     let qp = match &spec.kind {
         QpKind::Dci { timing } => {
             let (hw, rings, qpn) = super::dc::create_dci(p, spec, timing)?;
@@ -110,6 +131,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                 caps.verbs(),
                 api,
                 direct,
+                creator,
             )?;
             qp.ud_ready(d.port, *qkey, initial_psn(qp.qpn()))?;
             qp
@@ -124,6 +146,15 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
             } else {
                 ApiChoice::current()?
             };
+            if cm.is_some() && vendor.is_some() {
+                // rdma_create_qp_ex takes no vendor attributes (and rdma_cm must create the
+                // QP it connects).
+                return Err(Error::Unsupported(
+                    "QpCaps::scatter_to_cqe = false on a QP connected through rdma_cm on an \
+                     mlx5 device: rdma_create_qp_ex cannot ask for it (MLX5_SCATTER_TO_CQE=0 \
+                     turns it off for every QP of the process)",
+                ));
+            }
             match cm {
                 // SAFETY: the id is live and on this PD's context (the PD was allocated on
                 // the id's context); the QP's owner keeps the id and drops it after the QP.
@@ -146,6 +177,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                     direct,
                     api,
                     srq.map(|s| s.rdma().cloned()).transpose()?,
+                    creator,
                 )?,
             }
         }
@@ -174,6 +206,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
         QpRings::Verbs {
             qp: qp.clone(),
             legacy_gather: d.attrs.rxe,
+            provider_copies,
         }
     };
     let obj = Qp {

@@ -164,22 +164,24 @@ impl Pd {
                 let rq = unsafe { RecvQueue::new(&raw)? };
                 QpPath::Direct { sq, rq }
             }
-            QpRings::Verbs { qp, legacy_gather } => {
+            QpRings::Verbs {
+                qp,
+                legacy_gather,
+                provider_copies,
+            } => {
                 let mut sq = VerbsSendQueue::new(qp.clone());
                 sq.set_gather_lists_legacy(legacy_gather);
-                let rq = recv.srq.is_none().then(|| VerbsRecvQueue::new(qp));
+                let mut rq = recv.srq.is_none().then(|| VerbsRecvQueue::new(qp));
+                // Every receive pins the regions it lands in until it completes.
+                if let Some(rq) = &mut rq {
+                    rq.check_against(self.inner.regions.clone(), provider_copies);
+                }
                 QpPath::Verbs { sq, rq }
             }
             QpRings::None => return Err(Error::Unsupported("a QP without queues")),
         };
-        // Every receive pins the regions it lands in until it completes.
-        match &mut path {
-            QpPath::Direct { rq: Some(rq), .. } => rq.check_against(self.inner.regions.clone()),
-            QpPath::Verbs { rq: Some(rq), .. } => rq.check_against(
-                self.inner.regions.clone(),
-                self.inner.dev.provider_copies_receives(),
-            ),
-            _ => {}
+        if let QpPath::Direct { rq: Some(rq), .. } = &mut path {
+            rq.check_against(self.inner.regions.clone());
         }
         let (sq_shadow, rq_shadow, scatter) = match &path {
             QpPath::Direct { sq, rq, .. } => (

@@ -19,5 +19,7 @@ pub use mr::Mr;
 #[cfg(feature = "internals")]
 pub use mr::IBV_ADVISE_MR_FLAG_FLUSH;
 pub use pd::Pd;
+pub(crate) use qp::Creator;
 pub use qp::Qp;
 pub use srq::Srq;
+pub(crate) use td::{qp_pd, thread_domain, ThreadDomain};

@@ -108,21 +108,53 @@ fn caps_of(attr: &ffi::ibv_qp_init_attr_ex) -> Caps {
     }
 }
 
-/// Creates a QP with `create` (which returns the QP or null with `errno` set): with the
-/// extended send operations first when `api` wants them, then, when the provider refuses
-/// them (or leaves a pointer unset) and `api` allows it, without. Returns the QP, its real
-/// sizes and its extended operations.
+/// The call that makes an RC or UD QP from its creation attributes.
+#[derive(Clone, Copy)]
+pub(crate) enum Creator<'a> {
+    /// `ibv_create_qp_ex`.
+    Verbs,
+    /// The provider's own call with the same attributes, given by the backend: on mlx5
+    /// `mlx5dv_create_qp` with creation flags (a QP without scatter-to-CQE).
+    Vendor(&'a dyn Fn(&mut ffi::ibv_qp_init_attr_ex) -> Result<*mut ffi::ibv_qp>),
+}
+
+impl Creator<'_> {
+    /// Creates the QP of `attr` on `ctx`'s device.
+    ///
+    /// # Safety
+    /// `attr`'s PD (or parent domain), CQs and SRQ must be live objects of `ctx`.
+    unsafe fn create(
+        self,
+        ctx: *mut ffi::ibv_context,
+        attr: &mut ffi::ibv_qp_init_attr_ex,
+    ) -> Result<*mut ffi::ibv_qp> {
+        match self {
+            Creator::Verbs => {
+                // SAFETY: live context and objects (caller contract); `attr` is a valid
+                // in/out parameter.
+                let qp = unsafe { create_qp_ex(ctx, attr) };
+                if qp.is_null() {
+                    return Err(Error::Verbs(last("ibv_create_qp_ex")));
+                }
+                Ok(qp)
+            }
+            Creator::Vendor(f) => f(attr),
+        }
+    }
+}
+
+/// Creates a QP with `create`: with the extended send operations first when `api` wants
+/// them, then, when the provider refuses them (or leaves a pointer unset) and `api` allows
+/// it, without. Returns the QP, its real sizes and its extended operations.
 fn create_with(
     api: ApiChoice,
-    call: &'static str,
     attr_of: impl Fn(bool) -> ffi::ibv_qp_init_attr_ex,
-    create: impl Fn(&mut ffi::ibv_qp_init_attr_ex) -> *mut ffi::ibv_qp,
+    create: impl Fn(&mut ffi::ibv_qp_init_attr_ex) -> Result<*mut ffi::ibv_qp>,
     destroy: impl Fn(*mut ffi::ibv_qp),
-) -> crate::error::Result<(*mut ffi::ibv_qp, Caps, Option<SendOps>)> {
+) -> Result<(*mut ffi::ibv_qp, Caps, Option<SendOps>)> {
     if api.wants_extended() {
         let mut attr = attr_of(true);
-        let qp = create(&mut attr);
-        if !qp.is_null() {
+        if let Ok(qp) = create(&mut attr) {
             // SAFETY: the QP was just created, and lives while the result is used.
             if let Some(ops) = unsafe { SendOps::of(qp) } {
                 return Ok((qp, caps_of(&attr), Some(ops)));
@@ -134,10 +166,7 @@ fn create_with(
         )?;
     }
     let mut attr = attr_of(false);
-    let qp = create(&mut attr);
-    if qp.is_null() {
-        return Err(crate::error::Error::Verbs(last(call)));
-    }
+    let qp = create(&mut attr)?;
     Ok((qp, caps_of(&attr), None))
 }
 
@@ -160,15 +189,25 @@ impl Qp {
         thread_domain: bool,
         api: ApiChoice,
     ) -> crate::error::Result<Qp> {
-        Qp::with_srq(pd, send_cq, recv_cq, caps, thread_domain, api, None)
+        Qp::with_srq(
+            pd,
+            send_cq,
+            recv_cq,
+            caps,
+            thread_domain,
+            api,
+            None,
+            Creator::Verbs,
+        )
     }
 
     /// As [`Qp::new`]; with `srq`, the QP takes its receives from it (`srq` in the
-    /// creation attributes: no receive queue of its own).
+    /// creation attributes: no receive queue of its own); made by `creator`.
     ///
     /// # Errors
-    /// As [`Qp::new`].
-    pub fn with_srq(
+    /// As [`Qp::new`]; the vendor call's error.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn with_srq(
         pd: Arc<Pd>,
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
@@ -176,16 +215,15 @@ impl Qp {
         thread_domain: bool,
         api: ApiChoice,
         srq: Option<Arc<Srq>>,
+        creator: Creator<'_>,
     ) -> crate::error::Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
         let on = qp_pd(&pd, &td);
         let (qp, real, send_ops) = create_with(
             api,
-            "ibv_create_qp_ex",
             |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex, srq.as_deref()),
-            // SAFETY: live context, (parent) PD, CQs and SRQ; `attr` is a valid in/out
-            // parameter.
-            |attr| unsafe { create_qp_ex(pd.ctx.ctx, attr) },
+            // SAFETY: live context, (parent) PD, CQs and SRQ of it.
+            |attr| unsafe { creator.create(pd.ctx.ctx, attr) },
             // SAFETY: created just before, used by nothing.
             |qp| unsafe {
                 ffi::ibv_destroy_qp(qp);
@@ -227,16 +265,15 @@ impl Qp {
         let on = qp_pd(&pd, &td);
         let (qp, real, send_ops) = create_with(
             api,
-            "rdma_create_qp_ex",
             |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex, None),
             |attr| {
                 // SAFETY: the caller's contract; `attr` is a valid in/out parameter; the
                 // parent domain is on the id's context.
                 if unsafe { ffi::rdma_create_qp_ex(id, attr) } != 0 {
-                    return std::ptr::null_mut();
+                    return Err(Error::Verbs(last("rdma_create_qp_ex")));
                 }
                 // SAFETY: rdma_create_qp_ex succeeded: `id->qp` is the new QP.
-                unsafe { (*id).qp }
+                Ok(unsafe { (*id).qp })
             },
             // SAFETY: created just before on this id, used by nothing; the id can take
             // another QP afterwards (rdma_destroy_qp clears `id->qp`).
@@ -425,33 +462,26 @@ impl Qp {
     /// # Errors
     /// The `ibv_create_qp_ex` error; [`Error::Unsupported`] when `api` requires the
     /// extended operations and the provider refuses them.
-    pub fn new_ud(
+    pub(crate) fn new_ud(
         pd: Arc<Pd>,
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
         caps: Caps,
         api: ApiChoice,
         thread_domain: bool,
+        creator: Creator<'_>,
     ) -> Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
         let on = qp_pd(&pd, &td);
         let create = |ex: bool| {
             let mut attr = ud_init_attr(&send_cq, &recv_cq, &caps, on, ex);
-            // SAFETY: live context, (parent) PD and CQs; `attr` is a valid in/out parameter.
-            let qp = unsafe { create_qp_ex(pd.ctx.ctx, &mut attr) };
+            // SAFETY: live context, (parent) PD and CQs of it.
+            let qp = unsafe { creator.create(pd.ctx.ctx, &mut attr) };
             (qp, attr)
-        };
-        let caps_of = |a: &ffi::ibv_qp_init_attr_ex| Caps {
-            max_send_wr: a.cap.max_send_wr,
-            max_recv_wr: a.cap.max_recv_wr,
-            max_send_sge: a.cap.max_send_sge,
-            max_recv_sge: a.cap.max_recv_sge,
-            max_inline: a.cap.max_inline_data,
         };
         let mut made = None;
         if api.wants_extended() {
-            let (qp, attr) = create(true);
-            if !qp.is_null() {
+            if let (Ok(qp), attr) = create(true) {
                 // SAFETY: created just above; the ops are used while the Qp lives.
                 match unsafe { UdSendOps::of(qp) } {
                     Some(ops) => made = Some((qp, caps_of(&attr), Some(ops))),
@@ -471,10 +501,7 @@ impl Qp {
             Some(m) => m,
             None => {
                 let (qp, attr) = create(false);
-                if qp.is_null() {
-                    return Err(Error::Verbs(last("ibv_create_qp_ex")));
-                }
-                (qp, caps_of(&attr), None)
+                (qp?, caps_of(&attr), None)
             }
         };
         Ok(Qp {

@@ -73,7 +73,7 @@ impl Drop for ThreadDomain {
 
 /// A thread domain for a new QP when `want`, or None when the device has none to give
 /// (then the QP gets rdma-core's shared registers, as UCX falls back to the plain PD).
-pub(super) fn thread_domain(pd: &Arc<Pd>, want: bool) -> Option<ThreadDomain> {
+pub(crate) fn thread_domain(pd: &Arc<Pd>, want: bool) -> Option<ThreadDomain> {
     if want {
         ThreadDomain::new(pd.clone()).ok()
     } else {
@@ -82,6 +82,6 @@ pub(super) fn thread_domain(pd: &Arc<Pd>, want: bool) -> Option<ThreadDomain> {
 }
 
 /// The PD a QP is created on: the thread domain's parent domain, else the PD.
-pub(super) fn qp_pd(pd: &Pd, td: &Option<ThreadDomain>) -> *mut ffi::ibv_pd {
+pub(crate) fn qp_pd(pd: &Pd, td: &Option<ThreadDomain>) -> *mut ffi::ibv_pd {
     td.as_ref().map_or(pd.pd, |t| t.parent)
 }

@@ -1,9 +1,10 @@
 //! DC against the header: the DC fields of the address segment (`mlx5::dc`), the bytes of
 //! `mlx5_send_wr_set_dc_addr`, and the DC attributes of `mlx5dv_create_qp` that
-//! `blueflame::internals::dv::dc` declares by hand.
+//! `blueflame::internals::dv::ffi` declares by hand, with the creation flag that turns a QP's
+//! scatter-to-CQE off.
 
 use super::*;
-use blueflame::internals::dv::dc::ffi;
+use blueflame::internals::dv::ffi;
 use mlx5::dc::{set_dc_addr, DcAddr, AV_BYTES, DC_KEY_OFFSET, DQP_DCT_OFFSET, EXTENDED_UD_AV};
 
 pub const NAMES: &[&str] = &[
@@ -29,6 +30,8 @@ pub const NAMES: &[&str] = &[
     "offsetof(mlx5dv_qp_init_attr, send_ops_flags)",
     "sizeof(mlx5dv_qp_init_attr.send_ops_flags)",
     "MLX5DV_QP_INIT_ATTR_MASK_DC",
+    "MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS",
+    "MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE",
     "MLX5DV_DCTYPE_DCT",
     "MLX5DV_DCTYPE_DCI",
     "IBV_QPT_DRIVER",
@@ -161,6 +164,14 @@ fn dc_constants() {
     assert_eq!(
         ffi::MLX5DV_QP_INIT_ATTR_MASK_DC,
         value("MLX5DV_QP_INIT_ATTR_MASK_DC")
+    );
+    assert_eq!(
+        ffi::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+        value("MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS")
+    );
+    assert_eq!(
+        ffi::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE as u64,
+        value("MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE")
     );
     assert_eq!(ffi::MLX5DV_DCTYPE_DCT as u64, value("MLX5DV_DCTYPE_DCT"));
     assert_eq!(ffi::MLX5DV_DCTYPE_DCI as u64, value("MLX5DV_DCTYPE_DCI"));
