@@ -15,7 +15,7 @@ impl PostSend for Qp {
     fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
         let r = match &mut self.path {
-            QpPath::Direct { sq, .. } => sq.post(req, cookie, flags),
+            QpPath::Direct { sq, .. } => sq.post_out_of_line(req, cookie, flags),
             QpPath::Verbs { sq, .. } => sq.post_one(req, cookie, flags),
         };
         match r {
@@ -54,9 +54,9 @@ impl Qp {
     /// [`Qp::post`]. Out of line, the request built only on the way here: the direct path's
     /// fast path keeps its arguments where they arrived (passed in registers instead, the
     /// compiler moved them into this call's registers before that path's first compare).
-    /// [`Qp::post`] is called out of line ([`Qp::post_out_of_line`]): inlined here, its
-    /// match of every request kind shared this function's registers and stack with the
-    /// verbs path (4 instructions per verbs inline write, `cargo xtask rxe-icount`).
+    /// [`Qp::post`] is inlined here: its direct arm is out of line
+    /// (`SendQueue::post_out_of_line`), so no match of every request kind shares this
+    /// function's registers and stack with the verbs path.
     #[cold]
     #[inline(never)]
     fn write_inline_cold(
@@ -79,12 +79,6 @@ impl Qp {
                 Err(e) => Err(self.explain(e)),
             };
         }
-        self.post_out_of_line(req, cookie, flags)
-    }
-
-    /// [`Qp::post`], not inlined (see [`Qp::write_inline_cold`]).
-    #[inline(never)]
-    fn post_out_of_line(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.post(req, cookie, flags)
     }
 
