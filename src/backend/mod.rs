@@ -126,6 +126,16 @@ impl Dev {
         }
     }
 
+    /// Whether the device raises `IBV_EVENT_QP_LAST_WQE_REACHED` for a QP on an SRQ that
+    /// went to error (a ConnectX and the software NIC do; rxe does not).
+    pub(crate) fn raises_last_wqe(&self) -> bool {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => true,
+            Dev::Rdma(r) => !r.attrs.rxe,
+        }
+    }
+
     /// Whether rdma-core's provider may copy small received messages into receive buffers
     /// with the CPU, checking no key (mlx5's scatter-to-CQE on the verbs path).
     pub(crate) fn provider_copies_receives(&self) -> bool {

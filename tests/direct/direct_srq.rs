@@ -373,6 +373,85 @@ fn teardown_keeps_the_srq_for_its_qps_and_recovers_buried_wqes() {
     );
 }
 
+/// A send of three MTUs (the software NIC's port: 4096 bytes) into an SRQ WQE: the
+/// responder takes the WQE at the first packet and completes it after the last, a pass
+/// later each (a ConnectX holds it the same way across the message's packets).
+fn three_mtu_send(f: &mut Fan) -> (MemoryRegion, MemoryRegion) {
+    const LEN: usize = 3 * 4096;
+    let dst = f.pd.alloc_mr(LEN, ALL).unwrap();
+    f.srq
+        .post_recv(&[dst.sge(0, LEN as u32).unwrap()], 7)
+        .unwrap();
+    let src = f.pd.alloc_mr(LEN, ALL).unwrap();
+    src.write(0, &vec![0x5a; LEN]).unwrap();
+    f.clients[0]
+        .send(
+            Payload::Sgl(&[src.sge(0, LEN as u32).unwrap()]),
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    (dst, src)
+}
+
+#[test]
+fn a_message_of_many_packets_holds_its_srq_wqe_until_the_last() {
+    let mut f = fan(1, 15, 256, 64);
+    let (dst, _src) = three_mtu_send(&mut f);
+    // First packet, then the second: the WQE is taken, nothing completes yet.
+    nic(&f.dev).process();
+    nic(&f.dev).process();
+    assert!(
+        poll_all(&mut f.rcq).is_empty(),
+        "not before the last packet"
+    );
+    f.dev.process();
+    let r = poll_all(&mut f.rcq);
+    assert_eq!(
+        (r.len(), r[0].cookie, r[0].status, r[0].byte_len),
+        (1, 7, WcStatus::Success, 3 * 4096)
+    );
+    assert_eq!(bytes(&dst, 4096 * 3 - 8, 8), vec![0x5a; 8]);
+    assert_eq!(f.srq.free(), 15);
+}
+
+/// A server QP dropped while a message into one of its SRQ WQEs is still arriving: the
+/// drop moves it to error and waits for the last-WQE-reached event (IBA 10.3.1, the
+/// kernel's `ib_drain_qp`), so the WQE is flushed and comes back to the SRQ; destroyed at
+/// once, the WQE vanished with the QP and the SRQ was one entry short for good.
+#[test]
+fn a_qp_dropped_mid_message_gives_its_srq_wqe_back() {
+    let mut f = fan(2, 15, 256, 64);
+    let (_dst, _src) = three_mtu_send(&mut f);
+    nic(&f.dev).process();
+    assert_eq!(f.srq.free(), 14);
+    assert_eq!(
+        nic(&f.dev).srq_pending(f.srq.srqn()),
+        Some(0),
+        "the first packet took the WQE"
+    );
+    let s0 = f.servers.remove(0);
+    drop(s0);
+    assert_eq!(
+        poll_all(&mut f.rcq),
+        vec![],
+        "the flush is discarded with the QP"
+    );
+    assert_eq!(f.srq.free(), 15, "the WQE came back to the SRQ");
+    // The SRQ still serves: the other server receives into every entry.
+    let mr = post_slots(&mut f, 15, 100);
+    for i in 0..15u64 {
+        f.clients[1]
+            .send(Payload::Inline(&i.to_le_bytes()), i, PostFlags::SIGNALED)
+            .unwrap();
+    }
+    f.dev.process();
+    let r = poll_all(&mut f.rcq);
+    assert_eq!(r.len(), 15);
+    assert!(r.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(bytes(&mr, 14 * 64, 8), 14u64.to_le_bytes());
+}
+
 /// What the API refuses, before the device sees it.
 #[test]
 fn refusals_are_typed() {

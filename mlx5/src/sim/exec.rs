@@ -7,6 +7,7 @@ use super::cq::err_cqe;
 use super::dma::{self, Dma};
 use super::mem::Denied;
 use super::progress::{Outcome, Wait, WaitFor};
+use super::qp::Partial;
 use super::qp_attr::{DcRole, QpState};
 use super::state::State;
 use crate::cqe::{Cqe64, CqeOpcode};
@@ -224,15 +225,41 @@ impl State {
     ) -> Result<(), Outcome> {
         let ppd = self.qps[&peer].pd;
         let mut sges = [Sge::default(); 64];
-        // Its own receive queue, or its SRQ's next WQE (`srq`).
-        let Some(taken) = self.take_recv(peer, &mut sges) else {
-            return Err(self.rnr(qpn, peer));
+        // The rest of a message whose first packets took an SRQ WQE on an earlier pass.
+        let held = match self.qps.get_mut(&peer).and_then(|p| p.partial.take()) {
+            Some(mut h) if h.from == qpn => {
+                if h.left > 1 {
+                    h.left -= 1;
+                    self.qps.get_mut(&peer).expect("peer").partial = Some(h);
+                    return Err(Outcome::Partial);
+                }
+                sges = h.sges;
+                Some((h.idx, h.n, h.srqn))
+            }
+            other => {
+                // Another requester's message keeps its WQE (one message at a time per
+                // responder: this one waits as for an RNR NAK).
+                if other.is_some() {
+                    self.qps.get_mut(&peer).expect("peer").partial = other;
+                    return Err(self.rnr(qpn, peer));
+                }
+                None
+            }
         };
-        let (idx, n, srqn) = (taken.idx, taken.n, taken.srqn);
+        let (idx, n, srqn) = match held {
+            Some(h) => h,
+            None => {
+                // Its own receive queue, or its SRQ's next WQE (`srq`).
+                let Some(taken) = self.take_recv(peer, &mut sges) else {
+                    return Err(self.rnr(qpn, peer));
+                };
+                let p = self.qps.get_mut(&peer).expect("peer");
+                p.stats.recvs += 1;
+                (taken.idx, taken.n, taken.srqn)
+            }
+        };
         let cap: u64 = sges[..n].iter().map(|s| s.len as u64).sum();
-        let p = self.qps.get_mut(&peer).expect("peer");
-        p.stats.recvs += 1;
-        let rcq = p.recv_cq;
+        let rcq = self.qps[&peer].recv_cq;
         let resp_err = |st: &mut State, s: Syndrome| {
             let mut e = err_cqe(s.to_u8(), peer, idx);
             e.srqn = Be32::new(srqn);
@@ -244,6 +271,24 @@ impl State {
         if (data.len() as u64) > cap {
             resp_err(self, Syndrome::LocalLength);
             return Err(Outcome::Failed(Syndrome::RemoteInvalReq));
+        }
+        // A send longer than the path MTU into an SRQ WQE arrives in MTU-sized packets, one
+        // per pass: the WQE is held from the first to the last (`Partial`).
+        let packets = (byte_cnt as u64)
+            .div_ceil(self.port.mtu.max(1) as u64)
+            .max(1);
+        // (RC QPs: a DCT reassembles the messages of many initiators at once.)
+        let rc = self.qps[&peer].dc.is_none();
+        if held.is_none() && rc && srqn != 0 && op != CqeOpcode::RespWrImm && packets > 1 {
+            self.qps.get_mut(&peer).expect("peer").partial = Some(Box::new(Partial {
+                from: qpn,
+                idx,
+                srqn,
+                sges,
+                n,
+                left: packets as u32 - 1,
+            }));
+            return Err(Outcome::Partial);
         }
         // Scatter-to-CQE: a send small enough for the CQE arrives inside it; the receive
         // buffers are neither written nor translated (their keys are not looked at). The

@@ -13,6 +13,9 @@ pub(crate) enum Outcome {
     Failed(Syndrome),
     /// The responder had no receive WQE: try again when the RNR timer expires.
     Retry,
+    /// One packet of a message longer than the path MTU went and the responder holds the
+    /// receive WQE it took for it: the rest goes on the next pass.
+    Partial,
 }
 
 /// What the WQE at the head of the send queue waits for.

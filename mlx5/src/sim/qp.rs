@@ -44,6 +44,8 @@ pub(crate) struct SimQp {
     pub(crate) srq: Option<u32>,
     /// The last-WQE-reached event was raised (a QP with an SRQ, in error).
     pub(crate) last_wqe_reached: bool,
+    /// The SRQ receive WQE this QP holds for a message whose packets are still arriving.
+    pub(crate) partial: Option<Box<Partial>>,
     pub(crate) rnr_tries: u32,
     /// Retransmissions spent on the WQE at `sq_ci`.
     pub(crate) ack_tries: u32,
@@ -62,6 +64,23 @@ pub(crate) struct SimQp {
     pub(crate) dct_stats: DctStats,
     /// Set for an unreliable-datagram QP ([`super::Nic::make_ud`]).
     pub(crate) ud: Option<UdCtx>,
+}
+
+/// An SRQ receive WQE a responder took at the first packet of a message longer than the
+/// path MTU, held across the message's packets (one per NIC pass): a ConnectX consumes the
+/// WQE when the first packet arrives and writes its CQE after the last. If the QP is
+/// destroyed meanwhile the WQE is gone without a CQE; if it goes to error, the WQE is
+/// flushed (before `IBV_EVENT_QP_LAST_WQE_REACHED`).
+pub(crate) struct Partial {
+    /// The requester whose message it is.
+    pub(crate) from: u32,
+    /// The SRQ WQE: its index and SRQ, its scatter entries.
+    pub(crate) idx: u16,
+    pub(crate) srqn: u32,
+    pub(crate) sges: [Sge; 64],
+    pub(crate) n: usize,
+    /// Packets still to come after this pass's.
+    pub(crate) left: u32,
 }
 
 impl SimQp {
@@ -102,6 +121,7 @@ impl SimQp {
             rq_ci: 0,
             srq: None,
             last_wqe_reached: false,
+            partial: None,
             rnr_tries: 0,
             ack_tries: 0,
             wait: None,

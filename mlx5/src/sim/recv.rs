@@ -107,14 +107,26 @@ impl State {
     }
 
     /// A QP with an SRQ that is in error: its receives are not flushed (the SRQ's WQEs stay
-    /// for the others); the last-WQE-reached event, once.
+    /// for the others) but for the one it holds for a message still arriving, which
+    /// completes with a flush error first; then the last-WQE-reached event, once (IBA
+    /// 10.3.1: no WQE of the SRQ is used by the QP after it).
     pub(crate) fn last_wqe_if_error(&mut self, qpn: u32) {
-        if let Some(q) = self.qps.get_mut(&qpn) {
-            if q.srq.is_some() && q.state == QpState::Error && !q.last_wqe_reached {
-                q.last_wqe_reached = true;
-                self.events.push_back(AsyncEvent::QpLastWqeReached { qpn });
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if q.srq.is_none() || q.state != QpState::Error || q.last_wqe_reached {
+            return;
+        }
+        q.last_wqe_reached = true;
+        let rcq = q.recv_cq;
+        if let Some(h) = q.partial.take() {
+            let mut e = err_cqe(Syndrome::WrFlush.to_u8(), qpn, h.idx);
+            e.srqn = crate::Be32::new(h.srqn);
+            if let Some(cq) = self.cqs.get_mut(&rcq) {
+                cq.push_err(e, CqeOpcode::RespErr);
             }
         }
+        self.events.push_back(AsyncEvent::QpLastWqeReached { qpn });
     }
 
     /// Flushes every posted receive of a QP in error. Returns how many.

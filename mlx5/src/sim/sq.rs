@@ -116,6 +116,12 @@ impl State {
                     }
                 }
                 (Outcome::Retry, None) => break,
+                (Outcome::Partial, None) => {
+                    // Work was done (a packet went): the pass counts it, and the WQE goes on
+                    // from the head of the queue on the next pass.
+                    n += 1;
+                    break;
+                }
                 (Outcome::Failed(Syndrome::TransportRetryExc), None) if !give_up => {
                     // No answer: send again when the local ACK timeout expires (timeout 0:
                     // never; the requester waits for ever).
@@ -270,6 +276,9 @@ impl State {
                             Outcome::Done(b) => Progress::Done(b),
                             Outcome::Failed(s) => Progress::Failed(s),
                             Outcome::Retry => Progress::Failed(Syndrome::RnrRetryExc),
+                            // Only reads, atomics and key operations are held back; a send's
+                            // packets never replay here.
+                            Outcome::Partial => Progress::Failed(Syndrome::LocalQpOp),
                         }
                     }
                     Err(_) => Progress::Failed(Syndrome::LocalQpOp),

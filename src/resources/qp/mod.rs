@@ -361,8 +361,45 @@ impl QueuePair for Qp {
     }
 }
 
+impl Qp {
+    /// How long a dropped QP on an SRQ waits for the device to say it will take no more of
+    /// the SRQ's WQEs (a ConnectX answers in microseconds).
+    const LAST_WQE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+    /// A connected QP on an SRQ leaves it as IBA 10.3.1 and the kernel's `ib_drain_qp`
+    /// (`__ib_drain_srq`) do before it is destroyed: to error, then a wait (bounded) for
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`. A receive WQE the QP took for a message still
+    /// arriving then completes (a flush) instead of vanishing with the QP: destroyed at once,
+    /// it would never come back to the SRQ, one slot lost for good per QP dropped
+    /// mid-message. The flush is discarded with the QP's other entries and its WQE given
+    /// back to the SRQ (the CQ's tombstone, `Cq::poll`).
+    #[cold]
+    fn leave_the_srq(&mut self) {
+        let left_reset = self.connected || self.obj.as_ref().is_some_and(backend::Qp::left_reset);
+        if self.srq.is_none() || !left_reset {
+            return;
+        }
+        let dev = self.pd.inner.dev.clone();
+        if !dev.backend.raises_last_wqe() {
+            let _ = self.set_error();
+            return;
+        }
+        if self.set_error().is_err() {
+            return;
+        }
+        let start = std::time::Instant::now();
+        while !self.last_wqe_reached() && start.elapsed() < Self::LAST_WQE_WAIT {
+            // A stepped software NIC runs here; any other device on its own.
+            if dev.process() == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
 impl Drop for Qp {
     fn drop(&mut self) {
+        self.leave_the_srq();
         // Its number may come back with another QP.
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.dev.events.forget(Subject::LastWqe(self.qpn));
