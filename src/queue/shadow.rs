@@ -149,6 +149,12 @@ impl<T: Copy + Default> Shadow<T> {
         self.retired.load(Ordering::Acquire)
     }
 
+    /// Whether a request of the queue completed in error as far as the poller has seen: the
+    /// QP is in error (every later request is flushed).
+    pub(crate) fn failed(&self) -> bool {
+        self.first_error.load(Ordering::Relaxed) != NO_ERROR
+    }
+
     /// Records that the request at `pos` completed in error (poller, error path only, before
     /// it retires the request). Only the first one counts: the QP is in error from there on
     /// and every later request is flushed.

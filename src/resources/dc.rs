@@ -212,6 +212,11 @@ pub struct Dci {
     atomics: mlx5::AtomicCaps,
     pd: Pd,
     cq: Arc<CqHandle>,
+    /// What it was created with, for [`Dci::recover`].
+    caps: QpCaps,
+    timing: Timing,
+    /// A post that finds the DCI in error recovers it first ([`Dci::set_auto_recover`]).
+    auto_recover: bool,
 }
 
 impl core::fmt::Debug for Dci {
@@ -255,11 +260,16 @@ impl Pd {
                 value: send_cq.cqn() as u64,
             });
         }
+        self.create_dci_on(&send_cq.handle, caps, timing)
+    }
+
+    /// A DCI on the CQ of `cq` (checked by the caller: this device's).
+    fn create_dci_on(&self, cq: &Arc<CqHandle>, caps: QpCaps, timing: &Timing) -> Result<Dci> {
         // rdma-core's switches, read when the QP is created, as for an RC QP.
         let env = Mlx5Env::current();
         let spec = QpSpec {
             caps,
-            send_cq: &send_cq.handle.kind,
+            send_cq: &cq.kind,
             kind: QpKind::Dci { timing },
             env: &env,
         };
@@ -277,7 +287,9 @@ impl Pd {
                 SendQueue::new(&raw)?
             }
         };
-        Ok(self.finish_dci(sq, obj, qpn, send_cq, &env))
+        let mut dci = self.finish_dci(sq, obj, qpn, cq, &env);
+        (dci.caps, dci.timing) = (caps, *timing);
+        Ok(dci)
     }
 
     /// The accounting every DCI gets: its shadow tracked by the domain, its queue attached
@@ -287,12 +299,12 @@ impl Pd {
         mut sq: SendQueue,
         obj: backend::Qp,
         qpn: u32,
-        send_cq: &Cq,
+        send_cq: &Arc<CqHandle>,
         env: &Mlx5Env,
     ) -> Dci {
         let shadow = sq.shadow.clone();
         self.inner.lifetimes.track(&shadow);
-        send_cq.handle.registry.attach(Attached::send(qpn, shadow));
+        send_cq.registry.attach(Attached::send(qpn, shadow));
         let atomics = self.inner.dev.atomic_caps();
         sq.set_atomic_caps(atomics);
         // A DCI posts through `post_dc` only: the RC inline-write fast path stays off.
@@ -300,7 +312,7 @@ impl Pd {
         sq.enable_fast_path(false);
         // The driver side of MLX5_POST_SEND_PREFER_BF, as for an RC QP.
         env.configure(&mut sq);
-        sq.attach_cq(send_cq.handle.registry.slots.clone());
+        sq.attach_cq(send_cq.registry.slots.clone());
         Dci {
             sq,
             obj: Some(obj),
@@ -308,7 +320,10 @@ impl Pd {
             errored: false,
             atomics,
             pd: self.clone(),
-            cq: send_cq.handle.clone(),
+            cq: send_cq.clone(),
+            caps: QpCaps::default(),
+            timing: Timing::default(),
+            auto_recover: false,
         }
     }
 
@@ -386,10 +401,70 @@ impl Dci {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
+        if self.auto_recover && self.in_error() {
+            self.recover_before_post()?;
+        }
         match self.sq.post_dc(&peer.addr, req, cookie, flags) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.explain(e)),
         }
+    }
+
+    /// Whether the DCI is in error: one of its requests failed (as far as its CQ has been
+    /// polled) or [`QueuePair::set_error`] moved it there. A DCI in error flushes every
+    /// request after the failed one, to every target; [`Dci::recover`] brings it back.
+    pub fn in_error(&self) -> bool {
+        self.errored || self.sq.shadow.failed()
+    }
+
+    /// Brings a DCI in error back to a ready one, as UCX does when one target went away
+    /// and the DCI's retries ran out (`uct_dc_mlx5_iface_reset_dci`, then
+    /// `uct_dc_mlx5_iface_dci_connect`): UCX moves it to RESET, cleans its entries from the
+    /// CQ and posts from index 0 again; here the DCI is replaced by a new one with the same
+    /// capabilities, timers and CQ (`mlx5dv_create_qp` and the transitions to RTS; the old
+    /// one destroyed as a dropped DCI is), so the ring starts at 0 and the CQ can hold
+    /// nothing of it. Its number ([`QueuePair::qpn`]) changes: no target knows it.
+    ///
+    /// Every request posted before must have completed first (with the failure and the
+    /// flushes: poll them): nothing is lost or reported twice. Works on a DCI that is not in
+    /// error too (a fresh one).
+    ///
+    /// # Errors
+    /// [`Error::InvalidState`] while requests are outstanding; the creation's errors
+    /// ([`Pd::create_dci`]), in which case the DCI is as it was.
+    pub fn recover(&mut self) -> Result<()> {
+        if self.sq.free_blocks() != self.sq.ring_blocks() {
+            return Err(Error::InvalidState {
+                state: "requests outstanding: poll the DCI's completions (the failed and \
+                        flushed ones too), then recover",
+            });
+        }
+        let mut fresh = self.pd.create_dci_on(&self.cq, self.caps, &self.timing)?;
+        fresh.auto_recover = self.auto_recover;
+        drop(std::mem::replace(self, fresh));
+        Ok(())
+    }
+
+    /// With `on`, a post that finds the DCI in error ([`Dci::in_error`]) recovers it first
+    /// ([`Dci::recover`]): once the failed and flushed completions are polled the next post
+    /// goes out on a fresh DCI; until then a post is refused with [`Error::InvalidState`]
+    /// (it would only be flushed). Off by default. Posts through [`Dci::batch`] do not
+    /// recover.
+    pub fn set_auto_recover(&mut self, on: bool) {
+        self.auto_recover = on;
+    }
+
+    /// [`Dci::set_auto_recover`]'s recovery at a post.
+    #[cold]
+    #[inline(never)]
+    fn recover_before_post(&mut self) -> Result<()> {
+        if self.sq.free_blocks() != self.sq.ring_blocks() {
+            return Err(Error::InvalidState {
+                state: "DCI in error: poll its failed and flushed completions, then post again \
+                        (it recovers then)",
+            });
+        }
+        self.recover()
     }
 
     /// This DCI aimed at one DC target: post to it with the [`PostSend`] methods.

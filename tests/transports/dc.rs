@@ -876,3 +876,137 @@ fn a_dropped_dcis_completions_are_not_given_to_the_next_one() {
     assert_eq!(seen.len(), 1, "the number came back: {seen:?}");
     assert!(seen.contains(&fresh.qpn()));
 }
+
+/// One DCI, two DCTs; DCT `a` goes away (its process exited) while the DCI writes to it:
+/// the DCI's retries run out (`RetryExcErr`) and the write to `b` after it is flushed.
+/// Returns the DCI in error with both completions polled, and what the recovery needs.
+struct Stranded {
+    dev: Device,
+    cq: Cq,
+    dci: Dci,
+    b: Dct,
+    mr: MemoryRegion,
+    _keep: (Cq, Srq),
+}
+
+fn stranded() -> Stranded {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let timing = Timing {
+        timeout: 8,
+        retry_cnt: 1,
+        ..Timing::default()
+    };
+    let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+    let a = pd.create_dct(&tcq, &tsrq, 1, DCT_ALL).unwrap();
+    let b = pd.create_dct(&tcq, &tsrq, 2, DCT_ALL).unwrap();
+    let (pa, pb) = (a.peer().unwrap(), b.peer().unwrap());
+    dci.to(&pa)
+        .write_inline(b"a", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(wait(&dev, &mut cq, 1)[0].status, WcStatus::Success);
+    assert!(!dci.in_error());
+    drop(a);
+    dci.to(&pa)
+        .write_inline(b"a", mr.remote(8).unwrap(), 2, PostFlags::SIGNALED)
+        .unwrap();
+    dci.to(&pb)
+        .write_inline(b"b", mr.remote(16).unwrap(), 3, PostFlags::SIGNALED)
+        .unwrap();
+    let got = wait(&dev, &mut cq, 2);
+    let got: Vec<_> = got.iter().map(|c| (c.cookie, c.status)).collect();
+    assert_eq!(
+        got,
+        [(2, WcStatus::RetryExcErr), (3, WcStatus::WrFlushErr)],
+        "one target gone stops the DCI for every target"
+    );
+    assert!(dci.in_error());
+    Stranded {
+        dev,
+        cq,
+        dci,
+        b,
+        mr,
+        _keep: (tcq, tsrq),
+    }
+}
+
+#[test]
+fn a_dci_stranded_by_a_vanished_dct_recovers_and_serves_the_others() {
+    let Stranded {
+        dev,
+        mut cq,
+        mut dci,
+        b,
+        mr,
+        _keep,
+    } = stranded();
+    // Still in error: a request to `b` is flushed.
+    let pb = b.peer().unwrap();
+    dci.to(&pb)
+        .write_inline(b"b", mr.remote(16).unwrap(), 4, PostFlags::SIGNALED)
+        .unwrap();
+    // Refused while that request is outstanding: its completion must come first.
+    assert!(
+        matches!(dci.recover(), Err(Error::InvalidState { .. })),
+        "outstanding requests"
+    );
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (4, WcStatus::WrFlushErr));
+    let old = dci.qpn();
+    dci.recover().unwrap();
+    assert!(!dci.in_error());
+    assert_ne!(dci.qpn(), old, "a new DCI");
+    dci.to(&pb)
+        .write_inline(b"B", mr.remote(16).unwrap(), 5, PostFlags::SIGNALED)
+        .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (5, WcStatus::Success));
+    assert_eq!(mr.read_u64(16).unwrap() & 0xff, b'B' as u64);
+    quiet(&dev, &mut cq);
+}
+
+#[test]
+fn an_auto_recovering_dci_refuses_posts_until_its_flushes_are_polled_then_goes_on() {
+    let Stranded {
+        dev,
+        mut cq,
+        mut dci,
+        b,
+        mr,
+        _keep,
+    } = stranded();
+    dci.set_auto_recover(true);
+    let pb = b.peer().unwrap();
+    // Nothing outstanding: the post recovers the DCI and goes out.
+    dci.to(&pb)
+        .write_inline(b"C", mr.remote(24).unwrap(), 6, PostFlags::SIGNALED)
+        .unwrap();
+    assert!(!dci.in_error());
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (6, WcStatus::Success));
+    assert_eq!(mr.read_u64(24).unwrap() & 0xff, b'C' as u64);
+    // In error again with a request outstanding (it will be flushed): the next post is
+    // refused until that completion is polled; nothing is lost.
+    dci.to(&pb)
+        .write_inline(b"D", mr.remote(32).unwrap(), 7, PostFlags::SIGNALED)
+        .unwrap();
+    dci.set_error().unwrap();
+    let e = dci
+        .to(&pb)
+        .write_inline(b"E", mr.remote(40).unwrap(), 8, PostFlags::SIGNALED);
+    assert!(matches!(e, Err(Error::InvalidState { .. })), "{e:?}");
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (7, WcStatus::WrFlushErr));
+    dci.to(&pb)
+        .write_inline(b"E", mr.remote(40).unwrap(), 8, PostFlags::SIGNALED)
+        .unwrap();
+    let got = wait(&dev, &mut cq, 1);
+    assert_eq!((got[0].cookie, got[0].status), (8, WcStatus::Success));
+    assert_eq!(mr.read_u64(40).unwrap() & 0xff, b'E' as u64);
+    quiet(&dev, &mut cq);
+}
