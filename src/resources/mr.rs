@@ -84,6 +84,24 @@ impl core::fmt::Debug for MemoryRegion {
     }
 }
 
+/// What the domain's region list keeps of a registration: its range and key, whether the
+/// device may write it, whether the poller may (scatter-to-CQE copies, with the CPU), and
+/// whether the device may meet a page fault in it. That last is true of every region with
+/// [`Access::ON_DEMAND`] and of every dma-buf region: the kernel registers those through
+/// its on-demand paging machinery (`ib_umem_dmabuf_get`, `mlx5_ib_reg_user_mr_dmabuf`), so
+/// after the exporter moves the buffer the device faults on it as on an ODP page, and a
+/// faulted SRQ WQE completes with REMOTE_ABORTED (vendor syndrome 0x93) for the driver to
+/// post again (rdma-core `cq.c` `is_odp_pfault_err`, `srq.c` `mlx5_complete_odp_fault`).
+fn record(lkey: u32, addr: u64, len: u64, access: Access, cpu: Cpu) -> Region {
+    Region {
+        local_write: access.contains(Access::LOCAL_WRITE),
+        // The poller writes receive buffers with the CPU (scatter-to-CQE).
+        cpu_writable: access.contains(Access::LOCAL_WRITE) && cpu == Cpu::ReadWrite,
+        on_demand: access.contains(Access::ON_DEMAND) || cpu == Cpu::Unmapped,
+        ..Region::new(lkey, addr, len)
+    }
+}
+
 impl MemoryRegion {
     pub(crate) fn alloc(pd: Pd, len: usize, access: Access) -> Result<MemoryRegion> {
         let made = pd.inner.pd.alloc_mr(len, access)?;
@@ -98,13 +116,7 @@ impl MemoryRegion {
         cpu: Cpu,
         owned: Option<Owned>,
     ) -> MemoryRegion {
-        let region = Region {
-            local_write: access.contains(Access::LOCAL_WRITE),
-            // The poller writes receive buffers with the CPU (scatter-to-CQE).
-            cpu_writable: access.contains(Access::LOCAL_WRITE) && cpu == Cpu::ReadWrite,
-            on_demand: access.contains(Access::ON_DEMAND),
-            ..Region::new(lkey, addr, len)
-        };
+        let region = record(lkey, addr, len, access, cpu);
         let pins = region.pins.clone();
         pd.inner.regions.insert(region);
         MemoryRegion {
@@ -440,5 +452,27 @@ impl MemoryRegion {
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         self.park(None);
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::{record, Cpu};
+    use mlx5::request::Access;
+
+    /// A dma-buf region (no CPU view, no ON_DEMAND flag) may fault on the device as an
+    /// on-demand one: the direct path refuses SRQ receives into it, as into ODP regions
+    /// (it cannot post a faulted SRQ WQE again); the poller never writes it.
+    #[test]
+    fn dma_buf_regions_fault_as_on_demand_ones() {
+        let w = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let dmabuf = record(1, 0x1000, 4096, w, Cpu::Unmapped);
+        assert!(dmabuf.on_demand && dmabuf.local_write && !dmabuf.cpu_writable);
+        let odp = record(2, 0x1000, 4096, w | Access::ON_DEMAND, Cpu::ReadWrite);
+        assert!(odp.on_demand && odp.cpu_writable);
+        let pinned = record(3, 0x1000, 4096, w, Cpu::ReadWrite);
+        assert!(!pinned.on_demand && pinned.cpu_writable);
+        let read_only = record(4, 0x1000, 4096, Access::NONE, Cpu::ReadOnly);
+        assert!(!read_only.on_demand && !read_only.local_write);
     }
 }
