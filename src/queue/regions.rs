@@ -119,6 +119,9 @@ pub(crate) struct RegionCheck {
     /// The index in `cache` of the region the last entry landed in, looked at first: a
     /// queue posts into the same region again and again.
     last: usize,
+    /// `cache` holds an on-demand region ([`RegionCheck::on_demand`] has nothing to look
+    /// for otherwise).
+    odp: bool,
 }
 
 impl RegionCheck {
@@ -128,6 +131,7 @@ impl RegionCheck {
             cache: Vec::new(),
             seen: u32::MAX,
             last: 0,
+            odp: false,
         }
     }
 
@@ -135,6 +139,7 @@ impl RegionCheck {
     fn fresh(&mut self) {
         if self.regions.gen.load(Ordering::Acquire) != self.seen {
             self.regions.refresh(&mut self.cache, &mut self.seen);
+            self.odp = self.cache.iter().any(|r| r.on_demand);
         }
     }
 
@@ -174,6 +179,9 @@ impl RegionCheck {
     /// The lkey of the first non-empty entry that names an on-demand region, if any.
     pub(crate) fn on_demand(&mut self, sgl: &[Sge]) -> Option<u32> {
         self.fresh();
+        if !self.odp {
+            return None;
+        }
         sgl.iter()
             .filter(|s| s.len != 0)
             .find(|s| self.cache.iter().any(|r| r.lkey == s.lkey && r.on_demand))

@@ -10,6 +10,7 @@ use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
 use crate::queue::flags::PostFlags;
+use crate::queue::regions::RegionCheck;
 use crate::verbs::ex::VerbsApi;
 use mlx5::av::{DatagramSeg, MULTICAST_LID_BASE, PERMISSIVE_LID};
 use mlx5::request::Payload;
@@ -92,6 +93,10 @@ pub struct UdQp {
     /// detached before its QP is destroyed (the kernel refuses to destroy a QP with
     /// attachments, `EBUSY`). The verbs path keeps its own.
     groups: Vec<([u8; 16], u16)>,
+    /// On a device whose UD on-demand paging has no receive (`ud_odp_caps` without
+    /// `IBV_ODP_SUPPORT_RECV`, as every ConnectX): the domain's regions, to refuse receives
+    /// into on-demand and dma-buf ones before posting.
+    odp_refusal: Option<Box<RegionCheck>>,
 }
 
 /// Which data path runs a UD QP.
@@ -206,6 +211,8 @@ impl Pd {
             gid: port.gid,
             ethernet: port.ethernet,
             groups: Vec::new(),
+            odp_refusal: (!self.inner.dev.odp_caps().ud_recv())
+                .then(|| Box::new(RegionCheck::new(self.inner.regions.clone()))),
         })
     }
 }
@@ -334,7 +341,10 @@ impl UdQp {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] with the receive's length when it is under 40 bytes (no
-    /// datagram fits: even an empty one needs the GRH area); as [`crate::Qp::post_recv`].
+    /// datagram fits: even an empty one needs the GRH area), or with the lkey of an entry in
+    /// an on-demand or dma-buf region on a device whose UD on-demand paging has no receive
+    /// (every ConnectX: the kernel reports `ud_odp_caps` SEND only); as
+    /// [`crate::Qp::post_recv`].
     /// Nothing is posted on an error.
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         let room: u64 = sgl.iter().map(|s| s.len as u64).sum();
@@ -342,6 +352,14 @@ impl UdQp {
             return Err(Error::InvalidParameter {
                 what: "UD receive length (at least the 40-byte GRH area)",
                 value: room,
+            });
+        }
+        if let Some(lkey) = self.odp_refusal.as_mut().and_then(|c| c.on_demand(sgl)) {
+            return Err(Error::InvalidParameter {
+                what: "UD receive into an on-demand or dma-buf region (lkey): the device's \
+                       on-demand paging serves no UD receive (ud_odp_caps without RECV, as \
+                       on every ConnectX)",
+                value: lkey as u64,
             });
         }
         match &mut self.path {

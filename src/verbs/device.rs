@@ -89,6 +89,10 @@ pub struct OdpCaps {
     /// `per_transport_caps.rc_odp_caps`: `IBV_ODP_SUPPORT_SEND` (1), `_RECV` (2),
     /// `_WRITE` (4), `_READ` (8), `_ATOMIC` (16), `_SRQ_RECV` (32).
     pub rc: u32,
+    /// `per_transport_caps.ud_odp_caps`, the same bits for UD QPs (the kernel's
+    /// `mlx5_ib_internal_fill_odp_caps` gives a ConnectX's as SEND, and SRQ_RECV where the
+    /// firmware has it: never RECV).
+    pub ud: u32,
 }
 
 impl OdpCaps {
@@ -110,6 +114,16 @@ impl OdpCaps {
     pub fn rc(&self, atomic: bool) -> bool {
         let need = OdpCaps::RC_BASIC | if atomic { OdpCaps::RC_ATOMIC } else { 0 };
         self.general & OdpCaps::SUPPORT != 0 && self.rc & need == need
+    }
+
+    /// `IBV_ODP_SUPPORT_SEND`.
+    pub const SEND: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SEND.0;
+    /// `IBV_ODP_SUPPORT_RECV`.
+    pub const RECV: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_RECV.0;
+
+    /// Whether a UD QP's receive queue may take receives into an on-demand region.
+    pub fn ud_recv(&self) -> bool {
+        self.general & OdpCaps::SUPPORT != 0 && self.ud & OdpCaps::RECV != 0
     }
 
     /// Whether the whole address space can be registered on demand (implicit ODP).
@@ -357,6 +371,7 @@ impl Context {
         OdpCaps {
             general: out.odp_caps.general_caps,
             rc: out.odp_caps.per_transport_caps.rc_odp_caps,
+            ud: out.odp_caps.per_transport_caps.ud_odp_caps,
         }
     }
 
@@ -447,19 +462,24 @@ mod tests {
         let full = OdpCaps {
             general: OdpCaps::SUPPORT | OdpCaps::IMPLICIT,
             rc: all,
+            ud: OdpCaps::SEND | OdpCaps::RECV,
         };
         assert!(full.rc(true) && full.implicit());
         // rc bits without the general bit (or the reverse) are no support.
         assert!(!OdpCaps {
             general: 0,
-            rc: all
+            rc: all,
+            ud: 0,
         }
         .rc(false));
         let no_atomic = OdpCaps {
             general: OdpCaps::SUPPORT,
             rc: OdpCaps::RC_BASIC,
+            ud: OdpCaps::SEND,
         };
         assert!(no_atomic.rc(false) && !no_atomic.rc(true) && !no_atomic.implicit());
         assert!(!OdpCaps::default().rc(false));
+        // UD receives need the UD receive bit (a ConnectX reports UD sends only).
+        assert!(full.ud_recv() && !no_atomic.ud_recv());
     }
 }

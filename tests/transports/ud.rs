@@ -897,3 +897,36 @@ fn ping_pong_with_the_nic_thread() {
         assert_eq!(u64::from_le_bytes(v), i);
     }
 }
+
+/// A ConnectX's UD on-demand paging serves sends only (the kernel's
+/// `mlx5_ib_internal_fill_odp_caps`: `ud_odp_caps` SEND, never RECV), and the software NIC
+/// reports the same: a UD receive into an on-demand region would fault with nothing to
+/// resolve it, so it is refused before posting, naming the region's lkey. RC QPs keep
+/// theirs (their receive bit is checked when the region is registered).
+#[test]
+fn ud_receives_into_on_demand_regions_are_refused_before_posting() {
+    let (dev, pd, mr) = setup();
+    let caps = dev.odp_caps();
+    assert!(caps.rc(false) && !caps.ud_recv(), "{caps:?}");
+    let mut r = node(&pd, 4);
+    let odp = pd
+        .register(vec![0u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND)
+        .unwrap();
+    for sgl in [
+        vec![odp.sge(0, 128).unwrap()],
+        vec![mr.sge(0, 64).unwrap(), odp.sge(64, 64).unwrap()],
+    ] {
+        match r.qp.post_recv(&sgl, 5) {
+            Err(Error::InvalidParameter { value, what }) => {
+                assert_eq!(value, odp.lkey() as u64);
+                assert!(what.contains("UD receive"), "{what}");
+            }
+            other => panic!("a UD receive into an on-demand region was accepted: {other:?}"),
+        }
+        assert_eq!(r.qp.free_recv(), r.qp.recv_depth(), "nothing posted");
+    }
+    // Pinned memory, and an empty entry naming the on-demand region, are fine.
+    r.qp.post_recv(&[odp.sge(0, 0).unwrap(), mr.sge(0, 128).unwrap()], 6)
+        .unwrap();
+    assert_eq!(r.qp.free_recv(), r.qp.recv_depth() - 1);
+}

@@ -33,6 +33,8 @@ pub(super) fn odp_caps(n: &Nic) -> crate::verbs::device::OdpCaps {
         OdpCaps {
             general: OdpCaps::SUPPORT,
             rc: OdpCaps::RC_BASIC | OdpCaps::RC_ATOMIC,
+            // As a ConnectX (`mlx5_ib_internal_fill_odp_caps`): UD sends only.
+            ud: OdpCaps::SEND,
         }
     } else {
         OdpCaps::default()
