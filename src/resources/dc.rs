@@ -426,8 +426,12 @@ impl Dci {
     /// nothing of it. Its number ([`QueuePair::qpn`]) changes: no target knows it.
     ///
     /// Every request posted before must have completed first (with the failure and the
-    /// flushes: poll them): nothing is lost or reported twice. Works on a DCI that is not in
-    /// error too (a fresh one).
+    /// flushes: poll them): nothing is lost or reported twice. In error, every request gets
+    /// a completion of its own; a DCI that is not in error is replaced too, once its last
+    /// request was signaled and polled (unsignaled requests are retired only by a later
+    /// signaled one). The new DCI is created before the old one goes, so that a failure
+    /// leaves the DCI as it was: on a device whose dedicated BlueFlame registers are all
+    /// taken it may get a shared one ([`crate::DoorbellMode::SharedLocked`]).
     ///
     /// # Errors
     /// [`Error::InvalidState`] while requests are outstanding; the creation's errors

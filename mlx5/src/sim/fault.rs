@@ -51,6 +51,10 @@ impl State {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             qp.state = QpState::Error;
         }
+        // A QP on an SRQ flushes the WQE it holds for a message still arriving and raises
+        // the last-WQE-reached event at once, as a ConnectX does after the modify to error
+        // (the kernel's `__ib_drain_srq` only waits for the event): nothing else need run.
+        self.last_wqe_if_error(qpn);
     }
 
     /// A class-C responder error: the responder QP goes to error too.

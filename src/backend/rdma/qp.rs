@@ -61,7 +61,9 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     // rdma-core creates every RC and UD QP of a ConnectX with responder scatter-to-CQE
     // unless MLX5_SCATTER_TO_CQE=0 (`verbs.c` `create_qp`, `use_scatter_to_cqe`, read by
     // rdma-core itself); a QP asked without it needs the vendor call and its creation flag.
-    let vendor = if d.mlx5 {
+    // With the variable set, rdma-core already leaves it off: the plain call does (and
+    // rdma_cm QPs, which only the variable can ask it of, are not refused).
+    let vendor = if d.mlx5 && !env.scatter_to_cqe_off {
         crate::dv::rc_ud_vendor_attr(caps.scatter_to_cqe)
     } else {
         None

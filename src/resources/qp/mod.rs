@@ -371,8 +371,12 @@ impl Qp {
     /// `IBV_EVENT_QP_LAST_WQE_REACHED`. A receive WQE the QP took for a message still
     /// arriving then completes (a flush) instead of vanishing with the QP: destroyed at once,
     /// it would never come back to the SRQ, one slot lost for good per QP dropped
-    /// mid-message. The flush is discarded with the QP's other entries and its WQE given
-    /// back to the SRQ (the CQ's tombstone, `Cq::poll`).
+    /// mid-message. On the direct path the flush is discarded with the QP's other entries
+    /// and its WQE given back to the SRQ (the CQ's tombstone, `Cq::poll`). On the verbs path
+    /// rdma-core's mlx5 provider removes the destroyed QP's entries from its CQs and gives
+    /// their WQEs back to its own SRQ list (`__mlx5_cq_clean`, `mlx5_free_srq_wqe`): the
+    /// device's SRQ loses nothing, but the crate's count of the SRQ's free entries
+    /// (`Srq::free`) does not see those entries come back.
     #[cold]
     fn leave_the_srq(&mut self) {
         let left_reset = self.connected || self.obj.as_ref().is_some_and(backend::Qp::left_reset);
@@ -387,12 +391,11 @@ impl Qp {
         if self.set_error().is_err() {
             return;
         }
+        // The device raises the event on its own (the software NIC at the modify itself):
+        // nothing is run here, so a stepped NIC's other queues do not move.
         let start = std::time::Instant::now();
         while !self.last_wqe_reached() && start.elapsed() < Self::LAST_WQE_WAIT {
-            // A stepped software NIC runs here; any other device on its own.
-            if dev.process() == 0 {
-                std::thread::yield_now();
-            }
+            std::thread::yield_now();
         }
     }
 }
