@@ -243,20 +243,56 @@ fn a_wrong_dc_key_is_dropped_the_dci_exhausts_its_retries_and_flushes() {
     quiet(&dev, &mut cq);
 }
 
-#[test]
-fn a_missing_dct_gives_the_initiator_a_transport_retry_error() {
+/// A target side (CQ, SRQ), a region, and a DCI whose retries run out fast (one retry,
+/// ACK timeout 8) on a CQ of its own.
+struct ShortRetries {
+    dev: Device,
+    pd: Pd,
+    tcq: Cq,
+    tsrq: Srq,
+    mr: MemoryRegion,
+    cq: Cq,
+    timing: Timing,
+    dci: Dci,
+}
+
+fn short_retries() -> ShortRetries {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let tcq = dev.create_cq(16).unwrap();
     let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
-    let mut cq = dev.create_cq(64).unwrap();
+    let cq = dev.create_cq(64).unwrap();
     let timing = Timing {
         timeout: 8,
         retry_cnt: 1,
         ..Timing::default()
     };
-    let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+    let dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+    ShortRetries {
+        dev,
+        pd,
+        tcq,
+        tsrq,
+        mr,
+        cq,
+        timing,
+        dci,
+    }
+}
+
+#[test]
+fn a_missing_dct_gives_the_initiator_a_transport_retry_error() {
+    let ShortRetries {
+        dev,
+        pd,
+        tcq,
+        tsrq,
+        mr,
+        mut cq,
+        timing,
+        mut dci,
+    } = short_retries();
     let dct = pd.create_dct(&tcq, &tsrq, 1, DCT_ALL).unwrap();
     let peer = dct.peer().unwrap();
     drop(dct);
@@ -890,18 +926,16 @@ struct Stranded {
 }
 
 fn stranded() -> Stranded {
-    let dev = Device::sim_stepped();
-    let pd = dev.alloc_pd().unwrap();
-    let tcq = dev.create_cq(16).unwrap();
-    let tsrq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
-    let mr = pd.alloc_mr(4096, ALL).unwrap();
-    let mut cq = dev.create_cq(64).unwrap();
-    let timing = Timing {
-        timeout: 8,
-        retry_cnt: 1,
-        ..Timing::default()
-    };
-    let mut dci = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
+    let ShortRetries {
+        dev,
+        pd,
+        tcq,
+        tsrq,
+        mr,
+        mut cq,
+        mut dci,
+        ..
+    } = short_retries();
     let a = pd.create_dct(&tcq, &tsrq, 1, DCT_ALL).unwrap();
     let b = pd.create_dct(&tcq, &tsrq, 2, DCT_ALL).unwrap();
     let (pa, pb) = (a.peer().unwrap(), b.peer().unwrap());
@@ -935,78 +969,67 @@ fn stranded() -> Stranded {
     }
 }
 
+impl Stranded {
+    /// Writes `byte` at `off` of the region through the DCI to DCT `b`.
+    fn write_b(&mut self, byte: u8, off: usize, cookie: u64) -> Result<()> {
+        let pb = self.b.peer().unwrap();
+        let remote = self.mr.remote(off).unwrap();
+        self.dci
+            .to(&pb)
+            .write_inline(&[byte], remote, cookie, PostFlags::SIGNALED)
+    }
+
+    /// The next completion: (cookie, status).
+    fn next(&mut self) -> (u64, WcStatus) {
+        let c = wait(&self.dev, &mut self.cq, 1)[0];
+        (c.cookie, c.status)
+    }
+
+    /// The byte at `off` of the region.
+    fn byte(&self, off: usize) -> u8 {
+        self.mr.read_u64(off).unwrap() as u8
+    }
+}
+
 #[test]
 fn a_dci_stranded_by_a_vanished_dct_recovers_and_serves_the_others() {
-    let Stranded {
-        dev,
-        mut cq,
-        mut dci,
-        b,
-        mr,
-        _keep,
-    } = stranded();
+    let mut s = stranded();
     // Still in error: a request to `b` is flushed.
-    let pb = b.peer().unwrap();
-    dci.to(&pb)
-        .write_inline(b"b", mr.remote(16).unwrap(), 4, PostFlags::SIGNALED)
-        .unwrap();
+    s.write_b(b'b', 16, 4).unwrap();
     // Refused while that request is outstanding: its completion must come first.
     assert!(
-        matches!(dci.recover(), Err(Error::InvalidState { .. })),
+        matches!(s.dci.recover(), Err(Error::InvalidState { .. })),
         "outstanding requests"
     );
-    let got = wait(&dev, &mut cq, 1);
-    assert_eq!((got[0].cookie, got[0].status), (4, WcStatus::WrFlushErr));
-    let old = dci.qpn();
-    dci.recover().unwrap();
-    assert!(!dci.in_error());
-    assert_ne!(dci.qpn(), old, "a new DCI");
-    dci.to(&pb)
-        .write_inline(b"B", mr.remote(16).unwrap(), 5, PostFlags::SIGNALED)
-        .unwrap();
-    let got = wait(&dev, &mut cq, 1);
-    assert_eq!((got[0].cookie, got[0].status), (5, WcStatus::Success));
-    assert_eq!(mr.read_u64(16).unwrap() & 0xff, b'B' as u64);
-    quiet(&dev, &mut cq);
+    assert_eq!(s.next(), (4, WcStatus::WrFlushErr));
+    let old = s.dci.qpn();
+    s.dci.recover().unwrap();
+    assert!(!s.dci.in_error());
+    assert_ne!(s.dci.qpn(), old, "a new DCI");
+    s.write_b(b'B', 16, 5).unwrap();
+    assert_eq!(s.next(), (5, WcStatus::Success));
+    assert_eq!(s.byte(16), b'B');
+    quiet(&s.dev, &mut s.cq);
 }
 
 #[test]
 fn an_auto_recovering_dci_refuses_posts_until_its_flushes_are_polled_then_goes_on() {
-    let Stranded {
-        dev,
-        mut cq,
-        mut dci,
-        b,
-        mr,
-        _keep,
-    } = stranded();
-    dci.set_auto_recover(true);
-    let pb = b.peer().unwrap();
+    let mut s = stranded();
+    s.dci.set_auto_recover(true);
     // Nothing outstanding: the post recovers the DCI and goes out.
-    dci.to(&pb)
-        .write_inline(b"C", mr.remote(24).unwrap(), 6, PostFlags::SIGNALED)
-        .unwrap();
-    assert!(!dci.in_error());
-    let got = wait(&dev, &mut cq, 1);
-    assert_eq!((got[0].cookie, got[0].status), (6, WcStatus::Success));
-    assert_eq!(mr.read_u64(24).unwrap() & 0xff, b'C' as u64);
+    s.write_b(b'C', 24, 6).unwrap();
+    assert!(!s.dci.in_error());
+    assert_eq!(s.next(), (6, WcStatus::Success));
+    assert_eq!(s.byte(24), b'C');
     // In error again with a request outstanding (it will be flushed): the next post is
     // refused until that completion is polled; nothing is lost.
-    dci.to(&pb)
-        .write_inline(b"D", mr.remote(32).unwrap(), 7, PostFlags::SIGNALED)
-        .unwrap();
-    dci.set_error().unwrap();
-    let e = dci
-        .to(&pb)
-        .write_inline(b"E", mr.remote(40).unwrap(), 8, PostFlags::SIGNALED);
+    s.write_b(b'D', 32, 7).unwrap();
+    s.dci.set_error().unwrap();
+    let e = s.write_b(b'E', 40, 8);
     assert!(matches!(e, Err(Error::InvalidState { .. })), "{e:?}");
-    let got = wait(&dev, &mut cq, 1);
-    assert_eq!((got[0].cookie, got[0].status), (7, WcStatus::WrFlushErr));
-    dci.to(&pb)
-        .write_inline(b"E", mr.remote(40).unwrap(), 8, PostFlags::SIGNALED)
-        .unwrap();
-    let got = wait(&dev, &mut cq, 1);
-    assert_eq!((got[0].cookie, got[0].status), (8, WcStatus::Success));
-    assert_eq!(mr.read_u64(40).unwrap() & 0xff, b'E' as u64);
-    quiet(&dev, &mut cq);
+    assert_eq!(s.next(), (7, WcStatus::WrFlushErr));
+    s.write_b(b'E', 40, 8).unwrap();
+    assert_eq!(s.next(), (8, WcStatus::Success));
+    assert_eq!(s.byte(40), b'E');
+    quiet(&s.dev, &mut s.cq);
 }
