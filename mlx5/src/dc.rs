@@ -248,7 +248,7 @@ pub fn decode_dc<'a>(
     let addr = DcAddr::from_segment(&wqe[DS_BYTES..BODY_OFFSET])
         .ok_or(DcDecodeError::NotExtended { dqp_dct })?;
     let mut c = ctrl;
-    c.qpn_ds = crate::Be32::new((ctrl.qpn() << 8) | (ds as u32 - ADDR_DS as u32));
+    c.qpn_ds = crate::be::Be32::new((ctrl.qpn() << 8) | (ds as u32 - ADDR_DS as u32));
     body[..DS_BYTES].copy_from_slice(c.as_bytes());
     let rest = len - BODY_OFFSET;
     body[DS_BYTES..DS_BYTES + rest].copy_from_slice(&wqe[BODY_OFFSET..len]);

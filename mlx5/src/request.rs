@@ -329,8 +329,8 @@ pub enum Request<'a> {
 
 impl Request<'_> {
     /// The opcode this request is posted with.
-    pub const fn opcode(&self) -> crate::Opcode {
-        use crate::Opcode as O;
+    pub const fn opcode(&self) -> crate::opcode::Opcode {
+        use crate::opcode::Opcode as O;
         match self {
             Request::Nop => O::Nop,
             Request::Write { .. } => O::RdmaWrite,

@@ -169,9 +169,9 @@ mod tests {
         let e = &mut ring[64..128];
         assert_eq!(encode_srq_recv(&sgl, e), Some(1));
         let d = crate::seg::DataSeg {
-            byte_count: crate::Be32::new(24),
-            lkey: crate::Be32::new(9),
-            addr: crate::Be64::new(0x1000),
+            byte_count: crate::be::Be32::new(24),
+            lkey: crate::be::Be32::new(9),
+            addr: crate::be::Be64::new(0x1000),
         };
         assert_eq!(&e[16..32], d.as_bytes());
         // Terminated: one entry of three.

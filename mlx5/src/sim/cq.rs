@@ -28,15 +28,15 @@ use crate::cqe::{
     MiniCqeFormat, MINI_CQES_PER_BLOCK,
 };
 use crate::doorbell::{CQ_ARM_DB, CQ_SET_CI};
-use crate::RawCq;
+use crate::raw::RawCq;
 use zerocopy::IntoBytes;
 
 /// An error CQE with its syndrome, `opcode << 24 | qpn` and WQE counter.
 pub(crate) fn err_cqe(syndrome: u8, opcode_qpn: u32, wqe_counter: u16) -> ErrCqe {
     ErrCqe {
         syndrome,
-        s_wqe_opcode_qpn: crate::Be32::new(opcode_qpn),
-        wqe_counter: crate::Be16::new(wqe_counter),
+        s_wqe_opcode_qpn: crate::be::Be32::new(opcode_qpn),
+        wqe_counter: crate::be::Be16::new(wqe_counter),
         ..ErrCqe::default()
     }
 }
@@ -111,7 +111,7 @@ fn mini(cqe: &Cqe64, opcode: CqeOpcode, format: MiniCqeFormat) -> MiniCqe8 {
         MiniCqeFormat::Csum | MiniCqeFormat::CsumStridx => mix & 0xffff_0000 | 0x8000,
     };
     MiniCqe8 {
-        wqe_counter_or_csum: crate::Be16::new((first >> 16) as u16),
+        wqe_counter_or_csum: crate::be::Be16::new((first >> 16) as u16),
         s_wqe_opcode: (first >> 8) as u8,
         reserved: first as u8,
         byte_cnt: cqe.byte_cnt,
@@ -293,7 +293,7 @@ impl SimCq {
         }
         // Then the title, its owner byte last.
         let mut title = s.title;
-        title.byte_cnt = crate::Be32::new(n);
+        title.byte_cnt = crate::be::Be32::new(n);
         title.op_own = op_own(
             s.opcode,
             CqeFormat::Compressed,

@@ -10,11 +10,11 @@ use super::progress::{Outcome, Wait, WaitFor};
 use super::qp::Partial;
 use super::qp_attr::{DcRole, QpState};
 use super::state::State;
+use crate::be::Be32;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, Remote, Request, Sge};
 use crate::syndrome::Syndrome;
 use crate::wqe::{Decoded, MAX_MESSAGE_BYTES};
-use crate::Be32;
 
 /// The bytes `req` moves: the sum of its gather or scatter list (or its inline bytes); 0
 /// for the requests that move no message. At most 63 entries of 32 bits fit in a WQE: the
@@ -318,7 +318,7 @@ impl State {
             imm_inval_pkey: Be32::new(imm),
             sop_drop_qpn: Be32::new(peer),
             srqn_uidx: Be32::new(srqn),
-            wqe_counter: crate::Be16::new(idx),
+            wqe_counter: crate::be::Be16::new(idx),
             ..Cqe64::default()
         };
         let inline = in_cqe.then_some(data);

@@ -1,7 +1,7 @@
 //! A software mlx5 NIC.
 //!
 //! It owns CQs and QPs whose rings have exactly the hardware layout, hands them out as
-//! [`RawQp`](crate::RawQp) / [`RawCq`](crate::RawCq), and plays the device: once a QP's
+//! [`RawQp`](crate::raw::RawQp) / [`RawCq`](crate::raw::RawCq), and plays the device: once a QP's
 //! doorbell record moves it reads the WQEs from the send ring, checks keys, bounds, rights and
 //! protection domains against its tables, moves the bytes between registered regions, runs
 //! atomics and memory-window binds, and writes CQEs (owner bits, byte counts, immediates, WQE

@@ -5,8 +5,8 @@ use super::clock::QpTiming;
 use super::error::SimError;
 use super::nic::{Nic, NicView};
 use super::qp_attr::{DcRole, DctStats, QpCaps, QpState};
+use crate::raw::RawQp;
 use crate::request::Access;
-use crate::RawQp;
 
 /// The rights a DCT may be created with: what an RC responder checks.
 const DCT_RIGHTS: Access =

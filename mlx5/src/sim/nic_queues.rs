@@ -9,8 +9,8 @@ use super::qp::SimQp;
 use super::qp_attr::{QpCaps, QpState};
 use super::srq::{SimSrq, SrqCaps};
 use super::uar::{RegKind, SimReg};
+use crate::raw::{RawCq, RawQp};
 use crate::srq::RawSrq;
-use crate::{RawCq, RawQp};
 
 impl Nic {
     /// Creates a CQ of `cqe_cnt` entries (a power of two) of `cqe_size` bytes (64 or 128).

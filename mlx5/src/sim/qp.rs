@@ -8,10 +8,10 @@ use super::qp_attr::{DcRole, DctStats, QpCaps, QpState, QpStats, UdCtx};
 use super::uar::{PassRing, SimReg};
 use crate::ctrl::CtrlSeg;
 use crate::doorbell::{MAX_WQE_BBS, RCV_DBR, SEND_WQE_BB, SND_DBR};
+use crate::raw::RawQp;
 use crate::recv::decode_recv;
 use crate::request::Sge;
 use crate::wqe::{ds_to_bbs, MAX_WQE_BYTES};
-use crate::RawQp;
 use std::collections::VecDeque;
 use zerocopy::FromBytes;
 

@@ -121,7 +121,7 @@ impl State {
         let rcq = q.recv_cq;
         if let Some(h) = q.partial.take() {
             let mut e = err_cqe(Syndrome::WrFlush.to_u8(), qpn, h.idx);
-            e.srqn = crate::Be32::new(h.srqn);
+            e.srqn = crate::be::Be32::new(h.srqn);
             if let Some(cq) = self.cqs.get_mut(&rcq) {
                 cq.push_err(e, CqeOpcode::RespErr);
             }

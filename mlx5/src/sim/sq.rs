@@ -6,11 +6,11 @@ use super::order::{Kind, OrderMode, MAX_HOLD_NS};
 use super::progress::{Outcome, Progress, Started, Wait, WaitFor};
 use super::qp_attr::QpState;
 use super::state::State;
+use crate::be::Be32;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, Request, Sge};
 use crate::syndrome::Syndrome;
 use crate::wqe::{Decoded, MAX_MESSAGE_BYTES, MAX_WQE_BYTES};
-use crate::Be32;
 
 impl State {
     /// Runs the WQEs of `qpn` up to its doorbell record, and its timers and held-back WQEs
@@ -334,7 +334,7 @@ impl State {
                 if s.signaled {
                     let c = Cqe64 {
                         sop_drop_qpn: Be32::new((s.opcode as u32) << 24 | qpn),
-                        wqe_counter: crate::Be16::new(pi as u16),
+                        wqe_counter: crate::be::Be16::new(pi as u16),
                         byte_cnt: Be32::new(bytes),
                         ..Cqe64::default()
                     };

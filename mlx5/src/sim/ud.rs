@@ -39,12 +39,12 @@ use super::progress::Outcome;
 use super::qp_attr::QpState;
 use super::state::State;
 use crate::av::Av;
+use crate::be::Be32;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::grh::{Grh, GRH_BYTES};
 use crate::request::Sge;
 use crate::syndrome::Syndrome;
 use crate::wqe::decode_ud;
-use crate::Be32;
 use zerocopy::IntoBytes;
 
 /// Where a datagram came from, as the receiver's CQE and GRH report it.
@@ -197,7 +197,7 @@ impl State {
             byte_cnt: Be32::new(total as u32),
             imm_inval_pkey: Be32::new(imm),
             sop_drop_qpn: Be32::new(dst),
-            wqe_counter: crate::Be16::new(idx),
+            wqe_counter: crate::be::Be16::new(idx),
             ..Cqe64::default()
         };
         c.set_ud_fields(src.qpn, src.sl, src.grh.is_some(), PORT_LID, src.path_bits);
