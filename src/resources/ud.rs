@@ -373,7 +373,10 @@ impl UdQp {
     /// On RoCE (the verbs path on an Ethernet port) the group is an IPv6 multicast GID or an
     /// IPv4-mapped multicast address (`::ffff:224.0.0.0/4`) and the LID is not used (pass
     /// 0); on rxe the host must also have joined the IPv4 group at the IP level (see the
-    /// README, "UD on the verbs path").
+    /// README, "UD on the verbs path"). Attaching tells only the NIC: a fabric forwards the
+    /// group to this port once the port joined it (the subnet manager on InfiniBand, IGMP /
+    /// MLD on RoCE; librdmacm's `rdma_join_multicast` does both: see the guide, "What a
+    /// multicast group needs on each fabric").
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a GID that is not multicast (first byte 0xff; on
