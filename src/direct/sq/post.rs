@@ -101,19 +101,7 @@ impl SendQueue {
         }
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);
-        if bbs as u32 > self.limit.wrapping_sub(self.pi) as u32 {
-            self.make_room(bbs as u32)?;
-        }
-        // Completion moderation: an unsignaled run longer than half the ring gets one WQE
-        // signaled, so the ring can be reclaimed; its success is not reported.
-        let mut report = flags.signaled;
-        let signal = flags.signaled || bbs as u32 > self.credit;
-        if signal {
-            self.credit = self.half;
-        } else {
-            self.credit -= bbs as u32;
-            report = false;
-        }
+        let (signal, report) = self.claim(bbs, flags)?;
         let fence = if flags.fence != Fence::None {
             flags.fence
         } else {
@@ -172,17 +160,7 @@ impl SendQueue {
         write: impl FnOnce(&mut Span<'_>, u16, u32, FmCeSe),
     ) -> Result<()> {
         let bbs = ds_to_bbs(ds);
-        if bbs as u32 > self.limit.wrapping_sub(self.pi) as u32 {
-            self.make_room(bbs as u32)?;
-        }
-        let mut report = flags.signaled;
-        let signal = flags.signaled || bbs as u32 > self.credit;
-        if signal {
-            self.credit = self.half;
-        } else {
-            self.credit -= bbs as u32;
-            report = false;
-        }
+        let (signal, report) = self.claim(bbs, flags)?;
         let fence = if flags.fence != Fence::None {
             flags.fence
         } else {
@@ -217,6 +195,23 @@ impl SendQueue {
         self.pending += 1;
         self.last_start = pi;
         Ok(())
+    }
+
+    /// Room for a WQE of `bbs` blocks (in the ring and on the CQ) and its completion
+    /// moderation: an unsignaled run longer than half the ring gets one WQE signaled, so the
+    /// ring can be reclaimed; its success is not reported. Returns (signal, report).
+    #[inline(always)]
+    fn claim(&mut self, bbs: usize, flags: PostFlags) -> Result<(bool, bool)> {
+        if bbs as u32 > self.limit.wrapping_sub(self.pi) as u32 {
+            self.make_room(bbs as u32)?;
+        }
+        let signal = flags.signaled || bbs as u32 > self.credit;
+        if signal {
+            self.credit = self.half;
+        } else {
+            self.credit -= bbs as u32;
+        }
+        Ok((signal, flags.signaled && signal))
     }
 
     /// Posts one request and rings at once. Checks everything first: on an error nothing
