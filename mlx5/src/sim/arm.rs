@@ -21,7 +21,11 @@
 
 use super::dma::DmaBuf;
 use crate::doorbell::{split_cq_doorbell, CqArm, CQ_DOORBELL};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// The arm word the NIC keeps in the doorbell record of a CQ on a shared register between
+/// arm requests ([`ArmState::look_shared`]): command 0xf, which no driver writes.
+pub(crate) const UNARMED: u32 = 0x0f00_0000;
 use std::sync::Arc;
 
 /// Where a CQ's completion events go (the driver's completion channel: an eventfd, a
@@ -56,7 +60,8 @@ struct Armed {
 }
 
 pub(crate) struct ArmState {
-    /// The CQ's doorbell register (its own UAR page here; `CQ_DOORBELL` is at 0x20).
+    /// The CQ's doorbell register (its own UAR page, or the driver's; `CQ_DOORBELL` is at
+    /// 0x20).
     uar: DmaBuf,
     /// The device's sequence number (2 bits), advanced by each event.
     sn: u32,
@@ -73,8 +78,13 @@ pub(crate) struct ArmState {
 
 impl ArmState {
     pub(crate) fn new() -> ArmState {
+        ArmState::on(DmaBuf::new(64))
+    }
+
+    /// An arm state reading its doorbells from `uar` (the driver's UAR page).
+    pub(crate) fn on(uar: DmaBuf) -> ArmState {
         ArmState {
-            uar: DmaBuf::new(64),
+            uar,
             sn: 0,
             armed: None,
             last_solicited: None,
@@ -139,11 +149,68 @@ impl ArmState {
             self.stats.wrong_cqn += 1;
             return;
         }
-        self.stats.arms += 1;
         // A record newer than this doorbell belongs to the next one, already in the register.
         if record != word && !self.doorbell_pending() {
             self.stats.record_mismatches += 1;
         }
+        self.request(word, (pi, cnt), since, next_only);
+    }
+
+    /// Reads an arm request of a CQ whose UAR page other CQs share (rdma-core's provider
+    /// arms every CQ of a context through one register, `ctx->cq_uar_reg`). A ConnectX sees
+    /// each doorbell written there; this NIC sees only the last one since it looked, so a
+    /// doorbell another CQ wrote over would be lost. The request is therefore taken from the
+    /// CQ's doorbell record, which the driver writes before the register: the NIC keeps the
+    /// record's arm word at [`UNARMED`] (an invalid command no driver writes) between
+    /// requests, and a word there is a request. Its doorbell, if still in the register, is
+    /// cleared. The driver never reads the arm word back (rdma-core `mlx5_arm_cq`,
+    /// blueflame's arm), so the NIC's marker is invisible to it.
+    ///
+    /// # Safety
+    /// `record` points to the live, 4-byte-aligned arm word of the CQ's doorbell record.
+    pub(crate) unsafe fn look_shared(
+        &mut self,
+        cqn: u32,
+        record: *const u32,
+        (pi, cnt): (u32, u32),
+        next_only: bool,
+    ) {
+        let since = std::mem::replace(&mut self.pi_seen, pi);
+        // SAFETY: as in `take_doorbell`: the register is a live aligned 8-byte word that every
+        // party accesses atomically.
+        let reg = unsafe { &*(self.uar.ptr().add(CQ_DOORBELL) as *const AtomicU64) };
+        let db = reg.load(Ordering::Acquire);
+        if db != 0 && split_cq_doorbell(u64::from_be(db)).1 == cqn {
+            // Only this CQ's doorbell: another CQ's waits for its own look.
+            let _ = reg.compare_exchange(db, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract; the driver stores the word atomically (Release), as
+        // it stores the rest of the record.
+        let rec = unsafe { &*(record as *const AtomicU32) };
+        let word = u32::from_be(rec.load(Ordering::Acquire));
+        if word == UNARMED {
+            return;
+        }
+        // Take it, unless the driver wrote a newer request meanwhile (the next look takes
+        // that one).
+        if rec
+            .compare_exchange(
+                word.to_be(),
+                UNARMED.to_be(),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return;
+        }
+        self.request(word, (pi, cnt), since, next_only);
+    }
+
+    /// An arm request of `word` (after the checks of its doorbell): arms the CQ, or raises
+    /// the event at once for entries already past its consumer index.
+    fn request(&mut self, word: u32, (pi, cnt): (u32, u32), since: u32, next_only: bool) {
+        self.stats.arms += 1;
         let arm = CqArm::from_word(word);
         if arm.sn != self.sn {
             self.stats.stale_arms += 1;

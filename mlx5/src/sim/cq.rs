@@ -53,6 +53,8 @@ pub(crate) struct SimCq {
     pub(crate) overrun: bool,
     /// Whether the CQ's error was raised as an asynchronous event.
     pub(crate) error_reported: bool,
+    /// Whether its UAR page is the driver's, shared with other CQs.
+    shared: bool,
     /// Arm requests and completion events.
     pub(crate) arm: super::arm::ArmState,
     /// CQE compression: the mini-CQE format and the longest session.
@@ -119,10 +121,48 @@ fn mini(cqe: &Cqe64, opcode: CqeOpcode, format: MiniCqeFormat) -> MiniCqe8 {
 }
 
 impl SimCq {
+    #[cfg(test)]
     pub(crate) fn new(cqn: u32, cqe_cnt: u32, cqe_size: u32) -> SimCq {
-        let buf = DmaBuf::new(cqe_cnt as usize * cqe_size as usize);
-        // Every entry starts as "invalid, owner 0", as rdma-core initialises its CQs.
-        for i in 0..cqe_cnt as usize {
+        SimCq::in_memory(cqn, cqe_cnt, cqe_size, None)
+    }
+
+    /// A CQ whose ring, record and UAR page are the driver's (`host`) or the NIC's own.
+    /// The driver's memory must hold `cqe_cnt * cqe_size` bytes (the caller's promise).
+    pub(crate) fn in_memory(
+        cqn: u32,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        host: Option<super::host::HostCq>,
+    ) -> SimCq {
+        let own = host.is_none();
+        let shared = !own;
+        let (buf, dbrec, arm) = match host {
+            None => (
+                DmaBuf::new(cqe_cnt as usize * cqe_size as usize),
+                DmaBuf::new(64),
+                super::arm::ArmState::new(),
+            ),
+            Some(h) => {
+                // The register is shared with the context's other CQs: arm requests are read
+                // from the record, kept at UNARMED between them (`ArmState::look_shared`).
+                // SAFETY: the caller's promise: the record is live; word CQ_ARM_DB is aligned
+                // and the driver does not arm a CQ it has not created yet.
+                unsafe {
+                    (*(h.dbrec.add(CQ_ARM_DB) as *const core::sync::atomic::AtomicU32)).store(
+                        super::arm::UNARMED.to_be(),
+                        core::sync::atomic::Ordering::Release,
+                    )
+                };
+                (
+                    DmaBuf::host(h.buf),
+                    DmaBuf::host(h.dbrec.cast()),
+                    super::arm::ArmState::on(DmaBuf::host(h.uar)),
+                )
+            }
+        };
+        // Every entry starts as "invalid, owner 0", as rdma-core initialises its CQs (the
+        // driver's own ring it initialised itself: `mlx5_alloc_cq_buf`).
+        for i in (0..cqe_cnt as usize).filter(|_| own) {
             let at = i * cqe_size as usize + crate::cqe::cqe64_offset(cqe_size as usize) + 63;
             // SAFETY: `at` is inside the freshly allocated ring of cqe_cnt * cqe_size bytes.
             unsafe { buf.ptr().add(at).write((CqeOpcode::Invalid as u8) << 4) };
@@ -132,11 +172,12 @@ impl SimCq {
             buf,
             cqe_cnt,
             cqe_size,
-            dbrec: DmaBuf::new(64),
+            dbrec,
             pi: 0,
             overrun: false,
             error_reported: false,
-            arm: super::arm::ArmState::new(),
+            shared,
+            arm,
             zip: None,
             open: None,
             zip_stats: (0, 0),
@@ -174,6 +215,19 @@ impl SimCq {
     /// Reads an arm doorbell the driver wrote since the last look, if any.
     pub(crate) fn look_at_arm(&mut self, next_only: bool) {
         let rec = self.dbrec.ptr() as *const u32;
+        if self.shared {
+            // SAFETY: the record is live while the CQ is (the creator's promise); slot
+            // CQ_ARM_DB is aligned.
+            unsafe {
+                self.arm.look_shared(
+                    self.cqn,
+                    rec.add(CQ_ARM_DB),
+                    (self.pi, self.cqe_cnt),
+                    next_only,
+                )
+            };
+            return;
+        }
         // SAFETY: the doorbell record is a live 64-byte DmaBuf (owned by `self`, which the
         // closure does not outlive); slot CQ_ARM_DB is aligned.
         let record = || unsafe { dma::load_be32(rec.add(CQ_ARM_DB)) };

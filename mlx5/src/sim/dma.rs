@@ -8,10 +8,13 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-/// A zeroed, page-aligned allocation that lives until dropped.
+/// A zeroed, page-aligned allocation that lives until dropped, or memory the driver
+/// allocated and handed to the NIC at creation ([`DmaBuf::host`]), which the NIC never frees.
 pub(crate) struct DmaBuf {
     ptr: *mut u8,
     layout: Layout,
+    /// Allocated here (freed on drop); false for the driver's memory.
+    owned: bool,
 }
 
 // SAFETY: DmaBuf is a plain owned allocation; all access goes through raw pointers whose
@@ -29,7 +32,22 @@ impl DmaBuf {
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        DmaBuf { ptr, layout }
+        DmaBuf {
+            ptr,
+            layout,
+            owned: true,
+        }
+    }
+    /// The driver's memory at `ptr` (a ring rdma-core's provider allocated, a UAR page it
+    /// mapped), used in place and never freed here: the kernel's `ib_umem_get` pins such
+    /// memory; whoever creates the NIC object over it keeps it alive until the object is
+    /// destroyed (see [`super::Nic::create_cq_at`]).
+    pub(crate) fn host(ptr: *mut u8) -> DmaBuf {
+        DmaBuf {
+            ptr,
+            layout: Layout::new::<u8>(),
+            owned: false,
+        }
     }
     /// `len` zeroed bytes, or None when they cannot be allocated (a region's size comes
     /// from the user: never abort on it).
@@ -37,7 +55,11 @@ impl DmaBuf {
         let layout = Layout::from_size_align(len.max(1), 4096).ok()?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(DmaBuf { ptr, layout })
+        (!ptr.is_null()).then_some(DmaBuf {
+            ptr,
+            layout,
+            owned: true,
+        })
     }
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
@@ -46,8 +68,10 @@ impl DmaBuf {
 
 impl Drop for DmaBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this very layout, freed once.
-        unsafe { dealloc(self.ptr, self.layout) }
+        if self.owned {
+            // SAFETY: allocated in `new` with this very layout, freed once.
+            unsafe { dealloc(self.ptr, self.layout) }
+        }
     }
 }
 

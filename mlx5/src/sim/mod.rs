@@ -57,6 +57,7 @@ mod qp_attr;
 // The device's objects and tables:
 mod arm;
 mod cq;
+mod host;
 mod mem;
 mod port;
 mod qp;
@@ -89,6 +90,7 @@ pub use arm::{ArmStats, CqEventSink};
 pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
 pub use error::SimError;
 pub use event::AsyncEvent;
+pub use host::{HostCq, HostQp, HostSrq};
 pub use mem::MemoryCaps;
 pub use nic::{Nic, NicView};
 pub use nic_mem::MrInfo;

@@ -18,16 +18,67 @@ impl Nic {
     /// # Errors
     /// [`SimError::CqSize`].
     pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<RawCq, SimError> {
+        self.create_cq_in(cqe_cnt, cqe_size, None)
+    }
+
+    /// Creates a CQ as [`Nic::create_cq`] over the driver's memory (`mem`: the ring rdma-core's
+    /// provider allocated, its doorbell record and the UAR page it arms through), run in
+    /// place: what `mlx5_ib` `create_cq_user` hands the device.
+    ///
+    /// # Safety
+    /// `mem.buf` must be valid for reads and writes of `cqe_cnt * cqe_size` bytes,
+    /// `mem.dbrec` of 8 bytes and `mem.uar` of 64 bytes, all until [`Nic::destroy_cq`] of
+    /// this CQ returns (the kernel pins such memory: here its creator keeps it alive).
+    ///
+    /// # Errors
+    /// As [`Nic::create_cq`].
+    pub unsafe fn create_cq_at(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        mem: super::host::HostCq,
+    ) -> Result<RawCq, SimError> {
+        self.create_cq_in(cqe_cnt, cqe_size, Some(mem))
+    }
+
+    fn create_cq_in(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        mem: Option<super::host::HostCq>,
+    ) -> Result<RawCq, SimError> {
         let size_ok = cqe_size == 64 || cqe_size == 128;
         if !cqe_cnt.is_power_of_two() || !(2..=1 << 22).contains(&cqe_cnt) || !size_ok {
             return Err(SimError::CqSize { cqe_cnt, cqe_size });
         }
         let mut st = self.st();
         let cqn = st.cqns.alloc().ok_or(SimError::Exhausted("CQ number"))?;
-        let cq = SimCq::new(cqn, cqe_cnt, cqe_size);
+        let cq = SimCq::in_memory(cqn, cqe_cnt, cqe_size, mem);
         let raw = cq.raw();
         st.cqs.insert(cqn, cq);
         Ok(raw)
+    }
+
+    /// Turns CQE compression on for a CQ just created (`mlx5dv_create_cq` with
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`, as [`Nic::create_cq_compressed`]).
+    ///
+    /// # Errors
+    /// [`SimError::CqeCompression`]; [`SimError::NoCq`].
+    pub fn compress_cq(&self, cqn: u32, format: crate::cqe::MiniCqeFormat) -> Result<(), SimError> {
+        let caps = self.cqe_comp_caps();
+        let size = self.st().cqs.get(&cqn).map(|c| c.cqe_size);
+        let cqe_size = size.ok_or(SimError::NoCq(cqn))?;
+        if !caps.supports(format, cqe_size) {
+            return Err(SimError::CqeCompression {
+                format,
+                cqe_size,
+                caps,
+            });
+        }
+        if let Some(cq) = self.st().cqs.get_mut(&cqn) {
+            cq.compress(format, caps.max_num);
+        }
+        Ok(())
     }
 
     /// Creates a CQ as [`Nic::create_cq`] that compresses runs of completions into
@@ -91,7 +142,32 @@ impl Nic {
         recv_cq: u32,
         caps: QpCaps,
     ) -> Result<RawQp, SimError> {
-        self.create_qp_in(pd, None, send_cq, recv_cq, caps)
+        self.create_qp_in(pd, None, send_cq, recv_cq, caps, None)
+    }
+
+    /// Creates an RC QP in RESET as [`Nic::create_qp`] over the driver's memory (`mem`: the
+    /// rings rdma-core's provider allocated, its doorbell record and the BlueFlame register
+    /// it chose), run in place: what `mlx5_ib` `create_user_qp` hands the device. `caps`
+    /// sizes the rings as the provider sized them: `sq_blocks` blocks (any power of two: the
+    /// provider sized the ring for its requests), `rq_entries` entries of
+    /// `16 * max_recv_sge` bytes.
+    ///
+    /// # Safety
+    /// The rings must be valid for reads and writes of those sizes, the record of 8 bytes
+    /// and the register of `2 * bf_size + 64` bytes, until [`Nic::destroy_qp`] of this QP
+    /// returns.
+    ///
+    /// # Errors
+    /// As [`Nic::create_qp`].
+    pub unsafe fn create_qp_at(
+        &self,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+        mem: super::host::HostQp,
+    ) -> Result<RawQp, SimError> {
+        self.create_qp_in(pd, None, send_cq, recv_cq, caps, Some(mem))
     }
 
     /// Creates an RC QP in RESET on thread domain `td` (the QP created on a parent domain
@@ -107,7 +183,7 @@ impl Nic {
         recv_cq: u32,
         caps: QpCaps,
     ) -> Result<RawQp, SimError> {
-        self.create_qp_in(pd, Some(td), send_cq, recv_cq, caps)
+        self.create_qp_in(pd, Some(td), send_cq, recv_cq, caps, None)
     }
 
     fn create_qp_in(
@@ -117,13 +193,20 @@ impl Nic {
         send_cq: u32,
         recv_cq: u32,
         caps: QpCaps,
+        host: Option<super::host::HostQp>,
     ) -> Result<RawQp, SimError> {
         if caps.bf_size % 64 != 0 || caps.bf_size > 4096 {
             return Err(SimError::Caps(
                 "bf_size must be 0 or a multiple of 64 up to 4096",
             ));
         }
-        if caps.sq_blocks < crate::doorbell::MAX_WQE_BBS as u32 || caps.sq_blocks > 1 << 15 {
+        // The NIC's own rings hold the largest WQE; the driver's are as the driver sized them.
+        let least = if host.is_some() {
+            1
+        } else {
+            crate::doorbell::MAX_WQE_BBS as u32
+        };
+        if caps.sq_blocks < least || caps.sq_blocks > 1 << 15 {
             return Err(SimError::Caps("sq_blocks must be 16 ..= 32768"));
         }
         if caps.rq_entries > 1 << 15 || caps.max_recv_sge > 64 || caps.max_send_sge > 60 {
@@ -149,9 +232,10 @@ impl Nic {
             }
         }
         let bf_size = caps.bf_size as usize;
-        let reg = match td {
-            None => st.uars.for_qp(bf_size),
-            Some(td) => {
+        let reg = match (td, host) {
+            (_, Some(h)) => st.uars.host(h.bf_reg, bf_size),
+            (None, None) => st.uars.for_qp(bf_size),
+            (Some(td), None) => {
                 let i = *st.uars.tds.get(&td).ok_or(SimError::NoTd(td))?;
                 let r = &mut st.uars.regs[i];
                 if r.users == 0 && r.bf_size != bf_size {
@@ -179,7 +263,7 @@ impl Nic {
             OrderMode::Relaxed { seed } => seed,
             OrderMode::Strict => 0,
         };
-        let qp = SimQp::new(qpn, pd, (send_cq, recv_cq), caps, (reg, bf), seed);
+        let qp = SimQp::new(qpn, pd, (send_cq, recv_cq), caps, (reg, bf), seed, host);
         let raw = qp.raw();
         st.qps.insert(qpn, qp);
         Ok(raw)
@@ -263,13 +347,43 @@ impl Nic {
     /// [`SimError::NoPd`], [`SimError::Caps`] (more than 32767 receives or 31 entries),
     /// [`SimError::Exhausted`].
     pub fn create_srq(&self, pd: u32, caps: SrqCaps) -> Result<RawSrq, SimError> {
+        self.create_srq_in(pd, caps, None)
+    }
+
+    /// Creates an SRQ as [`Nic::create_srq`] over the driver's memory (`mem`: the ring
+    /// rdma-core's provider allocated and linked, and its doorbell record), run in place:
+    /// what `mlx5_ib` `create_srq_user` hands the device.
+    ///
+    /// # Safety
+    /// The ring must be valid for reads and writes of the entries and stride `caps` make
+    /// (`max_wr + 1` rounded up to a power of two, `16 + 16 * max_sge` rounded up to a power
+    /// of two and at least 32), the record of 4 bytes, until [`Nic::destroy_srq`] of this SRQ
+    /// returns.
+    ///
+    /// # Errors
+    /// As [`Nic::create_srq`].
+    pub unsafe fn create_srq_at(
+        &self,
+        pd: u32,
+        caps: SrqCaps,
+        mem: super::host::HostSrq,
+    ) -> Result<RawSrq, SimError> {
+        self.create_srq_in(pd, caps, Some(mem))
+    }
+
+    fn create_srq_in(
+        &self,
+        pd: u32,
+        caps: SrqCaps,
+        host: Option<super::host::HostSrq>,
+    ) -> Result<RawSrq, SimError> {
         if caps.max_wr == 0 || caps.max_wr >= 1 << 15 || caps.max_sge > 31 {
             return Err(SimError::Caps("SRQ: 1 <= max_wr <= 32767, max_sge <= 31"));
         }
         let mut st = self.st();
         Self::check_pd(&st, pd)?;
         let srqn = st.srqns.alloc().ok_or(SimError::Exhausted("SRQ number"))?;
-        let s = SimSrq::new(srqn, pd, caps);
+        let s = SimSrq::new(srqn, pd, caps, host);
         let raw = s.raw();
         st.srqs.insert(srqn, s);
         Ok(raw)

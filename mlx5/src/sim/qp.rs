@@ -91,6 +91,7 @@ impl SimQp {
         caps: QpCaps,
         (reg, bf_reg): (usize, *mut u8),
         seed: u64,
+        host: Option<super::host::HostQp>,
     ) -> SimQp {
         let sq_cnt = caps.sq_blocks.max(1).next_power_of_two();
         let rq_cnt = if caps.rq_entries == 0 {
@@ -99,18 +100,31 @@ impl SimQp {
             caps.rq_entries.next_power_of_two()
         };
         let rq_stride = 16 * caps.max_recv_sge.max(1).next_power_of_two();
+        // The driver's rings (sized by the caller from the same caps), or the NIC's own.
+        let (sq, rq, dbrec) = match host {
+            Some(h) => (
+                DmaBuf::host(h.sq),
+                DmaBuf::host(h.rq),
+                DmaBuf::host(h.dbrec.cast()),
+            ),
+            None => (
+                DmaBuf::new(sq_cnt as usize * SEND_WQE_BB),
+                DmaBuf::new((rq_cnt * rq_stride) as usize),
+                DmaBuf::new(64),
+            ),
+        };
         SimQp {
             qpn,
             pd,
             send_cq,
             recv_cq,
             caps,
-            sq: DmaBuf::new(sq_cnt as usize * SEND_WQE_BB),
+            sq,
             sq_cnt,
-            rq: DmaBuf::new((rq_cnt * rq_stride) as usize),
+            rq,
             rq_cnt,
             rq_stride,
-            dbrec: DmaBuf::new(64),
+            dbrec,
             reg,
             bf_reg: bf_reg as usize,
             state: QpState::Reset,

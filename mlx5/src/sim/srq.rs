@@ -70,15 +70,28 @@ pub(crate) struct SimSrq {
 }
 
 impl SimSrq {
-    pub(crate) fn new(srqn: u32, pd: u32, caps: SrqCaps) -> SimSrq {
+    /// An SRQ over its own ring, or over the driver's (`host`, its links written by the
+    /// driver: rdma-core `mlx5_alloc_srq_buf`).
+    pub(crate) fn new(
+        srqn: u32,
+        pd: u32,
+        caps: SrqCaps,
+        host: Option<super::host::HostSrq>,
+    ) -> SimSrq {
         let stride = srq_stride(caps.max_sge.max(1)).unwrap_or(512);
         let cnt = srq_entries(caps.max_wr.max(1));
-        let buf = DmaBuf::new((cnt * stride) as usize);
-        let mut ring = vec![0u8; (cnt * stride) as usize];
-        init_links(&mut ring, stride as usize);
-        // SAFETY: the ring was just allocated with exactly these bytes; the driver has no
-        // pointer to it yet.
-        unsafe { dma::write(buf.ptr(), &ring) };
+        let (buf, dbrec) = match host {
+            Some(h) => (DmaBuf::host(h.buf), DmaBuf::host(h.dbrec.cast())),
+            None => {
+                let buf = DmaBuf::new((cnt * stride) as usize);
+                let mut ring = vec![0u8; (cnt * stride) as usize];
+                init_links(&mut ring, stride as usize);
+                // SAFETY: the ring was just allocated with exactly these bytes; the driver
+                // has no pointer to it yet.
+                unsafe { dma::write(buf.ptr(), &ring) };
+                (buf, DmaBuf::new(64))
+            }
+        };
         SimSrq {
             srqn,
             pd,
@@ -86,7 +99,7 @@ impl SimSrq {
             cnt,
             stride,
             max_sge: srq_max_sge(stride),
-            dbrec: DmaBuf::new(64),
+            dbrec,
             head: 0,
             taken: 0,
             limit: 0,

@@ -105,8 +105,12 @@ pub(crate) struct PassRing {
 
 impl SimReg {
     pub(crate) fn new(kind: RegKind, bf_size: usize) -> SimReg {
+        SimReg::on(DmaBuf::new(2 * bf_size + 64), kind, bf_size)
+    }
+
+    fn on(buf: DmaBuf, kind: RegKind, bf_size: usize) -> SimReg {
         SimReg {
-            buf: DmaBuf::new(2 * bf_size + 64),
+            buf,
             bf_size,
             kind,
             users: 0,
@@ -114,6 +118,11 @@ impl SimReg {
             expect: Some(0),
             pass: Vec::new(),
         }
+    }
+
+    /// The driver's register at `ptr` (a bfreg in a UAR page rdma-core's provider mapped).
+    fn host(ptr: *mut u8, bf_size: usize) -> SimReg {
+        SimReg::on(DmaBuf::host(ptr), RegKind::Shared, bf_size)
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -263,6 +272,20 @@ impl Uars {
                 Some(i) => i,
                 // No shared register of this size (the pages went to another size).
                 None => self.add_page(RegKind::Shared, bf_size),
+            }
+        };
+        self.regs[i].users += 1;
+        i
+    }
+
+    /// The register at `ptr` the driver chose for a QP (rdma-core's provider assigns bfregs
+    /// itself: `mlx5_get_qp_uar`, `mlx5_attach_dedicated_uar`), counted as shared.
+    pub(crate) fn host(&mut self, ptr: *mut u8, bf_size: usize) -> usize {
+        let i = match self.regs.iter().position(|r| r.ptr() == ptr) {
+            Some(i) => i,
+            None => {
+                self.regs.push(SimReg::host(ptr, bf_size));
+                self.regs.len() - 1
             }
         };
         self.regs[i].users += 1;
