@@ -1,0 +1,38 @@
+//! What a test may ask the model about the objects rdma-core created, by their numbers: the
+//! decisions the kernel made from the provider's flags, which the crate cannot see from its
+//! side (a ConnectX keeps them in its QP and CQ contexts). Looked up by tests with
+//! `dlsym(RTLD_DEFAULT, ...)`, so nothing links against this library.
+
+use libc::c_int;
+
+/// The model's view of QP `qpn`: `*bfreg` its bfreg index (bit 31 set for a dynamic one, a
+/// thread domain's), `*scatter` 1 when responder scatter-to-CQE is on. 0, or -1 when no
+/// file has the QP.
+///
+/// # Safety
+/// `bfreg` and `scatter` are valid for writing.
+#[no_mangle]
+pub unsafe extern "C" fn blueflame_kernel_model_qp(
+    qpn: u32,
+    bfreg: *mut u32,
+    scatter: *mut u32,
+) -> c_int {
+    match crate::kernel::qp_view(qpn) {
+        Some(((dynamic, b), s)) => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                bfreg.write(b | u32::from(dynamic) << 31);
+                scatter.write(u32::from(s));
+            }
+            0
+        }
+        None => -1,
+    }
+}
+
+/// The mini-CQE format bit CQ `cqn` compresses with (0: no compression), or -1 when the NIC
+/// has no such CQ.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_cq_compression(cqn: u32) -> i64 {
+    crate::kernel::cq_view(cqn).map_or(-1, i64::from)
+}

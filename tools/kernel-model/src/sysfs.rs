@@ -1,0 +1,69 @@
+//! The sysfs tree libibverbs reads when the kernel's netlink has no RDMA device
+//! (`libibverbs/sysfs.c` `ibv_get_sysfs_path` honours `SYSFS_PATH`; `init.c`
+//! `find_sysfs_devs`, `setup_sysfs_uverbs`): one `uverbs0` character device for `mlx5_0`, a
+//! ConnectX-6 by its PCI id (rdma-core `providers/mlx5/mlx5.c` `hca_table`: 0x15b3:0x101b),
+//! with one InfiniBand port whose GID 0 is the link-local GID of the port GUID (read from
+//! `ports/1/gids/0` when the GID ioctl is absent: `cmd_device.c` `query_sysfs_gid_entry`).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The device's major and minor numbers (`/dev/infiniband/uverbs0` is 231:192).
+pub const CDEV: (u32, u32) = (231, 192);
+
+/// The device name rdma-core lists.
+pub const IBDEV: &str = "mlx5_0";
+
+/// The character device libibverbs opens.
+pub const DEV_PATH: &str = "/dev/infiniband/uverbs0";
+
+/// The node GUID (also the port GUID).
+pub const NODE_GUID: u64 = 0x0002_c903_00b1_f1a0;
+
+/// Writes the tree under `root` (created if needed; existing files rewritten).
+///
+/// # Errors
+/// The file system's.
+pub fn write_tree(root: &Path) -> io::Result<()> {
+    let verbs = root.join("class/infiniband_verbs");
+    let dev = root.join("class/infiniband").join(IBDEV);
+    let g = NODE_GUID;
+    let guid = format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        g >> 48,
+        (g >> 32) & 0xffff,
+        (g >> 16) & 0xffff,
+        g & 0xffff
+    );
+    let files: [(PathBuf, String); 12] = [
+        (verbs.join("abi_version"), "6".into()),
+        (verbs.join("uverbs0/ibdev"), IBDEV.into()),
+        (verbs.join("uverbs0/abi_version"), "1".into()),
+        (verbs.join("uverbs0/dev"), format!("{}:{}", CDEV.0, CDEV.1)),
+        (dev.join("node_type"), "1: CA".into()),
+        (dev.join("node_guid"), guid.clone()),
+        (dev.join("sys_image_guid"), guid.clone()),
+        (dev.join("fw_ver"), "20.39.1002".into()),
+        (
+            dev.join("device/modalias"),
+            "pci:v000015B3d0000101Bsv000015B3sd00000007bc02sc07i00".into(),
+        ),
+        (
+            dev.join("ports/1/gids/0"),
+            format!("fe80:0000:0000:0000:{guid}"),
+        ),
+        (dev.join("ports/1/gid_attrs/types/0"), "IB/RoCE v1".into()),
+        (dev.join("ports/1/link_layer"), "InfiniBand".into()),
+    ];
+    for (path, text) in files {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, format!("{text}\n"))?;
+    }
+    let link = verbs.join("uverbs0/device");
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink("../../infiniband/mlx5_0/device", &link)?;
+    }
+    Ok(())
+}
