@@ -570,3 +570,78 @@ pub fn memfd_file() -> (std::os::fd::OwnedFd, std::path::PathBuf) {
     let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
     (fd, path)
 }
+
+/// Explicit on-demand regions when `odp_caps` has RC support, else the typed error;
+/// implicit likewise.
+pub fn on_demand_paging(dev: &Device) {
+    let caps = dev.odp_caps();
+    println!("odp_caps: {caps:?}");
+    let r = Rig::new(dev);
+    let reg = r.pd.register(vec![0u8; 8192], RIGHTS | Access::ON_DEMAND);
+    if caps.rc(true) {
+        let mr = reg.expect("on-demand registration");
+        mr.prefetch(0, 8192, true, true).expect("prefetch");
+        println!("explicit ODP: registered and prefetched");
+    } else {
+        assert!(
+            matches!(
+                reg,
+                Err(Refused {
+                    error: Error::Capability(Capability::OnDemandPaging),
+                    ..
+                })
+            ),
+            "{reg:?}"
+        );
+        println!("explicit ODP: not reported, refused with Capability::OnDemandPaging");
+    }
+    // SAFETY: local write only, no request names it; refused or dropped at once.
+    let implicit = unsafe { r.pd.register_implicit_odp(Access::LOCAL_WRITE) };
+    if caps.implicit() {
+        let mr = implicit.expect("implicit ODP");
+        assert_eq!(mr.addr(), 0);
+        assert!(matches!(
+            mr.read(0, &mut [0u8; 1]),
+            Err(Error::NoCpuMapping)
+        ));
+        println!("implicit ODP: registered");
+    } else {
+        assert!(
+            matches!(
+                implicit,
+                Err(Error::Capability(Capability::ImplicitOnDemandPaging))
+            ),
+            "{implicit:?}"
+        );
+        println!("implicit ODP: not reported, refused with Capability::ImplicitOnDemandPaging");
+    }
+}
+
+/// A udmabuf when the kernel has `/dev/udmabuf`; otherwise a memfd (not a dma-buf) shows
+/// what the device answers: `Capability::DmaBuf` for a provider without
+/// `ibv_reg_dmabuf_mr` (rxe), an error for a bad fd elsewhere.
+pub fn dma_buf(dev: &Device) {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    let r = Rig::new(dev);
+    println!(
+        "/dev/udmabuf: {}",
+        if std::path::Path::new("/dev/udmabuf").exists() {
+            "present"
+        } else {
+            "absent"
+        }
+    );
+    // SAFETY: memfd_create with a valid C string; the fd is owned from here on.
+    let fd = unsafe { libc::memfd_create(c"blueflame-dmabuf".as_ptr(), libc::MFD_ALLOW_SEALING) };
+    assert!(fd >= 0, "memfd_create");
+    // SAFETY: a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let res =
+        r.pd.register_dmabuf(fd.as_fd(), 0, 4096, 0x10000, Access::LOCAL_WRITE);
+    println!("ibv_reg_dmabuf_mr: {res:?}");
+    match res {
+        Err(Error::Capability(Capability::DmaBuf)) => {}
+        Err(Error::Verbs(e)) => println!("dma-buf registration exists; a memfd is refused: {e}"),
+        other => panic!("a memfd is no dma-buf: {other:?}"),
+    }
+}

@@ -5,6 +5,8 @@
 //! that compare with the software NIC need the `sim` feature; the others are built without
 //! it too.
 
+#[path = "../events_cases/mod.rs"]
+mod events_cases;
 #[path = "../memory_cases/mod.rs"]
 mod memory_cases;
 #[path = "../scenarios/mod.rs"]

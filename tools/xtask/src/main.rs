@@ -9,6 +9,9 @@
 //!   memory-window tests again under valgrind's memcheck (`cargo xtask memcheck` alone).
 //! - `cargo xtask examples`: every program of `examples/` on the software NIC (also a stage
 //!   of `cargo xtask test`, after the tests).
+//! - `cargo xtask provider`: the direct-path scenarios through rdma-core's own libmlx5 in
+//!   front of the software NIC, the kernel model preloaded (`provider.rs`; also a stage of
+//!   `cargo xtask test`, after the examples).
 //! - `cargo xtask rxe -- COMMAND`: boots the rxe VM once and runs COMMAND inside it with
 //!   `BLUEFLAME_DEVICE=rxe0`.
 //! - `cargo xtask rxe-examples`: the examples on rxe0 in one VM boot (also part of the
@@ -46,6 +49,7 @@ mod examples;
 mod icount;
 mod memcheck;
 mod oracle;
+mod provider;
 mod rxe;
 mod rxe_icount;
 mod shell;
@@ -115,6 +119,16 @@ fn main() {
             }
         }
         Some("examples") => run_examples(examples::host_stage),
+        Some("provider") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let ok = deps() == 0
+                && test_executables(&cargo).is_some_and(|b| provider::stage(&cargo, &b));
+            if ok {
+                0
+            } else {
+                1
+            }
+        }
         Some("rxe-examples") => run_examples(rxe::examples_stage),
         Some("crate") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -156,7 +170,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-icount | rxe-compare | wakeup | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | provider | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-icount | rxe-compare | wakeup | deps>");
             2
         }
     };
@@ -281,6 +295,10 @@ fn test() -> i32 {
     };
     if !examples::host_stage(&exes) {
         eprintln!("xtask: FAILED: an example failed on the software NIC");
+        return 1;
+    }
+    // The direct path over rdma-core's own provider (the kernel model preloaded).
+    if !provider::stage(&cargo, &bins) {
         return 1;
     }
     if !memcheck::stage(&bins) {

@@ -1,0 +1,172 @@
+//! The provider stage: the direct data path over rdma-core's own provider. Run in a process
+//! that preloads the kernel model (`LD_PRELOAD=libkernel_model.so`, `cargo xtask provider`):
+//! unmodified libibverbs and libmlx5 see a ConnectX-6 named `mlx5_0`, create every object
+//! through the kernel's write ABI, and the crate takes them over with `mlx5dv_init_obj`, as
+//! on a ConnectX.
+//!
+//! The cases: every scenario (`tests/scenarios`), run there and on the software NIC's own
+//! creation path, must agree completion for completion and byte for byte; the
+//! specifications' promises (`tests/spec`), completion events (`tests/events_cases`: arms
+//! through the provider's UAR page, events from its completion channel) and user memory
+//! (`tests/memory_cases`) as on any device; and what only this mode can see (`checks.rs`):
+//! the kernel's decisions from the flags the crate gives rdma-core.
+//!
+//! A plain `cargo test` (no preload) finds no `mlx5_0`: the binary says so and passes.
+
+#[path = "../events_cases/mod.rs"]
+mod events_cases;
+#[path = "../memory_cases/mod.rs"]
+mod memory_cases;
+#[path = "../scenarios/mod.rs"]
+mod scenarios;
+#[path = "../spec/mod.rs"]
+mod spec;
+
+mod checks;
+mod model;
+
+use blueflame::{DataPath, Device};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// One case: its name and what it runs (a failure panics or says why).
+type Case = (String, Box<dyn Fn(&Device) -> Result<(), String>>);
+
+/// A case that fails by panicking.
+fn case(name: &str, f: impl Fn(&Device) + 'static) -> Case {
+    (
+        name.to_string(),
+        Box::new(move |d| {
+            f(d);
+            Ok(())
+        }),
+    )
+}
+
+fn cases() -> Vec<Case> {
+    let mut all: Vec<Case> = vec![(
+        "production_route".into(),
+        Box::new(|dev| {
+            if dev.data_path() == DataPath::Direct {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{dev} runs {:?}, not the direct path",
+                    dev.data_path()
+                ))
+            }
+        }),
+    )];
+    for &(name, scenario) in scenarios::ALL {
+        all.push((
+            format!("scenario::{name}"),
+            Box::new(move |dev| {
+                let here = scenario(dev);
+                let sim = scenario(&Device::sim());
+                let d = scenarios::diff("mlx5_0", &[here], "sim", &[sim]);
+                if d.is_empty() {
+                    Ok(())
+                } else {
+                    Err(d)
+                }
+            }),
+        ));
+    }
+    for &(name, check) in spec::ALL {
+        all.push(case(&format!("spec::{name}"), check));
+    }
+    use events_cases as e;
+    all.extend([
+        case("events::solicited_filtering", e::solicited_filtering),
+        case("events::timeouts", e::timeouts),
+        case(
+            "events::many_cqs_on_one_channel",
+            e::many_cqs_on_one_channel,
+        ),
+        case("events::flush_wakes_the_waiter", e::flush_wakes_the_waiter),
+        case("events::completions_race_the_arm", |d| {
+            e::completions_race_the_arm(d, 300)
+        }),
+        case("events::drop_after_events", e::drop_after_events),
+    ]);
+    use memory_cases as m;
+    all.extend([
+        case("memory::owned_forms", m::owned_forms_serve_every_operation),
+        case(
+            "memory::writes_in_place",
+            m::the_device_writes_the_users_buffer_in_place,
+        ),
+        case(
+            "memory::buffers_outlive_requests",
+            m::buffers_outlive_requests_in_flight,
+        ),
+        case(
+            "memory::read_only_refuses_write_rights",
+            m::read_only_memory_refuses_write_rights,
+        ),
+        case(
+            "memory::into_buffer_checks_the_type",
+            m::into_buffer_checks_the_type,
+        ),
+        case(
+            "memory::vec_registers_its_length",
+            m::a_vec_registers_its_length_only,
+        ),
+        case("memory::raw_registration", m::raw_registration),
+        case("memory::mapped_files", |d| {
+            let (_fd, path) = m::memfd_file();
+            m::mapped_files(d, &path)
+        }),
+        case("memory::huge_pages", m::huge_pages_or_the_sysctl),
+        case("memory::on_demand_paging_refused", m::on_demand_paging),
+        case("memory::dma_buf_refused", m::dma_buf),
+    ]);
+    all.extend(checks::all());
+    all
+}
+
+fn main() {
+    let dev = match Device::open("mlx5_0", None) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("provider stage: skipped: no mlx5_0 ({e}); run `cargo xtask provider`");
+            return;
+        }
+    };
+    println!("device: {dev}");
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let (mut passed, mut failed) = (0, Vec::new());
+    for (name, f) in cases() {
+        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
+            continue;
+        }
+        match catch_unwind(AssertUnwindSafe(|| f(&dev))) {
+            Ok(Ok(())) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Ok(Err(why)) => {
+                println!("test {name} ... FAILED\n{why}");
+                failed.push(name);
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED (panicked)");
+                failed.push(name);
+            }
+        }
+    }
+    println!(
+        "provider stage: {passed} passed, {} failed{}",
+        failed.len(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", failed.join(", "))
+        }
+    );
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,46 @@
+//! What the kernel model decided for the objects rdma-core created (its exported
+//! `blueflame_kernel_model_*` functions, looked up at run time: the test binary does not
+//! link against the preloaded library).
+
+use std::ffi::CStr;
+
+/// `dlsym(RTLD_DEFAULT, name)`.
+fn sym(name: &CStr) -> Option<*mut libc::c_void> {
+    // SAFETY: dlsym with a NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
+/// A QP as the model's kernel made it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QpView {
+    /// The bfreg index it rings, and whether it is a dynamic one (a thread domain's).
+    pub bfreg: u32,
+    pub dynamic: bool,
+    /// Responder scatter-to-CQE on.
+    pub scatter_to_cqe: bool,
+}
+
+/// The model's view of QP `qpn`.
+pub fn qp(qpn: u32) -> Option<QpView> {
+    type F = unsafe extern "C" fn(u32, *mut u32, *mut u32) -> libc::c_int;
+    let f = sym(c"blueflame_kernel_model_qp")?;
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    let (mut b, mut s) = (0u32, 0u32);
+    // SAFETY: two locals to write.
+    (unsafe { f(qpn, &mut b, &mut s) } == 0).then_some(QpView {
+        bfreg: b & !(1 << 31),
+        dynamic: b >> 31 == 1,
+        scatter_to_cqe: s == 1,
+    })
+}
+
+/// The mini-CQE format bit CQ `cqn` compresses with (0: none).
+pub fn cq_compression(cqn: u32) -> Option<u32> {
+    type F = extern "C" fn(u32) -> i64;
+    let f = sym(c"blueflame_kernel_model_cq_compression")?;
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    u32::try_from(f(cqn)).ok()
+}

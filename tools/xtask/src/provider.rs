@@ -1,0 +1,78 @@
+//! The provider stage of `cargo xtask test` (`cargo xtask provider` alone): the direct-path
+//! scenarios through rdma-core's own libmlx5, in front of the software NIC.
+//!
+//! The `provider` test binary runs with the kernel model preloaded
+//! (`LD_PRELOAD=libkernel_model.so`, `tools/kernel-model`): Debian's unmodified libibverbs
+//! and libmlx5 find a ConnectX-6 named `mlx5_0`, create every object through the kernel's
+//! write ABI, and the crate takes them over with `mlx5dv_init_obj` as on hardware. The stage
+//! passes when the binary's summary line `provider stage: N passed, M failed` says M = 0
+//! and N > 0, and fails when the line is missing (the stage did not run).
+
+use crate::shell::{root, run};
+use std::path::Path;
+use std::process::Command;
+
+/// Builds the kernel model and runs the `provider` test binary (from `bins`, the workspace's
+/// test executables) with it preloaded.
+pub(crate) fn stage(cargo: &str, bins: &[(String, String)]) -> bool {
+    if !run(
+        "build the kernel model",
+        Command::new(cargo).args(["build", "-p", "kernel-model", "--locked"]),
+    ) {
+        return false;
+    }
+    let Some((_, exe)) = bins.iter().find(|(name, _)| name == "provider") else {
+        eprintln!("xtask: FAILED: no provider test binary was built");
+        return false;
+    };
+    // target/debug/deps/provider-HASH -> target/debug/libkernel_model.so
+    let Some(lib) = Path::new(exe)
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("libkernel_model.so"))
+        .filter(|p| p.exists())
+    else {
+        eprintln!("xtask: FAILED: libkernel_model.so not found beside {exe}");
+        return false;
+    };
+    eprintln!(
+        "xtask: provider stage: {exe} with LD_PRELOAD={}",
+        lib.display()
+    );
+    let out = match Command::new(exe)
+        .env("LD_PRELOAD", &lib)
+        .env_remove("SYSFS_PATH")
+        .env_remove("BLUEFLAME_DEVICE")
+        .current_dir(root())
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("xtask: FAILED: cannot run {exe}: {e}");
+            return false;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{text}");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let summary = text.lines().rev().find_map(|l| {
+        let rest = l.strip_prefix("provider stage: ")?;
+        let (p, rest) = rest.split_once(" passed, ")?;
+        let (f, _) = rest.split_once(" failed")?;
+        Some((p.parse::<u32>().ok()?, f.parse::<u32>().ok()?))
+    });
+    match summary {
+        Some((passed, 0)) if passed > 0 && out.status.success() => {
+            eprintln!("xtask: provider stage: {passed} passed, 0 failed");
+            true
+        }
+        Some((passed, failed)) => {
+            eprintln!("xtask: FAILED: provider stage: {passed} passed, {failed} failed");
+            false
+        }
+        None => {
+            eprintln!("xtask: FAILED: the provider stage did not run (no summary line)");
+            false
+        }
+    }
+}
