@@ -30,6 +30,27 @@ pub(crate) fn ud_send_ops_flags() -> u64 {
 
 type Qx = *mut ffi::ibv_qp_ex;
 
+/// `ibv_wr_complete(q)`, its pointer read from the QP now, as verbs.h's inline does: mlx5
+/// swaps it with the QP's state (`set_qp_operational_state`: `mlx5_send_wr_complete_error`,
+/// which drops the batch with `EINVAL`, until the QP reaches RTS), so the one read when the
+/// QP was created, in RESET, is that stub. `created` (that one) stands in only if the
+/// provider cleared the pointer.
+///
+/// # Safety
+/// `q` is a live `ibv_qp_ex` between `wr_start` and `wr_complete`.
+#[inline(always)]
+unsafe fn complete_now(q: Qx, created: unsafe extern "C" fn(Qx) -> c_int) -> c_int {
+    // SAFETY: the caller's contract: a live qp_ex whose `wr_complete` field the provider
+    // sets (a plain field of the struct, written only by `ibv_modify_qp` on the posting
+    // thread's QP, which the caller serialises with posting).
+    unsafe {
+        let f = std::ptr::addr_of!((*q).wr_complete)
+            .read()
+            .unwrap_or(created);
+        f(q)
+    }
+}
+
 /// The `ibv_qp_ex` of `qp` with a view of it (its `wr_*` pointers, which the provider
 /// filled at creation); None for a QP created without the extended attributes.
 ///
@@ -46,7 +67,8 @@ pub(crate) unsafe fn qp_ex<'a>(qp: *mut ffi::ibv_qp) -> Option<(Qx, &'a ffi::ibv
     Some((qpx, unsafe { &*qpx }))
 }
 
-/// The `ibv_wr_*` function pointers of one `ibv_qp_ex`, read once at creation.
+/// The `ibv_wr_*` function pointers of one `ibv_qp_ex`, read once at creation
+/// (`wr_complete` again at each post: [`complete_now`]).
 #[derive(Copy, Clone)]
 pub(crate) struct SendOps {
     qpx: Qx,
@@ -218,7 +240,7 @@ impl SendOps {
                 }
                 self.data.set(q, wr);
             }
-            (self.complete)(q)
+            complete_now(q, self.complete)
         }
     }
 }
@@ -260,13 +282,14 @@ impl SendOps {
             } else {
                 (self.data.set_sge)(q, buf.lkey, buf.addr, buf.length);
             }
-            (self.complete)(q)
+            complete_now(q, self.complete)
         }
     }
 }
 
 /// The `ibv_wr_*` function pointers of a UD `ibv_qp_ex`, read once at creation (a provider
-/// sets only those of the opcodes asked for, so the RC set is not there).
+/// sets only those of the opcodes asked for, so the RC set is not there; `wr_complete` is
+/// read again at each post: [`complete_now`]).
 #[derive(Copy, Clone)]
 pub(crate) struct UdSendOps {
     qpx: Qx,
@@ -324,7 +347,7 @@ impl UdSendOps {
                 (self.set_ud_addr)(q, ud.ah, ud.remote_qpn, ud.remote_qkey);
                 self.data.set(q, wr);
             }
-            (self.complete)(q)
+            complete_now(q, self.complete)
         }
     }
 }
