@@ -5,7 +5,9 @@
 //! on a ConnectX.
 //!
 //! The cases: every scenario (`tests/scenarios`), run there and on the software NIC's own
-//! creation path, must agree completion for completion and byte for byte; the
+//! creation path, must agree completion for completion and byte for byte, and so must the
+//! same scenarios between a crate QP and a QP driven by rdma-core's own post and poll
+//! (`ibv_post_send`, `ibv_poll_cq`) over the same device, both ways round; the
 //! specifications' promises (`tests/spec`), completion events (`tests/events_cases`: arms
 //! through the provider's UAR page, events from its completion channel) and user memory
 //! (`tests/memory_cases`) as on any device; and what only this mode can see (`checks.rs`):
@@ -27,6 +29,7 @@ mod model;
 
 use blueflame::{DataPath, Device};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 /// One case: its name and what it runs (a failure panics or says why).
 type Case = (String, Box<dyn Fn(&Device) -> Result<(), String>>);
@@ -70,6 +73,32 @@ fn cases() -> Vec<Case> {
                 }
             }),
         ));
+    }
+    // The same scenarios between the two data paths over one device: side A on the direct
+    // path and side B on rdma-core's own `ibv_post_send` / `ibv_post_recv` /
+    // `ibv_poll_cq` (libmlx5 writing its WQEs and parsing the CQEs the software NIC wrote),
+    // then the other way round; each must agree with the software NIC's own run.
+    for &(name, scenario) in scenarios::ALL {
+        for (label, direct_first) in [("direct_to_verbs", true), ("verbs_to_direct", false)] {
+            all.push((
+                format!("{label}::{name}"),
+                Box::new(move |dev| {
+                    let verbs = verbs_device()?;
+                    let here = if direct_first {
+                        scenarios::with_peer(verbs, || scenario(dev))
+                    } else {
+                        scenarios::with_peer(dev, || scenario(verbs))
+                    };
+                    let sim = scenario(&Device::sim());
+                    let d = scenarios::diff(label, &[here], "sim", &[sim]);
+                    if d.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(d)
+                    }
+                }),
+            ));
+        }
     }
     for &(name, check) in spec::ALL {
         all.push(case(&format!("spec::{name}"), check));
@@ -122,6 +151,28 @@ fn cases() -> Vec<Case> {
     ]);
     all.extend(checks::all());
     all
+}
+
+/// `mlx5_0` again, on the verbs path (`BLUEFLAME_PATH=verbs` while it opens): its QPs post
+/// and poll through rdma-core's own libmlx5.
+fn verbs_device() -> Result<&'static Device, String> {
+    static VERBS: OnceLock<Result<Device, String>> = OnceLock::new();
+    VERBS
+        .get_or_init(|| {
+            std::env::set_var("BLUEFLAME_PATH", "verbs");
+            let d = Device::open("mlx5_0", None).map_err(|e| e.to_string());
+            std::env::remove_var("BLUEFLAME_PATH");
+            let d = d?;
+            if d.data_path() != DataPath::Verbs {
+                return Err(format!(
+                    "{d} runs {:?} with BLUEFLAME_PATH=verbs",
+                    d.data_path()
+                ));
+            }
+            Ok(d)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 fn main() {

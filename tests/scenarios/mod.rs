@@ -9,7 +9,30 @@ pub mod srq;
 pub mod ud;
 
 use blueflame::*;
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
+
+thread_local! {
+    /// The device of side B of every [`Pair`] while [`with_peer`] runs (the differential
+    /// runs of `tests/provider`: the direct path on one side, rdma-core's own post and poll
+    /// on the other, over one device); None: both sides on the scenario's device.
+    static PEER: RefCell<Option<Device>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with side B of every [`Pair`] it makes on `peer` (side A stays on the device the
+/// scenario is given).
+pub fn with_peer<T>(peer: &Device, f: impl FnOnce() -> T) -> T {
+    let old = PEER.with(|p| p.replace(Some(peer.clone())));
+    struct Restore(Option<Device>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            PEER.with(|p| *p.borrow_mut() = old);
+        }
+    }
+    let _restore = Restore(old);
+    f()
+}
 
 /// What one scenario showed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,15 +76,22 @@ pub fn caps() -> QpCaps {
 impl Pair {
     pub fn new(dev: &Device, rights_b: Access, caps: QpCaps, timing: &Timing) -> Pair {
         let pd = dev.alloc_pd().expect("pd");
+        // Side B on the peer device while `with_peer` runs, with its own domain there.
+        let peer = PEER.with(|p| p.borrow().clone());
+        let pd_b = match &peer {
+            Some(d) => d.alloc_pd().expect("pd b"),
+            None => pd.clone(),
+        };
+        let dev_b = peer.as_ref().unwrap_or(dev);
         let cq_a = dev.create_cq(64).expect("cq a");
-        let cq_b = dev.create_cq(64).expect("cq b");
+        let cq_b = dev_b.create_cq(64).expect("cq b");
         let mut a = pd.create_qp(&cq_a, &cq_a, caps).expect("qp a");
-        let mut b = pd.create_qp(&cq_b, &cq_b, caps).expect("qp b");
+        let mut b = pd_b.create_qp(&cq_b, &cq_b, caps).expect("qp b");
         let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
         a.connect_with(&eb, timing).expect("connect a");
         b.connect_with(&ea, timing).expect("connect b");
         let mr_a = pd.alloc_mr(4096, RIGHTS).expect("mr a");
-        let mr_b = pd.alloc_mr(4096, rights_b).expect("mr b");
+        let mr_b = pd_b.alloc_mr(4096, rights_b).expect("mr b");
         Pair {
             dev: dev.clone(),
             a,

@@ -330,6 +330,19 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
     use abi::*;
     let mut k = kernel();
     let Kernel { nic, files } = &mut *k;
+    // Every QP of every file (a connection may join QPs of two contexts of the process).
+    let qps: Vec<(u32, Option<u32>, QpState)> = if call.op == IB_USER_VERBS_CMD_MODIFY_QP {
+        files
+            .values()
+            .flat_map(|f| f.objs.values())
+            .filter_map(|o| match o {
+                Obj::Qp(q) => Some((q.qpn, q.dest, q.state)),
+                _ => None,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let f = files.get_mut(&fd).ok_or(libc::EBADF)?;
     if !f.ucontext && (call.op != IB_USER_VERBS_CMD_GET_CONTEXT || call.ex) {
         return Err(libc::EINVAL);
@@ -501,11 +514,11 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
             }
             (false, IB_USER_VERBS_CMD_MODIFY_QP) => {
                 let (c, _) = call.request::<ib_uverbs_modify_qp>();
-                modify_qp(nic, f, &c)
+                modify_qp(nic, f, &qps, &c)
             }
             (true, IB_USER_VERBS_EX_CMD_MODIFY_QP) => {
                 let (c, _) = call.request::<ib_uverbs_ex_modify_qp>();
-                modify_qp(nic, f, &c.base)?;
+                modify_qp(nic, f, &qps, &c.base)?;
                 call.respond::<_, ()>(&ib_uverbs_ex_modify_qp_resp::default(), None)
             }
             (false, IB_USER_VERBS_CMD_DESTROY_QP) => {
@@ -1070,7 +1083,12 @@ fn alloc_bfreg(f: &mut File) -> u32 {
 /// `MODIFY_QP`: the verbs state machine (`ib_modify_qp_is_ok`), the transport timers at
 /// RTR/RTS, and the connection: when both ends of an RC pair have named each other (the
 /// second reaching RTR), the NIC connects them.
-fn modify_qp(nic: &Nic, f: &mut File, c: &abi::ib_uverbs_modify_qp) -> Result<(), c_int> {
+fn modify_qp(
+    nic: &Nic,
+    f: &mut File,
+    qps: &[(u32, Option<u32>, QpState)],
+    c: &abi::ib_uverbs_modify_qp,
+) -> Result<(), c_int> {
     let Some(Obj::Qp(q)) = f.objs.get_mut(&c.qp_handle) else {
         return Err(libc::EINVAL);
     };
@@ -1126,10 +1144,9 @@ fn modify_qp(nic: &Nic, f: &mut File, c: &abi::ib_uverbs_modify_qp) -> Result<()
         let dest = dest.expect("set above");
         // The peer is ready when it reached RTR naming this QP (or it is this QP).
         let peer_ready = dest == qpn
-            || f.objs.values().any(|o| {
-                matches!(o, Obj::Qp(p) if p.qpn == dest && p.dest == Some(qpn)
-                    && matches!(p.state, Rtr | Rts))
-            });
+            || qps
+                .iter()
+                .any(|&(n, d, state)| n == dest && d == Some(qpn) && matches!(state, Rtr | Rts));
         if peer_ready {
             nic.connect(qpn, dest).map_err(|_| libc::EINVAL)?;
         }
