@@ -38,10 +38,29 @@ impl Nic {
         self.create_dci_in(pd, Some(td), send_cq, caps)
     }
 
+    /// As [`Nic::create_dci`], over the driver's memory (`mem`: the send ring rdma-core's
+    /// provider allocated for the DCI, its record and the BlueFlame register it chose), as
+    /// [`Nic::create_qp_at`].
+    ///
+    /// # Safety
+    /// As [`Nic::create_qp_at`].
+    ///
+    /// # Errors
+    /// As [`Nic::create_qp_at`].
+    pub unsafe fn create_dci_at(
+        &self,
+        pd: u32,
+        send_cq: u32,
+        caps: QpCaps,
+        mem: super::host::HostQp,
+    ) -> Result<RawQp, SimError> {
+        self.create_dci_in(pd, DciRing::Host(mem), send_cq, caps)
+    }
+
     fn create_dci_in(
         &self,
         pd: u32,
-        td: Option<u32>,
+        ring: impl Into<DciRing>,
         send_cq: u32,
         caps: QpCaps,
     ) -> Result<RawQp, SimError> {
@@ -50,9 +69,11 @@ impl Nic {
             scatter_to_cqe: false,
             ..caps
         };
-        let raw = match td {
-            None => self.create_qp(pd, send_cq, send_cq, caps)?,
-            Some(td) => self.create_qp_on_td(pd, td, send_cq, send_cq, caps)?,
+        let raw = match ring.into() {
+            DciRing::Own(None) => self.create_qp(pd, send_cq, send_cq, caps)?,
+            DciRing::Own(Some(td)) => self.create_qp_on_td(pd, td, send_cq, send_cq, caps)?,
+            // SAFETY: the caller of `create_dci_at` promised what `create_qp_at` needs.
+            DciRing::Host(mem) => unsafe { self.create_qp_at(pd, send_cq, send_cq, caps, mem)? },
         };
         let mut st = self.st();
         let q = st.qps.get_mut(&raw.qpn).expect("just created");
@@ -180,6 +201,18 @@ impl Nic {
             };
         }
         self.destroy_qp(dctn)
+    }
+}
+
+/// Where a DCI's ring comes from: the NIC (on a thread domain or not), or the driver.
+enum DciRing {
+    Own(Option<u32>),
+    Host(super::host::HostQp),
+}
+
+impl From<Option<u32>> for DciRing {
+    fn from(td: Option<u32>) -> DciRing {
+        DciRing::Own(td)
     }
 }
 
