@@ -17,7 +17,19 @@ pub fn all() -> Vec<Case> {
         check("scatter_to_cqe_default_is_on", scatter_default),
         check("each_qp_rings_a_register_of_its_own", own_registers),
         check("compressed_cq_reaches_the_device", compressed_cq),
+        check("dc_traffic_as_on_the_software_nic", dc_traffic),
     ]
+}
+
+/// DC through the provider, against the software NIC's own run.
+fn dc_traffic(dev: &Device) -> Result<(), String> {
+    let here = crate::dc::traffic(dev);
+    let sim = crate::dc::traffic(&Device::sim());
+    if here == sim {
+        Ok(())
+    } else {
+        Err(format!("mlx5_0: {here:?}\nsim:    {sim:?}"))
+    }
 }
 
 fn qp_view(qp: &Qp) -> Result<model::QpView, String> {

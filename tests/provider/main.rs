@@ -25,6 +25,7 @@ mod scenarios;
 mod spec;
 
 mod checks;
+mod dc;
 mod model;
 
 use blueflame::{DataPath, Device};
@@ -100,6 +101,22 @@ fn cases() -> Vec<Case> {
             ));
         }
     }
+    // UD and multicast: the same scenarios, against the software NIC's own run.
+    for &(name, scenario) in scenarios::ud::ALL {
+        all.push((
+            format!("ud::{name}"),
+            Box::new(move |dev| {
+                let here = scenario(dev);
+                let sim = scenario(&Device::sim());
+                let d = scenarios::ud::diff("mlx5_0", &[here], "sim", &[sim]);
+                if d.is_empty() {
+                    Ok(())
+                } else {
+                    Err(d)
+                }
+            }),
+        ));
+    }
     for &(name, check) in spec::ALL {
         all.push(case(&format!("spec::{name}"), check));
     }
@@ -153,6 +170,12 @@ fn cases() -> Vec<Case> {
     all
 }
 
+/// The GID index the devices are opened with: the software NIC's endpoints always carry
+/// the port's GID (its address handles are global), as an InfiniBand device opened with
+/// GID index 0; with none, rdma-core's would be LID-only and UD receives would come
+/// without a GRH.
+const GID_INDEX: Option<i32> = Some(0);
+
 /// `mlx5_0` again, on the verbs path (`BLUEFLAME_PATH=verbs` while it opens): its QPs post
 /// and poll through rdma-core's own libmlx5.
 fn verbs_device() -> Result<&'static Device, String> {
@@ -160,7 +183,7 @@ fn verbs_device() -> Result<&'static Device, String> {
     VERBS
         .get_or_init(|| {
             std::env::set_var("BLUEFLAME_PATH", "verbs");
-            let d = Device::open("mlx5_0", None).map_err(|e| e.to_string());
+            let d = Device::open("mlx5_0", GID_INDEX).map_err(|e| e.to_string());
             std::env::remove_var("BLUEFLAME_PATH");
             let d = d?;
             if d.data_path() != DataPath::Verbs {
@@ -176,7 +199,7 @@ fn verbs_device() -> Result<&'static Device, String> {
 }
 
 fn main() {
-    let dev = match Device::open("mlx5_0", None) {
+    let dev = match Device::open("mlx5_0", GID_INDEX) {
         Ok(d) => d,
         Err(e) => {
             println!("provider stage: skipped: no mlx5_0 ({e}); run `cargo xtask provider`");

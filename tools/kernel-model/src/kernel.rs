@@ -39,6 +39,12 @@ const MAX_SGE: u32 = 30;
 
 /// `enum ib_qp_type` values rdma-core sends.
 const QPT_RC: u8 = 2;
+/// `IB_QPT_UD`.
+const QPT_UD: u8 = 4;
+/// `IB_QPT_DRIVER`: a DC QP (`MLX5_QP_FLAG_TYPE_DCI` / `_DCT` in the driver data).
+const QPT_DRIVER: u8 = 0xff;
+/// `IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK` (verbs' `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`).
+const BLOCK_MCAST_LOOPBACK: u32 = 1 << 1;
 
 /// `enum ib_uverbs_qp_state` (`IB_QPS_*`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -70,6 +76,8 @@ impl QpState {
 /// `IB_QP_*` attribute mask bits the model reads.
 mod mask {
     pub(super) const STATE: u32 = 1 << 0;
+    pub(super) const QKEY: u32 = 1 << 6;
+    pub(super) const ACCESS_FLAGS: u32 = 1 << 3;
     pub(super) const DEST_QPN: u32 = 1 << 20;
     pub(super) const TIMEOUT: u32 = 1 << 9;
     pub(super) const RETRY_CNT: u32 = 1 << 10;
@@ -112,6 +120,35 @@ struct Qp {
     bfreg: (bool, u32),
     /// Responder scatter-to-CQE, as `configure_responder_scat_cqe` decided.
     scatter: bool,
+    /// A UD QP: its Q_Key (set at INIT) and whether it receives its own multicast.
+    ud: Option<Ud>,
+    /// A DC QP: an initiator, or a target the NIC creates at RTR.
+    dc: Option<Dc>,
+}
+
+/// The DC role of a QP (`mlx5_ib_create_qp` with `MLX5_QP_FLAG_TYPE_DCI` / `_DCT`).
+#[derive(Copy, Clone)]
+enum Dc {
+    Initiator,
+    /// A target as created (`mlx5_ib_create_dct` keeps the attributes; the device object
+    /// is made at RTR, `mlx5_ib_modify_dct`, which returns its number).
+    Target {
+        pd: u32,
+        cq: u32,
+        srq: Option<u32>,
+        key: u64,
+        scatter: bool,
+        access: u32,
+        /// Made on the NIC (its number is the QP's).
+        made: bool,
+    },
+}
+
+/// What a UD QP is given before it runs.
+#[derive(Copy, Clone)]
+struct Ud {
+    qkey: Option<u32>,
+    mcast_loopback: bool,
 }
 
 /// The user handle of each CQ, by number (events name CQs by it).
@@ -453,6 +490,22 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
                 f.objs.remove(&c.mw_handle);
                 Ok(())
             }
+            (false, IB_USER_VERBS_CMD_ATTACH_MCAST) => {
+                let (c, _) = call.request::<ib_uverbs_attach_mcast>();
+                let Some(Obj::Qp(q)) = f.objs.get(&c.qp_handle) else {
+                    return Err(libc::EINVAL);
+                };
+                nic.attach_mcast(q.qpn, c.gid, c.mlid)
+                    .map_err(|_| libc::EINVAL)
+            }
+            (false, IB_USER_VERBS_CMD_DETACH_MCAST) => {
+                let (c, _) = call.request::<ib_uverbs_detach_mcast>();
+                let Some(Obj::Qp(q)) = f.objs.get(&c.qp_handle) else {
+                    return Err(libc::EINVAL);
+                };
+                nic.detach_mcast(q.qpn, c.gid, c.mlid)
+                    .map_err(|_| libc::EINVAL)
+            }
             (false, IB_USER_VERBS_CMD_CREATE_SRQ) => create_srq(nic, f, &mut call),
             (false, IB_USER_VERBS_CMD_MODIFY_SRQ) => {
                 let (c, _) = call.request::<ib_uverbs_modify_srq>();
@@ -484,6 +537,7 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
             (false, IB_USER_VERBS_CMD_CREATE_QP) => {
                 let (c, udata) = call.request::<ib_uverbs_create_qp>();
                 let spec = QpSpec {
+                    create_flags: 0,
                     user: c.user_handle,
                     pd: c.pd_handle,
                     send_cq: c.send_cq_handle,
@@ -497,10 +551,11 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
             }
             (true, IB_USER_VERBS_EX_CMD_CREATE_QP) => {
                 let (c, udata) = call.request::<ib_uverbs_ex_create_qp>();
-                if c.create_flags != 0 || c.comp_mask != 0 {
+                if c.create_flags & !BLOCK_MCAST_LOOPBACK != 0 || c.comp_mask != 0 {
                     return Err(libc::EOPNOTSUPP);
                 }
                 let spec = QpSpec {
+                    create_flags: c.create_flags,
                     user: c.user_handle,
                     pd: c.pd_handle,
                     send_cq: c.send_cq_handle,
@@ -514,12 +569,21 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
             }
             (false, IB_USER_VERBS_CMD_MODIFY_QP) => {
                 let (c, _) = call.request::<ib_uverbs_modify_qp>();
-                modify_qp(nic, f, &qps, &c)
+                modify_qp(nic, f, &qps, &c).map(drop)
             }
             (true, IB_USER_VERBS_EX_CMD_MODIFY_QP) => {
                 let (c, _) = call.request::<ib_uverbs_ex_modify_qp>();
-                modify_qp(nic, f, &qps, &c.base)?;
-                call.respond::<_, ()>(&ib_uverbs_ex_modify_qp_resp::default(), None)
+                let dctn = modify_qp(nic, f, &qps, &c.base)?;
+                let resp = ib_uverbs_ex_modify_qp_resp {
+                    response_length: core::mem::size_of::<ib_uverbs_ex_modify_qp_resp>() as u32,
+                    ..Default::default()
+                };
+                let drv = mlx5_ib_modify_qp_resp {
+                    response_length: core::mem::size_of::<mlx5_ib_modify_qp_resp>() as u32,
+                    dctn: dctn.unwrap_or(0),
+                    ..Default::default()
+                };
+                call.respond(&resp, Some(&drv))
             }
             (false, IB_USER_VERBS_CMD_DESTROY_QP) => {
                 let (c, _) = call.request::<ib_uverbs_destroy_qp>();
@@ -527,10 +591,14 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
                     return Err(libc::EINVAL);
                 };
                 let (qpn, bfreg) = (q.qpn, q.bfreg);
-                nic.destroy_qp(qpn).map_err(|_| libc::EINVAL)?;
+                let unmade = matches!(q.dc, Some(Dc::Target { made: false, .. }));
+                if !unmade {
+                    nic.destroy_qp(qpn).map_err(|_| libc::EINVAL)?;
+                }
                 if let (false, b) = bfreg {
                     f.bfreg_count[b as usize] -= 1;
                 }
+                let qpn = if unmade { u32::MAX } else { qpn };
                 f.objs.remove(&c.qp_handle);
                 let resp = ib_uverbs_destroy_qp_resp {
                     events_reported: f
@@ -686,8 +754,9 @@ unsafe fn query_device_ex(nic: &Nic, call: &mut Call<'_>) -> Result<(), c_int> {
             max_num: caps.max_num,
             supported_format: caps.supported_format,
         },
-        // MLX5_IB_QUERY_DEV_RESP_FLAGS_CQE_128B_COMP
-        flags: if caps.cqe_128 { 1 } else { 0 },
+        // MLX5_IB_QUERY_DEV_RESP_FLAGS_CQE_128B_COMP as the NIC compresses, and
+        // _SCAT2CQE_DCT: DC targets take the provider's scatter-to-CQE flag.
+        flags: u32::from(caps.cqe_128) | MLX5_IB_QUERY_DEV_RESP_FLAGS_SCAT2CQE_DCT,
         ..Default::default()
     };
     // SAFETY: the caller's contract.
@@ -913,6 +982,7 @@ unsafe fn create_srq(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Result<(),
 
 /// What `CREATE_QP` and its extended form share.
 struct QpSpec {
+    create_flags: u32,
     user: u64,
     pd: u32,
     send_cq: u32,
@@ -939,19 +1009,28 @@ unsafe fn create_qp(
     udata: &[u8],
 ) -> Result<(), c_int> {
     use abi::*;
-    if s.qp_type != QPT_RC {
-        // UD and DC QPs: not modelled yet.
+    if ![QPT_RC, QPT_UD, QPT_DRIVER].contains(&s.qp_type) {
         return Err(libc::EOPNOTSUPP);
     }
+    let ud = (s.qp_type == QPT_UD).then_some(Ud {
+        qkey: None,
+        mcast_loopback: s.create_flags & BLOCK_MCAST_LOOPBACK == 0,
+    });
     // SAFETY: a plain ABI struct.
     let u: mlx5_ib_create_qp = unsafe { crate::cmd::read(udata) };
     if udata.len() < 48 {
         return Err(libc::EINVAL);
     }
-    let known = MLX5_QP_FLAG_SCATTER_CQE | MLX5_QP_FLAG_BFREG_INDEX;
-    if u.flags & !known != 0 {
+    let dc_flags = MLX5_QP_FLAG_TYPE_DCI | MLX5_QP_FLAG_TYPE_DCT;
+    let known = MLX5_QP_FLAG_SCATTER_CQE | MLX5_QP_FLAG_BFREG_INDEX | dc_flags;
+    if u.flags & !known != 0 || (s.qp_type == QPT_DRIVER) != (u.flags & dc_flags != 0) {
         return Err(libc::EOPNOTSUPP);
     }
+    if u.flags & MLX5_QP_FLAG_TYPE_DCT != 0 {
+        // SAFETY: the caller's contract.
+        return unsafe { create_dct(f, call, &s, &u) };
+    }
+    let dci = u.flags & MLX5_QP_FLAG_TYPE_DCI != 0;
     let pow2 = |n: u32| n == 0 || n.is_power_of_two();
     if !pow2(u.sq_wqe_count)
         || !pow2(u.rq_wqe_count)
@@ -1010,7 +1089,8 @@ unsafe fn create_qp(
         } else {
             BF_REG_SIZE / 2
         },
-        scatter_to_cqe: u.flags & MLX5_QP_FLAG_SCATTER_CQE != 0,
+        // `configure_responder_scat_cqe`: RC only (UD receives carry a GRH).
+        scatter_to_cqe: ud.is_none() && u.flags & MLX5_QP_FLAG_SCATTER_CQE != 0,
         ..QpCaps::default()
     };
     let rq_bytes = if u.rq_wqe_count == 0 {
@@ -1026,7 +1106,14 @@ unsafe fn create_qp(
     };
     // SAFETY: the provider's buffer of both rings and its record, freed only after
     // DESTROY_QP; the register lies in a UAR page mapped for the file's life.
-    let raw = match unsafe { nic.create_qp_at(pd, scq, rcq, caps, mem) } {
+    let made = unsafe {
+        if dci {
+            nic.create_dci_at(pd, scq, caps, mem)
+        } else {
+            nic.create_qp_at(pd, scq, rcq, caps, mem)
+        }
+    };
+    let raw = match made {
         Ok(r) => r,
         Err(_) => {
             release(f);
@@ -1047,7 +1134,9 @@ unsafe fn create_qp(
         dest: None,
         timing: QpTiming::default(),
         bfreg: (dynamic, bfreg),
-        scatter: caps.scatter_to_cqe,
+        scatter: caps.scatter_to_cqe && !dci,
+        ud,
+        dc: dci.then_some(Dc::Initiator),
     })));
     let resp = ib_uverbs_create_qp_resp {
         qp_handle: h,
@@ -1065,6 +1154,59 @@ unsafe fn create_qp(
     };
     // SAFETY: the caller's contract.
     unsafe { call.respond(&resp, Some(&drv)) }
+}
+
+/// `CREATE_QP` of a DC target (`mlx5_ib_create_dct`): nothing on the device yet, its
+/// attributes kept for RTR; no rings (the provider allocates none), number 0 until then.
+///
+/// # Safety
+/// As [`command`]'s calls.
+unsafe fn create_dct(
+    f: &mut File,
+    call: &Call<'_>,
+    s: &QpSpec,
+    u: &abi::mlx5_ib_create_qp,
+) -> Result<(), c_int> {
+    use abi::*;
+    let Some(Obj::Pd(pd)) = f.objs.get(&s.pd) else {
+        return Err(libc::EINVAL);
+    };
+    let Some(Obj::Cq(cq)) = f.objs.get(&s.recv_cq) else {
+        return Err(libc::EINVAL);
+    };
+    let srq = match s.srq.map(|h| f.objs.get(&h)) {
+        None => None,
+        Some(Some(Obj::Srq(q))) => Some(q.srqn),
+        Some(_) => return Err(libc::EINVAL),
+    };
+    // SAFETY: `access_key` is the union's member for a DCT.
+    let key = unsafe { u.__bindgen_anon_1.access_key };
+    let dc = Dc::Target {
+        pd: *pd,
+        cq: cq.cqn,
+        srq,
+        key,
+        scatter: u.flags & MLX5_QP_FLAG_SCATTER_CQE != 0,
+        access: 0,
+        made: false,
+    };
+    let h = f.add(Obj::Qp(Box::new(Qp {
+        qpn: 0,
+        user: s.user,
+        state: QpState::Reset,
+        dest: None,
+        timing: QpTiming::default(),
+        bfreg: (true, u32::MAX),
+        scatter: false,
+        ud: None,
+        dc: Some(dc),
+    })));
+    let resp = ib_uverbs_create_qp_resp {
+        qp_handle: h,
+        ..Default::default()
+    };
+    // SAFETY: the caller's contract.
+    unsafe { call.respond(&resp, Some(&mlx5_ib_create_qp_resp::default())) }
 }
 
 /// `alloc_bfreg` (`qp.c`): a free low-latency bfreg (the last `low_lat` of the non-zero
@@ -1088,7 +1230,7 @@ fn modify_qp(
     f: &mut File,
     qps: &[(u32, Option<u32>, QpState)],
     c: &abi::ib_uverbs_modify_qp,
-) -> Result<(), c_int> {
+) -> Result<Option<u32>, c_int> {
     let Some(Obj::Qp(q)) = f.objs.get_mut(&c.qp_handle) else {
         return Err(libc::EINVAL);
     };
@@ -1124,13 +1266,71 @@ fn modify_qp(
     if m & mask::MIN_RNR_TIMER != 0 {
         q.timing.min_rnr_timer = c.min_rnr_timer;
     }
-    if to == Rtr {
+    if let Some(dc) = &mut q.dc {
+        // DC: no destination; a target's rights at INIT, the target made at RTR, an
+        // initiator ready at RTS (`mlx5_ib_modify_dct`, `modify_qp` of a DCI).
+        if let Dc::Target { access, .. } = dc {
+            if m & mask::ACCESS_FLAGS != 0 {
+                *access = c.qp_access_flags;
+            }
+        }
+        let from = std::mem::replace(&mut q.state, to);
+        return match (*dc, from, to) {
+            (
+                Dc::Target {
+                    pd,
+                    cq,
+                    srq,
+                    key,
+                    scatter,
+                    access,
+                    made: false,
+                },
+                Init,
+                Rtr,
+            ) => {
+                let made = nic.create_dct(pd, cq, srq, key, Access(access));
+                let dctn = made.map_err(|_| {
+                    q.state = from;
+                    libc::EINVAL
+                })?;
+                let _ = nic.set_dct_scatter_to_cqe(dctn, scatter);
+                q.qpn = dctn;
+                if let Some(Dc::Target { made, .. }) = &mut q.dc {
+                    *made = true;
+                }
+                Ok(Some(dctn))
+            }
+            (Dc::Initiator, Rtr, Rts) => {
+                nic.dci_ready(q.qpn, q.timing).map_err(|_| {
+                    q.state = from;
+                    libc::EINVAL
+                })?;
+                Ok(None)
+            }
+            (_, _, Error) if q.qpn != 0 => {
+                nic.set_error(q.qpn).map_err(|_| libc::EINVAL)?;
+                Ok(None)
+            }
+            _ => Ok(None),
+        };
+    }
+    if let Some(ud) = &mut q.ud {
+        // UD: the Q_Key at INIT (or later), no destination (`ib_modify_qp_is_ok`'s
+        // attribute table for IB_QPT_UD).
+        if m & mask::QKEY != 0 {
+            ud.qkey = Some(c.qkey);
+        }
+        if to == Init && ud.qkey.is_none() {
+            return Err(libc::EINVAL);
+        }
+    } else if to == Rtr {
         if m & mask::DEST_QPN == 0 {
             return Err(libc::EINVAL);
         }
         q.dest = Some(c.dest_qp_num & 0xff_ffff);
     }
-    let (qpn, dest, timing) = (q.qpn, q.dest, q.timing);
+    let (qpn, dest, timing, ud) = (q.qpn, q.dest, q.timing, q.ud);
     match to {
         Error => nic.set_error(qpn).map_err(|_| libc::EINVAL)?,
         Reset if q.state != Reset => return Err(libc::EOPNOTSUPP),
@@ -1139,7 +1339,17 @@ fn modify_qp(
         }
         _ => {}
     }
-    q.state = to;
+    let from = std::mem::replace(&mut q.state, to);
+    if let Some(ud) = ud {
+        // The NIC runs a UD QP from RTR on (it receives there; its sends wait for RTS in
+        // the provider, whose send path is an error stub until then).
+        if to == Rtr && from == Init {
+            let qkey = ud.qkey.ok_or(libc::EINVAL)?;
+            nic.make_ud(qpn, qkey, ud.mcast_loopback)
+                .map_err(|_| libc::EINVAL)?;
+        }
+        return Ok(None);
+    }
     if to == Rtr {
         let dest = dest.expect("set above");
         // The peer is ready when it reached RTR naming this QP (or it is this QP).
@@ -1151,7 +1361,7 @@ fn modify_qp(
             nic.connect(qpn, dest).map_err(|_| libc::EINVAL)?;
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// What the model decided for QP `qpn`: its bfreg (dynamic, index) and responder

@@ -2,8 +2,9 @@
 //! (`libibverbs/sysfs.c` `ibv_get_sysfs_path` honours `SYSFS_PATH`; `init.c`
 //! `find_sysfs_devs`, `setup_sysfs_uverbs`): one `uverbs0` character device for `mlx5_0`, a
 //! ConnectX-6 by its PCI id (rdma-core `providers/mlx5/mlx5.c` `hca_table`: 0x15b3:0x101b),
-//! with one InfiniBand port whose GID 0 is the link-local GID of the port GUID (read from
-//! `ports/1/gids/0` when the GID ioctl is absent: `cmd_device.c` `query_sysfs_gid_entry`).
+//! with one InfiniBand port whose GID 0 is the software NIC's port GID (read from
+//! `ports/1/gids/0` when the GID ioctl is absent: `cmd_device.c` `query_sysfs_gid_entry`),
+//! the link-local GID of the node GUID.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -17,8 +18,19 @@ pub const IBDEV: &str = "mlx5_0";
 /// The character device libibverbs opens.
 pub const DEV_PATH: &str = "/dev/infiniband/uverbs0";
 
-/// The node GUID (also the port GUID).
-pub const NODE_GUID: u64 = 0x0002_c903_00b1_f1a0;
+/// The node GUID (also the port GUID): the interface part of the NIC's port GID.
+pub const NODE_GUID: u64 = u64::from_be_bytes(guid_of(mlx5::sim::PORT_GID));
+
+/// The last 8 bytes of a GID.
+const fn guid_of(gid: [u8; 16]) -> [u8; 8] {
+    let mut g = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        g[i] = gid[8 + i];
+        i += 1;
+    }
+    g
+}
 
 /// Writes the tree under `root` (created if needed; existing files rewritten).
 ///
@@ -48,10 +60,7 @@ pub fn write_tree(root: &Path) -> io::Result<()> {
             dev.join("device/modalias"),
             "pci:v000015B3d0000101Bsv000015B3sd00000007bc02sc07i00".into(),
         ),
-        (
-            dev.join("ports/1/gids/0"),
-            format!("fe80:0000:0000:0000:{guid}"),
-        ),
+        (dev.join("ports/1/gids/0"), gid_text(mlx5::sim::PORT_GID)),
         (dev.join("ports/1/gid_attrs/types/0"), "IB/RoCE v1".into()),
         (dev.join("ports/1/link_layer"), "InfiniBand".into()),
     ];
@@ -66,4 +75,12 @@ pub fn write_tree(root: &Path) -> io::Result<()> {
         std::os::unix::fs::symlink("../../infiniband/mlx5_0/device", &link)?;
     }
     Ok(())
+}
+
+/// A GID as sysfs prints it: eight groups of four hex digits.
+fn gid_text(gid: [u8; 16]) -> String {
+    gid.chunks(2)
+        .map(|p| format!("{:02x}{:02x}", p[0], p[1]))
+        .collect::<Vec<_>>()
+        .join(":")
 }
