@@ -44,3 +44,12 @@ pub fn cq_compression(cqn: u32) -> Option<u32> {
     let f: F = unsafe { std::mem::transmute(f) };
     u32::try_from(f(cqn)).ok()
 }
+
+/// Compressed sessions the NIC wrote to CQ `cqn`.
+pub fn cq_sessions(cqn: u32) -> Option<u64> {
+    type F = extern "C" fn(u32) -> i64;
+    let f = sym(c"blueflame_kernel_model_cq_sessions")?;
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    u64::try_from(f(cqn)).ok()
+}

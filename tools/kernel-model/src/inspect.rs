@@ -36,3 +36,9 @@ pub unsafe extern "C" fn blueflame_kernel_model_qp(
 pub extern "C" fn blueflame_kernel_model_cq_compression(cqn: u32) -> i64 {
     crate::kernel::cq_view(cqn).map_or(-1, i64::from)
 }
+
+/// Compressed sessions the NIC wrote to CQ `cqn` so far, or -1 when it has no such CQ.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_cq_sessions(cqn: u32) -> i64 {
+    crate::kernel::cq_sessions(cqn).map_or(-1, |n| n as i64)
+}

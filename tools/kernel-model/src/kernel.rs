@@ -1383,3 +1383,10 @@ pub(crate) fn cq_view(cqn: u32) -> Option<u32> {
     k.nic.cq_arm_stats(cqn)?;
     Some(k.nic.cq_compression(cqn).map_or(0, |f| f.bit()))
 }
+
+/// Compressed sessions written to CQ `cqn` (None for a CQ the NIC does not have).
+pub(crate) fn cq_sessions(cqn: u32) -> Option<u64> {
+    let k = kernel();
+    k.nic.cq_arm_stats(cqn)?;
+    Some(k.nic.cq_sessions(cqn).0)
+}
