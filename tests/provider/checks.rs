@@ -23,7 +23,47 @@ pub fn all() -> Vec<Case> {
             compressed_traffic,
         ),
         check("teardown_with_outstanding_work", teardown),
+        check("write_pingpong_both_ways", pingpong),
     ]
+}
+
+/// A ping-pong of RDMA writes, perftest's `ib_write_lat` pattern: each side waits for the
+/// other's byte in its own buffer, then writes its own; 200 round trips, each write's
+/// completion polled.
+fn pingpong(dev: &Device) -> Result<(), String> {
+    use std::time::{Duration, Instant};
+    let mut p = scenarios::Pair::new(
+        dev,
+        scenarios::RIGHTS,
+        scenarios::caps(),
+        &Timing::default(),
+    );
+    let wait_byte = |mr: &MemoryRegion, tag: u8| -> Result<(), String> {
+        let t = Instant::now();
+        while mr.read_volatile_u8(0).map_err(|e| e.to_string())? != tag {
+            if t.elapsed() > Duration::from_secs(20) {
+                return Err(format!("byte {tag} never arrived"));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    };
+    for i in 1..=200u32 {
+        let tag = (i % 255 + 1) as u8;
+        let to_b = p.mr_b.remote(0).map_err(|e| e.to_string())?;
+        p.a.write_inline(&[tag], to_b, i as u64, PostFlags::SIGNALED)
+            .map_err(|e| e.to_string())?;
+        wait_byte(&p.mr_b, tag)?;
+        let to_a = p.mr_a.remote(0).map_err(|e| e.to_string())?;
+        p.b.write_inline(&[tag], to_a, i as u64, PostFlags::SIGNALED)
+            .map_err(|e| e.to_string())?;
+        wait_byte(&p.mr_a, tag)?;
+        let (ca, cb) = (p.wait(false, 1), p.wait(true, 1));
+        if ca[0].0 != i as u64 || cb[0].0 != i as u64 || ca[0].1 != WcStatus::Success {
+            return Err(format!("round {i}: {ca:?} {cb:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// 48 receives completing on a compressed CQ of the provider's (sessions of mini-CQEs the

@@ -208,6 +208,9 @@ fn forward_events(nic: &Nic) {
     loop {
         std::thread::sleep(std::time::Duration::from_micros(500));
         while let Some(e) = nic.take_async_event() {
+            if crate::cmd::trace() {
+                eprintln!("kernel-model: async event {e:?}");
+            }
             // enum ib_event_type
             let (subject, kind) = match e {
                 E::CqError { cqn } => (Subject::Cq(cqn), 0),
@@ -591,6 +594,15 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
                     return Err(libc::EINVAL);
                 };
                 let (qpn, bfreg) = (q.qpn, q.bfreg);
+                if crate::cmd::trace() {
+                    eprintln!(
+                        "kernel-model: destroying QP {qpn:#x} ({:?}, peer {:?}): {:?} {:?}",
+                        q.state,
+                        q.dest,
+                        nic.qp_state(qpn),
+                        nic.qp_stats(qpn)
+                    );
+                }
                 let unmade = matches!(q.dc, Some(Dc::Target { made: false, .. }));
                 if !unmade {
                     nic.destroy_qp(qpn).map_err(|_| libc::EINVAL)?;
