@@ -6,14 +6,8 @@
 use crate::scenarios::wait_on;
 use blueflame::*;
 
-const ALL: Access = Access(
-    Access::LOCAL_WRITE.0
-        | Access::REMOTE_WRITE.0
-        | Access::REMOTE_READ.0
-        | Access::REMOTE_ATOMIC.0,
-);
-const DCT_ALL: Access =
-    Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
+/// Local write and every remote right (`scenarios::RIGHTS`); a target takes the remote ones.
+const ALL: Access = crate::scenarios::RIGHTS;
 
 /// What a run shows: the initiator's completions, the targets' receives, the bytes.
 #[derive(Debug, PartialEq, Eq)]
@@ -31,7 +25,12 @@ pub fn traffic(dev: &Device) -> DcObserved {
     let targets: Vec<(Dct, MemoryRegion)> = (0..2u64)
         .map(|i| {
             let dct = pd_t
-                .create_dct(&tcq, &srq, 0x1000 + i, DCT_ALL)
+                .create_dct(
+                    &tcq,
+                    &srq,
+                    0x1000 + i,
+                    Access(ALL.0 & !Access::LOCAL_WRITE.0),
+                )
                 .expect("dct");
             let mr = pd_t.alloc_mr(4096, ALL).expect("target mr");
             mr.write(512, &(100 * i).to_ne_bytes()).expect("counter");

@@ -44,130 +44,75 @@ fn open_device() -> c_int {
     crate::kernel::open_file()
 }
 
-/// `open(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    // SAFETY: the caller passes open(2)'s arguments.
-    if unsafe { is_device(path) } {
-        return open_device();
-    }
-    // SAFETY: as above.
-    unsafe { (next().open)(path, flags, mode) }
-}
-
-/// `open64(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    // SAFETY: the caller passes open(2)'s arguments.
-    if unsafe { is_device(path) } {
-        return open_device();
-    }
-    // SAFETY: as above.
-    unsafe { (next().open64)(path, flags, mode) }
-}
-
-/// `openat(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn openat(
-    dir: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: libc::mode_t,
-) -> c_int {
-    // SAFETY: the caller passes openat(2)'s arguments.
-    if unsafe { is_device(path) } {
-        return open_device();
-    }
-    // SAFETY: as above.
-    unsafe { (next().openat)(dir, path, flags, mode) }
-}
-
-/// `openat64(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn openat64(
-    dir: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: libc::mode_t,
-) -> c_int {
-    // SAFETY: the caller passes openat(2)'s arguments.
-    if unsafe { is_device(path) } {
-        return open_device();
-    }
-    // SAFETY: as above.
-    unsafe { (next().openat64)(dir, path, flags, mode) }
-}
-
-/// `stat(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: the caller passes stat(2)'s arguments.
-    unsafe {
-        if is_device(path) {
-            return device_stat(st);
+/// Interposes the path-taking functions `$name` (each with its C library twin in
+/// [`crate::next`]): the device node gets `$device`, every other path the C function.
+macro_rules! by_path {
+    ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, device: $path:ident => $device:expr; )*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller passes the C function's arguments; the path is null or a
+            // NUL-terminated string.
+            unsafe {
+                if is_device($path) {
+                    return $device;
+                }
+                (next().$name)($($arg),*)
+            }
         }
-        (next().stat)(path, st)
-    }
+    )*};
 }
 
-/// `stat64(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: the caller passes stat(2)'s arguments (stat64 is stat on 64-bit Linux).
-    unsafe {
-        if is_device(path) {
-            return device_stat(st);
-        }
-        (next().stat64)(path, st)
-    }
+by_path! {
+    /// `open(2)`.
+    fn open(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int,
+        device: path => open_device();
+    /// `open64(2)`.
+    fn open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int,
+        device: path => open_device();
+    /// `openat(2)`.
+    fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int,
+        device: path => open_device();
+    /// `openat64(2)`.
+    fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int,
+        device: path => open_device();
+    /// `stat(2)`.
+    fn stat(path: *const c_char, st: *mut libc::stat) -> c_int,
+        device: path => device_stat(st);
+    /// `stat64(2)` (`stat` on 64-bit Linux).
+    fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int,
+        device: path => device_stat(st);
 }
 
-/// `fstat(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
-    // SAFETY: the caller passes fstat(2)'s arguments.
-    unsafe {
-        if fds::DEVICES.has(fd) {
-            return device_stat(st);
+/// Interposes the descriptor-taking `fstat` functions: a device descriptor is the
+/// character device.
+macro_rules! fstat_like {
+    ($( $(#[$doc:meta])* fn $name:ident; )*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, st: *mut libc::stat) -> c_int {
+            // SAFETY: the caller passes fstat(2)'s arguments.
+            unsafe {
+                if fds::DEVICES.has(fd) {
+                    return device_stat(st);
+                }
+                (next().$name)(fd, st)
+            }
         }
-        (next().fstat)(fd, st)
-    }
+    )*};
 }
 
-/// `fstat64(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
-    // SAFETY: the caller passes fstat(2)'s arguments.
-    unsafe {
-        if fds::DEVICES.has(fd) {
-            return device_stat(st);
-        }
-        (next().fstat64)(fd, st)
-    }
+fstat_like! {
+    /// `fstat(2)`.
+    fn fstat;
+    /// `fstat64(2)`.
+    fn fstat64;
 }
 
 /// `ioctl(2)`: the device has no ioctl framework (`ENOTTY`), as a kernel before 4.18.
@@ -218,44 +163,36 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
     unsafe { (next().read)(fd, buf, len) }
 }
 
-/// `mmap(2)`: on the device, a UAR page.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    if fds::DEVICES.has(fd) {
-        return crate::kernel::mmap(fd, len, off);
-    }
-    // SAFETY: the caller passes mmap(2)'s arguments.
-    unsafe { (next().mmap)(addr, len, prot, flags, fd, off) }
+/// Interposes `mmap` and `mmap64`: on a device descriptor, a UAR page.
+macro_rules! mmap_like {
+    ($( $(#[$doc:meta])* fn $name:ident; )*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            addr: *mut c_void,
+            len: size_t,
+            prot: c_int,
+            flags: c_int,
+            fd: c_int,
+            off: off_t,
+        ) -> *mut c_void {
+            if fds::DEVICES.has(fd) {
+                return crate::kernel::mmap(fd, len, off);
+            }
+            // SAFETY: the caller passes mmap(2)'s arguments.
+            unsafe { (next().$name)(addr, len, prot, flags, fd, off) }
+        }
+    )*};
 }
 
-/// `mmap64(2)`.
-///
-/// # Safety
-/// As the C function.
-#[no_mangle]
-pub unsafe extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    if fds::DEVICES.has(fd) {
-        return crate::kernel::mmap(fd, len, off);
-    }
-    // SAFETY: the caller passes mmap(2)'s arguments.
-    unsafe { (next().mmap64)(addr, len, prot, flags, fd, off) }
+mmap_like! {
+    /// `mmap(2)`: on the device, a UAR page.
+    fn mmap;
+    /// `mmap64(2)`.
+    fn mmap64;
 }
 
 /// `close(2)`: on the device, the file's objects are destroyed as the kernel's

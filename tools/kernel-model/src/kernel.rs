@@ -539,17 +539,7 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
             }
             (false, IB_USER_VERBS_CMD_CREATE_QP) => {
                 let (c, udata) = call.request::<ib_uverbs_create_qp>();
-                let spec = QpSpec {
-                    create_flags: 0,
-                    user: c.user_handle,
-                    pd: c.pd_handle,
-                    send_cq: c.send_cq_handle,
-                    recv_cq: c.recv_cq_handle,
-                    srq: (c.is_srq != 0).then_some(c.srq_handle),
-                    max_send_sge: c.max_send_sge,
-                    max_inline: c.max_inline_data,
-                    qp_type: c.qp_type,
-                };
+                let spec = qp_spec!(c, 0);
                 create_qp(nic, f, &call, spec, udata)
             }
             (true, IB_USER_VERBS_EX_CMD_CREATE_QP) => {
@@ -557,17 +547,7 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
                 if c.create_flags & !BLOCK_MCAST_LOOPBACK != 0 || c.comp_mask != 0 {
                     return Err(libc::EOPNOTSUPP);
                 }
-                let spec = QpSpec {
-                    create_flags: c.create_flags,
-                    user: c.user_handle,
-                    pd: c.pd_handle,
-                    send_cq: c.send_cq_handle,
-                    recv_cq: c.recv_cq_handle,
-                    srq: (c.is_srq != 0).then_some(c.srq_handle),
-                    max_send_sge: c.max_send_sge,
-                    max_inline: c.max_inline_data,
-                    qp_type: c.qp_type,
-                };
+                let spec = qp_spec!(c, c.create_flags);
                 create_qp(nic, f, &call, spec, udata)
             }
             (false, IB_USER_VERBS_CMD_MODIFY_QP) => {
@@ -991,6 +971,25 @@ unsafe fn create_srq(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Result<(),
     // SAFETY: the caller's contract.
     unsafe { call.respond(&resp, Some(&drv)) }
 }
+
+/// The [`QpSpec`] of a `CREATE_QP` or `EX_CREATE_QP` command struct (their fields share
+/// names), with `create_flags`.
+macro_rules! qp_spec {
+    ($c:expr, $flags:expr) => {
+        QpSpec {
+            create_flags: $flags,
+            user: $c.user_handle,
+            pd: $c.pd_handle,
+            send_cq: $c.send_cq_handle,
+            recv_cq: $c.recv_cq_handle,
+            srq: ($c.is_srq != 0).then_some($c.srq_handle),
+            max_send_sge: $c.max_send_sge,
+            max_inline: $c.max_inline_data,
+            qp_type: $c.qp_type,
+        }
+    };
+}
+use qp_spec;
 
 /// What `CREATE_QP` and its extended form share.
 struct QpSpec {
