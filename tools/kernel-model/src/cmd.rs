@@ -100,12 +100,13 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Decodes and runs one command written to device file `fd`.
+/// Decodes one command written to a device file.
 ///
 /// # Safety
-/// `buf` holds `len` readable bytes; the response pointers inside are the caller's, valid
-/// for the lengths the header gives (the write(2) contract of uverbs).
-pub(crate) unsafe fn execute(fd: c_int, buf: *const u8, len: usize) -> Result<(), c_int> {
+/// `buf` holds `len` readable bytes for the life of the result; the response pointers
+/// inside are the caller's, valid for the lengths the header gives (the write(2) contract of
+/// uverbs).
+pub(crate) unsafe fn decode<'a>(buf: *const u8, len: usize) -> Result<Call<'a>, c_int> {
     let hdr_len = core::mem::size_of::<abi::ib_uverbs_cmd_hdr>();
     if len < hdr_len {
         return Err(libc::EINVAL);
@@ -116,7 +117,7 @@ pub(crate) unsafe fn execute(fd: c_int, buf: *const u8, len: usize) -> Result<()
     let hdr: abi::ib_uverbs_cmd_hdr = unsafe { read(all) };
     let ex = hdr.command & abi::IB_USER_VERBS_CMD_FLAG_EXTENDED != 0;
     let op = hdr.command & abi::IB_USER_VERBS_CMD_COMMAND_MASK;
-    let call = if ex {
+    Ok(if ex {
         let ex_len = core::mem::size_of::<abi::ib_uverbs_ex_cmd_hdr>();
         if len < hdr_len + ex_len {
             return Err(libc::EINVAL);
@@ -151,15 +152,7 @@ pub(crate) unsafe fn execute(fd: c_int, buf: *const u8, len: usize) -> Result<()
             resp_len: hdr.out_words as usize * 4,
             core_out: None,
         }
-    };
-    let r = crate::kernel::command(fd, call);
-    if trace() {
-        eprintln!(
-            "kernel-model: {}command {op}: {r:?}",
-            if ex { "extended " } else { "" }
-        );
-    }
-    r
+    })
 }
 
 /// Whether `KERNEL_MODEL_TRACE` is set: each command and its result go to stderr.

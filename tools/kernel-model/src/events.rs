@@ -100,12 +100,12 @@ pub(crate) unsafe fn read(fd: c_int, buf: *mut u8, len: usize) -> isize {
         let size = match files().get(&fd) {
             Some(f) => f.size,
             None => {
-                crate::intercept::set_errno(libc::EBADF);
+                crate::next::set_errno(libc::EBADF);
                 return -1;
             }
         };
         if len < size {
-            crate::intercept::set_errno(libc::EINVAL);
+            crate::next::set_errno(libc::EINVAL);
             return -1;
         }
         let mut n = 0u64;
@@ -116,7 +116,7 @@ pub(crate) unsafe fn read(fd: c_int, buf: *mut u8, len: usize) -> isize {
         }
         let mut f = files();
         let Some(file) = f.get_mut(&fd) else {
-            crate::intercept::set_errno(libc::EBADF);
+            crate::next::set_errno(libc::EBADF);
             return -1;
         };
         // An event of a destroyed object was dropped from the queue: wait for the next.

@@ -11,7 +11,7 @@
 //! interposing.
 
 use crate::fds;
-use crate::next::next;
+use crate::next::{next, set_errno};
 use crate::sysfs;
 use libc::{c_char, c_int, c_ulong, c_void, off_t, size_t, ssize_t};
 use std::ffi::CStr;
@@ -136,8 +136,17 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
     if fds::DEVICES.has(fd) {
-        // SAFETY: write(2)'s contract: `buf` holds `len` readable bytes.
-        return match unsafe { crate::cmd::execute(fd, buf.cast(), len) } {
+        // SAFETY: write(2)'s contract: `buf` holds `len` readable bytes for the call.
+        let r = unsafe { crate::cmd::decode(buf.cast(), len) }.and_then(|call| {
+            let what = (call.ex, call.op);
+            let r = crate::kernel::command(fd, call);
+            if crate::cmd::trace() {
+                let ex = if what.0 { "extended " } else { "" };
+                eprintln!("kernel-model: {ex}command {}: {r:?}", what.1);
+            }
+            r
+        });
+        return match r {
             Ok(()) => len as ssize_t,
             Err(errno) => {
                 set_errno(errno);
@@ -210,10 +219,4 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
     // SAFETY: the caller passes close(2)'s arguments.
     unsafe { (next().close)(fd) }
-}
-
-/// Sets `errno`.
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: __errno_location returns this thread's errno.
-    unsafe { *libc::__errno_location() = e };
 }

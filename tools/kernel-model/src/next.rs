@@ -74,3 +74,9 @@ pub(crate) fn next() -> &'static Next {
         }
     })
 }
+
+/// Sets `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}

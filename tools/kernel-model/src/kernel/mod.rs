@@ -1,0 +1,109 @@
+//! The kernel behind the device node: `ib_uverbs` and `mlx5_ib` as rdma-core's provider
+//! meets them, in front of one software NIC (thread mode: it watches the doorbell records
+//! of the rings the provider allocated).
+//!
+//! Each decision the crate depends on follows the kernel function named at its place
+//! (`drivers/infiniband/hw/mlx5/`). What the model does not have it refuses as the kernel
+//! refuses a missing feature (`EOPNOTSUPP`), never by pretending.
+//!
+//! The files from the ground up: `limits` (what the device offers), `objects` (what a file
+//! holds), `state` (the NIC and the files, the event thread), then one file per kind of
+//! command: `files` (open, mmap, close), `device`, `memory`, `cq`, `srq`, `qp`, `modify`;
+//! this file dispatches the commands and answers [`crate::inspect`].
+
+mod cq;
+mod device;
+mod files;
+mod limits;
+mod memory;
+mod modify;
+mod objects;
+mod qp;
+mod srq;
+mod state;
+
+pub(crate) use files::{close_file, mmap, open_file};
+
+use crate::abi::*;
+use crate::cmd::Call;
+use libc::c_int;
+use objects::Obj;
+use state::{kernel, Kernel};
+
+/// Runs one command of file `fd`.
+pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
+    let mut k = kernel();
+    let Kernel { nic, files } = &mut *k;
+    let peers: Vec<_> = if call.op == IB_USER_VERBS_CMD_MODIFY_QP {
+        files
+            .values()
+            .flat_map(|f| f.objs.values())
+            .filter_map(|o| match o {
+                Obj::Qp(q) => Some((q.qpn, q.dest, q.state)),
+                _ => None,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let f = files.get_mut(&fd).ok_or(libc::EBADF)?;
+    if !f.ucontext && (call.op != IB_USER_VERBS_CMD_GET_CONTEXT || call.ex) {
+        return Err(libc::EINVAL);
+    }
+    let c = &mut call;
+    // SAFETY: every handler reads and writes bindgen's structs of the ABI; the response
+    // pointers are the caller's, as write(2) on uverbs promises.
+    unsafe {
+        match (c.ex, c.op) {
+            (false, IB_USER_VERBS_CMD_GET_CONTEXT) => device::get_context(f, c),
+            (false, IB_USER_VERBS_CMD_QUERY_DEVICE) => device::query_device(c),
+            (true, IB_USER_VERBS_EX_CMD_QUERY_DEVICE) => device::query_device_ex(nic, c),
+            (false, IB_USER_VERBS_CMD_QUERY_PORT) => device::query_port(nic, c),
+            (false, IB_USER_VERBS_CMD_ALLOC_PD) => memory::alloc_pd(nic, f, c),
+            (false, IB_USER_VERBS_CMD_DEALLOC_PD) => memory::dealloc_pd(nic, f, c),
+            (false, IB_USER_VERBS_CMD_REG_MR) => memory::reg_mr(nic, f, c),
+            (false, IB_USER_VERBS_CMD_DEREG_MR) => memory::dereg_mr(nic, f, c),
+            (false, IB_USER_VERBS_CMD_ALLOC_MW) => memory::alloc_mw(nic, f, c),
+            (false, IB_USER_VERBS_CMD_DEALLOC_MW) => memory::dealloc_mw(nic, f, c),
+            (false, IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL) => cq::create_comp_channel(f, c),
+            (_, IB_USER_VERBS_CMD_CREATE_CQ) => cq::create_cq(nic, f, c),
+            (false, IB_USER_VERBS_CMD_DESTROY_CQ) => cq::destroy_cq(nic, f, c),
+            (false, IB_USER_VERBS_CMD_CREATE_SRQ) => srq::create_srq(nic, f, c),
+            (false, IB_USER_VERBS_CMD_MODIFY_SRQ) => srq::modify_srq(nic, f, c),
+            (false, IB_USER_VERBS_CMD_DESTROY_SRQ) => srq::destroy_srq(nic, f, c),
+            (_, IB_USER_VERBS_CMD_CREATE_QP) => qp::create_qp(nic, f, c),
+            (_, IB_USER_VERBS_CMD_MODIFY_QP) => modify::modify_qp(nic, f, &peers, c),
+            (false, IB_USER_VERBS_CMD_DESTROY_QP) => qp::destroy_qp(nic, f, c),
+            (false, IB_USER_VERBS_CMD_ATTACH_MCAST) => qp::mcast(nic, f, c, true),
+            (false, IB_USER_VERBS_CMD_DETACH_MCAST) => qp::mcast(nic, f, c, false),
+            _ => Err(libc::EOPNOTSUPP),
+        }
+    }
+}
+
+/// What the model decided for QP `qpn`: its bfreg (dynamic, index) and responder
+/// scatter-to-CQE; None for a QP no file has.
+pub(crate) fn qp_view(qpn: u32) -> Option<((bool, u32), bool)> {
+    let k = kernel();
+    k.files.values().find_map(|f| {
+        f.objs.values().find_map(|o| match o {
+            Obj::Qp(q) if q.qpn == qpn => Some((q.bfreg, q.scatter)),
+            _ => None,
+        })
+    })
+}
+
+/// The mini-CQE format CQ `cqn` compresses with (its bit), 0 without compression; None for
+/// a CQ the NIC does not have.
+pub(crate) fn cq_view(cqn: u32) -> Option<u32> {
+    let k = kernel();
+    k.nic.cq_arm_stats(cqn)?;
+    Some(k.nic.cq_compression(cqn).map_or(0, |f| f.bit()))
+}
+
+/// Compressed sessions written to CQ `cqn` (None for a CQ the NIC does not have).
+pub(crate) fn cq_sessions(cqn: u32) -> Option<u64> {
+    let k = kernel();
+    k.nic.cq_arm_stats(cqn)?;
+    Some(k.nic.cq_sessions(cqn).0)
+}

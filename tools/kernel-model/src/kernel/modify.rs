@@ -1,0 +1,186 @@
+//! `MODIFY_QP`: the verbs state machine in front of the NIC's QPs (`ib_modify_qp_is_ok`,
+//! `mlx5_ib_modify_qp`, `mlx5_ib_modify_dct`).
+
+use super::objects::{mask, Dc, File, Obj, QpState};
+use crate::abi::{self, *};
+use crate::cmd::Call;
+use libc::c_int;
+use mlx5::request::Access;
+use mlx5::sim::Nic;
+
+/// Every QP of every file: (number, the destination it named, its state). A connection may
+/// join QPs of two contexts of the process.
+pub(super) type Peers = [(u32, Option<u32>, QpState)];
+
+/// `MODIFY_QP` and `EX_MODIFY_QP` (whose response carries a DCT's number, made at RTR).
+///
+/// # Safety
+/// As [`super::command`]'s calls.
+pub(super) unsafe fn modify_qp(
+    nic: &Nic,
+    f: &mut File,
+    peers: &Peers,
+    call: &mut Call<'_>,
+) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if !call.ex {
+            let (c, _) = call.request::<ib_uverbs_modify_qp>();
+            return modify_qp_with(nic, f, peers, &c).map(drop);
+        }
+        let (c, _) = call.request::<ib_uverbs_ex_modify_qp>();
+        let dctn = modify_qp_with(nic, f, peers, &c.base)?;
+        let resp = ib_uverbs_ex_modify_qp_resp {
+            response_length: core::mem::size_of::<ib_uverbs_ex_modify_qp_resp>() as u32,
+            ..Default::default()
+        };
+        let drv = mlx5_ib_modify_qp_resp {
+            response_length: core::mem::size_of::<mlx5_ib_modify_qp_resp>() as u32,
+            dctn: dctn.unwrap_or(0),
+            ..Default::default()
+        };
+        call.respond(&resp, Some(&drv))
+    }
+}
+
+/// `MODIFY_QP`: the verbs state machine (`ib_modify_qp_is_ok`), the transport timers at
+/// RTR/RTS, and the connection: when both ends of an RC pair have named each other (the
+/// second reaching RTR), the NIC connects them.
+pub(super) fn modify_qp_with(
+    nic: &Nic,
+    f: &mut File,
+    qps: &Peers,
+    c: &abi::ib_uverbs_modify_qp,
+) -> Result<Option<u32>, c_int> {
+    let Some(Obj::Qp(q)) = f.objs.get_mut(&c.qp_handle) else {
+        return Err(libc::EINVAL);
+    };
+    let m = c.attr_mask;
+    let to = if m & mask::STATE != 0 {
+        QpState::from_abi(c.qp_state).ok_or(libc::EINVAL)?
+    } else {
+        q.state
+    };
+    use QpState::*;
+    let ok = matches!(
+        (q.state, to),
+        (_, Reset | Error)
+            | (Reset, Init)
+            | (Init, Init | Rtr)
+            | (Rtr, Rts)
+            | (Rts, Rts | Sqd)
+            | (Sqd, Sqd | Rts)
+            | (Sqe, Rts)
+    );
+    if !ok {
+        return Err(libc::EINVAL);
+    }
+    if m & mask::TIMEOUT != 0 {
+        q.timing.timeout = c.timeout;
+    }
+    if m & mask::RETRY_CNT != 0 {
+        q.timing.retry_cnt = c.retry_cnt;
+    }
+    if m & mask::RNR_RETRY != 0 {
+        q.timing.rnr_retry = c.rnr_retry;
+    }
+    if m & mask::MIN_RNR_TIMER != 0 {
+        q.timing.min_rnr_timer = c.min_rnr_timer;
+    }
+    if let Some(dc) = &mut q.dc {
+        // DC: no destination; a target's rights at INIT, the target made at RTR, an
+        // initiator ready at RTS (`mlx5_ib_modify_dct`, `modify_qp` of a DCI).
+        if let Dc::Target { access, .. } = dc {
+            if m & mask::ACCESS_FLAGS != 0 {
+                *access = c.qp_access_flags;
+            }
+        }
+        let from = std::mem::replace(&mut q.state, to);
+        return match (*dc, from, to) {
+            (
+                Dc::Target {
+                    pd,
+                    cq,
+                    srq,
+                    key,
+                    scatter,
+                    access,
+                    made: false,
+                },
+                Init,
+                Rtr,
+            ) => {
+                let made = nic.create_dct(pd, cq, srq, key, Access(access));
+                let dctn = made.map_err(|_| {
+                    q.state = from;
+                    libc::EINVAL
+                })?;
+                let _ = nic.set_dct_scatter_to_cqe(dctn, scatter);
+                q.qpn = dctn;
+                if let Some(Dc::Target { made, .. }) = &mut q.dc {
+                    *made = true;
+                }
+                Ok(Some(dctn))
+            }
+            (Dc::Initiator, Rtr, Rts) => {
+                nic.dci_ready(q.qpn, q.timing).map_err(|_| {
+                    q.state = from;
+                    libc::EINVAL
+                })?;
+                Ok(None)
+            }
+            (_, _, Error) if q.qpn != 0 => {
+                nic.set_error(q.qpn).map_err(|_| libc::EINVAL)?;
+                Ok(None)
+            }
+            _ => Ok(None),
+        };
+    }
+    if let Some(ud) = &mut q.ud {
+        // UD: the Q_Key at INIT (or later), no destination (`ib_modify_qp_is_ok`'s
+        // attribute table for IB_QPT_UD).
+        if m & mask::QKEY != 0 {
+            ud.qkey = Some(c.qkey);
+        }
+        if to == Init && ud.qkey.is_none() {
+            return Err(libc::EINVAL);
+        }
+    } else if to == Rtr {
+        if m & mask::DEST_QPN == 0 {
+            return Err(libc::EINVAL);
+        }
+        q.dest = Some(c.dest_qp_num & 0xff_ffff);
+    }
+    let (qpn, dest, timing, ud) = (q.qpn, q.dest, q.timing, q.ud);
+    match to {
+        Error => nic.set_error(qpn).map_err(|_| libc::EINVAL)?,
+        Reset if q.state != Reset => return Err(libc::EOPNOTSUPP),
+        Rtr | Rts => {
+            nic.set_timing(qpn, timing).map_err(|_| libc::EINVAL)?;
+        }
+        _ => {}
+    }
+    let from = std::mem::replace(&mut q.state, to);
+    if let Some(ud) = ud {
+        // The NIC runs a UD QP from RTR on (it receives there; its sends wait for RTS in
+        // the provider, whose send path is an error stub until then).
+        if to == Rtr && from == Init {
+            let qkey = ud.qkey.ok_or(libc::EINVAL)?;
+            nic.make_ud(qpn, qkey, ud.mcast_loopback)
+                .map_err(|_| libc::EINVAL)?;
+        }
+        return Ok(None);
+    }
+    if to == Rtr {
+        let dest = dest.expect("set above");
+        // The peer is ready when it reached RTR naming this QP (or it is this QP).
+        let peer_ready = dest == qpn
+            || qps
+                .iter()
+                .any(|&(n, d, state)| n == dest && d == Some(qpn) && matches!(state, Rtr | Rts));
+        if peer_ready {
+            nic.connect(qpn, dest).map_err(|_| libc::EINVAL)?;
+        }
+    }
+    Ok(None)
+}

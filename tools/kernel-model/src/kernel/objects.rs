@@ -1,0 +1,145 @@
+//! The objects of a uverbs file, by handle: what the kernel keeps of each (its number on
+//! the NIC, the user's handle events name, the verbs state of a QP).
+
+use libc::c_int;
+use mlx5::sim::QpTiming;
+use std::collections::HashMap;
+
+/// `enum ib_uverbs_qp_state` (`IB_QPS_*`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) enum QpState {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+    Sqd,
+    Sqe,
+    Error,
+}
+
+impl QpState {
+    pub(super) fn from_abi(v: u8) -> Option<QpState> {
+        Some(match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            6 => QpState::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// `IB_QP_*` attribute mask bits the model reads.
+pub(super) mod mask {
+    pub(crate) const STATE: u32 = 1 << 0;
+    pub(crate) const QKEY: u32 = 1 << 6;
+    pub(crate) const ACCESS_FLAGS: u32 = 1 << 3;
+    pub(crate) const DEST_QPN: u32 = 1 << 20;
+    pub(crate) const TIMEOUT: u32 = 1 << 9;
+    pub(crate) const RETRY_CNT: u32 = 1 << 10;
+    pub(crate) const RNR_RETRY: u32 = 1 << 11;
+    pub(crate) const MIN_RNR_TIMER: u32 = 1 << 15;
+}
+
+/// One object of a file, by its uverbs handle.
+pub(super) enum Obj {
+    Pd(u32),
+    Mr(u32),
+    Mw(u32),
+    /// A completion channel (its descriptor is the user's: the user closes it).
+    Channel(c_int),
+    Cq(Cq),
+    Qp(Box<Qp>),
+    Srq(Srq),
+}
+
+/// A CQ: its number, the user's handle events name, its completion channel.
+pub(super) struct Cq {
+    pub(super) cqn: u32,
+    pub(super) channel: Option<c_int>,
+}
+
+/// An SRQ: its number and the user's handle.
+pub(super) struct Srq {
+    pub(super) srqn: u32,
+    pub(super) user: u64,
+}
+
+/// A QP as the kernel sees it: the verbs state machine in front of the NIC's QP.
+pub(super) struct Qp {
+    pub(super) qpn: u32,
+    pub(super) user: u64,
+    pub(super) state: QpState,
+    pub(super) dest: Option<u32>,
+    pub(super) timing: QpTiming,
+    /// The bfreg it rings: (dynamic, index); a static one is counted in the file's classes.
+    pub(super) bfreg: (bool, u32),
+    /// Responder scatter-to-CQE, as `configure_responder_scat_cqe` decided.
+    pub(super) scatter: bool,
+    /// A UD QP: its Q_Key (set at INIT) and whether it receives its own multicast.
+    pub(super) ud: Option<Ud>,
+    /// A DC QP: an initiator, or a target the NIC creates at RTR.
+    pub(super) dc: Option<Dc>,
+}
+
+/// The DC role of a QP (`mlx5_ib_create_qp` with `MLX5_QP_FLAG_TYPE_DCI` / `_DCT`).
+#[derive(Copy, Clone)]
+pub(super) enum Dc {
+    Initiator,
+    /// A target as created (`mlx5_ib_create_dct` keeps the attributes; the device object
+    /// is made at RTR, `mlx5_ib_modify_dct`, which returns its number).
+    Target {
+        pd: u32,
+        cq: u32,
+        srq: Option<u32>,
+        key: u64,
+        scatter: bool,
+        access: u32,
+        /// Made on the NIC (its number is the QP's).
+        made: bool,
+    },
+}
+
+/// What a UD QP is given before it runs.
+#[derive(Copy, Clone)]
+pub(super) struct Ud {
+    pub(super) qkey: Option<u32>,
+    pub(super) mcast_loopback: bool,
+}
+
+/// The user handle of each CQ, by number (events name CQs by it).
+pub(super) type CqHandles = HashMap<u32, u64>;
+
+/// An open `/dev/infiniband/uverbs0`: a ucontext once `GET_CONTEXT` ran.
+#[derive(Default)]
+pub(super) struct File {
+    pub(super) ucontext: bool,
+    /// The asynchronous event file (`async_fd`).
+    pub(super) async_fd: Option<c_int>,
+    /// The user handles of the CQs (for their asynchronous events).
+    pub(super) cq_handles: CqHandles,
+    pub(super) next_handle: u32,
+    pub(super) objs: HashMap<u32, Obj>,
+    /// UAR pages mapped: (dynamic, index) -> address. Static pages hold the context's
+    /// bfregs (`MLX5_IB_MMAP_REGULAR_PAGE` and kin, by index); dynamic ones the bfregs of
+    /// thread domains (`MLX5_IB_MMAP_ALLOC_WC`, by extended index).
+    pub(super) pages: HashMap<(bool, u32), usize>,
+    /// bfregs of the static allocation (`mlx5_ib_alloc_ucontext`): total, low latency, and
+    /// the QPs on each (`bfregi->count`).
+    pub(super) tot_bfregs: u32,
+    pub(super) low_lat: u32,
+    pub(super) bfreg_count: Vec<u32>,
+}
+
+impl File {
+    /// Adds an object: its new handle.
+    pub(super) fn add(&mut self, o: Obj) -> u32 {
+        let h = self.next_handle;
+        self.next_handle += 1;
+        self.objs.insert(h, o);
+        h
+    }
+}
