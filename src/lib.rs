@@ -240,8 +240,8 @@ pub use resources::{
 pub use resources::{Srq, SrqCaps, MAX_IOV};
 // UD (issue #15): unreliable datagram, address handles, multicast.
 pub use resources::{
-    AddressHandle, AhAttr, GlobalRoute, UdEndpoint, UdOptions, UdQp, DEFAULT_HOP_LIMIT,
-    MULTICAST_QPN, QKEY_PRIVILEGED,
+    AddressHandle, AhAttr, GlobalRoute, McastGroup, UdEndpoint, UdOptions, UdQp, DEFAULT_HOP_LIMIT,
+    MULTICAST_QPN, QKEY_PRIVILEGED, RDMA_UDP_QKEY,
 };
 pub use verbs::device::OdpCaps;
 pub use verbs::ex::VerbsApi;

@@ -27,7 +27,7 @@ pub(crate) mod srq;
 pub(crate) use cq::Cq;
 pub(crate) use memory::{Mw, Pd, Reg};
 pub(crate) use qp::{initial_psn, Qp, QpKind, QpSpec};
-pub(crate) use rdma::RdmaDev;
+pub(crate) use rdma::{Membership, RdmaDev};
 pub(crate) use spec::{ChannelSource, CqRings, CqSpec, EventSink, MrInfo, QpRings, SrqRings};
 pub(crate) use srq::Srq;
 
@@ -180,6 +180,28 @@ impl Dev {
             #[cfg(feature = "sim")]
             Dev::Sim(n) if !n.is_threaded() => n.drain(),
             _ => 0,
+        }
+    }
+
+    /// Joins multicast group `group` through the connection manager from `local` (the
+    /// address of this device's port): the membership (kept while it lives), the group's
+    /// address and its Q_Key.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on the software NIC (no connection manager, no fabric: its
+    /// groups need only [`crate::UdQp::attach_mcast`]); as [`RdmaDev::join_multicast`].
+    pub(crate) fn join_multicast(
+        &self,
+        local: std::net::IpAddr,
+        group: std::net::IpAddr,
+    ) -> Result<(Membership, crate::address::AhAttr, u32)> {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => Err(Error::Unsupported(
+                "a multicast join on the software NIC: it has no connection manager and no \
+                 fabric to join; UdQp::attach_mcast is all its groups need",
+            )),
+            Dev::Rdma(r) => r.join_multicast(local, group),
         }
     }
 

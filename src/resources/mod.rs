@@ -53,4 +53,4 @@ pub use qp::{Batch, Qp};
 pub use queue_pair::QueuePair;
 pub use spin_wait::Spin;
 pub use srq::{Srq, SrqCaps};
-pub use ud::{UdOptions, UdQp, MULTICAST_QPN, QKEY_PRIVILEGED};
+pub use ud::{McastGroup, UdOptions, UdQp, MULTICAST_QPN, QKEY_PRIVILEGED, RDMA_UDP_QKEY};

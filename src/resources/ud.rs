@@ -25,6 +25,25 @@ pub const MULTICAST_QPN: u32 = 0xff_ffff;
 /// sending QP's own Q_Key".
 pub const QKEY_PRIVILEGED: u32 = 0x8000_0000;
 
+/// The Q_Key of the multicast groups the connection manager joins (`RDMA_UDP_QKEY`,
+/// `0x01234567`: librdmacm's UDP port space, and the Q_Key the kernel's `rdma_cm` gives a
+/// group it creates). A [`UdQp`] that joins with [`UdQp::join_multicast`] must have it.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// A multicast group joined through the connection manager ([`UdQp::join_multicast`]):
+/// where to send to it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct McastGroup {
+    /// The group's IP address.
+    pub group: std::net::IpAddr,
+    /// Its address (multicast GID, and on InfiniBand its multicast LID): an address handle
+    /// made of it ([`Pd::create_ah`]) sends to the group, with [`MULTICAST_QPN`].
+    pub ah: crate::address::AhAttr,
+    /// The group's Q_Key.
+    pub qkey: u32,
+}
+
 /// Creation options of a UD QP besides its [`QpCaps`] and Q_Key.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct UdOptions {
@@ -97,6 +116,9 @@ pub struct UdQp {
     /// `IBV_ODP_SUPPORT_RECV`, as every ConnectX): the domain's regions, to refuse receives
     /// into on-demand and dma-buf ones before posting.
     odp_refusal: Option<Box<RegionCheck>>,
+    /// The groups joined through the connection manager, each with its membership (left
+    /// when it is dropped, after the QP detached: field order).
+    joins: Vec<(McastGroup, backend::Membership)>,
 }
 
 /// Which data path runs a UD QP.
@@ -213,6 +235,7 @@ impl Pd {
             groups: Vec::new(),
             odp_refusal: (!self.inner.dev.odp_caps().ud_recv())
                 .then(|| Box::new(RegionCheck::new(self.inner.regions.clone()))),
+            joins: Vec::new(),
         })
     }
 }
@@ -400,6 +423,76 @@ impl UdQp {
         self.backend_qp()?.detach_mcast(gid, lid)?;
         self.groups.retain(|g| *g != (gid, lid));
         Ok(())
+    }
+
+    /// Joins the multicast group `group` through the connection manager and attaches the QP
+    /// to it: what a group needs beyond [`UdQp::attach_mcast`] on a fabric. `local` is the
+    /// IP address of this device's port (its IPoIB or Ethernet interface). On InfiniBand the
+    /// join is the subnet manager's (`rdma_join_multicast` -> `ib_sa_join_multicast`: the
+    /// switches then forward the group, and the event gives its MGID, MLID and Q_Key); on
+    /// RoCE v2 the kernel joins the IP group too (IGMP/MLD, `cma_iboe_join_multicast`), as
+    /// snooping switches and rxe need. The QP must have the group's Q_Key
+    /// ([`RDMA_UDP_QKEY`] for groups the connection manager creates). The membership lasts
+    /// until [`UdQp::leave_multicast`] or the QP is dropped.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on the software NIC (no fabric: [`UdQp::attach_mcast`] is
+    /// all it needs); [`Error::InvalidParameter`] for a group that is not multicast or not
+    /// of `local`'s family, a `local` on another device or port, a group already joined, or
+    /// (with the group's Q_Key) one whose Q_Key is not this QP's; [`Error::Verbs`] from
+    /// librdmacm (no device on `local`, the join refused or unanswered for 10 s) or
+    /// `ibv_attach_mcast`. Nothing stays joined on an error.
+    pub fn join_multicast(
+        &mut self,
+        local: std::net::IpAddr,
+        group: std::net::IpAddr,
+    ) -> Result<McastGroup> {
+        if self.joins.iter().any(|(g, _)| g.group == group) {
+            return Err(Error::InvalidParameter {
+                what: "multicast group already joined by this QP (its address's first byte)",
+                value: match group {
+                    std::net::IpAddr::V4(a) => a.octets()[0] as u64,
+                    std::net::IpAddr::V6(a) => a.octets()[0] as u64,
+                },
+            });
+        }
+        let dev = self.pd().inner.dev.backend.clone();
+        let (membership, ah, qkey) = dev.join_multicast(local, group)?;
+        if qkey != self.qkey {
+            return Err(Error::InvalidParameter {
+                what: "Q_Key of the joined group, not this QP's (create the UdQp with it: \
+                       RDMA_UDP_QKEY for the connection manager's groups)",
+                value: qkey as u64,
+            });
+        }
+        let dgid = ah.grh.map(|g| g.dgid).unwrap_or_default();
+        self.attach_mcast(dgid, ah.dlid)?;
+        let joined = McastGroup { group, ah, qkey };
+        self.joins.push((joined, membership));
+        Ok(joined)
+    }
+
+    /// Leaves a group joined with [`UdQp::join_multicast`]: detaches the QP, then ends the
+    /// membership.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a group this QP has not joined; as
+    /// [`UdQp::detach_mcast`] (the membership ends anyway).
+    pub fn leave_multicast(&mut self, group: std::net::IpAddr) -> Result<()> {
+        let Some(i) = self.joins.iter().position(|(g, _)| g.group == group) else {
+            return Err(Error::InvalidParameter {
+                what: "multicast group not joined by this QP (its address's first byte)",
+                value: match group {
+                    std::net::IpAddr::V4(a) => a.octets()[0] as u64,
+                    std::net::IpAddr::V6(a) => a.octets()[0] as u64,
+                },
+            });
+        };
+        let (g, membership) = self.joins.remove(i);
+        let dgid = g.ah.grh.map(|r| r.dgid).unwrap_or_default();
+        let detached = self.detach_mcast(dgid, g.ah.dlid);
+        drop(membership);
+        detached
     }
 
     /// The backend's QP.

@@ -23,6 +23,8 @@ pub struct Event {
     pub id: *mut ffi::rdma_cm_id,
     /// The private data the peer sent.
     pub private: Vec<u8>,
+    /// A multicast join's address vector and Q_Key (`param.ud`), for that event only.
+    pub ud: Option<(ffi::ibv_ah_attr, u32)>,
 }
 
 fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -73,6 +75,18 @@ impl CmId {
     /// # Errors
     /// The `rdma_create_event_channel` / `rdma_create_id` error.
     pub fn new() -> Result<CmId, VerbsError> {
+        CmId::in_space(ffi::rdma_port_space::RDMA_PS_TCP)
+    }
+
+    /// A new UDP-port-space id (datagrams and multicast) on a new event channel.
+    ///
+    /// # Errors
+    /// As [`CmId::new`].
+    pub fn new_udp() -> Result<CmId, VerbsError> {
+        CmId::in_space(ffi::rdma_port_space::RDMA_PS_UDP)
+    }
+
+    fn in_space(space: ffi::rdma_port_space::Type) -> Result<CmId, VerbsError> {
         // SAFETY: creates a channel; freed in Drop (or below on error).
         let ch = unsafe { ffi::rdma_create_event_channel() };
         if ch.is_null() {
@@ -80,15 +94,7 @@ impl CmId {
         }
         let mut id = std::ptr::null_mut();
         // SAFETY: live channel; `id` is an out-parameter.
-        if unsafe {
-            ffi::rdma_create_id(
-                ch,
-                &mut id,
-                std::ptr::null_mut(),
-                ffi::rdma_port_space::RDMA_PS_TCP,
-            )
-        } != 0
-        {
+        if unsafe { ffi::rdma_create_id(ch, &mut id, std::ptr::null_mut(), space) } != 0 {
             let e = last("rdma_create_id");
             // SAFETY: created above, no id on it.
             unsafe { ffi::rdma_destroy_event_channel(ch) };
@@ -248,7 +254,7 @@ impl CmId {
             return Err(last("rdma_get_cm_event"));
         }
         // SAFETY: a live event until acknowledged; the private data is copied out first.
-        let (kind, status, id, private) = unsafe {
+        let (kind, status, id, private, ud) = unsafe {
             let e = &*ev;
             let conn = &e.param.conn;
             let private = if conn.private_data.is_null() {
@@ -260,7 +266,11 @@ impl CmId {
                 )
                 .to_vec()
             };
-            (e.event, e.status, e.id, private)
+            // The union's `ud` member, read (as plain bytes) only for a join.
+            let ud = (e.event == ffi::rdma_cm_event_type::RDMA_CM_EVENT_MULTICAST_JOIN)
+                .then_some(e.param.ud)
+                .map(|u| (u.ah_attr, u.qkey));
+            (e.event, e.status, e.id, private, ud)
         };
         // SAFETY: acknowledged once.
         unsafe { ffi::rdma_ack_cm_event(ev) };
@@ -273,7 +283,54 @@ impl CmId {
                 source: std::io::Error::other(msg),
             });
         }
-        Ok(Event { id, private })
+        Ok(Event { id, private, ud })
+    }
+
+    /// Binds the id to `local` (the address of the RDMA device's port) and joins the
+    /// multicast group `group` (`rdma_join_multicast`: on InfiniBand the subnet manager's
+    /// join, `ib_sa_join_multicast`; on RoCE the kernel's `cma_iboe_join_multicast`, with
+    /// the IGMP/MLD join of RoCE v2). Returns the group's address vector and Q_Key from the
+    /// `RDMA_CM_EVENT_MULTICAST_JOIN` event. The id leaves the group when destroyed.
+    ///
+    /// # Errors
+    /// The `rdma_bind_addr` / `rdma_join_multicast` error, a timeout, or the failure event
+    /// (`RDMA_CM_EVENT_MULTICAST_ERROR`).
+    pub fn join_multicast(
+        &self,
+        local: &SocketAddr,
+        group: &SocketAddr,
+        timeout: Duration,
+    ) -> Result<(ffi::ibv_ah_attr, u32), VerbsError> {
+        let (mut ss, _) = sockaddr(local);
+        // SAFETY: live id; `ss` holds a sockaddr of the right family.
+        if unsafe { ffi::rdma_bind_addr(self.id, &mut ss as *mut _ as *mut _) } != 0 {
+            return Err(last("rdma_bind_addr"));
+        }
+        let (mut g, _) = sockaddr(group);
+        // SAFETY: live, bound id; `g` holds a sockaddr; no user context.
+        if unsafe {
+            ffi::rdma_join_multicast(self.id, &mut g as *mut _ as *mut _, std::ptr::null_mut())
+        } != 0
+        {
+            return Err(last("rdma_join_multicast"));
+        }
+        let e = self.wait(
+            ffi::rdma_cm_event_type::RDMA_CM_EVENT_MULTICAST_JOIN,
+            timeout,
+        )?;
+        e.ud.ok_or_else(|| timed_out("rdma_cm multicast join (no address vector)"))
+    }
+
+    /// The name of the device the id is bound to (None before a bind, route or request).
+    pub fn device_name(&self) -> Option<String> {
+        let ctx = self.verbs();
+        if ctx.is_null() {
+            return None;
+        }
+        // SAFETY: a live context of a live id; the name is a NUL-terminated string of the
+        // device.
+        let name = unsafe { std::ffi::CStr::from_ptr(ffi::ibv_get_device_name((*ctx).device)) };
+        Some(name.to_string_lossy().into_owned())
     }
 
     /// The device context the id is bound to (null before a route or request).

@@ -342,3 +342,112 @@ fn a_send_outlives_its_dropped_address_handle() {
     }
     assert!(bad.is_empty(), "{bad:?}");
 }
+
+/// A group joined through the connection manager (`UdQp::join_multicast`:
+/// `rdma_join_multicast`, which on RoCE v2 also joins the IP group) delivers to its
+/// members with no IP-level join of the program's own (the bare `attach_mcast` of
+/// `ud_multicast` needs one on rxe); a member that leaves gets nothing more; a second join
+/// of the group by one QP, and a join by a QP of another Q_Key, are refused.
+#[test]
+#[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
+fn a_group_joined_through_the_connection_manager_delivers() {
+    let _one = serial();
+    let Some(dev) = device::under_test() else {
+        return device::skipped("a_group_joined_through_the_connection_manager_delivers");
+    };
+    let pd = dev.alloc_pd().expect("pd");
+    let mut nodes: Vec<(UdQp, Cq, MemoryRegion)> = (0..3)
+        .map(|_| {
+            let cq = dev.create_cq(64).expect("cq");
+            let qp = pd
+                .create_ud_qp(&cq, &cq, ud::caps(), RDMA_UDP_QKEY)
+                .expect("ud qp");
+            let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).expect("mr");
+            (qp, cq, mr)
+        })
+        .collect();
+    let ep = nodes[0].0.endpoint();
+    assert_eq!(
+        ep.gid[..12],
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff],
+        "{ep:?}"
+    );
+    let local = std::net::IpAddr::from([ep.gid[12], ep.gid[13], ep.gid[14], ep.gid[15]]);
+    // Not the group of the other multicast tests (which join theirs at the IP level).
+    let group = std::net::IpAddr::from([239, 1, 2, 9]);
+    let mut joined = None;
+    for (qp, _, mr) in &mut nodes[1..] {
+        let g = qp.join_multicast(local, group).expect("join");
+        assert_eq!(g.qkey, RDMA_UDP_QKEY);
+        for k in 0..2 {
+            let sge = mr.sge(128 * k, 128).expect("sge");
+            qp.post_recv(&[sge], 700 + k as u64).expect("recv");
+        }
+        joined = Some(g);
+    }
+    let g = joined.expect("a member");
+    println!("joined {group} from {local}: {:?}", g.ah);
+    // A second join of the same group, and a QP of another Q_Key, are refused.
+    assert!(matches!(
+        nodes[1].0.join_multicast(local, group),
+        Err(Error::InvalidParameter { .. })
+    ));
+    let cq_x = dev.create_cq(8).expect("cq");
+    let mut other = pd.create_ud_qp(&cq_x, &cq_x, ud::caps(), QKEY).expect("qp");
+    assert!(matches!(
+        other.join_multicast(local, group),
+        Err(Error::InvalidParameter { .. })
+    ));
+    let ah = pd.create_ah(g.ah).expect("ah to the group");
+    let wait = |cq: &mut Cq, n: usize| -> Vec<Completion> {
+        let mut got = Vec::new();
+        let mut out = [Completion::default(); 4];
+        let t = Instant::now();
+        while got.len() < n {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{} of {n}",
+                got.len()
+            );
+            let k = cq.poll(&mut out);
+            got.extend_from_slice(&out[..k]);
+        }
+        got
+    };
+    let send = |nodes: &mut Vec<(UdQp, Cq, MemoryRegion)>, msg: &[u8], cookie| {
+        let (qp, cq, _) = &mut nodes[0];
+        qp.send_to(
+            &ah,
+            MULTICAST_QPN,
+            RDMA_UDP_QKEY,
+            Payload::Inline(msg),
+            cookie,
+            PostFlags::SIGNALED,
+        )
+        .expect("send to the group");
+        let c = wait(cq, 1);
+        assert!(c[0].is_ok(), "{c:?}");
+    };
+    send(&mut nodes, b"to all", 1);
+    for i in [1, 2] {
+        let c = wait(&mut nodes[i].1, 1);
+        assert!(
+            c[0].is_ok() && c[0].byte_len == GRH_BYTES + 6,
+            "member {i}: {c:?}"
+        );
+        let mut b = [0u8; 6];
+        nodes[i].2.read(GRH_BYTES as usize, &mut b).expect("read");
+        assert_eq!(&b, b"to all");
+    }
+    nodes[2].0.leave_multicast(group).expect("leave");
+    assert!(matches!(
+        nodes[2].0.leave_multicast(group),
+        Err(Error::InvalidParameter { .. })
+    ));
+    send(&mut nodes, b"to one", 2);
+    let c = wait(&mut nodes[1].1, 1);
+    assert!(c[0].is_ok(), "{c:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut out = [Completion::default(); 2];
+    assert_eq!(nodes[2].1.poll(&mut out), 0, "a member that left received");
+}

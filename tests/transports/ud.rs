@@ -930,3 +930,27 @@ fn ud_receives_into_on_demand_regions_are_refused_before_posting() {
         .unwrap();
     assert_eq!(r.qp.free_recv(), r.qp.recv_depth() - 1);
 }
+
+/// The software NIC has no fabric and no connection manager: a join is refused with what
+/// its groups need instead (`attach_mcast`), and nothing is attached.
+#[test]
+fn a_multicast_join_on_the_software_nic_is_refused() {
+    let dev = Device::sim();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8).unwrap();
+    let mut qp = pd
+        .create_ud_qp(&cq, &cq, QpCaps::default(), blueflame::RDMA_UDP_QKEY)
+        .unwrap();
+    let e = qp
+        .join_multicast([10, 0, 0, 1].into(), [239, 1, 2, 3].into())
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported(why) if why.contains("attach_mcast")),
+        "{e:?}"
+    );
+    assert!(dev.nic().unwrap().mcast_groups(qp.qpn()).is_empty());
+    assert!(matches!(
+        qp.leave_multicast([239, 1, 2, 3].into()),
+        Err(Error::InvalidParameter { .. })
+    ));
+}

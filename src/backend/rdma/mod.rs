@@ -42,7 +42,74 @@ pub(crate) struct RdmaDev {
     pub(crate) mlx5: bool,
 }
 
+/// A multicast group joined through the connection manager: the UDP-port-space id whose
+/// membership it is (the id leaves the group when destroyed, `rdma_destroy_id`).
+pub(crate) struct Membership {
+    _id: verbs::cm::CmId,
+}
+
+impl core::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Membership").finish_non_exhaustive()
+    }
+}
+
 impl RdmaDev {
+    /// `rdma_join_multicast` of `group` from `local`, on this device's port: the id is
+    /// bound to `local` and must land on this device and port (else the group's packets
+    /// would reach another one).
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] from librdmacm (no RDMA device on `local`, the join refused or not
+    /// answered within 10 s); [`Error::InvalidParameter`] when `local` is on another device
+    /// or port, or the group's family is not `local`'s.
+    pub(crate) fn join_multicast(
+        &self,
+        local: std::net::IpAddr,
+        group: std::net::IpAddr,
+    ) -> Result<(Membership, crate::address::AhAttr, u32)> {
+        if local.is_ipv4() != group.is_ipv4() || !group.is_multicast() {
+            return Err(Error::InvalidParameter {
+                what: "multicast group (an IPv4 or IPv6 multicast address of the local address's family)",
+                value: match group {
+                    std::net::IpAddr::V4(a) => u32::from(a) as u64,
+                    std::net::IpAddr::V6(a) => (u128::from(a) >> 64) as u64,
+                },
+            });
+        }
+        let id = verbs::cm::CmId::new_udp()?;
+        let (ah, qkey) = id.join_multicast(
+            &std::net::SocketAddr::new(local, 0),
+            &std::net::SocketAddr::new(group, 0),
+            std::time::Duration::from_secs(10),
+        )?;
+        if id.device_name().as_deref() != Some(self.ctx.name()) || id.port() != self.port {
+            return Err(Error::InvalidParameter {
+                what: "local address of the multicast join: on another RDMA device or port \
+                       (port number given)",
+                value: id.port() as u64,
+            });
+        }
+        // SAFETY: `raw` is the byte view of the GID union: any bytes are valid.
+        let dgid = unsafe { ah.grh.dgid.raw };
+        let grh = (ah.is_global != 0).then_some(crate::address::GlobalRoute {
+            dgid,
+            flow_label: ah.grh.flow_label,
+            sgid_index: ah.grh.sgid_index,
+            hop_limit: ah.grh.hop_limit,
+            traffic_class: ah.grh.traffic_class,
+        });
+        let attr = crate::address::AhAttr {
+            dlid: ah.dlid,
+            sl: ah.sl,
+            src_path_bits: ah.src_path_bits,
+            static_rate: ah.static_rate,
+            grh,
+            port: self.port,
+        };
+        Ok((Membership { _id: id }, attr, qkey))
+    }
+
     /// Opens `name` on port 1, with the first RoCE v2 IPv4 GID on Ethernet ports unless
     /// `gid_index` says which: its data path (mlx5 runs the direct path unless
     /// `BLUEFLAME_PATH` or rdma-core's `MLX5_QP_SIGNATURE` say otherwise) and its attributes,
