@@ -204,6 +204,31 @@ impl Doorbell {
         barrier::wc_flush();
         self.bf_offset ^= self.bf_size;
     }
+
+    /// [`Doorbell::ring_bf_block`] on a register other queues ring too: the record, then,
+    /// under the register's lock, the block to the half the register's offset names and the
+    /// offset flipped (rdma-core `post_send_db` with `bf->need_lock`), as
+    /// [`Doorbell::ring`] does for any WQE.
+    ///
+    /// # Safety
+    /// As [`Doorbell::ring_bf_block`]; the register is shared
+    /// ([`DoorbellMode::SharedLocked`]).
+    #[inline(never)]
+    pub(crate) unsafe fn ring_bf_block_locked(&self, pi: u16, wqe: *const u8) {
+        debug_assert!(self.bf_size >= SEND_WQE_BB);
+        let Some(reg) = &self.shared else { return };
+        barrier::to_device();
+        self.record(pi);
+        let mut held = reg.lock();
+        barrier::wc_start();
+        let offset = held.offset();
+        // SAFETY: `wqe` has 64 readable bytes (caller contract); the destination is the first
+        // block of the register's current half (bf_size >= 64), 64-byte aligned.
+        unsafe { copy_block(self.bf_reg.wrapping_add(offset), wqe) };
+        barrier::wc_flush();
+        held.set_offset(offset ^ self.bf_size);
+        drop(held);
+    }
 }
 
 /// Copies one 64-byte block to the BlueFlame register as wide, ascending stores the compiler

@@ -30,10 +30,44 @@ impl SendQueue {
             && (flags.signaled || self.credit != 0)
     }
 
+    /// Whether the shared-register fast path takes an inline write of `len` bytes with
+    /// `flags` ([`SendQueue::fast_inline_applies`] for a queue on a shared register).
+    #[inline(always)]
+    fn shared_inline_applies(&self, len: usize, flags: PostFlags) -> bool {
+        len < self.shared_fast_limit
+            && self.pi != self.limit
+            && flags.fence == Fence::None
+            && (flags.signaled || self.credit != 0)
+    }
+
+    /// The fast path on a shared BlueFlame register: the same WQE as
+    /// [`SendQueue::try_write_inline`], rung under the register's lock (rdma-core takes
+    /// `bf->lock` for every post on a shared register, nothing more). Posts and returns true
+    /// when it applies, else does nothing and returns false.
+    #[inline]
+    pub(crate) fn try_write_inline_shared(
+        &mut self,
+        data: &[u8],
+        remote: Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> bool {
+        if !self.shared_inline_applies(data.len(), flags) {
+            return false;
+        }
+        debug_assert_eq!(self.pending, 0, "post while a batch is open");
+        let block = self.push_inline_write(data, remote, cookie, flags);
+        // SAFETY: `block` holds the WQE just written; a nonzero `shared_fast_limit` says the
+        // register is shared with BlueFlame halves of at least 64 bytes.
+        unsafe { self.ring_bf_block_shared(block) };
+        true
+    }
+
     /// Writes the WQE of an inline write into the block at the producer index, records it
     /// and advances the producer index; rings nothing. Returns the block.
     ///
-    /// The caller has checked [`SendQueue::fast_inline_applies`].
+    /// The caller has checked [`SendQueue::fast_inline_applies`] (or, on a shared
+    /// register, `shared_inline_applies`).
     #[inline(always)]
     pub(super) fn push_inline_write(
         &mut self,
@@ -43,7 +77,9 @@ impl SendQueue {
         flags: PostFlags,
     ) -> *const u8 {
         let len = data.len();
-        debug_assert!(self.fast_inline_applies(len, flags));
+        debug_assert!(
+            self.fast_inline_applies(len, flags) || self.shared_inline_applies(len, flags)
+        );
         if flags.signaled {
             self.credit = self.half();
         } else {
@@ -143,6 +179,9 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
+        if self.try_write_inline_shared(data, remote, cookie, flags) {
+            return Ok(());
+        }
         let req = Request::Write {
             remote,
             data: Payload::Inline(data),

@@ -101,7 +101,13 @@ pub struct SendQueue {
     /// ([`DoorbellMode::Dedicated`]) of at least one block, a fence armed for the next WQE, or the owner has not enabled it (a QP before
     /// `connect`). One compare checks all of it.
     pub(super) fast_limit: usize,
+    /// The same limit for a queue on a shared BlueFlame register
+    /// ([`DoorbellMode::SharedLocked`]): its fast path rings under the register's lock
+    /// ([`SendQueue::try_write_inline_shared`]); 0 on a register of its own.
+    pub(super) shared_fast_limit: usize,
     bf_ok: bool,
+    /// A shared BlueFlame register of at least one block.
+    shared_bf_ok: bool,
     enabled: bool,
     /// What the device's atomics can do (read once when the QP is created).
     atomics: AtomicCaps,
@@ -219,6 +225,8 @@ impl SendQueue {
         // The fast path rings through `ring_bf_block`, which has no lock: only on a register
         // of the queue's own (a shared one goes through `ring`, which takes the lock).
         let bf_ok = raw.bf_size as usize >= SEND_WQE_BB && claim.mode == DoorbellMode::Dedicated;
+        let shared_bf_ok =
+            raw.bf_size as usize >= SEND_WQE_BB && claim.mode == DoorbellMode::SharedLocked;
         Ok(SendQueue {
             buf: raw.sq_buf,
             cnt,
@@ -248,7 +256,13 @@ impl SendQueue {
             } else {
                 0
             },
+            shared_fast_limit: if shared_bf_ok {
+                FAST_INLINE_MAX.min(raw.max_inline as usize) + 1
+            } else {
+                0
+            },
             bf_ok,
+            shared_bf_ok,
             enabled: true,
             atomics: AtomicCaps::CONNECTX,
             bf_inline_only: false,
@@ -414,12 +428,10 @@ impl SendQueue {
     }
 
     fn update_fast_limit(&mut self) {
-        let on = self.bf_ok && self.enabled && self.next_fence == Fence::None && !self.not_rc;
-        self.fast_limit = if on {
-            FAST_INLINE_MAX.min(self.limits.max_inline) + 1
-        } else {
-            0
-        };
+        let on = self.enabled && self.next_fence == Fence::None && !self.not_rc;
+        let limit = FAST_INLINE_MAX.min(self.limits.max_inline) + 1;
+        self.fast_limit = if on && self.bf_ok { limit } else { 0 };
+        self.shared_fast_limit = if on && self.shared_bf_ok { limit } else { 0 };
     }
 
     /// Records the WQE at `pi` in the shadow table.
@@ -538,6 +550,18 @@ impl SendQueue {
         self.shadow.mark_posted(self.pi);
         // SAFETY: the caller's contract.
         unsafe { self.db.ring_bf_block(self.pi, block) };
+    }
+
+    /// [`SendQueue::ring_bf_block`] on a shared register, under its lock.
+    ///
+    /// # Safety
+    /// As [`SendQueue::ring_bf_block`]; the queue's register is shared
+    /// ([`DoorbellMode::SharedLocked`]) with BlueFlame halves of at least 64 bytes.
+    #[inline(always)]
+    pub(super) unsafe fn ring_bf_block_shared(&mut self, block: *const u8) {
+        self.shadow.mark_posted(self.pi);
+        // SAFETY: the caller's contract.
+        unsafe { self.db.ring_bf_block_locked(self.pi, block) };
     }
 
     /// Starts a batch: requests are written as they are pushed and rung once by

@@ -70,15 +70,16 @@ const OPS: &[Row] = &[
         Some(62),
         None,
     ),
-    // The post of `measured_post` on a shared BlueFlame register (rung under the
-    // register's lock): measured, no guard.
+    // The post of `measured_post` on a shared BlueFlame register: the same WQE, rung under
+    // the register's lock (377 through the general path before it had a fast path of its
+    // own; issue 29's ambition is 110).
     (
         "post: the same, shared register (locked)",
         "measured_post_shared",
         1.0,
         1,
-        None,
-        None,
+        Some(185),
+        Some(110),
     ),
     // Per completion, polled in bursts of one QP's writes (one poll call each): a plain CQ
     // (measured, no guard: the general path, as before CQE compression) and a compressed
