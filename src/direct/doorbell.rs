@@ -169,14 +169,29 @@ impl Doorbell {
         last_bbs: usize,
         block: &impl Fn(usize) -> *const u8,
     ) {
+        // SAFETY: the caller's contract (as `ring`'s).
+        unsafe {
+            self.under_lock(pi, |offset| {
+                self.write_register(offset, single, last_bbs, block)
+            })
+        }
+    }
+
+    /// The shared register's ring around `write` (which writes the register at the offset
+    /// it is given): the record, then under the register's lock the write and the offset
+    /// flipped for the next ring (rdma-core `post_send_db` with `bf->need_lock`).
+    ///
+    /// # Safety
+    /// `write`'s register stores are valid for the offset it gets (within the register).
+    #[inline(always)]
+    unsafe fn under_lock(&self, pi: u16, write: impl FnOnce(usize)) {
         let Some(reg) = &self.shared else { return };
         barrier::to_device();
         self.record(pi);
         let mut held = reg.lock();
         barrier::wc_start();
         let offset = held.offset();
-        // SAFETY: the caller's contract; the register's offset is 0 or bf_size.
-        unsafe { self.write_register(offset, single, last_bbs, block) };
+        write(offset);
         barrier::wc_flush();
         held.set_offset(offset ^ self.bf_size);
         drop(held);
@@ -216,18 +231,13 @@ impl Doorbell {
     #[inline(never)]
     pub(crate) unsafe fn ring_bf_block_locked(&self, pi: u16, wqe: *const u8) {
         debug_assert!(self.bf_size >= SEND_WQE_BB);
-        let Some(reg) = &self.shared else { return };
-        barrier::to_device();
-        self.record(pi);
-        let mut held = reg.lock();
-        barrier::wc_start();
-        let offset = held.offset();
-        // SAFETY: `wqe` has 64 readable bytes (caller contract); the destination is the first
-        // block of the register's current half (bf_size >= 64), 64-byte aligned.
-        unsafe { copy_block(self.bf_reg.wrapping_add(offset), wqe) };
-        barrier::wc_flush();
-        held.set_offset(offset ^ self.bf_size);
-        drop(held);
+        // SAFETY: the caller's contract: `wqe` has 64 readable bytes; the destination is the
+        // first block of the register's current half (bf_size >= 64), 64-byte aligned.
+        unsafe {
+            self.under_lock(pi, |offset| {
+                copy_block(self.bf_reg.wrapping_add(offset), wqe)
+            })
+        }
     }
 }
 

@@ -24,7 +24,14 @@ impl SendQueue {
     /// Whether the fast path takes an inline write of `len` bytes with `flags`.
     #[inline(always)]
     pub(super) fn fast_inline_applies(&self, len: usize, flags: PostFlags) -> bool {
-        len < self.fast_limit
+        self.inline_applies(self.fast_limit, len, flags)
+    }
+
+    /// Whether a fast path of payload limit `limit` (0: off) takes an inline write of `len`
+    /// bytes with `flags`: room in the ring, no fence, and a signal or credit for it.
+    #[inline(always)]
+    fn inline_applies(&self, limit: usize, len: usize, flags: PostFlags) -> bool {
+        len < limit
             && self.pi != self.limit
             && flags.fence == Fence::None
             && (flags.signaled || self.credit != 0)
@@ -34,10 +41,7 @@ impl SendQueue {
     /// `flags` ([`SendQueue::fast_inline_applies`] for a queue on a shared register).
     #[inline(always)]
     fn shared_inline_applies(&self, len: usize, flags: PostFlags) -> bool {
-        len < self.shared_fast_limit
-            && self.pi != self.limit
-            && flags.fence == Fence::None
-            && (flags.signaled || self.credit != 0)
+        self.inline_applies(self.shared_fast_limit, len, flags)
     }
 
     /// The fast path on a shared BlueFlame register: the same WQE as
@@ -55,12 +59,31 @@ impl SendQueue {
         if !self.shared_inline_applies(data.len(), flags) {
             return false;
         }
+        // SAFETY: a nonzero `shared_fast_limit` says the register is shared with BlueFlame
+        // halves of at least 64 bytes.
+        unsafe { self.push_and_ring(data, remote, cookie, flags, Self::ring_bf_block_shared) };
+        true
+    }
+
+    /// Writes the inline write's WQE and rings it with `ring` (one of the fast paths'
+    /// rings), after the caller checked that its fast path applies.
+    ///
+    /// # Safety
+    /// `ring`'s contract holds for the register: [`SendQueue::ring_bf_block`] on a register
+    /// of the queue's own, [`SendQueue::ring_bf_block_shared`] on a shared one.
+    #[inline(always)]
+    unsafe fn push_and_ring(
+        &mut self,
+        data: &[u8],
+        remote: Remote,
+        cookie: u64,
+        flags: PostFlags,
+        ring: unsafe fn(&mut Self, *const u8),
+    ) {
         debug_assert_eq!(self.pending, 0, "post while a batch is open");
         let block = self.push_inline_write(data, remote, cookie, flags);
-        // SAFETY: `block` holds the WQE just written; a nonzero `shared_fast_limit` says the
-        // register is shared with BlueFlame halves of at least 64 bytes.
-        unsafe { self.ring_bf_block_shared(block) };
-        true
+        // SAFETY: `block` holds the WQE just written; the caller's contract for `ring`.
+        unsafe { ring(self, block) };
     }
 
     /// Writes the WQE of an inline write into the block at the producer index, records it
@@ -160,11 +183,9 @@ impl SendQueue {
         if !self.fast_inline_applies(data.len(), flags) {
             return false;
         }
-        debug_assert_eq!(self.pending, 0, "post while a batch is open");
-        let block = self.push_inline_write(data, remote, cookie, flags);
-        // SAFETY: `block` holds the WQE just written; a nonzero `fast_limit` says the
-        // register has BlueFlame halves of at least 64 bytes.
-        unsafe { self.ring_bf_block(block) };
+        // SAFETY: a nonzero `fast_limit` says the register is the queue's own, with
+        // BlueFlame halves of at least 64 bytes.
+        unsafe { self.push_and_ring(data, remote, cookie, flags, Self::ring_bf_block) };
         true
     }
 
