@@ -56,34 +56,41 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> bool {
-        if !self.shared_inline_applies(data.len(), flags) {
-            return false;
-        }
+        let limit = self.shared_fast_limit;
         // SAFETY: a nonzero `shared_fast_limit` says the register is shared with BlueFlame
         // halves of at least 64 bytes.
-        unsafe { self.push_and_ring(data, remote, cookie, flags, Self::ring_bf_block_shared) };
-        true
+        unsafe {
+            self.fast_inline(
+                limit,
+                (data, remote, cookie, flags),
+                Self::ring_bf_block_shared,
+            )
+        }
     }
 
-    /// Writes the inline write's WQE and rings it with `ring` (one of the fast paths'
-    /// rings), after the caller checked that its fast path applies.
+    /// A fast path of payload limit `limit`: when it applies, writes the inline write's WQE,
+    /// rings it with `ring` (one of the fast paths' rings) and returns true; else does
+    /// nothing and returns false.
     ///
     /// # Safety
-    /// `ring`'s contract holds for the register: [`SendQueue::ring_bf_block`] on a register
-    /// of the queue's own, [`SendQueue::ring_bf_block_shared`] on a shared one.
+    /// A nonzero `limit` means `ring`'s contract holds for the register:
+    /// [`SendQueue::ring_bf_block`] on a register of the queue's own,
+    /// [`SendQueue::ring_bf_block_shared`] on a shared one.
     #[inline(always)]
-    unsafe fn push_and_ring(
+    unsafe fn fast_inline(
         &mut self,
-        data: &[u8],
-        remote: Remote,
-        cookie: u64,
-        flags: PostFlags,
+        limit: usize,
+        (data, remote, cookie, flags): (&[u8], Remote, u64, PostFlags),
         ring: unsafe fn(&mut Self, *const u8),
-    ) {
+    ) -> bool {
+        if !self.inline_applies(limit, data.len(), flags) {
+            return false;
+        }
         debug_assert_eq!(self.pending, 0, "post while a batch is open");
         let block = self.push_inline_write(data, remote, cookie, flags);
         // SAFETY: `block` holds the WQE just written; the caller's contract for `ring`.
         unsafe { ring(self, block) };
+        true
     }
 
     /// Writes the WQE of an inline write into the block at the producer index, records it
@@ -180,13 +187,10 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> bool {
-        if !self.fast_inline_applies(data.len(), flags) {
-            return false;
-        }
+        let limit = self.fast_limit;
         // SAFETY: a nonzero `fast_limit` says the register is the queue's own, with
         // BlueFlame halves of at least 64 bytes.
-        unsafe { self.push_and_ring(data, remote, cookie, flags, Self::ring_bf_block) };
-        true
+        unsafe { self.fast_inline(limit, (data, remote, cookie, flags), Self::ring_bf_block) }
     }
 
     /// The general path of [`SendQueue::write_inline`], kept out of line so that the fast
