@@ -119,6 +119,8 @@ pub struct UdQp {
     /// The groups joined through the connection manager, each with its membership (left
     /// when it is dropped, after the QP detached: field order).
     joins: Vec<(McastGroup, backend::Membership)>,
+    /// The device, for joins.
+    dev: backend::Dev,
 }
 
 /// Which data path runs a UD QP.
@@ -236,6 +238,7 @@ impl Pd {
             odp_refusal: (!self.inner.dev.odp_caps().ud_recv())
                 .then(|| Box::new(RegionCheck::new(self.inner.regions.clone()))),
             joins: Vec::new(),
+            dev: self.inner.dev.backend.clone(),
         })
     }
 }
@@ -456,8 +459,7 @@ impl UdQp {
                 },
             });
         }
-        let dev = self.pd().inner.dev.backend.clone();
-        let (membership, ah, qkey) = dev.join_multicast(local, group)?;
+        let (membership, ah, qkey) = self.dev.join_multicast(local, group)?;
         if qkey != self.qkey {
             return Err(Error::InvalidParameter {
                 what: "Q_Key of the joined group, not this QP's (create the UdQp with it: \
