@@ -138,6 +138,33 @@ pub unsafe fn cqe_comp_caps(ctx: *mut c_void) -> Option<mlx5::CqeCompCaps> {
     })
 }
 
+/// What an mlx5 device reports of on-demand paging for DC (`mlx5dv_query_device` with
+/// `MLX5DV_CONTEXT_MASK_DC_ODP_CAPS`: `dc_odp_caps`, `IBV_ODP_SUPPORT_*` bits); 0 when the
+/// library does not fill it, None without libmlx5 or when the query fails.
+///
+/// # Safety
+/// `ctx` must be a live `ibv_context` of an mlx5 device.
+pub unsafe fn dc_odp_caps(ctx: *mut c_void) -> Option<u32> {
+    let l = lib()?;
+    let mut buf = [0u64; 4 * ffi::MLX5DV_CONTEXT_SIZE / 8];
+    let head = buf.as_mut_ptr().cast::<ffi::mlx5dv_context>();
+    // SAFETY: `buf` is 8-aligned and larger than the head; `comp_mask` is an input.
+    unsafe { (*head).comp_mask = ffi::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS };
+    // SAFETY: live mlx5 context (caller contract); the buffer has the size of the struct
+    // the library writes.
+    if unsafe { (l.query_device)(ctx, head) } != 0 {
+        return None;
+    }
+    // SAFETY: written by the library (or still zero).
+    let out = unsafe { *head };
+    if out.comp_mask & ffi::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS == 0 {
+        return Some(0);
+    }
+    let at = ffi::MLX5DV_CONTEXT_DC_ODP_CAPS_OFFSET;
+    // SAFETY: a 4-byte, 4-aligned word inside `buf` (offset 84 of a 608-byte buffer).
+    Some(unsafe { (buf.as_ptr() as *const u8).add(at).cast::<u32>().read() })
+}
+
 /// A CQ of at least `entries` entries whose CQEs the device compresses with mini-CQEs of
 /// `format` (`mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`), its
 /// completion events on `channel` (an `ibv_comp_channel *`, or null), as an `ibv_cq *`

@@ -89,6 +89,13 @@ pub struct mlx5dv_context {
     pub cqe_comp_caps: mlx5dv_cqe_comp_caps,
 }
 
+/// `MLX5DV_CONTEXT_MASK_DC_ODP_CAPS`: asks `mlx5dv_query_device` for `dc_odp_caps`.
+pub const MLX5DV_CONTEXT_MASK_DC_ODP_CAPS: u64 = 1 << 7;
+
+/// `offsetof(struct mlx5dv_context, dc_odp_caps)` in rdma-core 44 (a `uint32_t`; checked by
+/// `mlx5-hdrcheck`): the members between it and `cqe_comp_caps` are not declared here.
+pub const MLX5DV_CONTEXT_DC_ODP_CAPS_OFFSET: usize = 84;
+
 /// `sizeof(struct mlx5dv_context)` in rdma-core 44 (checked by `mlx5-hdrcheck`); newer
 /// libraries only read and write the members their `comp_mask` bits name.
 pub const MLX5DV_CONTEXT_SIZE: usize = 152;

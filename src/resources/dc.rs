@@ -15,12 +15,14 @@ use crate::direct::SendQueue;
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
 use crate::queue::flags::PostFlags;
+use crate::queue::regions::RegionCheck;
 use crate::queue::registry::Attached;
+use crate::verbs::device::OdpCaps;
 use crate::verbs::ex::VerbsApi;
 use crate::verbs::objects::Timing;
 use mlx5::dc::{DcAddr, AV_BYTES, MAX_DCTN};
 use mlx5::request::Access;
-use mlx5::request::Request;
+use mlx5::request::{Payload, Request, Sge};
 use std::sync::Arc;
 
 /// Where a DCI request goes: a DCT's address vector (the 48-byte `struct mlx5_wqe_av` of an
@@ -217,6 +219,47 @@ pub struct Dci {
     timing: Timing,
     /// A post that finds the DCI in error recovers it first ([`Dci::set_auto_recover`]).
     auto_recover: bool,
+    /// On a device whose DC on-demand paging lacks an operation (`dc_odp_caps`): its caps
+    /// and the domain's regions, to refuse requests with local entries in on-demand or
+    /// dma-buf regions before posting.
+    odp_refusal: Option<Box<(OdpCaps, RegionCheck)>>,
+}
+
+/// Refuses `req` when one of its local entries (gather list, read scatter list, atomic
+/// reply) is in an on-demand or dma-buf region and the device's DC on-demand paging
+/// (`odp`) lacks the request's operation: a ConnectX would fail it with a local protection
+/// error (the kernel's `mlx5_ib_internal_fill_odp_caps` reports `dc_odp_caps` per operation).
+fn dc_odp_refusal(odp: &OdpCaps, regions: &mut RegionCheck, req: &Request<'_>) -> Result<()> {
+    fn sgl_of<'a>(p: &Payload<'a>) -> &'a [Sge] {
+        match *p {
+            Payload::Sgl(s) => s,
+            Payload::Inline(_) => &[],
+        }
+    }
+    let (need, sgl): (u32, &[Sge]) = match req {
+        Request::Send { data } | Request::SendImm { data, .. } | Request::SendInv { data, .. } => {
+            (OdpCaps::SEND, sgl_of(data))
+        }
+        Request::Write { data, .. } | Request::WriteImm { data, .. } => {
+            (OdpCaps::WRITE, sgl_of(data))
+        }
+        Request::Read { sgl, .. } => (OdpCaps::READ, sgl),
+        Request::CompareSwap { local, .. }
+        | Request::FetchAdd { local, .. }
+        | Request::Masked { local, .. } => (OdpCaps::RC_ATOMIC, core::slice::from_ref(local)),
+        _ => return Ok(()),
+    };
+    if odp.dc(need) {
+        return Ok(());
+    }
+    match regions.on_demand(sgl) {
+        Some(lkey) => Err(Error::InvalidParameter {
+            what: "DCI request with a local entry in an on-demand or dma-buf region (lkey): \
+                   the device's DC on-demand paging (dc_odp_caps) lacks this operation",
+            value: lkey as u64,
+        }),
+        None => Ok(()),
+    }
 }
 
 impl core::fmt::Debug for Dci {
@@ -324,6 +367,12 @@ impl Pd {
             caps: QpCaps::default(),
             timing: Timing::default(),
             auto_recover: false,
+            odp_refusal: {
+                let odp = self.inner.dev.odp_caps();
+                let all = OdpCaps::SEND | OdpCaps::WRITE | OdpCaps::READ | OdpCaps::RC_ATOMIC;
+                (!odp.dc(all))
+                    .then(|| Box::new((odp, RegionCheck::new(self.inner.regions.clone()))))
+            },
         }
     }
 
@@ -403,6 +452,9 @@ impl Dci {
     ) -> Result<()> {
         if self.auto_recover && self.in_error() {
             self.recover_before_post()?;
+        }
+        if let Some(r) = self.odp_refusal.as_deref_mut() {
+            dc_odp_refusal(&r.0, &mut r.1, req)?;
         }
         match self.sq.post_dc(&peer.addr, req, cookie, flags) {
             Ok(()) => Ok(()),
@@ -532,6 +584,7 @@ impl Dci {
     pub fn batch(&mut self) -> DciBatch<'_> {
         DciBatch {
             inner: self.sq.batch(),
+            odp_refusal: self.odp_refusal.as_deref_mut(),
         }
     }
 
@@ -645,6 +698,7 @@ impl Drop for Dci {
 #[must_use = "a batch posts nothing until rung"]
 pub struct DciBatch<'a> {
     inner: crate::direct::Batch<'a>,
+    odp_refusal: Option<&'a mut (OdpCaps, RegionCheck)>,
 }
 
 impl DciBatch<'_> {
@@ -659,6 +713,9 @@ impl DciBatch<'_> {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
+        if let Some(r) = self.odp_refusal.as_deref_mut() {
+            dc_odp_refusal(&r.0, &mut r.1, req)?;
+        }
         self.inner.push_dc(&peer.addr, req, cookie, flags)
     }
 

@@ -93,6 +93,9 @@ pub struct OdpCaps {
     /// `mlx5_ib_internal_fill_odp_caps` gives a ConnectX's as SEND, and SRQ_RECV where the
     /// firmware has it: never RECV).
     pub ud: u32,
+    /// The same bits for DC (mlx5 only: `mlx5dv_query_device`'s `dc_odp_caps`, which the
+    /// kernel fills from the device's DC ODP capabilities; 0 where the device reports none).
+    pub dc: u32,
 }
 
 impl OdpCaps {
@@ -120,6 +123,19 @@ impl OdpCaps {
     pub const SEND: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SEND.0;
     /// `IBV_ODP_SUPPORT_RECV`.
     pub const RECV: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_RECV.0;
+
+    /// `IBV_ODP_SUPPORT_SRQ_RECV`.
+    pub const SRQ_RECV: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SRQ_RECV.0;
+    /// `IBV_ODP_SUPPORT_WRITE`.
+    pub const WRITE: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_WRITE.0;
+    /// `IBV_ODP_SUPPORT_READ`.
+    pub const READ: u32 = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_READ.0;
+
+    /// Whether a DC initiator's requests of `need` (the `IBV_ODP_SUPPORT_*` bit of their
+    /// operation: SEND, WRITE, READ, ATOMIC) may name on-demand regions locally.
+    pub fn dc(&self, need: u32) -> bool {
+        self.general & OdpCaps::SUPPORT != 0 && self.dc & need == need
+    }
 
     /// Whether a UD QP's receive queue may take receives into an on-demand region.
     pub fn ud_recv(&self) -> bool {
@@ -372,6 +388,8 @@ impl Context {
             general: out.odp_caps.general_caps,
             rc: out.odp_caps.per_transport_caps.rc_odp_caps,
             ud: out.odp_caps.per_transport_caps.ud_odp_caps,
+            // Not in verbs: the mlx5 device's own query fills it (`crate::dv::dc_odp_caps`).
+            dc: 0,
         }
     }
 
@@ -463,6 +481,7 @@ mod tests {
             general: OdpCaps::SUPPORT | OdpCaps::IMPLICIT,
             rc: all,
             ud: OdpCaps::SEND | OdpCaps::RECV,
+            dc: OdpCaps::SEND | OdpCaps::WRITE,
         };
         assert!(full.rc(true) && full.implicit());
         // rc bits without the general bit (or the reverse) are no support.
@@ -470,16 +489,21 @@ mod tests {
             general: 0,
             rc: all,
             ud: 0,
+            dc: all,
         }
         .rc(false));
         let no_atomic = OdpCaps {
             general: OdpCaps::SUPPORT,
             rc: OdpCaps::RC_BASIC,
             ud: OdpCaps::SEND,
+            dc: 0,
         };
         assert!(no_atomic.rc(false) && !no_atomic.rc(true) && !no_atomic.implicit());
         assert!(!OdpCaps::default().rc(false));
         // UD receives need the UD receive bit (a ConnectX reports UD sends only).
         assert!(full.ud_recv() && !no_atomic.ud_recv());
+        // DC: each operation its own bit, and the general bit.
+        assert!(full.dc(OdpCaps::SEND) && full.dc(OdpCaps::WRITE) && !full.dc(OdpCaps::READ));
+        assert!(!no_atomic.dc(OdpCaps::SEND));
     }
 }

@@ -131,9 +131,10 @@ fn on_demand_regions_work_and_prefetch_checks_like_the_kernel() {
 #[test]
 fn a_nic_without_on_demand_paging_refuses_it_with_a_typed_error() {
     let dev = sim();
-    dev.nic()
-        .unwrap()
-        .set_memory_caps(mlx5::sim::MemoryCaps { odp: false });
+    dev.nic().unwrap().set_memory_caps(mlx5::sim::MemoryCaps {
+        odp: false,
+        ..Default::default()
+    });
     assert_eq!(dev.odp_caps(), OdpCaps::default());
     let pd = dev.alloc_pd().unwrap();
     match pd.register(vec![0u8; 64], Access::LOCAL_WRITE | Access::ON_DEMAND) {

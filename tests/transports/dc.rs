@@ -1033,3 +1033,67 @@ fn an_auto_recovering_dci_refuses_posts_until_its_flushes_are_polled_then_goes_o
     assert_eq!(s.byte(40), b'E');
     quiet(&s.dev, &mut s.cq);
 }
+
+/// On a device whose DC on-demand paging lacks the operations (`dc_odp_caps` 0, while RC has
+/// them), a DCI request with a local entry in an on-demand region is refused before posting,
+/// naming the region's lkey, in a post and in a batch; a pinned region's goes. With DC
+/// on-demand paging (a ConnectX-6's default), the same request posts and completes.
+#[test]
+fn a_dci_refuses_on_demand_regions_its_device_cannot_page() {
+    for dc_odp in [false, true] {
+        let dev = Device::sim_stepped();
+        dev.nic()
+            .unwrap()
+            .set_memory_caps(mlx5::sim::MemoryCaps { odp: true, dc_odp });
+        assert_eq!(dev.odp_caps().dc != 0, dc_odp);
+        let pd = dev.alloc_pd().unwrap();
+        let tcq = dev.create_cq(16).unwrap();
+        let srq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+        let dct = pd.create_dct(&tcq, &srq, 7, DCT_ALL).unwrap();
+        let target = pd.alloc_mr(4096, ALL).unwrap();
+        let mut cq = dev.create_cq(16).unwrap();
+        let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+        let odp = pd
+            .register(vec![5u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND)
+            .unwrap();
+        let pinned = pd.alloc_mr(4096, ALL).unwrap();
+        let peer = dct.peer().unwrap();
+        let fl = PostFlags::SIGNALED;
+        let from_odp = [odp.sge(0, 16).unwrap()];
+        let r = dci
+            .to(&peer)
+            .write(&from_odp, target.remote(0).unwrap(), 1, fl);
+        let mut batch = dci.batch();
+        let b = batch.push(
+            &peer,
+            &Request::Write {
+                remote: target.remote(0).unwrap(),
+                data: Payload::Sgl(&from_odp),
+            },
+            2,
+            fl,
+        );
+        drop(batch);
+        if dc_odp {
+            r.unwrap();
+            b.unwrap();
+        } else {
+            for e in [r.unwrap_err(), b.unwrap_err()] {
+                assert!(
+                    matches!(e, Error::InvalidParameter { value, .. } if value == odp.lkey() as u64),
+                    "{e:?}"
+                );
+            }
+        }
+        dci.to(&peer)
+            .write(
+                &[pinned.sge(0, 16).unwrap()],
+                target.remote(64).unwrap(),
+                3,
+                fl,
+            )
+            .unwrap();
+        let got = wait(&dev, &mut cq, if dc_odp { 2 } else { 1 });
+        assert!(got.iter().all(|c| c.is_ok()), "{got:?}");
+    }
+}

@@ -671,6 +671,8 @@ mod dv_layout {
                 "offsetof(mlx5dv_context, flags)", "sizeof(mlx5dv_context.flags)",
                 "offsetof(mlx5dv_context, comp_mask)", "sizeof(mlx5dv_context.comp_mask)",
                 "offsetof(mlx5dv_context, cqe_comp_caps)", "sizeof(mlx5dv_context.cqe_comp_caps)",
+                "offsetof(mlx5dv_context, dc_odp_caps)", "sizeof(mlx5dv_context.dc_odp_caps)",
+                "MLX5DV_CONTEXT_MASK_DC_ODP_CAPS",
             ];
         };
     }
@@ -754,6 +756,16 @@ mod dv_layout {
             value("sizeof(struct mlx5dv_context)")
         );
         assert!(size_of::<ffi::mlx5dv_context>() <= ffi::MLX5DV_CONTEXT_SIZE);
+        // `dc_odp_caps` is read at its offset (the members before it are not declared).
+        assert_eq!(
+            ffi::MLX5DV_CONTEXT_DC_ODP_CAPS_OFFSET as u64,
+            value("offsetof(mlx5dv_context, dc_odp_caps)")
+        );
+        assert_eq!(4, value("sizeof(mlx5dv_context.dc_odp_caps)"));
+        assert_eq!(
+            ffi::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS,
+            value("MLX5DV_CONTEXT_MASK_DC_ODP_CAPS")
+        );
     }
 
     #[test]

@@ -23,11 +23,17 @@ use std::collections::HashMap;
 pub struct MemoryCaps {
     /// Explicit on-demand paging for RC (`IBV_ODP_SUPPORT` and the RC bits).
     pub odp: bool,
+    /// On-demand paging for DC too (`mlx5dv_context.dc_odp_caps`: send, write, read,
+    /// atomic, SRQ receive), as a ConnectX-6 reports it; with `odp` only.
+    pub dc_odp: bool,
 }
 
 impl Default for MemoryCaps {
     fn default() -> Self {
-        MemoryCaps { odp: true }
+        MemoryCaps {
+            odp: true,
+            dc_odp: true,
+        }
     }
 }
 

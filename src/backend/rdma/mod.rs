@@ -150,7 +150,11 @@ impl RdmaDev {
         } else {
             path
         };
-        let attrs = ctx.attrs()?;
+        let mut attrs = ctx.attrs()?;
+        if mlx5 {
+            // SAFETY: a live context of an mlx5 device.
+            attrs.odp.dc = unsafe { crate::dv::dc_odp_caps(ctx.ctx.cast()) }.unwrap_or(0);
+        }
         let cqe_comp = if path == DataPath::Direct {
             // SAFETY: a live context of an mlx5 device (the direct path runs only there).
             unsafe { crate::dv::cqe_comp_caps(ctx.ctx.cast()) }

@@ -29,12 +29,18 @@ pub(super) fn describe(n: &Nic) -> String {
 /// The NIC's `MemoryCaps` in the bits of `ibv_query_device_ex`'s `odp_caps`.
 pub(super) fn odp_caps(n: &Nic) -> crate::verbs::device::OdpCaps {
     use crate::verbs::device::OdpCaps;
-    if n.memory_caps().odp {
+    let caps = n.memory_caps();
+    if caps.odp {
         OdpCaps {
             general: OdpCaps::SUPPORT,
             rc: OdpCaps::RC_BASIC | OdpCaps::RC_ATOMIC,
             // As a ConnectX (`mlx5_ib_internal_fill_odp_caps`): UD sends only.
             ud: OdpCaps::SEND,
+            dc: if caps.dc_odp {
+                OdpCaps::RC_BASIC | OdpCaps::RC_ATOMIC | OdpCaps::SRQ_RECV
+            } else {
+                0
+            },
         }
     } else {
         OdpCaps::default()
