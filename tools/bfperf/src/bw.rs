@@ -179,8 +179,15 @@ pub(crate) fn tally(
     }
 }
 
+/// perftest's "MB" of its bandwidth columns: 2^20 bytes (`MEGA` in perftest's
+/// `perftest_parameters.h`, the `format_factor` of `print_report_bw` without
+/// `--report_gbits`).
+pub(crate) const PERFTEST_MB: f64 = 1_048_576.0;
+
 /// The result of a bandwidth run of `total` requests of `size` bytes whose measured part
-/// (past `warmup`) took `secs`: the average, and the peak over a tenth of the `stamps`.
+/// (past `warmup`) took `secs`: the average, and the peak over a tenth of the `stamps`, in
+/// perftest's MB/sec ([`PERFTEST_MB`] bytes per second); the message rate in millions per
+/// second (perftest's Mpps).
 pub(crate) fn result(
     total: u64,
     warmup: u64,
@@ -189,7 +196,7 @@ pub(crate) fn result(
     stamps: &[(Instant, u64)],
 ) -> BwResult {
     let measured = (total - warmup.min(total)).max(1);
-    let avg = measured as f64 * size as f64 / secs / 1e6;
+    let avg = measured as f64 * size as f64 / secs / PERFTEST_MB;
     let window = (stamps.len() / 10).max(1);
     let mut peak = avg;
     for w in stamps.windows(window + 1) {
@@ -197,7 +204,7 @@ pub(crate) fn result(
         let (t1, n1) = w[window];
         let dt = (t1 - t0).as_secs_f64();
         if dt > 0.0 {
-            peak = peak.max((n1 - n0) as f64 * size as f64 / dt / 1e6);
+            peak = peak.max((n1 - n0) as f64 * size as f64 / dt / PERFTEST_MB);
         }
     }
     BwResult {
@@ -277,5 +284,20 @@ pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwRes
             sync(&mut stream)?;
             Ok(Some(r))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// perftest's unit: 1000 messages of 1 MiB in one second are 1000 MB/sec (2^20-byte
+    /// MB), not 1048.576; the message rate is in millions per second.
+    #[test]
+    fn bandwidth_is_in_perftests_mb_and_the_rate_in_mpps() {
+        let r = result(1000, 0, 1 << 20, 1.0, &[]);
+        assert!((r.avg - 1000.0).abs() < 1e-9, "{}", r.avg);
+        assert!((r.peak - 1000.0).abs() < 1e-9, "{}", r.peak);
+        assert!((r.mpps - 0.001).abs() < 1e-12, "{}", r.mpps);
     }
 }
