@@ -24,7 +24,40 @@ pub fn all() -> Vec<Case> {
         ),
         check("teardown_with_outstanding_work", teardown),
         check("write_pingpong_both_ways", pingpong),
+        check("what_the_model_lacks_is_refused_typed", refused_typed),
     ]
+}
+
+/// What the model does not have reaches the caller as typed refusals: on-demand paging
+/// (no ODP capabilities: `Capability::OnDemandPaging`, implicit too) and dma-buf
+/// registration (no ioctl framework, `ENOTTY` from `ibv_reg_dmabuf_mr`:
+/// `Capability::DmaBuf`).
+fn refused_typed(dev: &Device) -> Result<(), String> {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    let pd = dev.alloc_pd().map_err(|e| e.to_string())?;
+    match pd.register(vec![0u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND) {
+        Err(Refused {
+            error: Error::Capability(Capability::OnDemandPaging),
+            ..
+        }) => {}
+        other => return Err(format!("on-demand region: {other:?}")),
+    }
+    // SAFETY: local write only; refused (nothing registered).
+    match unsafe { pd.register_implicit_odp(Access::LOCAL_WRITE) } {
+        Err(Error::Capability(Capability::ImplicitOnDemandPaging)) => {}
+        other => return Err(format!("implicit on-demand: {other:?}")),
+    }
+    // SAFETY: memfd_create with a valid C string; the descriptor is owned from here on.
+    let fd = unsafe { libc::memfd_create(c"provider-dmabuf".as_ptr(), 0) };
+    if fd < 0 {
+        return Err("memfd_create".into());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    match pd.register_dmabuf(fd.as_fd(), 0, 4096, 0x10000, Access::LOCAL_WRITE) {
+        Err(Error::Capability(Capability::DmaBuf)) => Ok(()),
+        other => Err(format!("dma-buf: {other:?}")),
+    }
 }
 
 /// A ping-pong of RDMA writes, perftest's `ib_write_lat` pattern: each side waits for the

@@ -300,7 +300,15 @@ impl Pd {
     ) -> Result<(Mr, crate::backend::spec::MrInfo)> {
         match Mr::register_dmabuf(self.pd.clone(), offset, len, iova, fd, access) {
             Ok(mr) => Ok(made(mr)),
-            Err(e) if e.source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            // EOPNOTSUPP: the provider has no dma-buf registration; ENOTTY: the kernel has no
+            // ioctl framework (rdma-core's `ibv_cmd_reg_dmabuf_mr` has no write fallback);
+            // EPROTONOSUPPORT: the kernel lacks the method.
+            Err(e)
+                if matches!(
+                    e.source.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EPROTONOSUPPORT)
+                ) =>
+            {
                 Err(Error::Capability(Capability::DmaBuf))
             }
             Err(e) => Err(e.into()),
