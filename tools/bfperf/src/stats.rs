@@ -19,19 +19,38 @@ pub struct Summary {
     pub p999: f64,
 }
 
-/// Summarises samples given in nanoseconds (sorted in place).
+/// perftest's `LAT_MEASURE_TAIL`: the two largest samples are left out of the median, mean,
+/// deviation and percentiles (`print_report_lat` sorts the samples, then shortens the count
+/// by two).
+pub const TAIL: usize = 2;
+
+/// Summarises samples given in nanoseconds (sorted in place) as perftest's
+/// `print_report_lat` does: sorted, the [`TAIL`] largest left out (kept when there are no
+/// more than that), the median as perftest's `get_median` (the mean of the two middle ones
+/// when the count is even), t_max perftest's `delta[measure_cnt]` (the smaller
+/// of the two left out), and the percentiles at index
+/// `ceil(count * p)`. The deviation is computed in floating point (perftest truncates each
+/// difference to an integer number of microseconds).
 pub fn summarize(ns: &mut [f64]) -> Summary {
     assert!(!ns.is_empty(), "no samples");
     ns.sort_by(f64::total_cmp);
     let us = |v: f64| v / 1000.0;
-    let n = ns.len();
-    let pct = |p: f64| ns[(((n as f64) * p).ceil() as usize).clamp(1, n) - 1];
-    let avg = ns.iter().sum::<f64>() / n as f64;
-    let var = ns.iter().map(|v| (v - avg) * (v - avg)).sum::<f64>() / n as f64;
+    let all = ns.len();
+    let n = if all > TAIL { all - TAIL } else { all };
+    let kept = &ns[..n];
+    let at = |i: usize| ns[i.min(all - 1)];
+    let pct = |p: f64| at(((n as f64) * p).ceil() as usize);
+    let median = if n >= 2 && (n - 1) % 2 != 0 {
+        (kept[n / 2] + kept[n / 2 - 1]) / 2.0
+    } else {
+        kept[n / 2]
+    };
+    let avg = kept.iter().sum::<f64>() / n as f64;
+    let var = kept.iter().map(|v| (v - avg) * (v - avg)).sum::<f64>() / n as f64;
     Summary {
         min: us(ns[0]),
-        max: us(ns[n - 1]),
-        typical: us(ns[n / 2]),
+        max: us(at(n)),
+        typical: us(median),
         avg: us(avg),
         stdev: us(var.sqrt()),
         p99: us(pct(0.99)),
@@ -110,16 +129,25 @@ mod tests {
         );
     }
 
+    /// perftest's `print_report_lat` on 1..=1000 us: 998 samples kept (the two largest
+    /// left out), median (499 + 500) / 2, t_max `delta[998]` = 999, p99 `delta[989]` = 990,
+    /// p99.9 `delta[998]` = 999, mean 499.5.
     #[test]
-    fn percentiles_and_moments() {
+    fn percentiles_and_moments_as_perftest() {
         let mut v: Vec<f64> = (1..=1000).map(|i| i as f64 * 1000.0).collect();
         let s = summarize(&mut v);
-        assert_eq!((s.min, s.max), (1.0, 1000.0));
-        assert_eq!(s.typical, 501.0);
+        assert_eq!((s.min, s.max), (1.0, 999.0));
+        assert_eq!(s.typical, 499.5);
         assert_eq!(s.p99, 990.0);
         assert_eq!(s.p999, 999.0);
-        assert!((s.avg - 500.5).abs() < 1e-9);
-        assert!((s.stdev - 288.675).abs() < 1e-3);
+        assert!((s.avg - 499.5).abs() < 1e-9);
+        assert!((s.stdev - 288.0972).abs() < 1e-3, "{}", s.stdev);
+        // An odd count keeps the middle sample; two or fewer samples are all kept.
+        let mut odd: Vec<f64> = (1..=5).map(|i| i as f64 * 1000.0).collect();
+        assert_eq!(summarize(&mut odd).typical, 2.0);
+        let mut two = vec![1000.0, 3000.0];
+        let t = summarize(&mut two);
+        assert_eq!((t.min, t.max, t.typical), (1.0, 3.0, 2.0));
     }
 }
 
