@@ -91,7 +91,17 @@ fn main() {
         Some("deps") => deps(),
         Some("memcheck") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let bins = (deps() == 0).then(|| test_executables(&cargo)).flatten();
+            // The kernel model the provider binary runs under (the test stage builds it
+            // in the provider stage, before memcheck).
+            let model = || {
+                run(
+                    "build the kernel model",
+                    Command::new(&cargo).args(["build", "-p", "kernel-model", "--locked"]),
+                )
+            };
+            let bins = (deps() == 0 && model())
+                .then(|| test_executables(&cargo))
+                .flatten();
             if bins.is_some_and(|b| memcheck::stage(&b)) {
                 0
             } else {

@@ -1,6 +1,7 @@
 //! The memcheck stage of `cargo xtask test`: the direct-path, event and memory tests (modules
 //! of the `direct`, `events`, `memory` and `conformance` test binaries, one valgrind run per
-//! binary) under valgrind's memcheck, failing on any invalid read or write, use of
+//! binary), and the provider stage's cases over rdma-core's own libmlx5 (the kernel model
+//! preloaded), under valgrind's memcheck, failing on any invalid read or write, use of
 //! uninitialised memory or bad free (`--error-exitcode`), as well as on a failing test.
 //!
 //! A subset that fits the CI budget (about 4 minutes here): the thread-mode ping-pong is
@@ -122,10 +123,73 @@ pub fn stage(bins: &[(String, String)]) -> bool {
         );
         ok &= passed;
     }
+    ok &= provider(bins);
     eprintln!(
         "xtask: memcheck stage: {} binaries in {:.1} s",
-        SUBSET.len(),
+        SUBSET.len() + 1,
         start.elapsed().as_secs_f64()
     );
     ok
+}
+
+/// The provider stage's binary under memcheck, the kernel model preloaded (the production
+/// route: rdma-core's libibverbs and libmlx5, the crate over the rings they allocated, the
+/// software NIC behind the model): the scenarios, the specification checks, the
+/// provider-only checks, user memory and UD (the event cases and the differential runs
+/// left out: their code is the same and their waits are long at valgrind's speed). Fails
+/// when the binary reports no case (no `mlx5_0`: the preload did not take).
+fn provider(bins: &[(String, String)]) -> bool {
+    let Some((_, exe)) = bins.iter().find(|(n, _)| n == "provider") else {
+        eprintln!("xtask: memcheck: no test binary provider");
+        return false;
+    };
+    let Some(lib) = std::path::Path::new(exe)
+        .parent()
+        .and_then(std::path::Path::parent)
+        .map(|d| d.join("libkernel_model.so"))
+        .filter(|p| p.exists())
+    else {
+        eprintln!("xtask: memcheck provider: libkernel_model.so not built (cargo xtask provider builds it)");
+        return false;
+    };
+    let t = Instant::now();
+    let out = Command::new("valgrind")
+        .args([
+            "--tool=memcheck",
+            "-q",
+            "--error-exitcode=99",
+            "--leak-check=no",
+            "--track-origins=no",
+            "--fair-sched=yes",
+        ])
+        .arg(exe)
+        .args(["scenario::", "spec::", "provider::", "memory::", "ud::"])
+        .env("LD_PRELOAD", &lib)
+        .env_remove("SYSFS_PATH")
+        .env_remove("BLUEFLAME_DEVICE")
+        .current_dir(crate::shell::root())
+        .output();
+    let passed = match out {
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            eprint!("{}", String::from_utf8_lossy(&o.stderr));
+            let summary = text
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("provider stage: "))
+                .unwrap_or("no summary line");
+            eprintln!("xtask: memcheck provider: {summary}");
+            o.status.success() && summary.ends_with(" 0 failed") && !summary.contains(": 0 passed")
+        }
+        Err(e) => {
+            eprintln!("xtask: memcheck provider: cannot run valgrind: {e}");
+            false
+        }
+    };
+    eprintln!(
+        "xtask: memcheck provider: {} in {:.1} s",
+        if passed { "clean" } else { "FAILED" },
+        t.elapsed().as_secs_f64()
+    );
+    passed
 }
