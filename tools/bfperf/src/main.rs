@@ -149,6 +149,9 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         );
         match t {
             Test::Lat(..) => println!("{}", stats::HEADER),
+            Test::Bw(..) if o.gbits => println!(
+                " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+            ),
             Test::Bw(..) => println!(
                 " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
             ),
@@ -313,9 +316,19 @@ fn report_bw(
             o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o), o.connection.name()
         );
     } else {
+        // perftest's --report_gbits: bits per second over 10^9 (MB/s is 2^20 bytes).
+        let unit = if o.gbits {
+            bw::PERFTEST_MB * 8.0 / 1e9
+        } else {
+            1.0
+        };
         println!(
             " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-            size, o.iters, r.peak, r.avg, r.mpps
+            size,
+            o.iters,
+            r.peak * unit,
+            r.avg * unit,
+            r.mpps
         );
     }
     Ok(())

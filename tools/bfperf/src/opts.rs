@@ -27,6 +27,8 @@ pub struct Opts {
     pub path: Option<String>,
     /// One JSON object per line.
     pub json: bool,
+    /// Bandwidth tables in Gb/s (perftest's `--report_gbits`).
+    pub gbits: bool,
     /// Serve on `--port` (the client side connects).
     pub server: bool,
     /// Connect to this host's bfperf server.
@@ -98,6 +100,7 @@ impl Default for Opts {
             all: false,
             path: None,
             json: false,
+            gbits: false,
             server: false,
             client: None,
             port: 18515,
@@ -141,6 +144,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
       --json              one JSON object per result line (fields below)
+      --report_gbits      bandwidth tables in Gb/s (10^9 bits) instead of MB/s (2^20 bytes),
+                          as perftest's --report_gbits (JSON and CSV keep MB/s)
       --csv FILE          also write the results to FILE as CSV, one row per size (columns below)
       --plot FILE.svg     latency tests: draw the latency histogram (with -a: FILE-SIZE.svg per size)
 
@@ -210,6 +215,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--client" => o.client = Some(val(a)?),
             "-p" | "--port" => o.port = num(a, val(a)?)?,
             "--json" => o.json = true,
+            "--report_gbits" | "--report-gbits" => o.gbits = true,
             "--csv" => o.csv = Some(val(a)?.into()),
             "--plot" => o.plot = Some(val(a)?.into()),
             "--write-with-imm" | "--write_with_imm" => o.write_imm = true,

@@ -32,3 +32,24 @@ fn a_missing_or_unknown_test_is_a_usage_error() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("usage: bfperf"));
     }
 }
+
+/// perftest's `--report_gbits`: the bandwidth columns in Gb/s, the header saying so.
+#[test]
+fn report_gbits_prints_bandwidth_in_gigabits() {
+    let out = bfperf(&[
+        "write-bw",
+        "-d",
+        "sim",
+        "-s",
+        "4096",
+        "-n",
+        "200",
+        "--warmup",
+        "10",
+        "--report_gbits",
+    ]);
+    assert!(out.status.success(), "{:?}", out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("BW average[Gb/sec]"), "{text}");
+    assert!(!text.contains("MB/sec"), "{text}");
+}
