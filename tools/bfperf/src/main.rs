@@ -169,7 +169,9 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             }
         },
     };
-    let sweep = o.all && !o.server && o.client.is_none(); // both sides here: every size runs
+    // With -a every size runs, in one process or across two (one connection per size: the
+    // server listens again, the client dials again, both walking the same sizes).
+    let sweep = o.all;
     let progress = progress::Progress::new(sizes.len(), sweep);
     for (i, &size) in sizes.iter().enumerate() {
         progress.step(i, size);
@@ -199,9 +201,6 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                     report_bw(o, name, size, &r, csv.as_mut(), &progress)?;
                 }
             }
-        }
-        if o.all && (o.server || o.client.is_some()) {
-            break; // one size per connection in server/client mode
         }
     }
     progress.clear();

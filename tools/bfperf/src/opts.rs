@@ -127,7 +127,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -l, --post-list N       requests per doorbell in bandwidth tests (default 1)
   -t, --tx-depth N        outstanding requests in bandwidth tests (default 128)
       --pin CORE          pin the measuring thread
-  -a, --all               sizes 2 .. 8388608
+  -a, --all               sizes 2 .. 8388608 (across two processes too: one connection
+                          per size; both sides must give -a, a peer on another size is refused)
       --path direct|verbs|auto   data path on rdma-core devices
       --atomic fa|cs      atomic of atomic-lat (default fa)
       --write-with-imm    write-lat with RDMA write with immediate (a receive completion per message)

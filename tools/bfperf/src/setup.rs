@@ -147,7 +147,6 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             s.write_all(&ours.encode()?).map_err(blueflame::Error::Io)?;
             (Exchange::read_from(&mut s)?, s)
         };
-        qa.connect(theirs.endpoint)?;
         let peer = *theirs
             .buffers
             .first()
@@ -155,6 +154,15 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
                 what: "peer buffers",
                 value: 0,
             })?;
+        // Both sides size their buffer from the message size: another length is a peer
+        // running another size (other -s, or -a on one side only), said rather than hung.
+        if peer.len != mra.len() as u64 {
+            return Err(blueflame::Error::InvalidParameter {
+                what: "the peer's buffer length: it runs another message size (-s / -a must match)",
+                value: peer.len,
+            });
+        }
+        qa.connect(theirs.endpoint)?;
         let s = Side {
             dev: dev.clone(),
             qp: qa,
