@@ -82,6 +82,21 @@ const SUBSET: &[Entry] = &[
     ),
 ];
 
+/// valgrind's options for every run: memcheck, quiet, exit code 99 on an error, no leak
+/// check, no origin tracking, fair scheduling. Valgrind runs one thread at a time; its
+/// default lock hands the CPU back to the thread that just let it go, so a test spinning on a
+/// CQ starved the thread-mode software NIC (72 s instead of 2 s for the scenarios under
+/// --tool=none, and past their 20 s waits under memcheck). Fair scheduling hands it round in
+/// turn, as a kernel would.
+const VALGRIND: [&str; 6] = [
+    "--tool=memcheck",
+    "-q",
+    "--error-exitcode=99",
+    "--leak-check=no",
+    "--track-origins=no",
+    "--fair-sched=yes",
+];
+
 /// Runs the subset of `bins` (the workspace's test executables, [`crate::test_executables`])
 /// under memcheck; false when a binary is missing, a test fails or memcheck reports an error.
 pub fn stage(bins: &[(String, String)]) -> bool {
@@ -95,21 +110,7 @@ pub fn stage(bins: &[(String, String)]) -> bool {
         };
         let t = Instant::now();
         let mut cmd = Command::new("valgrind");
-        cmd.args([
-            "--tool=memcheck",
-            "-q",
-            "--error-exitcode=99",
-            "--leak-check=no",
-            "--track-origins=no",
-            // Valgrind runs one thread at a time; its default lock hands the CPU back to
-            // the thread that just let it go, so a test spinning on a CQ starved the
-            // thread-mode software NIC (72 s instead of 2 s for the scenarios under
-            // --tool=none, and past their 20 s waits under memcheck). Fair scheduling
-            // hands it round in turn, as a kernel would.
-            "--fair-sched=yes",
-        ])
-        .arg(exe)
-        .arg("--test-threads=1");
+        cmd.args(VALGRIND).arg(exe).arg("--test-threads=1");
         cmd.args(modules.iter().map(|m| format!("{m}::")));
         for s in skips {
             cmd.args(["--skip", s]);
@@ -154,14 +155,7 @@ fn provider(bins: &[(String, String)]) -> bool {
     };
     let t = Instant::now();
     let out = Command::new("valgrind")
-        .args([
-            "--tool=memcheck",
-            "-q",
-            "--error-exitcode=99",
-            "--leak-check=no",
-            "--track-origins=no",
-            "--fair-sched=yes",
-        ])
+        .args(VALGRIND)
         .arg(exe)
         .args(["scenario::", "spec::", "provider::", "memory::", "ud::"])
         .env("LD_PRELOAD", &lib)
