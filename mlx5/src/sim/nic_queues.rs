@@ -65,9 +65,25 @@ impl Nic {
     /// # Errors
     /// [`SimError::CqeCompression`]; [`SimError::NoCq`].
     pub fn compress_cq(&self, cqn: u32, format: crate::cqe::MiniCqeFormat) -> Result<(), SimError> {
-        let caps = self.cqe_comp_caps();
         let size = self.st().cqs.get(&cqn).map(|c| c.cqe_size);
-        let cqe_size = size.ok_or(SimError::NoCq(cqn))?;
+        let max_num = self.compression_allowed(format, size.ok_or(SimError::NoCq(cqn))?)?;
+        let mut st = self.st();
+        st.cqs
+            .get_mut(&cqn)
+            .ok_or(SimError::NoCq(cqn))?
+            .compress(format, max_num);
+        Ok(())
+    }
+
+    /// The longest session a CQ of `cqe_size`-byte entries compressing with `format` gets,
+    /// or the refusal when [`NicView::cqe_comp_caps`](super::NicView::cqe_comp_caps) does
+    /// not allow it (rdma-core's test in `create_cq`).
+    fn compression_allowed(
+        &self,
+        format: crate::cqe::MiniCqeFormat,
+        cqe_size: u32,
+    ) -> Result<u32, SimError> {
+        let caps = self.cqe_comp_caps();
         if !caps.supports(format, cqe_size) {
             return Err(SimError::CqeCompression {
                 format,
@@ -75,10 +91,7 @@ impl Nic {
                 caps,
             });
         }
-        if let Some(cq) = self.st().cqs.get_mut(&cqn) {
-            cq.compress(format, caps.max_num);
-        }
-        Ok(())
+        Ok(caps.max_num)
     }
 
     /// Creates a CQ as [`Nic::create_cq`] that compresses runs of completions into
@@ -94,17 +107,11 @@ impl Nic {
         cqe_size: u32,
         format: crate::cqe::MiniCqeFormat,
     ) -> Result<RawCq, SimError> {
-        let caps = self.cqe_comp_caps();
-        if !caps.supports(format, cqe_size) {
-            return Err(SimError::CqeCompression {
-                format,
-                cqe_size,
-                caps,
-            });
-        }
+        // Refused before a CQ exists.
+        let max_num = self.compression_allowed(format, cqe_size)?;
         let raw = self.create_cq(cqe_cnt, cqe_size)?;
         if let Some(cq) = self.st().cqs.get_mut(&raw.cqn) {
-            cq.compress(format, caps.max_num);
+            cq.compress(format, max_num);
         }
         Ok(raw)
     }
