@@ -124,9 +124,9 @@ unsafe fn create_cq_with(
     } else {
         None
     };
-    f.cq_handles.insert(raw.cqn, user);
     let h = f.add(Obj::Cq(Cq {
         cqn: raw.cqn,
+        user,
         channel,
     }));
     let resp = ib_uverbs_create_cq_resp {
@@ -159,7 +159,6 @@ pub(super) unsafe fn destroy_cq(nic: &Nic, f: &mut File, call: &mut Call<'_>) ->
     let (cqn, channel) = (cq.cqn, cq.channel);
     nic.destroy_cq(cqn).map_err(|_| libc::EBUSY)?;
     f.objs.remove(&c.cq_handle);
-    f.cq_handles.remove(&cqn);
     let resp = ib_uverbs_destroy_cq_resp {
         comp_events_reported: channel.map_or(0, |fd| events::reported(fd, Subject::Cq(cqn))),
         async_events_reported: f

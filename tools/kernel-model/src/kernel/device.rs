@@ -20,7 +20,7 @@ use mlx5::sim::{Nic, PORT_LID};
 /// As [`super::command`]'s calls.
 pub(super) unsafe fn get_context(f: &mut File, call: &mut Call<'_>) -> Result<(), c_int> {
     use abi::*;
-    if f.ucontext {
+    if f.has_context() {
         return Err(libc::EINVAL);
     }
     // SAFETY: the caller's contract.
@@ -38,7 +38,6 @@ pub(super) unsafe fn get_context(f: &mut File, call: &mut Call<'_>) -> Result<()
     f.tot_bfregs = tot;
     f.low_lat = req.num_low_latency_bfregs;
     f.bfreg_count = vec![0; tot as usize];
-    f.ucontext = true;
     let resp = ib_uverbs_get_context_resp {
         async_fd: fd as u32,
         num_comp_vectors: 1,

@@ -78,7 +78,7 @@ pub(crate) fn mmap(fd: c_int, len: usize, off: libc::off_t) -> *mut libc::c_void
     let Some(f) = k.files.get_mut(&fd) else {
         return fail(libc::EBADF);
     };
-    if !f.ucontext {
+    if !f.has_context() {
         return fail(libc::EINVAL);
     }
     // `get_index` / `get_extended_index` of the kernel's `uar_mmap`.

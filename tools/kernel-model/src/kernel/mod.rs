@@ -47,7 +47,7 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
         Vec::new()
     };
     let f = files.get_mut(&fd).ok_or(libc::EBADF)?;
-    if !f.ucontext && (call.op != IB_USER_VERBS_CMD_GET_CONTEXT || call.ex) {
+    if !f.has_context() && (call.op != IB_USER_VERBS_CMD_GET_CONTEXT || call.ex) {
         return Err(libc::EINVAL);
     }
     let c = &mut call;

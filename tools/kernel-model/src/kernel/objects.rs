@@ -59,6 +59,7 @@ pub(super) enum Obj {
 /// A CQ: its number, the user's handle events name, its completion channel.
 pub(super) struct Cq {
     pub(super) cqn: u32,
+    pub(super) user: u64,
     pub(super) channel: Option<c_int>,
 }
 
@@ -110,17 +111,11 @@ pub(super) struct Ud {
     pub(super) mcast_loopback: bool,
 }
 
-/// The user handle of each CQ, by number (events name CQs by it).
-pub(super) type CqHandles = HashMap<u32, u64>;
-
 /// An open `/dev/infiniband/uverbs0`: a ucontext once `GET_CONTEXT` ran.
 #[derive(Default)]
 pub(super) struct File {
-    pub(super) ucontext: bool,
-    /// The asynchronous event file (`async_fd`).
+    /// The asynchronous event file (`async_fd`), made by `GET_CONTEXT`.
     pub(super) async_fd: Option<c_int>,
-    /// The user handles of the CQs (for their asynchronous events).
-    pub(super) cq_handles: CqHandles,
     pub(super) next_handle: u32,
     pub(super) objs: HashMap<u32, Obj>,
     /// UAR pages mapped: (dynamic, index) -> address. Static pages hold the context's
@@ -135,6 +130,11 @@ pub(super) struct File {
 }
 
 impl File {
+    /// Whether `GET_CONTEXT` ran (it makes the event file).
+    pub(super) fn has_context(&self) -> bool {
+        self.async_fd.is_some()
+    }
+
     /// Adds an object: its new handle.
     pub(super) fn add(&mut self, o: Obj) -> u32 {
         let h = self.next_handle;

@@ -62,7 +62,10 @@ fn forward_events(nic: &Nic) {
                 let Some(fd) = f.async_fd else { continue };
                 let element = match subject {
                     Subject::Device => Some(1),
-                    Subject::Cq(n) => f.cq_handles.get(&n).copied(),
+                    Subject::Cq(n) => f.objs.values().find_map(|o| match o {
+                        Obj::Cq(q) if q.cqn == n => Some(q.user),
+                        _ => None,
+                    }),
                     Subject::Qp(n) => f.objs.values().find_map(|o| match o {
                         Obj::Qp(q) if q.qpn == n => Some(q.user),
                         _ => None,
