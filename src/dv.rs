@@ -114,21 +114,13 @@ pub unsafe fn is_mlx5(device: *mut c_void) -> bool {
 /// # Safety
 /// `ctx` must be a live `ibv_context` of an mlx5 device.
 pub unsafe fn cqe_comp_caps(ctx: *mut c_void) -> Option<mlx5::CqeCompCaps> {
-    let l = lib()?;
-    // A zeroed 8-aligned buffer of more than the whole struct (room for a newer library's
-    // larger one), its head as declared.
-    let mut buf = [0u64; 4 * ffi::MLX5DV_CONTEXT_SIZE / 8];
-    let head = buf.as_mut_ptr().cast::<ffi::mlx5dv_context>();
-    // SAFETY: `buf` is 8-aligned and larger than the head; `comp_mask` is an input.
-    unsafe { (*head).comp_mask = mlx5::cqe::CONTEXT_MASK_CQE_COMPRESSION };
-    // SAFETY: live mlx5 context (caller contract); the buffer has the size of the struct
-    // the library writes, and it writes only what `comp_mask` asks for.
-    if unsafe { (l.query_device)(ctx, head) } != 0 {
-        return None;
-    }
-    // SAFETY: written by the library (or still zero).
-    let out = unsafe { *head };
-    if out.comp_mask & mlx5::cqe::CONTEXT_MASK_CQE_COMPRESSION == 0 {
+    let mask = mlx5::cqe::CONTEXT_MASK_CQE_COMPRESSION;
+    // SAFETY: the caller's contract.
+    let buf = unsafe { query_device(ctx, mask) }?;
+    // SAFETY: the buffer starts with the struct's head, 8-aligned, written by the library
+    // (or still zero).
+    let out = unsafe { *buf.as_ptr().cast::<ffi::mlx5dv_context>() };
+    if out.comp_mask & mask == 0 {
         return Some(mlx5::CqeCompCaps::default());
     }
     Some(mlx5::CqeCompCaps {
@@ -138,6 +130,29 @@ pub unsafe fn cqe_comp_caps(ctx: *mut c_void) -> Option<mlx5::CqeCompCaps> {
     })
 }
 
+/// `mlx5dv_query_device` asking for the members `mask` names: the struct as the library
+/// wrote it, in a zeroed 8-aligned buffer of more than the whole struct (room for a newer
+/// library's larger one); None without libmlx5 or when the query fails.
+///
+/// # Safety
+/// `ctx` must be a live `ibv_context` of an mlx5 device.
+unsafe fn query_device(
+    ctx: *mut c_void,
+    mask: u64,
+) -> Option<[u64; 4 * ffi::MLX5DV_CONTEXT_SIZE / 8]> {
+    let l = lib()?;
+    let mut buf = [0u64; 4 * ffi::MLX5DV_CONTEXT_SIZE / 8];
+    let head = buf.as_mut_ptr().cast::<ffi::mlx5dv_context>();
+    // SAFETY: `buf` is 8-aligned and larger than the head; `comp_mask` is an input.
+    unsafe { (*head).comp_mask = mask };
+    // SAFETY: live mlx5 context (caller contract); the buffer has the size of the struct
+    // the library writes, and it writes only what `comp_mask` asks for.
+    if unsafe { (l.query_device)(ctx, head) } != 0 {
+        return None;
+    }
+    Some(buf)
+}
+
 /// What an mlx5 device reports of on-demand paging for DC (`mlx5dv_query_device` with
 /// `MLX5DV_CONTEXT_MASK_DC_ODP_CAPS`: `dc_odp_caps`, `IBV_ODP_SUPPORT_*` bits); 0 when the
 /// library does not fill it, None without libmlx5 or when the query fails.
@@ -145,19 +160,12 @@ pub unsafe fn cqe_comp_caps(ctx: *mut c_void) -> Option<mlx5::CqeCompCaps> {
 /// # Safety
 /// `ctx` must be a live `ibv_context` of an mlx5 device.
 pub unsafe fn dc_odp_caps(ctx: *mut c_void) -> Option<u32> {
-    let l = lib()?;
-    let mut buf = [0u64; 4 * ffi::MLX5DV_CONTEXT_SIZE / 8];
-    let head = buf.as_mut_ptr().cast::<ffi::mlx5dv_context>();
-    // SAFETY: `buf` is 8-aligned and larger than the head; `comp_mask` is an input.
-    unsafe { (*head).comp_mask = ffi::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS };
-    // SAFETY: live mlx5 context (caller contract); the buffer has the size of the struct
-    // the library writes.
-    if unsafe { (l.query_device)(ctx, head) } != 0 {
-        return None;
-    }
-    // SAFETY: written by the library (or still zero).
-    let out = unsafe { *head };
-    if out.comp_mask & ffi::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS == 0 {
+    let mask = ffi::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS;
+    // SAFETY: the caller's contract.
+    let buf = unsafe { query_device(ctx, mask) }?;
+    // SAFETY: as in `cqe_comp_caps`.
+    let out = unsafe { *buf.as_ptr().cast::<ffi::mlx5dv_context>() };
+    if out.comp_mask & mask == 0 {
         return Some(0);
     }
     let at = ffi::MLX5DV_CONTEXT_DC_ODP_CAPS_OFFSET;
