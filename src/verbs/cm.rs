@@ -300,7 +300,7 @@ impl CmId {
         local: &SocketAddr,
         group: &SocketAddr,
         timeout: Duration,
-    ) -> Result<(ffi::ibv_ah_attr, u32), VerbsError> {
+    ) -> Result<(crate::address::AhAttr, u32), VerbsError> {
         let (mut ss, _) = sockaddr(local);
         // SAFETY: live id; `ss` holds a sockaddr of the right family.
         if unsafe { ffi::rdma_bind_addr(self.id, &mut ss as *mut _ as *mut _) } != 0 {
@@ -318,7 +318,8 @@ impl CmId {
             ffi::rdma_cm_event_type::RDMA_CM_EVENT_MULTICAST_JOIN,
             timeout,
         )?;
-        e.ud.ok_or_else(|| timed_out("rdma_cm multicast join (no address vector)"))
+        e.ud.map(|(ah, qkey)| (super::objects::attr_of(&ah), qkey))
+            .ok_or_else(|| timed_out("rdma_cm multicast join (no address vector)"))
     }
 
     /// The name of the device the id is bound to (None before a bind, route or request).

@@ -90,22 +90,10 @@ impl RdmaDev {
                 value: id.port() as u64,
             });
         }
-        // SAFETY: `raw` is the byte view of the GID union: any bytes are valid.
-        let dgid = unsafe { ah.grh.dgid.raw };
-        let grh = (ah.is_global != 0).then_some(crate::address::GlobalRoute {
-            dgid,
-            flow_label: ah.grh.flow_label,
-            sgid_index: ah.grh.sgid_index,
-            hop_limit: ah.grh.hop_limit,
-            traffic_class: ah.grh.traffic_class,
-        });
+        // The port as this device numbers it (the event's is the id's, checked above).
         let attr = crate::address::AhAttr {
-            dlid: ah.dlid,
-            sl: ah.sl,
-            src_path_bits: ah.src_path_bits,
-            static_rate: ah.static_rate,
-            grh,
             port: self.port,
+            ..ah
         };
         Ok((Membership { _id: id }, attr, qkey))
     }

@@ -60,6 +60,27 @@ impl Ah {
     }
 }
 
+/// The address `a` names (`struct ibv_ah_attr`, as librdmacm's events carry it), the
+/// inverse of what [`Ah::new`] gives verbs.
+pub fn attr_of(a: &ffi::ibv_ah_attr) -> crate::address::AhAttr {
+    // SAFETY: `raw` is the byte view of the GID union: any bytes are valid.
+    let dgid = unsafe { a.grh.dgid.raw };
+    crate::address::AhAttr {
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        grh: (a.is_global != 0).then_some(crate::address::GlobalRoute {
+            dgid,
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        }),
+        port: a.port_num,
+    }
+}
+
 impl Drop for Ah {
     fn drop(&mut self) {
         // SAFETY: created in `new`, destroyed once.

@@ -12,7 +12,7 @@ mod qp;
 mod srq;
 mod td;
 
-pub use ah::Ah;
+pub use ah::{attr_of, Ah};
 pub use attrs::{Caps, ConnLimits, Endpoint, Timing};
 pub use cq::Cq;
 pub use mr::Mr;
