@@ -35,6 +35,15 @@ use std::sync::OnceLock;
 /// One case: its name and what it runs (a failure panics or says why).
 type Case = (String, Box<dyn Fn(&Device) -> Result<(), String>>);
 
+/// A comparison's verdict: its diff, empty when the two runs agree.
+fn agree(diff: String) -> Result<(), String> {
+    if diff.is_empty() {
+        Ok(())
+    } else {
+        Err(diff)
+    }
+}
+
 /// A case that fails by panicking.
 fn case(name: &str, f: impl Fn(&Device) + 'static) -> Case {
     (
@@ -66,12 +75,7 @@ fn cases() -> Vec<Case> {
             Box::new(move |dev| {
                 let here = scenario(dev);
                 let sim = scenario(&Device::sim());
-                let d = scenarios::diff("mlx5_0", &[here], "sim", &[sim]);
-                if d.is_empty() {
-                    Ok(())
-                } else {
-                    Err(d)
-                }
+                agree(scenarios::diff("mlx5_0", &[here], "sim", &[sim]))
             }),
         ));
     }
@@ -91,12 +95,7 @@ fn cases() -> Vec<Case> {
                         scenarios::with_peer(dev, || scenario(verbs))
                     };
                     let sim = scenario(&Device::sim());
-                    let d = scenarios::diff(label, &[here], "sim", &[sim]);
-                    if d.is_empty() {
-                        Ok(())
-                    } else {
-                        Err(d)
-                    }
+                    agree(scenarios::diff(label, &[here], "sim", &[sim]))
                 }),
             ));
         }
@@ -108,12 +107,7 @@ fn cases() -> Vec<Case> {
             Box::new(move |dev| {
                 let here = scenario(dev);
                 let sim = scenario(&Device::sim());
-                let d = scenarios::ud::diff("mlx5_0", &[here], "sim", &[sim]);
-                if d.is_empty() {
-                    Ok(())
-                } else {
-                    Err(d)
-                }
+                agree(scenarios::ud::diff("mlx5_0", &[here], "sim", &[sim]))
             }),
         ));
     }

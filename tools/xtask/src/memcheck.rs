@@ -144,12 +144,7 @@ fn provider(bins: &[(String, String)]) -> bool {
         eprintln!("xtask: memcheck: no test binary provider");
         return false;
     };
-    let Some(lib) = std::path::Path::new(exe)
-        .parent()
-        .and_then(std::path::Path::parent)
-        .map(|d| d.join("libkernel_model.so"))
-        .filter(|p| p.exists())
-    else {
+    let Some(lib) = crate::provider::model_lib(exe) else {
         eprintln!("xtask: memcheck provider: libkernel_model.so not built (cargo xtask provider builds it)");
         return false;
     };
@@ -167,13 +162,9 @@ fn provider(bins: &[(String, String)]) -> bool {
         Ok(o) => {
             let text = String::from_utf8_lossy(&o.stdout);
             eprint!("{}", String::from_utf8_lossy(&o.stderr));
-            let summary = text
-                .lines()
-                .rev()
-                .find(|l| l.starts_with("provider stage: "))
-                .unwrap_or("no summary line");
-            eprintln!("xtask: memcheck provider: {summary}");
-            o.status.success() && summary.ends_with(" 0 failed") && !summary.contains(": 0 passed")
+            let summary = crate::provider::summary(&text);
+            eprintln!("xtask: memcheck provider: (passed, failed) = {summary:?}");
+            o.status.success() && matches!(summary, Some((passed, 0)) if passed > 0)
         }
         Err(e) => {
             eprintln!("xtask: memcheck provider: cannot run valgrind: {e}");
