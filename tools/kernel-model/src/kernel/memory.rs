@@ -32,10 +32,8 @@ pub(super) unsafe fn alloc_pd(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> R
 pub(super) unsafe fn dealloc_pd(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     let (c, _) = unsafe { call.request::<ib_uverbs_dealloc_pd>() };
-    let Some(Obj::Pd(pdn)) = f.objs.get(&c.pd_handle) else {
-        return Err(libc::EINVAL);
-    };
-    nic.dealloc_pd(*pdn).map_err(|_| libc::EBUSY)?;
+    let pdn = f.pd(c.pd_handle)?;
+    nic.dealloc_pd(pdn).map_err(|_| libc::EBUSY)?;
     f.objs.remove(&c.pd_handle);
     Ok(())
 }
@@ -49,9 +47,7 @@ pub(super) unsafe fn reg_mr(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Res
     use abi::*;
     // SAFETY: the caller's contract.
     let (c, _) = unsafe { call.request::<ib_uverbs_reg_mr>() };
-    let Some(Obj::Pd(pdn)) = f.objs.get(&c.pd_handle) else {
-        return Err(libc::EINVAL);
-    };
+    let pdn = f.pd(c.pd_handle)?;
     if c.hca_va != c.start {
         return Err(libc::EOPNOTSUPP);
     }
@@ -64,7 +60,7 @@ pub(super) unsafe fn reg_mr(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Res
     // SAFETY: the user's memory: the kernel pins it (`ib_umem_get`); here the process keeps
     // it mapped until it deregisters the region, as `ibv_reg_mr`'s contract asks.
     let mr =
-        unsafe { nic.reg_mr(*pdn, c.start as *mut u8, len, access) }.map_err(|_| libc::EINVAL)?;
+        unsafe { nic.reg_mr(pdn, c.start as *mut u8, len, access) }.map_err(|_| libc::EINVAL)?;
     let h = f.add(Obj::Mr(mr.lkey));
     let resp = ib_uverbs_reg_mr_resp {
         mr_handle: h,
@@ -98,15 +94,13 @@ pub(super) unsafe fn dereg_mr(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> R
 pub(super) unsafe fn alloc_mw(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     let (c, _) = unsafe { call.request::<ib_uverbs_alloc_mw>() };
-    let Some(Obj::Pd(pdn)) = f.objs.get(&c.pd_handle) else {
-        return Err(libc::EINVAL);
-    };
+    let pdn = f.pd(c.pd_handle)?;
     let kind = match c.mw_type {
         1 => MwType::One,
         2 => MwType::Two,
         _ => return Err(libc::EINVAL),
     };
-    let rkey = nic.alloc_mw(*pdn, kind).map_err(|_| libc::ENOMEM)?;
+    let rkey = nic.alloc_mw(pdn, kind).map_err(|_| libc::ENOMEM)?;
     let h = f.add(Obj::Mw(rkey));
     let resp = ib_uverbs_alloc_mw_resp {
         mw_handle: h,

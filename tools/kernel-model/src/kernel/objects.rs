@@ -135,6 +135,14 @@ impl File {
         self.async_fd.is_some()
     }
 
+    /// The PD number behind `handle` (`EINVAL` when the handle names no PD).
+    pub(super) fn pd(&self, handle: u32) -> Result<u32, c_int> {
+        match self.objs.get(&handle) {
+            Some(Obj::Pd(pdn)) => Ok(*pdn),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
     /// Adds an object: its new handle.
     pub(super) fn add(&mut self, o: Obj) -> u32 {
         let h = self.next_handle;

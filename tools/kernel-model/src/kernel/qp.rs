@@ -118,14 +118,12 @@ unsafe fn create_qp_with(
     {
         return Err(libc::EINVAL);
     }
-    let Some(Obj::Pd(pd)) = f.objs.get(&s.pd) else {
-        return Err(libc::EINVAL);
-    };
+    let pd = f.pd(s.pd)?;
     let (Some(Obj::Cq(scq)), Some(Obj::Cq(rcq))) = (f.objs.get(&s.send_cq), f.objs.get(&s.recv_cq))
     else {
         return Err(libc::EINVAL);
     };
-    let (pd, scq, rcq) = (*pd, scq.cqn, rcq.cqn);
+    let (scq, rcq) = (scq.cqn, rcq.cqn);
     let srqn = match s.srq.map(|h| f.objs.get(&h)) {
         None => None,
         Some(Some(Obj::Srq(q))) if u.rq_wqe_count == 0 => Some(q.srqn),
@@ -245,9 +243,7 @@ unsafe fn create_dct(
     u: &abi::mlx5_ib_create_qp,
 ) -> Result<(), c_int> {
     use abi::*;
-    let Some(Obj::Pd(pd)) = f.objs.get(&s.pd) else {
-        return Err(libc::EINVAL);
-    };
+    let pd = f.pd(s.pd)?;
     let Some(Obj::Cq(cq)) = f.objs.get(&s.recv_cq) else {
         return Err(libc::EINVAL);
     };
@@ -259,7 +255,7 @@ unsafe fn create_dct(
     // SAFETY: `access_key` is the union's member for a DCT.
     let key = unsafe { u.__bindgen_anon_1.access_key };
     let dc = Dc::Target {
-        pd: *pd,
+        pd,
         cq: cq.cqn,
         srq,
         key,

@@ -22,9 +22,7 @@ pub(super) unsafe fn create_srq(nic: &Nic, f: &mut File, call: &mut Call<'_>) ->
     if udata.len() < core::mem::size_of::<mlx5_ib_create_srq>() || u.flags != 0 {
         return Err(libc::EINVAL);
     }
-    let Some(Obj::Pd(pdn)) = f.objs.get(&c.pd_handle) else {
-        return Err(libc::EINVAL);
-    };
+    let pdn = f.pd(c.pd_handle)?;
     let caps = SrqCaps {
         max_wr: c.max_wr,
         max_sge: c.max_sge,
@@ -34,7 +32,7 @@ pub(super) unsafe fn create_srq(nic: &Nic, f: &mut File, call: &mut Call<'_>) ->
         dbrec: u.db_addr as *mut u32,
     };
     // SAFETY: the provider's ring and record, freed only after DESTROY_SRQ.
-    let raw = unsafe { nic.create_srq_at(*pdn, caps, mem) }.map_err(|_| libc::EINVAL)?;
+    let raw = unsafe { nic.create_srq_at(pdn, caps, mem) }.map_err(|_| libc::EINVAL)?;
     if c.srq_limit != 0 && nic.arm_srq_limit(raw.srqn, c.srq_limit).is_err() {
         let _ = nic.destroy_srq(raw.srqn);
         return Err(libc::EINVAL);
