@@ -37,13 +37,6 @@ impl SendQueue {
             && (flags.signaled || self.credit != 0)
     }
 
-    /// Whether the shared-register fast path takes an inline write of `len` bytes with
-    /// `flags` ([`SendQueue::fast_inline_applies`] for a queue on a shared register).
-    #[inline(always)]
-    fn shared_inline_applies(&self, len: usize, flags: PostFlags) -> bool {
-        self.inline_applies(self.shared_fast_limit, len, flags)
-    }
-
     /// The fast path on a shared BlueFlame register: the same WQE as
     /// [`SendQueue::try_write_inline`], rung under the register's lock (rdma-core takes
     /// `bf->lock` for every post on a shared register, nothing more). Posts and returns true
@@ -97,7 +90,7 @@ impl SendQueue {
     /// and advances the producer index; rings nothing. Returns the block.
     ///
     /// The caller has checked [`SendQueue::fast_inline_applies`] (or, on a shared
-    /// register, `shared_inline_applies`).
+    /// register, `inline_applies` with `shared_fast_limit`).
     #[inline(always)]
     pub(super) fn push_inline_write(
         &mut self,
@@ -108,7 +101,8 @@ impl SendQueue {
     ) -> *const u8 {
         let len = data.len();
         debug_assert!(
-            self.fast_inline_applies(len, flags) || self.shared_inline_applies(len, flags)
+            self.fast_inline_applies(len, flags)
+                || self.inline_applies(self.shared_fast_limit, len, flags)
         );
         if flags.signaled {
             self.credit = self.half();

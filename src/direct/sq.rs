@@ -223,11 +223,12 @@ impl SendQueue {
         })?;
         let shadow = Arc::new(Shadow::new(cnt));
         // The fast path rings through `ring_bf_block`, which has no lock: only on a register
-        // of the queue's own (a shared one goes through `ring`, which takes the lock).
+        // of the queue's own; on a shared one it rings through `ring_bf_block_shared`, under
+        // the register's lock.
         let bf_ok = raw.bf_size as usize >= SEND_WQE_BB && claim.mode == DoorbellMode::Dedicated;
         let shared_bf_ok =
             raw.bf_size as usize >= SEND_WQE_BB && claim.mode == DoorbellMode::SharedLocked;
-        Ok(SendQueue {
+        let mut sq = SendQueue {
             buf: raw.sq_buf,
             cnt,
             mask: cnt - 1,
@@ -251,16 +252,9 @@ impl SendQueue {
             pending: 0,
             last_start: 0,
             qpn_ds: [0, 1, 2, 3, 4].map(|ds| (raw.qpn << 8 | ds).to_be()),
-            fast_limit: if bf_ok {
-                FAST_INLINE_MAX.min(raw.max_inline as usize) + 1
-            } else {
-                0
-            },
-            shared_fast_limit: if shared_bf_ok {
-                FAST_INLINE_MAX.min(raw.max_inline as usize) + 1
-            } else {
-                0
-            },
+            // Set below from the rest (`update_fast_limit`).
+            fast_limit: 0,
+            shared_fast_limit: 0,
             bf_ok,
             shared_bf_ok,
             enabled: true,
@@ -268,7 +262,9 @@ impl SendQueue {
             bf_inline_only: false,
             transport: None,
             not_rc: false,
-        })
+        };
+        sq.update_fast_limit();
+        Ok(sq)
     }
 
     /// The QP number.
