@@ -149,15 +149,17 @@ fn provider(bins: &[(String, String)]) -> bool {
         return false;
     };
     let t = Instant::now();
-    let out = Command::new("valgrind")
-        .args(VALGRIND)
-        .arg(exe)
-        .args(["scenario::", "spec::", "provider::", "memory::", "ud::"])
-        .env("LD_PRELOAD", &lib)
-        .env_remove("SYSFS_PATH")
-        .env_remove("BLUEFLAME_DEVICE")
-        .current_dir(crate::shell::root())
-        .output();
+    let out = crate::provider::preloaded(
+        Command::new("valgrind").args(VALGRIND).arg(exe).args([
+            "scenario::",
+            "spec::",
+            "provider::",
+            "memory::",
+            "ud::",
+        ]),
+        &lib,
+    )
+    .output();
     let passed = match out {
         Ok(o) => {
             let text = String::from_utf8_lossy(&o.stdout);

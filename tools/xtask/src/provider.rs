@@ -33,13 +33,7 @@ pub(crate) fn stage(cargo: &str, bins: &[(String, String)]) -> bool {
         "xtask: provider stage: {exe} with LD_PRELOAD={}",
         lib.display()
     );
-    let out = match Command::new(exe)
-        .env("LD_PRELOAD", &lib)
-        .env_remove("SYSFS_PATH")
-        .env_remove("BLUEFLAME_DEVICE")
-        .current_dir(root())
-        .output()
-    {
+    let out = match preloaded(&mut Command::new(exe), &lib).output() {
         Ok(o) => o,
         Err(e) => {
             eprintln!("xtask: FAILED: cannot run {exe}: {e}");
@@ -73,6 +67,16 @@ pub(crate) fn model_lib(exe: &str) -> Option<std::path::PathBuf> {
         .and_then(Path::parent)
         .map(|d| d.join("libkernel_model.so"))
         .filter(|p| p.exists())
+}
+
+/// `cmd` (the provider binary, or valgrind running it) set up as both runs need it: the
+/// kernel model `lib` preloaded, no simulated sysfs or device choice from the caller's
+/// environment (the model's `mlx5_0` is the device), run from the workspace root.
+pub(crate) fn preloaded<'a>(cmd: &'a mut Command, lib: &Path) -> &'a mut Command {
+    cmd.env("LD_PRELOAD", lib)
+        .env_remove("SYSFS_PATH")
+        .env_remove("BLUEFLAME_DEVICE")
+        .current_dir(root())
 }
 
 /// The last `provider stage: N passed, M failed` line of the binary's output, as (N, M).
