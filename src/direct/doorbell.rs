@@ -190,10 +190,10 @@ impl Doorbell {
         self.record(pi);
         let mut held = reg.lock();
         barrier::wc_start();
-        let offset = held.offset();
+        let offset = *held;
         write(offset);
         barrier::wc_flush();
-        held.set_offset(offset ^ self.bf_size);
+        *held = offset ^ self.bf_size;
         drop(held);
     }
 }

@@ -12,8 +12,7 @@
 //! (`uct_ib_mlx5_get_mmio_mode`). The state here is the same: one [`SharedReg`] per register
 //! address, found in a process-wide table when a queue is created, never on the data path.
 
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
+use crate::queue::spin::Spin;
 use std::sync::{Arc, Mutex, Weak};
 
 /// How a send queue rings its doorbell; chosen when the queue is created.
@@ -44,74 +43,9 @@ impl core::fmt::Display for DoorbellMode {
     }
 }
 
-/// The state of one BlueFlame register shared by queues: its lock and the offset of the half
-/// the next ring uses.
-pub(crate) struct SharedReg {
-    locked: AtomicBool,
-    /// Guarded by `locked`.
-    offset: UnsafeCell<usize>,
-}
-
-// SAFETY: `offset` is read and written only by the holder of `locked` (see `RegGuard`);
-// `locked` is an atomic.
-unsafe impl Sync for SharedReg {}
-// SAFETY: plain data; nothing is tied to a thread.
-unsafe impl Send for SharedReg {}
-
-impl SharedReg {
-    fn new() -> SharedReg {
-        SharedReg {
-            locked: AtomicBool::new(false),
-            offset: UnsafeCell::new(0),
-        }
-    }
-
-    /// Takes the register's lock (a spin lock, as rdma-core's `mlx5_spinlock`: the critical
-    /// section is a few stores).
-    #[inline]
-    pub(crate) fn lock(&self) -> RegGuard<'_> {
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            while self.locked.load(Ordering::Relaxed) {
-                core::hint::spin_loop();
-            }
-        }
-        RegGuard { reg: self }
-    }
-}
-
-/// The register's lock, held: gives the offset.
-pub(crate) struct RegGuard<'a> {
-    reg: &'a SharedReg,
-}
-
-impl RegGuard<'_> {
-    /// The offset of the half the next ring uses.
-    #[inline]
-    pub(crate) fn offset(&self) -> usize {
-        // SAFETY: the lock is held: nobody else touches `offset`.
-        unsafe { *self.reg.offset.get() }
-    }
-
-    /// Sets the offset for the next ring.
-    #[inline]
-    pub(crate) fn set_offset(&mut self, v: usize) {
-        // SAFETY: as above.
-        unsafe { *self.reg.offset.get() = v }
-    }
-}
-
-impl Drop for RegGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        // Release: the register stores (already flushed by the caller) and the offset are
-        // ordered before the next holder's.
-        self.reg.locked.store(false, Ordering::Release);
-    }
-}
+/// The state of one BlueFlame register shared by queues: the offset of the half the next
+/// ring uses, under the register's spin lock (rdma-core's `bf->lock`, `bf->offset`).
+pub(crate) type SharedReg = Spin<usize>;
 
 /// A queue's claim on a register: while it lives, the table knows the register is in use and
 /// whether it is exclusive.
@@ -165,7 +99,7 @@ pub(crate) fn claim(addr: *mut u8, bf_size: usize, dedicated: bool) -> Result<Cl
             reg: Some(state),
         });
     }
-    let state = Arc::new(SharedReg::new());
+    let state = Arc::new(SharedReg::new(0));
     table.push(Entry {
         key,
         exclusive: dedicated,
@@ -217,15 +151,14 @@ mod tests {
 
     #[test]
     fn lock_and_offset() {
-        let r = Arc::new(SharedReg::new());
+        let r = Arc::new(SharedReg::new(0));
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let r = r.clone();
                 std::thread::spawn(move || {
                     for _ in 0..10_000 {
                         let mut g = r.lock();
-                        let o = g.offset();
-                        g.set_offset(o + 1);
+                        *g += 1;
                     }
                 })
             })
@@ -233,6 +166,6 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(r.lock().offset(), 40_000);
+        assert_eq!(*r.lock(), 40_000);
     }
 }

@@ -3,7 +3,8 @@
 //! of cookies (`shadow`), CQ accounting (`cq_share`), the queues attached to a CQ
 //! (`registry`) and the tombstones of destroyed QPs (`teardown`), an SRQ's shared state
 //! (`srq_shared`), the receive targets and the regions they pin (`scatter`, `regions`,
-//! `pin`), the post flags (`flags`) and the checks made before posting (`checks`).
+//! `pin`), the post flags (`flags`), the checks made before posting (`checks`) and the spin lock
+//! of a shared register or an SRQ's ring (`spin`).
 
 pub(crate) mod checks;
 pub(crate) mod cq_share;
@@ -15,6 +16,7 @@ pub(crate) mod regions;
 pub(crate) mod registry;
 pub(crate) mod scatter;
 pub(crate) mod shadow;
+pub(crate) mod spin;
 pub(crate) mod srq_shared;
 pub(crate) mod teardown;
 
