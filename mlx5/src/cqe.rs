@@ -287,7 +287,20 @@ impl ErrCqe {
     pub fn wqe_opcode(&self) -> u8 {
         (self.s_wqe_opcode_qpn.get() >> 24) as u8
     }
+    /// Whether this is a page fault in an SRQ WQE of on-demand memory (rdma-core `cq.c`
+    /// `is_odp_pfault_err`): REMOTE_ABORTED with vendor syndrome
+    /// [`VENDOR_ODP_PAGE_FAULT`]. Not an error of the receive: the device moved past the
+    /// WQE and the driver posts it again (`srq.c` `mlx5_complete_odp_fault`).
+    #[inline]
+    pub fn is_odp_page_fault(&self) -> bool {
+        self.syndrome == Syndrome::RemoteAborted.to_u8()
+            && self.vendor_err_synd == VENDOR_ODP_PAGE_FAULT
+    }
 }
+
+/// The vendor syndrome of a page fault in an SRQ WQE (rdma-core
+/// `MLX5_CQE_VENDOR_SYNDROME_ODP_PFAULT`).
+pub const VENDOR_ODP_PAGE_FAULT: u8 = 0x93;
 
 /// `struct mlx5_mini_cqe8` (kernel `include/linux/mlx5/device.h`, DPDK `mlx5_prm.h`; UCX
 /// reads the requester view): one 8-byte entry of a mini-CQE array, 8 entries per 64-byte

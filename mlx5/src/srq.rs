@@ -101,6 +101,17 @@ pub fn encode_srq_recv(sgl: &[Sge], entry: &mut [u8]) -> Option<usize> {
     encode_recv(sgl, entry.get_mut(NEXT_SEG_BYTES..)?)
 }
 
+/// Copies the scatter entries of SRQ WQE `src` into `dst` (both `stride` bytes), leaving
+/// `dst`'s next segment as it is: a page-faulted WQE posted again at the head (rdma-core
+/// `srq.c` `srq_repost`, which copies up to the invalid-lkey terminator; the rest of the
+/// stride is never read).
+pub fn copy_srq_data(src: &[u8], dst: &mut [u8]) {
+    let n = src.len().min(dst.len());
+    if n > NEXT_SEG_BYTES {
+        dst[NEXT_SEG_BYTES..n].copy_from_slice(&src[NEXT_SEG_BYTES..n]);
+    }
+}
+
 /// Reads one SRQ WQE: its `next_wqe_index`, and its entries into `out` (how many).
 pub fn decode_srq_recv(entry: &[u8], out: &mut [Sge]) -> (u16, usize) {
     let n = entry

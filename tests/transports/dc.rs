@@ -1042,9 +1042,11 @@ fn an_auto_recovering_dci_refuses_posts_until_its_flushes_are_polled_then_goes_o
 fn a_dci_refuses_on_demand_regions_its_device_cannot_page() {
     for dc_odp in [false, true] {
         let dev = Device::sim_stepped();
-        dev.nic()
-            .unwrap()
-            .set_memory_caps(mlx5::sim::MemoryCaps { odp: true, dc_odp });
+        dev.nic().unwrap().set_memory_caps(mlx5::sim::MemoryCaps {
+            odp: true,
+            dc_odp,
+            ..Default::default()
+        });
         assert_eq!(dev.odp_caps().dc != 0, dc_odp);
         let pd = dev.alloc_pd().unwrap();
         let tcq = dev.create_cq(16).unwrap();

@@ -80,6 +80,13 @@ pub enum SimError {
     },
     /// A multicast attach or detach the device refuses (`EINVAL`): why.
     Mcast(&'static str),
+    /// A dma-buf export or registration the exporter or the kernel refuses (`EINVAL`).
+    DmaBuf {
+        /// The export's handle.
+        handle: u64,
+        /// What was wrong.
+        why: &'static str,
+    },
 }
 
 impl core::fmt::Display for SimError {
@@ -131,6 +138,7 @@ impl core::fmt::Display for SimError {
             ),
             SimError::NoRegister => f.write_str("no BlueFlame register left for a thread domain"),
             SimError::Mcast(why) => write!(f, "multicast: {why}"),
+            SimError::DmaBuf { handle, why } => write!(f, "dma-buf {handle:#x}: {why}"),
         }
     }
 }

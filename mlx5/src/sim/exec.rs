@@ -303,6 +303,22 @@ impl State {
                 .cqs
                 .get(&rcq)
                 .is_some_and(|cq| data.len() <= cq.inline_max() && (!dct || cq.cqe_size == 128));
+        if !in_cqe && srqn != 0 && self.mem.fault_in(&sges[..n]) {
+            // A page fault in an SRQ WQE's buffers (a dma-buf whose exporter moved it, an
+            // on-demand region whose pages were invalidated): a ConnectX does not wait on
+            // the SRQ's head for the kernel; it completes the WQE with REMOTE_ABORTED and
+            // vendor syndrome 0x93 for the driver to post again (rdma-core `cq.c`
+            // `is_odp_pfault_err`), maps the pages, and the requester sends the message
+            // again after an RNR NAK. The QP stays as it is.
+            let mut e = err_cqe(Syndrome::RemoteAborted.to_u8(), peer, idx);
+            e.vendor_err_synd = crate::cqe::VENDOR_ODP_PAGE_FAULT;
+            e.srqn = Be32::new(srqn);
+            if let Some(cq) = self.cqs.get_mut(&rcq) {
+                cq.push_err(e, CqeOpcode::RespErr);
+            }
+            self.qps.get_mut(&peer).expect("peer").stats.page_faults += 1;
+            return Err(self.rnr(qpn, peer));
+        }
         if !in_cqe {
             let ptrs = match self.mem.scatter_ptrs(ppd, &sges[..n]) {
                 Ok(p) => p,

@@ -2,6 +2,7 @@
 //! every check made before a byte is moved (gather and scatter lists included).
 
 use super::dma::{self, Dma, DmaBuf};
+use super::dmabuf::Exports;
 use super::ids::Ids;
 use crate::request::{Access, MwType, Payload, Sge};
 use crate::syndrome::Syndrome;
@@ -11,14 +12,18 @@ use std::collections::HashMap;
 /// (`odp_caps`).
 ///
 /// The default is what the software NIC models of a ConnectX: explicit on-demand paging
-/// for RC (send, receive, write, read, atomic). The NIC works on the process's own memory
+/// for RC (send, receive, SRQ receive, write, read, atomic) and DC. The NIC works on the process's own memory
 /// with plain loads and stores and cannot fault pages in: an explicit on-demand region is
 /// memory its owner keeps mapped (the region owns the buffer, or its `unsafe` registration
 /// promised it), so it behaves as a pinned one, and a prefetch is checked (key, domain,
-/// on-demand, rights, range) and then has nothing to do. It does not model implicit
-/// on-demand paging (a whole-address-space key would let a peer reach any address, which a
-/// model without page tables cannot refuse) nor dma-buf (memory of another device): both
-/// are reported absent.
+/// on-demand, rights, range) and then has nothing to do. Its page faults are modelled where
+/// software sees them: an on-demand region unmapped by [`NicView::invalidate_odp`], or a
+/// dma-buf region whose exporter moved the buffer (`super::dmabuf`), faults on the next
+/// receive into an SRQ WQE. It does not model implicit on-demand paging (a
+/// whole-address-space key would let a peer reach any address, which a model without page
+/// tables cannot refuse): that is reported absent.
+///
+/// [`NicView::invalidate_odp`]: super::NicView::invalidate_odp
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct MemoryCaps {
     /// Explicit on-demand paging for RC (`IBV_ODP_SUPPORT` and the RC bits).
@@ -26,6 +31,9 @@ pub struct MemoryCaps {
     /// On-demand paging for DC too (`mlx5dv_context.dc_odp_caps`: send, write, read,
     /// atomic, SRQ receive), as a ConnectX-6 reports it; with `odp` only.
     pub dc_odp: bool,
+    /// SRQ receives into on-demand memory for RC (`IBV_ODP_SUPPORT_SRQ_RECV` in the RC
+    /// bits, a ConnectX-5's and later); with `odp` only.
+    pub srq_odp: bool,
 }
 
 impl Default for MemoryCaps {
@@ -33,6 +41,7 @@ impl Default for MemoryCaps {
         MemoryCaps {
             odp: true,
             dc_odp: true,
+            srq_odp: true,
         }
     }
 }
@@ -52,15 +61,6 @@ pub(crate) enum Denied {
     Qp,
 }
 
-impl Mr {
-    fn dma(&self, addr: u64) -> Dma {
-        Dma {
-            ptr: addr as *mut u8,
-            words: crate::shared::Words::of(self.addr, self.len),
-        }
-    }
-}
-
 pub(crate) struct Mr {
     pub(crate) pd: u32,
     pub(crate) addr: u64,
@@ -69,6 +69,34 @@ pub(crate) struct Mr {
     pub(crate) key: u32,
     /// The buffer, when the NIC allocated it (None for user memory).
     pub(crate) _owned: Option<DmaBuf>,
+    /// The export a dma-buf region lies in (its addresses are device addresses, `iova`).
+    pub(crate) dmabuf: Option<Exported>,
+    /// An on-demand or dma-buf region whose pages moved: the next receive into an SRQ WQE
+    /// over it faults (`super::dmabuf`).
+    pub(crate) unmapped: bool,
+}
+
+/// Where a dma-buf region lies: `offset` bytes into export `handle`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Exported {
+    pub(crate) handle: u64,
+    pub(crate) offset: u64,
+}
+
+impl Mr {
+    /// A region of `len` bytes at `addr` (the process's own memory until told otherwise).
+    pub(crate) fn new(pd: u32, addr: u64, len: u64, access: Access, key: u32) -> Mr {
+        Mr {
+            pd,
+            addr,
+            len,
+            access,
+            key,
+            _owned: None,
+            dmabuf: None,
+            unmapped: false,
+        }
+    }
 }
 
 pub(crate) struct Binding {
@@ -98,6 +126,8 @@ pub(crate) struct Memory {
     indices: Ids,
     /// Keys handed out so far: the variant byte of the next key.
     generation: u32,
+    /// Buffers of other devices that regions may be registered on.
+    pub(crate) exports: Exports,
 }
 
 impl Memory {
@@ -109,6 +139,7 @@ impl Memory {
             mws: HashMap::new(),
             indices: Ids::new(1, max_index.clamp(1, 0xff_ffff)),
             generation: 0,
+            exports: Exports::default(),
         }
     }
 
@@ -130,6 +161,48 @@ impl Memory {
         self.mrs.get(&(key >> 8)).filter(|m| m.key == key)
     }
 
+    /// Where the NIC moves the bytes at `addr` of `mr` (checked to lie inside it): the
+    /// address itself in the process's memory, or the same offset in the export where a
+    /// dma-buf region's buffer is now (a region that moved is mapped again on the way: the
+    /// fault software never sees).
+    fn dma(&self, mr: &Mr, addr: u64) -> Dma {
+        match mr.dmabuf {
+            None => Dma {
+                ptr: addr as *mut u8,
+                words: crate::shared::Words::of(mr.addr, mr.len),
+            },
+            Some(x) => {
+                let base = self
+                    .exports
+                    .get(x.handle)
+                    .map_or(core::ptr::null_mut(), |e| e.buf.ptr())
+                    .wrapping_add(x.offset as usize);
+                Dma {
+                    ptr: base.wrapping_add((addr - mr.addr) as usize),
+                    words: crate::shared::Words::of(base as u64, mr.len),
+                }
+            }
+        }
+    }
+
+    /// A receive into an SRQ WQE over `sgl` meets a page fault: some entry lies in a region
+    /// whose pages moved (`Mr::unmapped`). The fault maps them again (the kernel's page-fault
+    /// handler): true when there was one.
+    pub(crate) fn fault_in(&mut self, sgl: &[Sge]) -> bool {
+        let mut faulted = false;
+        for s in sgl {
+            if let Some(m) = self
+                .mrs
+                .get_mut(&(s.lkey >> 8))
+                .filter(|m| m.key == s.lkey && m.unmapped)
+            {
+                m.unmapped = false;
+                faulted = true;
+            }
+        }
+        faulted
+    }
+
     /// A local buffer of `len` bytes at `addr` under `lkey` in `pd`; `write` when the NIC will
     /// write it (needs local write).
     pub(crate) fn local(
@@ -148,7 +221,7 @@ impl Memory {
         if write && !mr.access.contains(Access::LOCAL_WRITE) {
             return Err(Denied::Rights);
         }
-        Ok(mr.dma(addr))
+        Ok(self.dma(mr, addr))
     }
 
     /// A remote buffer under `rkey` seen by responder QP `qpn` in `pd`, with `right`.
@@ -174,7 +247,7 @@ impl Memory {
                 mr.addr
             };
             within(addr, len, base, mr.len)?;
-            return Ok(mr.dma(mr.addr + (addr - base)));
+            return Ok(self.dma(mr, mr.addr + (addr - base)));
         }
         let mw = self
             .mws
@@ -196,7 +269,7 @@ impl Memory {
         let mr = self.mr(b.mr_key).ok_or(Denied::Key)?;
         let va = b.addr + (addr - base);
         within(va, len, mr.addr, mr.len)?;
-        Ok(mr.dma(va))
+        Ok(self.dma(mr, va))
     }
 
     /// Gathers the bytes of a payload from local memory.
@@ -246,17 +319,8 @@ mod tests {
         let mut m = Memory::new(0xff_ffff);
         m.pds.push(true);
         let key = m.alloc_key().unwrap();
-        m.mrs.insert(
-            key >> 8,
-            Mr {
-                pd: 0,
-                addr: 0x1000,
-                len: 0x100,
-                access,
-                key,
-                _owned: None,
-            },
-        );
+        m.mrs
+            .insert(key >> 8, Mr::new(0, 0x1000, 0x100, access, key));
         (m, key)
     }
 

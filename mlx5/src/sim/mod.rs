@@ -46,6 +46,7 @@
 // Small shared types and primitives:
 mod clock;
 mod dma;
+mod dmabuf;
 mod error;
 mod event;
 mod ids;

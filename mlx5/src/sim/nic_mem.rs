@@ -139,17 +139,9 @@ impl Nic {
             return Err(SimError::NoCapability("on-demand paging"));
         }
         let key = st.mem.alloc_key().ok_or(SimError::Exhausted("key index"))?;
-        st.mem.mrs.insert(
-            key >> 8,
-            Mr {
-                pd,
-                addr,
-                len,
-                access,
-                key,
-                _owned: owned,
-            },
-        );
+        let mut mr = Mr::new(pd, addr, len, access, key);
+        mr._owned = owned;
+        st.mem.mrs.insert(key >> 8, mr);
         Ok(MrInfo {
             addr,
             len,
@@ -176,7 +168,12 @@ impl Nic {
         {
             return Err(SimError::Busy);
         }
-        st.mem.mrs.remove(&(lkey >> 8));
+        if let Some(Mr {
+            dmabuf: Some(x), ..
+        }) = st.mem.mrs.remove(&(lkey >> 8))
+        {
+            st.mem.exports.release(x.handle);
+        }
         st.mem.free_key(lkey);
         Ok(())
     }

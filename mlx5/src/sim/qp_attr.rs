@@ -101,6 +101,9 @@ pub struct QpStats {
     /// Datagrams this UD QP dropped: a Q_Key that differs from its own, no receive posted
     /// (UD has no RNR), or the QP not ready to receive.
     pub ud_drops: u64,
+    /// SRQ WQEs this responder completed with a page fault (REMOTE_ABORTED, vendor syndrome
+    /// 0x93) because their buffers had moved; each is also counted as an RNR NAK.
+    pub page_faults: u64,
 }
 
 /// What a QP is in the DC transport.
