@@ -74,7 +74,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with`, `Device::nic` and its `mlx5::sim::NicView` (queries, stepping, fault injection), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
+//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with`, `Device::nic` and its `mlx5::sim::NicView` (queries, stepping, fault injection), `SimDmaBuf` (a dma-buf exporter that can move its buffer), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
 //! | `tokio` | no | `AsyncCq`: completions as an async stream (tokio `AsyncFd` over the completion channel's descriptor, also a `futures_core::Stream`) |
 //!
 //! Without `sim` (`default-features = false`) the crate carries no simulator: `mlx5` is
@@ -232,6 +232,8 @@ pub use mlx5::sim::{OrderMode, UarConfig};
 pub use mlx5::RawSrq;
 pub use mlx5::{AtomicCaps, CqeCompCaps, MiniCqeFormat, RawCq, RawQp};
 pub use queue::flags::PostFlags;
+#[cfg(feature = "sim")]
+pub use resources::SimDmaBuf;
 pub use resources::{
     AsyncEvent, Batch, CompletionChannel, Cq, CqEvent, CqOptions, DataPath, DcPeer, DcSend, Dci,
     DciBatch, Dct, Device, Endpoint, LocalSeg, MemoryRegion, MemoryWindow, Notify, Pd,

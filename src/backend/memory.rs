@@ -89,7 +89,7 @@ impl Pd {
     /// Registers `len` bytes at `offset` of the dma-buf `fd` at `iova`.
     ///
     /// # Errors
-    /// [`crate::Capability::DmaBuf`] where the backend has none; the registration error.
+    /// [`crate::Capability::DmaBuf`] where the device has none; the registration error.
     pub(crate) fn register_dmabuf(
         &self,
         fd: std::os::fd::BorrowedFd<'_>,
@@ -100,9 +100,9 @@ impl Pd {
     ) -> Result<(Reg, MrInfo)> {
         match self {
             #[cfg(feature = "sim")]
-            Pd::Sim(_) => Err(crate::error::Error::Capability(
-                crate::error::Capability::DmaBuf,
-            )),
+            Pd::Sim(p) => p
+                .register_dmabuf(fd, offset, len, iova, access)
+                .map(|(r, i)| (Reg::Sim(r), i)),
             Pd::Rdma(p) => p
                 .register_dmabuf(fd, offset, len, iova, access)
                 .map(|(r, i)| (Reg::Rdma(r), i)),

@@ -418,11 +418,16 @@ impl CompletionQueue {
                 }
                 if !self.tombs.is_empty() {
                     let give_back = self.srq_wqe_of_buried(cqe);
+                    let fault = is_page_fault(cqe);
                     if self.buried(cqe, self.ci, 1) {
                         self.advance();
                         self.publish_ci();
-                        if let Some((srq, idx)) = give_back {
-                            srq.free(idx);
+                        // The QP is gone, the SRQ is not: a receive the device faulted
+                        // on (and so never used) goes back to the SRQ's ring.
+                        match give_back {
+                            Some((srq, idx)) if fault => srq.page_fault(idx),
+                            Some((srq, idx)) => srq.free(idx),
+                            None => {}
                         }
                         continue;
                     }
@@ -582,6 +587,16 @@ impl CompletionQueue {
         };
         let srq = q.srq.as_ref()?;
         let idx = srq.slot(wqe);
+        if op.is_none() && cqe.as_err().is_odp_page_fault() {
+            // No completion of the user's: the WQE goes back to the head of the SRQ once
+            // the consumer index is published past the fault (rdma-core `cq.c`
+            // `is_odp_pfault_err`, then `mlx5_complete_odp_fault`). The index is past it
+            // already (`advance` came first); the caller publishes it again, the same.
+            // `cqe` is not read from here on.
+            self.publish_ci();
+            srq.page_fault(idx);
+            return None;
+        }
         let mut c = Completion {
             qpn,
             cookie: srq.cookies.get(idx),
@@ -706,6 +721,11 @@ impl CompletionQueue {
         }
         Some(c)
     }
+}
+
+/// Whether `cqe` is a responder's page fault in an SRQ WQE (`ErrCqe::is_odp_page_fault`).
+fn is_page_fault(cqe: &Cqe64) -> bool {
+    cqe.op_own >> 4 == CqeOpcode::RespErr as u8 && cqe.as_err().is_odp_page_fault()
 }
 
 /// `sop_drop_qpn` mask of the fast path: the QP number and bit 4 of the WQE opcode, set for

@@ -3,31 +3,45 @@
 //!
 //! Followed: rdma-core `providers/mlx5/srq.c` (`mlx5_post_srq_recv`: the WQE at `head`,
 //! `head = next_wqe_index`, the invalid-lkey terminator, `counter += n` then the barrier
-//! and `*db = htobe32(counter)`; `mlx5_free_srq_wqe` as it was before the bitmap: the
-//! freed index linked after the tail), `cq.c` (a receive CQE of a QP with an SRQ takes its
-//! `wr_id` from `srq->wrid[wqe_counter]` and frees that WQE; `mlx5_copy_to_recv_srq` for
-//! data that came inside the CQE), UCX `uct_rc_mlx5_iface_srq_post_recv` (linked-list
-//! topology).
+//! and `*db = htobe32(counter)`, all under `srq->lock`; `mlx5_free_srq_wqe` as it was
+//! before the bitmap: the freed index linked after the tail; `mlx5_complete_odp_fault` and
+//! `srq_repost`: a page-faulted WQE's data segments copied to the head and posted again),
+//! `cq.c` (a receive CQE of a QP with an SRQ takes its `wr_id` from
+//! `srq->wrid[wqe_counter]` and frees that WQE; `is_odp_pfault_err`;
+//! `mlx5_copy_to_recv_srq` for data that came inside the CQE), UCX
+//! `uct_rc_mlx5_iface_srq_post_recv` (linked-list topology).
 //!
-//! Two parties, no lock: the poster ([`SrqRing`], `&mut`) alone writes the ring (WQEs and
-//! links); the poller of the SRQ's CQ gives completed WQEs back through [`SrqShared`]: it
-//! writes the index into the `freed` ring, then bumps the freed counter (Release); the
-//! poster links those indices after its tail when it needs room (Acquire). A completed WQE
-//! is never in the list, and the tail is never posted, so the device never reads a link the
-//! poster changes.
+//! Who writes the ring: its [`Writer`] (WQEs, links, the doorbell record), behind the SRQ's
+//! spin lock as rdma-core's `srq->lock`: the poster ([`SrqRing`]) takes it for each post,
+//! the poller of the SRQ's CQ only to post a page-faulted WQE again (see below). The
+//! poller gives completed WQEs back through [`SrqShared`] without the lock: it writes the
+//! index into the `freed` ring, then bumps the freed counter (Release); the writer links
+//! those indices after its tail when it needs room (Acquire). A completed WQE is never in
+//! the list, and the tail is never posted, so the device never reads a link the writer
+//! changes.
+//!
+//! Page faults: a ConnectX that meets a page fault in an SRQ WQE's buffers (on-demand
+//! memory, or a dma-buf whose exporter moved it) does not stall the SRQ's head; it completes
+//! the WQE with REMOTE_ABORTED and vendor syndrome 0x93 and the requester sends the message
+//! again. That CQE is no completion of the user's: the poller publishes its consumer index
+//! past it, then the writer copies the WQE's data segments to the head, moves its cookie and
+//! pins there, rings, and gives the faulted index back. The freed ring hands indices out
+//! oldest first, so the faulted WQE (which the device may still be reading) is the last to
+//! be written again: rdma-core's wait queue (`srq_cooldown_wqe`) does the same.
 
 use super::barrier;
 use crate::error::{Error, Result};
 use crate::queue::cq_share::{CqShare, CqSlots};
 use crate::queue::regions::{RegionCheck, Regions};
-use crate::queue::srq_shared::SrqShared;
+use crate::queue::spin::Spin;
+use crate::queue::srq_shared::{Repost, SrqShared};
 use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::request::Sge;
-use mlx5::srq::{encode_srq_recv, next_index, set_next_index, RawSrq};
+use mlx5::srq::{copy_srq_data, encode_srq_recv, next_index, set_next_index, RawSrq};
 use std::sync::Arc;
 
-/// The poster's side of an SRQ on the direct path.
-pub struct SrqRing {
+/// What writes the SRQ's ring: its place, the list's ends and the doorbell count.
+struct Writer {
     buf: *mut u8,
     cnt: u32,
     stride: usize,
@@ -41,25 +55,167 @@ pub struct SrqRing {
     counter: u16,
     /// Freed indices linked back into the list so far.
     reclaimed: u16,
-    pub(crate) shared: Arc<SrqShared>,
     /// The protection domain's regions, to check receive buffers against (scatter-to-CQE).
     regions: Option<Box<RegionCheck>>,
+    /// The device pages SRQ receives in (`OdpCaps::srq_recv`): entries in on-demand or
+    /// dma-buf regions are allowed (their page faults come back as reposts).
+    pageable: bool,
     /// The entries of the CQ the SRQ's receives complete on.
     cq_share: Option<CqShare>,
 }
 
-// SAFETY: the pointers are to the SRQ's ring and doorbell record, which this poster alone
-// writes (constructor contract); the poller only touches `shared`.
-unsafe impl Send for SrqRing {}
+// SAFETY: the pointers are to the SRQ's ring and doorbell record, which the writer alone
+// writes (constructor contract) and which live as long as the SRQ; the writer is reached
+// only under its lock (`RingWriter`).
+unsafe impl Send for Writer {}
+
+/// The writer behind the SRQ's lock; `None` once the SRQ is about to be destroyed.
+pub(crate) struct RingWriter(Spin<Option<Writer>>);
+
+impl Writer {
+    /// The WQE at `idx`.
+    fn entry(&mut self, idx: u16) -> &mut [u8] {
+        let i = (idx as u32 & (self.cnt - 1)) as usize;
+        // SAFETY: entry `i` lies inside the ring; the callers touch only WQEs in the list
+        // (not posted, so the device does not read them), the tail's link, or a WQE the
+        // device completed and the writer was handed (a page fault's).
+        unsafe { core::slice::from_raw_parts_mut(self.buf.add(i * self.stride), self.stride) }
+    }
+
+    /// Receives that may be posted now.
+    fn free(&self, shared: &SrqShared) -> u32 {
+        (self.cnt - 1).saturating_sub(shared.outstanding())
+    }
+
+    /// Makes the head a WQE that may be posted: when the list is the tail alone, links the
+    /// oldest index given back (and not linked yet) after the tail (rdma-core's free, done
+    /// here by the ring's only writer). The caller knows one is there: `freed` holds it
+    /// below `retired` (loaded by `free`, or written by the caller itself).
+    fn make_head(&mut self, shared: &SrqShared) {
+        if self.head == self.tail {
+            let k = self.reclaimed;
+            let idx = shared.freed_at(k);
+            let tail = self.tail;
+            set_next_index(self.entry(tail), idx);
+            self.tail = idx;
+            self.reclaimed = k.wrapping_add(1);
+        }
+    }
+
+    /// The head WQE is written: moves the head on and counts it posted.
+    fn advance(&mut self, shared: &SrqShared) {
+        let head = self.head;
+        let next = next_index(self.entry(head));
+        self.head = next & (self.cnt - 1) as u16;
+        self.counter = self.counter.wrapping_add(1);
+        shared.cookies.mark_posted(self.counter);
+    }
+
+    fn write(&mut self, shared: &SrqShared, sgl: &[Sge], cookie: u64) -> Result<()> {
+        let n = crate::queue::checks::check_recv(self.free(shared), sgl, self.max_sge)?;
+        if !self.pageable {
+            if let Some(lkey) = self.regions.as_mut().and_then(|r| r.on_demand(sgl)) {
+                return Err(Error::InvalidParameter {
+                    what: "SRQ receive in an on-demand or dma-buf region (lkey) on a device \
+                           whose on-demand paging has no SRQ receive (IBV_ODP_SUPPORT_SRQ_RECV)",
+                    value: lkey as u64,
+                });
+            }
+        }
+        if let Some(share) = &mut self.cq_share {
+            share.check_one(self.counter, self.cnt)?;
+        }
+        self.make_head(shared);
+        let head = self.head;
+        let max = self.max_sge;
+        encode_srq_recv(sgl, self.entry(head)).ok_or(Error::TooManySge { n, max })?;
+        // Nothing can fail from here on: the entry's regions are pinned until it completes.
+        shared
+            .scatter
+            .record(head, sgl, self.regions.as_deref_mut());
+        shared.cookies.set(head, cookie);
+        self.advance(shared);
+        Ok(())
+    }
+
+    fn ring(&mut self) {
+        // The WQEs and cookies are written before the record announces them.
+        barrier::to_device();
+        // SAFETY: `dbrec` is the SRQ's live, aligned doorbell record (constructor contract).
+        unsafe {
+            (*(self.dbrec as *const AtomicU32))
+                .store((self.counter as u32).to_be(), Ordering::Release)
+        };
+    }
+
+    /// Posts the receive of the page-faulted WQE `idx` again (rdma-core `srq_repost`), then
+    /// gives `idx` back. The poller has consumed and published the fault's CQE.
+    fn repost(&mut self, shared: &SrqShared, idx: u16) {
+        // The faulted index goes into the free ring first (its pins move with the receive,
+        // below): in a full ring it is the only room, and is then linked as the new tail,
+        // which is never posted; its data segments stay as they are until it is written
+        // again (rdma-core without a wait queue).
+        let k = shared.give_back(idx);
+        self.make_head(shared);
+        let head = self.head;
+        let from = idx & (self.cnt - 1) as u16;
+        debug_assert_ne!(
+            from, head,
+            "the head is in the list, the faulted WQE was posted"
+        );
+        let i = (from as usize) * self.stride;
+        let j = (head as usize) * self.stride;
+        // SAFETY: two distinct entries of the ring (`from` was posted and completed, `head`
+        // is in the list): the device reads neither now.
+        let (src, dst) = unsafe {
+            (
+                core::slice::from_raw_parts(self.buf.add(i), self.stride),
+                core::slice::from_raw_parts_mut(self.buf.add(j), self.stride),
+            )
+        };
+        copy_srq_data(src, dst);
+        shared.cookies.set(head, shared.cookies.get(from));
+        shared.scatter.move_entry(from, head);
+        if let Some(share) = &mut self.cq_share {
+            share.carry_one(self.counter);
+        }
+        self.advance(shared);
+        self.ring();
+        // Release: the index and the cookie moved before the count that hands `idx` over.
+        shared.cookies.retire(k);
+    }
+}
+
+impl Repost for RingWriter {
+    fn repost(&self, shared: &SrqShared, idx: u16) -> bool {
+        let mut g = self.0.lock();
+        let Some(w) = g.as_mut() else { return false };
+        w.repost(shared, idx);
+        true
+    }
+
+    fn close(&self) -> Option<(CqShare, u16)> {
+        let w = self.0.lock().take()?;
+        let pos = w.counter;
+        w.cq_share.map(|s| (s, pos))
+    }
+}
+
+/// The poster's side of an SRQ on the direct path.
+pub struct SrqRing {
+    pub(crate) shared: Arc<SrqShared>,
+    pub(crate) writer: Arc<RingWriter>,
+    srqn: u32,
+    cnt: u32,
+    max_sge: usize,
+}
 
 impl core::fmt::Debug for SrqRing {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SrqRing")
-            .field("srqn", &self.shared.srqn)
+            .field("srqn", &self.srqn)
             .field("entries", &self.cnt)
-            .field("head", &self.head)
-            .field("tail", &self.tail)
-            .field("counter", &self.counter)
+            .field("outstanding", &self.shared.outstanding())
             .finish()
     }
 }
@@ -70,9 +226,9 @@ impl SrqRing {
     /// # Safety
     /// `raw` must describe a live SRQ whose ring is linked from `head` to `tail` as a fresh
     /// SRQ's (`mlx5dv_init_obj` right after `ibv_create_srq`), that stays alive while the
-    /// poster and every completion of its receives exist, and that nobody else posts to;
-    /// every receive posted must name memory that stays valid for writes until its
-    /// completion has been polled.
+    /// poster and every completion of its receives exist (a page-faulted receive is posted
+    /// again by the poller of its CQ), and that nobody else posts to; every receive posted must name memory that stays
+    /// valid for writes until its completion has been polled.
     pub unsafe fn new(raw: &RawSrq) -> Result<SrqRing> {
         if !raw.wqe_cnt.is_power_of_two()
             || raw.wqe_cnt < 2
@@ -88,7 +244,7 @@ impl SrqRing {
             });
         }
         let max_sge = (raw.max_sge as usize).min(mlx5::srq::srq_max_sge(raw.stride) as usize);
-        Ok(SrqRing {
+        let writer = Arc::new(RingWriter(Spin::new(Some(Writer {
             buf: raw.buf,
             cnt: raw.wqe_cnt,
             stride: raw.stride as usize,
@@ -98,27 +254,47 @@ impl SrqRing {
             tail: raw.tail as u16,
             counter: 0,
             reclaimed: 0,
-            shared: Arc::new(SrqShared::new(raw.srqn, raw.wqe_cnt, max_sge)),
             regions: None,
+            pageable: true,
             cq_share: None,
+        }))));
+        let shared = SrqShared::new(raw.srqn, raw.wqe_cnt, max_sge).with_repost(writer.clone());
+        Ok(SrqRing {
+            shared: Arc::new(shared),
+            writer,
+            srqn: raw.srqn,
+            cnt: raw.wqe_cnt,
+            max_sge,
         })
     }
 
+    /// Runs `f` on the writer (present until the SRQ is closed, `RingWriter::close`).
+    fn with<T>(&mut self, f: impl FnOnce(&mut Writer, &SrqShared) -> Result<T>) -> Result<T> {
+        let mut g = self.writer.0.lock();
+        let w = g.as_mut().ok_or(Error::InvalidState {
+            state: "SRQ closed",
+        })?;
+        f(w, &self.shared)
+    }
+
     /// Checks every receive posted from now on against these regions (see
-    /// [`RecvQueue`](super::RecvQueue)'s `check_against`).
-    pub(crate) fn check_against(&mut self, regions: Arc<Regions>) {
-        self.regions = Some(Box::new(RegionCheck::new(regions)));
+    /// [`RecvQueue`](super::RecvQueue)'s `check_against`); `pageable`: the device pages
+    /// SRQ receives in (else entries in on-demand or dma-buf regions are refused).
+    pub(crate) fn check_against(&mut self, regions: Arc<Regions>, pageable: bool) {
+        let _ = self.with(|w, _| {
+            w.regions = Some(Box::new(RegionCheck::new(regions)));
+            w.pageable = pageable;
+            Ok(())
+        });
     }
 
     /// Accounts the SRQ's receives against the entries of the CQ they complete on.
     pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
-        self.cq_share = Some(CqShare::new(slots, self.shared.clone(), self.counter));
-    }
-
-    /// Gives the CQ share away (with the position it was released at) for the end of the
-    /// SRQ: its receives may still complete after the poster is gone.
-    pub(crate) fn take_cq_share(&mut self) -> Option<(CqShare, u16)> {
-        self.cq_share.take().map(|s| (s, self.counter))
+        let shared = self.shared.clone();
+        let _ = self.with(|w, _| {
+            w.cq_share = Some(CqShare::new(slots, shared, w.counter));
+            Ok(())
+        });
     }
 
     /// Receives the SRQ holds at once (its entries less the tail).
@@ -136,80 +312,17 @@ impl SrqRing {
         self.capacity().saturating_sub(self.shared.outstanding())
     }
 
-    /// The WQE at `idx`.
-    fn entry(&mut self, idx: u16) -> &mut [u8] {
-        let i = (idx as u32 & (self.cnt - 1)) as usize;
-        // SAFETY: entry `i` lies inside the ring; the callers touch only WQEs in the list
-        // (not posted, so the device does not read them) or the tail's link.
-        unsafe { core::slice::from_raw_parts_mut(self.buf.add(i * self.stride), self.stride) }
-    }
-
-    fn write(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        let n = crate::queue::checks::check_recv(self.free(), sgl, self.max_sge)?;
-        if let Some(lkey) = self.regions.as_mut().and_then(|r| r.on_demand(sgl)) {
-            // A ConnectX that meets a page fault in an SRQ WQE has already moved past it:
-            // it completes the WQE with REMOTE_ABORTED and vendor syndrome 0x93, and
-            // rdma-core (`cq.c` `is_odp_pfault_err`, `srq.c` `mlx5_complete_odp_fault`)
-            // swallows that CQE and reposts the WQE's data at the head. Only the poller sees
-            // that CQE and only the poster writes the ring, so the direct path does not
-            // repost: it refuses the receive rather than report a spurious error for it.
-            return Err(Error::InvalidParameter {
-                what: "SRQ receive in an on-demand region (lkey; the direct path cannot repost a page-faulted SRQ WQE)",
-                value: lkey as u64,
-            });
-        }
-        if let Some(share) = &mut self.cq_share {
-            share.check_one(self.counter, self.cnt)?;
-        }
-        if self.head == self.tail {
-            // Room for one more: link the oldest index the poller gave back after the
-            // tail (rdma-core's free, done here by the only writer of the ring). `free > 0`
-            // means one is there: the ring's entries are the list (the tail alone now), the
-            // outstanding receives and the given-back indices not linked yet.
-            let k = self.reclaimed;
-            debug_assert_ne!(k, self.shared.cookies.retired());
-            let idx = self.shared.freed_at(k);
-            let tail = self.tail;
-            set_next_index(self.entry(tail), idx);
-            self.tail = idx;
-            self.reclaimed = k.wrapping_add(1);
-        }
-        let head = self.head;
-        let max = self.max_sge;
-        let e = self.entry(head);
-        encode_srq_recv(sgl, e).ok_or(Error::TooManySge { n, max })?;
-        let next = next_index(e);
-        // Nothing can fail from here on: the entry's regions are pinned until it completes.
-        self.shared
-            .scatter
-            .record(head, sgl, self.regions.as_deref_mut());
-        self.shared.cookies.set(head, cookie);
-        self.head = next & (self.cnt - 1) as u16;
-        self.counter = self.counter.wrapping_add(1);
-        self.shared.cookies.mark_posted(self.counter);
-        Ok(())
-    }
-
-    fn ring(&mut self) {
-        // The WQEs and cookies are written before the record announces them.
-        barrier::to_device();
-        // SAFETY: `dbrec` is the SRQ's live, aligned doorbell record (constructor contract).
-        unsafe {
-            (*(self.dbrec as *const AtomicU32))
-                .store((self.counter as u32).to_be(), Ordering::Release)
-        };
-    }
-
     /// Posts one receive buffer list with its cookie.
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::CqFull`];
-    /// [`Error::InvalidParameter`] for an entry of an on-demand region of the domain (its
-    /// page faults would need a repost by the poller); nothing is posted then.
+    /// [`Error::InvalidState`] once the SRQ is being destroyed; nothing is posted then.
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        self.write(sgl, cookie)?;
-        self.ring();
-        Ok(())
+        self.with(|w, shared| {
+            w.write(shared, sgl, cookie)?;
+            w.ring();
+            Ok(())
+        })
     }
 
     /// Posts several receives with one doorbell-record update. Stops at the first error,
@@ -221,7 +334,22 @@ impl SrqRing {
         &mut self,
         recvs: impl IntoIterator<Item = (&'s [Sge], u64)>,
     ) -> Result<usize, (usize, Error)> {
-        super::rq::post_each(self, recvs, Self::write, Self::ring)
+        let shared = self.shared.clone();
+        let mut g = self.writer.0.lock();
+        let Some(w) = g.as_mut() else {
+            return Err((
+                0,
+                Error::InvalidState {
+                    state: "SRQ closed",
+                },
+            ));
+        };
+        super::rq::post_each(
+            w,
+            recvs,
+            |w, sgl, cookie| w.write(&shared, sgl, cookie),
+            Writer::ring,
+        )
     }
 }
 
@@ -325,6 +453,53 @@ mod tests {
                 srq.shared.free(idx);
             }
         }
+    }
+
+    /// A WQE the device faulted on is posted again, with its cookie and buffers, after
+    /// everything posted before the fault (at the head, as rdma-core's `srq_repost`),
+    /// whether the ring has free entries or is full (then the faulted entry itself becomes
+    /// the tail); nothing is lost, and the ring keeps its capacity.
+    #[test]
+    fn a_page_faulted_wqe_is_posted_again_with_its_cookie_and_buffers() {
+        let (cnt, stride) = (8u32, 32u32);
+        let mut dev = Fake::new(cnt, stride);
+        let raw = dev.raw(cnt, stride);
+        // SAFETY: the fake ring and record outlive the poster, which alone posts to them.
+        let mut srq = unsafe { SrqRing::new(&raw) }.unwrap();
+        let mut next_addr = 0x1000u64;
+        let mut order = std::collections::VecDeque::new();
+        let mut faults = 0;
+        for round in 0..300u64 {
+            // Refill, but not always to the brim: faults meet full and partial rings.
+            while srq.free() > (round % 3) as u32 {
+                srq.post(&sge(next_addr), next_addr).unwrap();
+                order.push_back(next_addr);
+                next_addr += 8;
+            }
+            let (idx, addr) = dev.take(stride as usize).unwrap();
+            assert_eq!(Some(addr), order.pop_front(), "the device follows the list");
+            assert_eq!(srq.shared.cookies.get(idx), addr, "cookie by index");
+            let free = srq.free();
+            if round % 2 == 0 {
+                srq.shared.page_fault(idx);
+                faults += 1;
+                // Posted again behind everything else; still outstanding.
+                order.push_back(addr);
+                assert_eq!(srq.free(), free);
+                assert_eq!(u32::from_be(dev.db[0]) as u16, srq.shared.cookies.posted());
+            } else {
+                srq.shared.free(idx);
+                assert_eq!(srq.free(), free + 1);
+            }
+        }
+        assert_eq!(faults, 150);
+        // Drain: every receive still owed comes out, in order, once.
+        while let Some((idx, addr)) = dev.take(stride as usize) {
+            assert_eq!(Some(addr), order.pop_front());
+            srq.shared.free(idx);
+        }
+        assert!(order.is_empty());
+        assert_eq!(srq.free(), srq.capacity());
     }
 
     /// `post_many` writes until the first refusal and rings once for those written: the

@@ -279,6 +279,20 @@ impl CqShare {
         Ok(())
     }
 
+    /// A request posted again at `pos` in place of one the poller retires with it (an SRQ
+    /// WQE the device completed with a page fault): it needs no new entry of the CQ, since
+    /// the completion of the one it replaces was consumed, so when the allowance is spent
+    /// the end moves on by one without asking the CQ. The caller retires the replaced
+    /// request after it moved the position.
+    #[cold]
+    pub(crate) fn carry_one(&mut self, pos: u16) {
+        if self.allowance(pos) == 0 {
+            let _l = self.slots.lock();
+            self.end = self.end.wrapping_add(1);
+            self.charge.end.store(self.end, Ordering::Relaxed);
+        }
+    }
+
     /// The queue goes away at position `pos`: its allowance is free at once, its
     /// outstanding requests when their completions are consumed.
     pub(crate) fn release(&mut self, pos: u16) {

@@ -201,6 +201,34 @@ impl ScatterTable {
         }
     }
 
+    /// The receive recorded at `from` is posted again at `to` (an SRQ WQE the device
+    /// completed with a page fault, `crate::direct::srq`): its list and its pins move, and
+    /// `from` holds nothing any more.
+    ///
+    /// Both parties at once: the caller holds the SRQ ring's writer, so it is the poster of
+    /// `to` (not announced yet), and it is the poller of `from` (completed, not retired).
+    pub(crate) fn move_entry(&self, from: u16, to: u16) {
+        let (f, t) = (
+            (from as u32 & self.mask) as usize,
+            (to as u32 & self.mask) as usize,
+        );
+        if f == t {
+            return;
+        }
+        // SAFETY: both indices are masked (< cnt); the caller holds both entries (above),
+        // which are distinct.
+        unsafe {
+            let e = &mut *self.entries.get_unchecked(f).get();
+            for k in 0..e.n as usize {
+                *self.slots.get_unchecked(t * self.max + k).get() =
+                    *self.slots.get_unchecked(f * self.max + k).get();
+            }
+            *self.entries.get_unchecked(t).get() = *e;
+            // The pins now count under `to` only.
+            e.n = 0;
+        }
+    }
+
     /// Copies `data` (what a CQE carried) into the scatter list of the receive at `pos`,
     /// as rdma-core's `copy_to_scat`: entry after entry, until the data run out, then
     /// gives the receive's pins back ([`ScatterTable::done`]). Returns the status of the

@@ -8,9 +8,11 @@
 //! path links them back into the SRQ's ring (`crate::direct::srq`), the verbs path hands
 //! them to `ibv_post_srq_recv` again (`crate::verbs::srq`).
 
+use super::cq_share::CqShare;
 use super::scatter::ScatterTable;
 use super::shadow::{Retired, Shadow};
 use core::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
 
 /// What the poster of an SRQ shares with the poller of its CQ.
 pub(crate) struct SrqShared {
@@ -24,6 +26,22 @@ pub(crate) struct SrqShared {
     /// The scatter lists by WQE index: the regions each receive pins, and (direct path)
     /// where data that came inside the CQE is copied.
     pub(crate) scatter: ScatterTable,
+    /// Who posts a page-faulted receive again (the direct path's ring writer; the verbs
+    /// path has none: rdma-core reposts inside `ibv_poll_cq`).
+    repost: Option<Arc<dyn Repost>>,
+}
+
+/// The writer of an SRQ's ring, as the poller reaches it to post a page-faulted receive
+/// again.
+pub(crate) trait Repost: Send + Sync {
+    /// Posts the receive in slot `idx` again at the ring's head and retires `idx` (the
+    /// caller is the poller, its consumer index published past the fault). False when the
+    /// ring is gone: nothing was done.
+    fn repost(&self, shared: &SrqShared, idx: u16) -> bool;
+
+    /// The SRQ is about to be destroyed: nothing writes its ring from now on. Returns the
+    /// writer's CQ share with the position it ends at, to release once the SRQ is gone.
+    fn close(&self) -> Option<(CqShare, u16)>;
 }
 
 impl core::fmt::Debug for SrqShared {
@@ -45,7 +63,14 @@ impl SrqShared {
             cookies: Shadow::new(cnt),
             freed: (0..cnt).map(|_| AtomicU16::new(0)).collect(),
             scatter: ScatterTable::new(cnt, max_sge),
+            repost: None,
         }
+    }
+
+    /// The same, whose page-faulted receives `writer` posts again.
+    pub(crate) fn with_repost(mut self, writer: Arc<dyn Repost>) -> SrqShared {
+        self.repost = Some(writer);
+        self
     }
 
     /// The slot a completion names (the CQE's `wqe_counter`, a verbs `wr_id`).
@@ -71,9 +96,33 @@ impl SrqShared {
     #[inline]
     pub(crate) fn stage_free(&self, idx: u16) -> u16 {
         self.scatter.done(idx);
+        self.give_back(idx)
+    }
+
+    /// [`SrqShared::stage_free`] without the pins (they moved with a reposted receive).
+    #[inline]
+    pub(crate) fn give_back(&self, idx: u16) -> u16 {
         let k = self.cookies.retired();
         self.freed[(k & self.mask) as usize].store(idx & self.mask, Ordering::Relaxed);
         k.wrapping_add(1)
+    }
+
+    /// Closes the ring's writer (direct path; see [`Repost::close`]).
+    pub(crate) fn close_writer(&self) -> Option<(CqShare, u16)> {
+        self.repost.as_ref().and_then(|r| r.close())
+    }
+
+    /// The device completed the receive in slot `idx` with a page fault (an SRQ WQE in
+    /// on-demand or dma-buf memory whose pages had moved; `Cqe64::is_odp_page_fault`): it
+    /// is no completion for the user. It is posted again, cookie and buffers unchanged
+    /// (rdma-core `srq.c` `mlx5_complete_odp_fault`), by the SRQ ring's writer; where there
+    /// is none any more (the SRQ is being destroyed), the slot is given back. Poller only,
+    /// after its consumer index is published.
+    #[cold]
+    pub(crate) fn page_fault(&self, idx: u16) {
+        if !self.repost.as_ref().is_some_and(|r| r.repost(self, idx)) {
+            self.free(idx);
+        }
     }
 
     /// Receives posted and not given back.

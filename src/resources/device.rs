@@ -420,14 +420,19 @@ impl Pd {
     /// may be closed afterwards. The poller cannot copy a small send delivered inside the
     /// CQE into memory without a CPU view: receive into such a region on a QP with
     /// [`QpCaps::scatter_to_cqe`](crate::QpCaps) off (or `MLX5_SCATTER_TO_CQE=0`), else
-    /// those receives complete with `LocProtErr`.
+    /// those receives complete with `LocProtErr`. The kernel registers a dma-buf through its
+    /// on-demand paging: after the exporter moves the buffer the device faults on it, which
+    /// the crate handles as for [`Access::ON_DEMAND`] regions (an SRQ receive is posted
+    /// again: [`Srq::post_recv`](crate::Srq::post_recv)). On the software NIC, the
+    /// descriptor comes from a `SimDmaBuf` (feature `sim`), whose exporter can move it.
     ///
     /// # Errors
-    /// [`Error::Capability`] (`DmaBuf`) on the software NIC and when rdma-core answers
-    /// `EOPNOTSUPP` (providers without dma-buf, such as rxe before Linux 6.x); as
-    /// [`Pd::register`] for the length and rights; [`Error::InvalidParameter`] when
-    /// `iova + len` wraps; the registration error (`EBADF`,
-    /// `EINVAL` for an fd that is not a dma-buf or a range outside it).
+    /// [`Error::Capability`] (`DmaBuf`) when rdma-core answers `EOPNOTSUPP` (providers
+    /// without dma-buf, such as rxe before Linux 6.x) and on a software NIC without
+    /// on-demand paging; as [`Pd::register`] for the length and rights;
+    /// [`Error::InvalidParameter`] when `iova + len` wraps, and on the software NIC for a
+    /// descriptor no `SimDmaBuf` of it made or a range outside it; the registration error
+    /// (`EBADF`, `EINVAL` for an fd that is not a dma-buf or a range outside it).
     pub fn register_dmabuf(
         &self,
         fd: std::os::fd::BorrowedFd<'_>,

@@ -28,6 +28,8 @@ mod qp;
 mod queue_pair;
 #[cfg(feature = "sim")]
 mod sim_device;
+#[cfg(feature = "sim")]
+mod sim_dmabuf;
 mod spin_wait;
 mod srq;
 mod ud;
@@ -51,6 +53,8 @@ pub use pending::PendingBuffer;
 pub use post_send::PostSend;
 pub use qp::{Batch, Qp};
 pub use queue_pair::QueuePair;
+#[cfg(feature = "sim")]
+pub use sim_dmabuf::SimDmaBuf;
 pub use spin_wait::Spin;
 pub use srq::{Srq, SrqCaps};
 pub use ud::{McastGroup, UdOptions, UdQp, MULTICAST_QPN, QKEY_PRIVILEGED, RDMA_UDP_QKEY};

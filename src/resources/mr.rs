@@ -461,8 +461,9 @@ mod record_tests {
     use mlx5::request::Access;
 
     /// A dma-buf region (no CPU view, no ON_DEMAND flag) may fault on the device as an
-    /// on-demand one: the direct path refuses SRQ receives into it, as into ODP regions
-    /// (it cannot post a faulted SRQ WQE again); the poller never writes it.
+    /// on-demand one: the direct path treats SRQ receives into it as into ODP regions
+    /// (refused without `OdpCaps::srq_recv`, posted again after a fault); the poller never
+    /// writes it.
     #[test]
     fn dma_buf_regions_fault_as_on_demand_ones() {
         let w = Access::LOCAL_WRITE | Access::REMOTE_WRITE;

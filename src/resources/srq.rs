@@ -53,8 +53,9 @@ pub(crate) struct SrqHandle {
     /// The CQ the SRQ's receives complete on.
     pub(crate) cq: Arc<CqHandle>,
     pub(crate) cqn: u32,
-    /// The SRQ's CQ entries, handed over by the poster when it is dropped: given back when
-    /// the SRQ is destroyed (receives posted before may complete until then).
+    /// The SRQ's CQ entries, handed over by the verbs poster when it is dropped (the direct
+    /// path's ring writer keeps its own): given back when the SRQ is destroyed (receives
+    /// posted before may complete until then).
     share: Mutex<Option<(CqShare, u16)>>,
 }
 
@@ -111,10 +112,13 @@ impl Drop for SrqHandle {
     fn drop(&mut self) {
         let dev = &self.pd.inner.dev;
         dev.events.forget(self.subject());
-        // No QP takes receives from it any more (each holds this handle): destroy it, after
-        // which nothing completes on its behalf.
+        // No QP takes receives from it any more (each holds this handle): nothing writes
+        // its ring from now on (a page fault polled later gives its WQE back), then destroy
+        // it, after which nothing completes on its behalf.
+        let writer = self.shared.close_writer();
         drop(self.obj.take());
-        if let Some((mut s, pos)) = self.share.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let poster = self.share.lock().unwrap_or_else(|e| e.into_inner()).take();
+        for (mut s, pos) in writer.into_iter().chain(poster) {
             s.release(pos);
         }
     }
@@ -230,7 +234,10 @@ impl Pd {
         };
         let shared = match &mut path {
             SrqPath::Direct(r) => {
-                r.check_against(self.inner.regions.clone());
+                r.check_against(
+                    self.inner.regions.clone(),
+                    self.inner.dev.odp_caps().srq_recv(),
+                );
                 r.attach_cq(slots);
                 r.shared.clone()
             }
@@ -301,9 +308,15 @@ impl Srq {
     /// [`Error::QueueFull`] when the SRQ is full; [`Error::TooManySge`];
     /// [`Error::CqFull`] when the SRQ's CQ has no entry for it; on the direct path (mlx5
     /// and the software NIC), [`Error::InvalidParameter`] with the lkey for an entry in an
-    /// on-demand region ([`Access::ON_DEMAND`](crate::Access::ON_DEMAND): a ConnectX
-    /// completes a page-faulted SRQ WQE for rdma-core to repost, which the direct path does
-    /// not do); nothing is posted then.
+    /// on-demand or dma-buf region when the device does not page SRQ receives
+    /// ([`OdpCaps::srq_recv`](crate::OdpCaps::srq_recv)); nothing is posted then.
+    ///
+    /// Receives into on-demand and dma-buf memory may meet a page fault on the device (the
+    /// exporter moved the buffer, the kernel invalidated the pages): a ConnectX then
+    /// completes the WQE with REMOTE_ABORTED, vendor syndrome 0x93, and the sender sends
+    /// again. That is no completion of yours: the poller posts the receive again (cookie and
+    /// buffers unchanged), as rdma-core's `mlx5_complete_odp_fault` does, and it completes
+    /// with a later message.
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         match &mut self.path {
             SrqPath::Direct(r) => r.post(sgl, cookie),
@@ -358,7 +371,9 @@ impl Srq {
 impl Drop for Srq {
     fn drop(&mut self) {
         let share = match &mut self.path {
-            SrqPath::Direct(r) => r.take_cq_share(),
+            // The ring's writer keeps its share: it may post a page-faulted receive again
+            // until the SRQ is destroyed (`SrqHandle::drop`).
+            SrqPath::Direct(_) => None,
             SrqPath::Verbs(v) => v.take_cq_share(),
         };
         *self.handle.share.lock().unwrap_or_else(|e| e.into_inner()) = share;

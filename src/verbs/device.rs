@@ -137,6 +137,13 @@ impl OdpCaps {
         self.general & OdpCaps::SUPPORT != 0 && self.dc & need == need
     }
 
+    /// Whether an SRQ whose receivers are RC QPs may take receives into an on-demand (or
+    /// dma-buf) region: `IBV_ODP_SUPPORT_SRQ_RECV` in the RC bits (the kernel's
+    /// `mlx5_ib_internal_fill_odp_caps`, from the firmware's `rc_odp_caps.srq_receive`).
+    pub fn srq_recv(&self) -> bool {
+        self.general & OdpCaps::SUPPORT != 0 && self.rc & OdpCaps::SRQ_RECV != 0
+    }
+
     /// Whether a UD QP's receive queue may take receives into an on-demand region.
     pub fn ud_recv(&self) -> bool {
         self.general & OdpCaps::SUPPORT != 0 && self.ud & OdpCaps::RECV != 0

@@ -79,3 +79,29 @@ pub(crate) fn epoll_of(fds: &[RawFd]) -> io::Result<OwnedFd> {
     }
     Ok(ep)
 }
+
+/// An anonymous memory file (`memfd_create`, close-on-exec): the file of a dma-buf
+/// exported beside the software NIC.
+#[cfg(feature = "sim")]
+pub(crate) fn memfd(name: &core::ffi::CStr) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call on a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The identity of the file `fd` is open on (its device and inode numbers in one word):
+/// the same for every descriptor of that file.
+#[cfg(feature = "sim")]
+pub(crate) fn identity(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
+    // SAFETY: `stat` is plain data, filled by the call before it is read.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: a live descriptor and a live buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev as u64).rotate_left(40) ^ st.st_ino as u64)
+}

@@ -65,6 +65,31 @@ fn fan(n: usize, entries: u32, rcq_entries: u32, cqe_size: u32) -> Fan {
     }
 }
 
+/// A thread that polls `rcq` until `n` completions came, each a success, handing each
+/// with its rank to `each`; 60 s at most. Returns the CQ.
+fn poll_thread(
+    rcq: Cq,
+    n: u64,
+    mut each: impl FnMut(&Completion, u64) + Send + 'static,
+) -> std::thread::JoinHandle<Cq> {
+    std::thread::spawn(move || {
+        let mut rcq = rcq;
+        let mut out = [Completion::default(); 16];
+        let mut seen = 0u64;
+        let start = std::time::Instant::now();
+        while seen < n {
+            assert!(start.elapsed().as_secs() < 60, "stalled at {seen}");
+            let k = rcq.poll(&mut out);
+            for c in &out[..k] {
+                assert!(c.is_ok(), "{c:?}");
+                each(c, seen);
+                seen += 1;
+            }
+        }
+        rcq
+    })
+}
+
 const SLOT: usize = 256;
 
 /// Posts `n` receives of 64 bytes (slot `i` of a fresh region, cookie `base + i`) to the
@@ -606,22 +631,9 @@ fn poster_and_poller_on_two_threads() {
             srq
         })
     };
-    let poller = std::thread::spawn(move || {
-        let mut rcq = rcq;
-        let mut out = [Completion::default(); 16];
-        let mut seen = 0u64;
-        let start = std::time::Instant::now();
-        while seen < N {
-            assert!(start.elapsed().as_secs() < 60, "stalled at {seen}");
-            let n = rcq.poll(&mut out);
-            for c in &out[..n] {
-                assert!(c.is_ok(), "{c:?}");
-                assert_eq!(c.cookie, seen, "receives are taken in posting order");
-                seen += 1;
-                let _ = done_tx.send(c.cookie);
-            }
-        }
-        rcq
+    let poller = poll_thread(rcq, N, move |c, seen| {
+        assert_eq!(c.cookie, seen, "receives are taken in posting order");
+        let _ = done_tx.send(c.cookie);
     });
     // Senders on this thread: message m from client m % 4, 8 bytes (inside the CQE).
     let mut sent = 0u64;
@@ -652,41 +664,304 @@ fn poster_and_poller_on_two_threads() {
     drop(servers);
 }
 
-/// A receive into an on-demand region is refused before it is posted: a ConnectX that
-/// meets a page fault in an SRQ WQE completes it with REMOTE_ABORTED (vendor syndrome
-/// 0x93) for rdma-core to repost (`mlx5_complete_odp_fault`), which the direct path's
-/// poller cannot do. Nothing is posted; pinned regions and empty on-demand entries pass.
-#[test]
-fn srq_receives_into_on_demand_regions_are_refused_before_posting() {
-    let mut f = fan(1, 7, 256, 64);
-    let mr = f.pd.alloc_mr(4096, ALL).unwrap();
-    let odp =
-        f.pd.register(vec![0u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND)
-            .unwrap();
-    let free = f.srq.free();
-    for sgl in [
-        vec![odp.sge(0, 64).unwrap()],
-        vec![mr.sge(0, 64).unwrap(), odp.sge(64, 64).unwrap()],
-    ] {
-        match f.srq.post_recv(&sgl, 5) {
-            Err(Error::InvalidParameter { value, .. }) => assert_eq!(value, odp.lkey() as u64),
-            r => panic!("an on-demand receive buffer was accepted: {r:?}"),
+/// Receive memory that can page-fault on the NIC: a dma-buf whose exporter moves it, or an
+/// on-demand region whose pages the kernel invalidates.
+enum Faulting {
+    DmaBuf(SimDmaBuf, MemoryRegion),
+    OnDemand(MemoryRegion),
+}
+
+impl Faulting {
+    fn new(f: &Fan, dmabuf: bool) -> Faulting {
+        let w = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        if dmabuf {
+            let gpu = SimDmaBuf::new(&f.dev, 4096).unwrap();
+            let mr =
+                f.pd.register_dmabuf(gpu.fd(), 0, 4096, 0x7000_0000, w)
+                    .unwrap();
+            Faulting::DmaBuf(gpu, mr)
+        } else {
+            Faulting::OnDemand(
+                f.pd.register(vec![0u8; 4096], w | Access::ON_DEMAND)
+                    .unwrap(),
+            )
         }
-        assert_eq!(f.srq.free(), free, "nothing posted");
-        assert_eq!(nic(&f.dev).srq_pending(f.srq.srqn()), Some(0));
     }
-    // An empty entry names no memory; a pinned region still takes the message.
-    f.srq
-        .post_recv(&[odp.sge(0, 0).unwrap(), mr.sge(0, 64).unwrap()], 6)
-        .unwrap();
+
+    fn mr(&self) -> &MemoryRegion {
+        match self {
+            Faulting::DmaBuf(_, mr) | Faulting::OnDemand(mr) => mr,
+        }
+    }
+
+    /// The pages move: the NIC's next receive into an SRQ WQE over them faults.
+    fn unmap(&self, dev: &Device) {
+        match self {
+            Faulting::DmaBuf(gpu, _) => gpu.move_buffer().unwrap(),
+            Faulting::OnDemand(mr) => assert!(nic(dev).invalidate_odp(mr.lkey())),
+        }
+    }
+
+    fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        match self {
+            Faulting::DmaBuf(gpu, _) => {
+                let mut v = vec![0u8; len];
+                gpu.read(off, &mut v).unwrap();
+                v
+            }
+            Faulting::OnDemand(mr) => bytes(mr, off, len),
+        }
+    }
+}
+
+/// Sends `len` bytes of `fill` from client 0 (larger than the CQE: the NIC writes the
+/// receive buffers itself) and runs the NIC.
+fn send_fill(f: &mut Fan, src: &MemoryRegion, fill: u8, len: usize) {
+    src.write(0, &vec![fill; len]).unwrap();
     f.clients[0]
-        .send(Payload::Inline(b"pinned"), 1, PostFlags::SIGNALED)
+        .send(
+            Payload::Sgl(&[src.sge(0, len as u32).unwrap()]),
+            fill as u64,
+            PostFlags::SIGNALED,
+        )
         .unwrap();
     f.dev.process();
-    let r = poll_all(&mut f.rcq);
-    assert_eq!(r.len(), 1);
-    assert_eq!((r[0].cookie, r[0].status), (6, WcStatus::Success));
-    assert_eq!(bytes(&mr, 0, 6), b"pinned");
+}
+
+/// Issue 27, item 4: a ConnectX that meets a page fault in an SRQ WQE's buffers (a dma-buf
+/// whose exporter moved it, an on-demand region whose pages were invalidated) completes the
+/// WQE with REMOTE_ABORTED and vendor syndrome 0x93 and the requester sends the message
+/// again after an RNR NAK; rdma-core swallows that CQE and posts the WQE again (`cq.c`
+/// `is_odp_pfault_err`, `srq.c` `mlx5_complete_odp_fault`). The direct path does the same:
+/// no completion for the fault, the message lands in the next receive, and the faulted
+/// receive (its cookie, its buffer) takes a later message. Without the repost the second
+/// message would find no receive (RNR for ever); without the swallow the user would see
+/// `RemAbortErr` for a receive that is still posted.
+#[test]
+fn a_page_faulted_srq_receive_is_posted_again_not_reported() {
+    for dmabuf in [true, false] {
+        let mut f = fan(1, 7, 256, 64);
+        let src = f.pd.alloc_mr(4096, ALL).unwrap();
+        let mem = Faulting::new(&f, dmabuf);
+        f.srq
+            .post_recv(&[mem.mr().sge(0, 256).unwrap()], 10)
+            .unwrap();
+        f.srq
+            .post_recv(&[mem.mr().sge(256, 256).unwrap()], 11)
+            .unwrap();
+        mem.unmap(&f.dev);
+        send_fill(&mut f, &src, 0xa1, 200);
+        let server = f.servers[0].qpn();
+        assert_eq!(nic(&f.dev).qp_stats(server).unwrap().page_faults, 1);
+        let r = poll_all(&mut f.rcq);
+        assert_eq!(r.len(), 1, "dma-buf {dmabuf}: {r:?}");
+        assert_eq!(
+            (r[0].cookie, r[0].status, r[0].byte_len),
+            (11, WcStatus::Success, 200)
+        );
+        assert_eq!(mem.read(256, 200), vec![0xa1; 200]);
+        assert_eq!(
+            mem.read(0, 200),
+            vec![0; 200],
+            "the faulted receive is untouched"
+        );
+        assert_eq!(f.srq.free(), 6, "the faulted receive is still posted");
+        send_fill(&mut f, &src, 0xb2, 120);
+        let r = poll_all(&mut f.rcq);
+        assert_eq!(r.len(), 1, "dma-buf {dmabuf}: {r:?}");
+        assert_eq!(
+            (r[0].cookie, r[0].status, r[0].byte_len),
+            (10, WcStatus::Success, 120)
+        );
+        assert_eq!(mem.read(0, 120), vec![0xb2; 120]);
+        assert_eq!(f.srq.free(), 7);
+        assert_eq!(poll_all(&mut f.scq).len(), 2, "both sends completed once");
+    }
+}
+
+/// The same with the SRQ full: the faulted WQE is the only room, so it becomes the ring's
+/// tail and its receive moves to the head (rdma-core without a wait queue). Seven
+/// receives, a move, seven messages: each lands once, in the receive its completion names,
+/// the faulted one last; then the ring works on as before.
+#[test]
+fn a_page_fault_in_a_full_srq_moves_the_receive_to_the_back() {
+    let mut f = fan(1, 7, 256, 64);
+    let src = f.pd.alloc_mr(4096, ALL).unwrap();
+    let mem = Faulting::new(&f, true);
+    let post_all = |f: &mut Fan| {
+        for i in 0..7u64 {
+            let sge = mem.mr().sge(i as usize * 512, 512).unwrap();
+            f.srq.post_recv(&[sge], i).unwrap();
+        }
+        assert_eq!(f.srq.free(), 0);
+    };
+    post_all(&mut f);
+    mem.unmap(&f.dev);
+    let mut cookies = Vec::new();
+    for m in 0..14u8 {
+        if m == 7 {
+            post_all(&mut f);
+        }
+        send_fill(&mut f, &src, 0x40 + m, 300);
+        let r = poll_all(&mut f.rcq);
+        assert_eq!(r.len(), 1, "message {m}: {r:?}");
+        assert!(r[0].is_ok(), "{:?}", r[0]);
+        assert_eq!(
+            mem.read(r[0].cookie as usize * 512, 300),
+            vec![0x40 + m; 300]
+        );
+        cookies.push(r[0].cookie);
+    }
+    assert_eq!(cookies[..7], [1, 2, 3, 4, 5, 6, 0]);
+    let mut second = cookies[7..].to_vec();
+    second.sort_unstable();
+    assert_eq!(second, [0, 1, 2, 3, 4, 5, 6]);
+    assert_eq!(f.srq.free(), 7);
+}
+
+/// A device whose on-demand paging does not serve SRQ receives (no
+/// `IBV_ODP_SUPPORT_SRQ_RECV` in its RC bits, a ConnectX-4's firmware): a receive with an
+/// entry in an on-demand or dma-buf region is refused before posting, with its lkey;
+/// nothing is posted; pinned regions and empty entries pass.
+#[test]
+fn srq_receives_into_pageable_memory_need_the_devices_srq_bit() {
+    let dev = Device::sim_stepped();
+    dev.nic().unwrap().set_memory_caps(mlx5::sim::MemoryCaps {
+        srq_odp: false,
+        ..Default::default()
+    });
+    assert!(!dev.odp_caps().srq_recv() && dev.odp_caps().rc(true));
+    let pd = dev.alloc_pd().unwrap();
+    let rcq = dev.create_cq(64).unwrap();
+    let mut srq = pd.create_srq(&rcq, SrqCaps::default()).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let odp = pd
+        .register(vec![0u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND)
+        .unwrap();
+    let gpu = SimDmaBuf::new(&dev, 4096).unwrap();
+    let dmabuf = pd
+        .register_dmabuf(gpu.fd(), 0, 4096, 0x7000_0000, Access::LOCAL_WRITE)
+        .unwrap();
+    let free = srq.free();
+    for (sgl, lkey) in [
+        (vec![odp.sge(0, 64).unwrap()], odp.lkey()),
+        (
+            vec![mr.sge(0, 64).unwrap(), dmabuf.sge(64, 64).unwrap()],
+            dmabuf.lkey(),
+        ),
+    ] {
+        match srq.post_recv(&sgl, 5) {
+            Err(Error::InvalidParameter { value, .. }) => assert_eq!(value, lkey as u64),
+            r => panic!("a pageable receive buffer was accepted: {r:?}"),
+        }
+        assert_eq!(srq.free(), free, "nothing posted");
+        assert_eq!(nic(&dev).srq_pending(srq.srqn()), Some(0));
+    }
+    srq.post_recv(&[odp.sge(0, 0).unwrap(), mr.sge(0, 64).unwrap()], 6)
+        .unwrap();
+    assert_eq!(nic(&dev).srq_pending(srq.srqn()), Some(1));
+}
+
+/// Thread mode, the poster and the poller on two threads and the exporter moving its
+/// buffer under them: the poller's reposts and the poster's receives share the ring's
+/// writer (rdma-core's `srq->lock`). Every message is received once, into the buffer where
+/// the exporter has it now (the poller clears each slot before it is posted again), and
+/// every completion is a success.
+#[test]
+fn page_faults_while_poster_and_poller_run_on_two_threads() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const N: u64 = 400;
+    const SLOTS: usize = 15;
+    let dev = Device::sim();
+    let pd = dev.alloc_pd().unwrap();
+    let mut scq = dev.create_cq(256).unwrap();
+    let rcq = dev.create_cq(256).unwrap();
+    let srq = pd
+        .create_srq(
+            &rcq,
+            SrqCaps {
+                entries: SLOTS as u32,
+                max_sge: 1,
+            },
+        )
+        .unwrap();
+    let (server, mut client) = pair_on_srq(&pd, &scq, &srq);
+    let gpu = Arc::new(SimDmaBuf::new(&dev, SLOTS * 64).unwrap());
+    let w = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let mr = pd
+        .register_dmabuf(gpu.fd(), 0, SLOTS * 64, 0x9000_0000, w)
+        .unwrap();
+    let sges: Vec<Sge> = (0..SLOTS).map(|i| mr.sge(i * 64, 64).unwrap()).collect();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<u64>();
+    let poster = {
+        let mut srq = srq;
+        std::thread::spawn(move || {
+            for (i, s) in sges.iter().enumerate() {
+                srq.post_recv(std::slice::from_ref(s), i as u64).unwrap();
+            }
+            for got in 0..N {
+                match done_rx.recv_timeout(std::time::Duration::from_secs(20)) {
+                    Ok(slot) if got + (SLOTS as u64) < N => {
+                        let s = &sges[slot as usize];
+                        srq.post_recv(std::slice::from_ref(s), slot).unwrap();
+                    }
+                    Ok(_) => {}
+                    Err(e) => panic!("poller silent: {e} (got {got})"),
+                }
+            }
+            srq
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mover = {
+        let (gpu, stop) = (gpu.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                gpu.move_buffer().unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+        })
+    };
+    let poller = {
+        let gpu = gpu.clone();
+        poll_thread(rcq, N, move |c, seen| {
+            assert_eq!(c.byte_len, 40);
+            let at = c.cookie as usize * 64;
+            let mut got = [0u8; 40];
+            gpu.read(at, &mut got).unwrap();
+            assert_eq!(got, [0x5a; 40], "message {seen} in slot {}", c.cookie);
+            gpu.write(at, &[0; 40]).unwrap();
+            let _ = done_tx.send(c.cookie);
+        })
+    };
+    let src = pd.alloc_mr(4096, ALL).unwrap();
+    src.write(0, &[0x5a; 40]).unwrap();
+    let mut out = [Completion::default(); 64];
+    let (mut sent, mut inflight) = (0u64, 0u64);
+    let start = std::time::Instant::now();
+    while sent < N || inflight > 0 {
+        assert!(start.elapsed().as_secs() < 60, "sender stalled at {sent}");
+        if sent < N && inflight < 8 {
+            let sgl = [src.sge(0, 40).unwrap()];
+            client
+                .send(Payload::Sgl(&sgl), sent, PostFlags::SIGNALED)
+                .unwrap();
+            sent += 1;
+            inflight += 1;
+        }
+        let n = scq.poll(&mut out);
+        assert!(out[..n].iter().all(|c| c.is_ok()), "{:?}", &out[..n]);
+        inflight -= n as u64;
+    }
+    stop.store(true, Ordering::Relaxed);
+    mover.join().unwrap();
+    let srq = poster.join().unwrap();
+    let _rcq = poller.join().unwrap();
+    let faults = nic(&dev).qp_stats(server.qpn()).unwrap().page_faults;
+    assert!(faults > 0, "the exporter's moves met no receive");
+    assert_eq!(srq.free(), SLOTS as u32, "every receive came back");
+    drop(server);
 }
 
 /// The README's lifetime rule: a region dropped while the SRQ holds a receive into it stays

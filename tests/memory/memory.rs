@@ -1,6 +1,7 @@
 //! Memory the user owns on the software NIC: every registration form in writes, reads,
 //! sends and atomics; buffers kept alive and registered while requests are in flight;
-//! read-only memory; huge pages and files; on-demand paging and dma-buf capabilities.
+//! read-only memory; huge pages and files; on-demand paging; dma-buf regions and their
+//! moving exporter.
 
 use crate::memory_cases;
 
@@ -152,7 +153,7 @@ fn a_nic_without_on_demand_paging_refuses_it_with_a_typed_error() {
 }
 
 #[test]
-fn implicit_on_demand_paging_and_dma_buf_are_capabilities_the_software_nic_lacks() {
+fn implicit_on_demand_paging_is_a_capability_the_software_nic_lacks() {
     let dev = sim();
     let pd = dev.alloc_pd().unwrap();
     // SAFETY: refused before anything is registered.
@@ -161,20 +162,103 @@ fn implicit_on_demand_paging_and_dma_buf_are_capabilities_the_software_nic_lacks
         implicit,
         Err(Error::Capability(Capability::ImplicitOnDemandPaging))
     ));
+}
+
+/// dma-buf regions on the software NIC (issue 27, item 4): a peer writes into one and
+/// reads from it by its device addresses (`iova`), the bytes are where the exporter has
+/// them, also after the exporter moved them (the old place is freed: a translation that
+/// survived the move would be a use after free under valgrind); the region has no CPU
+/// view; the registration outlives the exporter's file.
+#[test]
+fn dma_buf_regions_follow_their_exporter_when_it_moves_the_buffer() {
+    let dev = sim();
+    let mut r = Rig::new(&dev);
+    let gpu = SimDmaBuf::new(&dev, 8192).unwrap();
+    let iova = 0x5_0000_0000;
+    let mr =
+        r.pd.register_dmabuf(gpu.fd(), 4096, 4096, iova, RIGHTS)
+            .unwrap();
+    assert_eq!((mr.addr(), mr.len()), (iova, 4096));
+    assert!(matches!(
+        mr.read(0, &mut [0u8; 4]),
+        Err(Error::NoCpuMapping)
+    ));
+    let src = r.pd.register(vec![7u8; 64], Access::NONE).unwrap();
+    let dst = r.pd.register(vec![0u8; 64], RIGHTS).unwrap();
+    for round in 0..3u8 {
+        src.write(0, &[round + 1; 64]).unwrap();
+        r.a.write(
+            &[src.sge(0, 64).unwrap()],
+            mr.remote(100).unwrap(),
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        r.ok(1);
+        let mut got = [0u8; 64];
+        gpu.read(4096 + 100, &mut got).unwrap();
+        assert_eq!(got, [round + 1; 64], "round {round}");
+        gpu.write(4096 + 200, &[0xc0 + round; 64]).unwrap();
+        r.a.read(
+            &[dst.sge(0, 64).unwrap()],
+            mr.remote(200).unwrap(),
+            2,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        r.ok(2);
+        dst.read(0, &mut got).unwrap();
+        assert_eq!(got, [0xc0 + round; 64]);
+        gpu.move_buffer().unwrap();
+    }
+    assert_eq!(gpu.moves(), 3);
+    // The exporter's file may go: the registration keeps the buffer.
+    drop(gpu);
+    r.a.write(
+        &[src.sge(0, 64).unwrap()],
+        mr.remote(0).unwrap(),
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    r.ok(3);
+}
+
+#[test]
+fn dma_buf_refusals_are_typed() {
+    let dev = sim();
+    let pd = dev.alloc_pd().unwrap();
+    let gpu = SimDmaBuf::new(&dev, 4096).unwrap();
+    // A file no exporter beside this NIC made.
     let f = std::fs::File::open("/dev/null").unwrap();
     use std::os::fd::AsFd;
     let r = pd.register_dmabuf(f.as_fd(), 0, 4096, 0x1000, Access::LOCAL_WRITE);
-    assert!(
-        matches!(r, Err(Error::Capability(Capability::DmaBuf))),
-        "{r:?}"
-    );
-    let r = pd.register_dmabuf(f.as_fd(), 0, 0, 0x1000, Access::LOCAL_WRITE);
+    assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
+    // A range outside the buffer.
+    let r = pd.register_dmabuf(gpu.fd(), 4000, 200, 0x1000, Access::LOCAL_WRITE);
+    assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
+    let r = pd.register_dmabuf(gpu.fd(), 0, 0, 0x1000, Access::LOCAL_WRITE);
     assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
     // An iova whose range wraps the address space is refused before the device sees it
     // (requests would compute addresses past u64::MAX).
-    let r = pd.register_dmabuf(f.as_fd(), 0, 4096, u64::MAX - 100, Access::LOCAL_WRITE);
+    let r = pd.register_dmabuf(gpu.fd(), 0, 4096, u64::MAX - 100, Access::LOCAL_WRITE);
     assert!(
         matches!(r, Err(Error::InvalidParameter { value, .. }) if value == u64::MAX - 100),
+        "{r:?}"
+    );
+    assert!(matches!(
+        SimDmaBuf::new(&dev, 0),
+        Err(Error::InvalidParameter { .. })
+    ));
+    assert!(gpu.write(4090, &[0; 8]).is_err() && gpu.read(usize::MAX, &mut [0; 2]).is_err());
+    // The kernel registers dma-bufs through on-demand paging: none, no dma-buf.
+    dev.nic().unwrap().set_memory_caps(mlx5::sim::MemoryCaps {
+        odp: false,
+        ..Default::default()
+    });
+    let r = pd.register_dmabuf(gpu.fd(), 0, 4096, 0x1000, Access::LOCAL_WRITE);
+    assert!(
+        matches!(r, Err(Error::Capability(Capability::DmaBuf))),
         "{r:?}"
     );
 }

@@ -33,7 +33,9 @@ pub(super) fn odp_caps(n: &Nic) -> crate::verbs::device::OdpCaps {
     if caps.odp {
         OdpCaps {
             general: OdpCaps::SUPPORT,
-            rc: OdpCaps::RC_BASIC | OdpCaps::RC_ATOMIC,
+            rc: OdpCaps::RC_BASIC
+                | OdpCaps::RC_ATOMIC
+                | if caps.srq_odp { OdpCaps::SRQ_RECV } else { 0 },
             // As a ConnectX (`mlx5_ib_internal_fill_odp_caps`): UD sends only.
             ud: OdpCaps::SEND,
             dc: if caps.dc_odp {
@@ -152,6 +154,37 @@ impl Pd {
                 },
                 e => e.into(),
             })
+    }
+
+    /// Registers a dma-buf of an exporter beside the NIC ([`crate::SimDmaBuf`]), found by
+    /// the identity of the file `fd` is open on.
+    pub(super) fn register_dmabuf(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<(Reg, crate::backend::spec::MrInfo)> {
+        use std::os::fd::AsRawFd;
+        let handle = crate::verbs::fd::identity(fd).map_err(|_| Error::InvalidParameter {
+            what: "dma-buf file descriptor (not open)",
+            value: fd.as_raw_fd() as u64,
+        })?;
+        match self
+            .nic
+            .reg_dmabuf_mr(self.pd, handle, offset, len as u64, iova, access)
+        {
+            Ok(i) => Ok(made(&self.nic, i)),
+            Err(SimError::NoCapability(_)) => {
+                Err(Error::Capability(crate::error::Capability::DmaBuf))
+            }
+            Err(SimError::DmaBuf { .. }) => Err(Error::InvalidParameter {
+                what: "dma-buf (fd not exported beside this NIC, or range outside it)",
+                value: fd.as_raw_fd() as u64,
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub(super) fn alloc_mw(&self, mw_type: MwType) -> Result<(Mw, u32)> {
