@@ -157,7 +157,7 @@ fn cases() -> Vec<Case> {
             m::mapped_files(d, &path)
         }),
         case("memory::huge_pages", m::huge_pages_or_the_sysctl),
-        case("memory::on_demand_paging_refused", m::on_demand_paging),
+        case("memory::on_demand_paging", m::on_demand_paging),
         case("memory::dma_buf_refused", m::dma_buf),
     ]);
     all.extend(checks::all());

@@ -53,3 +53,15 @@ pub fn cq_sessions(cqn: u32) -> Option<u64> {
     let f: F = unsafe { std::mem::transmute(f) };
     u64::try_from(f(cqn)).ok()
 }
+
+/// Unmaps the on-demand region of `lkey` (the kernel's MMU-notifier invalidation); false
+/// when the model has no such region (or is not loaded).
+pub fn invalidate_odp(lkey: u32) -> bool {
+    type F = extern "C" fn(u32) -> libc::c_int;
+    let Some(f) = sym(c"blueflame_kernel_model_invalidate_odp") else {
+        return false;
+    };
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    f(lkey) == 0
+}

@@ -306,7 +306,15 @@ impl Pd {
     pub(super) fn prefetch(&self, sgl: &[Sge], write: bool, flush: bool) -> Result<()> {
         match Mr::advise(&self.pd, write, flush, sgl) {
             Ok(()) => Ok(()),
-            Err(e) if e.source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            // EOPNOTSUPP: the provider has no `advise_mr`; ENOTTY, EPROTONOSUPPORT: the
+            // kernel has no ioctl framework or lacks the method (`ibv_cmd_advise_mr` has no
+            // write fallback), as for dma-buf above.
+            Err(e)
+                if matches!(
+                    e.source.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EPROTONOSUPPORT)
+                ) =>
+            {
                 Err(Error::Capability(Capability::Prefetch))
             }
             Err(e) => Err(e.into()),

@@ -42,3 +42,15 @@ pub extern "C" fn blueflame_kernel_model_cq_compression(cqn: u32) -> i64 {
 pub extern "C" fn blueflame_kernel_model_cq_sessions(cqn: u32) -> i64 {
     crate::kernel::cq_sessions(cqn).map_or(-1, |n| n as i64)
 }
+
+/// Unmaps the on-demand region of `lkey` (the kernel's MMU-notifier invalidation): the
+/// NIC's next receive into an SRQ WQE over it faults. 0, or -1 for a key of no on-demand
+/// region.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_invalidate_odp(lkey: u32) -> c_int {
+    if crate::kernel::invalidate_odp(lkey) {
+        0
+    } else {
+        -1
+    }
+}

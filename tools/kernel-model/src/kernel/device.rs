@@ -119,8 +119,10 @@ fn device_attr() -> abi::ib_uverbs_query_device_resp {
     }
 }
 
-/// `EX_QUERY_DEVICE`: the attributes, no on-demand paging (the model has no page faults),
-/// no timestamps; the mlx5 part names CQE compression as the NIC offers it.
+/// `EX_QUERY_DEVICE`: the attributes; explicit on-demand paging as the NIC's memory caps
+/// say (`mlx5_ib_internal_fill_odp_caps`: RC send, receive, write, read, atomic and SRQ
+/// receive, UD send; no implicit ODP); no timestamps; the mlx5 part names CQE compression
+/// as the NIC offers it.
 ///
 /// # Safety
 /// As [`super::command`]'s calls.
@@ -129,8 +131,25 @@ pub(super) unsafe fn query_device_ex(nic: &Nic, call: &mut Call<'_>) -> Result<(
     // SAFETY: the caller's contract.
     let _ = unsafe { call.request::<ib_uverbs_ex_query_device>() };
     let base = device_attr();
+    let mem = nic.memory_caps();
+    let odp_caps = if mem.odp {
+        // IB_ODP_SUPPORT; IB_ODP_SUPPORT_SEND 1, _RECV 2, _WRITE 4, _READ 8, _ATOMIC 0x10,
+        // _SRQ_RECV 0x20.
+        ib_uverbs_odp_caps {
+            general_caps: 1,
+            per_transport_caps: ib_uverbs_odp_caps__bindgen_ty_1 {
+                rc_odp_caps: 0x1f | if mem.srq_odp { 0x20 } else { 0 },
+                uc_odp_caps: 0,
+                ud_odp_caps: 1,
+            },
+            reserved: 0,
+        }
+    } else {
+        ib_uverbs_odp_caps::default()
+    };
     let resp = ib_uverbs_ex_query_device_resp {
         device_cap_flags_ex: base.device_cap_flags as u64,
+        odp_caps,
         base,
         response_length: core::mem::size_of::<ib_uverbs_ex_query_device_resp>() as u32,
         ..Default::default()

@@ -51,16 +51,16 @@ pub(super) unsafe fn reg_mr(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Res
     if c.hca_va != c.start {
         return Err(libc::EOPNOTSUPP);
     }
+    // IBV_ACCESS_ON_DEMAND (0x40) is `Access::ON_DEMAND`: the NIC refuses it without
+    // on-demand paging, and faults on such a region after `invalidate_odp`.
     let access = Access(c.access_flags);
-    if access.0 & 0x40 != 0 {
-        // IBV_ACCESS_ON_DEMAND: the model takes no page faults.
-        return Err(libc::EOPNOTSUPP);
-    }
     let len = usize::try_from(c.length).map_err(|_| libc::EINVAL)?;
     // SAFETY: the user's memory: the kernel pins it (`ib_umem_get`); here the process keeps
     // it mapped until it deregisters the region, as `ibv_reg_mr`'s contract asks.
-    let mr =
-        unsafe { nic.reg_mr(pdn, c.start as *mut u8, len, access) }.map_err(|_| libc::EINVAL)?;
+    let mr = unsafe { nic.reg_mr(pdn, c.start as *mut u8, len, access) }.map_err(|e| match e {
+        mlx5::sim::SimError::NoCapability(_) => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    })?;
     let h = f.add(Obj::Mr(mr.lkey));
     let resp = ib_uverbs_reg_mr_resp {
         mr_handle: h,

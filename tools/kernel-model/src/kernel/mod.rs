@@ -101,6 +101,12 @@ pub(crate) fn cq_view(cqn: u32) -> Option<u32> {
     Some(k.nic.cq_compression(cqn).map_or(0, |f| f.bit()))
 }
 
+/// Unmaps the on-demand region of `lkey` as the kernel's MMU notifier does when its pages
+/// move (`mlx5_ib_invalidate_range`): false for a key of no on-demand region.
+pub(crate) fn invalidate_odp(lkey: u32) -> bool {
+    kernel().nic.invalidate_odp(lkey)
+}
+
 /// Compressed sessions written to CQ `cqn` (None for a CQ the NIC does not have).
 pub(crate) fn cq_sessions(cqn: u32) -> Option<u64> {
     let k = kernel();
