@@ -342,7 +342,8 @@ impl CompletionQueue {
     }
 
     /// The rest of [`CompletionQueue::poll`], once an entry is there: a send completion of
-    /// the QP seen last, straight through; anything else, and any further entries, go to
+    /// the QP seen last, straight through, and more of them in a row in
+    /// [`CompletionQueue::poll_burst`]; anything else goes to
     /// [`CompletionQueue::poll_general`] (tail calls, so this function needs no stack
     /// frame).
     #[inline(never)]
@@ -353,44 +354,93 @@ impl CompletionQueue {
         // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
         // read before `publish_ci` (here or in `poll_general`).
         let cqe = unsafe { self.entry() };
-        // The QP number with bit 4 of the WQE opcode (top byte) kept: reads and atomics
-        // (opcodes 0x10 to 0x15) then differ from the QP seen last and take the general path,
-        // which reports a read's byte count from the CQE; writes, sends and the rest pass
-        // with no extra instruction.
         let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
-        // Opcode REQ (0) and format plain (0) in one compare: a requester CQE that carries
-        // data (scatter-to-CQE) takes the general path.
-        if cqe.op_own >> 2 != (CqeOpcode::Req as u8) << 2 || qpn != self.last_qpn {
+        if !self.fast_send(cqe, qpn) {
             return self.poll_general(out, 0);
         }
         self.advance();
         // SAFETY: `last_sq` points into an `Arc` held by `cache`, which is replaced only by
         // `refresh`, which resets `last_qpn`.
         let sq = unsafe { &*self.last_sq };
-        let wqe = cqe.wqe_counter.get();
-        // SAFETY: the poller reads the entry of a WQE whose completion it holds.
-        // Retired (below, a release store) only after it was read: the poster may reuse it
-        // from then on.
-        let e = unsafe { sq.entry(wqe) };
         let mut n = 0;
+        let end = self.take_send(sq, cqe, qpn, out, &mut n);
+        if n < out.len() && self.is_mine(self.op_own()) {
+            return self.poll_burst(out, n, end);
+        }
+        // The device learns that the entry is consumed before the queue may reuse what it
+        // held (CQ accounting, `cq_share`).
+        self.publish_ci();
+        sq.retire(end);
+        n
+    }
+
+    /// [`CompletionQueue::poll_some`] once a send completion of the QP seen last is in
+    /// `out[..n]` (its queue done up to `end`, not retired yet) and another entry is there:
+    /// more of the same in a row, then one consumer-index store and one retirement for all
+    /// (the last covers the ones before it: one send queue, completing in order); anything
+    /// else goes on in [`CompletionQueue::poll_general`].
+    #[inline(never)]
+    fn poll_burst(&mut self, out: &mut [Completion], mut n: usize, mut end: u16) -> usize {
+        // SAFETY: as in `poll_some`: `last_qpn` and `last_sq` do not change here.
+        let sq = unsafe { &*self.last_sq };
+        let mut other = false;
+        while n < out.len() && self.is_mine(self.op_own()) {
+            // SAFETY: the entry at the consumer index is software's (just checked); it is
+            // read before `publish_ci`.
+            let cqe = unsafe { self.entry() };
+            let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
+            if !self.fast_send(cqe, qpn) {
+                other = true;
+                break;
+            }
+            self.advance();
+            end = self.take_send(sq, cqe, qpn, out, &mut n);
+        }
+        self.publish_ci();
+        sq.retire(end);
+        if other {
+            return self.poll_general(out, n);
+        }
+        n
+    }
+
+    /// Whether `cqe` (whose `sop_drop_qpn` masked is `qpn`) is a plain send completion of
+    /// the QP seen last: opcode REQ (0) and format plain (0) in one compare (a requester CQE
+    /// that carries data, scatter-to-CQE, takes the general path), and the QP number with
+    /// bit 4 of the WQE opcode (top byte) kept, so that reads and atomics (opcodes 0x10 to
+    /// 0x15) differ from the QP seen last and take the general path, which reports a read's
+    /// byte count from the CQE; writes, sends and the rest pass with no extra instruction.
+    #[inline(always)]
+    fn fast_send(&self, cqe: &Cqe64, qpn: u32) -> bool {
+        cqe.op_own >> 2 == (CqeOpcode::Req as u8) << 2 && qpn == self.last_qpn
+    }
+
+    /// The completion of the send WQE `cqe` names (into `out[*n]` if it reports one);
+    /// returns the position the send queue is done up to once the entry is consumed.
+    #[inline(always)]
+    fn take_send(
+        &self,
+        sq: &Shadow<SendEntry>,
+        cqe: &Cqe64,
+        qpn: u32,
+        out: &mut [Completion],
+        n: &mut usize,
+    ) -> u16 {
+        let wqe = cqe.wqe_counter.get();
+        // SAFETY: the poller reads the entry of a WQE whose completion it holds; retired
+        // (a release store) only after it was read: the poster may reuse it from then on.
+        let e = unsafe { sq.entry(wqe) };
         if e.report {
-            out[0] = Completion {
+            out[*n] = Completion {
                 cookie: e.cookie,
                 opcode: e.opcode,
                 byte_len: e.byte_len,
                 qpn,
                 ..Completion::default()
             };
-            n = 1;
+            *n += 1;
         }
-        // The device learns that the entry is consumed before the queue may reuse what it
-        // held (CQ accounting, `cq_share`).
-        self.publish_ci();
-        sq.retire(wqe.wrapping_add(e.bbs));
-        if n < out.len() && self.is_mine(self.op_own()) {
-            return self.poll_general(out, n);
-        }
-        n
+        wqe.wrapping_add(e.bbs)
     }
 
     /// Every kind of entry, from the one at the consumer index (which is software's) on;
