@@ -417,16 +417,20 @@ pub unsafe fn av_of(dv: &ffi::mlx5dv_ah) -> Result<mlx5::av::Av> {
 }
 
 /// The ring description of an SRQ from what `mlx5dv_init_obj` returned, for receives of
-/// at most `max_sge` entries (`ibv_create_srq`'s answer). The list's entries are the tail's
-/// index plus one (rdma-core `mlx5_alloc_srq_buf`: `tail = align_queue_size(max_wr + 1) - 1`;
-/// a wait queue, when rdma-core keeps one, lies past it and is never linked in); a fresh
-/// SRQ's head is 0 (UCX `uct_ib_mlx5_srq_init` refuses any other).
+/// at most `max_sge` entries (`ibv_create_srq`'s answer), the device's SRQ holding
+/// `device_wqes` WQEs (`ibv_query_srq`'s `max_wr` plus one: the kernel's `msrq.max`). The
+/// list's entries are the tail's index plus one (rdma-core `mlx5_alloc_srq_buf`:
+/// `tail = align_queue_size(max_wr + 1) - 1`); the ring is the device's SRQ, which is larger
+/// when rdma-core keeps a wait queue past the list (`2 * max_wr + 1` rounded up: the kernel
+/// pinned that whole buffer), and the list's length when `device_wqes` is not a power of two
+/// above it (an older library, a failed query: no wait queue). A fresh SRQ's head is 0 (UCX
+/// `uct_ib_mlx5_srq_init` refuses any other).
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] for a ring the direct path cannot drive (no SRQ number, a
 /// head other than 0, a list length that is not a power of two, a stride below 32 or not a
 /// power of two).
-pub fn raw_srq(dv: &ffi::mlx5dv_srq, max_sge: u32) -> Result<RawSrq> {
+pub fn raw_srq(dv: &ffi::mlx5dv_srq, max_sge: u32, device_wqes: u32) -> Result<RawSrq> {
     let bad = |what, value: u32| {
         Err(Error::InvalidParameter {
             what,
@@ -449,10 +453,15 @@ pub fn raw_srq(dv: &ffi::mlx5dv_srq, max_sge: u32) -> Result<RawSrq> {
     if dv.buf.is_null() || dv.dbrec.is_null() {
         return bad("mlx5dv_srq.buf", 0);
     }
+    let ring = if device_wqes.is_power_of_two() && (cnt..=1 << 16).contains(&device_wqes) {
+        device_wqes
+    } else {
+        cnt
+    };
     Ok(RawSrq {
         srqn: dv.srqn,
         buf: dv.buf.cast(),
-        wqe_cnt: cnt,
+        wqe_cnt: ring,
         stride: dv.stride,
         dbrec: dv.dbrec,
         head: dv.head,

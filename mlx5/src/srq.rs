@@ -127,9 +127,10 @@ pub fn decode_srq_recv(entry: &[u8], out: &mut [Sge]) -> (u16, usize) {
 pub struct RawSrq {
     /// SRQ number.
     pub srqn: u32,
-    /// The ring: `wqe_cnt` WQEs of `stride` bytes, linked as [`init_links`] does.
+    /// The ring: `wqe_cnt` WQEs of `stride` bytes; those from `head` to `tail` linked as
+    /// [`init_links`] does (the list), the rest, past `tail`, spare (rdma-core's wait queue).
     pub buf: *mut u8,
-    /// WQEs in the ring (a power of two).
+    /// WQEs in the ring (a power of two; the list's, or more with spares).
     pub wqe_cnt: u32,
     /// Bytes per WQE (a power of two, at least 32).
     pub stride: u32,
@@ -137,7 +138,8 @@ pub struct RawSrq {
     pub dbrec: *mut u32,
     /// The index of the first WQE the device will take.
     pub head: u32,
-    /// The index of the last WQE of the list (never posted).
+    /// The index of the last WQE of the list (never posted): with `head` 0, the list holds
+    /// `tail + 1` WQEs and the receives posted at once are `tail`.
     pub tail: u32,
     /// Most scatter entries in one WQE.
     pub max_sge: u32,

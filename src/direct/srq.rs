@@ -11,9 +11,10 @@
 //! `mlx5_copy_to_recv_srq` for data that came inside the CQE), UCX
 //! `uct_rc_mlx5_iface_srq_post_recv` (linked-list topology).
 //!
-//! Who writes the ring: its [`Writer`] (WQEs, links, the doorbell record), behind the SRQ's
-//! spin lock as rdma-core's `srq->lock`: the poster ([`SrqRing`]) takes it for each post,
-//! the poller of the SRQ's CQ only to post a page-faulted WQE again (see below). The
+//! Who writes the ring: its [`Writer`] (WQEs, links, the doorbell record, and the entries
+//! of not yet announced receives in the shared cookie and scatter tables), behind the
+//! SRQ's spin lock as rdma-core's `srq->lock`: the poster ([`SrqRing`]) takes it for each
+//! post, the poller of the SRQ's CQ only to post a page-faulted WQE again (see below). The
 //! poller gives completed WQEs back through [`SrqShared`] without the lock: it writes the
 //! index into the `freed` ring, then bumps the freed counter (Release); the writer links
 //! those indices after its tail when it needs room (Acquire). A completed WQE is never in
@@ -25,9 +26,14 @@
 //! the WQE with REMOTE_ABORTED and vendor syndrome 0x93 and the requester sends the message
 //! again. That CQE is no completion of the user's: the poller publishes its consumer index
 //! past it, then the writer copies the WQE's data segments to the head, moves its cookie and
-//! pins there, rings, and gives the faulted index back. The freed ring hands indices out
-//! oldest first, so the faulted WQE (which the device may still be reading) is the last to
-//! be written again: rdma-core's wait queue (`srq_cooldown_wqe`) does the same.
+//! pins there and rings. The kernel may still be reading the faulted WQE (its page-fault
+//! handler reads the data segments from the ring), so it is not written again soon: it
+//! joins the back of a wait queue of spare WQEs, and the oldest spare takes its place in
+//! circulation (rdma-core `srq_cooldown_wqe`). The spares are the ring's WQEs past the
+//! list: rdma-core allocates `2 * max_wr + 1` of them rounded up and links only the first
+//! `max_wr + 1` (`mlx5_alloc_srq_buf`); the kernel's SRQ is the whole ring, which
+//! `ibv_query_srq` reports. Without spares (an older rdma-core) the faulted WQE goes into
+//! circulation again, as rdma-core then does.
 
 use super::barrier;
 use crate::error::{Error, Result};
@@ -38,12 +44,19 @@ use crate::queue::srq_shared::{Repost, SrqShared};
 use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::request::Sge;
 use mlx5::srq::{copy_srq_data, encode_srq_recv, next_index, set_next_index, RawSrq};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// What writes the SRQ's ring: its place, the list's ends and the doorbell count.
 struct Writer {
     buf: *mut u8,
+    /// WQEs in the ring (the list's and the spares).
     cnt: u32,
+    /// Receives that may be outstanding at once (the list's WQEs less its tail).
+    cap: u32,
+    /// WQEs out of circulation, oldest first: the ring's spares at first (rdma-core's wait
+    /// queue), then page-faulted WQEs cooling down (`srq_cooldown_wqe`).
+    waitq: VecDeque<u16>,
     stride: usize,
     max_sge: usize,
     dbrec: *mut u32,
@@ -84,7 +97,7 @@ impl Writer {
 
     /// Receives that may be posted now.
     fn free(&self, shared: &SrqShared) -> u32 {
-        (self.cnt - 1).saturating_sub(shared.outstanding())
+        self.cap.saturating_sub(shared.outstanding())
     }
 
     /// Makes the head a WQE that may be posted: when the list is the tail alone, links the
@@ -123,7 +136,7 @@ impl Writer {
             }
         }
         if let Some(share) = &mut self.cq_share {
-            share.check_one(self.counter, self.cnt)?;
+            share.check_one(self.counter, self.cap)?;
         }
         self.make_head(shared);
         let head = self.head;
@@ -149,16 +162,27 @@ impl Writer {
     }
 
     /// Posts the receive of the page-faulted WQE `idx` again (rdma-core `srq_repost`), then
-    /// gives `idx` back. The poller has consumed and published the fault's CQE.
+    /// takes `idx` out of circulation for as long as it can. The poller has consumed and
+    /// published the fault's CQE.
     fn repost(&mut self, shared: &SrqShared, idx: u16) {
-        // The faulted index goes into the free ring first (its pins move with the receive,
-        // below): in a full ring it is the only room, and is then linked as the new tail,
-        // which is never posted; its data segments stay as they are until it is written
-        // again (rdma-core without a wait queue).
-        let k = shared.give_back(idx);
+        let from = idx & (self.cnt - 1) as u16;
+        // The kernel may still read the faulted WQE (its page-fault handler reads the
+        // data segments back from the ring, `mlx5_ib_mr_wqe_pfault_handler`): it cools
+        // down at the back of the wait queue, and the oldest spare goes into circulation
+        // in its place (rdma-core `srq_cooldown_wqe`). Without spares the faulted index
+        // itself goes into the free ring: in a full ring it is the only room, and is then
+        // linked as the new tail (rdma-core without a wait queue). Either way through the
+        // free ring (its pins move with the receive, below).
+        let back = match self.waitq.pop_front() {
+            Some(spare) => {
+                self.waitq.push_back(from);
+                spare
+            }
+            None => from,
+        };
+        let k = shared.give_back(back);
         self.make_head(shared);
         let head = self.head;
-        let from = idx & (self.cnt - 1) as u16;
         debug_assert_ne!(
             from, head,
             "the head is in the list, the faulted WQE was posted"
@@ -206,7 +230,8 @@ pub struct SrqRing {
     pub(crate) shared: Arc<SrqShared>,
     pub(crate) writer: Arc<RingWriter>,
     srqn: u32,
-    cnt: u32,
+    /// Receives outstanding at once, at most.
+    cap: u32,
     max_sge: usize,
 }
 
@@ -214,7 +239,7 @@ impl core::fmt::Debug for SrqRing {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SrqRing")
             .field("srqn", &self.srqn)
-            .field("entries", &self.cnt)
+            .field("capacity", &self.cap)
             .field("outstanding", &self.shared.outstanding())
             .finish()
     }
@@ -232,21 +257,31 @@ impl SrqRing {
     pub unsafe fn new(raw: &RawSrq) -> Result<SrqRing> {
         if !raw.wqe_cnt.is_power_of_two()
             || raw.wqe_cnt < 2
-            || raw.wqe_cnt > 1 << 15
+            || raw.wqe_cnt > 1 << 16
             || raw.stride < 32
             || !raw.stride.is_power_of_two()
             || raw.head >= raw.wqe_cnt
             || raw.tail >= raw.wqe_cnt
+            || (raw.head == 0 && raw.tail == 0)
         {
             return Err(Error::InvalidParameter {
                 what: "SRQ ring (entries)",
                 value: raw.wqe_cnt as u64,
             });
         }
+        // A fresh list from 0 to `tail`, the spares past it; a list that starts elsewhere
+        // is taken to be the whole ring.
+        let (cap, spares) = if raw.head == 0 {
+            (raw.tail, raw.tail + 1..raw.wqe_cnt)
+        } else {
+            (raw.wqe_cnt - 1, 0..0)
+        };
         let max_sge = (raw.max_sge as usize).min(mlx5::srq::srq_max_sge(raw.stride) as usize);
         let writer = Arc::new(RingWriter(Spin::new(Some(Writer {
             buf: raw.buf,
             cnt: raw.wqe_cnt,
+            cap,
+            waitq: spares.map(|i| i as u16).collect(),
             stride: raw.stride as usize,
             max_sge,
             dbrec: raw.dbrec,
@@ -263,7 +298,7 @@ impl SrqRing {
             shared: Arc::new(shared),
             writer,
             srqn: raw.srqn,
-            cnt: raw.wqe_cnt,
+            cap,
             max_sge,
         })
     }
@@ -297,9 +332,9 @@ impl SrqRing {
         });
     }
 
-    /// Receives the SRQ holds at once (its entries less the tail).
+    /// Receives the SRQ holds at once (its list's entries less the tail).
     pub fn capacity(&self) -> u32 {
-        self.cnt - 1
+        self.cap
     }
 
     /// Most scatter entries per receive.
@@ -461,14 +496,26 @@ mod tests {
     /// the tail); nothing is lost, and the ring keeps its capacity.
     #[test]
     fn a_page_faulted_wqe_is_posted_again_with_its_cookie_and_buffers() {
-        let (cnt, stride) = (8u32, 32u32);
-        let mut dev = Fake::new(cnt, stride);
-        let raw = dev.raw(cnt, stride);
+        // A list of 8 in a ring of 8 (no spares), and in a ring of 16 (8 spares).
+        for ring in [8u32, 16] {
+            faults_on(ring, 8);
+        }
+    }
+
+    fn faults_on(ring: u32, list: u32) {
+        let stride = 32u32;
+        let mut dev = Fake::new(ring, stride);
+        let mut raw = dev.raw(ring, stride);
+        raw.tail = list - 1;
+        let spares = (ring - list) as u64;
         // SAFETY: the fake ring and record outlive the poster, which alone posts to them.
         let mut srq = unsafe { SrqRing::new(&raw) }.unwrap();
+        assert_eq!(srq.capacity(), list - 1);
         let mut next_addr = 0x1000u64;
         let mut order = std::collections::VecDeque::new();
-        let mut faults = 0;
+        let mut faults = 0u64;
+        // The fault count when each index last faulted.
+        let mut faulted_at = std::collections::HashMap::new();
         for round in 0..300u64 {
             // Refill, but not always to the brim: faults meet full and partial rings.
             while srq.free() > (round % 3) as u32 {
@@ -479,8 +526,17 @@ mod tests {
             let (idx, addr) = dev.take(stride as usize).unwrap();
             assert_eq!(Some(addr), order.pop_front(), "the device follows the list");
             assert_eq!(srq.shared.cookies.get(idx), addr, "cookie by index");
+            if let Some(&f) = faulted_at.get(&idx) {
+                // A faulted WQE waits behind every spare before it is written again.
+                assert!(
+                    spares == 0 || faults - f > spares,
+                    "WQE {idx} reused {} faults after its own (ring {ring})",
+                    faults - f
+                );
+            }
             let free = srq.free();
             if round % 2 == 0 {
+                faulted_at.insert(idx, faults);
                 srq.shared.page_fault(idx);
                 faults += 1;
                 // Posted again behind everything else; still outstanding.

@@ -135,12 +135,17 @@ fn srq_description_from_the_library() {
         comp_mask: ffi::MLX5DV_SRQ_MASK_SRQN,
         srqn: 0x1234,
     };
-    let raw = raw_srq(&dv, 2).unwrap();
-    assert_eq!((raw.srqn, raw.wqe_cnt, raw.stride), (0x1234, 128, 64));
+    // `ibv_query_srq` answers the kernel's 511: the ring is the whole buffer.
+    let raw = raw_srq(&dv, 2, 512).unwrap();
+    assert_eq!((raw.srqn, raw.wqe_cnt, raw.stride), (0x1234, 512, 64));
     assert_eq!((raw.head, raw.tail, raw.max_sge), (0, 127, 2));
     assert_eq!(raw.buf, buf.as_mut_ptr());
+    // Without a wait queue (an older library) or an answer that cannot be a ring: the list.
+    for device in [128, 0, 300, 64, 1 << 17] {
+        assert_eq!(raw_srq(&dv, 2, device).unwrap().wqe_cnt, 128, "{device}");
+    }
     // The library's max_sge is kept below what the stride holds (3 for 64 bytes).
-    assert_eq!(raw_srq(&dv, 7).unwrap().max_sge, 3);
+    assert_eq!(raw_srq(&dv, 7, 512).unwrap().max_sge, 3);
     // An older library that ignores the mask, a used SRQ, odd rings: refused.
     for bad in [
         ffi::mlx5dv_srq { comp_mask: 0, ..dv },
@@ -153,7 +158,7 @@ fn srq_description_from_the_library() {
         },
     ] {
         assert!(matches!(
-            raw_srq(&bad, 2),
+            raw_srq(&bad, 2, 512),
             Err(Error::InvalidParameter { .. })
         ));
     }

@@ -324,6 +324,33 @@ mod tests {
     use super::*;
     use crate::queue::shadow::Shadow;
 
+    /// A repost (an SRQ WQE posted again after a page fault) takes over the entry of the
+    /// completion it replaces: with the allowance spent it moves the end by one without
+    /// asking the CQ, and once the replaced one is retired the CQ is exactly as full.
+    #[test]
+    fn a_repost_carries_its_charge_over() {
+        let slots = Arc::new(CqSlots::new(1, 4, None));
+        let q = Arc::new(Shadow::<u64>::new(8));
+        let mut a = CqShare::new(slots.clone(), q.clone(), 0);
+        assert_eq!(a.top_up(0, 4, 8), 4);
+        // Four receives posted: nothing left, the CQ full.
+        assert_eq!((a.allowance(4), slots.free()), (0, 0));
+        // The fault's completion was consumed; the repost moves the position to 5.
+        a.carry_one(4);
+        assert_eq!(a.allowance(4), 1);
+        q.retire(1);
+        assert_eq!(
+            (a.allowance(5), slots.free()),
+            (0, 0),
+            "the same four outstanding"
+        );
+        // With allowance left, a repost spends it as any post.
+        q.retire(2);
+        assert_eq!(a.top_up(5, 1, 8), 1);
+        a.carry_one(5);
+        assert_eq!(a.allowance(5), 1);
+    }
+
     #[test]
     fn charges_shrink_as_the_poller_retires() {
         let slots = Arc::new(CqSlots::new(1, 64, None));

@@ -69,7 +69,9 @@ pub(crate) struct ScatterTable {
 }
 
 // SAFETY: the same protocol as `Shadow`: receive `i`'s entry and slots are written only by
-// the single poster (it holds `&mut` of its receive queue) before the doorbell record
+// the single poster (it holds `&mut` of its receive queue, or a direct-path SRQ's writer
+// lock; `move_entry` is that holder moving a completed receive it was handed by the
+// poller, on the poller's thread, into an entry not announced yet) before the doorbell record
 // announces the receive (Release), and read and cleared only by the single poller after the
 // device completed that receive (the Acquire load of the CQE's owner byte, or rdma-core's
 // poll on the verbs path), before the poller retires it (Release), after which the poster

@@ -59,10 +59,12 @@ pub(crate) struct Shadow<T> {
 /// `first_error` before any error.
 const NO_ERROR: u64 = u64::MAX;
 
-// SAFETY: entries are written only by the single poster (it holds `&mut` of its queue) for
-// positions the device has not been told about, and read by the single poller only after the
-// device completed them; the orderings described in the module docs make those accesses
-// happen-before each other. `retired` is atomic.
+// SAFETY: entries are written only by the single poster (it holds `&mut` of its queue, or
+// for a direct-path SRQ the ring writer's lock, which the poller takes to post a
+// page-faulted receive again) for positions the device has not been told about, and read by
+// the single poller only after the device completed them; the orderings described in the
+// module docs (and the lock's Acquire / Release) make those accesses happen-before each
+// other. `retired` is atomic.
 unsafe impl<T: Send> Sync for Shadow<T> {}
 // SAFETY: as above; the entries are plain data.
 unsafe impl<T: Send> Send for Shadow<T> {}

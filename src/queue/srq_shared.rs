@@ -2,11 +2,13 @@
 //! data paths: the cookies by WQE index (slot), the ring of indices the poller gives back,
 //! and the scatter lists of the posted receives.
 //!
-//! Two parties, no lock: the poster alone takes slots; the poller of the SRQ's CQ gives
-//! completed ones back: it writes the index into the `freed` ring, then bumps the freed
-//! count (Release); the poster takes those indices when it needs room (Acquire). The direct
-//! path links them back into the SRQ's ring (`crate::direct::srq`), the verbs path hands
-//! them to `ibv_post_srq_recv` again (`crate::verbs::srq`).
+//! Two parties: the poster alone takes slots (on the direct path, whoever holds the SRQ
+//! ring's writer lock: the poster, or the poller posting a page-faulted receive again,
+//! [`SrqShared::page_fault`]); the poller of the SRQ's CQ gives completed ones back without
+//! a lock: it writes the index into the `freed` ring, then bumps the freed count (Release);
+//! the poster takes those indices when it needs room (Acquire). The direct path links them
+//! back into the SRQ's ring (`crate::direct::srq`), the verbs path hands them to
+//! `ibv_post_srq_recv` again (`crate::verbs::srq`).
 
 use super::cq_share::CqShare;
 use super::scatter::ScatterTable;

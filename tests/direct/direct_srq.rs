@@ -819,6 +819,106 @@ fn a_page_fault_in_a_full_srq_moves_the_receive_to_the_back() {
     assert_eq!(f.srq.free(), 7);
 }
 
+/// The faulted receive's scatter list and pins move with it (`ScatterTable::move_entry`):
+/// a message small enough for the CQE lands in the reposted receive through the poller's
+/// copy, into the buffer the receive was posted with; and a region dropped while the
+/// reposted receive holds it stays registered until that receive completes (`Pd::reclaim`).
+#[test]
+fn a_page_fault_moves_the_receives_buffers_and_pins_with_it() {
+    for drop_region in [false, true] {
+        let mut f = fan(1, 7, 256, 64);
+        let src = f.pd.alloc_mr(4096, ALL).unwrap();
+        let odp =
+            f.pd.register(vec![0u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND)
+                .unwrap();
+        f.srq.post_recv(&[odp.sge(0, 256).unwrap()], 10).unwrap();
+        f.srq.post_recv(&[odp.sge(256, 256).unwrap()], 11).unwrap();
+        assert!(nic(&f.dev).invalidate_odp(odp.lkey()));
+        send_fill(&mut f, &src, 0xa1, 200);
+        let r = poll_all(&mut f.rcq);
+        assert_eq!((r.len(), r[0].cookie), (1, 11), "{r:?}");
+        // The send's completion too: only a receive's pin can hold the region now.
+        assert_eq!(poll_all(&mut f.scq).len(), 1);
+        let mut odp = Some(odp);
+        if drop_region {
+            drop(odp.take());
+            assert_eq!(f.pd.reclaim(), 1, "parked: the reposted receive pins it");
+        }
+        // 20 bytes: inside the CQE, copied by the poller into receive 10's buffer.
+        send_fill(&mut f, &src, 0xc3, 20);
+        let r = poll_all(&mut f.rcq);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].cookie, r[0].status, r[0].byte_len),
+            (10, WcStatus::Success, 20)
+        );
+        assert_eq!(poll_all(&mut f.scq).len(), 1);
+        match &odp {
+            Some(odp) => assert_eq!(bytes(odp, 0, 24), [&[0xc3; 20][..], &[0; 4]].concat()),
+            None => assert_eq!(f.pd.reclaim(), 0, "deregistered once it completed"),
+        }
+    }
+}
+
+/// A fault reported for a QP dropped before its CQE was polled: the QP's entries are
+/// discarded (the tombstone), but the faulted receive is the SRQ's, not the QP's: it is
+/// posted again and another QP on the SRQ receives into it. When the SRQ itself is gone by
+/// then, the receive is given back and nothing is written (the memcheck stage runs this:
+/// the software NIC frees the SRQ's ring at its destruction).
+#[test]
+fn a_page_fault_of_a_dropped_qp_goes_back_to_the_srq_or_nowhere() {
+    for srq_too in [false, true] {
+        let mut f = fan(2, 7, 256, 64);
+        let src = f.pd.alloc_mr(4096, ALL).unwrap();
+        let odp =
+            f.pd.register(vec![0u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND)
+                .unwrap();
+        let pinned = f.pd.alloc_mr(4096, ALL).unwrap();
+        f.srq.post_recv(&[odp.sge(0, 256).unwrap()], 10).unwrap();
+        f.srq.post_recv(&[pinned.sge(0, 256).unwrap()], 11).unwrap();
+        assert!(nic(&f.dev).invalidate_odp(odp.lkey()));
+        // Server 0 takes the fault, then the message in receive 11; nothing polled.
+        send_fill(&mut f, &src, 0xa1, 200);
+        let (s0, c0) = (f.servers.remove(0), f.clients.remove(0));
+        drop((s0, c0));
+        if srq_too {
+            let rest = std::mem::take(&mut f.servers);
+            drop(rest);
+            let srqn = f.srq.srqn();
+            let old = std::mem::replace(
+                &mut f.srq,
+                f.pd.create_srq(&f.rcq, SrqCaps::default()).unwrap(),
+            );
+            drop(old);
+            assert_eq!(nic(&f.dev).srq_pending(srqn), None, "the SRQ is gone");
+            assert_eq!(poll_all(&mut f.rcq), vec![]);
+            continue;
+        }
+        assert_eq!(
+            poll_all(&mut f.rcq),
+            vec![],
+            "the dropped QP's entries are discarded"
+        );
+        assert_eq!(f.srq.free(), 6, "receive 10 is posted again, 11 came back");
+        src.write(0, &[0xb2; 120]).unwrap();
+        f.clients[0]
+            .send(
+                Payload::Sgl(&[src.sge(0, 120).unwrap()]),
+                1,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+        f.dev.process();
+        let r = poll_all(&mut f.rcq);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].cookie, r[0].qpn, r[0].byte_len),
+            (10, f.servers[0].qpn(), 120)
+        );
+        assert_eq!(bytes(&odp, 0, 120), vec![0xb2; 120]);
+    }
+}
+
 /// A device whose on-demand paging does not serve SRQ receives (no
 /// `IBV_ODP_SUPPORT_SRQ_RECV` in its RC bits, a ConnectX-4's firmware): a receive with an
 /// entry in an on-demand or dma-buf region is refused before posting, with its lkey;

@@ -268,6 +268,37 @@ impl State {
             }
             st.set_error(peer);
         };
+        // Scatter-to-CQE: a send small enough for the CQE arrives inside it; the receive
+        // buffers are neither written nor translated (their keys are not looked at). The
+        // length check below still holds: the responder NAKs a message longer than the
+        // receive, as the InfiniBand rules require. A DCT scatters only into 128-byte CQEs
+        // (the kernel's `configure_responder_scat_cqe` sets `cs_res` of a DCT to
+        // SCAT_DATA64 with 128-byte receive CQEs, and leaves it off otherwise).
+        let dct = matches!(self.qps[&peer].dc, Some(DcRole::Dct { .. }));
+        let in_cqe = op != CqeOpcode::RespWrImm
+            && self.qps[&peer].caps.scatter_to_cqe
+            && self
+                .cqs
+                .get(&rcq)
+                .is_some_and(|cq| data.len() <= cq.inline_max() && (!dct || cq.cqe_size == 128));
+        if !in_cqe && srqn != 0 && self.mem.fault_in(&sges[..n]) {
+            // A page fault in an SRQ WQE's buffers (a dma-buf whose exporter moved it, an
+            // on-demand region whose pages were invalidated), met as the NIC starts on them
+            // (at a message's first packet, before the length check; again at its last if
+            // the pages moved in between): a ConnectX does not wait on the SRQ's head for
+            // the kernel; it completes the WQE with REMOTE_ABORTED and
+            // vendor syndrome 0x93 for the driver to post again (rdma-core `cq.c`
+            // `is_odp_pfault_err`), maps the pages, and the requester sends the message
+            // again after an RNR NAK. The QP stays as it is.
+            let mut e = err_cqe(Syndrome::RemoteAborted.to_u8(), peer, idx);
+            e.vendor_err_synd = crate::cqe::VENDOR_ODP_PAGE_FAULT;
+            e.srqn = Be32::new(srqn);
+            if let Some(cq) = self.cqs.get_mut(&rcq) {
+                cq.push_err(e, CqeOpcode::RespErr);
+            }
+            self.qps.get_mut(&peer).expect("peer").stats.page_faults += 1;
+            return Err(self.rnr(qpn, peer));
+        }
         if (data.len() as u64) > cap {
             resp_err(self, Syndrome::LocalLength);
             return Err(Outcome::Failed(Syndrome::RemoteInvalReq));
@@ -289,35 +320,6 @@ impl State {
                 left: packets as u32 - 1,
             }));
             return Err(Outcome::Partial);
-        }
-        // Scatter-to-CQE: a send small enough for the CQE arrives inside it; the receive
-        // buffers are neither written nor translated (their keys are not looked at). The
-        // length check above still holds: the responder NAKs a message longer than the
-        // receive, as the InfiniBand rules require. A DCT scatters only into 128-byte CQEs
-        // (the kernel's `configure_responder_scat_cqe` sets `cs_res` of a DCT to
-        // SCAT_DATA64 with 128-byte receive CQEs, and leaves it off otherwise).
-        let dct = matches!(self.qps[&peer].dc, Some(DcRole::Dct { .. }));
-        let in_cqe = op != CqeOpcode::RespWrImm
-            && self.qps[&peer].caps.scatter_to_cqe
-            && self
-                .cqs
-                .get(&rcq)
-                .is_some_and(|cq| data.len() <= cq.inline_max() && (!dct || cq.cqe_size == 128));
-        if !in_cqe && srqn != 0 && self.mem.fault_in(&sges[..n]) {
-            // A page fault in an SRQ WQE's buffers (a dma-buf whose exporter moved it, an
-            // on-demand region whose pages were invalidated): a ConnectX does not wait on
-            // the SRQ's head for the kernel; it completes the WQE with REMOTE_ABORTED and
-            // vendor syndrome 0x93 for the driver to post again (rdma-core `cq.c`
-            // `is_odp_pfault_err`), maps the pages, and the requester sends the message
-            // again after an RNR NAK. The QP stays as it is.
-            let mut e = err_cqe(Syndrome::RemoteAborted.to_u8(), peer, idx);
-            e.vendor_err_synd = crate::cqe::VENDOR_ODP_PAGE_FAULT;
-            e.srqn = Be32::new(srqn);
-            if let Some(cq) = self.cqs.get_mut(&rcq) {
-                cq.push_err(e, CqeOpcode::RespErr);
-            }
-            self.qps.get_mut(&peer).expect("peer").stats.page_faults += 1;
-            return Err(self.rnr(qpn, peer));
         }
         if !in_cqe {
             let ptrs = match self.mem.scatter_ptrs(ppd, &sges[..n]) {

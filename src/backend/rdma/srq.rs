@@ -37,7 +37,10 @@ pub(crate) fn create_srq(
     }
     // SAFETY: a live SRQ of an mlx5 device (the path is Direct only there).
     let dv = unsafe { crate::dv::init_srq(s.srq.cast())? };
-    let raw = crate::dv::raw_srq(&dv, s.max_sge)?;
+    // The device's SRQ: rdma-core's ring with its wait queue (0, no ring past the list,
+    // if the query fails).
+    let device_wqes = s.device_max_wr().map_or(0, |m| m.wrapping_add(1));
+    let raw = crate::dv::raw_srq(&dv, s.max_sge, device_wqes)?;
     let srqn = raw.srqn;
     Ok((s, SrqRings::Direct(raw), srqn))
 }

@@ -199,6 +199,9 @@ impl Pd {
     }
 }
 
+/// The most receives a software-NIC SRQ holds (`max_srq_wr`).
+const MAX_SRQ_WR: u32 = (1 << 15) - 1;
+
 /// The most entries a software-NIC CQ has (a ConnectX's `log_max_cq_sz` of 22).
 pub(super) const MAX_CQE: u32 = 1 << 22;
 
@@ -294,13 +297,18 @@ impl Pd {
         entries: u32,
         max_sge: u32,
     ) -> Result<(Srq, crate::backend::spec::SrqRings, u32)> {
-        let raw = self.nic.create_srq(
-            self.pd,
-            mlx5::sim::SrqCaps {
-                max_wr: entries,
-                max_sge,
-            },
-        )?;
+        // As rdma-core's `mlx5_alloc_srq_buf`: a ring of `2 * entries + 1` WQEs rounded up,
+        // whose first `entries + 1` (rounded up) are the list and the rest the wait queue
+        // of page-faulted WQEs; the list alone when the device's limit is smaller.
+        let list = mlx5::srq::srq_entries(entries);
+        let max_wr = match 2 * entries + 1 {
+            wq if wq <= MAX_SRQ_WR => wq.next_power_of_two() - 1,
+            _ => entries,
+        };
+        let mut raw = self
+            .nic
+            .create_srq(self.pd, mlx5::sim::SrqCaps { max_wr, max_sge })?;
+        raw.tail = list - 1;
         let srq = Srq {
             nic: self.nic.clone(),
             srqn: raw.srqn,

@@ -46,6 +46,25 @@ impl Srq {
         })
     }
 
+    /// The receives the device's SRQ holds (`ibv_query_srq`'s `max_wr`: on mlx5 the kernel's
+    /// `msrq.max - 1`, the whole ring the provider allocated, its wait queue included).
+    ///
+    /// # Errors
+    /// The `ibv_query_srq` error.
+    pub fn device_max_wr(&self) -> Result<u32, VerbsError> {
+        let mut attr = ffi::ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: 0,
+        };
+        // SAFETY: live SRQ; `attr` outlives the call.
+        let rc = unsafe { ffi::ibv_query_srq(self.srq, &mut attr) };
+        if rc != 0 {
+            return Err(code("ibv_query_srq", rc));
+        }
+        Ok(attr.max_wr)
+    }
+
     /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0 disarms).
     ///
     /// # Errors

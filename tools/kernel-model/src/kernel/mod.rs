@@ -70,6 +70,7 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
             (false, IB_USER_VERBS_CMD_DESTROY_CQ) => cq::destroy_cq(nic, f, c),
             (false, IB_USER_VERBS_CMD_CREATE_SRQ) => srq::create_srq(nic, f, c),
             (false, IB_USER_VERBS_CMD_MODIFY_SRQ) => srq::modify_srq(nic, f, c),
+            (false, IB_USER_VERBS_CMD_QUERY_SRQ) => srq::query_srq(nic, f, c),
             (false, IB_USER_VERBS_CMD_DESTROY_SRQ) => srq::destroy_srq(nic, f, c),
             (_, IB_USER_VERBS_CMD_CREATE_QP) => qp::create_qp(nic, f, c),
             (_, IB_USER_VERBS_CMD_MODIFY_QP) => modify::modify_qp(nic, f, &peers, c),

@@ -63,10 +63,13 @@ pub(super) struct Cq {
     pub(super) channel: Option<c_int>,
 }
 
-/// An SRQ: its number and the user's handle.
+/// An SRQ: its number, the user's handle, and its size as created (`QUERY_SRQ`).
 pub(super) struct Srq {
     pub(super) srqn: u32,
     pub(super) user: u64,
+    /// `msrq.max - 1` (the ring's entries less one) and the scatter entries per WQE.
+    pub(super) max_wr: u32,
+    pub(super) max_sge: u32,
 }
 
 /// A QP as the kernel sees it: the verbs state machine in front of the NIC's QP.

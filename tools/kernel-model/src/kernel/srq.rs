@@ -40,6 +40,8 @@ pub(super) unsafe fn create_srq(nic: &Nic, f: &mut File, call: &mut Call<'_>) ->
     let h = f.add(Obj::Srq(Srq {
         srqn: raw.srqn,
         user: c.user_handle,
+        max_wr: raw.wqe_cnt - 1,
+        max_sge: raw.max_sge,
     }));
     let resp = ib_uverbs_create_srq_resp {
         srq_handle: h,
@@ -72,6 +74,28 @@ pub(super) unsafe fn modify_srq(nic: &Nic, f: &mut File, call: &mut Call<'_>) ->
     }
     nic.arm_srq_limit(s.srqn, c.srq_limit)
         .map_err(|_| libc::EINVAL)
+}
+
+/// `QUERY_SRQ` (`mlx5_ib_query_srq`): `max_wr = msrq.max - 1`, the whole ring the provider
+/// allocated (its wait queue included: rdma-core's `mlx5_query_srq` passes it through),
+/// the scatter entries and the armed limit.
+///
+/// # Safety
+/// As [`super::command`]'s calls.
+pub(super) unsafe fn query_srq(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    let (c, _) = unsafe { call.request::<ib_uverbs_query_srq>() };
+    let Some(Obj::Srq(s)) = f.objs.get(&c.srq_handle) else {
+        return Err(libc::EINVAL);
+    };
+    let resp = ib_uverbs_query_srq_resp {
+        max_wr: s.max_wr,
+        max_sge: s.max_sge,
+        srq_limit: nic.srq_limit(s.srqn).unwrap_or(0),
+        reserved: 0,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { call.respond::<_, ()>(&resp, None) }
 }
 
 /// `DESTROY_SRQ` (`EBUSY` while a QP or DCT uses it), with the events the user read of it.
