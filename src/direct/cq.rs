@@ -35,6 +35,12 @@ pub struct CompletionQueue {
     /// `cache`): one compare instead of a search when a CQ serves one QP's sends.
     last_qpn: u32,
     last_sq: *const Shadow<SendEntry>,
+    /// The QP whose receive (a plain send) completed last through the general path, its
+    /// receive queue's cookies and scatter lists (`Arc`s held by `cache`): the fast path's
+    /// receive.
+    last_rqpn: u32,
+    last_rq: *const Shadow<u64>,
+    last_scatter: *const ScatterTable,
     /// Consumer index (counts every entry consumed).
     ci: u32,
     /// The owner bytes of the first entry and one past the last entry.
@@ -173,6 +179,9 @@ impl CompletionQueue {
             sw_owner: 0,
             last_qpn: NO_QPN,
             last_sq: core::ptr::null(),
+            last_rqpn: NO_QPN,
+            last_rq: core::ptr::null(),
+            last_scatter: core::ptr::null(),
             ci: 0,
             first,
             end: first.wrapping_add(raw.cqe_cnt as usize * stride),
@@ -251,8 +260,9 @@ impl CompletionQueue {
             } else {
                 gen ^ 0x8000_0000
             };
-            // `last_sq` pointed into the old list.
+            // `last_sq` and `last_rq` pointed into the old list.
             (self.last_qpn, self.last_sq) = (NO_QPN, core::ptr::null());
+            self.last_rqpn = NO_QPN;
         }
     }
 
@@ -271,6 +281,16 @@ impl CompletionQueue {
             (self.last_qpn, self.last_sq) = (qpn, sq);
         }
         Some(sq)
+    }
+
+    /// Remembers QP `qpn`'s receive queue (its cookies `rq` and scatter lists `t`, held by
+    /// `cache`) for the fast path, unless an older QP of its number may still have entries.
+    #[cold]
+    #[inline(never)]
+    fn note_rq(&mut self, qpn: u32, rq: *const Shadow<u64>, t: *const ScatterTable) {
+        if !self.tombs.iter().any(|t| t.qpn == qpn) {
+            (self.last_rqpn, self.last_rq, self.last_scatter) = (qpn, rq, t);
+        }
     }
 
     /// Whether the entry at consumer index `ci`, which takes `span` slots (a compressed
@@ -356,7 +376,7 @@ impl CompletionQueue {
         let cqe = unsafe { self.entry() };
         let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
         if !self.fast_send(cqe, qpn) {
-            return self.poll_general(out, 0);
+            return self.poll_recv(out);
         }
         self.advance();
         // SAFETY: `last_sq` points into an `Arc` held by `cache`, which is replaced only by
@@ -372,6 +392,77 @@ impl CompletionQueue {
         self.publish_ci();
         sq.retire(end);
         n
+    }
+
+    /// [`CompletionQueue::poll_some`] for an entry that is not a send completion of the QP
+    /// seen last: a receive of the QP whose receive completed last (a plain send, not a
+    /// compressed session) gets what the general path does for it (`complete_other`)
+    /// without the search; anything else, and the entries after it, go to
+    /// [`CompletionQueue::poll_general`].
+    #[inline(never)]
+    fn poll_recv(&mut self, out: &mut [Completion]) -> usize {
+        // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
+        // read before `publish_ci` (here or in `poll_general`).
+        let cqe = unsafe { self.entry() };
+        if cqe.op_own >> 4 != CqeOpcode::RespSend as u8
+            || cqe.op_own & FORMAT_MASK == FORMAT_MASK
+            || cqe.qpn() != self.last_rqpn
+        {
+            return self.poll_general(out, 0);
+        }
+        self.advance();
+        // SAFETY: `last_rq` and `last_scatter` point into `Arc`s held by `cache`, which is
+        // replaced only by `refresh`, which resets `last_rqpn`.
+        let (rq, t) = unsafe { (&*self.last_rq, &*self.last_scatter) };
+        let wqe = cqe.wqe_counter.get();
+        let byte_len = cqe.byte_cnt.get();
+        let format = cqe.op_own & FORMAT_MASK;
+        let status = if format == (CqeFormat::InlineScatter32 as u8) << 2 && byte_len <= 32 {
+            // The usual small receive: its bytes at the start of the CQE (as
+            // `scatter_from_cqe`), copied, then the receive's pins go.
+            // SAFETY: the entry is software's until `publish_ci` below; its first
+            // `byte_len` (<= 32) bytes are the data, written before the owner byte and
+            // read after it (barrier in `entry`).
+            let data = unsafe {
+                core::slice::from_raw_parts(cqe as *const Cqe64 as *const u8, byte_len as usize)
+            };
+            // SAFETY: the poller, after the receive's CQE and before retiring it; the CQ
+            // ring never overlaps registered receive buffers.
+            unsafe { t.copy_done(wqe, data) }
+        } else {
+            self.recv_status(cqe, t, wqe, byte_len)
+        };
+        out[0] = Completion {
+            cookie: rq.get(wqe),
+            opcode: WcOpcode::Recv,
+            byte_len,
+            qpn: self.last_rqpn,
+            status,
+            // UD: the sender's QP and the GRH bit (zero for RC).
+            src_qp: cqe.src_qpn(),
+            grh: cqe.grh_present(),
+            ..Completion::default()
+        };
+        // The device learns that the entry is consumed before the queue may reuse what it
+        // held (CQ accounting, `cq_share`).
+        self.publish_ci();
+        rq.retire(wqe.wrapping_add(1));
+        if out.len() > 1 && self.is_mine(self.op_own()) {
+            return self.poll_general(out, 1);
+        }
+        1
+    }
+
+    /// The status of a receive whose data are not the usual small copy: in the buffers
+    /// (format plain: the pins go) or elsewhere in the CQE ([`Self::scatter_from_cqe`]).
+    #[inline(never)]
+    fn recv_status(&self, cqe: &Cqe64, t: &ScatterTable, wqe: u16, byte_len: u32) -> WcStatus {
+        if cqe.op_own & FORMAT_MASK != 0 {
+            self.scatter_from_cqe(cqe, t, wqe, byte_len)
+        } else {
+            t.done(wqe);
+            WcStatus::Success
+        }
     }
 
     /// [`CompletionQueue::poll_some`] once a send completion of the QP seen last is in
@@ -582,7 +673,20 @@ impl CompletionQueue {
             });
         }
         let q = self.find(qpn);
-        self.complete_other(cqe, opcode, q, qpn, wqe)
+        // A QP's own receive queue with scatter lists (not an SRQ's): for the fast path.
+        let rq = q
+            .filter(|_| opcode == CqeOpcode::RespSend as u8 && qpn != self.last_rqpn)
+            .and_then(|a| {
+                Some((
+                    &**a.rq.as_ref()? as *const _,
+                    &**a.scatter.as_ref()? as *const _,
+                ))
+            });
+        let c = self.complete_other(cqe, opcode, q, qpn, wqe);
+        if let Some((rq, t)) = rq {
+            self.note_rq(qpn, rq, t);
+        }
+        c
     }
 
     /// Copies the data a receive CQE carries (scatter-to-CQE) into the receive's buffers,

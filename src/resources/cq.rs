@@ -80,6 +80,9 @@ fn poll_verbs(p: &mut VerbsCompletionQueue, out: &mut [Completion]) -> usize {
     p.poll(out)
 }
 
+/// An explicit tag (`repr(u8)`, at the start): the poll's dispatch is one byte compare,
+/// whatever niches the two pollers' fields offer.
+#[repr(u8)]
 enum Poller {
     Direct(CompletionQueue),
     Verbs(VerbsCompletionQueue),
