@@ -42,6 +42,26 @@ impl Default for AhAttr {
     }
 }
 
+/// The multicast GID the connection manager joins for an IP multicast group on an
+/// InfiniBand port (the kernel's `cma_set_mgid`: `ip_ib_mc_map` / `ipv6_ib_mc_map` with the
+/// IPoIB broadcast address's scope 2 and P_Key 0xffff, byte 3 set to 0x01, the RDMA CM
+/// signature of `RDMA_PS_UDP`).
+pub(crate) fn rdma_cm_mgid(group: std::net::IpAddr) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[..6].copy_from_slice(&[0xff, 0x12, 0x40, 0x01, 0xff, 0xff]);
+    match group {
+        std::net::IpAddr::V4(a) => {
+            let o = a.octets();
+            g[12..].copy_from_slice(&[o[0] & 0x0f, o[1], o[2], o[3]]);
+        }
+        std::net::IpAddr::V6(a) => {
+            g[2] = 0x60;
+            g[6..].copy_from_slice(&a.octets()[6..]);
+        }
+    }
+    g
+}
+
 /// The default hop limit of a global route made from an endpoint or a group (one subnet,
 /// as UCX's `uct_ib_iface_fill_ah_attr_from_gid_lid` uses).
 pub const DEFAULT_HOP_LIMIT: u8 = 64;

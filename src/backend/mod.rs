@@ -27,7 +27,37 @@ pub(crate) mod srq;
 pub(crate) use cq::Cq;
 pub(crate) use memory::{Mw, Pd, Reg};
 pub(crate) use qp::{initial_psn, Qp, QpKind, QpSpec};
-pub(crate) use rdma::{Membership, RdmaDev};
+pub(crate) use rdma::RdmaDev;
+
+/// A port's membership in a multicast group (`UdQp::join_multicast`), held for its drop,
+/// which ends it.
+#[derive(Debug)]
+pub(crate) enum Membership {
+    /// The software NIC's subnet manager record.
+    #[cfg(feature = "sim")]
+    Sim { _held: sim::Membership },
+    /// rdma_cm's id of the join.
+    Rdma { _held: rdma::Membership },
+}
+
+/// Refuses a join of `group` from `local` unless `group` is an IP multicast address of
+/// `local`'s family.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] with the group's leading bits.
+pub(crate) fn check_group(local: std::net::IpAddr, group: std::net::IpAddr) -> Result<()> {
+    if local.is_ipv4() != group.is_ipv4() || !group.is_multicast() {
+        return Err(Error::InvalidParameter {
+            what:
+                "multicast group (an IPv4 or IPv6 multicast address of the local address's family)",
+            value: match group {
+                std::net::IpAddr::V4(a) => u32::from(a) as u64,
+                std::net::IpAddr::V6(a) => (u128::from(a) >> 64) as u64,
+            },
+        });
+    }
+    Ok(())
+}
 pub(crate) use spec::{ChannelSource, CqRings, CqSpec, EventSink, MrInfo, QpRings, SrqRings};
 pub(crate) use srq::Srq;
 
@@ -197,11 +227,11 @@ impl Dev {
     ) -> Result<(Membership, crate::address::AhAttr, u32)> {
         match self {
             #[cfg(feature = "sim")]
-            Dev::Sim(_) => Err(Error::Unsupported(
-                "a multicast join on the software NIC: it has no connection manager and no \
-                 fabric to join; UdQp::attach_mcast is all its groups need",
-            )),
-            Dev::Rdma(r) => r.join_multicast(local, group),
+            Dev::Sim(n) => sim::join_multicast(n, local, group)
+                .map(|(m, ah, qkey)| (Membership::Sim { _held: m }, ah, qkey)),
+            Dev::Rdma(r) => r
+                .join_multicast(local, group)
+                .map(|(m, ah, qkey)| (Membership::Rdma { _held: m }, ah, qkey)),
         }
     }
 

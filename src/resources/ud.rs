@@ -436,11 +436,13 @@ impl UdQp {
     /// RoCE v2 the kernel joins the IP group too (IGMP/MLD, `cma_iboe_join_multicast`), as
     /// snooping switches and rxe need. The QP must have the group's Q_Key
     /// ([`RDMA_UDP_QKEY`] for groups the connection manager creates). The membership lasts
-    /// until [`UdQp::leave_multicast`] or the QP is dropped.
+    /// until [`UdQp::leave_multicast`] or the QP is dropped. On the software NIC the join is
+    /// its subnet manager's, with the MGID the connection manager makes of `group`; behind
+    /// its switch (`NicView::set_multicast_fabric`) a group reaches the port only while
+    /// joined.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] on the software NIC (no fabric: [`UdQp::attach_mcast`] is
-    /// all it needs); [`Error::InvalidParameter`] for a group that is not multicast or not
+    /// [`Error::InvalidParameter`] for a group that is not multicast or not
     /// of `local`'s family, a `local` on another device or port, a group already joined, or
     /// (with the group's Q_Key) one whose Q_Key is not this QP's; [`Error::Verbs`] from
     /// librdmacm (no device on `local`, the join refused or unanswered for 10 s) or

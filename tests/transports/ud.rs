@@ -931,26 +931,121 @@ fn ud_receives_into_on_demand_regions_are_refused_before_posting() {
     assert_eq!(r.qp.free_recv(), r.qp.recv_depth() - 1);
 }
 
-/// The software NIC has no fabric and no connection manager: a join is refused with what
-/// its groups need instead (`attach_mcast`), and nothing is attached.
+/// Issue 27, item 6, on the software NIC: behind a switch (`NicView::set_multicast_fabric`)
+/// a multicast group reaches the port only while the port is a member, through the subnet
+/// manager's join (`UdQp::join_multicast`, which attaches too): attaching alone is lost on
+/// the wire, as on an InfiniBand fabric; the membership lasts until its last join is left.
+/// The join's address is the connection manager's: the MGID `cma_set_mgid` makes of the IP
+/// group, the group's multicast LID, `RDMA_UDP_QKEY`.
 #[test]
-fn a_multicast_join_on_the_software_nic_is_refused() {
-    let dev = Device::sim();
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(8).unwrap();
-    let mut qp = pd
-        .create_ud_qp(&cq, &cq, QpCaps::default(), blueflame::RDMA_UDP_QKEY)
-        .unwrap();
-    let e = qp
-        .join_multicast([10, 0, 0, 1].into(), [239, 1, 2, 3].into())
-        .unwrap_err();
+fn multicast_behind_a_switch_reaches_the_port_only_once_joined() {
+    let (dev, pd, mr) = setup();
+    dev.nic().unwrap().set_multicast_fabric(true);
+    let qkey = blueflame::RDMA_UDP_QKEY;
+    let mut sender = node(&pd, qkey);
+    let mut a = node(&pd, qkey);
+    let mut b = node(&pd, qkey);
+    let (local, group) = ([10, 0, 0, 1].into(), [239, 1, 2, 3].into());
+    let mgid = [
+        0xff,
+        0x12,
+        0x40,
+        0x01,
+        0xff,
+        0xff,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        239 & 0x0f,
+        1,
+        2,
+        3,
+    ];
+    for (i, n) in [&mut a, &mut b].into_iter().enumerate() {
+        for k in 0..4u64 {
+            let at = (i * 4 + k as usize) * 256;
+            n.qp.post_recv(&[mr.sge(at, 256).unwrap()], k).unwrap();
+        }
+    }
+    let send = |sender: &mut Node, ah: &blueflame::AddressHandle, tag: u64| {
+        sender
+            .qp
+            .send_to(
+                ah,
+                blueflame::MULTICAST_QPN,
+                qkey,
+                Payload::Inline(b"tick"),
+                tag,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+        assert_eq!(poll_all(&dev, &mut sender.cq).len(), 1);
+    };
+    // Attached, not joined: the switch forwards nothing to the port.
+    let unjoined = pd.create_ah(AhAttr::multicast(mgid, 0xc123)).unwrap();
+    a.qp.attach_mcast(mgid, 0xc123).unwrap();
+    send(&mut sender, &unjoined, 1);
     assert!(
-        matches!(e, Error::Unsupported(why) if why.contains("attach_mcast")),
-        "{e:?}"
+        poll_all(&dev, &mut a.cq).is_empty(),
+        "lost: the port is no member"
     );
-    assert!(dev.nic().unwrap().mcast_groups(qp.qpn()).is_empty());
+    a.qp.detach_mcast(mgid, 0xc123).unwrap();
+    // Joined: the connection manager's address, and delivery.
+    let g = a.qp.join_multicast(local, group).unwrap();
+    assert_eq!((g.group, g.qkey), (group, qkey));
+    assert_eq!(g.ah.grh.map(|r| r.dgid), Some(mgid));
+    assert!((0xc000..0xffff).contains(&g.ah.dlid));
+    assert_eq!(
+        dev.nic().unwrap().mcast_groups(a.qp.qpn()),
+        vec![(mgid, g.ah.dlid)]
+    );
+    let to_group = pd.create_ah(g.ah).unwrap();
+    send(&mut sender, &to_group, 2);
+    assert_eq!(poll_all(&dev, &mut a.cq).len(), 1);
+    // B attaches only: the port is a member (A's join), so B receives too.
+    b.qp.attach_mcast(mgid, g.ah.dlid).unwrap();
+    send(&mut sender, &to_group, 3);
+    assert_eq!(
+        (
+            poll_all(&dev, &mut a.cq).len(),
+            poll_all(&dev, &mut b.cq).len()
+        ),
+        (1, 1)
+    );
+    // A leaves: the port's last join ends, and B, still attached, is cut off too.
+    a.qp.leave_multicast(group).unwrap();
+    assert!(dev.nic().unwrap().mcast_groups(a.qp.qpn()).is_empty());
+    send(&mut sender, &to_group, 4);
+    assert!(
+        poll_all(&dev, &mut b.cq).is_empty(),
+        "the port left the group"
+    );
+    // B joins: the group anew (the subnet manager may hand out another multicast LID:
+    // the address is the join's); dropping B ends its join.
+    let gb = b.qp.join_multicast(local, group).unwrap();
+    assert_eq!(gb.ah.grh, g.ah.grh);
+    let to_group = pd.create_ah(gb.ah).unwrap();
+    send(&mut sender, &to_group, 5);
+    assert_eq!(poll_all(&dev, &mut b.cq).len(), 1);
+    // Refused: a second join by one QP, a group that is not multicast or of another family.
     assert!(matches!(
-        qp.leave_multicast([239, 1, 2, 3].into()),
+        b.qp.join_multicast(local, group),
         Err(Error::InvalidParameter { .. })
     ));
+    for bad in [[10, 1, 2, 3].into(), "ff02::1".parse().unwrap()] {
+        assert!(matches!(
+            a.qp.join_multicast(local, bad),
+            Err(Error::InvalidParameter { .. })
+        ));
+    }
+    drop(b);
+    a.qp.attach_mcast(mgid, gb.ah.dlid).unwrap();
+    send(&mut sender, &to_group, 6);
+    assert!(
+        poll_all(&dev, &mut a.cq).is_empty(),
+        "B's drop ended the last join"
+    );
 }

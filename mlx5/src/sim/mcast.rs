@@ -5,6 +5,15 @@
 //! (0xc000..=0xfffe), as `ibv_attach_mcast` takes them. A datagram whose address vector has
 //! the GRH reaches the QPs attached with its destination GID; one without a GRH (InfiniBand
 //! only) the QPs attached with its destination LID.
+//!
+//! The fabric: by default the port is cabled to itself (no switch), so a datagram reaches
+//! every attached QP. With a switch in front ([`Groups::fabric`], `NicView::
+//! set_multicast_fabric`), a multicast datagram leaves the port and the switch forwards it
+//! back only to ports that are members of the group: the subnet manager programs the
+//! switches' multicast forwarding from MCMemberRecord joins (`ib_sa_join_multicast`, what
+//! `rdma_join_multicast` sends), so a group attached but never joined is lost on the wire,
+//! as on an InfiniBand fabric. The port's joins ([`Groups::join`], [`Groups::leave`]) are
+//! the subnet manager's records: each group gets its multicast LID at the first join.
 
 use crate::av::{MULTICAST_LID_BASE, PERMISSIVE_LID};
 use std::collections::BTreeMap;
@@ -12,11 +21,17 @@ use std::collections::BTreeMap;
 /// One attachment: the group's GID and LID.
 pub(crate) type Group = ([u8; 16], u16);
 
-/// The attachments of every QP.
+/// The attachments of every QP, and the port's memberships in the subnet manager's groups.
 #[derive(Default)]
 pub(crate) struct Groups {
     /// (group, QP) pairs, ordered so that delivery goes in QP-number order.
     members: BTreeMap<(Group, u32), ()>,
+    /// A switch forwards multicast to the port only for groups it joined.
+    pub(crate) fabric: bool,
+    /// The groups the port joined: multicast GID -> (multicast LID, joins not left).
+    joined: BTreeMap<[u8; 16], (u16, u32)>,
+    /// The subnet manager's multicast LIDs handed out so far.
+    mlids: u16,
 }
 
 /// Why an attach or detach is refused (what the kernel's `ib_attach_mcast` /
@@ -65,9 +80,49 @@ impl Groups {
         self.members.retain(|(_, q), _| *q != qpn);
     }
 
+    /// A join of group `gid` by the port (an MCMemberRecord join): its multicast LID, the
+    /// subnet manager's for the group (a new one at the group's first join).
+    pub(crate) fn join(&mut self, gid: [u8; 16]) -> Result<u16, McastError> {
+        if gid[0] != 0xff {
+            return Err(McastError::GidNotMulticast);
+        }
+        if let Some((mlid, n)) = self.joined.get_mut(&gid) {
+            *n += 1;
+            return Ok(*mlid);
+        }
+        let mlid = MULTICAST_LID_BASE + 1 + self.mlids % (PERMISSIVE_LID - MULTICAST_LID_BASE - 1);
+        self.mlids = self.mlids.wrapping_add(1);
+        self.joined.insert(gid, (mlid, 1));
+        Ok(mlid)
+    }
+
+    /// Ends one join of group `gid`; the port leaves the group with its last.
+    pub(crate) fn leave(&mut self, gid: [u8; 16]) -> Result<(), McastError> {
+        let (_, n) = self.joined.get_mut(&gid).ok_or(McastError::Unattached)?;
+        *n -= 1;
+        if *n == 0 {
+            self.joined.remove(&gid);
+        }
+        Ok(())
+    }
+
+    /// Whether the switch forwards a datagram to this destination to the port: always
+    /// without a switch; with one, when the port joined the group (by GID with a GRH, else
+    /// by its multicast LID).
+    fn forwarded(&self, dgid: Option<&[u8; 16]>, dlid: u16) -> bool {
+        !self.fabric
+            || match dgid {
+                Some(g) => self.joined.contains_key(g),
+                None => self.joined.values().any(|(mlid, _)| *mlid == dlid),
+            }
+    }
+
     /// The QPs a datagram to this destination reaches: by GID when it carries a GRH, else by
-    /// LID. Each QP once, in QP-number order.
+    /// LID. Each QP once, in QP-number order. None when the switch does not forward it.
     pub(crate) fn receivers(&self, dgid: Option<&[u8; 16]>, dlid: u16) -> Vec<u32> {
+        if !self.forwarded(dgid, dlid) {
+            return Vec::new();
+        }
         let mut out: Vec<u32> = self
             .members
             .keys()
@@ -121,5 +176,36 @@ mod tests {
         assert_eq!(g.receivers(Some(&MGID), 0), vec![3]);
         g.forget(3);
         assert!(g.of(3).is_empty());
+    }
+
+    /// Behind a switch, a group reaches the port only while it is joined; joins count;
+    /// each group has its own multicast LID, the same at every join.
+    #[test]
+    fn a_switch_forwards_only_joined_groups() {
+        let mut g = Groups::default();
+        g.attach(1, (MGID, 0xc0ff)).unwrap();
+        assert_eq!(
+            g.receivers(Some(&MGID), 0),
+            vec![1],
+            "no switch: the port's own"
+        );
+        g.fabric = true;
+        assert!(g.receivers(Some(&MGID), 0).is_empty(), "not joined");
+        assert_eq!(g.join([0xfe; 16]), Err(McastError::GidNotMulticast));
+        let mlid = g.join(MGID).unwrap();
+        assert_eq!(g.join(MGID), Ok(mlid));
+        let mut other = MGID;
+        other[15] = 2;
+        assert_ne!(g.join(other), Ok(mlid));
+        assert_eq!(g.receivers(Some(&MGID), 0), vec![1]);
+        assert!(
+            g.receivers(None, mlid).is_empty(),
+            "attached with another LID"
+        );
+        g.leave(MGID).unwrap();
+        assert_eq!(g.receivers(Some(&MGID), 0), vec![1], "one join left");
+        g.leave(MGID).unwrap();
+        assert!(g.receivers(Some(&MGID), 0).is_empty());
+        assert_eq!(g.leave(MGID), Err(McastError::Unattached));
     }
 }

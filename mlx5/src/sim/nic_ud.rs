@@ -54,6 +54,28 @@ impl Nic {
         self.st().qps.get(&qpn).and_then(|q| q.ud).map(|u| u.qkey)
     }
 
+    /// The port joins multicast group `gid` (the subnet manager's MCMemberRecord join, what
+    /// `rdma_join_multicast` sends): returns the group's multicast LID. Joins count; each is
+    /// ended by [`Nic::sm_leave`].
+    ///
+    /// # Errors
+    /// [`SimError::Mcast`] for a GID that is not multicast.
+    pub fn sm_join(&self, gid: [u8; 16]) -> Result<u16, SimError> {
+        self.st().port.groups.join(gid).map_err(mcast_err)
+    }
+
+    /// Ends one join of group `gid` (the port leaves it with its last join).
+    ///
+    /// # Errors
+    /// [`SimError::Mcast`] for a group the port has not joined.
+    pub fn sm_leave(&self, gid: [u8; 16]) -> Result<(), SimError> {
+        self.st()
+            .port
+            .groups
+            .leave(gid)
+            .map_err(|_| SimError::Mcast("the port has not joined this group"))
+    }
+
     /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`).
     ///
     /// # Errors
@@ -83,6 +105,14 @@ impl Nic {
 }
 
 impl NicView {
+    /// Puts a switch in front of the port (`true`): multicast datagrams are forwarded back
+    /// to it only for groups it joined ([`Nic::sm_join`], `UdQp::join_multicast`), as on an
+    /// InfiniBand fabric; `false` (the default) cables the port to itself, and every
+    /// attached QP receives.
+    pub fn set_multicast_fabric(&self, switch: bool) {
+        self.st().port.groups.fabric = switch;
+    }
+
     /// Sets the port's active MTU (256, 512, 1024, 2048 or 4096 bytes).
     ///
     /// # Errors

@@ -68,15 +68,7 @@ impl RdmaDev {
         local: std::net::IpAddr,
         group: std::net::IpAddr,
     ) -> Result<(Membership, crate::address::AhAttr, u32)> {
-        if local.is_ipv4() != group.is_ipv4() || !group.is_multicast() {
-            return Err(Error::InvalidParameter {
-                what: "multicast group (an IPv4 or IPv6 multicast address of the local address's family)",
-                value: match group {
-                    std::net::IpAddr::V4(a) => u32::from(a) as u64,
-                    std::net::IpAddr::V6(a) => (u128::from(a) >> 64) as u64,
-                },
-            });
-        }
+        super::check_group(local, group)?;
         let id = verbs::cm::CmId::new_udp()?;
         let (ah, qkey) = id.join_multicast(
             &std::net::SocketAddr::new(local, 0),

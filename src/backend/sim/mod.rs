@@ -64,6 +64,46 @@ pub(super) fn read_events(n: &Nic, out: &mut Vec<(Subject, AsyncEvent)>) {
     }
 }
 
+/// The port's membership in a multicast group, in the NIC's subnet manager (left on drop).
+#[derive(Debug)]
+pub(crate) struct Membership {
+    nic: Nic,
+    mgid: [u8; 16],
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        let _ = self.nic.sm_leave(self.mgid);
+    }
+}
+
+/// A join of IP multicast group `group` as the connection manager makes it on an
+/// InfiniBand port (`rdma_join_multicast`): the group's MGID (`cma_set_mgid`), joined in the
+/// NIC's subnet manager, which hands out its multicast LID; the Q_Key is
+/// [`crate::RDMA_UDP_QKEY`]. The software NIC has no IP addresses: any `local` of the
+/// group's family is its port.
+pub(super) fn join_multicast(
+    n: &Nic,
+    local: std::net::IpAddr,
+    group: std::net::IpAddr,
+) -> Result<(Membership, crate::address::AhAttr, u32)> {
+    super::check_group(local, group)?;
+    let mgid = crate::address::rdma_cm_mgid(group);
+    let mlid = n.sm_join(mgid)?;
+    let ah = crate::address::AhAttr {
+        port: 1,
+        ..crate::address::AhAttr::multicast(mgid, mlid)
+    };
+    Ok((
+        Membership {
+            nic: n.clone(),
+            mgid,
+        },
+        ah,
+        crate::RDMA_UDP_QKEY,
+    ))
+}
+
 /// A protection domain of the NIC (deallocated on drop).
 pub(crate) struct Pd {
     pub(crate) nic: Nic,
