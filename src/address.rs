@@ -45,7 +45,9 @@ impl Default for AhAttr {
 /// The multicast GID the connection manager joins for an IP multicast group on an
 /// InfiniBand port (the kernel's `cma_set_mgid`: `ip_ib_mc_map` / `ipv6_ib_mc_map` with the
 /// IPoIB broadcast address's scope 2 and P_Key 0xffff, byte 3 set to 0x01, the RDMA CM
-/// signature of `RDMA_PS_UDP`).
+/// signature of `RDMA_PS_UDP`). The software NIC's joins use it (an rdma-core device gets
+/// the MGID from the join event).
+#[cfg(feature = "sim")]
 pub(crate) fn rdma_cm_mgid(group: std::net::IpAddr) -> [u8; 16] {
     let mut g = [0u8; 16];
     g[..6].copy_from_slice(&[0xff, 0x12, 0x40, 0x01, 0xff, 0xff]);
@@ -121,5 +123,25 @@ impl From<&UdEndpoint> for AhAttr {
 impl From<UdEndpoint> for AhAttr {
     fn from(e: UdEndpoint) -> AhAttr {
         AhAttr::from(&e)
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    /// The kernel's `ip_ib_mc_map` / `ipv6_ib_mc_map` (scope 2, P_Key 0xffff) with the RDMA
+    /// CM signature: 239.1.2.3 is ff12:4001:ffff::f:102:3 (the IPv4 address's top four bits
+    /// dropped), ff05::1:3 keeps its last ten bytes.
+    #[test]
+    fn mgids_as_the_connection_manager_makes_them() {
+        let v4 = super::rdma_cm_mgid([239, 1, 2, 3].into());
+        assert_eq!(
+            v4,
+            [0xff, 0x12, 0x40, 0x01, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0x0f, 1, 2, 3]
+        );
+        let v6 = super::rdma_cm_mgid("ff05::1:3".parse().unwrap());
+        assert_eq!(
+            v6,
+            [0xff, 0x12, 0x60, 0x01, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0, 3]
+        );
     }
 }
