@@ -35,6 +35,27 @@ unsafe fn poller(ring: &mut [u8], size: u32, dbrec: &mut [u32; 2]) -> Completion
     unsafe { CompletionQueue::new(&raw) }.unwrap()
 }
 
+/// The send queues (shadow tables of `depth` entries) of QPs 1 and 2, attached to `cq`.
+fn two_send_queues(
+    cq: &CompletionQueue,
+    depth: u32,
+) -> (Arc<Shadow<SendEntry>>, Arc<Shadow<SendEntry>>) {
+    let (a, b) = (
+        Arc::new(Shadow::<SendEntry>::new(depth)),
+        Arc::new(Shadow::<SendEntry>::new(depth)),
+    );
+    for (qpn, sq) in [(1, &a), (2, &b)] {
+        cq.registry.attach(Attached {
+            qpn,
+            sq: Some(sq.clone()),
+            rq: None,
+            scatter: None,
+            srq: None,
+        });
+    }
+    (a, b)
+}
+
 /// Three passes over a ring of 64- or 128-byte entries: every completion once, in
 /// order, unreported ones skipped, nothing seen before the device wrote it, the
 /// consumer index published.
@@ -105,19 +126,7 @@ fn bursts_publish_and_retire_once_for_what_they_consumed() {
     let mut dbrec = [0u32; 2];
     // SAFETY: the ring and record outlive the poller, which alone polls them.
     let mut cq = unsafe { poller(&mut ring, 64, &mut dbrec) };
-    let (a, b) = (
-        Arc::new(Shadow::<SendEntry>::new(64)),
-        Arc::new(Shadow::<SendEntry>::new(64)),
-    );
-    for (qpn, sq) in [(1, &a), (2, &b)] {
-        cq.registry.attach(Attached {
-            qpn,
-            sq: Some(sq.clone()),
-            rq: None,
-            scatter: None,
-            srq: None,
-        });
-    }
+    let (a, b) = two_send_queues(&cq, 64);
     // Entry k: QP 2 for k == 6, else QP 1; QP 1's WQE k-th of its own, every third
     // unreported.
     let mut wqe_a = 0u16;
@@ -181,19 +190,7 @@ fn read_completions_report_the_cqe_byte_count() {
     let mut dbrec = [0u32; 2];
     // SAFETY: the ring and record outlive the poller, which alone polls them.
     let mut cq = unsafe { poller(&mut ring, 64, &mut dbrec) };
-    let (a, b) = (
-        Arc::new(Shadow::<SendEntry>::new(16)),
-        Arc::new(Shadow::<SendEntry>::new(16)),
-    );
-    for (qpn, sq) in [(1, &a), (2, &b)] {
-        cq.registry.attach(Attached {
-            qpn,
-            sq: Some(sq.clone()),
-            rq: None,
-            scatter: None,
-            srq: None,
-        });
-    }
+    let (a, b) = two_send_queues(&cq, 16);
     // (k, QP, WQE opcode, opcode, driver's byte count, CQE byte count, expected); the
     // device puts the WQE opcode in the top byte of `sop_drop_qpn`.
     let cases = [
