@@ -2,7 +2,7 @@
 //! every check made before a byte is moved (gather and scatter lists included).
 
 use super::dma::{self, Dma, DmaBuf};
-use super::dmabuf::Exports;
+use super::dmabuf::{Exported, Exports};
 use super::ids::Ids;
 use crate::request::{Access, MwType, Payload, Sge};
 use crate::syndrome::Syndrome;
@@ -74,13 +74,6 @@ pub(crate) struct Mr {
     /// An on-demand or dma-buf region whose pages moved: the next receive into an SRQ WQE
     /// over it faults (`super::dmabuf`).
     pub(crate) unmapped: bool,
-}
-
-/// Where a dma-buf region lies: `offset` bytes into export `handle`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Exported {
-    pub(crate) handle: u64,
-    pub(crate) offset: u64,
 }
 
 impl Mr {

@@ -82,6 +82,7 @@ mod ud;
 mod nic;
 mod nic_control;
 mod nic_dc;
+mod nic_dmabuf;
 mod nic_mem;
 mod nic_queues;
 mod nic_run;
