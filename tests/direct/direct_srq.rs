@@ -66,7 +66,7 @@ fn fan(n: usize, entries: u32, rcq_entries: u32, cqe_size: u32) -> Fan {
 }
 
 /// A thread that polls `rcq` until `n` completions came, each a success, handing each
-/// with its rank to `each`; 60 s at most. Returns the CQ.
+/// with its rank to `each`; 120 s at most (a deadlock guard). Returns the CQ.
 fn poll_thread(
     rcq: Cq,
     n: u64,
@@ -78,7 +78,7 @@ fn poll_thread(
         let mut seen = 0u64;
         let start = std::time::Instant::now();
         while seen < n {
-            assert!(start.elapsed().as_secs() < 60, "stalled at {seen}");
+            assert!(start.elapsed().as_secs() < 120, "stalled at {seen}");
             let k = rcq.poll(&mut out);
             for c in &out[..k] {
                 assert!(c.is_ok(), "{c:?}");
@@ -971,7 +971,7 @@ fn srq_receives_into_pageable_memory_need_the_devices_srq_bit() {
 fn page_faults_while_poster_and_poller_run_on_two_threads() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    const N: u64 = 400;
+    const N: u64 = 200;
     const SLOTS: usize = 15;
     let dev = Device::sim();
     let pd = dev.alloc_pd().unwrap();
@@ -1001,7 +1001,7 @@ fn page_faults_while_poster_and_poller_run_on_two_threads() {
                 srq.post_recv(std::slice::from_ref(s), i as u64).unwrap();
             }
             for got in 0..N {
-                match done_rx.recv_timeout(std::time::Duration::from_secs(20)) {
+                match done_rx.recv_timeout(std::time::Duration::from_secs(60)) {
                     Ok(slot) if got + (SLOTS as u64) < N => {
                         let s = &sges[slot as usize];
                         srq.post_recv(std::slice::from_ref(s), slot).unwrap();
@@ -1019,7 +1019,7 @@ fn page_faults_while_poster_and_poller_run_on_two_threads() {
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 gpu.move_buffer().unwrap();
-                std::thread::sleep(std::time::Duration::from_micros(300));
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
         })
     };
@@ -1041,7 +1041,8 @@ fn page_faults_while_poster_and_poller_run_on_two_threads() {
     let (mut sent, mut inflight) = (0u64, 0u64);
     let start = std::time::Instant::now();
     while sent < N || inflight > 0 {
-        assert!(start.elapsed().as_secs() < 60, "sender stalled at {sent}");
+        // A deadlock guard, generous for a loaded machine (a run takes seconds).
+        assert!(start.elapsed().as_secs() < 120, "sender stalled at {sent}");
         if sent < N && inflight < 8 {
             let sgl = [src.sge(0, 40).unwrap()];
             client
