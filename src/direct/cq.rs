@@ -364,6 +364,7 @@ impl CompletionQueue {
     /// The rest of [`CompletionQueue::poll`], once an entry is there: a send completion of
     /// the QP seen last, straight through, and more of them in a row in
     /// [`CompletionQueue::poll_burst`]; anything else goes to
+    /// [`CompletionQueue::poll_recv`], and from there what is not its receive to
     /// [`CompletionQueue::poll_general`] (tail calls, so this function needs no stack
     /// frame).
     #[inline(never)]
@@ -474,8 +475,20 @@ impl CompletionQueue {
     fn poll_burst(&mut self, out: &mut [Completion], mut n: usize, mut end: u16) -> usize {
         // SAFETY: as in `poll_some`: `last_qpn` and `last_sq` do not change here.
         let sq = unsafe { &*self.last_sq };
+        // The registry's generation, held in a register for the loop: the registry is an
+        // `Arc` this poller holds, not replaced here.
+        let gen: *const AtomicU32 = &self.registry.gen;
+        let fast_gen = self.fast_gen;
         let mut other = false;
         while n < out.len() && self.is_mine(self.op_own()) {
+            // The queue list may have changed since the poll began (a QP destroyed, its
+            // number given to a new QP whose entry this may be): loaded after the entry's
+            // owner byte, the generation says so, and the general path refreshes first.
+            // SAFETY: `gen` points into `self.registry` (above), alive for the whole call.
+            if unsafe { (*gen).load(Ordering::Acquire) } != fast_gen {
+                other = true;
+                break;
+            }
             // SAFETY: the entry at the consumer index is software's (just checked); it is
             // read before `publish_ci`.
             let cqe = unsafe { self.entry() };
@@ -538,9 +551,6 @@ impl CompletionQueue {
     /// `n` completions are already in `out`.
     #[inline(never)]
     fn poll_general(&mut self, out: &mut [Completion], mut n: usize) -> usize {
-        if self.registry.gen.load(Ordering::Acquire) != self.gen {
-            self.refresh();
-        }
         // Entries of dropped QPs: free again once the ring is seen empty after this read.
         let orphans = self.registry.slots.orphan_mark();
         while n < out.len() {
@@ -549,6 +559,12 @@ impl CompletionQueue {
                     self.registry.slots.drained(orphans);
                 }
                 break;
+            }
+            // An entry seen after the queue list changed (loaded after its owner byte) may
+            // be a new QP's: the list and the tombstones are read again first. The previous
+            // entry's retirement is made, so nothing points into the old list.
+            if self.registry.gen.load(Ordering::Acquire) != self.gen {
+                self.refresh();
             }
             // SAFETY: just checked; not used after `publish_ci` below.
             let cqe = unsafe { self.entry() };
