@@ -14,8 +14,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 /// The exporter owns the bytes and may move them ([`SimDmaBuf::move_buffer`]), as a GPU
 /// driver migrates memory: the NIC's regions on it are unmapped, and its next receive into
 /// an SRQ WQE over them meets a page fault, which a ConnectX reports in a CQE that the
-/// driver must swallow and answer by posting the WQE again (see the README's "On-demand
-/// and dma-buf memory"); any other access maps the buffer again silently. The bytes are
+/// driver must swallow and answer by posting the WQE again ([`Srq::post_recv`](crate::Srq::post_recv),
+/// and the guide's "Shared receive queues"); any other access maps the buffer again
+/// silently. The bytes are
 /// read and written through the exporter ([`SimDmaBuf::read`], [`SimDmaBuf::write`]): a
 /// dma-buf region has no CPU view. Dropping the exporter closes its file; regions
 /// registered on it keep the buffer alive, as the kernel's attachment does.
