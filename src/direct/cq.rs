@@ -417,21 +417,13 @@ impl CompletionQueue {
         let (rq, t) = unsafe { (&*self.last_rq, &*self.last_scatter) };
         let wqe = cqe.wqe_counter.get();
         let byte_len = cqe.byte_cnt.get();
-        let format = cqe.op_own & FORMAT_MASK;
-        let status = if format == (CqeFormat::InlineScatter32 as u8) << 2 && byte_len <= 32 {
-            // The usual small receive: its bytes at the start of the CQE (as
-            // `scatter_from_cqe`), copied, then the receive's pins go.
-            // SAFETY: the entry is software's until `publish_ci` below; its first
-            // `byte_len` (<= 32) bytes are the data, written before the owner byte and
-            // read after it (barrier in `entry`).
-            let data = unsafe {
-                core::slice::from_raw_parts(cqe as *const Cqe64 as *const u8, byte_len as usize)
-            };
-            // SAFETY: the poller, after the receive's CQE and before retiring it; the CQ
-            // ring never overlaps registered receive buffers.
-            unsafe { t.copy_done(wqe, data) }
-        } else {
-            self.recv_status(cqe, t, wqe, byte_len)
+        let status = match data_at_start(cqe, byte_len) {
+            // The usual small receive: copied, then the receive's pins go.
+            // SAFETY: the poller, after the receive's CQE and before retiring it (its
+            // entry is software's until `publish_ci` below); the CQ ring never overlaps
+            // registered receive buffers.
+            Some(data) => unsafe { t.copy_done(wqe, data) },
+            None => self.recv_status(cqe, t, wqe, byte_len),
         };
         out[0] = Completion {
             cookie: rq.get(wqe),
@@ -712,23 +704,25 @@ impl CompletionQueue {
     /// 64-byte CQE, INLINE_SCATTER_64 in the 64 bytes before it (128-byte CQEs only).
     #[inline(never)]
     fn scatter_from_cqe(&self, cqe: &Cqe64, table: &ScatterTable, wqe: u16, len: u32) -> WcStatus {
-        let at = cqe as *const Cqe64 as *const u8;
-        let format = cqe.op_own & FORMAT_MASK;
-        let src = if format == (CqeFormat::InlineScatter32 as u8) << 2 && len <= 32 {
-            at
-        } else if format == (CqeFormat::InlineScatter64 as u8) << 2
+        let data = if let Some(data) = data_at_start(cqe, len) {
+            data
+        } else if cqe.op_own & FORMAT_MASK == (CqeFormat::InlineScatter64 as u8) << 2
             && self.stride == 128
             && len <= 64
         {
-            at.wrapping_sub(64)
+            // SAFETY: the entry is software's (the poller holds it until `publish_ci`), and
+            // the `len` bytes in the 64 before its 64-byte CQE lie inside its 128-byte slot;
+            // they were written before the owner byte, read after it (barrier in `entry`).
+            unsafe {
+                core::slice::from_raw_parts(
+                    (cqe as *const Cqe64 as *const u8).wrapping_sub(64),
+                    len as usize,
+                )
+            }
         } else {
             table.done(wqe);
             return WcStatus::GeneralErr;
         };
-        // SAFETY: the entry is software's (the poller holds it until `publish_ci`), and the
-        // `len` bytes at `src` lie inside its slot (a 128-byte slot for format 64); they
-        // were written before the owner byte, read after it (barrier in `entry`).
-        let data = unsafe { core::slice::from_raw_parts(src, len as usize) };
         // SAFETY: the poller, after the receive's CQE and before retiring it; the CQ ring
         // never overlaps registered receive buffers.
         unsafe { table.copy_done(wqe, data) }
@@ -757,7 +751,7 @@ impl CompletionQueue {
         };
         let srq = q.srq.as_ref()?;
         let idx = srq.slot(wqe);
-        if op.is_none() && cqe.as_err().is_odp_page_fault() {
+        if is_page_fault(cqe) {
             // No completion of the user's: the WQE goes back to the head of the SRQ once
             // the consumer index is published past the fault (rdma-core `cq.c`
             // `is_odp_pfault_err`, then `mlx5_complete_odp_fault`). The index is past it
@@ -891,6 +885,18 @@ impl CompletionQueue {
         }
         Some(c)
     }
+}
+
+/// The data of a receive CQE of format INLINE_SCATTER_32 (`len` at most 32 bytes, at the
+/// start of the CQE: rdma-core `handle_responder`), else None.
+#[inline(always)]
+fn data_at_start(cqe: &Cqe64, len: u32) -> Option<&[u8]> {
+    (cqe.op_own & FORMAT_MASK == (CqeFormat::InlineScatter32 as u8) << 2 && len <= 32).then(|| {
+        // SAFETY: the caller holds the entry (software's until `publish_ci`); its first
+        // `len` (<= 32) of 64 bytes are the data, written before the owner byte and read
+        // after it (barrier in `CompletionQueue::entry`).
+        unsafe { core::slice::from_raw_parts(cqe as *const Cqe64 as *const u8, len as usize) }
+    })
 }
 
 /// Whether `cqe` is a responder's page fault in an SRQ WQE (`ErrCqe::is_odp_page_fault`).

@@ -227,6 +227,17 @@ impl Mw {
     }
 }
 
+/// Whether a verbs call failed because the device cannot do it at all: `EOPNOTSUPP` (the
+/// provider has no such call), `ENOTTY` (the kernel has no ioctl framework: rdma-core's
+/// `ibv_cmd_reg_dmabuf_mr` and `ibv_cmd_advise_mr` have no write fallback),
+/// `EPROTONOSUPPORT` (the kernel lacks the method).
+fn absent(e: &verbs::VerbsError) -> bool {
+    matches!(
+        e.source.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EPROTONOSUPPORT)
+    )
+}
+
 impl Pd {
     pub(super) fn new(dev: &Arc<RdmaDev>) -> Result<Pd> {
         Ok(Pd {
@@ -280,17 +291,7 @@ impl Pd {
     ) -> Result<(Mr, crate::backend::spec::MrInfo)> {
         match Mr::register_dmabuf(self.pd.clone(), offset, len, iova, fd, access) {
             Ok(mr) => Ok(made(mr)),
-            // EOPNOTSUPP: the provider has no dma-buf registration; ENOTTY: the kernel has no
-            // ioctl framework (rdma-core's `ibv_cmd_reg_dmabuf_mr` has no write fallback);
-            // EPROTONOSUPPORT: the kernel lacks the method.
-            Err(e)
-                if matches!(
-                    e.source.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EPROTONOSUPPORT)
-                ) =>
-            {
-                Err(Error::Capability(Capability::DmaBuf))
-            }
+            Err(e) if absent(&e) => Err(Error::Capability(Capability::DmaBuf)),
             Err(e) => Err(e.into()),
         }
     }
@@ -298,17 +299,7 @@ impl Pd {
     pub(super) fn prefetch(&self, sgl: &[Sge], write: bool, flush: bool) -> Result<()> {
         match Mr::advise(&self.pd, write, flush, sgl) {
             Ok(()) => Ok(()),
-            // EOPNOTSUPP: the provider has no `advise_mr`; ENOTTY, EPROTONOSUPPORT: the
-            // kernel has no ioctl framework or lacks the method (`ibv_cmd_advise_mr` has no
-            // write fallback), as for dma-buf above.
-            Err(e)
-                if matches!(
-                    e.source.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EPROTONOSUPPORT)
-                ) =>
-            {
-                Err(Error::Capability(Capability::Prefetch))
-            }
+            Err(e) if absent(&e) => Err(Error::Capability(Capability::Prefetch)),
             Err(e) => Err(e.into()),
         }
     }
