@@ -55,7 +55,10 @@ impl DmaBuf {
         let layout = Layout::from_size_align(len.max(1), 4096).ok()?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(DmaBuf {
+        // `then`, not `then_some`: a `DmaBuf` of the null pointer must never exist, since
+        // dropping it would free a pointer the allocator never gave (found by the
+        // AddressSanitizer stage, `cargo xtask asan`, on a region larger than memory).
+        (!ptr.is_null()).then(|| DmaBuf {
             ptr,
             layout,
             owned: true,
