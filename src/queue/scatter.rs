@@ -283,11 +283,11 @@ impl ScatterTable {
         if !e.copy {
             return WcStatus::LocProtErr;
         }
-        let slots: Vec<Slot> = (0..e.n as usize)
+        // Read twice (length, then copy) rather than collected: no allocation in a poll.
+        let slots = (0..e.n as usize)
             // SAFETY: entry `i` has `max >= n` slots from `i * max`, written with it.
-            .map(|k| unsafe { *self.slots[i * self.max + k].get() })
-            .collect();
-        if slots.iter().map(|s| s.len as u64).sum::<u64>() < data.len() as u64 {
+            .map(|k| unsafe { *self.slots[i * self.max + k].get() });
+        if slots.clone().map(|s| s.len as u64).sum::<u64>() < data.len() as u64 {
             return WcStatus::LocLenErr;
         }
         let mut rest = data;
