@@ -30,7 +30,8 @@ use std::time::Duration;
 
 const MAGIC: &[u8; 4] = b"BFC1";
 
-fn encode(b: Option<RemoteBuf>) -> Vec<u8> {
+/// The private data of a connection request or reply offering `b`.
+pub(crate) fn encode(b: Option<RemoteBuf>) -> Vec<u8> {
     let mut v = MAGIC.to_vec();
     match b {
         Some(b) => {
@@ -44,7 +45,8 @@ fn encode(b: Option<RemoteBuf>) -> Vec<u8> {
     v
 }
 
-fn decode(p: &[u8]) -> Option<RemoteBuf> {
+/// The buffer a peer's private data offers (None: none, or not blueflame's).
+pub(crate) fn decode(p: &[u8]) -> Option<RemoteBuf> {
     // Private data may come back padded (InfiniBand CM messages have fixed sizes).
     if p.len() < 25 || &p[..4] != MAGIC || p[4] != 1 {
         return None;

@@ -213,6 +213,20 @@ pub mod internals {
     pub mod dv {
         pub use crate::dv::ffi;
     }
+    /// The direct path's poller over memory a fuzz target writes (`fuzz/`, target `cqe`).
+    pub use crate::direct::harness as poll_harness;
+    /// The rdma_cm private data blueflame sends and reads (`fuzz/`, target `exchange`).
+    pub mod cm_private_data {
+        use crate::connect::RemoteBuf;
+        /// The private data of a connection request or reply offering `b`.
+        pub fn encode(b: Option<RemoteBuf>) -> Vec<u8> {
+            crate::cm::encode(b)
+        }
+        /// The buffer a peer's private data offers (None: none, or not blueflame's).
+        pub fn decode(p: &[u8]) -> Option<RemoteBuf> {
+            crate::cm::decode(p)
+        }
+    }
 }
 mod resources;
 mod verbs;

@@ -17,6 +17,8 @@ use mlx5::doorbell::CQ_SET_CI;
 use mlx5::{RawCq, WcStatus};
 use std::sync::Arc;
 
+#[cfg(feature = "internals")]
+pub mod harness;
 mod unzip;
 
 /// A completion queue on the direct path.

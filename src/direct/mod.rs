@@ -17,6 +17,8 @@ mod sq;
 pub(crate) mod srq;
 mod ud;
 
+#[cfg(feature = "internals")]
+pub use cq::harness;
 pub use cq::CompletionQueue;
 pub use register::DoorbellMode;
 pub use rq::RecvQueue;

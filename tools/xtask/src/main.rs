@@ -29,6 +29,10 @@
 //! - `cargo xtask rxe-icount`: instructions per post / poll / receive of the verbs path on
 //!   rxe0 (callgrind in the VM), for both rdma-core APIs, beside plain rdma-core calls,
 //!   against guards (also run by the device stage of `test`, in its one boot).
+//! - `cargo xtask fuzz [--secs N] [TARGET...]`: the fuzz targets of `fuzz/` (libFuzzer,
+//!   nightly), each for 60 s (or N), two at a time (`fuzz.rs`; also a stage of `test`).
+//! - `cargo xtask asan`: the software NIC's tests under AddressSanitizer (nightly; also a
+//!   stage of `test`).
 //! - `cargo xtask oracle`: only the rdma-core oracle tests (`mlx5/oracle`), with the source
 //!   fetched as `test` fetches it.
 //! - `cargo xtask aarch64`: only the aarch64 stage of `test` (below).
@@ -46,6 +50,7 @@ mod compare;
 mod crate_checks;
 mod cross;
 mod examples;
+mod fuzz;
 mod icount;
 mod memcheck;
 mod oracle;
@@ -170,6 +175,37 @@ fn main() {
                 1
             }
         }
+        Some("fuzz") => {
+            // cargo xtask fuzz [--secs N] [TARGET...]
+            let mut secs = fuzz::SECS;
+            let mut targets = Vec::new();
+            let mut it = args[1..].iter();
+            while let Some(a) = it.next() {
+                if a == "--secs" {
+                    match it.next().and_then(|v| v.parse().ok()) {
+                        Some(v) => secs = v,
+                        None => {
+                            eprintln!("xtask: fuzz: --secs takes a number of seconds");
+                            exit(2);
+                        }
+                    }
+                } else {
+                    targets.push(a.clone());
+                }
+            }
+            if deps() == 0 && fuzz::stage(&targets, secs) {
+                0
+            } else {
+                1
+            }
+        }
+        Some("asan") => {
+            if deps() == 0 && fuzz::asan() {
+                0
+            } else {
+                1
+            }
+        }
         Some("icount") => {
             if deps() != 0 {
                 1
@@ -180,7 +216,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | provider | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | rxe-icount | rxe-compare | wakeup | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | provider | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | fuzz [--secs N] [TARGET...] | asan | rxe-icount | rxe-compare | wakeup | deps>");
             2
         }
     };
@@ -318,6 +354,19 @@ fn test() -> i32 {
     eprintln!("xtask: instruction guards of the hot path (cargo xtask icount)");
     if !icount::main() {
         eprintln!("xtask: FAILED: an instruction count is above its guard");
+        return 1;
+    }
+    eprintln!(
+        "xtask: fuzz stage (cargo xtask fuzz): every target for {} s",
+        fuzz::SECS
+    );
+    if !fuzz::stage(&[], fuzz::SECS) {
+        eprintln!("xtask: FAILED: fuzz stage");
+        return 1;
+    }
+    eprintln!("xtask: AddressSanitizer stage (cargo xtask asan)");
+    if !fuzz::asan() {
+        eprintln!("xtask: FAILED: AddressSanitizer stage");
         return 1;
     }
     eprintln!("xtask: all host checks passed; now the aarch64 stage");

@@ -1,0 +1,285 @@
+//! CQE and compressed-session decoding by the direct path's poller, over rings this target
+//! writes as a device would (`blueflame::internals::poll_harness`).
+//!
+//! Two modes, by the first byte:
+//! - **raw**: arbitrary 64-byte CQEs (and, on 128-byte rings, the 64 bytes before them,
+//!   where `INLINE_SCATTER_64` data lies), on plain and compressing CQs, polled into arrays
+//!   of any size between writes. Promised: no panic and no access outside the ring and the
+//!   receive buffers (AddressSanitizer); never more completions than `out` holds; a success
+//!   is a posted entry of the QP the completion names (its cookie: that QP, the queue its
+//!   opcode says, an entry of that queue); a copy of data carried in a CQE lands inside the
+//!   receive's scatter list (the guard bytes around every list stay as written); the
+//!   consumer index only moves forward, one entry per completion at most, never past what
+//!   a session's title claims.
+//! - **sessions**: completions written once as compressed sessions (title, mini-CQE arrays
+//!   at `mini_array_slot`) and once as the same entries uncompressed, into two CQs:
+//!   promised, the same completions in the same order, and the same consumer index.
+#![no_main]
+
+use blueflame::internals::poll_harness::{PollHarness, DEPTH, QPNS};
+use blueflame::{Completion, WcOpcode, WcStatus};
+use blueflame_fuzz::Input;
+use libfuzzer_sys::fuzz_target;
+use mlx5::cqe::{mini_array_slot, op_own, Cqe64, CqeFormat, CqeOpcode, MiniCqe8};
+use mlx5::{Be16, Be32};
+use zerocopy::IntoBytes;
+
+fuzz_target!(|data: &[u8]| {
+    let mut r = Input::new(data);
+    if r.u8() & 1 == 0 {
+        raw(&mut r);
+    } else {
+        sessions(&mut r);
+    }
+});
+
+/// The owner bit of absolute slot `k` when the device writes it.
+fn owner(k: u32, cnt: u32) -> bool {
+    k & cnt != 0
+}
+
+/// What every completion of the harness must be.
+fn check(c: &Completion) {
+    assert!(
+        QPNS.contains(&c.qpn) || c.status != WcStatus::Success,
+        "{c:?}"
+    );
+    if c.status != WcStatus::Success {
+        return;
+    }
+    let (qpn, recv, i) = (
+        (c.cookie >> 32) as u32,
+        c.cookie >> 16 & 1 == 1,
+        (c.cookie & 0xffff) as u32,
+    );
+    assert_eq!(qpn, c.qpn, "a success with another QP's cookie: {c:?}");
+    assert!(i < DEPTH, "a cookie nobody posted: {c:?}");
+    let is_recv = matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+    assert_eq!(recv, is_recv, "a success from the wrong queue: {c:?}");
+    if !recv {
+        let opcode = match i % 4 {
+            0 => WcOpcode::RdmaWrite,
+            1 => WcOpcode::RdmaRead,
+            2 => WcOpcode::Send,
+            _ => WcOpcode::CompSwap,
+        };
+        assert_eq!(c.opcode, opcode, "{c:?}");
+        match opcode {
+            WcOpcode::RdmaWrite | WcOpcode::Send => assert_eq!(c.byte_len, 0, "{c:?}"),
+            WcOpcode::CompSwap => assert_eq!(c.byte_len, 8, "{c:?}"),
+            _ => {}
+        }
+    }
+}
+
+fn raw(r: &mut Input<'_>) {
+    let flags = r.u8();
+    let size = if flags & 1 == 0 { 64 } else { 128 };
+    let compressed = flags & 2 != 0;
+    let cnt = 1u32 << (1 + (flags >> 2) % 5);
+    let mut h = PollHarness::new(cnt, size, compressed).expect("a valid shape");
+    let mut out = [Completion::default(); 9];
+    // Slots written so far (absolute), completions seen, the index last published.
+    let (mut written, mut seen, mut ci) = (0u32, 0u64, 0u32);
+    let mut poll = |h: &mut PollHarness, room: usize, seen: &mut u64, ci: &mut u32| {
+        let n = h.poll(&mut out[..room]);
+        assert!(n <= room);
+        for c in &out[..n] {
+            check(c);
+        }
+        *seen += n as u64;
+        let now = h.published();
+        assert!(
+            now.wrapping_sub(*ci) <= 2 * cnt,
+            "the index jumped: {ci} -> {now}"
+        );
+        *ci = now;
+        assert!(
+            h.guards_intact(),
+            "a CQE's data landed outside its receive's buffers"
+        );
+        n
+    };
+    while !r.is_empty() {
+        let op = r.u8();
+        if op & 3 == 0 {
+            poll(&mut h, 1 + op as usize % 9, &mut seen, &mut ci);
+            continue;
+        }
+        // The device writes no further than a ring ahead of the published index.
+        written = written.max(ci);
+        if written.wrapping_sub(ci) >= cnt {
+            poll(&mut h, 9, &mut seen, &mut ci);
+            continue;
+        }
+        let mut cqe: [u8; 64] = r.array();
+        if op & 4 != 0 {
+            // One of the attached QPs (the WQE opcode byte above it kept).
+            let qpn = QPNS[(op >> 3) as usize % QPNS.len()].to_be_bytes();
+            cqe[57..60].copy_from_slice(&qpn[1..]);
+            // Errors carry it at the same place (`s_wqe_opcode_qpn`).
+        }
+        if op & 0x40 == 0 {
+            // The owner bit of its pass (else whatever the input says: a stale entry).
+            cqe[63] = cqe[63] & !1 | owner(written, cnt) as u8;
+        }
+        if op & 0x80 != 0 {
+            let front: [u8; 64] = r.array();
+            h.write_front(written, &front);
+        }
+        h.write(written, &cqe);
+        written = written.wrapping_add(1);
+    }
+    // Drain: polls until nothing comes twice.
+    let mut idle = 0;
+    for _ in 0..4 * cnt + 8 {
+        if poll(&mut h, 9, &mut seen, &mut ci) == 0 {
+            idle += 1;
+            if idle == 2 {
+                break;
+            }
+        }
+    }
+    // One completion per consumed slot at most, plus a session read in part.
+    assert!(
+        seen <= u64::from(ci) + u64::from(cnt),
+        "{seen} completions, index {ci}"
+    );
+}
+
+/// One completion of a session: its mini-CQE's WQE counter and byte count.
+#[derive(Clone, Copy)]
+struct Mini {
+    wqe: u16,
+    bytes: u32,
+}
+
+/// The WQE opcode (the byte above the QP number) a requester CQE carries for entry `wqe`
+/// of the harness's send queues.
+fn wqe_opcode(wqe: u16) -> u8 {
+    match u32::from(wqe) % DEPTH % 4 {
+        0 => 0x08, // RDMA write
+        1 => 0x10, // RDMA read
+        2 => 0x0a, // send
+        _ => 0x11, // compare and swap
+    }
+}
+
+fn sessions(r: &mut Input<'_>) {
+    let flags = r.u8();
+    let size = if flags & 1 == 0 { 64 } else { 128 };
+    let cnt = 1u32 << (2 + (flags >> 1) % 4);
+    let mut zip = PollHarness::new(cnt, size, true).expect("a valid shape");
+    let mut plain = PollHarness::new(cnt, size, false).expect("a valid shape");
+    let mut slot = 0u32;
+    let (mut got_zip, mut got_plain) = (Vec::new(), Vec::new());
+    let mut out = [Completion::default(); 7];
+    while !r.is_empty() {
+        // A batch that fits the ring, then both CQs drained.
+        let mut room = cnt;
+        while room > 0 && !r.is_empty() {
+            let kind = r.u8();
+            let opcode = match kind % 5 {
+                0 => CqeOpcode::Req,
+                1 => CqeOpcode::RespSend,
+                2 => CqeOpcode::RespSendImm,
+                3 => CqeOpcode::RespWrImm,
+                _ => CqeOpcode::RespSendInv,
+            };
+            let qpn = QPNS[(kind / 5) as usize % QPNS.len()];
+            let len = if room >= 2 {
+                2 + r.below((room - 1).min(24) as usize) as u32
+            } else {
+                1
+            };
+            let mut title = Cqe64 {
+                sop_drop_qpn: Be32::new(qpn),
+                wqe_counter: Be16::new(r.u16()),
+                imm_inval_pkey: Be32::new(r.u32()),
+                ..Cqe64::default()
+            };
+            let ud = r.u32();
+            title.set_ud_fields(ud & 0xff_ffff, 0, ud >> 31 == 1, 0, 0);
+            let minis: Vec<Mini> = (0..len)
+                .map(|_| Mini {
+                    wqe: r.u16(),
+                    bytes: r.u32(),
+                })
+                .collect();
+            // Uncompressed: one CQE per completion.
+            for (j, m) in minis.iter().enumerate() {
+                let k = slot + j as u32;
+                let mut c = title;
+                c.byte_cnt = Be32::new(m.bytes);
+                if opcode == CqeOpcode::Req {
+                    c.wqe_counter = Be16::new(m.wqe);
+                    c.sop_drop_qpn = Be32::new(u32::from(wqe_opcode(m.wqe)) << 24 | qpn);
+                } else {
+                    c.wqe_counter = Be16::new(title.wqe_counter.get().wrapping_add(j as u16));
+                }
+                c.op_own = op_own(opcode, CqeFormat::Plain, false, owner(k, cnt));
+                plain.write(k, as_array(c.as_bytes()));
+            }
+            if len == 1 {
+                // No session of one: the same plain CQE on both.
+                let mut c = title;
+                c.byte_cnt = Be32::new(minis[0].bytes);
+                if opcode == CqeOpcode::Req {
+                    c.wqe_counter = Be16::new(minis[0].wqe);
+                    c.sop_drop_qpn = Be32::new(u32::from(wqe_opcode(minis[0].wqe)) << 24 | qpn);
+                }
+                c.op_own = op_own(opcode, CqeFormat::Plain, false, owner(slot, cnt));
+                zip.write(slot, as_array(c.as_bytes()));
+            } else {
+                // Compressed: the title, then the arrays; holes never written.
+                for block in 0..len.div_ceil(8) {
+                    let mut arr = [MiniCqe8::default(); 8];
+                    for (e, m) in arr.iter_mut().zip(&minis[(block * 8) as usize..]) {
+                        *e = MiniCqe8 {
+                            wqe_counter_or_csum: Be16::new(if opcode == CqeOpcode::Req {
+                                m.wqe
+                            } else {
+                                0
+                            }),
+                            s_wqe_opcode: if opcode == CqeOpcode::Req {
+                                wqe_opcode(m.wqe)
+                            } else {
+                                0
+                            },
+                            reserved: 0,
+                            byte_cnt: Be32::new(m.bytes),
+                        };
+                    }
+                    zip.write(slot + mini_array_slot(block * 8), as_array(arr.as_bytes()));
+                }
+                let mut t = title;
+                t.byte_cnt = Be32::new(len);
+                t.op_own = op_own(opcode, CqeFormat::Compressed, false, owner(slot, cnt));
+                zip.write(slot, as_array(t.as_bytes()));
+            }
+            slot += len;
+            room -= len;
+        }
+        for (h, got) in [(&mut zip, &mut got_zip), (&mut plain, &mut got_plain)] {
+            let mut k = 0;
+            loop {
+                let room = 1 + (k * 3 + got.len()) % 7;
+                let n = h.poll(&mut out[..room]);
+                got.extend_from_slice(&out[..n]);
+                k += 1;
+                if n == 0 {
+                    break;
+                }
+            }
+            assert_eq!(h.published(), slot, "the consumer index after the batch");
+        }
+        assert_eq!(
+            got_zip, got_plain,
+            "a compressed session decodes differently"
+        );
+    }
+}
+
+fn as_array(b: &[u8]) -> &[u8; 64] {
+    b.try_into().expect("64 bytes")
+}

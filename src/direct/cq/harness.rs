@@ -1,0 +1,202 @@
+//! The poller over memory the caller writes, as a device would (feature `internals`: the
+//! `cqe` fuzz target writes arbitrary CQEs and compressed sessions into it).
+//!
+//! Three QPs (numbers 1, 2 and 3) are attached, each with a send queue whose every entry is
+//! posted and reported and a receive queue whose every entry is posted, with scatter lists
+//! into buffers the harness owns (two 16-byte entries per receive, guard bytes around each),
+//! so that a CQE with data (scatter-to-CQE) copies into them. [`PollHarness::cookie`] says
+//! which cookie each entry carries; [`PollHarness::guards_intact`] whether any copy went
+//! outside the lists.
+
+use super::CompletionQueue;
+use crate::completion::{Completion, WcOpcode};
+use crate::error::Result;
+use crate::queue::registry::Attached;
+use crate::queue::scatter::ScatterTable;
+use crate::queue::shadow::{SendEntry, Shadow};
+use core::cell::UnsafeCell;
+use mlx5::{RawCq, Sge};
+use std::sync::Arc;
+
+/// The QPs attached to the harness's CQ.
+pub const QPNS: [u32; 3] = [1, 2, 3];
+/// Entries of each send and receive queue.
+pub const DEPTH: u32 = 64;
+/// Bytes of each of a receive's two scatter entries.
+pub const SCATTER_LEN: usize = 16;
+/// Guard bytes before and after each scatter entry, and their value.
+const GUARD: usize = 16;
+const GUARD_BYTE: u8 = 0xA5;
+/// One receive's buffer: guard, entry, guard, entry, guard.
+const RECV_BYTES: usize = 3 * GUARD + 2 * SCATTER_LEN;
+
+/// A CQ poller over a ring, doorbell record and queues owned by this value.
+pub struct PollHarness {
+    // Dropped first: it points into the fields below.
+    cq: CompletionQueue,
+    // Written through pointers (the poller's, the harness's, the scatter lists'): cells.
+    ring: Box<[UnsafeCell<u64>]>,
+    dbrec: Box<[UnsafeCell<u32>; 2]>,
+    recv_bufs: Box<[UnsafeCell<u8>]>,
+    size: u32,
+    cnt: u32,
+    _queues: Vec<Attached>,
+}
+
+impl PollHarness {
+    /// A poller over a ring of `cnt` entries of `size` bytes (64 or 128), compressing when
+    /// `compressed`, with the QPs of [`QPNS`] attached.
+    ///
+    /// # Errors
+    /// The poller's refusal of the ring's shape.
+    pub fn new(cnt: u32, size: u32, compressed: bool) -> Result<PollHarness> {
+        if !cnt.is_power_of_two() || cnt > 4096 || !(size == 64 || size == 128) {
+            return Err(crate::Error::InvalidParameter {
+                what: "harness CQ shape",
+                value: cnt as u64,
+            });
+        }
+        let ring: Box<[UnsafeCell<u64>]> =
+            (0..cnt * size / 8).map(|_| UnsafeCell::new(0)).collect();
+        let dbrec = Box::new([UnsafeCell::new(0u32), UnsafeCell::new(0)]);
+        let raw = RawCq {
+            cqn: 7,
+            buf: UnsafeCell::raw_get(ring.as_ptr()).cast(),
+            cqe_cnt: cnt,
+            cqe_size: size,
+            dbrec: UnsafeCell::raw_get(dbrec.as_ptr()),
+            cq_uar: core::ptr::null_mut(),
+        };
+        // SAFETY: the ring and record are boxed (they do not move with the harness) and are
+        // dropped after the poller (field order); the harness alone polls them, and nothing
+        // wrote an entry yet.
+        let mut cq = unsafe { CompletionQueue::new(&raw) }?;
+        if compressed {
+            cq.set_compressed();
+        }
+        let per_qp = DEPTH as usize * RECV_BYTES;
+        let recv_bufs: Box<[UnsafeCell<u8>]> = (0..QPNS.len() * per_qp)
+            .map(|_| UnsafeCell::new(GUARD_BYTE))
+            .collect();
+        let mut queues = Vec::new();
+        for (k, &qpn) in QPNS.iter().enumerate() {
+            let sq = Arc::new(Shadow::<SendEntry>::new(DEPTH));
+            let rq = Arc::new(Shadow::<u64>::new(DEPTH));
+            let scatter = Arc::new(ScatterTable::new(DEPTH, 2));
+            for i in 0..DEPTH as u16 {
+                // Every kind of report: reads take the CQE's byte count, the rest the
+                // shadow's.
+                let opcode = match i % 4 {
+                    0 => WcOpcode::RdmaWrite,
+                    1 => WcOpcode::RdmaRead,
+                    2 => WcOpcode::Send,
+                    _ => WcOpcode::CompSwap,
+                };
+                sq.set(
+                    i,
+                    SendEntry {
+                        cookie: Self::cookie(qpn, false, i),
+                        byte_len: if opcode == WcOpcode::CompSwap { 8 } else { 0 },
+                        bbs: 1,
+                        opcode,
+                        report: true,
+                    },
+                );
+                rq.set(i, Self::cookie(qpn, true, i));
+                let at = k * per_qp + i as usize * RECV_BYTES;
+                let sge = |off: usize| Sge {
+                    addr: recv_bufs[at + off].get() as u64,
+                    len: SCATTER_LEN as u32,
+                    lkey: 0,
+                };
+                let sgl = [sge(GUARD), sge(2 * GUARD + SCATTER_LEN)];
+                scatter.record(i, &sgl, None);
+            }
+            let a = Attached {
+                qpn,
+                sq: Some(sq),
+                rq: Some(rq),
+                scatter: Some(scatter),
+                srq: None,
+            };
+            cq.registry.attach(a.clone());
+            queues.push(a);
+        }
+        Ok(PollHarness {
+            cq,
+            ring,
+            dbrec,
+            recv_bufs,
+            size,
+            cnt,
+            _queues: queues,
+        })
+    }
+
+    /// The cookie of entry `i` of QP `qpn`'s receive (`recv`) or send queue.
+    pub fn cookie(qpn: u32, recv: bool, i: u16) -> u64 {
+        (qpn as u64) << 32 | (recv as u64) << 16 | i as u64
+    }
+
+    /// Entries in the ring.
+    pub fn entries(&self) -> u32 {
+        self.cnt
+    }
+
+    /// Writes the 64-byte CQE of slot `slot` (modulo the ring), as the device writes it.
+    pub fn write(&mut self, slot: u32, cqe: &[u8; 64]) {
+        let at = ((slot & (self.cnt - 1)) * self.size + self.size - 64) as usize;
+        self.write_at(at, cqe);
+    }
+
+    fn write_at(&mut self, at: usize, bytes: &[u8; 64]) {
+        debug_assert!(at + 64 <= self.ring.len() * 8);
+        // SAFETY: `at .. at + 64` lies in the ring (a slot's bytes), whose cells the poller
+        // reads only while it polls, which it does not now (`&mut self`).
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                UnsafeCell::raw_get(self.ring.as_ptr()).cast::<u8>().add(at),
+                64,
+            )
+        };
+    }
+
+    /// Writes the first 64 bytes of a 128-byte slot (where `INLINE_SCATTER_64` data lies);
+    /// nothing on a ring of 64-byte entries.
+    pub fn write_front(&mut self, slot: u32, bytes64: &[u8; 64]) {
+        if self.size == 128 {
+            let at = ((slot & (self.cnt - 1)) * self.size) as usize;
+            self.write_at(at, bytes64);
+        }
+    }
+
+    /// Polls into `out`.
+    pub fn poll(&mut self, out: &mut [Completion]) -> usize {
+        self.cq.poll(out)
+    }
+
+    /// The consumer index the poller published (the doorbell record).
+    pub fn published(&self) -> u32 {
+        // SAFETY: the poller writes the record only while it polls, which it does not now.
+        u32::from_be(unsafe { *self.dbrec[mlx5::doorbell::CQ_SET_CI].get() })
+    }
+
+    /// Whether every guard byte around the receive buffers is as written.
+    pub fn guards_intact(&self) -> bool {
+        // SAFETY: the poller copies into the buffers only while it polls, which it does not
+        // now; the cells are bytes.
+        let b = unsafe {
+            core::slice::from_raw_parts(
+                UnsafeCell::raw_get(self.recv_bufs.as_ptr()).cast_const(),
+                self.recv_bufs.len(),
+            )
+        };
+        b.chunks(RECV_BYTES).all(|b| {
+            let guard = |r: core::ops::Range<usize>| b[r].iter().all(|&x| x == GUARD_BYTE);
+            guard(0..GUARD)
+                && guard(GUARD + SCATTER_LEN..2 * GUARD + SCATTER_LEN)
+                && guard(2 * GUARD + 2 * SCATTER_LEN..RECV_BYTES)
+        })
+    }
+}
