@@ -1,5 +1,6 @@
 //! CQE and compressed-session decoding by the direct path's poller, over rings this target
-//! writes as a device would (`blueflame::internals::poll_harness`).
+//! writes as a device would (`blueflame::internals::poll_harness`: four QPs, one of them
+//! taking its receives from an SRQ).
 //!
 //! Two modes, by the first byte:
 //! - **raw**: arbitrary 64-byte CQEs (and, on 128-byte rings, the 64 bytes before them,
@@ -186,7 +187,14 @@ fn sessions(r: &mut Input<'_>) {
                 3 => CqeOpcode::RespWrImm,
                 _ => CqeOpcode::RespSendInv,
             };
-            let qpn = QPNS[(kind / 5) as usize % QPNS.len()];
+            // An SRQ never serves a compressing CQ (refused at creation): its QP's sends
+            // only.
+            let qps = if opcode == CqeOpcode::Req {
+                &QPNS[..]
+            } else {
+                &QPNS[..3]
+            };
+            let qpn = qps[(kind / 5) as usize % qps.len()];
             let len = if room >= 2 {
                 2 + r.below((room - 1).min(24) as usize) as u32
             } else {

@@ -2,7 +2,8 @@
 //! bfperf's set-up) and the rdma_cm private data of `cm`.
 //!
 //! Promised, whatever the bytes: no panic; `Exchange::read_from` either reads one message
-//! (which `encode` gives back byte for byte, from the bytes it consumed, and no more) or
+//! (which `encode` gives back byte for byte, from the bytes it consumed, and no more, and
+//! whose endpoint a QP's `connect` takes or refuses with a typed error) or
 //! refuses it with a typed error (`Error::Io` for a short message, `Error::InvalidParameter`
 //! for a bad magic or an absurd count), without reading past what a message can hold; over
 //! a socket, a truncated message ends the listener's `accept` with an error rather than a
@@ -23,6 +24,19 @@ fuzz_target!(|data: &[u8]| {
             let again = x.encode().expect("what was read encodes");
             assert_eq!(again, consumed, "read and encoded differ");
             assert_eq!(consumed.len(), 36 + 20 * x.buffers.len());
+            // What a peer says of its QP, given to `connect`: connected or refused with a
+            // typed error (the software NIC: another QP of its own, or none).
+            let dev = blueflame::Device::sim_stepped();
+            let pd = dev.alloc_pd().expect("a PD");
+            let cq = dev.create_cq(16).expect("a CQ");
+            let mut qp = pd
+                .create_qp(&cq, &cq, blueflame::QpCaps::default())
+                .expect("a QP");
+            match qp.connect(x.endpoint) {
+                Ok(()) | Err(Error::InvalidParameter { .. } | Error::InvalidHandle { .. }) => {}
+                Err(Error::Sim(_) | Error::InvalidState { .. } | Error::Unsupported(_)) => {}
+                Err(e) => panic!("connect to {:?}: {e:?}", x.endpoint),
+            }
         }
         Err(Error::Io(e)) => {
             assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");

@@ -1,10 +1,12 @@
 //! The poller over memory the caller writes, as a device would (feature `internals`: the
 //! `cqe` fuzz target writes arbitrary CQEs and compressed sessions into it).
 //!
-//! Three QPs (numbers 1, 2 and 3) are attached, each with a send queue whose every entry is
-//! posted and reported and a receive queue whose every entry is posted, with scatter lists
-//! into buffers the harness owns (two 16-byte entries per receive, guard bytes around each),
-//! so that a CQE with data (scatter-to-CQE) copies into them. [`PollHarness::cookie`] says
+//! Four QPs (numbers 1 to 4) are attached, each with a send queue whose every entry is
+//! posted and reported; QPs 1 to 3 have a receive queue each and QP 4 takes its receives
+//! from an SRQ ([`SRQ_QPN`]), every entry posted, with scatter lists into buffers the
+//! harness owns (two 16-byte entries per receive, guard bytes around each), so that a CQE
+//! with data (scatter-to-CQE) copies into them. A page fault reported for the SRQ gives
+//! its slot back (no ring writer: as when the SRQ is being destroyed). [`PollHarness::cookie`] says
 //! which cookie each entry carries; [`PollHarness::guards_intact`] whether any copy went
 //! outside the lists.
 
@@ -14,12 +16,16 @@ use crate::error::Result;
 use crate::queue::registry::Attached;
 use crate::queue::scatter::ScatterTable;
 use crate::queue::shadow::{SendEntry, Shadow};
+use crate::queue::srq_shared::SrqShared;
 use core::cell::UnsafeCell;
 use mlx5::{RawCq, Sge};
 use std::sync::Arc;
 
 /// The QPs attached to the harness's CQ.
-pub const QPNS: [u32; 3] = [1, 2, 3];
+pub const QPNS: [u32; 4] = [1, 2, 3, SRQ_QPN];
+/// The QP that takes its receives from an SRQ (its cookies as [`PollHarness::cookie`] says,
+/// by the SRQ slot).
+pub const SRQ_QPN: u32 = 4;
 /// Entries of each send and receive queue.
 pub const DEPTH: u32 = 64;
 /// Bytes of each of a receive's two scatter entries.
@@ -82,7 +88,11 @@ impl PollHarness {
         for (k, &qpn) in QPNS.iter().enumerate() {
             let sq = Arc::new(Shadow::<SendEntry>::new(DEPTH));
             let rq = Arc::new(Shadow::<u64>::new(DEPTH));
-            let scatter = Arc::new(ScatterTable::new(DEPTH, 2));
+            let srq = (qpn == SRQ_QPN).then(|| Arc::new(SrqShared::new(0x40, DEPTH, 2)));
+            let scatter = match &srq {
+                Some(_) => None,
+                None => Some(Arc::new(ScatterTable::new(DEPTH, 2))),
+            };
             for i in 0..DEPTH as u16 {
                 // Every kind of report: reads take the CQE's byte count, the rest the
                 // shadow's.
@@ -103,6 +113,9 @@ impl PollHarness {
                     },
                 );
                 rq.set(i, Self::cookie(qpn, true, i));
+                if let Some(srq) = &srq {
+                    srq.cookies.set(i, Self::cookie(qpn, true, i));
+                }
                 let at = k * per_qp + i as usize * RECV_BYTES;
                 let sge = |off: usize| Sge {
                     addr: recv_bufs[at + off].get() as u64,
@@ -110,14 +123,21 @@ impl PollHarness {
                     lkey: 0,
                 };
                 let sgl = [sge(GUARD), sge(2 * GUARD + SCATTER_LEN)];
-                scatter.record(i, &sgl, None);
+                match (&scatter, &srq) {
+                    (Some(t), _) => t.record(i, &sgl, None),
+                    (None, Some(srq)) => srq.scatter.record(i, &sgl, None),
+                    (None, None) => None,
+                };
+            }
+            if let Some(srq) = &srq {
+                srq.cookies.mark_posted(DEPTH as u16);
             }
             let a = Attached {
                 qpn,
                 sq: Some(sq),
-                rq: Some(rq),
-                scatter: Some(scatter),
-                srq: None,
+                rq: srq.is_none().then_some(rq),
+                scatter,
+                srq,
             };
             cq.registry.attach(a.clone());
             queues.push(a);

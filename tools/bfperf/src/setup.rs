@@ -138,14 +138,11 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
         };
         let (theirs, stream) = if o.server {
             let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
-            let (mut s, _) = l.accept().map_err(blueflame::Error::Io)?;
-            s.write_all(&ours.encode()?).map_err(blueflame::Error::Io)?;
-            (Exchange::read_from(&mut s)?, s)
+            let (s, _) = l.accept().map_err(blueflame::Error::Io)?;
+            swap(s, &ours)?
         } else {
             let host = o.client.as_deref().unwrap_or("localhost");
-            let mut s = dial_stream(host, o.port)?;
-            s.write_all(&ours.encode()?).map_err(blueflame::Error::Io)?;
-            (Exchange::read_from(&mut s)?, s)
+            swap(dial_stream(host, o.port)?, &ours)?
         };
         let peer = *theirs
             .buffers
@@ -211,6 +208,19 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
             srq: srqb,
         },
     ))
+}
+
+/// Sends ours and reads the peer's exchange on `s`. A peer that sends part of a message
+/// and then nothing is an error after a minute (as `blueflame::connect`'s), not a wait for
+/// ever; the test itself may then take as long as it takes (no timeout on `s` after).
+fn swap(mut s: TcpStream, ours: &Exchange) -> Result<(Exchange, TcpStream)> {
+    let io = blueflame::Error::Io;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .map_err(io)?;
+    s.write_all(&ours.encode()?).map_err(io)?;
+    let theirs = Exchange::read_from(&mut s)?;
+    s.set_read_timeout(None).map_err(io)?;
+    Ok((theirs, s))
 }
 
 fn dial_stream(host: &str, port: u16) -> Result<TcpStream> {
