@@ -350,17 +350,8 @@ impl World {
                         self.note(format!("create_qp_with_srq {:#x} srq {i} {c:?}", qp.qpn()));
                         let srq = self.srqs[i].as_mut().unwrap();
                         srq.qpns.push(qp.qpn());
-                        self.qps.push(Some(QpSlot {
-                            full_send: qp.free_send(),
-                            full_recv: qp.free_recv(),
-                            qp,
-                            send_cq: sid,
-                            recv_cq: srq.cq,
-                            pd,
-                            used: false,
-                            peer: None,
-                            cookies: Vec::new(),
-                        }));
+                        let rid = srq.cq;
+                        self.add_qp(qp, sid, rid, pd);
                     }
                     Err(e) => {
                         self.note(format!("create_qp_with_srq refused: {e}"));
@@ -470,17 +461,7 @@ impl World {
                     Ok(qp) => {
                         assert!(!foreign, "a QP on another device's CQ was accepted");
                         self.note(format!("create_qp {:#x} cq {sid}/{rid} {c:?}", qp.qpn()));
-                        self.qps.push(Some(QpSlot {
-                            full_send: qp.free_send(),
-                            full_recv: qp.free_recv(),
-                            qp,
-                            send_cq: sid,
-                            recv_cq: rid,
-                            pd,
-                            used: false,
-                            peer: None,
-                            cookies: Vec::new(),
-                        }));
+                        self.add_qp(qp, sid, rid, pd);
                     }
                     Err(e) => {
                         self.note(format!("create_qp refused: {e}"));
@@ -643,6 +624,21 @@ impl World {
         if r.chance(50) {
             self.dev.process();
         }
+    }
+
+    /// A QP just created, on the CQs of ids `send_cq` and `recv_cq`, in domain `pd`.
+    fn add_qp(&mut self, qp: Qp, send_cq: usize, recv_cq: usize, pd: usize) {
+        self.qps.push(Some(QpSlot {
+            full_send: qp.free_send(),
+            full_recv: qp.free_recv(),
+            qp,
+            send_cq,
+            recv_cq,
+            pd,
+            used: false,
+            peer: None,
+            cookies: Vec::new(),
+        }));
     }
 
     fn window_op(&mut self, r: &mut Rng, q: usize) {
