@@ -11,7 +11,9 @@
 //!
 //! ASan: the software NIC's tests (the crate's unit tests, the direct-path, memory,
 //! conformance, transport and event tests, and the NIC's own) built with
-//! `-Zsanitizer=address` and run.
+//! `-Zsanitizer=address` and run, leak checks on; then the provider stage's binary (the
+//! crate over rdma-core's own libmlx5 in front of the software NIC) built so and run as the
+//! provider stage runs it.
 //!
 //! Without a nightly toolchain both stages fail, saying so: they are never skipped.
 
@@ -302,11 +304,80 @@ pub(crate) fn asan() -> bool {
     let ok = run(
         "asan: the software NIC's tests under AddressSanitizer",
         &mut c,
-    );
+    ) && provider_under_asan();
     eprintln!(
         "xtask: asan: {} in {:.0} s",
         if ok { "clean" } else { "FAILED" },
         started.elapsed().as_secs_f64()
     );
     ok
+}
+
+/// The provider stage's binary (the crate over rdma-core's own libmlx5, the kernel model
+/// preloaded) built with AddressSanitizer and run as the provider stage runs it. The
+/// model and rdma-core are not instrumented: ASan sees the crate's side.
+fn provider_under_asan() -> bool {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    if !run(
+        "asan: build the kernel model",
+        Command::new(&cargo).args(["build", "-p", "kernel-model", "--locked"]),
+    ) {
+        return false;
+    }
+    let Some(mut c) = nightly_cargo() else {
+        return false;
+    };
+    c.args(["test", "--locked", "--no-run", "--message-format=json"])
+        .args(["--target", TRIPLE, "--target-dir", "target/asan"])
+        .args(["-p", "blueflame", "--test", "provider"])
+        .env("RUSTFLAGS", "-Zsanitizer=address -Cforce-frame-pointers")
+        .stderr(Stdio::inherit());
+    eprintln!("xtask: asan: build the provider binary: {c:?}");
+    let exe = match c.output() {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains("\"executable\":\"") && l.contains("provider"))
+            .find_map(|l| {
+                let (_, rest) = l.split_once("\"executable\":\"")?;
+                Some(rest.split('"').next()?.to_string())
+            }),
+        _ => None,
+    };
+    let Some(exe) = exe else {
+        eprintln!("xtask: FAILED: asan: the provider binary was not built");
+        return false;
+    };
+    let lib = root().join("target/debug/libkernel_model.so");
+    let mut p = Command::new(&exe);
+    crate::provider::preloaded(&mut p, &lib).env(
+        "ASAN_OPTIONS",
+        "detect_leaks=1:abort_on_error=1:allocator_may_return_null=1",
+    );
+    eprintln!(
+        "xtask: asan: provider stage: {exe} with LD_PRELOAD={}",
+        lib.display()
+    );
+    let out = match p.output() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("xtask: FAILED: asan: cannot run {exe}: {e}");
+            return false;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    match crate::provider::summary(&text) {
+        Some((passed, 0)) if passed > 0 && out.status.success() => {
+            eprintln!("xtask: asan: provider stage: {passed} passed, 0 failed");
+            true
+        }
+        other => {
+            print!("{text}");
+            eprintln!(
+                "xtask: FAILED: asan: provider stage: {other:?}, {}",
+                out.status
+            );
+            false
+        }
+    }
 }
