@@ -243,8 +243,16 @@ fn report_lat(
     progress: &progress::Progress,
 ) -> blueflame::Result<()> {
     let csv_err = || file_err(o.csv.as_deref().unwrap_or(".".as_ref()));
-    let sum = stats::summarize(&mut samples);
     progress.clear();
+    // perftest's print_report_lat: the unsorted samples, then (sorted) the histogram's,
+    // then the row.
+    if o.unsorted {
+        print!("{}", stats::sample_lines(&samples));
+    }
+    let sum = stats::summarize(&mut samples);
+    if o.histogram {
+        print!("{}", stats::sample_lines(&samples));
+    }
     if let Some(c) = csv {
         c.lat(
             name,

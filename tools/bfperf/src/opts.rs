@@ -29,6 +29,11 @@ pub struct Opts {
     pub json: bool,
     /// Bandwidth tables in Gb/s (perftest's `--report_gbits`).
     pub gbits: bool,
+    /// perftest's `-H` (`--report-histogram`): latency tests print every sample, sorted.
+    pub histogram: bool,
+    /// perftest's `-U` (`--report-unsorted`): latency tests print every sample in the
+    /// order measured.
+    pub unsorted: bool,
     /// Serve on `--port` (the client side connects).
     pub server: bool,
     /// Connect to this host's bfperf server.
@@ -101,6 +106,8 @@ impl Default for Opts {
             path: None,
             json: false,
             gbits: false,
+            histogram: false,
+            unsorted: false,
             server: false,
             client: None,
             port: 18515,
@@ -147,6 +154,11 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --json              one JSON object per result line (fields below)
       --report_gbits      bandwidth tables in Gb/s (10^9 bits) instead of MB/s (2^20 bytes),
                           as perftest's --report_gbits (JSON and CSV keep MB/s)
+  -H, --report-histogram  latency tests: print every sample (microseconds), sorted, as perftest's -H
+                          (\"#, usec\" then \"N, value\" lines, before the table row)
+  -U, --report-unsorted   latency tests: the same in the order measured, as perftest's -U
+  -F, --CPU-freq          accepted and ignored, as perftest's -F (bfperf does not warn about
+                          the CPU frequency: it calibrates the TSC it times with)
       --csv FILE          also write the results to FILE as CSV, one row per size (columns below)
       --plot FILE.svg     latency tests: draw the latency histogram (with -a: FILE-SIZE.svg per size)
 
@@ -217,6 +229,12 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-p" | "--port" => o.port = num(a, val(a)?)?,
             "--json" => o.json = true,
             "--report_gbits" | "--report-gbits" => o.gbits = true,
+            "-H" | "--report-histogram" => o.histogram = true,
+            "-U" | "--report-unsorted" => o.unsorted = true,
+            // perftest's -F: no warning about the CPU frequency governor. bfperf gives none
+            // (it calibrates the TSC it times with): accepted, so that perftest's command
+            // lines run unchanged.
+            "-F" | "--CPU-freq" => {}
             "--csv" => o.csv = Some(val(a)?.into()),
             "--plot" => o.plot = Some(val(a)?.into()),
             "--write-with-imm" | "--write_with_imm" => o.write_imm = true,
@@ -309,6 +327,18 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
                 ""
             }
         ));
+    }
+    if (o.histogram || o.unsorted) && !name.ends_with("-lat") {
+        return Err(format!(
+            "-H / -U print latency samples: use them with a latency test, not {name}"
+        ));
+    }
+    if (o.histogram || o.unsorted) && o.json {
+        return Err(
+            "-H / -U print samples in perftest's text format: not with --json (one JSON object \
+             per line on stdout)"
+                .into(),
+        );
     }
     if o.cqe_zip.is_some() && !name.ends_with("-bw") {
         return Err(format!(

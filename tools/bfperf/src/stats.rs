@@ -58,6 +58,42 @@ pub fn summarize(ns: &mut [f64]) -> Summary {
     }
 }
 
+/// `v` as C's `printf("%g")` prints it (six significant digits, trailing zeros dropped,
+/// the exponent form below 1e-4 and from 1e6): perftest's format for the samples of `-H` and
+/// `-U`.
+pub fn g(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    // The exponent after rounding to six significant digits.
+    let sci = format!("{v:.5e}");
+    let (mant, exp) = sci.split_once('e').expect("an exponent");
+    let exp: i32 = exp.parse().expect("a number");
+    let trim = |t: &str| {
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            t.to_string()
+        }
+    };
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mant), exp.abs())
+    } else {
+        trim(&format!("{v:.*}", (5 - exp) as usize))
+    }
+}
+
+/// perftest's sample lines (`print_report_lat` with `-U` or `-H`): `#, usec`, then
+/// `N, value` for each sample, numbered from 1, in microseconds.
+pub fn sample_lines(ns: &[f64]) -> String {
+    let mut out = String::from("#, usec\n");
+    for (i, v) in ns.iter().enumerate() {
+        out.push_str(&format!("{}, {}\n", i + 1, g(v / 1000.0)));
+    }
+    out
+}
+
 /// The perftest header line.
 pub const HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
 
@@ -132,6 +168,30 @@ mod tests {
     /// perftest's `print_report_lat` on 1..=1000 us: 998 samples kept (the two largest
     /// left out), median (499 + 500) / 2, t_max `delta[998]` = 999, p99 `delta[989]` = 990,
     /// p99.9 `delta[998]` = 999, mean 499.5.
+    #[test]
+    fn g_prints_as_printf_g() {
+        for (v, want) in [
+            (1.0, "1"),
+            (0.5, "0.5"),
+            (1.234567, "1.23457"),
+            (12.3456789, "12.3457"),
+            (100.0, "100"),
+            (123456.7, "123457"),
+            (1234567.0, "1.23457e+06"),
+            (0.0001, "0.0001"),
+            (0.00001234, "1.234e-05"),
+            (999999.5, "1e+06"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(g(v), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn sample_lines_number_each_sample_in_microseconds() {
+        assert_eq!(sample_lines(&[1500.0, 250.0]), "#, usec\n1, 1.5\n2, 0.25\n");
+    }
+
     #[test]
     fn percentiles_and_moments_as_perftest() {
         let mut v: Vec<f64> = (1..=1000).map(|i| i as f64 * 1000.0).collect();

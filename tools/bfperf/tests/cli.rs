@@ -53,3 +53,62 @@ fn report_gbits_prints_bandwidth_in_gigabits() {
     assert!(text.contains("BW average[Gb/sec]"), "{text}");
     assert!(!text.contains("MB/sec"), "{text}");
 }
+
+/// perftest's `-U` and `-H`: every sample, in the order measured, then sorted, each block
+/// `#, usec` and `N, value` lines, before the table row; `-F` accepted. Refused where
+/// perftest has no samples to print (bandwidth tests) and with `--json`.
+#[test]
+fn unsorted_and_histogram_print_every_sample_as_perftest() {
+    let out = bfperf(&[
+        "write-lat",
+        "-d",
+        "sim",
+        "-n",
+        "300",
+        "--warmup",
+        "10",
+        "-U",
+        "-H",
+        "-F",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let blocks: Vec<Vec<f64>> = text
+        .split("#, usec\n")
+        .skip(1)
+        .map(|b| {
+            b.lines()
+                .map_while(|l| {
+                    let (n, v) = l.split_once(", ")?;
+                    n.parse::<usize>().ok()?;
+                    v.parse::<f64>().ok()
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(blocks.len(), 2, "{text}");
+    let (unsorted, sorted) = (&blocks[0], &blocks[1]);
+    assert_eq!(unsorted.len(), 300, "{text}");
+    assert_eq!(sorted.len(), 300, "{text}");
+    assert!(
+        sorted.windows(2).all(|w| w[0] <= w[1]),
+        "not sorted: {sorted:?}"
+    );
+    let mut again = unsorted.clone();
+    again.sort_by(f64::total_cmp);
+    assert_eq!(&again, sorted, "the two blocks hold different samples");
+    // The table row comes after the samples.
+    let row_at = text.rfind("\n 8 ").expect("the 8-byte row");
+    assert!(row_at > text.rfind("#, usec").expect("a block"), "{text}");
+    for args in [
+        &["write-bw", "-d", "sim", "-n", "50", "-H"][..],
+        &["write-lat", "-d", "sim", "-n", "50", "-U", "--json"][..],
+    ] {
+        let out = bfperf(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-H / -U"),
+            "{args:?}: {out:?}"
+        );
+    }
+}
