@@ -94,6 +94,12 @@ fn unsorted_and_histogram_print_every_sample_as_perftest() {
         sorted.windows(2).all(|w| w[0] <= w[1]),
         "not sorted: {sorted:?}"
     );
+    // 300 timings of a ping-pong are never all in ascending order: the first block is the
+    // order measured.
+    assert!(
+        !unsorted.windows(2).all(|w| w[0] <= w[1]),
+        "the unsorted block is sorted"
+    );
     let mut again = unsorted.clone();
     again.sort_by(f64::total_cmp);
     assert_eq!(&again, sorted, "the two blocks hold different samples");
