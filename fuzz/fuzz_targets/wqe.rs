@@ -1,28 +1,30 @@
 //! Send WQEs as the software NIC reads them: whatever bytes are in a send ring.
 //!
-//! Two connected RC QPs on the software NIC (stepped mode), receives posted on both, and
-//! into QP A's send ring: WQEs encoded by `mlx5::wqe::encode` from requests the input
+//! Two connected RC QPs on the software NIC (stepped mode), or two UD QPs (the input's first
+//! byte says which), receives posted on both, and into QP A's send ring: WQEs encoded by `mlx5::wqe::encode` from requests the input
 //! chooses (every opcode, keys of the right region, of a region without rights, of another
 //! protection domain, of a window, or none; addresses in, across and past the regions;
-//! inline data), then bytes of it changed, or blocks of raw bytes; the doorbell rung with
-//! any producer index the ring can hold.
+//! inline data; on UD, sends whose datagram segment is the peer's or any 48 bytes), then
+//! bytes of it changed, or blocks of raw bytes; the doorbell rung with any producer index
+//! the ring can hold.
 //!
 //! Promised: the NIC never panics and always ends (`drain` returns); it touches no memory
 //! outside the regions it may access (AddressSanitizer; and the bytes of a region without
 //! rights and of a region of another protection domain, and of a buffer never registered,
 //! stay as written); every CQE it writes names one of the two QPs with an opcode a device
 //! writes, at most one per send block or receive; a QP that had an error CQE is in the
-//! error state.
+//! error state (a UD QP, or its send queue only: SQE).
 #![no_main]
 
 use blueflame_fuzz::Input;
 use libfuzzer_sys::fuzz_target;
+use mlx5::av::DatagramSeg;
 use mlx5::cqe::{Cqe64, CqeOpcode};
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::doorbell::{RCV_DBR, SEND_WQE_BB, SND_DBR};
 use mlx5::request::{Access, BindMw, MaskedAtomic, MwType, Payload, Remote, Request, Sge};
 use mlx5::sim::{Nic, QpCaps, QpState};
-use mlx5::wqe::{encode, wqe_ds, Limits, Span};
+use mlx5::wqe::{encode, encode_ud, ud_wqe_ds, wqe_ds, Limits, Span, UdSend};
 use zerocopy::FromBytes;
 
 /// Blocks of QP A's send ring, receives of each QP, CQ entries (never overrun: at most one
@@ -50,7 +52,15 @@ fuzz_target!(|data: &[u8]| {
     };
     let a = nic.create_qp(pd, cq.cqn, cq.cqn, caps).expect("QP A");
     let b = nic.create_qp(pd, cq.cqn, cq.cqn, caps).expect("QP B");
-    nic.connect(a.qpn, b.qpn).expect("connect");
+    let ud = r.u8() & 1 == 1;
+    const QKEY: u32 = 0x1111_1111;
+    if ud {
+        for q in [&a, &b] {
+            nic.make_ud(q.qpn, QKEY, false).expect("a UD QP");
+        }
+    } else {
+        nic.connect(a.qpn, b.qpn).expect("connect");
+    }
     let all = Access::LOCAL_WRITE
         | Access::REMOTE_WRITE
         | Access::REMOTE_READ
@@ -131,6 +141,56 @@ fuzz_target!(|data: &[u8]| {
             if free == bbs {
                 break;
             }
+            continue;
+        }
+        if ud && op % 8 < 3 {
+            // A UD send: to B (its number and Q_Key) or wherever 48 bytes say.
+            let mut dgram = DatagramSeg::read_from_bytes(&r.array::<48>()).expect("48 bytes");
+            if op & 0x20 == 0 {
+                dgram = DatagramSeg::ud(&dgram.av, b.qpn, QKEY);
+            }
+            let n = r.below(inline.len());
+            inline[..n].fill(r.u8());
+            let lkey = keys[r.below(keys.len())];
+            let sge = [Sge {
+                addr: open.addr.wrapping_add(u64::from(r.u16()) % 4200),
+                len: u32::from(r.u16()) % 5000,
+                lkey,
+            }];
+            let send = UdSend {
+                dgram,
+                data: if op & 0x80 != 0 {
+                    Payload::Inline(&inline[..n])
+                } else {
+                    Payload::Sgl(&sge)
+                },
+                imm: (op & 0x40 != 0).then(|| r.u32()),
+            };
+            let Ok(ds) = ud_wqe_ds(&send.data, &lim) else {
+                continue;
+            };
+            let bbs = (ds * 16).div_ceil(SEND_WQE_BB) as u32;
+            if bbs > free {
+                break;
+            }
+            let flags = FmCeSe {
+                fence: Fence::None,
+                completion: CompletionMode::Always,
+                solicited: false,
+            };
+            let start = (pi % SQ_BLOCKS) as usize * SEND_WQE_BB;
+            let len = bbs as usize * SEND_WQE_BB;
+            {
+                let (head, tail) = ring.split_at_mut(start);
+                let first = tail.len().min(len);
+                let mut span = Span {
+                    a: &mut tail[..first],
+                    b: &mut head[..len - first],
+                };
+                encode_ud(&send, ds, pi as u16, a.qpn, flags, &mut span);
+            }
+            pi += bbs;
+            wqes += 1;
             continue;
         }
         // A request, encoded as the driver encodes it.
@@ -304,7 +364,14 @@ fuzz_target!(|data: &[u8]| {
     );
     for (q, e) in [(&a, errors[0]), (&b, errors[1])] {
         if e {
-            assert_eq!(nic.qp_state(q.qpn), Some(QpState::Error), "QP {:#x}", q.qpn);
+            // RC: Error. UD: a send error stops only the send queue (SQE, IBA 10.3.1), a
+            // receive error the QP.
+            let state = nic.qp_state(q.qpn);
+            assert!(
+                state == Some(QpState::Error) || (ud && state == Some(QpState::SqError)),
+                "QP {:#x} after an error CQE: {state:?}",
+                q.qpn
+            );
         }
     }
     assert_eq!(
