@@ -25,11 +25,22 @@ const STEPS: usize = 400;
 
 fuzz_target!(|data: &[u8]| {
     let mut r = world::Rng::from_bytes(data);
-    let mut w = world::World::new(false);
-    let mut steps = 0;
-    while !r.exhausted() && steps < STEPS {
-        w.step(&mut r);
-        steps += 1;
+    // BLUEFLAME_FUZZ_VERBOSE=1 (replaying an input) prints every operation as it goes.
+    let verbose = std::env::var_os("BLUEFLAME_FUZZ_VERBOSE").is_some();
+    let mut w = world::World::new(verbose);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut steps = 0;
+        while !r.exhausted() && steps < STEPS {
+            w.step(&mut r);
+            steps += 1;
+        }
+        w.finish();
+    }));
+    if let Err(e) = outcome {
+        eprintln!("the last operations:");
+        for l in &w.log {
+            eprintln!("  {l}");
+        }
+        std::panic::resume_unwind(e);
     }
-    w.finish();
 });

@@ -641,6 +641,27 @@ impl World {
         }));
     }
 
+    /// Runs the NIC and polls every live CQ (checking each completion) until nothing
+    /// happens three times in a row.
+    fn drain(&mut self) {
+        let mut idle = 0;
+        while idle < 3 {
+            let mut any = self.dev.process();
+            for i in Self::live(&self.cqs) {
+                let mut out = [Completion::default(); 64];
+                let (id, got) = {
+                    let c = self.cqs[i].as_mut().unwrap();
+                    (c.id, c.cq.poll(&mut out))
+                };
+                any += got;
+                for c in &out[..got] {
+                    self.check(id, c);
+                }
+            }
+            idle = if any == 0 { idle + 1 } else { 0 };
+        }
+    }
+
     fn window_op(&mut self, r: &mut Rng, q: usize) {
         let mws = Self::live(&self.mws);
         let mrs = Self::live(&self.mrs);
@@ -807,6 +828,13 @@ impl World {
                 .qp
                 .set_error()
                 .expect("set_error");
+        }
+        // What completed before the error is polled first: a queue the run left full has
+        // room again for the request below only once its completions are taken (the
+        // fuzzer's finding: without this drain the request was refused as QueueFull, and
+        // the unsignaled WQE at the ring's end stayed unretired).
+        self.drain();
+        for q in Self::live(&self.qps) {
             // A signaled request last: its (flush) completion retires the unsignaled ones
             // before it, which complete without a completion of their own when they
             // succeeded (completion moderation: no device reports them).
@@ -819,22 +847,7 @@ impl World {
                     .post(&Request::Nop, cookie, PostFlags::SIGNALED);
             self.posted(q, cookie, true, false, &res);
         }
-        let mut idle = 0;
-        while idle < 3 {
-            let mut any = self.dev.process();
-            for i in Self::live(&self.cqs) {
-                let mut out = [Completion::default(); 64];
-                let (id, got) = {
-                    let c = self.cqs[i].as_mut().unwrap();
-                    (c.id, c.cq.poll(&mut out))
-                };
-                any += got;
-                for c in &out[..got] {
-                    self.check(id, c);
-                }
-            }
-            idle = if any == 0 { idle + 1 } else { 0 };
-        }
+        self.drain();
         for (cookie, e) in &self.expect {
             if e.signaled && !e.exempt {
                 assert!(e.done, "cookie {cookie} never completed: {e:?}");
