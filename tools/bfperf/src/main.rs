@@ -189,7 +189,10 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             run_ud(&t, o, &dev, size, csv.as_mut(), &progress)?;
             continue;
         }
-        let s = setup::setup(o, &dev, size)?;
+        let test_name = match t {
+            Test::Lat(_, name) | Test::Bw(_, name) => name,
+        };
+        let s = setup::setup(o, &dev, test_name, size)?;
         match t {
             Test::Lat(kind, name) => {
                 if let Some(samples) = lat::run(o, kind, s, size)? {

@@ -124,7 +124,7 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
 }
 
 /// Builds the sides for messages of `size`.
-pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
+pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
     if (o.server || o.client.is_some()) && dev.nic().is_some() {
         return Err(blueflame::Error::Unsupported(
             "--server/--client with the software NIC: it lives in one process; run without them",
@@ -139,10 +139,10 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
         let (theirs, stream) = if o.server {
             let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
             let (s, _) = l.accept().map_err(blueflame::Error::Io)?;
-            swap(s, &ours)?
+            swap(s, &ours, &params(test, o, size))?
         } else {
             let host = o.client.as_deref().unwrap_or("localhost");
-            swap(dial_stream(host, o.port)?, &ours)?
+            swap(dial_stream(host, o.port)?, &ours, &params(test, o, size))?
         };
         let peer = *theirs
             .buffers
@@ -210,17 +210,98 @@ pub fn setup(o: &Opts, dev: &Device, size: usize) -> Result<Setup> {
     ))
 }
 
-/// Sends ours and reads the peer's exchange on `s`. A peer that sends part of a message
-/// and then nothing is an error after a minute (as `blueflame::connect`'s), not a wait for
-/// ever; the test itself may then take as long as it takes (no timeout on `s` after).
-fn swap(mut s: TcpStream, ours: &Exchange) -> Result<(Exchange, TcpStream)> {
+/// Sends ours and reads the peer's exchange on `s`, then the two sides' test parameters
+/// ([`params`]), which must agree. A peer that sends part of a message and then nothing is
+/// an error after a minute (as `blueflame::connect`'s), not a wait for ever; the test
+/// itself may then take as long as it takes (no timeout on `s` after).
+fn swap(mut s: TcpStream, ours: &Exchange, params: &str) -> Result<(Exchange, TcpStream)> {
     let io = blueflame::Error::Io;
     s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .map_err(io)?;
     s.write_all(&ours.encode()?).map_err(io)?;
     let theirs = Exchange::read_from(&mut s)?;
+    let line = params.as_bytes();
+    s.write_all(&(line.len() as u16).to_be_bytes())
+        .map_err(io)?;
+    s.write_all(line).map_err(io)?;
+    let peer = read_params(&mut s)?;
+    if let Err(e) = compare_params(params, &peer) {
+        eprintln!("bfperf: {e}");
+        return Err(blueflame::Error::InvalidParameter {
+            what: "the two sides run different tests (said above): give both the same options",
+            value: 0,
+        });
+    }
     s.set_read_timeout(None).map_err(io)?;
     Ok((theirs, s))
+}
+
+/// The version tag of the parameter line.
+const PARAMS_TAG: &str = "bfperf-params/1";
+
+/// What both sides of a test across two processes must agree on, as one line: the test,
+/// the message size, the iterations and warm-up, the batch and depth of the bandwidth tests,
+/// the transport and where receives go. A difference would leave one side waiting for
+/// messages the other never sends; perftest reports such mismatches too.
+pub fn params(test: &str, o: &Opts, size: usize) -> String {
+    format!(
+        "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={}",
+        o.iters,
+        o.warmup,
+        o.post_list,
+        o.tx_depth,
+        o.connection.name(),
+        o.srq
+    )
+}
+
+/// Reads the peer's parameter line (a 16-bit big-endian length, then the text).
+fn read_params(r: &mut impl Read) -> Result<String> {
+    let mut n = [0u8; 2];
+    r.read_exact(&mut n).map_err(blueflame::Error::Io)?;
+    let mut b = vec![0u8; u16::from_be_bytes(n) as usize];
+    r.read_exact(&mut b).map_err(blueflame::Error::Io)?;
+    Ok(String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Whether the peer's parameters (`theirs`) are ours; else what differs, field by field.
+///
+/// # Errors
+/// A message naming each field that differs with both values, or saying the peer is not
+/// a bfperf that speaks this exchange.
+pub fn compare_params(ours: &str, theirs: &str) -> std::result::Result<(), String> {
+    let fields = |l: &str| -> Vec<(String, String)> {
+        l.split(' ')
+            .skip(1)
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    if theirs.split(' ').next() != Some(PARAMS_TAG) {
+        return Err(format!(
+            "the peer is not a bfperf that speaks {PARAMS_TAG} (it sent {:?})",
+            theirs.chars().take(40).collect::<String>()
+        ));
+    }
+    let (a, b) = (fields(ours), fields(theirs));
+    let diff: Vec<String> = a
+        .iter()
+        .filter_map(|(k, v)| {
+            let w = b
+                .iter()
+                .find(|(k2, _)| k2 == k)
+                .map_or("(none)", |(_, w)| w);
+            (v != w).then(|| format!("{k}: this side {v}, the peer {w}"))
+        })
+        .collect();
+    if diff.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the peer runs another test: {} (both sides need the same options)",
+            diff.join("; ")
+        ))
+    }
 }
 
 fn dial_stream(host: &str, port: u16) -> Result<TcpStream> {
@@ -310,6 +391,66 @@ impl Side {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parameters_that_differ_are_named_with_both_values() {
+        let o = crate::opts::Opts::default();
+        let ours = super::params("write_lat", &o, 8);
+        assert_eq!(super::compare_params(&ours, &ours), Ok(()));
+        let other = crate::opts::Opts {
+            iters: 500,
+            ..crate::opts::Opts::default()
+        };
+        let theirs = super::params("send_lat", &other, 8);
+        let e = super::compare_params(&ours, &theirs).unwrap_err();
+        assert!(
+            e.contains("test: this side write_lat, the peer send_lat"),
+            "{e}"
+        );
+        assert!(e.contains("iters: this side 10000, the peer 500"), "{e}");
+        assert!(!e.contains("size"), "{e}");
+        let e = super::compare_params(&ours, "BFX1 garbage").unwrap_err();
+        assert!(e.contains("not a bfperf"), "{e}");
+    }
+
+    /// The two ends of a TCP connection on loopback, as `--server` and `--client` swap:
+    /// the same parameters connect, different ones end both sides with an error (before,
+    /// a peer running another test left both waiting).
+    #[test]
+    fn a_mismatch_ends_both_sides_with_an_error_not_a_wait() {
+        use blueflame::connect::Exchange;
+        let o = crate::opts::Opts::default();
+        for (theirs, ok) in [
+            (super::params("write_lat", &o, 8), true),
+            (super::params("write_lat", &o, 64), false),
+        ] {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let ours = super::params("write_lat", &o, 8);
+            let client = std::thread::spawn(move || {
+                let s = std::net::TcpStream::connect(addr).unwrap();
+                super::swap(s, &Exchange::default(), &theirs).map(|_| ())
+            });
+            let (s, _) = l.accept().unwrap();
+            let server = super::swap(s, &Exchange::default(), &ours).map(|_| ());
+            let client = client.join().unwrap();
+            assert_eq!(
+                (server.is_ok(), client.is_ok()),
+                (ok, ok),
+                "{server:?} {client:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_parameter_line_is_framed_by_its_length() {
+        let line = "bfperf-params/1 test=x";
+        let mut wire = (line.len() as u16).to_be_bytes().to_vec();
+        wire.extend_from_slice(line.as_bytes());
+        assert_eq!(super::read_params(&mut &wire[..]).unwrap(), line);
+        // Short: an error, not a wait.
+        assert!(super::read_params(&mut &wire[..5]).is_err());
+    }
+
     use super::*;
     use blueflame::QueuePair;
 
