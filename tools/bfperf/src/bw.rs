@@ -1,7 +1,7 @@
 //! Bandwidth and message-rate tests, as perftest's `ib_*_bw`: `tx-depth` requests in
 //! flight, `post-list` requests per doorbell (the last one signaled), for `iters` requests.
 
-use crate::opts::Opts;
+use crate::opts::{Atomic, Opts};
 use crate::setup::{sync, Setup, Side};
 use blueflame::QueuePair;
 use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
@@ -17,6 +17,8 @@ pub enum Bw {
     Read,
     /// Send into posted receives.
     Send,
+    /// 8-byte atomics on one remote word (perftest's `ib_atomic_bw`).
+    Atomic(Atomic),
 }
 
 /// Result of one bandwidth test.
@@ -39,6 +41,18 @@ fn request<'a>(kind: Bw, remote: Remote, sge: &'a [Sge], inline: Option<&'a [u8]
         Bw::Write => Request::Write { remote, data },
         Bw::Read => Request::Read { remote, sgl: sge },
         Bw::Send => Request::Send { data },
+        // The local entry is the 8 bytes the old value comes back into.
+        Bw::Atomic(Atomic::FetchAdd) => Request::FetchAdd {
+            remote,
+            add: 1,
+            local: sge[0],
+        },
+        Bw::Atomic(Atomic::CompareSwap) => Request::CompareSwap {
+            remote,
+            compare: 0,
+            swap: 1,
+            local: sge[0],
+        },
     }
 }
 
@@ -101,8 +115,9 @@ fn initiate(
         lkey: s.mr.lkey(),
     }];
     let msg = vec![0x5au8; size.min(1024)];
-    let inline = (kind != Bw::Read && size <= o.inline as usize && size <= 1024)
-        .then_some(&msg[..size.min(1024)]);
+    let inline =
+        (matches!(kind, Bw::Write | Bw::Send) && size <= o.inline as usize && size <= 1024)
+            .then_some(&msg[..size.min(1024)]);
     let remote = Remote {
         addr: s.peer.addr,
         rkey: s.peer.rkey,

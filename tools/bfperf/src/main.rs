@@ -56,6 +56,8 @@ fn title(t: &Test, o: &Opts) -> &'static str {
         Test::Bw(bw::Bw::Write, _) => "RDMA_Write BW Test",
         Test::Bw(bw::Bw::Read, _) => "RDMA_Read BW Test",
         Test::Bw(bw::Bw::Send, _) => "Send BW Test",
+        Test::Bw(bw::Bw::Atomic(Atomic::FetchAdd), _) => "Atomic FETCH_AND_ADD BW Test",
+        Test::Bw(bw::Bw::Atomic(Atomic::CompareSwap), _) => "Atomic CMP_AND_SWAP BW Test",
     }
 }
 
@@ -175,16 +177,14 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
     let progress = progress::Progress::new(sizes.len(), sweep);
     for (i, &size) in sizes.iter().enumerate() {
         progress.step(i, size);
-        if let Test::Lat(lat::Lat::Atomic(_), _) = t {
-            if size != 8 && !o.all {
-                eprintln!("bfperf: atomics move 8 bytes; --size is ignored");
-            }
+        let atomic = matches!(
+            t,
+            Test::Lat(lat::Lat::Atomic(_), _) | Test::Bw(bw::Bw::Atomic(_), _)
+        );
+        if atomic && size != 8 && !o.all {
+            eprintln!("bfperf: atomics move 8 bytes; --size is ignored");
         }
-        let size = if let Test::Lat(lat::Lat::Atomic(_), _) = t {
-            8
-        } else {
-            size
-        };
+        let size = if atomic { 8 } else { size };
         if o.connection == Connection::Ud {
             run_ud(&t, o, &dev, size, csv.as_mut(), &progress)?;
             continue;
@@ -386,6 +386,7 @@ fn main() {
         "write-bw" => Test::Bw(bw::Bw::Write, "write_bw"),
         "read-bw" => Test::Bw(bw::Bw::Read, "read_bw"),
         "send-bw" => Test::Bw(bw::Bw::Send, "send_bw"),
+        "atomic-bw" => Test::Bw(bw::Bw::Atomic(o.atomic), "atomic_bw"),
         _ => {
             eprintln!("{}", opts::USAGE);
             std::process::exit(2);

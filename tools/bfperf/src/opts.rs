@@ -124,7 +124,7 @@ impl Default for Opts {
 }
 
 /// The usage text.
-pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|write-bw|read-bw|send-bw|icount-probe N|icount-verbs N> [options]
+pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|write-bw|read-bw|send-bw|atomic-bw|icount-probe N|icount-verbs N> [options]
   -d, --device auto|sim|sim-stepped|NAME   device (auto: BLUEFLAME_DEVICE, first rdma-core device, else the software NIC)
   -x, --gid-index N       GID index (RoCE; default: first RoCE v2 IPv4 GID)
   -s, --size N            message size (default 8)
@@ -137,7 +137,9 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -a, --all               sizes 2 .. 8388608 (across two processes too: one connection
                           per size; both sides must give -a, a peer on another size is refused)
       --path direct|verbs|auto   data path on rdma-core devices
-      --atomic fa|cs      atomic of atomic-lat (default fa)
+      --atomic fa|cs      atomic of atomic-lat and atomic-bw (default fa; atomic-bw: perftest's
+                          ib_atomic_bw, 8-byte atomics on one remote word, --tx-depth in flight)
+  -A, --atomic_type FETCH_AND_ADD|CMP_AND_SWAP   the same in perftest's spelling
       --write-with-imm    write-lat with RDMA write with immediate (a receive completion per message)
   -e, --events            sleep on the completion channel instead of polling (send-lat, and
                           write-lat with --write-with-imm; as perftest's -e)
@@ -176,7 +178,7 @@ the round trip, read and atomic the whole request, as perftest):
   recv          rq (the QP's receive queue) | srq (--srq)
   connection    RC | UD (-c)
 Bandwidth tests:
-  test          write_bw | read_bw | send_bw;  device, bytes, iterations as above
+  test          write_bw | read_bw | send_bw | atomic_bw;  device, bytes, iterations as above
   bw_peak_mb_s  best stretch of a tenth of the completions, MB/s (10^6 bytes/s)
   bw_avg_mb_s   whole measured run, MB/s
   msg_rate_mpps messages per second, millions;  mode, recv  as above
@@ -216,6 +218,18 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
                     return Err(format!("--path: '{p}' is not direct, verbs or auto"));
                 }
                 o.path = Some(p);
+            }
+            // perftest's spelling (ib_atomic_lat / ib_atomic_bw -A).
+            "-A" | "--atomic_type" => {
+                o.atomic = match val(a)?.as_str() {
+                    "FETCH_AND_ADD" => Atomic::FetchAdd,
+                    "CMP_AND_SWAP" => Atomic::CompareSwap,
+                    other => {
+                        return Err(format!(
+                            "-A: '{other}' is not FETCH_AND_ADD or CMP_AND_SWAP"
+                        ))
+                    }
+                }
             }
             "--atomic" => {
                 o.atomic = match val(a)?.as_str() {

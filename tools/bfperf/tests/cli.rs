@@ -118,3 +118,27 @@ fn unsorted_and_histogram_print_every_sample_as_perftest() {
         );
     }
 }
+
+/// perftest's `ib_atomic_bw`: 8-byte atomics at the bandwidth test's depth, either kind, in
+/// bfperf's spelling or perftest's (`-A`), the title naming it and the JSON `atomic_bw`.
+#[test]
+fn atomic_bandwidth_runs_both_atomics() {
+    for (args, title) in [
+        (&["--atomic", "fa"][..], "Atomic FETCH_AND_ADD BW Test"),
+        (&["-A", "CMP_AND_SWAP"][..], "Atomic CMP_AND_SWAP BW Test"),
+    ] {
+        let mut all = vec!["atomic-bw", "-d", "sim", "-n", "300", "--warmup", "10"];
+        all.extend_from_slice(args);
+        let out = bfperf(&all);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(title), "{text}");
+        assert!(text.contains("\n 8          300 "), "{text}");
+        all.push("--json");
+        let out = bfperf(&all);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("\"test\":\"atomic_bw\""), "{text}");
+    }
+    let out = bfperf(&["atomic-bw", "-d", "sim", "-A", "SWAP"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
