@@ -145,6 +145,9 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         if o.srq {
             println!(" Receives       : a shared receive queue (--srq)");
         }
+        if o.odp {
+            println!(" Memory         : on-demand paging (--odp)");
+        }
         println!(
             " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
             o.inline, o.post_list, o.tx_depth

@@ -58,6 +58,8 @@ pub struct Opts {
     /// `--srq`: the receiver's receives are posted to a shared receive queue (perftest's
     /// `--use-srq`), which its QP takes them from.
     pub srq: bool,
+    /// perftest's `--odp`: buffers registered with on-demand paging.
+    pub odp: bool,
     /// `-c rc|ud` (perftest's `-c RC|UD`): the transport of send-lat and send-bw.
     pub connection: Connection,
 }
@@ -118,6 +120,7 @@ impl Default for Opts {
             events: false,
             cqe_zip: None,
             srq: false,
+            odp: false,
             connection: Connection::Rc,
         }
     }
@@ -150,6 +153,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -c, --connection rc|ud  transport (default rc); ud: send-lat and send-bw over UD QPs and
                           address handles (perftest's -c UD), messages up to the path MTU
                           (a larger --size is refused; -a stops at the MTU), both sides here
+      --odp               buffers registered with on-demand paging (perftest's --odp; refused,
+                          typed, where the device has none)
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -254,6 +259,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--write-with-imm" | "--write_with_imm" => o.write_imm = true,
             "-e" | "--events" => o.events = true,
             "--srq" => o.srq = true,
+            "--odp" => o.odp = true,
             "-c" | "--connection" => {
                 o.connection = match val(a)?.to_ascii_lowercase().as_str() {
                     "rc" => Connection::Rc,
@@ -329,6 +335,9 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         }
         if o.srq {
             return Err("--srq is an RC option: UD QPs receive into their own queues here".into());
+        }
+        if o.odp {
+            return Err("--odp is an RC option here: UD buffers are registered as always".into());
         }
     }
     if o.srq && !(name == "send-lat" || name == "send-bw" || (name == "write-lat" && o.write_imm)) {

@@ -117,8 +117,13 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
     } else {
         (pd.create_qp(&cq, &cq, caps)?, None)
     };
-    let rights =
+    let mut rights =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    if o.odp {
+        // perftest --odp: the buffer registered on demand (pages mapped by the device's
+        // faults, not pinned); a device without on-demand paging refuses it, typed.
+        rights = rights | Access::ON_DEMAND;
+    }
     let mr = pd.alloc_mr(buf_len(size), rights)?;
     Ok((qp, cq, mr, srq))
 }

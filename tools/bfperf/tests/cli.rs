@@ -142,3 +142,27 @@ fn atomic_bandwidth_runs_both_atomics() {
     let out = bfperf(&["atomic-bw", "-d", "sim", "-A", "SWAP"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// perftest's `--odp`: the buffers registered on demand, said in the header; the tests run
+/// over them as over pinned ones (the software NIC maps the pages on first touch).
+#[test]
+fn odp_registers_the_buffers_on_demand() {
+    for test in [
+        &["write-lat"][..],
+        &["send-lat", "--srq"][..],
+        &["read-bw"][..],
+    ] {
+        let mut args = test.to_vec();
+        args.extend_from_slice(&["-d", "sim", "-n", "200", "--warmup", "10", "--odp"]);
+        let out = bfperf(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Memory         : on-demand paging (--odp)"),
+            "{text}"
+        );
+        assert!(text.contains("\n 8 "), "{text}");
+    }
+    let out = bfperf(&["send-lat", "-d", "sim", "-c", "ud", "--odp"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
