@@ -178,17 +178,9 @@ fuzz_target!(|data: &[u8]| {
                 completion: CompletionMode::Always,
                 solicited: false,
             };
-            let start = (pi % SQ_BLOCKS) as usize * SEND_WQE_BB;
-            let len = bbs as usize * SEND_WQE_BB;
-            {
-                let (head, tail) = ring.split_at_mut(start);
-                let first = tail.len().min(len);
-                let mut span = Span {
-                    a: &mut tail[..first],
-                    b: &mut head[..len - first],
-                };
-                encode_ud(&send, ds, pi as u16, a.qpn, flags, &mut span);
-            }
+            span_at(ring, pi, bbs, |span| {
+                encode_ud(&send, ds, pi as u16, a.qpn, flags, span)
+            });
             pi += bbs;
             wqes += 1;
             continue;
@@ -296,17 +288,9 @@ fuzz_target!(|data: &[u8]| {
             },
             solicited: op & 0x40 != 0,
         };
-        let start = (pi % SQ_BLOCKS) as usize * SEND_WQE_BB;
-        let len = bbs as usize * SEND_WQE_BB;
-        {
-            let (head, tail) = ring.split_at_mut(start);
-            let first = tail.len().min(len);
-            let mut span = Span {
-                a: &mut tail[..first],
-                b: &mut head[..len - first],
-            };
-            encode(&req, ds, pi as u16, a.qpn, flags, &mut span);
-        }
+        let (start, len) = span_at(ring, pi, bbs, |span| {
+            encode(&req, ds, pi as u16, a.qpn, flags, span);
+        });
         // Then bytes of it changed.
         for _ in 0..r.u8() % 4 {
             let at = (start + r.below(len)) % ring.len();
@@ -389,6 +373,25 @@ fuzz_target!(|data: &[u8]| {
         "memory never registered changed"
     );
 });
+
+/// Runs `write` on the span of `bbs` blocks at producer index `pi` of `ring` (wrapping at
+/// its end, as a driver's WQE does); returns where it starts and its length in bytes.
+fn span_at(
+    ring: &mut [u8],
+    pi: u32,
+    bbs: u32,
+    write: impl FnOnce(&mut Span<'_>),
+) -> (usize, usize) {
+    let start = (pi % SQ_BLOCKS) as usize * SEND_WQE_BB;
+    let len = bbs as usize * SEND_WQE_BB;
+    let (head, tail) = ring.split_at_mut(start);
+    let first = tail.len().min(len);
+    write(&mut Span {
+        a: &mut tail[..first],
+        b: &mut head[..len - first],
+    });
+    (start, len)
+}
 
 /// Rings A's doorbell for producer index `pi`, as the driver does (record, then the 8-byte
 /// doorbell or a BlueFlame copy), and lets the NIC run a few passes.
