@@ -5,8 +5,9 @@ use crate::opts::{Atomic, Opts};
 use crate::setup::{sync, Setup, Side};
 use blueflame::QueuePair;
 use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Which bandwidth test.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -30,6 +31,9 @@ pub struct BwResult {
     pub avg: f64,
     /// Messages per second, millions.
     pub mpps: f64,
+    /// The requests measured: `--iters`, or those completed in the measured part of a
+    /// `-D` run.
+    pub iters: u64,
 }
 
 fn request<'a>(kind: Bw, remote: Remote, sge: &'a [Sge], inline: Option<&'a [u8]>) -> Request<'a> {
@@ -108,16 +112,13 @@ fn initiate(
     ready: &Barrier,
     mut rx: Option<&mut Rx>,
 ) -> Result<BwResult> {
+    if let Some(d) = o.duration {
+        let m = crate::opts::margin(o).unwrap_or(0);
+        return timed(s, o, kind, size, ready, rx, (d, m));
+    }
     let total = (o.warmup + o.iters) as u64;
-    let sge = [Sge {
-        addr: s.mr.addr() + size as u64,
-        len: size as u32,
-        lkey: s.mr.lkey(),
-    }];
-    let msg = vec![0x5au8; size.min(1024)];
-    let inline =
-        (matches!(kind, Bw::Write | Bw::Send) && size <= o.inline as usize && size <= 1024)
-            .then_some(&msg[..size.min(1024)]);
+    let (sge, msg, inline) = local(s, o, kind, size);
+    let inline = inline.then_some(&msg[..size.min(1024)]);
     let remote = Remote {
         addr: s.peer.addr,
         rkey: s.peer.rkey,
@@ -169,6 +170,135 @@ fn initiate(
     Ok(result(total, o.warmup as u64, size, secs, &stamps))
 }
 
+/// The request of a bandwidth test of `size` bytes on side `s`: its local entry and, for
+/// writes and sends that fit, its inline data.
+fn local(s: &Side, o: &Opts, kind: Bw, size: usize) -> ([Sge; 1], Vec<u8>, bool) {
+    let sge = [Sge {
+        addr: s.mr.addr() + size as u64,
+        len: size as u32,
+        lkey: s.mr.lkey(),
+    }];
+    let msg = vec![0x5au8; size.min(1024)];
+    let inline = matches!(kind, Bw::Write | Bw::Send) && size <= o.inline as usize && size <= 1024;
+    (sge, msg, inline)
+}
+
+/// A `-D` run (perftest's duration mode, `catch_alarm`'s states): `margin` seconds of
+/// traffic not measured, `duration - 2 * margin` measured (the completions that arrive in
+/// it, over its length), `margin` more not measured; then nothing more is posted and what is
+/// in flight completes. No peak is measured (perftest: "BW peak won't be measured").
+fn timed(
+    s: &mut Side,
+    o: &Opts,
+    kind: Bw,
+    size: usize,
+    ready: &Barrier,
+    mut rx: Option<&mut Rx>,
+    (duration, margin): (u64, u64),
+) -> Result<BwResult> {
+    let (sge, msg, inline) = local(s, o, kind, size);
+    let inline = inline.then_some(&msg[..size.min(1024)]);
+    let remote = Remote {
+        addr: s.peer.addr,
+        rkey: s.peer.rkey,
+    };
+    let in_flight = (o.tx_depth as u64).min(s.qp.send_depth() as u64);
+    let batch = o.post_list as u64;
+    let mut out = [blueflame::Completion::default(); 16];
+    ready.wait();
+    let mut window = Window::new(Instant::now(), duration, margin);
+    let (mut posted, mut done) = (0u64, 0u64);
+    loop {
+        let now = Instant::now();
+        let ending = window.note(now, done);
+        if ending && done == posted {
+            break;
+        }
+        while !ending && posted - done + batch <= in_flight {
+            let mut b = s.qp.batch();
+            for k in 0..batch {
+                let signaled = k + 1 == batch;
+                b.push(
+                    &request(kind, remote, &sge, inline),
+                    if signaled { batch } else { 0 },
+                    if signaled {
+                        PostFlags::SIGNALED
+                    } else {
+                        PostFlags::UNSIGNALED
+                    },
+                )?;
+            }
+            b.ring()?;
+            posted += batch;
+        }
+        s.dev.process();
+        if let Some(rx) = rx.as_deref_mut() {
+            rx.step()?;
+        }
+        let k = s.cq.poll(&mut out);
+        for c in &out[..k] {
+            if !c.is_ok() {
+                eprintln!("bfperf: completion failed: {c:?}");
+                std::process::exit(1);
+            }
+            done += c.cookie;
+        }
+    }
+    let (iters, secs) = window.measured();
+    Ok(BwResult {
+        peak: 0.0,
+        avg: iters as f64 * size as f64 / secs / PERFTEST_MB,
+        mpps: iters as f64 / secs / 1e6,
+        iters,
+    })
+}
+
+/// The phases of a `-D` run (perftest's `catch_alarm`: START for `margin` seconds, SAMPLE
+/// for `duration - 2 * margin`, STOP_SAMPLE for `margin`, then END), and the completion
+/// count when the measured phase began and ended.
+struct Window {
+    sample: Instant,
+    stop: Instant,
+    end: Instant,
+    first: Option<(Instant, u64)>,
+    last: Option<(Instant, u64)>,
+}
+
+impl Window {
+    /// A run of `duration` seconds from `t0` with `margin` seconds unmeasured at each end
+    /// (`duration > 2 * margin`, checked by the options).
+    fn new(t0: Instant, duration: u64, margin: u64) -> Window {
+        let sample = t0 + Duration::from_secs(margin);
+        Window {
+            sample,
+            stop: sample + Duration::from_secs(duration - 2 * margin),
+            end: t0 + Duration::from_secs(duration),
+            first: None,
+            last: None,
+        }
+    }
+
+    /// At `now`, `done` requests have completed; true once the run is over (post no more).
+    fn note(&mut self, now: Instant, done: u64) -> bool {
+        if self.first.is_none() && now >= self.sample {
+            self.first = Some((now, done));
+        }
+        if self.last.is_none() && now >= self.stop {
+            self.last = Some((now, done));
+        }
+        now >= self.end
+    }
+
+    /// The requests completed in the measured phase and its length in seconds (as it was
+    /// seen: from the first note in it to the first note past it).
+    fn measured(&self) -> (u64, f64) {
+        match (self.first, self.last) {
+            (Some((t1, d1)), Some((t2, d2))) => (d2 - d1, (t2 - t1).as_secs_f64().max(1e-9)),
+            _ => (0, 1e-9),
+        }
+    }
+}
+
 /// Counts the completions `cs` of a bandwidth run (each retires `cookie` requests) into
 /// `done`, stamping when each arrived; when the count crosses `warmup`, the clock (`start`)
 /// restarts and the stamps so far are dropped. A failed completion ends the program.
@@ -212,6 +342,7 @@ pub(crate) fn result(
 ) -> BwResult {
     let measured = (total - warmup.min(total)).max(1);
     let avg = measured as f64 * size as f64 / secs / PERFTEST_MB;
+    let iters = total - warmup.min(total);
     let window = (stamps.len() / 10).max(1);
     let mut peak = avg;
     for w in stamps.windows(window + 1) {
@@ -226,11 +357,14 @@ pub(crate) fn result(
         peak,
         avg,
         mpps: measured as f64 / secs / 1e6,
+        iters,
     }
 }
 
-/// The receiver of a send test: keeps receives posted until `total` messages arrived.
-fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier) -> Result<()> {
+/// The receiver of a send test: keeps receives posted until `total` messages arrived, or
+/// (a `-D` run) until `stop` is set: the sender sets it once every send it posted has
+/// completed, so every message has arrived.
+fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier, stop: &AtomicBool) -> Result<()> {
     let depth = 256.min(total);
     for i in 0..depth {
         s.post_recv(&[s.mr.sge(0, size as u32)?], i)?;
@@ -238,7 +372,7 @@ fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier) -> Result<()> 
     ready.wait();
     let (mut got, mut posted) = (0u64, depth);
     let mut out = [blueflame::Completion::default(); 16];
-    while got < total {
+    while got < total && !stop.load(Ordering::Acquire) {
         s.dev.process();
         let k = s.cq.poll(&mut out);
         for c in &out[..k] {
@@ -258,7 +392,12 @@ fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier) -> Result<()> 
 
 /// Runs one bandwidth test of `size` bytes; the result on the side that measures.
 pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwResult>> {
-    let total = (o.warmup + o.iters) as u64;
+    // A -D run's receiver keeps receives posted until told to stop.
+    let total = if o.duration.is_some() {
+        u64::MAX
+    } else {
+        (o.warmup + o.iters) as u64
+    };
     match setup {
         Setup::Local(mut a, b) => {
             if kind != Bw::Send {
@@ -270,7 +409,7 @@ pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwRes
                 let mut rx = Rx::new(b, size, total)?;
                 crate::pin(o.pin);
                 let r = initiate(&mut a, o, kind, size, &Barrier::new(1), Some(&mut rx))?;
-                while rx.got < total {
+                while o.duration.is_none() && rx.got < total {
                     a.dev.process();
                     rx.step()?;
                 }
@@ -278,9 +417,12 @@ pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwRes
             }
             let ready = Arc::new(Barrier::new(2));
             let r2 = ready.clone();
-            let t = std::thread::spawn(move || receive(b, size, total, &r2));
+            let stop = Arc::new(AtomicBool::new(false));
+            let s2 = stop.clone();
+            let t = std::thread::spawn(move || receive(b, size, total, &r2, &s2));
             crate::pin(o.pin);
             let r = initiate(&mut a, o, kind, size, &ready, None);
+            stop.store(true, Ordering::Release);
             t.join()
                 .map_err(|_| blueflame::Error::Unsupported("the receiver thread panicked"))??;
             r.map(Some)
@@ -288,7 +430,7 @@ pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwRes
         Setup::Server(s, mut stream) => {
             crate::pin(o.pin);
             if kind == Bw::Send {
-                receive(s, size, total, &Barrier::new(1))?;
+                receive(s, size, total, &Barrier::new(1), &AtomicBool::new(false))?;
             }
             sync(&mut stream)?;
             Ok(None)
@@ -305,6 +447,34 @@ pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwRes
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A -D 10 -f 2 run: what completed before second 2 and after second 8 is not
+    /// counted, the rate is over the 6 s between.
+    #[test]
+    fn a_timed_run_counts_only_its_middle() {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut w = Window::new(t0, 10, 2);
+        for (t, done, over) in [
+            (0.0, 0, false),
+            (1.9, 500, false),
+            (2.0, 600, false),
+            (5.0, 2000, false),
+            (8.0, 4200, false),
+            (9.5, 5000, false),
+            (10.0, 5100, true),
+        ] {
+            assert_eq!(w.note(at(t), done), over, "at {t} s");
+        }
+        let (iters, secs) = w.measured();
+        assert_eq!(iters, 4200 - 600);
+        assert!((secs - 6.0).abs() < 1e-6, "{secs}");
+        // No margin: everything from the start.
+        let mut w = Window::new(t0, 2, 0);
+        assert!(!w.note(at(0.0), 0));
+        assert!(w.note(at(2.0), 900));
+        assert_eq!(w.measured().0, 900);
+    }
 
     /// perftest's unit: 1000 messages of 1 MiB in one second are 1000 MB/sec (2^20-byte
     /// MB), not 1048.576; the message rate is in millions per second.

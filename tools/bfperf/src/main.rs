@@ -114,6 +114,15 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
     let line =
         "---------------------------------------------------------------------------------------";
     if !o.json {
+        if let Some(d) = o.duration {
+            // perftest's words, where it says them (before its header).
+            println!(" WARNING: BW peak won't be measured in this run.");
+            println!(
+                " Duration       : {d} s, the middle {} s measured (-f {})",
+                d - 2 * opts::margin(o).unwrap_or(0),
+                opts::margin(o).unwrap_or(0)
+            );
+        }
         println!(
             "{line}\n                    {} (blueflame)\n Device         : {what}",
             title(&t, o)
@@ -313,7 +322,7 @@ fn report_bw(
             name,
             &o.device,
             size,
-            o.iters,
+            r.iters as usize,
             r.peak,
             r.avg,
             r.mpps,
@@ -326,7 +335,7 @@ fn report_bw(
     if o.json {
         println!(
             "{{\"test\":\"{name}\",\"device\":\"{}\",\"bytes\":{size},\"iterations\":{},\"bw_peak_mb_s\":{:.3},\"bw_avg_mb_s\":{:.3},\"msg_rate_mpps\":{:.6},\"mode\":\"{}\",\"recv\":\"{}\",\"connection\":\"{}\"}}",
-            o.device, o.iters, r.peak, r.avg, r.mpps, mode(o), recv(o), o.connection.name()
+            o.device, r.iters, r.peak, r.avg, r.mpps, mode(o), recv(o), o.connection.name()
         );
     } else {
         // perftest's --report_gbits: bits per second over 10^9 (MB/s is 2^20 bytes).
@@ -338,7 +347,7 @@ fn report_bw(
         println!(
             " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
             size,
-            o.iters,
+            r.iters,
             r.peak * unit,
             r.avg * unit,
             r.mpps

@@ -60,6 +60,11 @@ pub struct Opts {
     pub srq: bool,
     /// perftest's `--odp`: buffers registered with on-demand paging.
     pub odp: bool,
+    /// perftest's `-D`: run for this many seconds instead of `--iters` (bandwidth tests).
+    pub duration: Option<u64>,
+    /// perftest's `-f`: seconds at each end of a `-D` run left out of the measurement
+    /// (default: a quarter of the duration, as perftest).
+    pub margin: Option<u64>,
     /// `-c rc|ud` (perftest's `-c RC|UD`): the transport of send-lat and send-bw.
     pub connection: Connection,
 }
@@ -121,6 +126,8 @@ impl Default for Opts {
             cqe_zip: None,
             srq: false,
             odp: false,
+            duration: None,
+            margin: None,
             connection: Connection::Rc,
         }
     }
@@ -153,6 +160,10 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -c, --connection rc|ud  transport (default rc); ud: send-lat and send-bw over UD QPs and
                           address handles (perftest's -c UD), messages up to the path MTU
                           (a larger --size is refused; -a stops at the MTU), both sides here
+  -D, --duration SECS     bandwidth tests: run SECS seconds instead of --iters, measuring the
+                          middle (perftest's -D: BW peak not measured, #iterations the ones
+                          measured; send-bw in one process only)
+  -f, --margin SECS       the seconds left out at each end of a -D run (default SECS/4)
       --odp               buffers registered with on-demand paging (perftest's --odp; refused,
                           typed, where the device has none)
       --server            wait for a client on --port
@@ -260,6 +271,8 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-e" | "--events" => o.events = true,
             "--srq" => o.srq = true,
             "--odp" => o.odp = true,
+            "-D" | "--duration" => o.duration = Some(num(a, val(a)?)?),
+            "-f" | "--margin" => o.margin = Some(num(a, val(a)?)?),
             "-c" | "--connection" => {
                 o.connection = match val(a)?.to_ascii_lowercase().as_str() {
                     "rc" => Connection::Rc,
@@ -363,6 +376,35 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
                 .into(),
         );
     }
+    if let Some(d) = o.duration {
+        if !name.ends_with("-bw") {
+            return Err(format!(
+                "-D times bandwidth tests here, not {name} (perftest also times latency tests by duration; bfperf does not yet)"
+            ));
+        }
+        if o.all {
+            // perftest: "Duration mode currently doesn't support running on all sizes."
+            return Err("-D runs one size: drop -a".into());
+        }
+        if o.connection == Connection::Ud {
+            return Err("-D is not available with -c ud yet".into());
+        }
+        if name == "send-bw" && (o.server || o.client.is_some()) {
+            return Err(
+                "-D with send-bw across two processes: the receiver cannot know when the sender stops; run both sides in one process"
+                    .into(),
+            );
+        }
+        let m = margin(o).unwrap_or(0);
+        if d == 0 || d <= 2 * m {
+            // perftest: "please check that DURATION > 2*MARGIN".
+            return Err(format!(
+                "-D {d} with a margin of {m} s: the duration must exceed twice the margin (-f)"
+            ));
+        }
+    } else if o.margin.is_some() {
+        return Err("-f (the margin) goes with -D".into());
+    }
     if o.cqe_zip.is_some() && !name.ends_with("-bw") {
         return Err(format!(
             "--cqe-zip is an option of the bandwidth tests (a latency test has one completion \
@@ -376,6 +418,12 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The margin of a `-D` run: `-f`, or a quarter of the duration (perftest's default when
+/// `-f` is not given); None without `-D`.
+pub fn margin(o: &Opts) -> Option<u64> {
+    o.duration.map(|d| o.margin.unwrap_or(d / 4))
 }
 
 /// The sizes to run.

@@ -166,3 +166,49 @@ fn odp_registers_the_buffers_on_demand() {
     let out = bfperf(&["send-lat", "-d", "sim", "-c", "ud", "--odp"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// perftest's `-D` in a bandwidth test: a timed run whose middle is measured, the row's
+/// #iterations the requests completed in it, no peak (perftest: "BW peak won't be
+/// measured"), the margin a quarter of the duration unless `-f` says; refused where it
+/// cannot apply, and `-f` without `-D`.
+#[test]
+fn duration_mode_measures_the_middle_of_a_timed_run() {
+    let started = std::time::Instant::now();
+    let out = bfperf(&[
+        "send-bw", "-d", "sim", "-s", "64", "-D", "3", "-f", "1", "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let secs = started.elapsed().as_secs_f64();
+    assert!((3.0..30.0).contains(&secs), "ran {secs} s");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| -> f64 {
+        let (_, rest) = text.split_once(&format!("\"{k}\":")).expect(k);
+        rest.split([',', '}']).next().unwrap().parse().expect(k)
+    };
+    assert_eq!(field("bw_peak_mb_s"), 0.0, "{text}");
+    assert!(field("iterations") > 0.0, "{text}");
+    // (Which completions count is `bw::Window`'s unit test.)
+    let out = bfperf(&["write-bw", "-d", "sim", "-D", "3", "-f", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("WARNING: BW peak won't be measured in this run."),
+        "{text}"
+    );
+    assert!(
+        text.contains("Duration       : 3 s, the middle 1 s measured (-f 1)"),
+        "{text}"
+    );
+    for args in [
+        &["write-lat", "-D", "2"][..],
+        &["write-bw", "-D", "2", "-f", "1"][..],
+        &["write-bw", "-D", "2", "-a"][..],
+        &["write-bw", "-f", "1"][..],
+        &["send-bw", "-D", "2", "--server"][..],
+    ] {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["-d", "sim"]);
+        let out = bfperf(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
+}
