@@ -22,6 +22,9 @@ pub enum Bw {
     Atomic(Atomic),
 }
 
+/// What a `--run_infinitely` run does with each period's result (prints it).
+pub type Each<'a> = &'a mut dyn FnMut(&BwResult) -> Result<()>;
+
 /// Result of one bandwidth test.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct BwResult {
@@ -111,10 +114,10 @@ fn initiate(
     size: usize,
     ready: &Barrier,
     mut rx: Option<&mut Rx>,
+    each: Each<'_>,
 ) -> Result<BwResult> {
-    if let Some(d) = o.duration {
-        let m = crate::opts::margin(o).unwrap_or(0);
-        return timed(s, o, kind, size, ready, rx, (d, m));
+    if crate::opts::duration(o).is_some() {
+        return timed(s, o, kind, size, ready, rx, each);
     }
     let total = (o.warmup + o.iters) as u64;
     let (sge, msg, inline) = local(s, o, kind, size);
@@ -194,8 +197,10 @@ fn timed(
     size: usize,
     ready: &Barrier,
     mut rx: Option<&mut Rx>,
-    (duration, margin): (u64, u64),
+    each: Each<'_>,
 ) -> Result<BwResult> {
+    let duration = crate::opts::duration(o).unwrap_or(5);
+    let margin = crate::opts::margin(o).unwrap_or(0);
     let (sge, msg, inline) = local(s, o, kind, size);
     let inline = inline.then_some(&msg[..size.min(1024)]);
     let remote = Remote {
@@ -207,12 +212,25 @@ fn timed(
     let mut out = [blueflame::Completion::default(); 16];
     ready.wait();
     let mut window = Window::new(Instant::now(), duration, margin);
+    // --run_infinitely: a result every `duration` seconds, for ever (perftest's
+    // print_bw_infinite_mode: the requests completed since the last one, over that time).
+    let mut period = (Instant::now(), 0u64);
     let (mut posted, mut done) = (0u64, 0u64);
     loop {
         let now = Instant::now();
-        let ending = window.note(now, done);
+        let ending = !o.run_infinitely && window.note(now, done);
         if ending && done == posted {
             break;
+        }
+        if o.run_infinitely && now - period.0 >= Duration::from_secs(duration) {
+            let (iters, secs) = (done - period.1, (now - period.0).as_secs_f64());
+            each(&BwResult {
+                peak: 0.0,
+                avg: iters as f64 * size as f64 / secs / PERFTEST_MB,
+                mpps: iters as f64 / secs / 1e6,
+                iters,
+            })?;
+            period = (now, done);
         }
         while !ending && posted - done + batch <= in_flight {
             let mut b = s.qp.batch();
@@ -391,9 +409,15 @@ fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier, stop: &AtomicB
 }
 
 /// Runs one bandwidth test of `size` bytes; the result on the side that measures.
-pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwResult>> {
+pub fn run(
+    o: &Opts,
+    kind: Bw,
+    setup: Setup,
+    size: usize,
+    each: Each<'_>,
+) -> Result<Option<BwResult>> {
     // A -D run's receiver keeps receives posted until told to stop.
-    let total = if o.duration.is_some() {
+    let total = if crate::opts::duration(o).is_some() {
         u64::MAX
     } else {
         (o.warmup + o.iters) as u64
@@ -401,15 +425,15 @@ pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwRes
     match setup {
         Setup::Local(mut a, b) => {
             if kind != Bw::Send {
-                let r = initiate(&mut a, o, kind, size, &Barrier::new(1), None)?;
+                let r = initiate(&mut a, o, kind, size, &Barrier::new(1), None, each)?;
                 drop(b);
                 return Ok(Some(r));
             }
             if a.dev.nic().is_some() {
                 let mut rx = Rx::new(b, size, total)?;
                 crate::pin(o.pin);
-                let r = initiate(&mut a, o, kind, size, &Barrier::new(1), Some(&mut rx))?;
-                while o.duration.is_none() && rx.got < total {
+                let r = initiate(&mut a, o, kind, size, &Barrier::new(1), Some(&mut rx), each)?;
+                while crate::opts::duration(o).is_none() && rx.got < total {
                     a.dev.process();
                     rx.step()?;
                 }
@@ -421,7 +445,7 @@ pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwRes
             let s2 = stop.clone();
             let t = std::thread::spawn(move || receive(b, size, total, &r2, &s2));
             crate::pin(o.pin);
-            let r = initiate(&mut a, o, kind, size, &ready, None);
+            let r = initiate(&mut a, o, kind, size, &ready, None, each);
             stop.store(true, Ordering::Release);
             t.join()
                 .map_err(|_| blueflame::Error::Unsupported("the receiver thread panicked"))??;
@@ -437,7 +461,7 @@ pub fn run(o: &Opts, kind: Bw, setup: Setup, size: usize) -> Result<Option<BwRes
         }
         Setup::Client(mut s, mut stream) => {
             crate::pin(o.pin);
-            let r = initiate(&mut s, o, kind, size, &Barrier::new(1), None)?;
+            let r = initiate(&mut s, o, kind, size, &Barrier::new(1), None, each)?;
             sync(&mut stream)?;
             Ok(Some(r))
         }

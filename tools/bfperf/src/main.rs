@@ -114,14 +114,18 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
     let line =
         "---------------------------------------------------------------------------------------";
     if !o.json {
-        if let Some(d) = o.duration {
+        if let Some(d) = opts::duration(o) {
             // perftest's words, where it says them (before its header).
             println!(" WARNING: BW peak won't be measured in this run.");
-            println!(
-                " Duration       : {d} s, the middle {} s measured (-f {})",
-                d - 2 * opts::margin(o).unwrap_or(0),
-                opts::margin(o).unwrap_or(0)
-            );
+            if o.run_infinitely {
+                println!(" Duration       : until killed, a row every {d} s (--run_infinitely)");
+            } else {
+                println!(
+                    " Duration       : {d} s, the middle {} s measured (-f {})",
+                    d - 2 * opts::margin(o).unwrap_or(0),
+                    opts::margin(o).unwrap_or(0)
+                );
+            }
         }
         println!(
             "{line}\n                    {} (blueflame)\n Device         : {what}",
@@ -212,7 +216,13 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 }
             }
             Test::Bw(kind, name) => {
-                if let Some(r) = bw::run(o, kind, s, size)? {
+                let r = {
+                    // --run_infinitely: a row per period, from inside the run.
+                    let mut each =
+                        |r: &bw::BwResult| report_bw(o, name, size, r, csv.as_mut(), &progress);
+                    bw::run(o, kind, s, size, &mut each)?
+                };
+                if let Some(r) = r {
                     report_bw(o, name, size, &r, csv.as_mut(), &progress)?;
                 }
             }

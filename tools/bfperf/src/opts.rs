@@ -62,6 +62,9 @@ pub struct Opts {
     pub odp: bool,
     /// perftest's `-D`: run for this many seconds instead of `--iters` (bandwidth tests).
     pub duration: Option<u64>,
+    /// perftest's `--run_infinitely`: a bandwidth test that runs until killed, printing a
+    /// result every `-D` seconds (5 by default).
+    pub run_infinitely: bool,
     /// perftest's `-f`: seconds at each end of a `-D` run left out of the measurement
     /// (default: a quarter of the duration, as perftest).
     pub margin: Option<u64>,
@@ -127,6 +130,7 @@ impl Default for Opts {
             srq: false,
             odp: false,
             duration: None,
+            run_infinitely: false,
             margin: None,
             connection: Connection::Rc,
         }
@@ -164,6 +168,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           middle (perftest's -D: BW peak not measured, #iterations the ones
                           measured; send-bw in one process only)
   -f, --margin SECS       the seconds left out at each end of a -D run (default SECS/4)
+      --run_infinitely    bandwidth tests: run until killed, a row every -D seconds (default 5)
+                          of what completed in it (perftest's --run_infinitely; no peak)
       --odp               buffers registered with on-demand paging (perftest's --odp; refused,
                           typed, where the device has none)
       --server            wait for a client on --port
@@ -273,6 +279,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--odp" => o.odp = true,
             "-D" | "--duration" => o.duration = Some(num(a, val(a)?)?),
             "-f" | "--margin" => o.margin = Some(num(a, val(a)?)?),
+            "--run_infinitely" | "--run-infinitely" => o.run_infinitely = true,
             "-c" | "--connection" => {
                 o.connection = match val(a)?.to_ascii_lowercase().as_str() {
                     "rc" => Connection::Rc,
@@ -376,7 +383,10 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
                 .into(),
         );
     }
-    if let Some(d) = o.duration {
+    if o.run_infinitely && o.margin.is_some() {
+        return Err("--run_infinitely reports every -D seconds whole: -f does not apply".into());
+    }
+    if let Some(d) = duration(o) {
         if !name.ends_with("-bw") {
             return Err(format!(
                 "-D times bandwidth tests here, not {name} (perftest also times latency tests by duration; bfperf does not yet)"
@@ -395,7 +405,11 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
                     .into(),
             );
         }
-        let m = margin(o).unwrap_or(0);
+        let m = if o.run_infinitely {
+            0
+        } else {
+            margin(o).unwrap_or(0)
+        };
         if d == 0 || d <= 2 * m {
             // perftest: "please check that DURATION > 2*MARGIN".
             return Err(format!(
@@ -420,10 +434,16 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// The seconds of a timed run: `-D`, or perftest's default of 5 with `--run_infinitely`
+/// alone; None for a run of `--iters`.
+pub fn duration(o: &Opts) -> Option<u64> {
+    o.duration.or(o.run_infinitely.then_some(5))
+}
+
 /// The margin of a `-D` run: `-f`, or a quarter of the duration (perftest's default when
 /// `-f` is not given); None without `-D`.
 pub fn margin(o: &Opts) -> Option<u64> {
-    o.duration.map(|d| o.margin.unwrap_or(d / 4))
+    duration(o).map(|d| o.margin.unwrap_or(d / 4))
 }
 
 /// The sizes to run.

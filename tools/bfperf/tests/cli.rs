@@ -212,3 +212,54 @@ fn duration_mode_measures_the_middle_of_a_timed_run() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
     }
 }
+
+/// perftest's `--run_infinitely`: the bandwidth test runs until killed and prints a row of
+/// what completed every `-D` seconds, as it goes; latency tests refuse it.
+#[test]
+fn run_infinitely_prints_a_row_every_period_until_killed() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bfperf"))
+        .args([
+            "write-bw",
+            "-d",
+            "sim",
+            "--run_infinitely",
+            "-D",
+            "1",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("bfperf starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut rows = Vec::new();
+    while rows.len() < 2 && std::time::Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_secs(1)) {
+            rows.push(l);
+        }
+    }
+    let still_running = child.try_wait().expect("wait").is_none();
+    child.kill().expect("kill");
+    let _ = child.wait();
+    assert!(still_running, "it stopped by itself");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert!(r.contains("\"test\":\"write_bw\""), "{r}");
+        assert!(r.contains("\"bw_peak_mb_s\":0.000"), "{r}");
+        assert!(!r.contains("\"iterations\":0,"), "{r}");
+    }
+    let out = bfperf(&["send-lat", "-d", "sim", "--run_infinitely"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
