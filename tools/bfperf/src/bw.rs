@@ -139,21 +139,7 @@ fn initiate(
             && posted - done + (o.post_list as u64).min(total - posted) <= in_flight
         {
             let n = (o.post_list as u64).min(total - posted);
-            let mut b = s.qp.batch();
-            for k in 0..n {
-                let flags = if k + 1 == n {
-                    PostFlags::SIGNALED
-                } else {
-                    PostFlags::UNSIGNALED
-                };
-                // The cookie of the signaled request is how many it retires.
-                b.push(
-                    &request(kind, remote, &sge, inline),
-                    if k + 1 == n { n } else { 0 },
-                    flags,
-                )?;
-            }
-            b.ring()?;
+            post_batch(s, &request(kind, remote, &sge, inline), n)?;
             posted += n;
         }
         s.dev.process();
@@ -171,6 +157,22 @@ fn initiate(
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     Ok(result(total, o.warmup as u64, size, secs, &stamps))
+}
+
+/// Posts `n` copies of `req` under one doorbell, the last one signaled; the cookie of the
+/// signaled one is how many requests its completion retires (`tally` counts by it).
+fn post_batch(s: &mut Side, req: &Request<'_>, n: u64) -> Result<()> {
+    let mut b = s.qp.batch();
+    for k in 0..n {
+        let last = k + 1 == n;
+        let flags = if last {
+            PostFlags::SIGNALED
+        } else {
+            PostFlags::UNSIGNALED
+        };
+        b.push(req, if last { n } else { 0 }, flags)?;
+    }
+    b.ring()
 }
 
 /// The request of a bandwidth test of `size` bytes on side `s`: its local entry and, for
@@ -233,20 +235,7 @@ fn timed(
             period = (now, done);
         }
         while !ending && posted - done + batch <= in_flight {
-            let mut b = s.qp.batch();
-            for k in 0..batch {
-                let signaled = k + 1 == batch;
-                b.push(
-                    &request(kind, remote, &sge, inline),
-                    if signaled { batch } else { 0 },
-                    if signaled {
-                        PostFlags::SIGNALED
-                    } else {
-                        PostFlags::UNSIGNALED
-                    },
-                )?;
-            }
-            b.ring()?;
+            post_batch(s, &request(kind, remote, &sge, inline), batch)?;
             posted += batch;
         }
         s.dev.process();
