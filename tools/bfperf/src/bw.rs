@@ -39,27 +39,117 @@ pub struct BwResult {
     pub iters: u64,
 }
 
-fn request<'a>(kind: Bw, remote: Remote, sge: &'a [Sge], inline: Option<&'a [u8]>) -> Request<'a> {
-    let data = match inline {
-        Some(b) => Payload::Inline(b),
-        None => Payload::Sgl(sge),
-    };
-    match kind {
-        Bw::Write => Request::Write { remote, data },
-        Bw::Read => Request::Read { remote, sgl: sge },
-        Bw::Send => Request::Send { data },
-        // The local entry is the 8 bytes the old value comes back into.
-        Bw::Atomic(Atomic::FetchAdd) => Request::FetchAdd {
-            remote,
-            add: 1,
-            local: sge[0],
-        },
-        Bw::Atomic(Atomic::CompareSwap) => Request::CompareSwap {
-            remote,
-            compare: 0,
-            swap: 1,
-            local: sge[0],
-        },
+impl BwResult {
+    /// No peak, and `iters` requests of `size` bytes in `secs` seconds: the average in
+    /// perftest's MB/sec and the rate in Mpps (a timed run's figures; a counted run adds its
+    /// peak).
+    fn over(iters: u64, secs: f64, size: usize) -> BwResult {
+        BwResult {
+            peak: 0.0,
+            avg: iters as f64 * size as f64 / secs / PERFTEST_MB,
+            mpps: iters as f64 / secs / 1e6,
+            iters,
+        }
+    }
+}
+
+/// What every request of a bandwidth test on one side is made of: its local entry, its
+/// inline data (writes and sends that fit), the peer's buffer, and how many may be in
+/// flight (`tx-depth`, or fewer when the queue holds fewer: never a refused post, the
+/// queue's depth is what the device gave).
+struct Traffic {
+    kind: Bw,
+    sge: [Sge; 1],
+    inline: Option<Vec<u8>>,
+    remote: Remote,
+    in_flight: u64,
+}
+
+impl Traffic {
+    fn new(s: &Side, o: &Opts, kind: Bw, size: usize) -> Traffic {
+        let fits =
+            matches!(kind, Bw::Write | Bw::Send) && size <= o.inline as usize && size <= 1024;
+        Traffic {
+            kind,
+            sge: [Sge {
+                addr: s.mr.addr() + size as u64,
+                len: size as u32,
+                lkey: s.mr.lkey(),
+            }],
+            inline: fits.then(|| vec![0x5au8; size]),
+            remote: Remote {
+                addr: s.peer.addr,
+                rkey: s.peer.rkey,
+            },
+            in_flight: (o.tx_depth as u64).min(s.qp.send_depth() as u64),
+        }
+    }
+
+    /// The request.
+    fn request(&self) -> Request<'_> {
+        let (remote, sge) = (self.remote, &self.sge);
+        let data = match &self.inline {
+            Some(b) => Payload::Inline(b),
+            None => Payload::Sgl(sge),
+        };
+        match self.kind {
+            Bw::Write => Request::Write { remote, data },
+            Bw::Read => Request::Read { remote, sgl: sge },
+            Bw::Send => Request::Send { data },
+            // The local entry is the 8 bytes the old value comes back into.
+            Bw::Atomic(Atomic::FetchAdd) => Request::FetchAdd {
+                remote,
+                add: 1,
+                local: sge[0],
+            },
+            Bw::Atomic(Atomic::CompareSwap) => Request::CompareSwap {
+                remote,
+                compare: 0,
+                swap: 1,
+                local: sge[0],
+            },
+        }
+    }
+
+    /// Posts `n` requests under one doorbell, the last one signaled; the cookie of the
+    /// signaled one is how many requests its completion retires (`tally` counts by it).
+    fn post(&self, s: &mut Side, n: u64) -> Result<()> {
+        let req = self.request();
+        let mut b = s.qp.batch();
+        for k in 0..n {
+            let last = k + 1 == n;
+            let flags = if last {
+                PostFlags::SIGNALED
+            } else {
+                PostFlags::UNSIGNALED
+            };
+            b.push(&req, if last { n } else { 0 }, flags)?;
+        }
+        b.ring()
+    }
+}
+
+/// One turn of a sender's loop after it posted: the software NIC runs, the receiver driven
+/// from this loop (if any) takes its messages, and the completions are polled into `out`.
+fn turn<'a>(
+    s: &mut Side,
+    rx: Option<&mut Rx>,
+    out: &'a mut [blueflame::Completion; 16],
+) -> Result<&'a [blueflame::Completion]> {
+    s.dev.process();
+    if let Some(rx) = rx {
+        rx.step()?;
+    }
+    let k = s.cq.poll(out);
+    Ok(&out[..k])
+}
+
+/// Ends the program on a failed completion (a bandwidth figure over failed requests would
+/// be a lie).
+fn check(c: &blueflame::Completion) {
+    if !c.is_ok() {
+        eprintln!("bfperf: completion failed: {c:?}");
+        std::process::exit(1);
     }
 }
 
@@ -120,35 +210,22 @@ fn initiate(
         return timed(s, o, kind, size, ready, rx, each);
     }
     let total = (o.warmup + o.iters) as u64;
-    let (sge, msg, inline) = local(s, o, kind, size);
-    let inline = inline.then_some(&msg[..size.min(1024)]);
-    let remote = Remote {
-        addr: s.peer.addr,
-        rkey: s.peer.rkey,
-    };
+    let t = Traffic::new(s, o, kind, size);
     let (mut posted, mut done) = (0u64, 0u64);
-    // Requests in flight: `tx-depth`, or fewer when the queue holds fewer (never a refused
-    // post: the queue's depth is what the device gave).
-    let in_flight = (o.tx_depth as u64).min(s.qp.send_depth() as u64);
     let mut out = [blueflame::Completion::default(); 16];
     let mut stamps: Vec<(Instant, u64)> = Vec::with_capacity(1024);
     ready.wait();
     let mut start = Instant::now();
     while done < total {
         while posted < total
-            && posted - done + (o.post_list as u64).min(total - posted) <= in_flight
+            && posted - done + (o.post_list as u64).min(total - posted) <= t.in_flight
         {
             let n = (o.post_list as u64).min(total - posted);
-            post_batch(s, &request(kind, remote, &sge, inline), n)?;
+            t.post(s, n)?;
             posted += n;
         }
-        s.dev.process();
-        if let Some(rx) = rx.as_deref_mut() {
-            rx.step()?;
-        }
-        let k = s.cq.poll(&mut out);
         tally(
-            &out[..k],
+            turn(s, rx.as_deref_mut(), &mut out)?,
             o.warmup as u64,
             &mut done,
             &mut start,
@@ -157,35 +234,6 @@ fn initiate(
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     Ok(result(total, o.warmup as u64, size, secs, &stamps))
-}
-
-/// Posts `n` copies of `req` under one doorbell, the last one signaled; the cookie of the
-/// signaled one is how many requests its completion retires (`tally` counts by it).
-fn post_batch(s: &mut Side, req: &Request<'_>, n: u64) -> Result<()> {
-    let mut b = s.qp.batch();
-    for k in 0..n {
-        let last = k + 1 == n;
-        let flags = if last {
-            PostFlags::SIGNALED
-        } else {
-            PostFlags::UNSIGNALED
-        };
-        b.push(req, if last { n } else { 0 }, flags)?;
-    }
-    b.ring()
-}
-
-/// The request of a bandwidth test of `size` bytes on side `s`: its local entry and, for
-/// writes and sends that fit, its inline data.
-fn local(s: &Side, o: &Opts, kind: Bw, size: usize) -> ([Sge; 1], Vec<u8>, bool) {
-    let sge = [Sge {
-        addr: s.mr.addr() + size as u64,
-        len: size as u32,
-        lkey: s.mr.lkey(),
-    }];
-    let msg = vec![0x5au8; size.min(1024)];
-    let inline = matches!(kind, Bw::Write | Bw::Send) && size <= o.inline as usize && size <= 1024;
-    (sge, msg, inline)
 }
 
 /// A `-D` run (perftest's duration mode, `catch_alarm`'s states): `margin` seconds of
@@ -203,13 +251,7 @@ fn timed(
 ) -> Result<BwResult> {
     let duration = crate::opts::duration(o).unwrap_or(5);
     let margin = crate::opts::margin(o).unwrap_or(0);
-    let (sge, msg, inline) = local(s, o, kind, size);
-    let inline = inline.then_some(&msg[..size.min(1024)]);
-    let remote = Remote {
-        addr: s.peer.addr,
-        rkey: s.peer.rkey,
-    };
-    let in_flight = (o.tx_depth as u64).min(s.qp.send_depth() as u64);
+    let t = Traffic::new(s, o, kind, size);
     let batch = o.post_list as u64;
     let mut out = [blueflame::Completion::default(); 16];
     ready.wait();
@@ -225,39 +267,24 @@ fn timed(
             break;
         }
         if o.run_infinitely && now - period.0 >= Duration::from_secs(duration) {
-            let (iters, secs) = (done - period.1, (now - period.0).as_secs_f64());
-            each(&BwResult {
-                peak: 0.0,
-                avg: iters as f64 * size as f64 / secs / PERFTEST_MB,
-                mpps: iters as f64 / secs / 1e6,
-                iters,
-            })?;
+            each(&BwResult::over(
+                done - period.1,
+                (now - period.0).as_secs_f64(),
+                size,
+            ))?;
             period = (now, done);
         }
-        while !ending && posted - done + batch <= in_flight {
-            post_batch(s, &request(kind, remote, &sge, inline), batch)?;
+        while !ending && posted - done + batch <= t.in_flight {
+            t.post(s, batch)?;
             posted += batch;
         }
-        s.dev.process();
-        if let Some(rx) = rx.as_deref_mut() {
-            rx.step()?;
-        }
-        let k = s.cq.poll(&mut out);
-        for c in &out[..k] {
-            if !c.is_ok() {
-                eprintln!("bfperf: completion failed: {c:?}");
-                std::process::exit(1);
-            }
+        for c in turn(s, rx.as_deref_mut(), &mut out)? {
+            check(c);
             done += c.cookie;
         }
     }
     let (iters, secs) = window.measured();
-    Ok(BwResult {
-        peak: 0.0,
-        avg: iters as f64 * size as f64 / secs / PERFTEST_MB,
-        mpps: iters as f64 / secs / 1e6,
-        iters,
-    })
+    Ok(BwResult::over(iters, secs, size))
 }
 
 /// The phases of a `-D` run (perftest's `catch_alarm`: START for `margin` seconds, SAMPLE
@@ -317,10 +344,7 @@ pub(crate) fn tally(
     stamps: &mut Vec<(Instant, u64)>,
 ) {
     for c in cs {
-        if !c.is_ok() {
-            eprintln!("bfperf: completion failed: {c:?}");
-            std::process::exit(1);
-        }
+        check(c);
         let before = *done;
         *done += c.cookie;
         if before < warmup && *done >= warmup {
@@ -347,11 +371,10 @@ pub(crate) fn result(
     secs: f64,
     stamps: &[(Instant, u64)],
 ) -> BwResult {
-    let measured = (total - warmup.min(total)).max(1);
-    let avg = measured as f64 * size as f64 / secs / PERFTEST_MB;
     let iters = total - warmup.min(total);
+    let base = BwResult::over(iters.max(1), secs, size);
     let window = (stamps.len() / 10).max(1);
-    let mut peak = avg;
+    let mut peak = base.avg;
     for w in stamps.windows(window + 1) {
         let (t0, n0) = w[0];
         let (t1, n1) = w[window];
@@ -362,9 +385,8 @@ pub(crate) fn result(
     }
     BwResult {
         peak,
-        avg,
-        mpps: measured as f64 / secs / 1e6,
         iters,
+        ..base
     }
 }
 
