@@ -29,9 +29,8 @@ pub(crate) const SECS: u64 = 60;
 /// The host triple the sanitizers are built for.
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
-/// `cargo` of the nightly toolchain, through rustup, with what the calling cargo set
-/// removed; None (said) when there is none.
-fn nightly_cargo() -> Option<Command> {
+/// Whether the nightly toolchain is there (said either way).
+fn nightly_present() -> bool {
     let probe = Command::new("rustup")
         .args(["run", "nightly", "rustc", "--version"])
         .env_remove("RUSTUP_TOOLCHAIN")
@@ -42,15 +41,21 @@ fn nightly_cargo() -> Option<Command> {
                 "xtask: nightly toolchain: {}",
                 String::from_utf8_lossy(&o.stdout).trim()
             );
+            true
         }
         _ => {
             eprintln!(
                 "xtask: FAILED: no nightly toolchain (`rustup run nightly rustc` failed): the \
                  fuzz and AddressSanitizer stages need it (rustup toolchain install nightly)"
             );
-            return None;
+            false
         }
     }
+}
+
+/// `cargo` of the nightly toolchain, through rustup, with what the calling cargo set
+/// removed.
+fn nightly_cargo() -> Command {
     let mut c = Command::new("rustup");
     c.args(["run", "nightly", "cargo"])
         .current_dir(root())
@@ -60,12 +65,38 @@ fn nightly_cargo() -> Option<Command> {
         .env_remove("RUSTDOC")
         .env_remove("CARGO")
         .env_remove("CARGO_TARGET_DIR");
-    Some(c)
+    c
 }
+
+/// `cargo test` of the nightly toolchain building for the host with AddressSanitizer, into
+/// `target/asan` (the build scripts and proc macros, built for the host without `--target`'s
+/// flags, stay uninstrumented).
+fn asan_test() -> Command {
+    let mut c = nightly_cargo();
+    c.args([
+        "test",
+        "--locked",
+        "--target",
+        TRIPLE,
+        "--target-dir",
+        "target/asan",
+    ])
+    .env("RUSTFLAGS", "-Zsanitizer=address -Cforce-frame-pointers");
+    c
+}
+
+/// The sanitizer's options for the tests: leaks checked, the first report ends the process,
+/// and a region larger than memory is refused with an error, not an abort
+/// (`misuse::a_region_larger_than_memory_is_an_error_not_an_abort`): ASan's allocator
+/// returns null there, as malloc does, instead of stopping the process.
+const ASAN_OPTIONS: &str = "detect_leaks=1:abort_on_error=1:allocator_may_return_null=1";
 
 /// Builds the fuzz targets: the path of their binaries.
 fn build() -> Option<PathBuf> {
-    let mut c = nightly_cargo()?;
+    if !nightly_present() {
+        return None;
+    }
+    let mut c = nightly_cargo();
     // cargo-fuzz's flags (`cargo fuzz build`, defaults: address sanitizer, debug assertions).
     let rustflags = [
         "-Cpasses=sancov-module",
@@ -268,39 +299,24 @@ pub(crate) fn stage(targets: &[String], secs: u64) -> bool {
 
 /// The AddressSanitizer stage.
 pub(crate) fn asan() -> bool {
-    let Some(mut c) = nightly_cargo() else {
+    if !nightly_present() {
         return false;
-    };
+    }
     let started = Instant::now();
-    c.args([
-        "test",
-        "--locked",
-        "--target",
-        TRIPLE,
-        "--target-dir",
-        "target/asan",
-    ])
-    .args(["-p", "blueflame", "-p", "mlx5", "--features", "mlx5/sim"])
-    .args([
-        "--lib",
-        "--test",
-        "direct",
-        "--test",
-        "memory",
-        "--test",
-        "conformance",
-    ])
-    .args(["--test", "transports", "--test", "events"])
-    .args(["--", "--skip", "direct_ring_wrap::fifty_thousand"])
-    .env("RUSTFLAGS", "-Zsanitizer=address -Cforce-frame-pointers")
-    // A region larger than memory is refused with an error, not an abort
-    // (`misuse::a_region_larger_than_memory_is_an_error_not_an_abort`): ASan's allocator
-    // returns null there, as malloc does, instead of stopping the process.
-    .env(
-        "ASAN_OPTIONS",
-        "detect_leaks=1:abort_on_error=1:allocator_may_return_null=1",
-    )
-    .env("BLUEFLAME_TIMEOUT_SCALE", "4");
+    let mut c = asan_test();
+    c.args(["-p", "blueflame", "-p", "mlx5", "--features", "mlx5/sim"])
+        .args(["--lib", "--test", "direct", "--test", "memory"])
+        .args([
+            "--test",
+            "conformance",
+            "--test",
+            "transports",
+            "--test",
+            "events",
+        ])
+        .args(["--", "--skip", "direct_ring_wrap::fifty_thousand"])
+        .env("ASAN_OPTIONS", ASAN_OPTIONS)
+        .env("BLUEFLAME_TIMEOUT_SCALE", "4");
     let ok = run(
         "asan: the software NIC's tests under AddressSanitizer",
         &mut c,
@@ -324,13 +340,9 @@ fn provider_under_asan() -> bool {
     ) {
         return false;
     }
-    let Some(mut c) = nightly_cargo() else {
-        return false;
-    };
-    c.args(["test", "--locked", "--no-run", "--message-format=json"])
-        .args(["--target", TRIPLE, "--target-dir", "target/asan"])
+    let mut c = asan_test();
+    c.args(["--no-run", "--message-format=json"])
         .args(["-p", "blueflame", "--test", "provider"])
-        .env("RUSTFLAGS", "-Zsanitizer=address -Cforce-frame-pointers")
         .stderr(Stdio::inherit());
     eprintln!("xtask: asan: build the provider binary: {c:?}");
     let exe = match c.output() {
@@ -349,10 +361,7 @@ fn provider_under_asan() -> bool {
     };
     let lib = root().join("target/debug/libkernel_model.so");
     let mut p = Command::new(&exe);
-    crate::provider::preloaded(&mut p, &lib).env(
-        "ASAN_OPTIONS",
-        "detect_leaks=1:abort_on_error=1:allocator_may_return_null=1",
-    );
+    crate::provider::preloaded(&mut p, &lib).env("ASAN_OPTIONS", ASAN_OPTIONS);
     eprintln!(
         "xtask: asan: provider stage: {exe} with LD_PRELOAD={}",
         lib.display()
