@@ -158,11 +158,6 @@ impl PollHarness {
         (qpn as u64) << 32 | (recv as u64) << 16 | i as u64
     }
 
-    /// Entries in the ring.
-    pub fn entries(&self) -> u32 {
-        self.cnt
-    }
-
     /// Writes the 64-byte CQE of slot `slot` (modulo the ring), as the device writes it.
     pub fn write(&mut self, slot: u32, cqe: &[u8; 64]) {
         let at = ((slot & (self.cnt - 1)) * self.size + self.size - 64) as usize;
