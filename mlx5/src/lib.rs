@@ -9,6 +9,8 @@
 //!   ([`srq`]);
 //! - completion entries: the 64-byte CQE, the error CQE, mini-CQEs ([`cqe`]) and the error
 //!   syndromes with their mapping to verbs work-completion statuses ([`syndrome`]);
+//! - the NIC's clock: what a CQE's timestamp holds and how it becomes nanoseconds
+//!   ([`clock`]);
 //! - doorbell-record slots and BlueFlame rules ([`doorbell`]);
 //! - an encoder that writes one whole WQE for one [`Request`] into ring blocks, wrapping past
 //!   the end of the ring, and a decoder that reads it back ([`wqe`]).
@@ -26,6 +28,7 @@
 pub mod atomic;
 pub mod av;
 pub mod be;
+pub mod clock;
 pub mod cqe;
 pub mod ctrl;
 pub mod dc;

@@ -89,6 +89,23 @@ pub struct mlx5dv_context {
     pub cqe_comp_caps: mlx5dv_cqe_comp_caps,
 }
 
+/// `struct mlx5dv_clock_info`: what `mlx5dv_get_clock_info` copies out of the kernel's
+/// clock-info page (see `mlx5::clock::ClockInfo`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct mlx5dv_clock_info {
+    pub nsec: u64,
+    pub last_cycles: u64,
+    pub frac: u64,
+    pub mult: u32,
+    pub shift: u32,
+    pub mask: u64,
+}
+
+/// `MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`: the device stamps completions in real time (a CQ
+/// that asks for wall-clock times gets them so).
+pub const MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS: u64 = 1 << 7;
+
 /// `MLX5DV_CONTEXT_MASK_DC_ODP_CAPS`: asks `mlx5dv_query_device` for `dc_odp_caps`.
 pub const MLX5DV_CONTEXT_MASK_DC_ODP_CAPS: u64 = 1 << 7;
 

@@ -62,6 +62,14 @@ static const struct hdrcheck_entry hdrcheck_table[] = {
 	HC_FIELD(mlx5dv_cq_init_attr, cqe_comp_res_format),
 	HC_FIELD(mlx5dv_cq_init_attr, flags),
 	HC_FIELD(mlx5dv_cq_init_attr, cqe_size),
+	HC_SIZEOF(mlx5dv_clock_info),
+	HC_FIELD(mlx5dv_clock_info, nsec),
+	HC_FIELD(mlx5dv_clock_info, last_cycles),
+	HC_FIELD(mlx5dv_clock_info, frac),
+	HC_FIELD(mlx5dv_clock_info, mult),
+	HC_FIELD(mlx5dv_clock_info, shift),
+	HC_FIELD(mlx5dv_clock_info, mask),
+	HC_CONST(MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS),
 	HC_SIZEOF(mlx5dv_context),
 	HC_FIELD(mlx5dv_context, version),
 	HC_FIELD(mlx5dv_context, flags),
@@ -417,6 +425,17 @@ void hdrcheck_cqe_fields(const uint8_t *cqe, uint8_t *owner, uint8_t *se, uint8_
 	*se = mlx5dv_get_cqe_se(&c);
 	*format = mlx5dv_get_cqe_format(&c);
 	*opcode = mlx5dv_get_cqe_opcode(&c);
+}
+
+uint64_t hdrcheck_ts_to_ns(uint64_t nsec, uint64_t last_cycles, uint64_t frac, uint32_t mult,
+			   uint32_t shift, uint64_t mask, uint64_t ts)
+{
+	struct mlx5dv_clock_info c = {
+		.nsec = nsec, .last_cycles = last_cycles, .frac = frac,
+		.mult = mult, .shift = shift, .mask = mask,
+	};
+
+	return mlx5dv_ts_to_ns(&c, ts);
 }
 
 /* ---- the header's structs filled by member name (no helper exists in the header) ---- */

@@ -50,6 +50,15 @@ extern "C" {
         opcode: *mut u8,
     );
     fn hdrcheck_set_raddr_seg(out: *mut u8, raddr: u64, rkey: u32);
+    fn hdrcheck_ts_to_ns(
+        nsec: u64,
+        last_cycles: u64,
+        frac: u64,
+        mult: u32,
+        shift: u32,
+        mask: u64,
+        ts: u64,
+    ) -> u64;
     fn hdrcheck_set_dc_addr(out: *mut u8, ah_av: *const u8, remote_dctn: u32, remote_dc_key: u64);
     fn hdrcheck_set_atomic_seg(out: *mut u8, swap_add: u64, compare: u64);
     fn hdrcheck_set_klm_seg(out: *mut u8, byte_count: u32, mkey: u32, address: u64);
@@ -228,6 +237,12 @@ pub fn cqe_fields(cqe: &[u8; 64]) -> CqeFields {
         )
     };
     f
+}
+
+/// What rdma-core's `mlx5dv_ts_to_ns` makes of `ts` with the clock info `c`.
+pub fn ts_to_ns(c: &mlx5::clock::ClockInfo, ts: u64) -> u64 {
+    // SAFETY: plain values in, one out; the C function reads only its arguments.
+    unsafe { hdrcheck_ts_to_ns(c.nsec, c.last_cycles, c.frac, c.mult, c.shift, c.mask, ts) }
 }
 
 /// `struct mlx5_wqe_raddr_seg` filled by member name (`htobe64(raddr)`, `htobe32(rkey)`).

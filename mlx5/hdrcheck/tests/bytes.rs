@@ -809,3 +809,36 @@ fn cq_arm_words_match_mlx5_arm_cq() {
         }
     }
 }
+
+mod clock {
+    use super::*;
+    use mlx5::clock::{ClockInfo, CYCLES_MASK};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `ClockInfo::ts_to_ns` is rdma-core's `mlx5dv_ts_to_ns`, for the kernel's
+        /// timecounters of any frequency and any stamp: before, after and across the
+        /// counter's wrap, near and far from the page (where both overflow alike).
+        #[test]
+        fn ts_to_ns_is_mlx5dv_ts_to_ns(
+            khz in 1u32..=u32::MAX,
+            start in any::<u64>(),
+            nsec in any::<u64>(),
+            moved in 0u64..(1 << 34),
+            near in -(1i64 << 33)..(1i64 << 33),
+            far in any::<u64>(),
+        ) {
+            let base = ClockInfo::for_frequency(khz, start, nsec).unwrap();
+            let page = base.moved_to(start.wrapping_add(moved % base.overflow_cycles().max(1)));
+            for ts in [
+                page.last_cycles.wrapping_add(near as u64),
+                far,
+                far & CYCLES_MASK,
+                page.last_cycles.wrapping_add(CYCLES_MASK / 2),
+                page.last_cycles.wrapping_add(CYCLES_MASK / 2 + 1),
+            ] {
+                prop_assert_eq!(page.ts_to_ns(ts), c::ts_to_ns(&page, ts), "stamp {:#x}", ts);
+            }
+        }
+    }
+}

@@ -672,7 +672,7 @@ mod dv_layout {
                 "offsetof(mlx5dv_context, comp_mask)", "sizeof(mlx5dv_context.comp_mask)",
                 "offsetof(mlx5dv_context, cqe_comp_caps)", "sizeof(mlx5dv_context.cqe_comp_caps)",
                 "offsetof(mlx5dv_context, dc_odp_caps)", "sizeof(mlx5dv_context.dc_odp_caps)",
-                "MLX5DV_CONTEXT_MASK_DC_ODP_CAPS",
+                "MLX5DV_CONTEXT_MASK_DC_ODP_CAPS", "MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS",
             ];
         };
     }
@@ -688,6 +688,11 @@ mod dv_layout {
             dv_cq_buf => buf, dv_cq_dbrec => dbrec, dv_cq_cqe_cnt => cqe_cnt,
             dv_cq_cqe_size => cqe_size, dv_cq_cq_uar => cq_uar, dv_cq_cqn => cqn,
             dv_cq_comp_mask => comp_mask,
+        }
+        ffi::mlx5dv_clock_info = "mlx5dv_clock_info", dv_clock_info_size {
+            dv_clock_info_nsec => nsec, dv_clock_info_last_cycles => last_cycles,
+            dv_clock_info_frac => frac, dv_clock_info_mult => mult,
+            dv_clock_info_shift => shift, dv_clock_info_mask => mask,
         }
         ffi::mlx5dv_cqe_comp_caps = "mlx5dv_cqe_comp_caps", dv_cqe_comp_caps_size {
             dv_cqe_comp_caps_max_num => max_num,
@@ -765,6 +770,10 @@ mod dv_layout {
         assert_eq!(
             ffi::MLX5DV_CONTEXT_MASK_DC_ODP_CAPS,
             value("MLX5DV_CONTEXT_MASK_DC_ODP_CAPS")
+        );
+        assert_eq!(
+            ffi::MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS,
+            value("MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS")
         );
     }
 
