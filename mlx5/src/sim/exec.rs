@@ -337,6 +337,7 @@ impl State {
             sop_drop_qpn: Be32::new(peer),
             srqn_uidx: Be32::new(srqn),
             wqe_counter: crate::be::Be16::new(idx),
+            timestamp: self.stamp(),
             ..Cqe64::default()
         };
         let inline = in_cqe.then_some(data);

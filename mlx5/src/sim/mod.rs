@@ -49,6 +49,7 @@ mod dma;
 mod dmabuf;
 mod error;
 mod event;
+mod hw_clock;
 mod ids;
 mod mcast;
 mod order;
@@ -80,6 +81,7 @@ mod ud;
 
 // The handle and its API:
 mod nic;
+mod nic_clock;
 mod nic_control;
 mod nic_dc;
 mod nic_dmabuf;
@@ -93,6 +95,7 @@ pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
 pub use error::SimError;
 pub use event::AsyncEvent;
 pub use host::{HostCq, HostQp, HostSrq};
+pub use hw_clock::HwClock;
 pub use mem::MemoryCaps;
 pub use nic::{Nic, NicView};
 pub use nic_mem::MrInfo;

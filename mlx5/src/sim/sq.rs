@@ -322,6 +322,7 @@ impl State {
     /// Writes the completion of a WQE that ran (a flush instead of a success when
     /// `flush_if_error` and the QP went to error meanwhile).
     fn complete(&mut self, qpn: u32, s: Started, flush_if_error: bool) {
+        let timestamp = self.stamp();
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -336,6 +337,7 @@ impl State {
                         sop_drop_qpn: Be32::new((s.opcode as u32) << 24 | qpn),
                         wqe_counter: crate::be::Be16::new(pi as u16),
                         byte_cnt: Be32::new(bytes),
+                        timestamp,
                         ..Cqe64::default()
                     };
                     let cq = qp.send_cq;

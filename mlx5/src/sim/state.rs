@@ -11,6 +11,7 @@ use super::port::Port;
 use super::qp::SimQp;
 use super::srq::SimSrq;
 use super::uar::{UarConfig, Uars};
+use crate::be::Be64;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Everything the software NIC holds, under the lock of its [`Nic`](super::Nic) handle.
@@ -38,6 +39,8 @@ pub(crate) struct State {
     pub(crate) arm_next_only: bool,
     /// Virtual time, for the transport timers and held-back requests.
     pub(crate) clock: Clock,
+    /// The device clock CQEs are stamped with.
+    pub(crate) hw_clock: super::HwClock,
     /// In order, or as freely as the ordering rules allow.
     pub(crate) order: OrderMode,
     /// Set while a held-back request runs: the responder accepted it when it arrived, so
@@ -74,6 +77,11 @@ impl Default for Limits {
 }
 
 impl State {
+    /// The timestamp of a CQE written now (0 when the NIC has no clock).
+    pub(crate) fn stamp(&self) -> Be64 {
+        Be64::new(self.hw_clock.stamp_at(self.clock.now()))
+    }
+
     /// A NIC with no resources, holding at most `limits` objects of each kind (each clamped
     /// to the hardware's 24-bit space, at least one), with these BlueFlame registers.
     pub(crate) fn new(limits: Limits, uars: UarConfig) -> State {
@@ -101,6 +109,7 @@ impl State {
             memory_caps: MemoryCaps::default(),
             arm_next_only: false,
             clock: Clock::new(),
+            hw_clock: super::HwClock::default(),
             order: OrderMode::default(),
             replay: false,
             port: Port::default(),

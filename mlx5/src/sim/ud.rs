@@ -198,6 +198,7 @@ impl State {
             imm_inval_pkey: Be32::new(imm),
             sop_drop_qpn: Be32::new(dst),
             wqe_counter: crate::be::Be16::new(idx),
+            timestamp: self.stamp(),
             ..Cqe64::default()
         };
         c.set_ud_fields(src.qpn, src.sl, src.grh.is_some(), PORT_LID, src.path_bits);
