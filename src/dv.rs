@@ -36,6 +36,14 @@ type CreateQp = unsafe extern "C" fn(
     *mut ffi::mlx5dv_qp_init_attr,
 ) -> *mut rdma_sys::ibv_qp;
 
+/// `mlx5dv_get_clock_info(struct ibv_context *, struct mlx5dv_clock_info *)`.
+type GetClockInfo = unsafe extern "C" fn(*mut c_void, *mut ffi::mlx5dv_clock_info) -> i32;
+
+/// `mlx5dv_get_clock_info` at its version (`MLX5_1.4`): looked up on its own, so that a
+/// library without it keeps the direct path (and refuses completion timestamps).
+pub const CLOCK_INFO_SYMBOL: (&std::ffi::CStr, &std::ffi::CStr) =
+    (c"mlx5dv_get_clock_info", c"MLX5_1.4");
+
 /// Every libmlx5 symbol the crate calls, with the version rdma-core's
 /// `providers/mlx5/libmlx5.map` gives it. Each is looked up with `dlvsym` at that version:
 /// `mlx5dv_init_obj` exists twice (`@MLX5_1.0` is a compat entry that fills `mlx5dv_cq.cq_uar`
@@ -67,6 +75,7 @@ struct Lib {
     query_device: QueryDevice,
     create_cq: CreateCq,
     create_qp: CreateQp,
+    get_clock_info: Option<GetClockInfo>,
 }
 
 fn lib() -> Option<&'static Lib> {
@@ -93,6 +102,10 @@ fn lib() -> Option<&'static Lib> {
                 query_device: std::mem::transmute::<*mut c_void, QueryDevice>(query),
                 create_cq: std::mem::transmute::<*mut c_void, CreateCq>(create),
                 create_qp: std::mem::transmute::<*mut c_void, CreateQp>(create_qp),
+                get_clock_info: {
+                    let p = versioned(h, CLOCK_INFO_SYMBOL);
+                    (!p.is_null()).then(|| std::mem::transmute::<*mut c_void, GetClockInfo>(p))
+                },
             })
         }
     })
@@ -128,6 +141,44 @@ pub unsafe fn cqe_comp_caps(ctx: *mut c_void) -> Option<mlx5::CqeCompCaps> {
         supported_format: out.cqe_comp_caps.supported_format,
         cqe_128: out.flags & mlx5::cqe::CONTEXT_FLAGS_CQE_128B_COMP != 0,
     })
+}
+
+/// The kernel's clock-info page of an mlx5 device now (`mlx5dv_get_clock_info`: a copy
+/// read under the page's sequence count, no system call); None without the function or
+/// the page (a kernel that does not offer it).
+///
+/// # Safety
+/// `ctx` must be a live `ibv_context` of an mlx5 device.
+pub unsafe fn clock_info(ctx: *mut c_void) -> Option<mlx5::clock::ClockInfo> {
+    let f = lib()?.get_clock_info?;
+    let mut c = ffi::mlx5dv_clock_info::default();
+    // SAFETY: live mlx5 context (caller contract); `c` is the struct the function fills.
+    if unsafe { f(ctx, &mut c) } != 0 {
+        return None;
+    }
+    Some(mlx5::clock::ClockInfo {
+        nsec: c.nsec,
+        last_cycles: c.last_cycles,
+        frac: c.frac,
+        mult: c.mult,
+        shift: c.shift,
+        mask: c.mask,
+    })
+}
+
+/// Whether an mlx5 device stamps completions in real time (`mlx5dv_query_device`'s
+/// `MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`); false when the library cannot tell.
+///
+/// # Safety
+/// `ctx` must be a live `ibv_context` of an mlx5 device.
+pub unsafe fn real_time_stamps(ctx: *mut c_void) -> bool {
+    // SAFETY: the caller's contract.
+    let Some(buf) = (unsafe { query_device(ctx, 0) }) else {
+        return false;
+    };
+    // SAFETY: the buffer starts with the struct's head, 8-aligned, written by the library.
+    let out = unsafe { *buf.as_ptr().cast::<ffi::mlx5dv_context>() };
+    out.flags & ffi::MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS != 0
 }
 
 /// `mlx5dv_query_device` asking for the members `mask` names: the struct as the library

@@ -195,6 +195,15 @@ pub enum Error {
         /// The compressing CQ.
         cqn: u32,
     },
+    /// Completion timestamps ([`CqOptions::timestamps`](crate::CqOptions::timestamps),
+    /// [`Cq::poll_timed`](crate::Cq::poll_timed), [`Device::clock`](crate::Device::clock))
+    /// where they cannot be had: `why` says which rule refused them (a device without a
+    /// completion clock, such as rxe; CQE compression, whose mini-CQEs carry no timestamp;
+    /// `ibv_poll_cq`, which reads none; a CQ created without them).
+    Timestamps {
+        /// What refused them.
+        why: &'static str,
+    },
     /// The QP takes its receives from a shared receive queue: post them to the
     /// [`Srq`](crate::Srq) (`Qp::post_recv` on such a QP).
     SrqQp {
@@ -379,6 +388,7 @@ impl fmt::Display for Error {
                 "CQE compression with {format} on {cqe_size}-byte CQEs: only the direct path \
                  of an mlx5 device (or the software NIC) decodes compressed CQEs"
             ),
+            Error::Timestamps { why } => write!(f, "completion timestamps: {why}"),
             Error::CompressedUdReceives { cqn } => write!(
                 f,
                 "UD receives on CQ {cqn}, which compresses its entries: a ConnectX's mini-CQEs \

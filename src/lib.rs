@@ -190,6 +190,7 @@ mod async_cq;
 mod async_event;
 mod backend;
 mod caps;
+mod clock;
 pub mod cm;
 mod completion;
 pub mod connect;
@@ -234,6 +235,7 @@ mod verbs;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use async_cq::AsyncCq;
+pub use clock::{NicTime, TimestampFormat};
 pub use completion::{Completion, WcOpcode, WcStatus};
 pub use direct::DoorbellMode;
 pub use error::{Capability, Error, QueueUnit, Refused, Result, VerbsError};
@@ -259,6 +261,6 @@ pub use resources::{
     AddressHandle, AhAttr, GlobalRoute, McastGroup, UdEndpoint, UdOptions, UdQp, DEFAULT_HOP_LIMIT,
     MULTICAST_QPN, QKEY_PRIVILEGED, RDMA_UDP_QKEY,
 };
-pub use verbs::device::OdpCaps;
+pub use verbs::device::{ClockCaps, OdpCaps};
 pub use verbs::ex::VerbsApi;
 pub use verbs::objects::Timing;

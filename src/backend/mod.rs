@@ -15,6 +15,7 @@
 //! ([`Dev::same`]), and the backends answer a pair of objects of different backends with
 //! [`other_device`].
 
+mod clock;
 pub(crate) mod cq;
 mod memory;
 pub(crate) mod qp;

@@ -26,6 +26,8 @@ pub(crate) struct CqSpec<'a> {
     pub(crate) entries: u32,
     pub(crate) cqe_size: u32,
     pub(crate) zip: Option<MiniCqeFormat>,
+    /// Completion timestamps asked for (never with `zip`: the façade refuses the pair).
+    pub(crate) timestamps: bool,
     /// The channel's rdma-core source, when the CQ's events go to a channel.
     pub(crate) channel: Option<&'a ChannelSource>,
 }
@@ -33,13 +35,16 @@ pub(crate) struct CqSpec<'a> {
 /// How a CQ is polled.
 pub(crate) enum CqRings {
     /// The direct path, over the CQ's ring: `promised` entries the device guarantees (shared
-    /// out among the queues), compressed sessions when `compressed`.
+    /// out among the queues), compressed sessions when `compressed`, CQEs stamped in
+    /// `stamps` when timestamps were asked for.
     Direct {
         raw: mlx5::RawCq,
         promised: u32,
         compressed: bool,
+        stamps: Option<mlx5::clock::TimestampFormat>,
     },
-    /// The verbs path, over rdma-core's CQ.
+    /// The verbs path, over rdma-core's CQ (its wall-clock reader set when timestamps
+    /// were asked for).
     Verbs(Arc<verbs::objects::Cq>),
 }
 

@@ -19,7 +19,10 @@ use std::sync::Arc;
 
 #[cfg(feature = "internals")]
 pub mod harness;
+mod sink;
 mod unzip;
+
+pub(crate) use sink::{Sink, Stamped};
 
 /// A completion queue on the direct path.
 ///
@@ -357,7 +360,14 @@ impl CompletionQueue {
     /// next entry's owner byte.
     #[inline(always)]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
-        if !self.is_mine(self.op_own()) || out.is_empty() {
+        self.poll_into(out)
+    }
+
+    /// [`CompletionQueue::poll`] into any [`Sink`] (a timed poll's keeps the CQEs'
+    /// timestamps too).
+    #[inline(always)]
+    pub(crate) fn poll_into<S: Sink + ?Sized>(&mut self, out: &mut S) -> usize {
+        if !self.is_mine(self.op_own()) || out.room() == 0 {
             return 0;
         }
         self.poll_some(out)
@@ -370,7 +380,7 @@ impl CompletionQueue {
     /// [`CompletionQueue::poll_general`] (tail calls, so this function needs no stack
     /// frame).
     #[inline(never)]
-    fn poll_some(&mut self, out: &mut [Completion]) -> usize {
+    fn poll_some<S: Sink + ?Sized>(&mut self, out: &mut S) -> usize {
         if self.registry.gen.load(Ordering::Acquire) != self.fast_gen {
             return self.poll_general(out, 0);
         }
@@ -387,7 +397,7 @@ impl CompletionQueue {
         let sq = unsafe { &*self.last_sq };
         let mut n = 0;
         let end = self.take_send(sq, cqe, qpn, out, &mut n);
-        if n < out.len() && self.is_mine(self.op_own()) {
+        if n < out.room() && self.is_mine(self.op_own()) {
             return self.poll_burst(out, n, end);
         }
         // The device learns that the entry is consumed before the queue may reuse what it
@@ -403,7 +413,7 @@ impl CompletionQueue {
     /// without the search; anything else, and the entries after it, go to
     /// [`CompletionQueue::poll_general`].
     #[inline(never)]
-    fn poll_recv(&mut self, out: &mut [Completion]) -> usize {
+    fn poll_recv<S: Sink + ?Sized>(&mut self, out: &mut S) -> usize {
         // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
         // read before `publish_ci` (here or in `poll_general`).
         let cqe = unsafe { self.entry() };
@@ -427,22 +437,26 @@ impl CompletionQueue {
             Some(data) => unsafe { t.copy_done(wqe, data) },
             None => self.recv_status(cqe, t, wqe, byte_len),
         };
-        out[0] = Completion {
-            cookie: rq.get(wqe),
-            opcode: WcOpcode::Recv,
-            byte_len,
-            qpn: self.last_rqpn,
-            status,
-            // UD: the sender's QP and the GRH bit (zero for RC).
-            src_qp: cqe.src_qpn(),
-            grh: cqe.grh_present(),
-            ..Completion::default()
-        };
+        out.put(
+            0,
+            Completion {
+                cookie: rq.get(wqe),
+                opcode: WcOpcode::Recv,
+                byte_len,
+                qpn: self.last_rqpn,
+                status,
+                // UD: the sender's QP and the GRH bit (zero for RC).
+                src_qp: cqe.src_qpn(),
+                grh: cqe.grh_present(),
+                ..Completion::default()
+            },
+            S::stamp(cqe),
+        );
         // The device learns that the entry is consumed before the queue may reuse what it
         // held (CQ accounting, `cq_share`).
         self.publish_ci();
         rq.retire(wqe.wrapping_add(1));
-        if out.len() > 1 && self.is_mine(self.op_own()) {
+        if out.room() > 1 && self.is_mine(self.op_own()) {
             return self.poll_general(out, 1);
         }
         1
@@ -466,7 +480,7 @@ impl CompletionQueue {
     /// (the last covers the ones before it: one send queue, completing in order); anything
     /// else goes on in [`CompletionQueue::poll_general`].
     #[inline(never)]
-    fn poll_burst(&mut self, out: &mut [Completion], mut n: usize, mut end: u16) -> usize {
+    fn poll_burst<S: Sink + ?Sized>(&mut self, out: &mut S, mut n: usize, mut end: u16) -> usize {
         // SAFETY: as in `poll_some`: `last_qpn` and `last_sq` do not change here.
         let sq = unsafe { &*self.last_sq };
         // The registry's generation, held in a register for the loop: the registry is an
@@ -474,7 +488,7 @@ impl CompletionQueue {
         let gen: *const AtomicU32 = &self.registry.gen;
         let fast_gen = self.fast_gen;
         let mut other = false;
-        while n < out.len() && self.is_mine(self.op_own()) {
+        while n < out.room() && self.is_mine(self.op_own()) {
             // The queue list may have changed since the poll began (a QP destroyed, its
             // number given to a new QP whose entry this may be): loaded after the entry's
             // owner byte, the generation says so, and the general path refreshes first.
@@ -516,12 +530,12 @@ impl CompletionQueue {
     /// The completion of the send WQE `cqe` names (into `out[*n]` if it reports one);
     /// returns the position the send queue is done up to once the entry is consumed.
     #[inline(always)]
-    fn take_send(
+    fn take_send<S: Sink + ?Sized>(
         &self,
         sq: &Shadow<SendEntry>,
         cqe: &Cqe64,
         qpn: u32,
-        out: &mut [Completion],
+        out: &mut S,
         n: &mut usize,
     ) -> u16 {
         let wqe = cqe.wqe_counter.get();
@@ -529,13 +543,17 @@ impl CompletionQueue {
         // (a release store) only after it was read: the poster may reuse it from then on.
         let e = unsafe { sq.entry(wqe) };
         if e.report {
-            out[*n] = Completion {
-                cookie: e.cookie,
-                opcode: e.opcode,
-                byte_len: e.byte_len,
-                qpn,
-                ..Completion::default()
-            };
+            out.put(
+                *n,
+                Completion {
+                    cookie: e.cookie,
+                    opcode: e.opcode,
+                    byte_len: e.byte_len,
+                    qpn,
+                    ..Completion::default()
+                },
+                S::stamp(cqe),
+            );
             *n += 1;
         }
         wqe.wrapping_add(e.bbs)
@@ -544,10 +562,10 @@ impl CompletionQueue {
     /// Every kind of entry, from the one at the consumer index (which is software's) on;
     /// `n` completions are already in `out`.
     #[inline(never)]
-    fn poll_general(&mut self, out: &mut [Completion], mut n: usize) -> usize {
+    fn poll_general<S: Sink + ?Sized>(&mut self, out: &mut S, mut n: usize) -> usize {
         // Entries of dropped QPs: free again once the ring is seen empty after this read.
         let orphans = self.registry.slots.orphan_mark();
-        while n < out.len() {
+        while n < out.room() {
             if !self.is_mine(self.op_own()) {
                 if orphans != 0 {
                     self.registry.slots.drained(orphans);
@@ -586,12 +604,14 @@ impl CompletionQueue {
             }
             self.advance();
             let c = self.complete(cqe, cqe.op_own >> 4);
+            // Read while the entry is software's (nothing for a plain poll).
+            let stamp = S::stamp(cqe);
             // The device learns that the entry is consumed before the queue may reuse what
             // it held (CQ accounting, `cq_share`): the retirement comes after.
             self.publish_ci();
             self.later.take().apply();
             if let Some(c) = c {
-                out[n] = c;
+                out.put(n, c, stamp);
                 n += 1;
             }
         }

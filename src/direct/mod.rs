@@ -20,6 +20,7 @@ mod ud;
 #[cfg(feature = "internals")]
 pub use cq::harness;
 pub use cq::CompletionQueue;
+pub(crate) use cq::Stamped;
 pub use register::DoorbellMode;
 pub use rq::RecvQueue;
 pub use sq::{Batch, SendQueue, FAST_INLINE_MAX};

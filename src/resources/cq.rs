@@ -4,8 +4,9 @@ use super::channel::{CompletionChannel, Notify};
 use super::events::Subject;
 use super::{CqOptions, Device};
 use crate::backend::{self, CqRings, CqSpec};
+use crate::clock::TimestampFormat;
 use crate::completion::Completion;
-use crate::direct::CompletionQueue;
+use crate::direct::{CompletionQueue, Stamped};
 use crate::error::{Error, Result};
 use crate::queue::registry::Registry;
 use crate::verbs::cq::VerbsCompletionQueue;
@@ -125,6 +126,18 @@ pub struct Cq {
     pub(crate) dev: Device,
     /// The UAR page the direct path arms through (null when it has none).
     cq_uar: *mut u8,
+    /// What a timed poll's stamps are (None: created without timestamps).
+    stamps: Option<Stamps>,
+}
+
+/// What a timed poll's stamps are before they are nanoseconds.
+#[derive(Copy, Clone, Debug)]
+enum Stamps {
+    /// The direct path: the CQEs' own, in this format.
+    Cqe(TimestampFormat),
+    /// The verbs path: nanoseconds already (`ibv_wc_read_completion_wallclock_ns` of a
+    /// free-running clock).
+    Ns,
 }
 
 // SAFETY: `cq_uar` is the CQ's doorbell page, written only by `arm` (through `&mut self`);
@@ -151,11 +164,19 @@ impl Cq {
                 max,
             });
         }
+        if opts.timestamps && opts.zip.is_some() {
+            // A mini-CQE has no room for one (`mlx5_mini_cqe8`): the completions of a
+            // session would all carry the title's time, or none.
+            return Err(Error::Timestamps {
+                why: "with CQE compression: a mini-CQE carries no timestamp",
+            });
+        }
         let chan = opts.channel.as_ref();
         let spec = CqSpec {
             entries: opts.entries,
             cqe_size: opts.cqe_size,
             zip: opts.zip,
+            timestamps: opts.timestamps,
             channel: chan.map(|c| &c.inner.source),
         };
         let (kind, rings, cqn) = dev.backend.create_cq(&spec)?;
@@ -173,12 +194,15 @@ impl Cq {
             }
             None => None,
         };
+        let stamps;
         let (poller, capacity, cq_uar) = match rings {
             CqRings::Direct {
                 raw,
                 promised,
                 compressed,
+                stamps: format,
             } => {
+                stamps = format.map(Stamps::Cqe);
                 // SAFETY: the ring and record belong to the CQ `kind` owns, which the handle
                 // keeps alive after the poller (field order of Cq); nobody else polls it
                 // (rdma-core is never asked to).
@@ -190,6 +214,15 @@ impl Cq {
                 (Poller::Direct(p), raw.cqe_cnt, raw.cq_uar)
             }
             CqRings::Verbs(cq) => {
+                // rdma-core converts free-running stamps (`mlx5dv_ts_to_ns`) but hands
+                // real-time ones over as the CQE has them (commit 0c40d5351, "Avoid
+                // translation from free running to real time").
+                stamps = opts
+                    .timestamps
+                    .then(|| match dev.backend.real_time_stamps() {
+                        true => Stamps::Cqe(TimestampFormat::RealTime),
+                        false => Stamps::Ns,
+                    });
                 let capacity = cq.capacity();
                 (
                     Poller::Verbs(VerbsCompletionQueue::new(cq)),
@@ -214,6 +247,7 @@ impl Cq {
             capacity,
             dev: dev.clone(),
             cq_uar,
+            stamps,
         })
     }
 
@@ -260,6 +294,76 @@ impl Cq {
             Poller::Direct(p) => p.poll(out),
             Poller::Verbs(p) => poll_verbs(p, out),
         }
+    }
+
+    /// Polls as [`Cq::poll`] does, and writes beside each completion when the NIC wrote
+    /// it: `times[i]` for `out[i]`, in nanoseconds of the NIC's clock (the kernel's
+    /// timecounter over the free-running counter, as `mlx5dv_ts_to_ns` converts it with
+    /// the clock-info page read again at each call that returns completions, as rdma-core
+    /// reads it at each `ibv_start_poll`; or real time on a device that stamps so: see
+    /// [`Device::clock`](super::Device::clock)). None for an error completion, whose CQE
+    /// holds its syndromes where the timestamp would be. Polls at most as many as the
+    /// shorter slice holds. The CQ must be created with
+    /// [`CqOptions::timestamps`](super::CqOptions::timestamps).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+    /// use blueflame::{Access, Completion, CqOptions, Device, PostFlags, PostSend, QpCaps};
+    /// let dev = Device::sim();
+    /// let pd = dev.alloc_pd()?;
+    /// let mut cq = dev.create_cq_with(&CqOptions::new(16).timestamps())?;
+    /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
+    /// qp.connect(qp.endpoint()?)?;
+    /// let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    /// let before = dev.clock()?.ns;
+    /// qp.write_inline(&[1], mr.remote(0)?, 7, PostFlags::SIGNALED)?;
+    /// let (mut out, mut times) = ([Completion::default(); 4], [None; 4]);
+    /// let mut n = 0;
+    /// while n == 0 {
+    ///     dev.process();
+    ///     n = cq.poll_timed(&mut out, &mut times)?;
+    /// }
+    /// let at = times[0].expect("a success carries its time");
+    /// assert!(at >= before && at <= dev.clock()?.ns);
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sim"))] fn main() {}
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Timestamps`] for a CQ created without timestamps.
+    pub fn poll_timed(
+        &mut self,
+        out: &mut [Completion],
+        times: &mut [Option<u64>],
+    ) -> Result<usize> {
+        let Some(stamps) = self.stamps else {
+            return Err(Error::Timestamps {
+                why: "the CQ was created without CqOptions::timestamps",
+            });
+        };
+        let room = out.len().min(times.len());
+        let (out, times) = (&mut out[..room], &mut times[..room]);
+        let n = match &mut self.poller {
+            Poller::Direct(p) => p.poll_into(&mut Stamped { out, times }),
+            Poller::Verbs(p) => p.poll_timed(out, times),
+        };
+        match stamps {
+            Stamps::Ns => {}
+            Stamps::Cqe(TimestampFormat::RealTime) => {
+                for t in times[..n].iter_mut().flatten() {
+                    *t = mlx5::clock::real_time_to_ns(*t);
+                }
+            }
+            Stamps::Cqe(TimestampFormat::FreeRunning) if n > 0 => {
+                // Checked at creation; a page that went away meanwhile leaves no time.
+                let info = self.dev.backend.clock_info();
+                for t in times[..n].iter_mut() {
+                    *t = info.zip(*t).map(|(i, ts)| i.ts_to_ns(ts));
+                }
+            }
+            Stamps::Cqe(TimestampFormat::FreeRunning) => {}
+        }
+        Ok(n)
     }
 
     /// Polls until `n` completions have arrived or `spins` empty polls in a row; returns

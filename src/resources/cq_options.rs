@@ -22,6 +22,7 @@ pub struct CqOptions {
     pub(crate) cqe_size: u32,
     pub(crate) channel: Option<CompletionChannel>,
     pub(crate) zip: Option<mlx5::MiniCqeFormat>,
+    pub(crate) timestamps: bool,
 }
 
 impl CqOptions {
@@ -32,6 +33,7 @@ impl CqOptions {
             cqe_size: 64,
             channel: None,
             zip: None,
+            timestamps: false,
         }
     }
 
@@ -65,6 +67,21 @@ impl CqOptions {
     /// or nothing decodes compressed entries (a device that is not mlx5, or the verbs path).
     pub fn compression(mut self, format: mlx5::MiniCqeFormat) -> CqOptions {
         self.zip = Some(format);
+        self
+    }
+
+    /// Completion timestamps: [`Cq::poll_timed`](super::Cq::poll_timed) gives, beside
+    /// each completion, when the NIC wrote it, in nanoseconds of the NIC's clock (the
+    /// README's "Hardware timestamps" section says which clock on which device). The plain
+    /// [`Cq::poll`](super::Cq::poll) costs the same either way.
+    ///
+    /// [`Device::create_cq_with`](super::Device::create_cq_with) then fails with
+    /// [`Error::Timestamps`](crate::Error::Timestamps) where the device has no completion
+    /// clock (rxe, siw: `completion_timestamp_mask` 0), with
+    /// [`compression`](CqOptions::compression) (a mini-CQE carries no timestamp), and on
+    /// the verbs path with `BLUEFLAME_VERBS_API=legacy` (`ibv_poll_cq` reads none).
+    pub fn timestamps(mut self) -> CqOptions {
+        self.timestamps = true;
         self
     }
 }

@@ -2,6 +2,7 @@
 
 use super::{Cq, MemoryRegion};
 use crate::backend::{self, Dev};
+use crate::clock::NicTime;
 use crate::data_path::DataPath;
 use crate::error::{Capability, Error, Refused, Result};
 use crate::verbs;
@@ -175,6 +176,29 @@ impl Device {
     /// `ibv_create_comp_channel`.
     pub fn create_channel(&self) -> Result<super::CompletionChannel> {
         super::CompletionChannel::new(self)
+    }
+
+    /// The NIC's clock now: its free-running counter and that counter in nanoseconds on the
+    /// clock [`Cq::poll_timed`](super::Cq::poll_timed) reports in (see [`NicTime`]). Not a
+    /// hot-path call: on rdma-core it reads the counter with `ibv_query_rt_values_ex`.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sim")] fn main() -> blueflame::Result<()> {
+    /// let dev = blueflame::Device::sim();
+    /// let a = dev.clock()?;
+    /// let b = dev.clock()?;
+    /// assert!(b.ns >= a.ns && b.cycles >= a.cycles);
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sim"))] fn main() {}
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Timestamps`] on a device that stamps no completion (rxe, siw), on an
+    /// rdma-core device other than mlx5 (no clock-info page converts its counter), and on
+    /// an mlx5 device that stamps in real time (its clock is the PTP hardware clock);
+    /// [`Error::Verbs`] from `ibv_query_rt_values_ex`.
+    pub fn clock(&self) -> Result<NicTime> {
+        self.backend.clock()
     }
 
     /// What the device reports of CQE compression (`mlx5dv_query_device`'s

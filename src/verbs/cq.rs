@@ -257,6 +257,48 @@ impl VerbsCompletionQueue {
         n
     }
 
+    /// A timed poll: up to `out.len()` completions (`times` as long), one per
+    /// `ibv_start_poll` / `ibv_end_poll` pair, each success's time read with
+    /// `ibv_wc_read_completion_wallclock_ns` (rdma-core converts it: the clock-info page it
+    /// read at `ibv_start_poll`, or real time); None for an error completion. 0 on a CQ
+    /// without the extended operations (creation refuses timestamps there).
+    pub(crate) fn poll_timed(
+        &mut self,
+        out: &mut [Completion],
+        times: &mut [Option<u64>],
+    ) -> usize {
+        if self.registry.gen.load(Ordering::Acquire) != self.gen {
+            self.refresh();
+        }
+        let orphans = self.slots.orphan_mark();
+        let Some(ops) = self.ops else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < out.len().min(times.len()) {
+            // SAFETY: live CQ, polled only through this poller (`&mut self`).
+            if !unsafe { ops.start() } {
+                if orphans != 0 {
+                    self.slots.drained(orphans);
+                }
+                break;
+            }
+            // SAFETY: a completion is current until `end`.
+            let keep = self.complete(&unsafe { ops.current() }, &mut out[n]);
+            if keep {
+                // SAFETY: as above; the CQ was created with the wall-clock flag.
+                times[n] = out[n]
+                    .is_ok()
+                    .then(|| unsafe { ops.wallclock_ns() })
+                    .flatten();
+            }
+            // SAFETY: start succeeded; ended once.
+            unsafe { ops.end() };
+            n += keep as usize;
+        }
+        n
+    }
+
     #[cold]
     fn refresh(&mut self) {
         if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {

@@ -78,6 +78,26 @@ pub struct DeviceAttrs {
     /// On-demand paging (`ibv_query_device_ex`, `odp_caps`; none when the device does not
     /// answer the extended query).
     pub odp: OdpCaps,
+    /// The completion clock (`ibv_query_device_ex`; none when the device does not answer
+    /// the extended query).
+    pub clock: ClockCaps,
+}
+
+/// A device's completion clock: `ibv_query_device_ex`'s `hca_core_clock` and
+/// `completion_timestamp_mask` (both 0 on a device that stamps no completion, such as rxe).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct ClockCaps {
+    /// The free-running counter's frequency in kHz.
+    pub khz: u64,
+    /// The bits of a completion timestamp that count.
+    pub mask: u64,
+}
+
+impl ClockCaps {
+    /// Whether the device stamps completions.
+    pub fn present(&self) -> bool {
+        self.khz != 0 && self.mask != 0
+    }
 }
 
 /// What a device's on-demand paging does: `ibv_query_device_ex`'s `odp_caps` (the software
@@ -370,8 +390,10 @@ impl Context {
         if rc != 0 {
             return Err(super::code("ibv_query_device", rc));
         }
+        let (odp, clock) = self.ex_attrs();
         Ok(DeviceAttrs {
-            odp: self.odp_caps(),
+            odp,
+            clock,
             atomic: a.atomic_cap != ffi::ibv_atomic_cap::IBV_ATOMIC_NONE,
             max_qp_rd_atom: a.max_qp_rd_atom.clamp(0, 255) as u8,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom.clamp(0, 255) as u8,
@@ -379,9 +401,9 @@ impl Context {
         })
     }
 
-    /// On-demand paging capabilities (`ibv_query_device_ex`); none when the extended query
-    /// fails (a provider without it).
-    pub fn odp_caps(&self) -> OdpCaps {
+    /// On-demand paging capabilities and the completion clock (`ibv_query_device_ex`); none
+    /// when the extended query fails (a provider without it).
+    fn ex_attrs(&self) -> (OdpCaps, ClockCaps) {
         // SAFETY: zeroed plain-data structs are valid input and output (rdma-core reads
         // `comp_mask` 0 from the input; rdma-sys's wrapper does not clear the output).
         let (input, mut out): (ffi::ibv_query_device_ex_input, ffi::ibv_device_attr_ex) =
@@ -389,15 +411,20 @@ impl Context {
         // SAFETY: live context; pointers to the two structs above.
         let rc = unsafe { super::ex::query_device_ex(self.ctx, &input, &mut out) };
         if rc != 0 {
-            return OdpCaps::default();
+            return Default::default();
         }
-        OdpCaps {
+        let odp = OdpCaps {
             general: out.odp_caps.general_caps,
             rc: out.odp_caps.per_transport_caps.rc_odp_caps,
             ud: out.odp_caps.per_transport_caps.ud_odp_caps,
             // Not in verbs: the mlx5 device's own query fills it (`crate::dv::dc_odp_caps`).
             dc: 0,
-        }
+        };
+        let clock = ClockCaps {
+            khz: out.hca_core_clock,
+            mask: out.completion_timestamp_mask,
+        };
+        (odp, clock)
     }
 
     /// The GID at `index` of `port`.
@@ -471,6 +498,7 @@ mod tests {
             max_qp_init_rd_atom: 16,
             rxe: false,
             odp: Default::default(),
+            clock: Default::default(),
         };
         let mlx5 = a.atomic_caps(true);
         assert!(mlx5.standard && !mlx5.masked && !mlx5.reply8_be && mlx5.reply4_be);

@@ -32,5 +32,6 @@ mod direct_shared_cq;
 mod direct_shared_register;
 mod direct_srq;
 mod direct_teardown;
+mod direct_timestamps;
 mod direct_unsignaled;
 mod smoke;

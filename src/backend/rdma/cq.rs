@@ -8,6 +8,7 @@ use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::verbs;
 use crate::verbs::ex::ApiChoice;
+use mlx5::clock::TimestampFormat;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -30,6 +31,13 @@ pub(crate) fn create_cq(
         ));
     }
     let ch = spec.channel.and_then(|c| c.clone());
+    if spec.timestamps && !r.attrs.clock.present() {
+        return Err(Error::Timestamps {
+            why: "the device has no completion clock (completion_timestamp_mask or \
+                  hca_core_clock 0)",
+        });
+    }
+    use rdma_sys::ibv_create_cq_wc_flags as W;
     if r.path != DataPath::Direct {
         if let Some(format) = zip {
             return Err(Error::CqeCompression {
@@ -41,18 +49,69 @@ pub(crate) fn create_cq(
         let id = verbs_cq_id();
         // `BLUEFLAME_VERBS_API`, read when the CQ is created.
         let api = ApiChoice::current()?;
+        // rdma-core converts the stamps itself (`ibv_wc_read_completion_wallclock_ns`: the
+        // clock-info page, refreshed at each `ibv_start_poll`, or real time).
+        let extra = if spec.timestamps {
+            if api == ApiChoice::Legacy {
+                return Err(Error::Timestamps {
+                    why: "BLUEFLAME_VERBS_API=legacy: ibv_poll_cq reads no timestamp",
+                });
+            }
+            W::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK.0 as u64
+        } else {
+            0
+        };
         let cq = Arc::new(verbs::objects::Cq::with_channel(
             r.ctx.clone(),
             entries,
             ch,
             id as usize,
             api,
+            extra,
         )?);
+        if spec.timestamps && !cq.poll_ops.is_some_and(|o| o.has_wallclock()) {
+            return Err(Error::Timestamps {
+                why: "the provider has no ibv_wc_read_completion_wallclock_ns",
+            });
+        }
         return Ok((cq.clone(), CqRings::Verbs(cq), id));
     }
-    // mlx5: poll the CQ's ring directly (rdma-core never polls it: a classic CQ).
+    // mlx5: poll the CQ's ring directly (rdma-core never polls it: a classic CQ, or an
+    // extended one when it asks for timestamps, which decide the QPs' `ts_format` in the
+    // kernel: free-running, or real time on a device that stamps so when wall-clock times
+    // are asked for).
+    // rdma-core asks the kernel for real-time stamps (`MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS`)
+    // only for wall-clock times without raw ones (`create_cq`).
+    let stamps = match spec.timestamps {
+        false => None,
+        true if r.real_time() => Some(TimestampFormat::RealTime),
+        true => {
+            // SAFETY: as above.
+            if unsafe { crate::dv::clock_info(r.ctx.ctx.cast()) }.is_none() {
+                return Err(Error::Timestamps {
+                    why: "no clock-info page to convert the free-running clock \
+                          (mlx5dv_get_clock_info failed)",
+                });
+            }
+            Some(TimestampFormat::FreeRunning)
+        }
+    };
+    let extra = match stamps {
+        None => 0,
+        Some(TimestampFormat::FreeRunning) => W::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.0 as u64,
+        Some(TimestampFormat::RealTime) => {
+            W::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK.0 as u64
+        }
+    };
     let cq = Arc::new(match zip {
-        None => verbs::objects::Cq::with_channel(r.ctx.clone(), entries, ch, 0, ApiChoice::Legacy)?,
+        None => verbs::objects::Cq::with_channel(
+            r.ctx.clone(),
+            entries,
+            ch,
+            0,
+            ApiChoice::Legacy,
+            extra,
+        )?,
         Some(format) => {
             // rdma-core's test (`create_cq`) before asking, so that the error says what the
             // device supports.
@@ -97,6 +156,7 @@ pub(crate) fn create_cq(
         raw,
         promised,
         compressed: zip.is_some(),
+        stamps,
     };
     Ok((cq, rings, cqn))
 }

@@ -153,6 +153,12 @@ impl RdmaDev {
         })
     }
 
+    /// Whether the device stamps completions in real time (mlx5 only).
+    pub(crate) fn real_time(&self) -> bool {
+        // SAFETY: a live context of an mlx5 device.
+        self.mlx5 && unsafe { crate::dv::real_time_stamps(self.ctx.ctx.cast()) }
+    }
+
     /// `rdma-core device rxe0 (port 1, GID index Some(1))`.
     pub(super) fn describe(&self) -> String {
         format!(

@@ -297,6 +297,12 @@ pub(super) fn create_cq(
     spec: &crate::backend::spec::CqSpec<'_>,
 ) -> Result<(Cq, crate::backend::spec::CqRings, u32)> {
     let cnt = spec.entries.max(2).next_power_of_two();
+    let clock = n.hw_clock();
+    if spec.timestamps && clock.khz == 0 {
+        return Err(crate::Error::Timestamps {
+            why: "the device has no completion clock (hca_core_clock 0)",
+        });
+    }
     let raw = match spec.zip {
         Some(f) => n.create_cq_compressed(cnt, spec.cqe_size, f)?,
         None => n.create_cq(cnt, spec.cqe_size)?,
@@ -308,6 +314,7 @@ pub(super) fn create_cq(
     let rings = crate::backend::spec::CqRings::Direct {
         promised: raw.cqe_cnt,
         compressed: spec.zip.is_some(),
+        stamps: spec.timestamps.then_some(clock.format),
         raw,
     };
     Ok((cq, rings, raw.cqn))

@@ -25,7 +25,7 @@
 //!
 //! Nothing is expanded into a copy: each mini-CQE is read where it lies.
 
-use super::{CompletionQueue, ZipRetire, FORMAT_MASK};
+use super::{CompletionQueue, Sink, ZipRetire, FORMAT_MASK};
 use crate::completion::{Completion, WcOpcode};
 use core::sync::atomic::{AtomicU8, Ordering};
 use mlx5::cqe::{
@@ -39,18 +39,24 @@ impl CompletionQueue {
     /// software's and read after its owner byte (`CompletionQueue::entry`).
     #[cold]
     #[inline(never)]
-    pub(super) fn unzip(&mut self, title: &Cqe64, out: &mut [Completion], mut n: usize) -> usize {
+    pub(super) fn unzip<S: Sink + ?Sized>(
+        &mut self,
+        title: &Cqe64,
+        out: &mut S,
+        mut n: usize,
+    ) -> usize {
         let len = title.session_len();
         if !(2..=self.cnt).contains(&len) {
             // No device writes such a title (a session takes at least the title and one
             // array, and fits the ring): one entry, reported, never a success.
             self.advance();
             self.publish_ci();
-            out[n] = Completion {
+            let c = Completion {
                 qpn: title.qpn(),
                 status: WcStatus::GeneralErr,
                 ..Completion::default()
             };
+            out.put(n, c, S::unstamped());
             return n + 1;
         }
         // Also for a session read in part: its QP may have been dropped meanwhile and its
@@ -65,7 +71,7 @@ impl CompletionQueue {
         let mut j = self.zip_at;
         let mut retire = core::mem::take(&mut self.zip_retire);
         let q = self.find(qpn);
-        while j < len && n < out.len() {
+        while j < len && n < out.room() {
             // SAFETY: the title is software's and `j < len`: the mini-CQE lies in a slot of
             // the session, written before the title's owner byte, which was read first; the
             // consumer index is not published past it before the session ends.
@@ -83,7 +89,7 @@ impl CompletionQueue {
                             r => *r = ZipRetire::Send(sq.clone(), end),
                         }
                         if e.report {
-                            out[n] = Completion {
+                            let c = Completion {
                                 cookie: e.cookie,
                                 opcode: e.opcode,
                                 // rdma-core `handle_good_req`: a read reports the CQE's byte
@@ -96,6 +102,7 @@ impl CompletionQueue {
                                 qpn,
                                 ..Completion::default()
                             };
+                            out.put(n, c, S::unstamped());
                         }
                         e.report
                     }
@@ -119,7 +126,7 @@ impl CompletionQueue {
                             ZipRetire::Recv(_, at) => *at = wqe.wrapping_add(1),
                             r => *r = ZipRetire::Recv(rq.clone(), wqe.wrapping_add(1)),
                         }
-                        out[n] = Completion {
+                        let c = Completion {
                             cookie: rq.get(wqe),
                             opcode: if op == CqeOpcode::RespWrImm {
                                 WcOpcode::RecvRdmaWithImm
@@ -135,17 +142,19 @@ impl CompletionQueue {
                             grh,
                             ..Completion::default()
                         };
+                        out.put(n, c, S::unstamped());
                         true
                     }
                     None => false,
                 }
             } else {
                 // Errors are never compressed, nor is anything else: report, never drop.
-                out[n] = Completion {
+                let c = Completion {
                     qpn,
                     status: WcStatus::GeneralErr,
                     ..Completion::default()
                 };
+                out.put(n, c, S::unstamped());
                 true
             };
             j += 1;

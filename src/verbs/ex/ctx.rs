@@ -184,6 +184,32 @@ pub(crate) unsafe fn advise_mr(
     }
 }
 
+/// `ibv_query_rt_values_ex` of verbs.h (see [`ctx_op!`]; rdma-sys's never finds the op)
+/// asking for the raw clock: the device's free-running counter (`raw_clock.tv_nsec`, as
+/// rdma-core's providers fill it), or the errno value.
+///
+/// # Safety
+/// `ctx` is a live context.
+pub(crate) unsafe fn query_raw_clock(ctx: *mut ffi::ibv_context) -> Result<u64, c_int> {
+    // SAFETY: a zeroed ibv_values_ex is valid (only `comp_mask` is an input).
+    let mut v: ffi::ibv_values_ex = unsafe { std::mem::zeroed() };
+    v.comp_mask = ffi::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0;
+    // SAFETY: the caller's contract; `v` is valid for the call.
+    let rc = unsafe {
+        match ctx_op!(ctx, query_rt_values) {
+            Some(f) => f(ctx, &mut v),
+            None => libc::EOPNOTSUPP,
+        }
+    };
+    if rc != 0 {
+        return Err(rc);
+    }
+    if v.comp_mask & ffi::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0 == 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(v.raw_clock.tv_nsec as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,9 @@ pub(crate) struct PollOps {
     qp_num: unsafe extern "C" fn(Cx) -> u32,
     src_qp: unsafe extern "C" fn(Cx) -> u32,
     wc_flags: unsafe extern "C" fn(Cx) -> c_uint,
+    /// `ibv_wc_read_completion_wallclock_ns`, when the provider has it (it is meaningful
+    /// only on a CQ created with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`).
+    wallclock: Option<unsafe extern "C" fn(Cx) -> u64>,
 }
 
 impl PollOps {
@@ -52,6 +55,7 @@ impl PollOps {
             qp_num: c.read_qp_num?,
             src_qp: c.read_src_qp?,
             wc_flags: c.read_wc_flags?,
+            wallclock: c.read_completion_wallclock_ns,
         })
     }
 
@@ -75,6 +79,23 @@ impl PollOps {
     pub(crate) unsafe fn end(&self) {
         // SAFETY: the caller's contract.
         unsafe { (self.end)(self.cqx) }
+    }
+
+    /// Whether the provider reads wall-clock completion times.
+    pub(crate) fn has_wallclock(&self) -> bool {
+        self.wallclock.is_some()
+    }
+
+    /// `ibv_wc_read_completion_wallclock_ns` of the current completion (None when the
+    /// provider has no such reader).
+    ///
+    /// # Safety
+    /// As [`PollOps::current`]; the CQ was created with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+    #[inline]
+    pub(crate) unsafe fn wallclock_ns(&self) -> Option<u64> {
+        // SAFETY: the caller's contract.
+        self.wallclock.map(|f| unsafe { f(self.cqx) })
     }
 
     /// The current completion, read through the accessors.

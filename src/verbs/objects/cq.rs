@@ -35,34 +35,41 @@ impl Cq {
     /// (Only `internals`' plain calls make CQs this way; the backends take `with_channel`.)
     #[cfg(feature = "internals")]
     pub fn new(ctx: Arc<Context>, entries: u32, api: ApiChoice) -> crate::error::Result<Cq> {
-        Cq::with_channel(ctx, entries, None, 0, api)
+        Cq::with_channel(ctx, entries, None, 0, api, 0)
     }
 
     /// A CQ of at least `entries` entries whose events go to `channel` with `context` as
     /// their `cq_context`; with `ibv_create_cq_ex` (polled with `ibv_start_poll`) when `api`
-    /// wants it and the provider has it.
+    /// wants it and the provider has it. `wc_extra`: `ibv_create_cq_wc_flags` asked for
+    /// besides the poller's (the completion timestamps); with any, only `ibv_create_cq_ex`
+    /// will do.
     ///
     /// # Errors
     /// The `ibv_create_cq` error; [`crate::Error::Unsupported`] when `api` requires the
-    /// extended CQ and the provider refuses it.
+    /// extended CQ and the provider refuses it; [`crate::Error::Verbs`] from
+    /// `ibv_create_cq_ex` when `wc_extra` is refused.
     pub fn with_channel(
         ctx: Arc<Context>,
         entries: u32,
         channel: Option<Arc<CompChannel>>,
         context: usize,
         api: ApiChoice,
+        wc_extra: u64,
     ) -> crate::error::Result<Cq> {
         let ch = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.ch);
-        if api.wants_extended() {
+        if api.wants_extended() || wc_extra != 0 {
             // SAFETY: a zeroed attribute is valid (vector 0, no optional field).
             let mut attr: ffi::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
             attr.cqe = entries;
             attr.cq_context = context as *mut _;
             attr.channel = ch;
-            attr.wc_flags = wc_flags();
+            attr.wc_flags = wc_flags() | wc_extra;
             // SAFETY: live context; `ch` is null or a live channel of it (kept alive by the
             // CQ); `attr` is valid for the call.
             let cqx = unsafe { create_cq_ex(ctx.ctx, &mut attr) };
+            if cqx.is_null() && wc_extra != 0 {
+                return Err(crate::error::Error::Verbs(last("ibv_create_cq_ex")));
+            }
             if !cqx.is_null() {
                 // SAFETY: created just above; the ops are used while the Cq lives.
                 match unsafe { PollOps::of(cqx) } {
@@ -80,6 +87,11 @@ impl Cq {
                         ffi::ibv_destroy_cq(cqx.cast());
                     },
                 }
+            }
+            if wc_extra != 0 {
+                return Err(crate::error::Error::Timestamps {
+                    why: "the provider's extended CQ lacks a polling operation",
+                });
             }
             api.unavailable("BLUEFLAME_VERBS_API=extended: the provider has no ibv_create_cq_ex")?;
         }
