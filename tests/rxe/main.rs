@@ -26,6 +26,7 @@ mod rxe_retry;
 mod rxe_spec;
 #[cfg(feature = "sim")]
 mod rxe_srq;
+mod rxe_timestamps;
 mod rxe_ud;
 mod rxe_verbs;
 #[cfg(feature = "sim")]

@@ -3,6 +3,7 @@
 //! completion is polled. A write is seen by the change of its last byte; a write with
 //! immediate and a send by a receive completion (which event mode sleeps for).
 
+use crate::hwts::{Split, Summary};
 use crate::opts::{Atomic, Opts};
 use crate::setup::{sync, Setup, Side};
 use crate::stats::Clock;
@@ -87,14 +88,15 @@ fn post_recv(s: &mut Side, size: usize, cookie: u64) -> Result<()> {
 }
 
 /// Waits for the next receive (a send, or a write with immediate carrying `tag`); send
-/// completions (moderation) are skipped by the poller.
-fn wait_recv(s: &mut Side, tag: u8) -> Result<()> {
+/// completions (moderation) are skipped by the poller. Returns the NIC's time of the
+/// receive (`--hw-timestamps`; None otherwise).
+fn wait_recv(s: &mut Side, tag: u8) -> Result<Option<u64>> {
     use blueflame::WcOpcode;
     loop {
-        let c = s.next_completion()?;
+        let (c, at) = s.next_completion_at()?;
         match c.opcode {
-            WcOpcode::Recv => return Ok(()),
-            WcOpcode::RecvRdmaWithImm if c.imm == Some(tag as u32) => return Ok(()),
+            WcOpcode::Recv => return Ok(at),
+            WcOpcode::RecvRdmaWithImm if c.imm == Some(tag as u32) => return Ok(at),
             WcOpcode::RecvRdmaWithImm => {
                 eprintln!("bfperf: immediate {:?}, expected {tag}", c.imm);
                 std::process::exit(1);
@@ -123,7 +125,9 @@ fn respond(
         let tag = tag_of(i);
         match kind {
             Lat::Write => s.wait_byte(size - 1, tag)?,
-            Lat::Send | Lat::WriteImm => wait_recv(&mut s, tag)?,
+            Lat::Send | Lat::WriteImm => {
+                wait_recv(&mut s, tag)?;
+            }
             _ => return Ok(()),
         }
         post_msg(&mut s, o, size, tag, kind, i as u64)?;
@@ -140,7 +144,12 @@ fn respond(
     Ok(())
 }
 
-/// The initiator: returns one sample per measured iteration, in nanoseconds.
+/// What the measuring side of a latency test returns: one sample per measured iteration
+/// (ns), and the split of `--hw-timestamps`.
+pub type LatResult = (Vec<f64>, Option<Summary>);
+
+/// The initiator: returns one sample per measured iteration, in nanoseconds, and the
+/// `--hw-timestamps` split of the measured ones.
 ///
 /// Timed as perftest times (`tposted[scnt] = get_cycles()` before each post, the samples
 /// the differences of consecutive stamps, halved for a ping-pong): one TSC read per
@@ -149,11 +158,15 @@ fn respond(
 /// (post, wait for the echo or the completion) and, for sends, the replenished receive,
 /// posted while the message travels (perftest posts it between the receive and its
 /// reply).
-fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> Result<Vec<f64>> {
+fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> Result<LatResult> {
     let total = o.warmup + o.iters;
     // One stamp per iteration and one after the last.
     let mut stamps: Vec<u64> = Vec::with_capacity(total + 1);
     let clock = Clock::new();
+    let mut split = match o.hw_ts {
+        true => Some(Split::new(&s.dev, clock, o.iters)?),
+        false => None,
+    };
     if kind.receives() {
         for i in 0..64.min(total) {
             post_recv(s, size, i as u64)?;
@@ -169,26 +182,38 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
     let atomic_sge = s.mr.sge(size, 8)?;
     for i in 0..total {
         let tag = tag_of(i);
-        stamps.push(clock.now());
-        match kind {
+        let posted = clock.now();
+        stamps.push(posted);
+        // When the post returned (`--hw-timestamps` only), and the NIC's time of the
+        // completion that ends the iteration.
+        let mut rung = 0;
+        let mut ring = |split: &Option<Split>| {
+            if split.is_some() {
+                rung = clock.now();
+            }
+        };
+        let at = match kind {
             Lat::Write => {
                 post_msg(s, o, size, tag, kind, i as u64)?;
                 s.wait_byte(size - 1, tag)?;
                 if i % 64 == 63 {
                     s.drain_errors();
                 }
+                None
             }
             Lat::Send | Lat::WriteImm => {
                 post_msg(s, o, size, tag, kind, i as u64)?;
+                ring(&split);
                 // Replenished while the message travels (64 receives are posted ahead).
                 if i + 64 < total {
                     post_recv(s, size, (i + 64) as u64)?;
                 }
-                wait_recv(s, tag)?;
+                wait_recv(s, tag)?
             }
             Lat::Read => {
                 s.qp.read(&read_sge, peer, i as u64, PostFlags::SIGNALED)?;
-                s.next_completion()?;
+                ring(&split);
+                s.next_completion_at()?.1
             }
             Lat::Atomic(a) => {
                 match a {
@@ -204,13 +229,18 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
                         PostFlags::SIGNALED,
                     )?,
                 }
-                s.next_completion()?;
+                ring(&split);
+                s.next_completion_at()?.1
             }
+        };
+        if let Some(sp) = split.as_mut().filter(|_| i >= o.warmup) {
+            sp.add(posted, rung, at, clock.now());
         }
     }
     stamps.push(clock.now());
     let half = !matches!(kind, Lat::Read | Lat::Atomic(_));
-    Ok(samples_of(&stamps, o.warmup, clock, half))
+    let split = split.map(|sp| sp.finish(&s.dev)).transpose()?;
+    Ok((samples_of(&stamps, o.warmup, clock, half), split))
 }
 
 /// The samples (ns) of per-iteration stamps (`stamps[i]` at the start of iteration `i`, one
@@ -224,16 +254,24 @@ fn samples_of(stamps: &[u64], warmup: usize, clock: Clock, half: bool) -> Vec<f6
         .collect()
 }
 
-/// Waits until side `x` received message `i` (tag `tag`), re-posting its receive.
-fn arrive(x: &mut Side, kind: Lat, size: usize, tag: u8, i: usize, total: usize) -> Result<()> {
+/// Waits until side `x` received message `i` (tag `tag`), re-posting its receive; the
+/// NIC's time of the receive (`--hw-timestamps`).
+fn arrive(
+    x: &mut Side,
+    kind: Lat,
+    size: usize,
+    tag: u8,
+    i: usize,
+    total: usize,
+) -> Result<Option<u64>> {
     if kind.receives() {
-        wait_recv(x, tag)?;
+        let at = wait_recv(x, tag)?;
         if i + 64 < total {
             post_recv(x, size, (i + 64) as u64)?;
         }
-        Ok(())
+        Ok(at)
     } else {
-        x.wait_byte(size - 1, tag)
+        x.wait_byte(size - 1, tag).map(|()| None)
     }
 }
 
@@ -245,7 +283,7 @@ fn pingpong_one_thread(
     o: &Opts,
     kind: Lat,
     size: usize,
-) -> Result<Vec<f64>> {
+) -> Result<LatResult> {
     let total = o.warmup + o.iters;
     if kind.receives() {
         for i in 0..64.min(total) {
@@ -255,24 +293,34 @@ fn pingpong_one_thread(
     }
     let mut samples = Vec::with_capacity(o.iters);
     let clock = Clock::new();
+    let mut split = match o.hw_ts {
+        true => Some(Split::new(&a.dev, clock, o.iters)?),
+        false => None,
+    };
     for i in 0..total {
         let tag = tag_of(i);
         let t0 = clock.now();
         post_msg(a, o, size, tag, kind, i as u64)?;
+        let rung = if split.is_some() { clock.now() } else { 0 };
         arrive(b, kind, size, tag, i, total)?;
         post_msg(b, o, size, tag, kind, i as u64)?;
-        arrive(a, kind, size, tag, i, total)?;
+        let at = arrive(a, kind, size, tag, i, total)?;
+        let done = clock.now();
         a.drain_errors();
         b.drain_errors();
         if i >= o.warmup {
-            samples.push(clock.ns(t0, clock.now()) / 2.0);
+            samples.push(clock.ns(t0, done) / 2.0);
+            if let Some(sp) = split.as_mut() {
+                sp.add(t0, rung, at, done);
+            }
         }
     }
-    Ok(samples)
+    let split = split.map(|sp| sp.finish(&a.dev)).transpose()?;
+    Ok((samples, split))
 }
 
 /// Runs one latency test of `size` bytes; the samples (ns) on the side that measures.
-pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<Vec<f64>>> {
+pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<LatResult>> {
     let total = o.warmup + o.iters;
     let passive = matches!(kind, Lat::Read | Lat::Atomic(_));
     match setup {

@@ -9,6 +9,7 @@
 mod bw;
 mod csv;
 mod hist;
+mod hwts;
 mod lat;
 mod opts;
 mod plot;
@@ -211,8 +212,15 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         let s = setup::setup(o, &dev, test_name, size)?;
         match t {
             Test::Lat(kind, name) => {
-                if let Some(samples) = lat::run(o, kind, s, size)? {
+                if let Some((samples, split)) = lat::run(o, kind, s, size)? {
                     report_lat(&t, o, name, size, samples, csv.as_mut(), &progress)?;
+                    if let Some(sp) = split {
+                        if o.json {
+                            println!("{}", sp.json(&name.replace('-', "_"), size));
+                        } else {
+                            println!("{}", sp.line());
+                        }
+                    }
                 }
             }
             Test::Bw(kind, name) => {

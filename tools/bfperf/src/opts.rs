@@ -60,6 +60,8 @@ pub struct Opts {
     pub srq: bool,
     /// perftest's `--odp`: buffers registered with on-demand paging.
     pub odp: bool,
+    /// `--hw-timestamps`: latency round trips split by the NIC's completion timestamps.
+    pub hw_ts: bool,
     /// perftest's `-D`: run for this many seconds instead of `--iters` (bandwidth tests).
     pub duration: Option<u64>,
     /// perftest's `--run_infinitely`: a bandwidth test that runs until killed, printing a
@@ -129,6 +131,7 @@ impl Default for Opts {
             cqe_zip: None,
             srq: false,
             odp: false,
+            hw_ts: false,
             duration: None,
             run_infinitely: false,
             margin: None,
@@ -172,6 +175,12 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           of what completed in it (perftest's --run_infinitely; no peak)
       --odp               buffers registered with on-demand paging (perftest's --odp; refused,
                           typed, where the device has none)
+      --hw-timestamps     latency tests: split each round trip by the NIC's completion
+                          timestamps into post (host), NIC+wire (doorbell to the NIC's stamp
+                          of the completion that ends it) and poll (host), printed after the
+                          row (a JSON line with --json); send-lat, read-lat, atomic-lat,
+                          write-lat --write-with-imm; refused, typed, where the device has no
+                          completion clock (rxe)
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -277,6 +286,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-e" | "--events" => o.events = true,
             "--srq" => o.srq = true,
             "--odp" => o.odp = true,
+            "--hw-timestamps" | "--hw_timestamps" => o.hw_ts = true,
             "-D" | "--duration" => o.duration = Some(num(a, val(a)?)?),
             "-f" | "--margin" => o.margin = Some(num(a, val(a)?)?),
             "--run_infinitely" | "--run-infinitely" => o.run_infinitely = true,
@@ -424,6 +434,24 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             "--cqe-zip is an option of the bandwidth tests (a latency test has one completion \
              outstanding: nothing to compress), not {name}"
         ));
+    }
+    if o.hw_ts {
+        let why = if !name.ends_with("-lat") {
+            Some("it splits a latency test's round trip")
+        } else if name == "write-lat" && !o.write_imm {
+            Some("write-lat sees the echo in memory, with no completion to stamp: add --write-with-imm")
+        } else if o.events {
+            Some("a completion waited for on the channel carries no time: poll (no --events)")
+        } else if o.connection == Connection::Ud {
+            Some("-c ud: RC only")
+        } else if o.device == "sim-stepped" {
+            Some("the stepped NIC's clock stands still while it works: use --device sim")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("--hw-timestamps with {name}: {why}"));
+        }
     }
     if o.events && o.device == "sim-stepped" {
         return Err(

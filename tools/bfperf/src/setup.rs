@@ -24,6 +24,8 @@ pub struct Side {
     pub pause: bool,
     /// Event mode: completions are waited for on the CQ's completion channel.
     pub events: bool,
+    /// `--hw-timestamps`: the CQ stamps completions, polled with `Cq::poll_timed`.
+    pub timed: bool,
     /// `--srq`: the shared receive queue the QP takes its receives from.
     pub srq: Option<Srq>,
 }
@@ -102,6 +104,9 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
     if let Some(format) = o.cqe_zip {
         opts = opts.compression(format);
     }
+    if o.hw_ts {
+        opts = opts.timestamps();
+    }
     let cq = dev.create_cq_with(&opts)?;
     // With --srq the receives go to a shared receive queue of the same depth, on the same
     // CQ (perftest --srq: one SRQ the QP takes its receives from).
@@ -174,6 +179,7 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
             events: o.events,
+            timed: o.hw_ts,
             srq: srqa,
         };
         return Ok(if o.server {
@@ -199,6 +205,7 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
             events: o.events,
+            timed: o.hw_ts,
             srq: srqa,
         },
         Side {
@@ -210,6 +217,7 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             msg: Box::new([0; 1024]),
             pause: dev.nic().is_some(),
             events: o.events,
+            timed: o.hw_ts,
             srq: srqb,
         },
     ))
@@ -359,6 +367,9 @@ impl Side {
     /// of `Cq::poll` alone, as perftest's `do { ne = ibv_poll_cq(cq, 1, &wc); } while
     /// (ne == 0)` (with the stepped software NIC run between polls).
     pub fn next_completion(&mut self) -> Result<Completion> {
+        if self.timed {
+            return self.next_completion_at().map(|(c, _)| c);
+        }
         let mut out = [Completion::default(); 1];
         if self.events {
             while self.cq.wait(&mut out, None)? != 1 {}
@@ -380,6 +391,29 @@ impl Side {
             std::process::exit(1);
         }
         Ok(c)
+    }
+
+    /// [`Side::next_completion`] with the NIC's time of it (`--hw-timestamps`: the CQ
+    /// stamps completions; None otherwise).
+    pub fn next_completion_at(&mut self) -> Result<(Completion, Option<u64>)> {
+        if !self.timed {
+            return self.next_completion().map(|c| (c, None));
+        }
+        let (mut out, mut at) = ([Completion::default(); 1], [None; 1]);
+        loop {
+            if self.pause {
+                self.dev.process();
+            }
+            if self.cq.poll_timed(&mut out, &mut at)? == 1 {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if !out[0].is_ok() {
+            eprintln!("bfperf: completion failed: {:?}", out[0]);
+            std::process::exit(1);
+        }
+        Ok((out[0], at[0]))
     }
 
     /// Reclaims ring space (moderation completions are not reported); any reported

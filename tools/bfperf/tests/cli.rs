@@ -263,3 +263,61 @@ fn run_infinitely_prints_a_row_every_period_until_killed() {
     let out = bfperf(&["send-lat", "-d", "sim", "--run_infinitely"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// `--hw-timestamps`: each latency test that ends its round trip with a completion splits
+/// it by the NIC's stamps (the software NIC's device clock), the three parts adding up to
+/// the round trip (the JSON line's medians to about the table's, halved for a ping-pong);
+/// refused where there is no completion to stamp or no clock that moves.
+#[test]
+fn hw_timestamps_split_the_round_trip() {
+    for (test, half) in [
+        (&["send-lat"][..], true),
+        (&["write-lat", "--write-with-imm"][..], true),
+        (&["read-lat"][..], false),
+        (&["atomic-lat"][..], false),
+    ] {
+        let mut args = test.to_vec();
+        args.extend_from_slice(&[
+            "-d",
+            "sim",
+            "-n",
+            "400",
+            "--warmup",
+            "20",
+            "--hw-timestamps",
+        ]);
+        let table = bfperf(&args);
+        assert!(table.status.success(), "{args:?}: {table:?}");
+        let text = String::from_utf8_lossy(&table.stdout);
+        assert!(text.contains(" hw timestamps  : post "), "{text}");
+        args.push("--json");
+        let out = bfperf(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = |k: &str| -> f64 {
+            let (_, rest) = text.split_once(&format!("\"{k}\":")).expect(k);
+            rest.split([',', '}']).next().unwrap().parse().expect(k)
+        };
+        let (post, wire, poll) = (field("post_ns"), field("nic_wire_ns"), field("poll_ns"));
+        assert_eq!(field("iterations"), 400.0, "{text}");
+        assert!(post > 0.0 && wire > 0.0 && poll > 0.0, "{text}");
+        // Each round trip's parts add up to it exactly (`hwts`' unit test); their medians
+        // come to about the median round trip (the table's is halved for a ping-pong).
+        let round = field("t_typical_us") * 1000.0 * if half { 2.0 } else { 1.0 };
+        let sum = post + wire + poll;
+        assert!(
+            (0.5..2.0).contains(&(sum / round)),
+            "{args:?}: {post} + {wire} + {poll} vs {round}: {text}"
+        );
+    }
+    for refused in [
+        &["write-lat", "-d", "sim", "--hw-timestamps"][..],
+        &["send-bw", "-d", "sim", "--hw-timestamps"][..],
+        &["send-lat", "-d", "sim-stepped", "--hw-timestamps"][..],
+        &["send-lat", "-d", "sim", "-e", "--hw-timestamps"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--hw-timestamps with"));
+    }
+}
