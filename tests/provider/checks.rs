@@ -26,7 +26,70 @@ pub fn all() -> Vec<Case> {
         check("write_pingpong_both_ways", pingpong),
         check("what_the_model_lacks_is_refused_typed", refused_typed),
         check("srq_page_faults_as_rdma_core_handles_them", srq_page_faults),
+        check("completion_timestamps_through_rdma_core", timestamps),
     ]
+}
+
+/// Completion timestamps as a ConnectX user gets them: rdma-core's provider creates the CQ
+/// (`ibv_create_cq_ex` with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, the kernel's
+/// `IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION`), the crate polls its ring and converts each
+/// stamp with the clock-info page `mlx5dv_get_clock_info` copies out of the kernel's
+/// mapping; `Device::clock` reads the counter page through `ibv_query_rt_values_ex`. Each
+/// write's time lies between the device's clock read before it was posted and after its
+/// completion was polled; the compressed pair is refused typed.
+fn timestamps(dev: &Device) -> Result<(), String> {
+    use std::time::{Duration, Instant};
+    let e = |e: Error| e.to_string();
+    let pd = dev.alloc_pd().map_err(e)?;
+    let mut cq = dev
+        .create_cq_with(&CqOptions::new(64).timestamps())
+        .map_err(e)?;
+    let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+    let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+    let (ea, eb) = (a.endpoint().map_err(e)?, b.endpoint().map_err(e)?);
+    a.connect(eb).map_err(e)?;
+    b.connect(ea).map_err(e)?;
+    let mr = pd
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .map_err(e)?;
+    let mut last = 0;
+    for i in 0..20u64 {
+        let before = dev.clock().map_err(e)?;
+        if before.format != TimestampFormat::FreeRunning || before.ns < last {
+            return Err(format!("clock {before:?} after {last}"));
+        }
+        a.write_inline(
+            &[i as u8],
+            mr.remote(i as usize).map_err(e)?,
+            i,
+            PostFlags::SIGNALED,
+        )
+        .map_err(e)?;
+        let (mut out, mut times) = ([Completion::default(); 2], [None; 2]);
+        let t = Instant::now();
+        while cq.poll_timed(&mut out, &mut times).map_err(e)? == 0 {
+            if t.elapsed() > Duration::from_secs(20) {
+                return Err(format!("write {i} never completed"));
+            }
+        }
+        let after = dev.clock().map_err(e)?;
+        let at = times[0].ok_or(format!("no time for {:?}", out[0]))?;
+        if out[0].cookie != i || !(before.ns <= at && at <= after.ns) {
+            return Err(format!(
+                "{:?} at {at}: not within {before:?} .. {after:?}",
+                out[0]
+            ));
+        }
+        last = at;
+    }
+    match dev.create_cq_with(
+        &CqOptions::new(8)
+            .timestamps()
+            .compression(MiniCqeFormat::Hash),
+    ) {
+        Err(Error::Timestamps { .. }) => Ok(()),
+        other => Err(format!("timestamps with compression: {other:?}")),
+    }
 }
 
 /// What one run of [`srq_page_fault_run`] showed: (cookie, status, byte count) of each

@@ -3,6 +3,12 @@
 
 use crate::clock::{ns_to_real_time, ClockInfo, TimestampFormat};
 
+/// Who publishes the NIC's clock to drivers the way a kernel does (its counter page, which
+/// `ibv_query_rt_values_ex` reads, and its clock-info page, which `mlx5dv_get_clock_info`
+/// reads): called with the counter and the page after each pass of the NIC and each change
+/// of its time or clock ([`NicView::set_clock_hook`](super::NicView::set_clock_hook)).
+pub type ClockHook = Box<dyn Fn(u64, Option<ClockInfo>) + Send>;
+
 /// The NIC's device clock ([`Nic::set_hw_clock`](super::Nic::set_hw_clock)).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct HwClock {

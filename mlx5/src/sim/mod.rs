@@ -95,7 +95,7 @@ pub use clock::{ack_timeout_ns, rnr_timer_ns, QpTiming};
 pub use error::SimError;
 pub use event::AsyncEvent;
 pub use host::{HostCq, HostQp, HostSrq};
-pub use hw_clock::HwClock;
+pub use hw_clock::{ClockHook, HwClock};
 pub use mem::MemoryCaps;
 pub use nic::{Nic, NicView};
 pub use nic_mem::MrInfo;

@@ -15,7 +15,17 @@ impl NicView {
     /// Sets the device clock (before the QPs whose CQEs should carry it run: a driver reads
     /// the frequency and the format once).
     pub fn set_hw_clock(&self, clock: HwClock) {
-        self.st().hw_clock = clock;
+        let mut st = self.st();
+        st.hw_clock = clock;
+        st.publish_clock();
+    }
+
+    /// Publishes the clock through `hook` from now on (a kernel model's pages), told at
+    /// once; None stops it.
+    pub fn set_clock_hook(&self, hook: Option<super::ClockHook>) {
+        let mut st = self.st();
+        st.clock_hook = hook;
+        st.publish_clock();
     }
 
     /// The free-running counter now (`hca_core_clock` read through `ibv_query_rt_values_ex`);
@@ -51,5 +61,6 @@ impl NicView {
         let mut st = self.st();
         let t = st.clock.now().saturating_add(ns);
         st.clock.advance_to(t);
+        st.publish_clock();
     }
 }

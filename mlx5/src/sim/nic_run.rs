@@ -26,6 +26,7 @@ impl State {
         if !self.threaded {
             self.end_pass();
         }
+        self.publish_clock();
         n
     }
 

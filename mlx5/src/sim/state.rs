@@ -48,6 +48,9 @@ pub(crate) struct State {
     pub(crate) replay: bool,
     /// The port's UD side: its MTU and multicast groups.
     pub(crate) port: Port,
+    /// Who publishes the device clock (a kernel's counter and clock-info pages), told
+    /// after each pass and each change of time or clock.
+    pub(crate) clock_hook: Option<super::ClockHook>,
 }
 
 /// The longest compressed session of a software NIC by default (its `cqe_comp_caps.max_num`;
@@ -77,9 +80,30 @@ impl Default for Limits {
 }
 
 impl State {
-    /// The timestamp of a CQE written now (0 when the NIC has no clock).
+    /// The timestamp of a CQE written now (0 when the NIC has no clock). The clock is
+    /// published first: a driver that reads the counter after it saw the CQE reads a later
+    /// time, as it would from a ConnectX's live counter.
     pub(crate) fn stamp(&self) -> Be64 {
-        Be64::new(self.hw_clock.stamp_at(self.clock.now()))
+        let now = self.clock.now();
+        self.publish_clock_at(now);
+        Be64::new(self.hw_clock.stamp_at(now))
+    }
+
+    /// Tells the clock hook, if any, the counter and the clock-info page now.
+    pub(crate) fn publish_clock(&self) {
+        if self.clock_hook.is_some() {
+            self.publish_clock_at(self.clock.now());
+        }
+    }
+
+    /// Tells the clock hook, if any, the counter and the clock-info page at `now`.
+    fn publish_clock_at(&self, now: u64) {
+        if let Some(h) = &self.clock_hook {
+            let c = self.hw_clock;
+            if c.khz != 0 {
+                h(c.cycles_at(now), c.clock_info_at(now));
+            }
+        }
     }
 
     /// A NIC with no resources, holding at most `limits` objects of each kind (each clamped
@@ -113,6 +137,7 @@ impl State {
             order: OrderMode::default(),
             replay: false,
             port: Port::default(),
+            clock_hook: None,
         }
     }
 }

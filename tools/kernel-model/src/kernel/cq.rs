@@ -33,8 +33,9 @@ pub(super) unsafe fn create_comp_channel(f: &mut File, call: &mut Call<'_>) -> R
     unsafe { call.respond::<_, ()>(&ib_uverbs_create_comp_channel_resp { fd: fd as u32 }, None) }
 }
 
-/// `CREATE_CQ` and `EX_CREATE_CQ` (no extended flags: completion timestamps and the like
-/// are not modelled).
+/// `CREATE_CQ` and `EX_CREATE_CQ`; of the extended flags (`check_cq_create_flags`) only
+/// `IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION`, where the NIC has a clock (it stamps every
+/// CQE; `IGNORE_OVERRUN` is not modelled).
 ///
 /// # Safety
 /// As [`super::command`]'s calls.
@@ -43,7 +44,8 @@ pub(super) unsafe fn create_cq(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> 
     unsafe {
         let (spec, udata) = if call.ex {
             let (c, udata) = call.request::<ib_uverbs_ex_create_cq>();
-            if c.flags != 0 {
+            let stamps = IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION;
+            if c.flags & !stamps != 0 || (c.flags & stamps != 0 && nic.hw_clock().khz == 0) {
                 return Err(libc::EOPNOTSUPP);
             }
             ((c.cqe, c.comp_channel, c.user_handle), udata)
@@ -71,7 +73,15 @@ unsafe fn create_cq_with(
     use abi::*;
     // SAFETY: a plain ABI struct.
     let u: mlx5_ib_create_cq = unsafe { crate::cmd::read(udata) };
-    if udata.len() < core::mem::size_of::<mlx5_ib_create_cq>() || u.flags != 0 {
+    // MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS, where the context said real time (the NIC
+    // stamps every CQE in its format: the flag is checked, not acted on).
+    let rt = nic.hw_clock().format == mlx5::clock::TimestampFormat::RealTime;
+    let known = if rt {
+        MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS as u16
+    } else {
+        0
+    };
+    if udata.len() < core::mem::size_of::<mlx5_ib_create_cq>() || u.flags & !known != 0 {
         return Err(libc::EINVAL);
     }
     let entries = cqe

@@ -18,7 +18,11 @@ use mlx5::sim::{Nic, PORT_LID};
 ///
 /// # Safety
 /// As [`super::command`]'s calls.
-pub(super) unsafe fn get_context(f: &mut File, call: &mut Call<'_>) -> Result<(), c_int> {
+pub(super) unsafe fn get_context(
+    nic: &Nic,
+    f: &mut File,
+    call: &mut Call<'_>,
+) -> Result<(), c_int> {
     use abi::*;
     if f.has_context() {
         return Err(libc::EINVAL);
@@ -64,6 +68,24 @@ pub(super) unsafe fn get_context(f: &mut File, call: &mut Call<'_>) -> Result<()
         num_uars_per_page: 1,
         num_dyn_bfregs: DYN_BFREGS,
         ..Default::default()
+    };
+    // The device clock (`mlx5_ib_alloc_ucontext`): the counter page at offset 0 of its
+    // mapping, the clock-info page (version 1), real-time stamps where the NIC makes them.
+    let drv = if super::clock::offered(nic) {
+        let rt = nic.hw_clock().format == mlx5::clock::TimestampFormat::RealTime;
+        mlx5_ib_alloc_ucontext_resp {
+            comp_mask: MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET
+                | if rt {
+                    MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_REAL_TIME_TS
+                } else {
+                    0
+                },
+            hca_core_clock_offset: 0,
+            clock_info_versions: 1 << MLX5_IB_CLOCK_INFO_V1,
+            ..drv
+        }
+    } else {
+        drv
     };
     // SAFETY: the caller's contract.
     unsafe { call.respond(&resp, Some(&drv)) }
@@ -121,8 +143,9 @@ fn device_attr() -> abi::ib_uverbs_query_device_resp {
 
 /// `EX_QUERY_DEVICE`: the attributes; explicit on-demand paging as the NIC's memory caps
 /// say (`mlx5_ib_internal_fill_odp_caps`: RC send, receive, write, read, atomic and SRQ
-/// receive, UD send; no implicit ODP); no timestamps; the mlx5 part names CQE compression
-/// as the NIC offers it.
+/// receive, UD send; no implicit ODP); the completion clock as the NIC has it
+/// (`mlx5_ib_query_device`: `timestamp_mask` 2^63 - 1, `hca_core_clock` its kHz); the mlx5
+/// part names CQE compression as the NIC offers it.
 ///
 /// # Safety
 /// As [`super::command`]'s calls.
@@ -147,9 +170,12 @@ pub(super) unsafe fn query_device_ex(nic: &Nic, call: &mut Call<'_>) -> Result<(
     } else {
         ib_uverbs_odp_caps::default()
     };
+    let khz = nic.hw_clock().khz;
     let resp = ib_uverbs_ex_query_device_resp {
         device_cap_flags_ex: base.device_cap_flags as u64,
         odp_caps,
+        timestamp_mask: if khz != 0 { u64::MAX >> 1 } else { 0 },
+        hca_core_clock: khz as u64,
         base,
         response_length: core::mem::size_of::<ib_uverbs_ex_query_device_resp>() as u32,
         ..Default::default()

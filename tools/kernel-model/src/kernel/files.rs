@@ -69,12 +69,18 @@ pub(crate) fn mmap(fd: c_int, len: usize, off: libc::off_t) -> *mut libc::c_void
     }
     let pgoff = off as u64 / PAGE as u64;
     let cmd = (pgoff >> 8) & 0xff;
-    // MLX5_IB_MMAP_REGULAR_PAGE, _WC_PAGE, _NC_PAGE, _ALLOC_WC: UAR pages. The core clock
-    // and clock info pages are not offered (the context's comp_mask does not name them).
+    let mut k = kernel();
+    // MLX5_IB_MMAP_CORE_CLOCK and MLX5_IB_MMAP_CLOCK_INFO (index MLX5_IB_CLOCK_INFO_V1):
+    // the device clock's pages, read-only.
+    match (cmd, pgoff & 0xff) {
+        (5, 0) => return super::clock::map(&k.nic, 0),
+        (7, 0) => return super::clock::map(&k.nic, 1),
+        _ => {}
+    }
+    // MLX5_IB_MMAP_REGULAR_PAGE, _WC_PAGE, _NC_PAGE, _ALLOC_WC: UAR pages.
     if !matches!(cmd, 0 | 2 | 3 | 6) {
         return fail(libc::EINVAL);
     }
-    let mut k = kernel();
     let Some(f) = k.files.get_mut(&fd) else {
         return fail(libc::EBADF);
     };

@@ -8,9 +8,11 @@
 //!
 //! The files from the ground up: `limits` (what the device offers), `objects` (what a file
 //! holds), `state` (the NIC and the files, the event thread), then one file per kind of
-//! command: `files` (open, mmap, close), `device`, `memory`, `cq`, `srq`, `qp`, `modify`;
+//! command: `files` (open, mmap, close), `clock` (the device clock's pages), `device`,
+//! `memory`, `cq`, `srq`, `qp`, `modify`;
 //! this file dispatches the commands and answers [`crate::inspect`].
 
+mod clock;
 mod cq;
 mod device;
 mod files;
@@ -55,7 +57,7 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
     // pointers are the caller's, as write(2) on uverbs promises.
     unsafe {
         match (c.ex, c.op) {
-            (false, IB_USER_VERBS_CMD_GET_CONTEXT) => device::get_context(f, c),
+            (false, IB_USER_VERBS_CMD_GET_CONTEXT) => device::get_context(nic, f, c),
             (false, IB_USER_VERBS_CMD_QUERY_DEVICE) => device::query_device(c),
             (true, IB_USER_VERBS_EX_CMD_QUERY_DEVICE) => device::query_device_ex(nic, c),
             (false, IB_USER_VERBS_CMD_QUERY_PORT) => device::query_port(nic, c),
