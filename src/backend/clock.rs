@@ -28,6 +28,21 @@ impl Dev {
         }
     }
 
+    /// The device's completion clock.
+    pub(crate) fn clock_caps(&self) -> crate::verbs::device::ClockCaps {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => {
+                let khz = n.hw_clock().khz as u64;
+                crate::verbs::device::ClockCaps {
+                    khz,
+                    mask: if khz != 0 { u64::MAX >> 1 } else { 0 },
+                }
+            }
+            Dev::Rdma(r) => r.attrs.clock,
+        }
+    }
+
     /// Whether the device stamps completions in real time (an mlx5 device that reports
     /// `MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`, the software NIC set so).
     pub(crate) fn real_time_stamps(&self) -> bool {

@@ -178,6 +178,13 @@ impl Device {
         super::CompletionChannel::new(self)
     }
 
+    /// The device's completion clock (`ibv_query_device_ex`'s `hca_core_clock` and
+    /// `completion_timestamp_mask`, read when the device was opened; the software NIC's
+    /// [`HwClock`](mlx5::sim::HwClock)): absent (both 0) where completions carry no time.
+    pub fn clock_caps(&self) -> verbs::device::ClockCaps {
+        self.backend.clock_caps()
+    }
+
     /// The NIC's clock now: its free-running counter and that counter in nanoseconds on the
     /// clock [`Cq::poll_timed`](super::Cq::poll_timed) reports in (see [`NicTime`]). Not a
     /// hot-path call: on rdma-core it reads the counter with `ibv_query_rt_values_ex`.

@@ -279,6 +279,7 @@ fn refused_typed() {
         khz: 0,
         ..HwClock::default()
     });
+    assert!(!dev.clock_caps().present());
     let e = dev
         .create_cq_with(&CqOptions::new(8).timestamps())
         .unwrap_err();
@@ -286,6 +287,7 @@ fn refused_typed() {
     assert!(timestamps(dev.clock().unwrap_err()), "no clock to read");
     // With compression: a mini-CQE has no timestamp.
     let dev = Device::sim_stepped();
+    assert_eq!(dev.clock_caps().khz, 1_000_000);
     let opts = CqOptions::new(8)
         .timestamps()
         .compression(MiniCqeFormat::Hash);

@@ -18,6 +18,7 @@ fn timestamps_are_refused_where_the_device_has_no_clock() {
         Error::Timestamps { why } => println!("rxe refuses {what}: {why}"),
         e => panic!("{what}: {e:?}, not Error::Timestamps"),
     };
+    assert!(!dev.clock_caps().present(), "{:?}", dev.clock_caps());
     let e = dev
         .create_cq_with(&CqOptions::new(16).timestamps())
         .expect_err("a timestamping CQ on rxe");
