@@ -11,7 +11,8 @@
 //!   opcode says, an entry of that queue); a copy of data carried in a CQE lands inside the
 //!   receive's scatter list (the guard bytes around every list stay as written); the
 //!   consumer index only moves forward, one entry per completion at most, never past what
-//!   a session's title claims.
+//!   a session's title claims; a timed poll (`Cq::poll_timed`'s sink) stamps every success
+//!   of a plain CQ and writes nothing past its completions.
 //! - **sessions**: completions written once as compressed sessions (title, mini-CQE arrays
 //!   at `mini_array_slot`) and once as the same entries uncompressed, into two CQs:
 //!   promised, the same completions in the same order, and the same consumer index.
@@ -82,8 +83,24 @@ fn raw(r: &mut Input<'_>) {
     let mut out = [Completion::default(); 9];
     // Slots written so far (absolute), completions seen, the index last published.
     let (mut written, mut seen, mut ci) = (0u32, 0u64, 0u32);
-    let mut poll = |h: &mut PollHarness, room: usize, seen: &mut u64, ci: &mut u32| {
-        let n = h.poll(&mut out[..room]);
+    let mut times = [None; 9];
+    let mut poll = |h: &mut PollHarness, room: usize, timed: bool, seen: &mut u64, ci: &mut u32| {
+        let n = if timed {
+            // A timed poll (`Cq::poll_timed`): the same completions, and a stamp beside each
+            // but an error's (and a mini-CQE's); nothing past them written.
+            times = [Some(u64::MAX); 9];
+            let n = h.poll_timed(&mut out[..room], &mut times[..room]);
+            assert!(times[n..].iter().all(|t| *t == Some(u64::MAX)));
+            for (c, t) in out[..n].iter().zip(&times[..n]) {
+                assert!(
+                    compressed || t.is_some() || !c.is_ok(),
+                    "a success without its stamp: {c:?}"
+                );
+            }
+            n
+        } else {
+            h.poll(&mut out[..room])
+        };
         assert!(n <= room);
         for c in &out[..n] {
             check(c);
@@ -104,13 +121,19 @@ fn raw(r: &mut Input<'_>) {
     while !r.is_empty() {
         let op = r.u8();
         if op & 3 == 0 {
-            poll(&mut h, 1 + op as usize % 9, &mut seen, &mut ci);
+            poll(
+                &mut h,
+                1 + op as usize % 9,
+                op & 0x40 != 0,
+                &mut seen,
+                &mut ci,
+            );
             continue;
         }
         // The device writes no further than a ring ahead of the published index.
         written = written.max(ci);
         if written.wrapping_sub(ci) >= cnt {
-            poll(&mut h, 9, &mut seen, &mut ci);
+            poll(&mut h, 9, false, &mut seen, &mut ci);
             continue;
         }
         let mut cqe: [u8; 64] = r.array();
@@ -134,7 +157,7 @@ fn raw(r: &mut Input<'_>) {
     // Drain: polls until nothing comes twice.
     let mut idle = 0;
     for _ in 0..4 * cnt + 8 {
-        if poll(&mut h, 9, &mut seen, &mut ci) == 0 {
+        if poll(&mut h, 9, seen % 2 == 1, &mut seen, &mut ci) == 0 {
             idle += 1;
             if idle == 2 {
                 break;

@@ -191,6 +191,17 @@ impl PollHarness {
         self.cq.poll(out)
     }
 
+    /// Polls as a timed poll does (`Cq::poll_timed`): at most as many as the shorter slice
+    /// holds, each completion's raw CQE timestamp beside it (None for an error CQE's and a
+    /// mini-CQE's).
+    pub fn poll_timed(&mut self, out: &mut [Completion], times: &mut [Option<u64>]) -> usize {
+        let room = out.len().min(times.len());
+        self.cq.poll_into(&mut super::Stamped {
+            out: &mut out[..room],
+            times: &mut times[..room],
+        })
+    }
+
     /// The consumer index the poller published (the doorbell record).
     pub fn published(&self) -> u32 {
         // SAFETY: the poller writes the record only while it polls, which it does not now.
