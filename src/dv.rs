@@ -152,18 +152,9 @@ pub unsafe fn cqe_comp_caps(ctx: *mut c_void) -> Option<mlx5::CqeCompCaps> {
 pub unsafe fn clock_info(ctx: *mut c_void) -> Option<mlx5::clock::ClockInfo> {
     let f = lib()?.get_clock_info?;
     let mut c = ffi::mlx5dv_clock_info::default();
-    // SAFETY: live mlx5 context (caller contract); `c` is the struct the function fills.
-    if unsafe { f(ctx, &mut c) } != 0 {
-        return None;
-    }
-    Some(mlx5::clock::ClockInfo {
-        nsec: c.nsec,
-        last_cycles: c.last_cycles,
-        frac: c.frac,
-        mult: c.mult,
-        shift: c.shift,
-        mask: c.mask,
-    })
+    // SAFETY: live mlx5 context (caller contract); `c` is the struct the function fills
+    // (`ClockInfo` has its layout).
+    (unsafe { f(ctx, &mut c) } == 0).then_some(c)
 }
 
 /// Whether an mlx5 device stamps completions in real time (`mlx5dv_query_device`'s

@@ -34,7 +34,9 @@ pub enum TimestampFormat {
 /// The kernel's conversion of the free-running counter to nanoseconds, as its clock-info
 /// page publishes it (`struct mlx5_ib_clock_info`, `struct mlx5dv_clock_info`): at counter
 /// value `last_cycles` the time was `nsec` (plus `frac` / 2^`shift`), and each cycle is
-/// `mult` / 2^`shift` nanoseconds, over the counter's `mask` bits.
+/// `mult` / 2^`shift` nanoseconds, over the counter's `mask` bits. Laid out as
+/// `struct mlx5dv_clock_info`, which `mlx5dv_get_clock_info` fills.
+#[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct ClockInfo {
     /// Nanoseconds at `last_cycles`.

@@ -90,17 +90,8 @@ pub struct mlx5dv_context {
 }
 
 /// `struct mlx5dv_clock_info`: what `mlx5dv_get_clock_info` copies out of the kernel's
-/// clock-info page (see `mlx5::clock::ClockInfo`).
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default)]
-pub struct mlx5dv_clock_info {
-    pub nsec: u64,
-    pub last_cycles: u64,
-    pub frac: u64,
-    pub mult: u32,
-    pub shift: u32,
-    pub mask: u64,
-}
+/// clock-info page; `mlx5::clock::ClockInfo` has its layout (checked by `mlx5-hdrcheck`).
+pub use mlx5::clock::ClockInfo as mlx5dv_clock_info;
 
 /// `MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`: the device stamps completions in real time (a CQ
 /// that asks for wall-clock times gets them so).
