@@ -180,7 +180,7 @@ impl Device {
 
     /// The device's completion clock (`ibv_query_device_ex`'s `hca_core_clock` and
     /// `completion_timestamp_mask`, read when the device was opened; the software NIC's
-    /// [`HwClock`](mlx5::sim::HwClock)): absent (both 0) where completions carry no time.
+    /// `mlx5::sim::HwClock`): absent (both 0) where completions carry no time.
     pub fn clock_caps(&self) -> verbs::device::ClockCaps {
         self.backend.clock_caps()
     }

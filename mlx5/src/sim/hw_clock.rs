@@ -9,7 +9,7 @@ use crate::clock::{ns_to_real_time, ClockInfo, TimestampFormat};
 /// of its time or clock ([`NicView::set_clock_hook`](super::NicView::set_clock_hook)).
 pub type ClockHook = Box<dyn Fn(u64, Option<ClockInfo>) + Send>;
 
-/// The NIC's device clock ([`Nic::set_hw_clock`](super::Nic::set_hw_clock)).
+/// The NIC's device clock ([`NicView::set_hw_clock`](super::NicView::set_hw_clock)).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct HwClock {
     /// The free-running counter's frequency in kHz (`hca_core_clock`); 0: the NIC has no
