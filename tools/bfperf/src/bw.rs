@@ -476,6 +476,10 @@ pub fn run(
             sync(&mut stream)?;
             Ok(Some(r))
         }
+        // `setup` speaks perftest's exchange for latency tests only.
+        Setup::Perftest(..) => Err(blueflame::Error::Unsupported(
+            "a bandwidth test with a perftest peer",
+        )),
     }
 }
 

@@ -5,7 +5,8 @@
 
 use crate::hwts::{Split, Summary};
 use crate::opts::{Atomic, Opts};
-use crate::setup::{sync, Setup, Side};
+use crate::perftest::Test;
+use crate::setup::{sync, PerftestLink, Setup, Side};
 use crate::stats::Clock;
 use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
 use blueflame::{PostSend, QueuePair};
@@ -53,6 +54,19 @@ fn message<'a>(kind: Lat, remote: Remote, data: Payload<'a>, tag: u8) -> Request
 
 /// Posts this side's message of `size` bytes whose last byte is `tag`.
 fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, kind: Lat, cookie: u64) -> Result<()> {
+    post_msg_with(s, o, size, tag, kind, cookie, PostFlags::UNSIGNALED)
+}
+
+/// [`post_msg`] with `flags` (perftest's write ping-pong signals every write).
+fn post_msg_with(
+    s: &mut Side,
+    o: &Opts,
+    size: usize,
+    tag: u8,
+    kind: Lat,
+    cookie: u64,
+    flags: PostFlags,
+) -> Result<()> {
     // A write ping-pong polls only to reclaim the send queue (its writes are unsignaled; the
     // moderation completion of half a queue ago frees it): when the queue is full, poll until
     // it has room. A fixed drain period is not enough: on rxe the verbs QP of the default
@@ -69,7 +83,7 @@ fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, kind: Lat, cookie: u64
     if size <= o.inline as usize && size <= s.msg.len() {
         s.msg[size - 1] = tag;
         let req = message(kind, peer, Payload::Inline(&s.msg[..size]), tag);
-        s.qp.post(&req, cookie, PostFlags::UNSIGNALED)
+        s.qp.post(&req, cookie, flags)
     } else {
         s.mr.write(2 * size - 1, &[tag])?;
         let sge = [Sge {
@@ -78,7 +92,7 @@ fn post_msg(s: &mut Side, o: &Opts, size: usize, tag: u8, kind: Lat, cookie: u64
             lkey: s.mr.lkey(),
         }];
         let req = message(kind, peer, Payload::Sgl(&sge), tag);
-        s.qp.post(&req, cookie, PostFlags::UNSIGNALED)
+        s.qp.post(&req, cookie, flags)
     }
 }
 
@@ -361,7 +375,131 @@ pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<LatR
             sync(&mut stream)?;
             Ok(Some(r))
         }
+        Setup::Perftest(s, link) => {
+            crate::pin(o.pin);
+            against_perftest(s, link, o, kind, size)
+        }
     }
+}
+
+/// A latency test against perftest's program (`Setup::Perftest`), in perftest's loop:
+/// `-n` iterations in all (perftest has no warm-up), each side timing as perftest's
+/// `run_iter_lat_*` times (a stamp before each post; the samples the differences of
+/// consecutive stamps, halved for a ping-pong); the last address exchange once this side
+/// is ready (its receives posted), and perftest's close where its test has one.
+fn against_perftest(
+    mut s: Side,
+    mut link: PerftestLink,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+) -> Result<Option<LatResult>> {
+    let failed = |why: String| {
+        eprintln!("bfperf: {why}");
+        blueflame::Error::InvalidParameter {
+            what: "exchange with a perftest peer (see the line above)",
+            value: 0,
+        }
+    };
+    let o = Opts {
+        warmup: 0,
+        ..o.clone()
+    };
+    let mine = link.mine;
+    let r = match link.test {
+        Test::Read => {
+            link.wire.hand_shake(&mine).map_err(failed)?;
+            // Only perftest's client reads (`ib_read_lat`'s server waits for the close).
+            if link.client {
+                Some(initiate(&mut s, &o, kind, size, &Barrier::new(1))?)
+            } else {
+                None
+            }
+        }
+        Test::Write | Test::Send => {
+            let wire = &mut link.wire;
+            let ready = move || wire.hand_shake(&mine).map(|_| ()).map_err(failed);
+            Some((
+                pingpong_perftest(&mut s, &o, kind, size, link.client, ready)?,
+                None,
+            ))
+        }
+    };
+    if link.test.closes() {
+        link.wire.close(&mine).map_err(failed)?;
+    }
+    if !link.client || r.is_none() {
+        eprintln!("bfperf: the peer is perftest {}", link.version);
+    }
+    Ok(r)
+}
+
+/// perftest's ping-pong of writes (`run_iter_lat_write`: each write signaled and its
+/// completion polled, its last byte the message count, the server first) or of sends
+/// (`run_iter_lat_send`: into posted receives, the client first), `o.iters` messages each
+/// way; `ready` once the receives are posted. The samples: perftest's, `iters - 1` of them.
+fn pingpong_perftest(
+    s: &mut Side,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+    client: bool,
+    ready: impl FnOnce() -> Result<()>,
+) -> Result<Vec<f64>> {
+    let iters = o.iters;
+    let recv = kind.receives();
+    if recv {
+        for i in 0..64.min(iters) {
+            post_recv(s, size, i as u64)?;
+        }
+    }
+    let clock = Clock::new();
+    ready()?;
+    // perftest's count of messages, as its `(char)` cast keeps it: 1, 2, ..., 255, 0, 1 ...
+    let count = |n: usize| n as u8;
+    let first = if kind == Lat::Write { !client } else { client };
+    let mut waits = 0usize;
+    let wait = |s: &mut Side, waits: &mut usize| -> Result<()> {
+        *waits += 1;
+        if recv {
+            wait_recv(s, count(*waits))?;
+            if *waits + 64 <= iters {
+                post_recv(s, size, (*waits + 63) as u64)?;
+            }
+            Ok(())
+        } else {
+            s.wait_byte(size - 1, count(*waits))
+        }
+    };
+    let mut stamps = Vec::with_capacity(iters);
+    for i in 0..iters {
+        if i > 0 || !first {
+            wait(s, &mut waits)?;
+        }
+        stamps.push(clock.now());
+        if kind == Lat::Write {
+            post_msg_with(
+                s,
+                o,
+                size,
+                count(i + 1),
+                kind,
+                i as u64,
+                PostFlags::SIGNALED,
+            )?;
+            s.next_completion()?;
+        } else {
+            post_msg(s, o, size, count(i + 1), kind, i as u64)?;
+        }
+    }
+    if first {
+        // The echo of the last message.
+        wait(s, &mut waits)?;
+    }
+    Ok(stamps
+        .windows(2)
+        .map(|w| clock.ns(w[0], w[1]) / 2.0)
+        .collect())
 }
 
 #[cfg(test)]

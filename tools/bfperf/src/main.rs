@@ -12,6 +12,7 @@ mod hist;
 mod hwts;
 mod lat;
 mod opts;
+mod perftest;
 mod plot;
 mod probe;
 mod probe_verbs;

@@ -62,6 +62,8 @@ pub struct Opts {
     pub odp: bool,
     /// `--hw-timestamps`: latency round trips split by the NIC's completion timestamps.
     pub hw_ts: bool,
+    /// `--perftest`: the server this client connects to is an unmodified perftest program.
+    pub perftest: bool,
     /// perftest's `-D`: run for this many seconds instead of `--iters` (bandwidth tests).
     pub duration: Option<u64>,
     /// perftest's `--run_infinitely`: a bandwidth test that runs until killed, printing a
@@ -132,6 +134,7 @@ impl Default for Opts {
             srq: false,
             odp: false,
             hw_ts: false,
+            perftest: false,
             duration: None,
             run_infinitely: false,
             margin: None,
@@ -181,6 +184,10 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           row (a JSON line with --json); send-lat, read-lat, atomic-lat,
                           write-lat --write-with-imm; refused, typed, where the device has no
                           completion clock (rxe)
+      --perftest          with --client: the server is perftest's program of the test
+                          (ib_write_lat, ib_read_lat, ib_send_lat; 4.5 and later), spoken to
+                          with its exchange and its test loop; a bfperf --server tells a
+                          perftest client from a bfperf one by itself
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -287,6 +294,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--srq" => o.srq = true,
             "--odp" => o.odp = true,
             "--hw-timestamps" | "--hw_timestamps" => o.hw_ts = true,
+            "--perftest" => o.perftest = true,
             "-D" | "--duration" => o.duration = Some(num(a, val(a)?)?),
             "-f" | "--margin" => o.margin = Some(num(a, val(a)?)?),
             "--run_infinitely" | "--run-infinitely" => o.run_infinitely = true,
@@ -434,6 +442,20 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             "--cqe-zip is an option of the bandwidth tests (a latency test has one completion \
              outstanding: nothing to compress), not {name}"
         ));
+    }
+    if o.perftest {
+        let why = if o.client.is_none() {
+            Some("it names the server's program: give it with --client HOST")
+        } else if !matches!(name, "write-lat" | "read-lat" | "send-lat") || o.write_imm {
+            Some("perftest's exchange is spoken for write-lat, read-lat and send-lat")
+        } else if o.all || o.srq || o.events || o.connection == Connection::Ud {
+            Some("-a, --srq, --events and -c ud are not spoken with perftest yet")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("--perftest with {name}: {why}"));
+        }
     }
     if o.hw_ts {
         let why = if !name.ends_with("-lat") {

@@ -2,6 +2,7 @@
 //! side talking to a bfperf on another host (server / client over the out-of-band exchange).
 
 use crate::opts::Opts;
+use crate::perftest::{self, Dest, Wire};
 use blueflame::connect::{Exchange, RemoteBuf};
 use blueflame::{
     Access, Completion, Cq, CqOptions, Device, MemoryRegion, Qp, QpCaps, Result, Sge, Srq, SrqCaps,
@@ -39,6 +40,127 @@ pub enum Setup {
     Server(Side, TcpStream),
     /// This is the client (initiator).
     Client(Side, TcpStream),
+    /// The other side is an unmodified perftest program (`--perftest` on a client; a
+    /// server tells from the first bytes): its exchange, its test loop.
+    Perftest(Side, PerftestLink),
+}
+
+/// What a test with a perftest peer needs after the set-up: the connection, this side's
+/// address (exchanged once more before the test, and at its close), the test, the role.
+pub struct PerftestLink {
+    pub wire: Wire,
+    pub mine: Dest,
+    pub test: perftest::Test,
+    /// This side was given the host (perftest's CLIENT).
+    pub client: bool,
+    /// The peer's version.
+    pub version: String,
+}
+
+/// The refusal of a perftest exchange that failed, said on stderr.
+fn perftest_failed(why: String) -> blueflame::Error {
+    eprintln!("bfperf: {why}");
+    blueflame::Error::InvalidParameter {
+        what: "exchange with a perftest peer (see the line above)",
+        value: 0,
+    }
+}
+
+/// Whether the client that connected on `s` speaks perftest's exchange: its first bytes
+/// are a version ("6.06"), not bfperf's magic (`BFX1`).
+fn is_perftest(s: &TcpStream) -> Result<bool> {
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .map_err(blueflame::Error::Io)?;
+    let mut b = [0u8; 4];
+    loop {
+        let n = s.peek(&mut b).map_err(blueflame::Error::Io)?;
+        if n == 0 {
+            return Err(blueflame::Error::Io(
+                std::io::ErrorKind::UnexpectedEof.into(),
+            ));
+        }
+        if n == b.len() || b[..n] != b"BFX1"[..n] {
+            return Ok(&b[..n] != b"BFX1");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// perftest's set-up on `stream` for side `qa` (its CQ, region, SRQ): the preamble, the
+/// address exchanges up to the last one (which the test makes once it is ready), the QP
+/// connected to the peer's.
+#[allow(clippy::too_many_arguments)]
+fn perftest_setup(
+    o: &Opts,
+    dev: &Device,
+    test: &str,
+    size: usize,
+    stream: TcpStream,
+    (mut qa, cqa, mra, srqa): (Qp, Cq, MemoryRegion, Option<Srq>),
+) -> Result<Setup> {
+    let t = perftest::Test::of(test, o.write_imm).ok_or_else(|| {
+        perftest_failed(format!(
+            "{test}{} has no perftest counterpart on the wire (write-lat, read-lat, send-lat)",
+            if o.write_imm { " --write-with-imm" } else { "" }
+        ))
+    })?;
+    let client = !o.server;
+    let ep = qa.endpoint()?;
+    let mine = Dest {
+        lid: ep.lid,
+        // Reads the peer may have in flight against this QP (its `max_rd_atomic`).
+        out_reads: 16,
+        qpn: ep.qpn,
+        psn: ep.psn,
+        rkey: mra.rkey(),
+        vaddr: mra.addr(),
+        gid: (ep.gid != [0; 16]).then_some(ep.gid),
+        srqn: 0,
+    };
+    let mut wire = Wire::new(stream, client).map_err(perftest_failed)?;
+    let (version, mtu) = wire.preamble(ep.mtu).map_err(perftest_failed)?;
+    let (before, after) = t.hand_shakes();
+    let mut theirs = mine;
+    for _ in 0..before {
+        theirs = wire.hand_shake(&mine).map_err(perftest_failed)?;
+    }
+    qa.connect(blueflame::Endpoint {
+        qpn: theirs.qpn,
+        psn: theirs.psn,
+        gid: theirs.gid.unwrap_or_default(),
+        lid: theirs.lid,
+        mtu,
+    })?;
+    for _ in 1..after {
+        wire.hand_shake(&mine).map_err(perftest_failed)?;
+    }
+    let s = Side {
+        dev: dev.clone(),
+        qp: qa,
+        cq: cqa,
+        mr: mra,
+        peer: RemoteBuf {
+            addr: theirs.vaddr,
+            rkey: theirs.rkey,
+            // perftest's BUFF_SIZE: a page, or the message when larger.
+            len: size.max(4096) as u64,
+        },
+        msg: Box::new([0; 1024]),
+        pause: dev.nic().is_some(),
+        events: o.events,
+        timed: o.hw_ts,
+        srq: srqa,
+    };
+    Ok(Setup::Perftest(
+        s,
+        PerftestLink {
+            wire,
+            mine,
+            test: t,
+            client,
+            version,
+        },
+    ))
 }
 
 /// Bytes of each side's buffer for messages of `size`: the area peers write at 0, the source
@@ -142,18 +264,21 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
     }
     let (mut qa, cqa, mra, srqa) = side(dev, o, size)?;
     if o.server || o.client.is_some() {
+        let stream = if o.server {
+            let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
+            let (s, _) = l.accept().map_err(blueflame::Error::Io)?;
+            s
+        } else {
+            dial_stream(o.client.as_deref().unwrap_or("localhost"), o.port)?
+        };
+        if (o.server && is_perftest(&stream)?) || o.perftest {
+            return perftest_setup(o, dev, test, size, stream, (qa, cqa, mra, srqa));
+        }
         let ours = Exchange {
             endpoint: qa.endpoint()?,
             buffers: vec![mra.remote_buf()],
         };
-        let (theirs, stream) = if o.server {
-            let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
-            let (s, _) = l.accept().map_err(blueflame::Error::Io)?;
-            swap(s, &ours, &params(test, o, size))?
-        } else {
-            let host = o.client.as_deref().unwrap_or("localhost");
-            swap(dial_stream(host, o.port)?, &ours, &params(test, o, size))?
-        };
+        let (theirs, stream) = swap(stream, &ours, &params(test, o, size))?;
         let peer = *theirs
             .buffers
             .first()

@@ -321,3 +321,29 @@ fn hw_timestamps_split_the_round_trip() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("--hw-timestamps with"));
     }
 }
+
+/// `--perftest` names the server's program: only with `--client`, only for the tests whose
+/// exchange bfperf speaks, not with what it does not speak yet.
+#[test]
+fn perftest_peers_are_refused_where_the_exchange_is_not_spoken() {
+    for refused in [
+        &["write-lat", "-d", "sim", "--perftest"][..],
+        &["write-bw", "--client", "h", "--perftest"][..],
+        &[
+            "write-lat",
+            "--client",
+            "h",
+            "--perftest",
+            "--write-with-imm",
+        ][..],
+        &["send-lat", "--client", "h", "--perftest", "--srq"][..],
+        &["send-lat", "--client", "h", "--perftest", "-a"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--perftest with"),
+            "{refused:?}: {out:?}"
+        );
+    }
+}

@@ -192,7 +192,7 @@ pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// The typical latency (usec) or average bandwidth (MB/s) of perftest's result line.
-fn perftest_value(out: &str, bw: bool) -> Option<f64> {
+pub(crate) fn perftest_value(out: &str, bw: bool) -> Option<f64> {
     let line = out.lines().find(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         f.len() >= 5 && f[0].parse::<u64>().is_ok() && f[1].parse::<u64>().is_ok()

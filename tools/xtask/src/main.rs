@@ -52,6 +52,7 @@ mod cross;
 mod examples;
 mod fuzz;
 mod icount;
+mod interop;
 mod memcheck;
 mod oracle;
 mod provider;

@@ -133,8 +133,9 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
     }
     cmd.push_str(&crate::examples::vm_commands(examples));
     // The verbs path's instruction counts, in the same boot (bfperf was built by the
-    // icount stage before).
+    // icount stage before), and bfperf against perftest.
     cmd.push_str(&crate::rxe_icount::script());
+    cmd.push_str(&crate::interop::script());
     cmd.push_str("exit $rc");
     let Some((code, log)) = run_in_vm(&cmd) else {
         eprintln!("xtask: FAILED: the rxe stage did not run");
@@ -146,7 +147,11 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
         eprintln!("xtask: FAILED: the verbs path's instruction counts (rxe-icount)");
     }
     println!("xtask: rxe stage summary:");
-    summary(&log, runs.len(), examples) && code == 0 && icount_ok
+    let interop_ok = crate::interop::report(&log);
+    if !interop_ok {
+        eprintln!("xtask: FAILED: bfperf against perftest (interop)");
+    }
+    summary(&log, runs.len(), examples) && code == 0 && icount_ok && interop_ok
 }
 
 /// Reads the device stage's log: `bins` runs of test binaries (each must have run tests and

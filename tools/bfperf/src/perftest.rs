@@ -1,0 +1,305 @@
+//! perftest's side of the wire (`perftest_communication.c` of perftest 4.5, whose programs
+//! call themselves version 6.06, over TCP without rdma_cm): what bfperf says to an
+//! unmodified `ib_write_lat`, `ib_read_lat` or `ib_send_lat` and what it reads back, so that
+//! either program can be the client of the other.
+//!
+//! Every exchange is symmetric (`ctx_xchg_data_ethernet`, `ctx_hand_shake`): the client
+//! (the side that was given a host) writes its part, then reads the peer's; the server
+//! reads, then writes. In order:
+//!
+//! 1. the version, 16 bytes of text (`exchange_versions`); perftest refuses a peer below
+//!    5.70 (`check_version_compatibility`), and so does bfperf;
+//! 2. the cycle buffer and the cache-line size, a big-endian 32-bit integer each
+//!    (`check_sys_data`);
+//! 3. the port's MTU, its verbs enum as decimal text in 2 bytes (`check_mtu`); the path
+//!    MTU is the smaller;
+//! 4. the QP's address, `KEY_PRINT_FMT_GID` (108 bytes, with the GID) on a port with GIDs,
+//!    else `KEY_PRINT_FMT` (59 bytes): LID, outstanding reads, QP number, PSN, rkey, the
+//!    buffer the peer writes or reads, (GID,) SRQ number; several times (the count of each
+//!    program, [`Test::hand_shakes`]), the last ones after both QPs are ready;
+//! 5. the test; then, for the tests that close (`ctx_close_connection`), one more address
+//!    exchange and "done".
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+/// The version bfperf gives (perftest 4.5's own).
+pub const VERSION: &str = "6.06";
+
+/// The oldest version perftest 4.5 talks to, and so bfperf.
+const OLDEST: f64 = 5.70;
+
+/// perftest's cycle buffer (a page) and cache line, as it sends them.
+const CYCLE_BUFFER: u32 = 4096;
+const CACHE_LINE: u32 = 64;
+
+/// Which perftest latency program is on the other side (`ib_<test>_lat`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// `ib_write_lat`: each side writes its counter into the other's buffer; the server
+    /// writes first.
+    Write,
+    /// `ib_read_lat`: the client reads the server's buffer; the server only waits.
+    Read,
+    /// `ib_send_lat`: sends into posted receives; the client sends first.
+    Send,
+}
+
+impl Test {
+    /// The test of a bfperf test name (`write-lat` or `write_lat`), if perftest has it on
+    /// the wire.
+    pub fn of(name: &str, write_imm: bool) -> Option<Test> {
+        match name.replace('_', "-").as_str() {
+            "write-lat" if !write_imm => Some(Test::Write),
+            "read-lat" => Some(Test::Read),
+            "send-lat" => Some(Test::Send),
+            _ => None,
+        }
+    }
+
+    /// Address exchanges before the QPs connect, and after (perftest's `main` of each:
+    /// `ctx_hand_shake` calls around `ctx_connect`, one QP).
+    pub fn hand_shakes(self) -> (usize, usize) {
+        match self {
+            Test::Write | Test::Read => (2, 2),
+            // One after the connect, one to print the remote QP, one once the receives
+            // are posted (`ctx_set_recv_wqes`).
+            Test::Send => (1, 3),
+        }
+    }
+
+    /// Whether the test ends with `ctx_close_connection` (one more exchange, then "done").
+    pub fn closes(self) -> bool {
+        matches!(self, Test::Read | Test::Send)
+    }
+}
+
+/// A QP's address as perftest exchanges it (`struct pingpong_dest`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Dest {
+    pub lid: u16,
+    pub out_reads: u32,
+    pub qpn: u32,
+    pub psn: u32,
+    pub rkey: u32,
+    pub vaddr: u64,
+    /// Present on a port with GIDs (RoCE, or InfiniBand with `-x`).
+    pub gid: Option<[u8; 16]>,
+    pub srqn: u32,
+}
+
+/// `KEY_MSG_SIZE` and `KEY_MSG_SIZE_GID`: the text and its NUL.
+const KEY: usize = 59;
+const KEY_GID: usize = 108;
+
+impl Dest {
+    /// The message of `ethernet_write_keys`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut s = format!(
+            "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}",
+            self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr
+        );
+        let size = match &self.gid {
+            Some(g) => {
+                for b in g {
+                    s += &format!(":{b:02x}");
+                }
+                s += &format!(":{:08x}:", self.srqn);
+                KEY_GID
+            }
+            None => {
+                s += &format!(":{:08x}", self.srqn);
+                KEY
+            }
+        };
+        let mut v = s.into_bytes();
+        v.resize(size, 0);
+        v
+    }
+
+    /// Reads `ethernet_read_keys`' message (with the GID when `gid`).
+    pub fn decode(msg: &[u8], gid: bool) -> Result<Dest, String> {
+        let text = msg.split(|b| *b == 0).next().unwrap_or_default();
+        let text = std::str::from_utf8(text).map_err(|_| "an address that is not text")?;
+        let f: Vec<&str> = text.split(':').collect();
+        let want = if gid { 23 } else { 7 };
+        if f.len() < want {
+            return Err(format!(
+                "the peer's address {text:?}: {} fields, not {want}",
+                f.len()
+            ));
+        }
+        let hex =
+            |i: usize| u64::from_str_radix(f[i], 16).map_err(|_| format!("field {i} of {text:?}"));
+        let mut g = [0u8; 16];
+        if gid {
+            for (k, b) in g.iter_mut().enumerate() {
+                *b = hex(6 + k)? as u8;
+            }
+        }
+        Ok(Dest {
+            lid: hex(0)? as u16,
+            out_reads: hex(1)? as u32,
+            qpn: hex(2)? as u32,
+            psn: hex(3)? as u32,
+            rkey: hex(4)? as u32,
+            vaddr: hex(5)?,
+            gid: gid.then_some(g),
+            srqn: hex(if gid { 22 } else { 6 })? as u32,
+        })
+    }
+}
+
+/// The TCP connection to a perftest peer.
+pub struct Wire {
+    s: TcpStream,
+    /// This side was given a host: it writes first.
+    client: bool,
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| format!("perftest exchange, {what}: {e}")
+}
+
+impl Wire {
+    /// The connection `s`, this side its client or its server.
+    pub fn new(s: TcpStream, client: bool) -> Result<Wire, String> {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .map_err(io("timeout"))?;
+        Ok(Wire { s, client })
+    }
+
+    /// One symmetric exchange of `mine` for as many bytes of the peer's.
+    fn xchg(&mut self, what: &str, mine: &[u8]) -> Result<Vec<u8>, String> {
+        let mut theirs = vec![0u8; mine.len()];
+        if self.client {
+            self.s.write_all(mine).map_err(io(what))?;
+            self.s.read_exact(&mut theirs).map_err(io(what))?;
+        } else {
+            self.s.read_exact(&mut theirs).map_err(io(what))?;
+            self.s.write_all(mine).map_err(io(what))?;
+        }
+        Ok(theirs)
+    }
+
+    /// Steps 1 to 3: the versions, the system data, the MTU. Returns the peer's version and
+    /// the path MTU (verbs enum) for a port whose MTU is `mtu`.
+    pub fn preamble(&mut self, mtu: u32) -> Result<(String, u32), String> {
+        let mut v = [0u8; 16];
+        v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+        let theirs = self.xchg("version", &v)?;
+        let version: String = theirs
+            .iter()
+            .take_while(|b| **b != 0)
+            .map(|b| *b as char)
+            .collect();
+        match version.parse::<f64>() {
+            Ok(x) if x >= OLDEST => {}
+            _ => {
+                return Err(format!(
+                    "the peer says version {version:?}: bfperf speaks perftest's exchange of \
+                     version {OLDEST:.2} and later (perftest 4.5 is {VERSION}); is it perftest?"
+                ))
+            }
+        }
+        self.xchg("cycle buffer", &CYCLE_BUFFER.to_be_bytes())?;
+        self.xchg("cache line", &CACHE_LINE.to_be_bytes())?;
+        let m = self.xchg("MTU", &[b'0' + mtu.min(9) as u8, 0])?;
+        let rem = (m[0] as char).to_digit(10).unwrap_or(0);
+        // perftest: the peer's if it is valid and smaller.
+        let path = if (1..=5).contains(&rem) && rem < mtu {
+            rem
+        } else {
+            mtu
+        };
+        Ok((version, path))
+    }
+
+    /// Step 4: one address exchange.
+    pub fn hand_shake(&mut self, mine: &Dest) -> Result<Dest, String> {
+        let theirs = self.xchg("address", &mine.encode())?;
+        Dest::decode(&theirs, mine.gid.is_some())
+    }
+
+    /// `ctx_close_connection`: one more exchange, then "done" (never read by the peer).
+    pub fn close(mut self, mine: &Dest) -> Result<(), String> {
+        self.hand_shake(mine)?;
+        self.s.write_all(b"done\0").map_err(io("done"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(gid: bool) -> Dest {
+        Dest {
+            lid: 0,
+            out_reads: 0x10,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            rkey: 0x1234,
+            vaddr: 0x5555_0000_1000,
+            gid: gid.then_some([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1]),
+            srqn: 0,
+        }
+    }
+
+    /// The bytes perftest's `sprintf(msg, KEY_PRINT_FMT_GID, ...)` writes, and back.
+    #[test]
+    fn addresses_as_perftest_prints_them() {
+        let m = dest(true).encode();
+        assert_eq!(m.len(), 108);
+        let text = std::str::from_utf8(&m[..107]).unwrap();
+        assert_eq!(
+            text,
+            "0000:0010:000011:abcdef:00001234:0000555500001000:00:00:00:00:00:00:00:00:00:00:\
+             ff:ff:0a:4d:00:01:00000000:"
+        );
+        assert_eq!(m[107], 0);
+        assert_eq!(Dest::decode(&m, true).unwrap(), dest(true));
+        let m = dest(false).encode();
+        assert_eq!(m.len(), 59);
+        assert_eq!(
+            std::str::from_utf8(&m[..58]).unwrap(),
+            "0000:0010:000011:abcdef:00001234:0000555500001000:00000000"
+        );
+        assert_eq!(Dest::decode(&m, false).unwrap(), dest(false));
+        assert!(Dest::decode(b"0000:0010\0", true).is_err());
+    }
+
+    /// The whole preamble and a hand shake against a peer that plays perftest's server
+    /// byte for byte, and a peer of an old version refused.
+    #[test]
+    fn client_and_server_orders() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut w = Wire::new(s, false).unwrap();
+            let r = w.preamble(3).unwrap();
+            let d = w.hand_shake(&dest(true)).unwrap();
+            (r, d)
+        });
+        let mut c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
+        let (v, mtu) = c.preamble(5).unwrap();
+        assert_eq!((v.as_str(), mtu), (VERSION, 3));
+        let d = c.hand_shake(&dest(true)).unwrap();
+        assert_eq!(d, dest(true));
+        let ((v2, mtu2), d2) = t.join().unwrap();
+        assert_eq!((v2.as_str(), mtu2, d2), (VERSION, 3, dest(true)));
+
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut v = [0u8; 16];
+            s.read_exact(&mut v).unwrap();
+            s.write_all(b"5.60\0\0\0\0\0\0\0\0\0\0\0\0").unwrap();
+        });
+        let mut c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
+        let e = c.preamble(5).unwrap_err();
+        assert!(e.contains("\"5.60\""), "{e}");
+        t.join().unwrap();
+    }
+}
