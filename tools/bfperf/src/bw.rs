@@ -2,7 +2,8 @@
 //! flight, `post-list` requests per doorbell (the last one signaled), for `iters` requests.
 
 use crate::opts::{Atomic, Opts};
-use crate::setup::{sync, Setup, Side};
+use crate::perftest::{Report, Test};
+use crate::setup::{sync, PerftestLink, Setup, Side};
 use blueflame::QueuePair;
 use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -393,17 +394,28 @@ pub(crate) fn result(
 /// The receiver of a send test: keeps receives posted until `total` messages arrived, or
 /// (a `-D` run) until `stop` is set: the sender sets it once every send it posted has
 /// completed, so every message has arrived.
-fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier, stop: &AtomicBool) -> Result<()> {
+fn receive(
+    mut s: Side,
+    size: usize,
+    total: u64,
+    ready: impl FnOnce() -> Result<()>,
+    stop: &AtomicBool,
+) -> Result<Option<(Instant, Instant)>> {
     let depth = 256.min(total);
     for i in 0..depth {
         s.post_recv(&[s.mr.sge(0, size as u32)?], i)?;
     }
-    ready.wait();
+    ready()?;
     let (mut got, mut posted) = (0u64, depth);
     let mut out = [blueflame::Completion::default(); 16];
+    // When the first and the last message arrived (perftest's server times from its first).
+    let mut first = None;
     while got < total && !stop.load(Ordering::Acquire) {
         s.dev.process();
         let k = s.cq.poll(&mut out);
+        if k > 0 && first.is_none() {
+            first = Some(Instant::now());
+        }
         for c in &out[..k] {
             if !c.is_ok() {
                 eprintln!("bfperf: receive failed: {c:?}");
@@ -416,7 +428,71 @@ fn receive(mut s: Side, size: usize, total: u64, ready: &Barrier, stop: &AtomicB
             }
         }
     }
-    Ok(())
+    Ok(first.map(|f| (f, Instant::now())))
+}
+
+/// A bandwidth test against perftest's program (`Setup::Perftest`), as its `ib_*_bw` runs
+/// it: `-n` requests (perftest's send test has no warm-up, and the server counts them), the
+/// last address exchange once this side is ready (the server's receives posted); then the
+/// client's report to a write or read server, which prints it (so does bfperf's server);
+/// the send server measures from its first message to its last; perftest's close.
+fn against_perftest(
+    mut s: Side,
+    mut link: PerftestLink,
+    o: &Opts,
+    kind: Bw,
+    size: usize,
+    each: Each<'_>,
+) -> Result<Option<BwResult>> {
+    let failed = |why: String| {
+        eprintln!("bfperf: {why}");
+        blueflame::Error::InvalidParameter {
+            what: "exchange with a perftest peer (see the line above)",
+            value: 0,
+        }
+    };
+    let o = Opts {
+        warmup: 0,
+        ..o.clone()
+    };
+    let mine = link.mine;
+    let total = o.iters as u64;
+    let r = if link.client {
+        link.wire.hand_shake(&mine).map_err(failed)?;
+        let r = initiate(&mut s, &o, kind, size, &Barrier::new(1), None, each)?;
+        if link.test.reports() {
+            let mine_r = Report {
+                size: size as u64,
+                iters: r.iters,
+                bw_peak: r.peak,
+                bw_avg: r.avg,
+                msg_rate: r.mpps,
+            };
+            link.wire.reports(&mine, &mine_r).map_err(failed)?;
+        }
+        Some(r)
+    } else if link.test == Test::SendBw {
+        let wire = &mut link.wire;
+        let ready = move || wire.hand_shake(&mine).map(|_| ()).map_err(failed);
+        let span = receive(s, size, total, ready, &AtomicBool::new(false))?;
+        span.map(|(a, b)| BwResult::over(total, (b - a).as_secs_f64().max(1e-9), size))
+    } else {
+        link.wire.hand_shake(&mine).map_err(failed)?;
+        let theirs = link
+            .wire
+            .reports(&mine, &Report::default())
+            .map_err(failed)?;
+        Some(BwResult {
+            peak: theirs.bw_peak,
+            avg: theirs.bw_avg,
+            mpps: theirs.msg_rate,
+            iters: theirs.iters,
+        })
+    };
+    if link.test.closes() {
+        link.wire.close(&mine).map_err(failed)?;
+    }
+    Ok(r)
 }
 
 /// Runs one bandwidth test of `size` bytes; the result on the side that measures.
@@ -454,7 +530,13 @@ pub fn run(
             let r2 = ready.clone();
             let stop = Arc::new(AtomicBool::new(false));
             let s2 = stop.clone();
-            let t = std::thread::spawn(move || receive(b, size, total, &r2, &s2));
+            let t = std::thread::spawn(move || {
+                let ready = || {
+                    r2.wait();
+                    Ok(())
+                };
+                receive(b, size, total, ready, &s2).map(|_| ())
+            });
             crate::pin(o.pin);
             let r = initiate(&mut a, o, kind, size, &ready, None, each);
             stop.store(true, Ordering::Release);
@@ -465,7 +547,7 @@ pub fn run(
         Setup::Server(s, mut stream) => {
             crate::pin(o.pin);
             if kind == Bw::Send {
-                receive(s, size, total, &Barrier::new(1), &AtomicBool::new(false))?;
+                receive(s, size, total, || Ok(()), &AtomicBool::new(false))?;
             }
             sync(&mut stream)?;
             Ok(None)
@@ -476,10 +558,10 @@ pub fn run(
             sync(&mut stream)?;
             Ok(Some(r))
         }
-        // `setup` speaks perftest's exchange for latency tests only.
-        Setup::Perftest(..) => Err(blueflame::Error::Unsupported(
-            "a bandwidth test with a perftest peer",
-        )),
+        Setup::Perftest(s, link) => {
+            crate::pin(o.pin);
+            against_perftest(s, link, o, kind, size, each)
+        }
     }
 }
 

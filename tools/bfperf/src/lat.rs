@@ -416,6 +416,11 @@ fn against_perftest(
                 None
             }
         }
+        Test::WriteBw | Test::ReadBw | Test::SendBw => {
+            return Err(blueflame::Error::Unsupported(
+                "a bandwidth test's perftest exchange in a latency test",
+            ))
+        }
         Test::Write | Test::Send => {
             let wire = &mut link.wire;
             let ready = move || wire.hand_shake(&mine).map(|_| ()).map_err(failed);

@@ -185,7 +185,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           write-lat --write-with-imm; refused, typed, where the device has no
                           completion clock (rxe)
       --perftest          with --client: the server is perftest's program of the test
-                          (ib_write_lat, ib_read_lat, ib_send_lat; 4.5 and later), spoken to
+                          (ib_write_lat, ib_read_lat, ib_send_lat, ib_write_bw, ib_read_bw,
+                          ib_send_bw; 4.5 and later), spoken to
                           with its exchange and its test loop; a bfperf --server tells a
                           perftest client from a bfperf one by itself
       --server            wait for a client on --port
@@ -446,10 +447,16 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
     if o.perftest {
         let why = if o.client.is_none() {
             Some("it names the server's program: give it with --client HOST")
-        } else if !matches!(name, "write-lat" | "read-lat" | "send-lat") || o.write_imm {
-            Some("perftest's exchange is spoken for write-lat, read-lat and send-lat")
+        } else if !matches!(
+            name,
+            "write-lat" | "read-lat" | "send-lat" | "write-bw" | "read-bw" | "send-bw"
+        ) || o.write_imm
+        {
+            Some("perftest's exchange is spoken for write-, read- and send-lat and -bw")
         } else if o.all || o.srq || o.events || o.connection == Connection::Ud {
             Some("-a, --srq, --events and -c ud are not spoken with perftest yet")
+        } else if duration(o).is_some() {
+            Some("-D and --run_infinitely are not spoken with perftest yet")
         } else {
             None
         };

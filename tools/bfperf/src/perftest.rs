@@ -1,7 +1,8 @@
 //! perftest's side of the wire (`perftest_communication.c` of perftest 4.5, whose programs
 //! call themselves version 6.06, over TCP without rdma_cm): what bfperf says to an
-//! unmodified `ib_write_lat`, `ib_read_lat` or `ib_send_lat` and what it reads back, so that
-//! either program can be the client of the other.
+//! unmodified `ib_write_lat`, `ib_read_lat`, `ib_send_lat`, `ib_write_bw`, `ib_read_bw` or
+//! `ib_send_bw` and what it reads back, so that either program can be the client of the
+//! other.
 //!
 //! Every exchange is symmetric (`ctx_xchg_data_ethernet`, `ctx_hand_shake`): the client
 //! (the side that was given a host) writes its part, then reads the peer's; the server
@@ -17,8 +18,11 @@
 //!    else `KEY_PRINT_FMT` (59 bytes): LID, outstanding reads, QP number, PSN, rkey, the
 //!    buffer the peer writes or reads, (GID,) SRQ number; several times (the count of each
 //!    program, [`Test::hand_shakes`]), the last ones after both QPs are ready;
-//! 5. the test; then, for the tests that close (`ctx_close_connection`), one more address
-//!    exchange and "done".
+//! 5. the test; then, for `ib_write_bw` and `ib_read_bw` (whose server only waits), one
+//!    more address exchange and the client's report (`xchg_bw_reports`: size, iterations,
+//!    peak and average bandwidth, message rate, each big-endian), which the server prints;
+//!    for the tests that close (`ctx_close_connection`), one more address exchange and
+//!    "done".
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -33,7 +37,7 @@ const OLDEST: f64 = 5.70;
 const CYCLE_BUFFER: u32 = 4096;
 const CACHE_LINE: u32 = 64;
 
-/// Which perftest latency program is on the other side (`ib_<test>_lat`).
+/// Which perftest program is on the other side.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Test {
     /// `ib_write_lat`: each side writes its counter into the other's buffer; the server
@@ -43,6 +47,12 @@ pub enum Test {
     Read,
     /// `ib_send_lat`: sends into posted receives; the client sends first.
     Send,
+    /// `ib_write_bw`: the client writes; the server waits, then prints the client's report.
+    WriteBw,
+    /// `ib_read_bw`: the client reads; the server waits, then prints the client's report.
+    ReadBw,
+    /// `ib_send_bw`: the client sends, the server receives; each reports its side.
+    SendBw,
 }
 
 impl Test {
@@ -53,6 +63,9 @@ impl Test {
             "write-lat" if !write_imm => Some(Test::Write),
             "read-lat" => Some(Test::Read),
             "send-lat" => Some(Test::Send),
+            "write-bw" => Some(Test::WriteBw),
+            "read-bw" => Some(Test::ReadBw),
+            "send-bw" => Some(Test::SendBw),
             _ => None,
         }
     }
@@ -64,13 +77,20 @@ impl Test {
             Test::Write | Test::Read => (2, 2),
             // One after the connect, one to print the remote QP, one once the receives
             // are posted (`ctx_set_recv_wqes`).
-            Test::Send => (1, 3),
+            Test::Send | Test::SendBw => (1, 3),
+            Test::WriteBw | Test::ReadBw => (1, 2),
         }
     }
 
     /// Whether the test ends with `ctx_close_connection` (one more exchange, then "done").
     pub fn closes(self) -> bool {
-        matches!(self, Test::Read | Test::Send)
+        !matches!(self, Test::Write)
+    }
+
+    /// Whether the client hands its report to the server after the test (one more
+    /// exchange, then `xchg_bw_reports`).
+    pub fn reports(self) -> bool {
+        matches!(self, Test::WriteBw | Test::ReadBw)
     }
 }
 
@@ -150,6 +170,18 @@ impl Dest {
     }
 }
 
+/// A bandwidth report as perftest exchanges it (`struct bw_report_data`, for a peer of
+/// version 5.33 or later): bandwidths in the unit of the client's table (MB/s of 2^20 bytes,
+/// or Gb/s with `--report_gbits`), the rate in millions of messages per second.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    pub size: u64,
+    pub iters: u64,
+    pub bw_peak: f64,
+    pub bw_avg: f64,
+    pub msg_rate: f64,
+}
+
 /// The TCP connection to a perftest peer.
 pub struct Wire {
     s: TcpStream,
@@ -219,6 +251,23 @@ impl Wire {
     pub fn hand_shake(&mut self, mine: &Dest) -> Result<Dest, String> {
         let theirs = self.xchg("address", &mine.encode())?;
         Dest::decode(&theirs, mine.gid.is_some())
+    }
+
+    /// `xchg_bw_reports` after one more address exchange: this side's report for the
+    /// peer's (the server sends zeros: perftest's server has measured nothing).
+    pub fn reports(&mut self, mine: &Dest, r: &Report) -> Result<Report, String> {
+        self.hand_shake(mine)?;
+        let mut x = |what: &str, v: [u8; 8]| -> Result<[u8; 8], String> {
+            let t = self.xchg(what, &v)?;
+            Ok(t.try_into().unwrap_or_default())
+        };
+        Ok(Report {
+            size: u64::from_be_bytes(x("report size", r.size.to_be_bytes())?),
+            iters: u64::from_be_bytes(x("report iterations", r.iters.to_be_bytes())?),
+            bw_peak: f64::from_be_bytes(x("report peak", r.bw_peak.to_be_bytes())?),
+            bw_avg: f64::from_be_bytes(x("report average", r.bw_avg.to_be_bytes())?),
+            msg_rate: f64::from_be_bytes(x("report rate", r.msg_rate.to_be_bytes())?),
+        })
     }
 
     /// `ctx_close_connection`: one more exchange, then "done" (never read by the peer).
@@ -301,5 +350,36 @@ mod tests {
         let e = c.preamble(5).unwrap_err();
         assert!(e.contains("\"5.60\""), "{e}");
         t.join().unwrap();
+    }
+
+    /// A report crosses as perftest's `xchg_bw_reports` sends it: one address exchange,
+    /// then five big-endian fields, the client first.
+    #[test]
+    fn reports_cross_big_endian() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let r = Report {
+            size: 65536,
+            iters: 5000,
+            bw_peak: 1234.5,
+            bw_avg: 1000.25,
+            msg_rate: 0.016,
+        };
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut raw = Vec::new();
+            let mut s2 = s.try_clone().unwrap();
+            let mut w = Wire::new(s, false).unwrap();
+            let got = w.reports(&dest(false), &Report::default()).unwrap();
+            // What the client sent for the size: 8 bytes, big-endian.
+            raw.extend_from_slice(&got.size.to_be_bytes());
+            let _ = s2.flush();
+            (got, raw)
+        });
+        let mut c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
+        assert_eq!(c.reports(&dest(false), &r).unwrap(), Report::default());
+        let (got, raw) = t.join().unwrap();
+        assert_eq!(got, r);
+        assert_eq!(raw, [0, 0, 0, 0, 0, 1, 0, 0]);
     }
 }

@@ -163,10 +163,12 @@ fn perftest_setup(
     ))
 }
 
-/// Bytes of each side's buffer for messages of `size`: the area peers write at 0, the source
-/// area at `size`.
+/// Bytes of each side's buffer for messages of `size`: the area peers write at 0 (at least
+/// perftest's cycle buffer, a page: a perftest peer's bandwidth tests write and read
+/// `size` bytes at each cache-line step through it, `increase_rem_addr`), the source area at
+/// `size`.
 pub fn buf_len(size: usize) -> usize {
-    2 * size.max(8) + 64
+    2 * size.max(4096) + 64
 }
 
 /// Opens the device the options name, and says what it is.

@@ -328,7 +328,8 @@ fn hw_timestamps_split_the_round_trip() {
 fn perftest_peers_are_refused_where_the_exchange_is_not_spoken() {
     for refused in [
         &["write-lat", "-d", "sim", "--perftest"][..],
-        &["write-bw", "--client", "h", "--perftest"][..],
+        &["atomic-bw", "--client", "h", "--perftest"][..],
+        &["write-bw", "--client", "h", "--perftest", "-D", "3"][..],
         &[
             "write-lat",
             "--client",

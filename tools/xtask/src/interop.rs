@@ -1,5 +1,6 @@
 //! The interop pairings of the rxe stage: bfperf against Debian's unmodified perftest on
-//! rxe0, each latency test perftest's exchange is spoken for, both ways (bfperf client
+//! rxe0, each test perftest's exchange is spoken for (write, read and send latency and
+//! bandwidth), both ways (bfperf client
 //! with `--perftest` -> perftest server, perftest client -> bfperf server, which tells a
 //! perftest client by its first bytes), each pairing one line with both programs'
 //! figures: `interop <test> <client> -> <server>: ok`. A pairing fails when either
@@ -7,15 +8,16 @@
 
 use crate::compare::{json_value, perftest_value};
 
-/// The tests: bfperf's subcommand and perftest's program.
-const TESTS: &[(&str, &str)] = &[
-    ("write-lat", "ib_write_lat"),
-    ("read-lat", "ib_read_lat"),
-    ("send-lat", "ib_send_lat"),
+/// The tests: bfperf's subcommand, perftest's program, the message size and iterations
+/// (under emulation a latency pairing takes about 20 ms on rxe, a bandwidth one about 0.3 s).
+const TESTS: &[(&str, &str, u32, u32)] = &[
+    ("write-lat", "ib_write_lat", 8, 300),
+    ("read-lat", "ib_read_lat", 8, 300),
+    ("send-lat", "ib_send_lat", 8, 300),
+    ("write-bw", "ib_write_bw", 4096, 1000),
+    ("read-bw", "ib_read_bw", 4096, 1000),
+    ("send-bw", "ib_send_bw", 4096, 1000),
 ];
-
-/// Iterations of each pairing (about 20 ms each on rxe under emulation).
-const ITERS: u32 = 300;
 
 /// Seconds a program may take.
 const LIMIT: u32 = 60;
@@ -23,23 +25,27 @@ const LIMIT: u32 = 60;
 /// The VM's commands (run from the repository's root; bfperf's release build is there).
 pub fn script() -> String {
     let mut s = String::new();
-    let pt = |p: &str, host: &str| {
-        format!("timeout {LIMIT} {p} -F -d rxe0 -x $BLUEFLAME_GID_INDEX -s 8 -n {ITERS} {host}")
-    };
-    let bf = |t: &str, role: &str| {
-        format!("timeout {LIMIT} target/release/bfperf {t} -d rxe0 -s 8 -n {ITERS} {role} --json")
-    };
-    for (t, p) in TESTS {
+    for &(t, p, size, iters) in TESTS {
+        let pt = |host: &str| {
+            format!(
+                "timeout {LIMIT} {p} -F -d rxe0 -x $BLUEFLAME_GID_INDEX -s {size} -n {iters} {host}"
+            )
+        };
+        let bf = |role: &str| {
+            format!(
+                "timeout {LIMIT} target/release/bfperf {t} -d rxe0 -s {size} -n {iters} {role} --json"
+            )
+        };
         for (label, server, client) in [
             (
                 format!("{t} bfperf -> perftest"),
-                pt(p, ""),
-                bf(t, "--client 10.77.0.1 --perftest"),
+                pt(""),
+                bf("--client 10.77.0.1 --perftest"),
             ),
             (
                 format!("{t} perftest -> bfperf"),
-                bf(t, "--server"),
-                pt(p, "10.77.0.1"),
+                bf("--server"),
+                pt("10.77.0.1"),
             ),
         ] {
             s.push_str(&format!(
@@ -54,9 +60,11 @@ pub fn script() -> String {
     s
 }
 
-/// The typical latency (us) in one program's output: bfperf's JSON or perftest's row.
-fn figure(out: &str) -> Option<f64> {
-    json_value(out, "t_typical_us").or_else(|| perftest_value(out, false))
+/// The figure of one program's output: the typical latency (us) or the average bandwidth
+/// (MB/s), from bfperf's JSON or perftest's row.
+fn figure(out: &str, bw: bool) -> Option<f64> {
+    let key = if bw { "bw_avg_mb_s" } else { "t_typical_us" };
+    json_value(out, key).or_else(|| perftest_value(out, bw))
 }
 
 /// Reads the pairings' sections of the stage's log; prints a line each. False when one
@@ -72,6 +80,11 @@ pub fn report(log: &str) -> bool {
             ("perftest", "bfperf")
         };
         let test = label.split_whitespace().next().unwrap_or("?");
+        let (bw, unit) = if test.ends_with("-bw") {
+            (true, "MB/s")
+        } else {
+            (false, "us")
+        };
         let rcs = part.lines().find(|l| l.starts_with("client rc "));
         let out = |which: &str| -> &str {
             let start = part
@@ -80,10 +93,10 @@ pub fn report(log: &str) -> bool {
             let rest = &part[start.min(part.len())..];
             rest.find("--- ").map_or(rest, |e| &rest[..e])
         };
-        let (cli, srv) = (figure(out("client")), figure(out("server")));
+        let (cli, srv) = (figure(out("client"), bw), figure(out("server"), bw));
         let fine = rcs == Some("client rc 0, server rc 0") && cli.is_some();
         let fig = |name: &str, v: Option<f64>| match v {
-            Some(v) => format!("{name} {v:.2} us"),
+            Some(v) => format!("{name} {v:.2} {unit}"),
             None => format!("{name} (no figure: its side does not measure)"),
         };
         println!(
@@ -120,24 +133,24 @@ mod tests {
     fn every_pairing_with_both_figures_or_a_failure() {
         let row = " 8       300         22.35          254.34         24.05            28.48";
         let json = "{\"test\":\"write_lat\",\"t_typical_us\":24.210,\"t_avg_us\":29.0}";
+        let bw_row = " 65536      2000           1071.23            1069.59              0.017113";
+        let bw_json = "{\"test\":\"write_bw\",\"bw_peak_mb_s\":1100.000,\"bw_avg_mb_s\":1050.500}";
         let mut log = String::new();
-        for (t, _) in TESTS {
-            log += &section(
-                &format!("{t} bfperf -> perftest"),
-                "client rc 0, server rc 0",
-                json,
-                row,
-            );
-            log += &section(
-                &format!("{t} perftest -> bfperf"),
-                "client rc 0, server rc 0",
-                row,
-                json,
-            );
+        for (t, ..) in TESTS {
+            let (j, r) = if t.ends_with("-bw") {
+                (bw_json, bw_row)
+            } else {
+                (json, row)
+            };
+            let ok = "client rc 0, server rc 0";
+            log += &section(&format!("{t} bfperf -> perftest"), ok, j, r);
+            log += &section(&format!("{t} perftest -> bfperf"), ok, r, j);
         }
         assert!(report(&log));
-        assert_eq!(figure(json), Some(24.21));
-        assert_eq!(figure(row), Some(24.05));
+        assert_eq!(figure(json, false), Some(24.21));
+        assert_eq!(figure(row, false), Some(24.05));
+        assert_eq!(figure(bw_json, true), Some(1050.5));
+        assert_eq!(figure(bw_row, true), Some(1069.59));
         // A hung server, a client without its figure, a pairing that never ran.
         let bad = log.replacen("client rc 0, server rc 0", "client rc 0, server rc 124", 1);
         assert!(!report(&bad));
@@ -145,6 +158,6 @@ mod tests {
         assert!(!report(&bad));
         let cut = log.rsplit_once("=== interop").unwrap().0.to_string();
         assert!(!report(&cut));
-        assert!(script().matches("=== interop").count() == 6);
+        assert!(script().matches("=== interop").count() == 2 * TESTS.len());
     }
 }
