@@ -562,6 +562,10 @@ pub fn run(
             crate::pin(o.pin);
             against_perftest(s, link, o, kind, size, each)
         }
+        // `setup` refuses an `ibv_rc_pingpong` peer for anything but send-lat.
+        Setup::RcPingpong(..) => Err(blueflame::Error::Unsupported(
+            "a bandwidth test against ibv_rc_pingpong",
+        )),
     }
 }
 

@@ -379,6 +379,22 @@ pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<LatR
             crate::pin(o.pin);
             against_perftest(s, link, o, kind, size)
         }
+        Setup::RcPingpong(mut s, client) => {
+            // `ibv_rc_pingpong`'s loop: the client sends first, each side `-n` messages
+            // (no warm-up); its server posted its receives before the exchange.
+            crate::pin(o.pin);
+            let o = Opts {
+                warmup: 0,
+                ..o.clone()
+            };
+            if client {
+                initiate(&mut s, &o, kind, size, &Barrier::new(1)).map(Some)
+            } else {
+                respond(s, &o, kind, size, o.iters, &Barrier::new(1))?;
+                eprintln!("bfperf: the peer is ibv_rc_pingpong");
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod plot;
 mod probe;
 mod probe_verbs;
 mod progress;
+mod rc_pingpong;
 mod setup;
 mod stats;
 mod ud;

@@ -64,6 +64,8 @@ pub struct Opts {
     pub hw_ts: bool,
     /// `--perftest`: the server this client connects to is an unmodified perftest program.
     pub perftest: bool,
+    /// `--rc-pingpong`: the server this client connects to is rdma-core's `ibv_rc_pingpong`.
+    pub rc_pingpong: bool,
     /// perftest's `-D`: run for this many seconds instead of `--iters` (bandwidth tests).
     pub duration: Option<u64>,
     /// perftest's `--run_infinitely`: a bandwidth test that runs until killed, printing a
@@ -135,6 +137,7 @@ impl Default for Opts {
             odp: false,
             hw_ts: false,
             perftest: false,
+            rc_pingpong: false,
             duration: None,
             run_infinitely: false,
             margin: None,
@@ -189,6 +192,9 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           ib_send_bw; 4.5 and later), spoken to
                           with its exchange and its test loop; a bfperf --server tells a
                           perftest client from a bfperf one by itself
+      --rc-pingpong       send-lat with --client: the server is rdma-core's ibv_rc_pingpong
+                          (its 52-byte exchange and send ping-pong; give it the same -s and
+                          -n, and -g on RoCE); a bfperf --server tells its client by itself
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -296,6 +302,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--odp" => o.odp = true,
             "--hw-timestamps" | "--hw_timestamps" => o.hw_ts = true,
             "--perftest" => o.perftest = true,
+            "--rc-pingpong" | "--rc_pingpong" => o.rc_pingpong = true,
             "-D" | "--duration" => o.duration = Some(num(a, val(a)?)?),
             "-f" | "--margin" => o.margin = Some(num(a, val(a)?)?),
             "--run_infinitely" | "--run-infinitely" => o.run_infinitely = true,
@@ -462,6 +469,20 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         };
         if let Some(why) = why {
             return Err(format!("--perftest with {name}: {why}"));
+        }
+    }
+    if o.rc_pingpong {
+        let why = if o.client.is_none() {
+            Some("it names the server's program: give it with --client HOST")
+        } else if name != "send-lat" {
+            Some("ibv_rc_pingpong is a send ping-pong: send-lat only")
+        } else if o.perftest || o.srq || o.events || o.connection == Connection::Ud || o.all {
+            Some("not with --perftest, --srq, --events, -c ud or -a")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("--rc-pingpong with {name}: {why}"));
         }
     }
     if o.hw_ts {

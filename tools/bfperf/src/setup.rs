@@ -43,6 +43,9 @@ pub enum Setup {
     /// The other side is an unmodified perftest program (`--perftest` on a client; a
     /// server tells from the first bytes): its exchange, its test loop.
     Perftest(Side, PerftestLink),
+    /// The other side is rdma-core's `ibv_rc_pingpong` (`--rc-pingpong` on a client; a
+    /// server tells from the first bytes); true on the client.
+    RcPingpong(Side, bool),
 }
 
 /// What a test with a perftest peer needs after the set-up: the connection, this side's
@@ -66,12 +69,21 @@ fn perftest_failed(why: String) -> blueflame::Error {
     }
 }
 
-/// Whether the client that connected on `s` speaks perftest's exchange: its first bytes
-/// are a version ("6.06"), not bfperf's magic (`BFX1`).
-fn is_perftest(s: &TcpStream) -> Result<bool> {
+/// Which program the client that connected is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Peer {
+    Bfperf,
+    Perftest,
+    RcPingpong,
+}
+
+/// Tells the client that connected on `s` by its first five bytes: bfperf's magic (`BFX1`),
+/// `ibv_rc_pingpong`'s address (4 hex digits of LID, then ':'), else perftest's version
+/// ("6.06").
+fn classify(s: &TcpStream) -> Result<Peer> {
     s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .map_err(blueflame::Error::Io)?;
-    let mut b = [0u8; 4];
+    let mut b = [0u8; 5];
     loop {
         let n = s.peek(&mut b).map_err(blueflame::Error::Io)?;
         if n == 0 {
@@ -79,11 +91,56 @@ fn is_perftest(s: &TcpStream) -> Result<bool> {
                 std::io::ErrorKind::UnexpectedEof.into(),
             ));
         }
-        if n == b.len() || b[..n] != b"BFX1"[..n] {
-            return Ok(&b[..n] != b"BFX1");
+        if n >= 4 && b[..4] == *b"BFX1" {
+            return Ok(Peer::Bfperf);
+        }
+        if n == b.len() {
+            return Ok(if b[4] == b':' {
+                Peer::RcPingpong
+            } else {
+                Peer::Perftest
+            });
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+}
+
+/// `ibv_rc_pingpong`'s set-up on `stream` for side `qa`: its exchange, the QP connected
+/// with its path MTU.
+fn rc_pingpong_setup(
+    o: &Opts,
+    dev: &Device,
+    test: &str,
+    mut stream: TcpStream,
+    (mut qa, cqa, mra, srqa): (Qp, Cq, MemoryRegion, Option<Srq>),
+) -> Result<Setup> {
+    if test.replace('_', "-") != "send-lat" {
+        return Err(perftest_failed(format!(
+            "ibv_rc_pingpong is a send ping-pong: run send-lat against it, not {test}"
+        )));
+    }
+    let client = !o.server;
+    let ours = qa.endpoint()?;
+    let mut connected = Ok(());
+    crate::rc_pingpong::exchange(&mut stream, client, &ours, |theirs| {
+        connected = qa.connect(theirs);
+        connected.as_ref().map_err(|e| e.to_string()).map(|_| ())
+    })
+    .map_err(perftest_failed)?;
+    connected?;
+    let s = Side {
+        dev: dev.clone(),
+        qp: qa,
+        cq: cqa,
+        peer: mra.remote_buf(),
+        mr: mra,
+        msg: Box::new([0; 1024]),
+        pause: dev.nic().is_some(),
+        events: o.events,
+        timed: o.hw_ts,
+        srq: srqa,
+    };
+    Ok(Setup::RcPingpong(s, client))
 }
 
 /// perftest's set-up on `stream` for side `qa` (its CQ, region, SRQ): the preamble, the
@@ -273,8 +330,20 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
         } else {
             dial_stream(o.client.as_deref().unwrap_or("localhost"), o.port)?
         };
-        if (o.server && is_perftest(&stream)?) || o.perftest {
-            return perftest_setup(o, dev, test, size, stream, (qa, cqa, mra, srqa));
+        let peer = match o.server {
+            true => classify(&stream)?,
+            false if o.perftest => Peer::Perftest,
+            false if o.rc_pingpong => Peer::RcPingpong,
+            false => Peer::Bfperf,
+        };
+        match peer {
+            Peer::Perftest => {
+                return perftest_setup(o, dev, test, size, stream, (qa, cqa, mra, srqa))
+            }
+            Peer::RcPingpong => {
+                return rc_pingpong_setup(o, dev, test, stream, (qa, cqa, mra, srqa))
+            }
+            Peer::Bfperf => {}
         }
         let ours = Exchange {
             endpoint: qa.endpoint()?,

@@ -348,3 +348,22 @@ fn perftest_peers_are_refused_where_the_exchange_is_not_spoken() {
         );
     }
 }
+
+/// `--rc-pingpong` names the server's program (`ibv_rc_pingpong`): only with `--client`,
+/// only for send-lat, not with what its exchange has no room for.
+#[test]
+fn rc_pingpong_peers_only_for_send_latency() {
+    for refused in [
+        &["send-lat", "-d", "sim", "--rc-pingpong"][..],
+        &["write-lat", "--client", "h", "--rc-pingpong"][..],
+        &["send-lat", "--client", "h", "--rc-pingpong", "--perftest"][..],
+        &["send-lat", "--client", "h", "--rc-pingpong", "--srq"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--rc-pingpong with"),
+            "{refused:?}: {out:?}"
+        );
+    }
+}

@@ -1,6 +1,6 @@
 //! The interop pairings of the rxe stage: bfperf against Debian's unmodified perftest on
 //! rxe0, each test perftest's exchange is spoken for (write, read and send latency and
-//! bandwidth), both ways (bfperf client
+//! bandwidth, and `send-lat` against rdma-core's `ibv_rc_pingpong`), both ways (bfperf client
 //! with `--perftest` -> perftest server, perftest client -> bfperf server, which tells a
 //! perftest client by its first bytes), each pairing one line with both programs'
 //! figures: `interop <test> <client> -> <server>: ok`. A pairing fails when either
@@ -17,6 +17,7 @@ const TESTS: &[(&str, &str, u32, u32)] = &[
     ("write-bw", "ib_write_bw", 4096, 1000),
     ("read-bw", "ib_read_bw", 4096, 1000),
     ("send-bw", "ib_send_bw", 4096, 1000),
+    ("send-lat", "ibv_rc_pingpong", 8, 300),
 ];
 
 /// Seconds a program may take.
@@ -26,9 +27,16 @@ const LIMIT: u32 = 60;
 pub fn script() -> String {
     let mut s = String::new();
     for &(t, p, size, iters) in TESTS {
+        // rdma-core's example takes the GID index as -g and has no -F; bfperf is told the
+        // server's program with --rc-pingpong instead of --perftest.
+        let (gid, f, told) = if p == "ibv_rc_pingpong" {
+            ("-g", "", "--rc-pingpong")
+        } else {
+            ("-x", "-F ", "--perftest")
+        };
         let pt = |host: &str| {
             format!(
-                "timeout {LIMIT} {p} -F -d rxe0 -x $BLUEFLAME_GID_INDEX -s {size} -n {iters} {host}"
+                "timeout {LIMIT} {p} {f}-d rxe0 {gid} $BLUEFLAME_GID_INDEX -s {size} -n {iters} {host}"
             )
         };
         let bf = |role: &str| {
@@ -38,12 +46,12 @@ pub fn script() -> String {
         };
         for (label, server, client) in [
             (
-                format!("{t} bfperf -> perftest"),
+                format!("{t} bfperf -> {p}"),
                 pt(""),
-                bf("--client 10.77.0.1 --perftest"),
+                bf(&format!("--client 10.77.0.1 {told}")),
             ),
             (
-                format!("{t} perftest -> bfperf"),
+                format!("{t} {p} -> bfperf"),
                 bf("--server"),
                 pt("10.77.0.1"),
             ),
@@ -61,10 +69,21 @@ pub fn script() -> String {
 }
 
 /// The figure of one program's output: the typical latency (us) or the average bandwidth
-/// (MB/s), from bfperf's JSON or perftest's row.
+/// (MB/s), from bfperf's JSON or perftest's row; `ibv_rc_pingpong`'s microseconds per
+/// iteration (a whole round trip: "300 iters in 0.02 seconds = 66.67 usec/iter").
 fn figure(out: &str, bw: bool) -> Option<f64> {
     let key = if bw { "bw_avg_mb_s" } else { "t_typical_us" };
-    json_value(out, key).or_else(|| perftest_value(out, bw))
+    let rc = || {
+        let l = out.lines().find(|l| l.ends_with(" usec/iter"))?;
+        l.trim_end_matches(" usec/iter")
+            .rsplit(' ')
+            .next()?
+            .parse()
+            .ok()
+    };
+    json_value(out, key)
+        .or_else(|| perftest_value(out, bw))
+        .or_else(rc)
 }
 
 /// Reads the pairings' sections of the stage's log; prints a line each. False when one
@@ -74,12 +93,12 @@ pub fn report(log: &str) -> bool {
     let sections: Vec<&str> = log.split("=== interop ").skip(1).collect();
     for part in &sections {
         let label = part.lines().next().unwrap_or("?").trim();
-        let (client_name, server_name) = if label.contains("bfperf -> perftest") {
-            ("bfperf", "perftest")
-        } else {
-            ("perftest", "bfperf")
+        // "<test> <client> -> <server>"
+        let words: Vec<&str> = label.split_whitespace().collect();
+        let (test, client_name, server_name) = match words[..] {
+            [t, c, "->", s] => (t, c, s),
+            _ => (label, "?", "?"),
         };
-        let test = label.split_whitespace().next().unwrap_or("?");
         let (bw, unit) = if test.ends_with("-bw") {
             (true, "MB/s")
         } else {
@@ -96,6 +115,7 @@ pub fn report(log: &str) -> bool {
         let (cli, srv) = (figure(out("client"), bw), figure(out("server"), bw));
         let fine = rcs == Some("client rc 0, server rc 0") && cli.is_some();
         let fig = |name: &str, v: Option<f64>| match v {
+            Some(v) if name == "ibv_rc_pingpong" => format!("{name} {v:.2} us per round trip"),
             Some(v) => format!("{name} {v:.2} {unit}"),
             None => format!("{name} (no figure: its side does not measure)"),
         };
@@ -136,16 +156,19 @@ mod tests {
         let bw_row = " 65536      2000           1071.23            1069.59              0.017113";
         let bw_json = "{\"test\":\"write_bw\",\"bw_peak_mb_s\":1100.000,\"bw_avg_mb_s\":1050.500}";
         let mut log = String::new();
-        for (t, ..) in TESTS {
-            let (j, r) = if t.ends_with("-bw") {
-                (bw_json, bw_row)
-            } else {
-                (json, row)
+        let rc_out =
+            "2400 bytes in 0.02 seconds = 0.96 Mbit/sec\n300 iters in 0.02 seconds = 66.67 usec/iter";
+        for (t, p, ..) in TESTS {
+            let (j, r) = match (t.ends_with("-bw"), *p == "ibv_rc_pingpong") {
+                (true, _) => (bw_json, bw_row),
+                (false, true) => (json, rc_out),
+                (false, false) => (json, row),
             };
             let ok = "client rc 0, server rc 0";
-            log += &section(&format!("{t} bfperf -> perftest"), ok, j, r);
-            log += &section(&format!("{t} perftest -> bfperf"), ok, r, j);
+            log += &section(&format!("{t} bfperf -> {p}"), ok, j, r);
+            log += &section(&format!("{t} {p} -> bfperf"), ok, r, j);
         }
+        assert_eq!(figure(rc_out, false), Some(66.67));
         assert!(report(&log));
         assert_eq!(figure(json, false), Some(24.21));
         assert_eq!(figure(row, false), Some(24.05));
