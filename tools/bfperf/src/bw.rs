@@ -444,13 +444,7 @@ fn against_perftest(
     size: usize,
     each: Each<'_>,
 ) -> Result<Option<BwResult>> {
-    let failed = |why: String| {
-        eprintln!("bfperf: {why}");
-        blueflame::Error::InvalidParameter {
-            what: "exchange with a perftest peer (see the line above)",
-            value: 0,
-        }
-    };
+    let failed = crate::setup::peer_failed;
     let o = Opts {
         warmup: 0,
         ..o.clone()

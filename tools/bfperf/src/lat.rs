@@ -410,13 +410,7 @@ fn against_perftest(
     kind: Lat,
     size: usize,
 ) -> Result<Option<LatResult>> {
-    let failed = |why: String| {
-        eprintln!("bfperf: {why}");
-        blueflame::Error::InvalidParameter {
-            what: "exchange with a perftest peer (see the line above)",
-            value: 0,
-        }
-    };
+    let failed = crate::setup::peer_failed;
     let o = Opts {
         warmup: 0,
         ..o.clone()

@@ -60,8 +60,9 @@ pub struct PerftestLink {
     pub version: String,
 }
 
-/// The refusal of a perftest exchange that failed, said on stderr.
-fn perftest_failed(why: String) -> blueflame::Error {
+/// The refusal of an exchange with a perftest or `ibv_rc_pingpong` peer that failed,
+/// said on stderr.
+pub fn peer_failed(why: String) -> blueflame::Error {
     eprintln!("bfperf: {why}");
     blueflame::Error::InvalidParameter {
         what: "exchange with a perftest peer (see the line above)",
@@ -115,7 +116,7 @@ fn rc_pingpong_setup(
     (mut qa, cqa, mra, srqa): (Qp, Cq, MemoryRegion, Option<Srq>),
 ) -> Result<Setup> {
     if test.replace('_', "-") != "send-lat" {
-        return Err(perftest_failed(format!(
+        return Err(peer_failed(format!(
             "ibv_rc_pingpong is a send ping-pong: run send-lat against it, not {test}"
         )));
     }
@@ -126,20 +127,10 @@ fn rc_pingpong_setup(
         connected = qa.connect(theirs);
         connected.as_ref().map_err(|e| e.to_string()).map(|_| ())
     })
-    .map_err(perftest_failed)?;
+    .map_err(peer_failed)?;
     connected?;
-    let s = Side {
-        dev: dev.clone(),
-        qp: qa,
-        cq: cqa,
-        peer: mra.remote_buf(),
-        mr: mra,
-        msg: Box::new([0; 1024]),
-        pause: dev.nic().is_some(),
-        events: o.events,
-        timed: o.hw_ts,
-        srq: srqa,
-    };
+    let peer = mra.remote_buf();
+    let s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
     Ok(Setup::RcPingpong(s, client))
 }
 
@@ -156,7 +147,7 @@ fn perftest_setup(
     (mut qa, cqa, mra, srqa): (Qp, Cq, MemoryRegion, Option<Srq>),
 ) -> Result<Setup> {
     let t = perftest::Test::of(test, o.write_imm).ok_or_else(|| {
-        perftest_failed(format!(
+        peer_failed(format!(
             "{test}{} has no perftest counterpart on the wire (write-lat, read-lat, send-lat)",
             if o.write_imm { " --write-with-imm" } else { "" }
         ))
@@ -174,12 +165,12 @@ fn perftest_setup(
         gid: (ep.gid != [0; 16]).then_some(ep.gid),
         srqn: 0,
     };
-    let mut wire = Wire::new(stream, client).map_err(perftest_failed)?;
-    let (version, mtu) = wire.preamble(ep.mtu).map_err(perftest_failed)?;
+    let mut wire = Wire::new(stream, client).map_err(peer_failed)?;
+    let (version, mtu) = wire.preamble(ep.mtu).map_err(peer_failed)?;
     let (before, after) = t.hand_shakes();
     let mut theirs = mine;
     for _ in 0..before {
-        theirs = wire.hand_shake(&mine).map_err(perftest_failed)?;
+        theirs = wire.hand_shake(&mine).map_err(peer_failed)?;
     }
     qa.connect(blueflame::Endpoint {
         qpn: theirs.qpn,
@@ -189,25 +180,15 @@ fn perftest_setup(
         mtu,
     })?;
     for _ in 1..after {
-        wire.hand_shake(&mine).map_err(perftest_failed)?;
+        wire.hand_shake(&mine).map_err(peer_failed)?;
     }
-    let s = Side {
-        dev: dev.clone(),
-        qp: qa,
-        cq: cqa,
-        mr: mra,
-        peer: RemoteBuf {
-            addr: theirs.vaddr,
-            rkey: theirs.rkey,
-            // perftest's BUFF_SIZE: a page, or the message when larger.
-            len: size.max(4096) as u64,
-        },
-        msg: Box::new([0; 1024]),
-        pause: dev.nic().is_some(),
-        events: o.events,
-        timed: o.hw_ts,
-        srq: srqa,
+    let peer = RemoteBuf {
+        addr: theirs.vaddr,
+        rkey: theirs.rkey,
+        // perftest's BUFF_SIZE: a page, or the message when larger.
+        len: size.max(4096) as u64,
     };
+    let s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
     Ok(Setup::Perftest(
         s,
         PerftestLink {
@@ -366,18 +347,7 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             });
         }
         qa.connect(theirs.endpoint)?;
-        let s = Side {
-            dev: dev.clone(),
-            qp: qa,
-            cq: cqa,
-            mr: mra,
-            peer,
-            msg: Box::new([0; 1024]),
-            pause: dev.nic().is_some(),
-            events: o.events,
-            timed: o.hw_ts,
-            srq: srqa,
-        };
+        let s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
         return Ok(if o.server {
             Setup::Server(s, stream)
         } else {
@@ -392,30 +362,8 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
     }
     let (pa, pb) = (mrb.remote_buf(), mra.remote_buf());
     Ok(Setup::Local(
-        Side {
-            dev: dev.clone(),
-            qp: qa,
-            cq: cqa,
-            mr: mra,
-            peer: pa,
-            msg: Box::new([0; 1024]),
-            pause: dev.nic().is_some(),
-            events: o.events,
-            timed: o.hw_ts,
-            srq: srqa,
-        },
-        Side {
-            dev: dev.clone(),
-            qp: qb,
-            cq: cqb,
-            mr: mrb,
-            peer: pb,
-            msg: Box::new([0; 1024]),
-            pause: dev.nic().is_some(),
-            events: o.events,
-            timed: o.hw_ts,
-            srq: srqb,
-        },
+        Side::new(dev, o, (qa, cqa, mra, srqa), pa),
+        Side::new(dev, o, (qb, cqb, mrb, srqb), pb),
     ))
 }
 
@@ -534,6 +482,27 @@ pub fn sync(s: &mut TcpStream) -> Result<()> {
 }
 
 impl Side {
+    /// The side of QP `qp` (its CQ, region and SRQ) whose peer's buffer is `peer`.
+    pub fn new(
+        dev: &Device,
+        o: &Opts,
+        (qp, cq, mr, srq): (Qp, Cq, MemoryRegion, Option<Srq>),
+        peer: RemoteBuf,
+    ) -> Side {
+        Side {
+            dev: dev.clone(),
+            qp,
+            cq,
+            mr,
+            peer,
+            msg: Box::new([0; 1024]),
+            pause: dev.nic().is_some(),
+            events: o.events,
+            timed: o.hw_ts,
+            srq,
+        }
+    }
+
     /// Posts a receive: to the SRQ with `--srq`, else to the QP.
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         match self.srq.as_mut() {
