@@ -12,6 +12,7 @@ mod hist;
 mod hwts;
 mod lat;
 mod opts;
+mod out_json;
 mod perftest;
 mod plot;
 mod probe;
@@ -229,11 +230,11 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 let r = {
                     // --run_infinitely: a row per period, from inside the run.
                     let mut each =
-                        |r: &bw::BwResult| report_bw(o, name, size, r, csv.as_mut(), &progress);
+                        |r: &bw::BwResult| report_bw(&t, o, name, size, r, csv.as_mut(), &progress);
                     bw::run(o, kind, s, size, &mut each)?
                 };
                 if let Some(r) = r {
-                    report_bw(o, name, size, &r, csv.as_mut(), &progress)?;
+                    report_bw(&t, o, name, size, &r, csv.as_mut(), &progress)?;
                 }
             }
         }
@@ -261,7 +262,7 @@ fn run_ud(
         }
         Test::Bw(_, name) => {
             let r = ud::bandwidth(o, dev, size)?;
-            report_bw(o, name, size, &r, csv, progress)
+            report_bw(t, o, name, size, &r, csv, progress)
         }
     }
 }
@@ -285,6 +286,10 @@ fn report_lat(
         print!("{}", stats::sample_lines(&samples));
     }
     let sum = stats::summarize(&mut samples);
+    if let Some(path) = &o.out_json {
+        let reads = matches!(t, Test::Lat(lat::Lat::Read | lat::Lat::Atomic(_), _));
+        out_json::lat(o, title(t, o), reads, size, o.iters, &sum).map_err(file_err(path))?;
+    }
     if o.histogram {
         print!("{}", stats::sample_lines(&samples));
     }
@@ -328,6 +333,7 @@ fn report_lat(
 /// Reports one size of a bandwidth test (RC or UD): its CSV row, then its JSON line or
 /// table row.
 fn report_bw(
+    t: &Test,
     o: &Opts,
     name: &str,
     size: usize,
@@ -337,6 +343,26 @@ fn report_bw(
 ) -> blueflame::Result<()> {
     let csv_err = || file_err(o.csv.as_deref().unwrap_or(".".as_ref()));
     progress.clear();
+    if let Some(path) = &o.out_json {
+        // perftest writes the report in the table's unit.
+        let unit = if o.gbits {
+            bw::PERFTEST_MB * 8.0 / 1e9
+        } else {
+            1.0
+        };
+        let reads = matches!(t, Test::Bw(bw::Bw::Read | bw::Bw::Atomic(_), _));
+        out_json::bw(
+            o,
+            title(t, o),
+            reads,
+            size,
+            r.iters,
+            r.peak * unit,
+            r.avg * unit,
+            r.mpps,
+        )
+        .map_err(file_err(path))?;
+    }
     if let Some(c) = csv {
         c.bw(
             name,

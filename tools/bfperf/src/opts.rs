@@ -44,6 +44,11 @@ pub struct Opts {
     pub atomic: Atomic,
     /// `--csv FILE`: one row per size (see `csv.rs` for the columns).
     pub csv: Option<std::path::PathBuf>,
+    /// perftest's `--out_json`: each result also written to this file as perftest writes it
+    /// (`--out_json_file` names it; `perftest_out.json` by default).
+    pub out_json: Option<std::path::PathBuf>,
+    /// `--out_json_file FILE` (perftest's; `--out_json` turns the output on).
+    pub out_json_file: Option<std::path::PathBuf>,
     /// `--plot FILE.svg`: the latency histogram (latency tests; one file per size with `-a`).
     pub plot: Option<std::path::PathBuf>,
     /// The write latency test with RDMA write with immediate (perftest's `--write_with_imm`):
@@ -129,6 +134,8 @@ impl Default for Opts {
             port: 18515,
             atomic: Atomic::FetchAdd,
             csv: None,
+            out_json: None,
+            out_json_file: None,
             plot: None,
             write_imm: false,
             events: false,
@@ -207,6 +214,9 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -F, --CPU-freq          accepted and ignored, as perftest's -F (bfperf does not warn about
                           the CPU frequency: it calibrates the TSC it times with)
       --csv FILE          also write the results to FILE as CSV, one row per size (columns below)
+      --out_json          also write each result to a file as perftest's --out_json writes it
+                          (one object: test_info and results; the file holds the last result)
+      --out_json_file FILE   that file (also --out_json_file=FILE; default perftest_out.json)
       --plot FILE.svg     latency tests: draw the latency histogram (with -a: FILE-SIZE.svg per size)
 
 Results are written by the side that measures (the client, or this process when both sides
@@ -295,6 +305,11 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             // lines run unchanged.
             "-F" | "--CPU-freq" => {}
             "--csv" => o.csv = Some(val(a)?.into()),
+            "--out_json" => o.out_json = Some(crate::out_json::DEFAULT_FILE.into()),
+            "--out_json_file" => o.out_json_file = Some(val(a)?.into()),
+            f if f.starts_with("--out_json_file=") => {
+                o.out_json_file = Some(f["--out_json_file=".len()..].into())
+            }
             "--plot" => o.plot = Some(val(a)?.into()),
             "--write-with-imm" | "--write_with_imm" => o.write_imm = true,
             "-e" | "--events" => o.events = true,
@@ -337,6 +352,10 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
     }
     if o.server && o.client.is_some() {
         return Err("--server and --client exclude each other".into());
+    }
+    // perftest: --out_json turns the file on, --out_json_file names it.
+    if let (Some(f), Some(out)) = (o.out_json_file.clone(), o.out_json.as_mut()) {
+        *out = f;
     }
     Ok(o)
 }

@@ -367,3 +367,51 @@ fn rc_pingpong_peers_only_for_send_latency() {
         );
     }
 }
+
+/// perftest's `--out_json` / `--out_json_file`: the result written to the file as perftest
+/// writes it (its key names), the file holding the last result.
+#[test]
+fn out_json_writes_perftest_s_object() {
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("r.json");
+    let arg = format!("--out_json_file={}", file.display());
+    let out = bfperf(&[
+        "send-lat",
+        "-d",
+        "sim",
+        "-n",
+        "200",
+        "--warmup",
+        "10",
+        "--out_json",
+        &arg,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let t = std::fs::read_to_string(&file).unwrap();
+    for key in [
+        "\"test\": \"Send_Latency_Test\"",
+        "\"MsgSize\": 8",
+        "\"n_iterations\": 200",
+        "\"t_typical\": ",
+    ] {
+        assert!(t.contains(key), "{key} in {t}");
+    }
+    let out = bfperf(&[
+        "write-bw",
+        "-d",
+        "sim",
+        "-n",
+        "200",
+        "--out_json",
+        "--out_json_file",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let t = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        t.contains("\"BW_average\": ") && !t.contains("t_typical"),
+        "{t}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
