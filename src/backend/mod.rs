@@ -96,8 +96,8 @@ impl Dev {
     ///
     /// # Errors
     /// As [`RdmaDev::open`].
-    pub(crate) fn open(name: &str, gid_index: Option<i32>) -> Result<Dev> {
-        Ok(Dev::Rdma(Arc::new(RdmaDev::open(name, gid_index)?)))
+    pub(crate) fn open(name: &str, port: u8, gid_index: Option<i32>) -> Result<Dev> {
+        Ok(Dev::Rdma(Arc::new(RdmaDev::open(name, port, gid_index)?)))
     }
 
     /// The device of rdma_cm's context `ctx` on `port`.

@@ -49,9 +49,18 @@ impl Device {
     /// [`Error::Verbs`] when the device cannot be opened or queried;
     /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
     pub fn open(name: &str, gid_index: Option<i32>) -> Result<Device> {
+        Device::open_port(name, 1, gid_index)
+    }
+
+    /// [`Device::open`] on port `port` of the device (perftest's `-i`; ports count from 1).
+    ///
+    /// # Errors
+    /// As [`Device::open`]; [`Error::InvalidParameter`] for port 0; [`Error::Verbs`] from
+    /// `ibv_query_port` for a port the device does not have.
+    pub fn open_port(name: &str, port: u8, gid_index: Option<i32>) -> Result<Device> {
         Ok(Device {
             events: Arc::default(),
-            backend: Dev::open(name, gid_index)?,
+            backend: Dev::open(name, port, gid_index)?,
         })
     }
 

@@ -98,9 +98,15 @@ impl RdmaDev {
     /// # Errors
     /// [`Error::Verbs`] when the device cannot be opened or queried;
     /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
-    pub(crate) fn open(name: &str, gid_index: Option<i32>) -> Result<RdmaDev> {
+    pub(crate) fn open(name: &str, port: u8, gid_index: Option<i32>) -> Result<RdmaDev> {
+        if port == 0 {
+            // Verbs numbers ports from 1.
+            return Err(crate::error::Error::InvalidParameter {
+                what: "port number (ports count from 1)",
+                value: 0,
+            });
+        }
         let ctx = Arc::new(verbs::device::Context::open(name)?);
-        let port = 1;
         let info = ctx.port(port)?;
         let gid_index = match gid_index {
             Some(i) => Some(i),
@@ -356,5 +362,17 @@ impl Pd {
             mlx5::av::Av::default()
         };
         Ok((av, Some(Arc::new(ah))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Ports count from 1: port 0 is refused, typed, before any device is opened.
+    #[test]
+    fn port_zero_is_refused_before_the_device_is_opened() {
+        match super::RdmaDev::open("no-such-device", 0, None) {
+            Err(crate::Error::InvalidParameter { value: 0, .. }) => {}
+            other => panic!("{:?}", other.map(|_| ())),
+        }
     }
 }

@@ -7,6 +7,8 @@ pub struct Opts {
     pub device: String,
     /// GID index on RoCE (default: the first RoCE v2 IPv4 GID).
     pub gid_index: Option<i32>,
+    /// perftest's `-i`: the device's port (default 1).
+    pub ib_port: u8,
     /// Message size in bytes.
     pub size: usize,
     /// Measured iterations.
@@ -134,6 +136,7 @@ impl Default for Opts {
             port: 18515,
             atomic: Atomic::FetchAdd,
             csv: None,
+            ib_port: 1,
             out_json: None,
             out_json_file: None,
             plot: None,
@@ -157,6 +160,8 @@ impl Default for Opts {
 pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|write-bw|read-bw|send-bw|atomic-bw|icount-probe N|icount-verbs N> [options]
   -d, --device auto|sim|sim-stepped|NAME   device (auto: BLUEFLAME_DEVICE, first rdma-core device, else the software NIC)
   -x, --gid-index N       GID index (RoCE; default: first RoCE v2 IPv4 GID)
+  -i, --ib-port N         the device's port (default 1, as perftest's -i; the software NIC
+                          has one)
   -s, --size N            message size (default 8)
   -n, --iters N           iterations (default 10000)
       --warmup N          warm-up iterations (default 1000)
@@ -259,6 +264,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         match a.as_str() {
             "-d" | "--device" => o.device = val(a)?,
             "-x" | "--gid-index" => o.gid_index = Some(num(a, val(a)?)?),
+            "-i" | "--ib-port" => o.ib_port = num(a, val(a)?)?,
             "-s" | "--size" => o.size = num(a, val(a)?)?,
             "-n" | "--iters" => o.iters = num(a, val(a)?)?,
             "--warmup" => o.warmup = num(a, val(a)?)?,

@@ -214,11 +214,18 @@ pub fn open(o: &Opts) -> Result<(Device, String)> {
     if let Some(p) = &o.path {
         std::env::set_var("BLUEFLAME_PATH", p);
     }
+    if o.ib_port != 1 && matches!(o.device.as_str(), "sim" | "sim-stepped" | "auto") {
+        // The software NIC has one port; `auto` opens port 1 of whatever it finds.
+        return Err(blueflame::Error::InvalidParameter {
+            what: "port (-i) of the software NIC or of --device auto: 1 only (name the device)",
+            value: o.ib_port as u64,
+        });
+    }
     let dev = match o.device.as_str() {
         "sim" => Device::sim(),
         "sim-stepped" => Device::sim_stepped(),
         "auto" => Device::open_default()?,
-        name => Device::open(name, o.gid_index)?,
+        name => Device::open_port(name, o.ib_port, o.gid_index)?,
     };
     let what = format!("{}, {:?} data path", dev, dev.data_path());
     Ok((dev, what))

@@ -415,3 +415,26 @@ fn out_json_writes_perftest_s_object() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// perftest's `-i`: the device's port; the software NIC has one, so any other is refused.
+#[test]
+fn ib_port_other_than_one_is_refused_on_the_software_nic() {
+    let out = bfperf(&["write-lat", "-d", "sim", "-i", "2"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("port (-i)"),
+        "{out:?}"
+    );
+    let out = bfperf(&[
+        "write-lat",
+        "-d",
+        "sim",
+        "-i",
+        "1",
+        "-n",
+        "50",
+        "--warmup",
+        "5",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+}
