@@ -165,6 +165,9 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         if o.odp {
             println!(" Memory         : on-demand paging (--odp)");
         }
+        if o.hugepages {
+            println!(" Memory         : 2 MiB huge pages (--use_hugepages)");
+        }
         println!(
             " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
             o.inline, o.post_list, o.tx_depth

@@ -67,6 +67,8 @@ pub struct Opts {
     pub srq: bool,
     /// perftest's `--odp`: buffers registered with on-demand paging.
     pub odp: bool,
+    /// perftest's `--use_hugepages`: buffers in 2 MiB huge pages.
+    pub hugepages: bool,
     /// `--hw-timestamps`: latency round trips split by the NIC's completion timestamps.
     pub hw_ts: bool,
     /// `--perftest`: the server this client connects to is an unmodified perftest program.
@@ -145,6 +147,7 @@ impl Default for Opts {
             cqe_zip: None,
             srq: false,
             odp: false,
+            hugepages: false,
             hw_ts: false,
             perftest: false,
             rc_pingpong: false,
@@ -193,6 +196,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           of what completed in it (perftest's --run_infinitely; no peak)
       --odp               buffers registered with on-demand paging (perftest's --odp; refused,
                           typed, where the device has none)
+      --use_hugepages     buffers in 2 MiB huge pages (perftest's --use_hugepages; refused,
+                          typed, naming vm.nr_hugepages, where none are reserved)
       --hw-timestamps     latency tests: split each round trip by the NIC's completion
                           timestamps into post (host), NIC+wire (doorbell to the NIC's stamp
                           of the completion that ends it) and poll (host), printed after the
@@ -321,6 +326,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-e" | "--events" => o.events = true,
             "--srq" => o.srq = true,
             "--odp" => o.odp = true,
+            "--use_hugepages" | "--use-hugepages" => o.hugepages = true,
             "--hw-timestamps" | "--hw_timestamps" => o.hw_ts = true,
             "--perftest" => o.perftest = true,
             "--rc-pingpong" | "--rc_pingpong" => o.rc_pingpong = true,

@@ -298,7 +298,17 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
         // faults, not pinned); a device without on-demand paging refuses it, typed.
         rights = rights | Access::ON_DEMAND;
     }
-    let mr = pd.alloc_mr(buf_len(size), rights)?;
+    let mr = if o.hugepages {
+        // perftest --use_hugepages: the buffer in huge pages (a machine without any
+        // reserved refuses it, typed, naming the sysctl).
+        let pages = blueflame::mapping::HugePages::new(
+            buf_len(size),
+            blueflame::mapping::PageSize::Huge2M,
+        )?;
+        pd.register(pages, rights).map_err(|r| r.error)?
+    } else {
+        pd.alloc_mr(buf_len(size), rights)?
+    };
     Ok((qp, cq, mr, srq))
 }
 

@@ -438,3 +438,38 @@ fn ib_port_other_than_one_is_refused_on_the_software_nic() {
     ]);
     assert!(out.status.success(), "{out:?}");
 }
+
+/// perftest's `--use_hugepages`: the buffers in 2 MiB huge pages where the system has some
+/// reserved; else refused, typed, naming the sysctl that reserves them (never a fallback
+/// to base pages under a header that says huge pages).
+#[test]
+fn use_hugepages_maps_huge_pages_or_names_the_sysctl() {
+    let reserved: u64 = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let out = bfperf(&[
+        "write-lat",
+        "-d",
+        "sim",
+        "-n",
+        "100",
+        "--warmup",
+        "5",
+        "--use_hugepages",
+    ]);
+    if reserved >= 4 {
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("2 MiB huge pages (--use_hugepages)"),
+            "{text}"
+        );
+    } else {
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("vm.nr_hugepages"),
+            "{out:?}"
+        );
+    }
+}

@@ -8,25 +8,39 @@
 
 use crate::compare::{json_value, perftest_value};
 
-/// The tests: bfperf's subcommand, perftest's program, the message size and iterations
-/// (under emulation a latency pairing takes about 20 ms on rxe, a bandwidth one about 0.3 s).
-const TESTS: &[(&str, &str, u32, u32)] = &[
-    ("write-lat", "ib_write_lat", 8, 300),
-    ("read-lat", "ib_read_lat", 8, 300),
-    ("send-lat", "ib_send_lat", 8, 300),
-    ("write-bw", "ib_write_bw", 4096, 1000),
-    ("read-bw", "ib_read_bw", 4096, 1000),
-    ("send-bw", "ib_send_bw", 4096, 1000),
-    ("send-lat", "ibv_rc_pingpong", 8, 300),
+/// The tests: bfperf's subcommand, the other program, the message size and iterations
+/// (under emulation a latency pairing takes about 20 ms on rxe, a bandwidth one about 0.3 s),
+/// and a flag of bfperf's (the huge pages the script reserves first: `--use_hugepages`
+/// registered on a real device).
+const TESTS: &[(&str, &str, u32, u32, &str)] = &[
+    ("write-lat", "ib_write_lat", 8, 300, ""),
+    ("read-lat", "ib_read_lat", 8, 300, ""),
+    ("send-lat", "ib_send_lat", 8, 300, ""),
+    ("write-bw", "ib_write_bw", 4096, 1000, ""),
+    ("read-bw", "ib_read_bw", 4096, 1000, ""),
+    ("send-bw", "ib_send_bw", 4096, 1000, ""),
+    ("send-lat", "ibv_rc_pingpong", 8, 300, ""),
+    ("write-lat", "ib_write_lat", 8, 300, "--use_hugepages"),
 ];
+
+/// How bfperf is named in a pairing's label: with its extra flag, if any.
+fn me(extra: &str) -> String {
+    if extra.is_empty() {
+        "bfperf".into()
+    } else {
+        format!("bfperf[{extra}]")
+    }
+}
 
 /// Seconds a program may take.
 const LIMIT: u32 = 60;
 
 /// The VM's commands (run from the repository's root; bfperf's release build is there).
 pub fn script() -> String {
-    let mut s = String::new();
-    for &(t, p, size, iters) in TESTS {
+    // Huge pages for `--use_hugepages` (the VM's own kernel, as root).
+    let mut s = String::from("echo 16 > /proc/sys/vm/nr_hugepages; ");
+    for &(t, p, size, iters, extra) in TESTS {
+        let me = me(extra);
         // rdma-core's example takes the GID index as -g and has no -F; bfperf is told the
         // server's program with --rc-pingpong instead of --perftest.
         let (gid, f, told) = if p == "ibv_rc_pingpong" {
@@ -41,20 +55,16 @@ pub fn script() -> String {
         };
         let bf = |role: &str| {
             format!(
-                "timeout {LIMIT} target/release/bfperf {t} -d rxe0 -s {size} -n {iters} {role} --json"
+                "timeout {LIMIT} target/release/bfperf {t} -d rxe0 -s {size} -n {iters} {role} {extra} --json"
             )
         };
         for (label, server, client) in [
             (
-                format!("{t} bfperf -> {p}"),
+                format!("{t} {me} -> {p}"),
                 pt(""),
                 bf(&format!("--client 10.77.0.1 {told}")),
             ),
-            (
-                format!("{t} {p} -> bfperf"),
-                bf("--server"),
-                pt("10.77.0.1"),
-            ),
+            (format!("{t} {p} -> {me}"), bf("--server"), pt("10.77.0.1")),
         ] {
             s.push_str(&format!(
                 "echo '=== interop {label}'; \
@@ -158,15 +168,15 @@ mod tests {
         let mut log = String::new();
         let rc_out =
             "2400 bytes in 0.02 seconds = 0.96 Mbit/sec\n300 iters in 0.02 seconds = 66.67 usec/iter";
-        for (t, p, ..) in TESTS {
+        for (t, p, _, _, extra) in TESTS {
             let (j, r) = match (t.ends_with("-bw"), *p == "ibv_rc_pingpong") {
                 (true, _) => (bw_json, bw_row),
                 (false, true) => (json, rc_out),
                 (false, false) => (json, row),
             };
             let ok = "client rc 0, server rc 0";
-            log += &section(&format!("{t} bfperf -> {p}"), ok, j, r);
-            log += &section(&format!("{t} {p} -> bfperf"), ok, r, j);
+            log += &section(&format!("{t} {} -> {p}", me(extra)), ok, j, r);
+            log += &section(&format!("{t} {p} -> {}", me(extra)), ok, r, j);
         }
         assert_eq!(figure(rc_out, false), Some(66.67));
         assert!(report(&log));
