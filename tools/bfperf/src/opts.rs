@@ -159,6 +159,9 @@ impl Default for Opts {
     }
 }
 
+/// perftest's default `--out_json` file, in the working directory.
+pub const OUT_JSON_DEFAULT: &str = "perftest_out.json";
+
 /// The usage text.
 pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|write-bw|read-bw|send-bw|atomic-bw|icount-probe N|icount-verbs N> [options]
   -d, --device auto|sim|sim-stepped|NAME   device (auto: BLUEFLAME_DEVICE, first rdma-core device, else the software NIC)
@@ -316,7 +319,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             // lines run unchanged.
             "-F" | "--CPU-freq" => {}
             "--csv" => o.csv = Some(val(a)?.into()),
-            "--out_json" => o.out_json = Some(crate::out_json::DEFAULT_FILE.into()),
+            "--out_json" => o.out_json = Some(OUT_JSON_DEFAULT.into()),
             "--out_json_file" => o.out_json_file = Some(val(a)?.into()),
             f if f.starts_with("--out_json_file=") => {
                 o.out_json_file = Some(f["--out_json_file=".len()..].into())

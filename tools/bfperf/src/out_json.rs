@@ -8,9 +8,6 @@
 use crate::opts::{Connection, Opts};
 use crate::stats::Summary;
 
-/// perftest's default file, in the working directory.
-pub const DEFAULT_FILE: &str = "perftest_out.json";
-
 /// The `test_info` object of a test titled `title` ("RDMA_Write Latency Test").
 fn test_info(o: &Opts, title: &str, bw: bool, reads: bool) -> String {
     let mut test = title.replace(' ', "_");
