@@ -43,16 +43,6 @@ impl Dev {
         }
     }
 
-    /// Whether the device stamps completions in real time (an mlx5 device that reports
-    /// `MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`, the software NIC set so).
-    pub(crate) fn real_time_stamps(&self) -> bool {
-        match self {
-            #[cfg(feature = "sim")]
-            Dev::Sim(n) => n.hw_clock().format == TimestampFormat::RealTime,
-            Dev::Rdma(r) => r.real_time(),
-        }
-    }
-
     /// The device's clock now.
     ///
     /// # Errors
@@ -75,7 +65,7 @@ impl Dev {
                 // SAFETY: a live context.
                 let cycles = unsafe { crate::verbs::ex::query_raw_clock(r.ctx.ctx) }
                     .map_err(|rc| Error::Verbs(crate::verbs::code("ibv_query_rt_values_ex", rc)))?;
-                if r.real_time() {
+                if r.real_time_ts {
                     return Err(Error::Timestamps {
                         why: "the device stamps in real time: its clock is its PTP hardware \
                               clock (/dev/ptp*), which blueflame does not read",

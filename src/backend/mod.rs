@@ -59,7 +59,9 @@ pub(crate) fn check_group(local: std::net::IpAddr, group: std::net::IpAddr) -> R
     }
     Ok(())
 }
-pub(crate) use spec::{ChannelSource, CqRings, CqSpec, EventSink, MrInfo, QpRings, SrqRings};
+pub(crate) use spec::{
+    ChannelSource, CqRings, CqSpec, EventSink, MrInfo, QpRings, SrqRings, Stamps,
+};
 pub(crate) use srq::Srq;
 
 use crate::async_event::{AsyncEvent, Subject};

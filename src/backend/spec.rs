@@ -41,11 +41,25 @@ pub(crate) enum CqRings {
         raw: mlx5::RawCq,
         promised: u32,
         compressed: bool,
-        stamps: Option<mlx5::clock::TimestampFormat>,
+        stamps: Option<Stamps>,
     },
     /// The verbs path, over rdma-core's CQ (its wall-clock reader set when timestamps
-    /// were asked for).
-    Verbs(Arc<verbs::objects::Cq>),
+    /// were asked for: then `stamps`).
+    Verbs {
+        cq: Arc<verbs::objects::Cq>,
+        stamps: Option<Stamps>,
+    },
+}
+
+/// What a timed poll's stamps are before they are nanoseconds: the backend that made the
+/// CQ says (only it knows what its device writes and what its provider converts).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Stamps {
+    /// The CQEs' own, in this format (the direct path; rdma-core's real-time stamps,
+    /// which it hands over as the CQE has them).
+    Cqe(mlx5::clock::TimestampFormat),
+    /// Nanoseconds already (`ibv_wc_read_completion_wallclock_ns` of a free-running clock).
+    Ns,
 }
 
 /// What a registration reports: (address, length, lkey, rkey).

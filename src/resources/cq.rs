@@ -3,7 +3,7 @@
 use super::channel::{CompletionChannel, Notify};
 use super::events::Subject;
 use super::{CqOptions, Device};
-use crate::backend::{self, CqRings, CqSpec};
+use crate::backend::{self, CqRings, CqSpec, Stamps};
 use crate::clock::TimestampFormat;
 use crate::completion::Completion;
 use crate::direct::{CompletionQueue, Stamped};
@@ -130,16 +130,6 @@ pub struct Cq {
     stamps: Option<Stamps>,
 }
 
-/// What a timed poll's stamps are before they are nanoseconds.
-#[derive(Copy, Clone, Debug)]
-enum Stamps {
-    /// The direct path: the CQEs' own, in this format.
-    Cqe(TimestampFormat),
-    /// The verbs path: nanoseconds already (`ibv_wc_read_completion_wallclock_ns` of a
-    /// free-running clock).
-    Ns,
-}
-
 // SAFETY: `cq_uar` is the CQ's doorbell page, written only by `arm` (through `&mut self`);
 // the rest is Send on its own.
 unsafe impl Send for Cq {}
@@ -194,15 +184,13 @@ impl Cq {
             }
             None => None,
         };
-        let stamps;
-        let (poller, capacity, cq_uar) = match rings {
+        let (poller, capacity, cq_uar, stamps) = match rings {
             CqRings::Direct {
                 raw,
                 promised,
                 compressed,
-                stamps: format,
+                stamps,
             } => {
-                stamps = format.map(Stamps::Cqe);
                 // SAFETY: the ring and record belong to the CQ `kind` owns, which the handle
                 // keeps alive after the poller (field order of Cq); nobody else polls it
                 // (rdma-core is never asked to).
@@ -211,23 +199,15 @@ impl Cq {
                 if compressed {
                     p.set_compressed();
                 }
-                (Poller::Direct(p), raw.cqe_cnt, raw.cq_uar)
+                (Poller::Direct(p), raw.cqe_cnt, raw.cq_uar, stamps)
             }
-            CqRings::Verbs(cq) => {
-                // rdma-core converts free-running stamps (`mlx5dv_ts_to_ns`) but hands
-                // real-time ones over as the CQE has them (commit 0c40d5351, "Avoid
-                // translation from free running to real time").
-                stamps = opts
-                    .timestamps
-                    .then(|| match dev.backend.real_time_stamps() {
-                        true => Stamps::Cqe(TimestampFormat::RealTime),
-                        false => Stamps::Ns,
-                    });
+            CqRings::Verbs { cq, stamps } => {
                 let capacity = cq.capacity();
                 (
                     Poller::Verbs(VerbsCompletionQueue::new(cq)),
                     capacity,
                     std::ptr::null_mut(),
+                    stamps,
                 )
             }
         };

@@ -3,7 +3,7 @@
 //! polls (`ibv_create_cq_ex` where the provider has it).
 
 use super::RdmaDev;
-use crate::backend::spec::{CqRings, CqSpec};
+use crate::backend::spec::{CqRings, CqSpec, Stamps};
 use crate::data_path::DataPath;
 use crate::error::{Error, Result};
 use crate::verbs;
@@ -74,7 +74,14 @@ pub(crate) fn create_cq(
                 why: "the provider has no ibv_wc_read_completion_wallclock_ns",
             });
         }
-        return Ok((cq.clone(), CqRings::Verbs(cq), id));
+        // rdma-core converts free-running stamps (`mlx5dv_ts_to_ns`) but hands real-time
+        // ones over as the CQE has them (commit 0c40d5351, "Avoid translation from free
+        // running to real time").
+        let stamps = spec.timestamps.then_some(match r.real_time_ts {
+            true => Stamps::Cqe(TimestampFormat::RealTime),
+            false => Stamps::Ns,
+        });
+        return Ok((cq.clone(), CqRings::Verbs { cq, stamps }, id));
     }
     // mlx5: poll the CQ's ring directly (rdma-core never polls it: a classic CQ, or an
     // extended one when it asks for timestamps, which decide the QPs' `ts_format` in the
@@ -84,7 +91,7 @@ pub(crate) fn create_cq(
     // only for wall-clock times without raw ones (`create_cq`).
     let stamps = match spec.timestamps {
         false => None,
-        true if r.real_time() => Some(TimestampFormat::RealTime),
+        true if r.real_time_ts => Some(TimestampFormat::RealTime),
         true => {
             // SAFETY: as above.
             if unsafe { crate::dv::clock_info(r.ctx.ctx.cast()) }.is_none() {
@@ -156,7 +163,7 @@ pub(crate) fn create_cq(
         raw,
         promised,
         compressed: zip.is_some(),
-        stamps,
+        stamps: stamps.map(Stamps::Cqe),
     };
     Ok((cq, rings, cqn))
 }

@@ -40,6 +40,9 @@ pub(crate) struct RdmaDev {
     /// The device is an mlx5: rdma-core's provider may copy small received messages into
     /// receive buffers with the CPU (scatter-to-CQE) on the verbs path.
     pub(crate) mlx5: bool,
+    /// The device stamps completions in real time (`MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`,
+    /// read at open; mlx5 only).
+    pub(crate) real_time_ts: bool,
 }
 
 /// A multicast group joined through the connection manager: the UDP-port-space id whose
@@ -147,7 +150,10 @@ impl RdmaDev {
         } else {
             None
         };
+        // SAFETY: a live context of an mlx5 device (when `mlx5`).
+        let real_time_ts = mlx5 && unsafe { crate::dv::real_time_stamps(ctx.ctx.cast()) };
         Ok(RdmaDev {
+            real_time_ts,
             mlx5,
             cqe_comp,
             atomics: attrs.atomic_caps(mlx5),
@@ -157,12 +163,6 @@ impl RdmaDev {
             gid_index,
             path,
         })
-    }
-
-    /// Whether the device stamps completions in real time (mlx5 only).
-    pub(crate) fn real_time(&self) -> bool {
-        // SAFETY: a live context of an mlx5 device.
-        self.mlx5 && unsafe { crate::dv::real_time_stamps(self.ctx.ctx.cast()) }
     }
 
     /// `rdma-core device rxe0 (port 1, GID index Some(1))`.

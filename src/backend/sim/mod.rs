@@ -314,7 +314,9 @@ pub(super) fn create_cq(
     let rings = crate::backend::spec::CqRings::Direct {
         promised: raw.cqe_cnt,
         compressed: spec.zip.is_some(),
-        stamps: spec.timestamps.then_some(clock.format),
+        stamps: spec
+            .timestamps
+            .then_some(crate::backend::spec::Stamps::Cqe(clock.format)),
         raw,
     };
     Ok((cq, rings, raw.cqn))
