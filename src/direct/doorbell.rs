@@ -228,7 +228,7 @@ impl Doorbell {
     /// # Safety
     /// As [`Doorbell::ring_bf_block`]; the register is shared
     /// ([`DoorbellMode::SharedLocked`]).
-    #[inline(never)]
+    #[inline(always)]
     pub(crate) unsafe fn ring_bf_block_locked(&self, pi: u16, wqe: *const u8) {
         debug_assert!(self.bf_size >= SEND_WQE_BB);
         // SAFETY: the caller's contract: `wqe` has 64 readable bytes; the destination is the

@@ -41,7 +41,7 @@ impl SendQueue {
     /// [`SendQueue::try_write_inline`], rung under the register's lock (rdma-core takes
     /// `bf->lock` for every post on a shared register, nothing more). Posts and returns true
     /// when it applies, else does nothing and returns false.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_write_inline_shared(
         &mut self,
         data: &[u8],
@@ -125,7 +125,7 @@ impl SendQueue {
             // Inline segment: byte count with the inline flag, then the data.
             let inl = block.add(4) as *mut u8;
             (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
-            core::ptr::copy_nonoverlapping(data.as_ptr(), inl.add(4), len);
+            copy_short(data, inl.add(4));
         }
         // Control: opmod 0, WQE index, opcode | QP number, DS | signature 0, fm_ce_se | imm 0.
         // DS: control and remote address, plus the inline segment when there is data (as
@@ -206,6 +206,48 @@ impl SendQueue {
             data: Payload::Inline(data),
         };
         self.post_general(&req, cookie, flags)
+    }
+}
+
+/// Copies `src`, at most 32 bytes, to `dst` without a call to `memcpy` (a length the
+/// compiler does not know is otherwise one): two overlapping loads and stores of the
+/// largest power of two not above the length, head and tail.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` byte writes and not overlap `src`.
+#[inline(always)]
+unsafe fn copy_short(src: &[u8], dst: *mut u8) {
+    debug_assert!(src.len() <= 32);
+    let (n, s) = (src.len(), src.as_ptr());
+    /// Copies `W` bytes at the start and `W` at the end (`W <= n <= 2 * W`).
+    ///
+    /// # Safety
+    /// As `copy_short`'s, with `W <= n`.
+    #[inline(always)]
+    unsafe fn ends<const W: usize>(s: *const u8, d: *mut u8, n: usize) {
+        // SAFETY: `W <= n`: both windows lie inside the `n` bytes of `s` and of `d`
+        // (the caller's contract); unaligned reads and writes of plain bytes.
+        unsafe {
+            let head = (s as *const [u8; W]).read_unaligned();
+            let tail = (s.add(n - W) as *const [u8; W]).read_unaligned();
+            (d as *mut [u8; W]).write_unaligned(head);
+            (d.add(n - W) as *mut [u8; W]).write_unaligned(tail);
+        }
+    }
+    // SAFETY: each arm's width is at most `n` (the caller's contract covers the rest); the
+    // last arm's three indices are below `n`.
+    unsafe {
+        if n >= 16 {
+            ends::<16>(s, dst, n);
+        } else if n >= 8 {
+            ends::<8>(s, dst, n);
+        } else if n >= 4 {
+            ends::<4>(s, dst, n);
+        } else if n > 0 {
+            *dst = *s;
+            *dst.add(n / 2) = *s.add(n / 2);
+            *dst.add(n - 1) = *s.add(n - 1);
+        }
     }
 }
 
