@@ -121,20 +121,34 @@ pub unsafe fn copy_in(w: Words, dst: *mut u8, data: &[u8]) {
     let d = dst as u64;
     // Whole words only (the usual receive buffer): one store per word, nothing else.
     if (d | n as u64) & 7 == 0 && d >= w.lo && d.wrapping_add(n as u64) <= w.hi {
-        let mut j = 0;
-        while j < n {
-            // SAFETY: `j + 8 <= n` (`n` is a multiple of 8): inside `data`; the target is a
-            // whole word of the region inside the caller's range (as in `copy_out`).
-            unsafe {
-                let v = core::ptr::read_unaligned(data.as_ptr().add(j).cast::<u64>());
-                AtomicU64::from_ptr(dst.add(j).cast::<u64>()).store(v, Ordering::Relaxed);
-            }
-            j += 8;
-        }
+        // SAFETY: just checked: whole words of the region, inside the caller's range.
+        unsafe { copy_in_words(dst, data.as_ptr(), n) };
         return;
     }
     // SAFETY: the caller's contract.
     unsafe { copy_in_edges(w, dst, data) }
+}
+
+/// [`copy_in`] of whole words: `n` bytes (a multiple of 8) from `src` to the 8-byte-aligned
+/// `dst`, one relaxed atomic 8-byte store per word.
+///
+/// # Safety
+/// `dst .. dst + n` must be whole words of a live, writable region (inside `[w.lo, w.hi)`
+/// of its [`Words::of`]), `dst` 8-byte aligned, `n` a multiple of 8, and `src .. src + n`
+/// readable and not overlapping it.
+#[inline(always)]
+pub unsafe fn copy_in_words(dst: *mut u8, src: *const u8, n: usize) {
+    debug_assert!((dst as usize | n) & 7 == 0);
+    let mut j = 0;
+    while j < n {
+        // SAFETY: `j + 8 <= n` (`n` is a multiple of 8): inside `src`; the target is a
+        // whole word of the region inside the caller's range (as in `copy_out`).
+        unsafe {
+            let v = core::ptr::read_unaligned(src.add(j).cast::<u64>());
+            AtomicU64::from_ptr(dst.add(j).cast::<u64>()).store(v, Ordering::Relaxed);
+        }
+        j += 8;
+    }
 }
 
 /// [`copy_in`] of a range with unaligned or partial words.

@@ -133,6 +133,9 @@ const fn op_own_initial() -> u8 {
 /// The format bits (3:2) of `op_own`.
 pub(super) const FORMAT_MASK: u8 = 0b1100;
 
+/// The solicited-event bit (1) of `op_own`, beside the owner bit (0).
+const SE_BIT: u8 = 0b10;
+
 /// No QP has this number (they have 24 bits).
 const NO_QPN: u32 = u32::MAX;
 
@@ -381,22 +384,27 @@ impl CompletionQueue {
     /// frame).
     #[inline(never)]
     fn poll_some<S: Sink + ?Sized>(&mut self, out: &mut S) -> usize {
-        if self.registry.gen.load(Ordering::Acquire) != self.fast_gen {
-            return self.poll_general(out, 0);
-        }
         // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
         // read before `publish_ci` (here or in `poll_general`).
         let cqe = unsafe { self.entry() };
-        let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
-        if !self.fast_send(cqe, qpn) {
+        // Not a plain requester entry: first, before this function saves a register.
+        if cqe.op_own >> 2 != (CqeOpcode::Req as u8) << 2 {
             return self.poll_recv(out);
         }
-        self.advance();
+        if self.registry.gen.load(Ordering::Acquire) != self.fast_gen {
+            return self.poll_general(out, 0);
+        }
+        // The QP seen last (and not a read or an atomic: `fast_send`).
+        let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
+        if qpn != self.last_qpn {
+            return self.poll_general(out, 0);
+        }
         // SAFETY: `last_sq` points into an `Arc` held by `cache`, which is replaced only by
         // `refresh`, which resets `last_qpn`.
         let sq = unsafe { &*self.last_sq };
         let mut n = 0;
         let end = self.take_send(sq, cqe, qpn, out, &mut n);
+        self.advance();
         if n < out.room() && self.is_mine(self.op_own()) {
             return self.poll_burst(out, n, end);
         }
@@ -417,25 +425,31 @@ impl CompletionQueue {
         // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
         // read before `publish_ci` (here or in `poll_general`).
         let cqe = unsafe { self.entry() };
-        if cqe.op_own >> 4 != CqeOpcode::RespSend as u8
-            || cqe.op_own & FORMAT_MASK == FORMAT_MASK
-            || cqe.qpn() != self.last_rqpn
-        {
+        // Opcode RESP_SEND and a format other than compressed (3), in one compare: the
+        // opcode and format bits, less RESP_SEND's with format 0, are at most format 2's.
+        let kind =
+            (cqe.op_own & !(SE_BIT | OWNER_MASK)).wrapping_sub((CqeOpcode::RespSend as u8) << 4);
+        let qpn = cqe.qpn();
+        if kind > (CqeFormat::InlineScatter64 as u8) << 2 || qpn != self.last_rqpn {
             return self.poll_general(out, 0);
         }
-        self.advance();
         // SAFETY: `last_rq` and `last_scatter` point into `Arc`s held by `cache`, which is
         // replaced only by `refresh`, which resets `last_rqpn`.
         let (rq, t) = unsafe { (&*self.last_rq, &*self.last_scatter) };
         let wqe = cqe.wqe_counter.get();
         let byte_len = cqe.byte_cnt.get();
-        let status = match data_at_start(cqe, byte_len) {
-            // The usual small receive: copied, then the receive's pins go.
-            // SAFETY: the poller, after the receive's CQE and before retiring it (its
-            // entry is software's until `publish_ci` below); the CQ ring never overlaps
-            // registered receive buffers.
-            Some(data) => unsafe { t.copy_done(wqe, data) },
-            None => self.recv_status(cqe, t, wqe, byte_len),
+        // The usual small receive: data at the start of the CQE, copied in whole words into
+        // the receive's one entry, then the receive's pins go; anything else (another
+        // format, a length or buffer not in whole words) in `recv_status`.
+        let quick = kind == (CqeFormat::InlineScatter32 as u8) << 2
+            // SAFETY: the poller, after the receive's CQE and before retiring it (its entry
+            // is software's until `publish_ci` below); the first `QUICK_MAX` of the CQE's
+            // 64 bytes are readable; the CQ ring never overlaps registered receive buffers.
+            && unsafe { t.copy_quick(wqe, cqe as *const Cqe64 as *const u8, byte_len) };
+        let status = if quick {
+            WcStatus::Success
+        } else {
+            self.recv_status(cqe, t, wqe, byte_len)
         };
         out.put(
             0,
@@ -443,7 +457,7 @@ impl CompletionQueue {
                 cookie: rq.get(wqe),
                 opcode: WcOpcode::Recv,
                 byte_len,
-                qpn: self.last_rqpn,
+                qpn,
                 status,
                 // UD: the sender's QP and the GRH bit (zero for RC).
                 src_qp: cqe.src_qpn(),
@@ -452,6 +466,7 @@ impl CompletionQueue {
             },
             S::stamp(cqe),
         );
+        self.advance();
         // The device learns that the entry is consumed before the queue may reuse what it
         // held (CQ accounting, `cq_share`).
         self.publish_ci();
@@ -464,6 +479,7 @@ impl CompletionQueue {
 
     /// The status of a receive whose data are not the usual small copy: in the buffers
     /// (format plain: the pins go) or elsewhere in the CQE ([`Self::scatter_from_cqe`]).
+    #[cold]
     #[inline(never)]
     fn recv_status(&self, cqe: &Cqe64, t: &ScatterTable, wqe: u16, byte_len: u32) -> WcStatus {
         if cqe.op_own & FORMAT_MASK != 0 {

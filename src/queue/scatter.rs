@@ -55,10 +55,26 @@ impl Default for Slot {
 /// may copy into them (every one lies in a CPU-writable region it pinned, or the queue's
 /// owner vouched for them).
 #[derive(Copy, Clone, Debug, Default)]
+#[repr(C, align(2))]
 struct Entry {
     n: u8,
     copy: bool,
 }
+
+impl Entry {
+    /// One entry the poller may copy into, as one 16-bit word (the quick copy's compare).
+    const ONE_TO_COPY: u16 = u16::from_ne_bytes([1, 1]);
+
+    /// The entry as one 16-bit word.
+    #[inline(always)]
+    fn bits(&self) -> u16 {
+        u16::from_ne_bytes([self.n, self.copy as u8])
+    }
+}
+
+/// The longest quick copy ([`ScatterTable::copy_quick`]): the data a 64-byte CQE carries
+/// (scatter-to-CQE, format INLINE_SCATTER_32).
+pub(crate) const QUICK_MAX: u32 = 32;
 
 /// The scatter lists of a receive ring, `max` entries per receive.
 pub(crate) struct ScatterTable {
@@ -229,6 +245,49 @@ impl ScatterTable {
             // The pins now count under `to` only.
             e.n = 0;
         }
+    }
+
+    /// The usual small receive's copy: when the receive at `pos` has one entry the poller
+    /// may copy into, 8-byte aligned and at least `len` bytes long, and `len` is a multiple
+    /// of 8 up to [`QUICK_MAX`], stores the `len` bytes at `data` there as whole words,
+    /// gives the receive's pins back and returns true; else does nothing and returns false
+    /// (the caller goes on to [`ScatterTable::copy_done`] or [`ScatterTable::done`]).
+    ///
+    /// # Safety
+    /// As [`ScatterTable::copy_done`]; `data .. data + len` readable when `len` is at most
+    /// [`QUICK_MAX`].
+    #[inline(always)]
+    pub(crate) unsafe fn copy_quick(&self, pos: u16, data: *const u8, len: u32) -> bool {
+        let i = (pos as u32 & self.mask) as usize;
+        // SAFETY: `i` is masked by `cnt - 1` (`entries` has `cnt` elements); read after the
+        // device completed the receive (caller contract, `Sync`).
+        let e = unsafe { &mut *self.entries.get_unchecked(i).get() };
+        if e.bits() != Entry::ONE_TO_COPY {
+            return false;
+        }
+        // SAFETY: entry `i` has `max >= 1` slots from `i * max`, written with it.
+        let first = unsafe { &*self.slots.get_unchecked(i * self.max).get() };
+        if len > first.len || len > QUICK_MAX || (len as u64 | first.addr) & 7 != 0 {
+            return false;
+        }
+        debug_assert!(
+            first.addr >= first.words.lo && first.addr + len as u64 <= first.words.hi,
+            "an aligned entry's whole words are its region's"
+        );
+        // SAFETY: `len` bytes (a multiple of 8) from the slot's aligned address, within its
+        // `len`: whole words of its region (the slot lies in the region, `copy`, so
+        // `addr + len` rounded down to 8 is at most the end of the region's last whole
+        // word), a region pinned when posted (or vouched for by the queue's owner) and
+        // registered until the pin goes, below; `data` has `len <= QUICK_MAX` readable
+        // bytes outside every registered buffer (caller contract).
+        unsafe { mlx5::shared::copy_in_words(first.addr as *mut u8, data, len as usize) };
+        // The pins count only while `n` covers them: cleared in one store.
+        e.n = 0;
+        if !first.pins.is_null() {
+            // SAFETY: as in `done`.
+            unsafe { (*first.pins).unpin() };
+        }
+        true
     }
 
     /// Copies `data` (what a CQE carried) into the scatter list of the receive at `pos`,
