@@ -47,8 +47,9 @@ enum Test {
     Bw(bw::Bw, &'static str),
 }
 
-fn title(t: &Test, o: &Opts) -> &'static str {
-    match t {
+/// The test's title, perftest's words ("Bidirectional" before "BW" with `-b`).
+fn title(t: &Test, o: &Opts) -> String {
+    let base = match t {
         Test::Lat(lat::Lat::Atomic(_), _) if o.atomic == Atomic::CompareSwap => {
             "Atomic CMP_AND_SWAP Latency Test"
         }
@@ -62,6 +63,10 @@ fn title(t: &Test, o: &Opts) -> &'static str {
         Test::Bw(bw::Bw::Send, _) => "Send BW Test",
         Test::Bw(bw::Bw::Atomic(Atomic::FetchAdd), _) => "Atomic FETCH_AND_ADD BW Test",
         Test::Bw(bw::Bw::Atomic(Atomic::CompareSwap), _) => "Atomic CMP_AND_SWAP BW Test",
+    };
+    match t {
+        Test::Bw(..) if o.bidirectional => base.replace(" BW Test", " Bidirectional BW Test"),
+        _ => base.to_string(),
     }
 }
 
@@ -155,6 +160,15 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 ud::mtu(&dev, o)?
             ),
         }
+        if o.qps > 1 {
+            // perftest's header line "Number of qps".
+            println!(" Number of qps  : {} per side (-q)", o.qps);
+        }
+        if o.bidirectional {
+            println!(
+                " Direction      : both sides send at once (-b); the row is the sum of both sides' results"
+            );
+        }
         println!(" Completions    : {}", mode_line(o));
         if let Some(f) = o.cqe_zip {
             println!(" CQE compression: {f}");
@@ -174,12 +188,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         );
         match t {
             Test::Lat(..) => println!("{}", stats::HEADER),
-            Test::Bw(..) if o.gbits => println!(
-                " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
-            ),
-            Test::Bw(..) => println!(
-                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
-            ),
+            Test::Bw(..) => println!("{}", bw_header(o)),
         }
     }
     let sizes = match o.connection {
@@ -291,7 +300,7 @@ fn report_lat(
     let sum = stats::summarize(&mut samples);
     if let Some(path) = &o.out_json {
         let reads = matches!(t, Test::Lat(lat::Lat::Read | lat::Lat::Atomic(_), _));
-        out_json::lat(o, title(t, o), reads, size, o.iters, &sum).map_err(file_err(path))?;
+        out_json::lat(o, &title(t, o), reads, size, o.iters, &sum).map_err(file_err(path))?;
     }
     if o.histogram {
         print!("{}", stats::sample_lines(&samples));
@@ -356,7 +365,7 @@ fn report_bw(
         let reads = matches!(t, Test::Bw(bw::Bw::Read | bw::Bw::Atomic(_), _));
         out_json::bw(
             o,
-            title(t, o),
+            &title(t, o),
             reads,
             size,
             r.iters,
@@ -393,16 +402,36 @@ fn report_bw(
         } else {
             1.0
         };
-        println!(
-            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-            size,
-            r.iters,
-            r.peak * unit,
-            r.avg * unit,
-            r.mpps
-        );
+        let row = |iters: u64, peak: f64, avg: f64, mpps: f64| {
+            println!(
+                " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+                size,
+                iters,
+                peak * unit,
+                avg * unit,
+                mpps
+            )
+        };
+        row(r.iters, r.peak, r.avg, r.mpps);
+        // perftest's --report-both: after the summed row of a -b run, each side's apart.
+        if let (true, Some(sides)) = (o.report_both, r.sides) {
+            let line = "---------------------------------------------------------------------------------------";
+            for (name, f) in ["Local", "Remote"].iter().zip(sides) {
+                println!("{line}\n\n {name} results: \n{line}\n{}", bw_header(o));
+                row(f.iters, f.peak, f.avg, f.mpps);
+            }
+        }
     }
     Ok(())
+}
+
+/// The bandwidth table's header line.
+fn bw_header(o: &Opts) -> &'static str {
+    if o.gbits {
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+    } else {
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+    }
 }
 
 fn main() {

@@ -85,6 +85,14 @@ pub struct Opts {
     pub margin: Option<u64>,
     /// `-c rc|ud` (perftest's `-c RC|UD`): the transport of send-lat and send-bw.
     pub connection: Connection,
+    /// perftest's `-q`: QPs per side in a bandwidth test, each with `--iters` requests and
+    /// `--tx-depth` in flight of its own, all completing on the side's one CQ.
+    pub qps: usize,
+    /// perftest's `-b`: a bandwidth test in both directions at once, the row the sum of
+    /// both sides' results.
+    pub bidirectional: bool,
+    /// perftest's `--report-both`: a `-b` run also prints each side's result apart.
+    pub report_both: bool,
 }
 
 /// The transport a test runs on.
@@ -155,9 +163,15 @@ impl Default for Opts {
             run_infinitely: false,
             margin: None,
             connection: Connection::Rc,
+            qps: 1,
+            bidirectional: false,
+            report_both: false,
         }
     }
 }
+
+/// perftest's largest `-q` (`MAX_QP_NUM`).
+pub const MAX_QPS: usize = 16384;
 
 /// perftest's default `--out_json` file, in the working directory.
 pub const OUT_JSON_DEFAULT: &str = "perftest_out.json";
@@ -174,6 +188,14 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -I, --inline N          max inline size of the QPs (default 220)
   -l, --post-list N       requests per doorbell in bandwidth tests (default 1)
   -t, --tx-depth N        outstanding requests in bandwidth tests (default 128)
+  -q, --qp N              bandwidth tests: N QPs per side (default 1; perftest's -q), each
+                          with -n requests and -t in flight of its own, all completing on
+                          the side's one CQ; #iterations counts all QPs' requests (N x -n)
+  -b, --bidirectional     bandwidth tests: both sides send at once (perftest's -b); the row
+                          is the sum of both sides' results, #iterations one side's, and
+                          across two processes both sides print it
+      --report-both       with -b: also print each side's result apart (perftest's
+                          \"Local results\" and \"Remote results\" tables)
       --pin CORE          pin the measuring thread
   -a, --all               sizes 2 .. 8388608 (across two processes too: one connection
                           per size; both sides must give -a, a peer on another size is refused)
@@ -336,6 +358,9 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-D" | "--duration" => o.duration = Some(num(a, val(a)?)?),
             "-f" | "--margin" => o.margin = Some(num(a, val(a)?)?),
             "--run_infinitely" | "--run-infinitely" => o.run_infinitely = true,
+            "-q" | "--qp" => o.qps = num(a, val(a)?)?,
+            "-b" | "--bidirectional" => o.bidirectional = true,
+            "--report-both" | "--report_both" => o.report_both = true,
             "-c" | "--connection" => {
                 o.connection = match val(a)?.to_ascii_lowercase().as_str() {
                     "rc" => Connection::Rc,
@@ -358,6 +383,10 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
     }
     if o.size == 0 || o.iters == 0 || o.post_list == 0 || o.tx_depth == 0 {
         return Err("--size, --iters, --post-list and --tx-depth must be at least 1".into());
+    }
+    if !(1..=MAX_QPS).contains(&o.qps) {
+        // perftest's MIN_QP_NUM and MAX_QP_NUM.
+        return Err(format!("-q: {} QPs, not 1 to {MAX_QPS}", o.qps));
     }
     if o.post_list > o.tx_depth {
         return Err(format!(
@@ -441,6 +470,43 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             "-H / -U print samples in perftest's text format: not with --json (one JSON object \
              per line on stdout)"
                 .into(),
+        );
+    }
+    if o.qps > 1 {
+        let why = if !name.ends_with("-bw") {
+            // perftest: "Multiple QPs only available on bw tests".
+            Some("several QPs are for bandwidth tests only, as perftest's")
+        } else if o.connection == Connection::Ud {
+            Some("-c ud runs one QP a side here (not yet several)")
+        } else if o.perftest {
+            Some("perftest's exchange of several QPs is not spoken yet")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("-q {} with {name}: {why}", o.qps));
+        }
+    }
+    if o.bidirectional {
+        let why = if !name.ends_with("-bw") {
+            // perftest: "Bidirectional is only available in BW test".
+            Some("bidirectional is only available in bandwidth tests, as perftest's")
+        } else if o.connection == Connection::Ud {
+            Some("-c ud: not yet")
+        } else if o.perftest {
+            Some("perftest's bidirectional exchange is not spoken yet")
+        } else if duration(o).is_some() {
+            Some("-D and --run_infinitely run one direction here (not yet both)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("-b with {name}: {why}"));
+        }
+    }
+    if o.report_both && o.json {
+        return Err(
+            "--report-both prints perftest's Local / Remote tables: not with --json".into(),
         );
     }
     if o.run_infinitely && o.margin.is_some() {
@@ -689,6 +755,41 @@ mod tests {
         assert!(USAGE.contains("-c, --connection rc|ud"));
         let srq = parse(&args("-c ud --srq")).unwrap();
         assert!(check_for("send-lat", &srq).unwrap_err().contains("--srq"));
+    }
+
+    #[test]
+    fn qps_and_bidirectional_for_bandwidth_tests_only() {
+        let q = parse(&args("-q 4 -b")).unwrap();
+        assert_eq!((q.qps, q.bidirectional), (4, true));
+        assert_eq!(parse(&args("--qp 2")).unwrap().qps, 2);
+        assert_eq!(parse(&[]).unwrap().qps, 1);
+        assert!(parse(&args("-q 0")).unwrap_err().contains("-q"));
+        assert!(parse(&args("-q 16385")).unwrap_err().contains("16384"));
+        for t in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+            assert!(check_for(t, &q).is_ok(), "{t}");
+        }
+        for t in ["write-lat", "read-lat", "send-lat", "atomic-lat"] {
+            assert!(check_for(t, &parse(&args("-q 2")).unwrap())
+                .unwrap_err()
+                .contains("bandwidth tests only"));
+            assert!(check_for(t, &parse(&args("-b")).unwrap())
+                .unwrap_err()
+                .contains("only available in bandwidth tests"));
+        }
+        // -q 1 is every test's default.
+        assert!(check_for("write-lat", &parse(&args("-q 1")).unwrap()).is_ok());
+        let peer = parse(&args("-q 2 --client h --perftest")).unwrap();
+        assert!(check_for("write-bw", &peer).unwrap_err().contains("-q 2"));
+        let peer = parse(&args("-b --client h --perftest")).unwrap();
+        assert!(check_for("write-bw", &peer)
+            .unwrap_err()
+            .contains("-b with"));
+        let timed = parse(&args("-b -D 4")).unwrap();
+        assert!(check_for("write-bw", &timed).unwrap_err().contains("-D"));
+        let ud = parse(&args("-q 2 -c ud")).unwrap();
+        assert!(check_for("send-bw", &ud).unwrap_err().contains("-c ud"));
+        let both = parse(&args("-b --report-both --json")).unwrap();
+        assert!(check_for("write-bw", &both).unwrap_err().contains("--json"));
     }
 
     #[test]

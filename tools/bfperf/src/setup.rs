@@ -5,7 +5,8 @@ use crate::opts::Opts;
 use crate::perftest::{self, Dest, Wire};
 use blueflame::connect::{Exchange, RemoteBuf};
 use blueflame::{
-    Access, Completion, Cq, CqOptions, Device, MemoryRegion, Qp, QpCaps, Result, Sge, Srq, SrqCaps,
+    Access, Completion, Cq, CqOptions, Device, Endpoint, MemoryRegion, Qp, QpCaps, Result, Sge,
+    Srq, SrqCaps,
 };
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -29,6 +30,9 @@ pub struct Side {
     pub timed: bool,
     /// `--srq`: the shared receive queue the QP takes its receives from.
     pub srq: Option<Srq>,
+    /// perftest's `-q`: the side's QPs after `qp` (on its CQ and SRQ); QP `i` uses the
+    /// `i`-th of the equal slices of `mr` and of the peer's buffer (`Side::stride`).
+    pub more: Vec<Qp>,
 }
 
 /// How the two sides are placed (built once per test: its size does not matter).
@@ -260,12 +264,16 @@ fn caps(o: &Opts) -> QpCaps {
     }
 }
 
-fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Option<Srq>)> {
+/// A side's QP, CQ, region and SRQ, and its further QPs (`-q`).
+type Parts = ((Qp, Cq, MemoryRegion, Option<Srq>), Vec<Qp>);
+
+fn side(dev: &Device, o: &Opts, size: usize) -> Result<Parts> {
     let pd = dev.alloc_pd()?;
     let caps = caps(o);
     // Room for everything both queues may hold (a direct-path send holds an entry per block
     // until its unsignaled run is reclaimed).
-    let mut opts = CqOptions::new(caps.sq_blocks + caps.rq_entries);
+    // With -q, every QP of the side completes on this CQ (as perftest's one send CQ).
+    let mut opts = CqOptions::new((caps.sq_blocks + caps.rq_entries) * o.qps as u32);
     if o.events {
         // Each side's CQ on a channel of its own (perftest: a channel per CQ with -e).
         opts = opts.channel(&dev.create_channel()?);
@@ -283,7 +291,7 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
         let srq = pd.create_srq(
             &cq,
             SrqCaps {
-                entries: caps.rq_entries,
+                entries: caps.rq_entries * o.qps as u32,
                 max_sge: caps.max_recv_sge,
             },
         )?;
@@ -291,6 +299,13 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
     } else {
         (pd.create_qp(&cq, &cq, caps)?, None)
     };
+    let mut more = Vec::with_capacity(o.qps - 1);
+    for _ in 1..o.qps {
+        more.push(match &srq {
+            Some(srq) => pd.create_qp_with_srq(&cq, srq, caps)?,
+            None => pd.create_qp(&cq, &cq, caps)?,
+        });
+    }
     let mut rights =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     if o.odp {
@@ -302,14 +317,14 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
         // perftest --use_hugepages: the buffer in huge pages (a machine without any
         // reserved refuses it, typed, naming the sysctl).
         let pages = blueflame::mapping::HugePages::new(
-            buf_len(size),
+            buf_len(size) * o.qps,
             blueflame::mapping::PageSize::Huge2M,
         )?;
         pd.register(pages, rights).map_err(|r| r.error)?
     } else {
-        pd.alloc_mr(buf_len(size), rights)?
+        pd.alloc_mr(buf_len(size) * o.qps, rights)?
     };
-    Ok((qp, cq, mr, srq))
+    Ok(((qp, cq, mr, srq), more))
 }
 
 /// Builds the sides for messages of `size`.
@@ -319,7 +334,7 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             "--server/--client with the software NIC: it lives in one process; run without them",
         ));
     }
-    let (mut qa, cqa, mra, srqa) = side(dev, o, size)?;
+    let ((mut qa, cqa, mra, srqa), mut more_a) = side(dev, o, size)?;
     if o.server || o.client.is_some() {
         let stream = if o.server {
             let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
@@ -347,7 +362,8 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             endpoint: qa.endpoint()?,
             buffers: vec![mra.remote_buf()],
         };
-        let (theirs, stream) = swap(stream, &ours, &params(test, o, size))?;
+        let mine: Vec<Endpoint> = more_a.iter().map(Qp::endpoint).collect::<Result<_>>()?;
+        let (theirs, more_theirs, stream) = swap(stream, &ours, &mine, &params(test, o, size))?;
         let peer = *theirs
             .buffers
             .first()
@@ -364,31 +380,49 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             });
         }
         qa.connect(theirs.endpoint)?;
-        let s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
+        for (q, e) in more_a.iter_mut().zip(more_theirs) {
+            q.connect(e)?;
+        }
+        let mut s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
+        s.more = more_a;
         return Ok(if o.server {
             Setup::Server(s, stream)
         } else {
             Setup::Client(s, stream)
         });
     }
-    let (mut qb, cqb, mrb, srqb) = side(dev, o, size)?;
+    let ((mut qb, cqb, mrb, srqb), mut more_b) = side(dev, o, size)?;
     let (ea, eb) = (qa.endpoint()?, qb.endpoint()?);
     qa.connect(eb)?;
     if dev.nic().is_none() {
         qb.connect(ea)?;
     }
+    // -q: QP i of one side to QP i of the other.
+    for (x, y) in more_a.iter_mut().zip(more_b.iter_mut()) {
+        let (ex, ey) = (x.endpoint()?, y.endpoint()?);
+        x.connect(ey)?;
+        if dev.nic().is_none() {
+            y.connect(ex)?;
+        }
+    }
     let (pa, pb) = (mrb.remote_buf(), mra.remote_buf());
-    Ok(Setup::Local(
-        Side::new(dev, o, (qa, cqa, mra, srqa), pa),
-        Side::new(dev, o, (qb, cqb, mrb, srqb), pb),
-    ))
+    let mut a = Side::new(dev, o, (qa, cqa, mra, srqa), pa);
+    let mut b = Side::new(dev, o, (qb, cqb, mrb, srqb), pb);
+    (a.more, b.more) = (more_a, more_b);
+    Ok(Setup::Local(a, b))
 }
 
 /// Sends ours and reads the peer's exchange on `s`, then the two sides' test parameters
-/// ([`params`]), which must agree. A peer that sends part of a message and then nothing is
+/// ([`params`]), which must agree, then the endpoints of the further QPs (`more`, `-q`),
+/// as many each way as the agreed parameters say. A peer that sends part of a message and then nothing is
 /// an error after a minute (as `blueflame::connect`'s), not a wait for ever; the test
 /// itself may then take as long as it takes (no timeout on `s` after).
-fn swap(mut s: TcpStream, ours: &Exchange, params: &str) -> Result<(Exchange, TcpStream)> {
+fn swap(
+    mut s: TcpStream,
+    ours: &Exchange,
+    more: &[Endpoint],
+    params: &str,
+) -> Result<(Exchange, Vec<Endpoint>, TcpStream)> {
     let io = blueflame::Error::Io;
     s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .map_err(io)?;
@@ -406,8 +440,17 @@ fn swap(mut s: TcpStream, ours: &Exchange, params: &str) -> Result<(Exchange, Tc
             value: 0,
         });
     }
+    let mut theirs_more = Vec::with_capacity(more.len());
+    for e in more {
+        let x = Exchange {
+            endpoint: *e,
+            buffers: Vec::new(),
+        };
+        s.write_all(&x.encode()?).map_err(io)?;
+        theirs_more.push(Exchange::read_from(&mut s)?.endpoint);
+    }
     s.set_read_timeout(None).map_err(io)?;
-    Ok((theirs, s))
+    Ok((theirs, theirs_more, s))
 }
 
 /// The version tag of the parameter line.
@@ -415,17 +458,20 @@ const PARAMS_TAG: &str = "bfperf-params/1";
 
 /// What both sides of a test across two processes must agree on, as one line: the test,
 /// the message size, the iterations and warm-up, the batch and depth of the bandwidth tests,
-/// the transport and where receives go. A difference would leave one side waiting for
+/// the transport and where receives go, the QPs per side (`-q`) and whether both sides send
+/// (`-b`). A difference would leave one side waiting for
 /// messages the other never sends; perftest reports such mismatches too.
 pub fn params(test: &str, o: &Opts, size: usize) -> String {
     format!(
-        "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={}",
+        "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={} qp={} bidirectional={}",
         o.iters,
         o.warmup,
         o.post_list,
         o.tx_depth,
         o.connection.name(),
-        o.srq
+        o.srq,
+        o.qps,
+        o.bidirectional
     )
 }
 
@@ -517,6 +563,33 @@ impl Side {
             events: o.events,
             timed: o.hw_ts,
             srq,
+            more: Vec::new(),
+        }
+    }
+
+    /// The side's QPs (`-q`; 1 without it).
+    pub fn lanes(&self) -> usize {
+        1 + self.more.len()
+    }
+
+    /// QP `i` of the side (0: `qp`).
+    pub fn qp_at(&mut self, i: usize) -> &mut Qp {
+        match i.checked_sub(1) {
+            Some(j) if j < self.more.len() => &mut self.more[j],
+            _ => &mut self.qp,
+        }
+    }
+
+    /// Bytes of the buffer (own and peer's) each QP uses: QP `i` the slice at `i * stride`.
+    pub fn stride(&self) -> usize {
+        self.mr.len() / self.lanes()
+    }
+
+    /// Posts a receive for QP `i`: to the SRQ with `--srq`, else to that QP.
+    pub fn post_recv_at(&mut self, i: usize, sgl: &[Sge], cookie: u64) -> Result<()> {
+        match self.srq.as_mut() {
+            Some(srq) => srq.post_recv(sgl, cookie),
+            None => self.qp_at(i).post_recv(sgl, cookie),
         }
     }
 
@@ -629,6 +702,17 @@ mod tests {
         );
         assert!(e.contains("iters: this side 10000, the peer 500"), "{e}");
         assert!(!e.contains("size"), "{e}");
+        let q = crate::opts::Opts {
+            qps: 4,
+            bidirectional: true,
+            ..crate::opts::Opts::default()
+        };
+        let e = super::compare_params(&ours, &super::params("write_lat", &q, 8)).unwrap_err();
+        assert!(e.contains("qp: this side 1, the peer 4"), "{e}");
+        assert!(
+            e.contains("bidirectional: this side false, the peer true"),
+            "{e}"
+        );
         let e = super::compare_params(&ours, "BFX1 garbage").unwrap_err();
         assert!(e.contains("not a bfperf"), "{e}");
     }
@@ -649,10 +733,10 @@ mod tests {
             let ours = super::params("write_lat", &o, 8);
             let client = std::thread::spawn(move || {
                 let s = std::net::TcpStream::connect(addr).unwrap();
-                super::swap(s, &Exchange::default(), &theirs).map(|_| ())
+                super::swap(s, &Exchange::default(), &[], &theirs).map(|_| ())
             });
             let (s, _) = l.accept().unwrap();
-            let server = super::swap(s, &Exchange::default(), &ours).map(|_| ());
+            let server = super::swap(s, &Exchange::default(), &[], &ours).map(|_| ());
             let client = client.join().unwrap();
             assert_eq!(
                 (server.is_ok(), client.is_ok()),
@@ -660,6 +744,33 @@ mod tests {
                 "{server:?} {client:?}"
             );
         }
+    }
+
+    /// With -q the further QPs' endpoints follow the agreed parameters, in order, each way.
+    #[test]
+    fn further_qps_endpoints_are_swapped_in_order() {
+        use blueflame::connect::Exchange;
+        let o = crate::opts::Opts {
+            qps: 3,
+            ..crate::opts::Opts::default()
+        };
+        let ep = |qpn| Endpoint {
+            qpn,
+            ..Endpoint::default()
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let p = super::params("write_bw", &o, 8);
+        let p2 = p.clone();
+        let client = std::thread::spawn(move || {
+            let s = std::net::TcpStream::connect(addr).unwrap();
+            super::swap(s, &Exchange::default(), &[ep(21), ep(22)], &p2)
+                .map(|(_, more, _)| more.iter().map(|e| e.qpn).collect::<Vec<_>>())
+        });
+        let (s, _) = l.accept().unwrap();
+        let (_, more, _) = super::swap(s, &Exchange::default(), &[ep(11), ep(12)], &p).unwrap();
+        assert_eq!(more.iter().map(|e| e.qpn).collect::<Vec<_>>(), [21, 22]);
+        assert_eq!(client.join().unwrap().unwrap(), [11, 12]);
     }
 
     #[test]
@@ -682,7 +793,7 @@ mod tests {
     fn queues_hold_twice_tx_depth_requests() {
         let o = crate::opts::parse(&[]).expect("defaults");
         let dev = Device::sim();
-        let (qp, cq, _mr, _) = side(&dev, &o, 8).expect("side");
+        let ((qp, cq, _mr, _), _) = side(&dev, &o, 8).expect("side");
         assert!(
             qp.send_depth() as usize >= 2 * o.tx_depth,
             "send depth {} for tx-depth {}",

@@ -473,3 +473,127 @@ fn use_hugepages_maps_huge_pages_or_names_the_sysctl() {
         );
     }
 }
+
+/// The value of `"key":` in a JSON line.
+fn json_field(text: &str, k: &str) -> f64 {
+    let (_, rest) = text
+        .split_once(&format!("\"{k}\":"))
+        .unwrap_or_else(|| panic!("{k} in {text}"));
+    rest.split([',', '}']).next().unwrap().parse().expect(k)
+}
+
+/// perftest's `-q`: N QPs per side, each with `-n` requests, so the row counts N x `-n`
+/// (perftest's `iters * num_of_qps`), the header and `--out_json` say how many; latency
+/// tests refuse several QPs, as perftest's.
+#[test]
+fn qp_runs_several_qps_per_side() {
+    for test in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+        let out = bfperf(&[
+            test, "-d", "sim", "-q", "3", "-n", "200", "--warmup", "10", "--json",
+        ]);
+        assert!(out.status.success(), "{test}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(json_field(&text, "iterations"), 600.0, "{test}: {text}");
+        assert!(json_field(&text, "bw_avg_mb_s") > 0.0, "{text}");
+    }
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-q-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("q.json");
+    let arg = format!("--out_json_file={}", file.display());
+    let out = bfperf(&[
+        "send-bw",
+        "-d",
+        "sim",
+        "-q",
+        "2",
+        "--srq",
+        "-n",
+        "100",
+        "--out_json",
+        &arg,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(" Number of qps  : 2 per side (-q)"), "{text}");
+    assert!(text.contains("\n 8          200 "), "{text}");
+    let t = std::fs::read_to_string(&file).unwrap();
+    assert!(t.contains("\"Number_of_qps\": 2,"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    for refused in [
+        &["write-lat", "-d", "sim", "-q", "2"][..],
+        &["send-bw", "-d", "sim", "-q", "2", "-c", "ud"][..],
+        &["write-bw", "-d", "sim", "-q", "0"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-q"),
+            "{refused:?}: {out:?}"
+        );
+    }
+}
+
+/// perftest's `-b`: both sides send at once; the row is the sum of both sides' results
+/// (the iterations one side's), `--report-both` prints each side's apart, each with its
+/// own `-n` requests and a bandwidth of its own, adding up to the row; the title says
+/// "Bidirectional" as perftest's. Refused for latency tests, as perftest's.
+#[test]
+fn bidirectional_sums_both_sides() {
+    for test in ["write-bw", "read-bw", "send-bw"] {
+        let out = bfperf(&[
+            test,
+            "-d",
+            "sim",
+            "-b",
+            "-q",
+            "2",
+            "-s",
+            "1024",
+            "-n",
+            "300",
+            "--warmup",
+            "10",
+            "--report-both",
+        ]);
+        assert!(out.status.success(), "{test}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(" Bidirectional BW Test (blueflame)"),
+            "{text}"
+        );
+        // The summed row, then "Local results" and "Remote results", one row each.
+        let rows: Vec<Vec<f64>> = text
+            .lines()
+            .filter(|l| l.starts_with(" 1024 "))
+            .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
+            .collect();
+        assert_eq!(rows.len(), 3, "{test}: {text}");
+        let (sum, local, remote) = (&rows[0], &rows[1], &rows[2]);
+        assert!(text.find(" Local results").unwrap() < text.find(" Remote results").unwrap());
+        for r in [sum, local, remote] {
+            assert_eq!(r[1], 600.0, "{test}: {text}");
+        }
+        assert!(local[3] > 0.0 && remote[3] > 0.0, "{test}: {text}");
+        // The average and the message rate add up (to the table's rounding).
+        assert!(
+            (sum[3] - local[3] - remote[3]).abs() <= 0.02,
+            "{test}: {text}"
+        );
+        assert!(
+            (sum[4] - local[4] - remote[4]).abs() <= 2e-6,
+            "{test}: {text}"
+        );
+    }
+    for refused in [
+        &["write-lat", "-d", "sim", "-b"][..],
+        &["write-bw", "-d", "sim", "-b", "-D", "2"][..],
+        &["write-bw", "--client", "h", "--perftest", "-b"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-b with"),
+            "{refused:?}: {out:?}"
+        );
+    }
+}
