@@ -42,6 +42,32 @@ pub fn pin(core: Option<usize>) {
     }
 }
 
+/// Runs the process on `cpus` (perftest's `--pin_cores`, its `set_process_affinity`): the
+/// calling thread's affinity, which the threads it starts after inherit (call it first).
+///
+/// # Errors
+/// The system's refusal (`EINVAL`: none of the CPUs may be used here), naming the list.
+pub fn pin_cores(list: &str, cpus: &[usize]) -> blueflame::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it (each CPU
+    // is below CPU_SETSIZE, checked when the list was parsed); sched_setaffinity reads
+    // `size_of::<cpu_set_t>()` bytes of it.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(blueflame::Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("--pin_cores={list}: cannot run on these CPUs: {e}"),
+        )));
+    }
+    Ok(())
+}
+
 enum Test {
     Lat(lat::Lat, &'static str),
     Bw(bw::Bw, &'static str),
@@ -119,6 +145,10 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         }
         _ => None,
     };
+    if let Some((list, cpus)) = &o.pin_cores {
+        // Before the device: the software NIC's thread inherits it.
+        pin_cores(list, cpus)?;
+    }
     let (dev, what) = setup::open(o)?;
     let line =
         "---------------------------------------------------------------------------------------";
@@ -159,6 +189,9 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 " Connection     : UD (Q_Key 0x11111111; messages up to the path MTU, {} bytes; receives 40 bytes larger for the GRH)",
                 ud::mtu(&dev, o)?
             ),
+        }
+        if let Some((list, _)) = &o.pin_cores {
+            println!(" CPU affinity   : {list} (--pin_cores)");
         }
         if o.qps > 1 {
             // perftest's header line "Number of qps".

@@ -23,6 +23,9 @@ pub struct Opts {
     pub tx_depth: usize,
     /// Core to pin the measuring thread to.
     pub pin: Option<usize>,
+    /// perftest's `--pin_cores=LIST`: the CPUs the process runs on (its threads, the
+    /// software NIC's too), as given (`0,2-3`) and as parsed.
+    pub pin_cores: Option<(String, Vec<usize>)>,
     /// Sizes 2 .. 8 MiB, powers of two.
     pub all: bool,
     /// `direct`, `verbs` or `auto` (sets BLUEFLAME_PATH).
@@ -135,6 +138,7 @@ impl Default for Opts {
             post_list: 1,
             tx_depth: 128,
             pin: None,
+            pin_cores: None,
             all: false,
             path: None,
             json: false,
@@ -197,6 +201,10 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --report-both       with -b: also print each side's result apart (perftest's
                           \"Local results\" and \"Remote results\" tables)
       --pin CORE          pin the measuring thread
+      --pin_cores=LIST    run the process on these CPUs (perftest's --pin_cores: 0, 0,1,2,
+                          0-3 or 0-3,8,12-15; every thread, the software NIC's too; a CPU
+                          the system does not have is refused); --pin then pins the measuring
+                          thread to one of them
   -a, --all               sizes 2 .. 8388608 (across two processes too: one connection
                           per size; both sides must give -a, a peer on another size is refused)
       --path direct|verbs|auto   data path on rdma-core devices
@@ -302,6 +310,14 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-l" | "--post-list" => o.post_list = num(a, val(a)?)?,
             "-t" | "--tx-depth" => o.tx_depth = num(a, val(a)?)?,
             "--pin" => o.pin = Some(num(a, val(a)?)?),
+            "--pin_cores" | "--pin-cores" => {
+                let l = val(a)?;
+                o.pin_cores = Some((l.clone(), cpu_list(&l, configured_cpus())?));
+            }
+            f if f.starts_with("--pin_cores=") || f.starts_with("--pin-cores=") => {
+                let l = &f["--pin_cores=".len()..];
+                o.pin_cores = Some((l.to_string(), cpu_list(l, configured_cpus())?));
+            }
             "-a" | "--all" => o.all = true,
             "--path" => {
                 let p = val(a)?;
@@ -612,6 +628,55 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// The CPUs the system has (perftest's `sysconf(_SC_NPROCESSORS_CONF)`; 1 if it cannot
+/// say).
+pub fn configured_cpus() -> usize {
+    // SAFETY: sysconf reads a system constant; it takes no pointer.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// Parses perftest's `--pin_cores` list (`parse_cpu_list`: single CPUs, ranges `a-b`,
+/// separated by commas, as `0-3,8,12-15`) on a system of `cpus` CPUs.
+///
+/// # Errors
+/// A message naming what is wrong, as perftest's: a bad number or character, a range whose
+/// start exceeds its end, a CPU the system does not have, an empty list.
+pub fn cpu_list(list: &str, cpus: usize) -> Result<Vec<usize>, String> {
+    let bad = |why: String| format!("--pin_cores={list}: {why}");
+    let cpu = |t: &str| -> Result<usize, String> {
+        let c: usize = t
+            .parse()
+            .map_err(|_| bad(format!("'{t}' is not a CPU number")))?;
+        if c >= cpus || c >= libc::CPU_SETSIZE as usize {
+            return Err(bad(format!(
+                "CPU {c} out of range: the system has {cpus} (0-{})",
+                cpus - 1
+            )));
+        }
+        Ok(c)
+    };
+    let mut out = Vec::new();
+    for item in list.split(',') {
+        if item.is_empty() {
+            return Err(bad("an empty item (a list is like 0-3,8,12-15)".into()));
+        }
+        match item.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (cpu(a)?, cpu(b)?);
+                if a > b {
+                    return Err(bad(format!("range {a}-{b}: start > end")));
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(cpu(item)?),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
 /// The seconds of a timed run: `-D`, or perftest's default of 5 with `--run_infinitely`
 /// alone; None for a run of `--iters`.
 pub fn duration(o: &Opts) -> Option<u64> {
@@ -755,6 +820,36 @@ mod tests {
         assert!(USAGE.contains("-c, --connection rc|ud"));
         let srq = parse(&args("-c ud --srq")).unwrap();
         assert!(check_for("send-lat", &srq).unwrap_err().contains("--srq"));
+    }
+
+    #[test]
+    fn cpu_lists_as_perftest_parses_them() {
+        assert_eq!(cpu_list("0", 4), Ok(vec![0]));
+        assert_eq!(cpu_list("0,2-3", 4), Ok(vec![0, 2, 3]));
+        assert_eq!(cpu_list("3,0-1,1", 8), Ok(vec![0, 1, 3]));
+        assert_eq!(cpu_list("0-3,8,12-15", 16).unwrap().len(), 9);
+        for (bad, why) in [
+            ("", "empty"),
+            ("0,", "empty"),
+            ("a", "'a' is not a CPU number"),
+            ("1-0", "start > end"),
+            ("0-x", "'x'"),
+            ("4", "CPU 4 out of range: the system has 4 (0-3)"),
+            ("2-9", "CPU 9 out of range"),
+            ("-1", "'' is not"),
+            ("1;2", "'1;2'"),
+        ] {
+            let e = cpu_list(bad, 4).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+            assert!(e.starts_with(&format!("--pin_cores={bad}:")), "{e}");
+        }
+        let o = parse(&args("--pin_cores=0")).unwrap();
+        assert_eq!(o.pin_cores, Some(("0".into(), vec![0])));
+        assert_eq!(
+            parse(&args("--pin_cores 0")).unwrap().pin_cores,
+            o.pin_cores
+        );
+        assert!(parse(&args("--pin_cores=100000")).is_err());
     }
 
     #[test]

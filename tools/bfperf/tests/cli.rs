@@ -597,3 +597,74 @@ fn bidirectional_sums_both_sides() {
         );
     }
 }
+
+/// perftest's `--pin_cores=LIST`: every thread of the process (the measuring one and the
+/// software NIC's) runs on the CPUs listed, as the kernel says of each while it runs; the
+/// header says so; a malformed list or a CPU the system does not have is refused.
+#[test]
+fn pin_cores_runs_every_thread_on_the_listed_cpus() {
+    use std::io::BufRead;
+    let allowed = |status: &str| -> String {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    // The first CPU this test may use (a cgroup may leave out CPU 0).
+    let mine = allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let cpu: String = mine.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let arg = format!("--pin_cores={cpu}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bfperf"))
+        .args([
+            "write-bw",
+            "-d",
+            "sim",
+            "--run_infinitely",
+            "-D",
+            "1",
+            "--json",
+            &arg,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("bfperf starts");
+    // Wait for a row: the device and its thread are up.
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).expect("a row");
+    let tasks = format!("/proc/{}/task", child.id());
+    let lists: Vec<String> = std::fs::read_dir(&tasks)
+        .unwrap()
+        .map(|t| allowed(&std::fs::read_to_string(t.unwrap().path().join("status")).unwrap()))
+        .collect();
+    child.kill().expect("kill");
+    let _ = child.wait();
+    assert!(line.contains("write_bw"), "{line}");
+    assert!(
+        lists.len() >= 2,
+        "the NIC's thread and the test's: {lists:?}"
+    );
+    assert!(
+        lists.iter().all(|l| *l == cpu),
+        "{cpu}: {lists:?} (was {mine})"
+    );
+    let out = bfperf(&["write-lat", "-d", "sim", "-n", "50", "--warmup", "5", &arg]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(" CPU affinity   : {cpu} (--pin_cores)")),
+        "{text}"
+    );
+    for (bad, why) in [
+        ("--pin_cores=1-0", "start > end"),
+        ("--pin_cores=100000", "out of range"),
+        ("--pin_cores=0,x", "'x' is not a CPU number"),
+        ("--pin_cores=", "empty"),
+    ] {
+        let out = bfperf(&["write-lat", "-d", "sim", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(bad) && err.contains(why), "{bad}: {err}");
+    }
+}
