@@ -11,6 +11,7 @@ mod csv;
 mod hist;
 mod hwts;
 mod lat;
+mod mmap_file;
 mod opts;
 mod out_json;
 mod perftest;
@@ -214,6 +215,13 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         }
         if o.hugepages {
             println!(" Memory         : 2 MiB huge pages (--use_hugepages)");
+        }
+        if let Some(f) = &o.mmap {
+            println!(
+                " Memory         : {} from byte {} (--mmap)",
+                f.display(),
+                o.mmap_offset.unwrap_or(0)
+            );
         }
         println!(
             " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",

@@ -72,6 +72,10 @@ pub struct Opts {
     pub odp: bool,
     /// perftest's `--use_hugepages`: buffers in 2 MiB huge pages.
     pub hugepages: bool,
+    /// perftest's `--mmap=FILE`: each side's buffer is bytes of this file, mapped shared.
+    pub mmap: Option<std::path::PathBuf>,
+    /// perftest's `--mmap-offset=N`: where in the file (default 0; a page multiple).
+    pub mmap_offset: Option<u64>,
     /// `--hw-timestamps`: latency round trips split by the NIC's completion timestamps.
     pub hw_ts: bool,
     /// `--perftest`: the server this client connects to is an unmodified perftest program.
@@ -160,6 +164,8 @@ impl Default for Opts {
             srq: false,
             odp: false,
             hugepages: false,
+            mmap: None,
+            mmap_offset: None,
             hw_ts: false,
             perftest: false,
             rc_pingpong: false,
@@ -231,6 +237,11 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           typed, where the device has none)
       --use_hugepages     buffers in 2 MiB huge pages (perftest's --use_hugepages; refused,
                           typed, naming vm.nr_hugepages, where none are reserved)
+      --mmap=FILE         each side's buffer is bytes of FILE, mapped shared and writable and
+                          zeroed (perftest's --mmap; the file must exist and be long enough);
+                          both sides in one process: the second side's just after the first's
+      --mmap-offset=N     where in FILE the buffer starts (default 0; a multiple of the page
+                          size, as mmap wants)
       --hw-timestamps     latency tests: split each round trip by the NIC's completion
                           timestamps into post (host), NIC+wire (doorbell to the NIC's stamp
                           of the completion that ends it) and poll (host), printed after the
@@ -368,6 +379,12 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--srq" => o.srq = true,
             "--odp" => o.odp = true,
             "--use_hugepages" | "--use-hugepages" => o.hugepages = true,
+            "--mmap" => o.mmap = Some(val(a)?.into()),
+            f if f.starts_with("--mmap=") => o.mmap = Some(f["--mmap=".len()..].into()),
+            "--mmap-offset" | "--mmap_offset" => o.mmap_offset = Some(num(a, val(a)?)?),
+            f if f.starts_with("--mmap-offset=") || f.starts_with("--mmap_offset=") => {
+                o.mmap_offset = Some(num("--mmap-offset", f["--mmap-offset=".len()..].into())?)
+            }
             "--hw-timestamps" | "--hw_timestamps" => o.hw_ts = true,
             "--perftest" => o.perftest = true,
             "--rc-pingpong" | "--rc_pingpong" => o.rc_pingpong = true,
@@ -519,6 +536,22 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         if let Some(why) = why {
             return Err(format!("-b with {name}: {why}"));
         }
+    }
+    if o.mmap.is_some() {
+        if o.hugepages {
+            // perftest: "Can't use multiple memory types".
+            return Err(
+                "--mmap and --use_hugepages: one memory type at a time, as perftest".into(),
+            );
+        }
+        if o.connection == Connection::Ud {
+            return Err("--mmap with -c ud: RC only here (not yet)".into());
+        }
+        if o.mmap.as_deref() == Some(std::path::Path::new("")) {
+            return Err("--mmap needs a file".into());
+        }
+    } else if o.mmap_offset.is_some() {
+        return Err("--mmap-offset goes with --mmap".into());
     }
     if o.report_both && o.json {
         return Err(
@@ -820,6 +853,26 @@ mod tests {
         assert!(USAGE.contains("-c, --connection rc|ud"));
         let srq = parse(&args("-c ud --srq")).unwrap();
         assert!(check_for("send-lat", &srq).unwrap_err().contains("--srq"));
+    }
+
+    #[test]
+    fn mmap_takes_a_file_and_an_offset() {
+        let o = parse(&args("--mmap=/dev/shm/x --mmap-offset=8192")).unwrap();
+        assert_eq!(o.mmap.as_deref(), Some(std::path::Path::new("/dev/shm/x")));
+        assert_eq!(o.mmap_offset, Some(8192));
+        let p = parse(&args("--mmap /dev/shm/x --mmap-offset 4096")).unwrap();
+        assert_eq!((p.mmap, p.mmap_offset), (o.mmap.clone(), Some(4096)));
+        assert!(check_for("write-lat", &o).is_ok());
+        assert!(parse(&args("--mmap-offset=x")).unwrap_err().contains("'x'"));
+        let e = check_for("write-lat", &parse(&args("--mmap-offset=0")).unwrap());
+        assert!(e.unwrap_err().contains("goes with --mmap"));
+        let e = check_for(
+            "write-lat",
+            &parse(&args("--mmap=f --use_hugepages")).unwrap(),
+        );
+        assert!(e.unwrap_err().contains("one memory type"));
+        let e = check_for("send-lat", &parse(&args("--mmap=f -c ud")).unwrap());
+        assert!(e.unwrap_err().contains("-c ud"));
     }
 
     #[test]

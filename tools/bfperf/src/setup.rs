@@ -267,7 +267,10 @@ fn caps(o: &Opts) -> QpCaps {
 /// A side's QP, CQ, region and SRQ, and its further QPs (`-q`).
 type Parts = ((Qp, Cq, MemoryRegion, Option<Srq>), Vec<Qp>);
 
-fn side(dev: &Device, o: &Opts, size: usize) -> Result<Parts> {
+/// A side's QP(s), CQ, region and SRQ; `which` is its place among the sides of this process
+/// (0, or 1 for the second side of a one-process run: its `--mmap` window follows the
+/// first's).
+fn side(dev: &Device, o: &Opts, size: usize, which: u64) -> Result<Parts> {
     let pd = dev.alloc_pd()?;
     let caps = caps(o);
     // Room for everything both queues may hold (a direct-path send holds an entry per block
@@ -321,6 +324,14 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<Parts> {
             blueflame::mapping::PageSize::Huge2M,
         )?;
         pd.register(pages, rights).map_err(|r| r.error)?
+    } else if let Some(path) = &o.mmap {
+        // perftest --mmap: the buffer is the file's bytes at --mmap-offset (MAP_SHARED),
+        // registered as user memory; a second side here takes the next window.
+        let len = buf_len(size) * o.qps;
+        let window = (len as u64).next_multiple_of(crate::mmap_file::page_size());
+        let at = o.mmap_offset.unwrap_or(0) + which * window;
+        let w = crate::mmap_file::FileWindow::map(path, at, len)?;
+        pd.register(w, rights).map_err(|r| r.error)?
     } else {
         pd.alloc_mr(buf_len(size) * o.qps, rights)?
     };
@@ -334,7 +345,7 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             "--server/--client with the software NIC: it lives in one process; run without them",
         ));
     }
-    let ((mut qa, cqa, mra, srqa), mut more_a) = side(dev, o, size)?;
+    let ((mut qa, cqa, mra, srqa), mut more_a) = side(dev, o, size, 0)?;
     if o.server || o.client.is_some() {
         let stream = if o.server {
             let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
@@ -391,7 +402,7 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             Setup::Client(s, stream)
         });
     }
-    let ((mut qb, cqb, mrb, srqb), mut more_b) = side(dev, o, size)?;
+    let ((mut qb, cqb, mrb, srqb), mut more_b) = side(dev, o, size, 1)?;
     let (ea, eb) = (qa.endpoint()?, qb.endpoint()?);
     qa.connect(eb)?;
     if dev.nic().is_none() {
@@ -793,7 +804,7 @@ mod tests {
     fn queues_hold_twice_tx_depth_requests() {
         let o = crate::opts::parse(&[]).expect("defaults");
         let dev = Device::sim();
-        let ((qp, cq, _mr, _), _) = side(&dev, &o, 8).expect("side");
+        let ((qp, cq, _mr, _), _) = side(&dev, &o, 8, 0).expect("side");
         assert!(
             qp.send_depth() as usize >= 2 * o.tx_depth,
             "send depth {} for tx-depth {}",

@@ -668,3 +668,75 @@ fn pin_cores_runs_every_thread_on_the_listed_cpus() {
         assert!(err.contains(bad) && err.contains(why), "{bad}: {err}");
     }
 }
+
+/// perftest's `--mmap=FILE --mmap-offset=N`: each side's buffer is the file's bytes from
+/// the offset (both sides here: the second's window after the first's), so the messages
+/// of a write test land in the file itself; the bytes before the offset are left alone.
+/// Refused, typed: an offset off the page size, a file too short, a file that is not there.
+#[test]
+fn mmap_puts_the_buffers_in_the_file() {
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-mmap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("buf");
+    let off = 65536usize;
+    std::fs::write(&file, vec![0xeeu8; 1 << 20]).unwrap();
+    let (f, o) = (
+        format!("--mmap={}", file.display()),
+        format!("--mmap-offset={off}"),
+    );
+    // 64-byte writes, inline: 0x5a bytes into the peer's buffer.
+    let out = bfperf(&[
+        "write-bw", "-d", "sim", "-s", "64", "-n", "300", "--warmup", "10", &f, &o,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "Memory         : {} from byte {off} (--mmap)",
+            file.display()
+        )),
+        "{text}"
+    );
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(bytes[..off].iter().all(|&b| b == 0xee), "before the offset");
+    // The writer's window starts zeroed; the peer's, a page multiple further, got the 64
+    // bytes of every write.
+    assert!(
+        bytes[off..off + 64].iter().all(|&b| b == 0),
+        "the writer's window"
+    );
+    let at = (off + 4096..bytes.len())
+        .step_by(4096)
+        .find(|&i| bytes[i] == 0x5a)
+        .expect("the writes in the file");
+    assert!(bytes[at..at + 64].iter().all(|&b| b == 0x5a), "at {at}");
+    assert_eq!(bytes[at + 64], 0, "at {at}");
+    for test in [
+        &["write-lat"][..],
+        &["send-bw", "-q", "2"][..],
+        &["read-lat"][..],
+    ] {
+        let mut args = test.to_vec();
+        args.extend_from_slice(&["-d", "sim", "-n", "100", "--warmup", "5", &f]);
+        let out = bfperf(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let short = dir.join("short");
+    std::fs::write(&short, [0u8; 100]).unwrap();
+    for (args, why) in [
+        (vec![f.clone(), "--mmap-offset=100".into()], "page size"),
+        (vec![format!("--mmap={}", short.display())], "shorter"),
+        (
+            vec![format!("--mmap={}", dir.join("none").display())],
+            "none",
+        ),
+    ] {
+        let mut all = vec!["write-lat", "-d", "sim"];
+        all.extend(args.iter().map(String::as_str));
+        let out = bfperf(&all);
+        assert_eq!(out.status.code(), Some(1), "{all:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{all:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
