@@ -4,8 +4,7 @@
 use crate::opts::{Atomic, Opts};
 use crate::perftest::{Report, Test};
 use crate::setup::{sync, PerftestLink, Setup, Side};
-use blueflame::QueuePair;
-use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge, WcOpcode};
+use blueflame::{Payload, Remote, Request, Result, Sge, WcOpcode};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,24 +143,8 @@ impl Traffic {
     /// Posts `n` requests on the QP `qp` under one doorbell, the last one signaled; the
     /// cookie of the signaled one says how many requests its completion retires (the low 32
     /// bits) and on which QP of the side (the high 32: `lane`).
-    fn post(&self, qp: &mut blueflame::Qp, n: u64) -> Result<()> {
-        let req = self.request();
-        let mut b = qp.batch();
-        for k in 0..n {
-            let last = k + 1 == n;
-            let flags = if last {
-                PostFlags::SIGNALED
-            } else {
-                PostFlags::UNSIGNALED
-            };
-            let cookie = if last {
-                n | (self.lane as u64) << 32
-            } else {
-                0
-            };
-            b.push(&req, cookie, flags)?;
-        }
-        b.ring()
+    fn post(&self, qp: &mut crate::setup::Sq, n: u64) -> Result<()> {
+        qp.post_n(&self.request(), n, n | (self.lane as u64) << 32)
     }
 }
 

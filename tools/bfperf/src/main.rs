@@ -186,6 +186,10 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 println!(" Connection     : {}", o.connection.name());
                 println!(" Doorbell       : {}", setup::doorbell_mode(&dev, o)?);
             }
+            Connection::Dc => println!(
+                " Connection     : DC (a DCI a side, aimed at the other's DCT; DC key {:#x})",
+                setup::DC_KEY
+            ),
             Connection::Ud => println!(
                 " Connection     : UD (Q_Key 0x11111111; messages up to the path MTU, {} bytes; receives 40 bytes larger for the GRH)",
                 ud::mtu(&dev, o)?
@@ -233,7 +237,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         }
     }
     let sizes = match o.connection {
-        Connection::Rc => opts::sizes(o),
+        Connection::Rc | Connection::Dc => opts::sizes(o),
         Connection::Ud => match ud::sizes(o, ud::mtu(&dev, o)?) {
             Ok(s) => s,
             Err(e) => {

@@ -109,6 +109,8 @@ pub enum Connection {
     Rc,
     /// Unreliable datagram (send-lat, send-bw): messages of at most the path MTU.
     Ud,
+    /// Dynamically connected (write and read tests): a DCI aimed at the peer's DCT.
+    Dc,
 }
 
 impl Connection {
@@ -117,6 +119,7 @@ impl Connection {
         match self {
             Connection::Rc => "RC",
             Connection::Ud => "UD",
+            Connection::Dc => "DC",
         }
     }
 }
@@ -224,9 +227,12 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           mini-CQEs of this format; direct path only: mlx5 or the software NIC)
       --srq               receives posted to a shared receive queue (send-lat, send-bw, and
                           write-lat with --write-with-imm; as perftest --use-srq)
-  -c, --connection rc|ud  transport (default rc); ud: send-lat and send-bw over UD QPs and
+  -c, --connection rc|ud|dc  transport (default rc); ud: send-lat and send-bw over UD QPs and
                           address handles (perftest's -c UD), messages up to the path MTU
-                          (a larger --size is refused; -a stops at the MTU), both sides here
+                          (a larger --size is refused; -a stops at the MTU), both sides here;
+                          dc: write-lat, read-lat, write-bw, read-bw over DC (perftest's -c DC:
+                          each side a DCI aimed at the other's DCT, DC key 0xffeeddcc; mlx5
+                          and the software NIC, refused typed elsewhere)
   -D, --duration SECS     bandwidth tests: run SECS seconds instead of --iters, measuring the
                           middle (perftest's -D: BW peak not measured, #iterations the ones
                           measured; send-bw in one process only)
@@ -398,7 +404,8 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
                 o.connection = match val(a)?.to_ascii_lowercase().as_str() {
                     "rc" => Connection::Rc,
                     "ud" => Connection::Ud,
-                    other => return Err(format!("--connection: '{other}' is not rc or ud")),
+                    "dc" => Connection::Dc,
+                    other => return Err(format!("--connection: '{other}' is not rc, ud or dc")),
                 }
             }
             "--cqe-zip" => {
@@ -480,6 +487,24 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         }
         if o.odp {
             return Err("--odp is an RC option here: UD buffers are registered as always".into());
+        }
+    }
+    if o.connection == Connection::Dc {
+        let why = if !matches!(name, "write-lat" | "read-lat" | "write-bw" | "read-bw") {
+            Some("DC runs the write and read tests here (send and atomics: not yet)")
+        } else if o.write_imm || o.srq || o.events {
+            Some("--write-with-imm, --srq and -e need receives: not over DC yet")
+        } else if o.qps > 1 || o.bidirectional {
+            Some("-q and -b: one DCI a side here (not yet)")
+        } else if o.perftest || o.rc_pingpong {
+            Some("a perftest or ibv_rc_pingpong peer: DC is spoken with bfperf only")
+        } else if o.hw_ts {
+            Some("--hw-timestamps: RC only")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("-c dc with {name}: {why}"));
         }
     }
     if o.srq && !(name == "send-lat" || name == "send-bw" || (name == "write-lat" && o.write_imm)) {
@@ -836,7 +861,7 @@ mod tests {
             Connection::Rc
         );
         assert_eq!(parse(&args("")).unwrap().connection, Connection::Rc);
-        assert!(parse(&args("-c dc")).unwrap_err().contains("'dc'"));
+        assert!(parse(&args("-c xrc")).unwrap_err().contains("'xrc'"));
         assert!(check_for("send-lat", &ud).is_ok());
         assert!(check_for("send-bw", &ud).is_ok());
         assert!(check_for("write-lat", &ud)

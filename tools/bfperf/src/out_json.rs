@@ -22,6 +22,7 @@ fn test_info(o: &Opts, title: &str, bw: bool, reads: bool) -> String {
         o.qps,
         match o.connection {
             Connection::Ud => "UD",
+            Connection::Dc => "DC",
             _ => "RC",
         },
         if o.srq { "ON" } else { "OFF" }

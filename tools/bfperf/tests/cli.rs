@@ -740,3 +740,44 @@ fn mmap_puts_the_buffers_in_the_file() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// perftest's `-c DC`: the write and read tests with each side's DCI aimed at the other's
+/// DCT (the software NIC models both ends; a request to a DCT that is not the peer's would
+/// fail its completion, and the run with it); refused where DC is not run yet.
+#[test]
+fn dc_runs_write_and_read_tests() {
+    // The bandwidth tests first: a request that fails ends them at once (a ping-pong
+    // would wait for its echo).
+    for test in ["write-bw", "read-bw", "write-lat", "read-lat"] {
+        let out = bfperf(&[
+            test, "-d", "sim", "-c", "dc", "-s", "64", "-n", "300", "--warmup", "10",
+        ]);
+        assert!(out.status.success(), "{test}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(
+                " Connection     : DC (a DCI a side, aimed at the other's DCT; DC key 0xffeeddcc)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\n 64 "), "{test}: {text}");
+        let out = bfperf(&[test, "-d", "sim", "-c", "DC", "-n", "100", "--json"]);
+        assert!(out.status.success(), "{test}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("\"connection\":\"DC\""), "{text}");
+    }
+    for refused in [
+        &["send-lat", "-d", "sim", "-c", "dc"][..],
+        &["atomic-bw", "-d", "sim", "-c", "dc"][..],
+        &["write-bw", "-d", "sim", "-c", "dc", "-q", "2"][..],
+        &["write-lat", "-d", "sim", "-c", "dc", "--write-with-imm"][..],
+        &["write-bw", "--client", "h", "-c", "dc", "--perftest"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-c dc with"),
+            "{refused:?}: {out:?}"
+        );
+    }
+}
