@@ -291,7 +291,7 @@ the round trip, read and atomic the whole request, as perftest):
   t_min_us t_max_us t_typical_us (median) t_avg_us t_stdev_us p99_us p999_us
   mode          poll (busy polling) | event (--events)
   recv          rq (the QP's receive queue) | srq (--srq)
-  connection    RC | UD (-c)
+  connection    RC | UD | DC (-c)
 Bandwidth tests:
   test          write_bw | read_bw | send_bw | atomic_bw;  device, bytes, iterations as above
   bw_peak_mb_s  best stretch of a tenth of the completions, MB/s (10^6 bytes/s)
