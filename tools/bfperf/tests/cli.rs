@@ -584,6 +584,33 @@ fn bidirectional_sums_both_sides() {
             "{test}: {text}"
         );
     }
+    // perftest's --out_json names the test as its header: "Bidirectional" before "BW".
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-b-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("b.json");
+    let arg = format!("--out_json_file={}", file.display());
+    let out = bfperf(&[
+        "write-bw",
+        "-d",
+        "sim",
+        "-b",
+        "-q",
+        "2",
+        "-l",
+        "2",
+        "-n",
+        "100",
+        "--out_json",
+        &arg,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let t = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        t.contains("\"test\": \"RDMA_Write_Bidirectional_Post_List_BW_Test\""),
+        "{t}"
+    );
+    assert!(t.contains("\"Number_of_qps\": 2,"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
     for refused in [
         &["write-lat", "-d", "sim", "-b"][..],
         &["write-bw", "-d", "sim", "-b", "-D", "2"][..],
