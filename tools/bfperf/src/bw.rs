@@ -4,8 +4,9 @@
 use crate::opts::{Atomic, Opts};
 use crate::perftest::{Report, Test};
 use crate::setup::{sync, PerftestLink, Setup, Side};
-use blueflame::QueuePair;
-use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
+use blueflame::{Payload, Remote, Request, Result, Sge, WcOpcode};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -38,9 +39,31 @@ pub struct BwResult {
     /// The requests measured: `--iters`, or those completed in the measured part of a
     /// `-D` run.
     pub iters: u64,
+    /// A `-b` run: this side's result and the peer's, whose sum the others are (perftest's
+    /// `--report-both` prints them).
+    pub sides: Option<[Figures; 2]>,
+}
+
+/// One side's figures of a bidirectional run.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Figures {
+    pub peak: f64,
+    pub avg: f64,
+    pub mpps: f64,
+    pub iters: u64,
 }
 
 impl BwResult {
+    /// The figures alone (no sides).
+    fn figures(&self) -> Figures {
+        Figures {
+            peak: self.peak,
+            avg: self.avg,
+            mpps: self.mpps,
+            iters: self.iters,
+        }
+    }
+
     /// No peak, and `iters` requests of `size` bytes in `secs` seconds: the average in
     /// perftest's MB/sec and the rate in Mpps (a timed run's figures; a counted run adds its
     /// peak).
@@ -50,16 +73,19 @@ impl BwResult {
             avg: iters as f64 * size as f64 / secs / PERFTEST_MB,
             mpps: iters as f64 / secs / 1e6,
             iters,
+            sides: None,
         }
     }
 }
 
-/// What every request of a bandwidth test on one side is made of: its local entry, its
-/// inline data (writes and sends that fit), the peer's buffer, and how many may be in
+/// What every request of a bandwidth test on one QP of a side is made of: its local entry,
+/// its inline data (writes and sends that fit), the peer's buffer, and how many may be in
 /// flight (`tx-depth`, or fewer when the queue holds fewer: never a refused post, the
-/// queue's depth is what the device gave).
+/// queue's depth is what the device gave). QP `lane` uses the `lane`-th slice of the side's
+/// buffer and of the peer's (`Side::stride`).
 struct Traffic {
     kind: Bw,
+    lane: usize,
     sge: [Sge; 1],
     inline: Option<Vec<u8>>,
     remote: Remote,
@@ -67,22 +93,24 @@ struct Traffic {
 }
 
 impl Traffic {
-    fn new(s: &Side, o: &Opts, kind: Bw, size: usize) -> Traffic {
+    fn new(s: &mut Side, o: &Opts, kind: Bw, size: usize, lane: usize) -> Traffic {
         let fits =
             matches!(kind, Bw::Write | Bw::Send) && size <= o.inline as usize && size <= 1024;
+        let at = (lane * s.stride()) as u64;
         Traffic {
             kind,
+            lane,
             sge: [Sge {
-                addr: s.mr.addr() + size as u64,
+                addr: s.mr.addr() + at + size as u64,
                 len: size as u32,
                 lkey: s.mr.lkey(),
             }],
             inline: fits.then(|| vec![0x5au8; size]),
             remote: Remote {
-                addr: s.peer.addr,
+                addr: s.peer.addr + at,
                 rkey: s.peer.rkey,
             },
-            in_flight: (o.tx_depth as u64).min(s.qp.send_depth() as u64),
+            in_flight: (o.tx_depth as u64).min(s.qp_at(lane).send_depth() as u64),
         }
     }
 
@@ -112,37 +140,12 @@ impl Traffic {
         }
     }
 
-    /// Posts `n` requests under one doorbell, the last one signaled; the cookie of the
-    /// signaled one is how many requests its completion retires (`tally` counts by it).
-    fn post(&self, s: &mut Side, n: u64) -> Result<()> {
-        let req = self.request();
-        let mut b = s.qp.batch();
-        for k in 0..n {
-            let last = k + 1 == n;
-            let flags = if last {
-                PostFlags::SIGNALED
-            } else {
-                PostFlags::UNSIGNALED
-            };
-            b.push(&req, if last { n } else { 0 }, flags)?;
-        }
-        b.ring()
+    /// Posts `n` requests on the QP `qp` under one doorbell, the last one signaled; the
+    /// cookie of the signaled one says how many requests its completion retires (the low 32
+    /// bits) and on which QP of the side (the high 32: `lane`).
+    fn post(&self, qp: &mut crate::setup::Sq, n: u64) -> Result<()> {
+        qp.post_n(&self.request(), n, n | (self.lane as u64) << 32)
     }
-}
-
-/// One turn of a sender's loop after it posted: the software NIC runs, the receiver driven
-/// from this loop (if any) takes its messages, and the completions are polled into `out`.
-fn turn<'a>(
-    s: &mut Side,
-    rx: Option<&mut Rx>,
-    out: &'a mut [blueflame::Completion; 16],
-) -> Result<&'a [blueflame::Completion]> {
-    s.dev.process();
-    if let Some(rx) = rx {
-        rx.step()?;
-    }
-    let k = s.cq.poll(out);
-    Ok(&out[..k])
 }
 
 /// Ends the program on a failed completion (a bandwidth figure over failed requests would
@@ -154,138 +157,266 @@ fn check(c: &blueflame::Completion) {
     }
 }
 
-/// A receiver driven from the sender's loop (the software NIC's thread needs the other core).
-struct Rx {
-    side: Side,
-    got: u64,
-    posted: u64,
-    total: u64,
-    size: usize,
+/// One side's sending in a bandwidth run, as perftest's `run_iter_bw` over its
+/// `num_of_qps`: each QP `warmup + iters` requests (or until told to stop, in a timed run)
+/// with its own `tx-depth` in flight, all completing on the side's CQ; the completions
+/// counted and stamped over all its QPs.
+struct Sender {
+    lanes: Vec<Traffic>,
+    posted: Vec<u64>,
+    done: Vec<u64>,
+    /// Requests per QP, warm-up included (`u64::MAX` in a timed run).
+    per_lane: u64,
+    batch: u64,
+    /// Warm-up requests of all QPs.
+    warmup: u64,
+    posted_all: u64,
+    done_all: u64,
+    /// Nothing more is posted (the end of a timed run).
+    closed: bool,
+    start: Instant,
+    stamps: Vec<(Instant, u64)>,
 }
 
-impl Rx {
-    fn new(mut side: Side, size: usize, total: u64) -> Result<Rx> {
-        let depth = 256.min(total);
-        for i in 0..depth {
-            side.post_recv(&[side.mr.sge(0, size as u32)?], i)?;
+impl Sender {
+    fn new(s: &mut Side, o: &Opts, kind: Bw, size: usize) -> Sender {
+        let n = s.lanes();
+        let timed = crate::opts::duration(o).is_some();
+        Sender {
+            lanes: (0..n).map(|i| Traffic::new(s, o, kind, size, i)).collect(),
+            posted: vec![0; n],
+            done: vec![0; n],
+            per_lane: if timed {
+                u64::MAX
+            } else {
+                (o.warmup + o.iters) as u64
+            },
+            batch: o.post_list as u64,
+            warmup: if timed { 0 } else { (o.warmup * n) as u64 },
+            posted_all: 0,
+            done_all: 0,
+            closed: false,
+            start: Instant::now(),
+            stamps: Vec::with_capacity(1024),
         }
-        Ok(Rx {
-            side,
-            got: 0,
-            posted: depth,
-            total,
-            size,
-        })
     }
 
-    /// Takes the receives that arrived and posts new ones.
-    fn step(&mut self) -> Result<()> {
-        let mut out = [blueflame::Completion::default(); 16];
-        let k = self.side.cq.poll(&mut out);
-        for c in &out[..k] {
-            if !c.is_ok() {
-                eprintln!("bfperf: receive failed: {c:?}");
-                std::process::exit(1);
-            }
-            self.got += 1;
-            if self.posted < self.total {
-                self.side
-                    .post_recv(&[self.side.mr.sge(0, self.size as u32)?], self.posted)?;
-                self.posted += 1;
+    /// Requests of all QPs (warm-up included).
+    fn total(&self) -> u64 {
+        self.per_lane.saturating_mul(self.lanes.len() as u64)
+    }
+
+    /// Posts on each QP, in turn, what its depth lets in (batches of `post_list`, the last
+    /// one shorter if the count says so).
+    fn post(&mut self, s: &mut Side) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        for (i, t) in self.lanes.iter().enumerate() {
+            loop {
+                let n = self.batch.min(self.per_lane - self.posted[i]);
+                if n == 0 || self.posted[i] - self.done[i] + n > t.in_flight {
+                    break;
+                }
+                t.post(s.qp_at(i), n)?;
+                self.posted[i] += n;
+                self.posted_all += n;
             }
         }
         Ok(())
     }
+
+    /// Counts a send-side completion (see [`Traffic::post`] for its cookie).
+    fn take(&mut self, c: &blueflame::Completion) {
+        let (lane, n) = ((c.cookie >> 32) as usize, c.cookie & 0xffff_ffff);
+        if let Some(d) = self.done.get_mut(lane) {
+            *d += n;
+        }
+        let one = blueflame::Completion { cookie: n, ..*c };
+        tally(
+            &[one],
+            self.warmup,
+            &mut self.done_all,
+            &mut self.start,
+            &mut self.stamps,
+        );
+    }
+
+    fn finished(&self) -> bool {
+        self.done_all >= self.total()
+    }
+
+    /// The result of a counted run: the requests of all QPs past the warm-up (perftest's
+    /// `iters * num_of_qps`).
+    fn result(&self, size: usize) -> BwResult {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
+        result(self.total(), self.warmup, size, secs, &self.stamps)
+    }
 }
 
+/// A side's receives in a send test: kept posted on each of its QPs (or, with `--srq`, on
+/// its SRQ for all of them) until `per_lane` messages per QP are in.
+struct Rx {
+    /// QP numbers of the side's QPs, to repost on the one a message came in on.
+    qpns: Vec<u32>,
+    /// Receives posted per pool (a QP each, or the one SRQ).
+    posted: Vec<u64>,
+    limit: u64,
+    got: u64,
+    size: usize,
+    stride: usize,
+}
+
+impl Rx {
+    fn new(s: &mut Side, size: usize, per_lane: u64) -> Result<Rx> {
+        let n = s.lanes();
+        let pools = if s.srq.is_some() { 1 } else { n };
+        let per_pool = (n / pools) as u64;
+        let limit = per_lane.saturating_mul(per_pool);
+        let depth = (256 * per_pool).min(limit);
+        let qpns = (0..n).map(|i| s.qp_at(i).qpn()).collect();
+        let stride = s.stride();
+        for p in 0..pools {
+            for k in 0..depth {
+                let sge = s.mr.sge(p * stride, size as u32)?;
+                s.post_recv_at(p, &[sge], k)?;
+            }
+        }
+        Ok(Rx {
+            qpns,
+            posted: vec![depth; pools],
+            limit,
+            got: 0,
+            size,
+            stride,
+        })
+    }
+
+    /// Takes a receive completion and posts the next receive where it came from.
+    fn take(&mut self, s: &mut Side, c: &blueflame::Completion) -> Result<()> {
+        self.got += 1;
+        let pool = if self.posted.len() == 1 {
+            0
+        } else {
+            self.qpns.iter().position(|&q| q == c.qpn).unwrap_or(0)
+        };
+        if self.posted[pool] < self.limit {
+            let sge = s.mr.sge(pool * self.stride, self.size as u32)?;
+            s.post_recv_at(pool, &[sge], self.posted[pool])?;
+            self.posted[pool] += 1;
+        }
+        Ok(())
+    }
+
+    fn finished(&self) -> bool {
+        self.got >= self.limit.saturating_mul(self.posted.len() as u64)
+    }
+}
+
+/// One side in a driven loop: its sending (if it sends) and its receives (send tests).
+struct Party<'a> {
+    side: &'a mut Side,
+    tx: Option<Sender>,
+    rx: Option<Rx>,
+}
+
+/// Whether a completion is a receive's (else the side's own request completed).
+fn is_receive(c: &blueflame::Completion) -> bool {
+    matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+}
+
+/// Runs the parties' loops interleaved in this thread until every sender and receiver is
+/// done (perftest's loop over its QPs: post what fits on each, then poll): one side's QPs
+/// (`-q`), both sides of a one-process run on the software NIC (whose thread needs the
+/// other core), or both directions (`-b`). A timed run (`-D`, one sender) ends as
+/// [`Window`] says, and its result is returned; a counted run's results are its senders'.
+fn drive(ps: &mut [Party<'_>], o: &Opts, size: usize, each: Each<'_>) -> Result<Option<BwResult>> {
+    let t0 = Instant::now();
+    for p in ps.iter_mut() {
+        if let Some(tx) = p.tx.as_mut() {
+            tx.start = t0;
+        }
+    }
+    let mut window = crate::opts::duration(o).map(|d| {
+        let m = if o.run_infinitely {
+            0
+        } else {
+            crate::opts::margin(o).unwrap_or(0)
+        };
+        (Window::new(t0, d, m), d)
+    });
+    // --run_infinitely: a result every `duration` seconds, for ever (perftest's
+    // print_bw_infinite_mode: the requests completed since the last one, over that time).
+    let mut period = (t0, 0u64);
+    let mut out = [blueflame::Completion::default(); 16];
+    loop {
+        if let Some((w, d)) = window.as_mut() {
+            let Some(tx) = ps.iter_mut().find_map(|p| p.tx.as_mut()) else {
+                break;
+            };
+            let now = Instant::now();
+            if !o.run_infinitely && w.note(now, tx.done_all) {
+                tx.closed = true;
+                if tx.done_all == tx.posted_all {
+                    break;
+                }
+            }
+            if o.run_infinitely && now - period.0 >= Duration::from_secs(*d) {
+                each(&BwResult::over(
+                    tx.done_all - period.1,
+                    (now - period.0).as_secs_f64(),
+                    size,
+                ))?;
+                period = (now, tx.done_all);
+            }
+        } else if ps.iter().all(|p| {
+            p.tx.as_ref().is_none_or(Sender::finished) && p.rx.as_ref().is_none_or(Rx::finished)
+        }) {
+            break;
+        }
+        for p in ps.iter_mut() {
+            if let Some(tx) = p.tx.as_mut() {
+                tx.post(p.side)?;
+            }
+            p.side.dev.process();
+            let k = p.side.cq.poll(&mut out);
+            for c in &out[..k] {
+                check(c);
+                if is_receive(c) {
+                    if let Some(rx) = p.rx.as_mut() {
+                        rx.take(p.side, c)?;
+                    }
+                } else if let Some(tx) = p.tx.as_mut() {
+                    tx.take(c);
+                }
+            }
+        }
+    }
+    Ok(window.map(|(w, _)| {
+        let (iters, secs) = w.measured();
+        BwResult::over(iters, secs, size)
+    }))
+}
+
+/// One side sending alone (its QPs, no receives driven here), after `ready`.
 fn initiate(
     s: &mut Side,
     o: &Opts,
     kind: Bw,
     size: usize,
     ready: &Barrier,
-    mut rx: Option<&mut Rx>,
     each: Each<'_>,
 ) -> Result<BwResult> {
-    if crate::opts::duration(o).is_some() {
-        return timed(s, o, kind, size, ready, rx, each);
-    }
-    let total = (o.warmup + o.iters) as u64;
-    let t = Traffic::new(s, o, kind, size);
-    let (mut posted, mut done) = (0u64, 0u64);
-    let mut out = [blueflame::Completion::default(); 16];
-    let mut stamps: Vec<(Instant, u64)> = Vec::with_capacity(1024);
+    let tx = Sender::new(s, o, kind, size);
     ready.wait();
-    let mut start = Instant::now();
-    while done < total {
-        while posted < total
-            && posted - done + (o.post_list as u64).min(total - posted) <= t.in_flight
-        {
-            let n = (o.post_list as u64).min(total - posted);
-            t.post(s, n)?;
-            posted += n;
-        }
-        tally(
-            turn(s, rx.as_deref_mut(), &mut out)?,
-            o.warmup as u64,
-            &mut done,
-            &mut start,
-            &mut stamps,
-        );
-    }
-    let secs = start.elapsed().as_secs_f64().max(1e-9);
-    Ok(result(total, o.warmup as u64, size, secs, &stamps))
-}
-
-/// A `-D` run (perftest's duration mode, `catch_alarm`'s states): `margin` seconds of
-/// traffic not measured, `duration - 2 * margin` measured (the completions that arrive in
-/// it, over its length), `margin` more not measured; then nothing more is posted and what is
-/// in flight completes. No peak is measured (perftest: "BW peak won't be measured").
-fn timed(
-    s: &mut Side,
-    o: &Opts,
-    kind: Bw,
-    size: usize,
-    ready: &Barrier,
-    mut rx: Option<&mut Rx>,
-    each: Each<'_>,
-) -> Result<BwResult> {
-    let duration = crate::opts::duration(o).unwrap_or(5);
-    let margin = crate::opts::margin(o).unwrap_or(0);
-    let t = Traffic::new(s, o, kind, size);
-    let batch = o.post_list as u64;
-    let mut out = [blueflame::Completion::default(); 16];
-    ready.wait();
-    let mut window = Window::new(Instant::now(), duration, margin);
-    // --run_infinitely: a result every `duration` seconds, for ever (perftest's
-    // print_bw_infinite_mode: the requests completed since the last one, over that time).
-    let mut period = (Instant::now(), 0u64);
-    let (mut posted, mut done) = (0u64, 0u64);
-    loop {
-        let now = Instant::now();
-        let ending = !o.run_infinitely && window.note(now, done);
-        if ending && done == posted {
-            break;
-        }
-        if o.run_infinitely && now - period.0 >= Duration::from_secs(duration) {
-            each(&BwResult::over(
-                done - period.1,
-                (now - period.0).as_secs_f64(),
-                size,
-            ))?;
-            period = (now, done);
-        }
-        while !ending && posted - done + batch <= t.in_flight {
-            t.post(s, batch)?;
-            posted += batch;
-        }
-        for c in turn(s, rx.as_deref_mut(), &mut out)? {
-            check(c);
-            done += c.cookie;
-        }
-    }
-    let (iters, secs) = window.measured();
-    Ok(BwResult::over(iters, secs, size))
+    let mut ps = [Party {
+        side: s,
+        tx: Some(tx),
+        rx: None,
+    }];
+    let timed = drive(&mut ps, o, size, each)?;
+    let tx = ps[0].tx.as_ref().map(|t| t.result(size));
+    Ok(timed.or(tx).unwrap_or(BwResult::over(0, 1.0, size)))
 }
 
 /// The phases of a `-D` run (perftest's `catch_alarm`: START for `margin` seconds, SAMPLE
@@ -391,9 +522,9 @@ pub(crate) fn result(
     }
 }
 
-/// The receiver of a send test: keeps receives posted until `total` messages arrived, or
-/// (a `-D` run) until `stop` is set: the sender sets it once every send it posted has
-/// completed, so every message has arrived.
+/// The receiver of a send test: keeps receives posted on each of the side's QPs until
+/// `total` messages per QP arrived, or (a `-D` run) until `stop` is set: the sender sets it
+/// once every send it posted has completed, so every message has arrived.
 fn receive(
     mut s: Side,
     size: usize,
@@ -401,16 +532,12 @@ fn receive(
     ready: impl FnOnce() -> Result<()>,
     stop: &AtomicBool,
 ) -> Result<Option<(Instant, Instant)>> {
-    let depth = 256.min(total);
-    for i in 0..depth {
-        s.post_recv(&[s.mr.sge(0, size as u32)?], i)?;
-    }
+    let mut rx = Rx::new(&mut s, size, total)?;
     ready()?;
-    let (mut got, mut posted) = (0u64, depth);
     let mut out = [blueflame::Completion::default(); 16];
     // When the first and the last message arrived (perftest's server times from its first).
     let mut first = None;
-    while got < total && !stop.load(Ordering::Acquire) {
+    while !rx.finished() && !stop.load(Ordering::Acquire) {
         s.dev.process();
         let k = s.cq.poll(&mut out);
         if k > 0 && first.is_none() {
@@ -421,11 +548,7 @@ fn receive(
                 eprintln!("bfperf: receive failed: {c:?}");
                 std::process::exit(1);
             }
-            got += 1;
-            if posted < total {
-                s.post_recv(&[s.mr.sge(0, size as u32)?], posted)?;
-                posted += 1;
-            }
+            rx.take(&mut s, c)?;
         }
     }
     Ok(first.map(|f| (f, Instant::now())))
@@ -453,7 +576,7 @@ fn against_perftest(
     let total = o.iters as u64;
     let r = if link.client {
         link.wire.hand_shake(&mine).map_err(failed)?;
-        let r = initiate(&mut s, &o, kind, size, &Barrier::new(1), None, each)?;
+        let r = initiate(&mut s, &o, kind, size, &Barrier::new(1), each)?;
         if link.test.reports() {
             let mine_r = Report {
                 size: size as u64,
@@ -481,12 +604,152 @@ fn against_perftest(
             avg: theirs.bw_avg,
             mpps: theirs.msg_rate,
             iters: theirs.iters,
+            sides: None,
         })
     };
     if link.test.closes() {
         link.wire.close(&mine).map_err(failed)?;
     }
     Ok(r)
+}
+
+/// Two sides' results summed as perftest prints a bidirectional run
+/// (`print_full_bw_report` with the peer's report): the peaks, the averages and the
+/// message rates added, the iterations this side's (`mine`).
+pub(crate) fn both(mine: &BwResult, theirs: &BwResult) -> BwResult {
+    BwResult {
+        peak: mine.peak + theirs.peak,
+        avg: mine.avg + theirs.avg,
+        mpps: mine.mpps + theirs.mpps,
+        iters: mine.iters,
+        sides: Some([mine.figures(), theirs.figures()]),
+    }
+}
+
+/// Sends this side's result and reads the peer's on `s` (perftest's `xchg_bw_reports` of a
+/// `-b` run): four big-endian 8-byte words each way, the peak, average and rate as `f64`
+/// bits and the iterations.
+fn swap_results(s: &mut TcpStream, mine: &BwResult) -> Result<BwResult> {
+    let io = blueflame::Error::Io;
+    let mut b = Vec::with_capacity(32);
+    for w in [
+        mine.peak.to_bits(),
+        mine.avg.to_bits(),
+        mine.mpps.to_bits(),
+        mine.iters,
+    ] {
+        b.extend_from_slice(&w.to_be_bytes());
+    }
+    s.write_all(&b).map_err(io)?;
+    let mut r = [0u8; 32];
+    s.read_exact(&mut r).map_err(io)?;
+    let w = |i: usize| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&r[8 * i..8 * i + 8]);
+        u64::from_be_bytes(x)
+    };
+    Ok(BwResult {
+        peak: f64::from_bits(w(0)),
+        avg: f64::from_bits(w(1)),
+        mpps: f64::from_bits(w(2)),
+        iters: w(3),
+        sides: None,
+    })
+}
+
+/// One side of a test across two processes: it sends (the client; both with `-b`) and/or
+/// receives (send tests: the server; both with `-b`). With `-b` both sides post their
+/// receives, meet on `stream`, run at once, swap their results and print the sum, as
+/// perftest's sides do; without it, the server only receives (a write or read server
+/// does nothing) and the client measures.
+fn one_side(
+    mut s: Side,
+    stream: &mut TcpStream,
+    o: &Opts,
+    kind: Bw,
+    size: usize,
+    total: u64,
+    each: Each<'_>,
+) -> Result<Option<BwResult>> {
+    crate::pin(o.pin);
+    let sends = o.bidirectional || !o.server;
+    if !o.bidirectional && !sends {
+        if kind == Bw::Send {
+            receive(s, size, total, || Ok(()), &AtomicBool::new(false))?;
+        }
+        sync(stream)?;
+        return Ok(None);
+    }
+    if !o.bidirectional {
+        let r = initiate(&mut s, o, kind, size, &Barrier::new(1), each)?;
+        sync(stream)?;
+        return Ok(Some(r));
+    }
+    let rx = match kind {
+        Bw::Send => Some(Rx::new(&mut s, size, total)?),
+        _ => None,
+    };
+    let tx = Sender::new(&mut s, o, kind, size);
+    // Both sides' receives are posted before either sends (perftest's hand shake before
+    // its run_iter).
+    sync(stream)?;
+    let mut ps = [Party {
+        side: &mut s,
+        tx: Some(tx),
+        rx,
+    }];
+    drive(&mut ps, o, size, each)?;
+    let mine = ps[0]
+        .tx
+        .as_ref()
+        .map_or(BwResult::over(0, 1.0, size), |t| t.result(size));
+    let theirs = swap_results(stream, &mine)?;
+    sync(stream)?;
+    Ok(Some(both(&mine, &theirs)))
+}
+
+/// Both sides in this process, in one loop: `a` sends (`b` too with `-b`), the receives of
+/// a send test taken in it (the software NIC's thread needs the other core); the result is
+/// `a`'s, or with `-b` the sum of both sides' (as perftest's two processes print it).
+fn local(
+    a: &mut Side,
+    b: &mut Side,
+    o: &Opts,
+    kind: Bw,
+    size: usize,
+    total: u64,
+    each: Each<'_>,
+) -> Result<BwResult> {
+    let (send, bi) = (kind == Bw::Send, o.bidirectional);
+    let ra = match send && bi {
+        true => Some(Rx::new(a, size, total)?),
+        false => None,
+    };
+    let rb = match send {
+        true => Some(Rx::new(b, size, total)?),
+        false => None,
+    };
+    let ta = Sender::new(a, o, kind, size);
+    let tb = bi.then(|| Sender::new(b, o, kind, size));
+    let mut ps = [
+        Party {
+            side: a,
+            tx: Some(ta),
+            rx: ra,
+        },
+        Party {
+            side: b,
+            tx: tb,
+            rx: rb,
+        },
+    ];
+    let timed = drive(&mut ps, o, size, each)?;
+    let [ra, rb] = [&ps[0], &ps[1]].map(|p| p.tx.as_ref().map(|t| t.result(size)));
+    let mine = timed.or(ra).unwrap_or(BwResult::over(0, 1.0, size));
+    Ok(match rb {
+        Some(theirs) => both(&mine, &theirs),
+        None => mine,
+    })
 }
 
 /// Runs one bandwidth test of `size` bytes; the result on the side that measures.
@@ -503,23 +766,10 @@ pub fn run(
     } else {
         (o.warmup + o.iters) as u64
     };
+    let send = kind == Bw::Send;
     match setup {
-        Setup::Local(mut a, b) => {
-            if kind != Bw::Send {
-                let r = initiate(&mut a, o, kind, size, &Barrier::new(1), None, each)?;
-                drop(b);
-                return Ok(Some(r));
-            }
-            if a.dev.nic().is_some() {
-                let mut rx = Rx::new(b, size, total)?;
-                crate::pin(o.pin);
-                let r = initiate(&mut a, o, kind, size, &Barrier::new(1), Some(&mut rx), each)?;
-                while crate::opts::duration(o).is_none() && rx.got < total {
-                    a.dev.process();
-                    rx.step()?;
-                }
-                return Ok(Some(r));
-            }
+        Setup::Local(mut a, b) if send && !o.bidirectional && a.dev.nic().is_none() => {
+            // A device of its own: the receiver in a thread, as perftest's other process.
             let ready = Arc::new(Barrier::new(2));
             let r2 = ready.clone();
             let stop = Arc::new(AtomicBool::new(false));
@@ -532,25 +782,18 @@ pub fn run(
                 receive(b, size, total, ready, &s2).map(|_| ())
             });
             crate::pin(o.pin);
-            let r = initiate(&mut a, o, kind, size, &ready, None, each);
+            let r = initiate(&mut a, o, kind, size, &ready, each);
             stop.store(true, Ordering::Release);
             t.join()
                 .map_err(|_| blueflame::Error::Unsupported("the receiver thread panicked"))??;
             r.map(Some)
         }
-        Setup::Server(s, mut stream) => {
+        Setup::Local(mut a, mut b) => {
             crate::pin(o.pin);
-            if kind == Bw::Send {
-                receive(s, size, total, || Ok(()), &AtomicBool::new(false))?;
-            }
-            sync(&mut stream)?;
-            Ok(None)
+            local(&mut a, &mut b, o, kind, size, total, each).map(Some)
         }
-        Setup::Client(mut s, mut stream) => {
-            crate::pin(o.pin);
-            let r = initiate(&mut s, o, kind, size, &Barrier::new(1), None, each)?;
-            sync(&mut stream)?;
-            Ok(Some(r))
+        Setup::Server(s, mut stream) | Setup::Client(s, mut stream) => {
+            one_side(s, &mut stream, o, kind, size, total, each)
         }
         Setup::Perftest(s, link) => {
             crate::pin(o.pin);
@@ -603,5 +846,129 @@ mod tests {
         assert!((r.avg - 1000.0).abs() < 1e-9, "{}", r.avg);
         assert!((r.peak - 1000.0).abs() < 1e-9, "{}", r.peak);
         assert!((r.mpps - 0.001).abs() < 1e-12, "{}", r.mpps);
+    }
+
+    /// Both sides on the software NIC, with `o`'s options, for messages of `size`.
+    fn pair(o: &Opts, size: usize) -> (Side, Side) {
+        let dev = blueflame::Device::sim();
+        match crate::setup::setup(o, &dev, "write_bw", size).expect("setup") {
+            Setup::Local(a, b) => (a, b),
+            _ => panic!("not a local pair"),
+        }
+    }
+
+    /// perftest's `-q`: every QP of the side carries `warmup + iters` requests of its own
+    /// (perftest's `run_iter_bw`: `iters` per QP), each into its own slice of the peer's
+    /// buffer, and the result counts all QPs' measured requests (`iters * num_of_qps`).
+    #[test]
+    fn several_qps_each_carry_their_share() {
+        for kind in [Bw::Write, Bw::Send] {
+            let o = Opts {
+                qps: 3,
+                iters: 200,
+                warmup: 10,
+                ..Opts::default()
+            };
+            let (mut a, mut b) = pair(&o, 64);
+            assert_eq!((a.lanes(), b.lanes()), (3, 3));
+            let r = local(&mut a, &mut b, &o, kind, 64, 210, &mut |_| Ok(())).expect("run");
+            assert_eq!(r.iters, 600, "{kind:?}");
+            // Each QP's messages (inline 0x5a bytes) landed in its own slice.
+            for lane in 0..3 {
+                let at = lane * b.stride();
+                assert_eq!(b.mr.read_volatile_u8(at).unwrap(), 0x5a, "{kind:?} {lane}");
+                assert_eq!(b.mr.read_volatile_u8(at + 63).unwrap(), 0x5a, "{kind:?}");
+                // and not in a's: one direction only.
+                assert_eq!(a.mr.read_volatile_u8(at).unwrap(), 0, "{kind:?} {lane}");
+            }
+        }
+    }
+
+    /// A sender's counts, QP by QP: each QP posts and completes its own share.
+    #[test]
+    fn a_sender_counts_each_qp() {
+        let o = Opts {
+            qps: 4,
+            iters: 50,
+            warmup: 0,
+            post_list: 4,
+            ..Opts::default()
+        };
+        let (mut a, mut b) = pair(&o, 8);
+        let tx = Sender::new(&mut a, &o, Bw::Write, 8);
+        let mut ps = [
+            Party {
+                side: &mut a,
+                tx: Some(tx),
+                rx: None,
+            },
+            Party {
+                side: &mut b,
+                tx: None,
+                rx: None,
+            },
+        ];
+        drive(&mut ps, &o, 8, &mut |_| Ok(())).expect("run");
+        let tx = ps[0].tx.as_ref().unwrap();
+        assert_eq!(tx.done, vec![50; 4]);
+        assert_eq!(tx.posted, vec![50; 4]);
+        assert_eq!(tx.done_all, 200);
+    }
+
+    /// perftest's `-b`: both sides send at once (each side's buffer receives the other's
+    /// messages), and the row is the sum of both sides' results, the iterations one side's.
+    #[test]
+    fn bidirectional_runs_both_directions_and_sums_them() {
+        for kind in [Bw::Write, Bw::Read, Bw::Send] {
+            let o = Opts {
+                bidirectional: true,
+                qps: 2,
+                iters: 200,
+                warmup: 10,
+                ..Opts::default()
+            };
+            let (mut a, mut b) = pair(&o, 64);
+            let r = local(&mut a, &mut b, &o, kind, 64, 210, &mut |_| Ok(())).expect("run");
+            assert_eq!(r.iters, 400, "{kind:?}");
+            if kind != Bw::Read {
+                for s in [&a, &b] {
+                    for lane in 0..2 {
+                        let at = lane * s.stride();
+                        assert_eq!(s.mr.read_volatile_u8(at).unwrap(), 0x5a, "{kind:?}");
+                    }
+                }
+            }
+        }
+        let (x, y) = (
+            BwResult::over(100, 1.0, 1 << 20),
+            BwResult::over(300, 1.0, 1 << 20),
+        );
+        let s = both(&x, &y);
+        assert!((s.avg - 400.0).abs() < 1e-9 && s.iters == 100, "{s:?}");
+        assert!((s.mpps - 0.0004).abs() < 1e-12, "{s:?}");
+        assert_eq!(s.sides, Some([x.figures(), y.figures()]));
+    }
+
+    /// The two sides of a `-b` run across two processes swap their results on the TCP
+    /// stream, each reading the other's exactly.
+    #[test]
+    fn results_are_swapped_whole() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let theirs = BwResult {
+            peak: 12.5,
+            avg: 10.25,
+            mpps: 0.75,
+            iters: 1234,
+            sides: None,
+        };
+        let t = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            swap_results(&mut s, &theirs).unwrap()
+        });
+        let (mut s, _) = l.accept().unwrap();
+        let mine = BwResult::over(5, 1.0, 8);
+        assert_eq!(swap_results(&mut s, &mine).unwrap(), theirs);
+        assert_eq!(t.join().unwrap(), mine);
     }
 }

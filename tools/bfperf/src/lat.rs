@@ -8,8 +8,8 @@ use crate::opts::{Atomic, Opts};
 use crate::perftest::Test;
 use crate::setup::{sync, PerftestLink, Setup, Side};
 use crate::stats::Clock;
+use blueflame::PostSend;
 use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
-use blueflame::{PostSend, QueuePair};
 use std::sync::{Arc, Barrier};
 
 /// Which latency test.

@@ -11,6 +11,7 @@ mod csv;
 mod hist;
 mod hwts;
 mod lat;
+mod mmap_file;
 mod opts;
 mod out_json;
 mod perftest;
@@ -42,13 +43,40 @@ pub fn pin(core: Option<usize>) {
     }
 }
 
+/// Runs the process on `cpus` (perftest's `--pin_cores`, its `set_process_affinity`): the
+/// calling thread's affinity, which the threads it starts after inherit (call it first).
+///
+/// # Errors
+/// The system's refusal (`EINVAL`: none of the CPUs may be used here), naming the list.
+pub fn pin_cores(list: &str, cpus: &[usize]) -> blueflame::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it (each CPU
+    // is below CPU_SETSIZE, checked when the list was parsed); sched_setaffinity reads
+    // `size_of::<cpu_set_t>()` bytes of it.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(blueflame::Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("--pin_cores={list}: cannot run on these CPUs: {e}"),
+        )));
+    }
+    Ok(())
+}
+
 enum Test {
     Lat(lat::Lat, &'static str),
     Bw(bw::Bw, &'static str),
 }
 
-fn title(t: &Test, o: &Opts) -> &'static str {
-    match t {
+/// The test's title, perftest's words ("Bidirectional" before "BW" with `-b`).
+fn title(t: &Test, o: &Opts) -> String {
+    let base = match t {
         Test::Lat(lat::Lat::Atomic(_), _) if o.atomic == Atomic::CompareSwap => {
             "Atomic CMP_AND_SWAP Latency Test"
         }
@@ -62,6 +90,10 @@ fn title(t: &Test, o: &Opts) -> &'static str {
         Test::Bw(bw::Bw::Send, _) => "Send BW Test",
         Test::Bw(bw::Bw::Atomic(Atomic::FetchAdd), _) => "Atomic FETCH_AND_ADD BW Test",
         Test::Bw(bw::Bw::Atomic(Atomic::CompareSwap), _) => "Atomic CMP_AND_SWAP BW Test",
+    };
+    match t {
+        Test::Bw(..) if o.bidirectional => base.replace(" BW Test", " Bidirectional BW Test"),
+        _ => base.to_string(),
     }
 }
 
@@ -114,6 +146,10 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         }
         _ => None,
     };
+    if let Some((list, cpus)) = &o.pin_cores {
+        // Before the device: the software NIC's thread inherits it.
+        pin_cores(list, cpus)?;
+    }
     let (dev, what) = setup::open(o)?;
     let line =
         "---------------------------------------------------------------------------------------";
@@ -150,10 +186,26 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 println!(" Connection     : {}", o.connection.name());
                 println!(" Doorbell       : {}", setup::doorbell_mode(&dev, o)?);
             }
+            Connection::Dc => println!(
+                " Connection     : DC (a DCI a side, aimed at the other's DCT; DC key {:#x})",
+                setup::DC_KEY
+            ),
             Connection::Ud => println!(
                 " Connection     : UD (Q_Key 0x11111111; messages up to the path MTU, {} bytes; receives 40 bytes larger for the GRH)",
                 ud::mtu(&dev, o)?
             ),
+        }
+        if let Some((list, _)) = &o.pin_cores {
+            println!(" CPU affinity   : {list} (--pin_cores)");
+        }
+        if o.qps > 1 {
+            // perftest's header line "Number of qps".
+            println!(" Number of qps  : {} per side (-q)", o.qps);
+        }
+        if o.bidirectional {
+            println!(
+                " Direction      : both sides send at once (-b); the row is the sum of both sides' results"
+            );
         }
         println!(" Completions    : {}", mode_line(o));
         if let Some(f) = o.cqe_zip {
@@ -168,22 +220,24 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         if o.hugepages {
             println!(" Memory         : 2 MiB huge pages (--use_hugepages)");
         }
+        if let Some(f) = &o.mmap {
+            println!(
+                " Memory         : {} from byte {} (--mmap)",
+                f.display(),
+                o.mmap_offset.unwrap_or(0)
+            );
+        }
         println!(
             " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
             o.inline, o.post_list, o.tx_depth
         );
         match t {
             Test::Lat(..) => println!("{}", stats::HEADER),
-            Test::Bw(..) if o.gbits => println!(
-                " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
-            ),
-            Test::Bw(..) => println!(
-                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
-            ),
+            Test::Bw(..) => println!("{}", bw_header(o)),
         }
     }
     let sizes = match o.connection {
-        Connection::Rc => opts::sizes(o),
+        Connection::Rc | Connection::Dc => opts::sizes(o),
         Connection::Ud => match ud::sizes(o, ud::mtu(&dev, o)?) {
             Ok(s) => s,
             Err(e) => {
@@ -291,7 +345,7 @@ fn report_lat(
     let sum = stats::summarize(&mut samples);
     if let Some(path) = &o.out_json {
         let reads = matches!(t, Test::Lat(lat::Lat::Read | lat::Lat::Atomic(_), _));
-        out_json::lat(o, title(t, o), reads, size, o.iters, &sum).map_err(file_err(path))?;
+        out_json::lat(o, &title(t, o), reads, size, o.iters, &sum).map_err(file_err(path))?;
     }
     if o.histogram {
         print!("{}", stats::sample_lines(&samples));
@@ -356,7 +410,7 @@ fn report_bw(
         let reads = matches!(t, Test::Bw(bw::Bw::Read | bw::Bw::Atomic(_), _));
         out_json::bw(
             o,
-            title(t, o),
+            &title(t, o),
             reads,
             size,
             r.iters,
@@ -393,16 +447,36 @@ fn report_bw(
         } else {
             1.0
         };
-        println!(
-            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-            size,
-            r.iters,
-            r.peak * unit,
-            r.avg * unit,
-            r.mpps
-        );
+        let row = |iters: u64, peak: f64, avg: f64, mpps: f64| {
+            println!(
+                " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+                size,
+                iters,
+                peak * unit,
+                avg * unit,
+                mpps
+            )
+        };
+        row(r.iters, r.peak, r.avg, r.mpps);
+        // perftest's --report-both: after the summed row of a -b run, each side's apart.
+        if let (true, Some(sides)) = (o.report_both, r.sides) {
+            let line = "---------------------------------------------------------------------------------------";
+            for (name, f) in ["Local", "Remote"].iter().zip(sides) {
+                println!("{line}\n\n {name} results: \n{line}\n{}", bw_header(o));
+                row(f.iters, f.peak, f.avg, f.mpps);
+            }
+        }
     }
     Ok(())
+}
+
+/// The bandwidth table's header line.
+fn bw_header(o: &Opts) -> &'static str {
+    if o.gbits {
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+    } else {
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+    }
 }
 
 fn main() {

@@ -23,6 +23,9 @@ pub struct Opts {
     pub tx_depth: usize,
     /// Core to pin the measuring thread to.
     pub pin: Option<usize>,
+    /// perftest's `--pin_cores=LIST`: the CPUs the process runs on (its threads, the
+    /// software NIC's too), as given (`0,2-3`) and as parsed.
+    pub pin_cores: Option<(String, Vec<usize>)>,
     /// Sizes 2 .. 8 MiB, powers of two.
     pub all: bool,
     /// `direct`, `verbs` or `auto` (sets BLUEFLAME_PATH).
@@ -69,6 +72,10 @@ pub struct Opts {
     pub odp: bool,
     /// perftest's `--use_hugepages`: buffers in 2 MiB huge pages.
     pub hugepages: bool,
+    /// perftest's `--mmap=FILE`: each side's buffer is bytes of this file, mapped shared.
+    pub mmap: Option<std::path::PathBuf>,
+    /// perftest's `--mmap-offset=N`: where in the file (default 0; a page multiple).
+    pub mmap_offset: Option<u64>,
     /// `--hw-timestamps`: latency round trips split by the NIC's completion timestamps.
     pub hw_ts: bool,
     /// `--perftest`: the server this client connects to is an unmodified perftest program.
@@ -85,6 +92,14 @@ pub struct Opts {
     pub margin: Option<u64>,
     /// `-c rc|ud` (perftest's `-c RC|UD`): the transport of send-lat and send-bw.
     pub connection: Connection,
+    /// perftest's `-q`: QPs per side in a bandwidth test, each with `--iters` requests and
+    /// `--tx-depth` in flight of its own, all completing on the side's one CQ.
+    pub qps: usize,
+    /// perftest's `-b`: a bandwidth test in both directions at once, the row the sum of
+    /// both sides' results.
+    pub bidirectional: bool,
+    /// perftest's `--report-both`: a `-b` run also prints each side's result apart.
+    pub report_both: bool,
 }
 
 /// The transport a test runs on.
@@ -94,6 +109,8 @@ pub enum Connection {
     Rc,
     /// Unreliable datagram (send-lat, send-bw): messages of at most the path MTU.
     Ud,
+    /// Dynamically connected (write and read tests): a DCI aimed at the peer's DCT.
+    Dc,
 }
 
 impl Connection {
@@ -102,6 +119,7 @@ impl Connection {
         match self {
             Connection::Rc => "RC",
             Connection::Ud => "UD",
+            Connection::Dc => "DC",
         }
     }
 }
@@ -127,6 +145,7 @@ impl Default for Opts {
             post_list: 1,
             tx_depth: 128,
             pin: None,
+            pin_cores: None,
             all: false,
             path: None,
             json: false,
@@ -148,6 +167,8 @@ impl Default for Opts {
             srq: false,
             odp: false,
             hugepages: false,
+            mmap: None,
+            mmap_offset: None,
             hw_ts: false,
             perftest: false,
             rc_pingpong: false,
@@ -155,9 +176,15 @@ impl Default for Opts {
             run_infinitely: false,
             margin: None,
             connection: Connection::Rc,
+            qps: 1,
+            bidirectional: false,
+            report_both: false,
         }
     }
 }
+
+/// perftest's largest `-q` (`MAX_QP_NUM`).
+pub const MAX_QPS: usize = 16384;
 
 /// perftest's default `--out_json` file, in the working directory.
 pub const OUT_JSON_DEFAULT: &str = "perftest_out.json";
@@ -174,7 +201,19 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -I, --inline N          max inline size of the QPs (default 220)
   -l, --post-list N       requests per doorbell in bandwidth tests (default 1)
   -t, --tx-depth N        outstanding requests in bandwidth tests (default 128)
+  -q, --qp N              bandwidth tests: N QPs per side (default 1; perftest's -q), each
+                          with -n requests and -t in flight of its own, all completing on
+                          the side's one CQ; #iterations counts all QPs' requests (N x -n)
+  -b, --bidirectional     bandwidth tests: both sides send at once (perftest's -b); the row
+                          is the sum of both sides' results, #iterations one side's, and
+                          across two processes both sides print it
+      --report-both       with -b: also print each side's result apart (perftest's
+                          \"Local results\" and \"Remote results\" tables)
       --pin CORE          pin the measuring thread
+      --pin_cores=LIST    run the process on these CPUs (perftest's --pin_cores: 0, 0,1,2,
+                          0-3 or 0-3,8,12-15; every thread, the software NIC's too; a CPU
+                          the system does not have is refused); --pin then pins the measuring
+                          thread to one of them
   -a, --all               sizes 2 .. 8388608 (across two processes too: one connection
                           per size; both sides must give -a, a peer on another size is refused)
       --path direct|verbs|auto   data path on rdma-core devices
@@ -188,9 +227,12 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           mini-CQEs of this format; direct path only: mlx5 or the software NIC)
       --srq               receives posted to a shared receive queue (send-lat, send-bw, and
                           write-lat with --write-with-imm; as perftest --use-srq)
-  -c, --connection rc|ud  transport (default rc); ud: send-lat and send-bw over UD QPs and
+  -c, --connection rc|ud|dc  transport (default rc); ud: send-lat and send-bw over UD QPs and
                           address handles (perftest's -c UD), messages up to the path MTU
-                          (a larger --size is refused; -a stops at the MTU), both sides here
+                          (a larger --size is refused; -a stops at the MTU), both sides here;
+                          dc: write-lat, read-lat, write-bw, read-bw over DC (perftest's -c DC:
+                          each side a DCI aimed at the other's DCT, DC key 0xffeeddcc; mlx5
+                          and the software NIC, refused typed elsewhere)
   -D, --duration SECS     bandwidth tests: run SECS seconds instead of --iters, measuring the
                           middle (perftest's -D: BW peak not measured, #iterations the ones
                           measured; send-bw in one process only)
@@ -201,6 +243,11 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           typed, where the device has none)
       --use_hugepages     buffers in 2 MiB huge pages (perftest's --use_hugepages; refused,
                           typed, naming vm.nr_hugepages, where none are reserved)
+      --mmap=FILE         each side's buffer is bytes of FILE, mapped shared and writable and
+                          zeroed (perftest's --mmap; the file must exist and be long enough);
+                          both sides in one process: the second side's just after the first's
+      --mmap-offset=N     where in FILE the buffer starts (default 0; a multiple of the page
+                          size, as mmap wants)
       --hw-timestamps     latency tests: split each round trip by the NIC's completion
                           timestamps into post (host), NIC+wire (doorbell to the NIC's stamp
                           of the completion that ends it) and poll (host), printed after the
@@ -244,7 +291,7 @@ the round trip, read and atomic the whole request, as perftest):
   t_min_us t_max_us t_typical_us (median) t_avg_us t_stdev_us p99_us p999_us
   mode          poll (busy polling) | event (--events)
   recv          rq (the QP's receive queue) | srq (--srq)
-  connection    RC | UD (-c)
+  connection    RC | UD | DC (-c)
 Bandwidth tests:
   test          write_bw | read_bw | send_bw | atomic_bw;  device, bytes, iterations as above
   bw_peak_mb_s  best stretch of a tenth of the completions, MB/s (10^6 bytes/s)
@@ -280,6 +327,14 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-l" | "--post-list" => o.post_list = num(a, val(a)?)?,
             "-t" | "--tx-depth" => o.tx_depth = num(a, val(a)?)?,
             "--pin" => o.pin = Some(num(a, val(a)?)?),
+            "--pin_cores" | "--pin-cores" => {
+                let l = val(a)?;
+                o.pin_cores = Some((l.clone(), cpu_list(&l, configured_cpus())?));
+            }
+            f if f.starts_with("--pin_cores=") || f.starts_with("--pin-cores=") => {
+                let l = &f["--pin_cores=".len()..];
+                o.pin_cores = Some((l.to_string(), cpu_list(l, configured_cpus())?));
+            }
             "-a" | "--all" => o.all = true,
             "--path" => {
                 let p = val(a)?;
@@ -330,17 +385,27 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--srq" => o.srq = true,
             "--odp" => o.odp = true,
             "--use_hugepages" | "--use-hugepages" => o.hugepages = true,
+            "--mmap" => o.mmap = Some(val(a)?.into()),
+            f if f.starts_with("--mmap=") => o.mmap = Some(f["--mmap=".len()..].into()),
+            "--mmap-offset" | "--mmap_offset" => o.mmap_offset = Some(num(a, val(a)?)?),
+            f if f.starts_with("--mmap-offset=") || f.starts_with("--mmap_offset=") => {
+                o.mmap_offset = Some(num("--mmap-offset", f["--mmap-offset=".len()..].into())?)
+            }
             "--hw-timestamps" | "--hw_timestamps" => o.hw_ts = true,
             "--perftest" => o.perftest = true,
             "--rc-pingpong" | "--rc_pingpong" => o.rc_pingpong = true,
             "-D" | "--duration" => o.duration = Some(num(a, val(a)?)?),
             "-f" | "--margin" => o.margin = Some(num(a, val(a)?)?),
             "--run_infinitely" | "--run-infinitely" => o.run_infinitely = true,
+            "-q" | "--qp" => o.qps = num(a, val(a)?)?,
+            "-b" | "--bidirectional" => o.bidirectional = true,
+            "--report-both" | "--report_both" => o.report_both = true,
             "-c" | "--connection" => {
                 o.connection = match val(a)?.to_ascii_lowercase().as_str() {
                     "rc" => Connection::Rc,
                     "ud" => Connection::Ud,
-                    other => return Err(format!("--connection: '{other}' is not rc or ud")),
+                    "dc" => Connection::Dc,
+                    other => return Err(format!("--connection: '{other}' is not rc, ud or dc")),
                 }
             }
             "--cqe-zip" => {
@@ -358,6 +423,10 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
     }
     if o.size == 0 || o.iters == 0 || o.post_list == 0 || o.tx_depth == 0 {
         return Err("--size, --iters, --post-list and --tx-depth must be at least 1".into());
+    }
+    if !(1..=MAX_QPS).contains(&o.qps) {
+        // perftest's MIN_QP_NUM and MAX_QP_NUM.
+        return Err(format!("-q: {} QPs, not 1 to {MAX_QPS}", o.qps));
     }
     if o.post_list > o.tx_depth {
         return Err(format!(
@@ -420,6 +489,24 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             return Err("--odp is an RC option here: UD buffers are registered as always".into());
         }
     }
+    if o.connection == Connection::Dc {
+        let why = if !matches!(name, "write-lat" | "read-lat" | "write-bw" | "read-bw") {
+            Some("DC runs the write and read tests here (send and atomics: not yet)")
+        } else if o.write_imm || o.srq || o.events {
+            Some("--write-with-imm, --srq and -e need receives: not over DC yet")
+        } else if o.qps > 1 || o.bidirectional {
+            Some("-q and -b: one DCI a side here (not yet)")
+        } else if o.perftest || o.rc_pingpong {
+            Some("a perftest or ibv_rc_pingpong peer: DC is spoken with bfperf only")
+        } else if o.hw_ts {
+            Some("--hw-timestamps: RC only")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("-c dc with {name}: {why}"));
+        }
+    }
     if o.srq && !(name == "send-lat" || name == "send-bw" || (name == "write-lat" && o.write_imm)) {
         // As perftest: only tests with receives have an SRQ to post them to.
         return Err(format!(
@@ -441,6 +528,59 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             "-H / -U print samples in perftest's text format: not with --json (one JSON object \
              per line on stdout)"
                 .into(),
+        );
+    }
+    if o.qps > 1 {
+        let why = if !name.ends_with("-bw") {
+            // perftest: "Multiple QPs only available on bw tests".
+            Some("several QPs are for bandwidth tests only, as perftest's")
+        } else if o.connection == Connection::Ud {
+            Some("-c ud runs one QP a side here (not yet several)")
+        } else if o.perftest {
+            Some("perftest's exchange of several QPs is not spoken yet")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("-q {} with {name}: {why}", o.qps));
+        }
+    }
+    if o.bidirectional {
+        let why = if !name.ends_with("-bw") {
+            // perftest: "Bidirectional is only available in BW test".
+            Some("bidirectional is only available in bandwidth tests, as perftest's")
+        } else if o.connection == Connection::Ud {
+            Some("-c ud: not yet")
+        } else if o.perftest {
+            Some("perftest's bidirectional exchange is not spoken yet")
+        } else if duration(o).is_some() {
+            Some("-D and --run_infinitely run one direction here (not yet both)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("-b with {name}: {why}"));
+        }
+    }
+    if o.mmap.is_some() {
+        if o.hugepages {
+            // perftest: "Can't use multiple memory types".
+            return Err(
+                "--mmap and --use_hugepages: one memory type at a time, as perftest".into(),
+            );
+        }
+        if o.connection == Connection::Ud {
+            return Err("--mmap with -c ud: RC only here (not yet)".into());
+        }
+        if o.mmap.as_deref() == Some(std::path::Path::new("")) {
+            return Err("--mmap needs a file".into());
+        }
+    } else if o.mmap_offset.is_some() {
+        return Err("--mmap-offset goes with --mmap".into());
+    }
+    if o.report_both && o.json {
+        return Err(
+            "--report-both prints perftest's Local / Remote tables: not with --json".into(),
         );
     }
     if o.run_infinitely && o.margin.is_some() {
@@ -544,6 +684,55 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The CPUs the system has (perftest's `sysconf(_SC_NPROCESSORS_CONF)`; 1 if it cannot
+/// say).
+pub fn configured_cpus() -> usize {
+    // SAFETY: sysconf reads a system constant; it takes no pointer.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// Parses perftest's `--pin_cores` list (`parse_cpu_list`: single CPUs, ranges `a-b`,
+/// separated by commas, as `0-3,8,12-15`) on a system of `cpus` CPUs.
+///
+/// # Errors
+/// A message naming what is wrong, as perftest's: a bad number or character, a range whose
+/// start exceeds its end, a CPU the system does not have, an empty list.
+pub fn cpu_list(list: &str, cpus: usize) -> Result<Vec<usize>, String> {
+    let bad = |why: String| format!("--pin_cores={list}: {why}");
+    let cpu = |t: &str| -> Result<usize, String> {
+        let c: usize = t
+            .parse()
+            .map_err(|_| bad(format!("'{t}' is not a CPU number")))?;
+        if c >= cpus || c >= libc::CPU_SETSIZE as usize {
+            return Err(bad(format!(
+                "CPU {c} out of range: the system has {cpus} (0-{})",
+                cpus - 1
+            )));
+        }
+        Ok(c)
+    };
+    let mut out = Vec::new();
+    for item in list.split(',') {
+        if item.is_empty() {
+            return Err(bad("an empty item (a list is like 0-3,8,12-15)".into()));
+        }
+        match item.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (cpu(a)?, cpu(b)?);
+                if a > b {
+                    return Err(bad(format!("range {a}-{b}: start > end")));
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(cpu(item)?),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 /// The seconds of a timed run: `-D`, or perftest's default of 5 with `--run_infinitely`
@@ -672,7 +861,7 @@ mod tests {
             Connection::Rc
         );
         assert_eq!(parse(&args("")).unwrap().connection, Connection::Rc);
-        assert!(parse(&args("-c dc")).unwrap_err().contains("'dc'"));
+        assert!(parse(&args("-c xrc")).unwrap_err().contains("'xrc'"));
         assert!(check_for("send-lat", &ud).is_ok());
         assert!(check_for("send-bw", &ud).is_ok());
         assert!(check_for("write-lat", &ud)
@@ -689,6 +878,91 @@ mod tests {
         assert!(USAGE.contains("-c, --connection rc|ud"));
         let srq = parse(&args("-c ud --srq")).unwrap();
         assert!(check_for("send-lat", &srq).unwrap_err().contains("--srq"));
+    }
+
+    #[test]
+    fn mmap_takes_a_file_and_an_offset() {
+        let o = parse(&args("--mmap=/dev/shm/x --mmap-offset=8192")).unwrap();
+        assert_eq!(o.mmap.as_deref(), Some(std::path::Path::new("/dev/shm/x")));
+        assert_eq!(o.mmap_offset, Some(8192));
+        let p = parse(&args("--mmap /dev/shm/x --mmap-offset 4096")).unwrap();
+        assert_eq!((p.mmap, p.mmap_offset), (o.mmap.clone(), Some(4096)));
+        assert!(check_for("write-lat", &o).is_ok());
+        assert!(parse(&args("--mmap-offset=x")).unwrap_err().contains("'x'"));
+        let e = check_for("write-lat", &parse(&args("--mmap-offset=0")).unwrap());
+        assert!(e.unwrap_err().contains("goes with --mmap"));
+        let e = check_for(
+            "write-lat",
+            &parse(&args("--mmap=f --use_hugepages")).unwrap(),
+        );
+        assert!(e.unwrap_err().contains("one memory type"));
+        let e = check_for("send-lat", &parse(&args("--mmap=f -c ud")).unwrap());
+        assert!(e.unwrap_err().contains("-c ud"));
+    }
+
+    #[test]
+    fn cpu_lists_as_perftest_parses_them() {
+        assert_eq!(cpu_list("0", 4), Ok(vec![0]));
+        assert_eq!(cpu_list("0,2-3", 4), Ok(vec![0, 2, 3]));
+        assert_eq!(cpu_list("3,0-1,1", 8), Ok(vec![0, 1, 3]));
+        assert_eq!(cpu_list("0-3,8,12-15", 16).unwrap().len(), 9);
+        for (bad, why) in [
+            ("", "empty"),
+            ("0,", "empty"),
+            ("a", "'a' is not a CPU number"),
+            ("1-0", "start > end"),
+            ("0-x", "'x'"),
+            ("4", "CPU 4 out of range: the system has 4 (0-3)"),
+            ("2-9", "CPU 9 out of range"),
+            ("-1", "'' is not"),
+            ("1;2", "'1;2'"),
+        ] {
+            let e = cpu_list(bad, 4).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+            assert!(e.starts_with(&format!("--pin_cores={bad}:")), "{e}");
+        }
+        let o = parse(&args("--pin_cores=0")).unwrap();
+        assert_eq!(o.pin_cores, Some(("0".into(), vec![0])));
+        assert_eq!(
+            parse(&args("--pin_cores 0")).unwrap().pin_cores,
+            o.pin_cores
+        );
+        assert!(parse(&args("--pin_cores=100000")).is_err());
+    }
+
+    #[test]
+    fn qps_and_bidirectional_for_bandwidth_tests_only() {
+        let q = parse(&args("-q 4 -b")).unwrap();
+        assert_eq!((q.qps, q.bidirectional), (4, true));
+        assert_eq!(parse(&args("--qp 2")).unwrap().qps, 2);
+        assert_eq!(parse(&[]).unwrap().qps, 1);
+        assert!(parse(&args("-q 0")).unwrap_err().contains("-q"));
+        assert!(parse(&args("-q 16385")).unwrap_err().contains("16384"));
+        for t in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+            assert!(check_for(t, &q).is_ok(), "{t}");
+        }
+        for t in ["write-lat", "read-lat", "send-lat", "atomic-lat"] {
+            assert!(check_for(t, &parse(&args("-q 2")).unwrap())
+                .unwrap_err()
+                .contains("bandwidth tests only"));
+            assert!(check_for(t, &parse(&args("-b")).unwrap())
+                .unwrap_err()
+                .contains("only available in bandwidth tests"));
+        }
+        // -q 1 is every test's default.
+        assert!(check_for("write-lat", &parse(&args("-q 1")).unwrap()).is_ok());
+        let peer = parse(&args("-q 2 --client h --perftest")).unwrap();
+        assert!(check_for("write-bw", &peer).unwrap_err().contains("-q 2"));
+        let peer = parse(&args("-b --client h --perftest")).unwrap();
+        assert!(check_for("write-bw", &peer)
+            .unwrap_err()
+            .contains("-b with"));
+        let timed = parse(&args("-b -D 4")).unwrap();
+        assert!(check_for("write-bw", &timed).unwrap_err().contains("-D"));
+        let ud = parse(&args("-q 2 -c ud")).unwrap();
+        assert!(check_for("send-bw", &ud).unwrap_err().contains("-c ud"));
+        let both = parse(&args("-b --report-both --json")).unwrap();
+        assert!(check_for("write-bw", &both).unwrap_err().contains("--json"));
     }
 
     #[test]

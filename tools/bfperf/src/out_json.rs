@@ -16,11 +16,13 @@ fn test_info(o: &Opts, title: &str, bw: bool, reads: bool) -> String {
     }
     let mut s = format!(
         "\"test_info\": {{\n\"test\": \"{test}\",\n\"Dual_port\": \"OFF\",\n\"Device\": \"{}\",\n\
-         \"Number_of_qps\": 1,\n\"Transport_type\": \"IB\",\n\"Connection_type\": \"{}\",\n\
+         \"Number_of_qps\": {},\n\"Transport_type\": \"IB\",\n\"Connection_type\": \"{}\",\n\
          \"Using_SRQ\": \"{}\",\n",
         o.device,
+        o.qps,
         match o.connection {
             Connection::Ud => "UD",
+            Connection::Dc => "DC",
             _ => "RC",
         },
         if o.srq { "ON" } else { "OFF" }

@@ -5,15 +5,112 @@ use crate::opts::Opts;
 use crate::perftest::{self, Dest, Wire};
 use blueflame::connect::{Exchange, RemoteBuf};
 use blueflame::{
-    Access, Completion, Cq, CqOptions, Device, MemoryRegion, Qp, QpCaps, Result, Sge, Srq, SrqCaps,
+    Access, Completion, Cq, CqOptions, DcPeer, Dci, Dct, Device, Endpoint, MemoryRegion, PostFlags,
+    PostSend, Qp, QpCaps, QueuePair, Request, Result, Sge, Srq, SrqCaps,
 };
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 
+/// What a side posts on: an RC QP, or (`-c dc`) a DCI aimed at the peer's DCT. The RC QP
+/// is held inline (no pointer to follow on the measured path), the DC path boxed.
+#[allow(clippy::large_enum_variant)]
+pub enum Sq {
+    Rc(Qp),
+    Dc(Box<DcPath>),
+}
+
+/// A side's DC transport (`-c dc`, as perftest's): its DCI, the peer's DCT as the DCI's
+/// destination, and its own DCT, which the peer's DCI reaches (kept here; it keeps the
+/// SRQ a DCT needs).
+pub struct DcPath {
+    pub dci: Dci,
+    pub to: DcPeer,
+    _dct: Dct,
+}
+
+/// perftest's DC access key (`DC_KEY` in `perftest_resources.c`).
+pub const DC_KEY: u64 = 0xffee_ddcc;
+
+impl PostSend for Sq {
+    fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        match self {
+            Sq::Rc(q) => q.post(req, cookie, flags),
+            Sq::Dc(d) => {
+                let d = &mut **d;
+                d.dci.to(&d.to).post(req, cookie, flags)
+            }
+        }
+    }
+}
+
+impl Sq {
+    /// Send-queue room (blocks).
+    pub fn free_send(&self) -> u32 {
+        match self {
+            Sq::Rc(q) => q.free_send(),
+            Sq::Dc(d) => d.dci.free_send(),
+        }
+    }
+
+    /// Requests of the largest kind the queue holds.
+    pub fn send_depth(&self) -> u32 {
+        match self {
+            Sq::Rc(q) => q.send_depth(),
+            Sq::Dc(d) => d.dci.send_depth(),
+        }
+    }
+
+    /// The QP number (completions name it).
+    pub fn qpn(&self) -> u32 {
+        match self {
+            Sq::Rc(q) => q.qpn(),
+            Sq::Dc(d) => d.dci.qpn(),
+        }
+    }
+
+    /// Posts a receive (RC; a DCI has no receive queue).
+    pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        match self {
+            Sq::Rc(q) => q.post_recv(sgl, cookie),
+            Sq::Dc(_) => Err(blueflame::Error::Unsupported(
+                "receives over DC (a DCI has no receive queue)",
+            )),
+        }
+    }
+
+    /// Posts `n` copies of `req` under one doorbell, the last one signaled with `cookie`.
+    pub fn post_n(&mut self, req: &Request<'_>, n: u64, cookie: u64) -> Result<()> {
+        let flags = |k: u64| match k + 1 == n {
+            true => (PostFlags::SIGNALED, cookie),
+            false => (PostFlags::UNSIGNALED, 0),
+        };
+        match self {
+            Sq::Rc(q) => {
+                let mut b = q.batch();
+                for k in 0..n {
+                    let (f, c) = flags(k);
+                    b.push(req, c, f)?;
+                }
+                b.ring()
+            }
+            Sq::Dc(d) => {
+                let d = &mut **d;
+                let mut b = d.dci.batch();
+                for k in 0..n {
+                    let (f, c) = flags(k);
+                    b.push(&d.to, req, c, f)?;
+                }
+                b.ring();
+                Ok(())
+            }
+        }
+    }
+}
+
 /// One side: its QP, CQ and buffer, and the peer's buffer.
 pub struct Side {
     pub dev: Device,
-    pub qp: Qp,
+    pub qp: Sq,
     pub cq: Cq,
     pub mr: MemoryRegion,
     pub peer: RemoteBuf,
@@ -29,6 +126,9 @@ pub struct Side {
     pub timed: bool,
     /// `--srq`: the shared receive queue the QP takes its receives from.
     pub srq: Option<Srq>,
+    /// perftest's `-q`: the side's QPs after `qp` (on its CQ and SRQ); QP `i` uses the
+    /// `i`-th of the equal slices of `mr` and of the peer's buffer (`Side::stride`).
+    pub more: Vec<Sq>,
 }
 
 /// How the two sides are placed (built once per test: its size does not matter).
@@ -260,12 +360,47 @@ fn caps(o: &Opts) -> QpCaps {
     }
 }
 
-fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Option<Srq>)> {
+/// A side's QP, CQ, region and SRQ, and its further QPs (`-q`).
+type Parts = ((Qp, Cq, MemoryRegion, Option<Srq>), Vec<Qp>);
+
+/// A side's QP(s), CQ, region and SRQ; `which` is its place among the sides of this process
+/// (0, or 1 for the second side of a one-process run: its `--mmap` window follows the
+/// first's).
+fn side(dev: &Device, o: &Opts, size: usize, which: u64) -> Result<Parts> {
     let pd = dev.alloc_pd()?;
     let caps = caps(o);
-    // Room for everything both queues may hold (a direct-path send holds an entry per block
-    // until its unsignaled run is reclaimed).
-    let mut opts = CqOptions::new(caps.sq_blocks + caps.rq_entries);
+    let cq = side_cq(dev, o)?;
+    // With --srq the receives go to a shared receive queue of the same depth, on the same
+    // CQ (perftest --srq: one SRQ the QP takes its receives from).
+    let (qp, srq) = if o.srq {
+        let srq = pd.create_srq(
+            &cq,
+            SrqCaps {
+                entries: caps.rq_entries * o.qps as u32,
+                max_sge: caps.max_recv_sge,
+            },
+        )?;
+        (pd.create_qp_with_srq(&cq, &srq, caps)?, Some(srq))
+    } else {
+        (pd.create_qp(&cq, &cq, caps)?, None)
+    };
+    let mut more = Vec::with_capacity(o.qps - 1);
+    for _ in 1..o.qps {
+        more.push(match &srq {
+            Some(srq) => pd.create_qp_with_srq(&cq, srq, caps)?,
+            None => pd.create_qp(&cq, &cq, caps)?,
+        });
+    }
+    let mr = region(&pd, o, size, which)?;
+    Ok(((qp, cq, mr, srq), more))
+}
+
+/// A side's CQ: room for everything its queues may hold (a direct-path send holds an entry
+/// per block until its unsignaled run is reclaimed); with -q every QP of the side completes
+/// on it (as perftest's one send CQ).
+fn side_cq(dev: &Device, o: &Opts) -> Result<Cq> {
+    let caps = caps(o);
+    let mut opts = CqOptions::new((caps.sq_blocks + caps.rq_entries) * o.qps as u32);
     if o.events {
         // Each side's CQ on a channel of its own (perftest: a channel per CQ with -e).
         opts = opts.channel(&dev.create_channel()?);
@@ -276,21 +411,12 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
     if o.hw_ts {
         opts = opts.timestamps();
     }
-    let cq = dev.create_cq_with(&opts)?;
-    // With --srq the receives go to a shared receive queue of the same depth, on the same
-    // CQ (perftest --srq: one SRQ the QP takes its receives from).
-    let (qp, srq) = if o.srq {
-        let srq = pd.create_srq(
-            &cq,
-            SrqCaps {
-                entries: caps.rq_entries,
-                max_sge: caps.max_recv_sge,
-            },
-        )?;
-        (pd.create_qp_with_srq(&cq, &srq, caps)?, Some(srq))
-    } else {
-        (pd.create_qp(&cq, &cq, caps)?, None)
-    };
+    dev.create_cq_with(&opts)
+}
+
+/// A side's buffer (every QP's slice): allocated, in huge pages, or a window of a file;
+/// `which` as for [`side`].
+fn region(pd: &blueflame::Pd, o: &Opts, size: usize, which: u64) -> Result<MemoryRegion> {
     let mut rights =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     if o.odp {
@@ -298,18 +424,116 @@ fn side(dev: &Device, o: &Opts, size: usize) -> Result<(Qp, Cq, MemoryRegion, Op
         // faults, not pinned); a device without on-demand paging refuses it, typed.
         rights = rights | Access::ON_DEMAND;
     }
-    let mr = if o.hugepages {
+    let len = buf_len(size) * o.qps;
+    Ok(if o.hugepages {
         // perftest --use_hugepages: the buffer in huge pages (a machine without any
         // reserved refuses it, typed, naming the sysctl).
-        let pages = blueflame::mapping::HugePages::new(
-            buf_len(size),
-            blueflame::mapping::PageSize::Huge2M,
-        )?;
+        let pages = blueflame::mapping::HugePages::new(len, blueflame::mapping::PageSize::Huge2M)?;
         pd.register(pages, rights).map_err(|r| r.error)?
+    } else if let Some(path) = &o.mmap {
+        // perftest --mmap: the buffer is the file's bytes at --mmap-offset (MAP_SHARED),
+        // registered as user memory; a second side here takes the next window.
+        let window = (len as u64).next_multiple_of(crate::mmap_file::page_size());
+        let at = o.mmap_offset.unwrap_or(0) + which * window;
+        let w = crate::mmap_file::FileWindow::map(path, at, len)?;
+        pd.register(w, rights).map_err(|r| r.error)?
     } else {
-        pd.alloc_mr(buf_len(size), rights)?
+        pd.alloc_mr(len, rights)?
+    })
+}
+
+/// A DC side (`-c dc`): a DCI and a DCT (with the SRQ a DCT needs, which the DCT keeps;
+/// unused: DC carries writes and reads here) on one CQ, and its buffer; `which` as for
+/// [`side`].
+fn dc_side(dev: &Device, o: &Opts, size: usize, which: u64) -> Result<DcParts> {
+    let pd = dev.alloc_pd()?;
+    let cq = side_cq(dev, o)?;
+    let srq = pd.create_srq(&cq, SrqCaps::default())?;
+    let dct = pd.create_dct(
+        &cq,
+        &srq,
+        DC_KEY,
+        Access::REMOTE_WRITE | Access::REMOTE_READ,
+    )?;
+    let dci = pd.create_dci(&cq, caps(o))?;
+    let mr = region(&pd, o, size, which)?;
+    drop(srq);
+    Ok((dci, dct, cq, mr))
+}
+
+/// A DC side's DCI, DCT, CQ and buffer.
+type DcParts = (Dci, Dct, Cq, MemoryRegion);
+
+/// What a peer's DCI needs to reach `dct`: the port's LID and GID (those of an RC QP of the
+/// same domain, made to ask), and the DCT number in place of a QP number.
+fn dc_address(dev: &Device, dct: &Dct) -> Result<Endpoint> {
+    let pd = dev.alloc_pd()?;
+    let cq = dev.create_cq(4)?;
+    let ep = pd.create_qp(&cq, &cq, QpCaps::default())?.endpoint()?;
+    Ok(Endpoint {
+        qpn: dct.dctn(),
+        ..ep
+    })
+}
+
+/// The destination of the peer's DCT at `theirs` ([`dc_address`]) for a DCI of `pd`: by
+/// number on the software NIC (as `Dct::peer`), else through an address handle to the
+/// peer's port (as perftest's `ibv_create_ah` for DC).
+fn dc_peer(dev: &Device, pd: &blueflame::Pd, theirs: &Endpoint) -> Result<DcPeer> {
+    if dev.nic().is_some() {
+        return DcPeer::new([0; 48], theirs.qpn, DC_KEY);
+    }
+    let ah = pd.create_ah(blueflame::UdEndpoint {
+        qpn: theirs.qpn,
+        qkey: 0,
+        lid: theirs.lid,
+        gid: theirs.gid,
+    })?;
+    DcPeer::from_ah(&ah, theirs.qpn, DC_KEY)
+}
+
+/// `-c dc`: both sides here, or this side and a bfperf peer's (the DCT's address and the
+/// buffer exchanged as an RC QP's, no connection made: each request names its target).
+fn dc_setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
+    let mk = |(dci, dct, cq, mr): DcParts, theirs: &Endpoint, peer| -> Result<Side> {
+        let to = dc_peer(dev, dci.pd(), theirs)?;
+        let path = DcPath { dci, to, _dct: dct };
+        Ok(Side::build(
+            dev,
+            o,
+            Sq::Dc(Box::new(path)),
+            cq,
+            mr,
+            None,
+            peer,
+        ))
     };
-    Ok((qp, cq, mr, srq))
+    let a = dc_side(dev, o, size, 0)?;
+    let ea = dc_address(dev, &a.1)?;
+    if o.server || o.client.is_some() {
+        let stream = dial_or_accept(o)?;
+        if o.server && classify(&stream)? != Peer::Bfperf {
+            return Err(peer_failed(
+                "-c dc is spoken with a bfperf peer only (its -c dc)".into(),
+            ));
+        }
+        let ours = Exchange {
+            endpoint: ea,
+            buffers: vec![a.3.remote_buf()],
+        };
+        let (theirs, _, stream) = swap(stream, &ours, &[], &params(test, o, size))?;
+        let peer = first_buffer(&theirs, a.3.len())?;
+        let s = mk(a, &theirs.endpoint, peer)?;
+        return Ok(if o.server {
+            Setup::Server(s, stream)
+        } else {
+            Setup::Client(s, stream)
+        });
+    }
+    let b = dc_side(dev, o, size, 1)?;
+    let eb = dc_address(dev, &b.1)?;
+    let (pa, pb) = (b.3.remote_buf(), a.3.remote_buf());
+    Ok(Setup::Local(mk(a, &eb, pa)?, mk(b, &ea, pb)?))
 }
 
 /// Builds the sides for messages of `size`.
@@ -319,15 +543,12 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             "--server/--client with the software NIC: it lives in one process; run without them",
         ));
     }
-    let (mut qa, cqa, mra, srqa) = side(dev, o, size)?;
+    if o.connection == crate::opts::Connection::Dc {
+        return dc_setup(o, dev, test, size);
+    }
+    let ((mut qa, cqa, mra, srqa), mut more_a) = side(dev, o, size, 0)?;
     if o.server || o.client.is_some() {
-        let stream = if o.server {
-            let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
-            let (s, _) = l.accept().map_err(blueflame::Error::Io)?;
-            s
-        } else {
-            dial_stream(o.client.as_deref().unwrap_or("localhost"), o.port)?
-        };
+        let stream = dial_or_accept(o)?;
         let peer = match o.server {
             true => classify(&stream)?,
             false if o.perftest => Peer::Perftest,
@@ -347,48 +568,54 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             endpoint: qa.endpoint()?,
             buffers: vec![mra.remote_buf()],
         };
-        let (theirs, stream) = swap(stream, &ours, &params(test, o, size))?;
-        let peer = *theirs
-            .buffers
-            .first()
-            .ok_or(blueflame::Error::InvalidParameter {
-                what: "peer buffers",
-                value: 0,
-            })?;
-        // Both sides size their buffer from the message size: another length is a peer
-        // running another size (other -s, or -a on one side only), said rather than hung.
-        if peer.len != mra.len() as u64 {
-            return Err(blueflame::Error::InvalidParameter {
-                what: "the peer's buffer length: it runs another message size (-s / -a must match)",
-                value: peer.len,
-            });
-        }
+        let mine: Vec<Endpoint> = more_a.iter().map(Qp::endpoint).collect::<Result<_>>()?;
+        let (theirs, more_theirs, stream) = swap(stream, &ours, &mine, &params(test, o, size))?;
+        let peer = first_buffer(&theirs, mra.len())?;
         qa.connect(theirs.endpoint)?;
-        let s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
+        for (q, e) in more_a.iter_mut().zip(more_theirs) {
+            q.connect(e)?;
+        }
+        let mut s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
+        s.more = more_a.into_iter().map(Sq::Rc).collect();
         return Ok(if o.server {
             Setup::Server(s, stream)
         } else {
             Setup::Client(s, stream)
         });
     }
-    let (mut qb, cqb, mrb, srqb) = side(dev, o, size)?;
+    let ((mut qb, cqb, mrb, srqb), mut more_b) = side(dev, o, size, 1)?;
     let (ea, eb) = (qa.endpoint()?, qb.endpoint()?);
     qa.connect(eb)?;
     if dev.nic().is_none() {
         qb.connect(ea)?;
     }
+    // -q: QP i of one side to QP i of the other.
+    for (x, y) in more_a.iter_mut().zip(more_b.iter_mut()) {
+        let (ex, ey) = (x.endpoint()?, y.endpoint()?);
+        x.connect(ey)?;
+        if dev.nic().is_none() {
+            y.connect(ex)?;
+        }
+    }
     let (pa, pb) = (mrb.remote_buf(), mra.remote_buf());
-    Ok(Setup::Local(
-        Side::new(dev, o, (qa, cqa, mra, srqa), pa),
-        Side::new(dev, o, (qb, cqb, mrb, srqb), pb),
-    ))
+    let mut a = Side::new(dev, o, (qa, cqa, mra, srqa), pa);
+    let mut b = Side::new(dev, o, (qb, cqb, mrb, srqb), pb);
+    a.more = more_a.into_iter().map(Sq::Rc).collect();
+    b.more = more_b.into_iter().map(Sq::Rc).collect();
+    Ok(Setup::Local(a, b))
 }
 
 /// Sends ours and reads the peer's exchange on `s`, then the two sides' test parameters
-/// ([`params`]), which must agree. A peer that sends part of a message and then nothing is
+/// ([`params`]), which must agree, then the endpoints of the further QPs (`more`, `-q`),
+/// as many each way as the agreed parameters say. A peer that sends part of a message and then nothing is
 /// an error after a minute (as `blueflame::connect`'s), not a wait for ever; the test
 /// itself may then take as long as it takes (no timeout on `s` after).
-fn swap(mut s: TcpStream, ours: &Exchange, params: &str) -> Result<(Exchange, TcpStream)> {
+fn swap(
+    mut s: TcpStream,
+    ours: &Exchange,
+    more: &[Endpoint],
+    params: &str,
+) -> Result<(Exchange, Vec<Endpoint>, TcpStream)> {
     let io = blueflame::Error::Io;
     s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .map_err(io)?;
@@ -406,8 +633,17 @@ fn swap(mut s: TcpStream, ours: &Exchange, params: &str) -> Result<(Exchange, Tc
             value: 0,
         });
     }
+    let mut theirs_more = Vec::with_capacity(more.len());
+    for e in more {
+        let x = Exchange {
+            endpoint: *e,
+            buffers: Vec::new(),
+        };
+        s.write_all(&x.encode()?).map_err(io)?;
+        theirs_more.push(Exchange::read_from(&mut s)?.endpoint);
+    }
     s.set_read_timeout(None).map_err(io)?;
-    Ok((theirs, s))
+    Ok((theirs, theirs_more, s))
 }
 
 /// The version tag of the parameter line.
@@ -415,17 +651,20 @@ const PARAMS_TAG: &str = "bfperf-params/1";
 
 /// What both sides of a test across two processes must agree on, as one line: the test,
 /// the message size, the iterations and warm-up, the batch and depth of the bandwidth tests,
-/// the transport and where receives go. A difference would leave one side waiting for
+/// the transport and where receives go, the QPs per side (`-q`) and whether both sides send
+/// (`-b`). A difference would leave one side waiting for
 /// messages the other never sends; perftest reports such mismatches too.
 pub fn params(test: &str, o: &Opts, size: usize) -> String {
     format!(
-        "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={}",
+        "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={} qp={} bidirectional={}",
         o.iters,
         o.warmup,
         o.post_list,
         o.tx_depth,
         o.connection.name(),
-        o.srq
+        o.srq,
+        o.qps,
+        o.bidirectional
     )
 }
 
@@ -478,6 +717,37 @@ pub fn compare_params(ours: &str, theirs: &str) -> std::result::Result<(), Strin
     }
 }
 
+/// The connection to the other bfperf: accepted on `--port` (`--server`), or dialed.
+fn dial_or_accept(o: &Opts) -> Result<TcpStream> {
+    if o.server {
+        let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
+        let (s, _) = l.accept().map_err(blueflame::Error::Io)?;
+        Ok(s)
+    } else {
+        dial_stream(o.client.as_deref().unwrap_or("localhost"), o.port)
+    }
+}
+
+/// The peer's buffer in its exchange, which must be as long as ours (`len`): both sides
+/// size their buffer from the message size, so another length is a peer running another
+/// size (other -s, or -a on one side only), said rather than hung.
+fn first_buffer(theirs: &Exchange, len: usize) -> Result<RemoteBuf> {
+    let peer = *theirs
+        .buffers
+        .first()
+        .ok_or(blueflame::Error::InvalidParameter {
+            what: "peer buffers",
+            value: 0,
+        })?;
+    if peer.len != len as u64 {
+        return Err(blueflame::Error::InvalidParameter {
+            what: "the peer's buffer length: it runs another message size (-s / -a must match)",
+            value: peer.len,
+        });
+    }
+    Ok(peer)
+}
+
 fn dial_stream(host: &str, port: u16) -> Result<TcpStream> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
@@ -506,6 +776,19 @@ impl Side {
         (qp, cq, mr, srq): (Qp, Cq, MemoryRegion, Option<Srq>),
         peer: RemoteBuf,
     ) -> Side {
+        Side::build(dev, o, Sq::Rc(qp), cq, mr, srq, peer)
+    }
+
+    /// The side posting on `qp`, completing on `cq`, its buffer `mr`.
+    fn build(
+        dev: &Device,
+        o: &Opts,
+        qp: Sq,
+        cq: Cq,
+        mr: MemoryRegion,
+        srq: Option<Srq>,
+        peer: RemoteBuf,
+    ) -> Side {
         Side {
             dev: dev.clone(),
             qp,
@@ -517,6 +800,33 @@ impl Side {
             events: o.events,
             timed: o.hw_ts,
             srq,
+            more: Vec::new(),
+        }
+    }
+
+    /// The side's QPs (`-q`; 1 without it).
+    pub fn lanes(&self) -> usize {
+        1 + self.more.len()
+    }
+
+    /// QP `i` of the side (0: `qp`).
+    pub fn qp_at(&mut self, i: usize) -> &mut Sq {
+        match i.checked_sub(1) {
+            Some(j) if j < self.more.len() => &mut self.more[j],
+            _ => &mut self.qp,
+        }
+    }
+
+    /// Bytes of the buffer (own and peer's) each QP uses: QP `i` the slice at `i * stride`.
+    pub fn stride(&self) -> usize {
+        self.mr.len() / self.lanes()
+    }
+
+    /// Posts a receive for QP `i`: to the SRQ with `--srq`, else to that QP.
+    pub fn post_recv_at(&mut self, i: usize, sgl: &[Sge], cookie: u64) -> Result<()> {
+        match self.srq.as_mut() {
+            Some(srq) => srq.post_recv(sgl, cookie),
+            None => self.qp_at(i).post_recv(sgl, cookie),
         }
     }
 
@@ -629,6 +939,17 @@ mod tests {
         );
         assert!(e.contains("iters: this side 10000, the peer 500"), "{e}");
         assert!(!e.contains("size"), "{e}");
+        let q = crate::opts::Opts {
+            qps: 4,
+            bidirectional: true,
+            ..crate::opts::Opts::default()
+        };
+        let e = super::compare_params(&ours, &super::params("write_lat", &q, 8)).unwrap_err();
+        assert!(e.contains("qp: this side 1, the peer 4"), "{e}");
+        assert!(
+            e.contains("bidirectional: this side false, the peer true"),
+            "{e}"
+        );
         let e = super::compare_params(&ours, "BFX1 garbage").unwrap_err();
         assert!(e.contains("not a bfperf"), "{e}");
     }
@@ -649,10 +970,10 @@ mod tests {
             let ours = super::params("write_lat", &o, 8);
             let client = std::thread::spawn(move || {
                 let s = std::net::TcpStream::connect(addr).unwrap();
-                super::swap(s, &Exchange::default(), &theirs).map(|_| ())
+                super::swap(s, &Exchange::default(), &[], &theirs).map(|_| ())
             });
             let (s, _) = l.accept().unwrap();
-            let server = super::swap(s, &Exchange::default(), &ours).map(|_| ());
+            let server = super::swap(s, &Exchange::default(), &[], &ours).map(|_| ());
             let client = client.join().unwrap();
             assert_eq!(
                 (server.is_ok(), client.is_ok()),
@@ -660,6 +981,33 @@ mod tests {
                 "{server:?} {client:?}"
             );
         }
+    }
+
+    /// With -q the further QPs' endpoints follow the agreed parameters, in order, each way.
+    #[test]
+    fn further_qps_endpoints_are_swapped_in_order() {
+        use blueflame::connect::Exchange;
+        let o = crate::opts::Opts {
+            qps: 3,
+            ..crate::opts::Opts::default()
+        };
+        let ep = |qpn| Endpoint {
+            qpn,
+            ..Endpoint::default()
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let p = super::params("write_bw", &o, 8);
+        let p2 = p.clone();
+        let client = std::thread::spawn(move || {
+            let s = std::net::TcpStream::connect(addr).unwrap();
+            super::swap(s, &Exchange::default(), &[ep(21), ep(22)], &p2)
+                .map(|(_, more, _)| more.iter().map(|e| e.qpn).collect::<Vec<_>>())
+        });
+        let (s, _) = l.accept().unwrap();
+        let (_, more, _) = super::swap(s, &Exchange::default(), &[ep(11), ep(12)], &p).unwrap();
+        assert_eq!(more.iter().map(|e| e.qpn).collect::<Vec<_>>(), [21, 22]);
+        assert_eq!(client.join().unwrap().unwrap(), [11, 12]);
     }
 
     #[test]
@@ -673,7 +1021,35 @@ mod tests {
     }
 
     use super::*;
-    use blueflame::QueuePair;
+
+    /// `-c dc`: each side posts on a DCI aimed at the other side's DCT (its number and
+    /// perftest's key), and a write through it lands in the other side's buffer.
+    #[test]
+    fn dc_sides_aim_at_each_others_dct() {
+        let o = crate::opts::parse(&["-c".into(), "dc".into()]).expect("opts");
+        let dev = Device::sim();
+        let Setup::Local(mut a, b) = setup(&o, &dev, "write_lat", 8).expect("setup") else {
+            panic!("not a local pair");
+        };
+        let (Sq::Dc(pa), Sq::Dc(pb)) = (&a.qp, &b.qp) else {
+            panic!("not DC");
+        };
+        assert_eq!(pa.to.dctn(), pb._dct.dctn());
+        assert_eq!(pb.to.dctn(), pa._dct.dctn());
+        let remote = blueflame::Remote {
+            addr: a.peer.addr,
+            rkey: a.peer.rkey,
+        };
+        let req = Request::Write {
+            remote,
+            data: blueflame::Payload::Inline(b"dc!"),
+        };
+        a.qp.post(&req, 7, PostFlags::SIGNALED).expect("post");
+        assert_eq!(a.next_completion().expect("completion").cookie, 7);
+        let mut got = [0u8; 3];
+        b.mr.read(0, &mut got).expect("read");
+        assert_eq!(&got, b"dc!");
+    }
 
     /// The QPs hold twice `tx-depth` requests of the largest kind the options allow (the
     /// depth `Qp::send_depth` reports on both paths), and a bandwidth test's in-flight
@@ -682,7 +1058,7 @@ mod tests {
     fn queues_hold_twice_tx_depth_requests() {
         let o = crate::opts::parse(&[]).expect("defaults");
         let dev = Device::sim();
-        let (qp, cq, _mr, _) = side(&dev, &o, 8).expect("side");
+        let ((qp, cq, _mr, _), _) = side(&dev, &o, 8, 0).expect("side");
         assert!(
             qp.send_depth() as usize >= 2 * o.tx_depth,
             "send depth {} for tx-depth {}",

@@ -473,3 +473,338 @@ fn use_hugepages_maps_huge_pages_or_names_the_sysctl() {
         );
     }
 }
+
+/// The value of `"key":` in a JSON line.
+fn json_field(text: &str, k: &str) -> f64 {
+    let (_, rest) = text
+        .split_once(&format!("\"{k}\":"))
+        .unwrap_or_else(|| panic!("{k} in {text}"));
+    rest.split([',', '}']).next().unwrap().parse().expect(k)
+}
+
+/// perftest's `-q`: N QPs per side, each with `-n` requests, so the row counts N x `-n`
+/// (perftest's `iters * num_of_qps`), the header and `--out_json` say how many; latency
+/// tests refuse several QPs, as perftest's.
+#[test]
+fn qp_runs_several_qps_per_side() {
+    for test in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+        let out = bfperf(&[
+            test, "-d", "sim", "-q", "3", "-n", "200", "--warmup", "10", "--json",
+        ]);
+        assert!(out.status.success(), "{test}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(json_field(&text, "iterations"), 600.0, "{test}: {text}");
+        assert!(json_field(&text, "bw_avg_mb_s") > 0.0, "{text}");
+    }
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-q-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("q.json");
+    let arg = format!("--out_json_file={}", file.display());
+    let out = bfperf(&[
+        "send-bw",
+        "-d",
+        "sim",
+        "-q",
+        "2",
+        "--srq",
+        "-n",
+        "100",
+        "--out_json",
+        &arg,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(" Number of qps  : 2 per side (-q)"), "{text}");
+    assert!(text.contains("\n 8          200 "), "{text}");
+    let t = std::fs::read_to_string(&file).unwrap();
+    assert!(t.contains("\"Number_of_qps\": 2,"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    for refused in [
+        &["write-lat", "-d", "sim", "-q", "2"][..],
+        &["send-bw", "-d", "sim", "-q", "2", "-c", "ud"][..],
+        &["write-bw", "-d", "sim", "-q", "0"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-q"),
+            "{refused:?}: {out:?}"
+        );
+    }
+}
+
+/// perftest's `-b`: both sides send at once; the row is the sum of both sides' results
+/// (the iterations one side's), `--report-both` prints each side's apart, each with its
+/// own `-n` requests and a bandwidth of its own, adding up to the row; the title says
+/// "Bidirectional" as perftest's. Refused for latency tests, as perftest's.
+#[test]
+fn bidirectional_sums_both_sides() {
+    for test in ["write-bw", "read-bw", "send-bw"] {
+        let out = bfperf(&[
+            test,
+            "-d",
+            "sim",
+            "-b",
+            "-q",
+            "2",
+            "-s",
+            "1024",
+            "-n",
+            "300",
+            "--warmup",
+            "10",
+            "--report-both",
+        ]);
+        assert!(out.status.success(), "{test}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(" Bidirectional BW Test (blueflame)"),
+            "{text}"
+        );
+        // The summed row, then "Local results" and "Remote results", one row each.
+        let rows: Vec<Vec<f64>> = text
+            .lines()
+            .filter(|l| l.starts_with(" 1024 "))
+            .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
+            .collect();
+        assert_eq!(rows.len(), 3, "{test}: {text}");
+        let (sum, local, remote) = (&rows[0], &rows[1], &rows[2]);
+        assert!(text.find(" Local results").unwrap() < text.find(" Remote results").unwrap());
+        for r in [sum, local, remote] {
+            assert_eq!(r[1], 600.0, "{test}: {text}");
+        }
+        assert!(local[3] > 0.0 && remote[3] > 0.0, "{test}: {text}");
+        // The average and the message rate add up (to the table's rounding).
+        assert!(
+            (sum[3] - local[3] - remote[3]).abs() <= 0.02,
+            "{test}: {text}"
+        );
+        assert!(
+            (sum[4] - local[4] - remote[4]).abs() <= 2e-6,
+            "{test}: {text}"
+        );
+    }
+    // perftest's --out_json names the test as its header: "Bidirectional" before "BW".
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-b-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("b.json");
+    let arg = format!("--out_json_file={}", file.display());
+    let out = bfperf(&[
+        "write-bw",
+        "-d",
+        "sim",
+        "-b",
+        "-q",
+        "2",
+        "-l",
+        "2",
+        "-n",
+        "100",
+        "--out_json",
+        &arg,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let t = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        t.contains("\"test\": \"RDMA_Write_Bidirectional_Post_List_BW_Test\""),
+        "{t}"
+    );
+    assert!(t.contains("\"Number_of_qps\": 2,"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    for refused in [
+        &["write-lat", "-d", "sim", "-b"][..],
+        &["write-bw", "-d", "sim", "-b", "-D", "2"][..],
+        &["write-bw", "--client", "h", "--perftest", "-b"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-b with"),
+            "{refused:?}: {out:?}"
+        );
+    }
+}
+
+/// perftest's `--pin_cores=LIST`: every thread of the process (the measuring one and the
+/// software NIC's) runs on the CPUs listed, as the kernel says of each while it runs; the
+/// header says so; a malformed list or a CPU the system does not have is refused.
+#[test]
+fn pin_cores_runs_every_thread_on_the_listed_cpus() {
+    use std::io::BufRead;
+    let allowed = |status: &str| -> String {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    // The first CPU this test may use (a cgroup may leave out CPU 0).
+    let mine = allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let cpu: String = mine.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let arg = format!("--pin_cores={cpu}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bfperf"))
+        .args([
+            "write-bw",
+            "-d",
+            "sim",
+            "--run_infinitely",
+            "-D",
+            "1",
+            "--json",
+            &arg,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("bfperf starts");
+    // Wait for a row: the device and its thread are up.
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).expect("a row");
+    let tasks = format!("/proc/{}/task", child.id());
+    let lists: Vec<String> = std::fs::read_dir(&tasks)
+        .unwrap()
+        .map(|t| allowed(&std::fs::read_to_string(t.unwrap().path().join("status")).unwrap()))
+        .collect();
+    child.kill().expect("kill");
+    let _ = child.wait();
+    assert!(line.contains("write_bw"), "{line}");
+    assert!(
+        lists.len() >= 2,
+        "the NIC's thread and the test's: {lists:?}"
+    );
+    assert!(
+        lists.iter().all(|l| *l == cpu),
+        "{cpu}: {lists:?} (was {mine})"
+    );
+    let out = bfperf(&["write-lat", "-d", "sim", "-n", "50", "--warmup", "5", &arg]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(" CPU affinity   : {cpu} (--pin_cores)")),
+        "{text}"
+    );
+    for (bad, why) in [
+        ("--pin_cores=1-0", "start > end"),
+        ("--pin_cores=100000", "out of range"),
+        ("--pin_cores=0,x", "'x' is not a CPU number"),
+        ("--pin_cores=", "empty"),
+    ] {
+        let out = bfperf(&["write-lat", "-d", "sim", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(bad) && err.contains(why), "{bad}: {err}");
+    }
+}
+
+/// perftest's `--mmap=FILE --mmap-offset=N`: each side's buffer is the file's bytes from
+/// the offset (both sides here: the second's window after the first's), so the messages
+/// of a write test land in the file itself; the bytes before the offset are left alone.
+/// Refused, typed: an offset off the page size, a file too short, a file that is not there.
+#[test]
+fn mmap_puts_the_buffers_in_the_file() {
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-mmap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("buf");
+    let off = 65536usize;
+    std::fs::write(&file, vec![0xeeu8; 1 << 20]).unwrap();
+    let (f, o) = (
+        format!("--mmap={}", file.display()),
+        format!("--mmap-offset={off}"),
+    );
+    // 64-byte writes, inline: 0x5a bytes into the peer's buffer.
+    let out = bfperf(&[
+        "write-bw", "-d", "sim", "-s", "64", "-n", "300", "--warmup", "10", &f, &o,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "Memory         : {} from byte {off} (--mmap)",
+            file.display()
+        )),
+        "{text}"
+    );
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(bytes[..off].iter().all(|&b| b == 0xee), "before the offset");
+    // The writer's window starts zeroed; the peer's, a page multiple further, got the 64
+    // bytes of every write.
+    assert!(
+        bytes[off..off + 64].iter().all(|&b| b == 0),
+        "the writer's window"
+    );
+    let at = (off + 4096..bytes.len())
+        .step_by(4096)
+        .find(|&i| bytes[i] == 0x5a)
+        .expect("the writes in the file");
+    assert!(bytes[at..at + 64].iter().all(|&b| b == 0x5a), "at {at}");
+    assert_eq!(bytes[at + 64], 0, "at {at}");
+    for test in [
+        &["write-lat"][..],
+        &["send-bw", "-q", "2"][..],
+        &["read-lat"][..],
+    ] {
+        let mut args = test.to_vec();
+        args.extend_from_slice(&["-d", "sim", "-n", "100", "--warmup", "5", &f]);
+        let out = bfperf(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let short = dir.join("short");
+    std::fs::write(&short, [0u8; 100]).unwrap();
+    for (args, why) in [
+        (vec![f.clone(), "--mmap-offset=100".into()], "page size"),
+        (vec![format!("--mmap={}", short.display())], "shorter"),
+        (
+            vec![format!("--mmap={}", dir.join("none").display())],
+            "none",
+        ),
+    ] {
+        let mut all = vec!["write-lat", "-d", "sim"];
+        all.extend(args.iter().map(String::as_str));
+        let out = bfperf(&all);
+        assert_eq!(out.status.code(), Some(1), "{all:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{all:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// perftest's `-c DC`: the write and read tests with each side's DCI aimed at the other's
+/// DCT (the software NIC models both ends; a request to a DCT that is not the peer's would
+/// fail its completion, and the run with it); refused where DC is not run yet.
+#[test]
+fn dc_runs_write_and_read_tests() {
+    // The bandwidth tests first: a request that fails ends them at once (a ping-pong
+    // would wait for its echo).
+    for test in ["write-bw", "read-bw", "write-lat", "read-lat"] {
+        let out = bfperf(&[
+            test, "-d", "sim", "-c", "dc", "-s", "64", "-n", "300", "--warmup", "10",
+        ]);
+        assert!(out.status.success(), "{test}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(
+                " Connection     : DC (a DCI a side, aimed at the other's DCT; DC key 0xffeeddcc)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\n 64 "), "{test}: {text}");
+        let out = bfperf(&[test, "-d", "sim", "-c", "DC", "-n", "100", "--json"]);
+        assert!(out.status.success(), "{test}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("\"connection\":\"DC\""), "{text}");
+    }
+    for refused in [
+        &["send-lat", "-d", "sim", "-c", "dc"][..],
+        &["atomic-bw", "-d", "sim", "-c", "dc"][..],
+        &["write-bw", "-d", "sim", "-c", "dc", "-q", "2"][..],
+        &["write-lat", "-d", "sim", "-c", "dc", "--write-with-imm"][..],
+        &["write-bw", "--client", "h", "-c", "dc", "--perftest"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-c dc with"),
+            "{refused:?}: {out:?}"
+        );
+    }
+}
