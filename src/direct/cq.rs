@@ -394,7 +394,7 @@ impl CompletionQueue {
         if self.registry.gen.load(Ordering::Acquire) != self.fast_gen {
             return self.poll_general(out, 0);
         }
-        // The QP seen last (and not a read or an atomic: `fast_send`).
+        // The QP seen last, and not a read or an atomic (`READ_ATOMIC_QPN_MASK`).
         let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
         if qpn != self.last_qpn {
             return self.poll_general(out, 0);
@@ -504,7 +504,15 @@ impl CompletionQueue {
         let gen: *const AtomicU32 = &self.registry.gen;
         let fast_gen = self.fast_gen;
         let mut other = false;
-        while n < out.room() && self.is_mine(self.op_own()) {
+        while n < out.room() {
+            // One load of the owner byte for two questions, as in `poll_into`: software's,
+            // and a plain requester entry (every bit but the solicited-event bit zero).
+            let x = self.op_own() ^ self.sw_owner;
+            if x & !SE_BIT != 0 {
+                // Software's but another kind: the general path; else the ring is empty.
+                other = x & OWNER_MASK == 0;
+                break;
+            }
             // The queue list may have changed since the poll began (a QP destroyed, its
             // number given to a new QP whose entry this may be): loaded after the entry's
             // owner byte, the generation says so, and the general path refreshes first.
@@ -516,13 +524,14 @@ impl CompletionQueue {
             // SAFETY: the entry at the consumer index is software's (just checked); it is
             // read before `publish_ci`.
             let cqe = unsafe { self.entry() };
+            // The QP seen last, and not a read or an atomic (`READ_ATOMIC_QPN_MASK`).
             let qpn = cqe.sop_drop_qpn.get() & READ_ATOMIC_QPN_MASK;
-            if !self.fast_send(cqe, qpn) {
+            if qpn != self.last_qpn {
                 other = true;
                 break;
             }
-            self.advance();
             end = self.take_send(sq, cqe, qpn, out, &mut n);
+            self.advance();
         }
         self.publish_ci();
         sq.retire(end);
@@ -530,17 +539,6 @@ impl CompletionQueue {
             return self.poll_general(out, n);
         }
         n
-    }
-
-    /// Whether `cqe` (whose `sop_drop_qpn` masked is `qpn`) is a plain send completion of
-    /// the QP seen last: opcode REQ (0) and format plain (0) in one compare (a requester CQE
-    /// that carries data, scatter-to-CQE, takes the general path), and the QP number with
-    /// bit 4 of the WQE opcode (top byte) kept, so that reads and atomics (opcodes 0x10 to
-    /// 0x15) differ from the QP seen last and take the general path, which reports a read's
-    /// byte count from the CQE; writes, sends and the rest pass with no extra instruction.
-    #[inline(always)]
-    fn fast_send(&self, cqe: &Cqe64, qpn: u32) -> bool {
-        cqe.op_own >> 2 == (CqeOpcode::Req as u8) << 2 && qpn == self.last_qpn
     }
 
     /// The completion of the send WQE `cqe` names (into `out[*n]` if it reports one);
@@ -943,7 +941,10 @@ fn is_page_fault(cqe: &Cqe64) -> bool {
 }
 
 /// `sop_drop_qpn` mask of the fast path: the QP number and bit 4 of the WQE opcode, set for
-/// RDMA read (0x10) and every atomic (0x11, 0x12, 0x14, 0x15), clear for the other opcodes.
+/// RDMA read (0x10) and every atomic (0x11, 0x12, 0x14, 0x15), clear for the other opcodes:
+/// compared with the QP seen last, reads and atomics differ and take the general path,
+/// which reports a read's byte count from the CQE; writes, sends and the rest pass with no
+/// extra instruction.
 const READ_ATOMIC_QPN_MASK: u32 = 0x10 << 24 | 0xff_ffff;
 
 /// The byte count of a successful requester completion: an RDMA read reports the CQE's
