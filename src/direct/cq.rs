@@ -425,6 +425,11 @@ impl CompletionQueue {
         // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
         // read before `publish_ci` (here or in `poll_general`).
         let cqe = unsafe { self.entry() };
+        // The queue list may have changed (a QP destroyed, its number given to a new QP):
+        // `last_rqpn` would name the old one; the general path refreshes first.
+        if self.registry.gen.load(Ordering::Acquire) != self.fast_gen {
+            return self.poll_general(out, 0);
+        }
         // Opcode RESP_SEND and a format other than compressed (3), in one compare: the
         // opcode and format bits, less RESP_SEND's with format 0, are at most format 2's.
         let kind =

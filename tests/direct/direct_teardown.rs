@@ -108,6 +108,50 @@ fn a_reused_qp_number_sees_only_its_own_completions() {
 }
 
 #[test]
+fn a_reused_qp_number_is_not_taken_for_the_receive_fast_paths_last_qp() {
+    // The poller's receive fast path remembers the QP whose receive completed last; after
+    // that QP is dropped and its number handed to another, an entry the old QP left (a
+    // receive of 8 bytes, scatter-to-CQE: the quick copy) must not be taken for it.
+    let dev = Device::sim_with(ONE_QPN, blueflame::UarConfig::default(), false);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(256).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let caps = QpCaps::default();
+
+    let mut a = loopback(&pd, &cq, caps);
+    let qpn = a.qpn();
+    for k in 0..2u64 {
+        a.post_recv(&[mr.sge(64 * k as usize, 64).unwrap()], 900 + k)
+            .unwrap();
+        a.send(Payload::Inline(b"8 bytes!"), 10 + k, PostFlags::UNSIGNALED)
+            .unwrap();
+    }
+    dev.process();
+    // A's first receive, polled: the fast path now knows A.
+    let mut one = [Completion::default(); 1];
+    assert_eq!(cq.poll(&mut one), 1);
+    assert_eq!((one[0].cookie, one[0].opcode), (900, WcOpcode::Recv));
+    // A's second receive is still in the CQ when A goes.
+    drop(a);
+    fill(&mr, 0);
+
+    let mut b = loopback(&pd, &cq, caps);
+    assert_eq!(b.qpn(), qpn, "the software NIC reuses the number");
+    b.post_recv(&[mr.sge(256, 64).unwrap()], 950).unwrap();
+    b.send(Payload::Inline(b"B's 8 b."), 20, PostFlags::UNSIGNALED)
+        .unwrap();
+    let got = all_polled(&dev, &mut cq);
+    let cookies: Vec<u64> = got.iter().map(|c| c.cookie).collect();
+    assert_eq!(cookies, [950], "only B's receive: {got:?}");
+    assert_eq!(bytes(&mr, 256, 8), b"B's 8 b.");
+    assert_eq!(
+        bytes(&mr, 64, 8),
+        [0; 8],
+        "nothing copied for A's dropped receive"
+    );
+}
+
+#[test]
 fn separate_send_and_receive_cqs_are_both_cleaned() {
     let dev = Device::sim_with(ONE_QPN, blueflame::UarConfig::default(), false);
     let pd = dev.alloc_pd().unwrap();
