@@ -27,9 +27,11 @@
 
 use super::{CompletionQueue, Sink, ZipRetire, FORMAT_MASK};
 use crate::completion::{Completion, WcOpcode};
+use crate::queue::shadow::{SendEntry, Shadow};
 use core::sync::atomic::{AtomicU8, Ordering};
 use mlx5::cqe::{
     invalidated_op_own, mini_array_slot, Cqe64, CqeOpcode, MiniCqe8, MINI_CQES_PER_BLOCK,
+    OWNER_MASK,
 };
 use mlx5::WcStatus;
 
@@ -71,6 +73,57 @@ impl CompletionQueue {
         let mut j = self.zip_at;
         let mut retire = core::mem::take(&mut self.zip_retire);
         let q = self.find(qpn);
+        // A requester session of a known send queue, the usual one (a burst of sends or
+        // writes): its own loop, with nothing decided again per mini-CQE.
+        if let (true, Some(held)) = (
+            opcode == CqeOpcode::Req as u8,
+            q.and_then(|q| q.sq.as_ref()),
+        ) {
+            let sq: &Shadow<SendEntry> = held;
+            let mut end = None;
+            // The mini-CQE at `j`, found again only at the start of each block of 8.
+            let mut at = self.mini(j);
+            while j < len && n < out.room() {
+                // SAFETY: as below.
+                let m = unsafe { &*at };
+                let wqe = m.wqe_counter_or_csum.get();
+                let e = sq.get(wqe);
+                end = Some(wqe.wrapping_add(e.bbs));
+                if e.report {
+                    let c = Completion {
+                        cookie: e.cookie,
+                        opcode: e.opcode,
+                        // rdma-core `handle_good_req`: a read reports the CQE's byte count.
+                        byte_len: if e.opcode == WcOpcode::RdmaRead {
+                            m.byte_cnt.get()
+                        } else {
+                            e.byte_len
+                        },
+                        qpn,
+                        ..Completion::default()
+                    };
+                    out.put(n, c, S::unstamped());
+                    n += 1;
+                }
+                j += 1;
+                at = if j as usize % MINI_CQES_PER_BLOCK == 0 {
+                    self.mini(j)
+                } else {
+                    at.wrapping_add(1)
+                };
+            }
+            if let Some(end) = end {
+                match &mut retire {
+                    ZipRetire::Send(_, at) => *at = end,
+                    r => *r = ZipRetire::Send(held.clone(), end),
+                }
+            }
+            (self.zip_retire, self.zip_at) = (retire, j);
+            if j == len {
+                self.end_session(len);
+            }
+            return n;
+        }
         while j < len && n < out.room() {
             // SAFETY: the title is software's and `j < len`: the mini-CQE lies in a slot of
             // the session, written before the title's owner byte, which was read first; the
@@ -179,18 +232,20 @@ impl CompletionQueue {
     /// The session of `len` slots at the consumer index is read: invalidates its slots
     /// after the title, moves the consumer index past it, publishes it, then retires.
     fn end_session(&mut self, len: u32) {
-        for k in 1..len {
-            let x = self.ci.wrapping_add(k);
-            let own = self
-                .first
-                .wrapping_add((x & (self.cnt - 1)) as usize * self.stride);
+        // The slots after the title in ring order: the owner byte moves by the stride and
+        // wraps at the end of the ring, where the pass, and so the owner bit, changes
+        // (`invalidated_op_own` of each slot's index, without computing it per slot).
+        let (mut own, mut op_own) = (self.own, invalidated_op_own(self.ci, self.cnt));
+        for _ in 1..len {
+            own = own.wrapping_add(self.stride);
+            if own == self.end {
+                own = self.first;
+                op_own ^= OWNER_MASK;
+            }
             // SAFETY: the owner byte of a slot of the live ring; the device writes it again
             // only after the consumer index published below passes it (Release: this store
             // is seen before).
-            unsafe {
-                (*(own as *const AtomicU8))
-                    .store(invalidated_op_own(x, self.cnt), Ordering::Relaxed)
-            };
+            unsafe { (*(own as *const AtomicU8)).store(op_own, Ordering::Relaxed) };
         }
         self.zip_at = 0;
         self.advance_by(len);
