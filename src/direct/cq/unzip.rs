@@ -232,20 +232,29 @@ impl CompletionQueue {
     /// The session of `len` slots at the consumer index is read: invalidates its slots
     /// after the title, moves the consumer index past it, publishes it, then retires.
     fn end_session(&mut self, len: u32) {
-        // The slots after the title in ring order: the owner byte moves by the stride and
-        // wraps at the end of the ring, where the pass, and so the owner bit, changes
+        // The slots after the title in ring order, in two runs: up to the end of the ring,
+        // then from its start, where the pass, and so the owner bit, changes
         // (`invalidated_op_own` of each slot's index, without computing it per slot).
-        let (mut own, mut op_own) = (self.own, invalidated_op_own(self.ci, self.cnt));
-        for _ in 1..len {
-            own = own.wrapping_add(self.stride);
-            if own == self.end {
-                own = self.first;
-                op_own ^= OWNER_MASK;
+        let title = (self.ci & (self.cnt - 1)) as usize;
+        let before_end = (len as usize - 1).min(self.cnt as usize - 1 - title);
+        let op_own = invalidated_op_own(self.ci, self.cnt);
+        let runs = [
+            (self.own.wrapping_add(self.stride), before_end, op_own),
+            (
+                self.first,
+                len as usize - 1 - before_end,
+                op_own ^ OWNER_MASK,
+            ),
+        ];
+        for (from, slots, op_own) in runs {
+            for k in 0..slots {
+                let own = from.wrapping_add(k * self.stride);
+                // SAFETY: the owner byte of a slot of the live ring (`k` slots from `from`,
+                // within the run that ends at the ring's end or at the session's); the
+                // device writes it again only after the consumer index published below
+                // passes it (Release: this store is seen before).
+                unsafe { (*(own as *const AtomicU8)).store(op_own, Ordering::Relaxed) };
             }
-            // SAFETY: the owner byte of a slot of the live ring; the device writes it again
-            // only after the consumer index published below passes it (Release: this store
-            // is seen before).
-            unsafe { (*(own as *const AtomicU8)).store(op_own, Ordering::Relaxed) };
         }
         self.zip_at = 0;
         self.advance_by(len);
