@@ -51,7 +51,7 @@ const ROWS: &[Row] = &[
     (
         "post: 8-byte inline RDMA write",
         "measured_verbs_post",
-        [400, 350],
+        [370, 330],
         [
             Some("measured_plain_post_send"),
             Some("measured_plain_post_wr"),
