@@ -186,7 +186,7 @@ pub fn report(log: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn section(label: &str, rcs: &str, cli: &str, srv: &str) -> String {
@@ -195,7 +195,8 @@ mod tests {
 
     const BW: &str = "{\"test\":\"write_bw\",\"bw_peak_mb_s\":1100.000,\"bw_avg_mb_s\":39.200}";
 
-    fn log() -> String {
+    /// A log of every pairing passing (for the rxe stage's log of both kinds of pairing).
+    pub(crate) fn log() -> String {
         let lat = "{\"test\":\"write_lat\",\"t_typical_us\":24.210,\"t_avg_us\":29.0}";
         let bw = BW;
         let header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]";
