@@ -556,6 +556,19 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
             false => Peer::Bfperf,
         };
         match peer {
+            // A client is refused -q and -b with --perftest (opts); a server learns its peer
+            // is perftest only here, and would otherwise run one QP one way against it and
+            // fail in perftest's exchange ("failed to fill whole buffer").
+            Peer::Perftest if o.qps > 1 => {
+                return Err(blueflame::Error::Unsupported(
+                    "a perftest client with -q on this server: perftest's exchange of several QPs is not spoken yet (run both sides without -q)",
+                ))
+            }
+            Peer::Perftest if o.bidirectional => {
+                return Err(blueflame::Error::Unsupported(
+                    "a perftest client with -b on this server: perftest's bidirectional exchange is not spoken yet (run both sides without -b)",
+                ))
+            }
             Peer::Perftest => {
                 return perftest_setup(o, dev, test, size, stream, (qa, cqa, mra, srqa))
             }

@@ -192,5 +192,11 @@ mod tests {
         let cut = log.rsplit_once("=== interop").unwrap().0.to_string();
         assert!(!report(&cut));
         assert!(script().matches("=== interop").count() == 2 * TESTS.len());
+        // The stage's log: the bfperf -> bfperf pairings after these; each report reads its own.
+        let stage = log.clone() + &crate::bfperf_pairs::tests::log();
+        assert!(report(&stage));
+        assert!(crate::bfperf_pairs::report(&stage));
+        let cut = stage.replacen("client rc 0, server rc 0", "client rc 0, server rc 1", 1);
+        assert!(!report(&cut));
     }
 }

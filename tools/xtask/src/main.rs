@@ -25,6 +25,10 @@
 //! - `cargo xtask rxe-compare`: perftest and bfperf side by side on rxe0, in one VM boot
 //!   (busy polling and event mode, with the wake-up cost of each program); `--script`
 //!   prints the VM's commands (to share a boot), `--report` the table of the last boot's.
+//! - `cargo xtask rxe-pairs --script`: the commands of the rxe stage's bfperf -> bfperf
+//!   pairings across two processes (`-q`, `-b`, `--mmap`, `--pin_cores`; see
+//!   `bfperf_pairs.rs`), to run with `cargo xtask rxe -- bash FILE`; `--report LOG` the
+//!   lines of such a run's log.
 //! - `cargo xtask wakeup`: the wake-up cost of bfperf's event mode on the software NIC.
 //! - `cargo xtask rxe-icount`: instructions per post / poll / receive of the verbs path on
 //!   rxe0 (callgrind in the VM), for both rdma-core APIs, beside plain rdma-core calls,
@@ -44,8 +48,10 @@
 //! device tests (`tests/rxe`, each module in a process of its own; see `rxe.rs`), built on
 //! the host, then every example (server and client sides both on rxe0), run inside
 //! one boot of the rxe VM, followed in the same boot by the verbs path's instruction counts
-//! (`rxe-icount`).
+//! (`rxe-icount`), bfperf against perftest (`interop.rs`) and bfperf against bfperf across
+//! two processes (`bfperf_pairs.rs`).
 
+mod bfperf_pairs;
 mod compare;
 mod crate_checks;
 mod cross;
@@ -162,6 +168,26 @@ fn main() {
                 1
             }
         }
+        Some("rxe-pairs") => match (args.get(1).map(String::as_str), args.get(2)) {
+            // The VM's commands, to run with `cargo xtask rxe -- bash FILE`.
+            (Some("--script"), None) => {
+                println!("{}", bfperf_pairs::script());
+                0
+            }
+            // The lines of a log of that run.
+            (Some("--report"), Some(file)) => match std::fs::read_to_string(file) {
+                Ok(log) if bfperf_pairs::report(&log) => 0,
+                Ok(_) => 1,
+                Err(e) => {
+                    eprintln!("xtask: rxe-pairs --report {file}: {e}");
+                    1
+                }
+            },
+            _ => {
+                eprintln!("usage: cargo xtask rxe-pairs --script | --report LOG");
+                2
+            }
+        },
         Some("rxe-icount") => {
             if deps() == 0 && rxe_icount::main(&args[1..]) {
                 0
@@ -217,7 +243,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | provider | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | fuzz [--secs N] [TARGET...] | asan | rxe-icount | rxe-compare | wakeup | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | provider | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | fuzz [--secs N] [TARGET...] | asan | rxe-icount | rxe-compare | rxe-pairs --script | rxe-pairs --report LOG | wakeup | deps>");
             2
         }
     };

@@ -133,9 +133,11 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
     }
     cmd.push_str(&crate::examples::vm_commands(examples));
     // The verbs path's instruction counts, in the same boot (bfperf was built by the
-    // icount stage before), and bfperf against perftest.
+    // icount stage before), bfperf against perftest, and bfperf against bfperf (the options
+    // the software NIC cannot run across two processes).
     cmd.push_str(&crate::rxe_icount::script());
     cmd.push_str(&crate::interop::script());
+    cmd.push_str(&crate::bfperf_pairs::script());
     cmd.push_str("exit $rc");
     let Some((code, log)) = run_in_vm(&cmd) else {
         eprintln!("xtask: FAILED: the rxe stage did not run");
@@ -151,7 +153,11 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
     if !interop_ok {
         eprintln!("xtask: FAILED: bfperf against perftest (interop)");
     }
-    summary(&log, runs.len(), examples) && code == 0 && icount_ok && interop_ok
+    let pairs_ok = crate::bfperf_pairs::report(&log);
+    if !pairs_ok {
+        eprintln!("xtask: FAILED: bfperf against bfperf across two processes (interop)");
+    }
+    summary(&log, runs.len(), examples) && code == 0 && icount_ok && interop_ok && pairs_ok
 }
 
 /// Reads the device stage's log: `bins` runs of test binaries (each must have run tests and

@@ -1,0 +1,276 @@
+//! bfperf against bfperf on rxe0 across two processes (a `--server` in the background, a
+//! `--client` to 10.77.0.1, as the perftest pairings of [`crate::interop`]): the options
+//! whose two-process paths the software NIC cannot run (it lives in one process): `-q`,
+//! `-b` (results swapped over TCP, both sides print the sum), `--mmap` and `--pin_cores`.
+//! Each pairing is one line of the rxe stage with each side's figure:
+//! `interop write-bw -b bfperf -> bfperf: ok (client 39.20 MB/s, server 39.20 MB/s)`. A
+//! pairing fails when either process fails or hangs (a timeout), the client prints no
+//! figure, or (`-b`) the server prints none or another sum than the client's.
+
+use crate::compare::json_value;
+
+/// One pairing: the test, the flags both sides take (its label), and each side's own.
+struct Pair {
+    test: &'static str,
+    flags: &'static str,
+    server: &'static str,
+    client: &'static str,
+}
+
+/// The file `--mmap` maps (created by the script, in the VM's throw-away overlay).
+const MMAP: &str = "/tmp/bfperf-pairs.mmap";
+
+const fn pair(test: &'static str, flags: &'static str) -> Pair {
+    Pair {
+        test,
+        flags,
+        server: "",
+        client: "",
+    }
+}
+
+/// The pairings (under emulation each takes 2 to 5 s in all, processes included, about
+/// 60 s the twelve; a latency pairing up to 7 s when rxe's kernel work waits for a tick
+/// behind the two busy-polling processes on the VM's two CPUs: 4 ms a round trip).
+const PAIRS: &[Pair] = &[
+    pair("write-bw", "-q 2"),
+    pair("read-bw", "-q 2"),
+    pair("send-bw", "-q 2"),
+    pair("write-bw", "-b"),
+    pair("read-bw", "-b"),
+    pair("send-bw", "-b"),
+    pair("write-bw", "-q 2 -b"),
+    pair("read-bw", "-q 2 -b"),
+    pair("send-bw", "-q 2 -b"),
+    // Two processes on one host that map one file's same bytes would each see the other's
+    // writes in its own buffer (a latency test then waits for ever): the client's window
+    // starts 1 MiB in.
+    Pair {
+        test: "write-lat",
+        flags: "--mmap=FILE",
+        server: "--mmap=/tmp/bfperf-pairs.mmap",
+        client: "--mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576",
+    },
+    Pair {
+        test: "write-bw",
+        flags: "--mmap=FILE",
+        server: "--mmap=/tmp/bfperf-pairs.mmap",
+        client: "--mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576",
+    },
+    // The process's affinity set before the device. A bandwidth test: its server sleeps on
+    // the TCP connection while the client sends, so both share CPU 0 and the VM's other CPU
+    // stays free for rxe's kernel work (busy-polling latency sides pinned to both CPUs of
+    // the VM starve it: milliseconds a round trip).
+    pair("write-bw", "--pin_cores=0"),
+];
+
+/// Seconds a program may take.
+const LIMIT: u32 = 60;
+
+impl Pair {
+    fn bw(&self) -> bool {
+        self.test.ends_with("-bw")
+    }
+
+    /// Both sides measure and print the same sum (`-b`).
+    fn both(&self) -> bool {
+        self.flags.split(' ').any(|f| f == "-b")
+    }
+
+    fn label(&self) -> String {
+        format!("{} {}", self.test, self.flags)
+    }
+
+    /// The flags both sides take: the label's, unless each side has its own.
+    fn common(&self) -> &'static str {
+        if self.server.is_empty() && self.client.is_empty() {
+            self.flags
+        } else {
+            ""
+        }
+    }
+}
+
+/// The VM's commands (run from the repository's root, where bfperf's release build is). No
+/// pause between server and client: a bfperf client dials again for 30 s until the server
+/// listens.
+pub fn script() -> String {
+    let mut s = format!("truncate -s 4M {MMAP}; ");
+    for p in PAIRS {
+        // A warm-up of 100 (bfperf's default is 1000 a QP): under emulation the runs are
+        // for whether the paths work, and each 1000 requests of 4 KiB cost about 0.3 s.
+        let size = if p.bw() {
+            "-s 4096 -n 1000 --warmup 100"
+        } else {
+            "-s 8 -n 300 --warmup 100"
+        };
+        let bf = |own: &str, role: &str| {
+            let args = [p.test, "-d rxe0", size, p.common(), own, role, "--json"];
+            let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+            format!("timeout {LIMIT} target/release/bfperf {}", args.join(" "))
+        };
+        let (server, client) = (bf(p.server, "--server"), bf(p.client, "--client 10.77.0.1"));
+        s.push_str(&format!(
+            "echo '=== bfperf pair {label}'; \
+             {server} > target/rxe/bp.srv 2>&1 & srv=$!; \
+             {client} > target/rxe/bp.cli 2>&1; c=$?; wait $srv; s=$?; \
+             echo \"client rc $c, server rc $s\"; \
+             echo '--- client'; cat target/rxe/bp.cli; echo '--- server'; cat target/rxe/bp.srv; ",
+            label = p.label()
+        ));
+    }
+    s
+}
+
+/// Reads the pairings' sections of the stage's log; prints a line each. False when one
+/// failed or did not run.
+pub fn report(log: &str) -> bool {
+    let mut ok = true;
+    let sections: Vec<&str> = log.split("=== bfperf pair ").skip(1).collect();
+    for part in &sections {
+        let label = part.lines().next().unwrap_or("?").trim();
+        let pair = PAIRS.iter().find(|p| p.label() == label);
+        let (bw, both) = pair.map_or((label.contains("-bw"), false), |p| (p.bw(), p.both()));
+        let (key, unit) = if bw {
+            ("bw_avg_mb_s", "MB/s")
+        } else {
+            ("t_typical_us", "us")
+        };
+        let rcs = part.lines().find(|l| l.starts_with("client rc "));
+        let out = |which: &str| -> &str {
+            let start = part
+                .find(&format!("--- {which}\n"))
+                .map_or(part.len(), |i| i + 5 + which.len());
+            let rest = &part[start.min(part.len())..];
+            rest.find("--- ").map_or(rest, |e| &rest[..e])
+        };
+        let (cli, srv) = (
+            json_value(out("client"), key),
+            json_value(out("server"), key),
+        );
+        let agree = !both || (srv.is_some() && srv == cli);
+        let fine =
+            pair.is_some() && rcs == Some("client rc 0, server rc 0") && cli.is_some() && agree;
+        let fig = |side: &str, v: Option<f64>| match v {
+            Some(v) => format!("{side} {v:.2} {unit}"),
+            None => format!("{side}: no figure (its side does not measure)"),
+        };
+        println!(
+            "interop {label} bfperf -> bfperf: {} ({}, {})",
+            if fine { "ok" } else { "FAILED" },
+            fig("client", cli),
+            fig("server", srv),
+        );
+        if !fine {
+            println!(
+                "  {}{}",
+                rcs.unwrap_or("no exit codes: it did not finish"),
+                if agree {
+                    ""
+                } else {
+                    "; -b: the server's sum is not the client's"
+                }
+            );
+            ok = false;
+        }
+    }
+    if sections.len() != PAIRS.len() {
+        eprintln!(
+            "xtask: {} of {} bfperf -> bfperf pairings ran",
+            sections.len(),
+            PAIRS.len()
+        );
+        ok = false;
+    }
+    ok
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn section(label: &str, rcs: &str, cli: &str, srv: &str) -> String {
+        format!("=== bfperf pair {label}\n{rcs}\n--- client\n{cli}\n--- server\n{srv}\n")
+    }
+
+    const BW: &str = "{\"test\":\"write_bw\",\"bw_peak_mb_s\":1100.000,\"bw_avg_mb_s\":39.200}";
+
+    /// A log of every pairing passing (for the rxe stage's log of both kinds of pairing).
+    pub(crate) fn log() -> String {
+        let lat = "{\"test\":\"write_lat\",\"t_typical_us\":24.210,\"t_avg_us\":29.0}";
+        let bw = BW;
+        let header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]";
+        PAIRS
+            .iter()
+            .map(|p| {
+                let ok = "client rc 0, server rc 0";
+                match (p.bw(), p.both()) {
+                    (true, true) => section(&p.label(), ok, bw, bw),
+                    (true, false) => section(&p.label(), ok, bw, header),
+                    (false, _) => section(&p.label(), ok, lat, ""),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_pairing_with_its_figures_or_a_failure() {
+        let log = log();
+        assert!(report(&log));
+        // A hung server, a client without its figure, a pairing that never ran.
+        let bad = log.replacen("client rc 0, server rc 0", "client rc 0, server rc 124", 1);
+        assert!(!report(&bad));
+        let bad = log.replacen("\"bw_avg_mb_s\":39.200", "\"bw\":0", 1);
+        assert!(!report(&bad));
+        let cut = log.rsplit_once("=== bfperf pair").unwrap().0.to_string();
+        assert!(!report(&cut));
+        // -b: a server without the sum, or with another one than the client's.
+        let b = section("write-bw -b", "client rc 0, server rc 0", BW, BW);
+        assert!(log.contains(&b));
+        assert!(!report(&log.replace(
+            &b,
+            &section(
+                "write-bw -b",
+                "client rc 0, server rc 0",
+                BW,
+                "bfperf: failed"
+            )
+        )));
+        assert!(!report(&log.replace(
+            &b,
+            &section(
+                "write-bw -b",
+                "client rc 0, server rc 0",
+                BW,
+                "{\"bw_avg_mb_s\":19.600}"
+            )
+        )));
+    }
+
+    /// Every pairing is a server in the background and a client to rxe0's address, both
+    /// under a timeout, with its flags; the mmap pairings map distinct windows of one file.
+    #[test]
+    fn the_script_runs_each_pairing_across_two_processes() {
+        let s = script();
+        assert_eq!(s.matches("=== bfperf pair ").count(), PAIRS.len());
+        assert_eq!(
+            s.matches("--server --json > target/rxe/bp.srv 2>&1 & srv=$!")
+                .count(),
+            PAIRS.len()
+        );
+        assert_eq!(s.matches("--client 10.77.0.1 --json").count(), PAIRS.len());
+        assert_eq!(
+            s.matches("timeout 60 target/release/bfperf").count(),
+            2 * PAIRS.len()
+        );
+        assert!(s.starts_with(&format!("truncate -s 4M {MMAP}; ")));
+        assert!(s.contains("bfperf write-bw -d rxe0 -s 4096 -n 1000 --warmup 100 -q 2 -b --server"));
+        assert!(s.contains(
+            "bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 --mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576 --client"
+        ));
+        for p in PAIRS {
+            assert!(p.server.is_empty() == p.client.is_empty(), "{}", p.label());
+            assert!(p.server.is_empty() || !p.server.contains(MMAP) || p.client.contains(MMAP));
+        }
+    }
+}
