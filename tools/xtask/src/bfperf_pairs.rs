@@ -8,6 +8,7 @@
 //! figure, or (`-b`) the server prints none or another sum than the client's.
 
 use crate::compare::json_value;
+use crate::interop::side_output;
 
 /// One pairing: the test, the flags both sides take (its label), and each side's own.
 struct Pair {
@@ -137,13 +138,7 @@ pub fn report(log: &str) -> bool {
             ("t_typical_us", "us")
         };
         let rcs = part.lines().find(|l| l.starts_with("client rc "));
-        let out = |which: &str| -> &str {
-            let start = part
-                .find(&format!("--- {which}\n"))
-                .map_or(part.len(), |i| i + 5 + which.len());
-            let rest = &part[start.min(part.len())..];
-            rest.find("--- ").map_or(rest, |e| &rest[..e])
-        };
+        let out = |which: &str| side_output(part, which);
         let (cli, srv) = (
             json_value(out("client"), key),
             json_value(out("server"), key),

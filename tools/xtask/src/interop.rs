@@ -115,13 +115,7 @@ pub fn report(log: &str) -> bool {
             (false, "us")
         };
         let rcs = part.lines().find(|l| l.starts_with("client rc "));
-        let out = |which: &str| -> &str {
-            let start = part
-                .find(&format!("--- {which}\n"))
-                .map_or(part.len(), |i| i + 5 + which.len());
-            let rest = &part[start.min(part.len())..];
-            rest.find("--- ").map_or(rest, |e| &rest[..e])
-        };
+        let out = |which: &str| side_output(part, which);
         let (cli, srv) = (figure(out("client"), bw), figure(out("server"), bw));
         let fine = rcs == Some("client rc 0, server rc 0") && cli.is_some();
         let fig = |name: &str, v: Option<f64>| match v {
@@ -149,6 +143,16 @@ pub fn report(log: &str) -> bool {
         ok = false;
     }
     ok
+}
+
+/// What a pairing's section of the log holds after its `--- client` or `--- server` line, up
+/// to the next such line: that program's output.
+pub(crate) fn side_output<'a>(part: &'a str, which: &str) -> &'a str {
+    let start = part
+        .find(&format!("--- {which}\n"))
+        .map_or(part.len(), |i| i + 5 + which.len());
+    let rest = &part[start.min(part.len())..];
+    rest.find("--- ").map_or(rest, |e| &rest[..e])
 }
 
 #[cfg(test)]
