@@ -204,7 +204,7 @@ impl Sender {
             posted_all: 0,
             done_all: 0,
             closed: false,
-            stamps: Stamps::new((o.iters * n) as u64, measures_peak(o)),
+            stamps: Stamps::new((o.iters as u64).saturating_mul(n as u64), measures_peak(o)),
         }
     }
 
