@@ -30,9 +30,13 @@ pub type Each<'a> = &'a mut dyn FnMut(&BwResult) -> Result<()>;
 /// Result of one bandwidth test.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct BwResult {
-    /// Best bandwidth over a tenth of the run, MB/s (10^6 bytes).
+    /// perftest's peak: the message size over the least time per request between a post
+    /// and a later completion ([`peak_delta`]), in perftest's MB/s (2^20 bytes,
+    /// [`PERFTEST_MB`]); 0 when not measured (a timed run, or more than [`PEAK_ITERS`]
+    /// iterations per QP, as perftest's `noPeak`).
     pub peak: f64,
-    /// Bandwidth over the whole run, MB/s.
+    /// Bandwidth over the measured run (from its first post to its last completion in a
+    /// counted run), perftest's MB/s.
     pub avg: f64,
     /// Messages per second, millions.
     pub mpps: f64,
@@ -150,7 +154,7 @@ impl Traffic {
 
 /// Ends the program on a failed completion (a bandwidth figure over failed requests would
 /// be a lie).
-fn check(c: &blueflame::Completion) {
+pub(crate) fn check(c: &blueflame::Completion) {
     if !c.is_ok() {
         eprintln!("bfperf: completion failed: {c:?}");
         std::process::exit(1);
@@ -160,13 +164,17 @@ fn check(c: &blueflame::Completion) {
 /// One side's sending in a bandwidth run, as perftest's `run_iter_bw` over its
 /// `num_of_qps`: each QP `warmup + iters` requests (or until told to stop, in a timed run)
 /// with its own `tx-depth` in flight, all completing on the side's CQ; the completions
-/// counted and stamped over all its QPs.
+/// counted over all its QPs. The warm-up is drained (every warm-up request of every QP
+/// completed) before the first measured request is posted, so the measured requests are
+/// stamped ([`Stamps`]) from their own posts to their own completions.
 struct Sender {
     lanes: Vec<Traffic>,
     posted: Vec<u64>,
     done: Vec<u64>,
     /// Requests per QP, warm-up included (`u64::MAX` in a timed run).
     per_lane: u64,
+    /// Warm-up requests per QP.
+    warmup_lane: u64,
     batch: u64,
     /// Warm-up requests of all QPs.
     warmup: u64,
@@ -174,8 +182,7 @@ struct Sender {
     done_all: u64,
     /// Nothing more is posted (the end of a timed run).
     closed: bool,
-    start: Instant,
-    stamps: Vec<(Instant, u64)>,
+    stamps: Stamps,
 }
 
 impl Sender {
@@ -191,13 +198,13 @@ impl Sender {
             } else {
                 (o.warmup + o.iters) as u64
             },
+            warmup_lane: if timed { 0 } else { o.warmup as u64 },
             batch: o.post_list as u64,
             warmup: if timed { 0 } else { (o.warmup * n) as u64 },
             posted_all: 0,
             done_all: 0,
             closed: false,
-            start: Instant::now(),
-            stamps: Vec::with_capacity(1024),
+            stamps: Stamps::new((o.iters as u64).saturating_mul(n as u64), measures_peak(o)),
         }
     }
 
@@ -207,16 +214,26 @@ impl Sender {
     }
 
     /// Posts on each QP, in turn, what its depth lets in (batches of `post_list`, the last
-    /// one shorter if the count says so).
+    /// one shorter if the count says so): the warm-up's requests, then, once all of them
+    /// completed, the measured ones (no batch holds both), each measured batch stamped as
+    /// it is posted.
     fn post(&mut self, s: &mut Side) -> Result<()> {
         if self.closed {
             return Ok(());
         }
+        let limit = if self.done_all < self.warmup {
+            self.warmup_lane
+        } else {
+            self.per_lane
+        };
         for (i, t) in self.lanes.iter().enumerate() {
             loop {
-                let n = self.batch.min(self.per_lane - self.posted[i]);
+                let n = self.batch.min(limit.saturating_sub(self.posted[i]));
                 if n == 0 || self.posted[i] - self.done[i] + n > t.in_flight {
                     break;
+                }
+                if self.posted_all >= self.warmup {
+                    self.stamps.posting(n);
                 }
                 t.post(s.qp_at(i), n)?;
                 self.posted[i] += n;
@@ -226,20 +243,17 @@ impl Sender {
         Ok(())
     }
 
-    /// Counts a send-side completion (see [`Traffic::post`] for its cookie).
+    /// Counts a send-side completion (see [`Traffic::post`] for its cookie), stamped if
+    /// it retires measured requests (the warm-up drained before any was posted).
     fn take(&mut self, c: &blueflame::Completion) {
         let (lane, n) = ((c.cookie >> 32) as usize, c.cookie & 0xffff_ffff);
         if let Some(d) = self.done.get_mut(lane) {
             *d += n;
         }
-        let one = blueflame::Completion { cookie: n, ..*c };
-        tally(
-            &[one],
-            self.warmup,
-            &mut self.done_all,
-            &mut self.start,
-            &mut self.stamps,
-        );
+        if self.done_all >= self.warmup {
+            self.stamps.completed(n);
+        }
+        self.done_all += n;
     }
 
     fn finished(&self) -> bool {
@@ -247,10 +261,11 @@ impl Sender {
     }
 
     /// The result of a counted run: the requests of all QPs past the warm-up (perftest's
-    /// `iters * num_of_qps`).
+    /// `iters * num_of_qps`), perftest's figures of their stamps (one completion per
+    /// `post_list` batch: bfperf's `cq_mod` is its `post_list`).
     fn result(&self, size: usize) -> BwResult {
-        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
-        result(self.total(), self.warmup, size, secs, &self.stamps)
+        let iters = self.total().saturating_sub(self.warmup);
+        self.stamps.result(iters, size, self.batch, self.batch)
     }
 }
 
@@ -332,11 +347,6 @@ fn is_receive(c: &blueflame::Completion) -> bool {
 /// [`Window`] says, and its result is returned; a counted run's results are its senders'.
 fn drive(ps: &mut [Party<'_>], o: &Opts, size: usize, each: Each<'_>) -> Result<Option<BwResult>> {
     let t0 = Instant::now();
-    for p in ps.iter_mut() {
-        if let Some(tx) = p.tx.as_mut() {
-            tx.start = t0;
-        }
-    }
     let mut window = crate::opts::duration(o).map(|d| {
         let m = if o.run_infinitely {
             0
@@ -465,61 +475,133 @@ impl Window {
     }
 }
 
-/// Counts the completions `cs` of a bandwidth run (each retires `cookie` requests) into
-/// `done`, stamping when each arrived; when the count crosses `warmup`, the clock (`start`)
-/// restarts and the stamps so far are dropped. A failed completion ends the program.
-pub(crate) fn tally(
-    cs: &[blueflame::Completion],
-    warmup: u64,
-    done: &mut u64,
-    start: &mut Instant,
-    stamps: &mut Vec<(Instant, u64)>,
-) {
-    for c in cs {
-        check(c);
-        let before = *done;
-        *done += c.cookie;
-        if before < warmup && *done >= warmup {
-            *start = Instant::now();
-            stamps.clear();
-        }
-        stamps.push((Instant::now(), *done));
-    }
-}
-
 /// perftest's "MB" of its bandwidth columns: 2^20 bytes (`MEGA` in perftest's
 /// `perftest_parameters.h`, the `format_factor` of `print_report_bw` without
 /// `--report_gbits`).
 pub(crate) const PERFTEST_MB: f64 = 1_048_576.0;
 
-/// The result of a bandwidth run of `total` requests of `size` bytes whose measured part
-/// (past `warmup`) took `secs`: the average, and the peak over a tenth of the `stamps`, in
-/// perftest's MB/sec ([`PERFTEST_MB`] bytes per second); the message rate in millions per
-/// second (perftest's Mpps).
-pub(crate) fn result(
-    total: u64,
-    warmup: u64,
-    size: usize,
-    secs: f64,
-    stamps: &[(Instant, u64)],
-) -> BwResult {
-    let iters = total - warmup.min(total);
-    let base = BwResult::over(iters.max(1), secs, size);
-    let window = (stamps.len() / 10).max(1);
-    let mut peak = base.avg;
-    for w in stamps.windows(window + 1) {
-        let (t0, n0) = w[0];
-        let (t1, n1) = w[window];
-        let dt = (t1 - t0).as_secs_f64();
-        if dt > 0.0 {
-            peak = peak.max((n1 - n0) as f64 * size as f64 / dt / PERFTEST_MB);
+/// Above this many iterations per QP a counted run measures no peak (perftest's default
+/// `noPeak`: "peak up to iters=20000"; its peak's search is quadratic in the requests).
+pub(crate) const PEAK_ITERS: usize = 20_000;
+
+/// Whether a run with `o`'s options measures a peak: a counted run of at most
+/// [`PEAK_ITERS`] iterations per QP (perftest turns its peak off above them, and in a
+/// timed run).
+pub(crate) fn measures_peak(o: &Opts) -> bool {
+    crate::opts::duration(o).is_none() && o.iters <= PEAK_ITERS
+}
+
+/// The clock of a counted bandwidth run's measured requests, as perftest's `run_iter_bw`
+/// keeps it: `tposted[i]`, when measured request `i` was posted (the post of its
+/// `post_list` batch), and `tcompleted[j]`, when the completion that retired request `j`
+/// was polled (a signaled request's completion retires every request up to it, so every
+/// request of its batch gets the stamp, as perftest's `tcompleted[totccnt - 1]` for its
+/// `cq_mod` batch); requests are numbered over all the side's QPs in the order they were
+/// posted and retired (perftest's `totscnt` / `totccnt`). Nanoseconds since `origin`.
+/// Without a peak only the first post and the last completion are kept.
+pub(crate) struct Stamps {
+    origin: Instant,
+    peak: bool,
+    posted: Vec<u64>,
+    completed: Vec<u64>,
+    first: Option<u64>,
+    last: Option<u64>,
+}
+
+impl Stamps {
+    /// For `requests` measured requests (over all QPs); `peak`: keep every stamp.
+    pub(crate) fn new(requests: u64, peak: bool) -> Stamps {
+        let cap = if peak {
+            requests.min(1 << 24) as usize
+        } else {
+            0
+        };
+        Stamps {
+            origin: Instant::now(),
+            peak,
+            posted: Vec::with_capacity(cap),
+            completed: Vec::with_capacity(cap),
+            first: None,
+            last: None,
         }
     }
-    BwResult {
-        peak,
-        iters,
-        ..base
+
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
     }
+
+    /// `n` measured requests are about to be posted (one doorbell): stamped now.
+    pub(crate) fn posting(&mut self, n: u64) {
+        let t = self.now();
+        self.first.get_or_insert(t);
+        if self.peak {
+            self.posted.extend((0..n).map(|_| t));
+        }
+    }
+
+    /// A completion retiring `n` measured requests was polled: stamped now.
+    pub(crate) fn completed(&mut self, n: u64) {
+        let t = self.now();
+        self.last = Some(t);
+        if self.peak {
+            self.completed.extend((0..n).map(|_| t));
+        }
+    }
+
+    /// The result of `iters` measured requests (over all QPs) of `size` bytes, posted in
+    /// batches of `post_list`, one completion per `cq_mod`: perftest's `print_report_bw`.
+    /// The average over the time from the first measured post to the last completion; the
+    /// peak [`peak_delta`]'s (0 when not measured, as perftest's); both in perftest's
+    /// MB/sec ([`PERFTEST_MB`] bytes per second); the message rate in millions per second.
+    pub(crate) fn result(&self, iters: u64, size: usize, post_list: u64, cq_mod: u64) -> BwResult {
+        let secs = match (self.first, self.last) {
+            (Some(a), Some(b)) => b.saturating_sub(a) as f64 / 1e9,
+            _ => 0.0,
+        }
+        .max(1e-9);
+        let peak = if self.peak {
+            let delta = peak_delta(&self.posted, &self.completed, post_list, cq_mod);
+            delta.map_or(0.0, |ns| size as f64 / (ns.max(1.0) / 1e9) / PERFTEST_MB)
+        } else {
+            0.0
+        };
+        BwResult {
+            peak,
+            ..BwResult::over(iters, secs, size)
+        }
+    }
+}
+
+/// perftest's `opt_delta` (`print_report_bw`, perftest 4.5): the least time per request,
+/// over every post `i` (a step of `post_list`) and every completion `j` after it (from
+/// `ROUND_UP(i + 1, cq_mod) - 1` in steps of `cq_mod`, and the last request when the count
+/// is not a multiple of `cq_mod`), of `(tcompleted[j] - tposted[i]) / (j - i + 1)`,
+/// starting from `tcompleted[0] - tposted[0]`. In the stamps' unit, as a fraction (perftest
+/// divides its cycles as integers); None without stamps.
+pub(crate) fn peak_delta(
+    posted: &[u64],
+    completed: &[u64],
+    post_list: u64,
+    cq_mod: u64,
+) -> Option<f64> {
+    let n = posted.len().min(completed.len());
+    if n == 0 {
+        return None;
+    }
+    let (step, m) = (post_list.max(1) as usize, cq_mod.max(1) as usize);
+    let t = |i: usize, j: usize| completed[j].saturating_sub(posted[i]) as f64 / (j - i + 1) as f64;
+    let mut opt = t(0, 0);
+    for i in (0..n).step_by(step) {
+        let mut j = (i + 1).div_ceil(m) * m - 1;
+        while j < n {
+            opt = opt.min(t(i, j));
+            j += m;
+        }
+        if !n.is_multiple_of(m) {
+            opt = opt.min(t(i, n - 1));
+        }
+    }
+    Some(opt)
 }
 
 /// The receiver of a send test: keeps receives posted on each of the side's QPs until
@@ -838,14 +920,118 @@ mod tests {
         assert_eq!(w.measured().0, 900);
     }
 
+    /// Stamps of a counted run as given (ns): `posted[i]` and `completed[i]` of each
+    /// measured request.
+    fn stamps(posted: Vec<u64>, completed: Vec<u64>) -> Stamps {
+        Stamps {
+            origin: Instant::now(),
+            peak: true,
+            first: posted.first().copied(),
+            last: completed.last().copied(),
+            posted,
+            completed,
+        }
+    }
+
     /// perftest's unit: 1000 messages of 1 MiB in one second are 1000 MB/sec (2^20-byte
-    /// MB), not 1048.576; the message rate is in millions per second.
+    /// MB), not 1048.576; the message rate is in millions per second. One message a
+    /// millisecond, each completed a millisecond after its post: the peak is the average.
     #[test]
     fn bandwidth_is_in_perftests_mb_and_the_rate_in_mpps() {
-        let r = result(1000, 0, 1 << 20, 1.0, &[]);
+        let posted: Vec<u64> = (0..1000).map(|i| i * 1_000_000).collect();
+        let completed = posted.iter().map(|t| t + 1_000_000).collect();
+        let r = stamps(posted, completed).result(1000, 1 << 20, 1, 1);
         assert!((r.avg - 1000.0).abs() < 1e-9, "{}", r.avg);
         assert!((r.peak - 1000.0).abs() < 1e-9, "{}", r.peak);
         assert!((r.mpps - 0.001).abs() < 1e-12, "{}", r.mpps);
+    }
+
+    /// Bursty completions (perftest's peak, not the best stretch between completions):
+    /// 100 requests posted 10 ns apart, signaled every 10 (cq_mod 10), the completions of
+    /// two batches polled 1 ns apart every 2 us (batch k at 2000 + 2000 * (k / 2) + k % 2).
+    /// The least time per request is from the first post to the last completion, 10001 ns
+    /// over 100 requests: a peak of 10^9 / 100.01 MB/s for 1 MiB messages (the old "best
+    /// tenth of the completions" said 10 requests in 1 ns: 10^10 MB/s), about the average.
+    #[test]
+    fn the_peak_is_perftests_least_time_per_request() {
+        let posted: Vec<u64> = (0..100).map(|i| i * 10).collect();
+        let completed = (0..100u64)
+            .map(|i| i / 10)
+            .map(|k| 2000 + 2000 * (k / 2) + k % 2)
+            .collect();
+        let r = stamps(posted, completed).result(100, 1 << 20, 1, 10);
+        let want = 1e9 / 100.01;
+        assert!((r.peak / want - 1.0).abs() < 1e-9, "{} {want}", r.peak);
+        assert!((r.avg / want - 1.0).abs() < 1e-9, "{}", r.avg);
+    }
+
+    /// perftest's search: posts in steps of `post_list` (4), completions from the first
+    /// `cq_mod` boundary at or past the post, and the last request when the count (10) is
+    /// not a multiple of `cq_mod` (4). Batches posted at 0, 100, 200 ns, completed at 1000,
+    /// 1100, 1150: t(0,3) = 250, t(0,7) = 137.5, t(0,9) = 115 (the last request's only),
+    /// t(4,7) = 250, t(4,9) = 175, t(8,9) = 475; the least 115.
+    #[test]
+    fn the_peak_counts_the_last_short_batch() {
+        let batch = |i: u64| (i / 4).min(2);
+        let posted: Vec<u64> = (0..10).map(|i| 100 * batch(i)).collect();
+        let completed: Vec<u64> = (0..10)
+            .map(|i| [1000, 1100, 1150][batch(i) as usize])
+            .collect();
+        assert_eq!(peak_delta(&posted, &completed, 4, 4), Some(115.0));
+        assert_eq!(peak_delta(&[], &[], 4, 4), None);
+        // No peak measured: 0, as perftest's (its noPeak), the average still there.
+        let mut s = stamps(posted, completed);
+        s.peak = false;
+        let r = s.result(10, 1 << 20, 4, 4);
+        assert_eq!(r.peak, 0.0);
+        assert!((r.avg - 10.0 * 1e9 / 1150.0).abs() < 1e-6, "{}", r.avg);
+    }
+
+    /// perftest's noPeak: above 20000 iterations (per QP) a counted run has no peak, and a
+    /// timed run none.
+    #[test]
+    fn no_peak_above_twenty_thousand_iterations() {
+        let o = |iters| Opts {
+            iters,
+            ..Opts::default()
+        };
+        assert!(measures_peak(&o(20_000)));
+        assert!(!measures_peak(&o(20_001)));
+    }
+
+    /// A short counted run: the average is over the measured requests only, from the first
+    /// one's post to the last completion. The old clock restarted once the warm-up's
+    /// completions were counted, with measured requests already in flight or done: one
+    /// batch of `-l 32` holding the warm-up's request and all 20 measured ones restarted it
+    /// at its own completion (290 GB/s, 4.6 Mpps on the software NIC); perftest's
+    /// `-n 20 -q 2 -b` with a warm-up far longer than the run. The software NIC copies 64
+    /// KiB messages at a few GB/s at most.
+    #[test]
+    fn a_short_run_is_timed_from_its_first_measured_post() {
+        for (bidirectional, qps, post_list, warmup) in [(false, 1, 32, 1), (true, 2, 1, 200)] {
+            let o = Opts {
+                bidirectional,
+                qps,
+                post_list,
+                iters: 20,
+                warmup,
+                ..Opts::default()
+            };
+            let size = 64 << 10;
+            let (mut a, mut b) = pair(&o, size);
+            let total = (warmup + 20) as u64;
+            let r = local(&mut a, &mut b, &o, Bw::Write, size, total, &mut |_| Ok(()));
+            let r = r.expect("run");
+            assert_eq!(r.iters, 20 * qps as u64, "{o:?}");
+            let sides = r.sides.map_or(vec![r.figures()], |s| s.to_vec());
+            assert_eq!(sides.len(), if bidirectional { 2 } else { 1 });
+            for f in sides {
+                // 100 GB/s, a message every 0.6 us: far above what the NIC can do here.
+                assert!(f.avg < 100_000.0, "{o:?} {f:?}");
+                assert!(f.mpps < 1.6, "{o:?} {f:?}");
+                assert!(f.peak >= f.avg * (1.0 - 1e-9), "{o:?} {f:?}");
+            }
+        }
     }
 
     /// Both sides on the software NIC, with `o`'s options, for messages of `size`.

@@ -294,8 +294,10 @@ the round trip, read and atomic the whole request, as perftest):
   connection    RC | UD | DC (-c)
 Bandwidth tests:
   test          write_bw | read_bw | send_bw | atomic_bw;  device, bytes, iterations as above
-  bw_peak_mb_s  best stretch of a tenth of the completions, MB/s (10^6 bytes/s)
-  bw_avg_mb_s   whole measured run, MB/s
+  bw_peak_mb_s  perftest's peak: size over the least time per request from a post to a
+                later completion, MB/s (perftest's MB: 2^20 bytes/s); 0 in a timed run
+                or above 20000 iterations per QP (perftest's default noPeak)
+  bw_avg_mb_s   measured run, first measured post to last completion, MB/s
   msg_rate_mpps messages per second, millions;  mode, recv  as above
 CSV columns: the same names in the same order, after a header line.";
 

@@ -808,3 +808,18 @@ fn dc_runs_write_and_read_tests() {
         );
     }
 }
+
+/// perftest's default `noPeak`: a counted run of more than 20000 iterations (per QP)
+/// measures no peak (`bw_peak_mb_s` 0, the average still there); up to them it does.
+#[test]
+fn no_peak_above_twenty_thousand_iterations() {
+    for (n, peak) in [("20001", false), ("300", true)] {
+        let out = bfperf(&[
+            "write-bw", "-d", "sim", "-s", "8", "-n", n, "--warmup", "0", "--json",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(json_field(&text, "bw_peak_mb_s") > 0.0, peak, "{text}");
+        assert!(json_field(&text, "bw_avg_mb_s") > 0.0, "{text}");
+    }
+}
