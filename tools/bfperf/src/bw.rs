@@ -480,15 +480,19 @@ impl Window {
 /// `--report_gbits`).
 pub(crate) const PERFTEST_MB: f64 = 1_048_576.0;
 
-/// Above this many iterations per QP a counted run measures no peak (perftest's default
+/// Above this many iterations a counted run measures no peak (perftest's default
 /// `noPeak`: "peak up to iters=20000"; its peak's search is quadratic in the requests).
 pub(crate) const PEAK_ITERS: usize = 20_000;
 
 /// Whether a run with `o`'s options measures a peak: a counted run of at most
 /// [`PEAK_ITERS`] iterations per QP (perftest turns its peak off above them, and in a
-/// timed run).
+/// timed run), and of at most as many requests over all its QPs: the search is quadratic
+/// in the side's requests, and bfperf signals every `post_list` requests where perftest
+/// signals every 100 (its `cq_mod`), so `-q 8 -n 20000` would search for minutes.
 pub(crate) fn measures_peak(o: &Opts) -> bool {
-    crate::opts::duration(o).is_none() && o.iters <= PEAK_ITERS
+    crate::opts::duration(o).is_none()
+        && o.iters <= PEAK_ITERS
+        && o.iters.saturating_mul(o.qps.max(1)) <= PEAK_ITERS
 }
 
 /// The clock of a counted bandwidth run's measured requests, as perftest's `run_iter_bw`
@@ -987,8 +991,8 @@ mod tests {
         assert!((r.avg - 10.0 * 1e9 / 1150.0).abs() < 1e-6, "{}", r.avg);
     }
 
-    /// perftest's noPeak: above 20000 iterations (per QP) a counted run has no peak, and a
-    /// timed run none.
+    /// perftest's noPeak: above 20000 iterations (per QP, and over all QPs) a counted run
+    /// has no peak, and a timed run none.
     #[test]
     fn no_peak_above_twenty_thousand_iterations() {
         let o = |iters| Opts {
@@ -997,6 +1001,14 @@ mod tests {
         };
         assert!(measures_peak(&o(20_000)));
         assert!(!measures_peak(&o(20_001)));
+        // Nor above as many requests over all the side's QPs (the search is quadratic).
+        let q = |iters, qps| Opts {
+            iters,
+            qps,
+            ..Opts::default()
+        };
+        assert!(measures_peak(&q(5_000, 4)));
+        assert!(!measures_peak(&q(20_000, 2)));
     }
 
     /// A short counted run: the average is over the measured requests only, from the first

@@ -296,7 +296,7 @@ Bandwidth tests:
   test          write_bw | read_bw | send_bw | atomic_bw;  device, bytes, iterations as above
   bw_peak_mb_s  perftest's peak: size over the least time per request from a post to a
                 later completion, MB/s (perftest's MB: 2^20 bytes/s); 0 in a timed run
-                or above 20000 iterations per QP (perftest's default noPeak)
+                or above 20000 iterations per QP or over all QPs (perftest's noPeak)
   bw_avg_mb_s   measured run, first measured post to last completion, MB/s
   msg_rate_mpps messages per second, millions;  mode, recv  as above
 CSV columns: the same names in the same order, after a header line.";
