@@ -264,7 +264,9 @@ pub enum Error {
         /// Where to reserve them (as root), e.g. `vm.nr_hugepages` for 2 MiB pages.
         sysctl: &'static str,
     },
-    /// A socket error during connection set-up.
+    /// An error of the operating system: a socket of the out-of-band exchange
+    /// ([`crate::connect`]), a memory mapping ([`crate::mapping`]), a completion channel's
+    /// or an async CQ's file descriptor.
     Io(std::io::Error),
     /// An rdma-core call failed.
     Verbs(VerbsError),
@@ -418,7 +420,7 @@ impl fmt::Display for Error {
                 page_size / 1024
             ),
             Error::Verbs(e) => write!(f, "{e}"),
-            Error::Io(e) => write!(f, "connection set-up: {e}"),
+            Error::Io(e) => write!(f, "operating system: {e}"),
             #[cfg(feature = "sim")]
             Error::Sim(e) => write!(f, "software NIC: {e}"),
         }
