@@ -258,15 +258,10 @@ impl ScatterTable {
     /// [`QUICK_MAX`].
     #[inline(always)]
     pub(crate) unsafe fn copy_quick(&self, pos: u16, data: *const u8, len: u32) -> bool {
-        let i = (pos as u32 & self.mask) as usize;
-        // SAFETY: `i` is masked by `cnt - 1` (`entries` has `cnt` elements); read after the
-        // device completed the receive (caller contract, `Sync`).
-        let e = unsafe { &mut *self.entries.get_unchecked(i).get() };
-        if e.bits() != Entry::ONE_TO_COPY {
+        // SAFETY: the caller's contract.
+        let Some((e, first)) = (unsafe { self.one_to_copy(pos) }) else {
             return false;
-        }
-        // SAFETY: entry `i` has `max >= 1` slots from `i * max`, written with it.
-        let first = unsafe { &*self.slots.get_unchecked(i * self.max).get() };
+        };
         if len > first.len || len > QUICK_MAX || (len as u64 | first.addr) & 7 != 0 {
             return false;
         }
@@ -281,13 +276,30 @@ impl ScatterTable {
         // registered until the pin goes, below; `data` has `len <= QUICK_MAX` readable
         // bytes outside every registered buffer (caller contract).
         unsafe { mlx5::shared::copy_in_words(first.addr as *mut u8, data, len as usize) };
-        // The pins count only while `n` covers them: cleared in one store.
-        e.n = 0;
-        if !first.pins.is_null() {
-            // SAFETY: as in `done`.
-            unsafe { (*first.pins).unpin() };
-        }
+        // SAFETY: the copy is made; the caller's contract.
+        unsafe { release_one(e, first) };
         true
+    }
+
+    /// The entry of the receive at `pos` and its first slot, when that is its one slot
+    /// and the poller may copy into it (the usual receive); else None.
+    ///
+    /// # Safety
+    /// Poller only, after the CQE of the receive at `pos` was seen and before the entry is
+    /// retired (see the `Sync` impl); neither reference is kept past that.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)] // the entry is in an `UnsafeCell`: see the `Sync` impl
+    unsafe fn one_to_copy(&self, pos: u16) -> Option<(&mut Entry, &Slot)> {
+        let i = (pos as u32 & self.mask) as usize;
+        // SAFETY: `i` is masked by `cnt - 1` (`entries` has `cnt` elements); the caller
+        // holds the entry (its contract, `Sync`).
+        let e = unsafe { &mut *self.entries.get_unchecked(i).get() };
+        if e.bits() != Entry::ONE_TO_COPY {
+            return None;
+        }
+        // SAFETY: entry `i` has `max >= 1` slots from `i * max`, written with it.
+        let first = unsafe { &*self.slots.get_unchecked(i * self.max).get() };
+        Some((e, first))
     }
 
     /// Copies `data` (what a CQE carried) into the scatter list of the receive at `pos`,
@@ -302,29 +314,25 @@ impl ScatterTable {
     /// retired; `data` (at most 64 bytes) must not overlap the receive buffers.
     #[inline(always)]
     pub(crate) unsafe fn copy_done(&self, pos: u16, data: &[u8]) -> WcStatus {
-        let i = (pos as u32 & self.mask) as usize;
-        // SAFETY: `i` is masked by `cnt - 1` (`entries` has `cnt` elements); read after the
-        // device completed the receive (caller contract, `Sync`).
-        let e = unsafe { &mut *self.entries.get_unchecked(i).get() };
-        if e.copy && e.n == 1 {
-            // SAFETY: entry `i` has `max >= 1` slots from `i * max`, written with it.
-            let first = unsafe { *self.slots.get_unchecked(i * self.max).get() };
+        // SAFETY: the caller's contract.
+        if let Some((e, first)) = unsafe { self.one_to_copy(pos) } {
             // The usual case: one entry holds it all.
             if data.len() <= first.len as usize {
                 // SAFETY: the entry lies inside a live, CPU-writable registered region
                 // (checked and pinned when posted, `copy`), which stays registered until
                 // its pin goes, below.
                 unsafe { copy_small(data, first.addr as *mut u8, first.words) };
-                e.n = 0;
-                if !first.pins.is_null() {
-                    // SAFETY: as in `done`.
-                    unsafe { (*first.pins).unpin() };
-                }
+                // SAFETY: the copy is made; the caller's contract.
+                unsafe { release_one(e, first) };
                 return WcStatus::Success;
             }
         }
+        let i = (pos as u32 & self.mask) as usize;
+        // SAFETY: `i` is masked by `cnt - 1` (`entries` has `cnt` elements); read after the
+        // device completed the receive (caller contract, `Sync`).
+        let e = unsafe { *self.entries.get_unchecked(i).get() };
         // SAFETY: the caller's contract.
-        let status = unsafe { self.copy_list(i, *e, data) };
+        let status = unsafe { self.copy_list(i, e, data) };
         self.done(pos);
         status
     }
@@ -383,6 +391,22 @@ pub(crate) fn not_cpu_writable(lkey: u32) -> crate::error::Error {
                domain (lkey; rdma-core's mlx5 provider copies small messages into receive \
                buffers with the CPU)",
         value: lkey as u64,
+    }
+}
+
+/// A receive of one slot `first` (its entry `e`) is over: its pins go back, as
+/// [`ScatterTable::done`] gives them back for any receive.
+///
+/// # Safety
+/// As [`ScatterTable::done`]: the poller holds the entry, its copy is made.
+#[inline(always)]
+unsafe fn release_one(e: &mut Entry, first: &Slot) {
+    // The pins count only while `n` covers them: cleared in one store.
+    e.n = 0;
+    if !first.pins.is_null() {
+        // SAFETY: pinned by `record` and not given back since (`n` covered it): the
+        // region keeps its pins alive while pinned.
+        unsafe { (*first.pins).unpin() };
     }
 }
 
