@@ -85,7 +85,12 @@ fn post_msg_with(
         let req = message(kind, peer, Payload::Inline(&s.msg[..size]), tag);
         s.qp.post(&req, cookie, flags)
     } else {
-        s.mr.write(2 * size - 1, &[tag])?;
+        // The tag in the message's last byte is what a plain write's peer watches for. A
+        // dma-buf has no CPU view (and --use_dmabuf runs no plain write-lat): its messages
+        // are the exporter's bytes, the receiver learns of them from a completion.
+        if s.mr.dmabuf.is_none() {
+            s.mr.write(2 * size - 1, &[tag])?;
+        }
         let sge = [Sge {
             addr: s.mr.addr() + size as u64,
             len: size as u32,
