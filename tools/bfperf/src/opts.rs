@@ -961,6 +961,55 @@ mod tests {
     }
 
     #[test]
+    fn use_dmabuf_is_parsed_and_refused_where_the_cpu_would_touch_the_buffer() {
+        let o = parse(&args("--use_dmabuf")).unwrap();
+        assert!(o.dmabuf && !parse(&[]).unwrap().dmabuf);
+        assert_eq!(parse(&args("--use-dmabuf")).unwrap(), o);
+        // Messages gather from the dma-buf: no inline, and an explicit -I N is refused.
+        assert_eq!(o.inline, 0);
+        assert_eq!(parse(&args("--use_dmabuf -I 0")).unwrap(), o);
+        let e = parse(&args("-I 64 --use_dmabuf")).unwrap_err();
+        assert!(e.contains("never inline") && e.contains("-I 64"), "{e}");
+        for t in [
+            "write-bw",
+            "read-bw",
+            "send-bw",
+            "atomic-bw",
+            "send-lat",
+            "read-lat",
+            "atomic-lat",
+        ] {
+            assert!(check_for(t, &o).is_ok(), "{t}");
+        }
+        let wi = parse(&args("--use_dmabuf --write-with-imm")).unwrap();
+        assert!(check_for("write-lat", &wi).is_ok());
+        let e = check_for("write-lat", &o).unwrap_err();
+        assert!(
+            e.contains("no CPU") && e.contains("--write-with-imm"),
+            "{e}"
+        );
+        for (more, why) in [
+            ("--use_hugepages", "one memory type"),
+            ("--mmap=f", "one memory type"),
+            ("--odp", "--odp"),
+            ("-c ud", "-c ud"),
+            ("--client h --perftest", "perftest"),
+            ("--client h --rc-pingpong", "ibv_rc_pingpong"),
+        ] {
+            let x = parse(&args(&format!("--use_dmabuf {more}"))).unwrap();
+            let e = check_for("send-lat", &x).unwrap_err();
+            assert!(
+                e.starts_with("--use_dmabuf with send-lat") && e.contains(why),
+                "{e}"
+            );
+        }
+        let dc = parse(&args("--use_dmabuf -c dc")).unwrap();
+        assert!(check_for("write-bw", &dc).is_ok());
+        assert!(USAGE.contains("--use_dmabuf") && USAGE.contains("--use_cuda_dmabuf"));
+        assert!(USAGE.contains("links no GPU runtime"));
+    }
+
+    #[test]
     fn cpu_lists_as_perftest_parses_them() {
         assert_eq!(cpu_list("0", 4), Ok(vec![0]));
         assert_eq!(cpu_list("0,2-3", 4), Ok(vec![0, 2, 3]));
