@@ -12,6 +12,10 @@
 //!   (`Error::Capability(Capability::DmaBuf)`).
 //!
 //! The ioctl FFI of this crate lives here, in [`Udmabuf::create`], and nowhere else.
+//!
+//! Without `/dev/udmabuf` the device is asked whether it registers dma-bufs at all
+//! ([`device_lacks_dmabuf`]): a device that does not (rxe, siw) is refused for that, the
+//! missing thing a udmabuf would not supply; one that does, for the missing udmabuf.
 
 use blueflame::{Access, Device, Error, MemoryRegion, Pd, Result, SimDmaBuf};
 use std::fs::File;
@@ -182,6 +186,28 @@ pub fn exporter(dev: &Device) -> &'static str {
     }
 }
 
+/// With no dma-buf to register (no udmabuf), whether the device could register one at
+/// all: `ibv_reg_dmabuf_mr` asked with a descriptor that is no dma-buf (a memfd), which a
+/// device with dma-buf registration turns down for the descriptor (`EINVAL` from the
+/// kernel's `dma_buf_get`) and one without it for itself (rdma-core's `EOPNOTSUPP`, as its
+/// rxe and siw providers answer: `Error::Capability(Capability::DmaBuf)`). That refusal is
+/// the one to report: a udmabuf would not help such a device.
+fn device_lacks_dmabuf(pd: &Pd, rights: Access) -> Option<Error> {
+    // SAFETY: the name is a NUL-terminated string; the flags are memfd_create's.
+    let raw = unsafe { libc::memfd_create(c"bfperf-dmabuf-probe".as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a descriptor memfd_create just returned, owned by nobody else.
+    let memfd = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    let page = crate::mmap_file::page_size() as usize;
+    memfd.set_len(page as u64).ok()?;
+    match pd.register_dmabuf(memfd.as_fd(), 0, page, iova(0), rights) {
+        Err(e @ Error::Capability(blueflame::Capability::DmaBuf)) => Some(e),
+        _ => None,
+    }
+}
+
 /// Where side `which`'s dma-buf region starts in the device's address space (its iova):
 /// any address will do (requests name it with the region's key), one apart per side of a
 /// process so that the two sides' addresses never look alike.
@@ -204,7 +230,10 @@ pub fn region(
 ) -> Result<(MemoryRegion, DmaBuf)> {
     let buf = match dev.nic() {
         Some(_) => DmaBuf::Sim(SimDmaBuf::new(dev, len)?),
-        None => DmaBuf::Udmabuf(Udmabuf::create(Path::new(UDMABUF_DEV), len)?),
+        None => match Udmabuf::create(Path::new(UDMABUF_DEV), len) {
+            Ok(u) => DmaBuf::Udmabuf(u),
+            Err(e) => return Err(device_lacks_dmabuf(pd, rights).unwrap_or(e)),
+        },
     };
     let mr = pd.register_dmabuf(buf.fd(), 0, len, iova(which), rights)?;
     Ok((mr, buf))
