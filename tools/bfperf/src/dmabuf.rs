@@ -122,18 +122,8 @@ impl Udmabuf {
             }
             Err(e) => return Err(step(&format!("open {}", dev.display()), e)),
         };
-        // SAFETY: the name is a NUL-terminated string; the flags are memfd_create's.
-        let raw = unsafe {
-            libc::memfd_create(
-                c"bfperf-udmabuf".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if raw < 0 {
-            return Err(step("memfd_create", std::io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is a descriptor memfd_create just returned, owned by nobody else.
-        let memfd = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+        let memfd = memfd(c"bfperf-udmabuf", libc::MFD_ALLOW_SEALING)
+            .map_err(|e| step("memfd_create", e))?;
         memfd
             .set_len(size as u64)
             .map_err(|e| step("ftruncate of the memfd", e))?;
@@ -169,7 +159,14 @@ impl Udmabuf {
             )
         };
         if fd < 0 {
-            return Err(step("UDMABUF_CREATE", std::io::Error::last_os_error()));
+            let e = std::io::Error::last_os_error();
+            return Err(step(
+                &format!(
+                    "UDMABUF_CREATE of {size} bytes (the driver's size_limit_mb parameter caps \
+                     a buffer, 64 MiB by default; a buffer is 2 x the message + 64 bytes per QP)"
+                ),
+                e,
+            ));
         }
         // SAFETY: `fd` is the dma-buf descriptor the ioctl just returned, owned by nobody
         // else.
@@ -186,6 +183,18 @@ pub fn exporter(dev: &Device) -> &'static str {
     }
 }
 
+/// A new memory file (`memfd_create`, close-on-exec, with `flags` besides).
+fn memfd(name: &std::ffi::CStr, flags: libc::c_uint) -> std::io::Result<File> {
+    // SAFETY: the name is a NUL-terminated string that outlives the call; the flags are
+    // memfd_create's.
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | flags) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a descriptor memfd_create just returned, owned by nobody else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(raw) }))
+}
+
 /// With no dma-buf to register (no udmabuf), whether the device could register one at
 /// all: `ibv_reg_dmabuf_mr` asked with a descriptor that is no dma-buf (a memfd), which a
 /// device with dma-buf registration turns down for the descriptor (`EINVAL` from the
@@ -193,13 +202,7 @@ pub fn exporter(dev: &Device) -> &'static str {
 /// rxe and siw providers answer: `Error::Capability(Capability::DmaBuf)`). That refusal is
 /// the one to report: a udmabuf would not help such a device.
 fn device_lacks_dmabuf(pd: &Pd, rights: Access) -> Option<Error> {
-    // SAFETY: the name is a NUL-terminated string; the flags are memfd_create's.
-    let raw = unsafe { libc::memfd_create(c"bfperf-dmabuf-probe".as_ptr(), libc::MFD_CLOEXEC) };
-    if raw < 0 {
-        return None;
-    }
-    // SAFETY: `raw` is a descriptor memfd_create just returned, owned by nobody else.
-    let memfd = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    let memfd = memfd(c"bfperf-dmabuf-probe", 0).ok()?;
     let page = crate::mmap_file::page_size() as usize;
     memfd.set_len(page as u64).ok()?;
     match pd.register_dmabuf(memfd.as_fd(), 0, page, iova(0), rights) {
