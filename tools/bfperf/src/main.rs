@@ -8,6 +8,7 @@
 
 mod bw;
 mod csv;
+mod dmabuf;
 mod hist;
 mod hwts;
 mod lat;
@@ -225,6 +226,12 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
                 " Memory         : {} from byte {} (--mmap)",
                 f.display(),
                 o.mmap_offset.unwrap_or(0)
+            );
+        }
+        if o.dmabuf {
+            println!(
+                " Memory         : dma-buf from {}, registered with ibv_reg_dmabuf_mr (--use_dmabuf)",
+                dmabuf::exporter(&dev)
             );
         }
         println!(

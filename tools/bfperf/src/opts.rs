@@ -76,6 +76,9 @@ pub struct Opts {
     pub mmap: Option<std::path::PathBuf>,
     /// perftest's `--mmap-offset=N`: where in the file (default 0; a page multiple).
     pub mmap_offset: Option<u64>,
+    /// `--use_dmabuf` (perftest's `--use_cuda_dmabuf` and the like): each side's buffer is a
+    /// dma-buf registered with `ibv_reg_dmabuf_mr` (the software NIC's exporter, or udmabuf).
+    pub dmabuf: bool,
     /// `--hw-timestamps`: latency round trips split by the NIC's completion timestamps.
     pub hw_ts: bool,
     /// `--perftest`: the server this client connects to is an unmodified perftest program.
@@ -169,6 +172,7 @@ impl Default for Opts {
             hugepages: false,
             mmap: None,
             mmap_offset: None,
+            dmabuf: false,
             hw_ts: false,
             perftest: false,
             rc_pingpong: false,
@@ -248,6 +252,19 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           both sides in one process: the second side's just after the first's
       --mmap-offset=N     where in FILE the buffer starts (default 0; a multiple of the page
                           size, as mmap wants)
+      --use_dmabuf        each side's buffer is a dma-buf registered with ibv_reg_dmabuf_mr,
+                          as perftest's --use_cuda_dmabuf, --use_rocm_dmabuf,
+                          --use_neuron_dmabuf and --use_ib_dm_dmabuf=DEV register theirs;
+                          bfperf links no GPU runtime (no CUDA, ROCm or Neuron library to
+                          build or ship): its dma-buf comes from an exporter every machine has,
+                          the software NIC's own (-d sim) or the kernel's udmabuf
+                          (/dev/udmabuf, host pages) on an RDMA device. Refused, typed, before
+                          any traffic: no /dev/udmabuf (named), a device without dma-buf
+                          registration (rxe, siw: Capability DmaBuf). Messages gather from the
+                          dma-buf (never inline: -I 0), small sends land in it (no
+                          scatter-to-CQE). Not with write-lat without --write-with-imm (it
+                          watches a byte with the CPU; as perftest), -I N>0, --odp,
+                          --use_hugepages, --mmap, -c ud, --perftest, --rc-pingpong
       --hw-timestamps     latency tests: split each round trip by the NIC's completion
                           timestamps into post (host), NIC+wire (doorbell to the NIC's stamp
                           of the completion that ends it) and poll (host), printed after the
@@ -307,6 +324,7 @@ CSV columns: the same names in the same order, after a header line.";
 /// A message naming the bad option or value.
 pub fn parse(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts::default();
+    let mut inline_given = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = |name: &str| {
@@ -325,7 +343,10 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-s" | "--size" => o.size = num(a, val(a)?)?,
             "-n" | "--iters" => o.iters = num(a, val(a)?)?,
             "--warmup" => o.warmup = num(a, val(a)?)?,
-            "-I" | "--inline" => o.inline = num(a, val(a)?)?,
+            "-I" | "--inline" => {
+                o.inline = num(a, val(a)?)?;
+                inline_given = true;
+            }
             "-l" | "--post-list" => o.post_list = num(a, val(a)?)?,
             "-t" | "--tx-depth" => o.tx_depth = num(a, val(a)?)?,
             "--pin" => o.pin = Some(num(a, val(a)?)?),
@@ -393,6 +414,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             f if f.starts_with("--mmap-offset=") || f.starts_with("--mmap_offset=") => {
                 o.mmap_offset = Some(num("--mmap-offset", f["--mmap-offset=".len()..].into())?)
             }
+            "--use_dmabuf" | "--use-dmabuf" => o.dmabuf = true,
             "--hw-timestamps" | "--hw_timestamps" => o.hw_ts = true,
             "--perftest" => o.perftest = true,
             "--rc-pingpong" | "--rc_pingpong" => o.rc_pingpong = true,
@@ -438,6 +460,18 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
     }
     if o.server && o.client.is_some() {
         return Err("--server and --client exclude each other".into());
+    }
+    if o.dmabuf {
+        // Messages gather from the dma-buf: an inline message would be copied by the CPU
+        // from host memory (perftest refuses inline with device memory).
+        if inline_given && o.inline > 0 {
+            return Err(format!(
+                "--use_dmabuf with -I {}: messages are gathered from the dma-buf, never inline \
+                 (it has no CPU view; perftest refuses inline with device memory): drop -I or give -I 0",
+                o.inline
+            ));
+        }
+        o.inline = 0;
     }
     // perftest: --out_json turns the file on, --out_json_file names it.
     if let (Some(f), Some(out)) = (o.out_json_file.clone(), o.out_json.as_mut()) {
@@ -579,6 +613,30 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         }
     } else if o.mmap_offset.is_some() {
         return Err("--mmap-offset goes with --mmap".into());
+    }
+    if o.dmabuf {
+        let why = if name == "write-lat" && !o.write_imm {
+            // perftest (current): "Perftest doesn't support device memory latency test with
+            // write (without immediate) verb; use --write_with_imm".
+            Some(
+                "write-lat watches the echo's last byte with the CPU, and a dma-buf has no CPU \
+                 view: add --write-with-imm (the echo is then a receive completion), as perftest asks",
+            )
+        } else if o.hugepages || o.mmap.is_some() {
+            // perftest: "Can't use multiple memory types".
+            Some("--use_hugepages and --mmap: one memory type at a time, as perftest")
+        } else if o.odp {
+            Some("--odp registers host memory on demand; a dma-buf is registered as a dma-buf")
+        } else if o.connection == Connection::Ud {
+            Some("-c ud: RC and DC only here (not yet)")
+        } else if o.perftest || o.rc_pingpong {
+            Some("a perftest or ibv_rc_pingpong peer: not yet (those loops write each message's tag with the CPU)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("--use_dmabuf with {name}: {why}"));
+        }
     }
     if o.report_both && o.json {
         return Err(
@@ -900,6 +958,55 @@ mod tests {
         assert!(e.unwrap_err().contains("one memory type"));
         let e = check_for("send-lat", &parse(&args("--mmap=f -c ud")).unwrap());
         assert!(e.unwrap_err().contains("-c ud"));
+    }
+
+    #[test]
+    fn use_dmabuf_is_parsed_and_refused_where_the_cpu_would_touch_the_buffer() {
+        let o = parse(&args("--use_dmabuf")).unwrap();
+        assert!(o.dmabuf && !parse(&[]).unwrap().dmabuf);
+        assert_eq!(parse(&args("--use-dmabuf")).unwrap(), o);
+        // Messages gather from the dma-buf: no inline, and an explicit -I N is refused.
+        assert_eq!(o.inline, 0);
+        assert_eq!(parse(&args("--use_dmabuf -I 0")).unwrap(), o);
+        let e = parse(&args("-I 64 --use_dmabuf")).unwrap_err();
+        assert!(e.contains("never inline") && e.contains("-I 64"), "{e}");
+        for t in [
+            "write-bw",
+            "read-bw",
+            "send-bw",
+            "atomic-bw",
+            "send-lat",
+            "read-lat",
+            "atomic-lat",
+        ] {
+            assert!(check_for(t, &o).is_ok(), "{t}");
+        }
+        let wi = parse(&args("--use_dmabuf --write-with-imm")).unwrap();
+        assert!(check_for("write-lat", &wi).is_ok());
+        let e = check_for("write-lat", &o).unwrap_err();
+        assert!(
+            e.contains("no CPU") && e.contains("--write-with-imm"),
+            "{e}"
+        );
+        for (more, why) in [
+            ("--use_hugepages", "one memory type"),
+            ("--mmap=f", "one memory type"),
+            ("--odp", "--odp"),
+            ("-c ud", "-c ud"),
+            ("--client h --perftest", "perftest"),
+            ("--client h --rc-pingpong", "ibv_rc_pingpong"),
+        ] {
+            let x = parse(&args(&format!("--use_dmabuf {more}"))).unwrap();
+            let e = check_for("send-lat", &x).unwrap_err();
+            assert!(
+                e.starts_with("--use_dmabuf with send-lat") && e.contains(why),
+                "{e}"
+            );
+        }
+        let dc = parse(&args("--use_dmabuf -c dc")).unwrap();
+        assert!(check_for("write-bw", &dc).is_ok());
+        assert!(USAGE.contains("--use_dmabuf") && USAGE.contains("--use_cuda_dmabuf"));
+        assert!(USAGE.contains("links no GPU runtime"));
     }
 
     #[test]

@@ -112,7 +112,7 @@ pub struct Side {
     pub dev: Device,
     pub qp: Sq,
     pub cq: Cq,
-    pub mr: MemoryRegion,
+    pub mr: Mem,
     pub peer: RemoteBuf,
     /// The source of inline messages (zeros but for the tag byte each message sets).
     pub msg: Box<[u8; 1024]>,
@@ -213,7 +213,7 @@ fn rc_pingpong_setup(
     dev: &Device,
     test: &str,
     mut stream: TcpStream,
-    (mut qa, cqa, mra, srqa): (Qp, Cq, MemoryRegion, Option<Srq>),
+    (mut qa, cqa, mra, srqa): (Qp, Cq, Mem, Option<Srq>),
 ) -> Result<Setup> {
     if test.replace('_', "-") != "send-lat" {
         return Err(peer_failed(format!(
@@ -244,7 +244,7 @@ fn perftest_setup(
     test: &str,
     size: usize,
     stream: TcpStream,
-    (mut qa, cqa, mra, srqa): (Qp, Cq, MemoryRegion, Option<Srq>),
+    (mut qa, cqa, mra, srqa): (Qp, Cq, Mem, Option<Srq>),
 ) -> Result<Setup> {
     let t = perftest::Test::of(test, o.write_imm).ok_or_else(|| {
         peer_failed(format!(
@@ -356,12 +356,16 @@ fn caps(o: &Opts) -> QpCaps {
         max_inline: o.inline,
         max_send_sge: 4,
         max_recv_sge: 4,
+        // A dma-buf has no CPU view: a small send must land in the receive buffer, not in
+        // its CQE for the poller to copy (perftest sets MLX5_SCATTER_TO_CQE=0 for device
+        // memory send tests).
+        scatter_to_cqe: !o.dmabuf,
         ..QpCaps::default()
     }
 }
 
 /// A side's QP, CQ, region and SRQ, and its further QPs (`-q`).
-type Parts = ((Qp, Cq, MemoryRegion, Option<Srq>), Vec<Qp>);
+type Parts = ((Qp, Cq, Mem, Option<Srq>), Vec<Qp>);
 
 /// A side's QP(s), CQ, region and SRQ; `which` is its place among the sides of this process
 /// (0, or 1 for the second side of a one-process run: its `--mmap` window follows the
@@ -414,9 +418,43 @@ fn side_cq(dev: &Device, o: &Opts) -> Result<Cq> {
     dev.create_cq_with(&opts)
 }
 
-/// A side's buffer (every QP's slice): allocated, in huge pages, or a window of a file;
-/// `which` as for [`side`].
-fn region(pd: &blueflame::Pd, o: &Opts, size: usize, which: u64) -> Result<MemoryRegion> {
+/// A side's buffer: its region and, with `--use_dmabuf`, the dma-buf's exporter (the one
+/// way to its bytes: a dma-buf region has no CPU view). Derefs to the region.
+pub struct Mem {
+    pub region: MemoryRegion,
+    pub dmabuf: Option<crate::dmabuf::DmaBuf>,
+}
+
+impl std::ops::Deref for Mem {
+    type Target = MemoryRegion;
+    fn deref(&self) -> &MemoryRegion {
+        &self.region
+    }
+}
+
+impl From<MemoryRegion> for Mem {
+    fn from(region: MemoryRegion) -> Mem {
+        Mem {
+            region,
+            dmabuf: None,
+        }
+    }
+}
+
+/// The byte of a dma-buf's source areas (where a side's writes and sends gather from, and
+/// its reads land), written through the exporter before the test: a message carries it to
+/// the peer's dma-buf, where a check through the peer's exporter finds it.
+pub const DMABUF_SOURCE: u8 = 0x5a;
+
+/// The byte of side `which`'s destination areas (where the peer's writes and sends land,
+/// and its reads gather from) in a dma-buf: a read carries it into the reader's source area.
+pub fn dmabuf_dest(which: u64) -> u8 {
+    0x10 + which as u8
+}
+
+/// A side's buffer (every QP's slice): allocated, in huge pages, a window of a file, or a
+/// dma-buf; `which` as for [`side`].
+fn region(pd: &blueflame::Pd, o: &Opts, size: usize, which: u64) -> Result<Mem> {
     let mut rights =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     if o.odp {
@@ -425,20 +463,35 @@ fn region(pd: &blueflame::Pd, o: &Opts, size: usize, which: u64) -> Result<Memor
         rights = rights | Access::ON_DEMAND;
     }
     let len = buf_len(size) * o.qps;
-    Ok(if o.hugepages {
+    Ok(if o.dmabuf {
+        // perftest --use_*_dmabuf: the buffer is a dma-buf (the software NIC's exporter, or
+        // udmabuf), registered with ibv_reg_dmabuf_mr. Its bytes are set through the
+        // exporter: each QP's slice a destination area of this side's byte, then the
+        // source area of DMABUF_SOURCE (the messages gather from it: no inline).
+        let (region, buf) = crate::dmabuf::region(pd.device(), pd, len, which, rights)?;
+        let slice = buf_len(size);
+        for lane in 0..o.qps {
+            buf.write(lane * slice, &vec![dmabuf_dest(which); size])?;
+            buf.write(lane * slice + size, &vec![DMABUF_SOURCE; size])?;
+        }
+        Mem {
+            region,
+            dmabuf: Some(buf),
+        }
+    } else if o.hugepages {
         // perftest --use_hugepages: the buffer in huge pages (a machine without any
         // reserved refuses it, typed, naming the sysctl).
         let pages = blueflame::mapping::HugePages::new(len, blueflame::mapping::PageSize::Huge2M)?;
-        pd.register(pages, rights).map_err(|r| r.error)?
+        pd.register(pages, rights).map_err(|r| r.error)?.into()
     } else if let Some(path) = &o.mmap {
         // perftest --mmap: the buffer is the file's bytes at --mmap-offset (MAP_SHARED),
         // registered as user memory; a second side here takes the next window.
         let window = (len as u64).next_multiple_of(crate::mmap_file::page_size());
         let at = o.mmap_offset.unwrap_or(0) + which * window;
         let w = crate::mmap_file::FileWindow::map(path, at, len)?;
-        pd.register(w, rights).map_err(|r| r.error)?
+        pd.register(w, rights).map_err(|r| r.error)?.into()
     } else {
-        pd.alloc_mr(len, rights)?
+        pd.alloc_mr(len, rights)?.into()
     })
 }
 
@@ -462,7 +515,7 @@ fn dc_side(dev: &Device, o: &Opts, size: usize, which: u64) -> Result<DcParts> {
 }
 
 /// A DC side's DCI, DCT, CQ and buffer.
-type DcParts = (Dci, Dct, Cq, MemoryRegion);
+type DcParts = (Dci, Dct, Cq, Mem);
 
 /// What a peer's DCI needs to reach `dct`: the port's LID and GID (those of an RC QP of the
 /// same domain, made to ask), and the DCT number in place of a QP number.
@@ -786,7 +839,7 @@ impl Side {
     pub fn new(
         dev: &Device,
         o: &Opts,
-        (qp, cq, mr, srq): (Qp, Cq, MemoryRegion, Option<Srq>),
+        (qp, cq, mr, srq): (Qp, Cq, Mem, Option<Srq>),
         peer: RemoteBuf,
     ) -> Side {
         Side::build(dev, o, Sq::Rc(qp), cq, mr, srq, peer)
@@ -798,7 +851,7 @@ impl Side {
         o: &Opts,
         qp: Sq,
         cq: Cq,
-        mr: MemoryRegion,
+        mr: Mem,
         srq: Option<Srq>,
         peer: RemoteBuf,
     ) -> Side {

@@ -823,3 +823,74 @@ fn no_peak_above_twenty_thousand_iterations() {
         assert!(json_field(&text, "bw_avg_mb_s") > 0.0, "{text}");
     }
 }
+
+/// `--use_dmabuf` (perftest's `--use_*_dmabuf`) on the software NIC: each side's buffer a
+/// dma-buf of the NIC's exporter, said in the header; bandwidth tests and the latency tests
+/// that learn of messages from completions run as without it (the same row); the
+/// combinations where the CPU would touch the buffer are refused, exit 2, before any
+/// traffic (no table).
+#[test]
+fn use_dmabuf_runs_on_the_software_nic_and_refuses_what_needs_a_cpu_view() {
+    let common = [
+        "-d", "sim", "-s", "4096", "-n", "200", "--warmup", "10", "--json",
+    ];
+    for test in [
+        &["write-bw"][..],
+        &["read-bw"][..],
+        &["send-bw", "-q", "2"][..],
+        &["atomic-bw"][..],
+        &["send-lat"][..],
+        &["read-lat"][..],
+        &["write-lat", "--write-with-imm"][..],
+    ] {
+        let run = |dmabuf: bool| {
+            let mut args = test.to_vec();
+            args.extend_from_slice(&common);
+            if dmabuf {
+                args.push("--use_dmabuf");
+            }
+            let out = bfperf(&args);
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let (with, without) = (run(true), run(false));
+        // The same test, size and count either way (the times are the run's own).
+        assert_eq!(
+            with.split(',').next(),
+            without.split(',').next(),
+            "{test:?}"
+        );
+        assert!(with.starts_with("{\"test\":"), "{with}");
+        for k in ["bytes", "iterations"] {
+            assert_eq!(
+                json_field(&with, k),
+                json_field(&without, k),
+                "{test:?} {k}: {with} / {without}"
+            );
+        }
+    }
+    let out = bfperf(&["write-bw", "-d", "sim", "-n", "100", "--use_dmabuf"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Memory         : dma-buf from the software NIC's exporter (SimDmaBuf)"),
+        "{text}"
+    );
+    assert!(text.contains("Inline         : up to 0 bytes"), "{text}");
+    for (args, why) in [
+        (&["write-lat"][..], "add --write-with-imm"),
+        (&["write-bw", "-I", "64"][..], "never inline"),
+        (&["write-bw", "--use_hugepages"][..], "one memory type"),
+        (&["send-lat", "-c", "ud"][..], "-c ud"),
+        (&["write-bw", "--odp"][..], "--odp"),
+    ] {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["-d", "sim", "--use_dmabuf"]);
+        let out = bfperf(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{all:?}: traffic before the refusal");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("bfperf: --use_dmabuf"), "{all:?}: {err}");
+        assert!(err.contains(why), "{all:?}: {err}");
+    }
+}
