@@ -23,6 +23,7 @@ mod rc_pingpong;
 mod setup;
 mod stats;
 mod ud;
+mod window;
 
 use opts::{Atomic, Connection, Opts};
 
