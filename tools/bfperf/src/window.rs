@@ -39,6 +39,12 @@ impl Window {
         now >= self.end
     }
 
+    /// When the run is over (perftest's END_STATE): a side waiting for its peer gives up
+    /// then.
+    pub fn end(&self) -> Instant {
+        self.end
+    }
+
     /// The requests completed in the measured phase and its length in seconds (as it was
     /// seen: from the first note in it to the first note past it).
     pub fn measured(&self) -> (u64, f64) {
@@ -60,6 +66,7 @@ mod tests {
         let t0 = Instant::now();
         let at = |s: f64| t0 + Duration::from_secs_f64(s);
         let mut w = Window::new(t0, 10, 2);
+        assert_eq!(w.end(), at(10.0));
         for (t, done, over) in [
             (0.0, 0, false),
             (1.9, 500, false),
