@@ -621,9 +621,9 @@ fn pingpong_one_thread_timed(
 /// the measuring side measured.
 ///
 /// # Errors
-/// A perftest or `ibv_rc_pingpong` peer (typed, before any message: perftest's timed
-/// latency loop is not spoken, `ibv_rc_pingpong` has none), no iteration measured, or the
-/// device's.
+/// A perftest peer of a ping-pong or an `ibv_rc_pingpong` peer (typed, before any
+/// message: perftest's timed ping-pong is not spoken, `ibv_rc_pingpong` has none; a
+/// perftest `ib_read_lat` is), no iteration measured, or the device's.
 pub fn run_timed(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<Timed>> {
     let passive = matches!(kind, Lat::Read | Lat::Atomic(_));
     match setup {
@@ -663,8 +663,25 @@ pub fn run_timed(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Optio
             sync(&mut stream)?;
             Ok(Some(r))
         }
+        Setup::Perftest(mut s, mut link) if link.test == Test::Read => {
+            // `ib_read_lat`'s server only waits for the close, timed or not: the client
+            // reads until its own end (perftest's `run_iter_lat` in duration mode).
+            crate::pin(o.pin);
+            let failed = crate::setup::peer_failed;
+            let mine = link.mine;
+            link.wire.hand_shake(&mine).map_err(failed)?;
+            let r = match link.client {
+                true => Some(initiate_timed(&mut s, o, kind, size, &Barrier::new(1))?),
+                false => None,
+            };
+            link.wire.close(&mine).map_err(failed)?;
+            if r.is_none() {
+                eprintln!("bfperf: the peer is perftest {}", link.version);
+            }
+            Ok(r)
+        }
         Setup::Perftest(..) => Err(blueflame::Error::Unsupported(
-            "-D with a perftest peer: perftest's timed latency loop is not spoken yet (run both sides without -D)",
+            "-D with a perftest peer of write-lat or send-lat: perftest's timed ping-pong is not spoken yet (read-lat is; run the others without -D)",
         )),
         Setup::RcPingpong(..) => Err(blueflame::Error::Unsupported(
             "-D with an ibv_rc_pingpong peer: it counts -n messages and has no timed mode (run without -D)",

@@ -658,8 +658,8 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             Some("perftest's exchange is spoken for write-, read- and send-lat and -bw")
         } else if o.all || o.srq || o.events || o.connection == Connection::Ud {
             Some("-a, --srq, --events and -c ud are not spoken with perftest yet")
-        } else if duration(o).is_some() {
-            Some("-D and --run_infinitely are not spoken with perftest yet")
+        } else if duration(o).is_some() && name != "read-lat" {
+            Some("-D and --run_infinitely are not spoken with perftest yet (but for read-lat -D)")
         } else {
             None
         };
@@ -1002,6 +1002,9 @@ mod tests {
                 assert_eq!(check_for(t, &parse(&args(a)).unwrap()), Ok(()), "{t} {a}");
             }
         }
+        // ib_read_lat's server only waits: a timed read-lat runs against it.
+        let peer = parse(&args("-D 4 --client h --perftest")).unwrap();
+        assert_eq!(check_for("read-lat", &peer), Ok(()));
         for a in ["-D 2 --write-with-imm", "-D 2 --write-with-imm --srq"] {
             assert_eq!(
                 check_for("write-lat", &parse(&args(a)).unwrap()),
@@ -1026,6 +1029,11 @@ mod tests {
                 "write-lat",
                 "-D 2 --client h --perftest",
                 "not spoken with perftest",
+            ),
+            (
+                "send-lat",
+                "-D 2 --client h --perftest",
+                "but for read-lat -D",
             ),
             ("write-lat", "-D 2 -a", "drop -a"),
             ("send-lat", "-D 2 -c ud", "-c ud"),
