@@ -621,9 +621,8 @@ fn pingpong_one_thread_timed(
 /// the measuring side measured.
 ///
 /// # Errors
-/// A perftest peer of a ping-pong or an `ibv_rc_pingpong` peer (typed, before any
-/// message: perftest's timed ping-pong is not spoken, `ibv_rc_pingpong` has none; a
-/// perftest `ib_read_lat` is), no iteration measured, or the device's.
+/// An `ibv_rc_pingpong` peer (typed, before any message: it has no timed mode), no
+/// iteration measured, or the device's.
 pub fn run_timed(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<Timed>> {
     let passive = matches!(kind, Lat::Read | Lat::Atomic(_));
     match setup {
@@ -663,30 +662,118 @@ pub fn run_timed(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Optio
             sync(&mut stream)?;
             Ok(Some(r))
         }
-        Setup::Perftest(mut s, mut link) if link.test == Test::Read => {
-            // `ib_read_lat`'s server only waits for the close, timed or not: the client
-            // reads until its own end (perftest's `run_iter_lat` in duration mode).
+        Setup::Perftest(s, link) => {
             crate::pin(o.pin);
-            let failed = crate::setup::peer_failed;
-            let mine = link.mine;
-            link.wire.hand_shake(&mine).map_err(failed)?;
-            let r = match link.client {
-                true => Some(initiate_timed(&mut s, o, kind, size, &Barrier::new(1))?),
-                false => None,
-            };
-            link.wire.close(&mine).map_err(failed)?;
-            if r.is_none() {
-                eprintln!("bfperf: the peer is perftest {}", link.version);
-            }
-            Ok(r)
+            against_perftest_timed(s, link, o, kind, size)
         }
-        Setup::Perftest(..) => Err(blueflame::Error::Unsupported(
-            "-D with a perftest peer of write-lat or send-lat: perftest's timed ping-pong is not spoken yet (read-lat is; run the others without -D)",
-        )),
         Setup::RcPingpong(..) => Err(blueflame::Error::Unsupported(
             "-D with an ibv_rc_pingpong peer: it counts -n messages and has no timed mode (run without -D)",
         )),
     }
+}
+
+/// A timed latency test (`-D`) against perftest's program, in perftest's loops of duration
+/// mode: `ib_read_lat`'s client reads until its end (its server only waits for the close,
+/// timed or not); `ib_write_lat` and `ib_send_lat` ping-pong until each side's own end
+/// ([`pingpong_perftest_timed`]). The perftest side must be given `-D` too (perftest's
+/// exchange does not carry it).
+fn against_perftest_timed(
+    mut s: Side,
+    mut link: PerftestLink,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+) -> Result<Option<Timed>> {
+    let failed = crate::setup::peer_failed;
+    let mine = link.mine;
+    let r = match link.test {
+        Test::Read => {
+            link.wire.hand_shake(&mine).map_err(failed)?;
+            match link.client {
+                true => Some(initiate_timed(&mut s, o, kind, size, &Barrier::new(1))?),
+                false => None,
+            }
+        }
+        Test::Write | Test::Send => {
+            let wire = &mut link.wire;
+            let ready = move || wire.hand_shake(&mine).map(|_| ()).map_err(failed);
+            Some(pingpong_perftest_timed(
+                &mut s,
+                o,
+                kind,
+                size,
+                link.client,
+                ready,
+            )?)
+        }
+        Test::WriteBw | Test::ReadBw | Test::SendBw => {
+            return Err(blueflame::Error::Unsupported(
+                "a bandwidth test's perftest exchange in a latency test",
+            ))
+        }
+    };
+    if link.test.closes() {
+        link.wire.close(&mine).map_err(failed)?;
+    }
+    if !link.client || r.is_none() {
+        eprintln!("bfperf: the peer is perftest {}", link.version);
+    }
+    Ok(r)
+}
+
+/// [`pingpong_perftest`] in duration mode (perftest's `run_iter_lat_write` and
+/// `run_iter_lat_send` with `-D`): the same messages, counts and first mover, for as long
+/// as this side's run lasts; each wait for the peer (its message, and a write's own
+/// completion) gives up at this side's end, as perftest's `state != END_STATE`; the
+/// iterations completed in the middle counted ([`Window`]).
+fn pingpong_perftest_timed(
+    s: &mut Side,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+    client: bool,
+    ready: impl FnOnce() -> Result<()>,
+) -> Result<Timed> {
+    let recv = kind.receives();
+    if recv {
+        for i in 0..64 {
+            post_recv(s, size, i)?;
+        }
+    }
+    ready()?;
+    let count = |n: u64| n as u8;
+    let first = if kind == Lat::Write { !client } else { client };
+    let mut w = window(o);
+    let end = w.end();
+    let (mut waits, mut done) = (0u64, 0u64);
+    while !w.note(Instant::now(), done) {
+        if done > 0 || !first {
+            waits += 1;
+            let came = if recv {
+                let came = wait_recv_until(s, count(waits), end)?;
+                if came {
+                    post_recv(s, size, waits + 63)?;
+                }
+                came
+            } else {
+                s.wait_byte_until(size - 1, count(waits), end)?
+            };
+            if !came {
+                break;
+            }
+        }
+        if kind == Lat::Write {
+            post_msg_with(s, o, size, count(done + 1), kind, done, PostFlags::SIGNALED)?;
+            if s.next_completion_until(end)?.is_none() {
+                break;
+            }
+        } else {
+            post_msg(s, o, size, count(done + 1), kind, done)?;
+        }
+        done += 1;
+    }
+    w.note(Instant::now(), done);
+    timed(kind, w.measured())
 }
 
 /// A latency test against perftest's program (`Setup::Perftest`), in perftest's loop:

@@ -658,8 +658,8 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             Some("perftest's exchange is spoken for write-, read- and send-lat and -bw")
         } else if o.all || o.srq || o.events || o.connection == Connection::Ud {
             Some("-a, --srq, --events and -c ud are not spoken with perftest yet")
-        } else if duration(o).is_some() && name != "read-lat" {
-            Some("-D and --run_infinitely are not spoken with perftest yet (but for read-lat -D)")
+        } else if duration(o).is_some() && !name.ends_with("-lat") {
+            Some("-D and --run_infinitely are not spoken with perftest's bandwidth tests yet")
         } else {
             None
         };
@@ -1002,9 +1002,14 @@ mod tests {
                 assert_eq!(check_for(t, &parse(&args(a)).unwrap()), Ok(()), "{t} {a}");
             }
         }
-        // ib_read_lat's server only waits: a timed read-lat runs against it.
+        // perftest's timed latency loops are spoken (not its timed bandwidth tests).
         let peer = parse(&args("-D 4 --client h --perftest")).unwrap();
-        assert_eq!(check_for("read-lat", &peer), Ok(()));
+        for t in ["write-lat", "send-lat", "read-lat"] {
+            assert_eq!(check_for(t, &peer), Ok(()), "{t}");
+        }
+        assert!(check_for("write-bw", &peer)
+            .unwrap_err()
+            .contains("bandwidth tests"));
         for a in ["-D 2 --write-with-imm", "-D 2 --write-with-imm --srq"] {
             assert_eq!(
                 check_for("write-lat", &parse(&args(a)).unwrap()),
@@ -1027,14 +1032,10 @@ mod tests {
             ("send-lat", "-D 2 --client h --rc-pingpong", "no timed mode"),
             (
                 "write-lat",
-                "-D 2 --client h --perftest",
-                "not spoken with perftest",
+                "-D 2 --client h --perftest --write-with-imm",
+                "--perftest",
             ),
-            (
-                "send-lat",
-                "-D 2 --client h --perftest",
-                "but for read-lat -D",
-            ),
+            ("atomic-lat", "-D 2 --client h --perftest", "--perftest"),
             ("write-lat", "-D 2 -a", "drop -a"),
             ("send-lat", "-D 2 -c ud", "-c ud"),
             ("write-lat", "-D 2 -f 1", "twice the margin"),
