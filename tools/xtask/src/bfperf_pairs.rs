@@ -1,7 +1,8 @@
 //! bfperf against bfperf on rxe0 across two processes (a `--server` in the background, a
 //! `--client` to 10.77.0.1, as the perftest pairings of [`crate::interop`]): the options
 //! whose two-process paths the software NIC cannot run (it lives in one process): `-q`,
-//! `-b` (results swapped over TCP, both sides print the sum), `--mmap` and `--pin_cores`.
+//! `-b` (results swapped over TCP, both sides print the sum), `--mmap`, `--pin_cores` and a
+//! latency test timed by `-D` (each side stopping on its own clock).
 //! Each pairing is one line of the rxe stage with each side's figure:
 //! `interop write-bw -b bfperf -> bfperf: ok (client 39.20 MB/s, server 39.20 MB/s)`. A
 //! pairing fails when either process fails or hangs (a timeout), the client prints no
