@@ -7,6 +7,12 @@
 //! `recv`: `rq` (the QP's receive queue), or `srq` with `--srq`; `connection`: `RC`, or `UD`
 //! with `-c ud`).
 //!
+//! Timed latency runs (`-D`), columns:
+//! `test,device,bytes,iterations,t_avg_us,tps_average,sample_s,mode,recv,connection`
+//! (perftest's duration report: the iterations completed in the measured time, that time
+//! over them, halved for write and send, and the iterations per second; `sample_s` the
+//! measured seconds).
+//!
 //! Bandwidth tests, columns:
 //! `test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode,recv,connection`
 //! (MB = 10^6 bytes per second, as perftest; message rate in millions per second).
@@ -18,6 +24,9 @@ use std::path::Path;
 
 /// The header of a latency CSV.
 pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv,connection";
+/// The header of a timed latency run's CSV (`-D`).
+pub const LAT_DUR_HEADER: &str =
+    "test,device,bytes,iterations,t_avg_us,tps_average,sample_s,mode,recv,connection";
 /// The header of a bandwidth CSV.
 pub const BW_HEADER: &str =
     "test,device,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,msg_rate_mpps,mode,recv,connection";
@@ -70,6 +79,28 @@ impl Csv {
             s.stdev,
             s.p99,
             s.p999
+        )?;
+        self.out.flush()
+    }
+
+    /// One row of a timed latency run (`-D`).
+    pub fn lat_dur(
+        &mut self,
+        test: &str,
+        device: &str,
+        bytes: usize,
+        t: &crate::stats::Timed,
+        (mode, recv, connection): (&str, &str, &str),
+    ) -> io::Result<()> {
+        writeln!(
+            self.out,
+            "{},{},{bytes},{},{:.3},{:.3},{:.6},{mode},{recv},{connection}",
+            field(test),
+            field(device),
+            t.iters,
+            t.t_avg_us(),
+            t.tps(),
+            t.secs
         )?;
         self.out.flush()
     }
@@ -220,6 +251,41 @@ mod tests {
         );
         let f: Vec<f64> = r[4..7].iter().map(|v| v.parse().unwrap()).collect();
         assert_eq!(f, [1234.5, 1200.25, 0.018315]);
+    }
+
+    #[test]
+    fn timed_latency_rows_parse_back() {
+        let p = tmp("lat-dur.csv");
+        let mut c = Csv::create(&p, LAT_DUR_HEADER).unwrap();
+        let t = crate::stats::Timed {
+            iters: 400_000,
+            secs: 2.0,
+            rtt: 2,
+        };
+        c.lat_dur("write_lat", "sim", 8, &t, ("poll", "rq", "RC"))
+            .unwrap();
+        drop(c);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], LAT_DUR_HEADER);
+        let r = parse(lines[1]);
+        assert_eq!(r.len(), parse(LAT_DUR_HEADER).len());
+        assert_eq!(
+            r,
+            [
+                "write_lat",
+                "sim",
+                "8",
+                "400000",
+                "2.500",
+                "200000.000",
+                "2.000000",
+                "poll",
+                "rq",
+                "RC"
+            ]
+        );
     }
 
     #[test]

@@ -7,10 +7,12 @@ use crate::hwts::{Split, Summary};
 use crate::opts::{Atomic, Opts};
 use crate::perftest::Test;
 use crate::setup::{sync, PerftestLink, Setup, Side};
-use crate::stats::Clock;
+use crate::stats::{Clock, Timed};
+use crate::window::Window;
 use blueflame::PostSend;
 use blueflame::{Payload, PostFlags, Remote, Request, Result, Sge};
 use std::sync::{Arc, Barrier};
+use std::time::Instant;
 
 /// Which latency test.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -401,6 +403,382 @@ pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<LatR
             }
         }
     }
+}
+
+/// The phases of a timed run (`-D`, `-f`) from now.
+fn window(o: &Opts) -> Window {
+    let d = crate::opts::duration(o).unwrap_or(0);
+    Window::new(Instant::now(), d, crate::opts::margin(o).unwrap_or(0))
+}
+
+/// What a timed run measured (`Window::measured`), as perftest's report takes it: half a
+/// round trip in a ping-pong, a whole request in read and atomic tests.
+///
+/// # Errors
+/// No iteration completed in the measured time (the peer answered none before this side's
+/// end): perftest would print a t_avg of infinity.
+fn timed(kind: Lat, (iters, secs): (u64, f64)) -> Result<Timed> {
+    if iters == 0 {
+        eprintln!(
+            "bfperf: -D: no iteration completed in the measured time (the peer answered none before this side's end)"
+        );
+        return Err(blueflame::Error::InvalidParameter {
+            what: "-D run (see the line above): iterations measured",
+            value: 0,
+        });
+    }
+    let rtt = if kind.receives() || kind == Lat::Write {
+        2
+    } else {
+        1
+    };
+    Ok(Timed { iters, secs, rtt })
+}
+
+/// [`wait_recv`] in a timed run: false once `end` is past with no receive.
+///
+/// # Errors
+/// A write with immediate whose immediate is not the message's tag (typed: the peer's
+/// input), or the device's.
+fn wait_recv_until(s: &mut Side, tag: u8, end: Instant) -> Result<bool> {
+    use blueflame::WcOpcode;
+    loop {
+        let Some(c) = s.next_completion_until(end)? else {
+            return Ok(false);
+        };
+        match c.opcode {
+            WcOpcode::Recv => return Ok(true),
+            WcOpcode::RecvRdmaWithImm if c.imm == Some(tag as u32) => return Ok(true),
+            WcOpcode::RecvRdmaWithImm => {
+                return Err(blueflame::Error::InvalidParameter {
+                    what: "immediate of the peer's write (the message's tag expected)",
+                    value: c.imm.map_or(u64::MAX, u64::from),
+                })
+            }
+            _ => {}
+        }
+    }
+}
+
+/// [`arrive`] in a timed run: false once `end` is past with the message not there.
+fn arrive_until(
+    x: &mut Side,
+    kind: Lat,
+    size: usize,
+    tag: u8,
+    i: usize,
+    end: Instant,
+) -> Result<bool> {
+    if kind.receives() {
+        if !wait_recv_until(x, tag, end)? {
+            return Ok(false);
+        }
+        post_recv(x, size, (i + 64) as u64)?;
+        Ok(true)
+    } else {
+        x.wait_byte_until(size - 1, tag, end)
+    }
+}
+
+/// The responder of a timed ping-pong (`-D`): echoes every message until its own end
+/// (perftest's END_STATE), and stops there whether or not a message is on its way (the
+/// initiator's end comes within a moment of it, and in the margin after the measured time).
+fn respond_timed(mut s: Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> Result<()> {
+    if kind.receives() {
+        for i in 0..64 {
+            post_recv(&mut s, size, i)?;
+        }
+    }
+    ready.wait();
+    let end = window(o).end();
+    for i in 0usize.. {
+        let tag = tag_of(i);
+        let came = match kind {
+            Lat::Write => s.wait_byte_until(size - 1, tag, end)?,
+            Lat::Send | Lat::WriteImm => wait_recv_until(&mut s, tag, end)?,
+            _ => return Ok(()),
+        };
+        if !came {
+            break;
+        }
+        post_msg(&mut s, o, size, tag, kind, i as u64)?;
+        if kind.receives() {
+            post_recv(&mut s, size, (i + 64) as u64)?;
+        }
+        if kind == Lat::Write && i % 64 == 63 {
+            s.drain_errors();
+        }
+    }
+    Ok(())
+}
+
+/// The initiator of a timed run (`-D`), as perftest's `run_iter_lat*` in duration mode:
+/// iterations (a round trip, or a read's or atomic's completion) until the run's end, those
+/// completed in its middle counted, over the middle's length ([`Window`]). A wait for the
+/// peer gives up at the end (the peer may have stopped on its own clock).
+fn initiate_timed(
+    s: &mut Side,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+    ready: &Barrier,
+) -> Result<Timed> {
+    if kind.receives() {
+        for i in 0..64 {
+            post_recv(s, size, i)?;
+        }
+    }
+    ready.wait();
+    let peer = Remote {
+        addr: s.peer.addr,
+        rkey: s.peer.rkey,
+    };
+    let read_sge = [s.mr.sge(size, size as u32)?];
+    let atomic_sge = s.mr.sge(size, 8)?;
+    let mut w = window(o);
+    let end = w.end();
+    let mut done = 0u64;
+    while !w.note(Instant::now(), done) {
+        let i = done as usize;
+        let tag = tag_of(i);
+        let came = match kind {
+            Lat::Write => {
+                post_msg(s, o, size, tag, kind, done)?;
+                let came = s.wait_byte_until(size - 1, tag, end)?;
+                if i % 64 == 63 {
+                    s.drain_errors();
+                }
+                came
+            }
+            Lat::Send | Lat::WriteImm => {
+                post_msg(s, o, size, tag, kind, done)?;
+                post_recv(s, size, done + 64)?;
+                wait_recv_until(s, tag, end)?
+            }
+            Lat::Read => {
+                s.qp.read(&read_sge, peer, done, PostFlags::SIGNALED)?;
+                s.next_completion_until(end)?.is_some()
+            }
+            Lat::Atomic(a) => {
+                match a {
+                    Atomic::FetchAdd => {
+                        s.qp.fetch_add(peer, 1, atomic_sge, done, PostFlags::SIGNALED)?
+                    }
+                    Atomic::CompareSwap => s.qp.compare_swap(
+                        peer,
+                        done,
+                        done + 1,
+                        atomic_sge,
+                        done,
+                        PostFlags::SIGNALED,
+                    )?,
+                }
+                s.next_completion_until(end)?.is_some()
+            }
+        };
+        if !came {
+            break;
+        }
+        done += 1;
+    }
+    w.note(Instant::now(), done);
+    timed(kind, w.measured())
+}
+
+/// Both roles of a timed ping-pong in one thread (the software NIC's), as
+/// [`pingpong_one_thread`].
+fn pingpong_one_thread_timed(
+    a: &mut Side,
+    b: &mut Side,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+) -> Result<Timed> {
+    if kind.receives() {
+        for i in 0..64 {
+            post_recv(a, size, i)?;
+            post_recv(b, size, i)?;
+        }
+    }
+    let mut w = window(o);
+    let end = w.end();
+    let mut done = 0u64;
+    while !w.note(Instant::now(), done) {
+        let i = done as usize;
+        let tag = tag_of(i);
+        post_msg(a, o, size, tag, kind, done)?;
+        if !arrive_until(b, kind, size, tag, i, end)? {
+            break;
+        }
+        post_msg(b, o, size, tag, kind, done)?;
+        if !arrive_until(a, kind, size, tag, i, end)? {
+            break;
+        }
+        a.drain_errors();
+        b.drain_errors();
+        done += 1;
+    }
+    w.note(Instant::now(), done);
+    timed(kind, w.measured())
+}
+
+/// Runs one timed latency test (`-D`) of `size` bytes, as [`run`] places its sides; what
+/// the measuring side measured.
+///
+/// # Errors
+/// An `ibv_rc_pingpong` peer (typed, before any message: it has no timed mode), no
+/// iteration measured, or the device's.
+pub fn run_timed(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<Timed>> {
+    let passive = matches!(kind, Lat::Read | Lat::Atomic(_));
+    match setup {
+        Setup::Local(mut a, b) => {
+            if passive {
+                let r = initiate_timed(&mut a, o, kind, size, &Barrier::new(1))?;
+                drop(b);
+                return Ok(Some(r));
+            }
+            if a.dev.nic().is_some() {
+                crate::pin(o.pin);
+                let mut b = b;
+                return pingpong_one_thread_timed(&mut a, &mut b, o, kind, size).map(Some);
+            }
+            let ready = Arc::new(Barrier::new(2));
+            let (r2, o2) = (ready.clone(), o.clone());
+            let t = std::thread::spawn(move || respond_timed(b, &o2, kind, size, &r2));
+            crate::pin(o.pin);
+            let r = initiate_timed(&mut a, o, kind, size, &ready);
+            let resp = t
+                .join()
+                .map_err(|_| blueflame::Error::Unsupported("the responder thread panicked"))?;
+            resp?;
+            r.map(Some)
+        }
+        Setup::Server(s, mut stream) => {
+            crate::pin(o.pin);
+            if !passive {
+                respond_timed(s, o, kind, size, &Barrier::new(1))?;
+            }
+            sync(&mut stream)?;
+            Ok(None)
+        }
+        Setup::Client(mut s, mut stream) => {
+            crate::pin(o.pin);
+            let r = initiate_timed(&mut s, o, kind, size, &Barrier::new(1))?;
+            sync(&mut stream)?;
+            Ok(Some(r))
+        }
+        Setup::Perftest(s, link) => {
+            crate::pin(o.pin);
+            against_perftest_timed(s, link, o, kind, size)
+        }
+        Setup::RcPingpong(..) => Err(blueflame::Error::Unsupported(
+            "-D with an ibv_rc_pingpong peer: it counts -n messages and has no timed mode (run without -D)",
+        )),
+    }
+}
+
+/// A timed latency test (`-D`) against perftest's program, in perftest's loops of duration
+/// mode: `ib_read_lat`'s client reads until its end (its server only waits for the close,
+/// timed or not); `ib_write_lat` and `ib_send_lat` ping-pong until each side's own end
+/// ([`pingpong_perftest_timed`]). The perftest side must be given `-D` too (perftest's
+/// exchange does not carry it).
+fn against_perftest_timed(
+    mut s: Side,
+    mut link: PerftestLink,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+) -> Result<Option<Timed>> {
+    let failed = crate::setup::peer_failed;
+    let mine = link.mine;
+    let r = match link.test {
+        Test::Read => {
+            link.wire.hand_shake(&mine).map_err(failed)?;
+            match link.client {
+                true => Some(initiate_timed(&mut s, o, kind, size, &Barrier::new(1))?),
+                false => None,
+            }
+        }
+        Test::Write | Test::Send => {
+            let wire = &mut link.wire;
+            let ready = move || wire.hand_shake(&mine).map(|_| ()).map_err(failed);
+            Some(pingpong_perftest_timed(
+                &mut s,
+                o,
+                kind,
+                size,
+                link.client,
+                ready,
+            )?)
+        }
+        Test::WriteBw | Test::ReadBw | Test::SendBw => {
+            return Err(blueflame::Error::Unsupported(
+                "a bandwidth test's perftest exchange in a latency test",
+            ))
+        }
+    };
+    if link.test.closes() {
+        link.wire.close(&mine).map_err(failed)?;
+    }
+    if !link.client || r.is_none() {
+        eprintln!("bfperf: the peer is perftest {}", link.version);
+    }
+    Ok(r)
+}
+
+/// [`pingpong_perftest`] in duration mode (perftest's `run_iter_lat_write` and
+/// `run_iter_lat_send` with `-D`): the same messages, counts and first mover, for as long
+/// as this side's run lasts; each wait for the peer (its message, and a write's own
+/// completion) gives up at this side's end, as perftest's `state != END_STATE`; the
+/// iterations completed in the middle counted ([`Window`]).
+fn pingpong_perftest_timed(
+    s: &mut Side,
+    o: &Opts,
+    kind: Lat,
+    size: usize,
+    client: bool,
+    ready: impl FnOnce() -> Result<()>,
+) -> Result<Timed> {
+    let recv = kind.receives();
+    if recv {
+        for i in 0..64 {
+            post_recv(s, size, i)?;
+        }
+    }
+    ready()?;
+    let count = |n: u64| n as u8;
+    let first = if kind == Lat::Write { !client } else { client };
+    let mut w = window(o);
+    let end = w.end();
+    let (mut waits, mut done) = (0u64, 0u64);
+    while !w.note(Instant::now(), done) {
+        if done > 0 || !first {
+            waits += 1;
+            let came = if recv {
+                let came = wait_recv_until(s, count(waits), end)?;
+                if came {
+                    post_recv(s, size, waits + 63)?;
+                }
+                came
+            } else {
+                s.wait_byte_until(size - 1, count(waits), end)?
+            };
+            if !came {
+                break;
+            }
+        }
+        if kind == Lat::Write {
+            post_msg_with(s, o, size, count(done + 1), kind, done, PostFlags::SIGNALED)?;
+            if s.next_completion_until(end)?.is_none() {
+                break;
+            }
+        } else {
+            post_msg(s, o, size, count(done + 1), kind, done)?;
+        }
+        done += 1;
+    }
+    w.note(Instant::now(), done);
+    timed(kind, w.measured())
 }
 
 /// A latency test against perftest's program (`Setup::Perftest`), in perftest's loop:

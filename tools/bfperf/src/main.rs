@@ -24,6 +24,7 @@ mod rc_pingpong;
 mod setup;
 mod stats;
 mod ud;
+mod window;
 
 use opts::{Atomic, Connection, Opts};
 
@@ -140,6 +141,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
     let mut csv = match (&o.csv, measures) {
         (Some(p), true) => {
             let header = match t {
+                Test::Lat(..) if opts::duration(o).is_some() => csv::LAT_DUR_HEADER,
                 Test::Lat(..) => csv::LAT_HEADER,
                 Test::Bw(..) => csv::BW_HEADER,
             };
@@ -157,7 +159,9 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
     if !o.json {
         if let Some(d) = opts::duration(o) {
             // perftest's words, where it says them (before its header).
-            println!(" WARNING: BW peak won't be measured in this run.");
+            if matches!(t, Test::Bw(..)) {
+                println!(" WARNING: BW peak won't be measured in this run.");
+            }
             if o.run_infinitely {
                 println!(" Duration       : until killed, a row every {d} s (--run_infinitely)");
             } else {
@@ -239,6 +243,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             o.inline, o.post_list, o.tx_depth
         );
         match t {
+            Test::Lat(..) if opts::duration(o).is_some() => println!("{}", stats::HEADER_DUR),
             Test::Lat(..) => println!("{}", stats::HEADER),
             Test::Bw(..) => println!("{}", bw_header(o)),
         }
@@ -278,6 +283,11 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         };
         let s = setup::setup(o, &dev, test_name, size)?;
         match t {
+            Test::Lat(kind, name) if opts::duration(o).is_some() => {
+                if let Some(r) = lat::run_timed(o, kind, s, size)? {
+                    report_lat_dur(&t, o, name, size, &r, csv.as_mut(), &progress)?;
+                }
+            }
             Test::Lat(kind, name) => {
                 if let Some((samples, split)) = lat::run(o, kind, s, size)? {
                     report_lat(&t, o, name, size, samples, csv.as_mut(), &progress)?;
@@ -390,6 +400,35 @@ fn report_lat(
         );
     } else {
         println!("{}", stats::row(size, o.iters, &sum));
+    }
+    Ok(())
+}
+
+/// Reports a timed latency run (`-D`) as perftest's `print_report_lat_duration`: its
+/// `--out_json` file, its CSV row, then its JSON line or table row.
+fn report_lat_dur(
+    t: &Test,
+    o: &Opts,
+    name: &str,
+    size: usize,
+    r: &stats::Timed,
+    csv: Option<&mut csv::Csv>,
+    progress: &progress::Progress,
+) -> blueflame::Result<()> {
+    progress.clear();
+    if let Some(path) = &o.out_json {
+        let reads = matches!(t, Test::Lat(lat::Lat::Read | lat::Lat::Atomic(_), _));
+        out_json::lat_dur(o, &title(t, o), reads, size, r).map_err(file_err(path))?;
+    }
+    let fields = (mode(o), recv(o), o.connection.name());
+    if let Some(c) = csv {
+        c.lat_dur(name, &o.device, size, r, fields)
+            .map_err(file_err(o.csv.as_deref().unwrap_or(".".as_ref())))?;
+    }
+    if o.json {
+        println!("{}", stats::json_dur(name, &o.device, fields, size, r));
+    } else {
+        println!("{}", stats::row_dur(size, r));
     }
     Ok(())
 }

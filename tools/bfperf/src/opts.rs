@@ -237,9 +237,13 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           dc: write-lat, read-lat, write-bw, read-bw over DC (perftest's -c DC:
                           each side a DCI aimed at the other's DCT, DC key 0xffeeddcc; mlx5
                           and the software NIC, refused typed elsewhere)
-  -D, --duration SECS     bandwidth tests: run SECS seconds instead of --iters, measuring the
-                          middle (perftest's -D: BW peak not measured, #iterations the ones
-                          measured; send-bw in one process only)
+  -D, --duration SECS     bandwidth and latency tests: run SECS seconds instead of --iters,
+                          measuring the middle (perftest's -D). Bandwidth: no BW peak,
+                          #iterations the requests measured (send-bw in one process only).
+                          Latency: perftest's duration row, #iterations (round trips, or
+                          read / atomic requests) completed in the middle, t_avg[usec] (the
+                          middle over them, halved for write and send) and tps average
+                          (iterations per second); no -e, -H, -U, --plot, --hw-timestamps
   -f, --margin SECS       the seconds left out at each end of a -D run (default SECS/4)
       --run_infinitely    bandwidth tests: run until killed, a row every -D seconds (default 5)
                           of what completed in it (perftest's --run_infinitely; no peak)
@@ -309,6 +313,9 @@ the round trip, read and atomic the whole request, as perftest):
   mode          poll (busy polling) | event (--events)
   recv          rq (the QP's receive queue) | srq (--srq)
   connection    RC | UD | DC (-c)
+Latency tests with -D: test, device, bytes, iterations (completed in the measured time),
+  t_avg_us (perftest's t_avg), tps_average, sample_s (the measured seconds), mode, recv,
+  connection
 Bandwidth tests:
   test          write_bw | read_bw | send_bw | atomic_bw;  device, bytes, iterations as above
   bw_peak_mb_s  perftest's peak: size over the least time per request from a post to a
@@ -647,10 +654,23 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         return Err("--run_infinitely reports every -D seconds whole: -f does not apply".into());
     }
     if let Some(d) = duration(o) {
-        if !name.ends_with("-bw") {
-            return Err(format!(
-                "-D times bandwidth tests here, not {name} (perftest also times latency tests by duration; bfperf does not yet)"
-            ));
+        if name.ends_with("-lat") {
+            // perftest's refusals where they apply (its words quoted), then what a timed
+            // latency run does not have: samples.
+            let why = if o.run_infinitely {
+                Some("--run_infinitely is for bandwidth tests only (perftest: \"run_infinitely exists only in BW tests for now\"); use -D SECS")
+            } else if o.events {
+                Some("-e: a timed run polls (perftest: \"Duration mode doesn't work with events\")")
+            } else if o.histogram || o.unsorted || o.plot.is_some() || o.hw_ts {
+                Some("-H, -U, --plot and --hw-timestamps need every sample: a timed run reports the average alone (perftest's duration report)")
+            } else if o.rc_pingpong {
+                Some("--rc-pingpong: ibv_rc_pingpong counts -n messages, it has no timed mode")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(format!("-D with {name}: {why}"));
+            }
         }
         if o.all {
             // perftest: "Duration mode currently doesn't support running on all sizes."
@@ -696,8 +716,8 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             Some("perftest's exchange is spoken for write-, read- and send-lat and -bw")
         } else if o.all || o.srq || o.events || o.connection == Connection::Ud {
             Some("-a, --srq, --events and -c ud are not spoken with perftest yet")
-        } else if duration(o).is_some() {
-            Some("-D and --run_infinitely are not spoken with perftest yet")
+        } else if duration(o).is_some() && !name.ends_with("-lat") {
+            Some("-D and --run_infinitely are not spoken with perftest's bandwidth tests yet")
         } else {
             None
         };
@@ -1072,6 +1092,67 @@ mod tests {
         assert!(check_for("send-bw", &ud).unwrap_err().contains("-c ud"));
         let both = parse(&args("-b --report-both --json")).unwrap();
         assert!(check_for("write-bw", &both).unwrap_err().contains("--json"));
+    }
+
+    /// perftest's -D for the latency tests: every latency test takes it (the margin a
+    /// quarter of it unless -f says); what a timed latency run cannot do is refused, naming
+    /// the option (perftest's words where it has them).
+    #[test]
+    fn duration_times_latency_tests_as_perftest() {
+        let o = parse(&args("-D 3 -f 1")).unwrap();
+        assert_eq!((o.duration, o.margin), (Some(3), Some(1)));
+        let o = parse(&args("--duration 8")).unwrap();
+        assert_eq!((duration(&o), margin(&o)), (Some(8), Some(2)));
+        assert!(parse(&args("-D soon")).unwrap_err().contains("'soon'"));
+        for t in ["write-lat", "send-lat", "read-lat", "atomic-lat"] {
+            for a in ["-D 2", "-D 4 -f 1", "-D 3 --server", "-D 3 --client h"] {
+                assert_eq!(check_for(t, &parse(&args(a)).unwrap()), Ok(()), "{t} {a}");
+            }
+        }
+        // perftest's timed latency loops are spoken (not its timed bandwidth tests).
+        let peer = parse(&args("-D 4 --client h --perftest")).unwrap();
+        for t in ["write-lat", "send-lat", "read-lat"] {
+            assert_eq!(check_for(t, &peer), Ok(()), "{t}");
+        }
+        assert!(check_for("write-bw", &peer)
+            .unwrap_err()
+            .contains("bandwidth tests"));
+        for a in ["-D 2 --write-with-imm", "-D 2 --write-with-imm --srq"] {
+            assert_eq!(
+                check_for("write-lat", &parse(&args(a)).unwrap()),
+                Ok(()),
+                "{a}"
+            );
+        }
+        for (t, a, why) in [
+            ("write-lat", "--run_infinitely", "bandwidth tests only"),
+            (
+                "read-lat",
+                "--run_infinitely -D 2",
+                "run_infinitely exists only in BW",
+            ),
+            ("send-lat", "-D 2 -e", "doesn't work with events"),
+            ("send-lat", "-D 2 -H", "-H, -U"),
+            ("write-lat", "-D 2 -U", "average alone"),
+            ("write-lat", "-D 2 --plot p.svg", "--plot"),
+            ("read-lat", "-D 2 --hw-timestamps", "--hw-timestamps"),
+            ("send-lat", "-D 2 --client h --rc-pingpong", "no timed mode"),
+            (
+                "write-lat",
+                "-D 2 --client h --perftest --write-with-imm",
+                "--perftest",
+            ),
+            ("atomic-lat", "-D 2 --client h --perftest", "--perftest"),
+            ("write-lat", "-D 2 -a", "drop -a"),
+            ("send-lat", "-D 2 -c ud", "-c ud"),
+            ("write-lat", "-D 2 -f 1", "twice the margin"),
+            ("write-lat", "-f 1", "goes with -D"),
+        ] {
+            let e = check_for(t, &parse(&args(a)).unwrap()).unwrap_err();
+            assert!(e.contains(why), "{t} {a}: {e}");
+        }
+        assert!(USAGE.contains("bandwidth and latency tests: run SECS"));
+        assert!(USAGE.contains("tps_average, sample_s"));
     }
 
     #[test]

@@ -72,6 +72,24 @@ pub fn lat(
     write(o, test_info(o, title, false, reads), body)
 }
 
+/// A timed latency result (`-D`), as perftest's `write_report_lat_duration_to_file`:
+/// `MsgSize`, `n_iterations`, `t_avg` (microseconds) and `tps_average`.
+pub fn lat_dur(
+    o: &Opts,
+    title: &str,
+    reads: bool,
+    size: usize,
+    t: &crate::stats::Timed,
+) -> std::io::Result<()> {
+    let body = format!(
+        "\"MsgSize\": {size},\n\"n_iterations\": {},\n\"t_avg\": {:.2},\n\"tps_average\": {:.2}",
+        t.iters,
+        t.t_avg_us(),
+        t.tps()
+    );
+    write(o, test_info(o, title, false, reads), body)
+}
+
 /// A bandwidth result: `peak` and `avg` in the table's unit (MB/s, or Gb/s with
 /// `--report_gbits`, six decimals below 0.1 Gb/s as perftest's `inc_accuracy`).
 #[allow(clippy::too_many_arguments)]
@@ -160,6 +178,20 @@ mod tests {
             t.contains("\"BW_peak\": 1234.50,\n\"BW_average\": 1200.25,\n\"MsgRate\": 0.019000\n}"),
             "{t}"
         );
+        let timed = crate::stats::Timed {
+            iters: 250_000,
+            secs: 1.0,
+            rtt: 2,
+        };
+        lat_dur(&o, "Send Latency Test", false, 64, &timed).unwrap();
+        let d = read(&path);
+        assert!(
+            d.ends_with(
+                "\"results\": {\n\"MsgSize\": 64,\n\"n_iterations\": 250000,\n\"t_avg\": 2.00,\n\"tps_average\": 250000.00\n}\n}\n"
+            ),
+            "{d}"
+        );
+        assert!(d.contains("\"test\": \"Send_Latency_Test\""), "{d}");
         // Balanced braces and quotes: one object.
         assert_eq!(t.matches('{').count(), t.matches('}').count());
         assert_eq!(t.matches('"').count() % 2, 0);

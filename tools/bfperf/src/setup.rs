@@ -10,6 +10,7 @@ use blueflame::{
 };
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
 
 /// What a side posts on: an RC QP, or (`-c dc`) a DCI aimed at the peer's DCT. The RC QP
 /// is held inline (no pointer to follow on the measured path), the DC path boxed.
@@ -721,7 +722,7 @@ const PARAMS_TAG: &str = "bfperf-params/1";
 /// (`-b`). A difference would leave one side waiting for
 /// messages the other never sends; perftest reports such mismatches too.
 pub fn params(test: &str, o: &Opts, size: usize) -> String {
-    format!(
+    let mut line = format!(
         "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={} qp={} bidirectional={}",
         o.iters,
         o.warmup,
@@ -731,7 +732,16 @@ pub fn params(test: &str, o: &Opts, size: usize) -> String {
         o.srq,
         o.qps,
         o.bidirectional
-    )
+    );
+    if test.ends_with("_lat") {
+        // A latency test's responder echoes for -D seconds, or --iters messages: both sides
+        // must time it the same (a bandwidth test's server waits for the end either way).
+        line += &match (crate::opts::duration(o), crate::opts::margin(o)) {
+            (Some(d), Some(m)) => format!(" duration={d} margin={m}"),
+            _ => " duration=none margin=none".to_string(),
+        };
+    }
+    line
 }
 
 /// Reads the peer's parameter line (a 16-bit big-endian length, then the text).
@@ -920,6 +930,54 @@ impl Side {
         Ok(())
     }
 
+    /// [`Side::wait_byte`] in a timed run (`-D`): gives up at `end` (the run is over and the
+    /// peer may have stopped: perftest's `while (*poll_buf != rcnt && state != END_STATE)`);
+    /// true when the byte came. The clock is read once every 64 spins, so that the wait
+    /// costs about what the counted one does.
+    pub fn wait_byte_until(&self, off: usize, tag: u8, end: Instant) -> Result<bool> {
+        let mut spins = 0u32;
+        while self.mr.read_volatile_u8(off)? != tag {
+            self.dev.process();
+            spins = spins.wrapping_add(1);
+            if spins & 63 == 0 && Instant::now() >= end {
+                return Ok(false);
+            }
+            if self.pause {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(true)
+    }
+
+    /// [`Side::next_completion`] in a timed run (`-D`; busy polling: the options refuse
+    /// `--events` and `--hw-timestamps` with it): None once `end` is past with nothing
+    /// polled (the clock read once every 64 empty polls).
+    pub fn next_completion_until(&mut self, end: Instant) -> Result<Option<Completion>> {
+        let mut out = [Completion::default(); 1];
+        let mut spins = 0u32;
+        loop {
+            if self.pause {
+                self.dev.process();
+            }
+            if self.cq.poll(&mut out) == 1 {
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            if spins & 63 == 0 && Instant::now() >= end {
+                return Ok(None);
+            }
+            if self.pause {
+                std::hint::spin_loop();
+            }
+        }
+        let c = out[0];
+        if !c.is_ok() {
+            eprintln!("bfperf: completion failed: {c:?}");
+            std::process::exit(1);
+        }
+        Ok(Some(c))
+    }
+
     /// Polls until one completion arrives (in event mode: sleeps on the completion channel
     /// with `Cq::wait`); returns it (errors are fatal to the test). Busy polling is a loop
     /// of `Cq::poll` alone, as perftest's `do { ne = ibv_poll_cq(cq, 1, &wc); } while
@@ -1018,6 +1076,24 @@ mod tests {
         );
         let e = super::compare_params(&ours, "BFX1 garbage").unwrap_err();
         assert!(e.contains("not a bfperf"), "{e}");
+        // A latency test's -D: the responder must know when to stop.
+        let timed = crate::opts::Opts {
+            duration: Some(4),
+            ..crate::opts::Opts::default()
+        };
+        let e = super::compare_params(&ours, &super::params("write_lat", &timed, 8)).unwrap_err();
+        assert!(
+            e.contains("duration: this side none, the peer 4; margin: this side none, the peer 1"),
+            "{e}"
+        );
+        let e = super::compare_params(&super::params("write_lat", &timed, 8), &ours).unwrap_err();
+        assert!(e.contains("duration: this side 4, the peer none"), "{e}");
+        // A bandwidth test's server takes no -D.
+        let bw = super::params("write_bw", &o, 8);
+        assert_eq!(
+            super::compare_params(&bw, &super::params("write_bw", &timed, 8)),
+            Ok(())
+        );
     }
 
     /// The two ends of a TCP connection on loopback, as `--server` and `--client` swap:

@@ -127,6 +127,63 @@ pub fn json(
     )
 }
 
+/// What a timed latency run (`-D`) measured, as perftest's `print_report_lat_duration`
+/// reports it: no samples, the iterations completed in the run's middle and its length.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timed {
+    /// Iterations completed in the measured time (perftest's `iters`; at least 1).
+    pub iters: u64,
+    /// The measured time, seconds (perftest's `tcompleted[0] - tposted[0]`).
+    pub secs: f64,
+    /// perftest's `rtt_factor`: 2 for a ping-pong (half a round trip reported), 1 for read
+    /// and atomic tests.
+    pub rtt: u32,
+}
+
+impl Timed {
+    /// perftest's t_avg: the measured time over the iterations, halved for a ping-pong
+    /// (microseconds).
+    pub fn t_avg_us(&self) -> f64 {
+        self.secs * 1e6 / f64::from(self.rtt) / self.iters as f64
+    }
+
+    /// perftest's "tps average": iterations per second of the measured time.
+    pub fn tps(&self) -> f64 {
+        self.iters as f64 / self.secs
+    }
+}
+
+/// The header of a timed latency run (perftest's `RESULT_FMT_LAT_DUR`).
+pub const HEADER_DUR: &str = " #bytes        #iterations       t_avg[usec]    tps average";
+
+/// A timed run's row (perftest's `REPORT_FMT_LAT_DUR`).
+pub fn row_dur(bytes: usize, t: &Timed) -> String {
+    format!(
+        " {:<7}       {}            {:<7.2}        {:<7.2}",
+        bytes,
+        t.iters,
+        t.t_avg_us(),
+        t.tps()
+    )
+}
+
+/// A timed run's row as a JSON object (`sample_s`: the measured seconds).
+pub fn json_dur(
+    test: &str,
+    device: &str,
+    (mode, recv, connection): (&str, &str, &str),
+    bytes: usize,
+    t: &Timed,
+) -> String {
+    format!(
+        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"bytes\":{bytes},\"iterations\":{},\"t_avg_us\":{:.3},\"tps_average\":{:.3},\"sample_s\":{:.6},\"mode\":\"{mode}\",\"recv\":\"{recv}\",\"connection\":\"{connection}\"}}",
+        t.iters,
+        t.t_avg_us(),
+        t.tps(),
+        t.secs
+    )
+}
+
 /// The TSC ticks per microsecond of the first [`Clock`] calibrated in this process (None
 /// before one is, and off x86_64). perftest converts the same ticks with `/proc/cpuinfo`'s
 /// "cpu MHz" (`get_cpu_mhz`: its own sampling only when the two differ by more than 2%), so
@@ -141,6 +198,28 @@ static CLOCK_MHZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// perftest's duration report: t_avg the measured time over the iterations (halved for
+    /// a ping-pong), tps the iterations over it; its row's and header's columns.
+    #[test]
+    fn a_timed_run_reports_as_perftest_s_duration_row() {
+        let t = Timed {
+            iters: 500_000,
+            secs: 1.0,
+            rtt: 2,
+        };
+        assert!((t.t_avg_us() - 1.0).abs() < 1e-12);
+        assert!((t.tps() - 500_000.0).abs() < 1e-6);
+        assert_eq!(
+            row_dur(8, &t),
+            " 8             500000            1.00           500000.00"
+        );
+        let read = Timed { rtt: 1, ..t };
+        assert!((read.t_avg_us() - 2.0).abs() < 1e-12);
+        let j = json_dur("read_lat", "sim", ("poll", "rq", "RC"), 8, &read);
+        assert!(j.starts_with("{\"test\":\"read_lat\",\"device\":\"sim\",\"bytes\":8,\"iterations\":500000,\"t_avg_us\":2.000,\"tps_average\":500000.000,\"sample_s\":1.000000,"), "{j}");
+        assert!(HEADER_DUR.contains("t_avg[usec]    tps average"));
+    }
 
     /// The JSON line carries the calibrated clock once a `Clock` exists (x86_64: the TSC),
     /// the figure `rxe-compare` needs to put bfperf on perftest's clock.

@@ -200,7 +200,6 @@ fn duration_mode_measures_the_middle_of_a_timed_run() {
         "{text}"
     );
     for args in [
-        &["write-lat", "-D", "2"][..],
         &["write-bw", "-D", "2", "-f", "1"][..],
         &["write-bw", "-D", "2", "-a"][..],
         &["write-bw", "-f", "1"][..],
@@ -210,6 +209,141 @@ fn duration_mode_measures_the_middle_of_a_timed_run() {
         all.extend_from_slice(&["-d", "sim"]);
         let out = bfperf(&all);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
+}
+
+/// perftest's `-D` in a latency test (`print_report_lat_duration`): the run lasts the
+/// duration, the iterations completed in its middle are counted, and t_avg and tps are the
+/// middle's length over them and them over it: t_avg x iterations x the round-trip factor
+/// (2 for a ping-pong, 1 for read and atomic) is the measured time, which is the duration
+/// less the two margins. Every latency test, on the software NIC in this process (its
+/// one-thread ping-pong, and the passive read and atomic); the table, `--out_json` and CSV
+/// say the same; what a timed latency run cannot do is refused before any traffic.
+#[test]
+fn duration_mode_times_latency_tests_as_perftest() {
+    let dir = std::env::temp_dir().join(format!("bfperf-lat-dur-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (test, extra, rtt) in [
+        ("write-lat", &[][..], 2.0),
+        ("send-lat", &[][..], 2.0),
+        ("write-lat", &["--write-with-imm"][..], 2.0),
+        ("read-lat", &[][..], 1.0),
+        ("atomic-lat", &[][..], 1.0),
+    ] {
+        let mut args = vec![test, "-d", "sim", "-D", "2", "-f", "0", "--json"];
+        args.extend_from_slice(extra);
+        // A margin of 0 s: the whole run is measured.
+        let started = std::time::Instant::now();
+        let out = bfperf(&args);
+        let secs = started.elapsed().as_secs_f64();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!((2.0..30.0).contains(&secs), "{args:?} ran {secs} s");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let iters = json_field(&text, "iterations");
+        let (t_avg, tps, sample) = (
+            json_field(&text, "t_avg_us"),
+            json_field(&text, "tps_average"),
+            json_field(&text, "sample_s"),
+        );
+        assert!(iters >= 1.0, "{args:?}: {text}");
+        assert!(t_avg > 0.0 && tps > 0.0, "{args:?}: {text}");
+        assert!(
+            (sample - 2.0).abs() < 0.2,
+            "{args:?}: measured {sample} s: {text}"
+        );
+        // t_avg x iterations x rtt = the measured time; tps = iterations / it.
+        let us = t_avg * iters * rtt;
+        assert!(
+            (us / 1e6 - sample).abs() < 0.01 * sample,
+            "{args:?}: {t_avg} us x {iters} x {rtt} vs {sample} s: {text}"
+        );
+        assert!(
+            (iters / tps - sample).abs() < 0.01 * sample,
+            "{args:?}: {text}"
+        );
+        assert!(!text.contains("t_min_us"), "no samples: {text}");
+    }
+    // The margin: -D 3 -f 1 measures the middle second only; the table is perftest's
+    // duration table; --out_json and --csv carry the same figures.
+    let (json, csv) = (dir.join("out.json"), dir.join("lat.csv"));
+    let out = bfperf(&[
+        "send-lat",
+        "-d",
+        "sim",
+        "-D",
+        "3",
+        "-f",
+        "1",
+        "--out_json",
+        "--out_json_file",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(" #bytes        #iterations       t_avg[usec]    tps average\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Duration       : 3 s, the middle 1 s measured (-f 1)"),
+        "{text}"
+    );
+    assert!(!text.contains("BW peak"), "{text}");
+    let row = text
+        .lines()
+        .skip_while(|l| !l.contains("t_avg[usec]"))
+        .nth(1)
+        .expect("a row");
+    let cols: Vec<f64> = row
+        .split_whitespace()
+        .map(|c| c.parse().expect(row))
+        .collect();
+    assert_eq!(cols.len(), 4, "{row}");
+    assert_eq!(cols[0], 8.0, "{row}");
+    let (iters, t_avg, tps) = (cols[1], cols[2], cols[3]);
+    let sample = t_avg * iters * 2.0 / 1e6;
+    assert!(
+        (sample - 1.0).abs() < 0.1,
+        "the middle second: {sample} s: {row}"
+    );
+    assert!((iters / tps - 1.0).abs() < 0.1, "{row}");
+    let j = std::fs::read_to_string(&json).unwrap();
+    assert!(j.contains("\"test\": \"Send_Latency_Test\""), "{j}");
+    assert!(
+        j.contains(&format!("\"n_iterations\": {},\n\"t_avg\": ", iters as u64)),
+        "{j}"
+    );
+    assert!(j.contains("\"tps_average\": "), "{j}");
+    let c = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = c.lines();
+    assert_eq!(
+        lines.next(),
+        Some("test,device,bytes,iterations,t_avg_us,tps_average,sample_s,mode,recv,connection")
+    );
+    let r: Vec<&str> = lines.next().expect("a row").split(',').collect();
+    assert_eq!((r[0], r[1], r[2]), ("send_lat", "sim", "8"), "{c}");
+    assert_eq!(r[3].parse::<f64>().unwrap(), iters, "{c}");
+    let _ = std::fs::remove_dir_all(&dir);
+    // Refused, exit 2, the option named.
+    for (args, why) in [
+        (&["send-lat", "-D", "2", "-e"][..], "events"),
+        (&["write-lat", "-D", "2", "-H"][..], "-H"),
+        (&["read-lat", "-D", "2", "--plot", "x.svg"][..], "--plot"),
+        (&["write-lat", "--run_infinitely"][..], "run_infinitely"),
+        (&["write-lat", "-D", "2", "-f", "1"][..], "twice the margin"),
+        (
+            &["send-lat", "-D", "2", "--client", "h", "--rc-pingpong"][..],
+            "ibv_rc_pingpong",
+        ),
+    ] {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["-d", "sim"]);
+        let out = bfperf(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{args:?}: {err}");
     }
 }
 

@@ -1,7 +1,8 @@
 //! bfperf against bfperf on rxe0 across two processes (a `--server` in the background, a
 //! `--client` to 10.77.0.1, as the perftest pairings of [`crate::interop`]): the options
 //! whose two-process paths the software NIC cannot run (it lives in one process): `-q`,
-//! `-b` (results swapped over TCP, both sides print the sum), `--mmap` and `--pin_cores`.
+//! `-b` (results swapped over TCP, both sides print the sum), `--mmap`, `--pin_cores` and a
+//! latency test timed by `-D` (each side stopping on its own clock).
 //! Each pairing is one line of the rxe stage with each side's figure:
 //! `interop write-bw -b bfperf -> bfperf: ok (client 39.20 MB/s, server 39.20 MB/s)`. A
 //! pairing fails when either process fails or hangs (a timeout), the client prints no
@@ -31,7 +32,7 @@ const fn pair(test: &'static str, flags: &'static str) -> Pair {
 }
 
 /// The pairings (under emulation each takes 2 to 5 s in all, processes included, about
-/// 60 s the twelve; a latency pairing up to 7 s when rxe's kernel work waits for a tick
+/// 60 s the twelve, 4 s more each timed (`-D 3`) one; a latency pairing up to 7 s when rxe's kernel work waits for a tick
 /// behind the two busy-polling processes on the VM's two CPUs: 4 ms a round trip).
 const PAIRS: &[Pair] = &[
     pair("write-bw", "-q 2"),
@@ -63,6 +64,10 @@ const PAIRS: &[Pair] = &[
     // stays free for rxe's kernel work (busy-polling latency sides pinned to both CPUs of
     // the VM starve it: milliseconds a round trip).
     pair("write-bw", "--pin_cores=0"),
+    // A latency test timed by -D (perftest's duration mode): each side stops on its own
+    // clock (the server's waits give up at its end); the client reports t_avg. 3 s each.
+    pair("write-lat", "-D 3 -f 1"),
+    pair("send-lat", "-D 3 -f 1"),
 ];
 
 /// Seconds a program may take.
@@ -71,6 +76,11 @@ const LIMIT: u32 = 60;
 impl Pair {
     fn bw(&self) -> bool {
         self.test.ends_with("-bw")
+    }
+
+    /// A timed run (`-D`): a latency test reports t_avg (no median).
+    fn timed(&self) -> bool {
+        self.flags.split(' ').any(|f| f == "-D")
     }
 
     /// Both sides measure and print the same sum (`-b`).
@@ -134,6 +144,8 @@ pub fn report(log: &str) -> bool {
         let (bw, both) = pair.map_or((label.contains("-bw"), false), |p| (p.bw(), p.both()));
         let (key, unit) = if bw {
             ("bw_avg_mb_s", "MB/s")
+        } else if pair.is_some_and(Pair::timed) {
+            ("t_avg_us", "us")
         } else {
             ("t_typical_us", "us")
         };
@@ -190,6 +202,9 @@ pub(crate) mod tests {
 
     const BW: &str = "{\"test\":\"write_bw\",\"bw_peak_mb_s\":1100.000,\"bw_avg_mb_s\":39.200}";
 
+    /// A timed latency run's line (`-D`): t_avg, no median.
+    const TIMED: &str = "{\"test\":\"write_lat\",\"iterations\":4000,\"t_avg_us\":125.000,\"tps_average\":4000.000,\"sample_s\":1.000000}";
+
     /// A log of every pairing passing (for the rxe stage's log of both kinds of pairing).
     pub(crate) fn log() -> String {
         let lat = "{\"test\":\"write_lat\",\"t_typical_us\":24.210,\"t_avg_us\":29.0}";
@@ -200,6 +215,7 @@ pub(crate) mod tests {
             .map(|p| {
                 let ok = "client rc 0, server rc 0";
                 match (p.bw(), p.both()) {
+                    (false, _) if p.timed() => section(&p.label(), ok, TIMED, ""),
                     (true, true) => section(&p.label(), ok, bw, bw),
                     (true, false) => section(&p.label(), ok, bw, header),
                     (false, _) => section(&p.label(), ok, lat, ""),
@@ -219,6 +235,9 @@ pub(crate) mod tests {
         assert!(!report(&bad));
         let cut = log.rsplit_once("=== bfperf pair").unwrap().0.to_string();
         assert!(!report(&cut));
+        // A timed latency pairing reports t_avg; without it, it fails.
+        assert!(log.contains(TIMED));
+        assert!(!report(&log.replace(TIMED, "{\"test\":\"write_lat\"}")));
         // -b: a server without the sum, or with another one than the client's.
         let b = section("write-bw -b", "client rc 0, server rc 0", BW, BW);
         assert!(log.contains(&b));
