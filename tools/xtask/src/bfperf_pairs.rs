@@ -1,11 +1,14 @@
 //! bfperf against bfperf on rxe0 across two processes (a `--server` in the background, a
 //! `--client` to 10.77.0.1, as the perftest pairings of [`crate::interop`]): the options
 //! whose two-process paths the software NIC cannot run (it lives in one process): `-q`,
-//! `-b` (results swapped over TCP, both sides print the sum), `--mmap` and `--pin_cores`.
+//! `-b` (results swapped over TCP, both sides print the sum), `--mmap`, `--pin_cores` and
+//! `-R` (the QPs connected through rdma_cm on port 18516, the exchange on TCP 18515; and
+//! `-R` on one side only, which both sides must refuse, naming it, instead of waiting).
 //! Each pairing is one line of the rxe stage with each side's figure:
 //! `interop write-bw -b bfperf -> bfperf: ok (client 39.20 MB/s, server 39.20 MB/s)`. A
 //! pairing fails when either process fails or hangs (a timeout), the client prints no
-//! figure, or (`-b`) the server prints none or another sum than the client's.
+//! figure, or (`-b`) the server prints none or another sum than the client's; a pairing
+//! that must be refused fails unless both sides exit with 1 and say why.
 
 use crate::compare::json_value;
 use crate::interop::side_output;
@@ -16,6 +19,8 @@ struct Pair {
     flags: &'static str,
     server: &'static str,
     client: &'static str,
+    /// Non-empty: the pairing must be refused, both sides exiting with 1 and saying this.
+    refused: &'static str,
 }
 
 /// The file `--mmap` maps (created by the script, in the VM's throw-away overlay).
@@ -27,6 +32,7 @@ const fn pair(test: &'static str, flags: &'static str) -> Pair {
         flags,
         server: "",
         client: "",
+        refused: "",
     }
 }
 
@@ -51,18 +57,39 @@ const PAIRS: &[Pair] = &[
         flags: "--mmap=FILE",
         server: "--mmap=/tmp/bfperf-pairs.mmap",
         client: "--mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576",
+        refused: "",
     },
     Pair {
         test: "write-bw",
         flags: "--mmap=FILE",
         server: "--mmap=/tmp/bfperf-pairs.mmap",
         client: "--mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576",
+        refused: "",
     },
     // The process's affinity set before the device. A bandwidth test: its server sleeps on
     // the TCP connection while the client sends, so both share CPU 0 and the VM's other CPU
     // stays free for rxe's kernel work (busy-polling latency sides pinned to both CPUs of
     // the VM starve it: milliseconds a round trip).
     pair("write-bw", "--pin_cores=0"),
+    // -R: the QPs created and connected through librdmacm (rdma_cm port 18516, --port + 1;
+    // the server listens on any address, the client resolves rxe0's), the parameters,
+    // sync and results on TCP 18515.
+    pair("write-lat", "-R"),
+    pair("send-lat", "-R"),
+    pair("write-bw", "-R"),
+    pair("read-bw", "-R"),
+    pair("send-bw", "-R"),
+    pair("write-bw", "-q 2 -R"),
+    pair("read-bw", "-q 2 -b -R"),
+    // -R on the client only: its parameter line says rdma_cm=true, the server's false;
+    // both must stop, naming the difference (not wait for a connection that never comes).
+    Pair {
+        test: "write-lat",
+        flags: "-R (client only)",
+        server: "",
+        client: "-R",
+        refused: "rdma_cm: this side",
+    },
 ];
 
 /// Seconds a program may take.
@@ -82,7 +109,7 @@ impl Pair {
         format!("{} {}", self.test, self.flags)
     }
 
-    /// The flags both sides take: the label's, unless each side has its own.
+    /// The flags both sides take: the label's, unless a side has its own.
     fn common(&self) -> &'static str {
         if self.server.is_empty() && self.client.is_empty() {
             self.flags
@@ -131,6 +158,10 @@ pub fn report(log: &str) -> bool {
     for part in &sections {
         let label = part.lines().next().unwrap_or("?").trim();
         let pair = PAIRS.iter().find(|p| p.label() == label);
+        if let Some(p) = pair.filter(|p| !p.refused.is_empty()) {
+            ok &= report_refusal(p, part);
+            continue;
+        }
         let (bw, both) = pair.map_or((label.contains("-bw"), false), |p| (p.bw(), p.both()));
         let (key, unit) = if bw {
             ("bw_avg_mb_s", "MB/s")
@@ -180,6 +211,33 @@ pub fn report(log: &str) -> bool {
     ok
 }
 
+/// The line of a pairing that must be refused ([`Pair::refused`]): fine when both sides
+/// exited with 1 (not a timeout's 124: a wait) and both said why.
+fn report_refusal(p: &Pair, part: &str) -> bool {
+    let rcs = part.lines().find(|l| l.starts_with("client rc "));
+    let said = |which: &str| side_output(part, which).contains(p.refused);
+    let fine = rcs == Some("client rc 1, server rc 1") && said("client") && said("server");
+    println!(
+        "interop {} bfperf -> bfperf: {}",
+        p.label(),
+        if fine {
+            format!("ok (refused on both sides: \"{}...\")", p.refused)
+        } else {
+            "FAILED".to_string()
+        }
+    );
+    if !fine {
+        println!(
+            "  {}; must be refused on both sides (exit 1) saying \"{}\" (client said it: {}, server: {})",
+            rcs.unwrap_or("no exit codes: it did not finish"),
+            p.refused,
+            said("client"),
+            said("server")
+        );
+    }
+    fine
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -199,6 +257,10 @@ pub(crate) mod tests {
             .iter()
             .map(|p| {
                 let ok = "client rc 0, server rc 0";
+                if !p.refused.is_empty() {
+                    let why = format!("bfperf: the peer runs another test: {} true", p.refused);
+                    return section(&p.label(), "client rc 1, server rc 1", &why, &why);
+                }
                 match (p.bw(), p.both()) {
                     (true, true) => section(&p.label(), ok, bw, bw),
                     (true, false) => section(&p.label(), ok, bw, header),
@@ -219,6 +281,19 @@ pub(crate) mod tests {
         assert!(!report(&bad));
         let cut = log.rsplit_once("=== bfperf pair").unwrap().0.to_string();
         assert!(!report(&cut));
+        // A refusal that hung (a timeout), that one side did not say, or that ran.
+        let r = "=== bfperf pair write-lat -R (client only)\nclient rc 1, server rc 1";
+        assert!(log.contains(r));
+        assert!(!report(
+            &log.replace(r, &r.replace("server rc 1", "server rc 124"))
+        ));
+        assert!(!report(&log.replace(
+            r,
+            &r.replace("rc 1, server rc 1", "rc 0, server rc 0")
+        )));
+        let (head, tail) = log.split_once(r).unwrap();
+        let tail = tail.replacen("rdma_cm: this side", "bfperf: failed", 1);
+        assert!(!report(&format!("{head}{r}{tail}")));
         // -b: a server without the sum, or with another one than the client's.
         let b = section("write-bw -b", "client rc 0, server rc 0", BW, BW);
         assert!(log.contains(&b));
@@ -263,8 +338,19 @@ pub(crate) mod tests {
         assert!(s.contains(
             "bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 --mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576 --client"
         ));
+        assert!(s.contains(
+            "bfperf write-bw -d rxe0 -s 4096 -n 1000 --warmup 100 -q 2 -R --client 10.77.0.1"
+        ));
+        // -R on the client only.
+        assert!(s.contains("bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 --server --json"));
+        assert!(s.contains("bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 -R --client"));
         for p in PAIRS {
-            assert!(p.server.is_empty() == p.client.is_empty(), "{}", p.label());
+            // Sides with flags of their own: both (mmap), or one in a refusal.
+            assert!(
+                p.server.is_empty() == p.client.is_empty() || !p.refused.is_empty(),
+                "{}",
+                p.label()
+            );
             assert!(p.server.is_empty() || !p.server.contains(MMAP) || p.client.contains(MMAP));
         }
     }

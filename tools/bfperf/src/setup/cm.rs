@@ -1,0 +1,270 @@
+//! `-R` (perftest's `--rdma_cm`): the test QPs created and connected through librdmacm
+//! (`blueflame::cm`), bfperf against bfperf across two processes.
+//!
+//! The server listens on rdma_cm port `--port` + 1 (on iWARP rdma_cm ports are the kernel's
+//! TCP ports: `--port` itself is bfperf's TCP connection) before it accepts the TCP
+//! connection. The client resolves the server's address first (librdmacm picks the device
+//! from it: the client's CQ and buffer go there), then swaps over TCP what every bfperf pair
+//! swaps (its buffer, and the parameter line, which carries `rdma_cm=true`: a side without
+//! `-R` is refused there), then connects its `-q` QPs one by one, each request offering its
+//! buffer in the private data; the server takes each request only when it offers the buffer
+//! the client announced on TCP (anything else, a perftest `-R` client or another rdma_cm
+//! program, is refused, typed) and accepts it offering its own. Every QP of a side shares
+//! its one CQ, domain and buffer (`cm::resolve_on`, `CmListener::next_request_on`), as
+//! without `-R`. The sync and the results stay on TCP.
+
+use super::{caps, classify, dial_stream, first_buffer, params, region, side_cq, swap, Peer};
+use super::{Setup, Side, Sq};
+use crate::opts::Opts;
+use blueflame::cm::{self, CmRequest};
+use blueflame::connect::{Exchange, RemoteBuf};
+use blueflame::{Device, Endpoint, Error, Qp, Result};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::time::Duration;
+
+/// How long a side waits for the peer's rdma_cm step (a request, an accept): as long as
+/// for a step of the TCP exchange.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long the client's address and route resolution may take.
+const RESOLVE: Duration = Duration::from_secs(10);
+
+/// The rdma_cm port of a run: `--port` + 1.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for `--port` 65535 (`check_for` refuses it before).
+pub fn port(o: &Opts) -> Result<u16> {
+    o.port.checked_add(1).ok_or(Error::InvalidParameter {
+        what: "-R: the rdma_cm port is --port + 1, and --port 65535 leaves none",
+        value: o.port as u64,
+    })
+}
+
+/// Says what failed on stderr (the typed error follows from `main`), and passes it on.
+fn said(what: String) -> impl FnOnce(Error) -> Error {
+    move |e| {
+        eprintln!("bfperf: -R: {what}");
+        e
+    }
+}
+
+/// The name of an rdma-core device as its description says it
+/// (`rdma-core device NAME (port ...)`).
+fn device_name(d: &Device) -> String {
+    let s = d.to_string();
+    s.strip_prefix("rdma-core device ")
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or(&s)
+        .to_string()
+}
+
+/// Refuses a connection librdmacm put on another device than the one bfperf opened (`-d`,
+/// which the header names): the address decides the device with rdma_cm.
+fn same_device(opened: &Device, theirs: &Device, addr: &str) -> Result<()> {
+    let (a, b) = (device_name(opened), device_name(theirs));
+    if a != b {
+        eprintln!(
+            "bfperf: -R: rdma_cm runs this connection ({addr}) on {b}, but -d opened {a}: give -d {b} (librdmacm picks the device from the address)"
+        );
+        return Err(Error::InvalidParameter {
+            what: "-R: the device rdma_cm picked from the address is not -d's (said above)",
+            value: 0,
+        });
+    }
+    Ok(())
+}
+
+/// Builds this side for messages of `size` with its QPs connected through rdma_cm.
+pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
+    if dev.nic().is_some() {
+        return Err(Error::Unsupported(
+            "-R with the software NIC: it has no rdma_cm (a library in one process, not a kernel RDMA device)",
+        ));
+    }
+    let port = port(o)?;
+    match &o.client {
+        Some(host) => client(o, dev, test, size, host, port),
+        None => server(o, dev, test, size, port),
+    }
+}
+
+/// The server: rdma_cm listener on `port`, TCP on `--port`, then one request per QP.
+fn server(o: &Opts, dev: &Device, test: &str, size: usize, port: u16) -> Result<Setup> {
+    let tcp = TcpListener::bind(("0.0.0.0", o.port))
+        .map_err(Error::Io)
+        .map_err(said(format!("TCP port {} (bfperf's connection)", o.port)))?;
+    // Listening before the client can hear of us on TCP: its requests find the listener.
+    let listener = cm::listen(SocketAddr::from(([0, 0, 0, 0], port))).map_err(said(format!(
+        "cannot listen on rdma_cm port {port} (--port + 1)"
+    )))?;
+    let (stream, _) = tcp.accept().map_err(Error::Io)?;
+    match classify(&stream)? {
+        Peer::Bfperf => {}
+        Peer::Perftest => {
+            return Err(Error::Unsupported(
+                "-R on this server and a perftest client: bfperf's -R keeps its exchange on TCP and connects its QPs through rdma_cm on --port + 1, perftest's -R speaks over rdma_cm only; they do not speak to each other (drop -R on this server to take a perftest client without -R)",
+            ))
+        }
+        Peer::RcPingpong => {
+            return Err(Error::Unsupported(
+                "-R on this server and an ibv_rc_pingpong client: it connects over TCP, not rdma_cm (drop -R)",
+            ))
+        }
+    }
+    // The server's buffer is not made yet (its device is the first request's): it travels
+    // in the accepts' private data. The client's travels on TCP too, to know its requests.
+    let ours = Exchange {
+        endpoint: Endpoint::default(),
+        buffers: Vec::new(),
+    };
+    let (theirs, _, stream) = swap(stream, &ours, &[], &params(test, o, size))?;
+    let len = super::buf_len(size) * o.qps;
+    let client_buf = first_buffer(&theirs, len)?;
+    let first = next_request(&listener, None, client_buf, port)?;
+    same_device(dev, first.device(), &format!("port {port}"))?;
+    let (cdev, pd) = (first.device().clone(), first.pd().clone());
+    let cq = side_cq(&cdev, o)?;
+    let mr = region(&pd, o, size, 0)?;
+    let offer = Some(mr.remote_buf());
+    let qa = accept(first, &cq, o, offer, 0)?;
+    let mut more = Vec::with_capacity(o.qps - 1);
+    for i in 1..o.qps {
+        let req = next_request(&listener, Some(&pd), client_buf, port)?;
+        more.push(Sq::Rc(accept(req, &cq, o, offer, i)?));
+    }
+    let mut s = Side::new(&cdev, o, (qa, cq, mr, None), client_buf);
+    s.more = more;
+    Ok(Setup::Server(s, stream))
+}
+
+/// The next connect request on `listener` (on `pd`'s device and domain, after the first),
+/// which must offer `client_buf`, the buffer the client announced on TCP.
+fn next_request(
+    listener: &cm::CmListener,
+    pd: Option<&blueflame::Pd>,
+    client_buf: RemoteBuf,
+    port: u16,
+) -> Result<CmRequest> {
+    let waited = said(format!(
+        "no usable rdma_cm connect request on port {port} within {} s",
+        PATIENCE.as_secs()
+    ));
+    let req = match pd {
+        None => listener.next_request(PATIENCE),
+        Some(pd) => listener.next_request_on(pd, PATIENCE),
+    }
+    .map_err(waited)?;
+    if req.peer() != Some(client_buf) {
+        eprintln!(
+            "bfperf: -R: an rdma_cm connect request on port {port} that is not this bfperf client's: it offers {:?}, the client announced {client_buf:?} on TCP (a perftest -R client or another rdma_cm program?); refused",
+            req.peer()
+        );
+        // Dropping the request destroys its id: the requester is rejected.
+        return Err(Error::InvalidParameter {
+            what: "-R: an rdma_cm connect request that is not this bfperf client's (said above)",
+            value: 0,
+        });
+    }
+    Ok(req)
+}
+
+/// Accepts `req`, its QP on `cq`, offering `offer`: QP `i` of the side.
+fn accept(
+    req: CmRequest,
+    cq: &blueflame::Cq,
+    o: &Opts,
+    offer: Option<RemoteBuf>,
+    i: usize,
+) -> Result<Qp> {
+    let c = req
+        .accept(cq, caps(o), offer)
+        .map_err(said(format!("accepting the connection of QP {i}")))?;
+    Ok(c.qp)
+}
+
+/// The server's address for rdma_cm: `host` (a name or an address) on `port`, an IPv4
+/// address first (rxe's and RoCE's usual GID), else any.
+fn address(host: &str, port: u16) -> Result<SocketAddr> {
+    let all: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(Error::Io)
+        .map_err(said(format!("cannot resolve {host}")))?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or(Error::InvalidParameter {
+            what: "-R: the server's host name has no address",
+            value: 0,
+        })
+}
+
+/// The client: resolve, then TCP, then one connection per QP.
+fn client(o: &Opts, dev: &Device, test: &str, size: usize, host: &str, port: u16) -> Result<Setup> {
+    let addr = address(host, port)?;
+    let resolve = |pd: Option<&blueflame::Pd>| {
+        let what = format!(
+            "cannot resolve {addr} to an RDMA device and route (is {host} the address of the server's RDMA device?)"
+        );
+        match pd {
+            None => cm::resolve(addr, RESOLVE),
+            Some(pd) => cm::resolve_on(pd, addr, RESOLVE),
+        }
+        .map_err(said(what))
+    };
+    let first = resolve(None)?;
+    same_device(dev, first.device(), &addr.to_string())?;
+    let (cdev, pd) = (first.device().clone(), first.pd().clone());
+    let cq = side_cq(&cdev, o)?;
+    let mr = region(&pd, o, size, 0)?;
+    let stream = dial_stream(host, o.port)
+        .map_err(said(format!("bfperf's TCP connection to {host}:{} (-R keeps it for the parameters, sync and results: a perftest -R server has none)", o.port)))?;
+    let ours = Exchange {
+        endpoint: Endpoint::default(),
+        buffers: vec![mr.remote_buf()],
+    };
+    let (_, _, stream) = swap(stream, &ours, &[], &params(test, o, size))?;
+    let offer = Some(mr.remote_buf());
+    let mut server_buf = None;
+    let mut qps = Vec::with_capacity(o.qps);
+    let mut next = Some(first);
+    for i in 0..o.qps {
+        let req = match next.take() {
+            Some(r) => r,
+            None => resolve(Some(&pd))?,
+        };
+        let c = req.connect(&cq, caps(o), offer).map_err(said(format!(
+            "connecting QP {i} to {addr} (the server refused or did not answer)"
+        )))?;
+        // Every accept offers the server's one buffer, as long as ours (the same -s, -a
+        // and -q): else it is not a bfperf -R server of this test.
+        let theirs = match (c.peer, server_buf) {
+            (Some(b), None) if b.len == mr.len() as u64 => b,
+            (Some(b), Some(first)) if b == first => b,
+            (got, _) => {
+                eprintln!(
+                    "bfperf: -R: the rdma_cm server at {addr} accepted QP {i} offering {got:?}, not a buffer of {} bytes{}: not a bfperf -R server of this test",
+                    mr.len(),
+                    server_buf.map_or(String::new(), |b| format!(" (its first offered {b:?})"))
+                );
+                return Err(Error::InvalidParameter {
+                    what: "-R: the server's rdma_cm reply does not offer its buffer (said above)",
+                    value: 0,
+                });
+            }
+        };
+        server_buf = Some(theirs);
+        qps.push(c.qp);
+    }
+    let mut qps = qps.into_iter();
+    let (Some(qa), Some(peer)) = (qps.next(), server_buf) else {
+        return Err(Error::InvalidParameter {
+            what: "-q: no QP",
+            value: 0,
+        });
+    };
+    let mut s = Side::new(&cdev, o, (qa, cq, mr, None), peer);
+    s.more = qps.map(Sq::Rc).collect();
+    Ok(Setup::Client(s, stream))
+}
