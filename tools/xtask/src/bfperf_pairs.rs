@@ -8,7 +8,8 @@
 //! `interop write-bw -b bfperf -> bfperf: ok (client 39.20 MB/s, server 39.20 MB/s)`. A
 //! pairing fails when either process fails or hangs (a timeout), the client prints no
 //! figure, or (`-b`) the server prints none or another sum than the client's; a pairing
-//! that must be refused fails unless both sides exit with 1 and say why.
+//! that must be refused fails unless both sides exit with 1 and say why (or, against
+//! perftest's `-R` client, the bfperf server exits with 1 saying why and perftest fails).
 
 use crate::compare::json_value;
 use crate::interop::side_output;
@@ -21,6 +22,8 @@ struct Pair {
     client: &'static str,
     /// Non-empty: the pairing must be refused, both sides exiting with 1 and saying this.
     refused: &'static str,
+    /// Non-empty: the client is this perftest command (to 10.77.0.1), not bfperf.
+    perftest_client: &'static str,
 }
 
 /// The file `--mmap` maps (created by the script, in the VM's throw-away overlay).
@@ -33,6 +36,7 @@ const fn pair(test: &'static str, flags: &'static str) -> Pair {
         server: "",
         client: "",
         refused: "",
+        perftest_client: "",
     }
 }
 
@@ -58,6 +62,7 @@ const PAIRS: &[Pair] = &[
         server: "--mmap=/tmp/bfperf-pairs.mmap",
         client: "--mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576",
         refused: "",
+        perftest_client: "",
     },
     Pair {
         test: "write-bw",
@@ -65,6 +70,7 @@ const PAIRS: &[Pair] = &[
         server: "--mmap=/tmp/bfperf-pairs.mmap",
         client: "--mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576",
         refused: "",
+        perftest_client: "",
     },
     // The process's affinity set before the device. A bandwidth test: its server sleeps on
     // the TCP connection while the client sends, so both share CPU 0 and the VM's other CPU
@@ -89,6 +95,18 @@ const PAIRS: &[Pair] = &[
         server: "",
         client: "-R",
         refused: "rdma_cm: this side",
+        perftest_client: "",
+    },
+    // perftest's -R client connects through rdma_cm to --port itself (bfperf's -R server
+    // listens there too, to refuse it: bfperf's -R keeps its exchange on TCP), after the
+    // server is up (perftest does not retry).
+    Pair {
+        test: "write-lat",
+        flags: "-R (perftest -R client)",
+        server: "-R",
+        client: "",
+        refused: "perftest's -R client connects",
+        perftest_client: "sleep 3; timeout 60 ib_write_lat -R -F -d rxe0 -x $BLUEFLAME_GID_INDEX -s 8 -n 300 10.77.0.1",
     },
 ];
 
@@ -137,7 +155,10 @@ pub fn script() -> String {
             let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
             format!("timeout {LIMIT} target/release/bfperf {}", args.join(" "))
         };
-        let (server, client) = (bf(p.server, "--server"), bf(p.client, "--client 10.77.0.1"));
+        let (server, mut client) = (bf(p.server, "--server"), bf(p.client, "--client 10.77.0.1"));
+        if !p.perftest_client.is_empty() {
+            client = p.perftest_client.to_string();
+        }
         s.push_str(&format!(
             "echo '=== bfperf pair {label}'; \
              {server} > target/rxe/bp.srv 2>&1 & srv=$!; \
@@ -216,14 +237,33 @@ pub fn report(log: &str) -> bool {
 fn report_refusal(p: &Pair, part: &str) -> bool {
     let rcs = part.lines().find(|l| l.starts_with("client rc "));
     let said = |which: &str| side_output(part, which).contains(p.refused);
-    let fine = rcs == Some("client rc 1, server rc 1") && said("client") && said("server");
+    let fine = if p.perftest_client.is_empty() {
+        rcs == Some("client rc 1, server rc 1") && said("client") && said("server")
+    } else {
+        // perftest's own failure (not a timeout's 124: a wait), the server's refusal.
+        let client_failed = rcs.and_then(|l| {
+            l.strip_prefix("client rc ")?
+                .split(',')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        });
+        matches!(client_failed, Some(c) if c != 0 && c != 124)
+            && rcs.is_some_and(|l| l.ends_with(", server rc 1"))
+            && said("server")
+    };
     println!(
         "interop {} bfperf -> bfperf: {}",
         p.label(),
-        if fine {
+        if !fine {
+            "FAILED".to_string()
+        } else if p.perftest_client.is_empty() {
             format!("ok (refused on both sides: \"{}...\")", p.refused)
         } else {
-            "FAILED".to_string()
+            format!(
+                "ok (the server refused it: \"{}...\"; perftest failed)",
+                p.refused
+            )
         }
     );
     if !fine {
@@ -259,6 +299,11 @@ pub(crate) mod tests {
                 let ok = "client rc 0, server rc 0";
                 if !p.refused.is_empty() {
                     let why = format!("bfperf: the peer runs another test: {} true", p.refused);
+                    if !p.perftest_client.is_empty() {
+                        let said = format!("bfperf: not supported: {} ...", p.refused);
+                        let perftest = " Unable to perform rdma_client function";
+                        return section(&p.label(), "client rc 1, server rc 1", perftest, &said);
+                    }
                     return section(&p.label(), "client rc 1, server rc 1", &why, &why);
                 }
                 match (p.bw(), p.both()) {
@@ -294,6 +339,22 @@ pub(crate) mod tests {
         let (head, tail) = log.split_once(r).unwrap();
         let tail = tail.replacen("rdma_cm: this side", "bfperf: failed", 1);
         assert!(!report(&format!("{head}{r}{tail}")));
+        // perftest's -R client: the server must refuse it, saying so, and perftest fail.
+        let r = "=== bfperf pair write-lat -R (perftest -R client)\nclient rc 1, server rc 1";
+        assert!(log.contains(r));
+        assert!(!report(
+            &log.replace(r, &r.replace("server rc 1", "server rc 124"))
+        ));
+        assert!(!report(
+            &log.replace(r, &r.replace("client rc 1", "client rc 124"))
+        ));
+        assert!(!report(
+            &log.replace(r, &r.replace("client rc 1", "client rc 0"))
+        ));
+        assert!(!report(&log.replace(
+            "bfperf: not supported: perftest's -R client connects",
+            "bfperf: failed"
+        )));
         // -b: a server without the sum, or with another one than the client's.
         let b = section("write-bw -b", "client rc 0, server rc 0", BW, BW);
         assert!(log.contains(&b));
@@ -328,11 +389,22 @@ pub(crate) mod tests {
                 .count(),
             PAIRS.len()
         );
-        assert_eq!(s.matches("--client 10.77.0.1 --json").count(), PAIRS.len());
+        assert_eq!(
+            s.matches("--client 10.77.0.1 --json").count(),
+            PAIRS.len() - 1
+        );
+        let perftest = PAIRS
+            .iter()
+            .filter(|p| !p.perftest_client.is_empty())
+            .count();
+        assert_eq!(perftest, 1);
         assert_eq!(
             s.matches("timeout 60 target/release/bfperf").count(),
-            2 * PAIRS.len()
+            2 * PAIRS.len() - perftest
         );
+        assert!(s.contains(
+            "bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 -R --server --json > target/rxe/bp.srv 2>&1 & srv=$!; sleep 3; timeout 60 ib_write_lat -R"
+        ));
         assert!(s.starts_with(&format!("truncate -s 4M {MMAP}; ")));
         assert!(s.contains("bfperf write-bw -d rxe0 -s 4096 -n 1000 --warmup 100 -q 2 -b --server"));
         assert!(s.contains(

@@ -19,7 +19,7 @@ use crate::opts::Opts;
 use blueflame::cm::{self, CmRequest};
 use blueflame::connect::{Exchange, RemoteBuf};
 use blueflame::{Device, Endpoint, Error, Qp, Result};
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// How long a side waits for the peer's rdma_cm step (a request, an accept): as long as
@@ -97,7 +97,13 @@ fn server(o: &Opts, dev: &Device, test: &str, size: usize, port: u16) -> Result<
     let listener = cm::listen(SocketAddr::from(([0, 0, 0, 0], port))).map_err(said(format!(
         "cannot listen on rdma_cm port {port} (--port + 1)"
     )))?;
-    let (stream, _) = tcp.accept().map_err(Error::Io)?;
+    // perftest's -R client asks rdma_cm on --port itself: listen there too, to refuse it
+    // rather than leave it rejected unseen while this side waits on. Where rdma_cm ports
+    // are the kernel's TCP ports (iWARP) the TCP listener holds the port and this fails:
+    // such a client's connection then reaches the TCP listener and is told by its bytes.
+    let decoy = cm::listen(SocketAddr::from(([0, 0, 0, 0], o.port))).ok();
+    let stream = accept_client(&tcp, decoy.as_ref())?;
+    drop(decoy);
     match classify(&stream)? {
         Peer::Bfperf => {}
         Peer::Perftest => {
@@ -120,7 +126,7 @@ fn server(o: &Opts, dev: &Device, test: &str, size: usize, port: u16) -> Result<
     let (theirs, _, stream) = swap(stream, &ours, &[], &params(test, o, size))?;
     let len = super::buf_len(size) * o.qps;
     let client_buf = first_buffer(&theirs, len)?;
-    let first = next_request(&listener, None, client_buf, port)?;
+    let first = next_request(&listener, None, client_buf, port, &stream)?;
     same_device(dev, first.device(), &format!("port {port}"))?;
     let (cdev, pd) = (first.device().clone(), first.pd().clone());
     let cq = side_cq(&cdev, o)?;
@@ -129,7 +135,7 @@ fn server(o: &Opts, dev: &Device, test: &str, size: usize, port: u16) -> Result<
     let qa = accept(first, &cq, o, offer, 0)?;
     let mut more = Vec::with_capacity(o.qps - 1);
     for i in 1..o.qps {
-        let req = next_request(&listener, Some(&pd), client_buf, port)?;
+        let req = next_request(&listener, Some(&pd), client_buf, port, &stream)?;
         more.push(Sq::Rc(accept(req, &cq, o, offer, i)?));
     }
     let mut s = Side::new(&cdev, o, (qa, cq, mr, None), client_buf);
@@ -137,27 +143,93 @@ fn server(o: &Opts, dev: &Device, test: &str, size: usize, port: u16) -> Result<
     Ok(Setup::Server(s, stream))
 }
 
+/// The step of the server's waits for a request, between looks at the TCP connection.
+const STEP: Duration = Duration::from_millis(50);
+
+/// Whether a wait for an rdma_cm event ended for want of one.
+fn timed_out<T>(r: &Result<T>) -> bool {
+    matches!(r, Err(Error::Verbs(v)) if v.source.kind() == std::io::ErrorKind::TimedOut)
+}
+
+/// Whether the peer closed (or reset) `stream`; nothing is read from it.
+fn closed(stream: &TcpStream) -> Result<bool> {
+    stream.set_nonblocking(true).map_err(Error::Io)?;
+    let r = stream.peek(&mut [0u8; 1]);
+    stream.set_nonblocking(false).map_err(Error::Io)?;
+    Ok(match r {
+        Ok(n) => n == 0,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    })
+}
+
+/// The bfperf client's TCP connection on `tcp`; with `decoy` (an rdma_cm listener on the
+/// same port), an rdma_cm request there first is refused, typed.
+fn accept_client(tcp: &TcpListener, decoy: Option<&cm::CmListener>) -> Result<TcpStream> {
+    let Some(decoy) = decoy else {
+        return tcp.accept().map(|(s, _)| s).map_err(Error::Io);
+    };
+    tcp.set_nonblocking(true).map_err(Error::Io)?;
+    loop {
+        match tcp.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(Error::Io)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(Error::Io(e)),
+        }
+        // A request (dropped here, which destroys its id: the requester is rejected).
+        if !timed_out(&decoy.next_request(STEP)) {
+            return Err(Error::Unsupported(
+                "-R on this server and an rdma_cm connect request on --port itself, where perftest's -R client connects: bfperf's -R keeps its exchange on TCP --port and connects its QPs through rdma_cm on --port + 1, perftest's -R speaks over rdma_cm only; they do not speak to each other (run bfperf -R on both sides, or perftest on both)",
+            ));
+        }
+    }
+}
+
 /// The next connect request on `listener` (on `pd`'s device and domain, after the first),
 /// which must offer `client_buf`, the buffer the client announced on TCP.
+///
+/// Waits in steps of [`STEP`], and gives up when the client closes the TCP connection (it
+/// failed, and says why) or after [`PATIENCE`].
 fn next_request(
     listener: &cm::CmListener,
     pd: Option<&blueflame::Pd>,
     client_buf: RemoteBuf,
     port: u16,
+    stream: &TcpStream,
 ) -> Result<CmRequest> {
-    let waited = said(format!(
-        "no usable rdma_cm connect request on port {port} within {} s",
-        PATIENCE.as_secs()
-    ));
-    let req = match pd {
-        None => listener.next_request(PATIENCE),
-        Some(pd) => listener.next_request_on(pd, PATIENCE),
-    }
-    .map_err(waited)?;
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let req = loop {
+        let got = match pd {
+            None => listener.next_request(STEP),
+            Some(pd) => listener.next_request_on(pd, STEP),
+        };
+        if !timed_out(&got) {
+            break got.map_err(said(format!("the rdma_cm connect request on port {port}")))?;
+        }
+        let gone = |why: &str| {
+            Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("-R: no rdma_cm connect request on port {port}: {why}"),
+            ))
+        };
+        if closed(stream)? {
+            return Err(gone(
+                "the client closed bfperf's TCP connection (it failed: its output says why)",
+            ));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(gone(&format!("none within {} s", PATIENCE.as_secs())));
+        }
+    };
     if req.peer() != Some(client_buf) {
+        let offers = req.peer().map_or_else(
+            || "no buffer (its private data is not a blueflame program's)".to_string(),
+            |b| format!("{b:?}"),
+        );
         eprintln!(
-            "bfperf: -R: an rdma_cm connect request on port {port} that is not this bfperf client's: it offers {:?}, the client announced {client_buf:?} on TCP (a perftest -R client or another rdma_cm program?); refused",
-            req.peer()
+            "bfperf: -R: an rdma_cm connect request on port {port} that is not this bfperf client's: it offers {offers}, the client announced {client_buf:?} on TCP (a perftest -R client or another rdma_cm program?); refused"
         );
         // Dropping the request destroys its id: the requester is rejected.
         return Err(Error::InvalidParameter {
