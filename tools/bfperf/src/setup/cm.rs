@@ -12,6 +12,11 @@
 //! program, is refused, typed) and accepts it offering its own. Every QP of a side shares
 //! its one CQ, domain and buffer (`cm::resolve_on`, `CmListener::next_request_on`), as
 //! without `-R`. The sync and the results stay on TCP.
+//!
+//! perftest's `-R` client connects through rdma_cm to `--port` itself: the server listens
+//! there too until its TCP client comes, and refuses such a request. While it waits for the
+//! client's requests it watches the TCP connection: a client that failed (and closed it) ends
+//! the wait at once, instead of after [`PATIENCE`].
 
 use super::{caps, classify, dial_stream, first_buffer, params, region, side_cq, swap, Peer};
 use super::{Setup, Side, Sq};
@@ -339,4 +344,69 @@ fn client(o: &Opts, dev: &Device, test: &str, size: usize, host: &str, port: u16
     let mut s = Side::new(&cdev, o, (qa, cq, mr, None), peer);
     s.more = qps.map(Sq::Rc).collect();
     Ok(Setup::Client(s, stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rdma_cm_port_follows_the_tcp_port() {
+        let o = |port| Opts {
+            port,
+            rdma_cm: true,
+            ..Opts::default()
+        };
+        assert_eq!(port(&o(18515)).unwrap(), 18516);
+        assert!(matches!(
+            port(&o(u16::MAX)),
+            Err(Error::InvalidParameter { .. })
+        ));
+    }
+
+    #[test]
+    fn the_server_address_is_resolved_ipv4_first() {
+        let a = address("127.0.0.1", 18516).unwrap();
+        assert_eq!(a, SocketAddr::from(([127, 0, 0, 1], 18516)));
+        assert!(address("localhost", 1).unwrap().is_ipv4());
+        assert!(address("no-such-host.invalid", 1).is_err());
+    }
+
+    /// Only a wait that ended for want of an event is a timeout: any other error (or a
+    /// request) is something that arrived.
+    #[test]
+    fn only_a_timed_out_wait_is_a_timeout() {
+        let v = |kind: std::io::ErrorKind| {
+            Err::<(), _>(Error::Verbs(blueflame::VerbsError {
+                call: "rdma_get_cm_event",
+                source: kind.into(),
+            }))
+        };
+        assert!(timed_out(&v(std::io::ErrorKind::TimedOut)));
+        assert!(!timed_out(&v(std::io::ErrorKind::Other)));
+        assert!(!timed_out(&Ok(())));
+        assert!(!timed_out::<()>(&Err(Error::Io(
+            std::io::ErrorKind::TimedOut.into()
+        ))));
+    }
+
+    /// The server's look at the TCP connection while it waits for requests: open and quiet
+    /// is not closed (and nothing is taken from it), closed by the peer is.
+    #[test]
+    fn a_closed_connection_is_seen_without_reading_it() {
+        use std::io::{Read, Write};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        assert!(!closed(&s).unwrap());
+        c.write_all(b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!closed(&s).unwrap());
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"x");
+        drop(c);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(closed(&s).unwrap());
+    }
 }
