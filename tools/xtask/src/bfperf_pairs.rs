@@ -41,8 +41,9 @@ const fn pair(test: &'static str, flags: &'static str) -> Pair {
 }
 
 /// The pairings (under emulation each takes 2 to 5 s in all, processes included, about
-/// 60 s the twelve; a latency pairing up to 7 s when rxe's kernel work waits for a tick
-/// behind the two busy-polling processes on the VM's two CPUs: 4 ms a round trip).
+/// 100 s the twenty-one, the perftest client's 3 s head start included; a latency pairing
+/// up to 7 s when rxe's kernel work waits for a tick behind the two busy-polling processes
+/// on the VM's two CPUs: 4 ms a round trip).
 const PAIRS: &[Pair] = &[
     pair("write-bw", "-q 2"),
     pair("read-bw", "-q 2"),
