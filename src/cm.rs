@@ -75,6 +75,32 @@ fn device_of(id: &Arc<CmId>) -> Result<(Device, Pd)> {
     Ok((dev, pd))
 }
 
+/// The device and domain of a connection on `id`: `pd`'s, when given (for several
+/// connections on one CQ and one region), else new ones ([`device_of`]).
+fn device_for(id: &Arc<CmId>, pd: Option<&Pd>) -> Result<(Device, Pd)> {
+    let Some(pd) = pd else {
+        return device_of(id);
+    };
+    let ctx = id.verbs();
+    // librdmacm opens one context per device and hands it to every id on it; a domain of
+    // another context (another device, or one opened with `Device::open`) cannot hold the
+    // QP (`rdma_create_qp` refuses it).
+    let same = match &pd.device().backend {
+        crate::backend::Dev::Rdma(r) => !ctx.is_null() && r.ctx.ctx == ctx,
+        #[cfg(feature = "sim")]
+        crate::backend::Dev::Sim(_) => false,
+    };
+    if !same {
+        return Err(Error::InvalidHandle {
+            what: "protection domain of another device than the rdma_cm connection's \
+                   (librdmacm picks the device from the address; use the domain of an \
+                   earlier connection's request)",
+            value: 0,
+        });
+    }
+    Ok((pd.device().clone(), pd.clone()))
+}
+
 /// A listening rdma_cm id.
 pub struct CmListener {
     id: CmId,
@@ -102,13 +128,28 @@ impl CmListener {
     /// # Errors
     /// [`Error::Verbs`] on a timeout or another event.
     pub fn next_request(&self, timeout: Duration) -> Result<CmRequest> {
+        self.request(None, timeout)
+    }
+
+    /// As [`CmListener::next_request`], the request's device and protection domain being
+    /// `pd`'s (that of an earlier request's [`CmRequest::pd`]): its QP can then share a CQ
+    /// and regions with the earlier connections (several QPs on one CQ).
+    ///
+    /// # Errors
+    /// As [`CmListener::next_request`]; [`Error::InvalidHandle`] when the request arrived
+    /// on another device than `pd`'s.
+    pub fn next_request_on(&self, pd: &Pd, timeout: Duration) -> Result<CmRequest> {
+        self.request(Some(pd), timeout)
+    }
+
+    fn request(&self, pd: Option<&Pd>, timeout: Duration) -> Result<CmRequest> {
         let ev = self.id.wait(
             rdma_sys::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST,
             timeout,
         )?;
         // SAFETY: a connect request's new id, owned by nobody else yet.
         let id = Arc::new(unsafe { CmId::adopt(ev.id)? });
-        let (device, pd) = device_of(&id)?;
+        let (device, pd) = device_for(&id, pd)?;
         Ok(CmRequest {
             id,
             device,
@@ -152,9 +193,24 @@ pub struct CmConnection {
 /// # Errors
 /// [`Error::Verbs`] when the address or route cannot be resolved.
 pub fn resolve(addr: SocketAddr, timeout: Duration) -> Result<CmRequest> {
+    resolve_with(None, addr, timeout)
+}
+
+/// As [`resolve`], the connection's device and protection domain being `pd`'s (that of an
+/// earlier [`resolve`]'s [`CmRequest::pd`]): its QP can then share a CQ and regions with
+/// the earlier connections (several QPs on one CQ, as perftest's `-q` with `-R`).
+///
+/// # Errors
+/// As [`resolve`]; [`Error::InvalidHandle`] when the route runs through another device
+/// than `pd`'s.
+pub fn resolve_on(pd: &Pd, addr: SocketAddr, timeout: Duration) -> Result<CmRequest> {
+    resolve_with(Some(pd), addr, timeout)
+}
+
+fn resolve_with(pd: Option<&Pd>, addr: SocketAddr, timeout: Duration) -> Result<CmRequest> {
     let id = Arc::new(CmId::new()?);
     id.resolve(&addr, timeout)?;
-    let (device, pd) = device_of(&id)?;
+    let (device, pd) = device_for(&id, pd)?;
     Ok(CmRequest {
         id,
         device,

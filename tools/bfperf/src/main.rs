@@ -187,6 +187,11 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             }
         );
         match o.connection {
+            Connection::Rc if o.rdma_cm => println!(
+                " Connection     : RC, the QPs created and connected through rdma_cm (-R: rdma_cm port {}, bfperf's TCP connection on {})",
+                u32::from(o.port) + 1,
+                o.port
+            ),
             Connection::Rc => {
                 println!(" Connection     : {}", o.connection.name());
                 println!(" Doorbell       : {}", setup::doorbell_mode(&dev, o)?);

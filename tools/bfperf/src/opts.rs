@@ -103,6 +103,10 @@ pub struct Opts {
     pub bidirectional: bool,
     /// perftest's `--report-both`: a `-b` run also prints each side's result apart.
     pub report_both: bool,
+    /// perftest's `-R` (`--rdma_cm`): the test QPs created and connected through librdmacm
+    /// (on the TCP port `--port` + 1); the parameters, sync and results stay on the TCP
+    /// connection, so it is not perftest's `-R` on the wire.
+    pub rdma_cm: bool,
 }
 
 /// The transport a test runs on.
@@ -183,6 +187,7 @@ impl Default for Opts {
             qps: 1,
             bidirectional: false,
             report_both: false,
+            rdma_cm: false,
         }
     }
 }
@@ -283,6 +288,19 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --rc-pingpong       send-lat with --client: the server is rdma-core's ibv_rc_pingpong
                           (its 52-byte exchange and send ping-pong; give it the same -s and
                           -n, and -g on RoCE); a bfperf --server tells its client by itself
+  -R, --rdma_cm           across two processes (--server / --client HOST, bfperf on both
+                          sides, both with -R): the test QPs (all -q of them) are created and
+                          connected through librdmacm (rdma_cm), the server listening on
+                          rdma_cm port --port + 1 (so that on iWARP, where rdma_cm ports are
+                          the kernel's TCP ports, it does not clash with the TCP connection
+                          on --port), each side's buffer in the connection's private data;
+                          librdmacm picks the device from the address (it must be the one
+                          -d opens; -x and -i do not apply). The parameters, sync and
+                          results stay on bfperf's TCP connection: unlike perftest's -R
+                          (which moves that exchange onto an rdma_cm QP too) this is not
+                          perftest's -R on the wire: a perftest peer, --perftest and
+                          --rc-pingpong are refused, and so are the software NIC (no rdma_cm),
+                          one-process runs, -c ud, -c dc and --srq (not yet)
       --server            wait for a client on --port
       --client HOST       connect to a bfperf server
   -p, --port N            TCP port of the exchange (default 18515)
@@ -431,6 +449,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-q" | "--qp" => o.qps = num(a, val(a)?)?,
             "-b" | "--bidirectional" => o.bidirectional = true,
             "--report-both" | "--report_both" => o.report_both = true,
+            "-R" | "--rdma_cm" | "--rdma-cm" => o.rdma_cm = true,
             "-c" | "--connection" => {
                 o.connection = match val(a)?.to_ascii_lowercase().as_str() {
                     "rc" => Connection::Rc,
@@ -755,6 +774,34 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
         };
         if let Some(why) = why {
             return Err(format!("--hw-timestamps with {name}: {why}"));
+        }
+    }
+    if o.rdma_cm {
+        let why = if o.perftest || o.rc_pingpong {
+            Some(
+                "bfperf's -R keeps its parameters, sync and results on its TCP connection, \
+                 perftest's -R moves them onto an rdma_cm QP: the two do not speak to each \
+                 other (run bfperf on both sides with -R, or drop -R to speak to perftest or \
+                 ibv_rc_pingpong)",
+            )
+        } else if !o.server && o.client.is_none() {
+            Some(
+                "rdma_cm connects two processes: give --server on one side and --client HOST \
+                 on the other (both sides in this process need no rdma_cm)",
+            )
+        } else if matches!(o.device.as_str(), "sim" | "sim-stepped") {
+            Some("the software NIC has no rdma_cm (it is a library in one process, not a kernel RDMA device)")
+        } else if o.connection != Connection::Rc {
+            Some("rdma_cm connects RC QPs here (-c ud and -c dc: not yet)")
+        } else if o.srq {
+            Some("--srq: the QPs rdma_cm creates here take no SRQ (not yet)")
+        } else if o.port == u16::MAX {
+            Some("its rdma_cm port is --port + 1: -p 65535 leaves none")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("-R with {name}: {why}"));
         }
     }
     if o.events && o.device == "sim-stepped" {
@@ -1153,6 +1200,49 @@ mod tests {
         }
         assert!(USAGE.contains("bandwidth and latency tests: run SECS"));
         assert!(USAGE.contains("tps_average, sample_s"));
+    }
+
+    #[test]
+    fn rdma_cm_across_two_bfperf_processes_only() {
+        for spelling in ["-R", "--rdma_cm", "--rdma-cm"] {
+            assert!(parse(&args(spelling)).unwrap().rdma_cm, "{spelling}");
+        }
+        assert!(!parse(&[]).unwrap().rdma_cm);
+        for side in ["--server", "--client h"] {
+            let o = parse(&args(&format!("-R -d rxe0 {side}"))).unwrap();
+            for t in ["write-lat", "read-lat", "send-lat", "atomic-lat"] {
+                assert!(check_for(t, &o).is_ok(), "{t} {side}");
+            }
+            let q = parse(&args(&format!("-R -q 2 -b {side}"))).unwrap();
+            for t in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+                assert!(check_for(t, &q).is_ok(), "{t} {side}");
+            }
+        }
+        let refused = |line: &str, test: &str, why: &str| {
+            let e = check_for(test, &parse(&args(line)).unwrap()).unwrap_err();
+            assert!(e.starts_with(&format!("-R with {test}: ")), "{line}: {e}");
+            assert!(e.contains(why), "{line}: {e}");
+        };
+        refused("-R", "write-lat", "--server on one side");
+        refused(
+            "-R --server -d sim",
+            "write-bw",
+            "software NIC has no rdma_cm",
+        );
+        refused("-R --client h -d sim-stepped", "write-lat", "no rdma_cm");
+        refused(
+            "-R --client h --perftest",
+            "write-lat",
+            "not speak to each other",
+        );
+        refused("-R --client h --rc-pingpong", "send-lat", "perftest's -R");
+        // -c ud runs in one process: refused before -R is looked at.
+        assert!(check_for("send-lat", &parse(&args("-R --server -c ud")).unwrap()).is_err());
+        refused("-R --server -c dc", "write-lat", "-c dc");
+        refused("-R --client h --srq", "send-bw", "--srq");
+        refused("-R --server -p 65535", "write-lat", "--port + 1");
+        assert!(check_for("write-lat", &parse(&args("-R --server -p 65534")).unwrap()).is_ok());
+        assert!(USAGE.contains("-R, --rdma_cm") && USAGE.contains("perftest's -R on the wire"));
     }
 
     #[test]

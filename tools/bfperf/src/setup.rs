@@ -12,6 +12,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
+mod cm;
+
 /// What a side posts on: an RC QP, or (`-c dc`) a DCI aimed at the peer's DCT. The RC QP
 /// is held inline (no pointer to follow on the measured path), the DC path boxed.
 #[allow(clippy::large_enum_variant)]
@@ -592,6 +594,9 @@ fn dc_setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
 
 /// Builds the sides for messages of `size`.
 pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
+    if o.rdma_cm {
+        return cm::setup(o, dev, test, size);
+    }
     if (o.server || o.client.is_some()) && dev.nic().is_some() {
         return Err(blueflame::Error::Unsupported(
             "--server/--client with the software NIC: it lives in one process; run without them",
@@ -719,11 +724,12 @@ const PARAMS_TAG: &str = "bfperf-params/1";
 /// What both sides of a test across two processes must agree on, as one line: the test,
 /// the message size, the iterations and warm-up, the batch and depth of the bandwidth tests,
 /// the transport and where receives go, the QPs per side (`-q`) and whether both sides send
-/// (`-b`). A difference would leave one side waiting for
-/// messages the other never sends; perftest reports such mismatches too.
+/// (`-b`), whether the QPs are connected through rdma_cm (`-R`), and a latency test's
+/// duration and margin (`-D`, `-f`). A difference would leave one side waiting for messages
+/// the other never sends; perftest reports such mismatches too.
 pub fn params(test: &str, o: &Opts, size: usize) -> String {
     let mut line = format!(
-        "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={} qp={} bidirectional={}",
+        "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={} qp={} bidirectional={} rdma_cm={}",
         o.iters,
         o.warmup,
         o.post_list,
@@ -731,7 +737,8 @@ pub fn params(test: &str, o: &Opts, size: usize) -> String {
         o.connection.name(),
         o.srq,
         o.qps,
-        o.bidirectional
+        o.bidirectional,
+        o.rdma_cm
     );
     if test.ends_with("_lat") {
         // A latency test's responder echoes for -D seconds, or --iters messages: both sides
@@ -773,13 +780,20 @@ pub fn compare_params(ours: &str, theirs: &str) -> std::result::Result<(), Strin
         ));
     }
     let (a, b) = (fields(ours), fields(theirs));
-    let diff: Vec<String> = a
-        .iter()
-        .filter_map(|(k, v)| {
-            let w = b
-                .iter()
-                .find(|(k2, _)| k2 == k)
-                .map_or("(none)", |(_, w)| w);
+    let of = |l: &[(String, String)], k: &str| {
+        l.iter()
+            .find(|(k2, _)| k2 == k)
+            .map_or("(none)".to_string(), |(_, v)| v.clone())
+    };
+    // Our fields, then any only the peer has (a newer peer's option this side lacks).
+    let keys = a.iter().map(|(k, _)| k).chain(
+        b.iter()
+            .map(|(k, _)| k)
+            .filter(|k| !a.iter().any(|(k2, _)| k2 == *k)),
+    );
+    let diff: Vec<String> = keys
+        .filter_map(|k| {
+            let (v, w) = (of(&a, k), of(&b, k));
             (v != w).then(|| format!("{k}: this side {v}, the peer {w}"))
         })
         .collect();
@@ -1074,6 +1088,18 @@ mod tests {
             e.contains("bidirectional: this side false, the peer true"),
             "{e}"
         );
+        // -R on one side only: named, whichever side has it; a field only the peer sends
+        // is named too.
+        let r = crate::opts::Opts {
+            rdma_cm: true,
+            ..crate::opts::Opts::default()
+        };
+        let e = super::compare_params(&ours, &super::params("write_lat", &r, 8)).unwrap_err();
+        assert!(e.contains("rdma_cm: this side false, the peer true"), "{e}");
+        let e = super::compare_params(&super::params("write_lat", &r, 8), &ours).unwrap_err();
+        assert!(e.contains("rdma_cm: this side true, the peer false"), "{e}");
+        let e = super::compare_params(&ours, &format!("{ours} newer=1")).unwrap_err();
+        assert!(e.contains("newer: this side (none), the peer 1"), "{e}");
         let e = super::compare_params(&ours, "BFX1 garbage").unwrap_err();
         assert!(e.contains("not a bfperf"), "{e}");
         // A latency test's -D: the responder must know when to stop.

@@ -1028,3 +1028,35 @@ fn use_dmabuf_runs_on_the_software_nic_and_refuses_what_needs_a_cpu_view() {
         assert!(err.contains(why), "{all:?}: {err}");
     }
 }
+
+/// `-R` (rdma_cm) is bfperf against bfperf across two processes on a kernel RDMA device:
+/// refused before anything is opened where it cannot work, and by the software NIC that
+/// `-d auto` finds on a machine without RDMA (an error, not a wait for a client).
+#[test]
+fn rdma_cm_is_refused_where_it_cannot_work() {
+    for refused in [
+        &["write-lat", "-R"][..],
+        &["write-bw", "--rdma_cm", "--server", "-d", "sim"][..],
+        &["write-lat", "-R", "--client", "h", "--perftest"][..],
+        &["send-lat", "-R", "--client", "h", "--rc-pingpong"][..],
+        &["write-lat", "-R", "--server", "-c", "dc"][..],
+        &["send-bw", "-R", "--server", "--srq"][..],
+        &["write-lat", "-R", "--server", "-p", "65535"][..],
+    ] {
+        let out = bfperf(refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-R with"),
+            "{refused:?}: {out:?}"
+        );
+    }
+    if std::path::Path::new("/dev/infiniband").exists() {
+        return; // -d auto would open a real device and wait for a client
+    }
+    let out = bfperf(&["write-lat", "-R", "--server", "-p", "18599"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("-R with the software NIC"),
+        "{out:?}"
+    );
+}

@@ -1,12 +1,16 @@
 //! bfperf against bfperf on rxe0 across two processes (a `--server` in the background, a
 //! `--client` to 10.77.0.1, as the perftest pairings of [`crate::interop`]): the options
 //! whose two-process paths the software NIC cannot run (it lives in one process): `-q`,
-//! `-b` (results swapped over TCP, both sides print the sum), `--mmap`, `--pin_cores` and a
-//! latency test timed by `-D` (each side stopping on its own clock).
+//! `-b` (results swapped over TCP, both sides print the sum), `--mmap`, `--pin_cores`, a
+//! latency test timed by `-D` (each side stopping on its own clock) and `-R` (the QPs
+//! connected through rdma_cm on port 18516, the exchange on TCP 18515; and `-R` on one side
+//! only, which both sides must refuse, naming it, instead of waiting).
 //! Each pairing is one line of the rxe stage with each side's figure:
 //! `interop write-bw -b bfperf -> bfperf: ok (client 39.20 MB/s, server 39.20 MB/s)`. A
 //! pairing fails when either process fails or hangs (a timeout), the client prints no
-//! figure, or (`-b`) the server prints none or another sum than the client's.
+//! figure, or (`-b`) the server prints none or another sum than the client's; a pairing
+//! that must be refused fails unless both sides exit with 1 and say why (or, against
+//! perftest's `-R` client, the bfperf server exits with 1 saying why and perftest fails).
 
 use crate::compare::json_value;
 use crate::interop::side_output;
@@ -17,6 +21,10 @@ struct Pair {
     flags: &'static str,
     server: &'static str,
     client: &'static str,
+    /// Non-empty: the pairing must be refused, both sides exiting with 1 and saying this.
+    refused: &'static str,
+    /// Non-empty: the client is this perftest command (to 10.77.0.1), not bfperf.
+    perftest_client: &'static str,
 }
 
 /// The file `--mmap` maps (created by the script, in the VM's throw-away overlay).
@@ -28,12 +36,16 @@ const fn pair(test: &'static str, flags: &'static str) -> Pair {
         flags,
         server: "",
         client: "",
+        refused: "",
+        perftest_client: "",
     }
 }
 
 /// The pairings (under emulation each takes 2 to 5 s in all, processes included, about
-/// 60 s the twelve, 4 s more each timed (`-D 3`) one; a latency pairing up to 7 s when rxe's kernel work waits for a tick
-/// behind the two busy-polling processes on the VM's two CPUs: 4 ms a round trip).
+/// 100 s the twenty-one untimed ones, the perftest client's 3 s head start included, 4 s
+/// more each timed (`-D 3`) one; a latency pairing up to 7 s when rxe's kernel work waits
+/// for a tick behind the two busy-polling processes on the VM's two CPUs: 4 ms a round
+/// trip).
 const PAIRS: &[Pair] = &[
     pair("write-bw", "-q 2"),
     pair("read-bw", "-q 2"),
@@ -52,12 +64,16 @@ const PAIRS: &[Pair] = &[
         flags: "--mmap=FILE",
         server: "--mmap=/tmp/bfperf-pairs.mmap",
         client: "--mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576",
+        refused: "",
+        perftest_client: "",
     },
     Pair {
         test: "write-bw",
         flags: "--mmap=FILE",
         server: "--mmap=/tmp/bfperf-pairs.mmap",
         client: "--mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576",
+        refused: "",
+        perftest_client: "",
     },
     // The process's affinity set before the device. A bandwidth test: its server sleeps on
     // the TCP connection while the client sends, so both share CPU 0 and the VM's other CPU
@@ -68,6 +84,37 @@ const PAIRS: &[Pair] = &[
     // clock (the server's waits give up at its end); the client reports t_avg. 3 s each.
     pair("write-lat", "-D 3 -f 1"),
     pair("send-lat", "-D 3 -f 1"),
+    // -R: the QPs created and connected through librdmacm (rdma_cm port 18516, --port + 1;
+    // the server listens on any address, the client resolves rxe0's), the parameters,
+    // sync and results on TCP 18515.
+    pair("write-lat", "-R"),
+    pair("send-lat", "-R"),
+    pair("write-bw", "-R"),
+    pair("read-bw", "-R"),
+    pair("send-bw", "-R"),
+    pair("write-bw", "-q 2 -R"),
+    pair("read-bw", "-q 2 -b -R"),
+    // -R on the client only: its parameter line says rdma_cm=true, the server's false;
+    // both must stop, naming the difference (not wait for a connection that never comes).
+    Pair {
+        test: "write-lat",
+        flags: "-R (client only)",
+        server: "",
+        client: "-R",
+        refused: "rdma_cm: this side",
+        perftest_client: "",
+    },
+    // perftest's -R client connects through rdma_cm to --port itself (bfperf's -R server
+    // listens there too, to refuse it: bfperf's -R keeps its exchange on TCP), after the
+    // server is up (perftest does not retry).
+    Pair {
+        test: "write-lat",
+        flags: "-R (perftest -R client)",
+        server: "-R",
+        client: "",
+        refused: "perftest's -R client connects",
+        perftest_client: "sleep 3; timeout 60 ib_write_lat -R -F -d rxe0 -x $BLUEFLAME_GID_INDEX -s 8 -n 300 10.77.0.1",
+    },
 ];
 
 /// Seconds a program may take.
@@ -92,7 +139,7 @@ impl Pair {
         format!("{} {}", self.test, self.flags)
     }
 
-    /// The flags both sides take: the label's, unless each side has its own.
+    /// The flags both sides take: the label's, unless a side has its own.
     fn common(&self) -> &'static str {
         if self.server.is_empty() && self.client.is_empty() {
             self.flags
@@ -120,7 +167,10 @@ pub fn script() -> String {
             let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
             format!("timeout {LIMIT} target/release/bfperf {}", args.join(" "))
         };
-        let (server, client) = (bf(p.server, "--server"), bf(p.client, "--client 10.77.0.1"));
+        let (server, mut client) = (bf(p.server, "--server"), bf(p.client, "--client 10.77.0.1"));
+        if !p.perftest_client.is_empty() {
+            client = p.perftest_client.to_string();
+        }
         s.push_str(&format!(
             "echo '=== bfperf pair {label}'; \
              {server} > target/rxe/bp.srv 2>&1 & srv=$!; \
@@ -141,6 +191,10 @@ pub fn report(log: &str) -> bool {
     for part in &sections {
         let label = part.lines().next().unwrap_or("?").trim();
         let pair = PAIRS.iter().find(|p| p.label() == label);
+        if let Some(p) = pair.filter(|p| !p.refused.is_empty()) {
+            ok &= report_refusal(p, part);
+            continue;
+        }
         let (bw, both) = pair.map_or((label.contains("-bw"), false), |p| (p.bw(), p.both()));
         let (key, unit) = if bw {
             ("bw_avg_mb_s", "MB/s")
@@ -192,6 +246,52 @@ pub fn report(log: &str) -> bool {
     ok
 }
 
+/// The line of a pairing that must be refused ([`Pair::refused`]): fine when both sides
+/// exited with 1 (not a timeout's 124: a wait) and both said why.
+fn report_refusal(p: &Pair, part: &str) -> bool {
+    let rcs = part.lines().find(|l| l.starts_with("client rc "));
+    let said = |which: &str| side_output(part, which).contains(p.refused);
+    let fine = if p.perftest_client.is_empty() {
+        rcs == Some("client rc 1, server rc 1") && said("client") && said("server")
+    } else {
+        // perftest's own failure (not a timeout's 124: a wait), the server's refusal.
+        let client_failed = rcs.and_then(|l| {
+            l.strip_prefix("client rc ")?
+                .split(',')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        });
+        matches!(client_failed, Some(c) if c != 0 && c != 124)
+            && rcs.is_some_and(|l| l.ends_with(", server rc 1"))
+            && said("server")
+    };
+    println!(
+        "interop {} bfperf -> bfperf: {}",
+        p.label(),
+        if !fine {
+            "FAILED".to_string()
+        } else if p.perftest_client.is_empty() {
+            format!("ok (refused on both sides: \"{}...\")", p.refused)
+        } else {
+            format!(
+                "ok (the server refused it: \"{}...\"; perftest failed)",
+                p.refused
+            )
+        }
+    );
+    if !fine {
+        println!(
+            "  {}; must be refused on both sides (exit 1) saying \"{}\" (client said it: {}, server: {})",
+            rcs.unwrap_or("no exit codes: it did not finish"),
+            p.refused,
+            said("client"),
+            said("server")
+        );
+    }
+    fine
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -214,6 +314,15 @@ pub(crate) mod tests {
             .iter()
             .map(|p| {
                 let ok = "client rc 0, server rc 0";
+                if !p.refused.is_empty() {
+                    let why = format!("bfperf: the peer runs another test: {} true", p.refused);
+                    if !p.perftest_client.is_empty() {
+                        let said = format!("bfperf: not supported: {} ...", p.refused);
+                        let perftest = " Unable to perform rdma_client function";
+                        return section(&p.label(), "client rc 1, server rc 1", perftest, &said);
+                    }
+                    return section(&p.label(), "client rc 1, server rc 1", &why, &why);
+                }
                 match (p.bw(), p.both()) {
                     (false, _) if p.timed() => section(&p.label(), ok, TIMED, ""),
                     (true, true) => section(&p.label(), ok, bw, bw),
@@ -238,6 +347,35 @@ pub(crate) mod tests {
         // A timed latency pairing reports t_avg; without it, it fails.
         assert!(log.contains(TIMED));
         assert!(!report(&log.replace(TIMED, "{\"test\":\"write_lat\"}")));
+        // A refusal that hung (a timeout), that one side did not say, or that ran.
+        let r = "=== bfperf pair write-lat -R (client only)\nclient rc 1, server rc 1";
+        assert!(log.contains(r));
+        assert!(!report(
+            &log.replace(r, &r.replace("server rc 1", "server rc 124"))
+        ));
+        assert!(!report(&log.replace(
+            r,
+            &r.replace("rc 1, server rc 1", "rc 0, server rc 0")
+        )));
+        let (head, tail) = log.split_once(r).unwrap();
+        let tail = tail.replacen("rdma_cm: this side", "bfperf: failed", 1);
+        assert!(!report(&format!("{head}{r}{tail}")));
+        // perftest's -R client: the server must refuse it, saying so, and perftest fail.
+        let r = "=== bfperf pair write-lat -R (perftest -R client)\nclient rc 1, server rc 1";
+        assert!(log.contains(r));
+        assert!(!report(
+            &log.replace(r, &r.replace("server rc 1", "server rc 124"))
+        ));
+        assert!(!report(
+            &log.replace(r, &r.replace("client rc 1", "client rc 124"))
+        ));
+        assert!(!report(
+            &log.replace(r, &r.replace("client rc 1", "client rc 0"))
+        ));
+        assert!(!report(&log.replace(
+            "bfperf: not supported: perftest's -R client connects",
+            "bfperf: failed"
+        )));
         // -b: a server without the sum, or with another one than the client's.
         let b = section("write-bw -b", "client rc 0, server rc 0", BW, BW);
         assert!(log.contains(&b));
@@ -272,18 +410,40 @@ pub(crate) mod tests {
                 .count(),
             PAIRS.len()
         );
-        assert_eq!(s.matches("--client 10.77.0.1 --json").count(), PAIRS.len());
+        assert_eq!(
+            s.matches("--client 10.77.0.1 --json").count(),
+            PAIRS.len() - 1
+        );
+        let perftest = PAIRS
+            .iter()
+            .filter(|p| !p.perftest_client.is_empty())
+            .count();
+        assert_eq!(perftest, 1);
         assert_eq!(
             s.matches("timeout 60 target/release/bfperf").count(),
-            2 * PAIRS.len()
+            2 * PAIRS.len() - perftest
         );
+        assert!(s.contains(
+            "bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 -R --server --json > target/rxe/bp.srv 2>&1 & srv=$!; sleep 3; timeout 60 ib_write_lat -R"
+        ));
         assert!(s.starts_with(&format!("truncate -s 4M {MMAP}; ")));
         assert!(s.contains("bfperf write-bw -d rxe0 -s 4096 -n 1000 --warmup 100 -q 2 -b --server"));
         assert!(s.contains(
             "bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 --mmap=/tmp/bfperf-pairs.mmap --mmap-offset=1048576 --client"
         ));
+        assert!(s.contains(
+            "bfperf write-bw -d rxe0 -s 4096 -n 1000 --warmup 100 -q 2 -R --client 10.77.0.1"
+        ));
+        // -R on the client only.
+        assert!(s.contains("bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 --server --json"));
+        assert!(s.contains("bfperf write-lat -d rxe0 -s 8 -n 300 --warmup 100 -R --client"));
         for p in PAIRS {
-            assert!(p.server.is_empty() == p.client.is_empty(), "{}", p.label());
+            // Sides with flags of their own: both (mmap), or one in a refusal.
+            assert!(
+                p.server.is_empty() == p.client.is_empty() || !p.refused.is_empty(),
+                "{}",
+                p.label()
+            );
             assert!(p.server.is_empty() || !p.server.contains(MMAP) || p.client.contains(MMAP));
         }
     }
