@@ -683,47 +683,18 @@ pub fn run_timed(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Optio
 /// ([`pingpong_perftest_timed`]). The perftest side must be given `-D` too (perftest's
 /// exchange does not carry it).
 fn against_perftest_timed(
-    mut s: Side,
-    mut link: PerftestLink,
+    s: Side,
+    link: PerftestLink,
     o: &Opts,
     kind: Lat,
     size: usize,
 ) -> Result<Option<Timed>> {
-    let failed = crate::setup::peer_failed;
-    let mine = link.mine;
-    let r = match link.test {
-        Test::Read => {
-            link.wire.hand_shake(&mine).map_err(failed)?;
-            match link.client {
-                true => Some(initiate_timed(&mut s, o, kind, size, &Barrier::new(1))?),
-                false => None,
-            }
-        }
-        Test::Write | Test::Send => {
-            let wire = &mut link.wire;
-            let ready = move || wire.hand_shake(&mine).map(|_| ()).map_err(failed);
-            Some(pingpong_perftest_timed(
-                &mut s,
-                o,
-                kind,
-                size,
-                link.client,
-                ready,
-            )?)
-        }
-        Test::WriteBw | Test::ReadBw | Test::SendBw => {
-            return Err(blueflame::Error::Unsupported(
-                "a bandwidth test's perftest exchange in a latency test",
-            ))
-        }
-    };
-    if link.test.closes() {
-        link.wire.close(&mine).map_err(failed)?;
-    }
-    if !link.client || r.is_none() {
-        eprintln!("bfperf: the peer is perftest {}", link.version);
-    }
-    Ok(r)
+    with_perftest(
+        s,
+        link,
+        |s| initiate_timed(s, o, kind, size, &Barrier::new(1)),
+        |s, client, ready| pingpong_perftest_timed(s, o, kind, size, client, ready),
+    )
 }
 
 /// [`pingpong_perftest`] in duration mode (perftest's `run_iter_lat_write` and
@@ -784,29 +755,45 @@ fn pingpong_perftest_timed(
 /// A latency test against perftest's program (`Setup::Perftest`), in perftest's loop:
 /// `-n` iterations in all (perftest has no warm-up), each side timing as perftest's
 /// `run_iter_lat_*` times (a stamp before each post; the samples the differences of
-/// consecutive stamps, halved for a ping-pong); the last address exchange once this side
-/// is ready (its receives posted), and perftest's close where its test has one.
+/// consecutive stamps, halved for a ping-pong).
 fn against_perftest(
-    mut s: Side,
-    mut link: PerftestLink,
+    s: Side,
+    link: PerftestLink,
     o: &Opts,
     kind: Lat,
     size: usize,
 ) -> Result<Option<LatResult>> {
-    let failed = crate::setup::peer_failed;
     let o = Opts {
         warmup: 0,
         ..o.clone()
     };
+    with_perftest(
+        s,
+        link,
+        |s| initiate(s, &o, kind, size, &Barrier::new(1)),
+        |s, client, ready| Ok((pingpong_perftest(s, &o, kind, size, client, ready)?, None)),
+    )
+}
+
+/// What a latency test against perftest's program does around its loop, counted or timed:
+/// the last address exchange once this side is ready (its receives posted), `read` on
+/// `ib_read_lat`'s client (its server measures nothing and only waits for the close),
+/// `pingpong` for `ib_write_lat` and `ib_send_lat` (given the exchange to make when ready),
+/// and perftest's close where its test has one. None where this side measures nothing.
+fn with_perftest<R>(
+    mut s: Side,
+    mut link: PerftestLink,
+    read: impl FnOnce(&mut Side) -> Result<R>,
+    pingpong: impl FnOnce(&mut Side, bool, Box<dyn FnOnce() -> Result<()> + '_>) -> Result<R>,
+) -> Result<Option<R>> {
+    let failed = crate::setup::peer_failed;
     let mine = link.mine;
     let r = match link.test {
         Test::Read => {
             link.wire.hand_shake(&mine).map_err(failed)?;
-            // Only perftest's client reads (`ib_read_lat`'s server waits for the close).
-            if link.client {
-                Some(initiate(&mut s, &o, kind, size, &Barrier::new(1))?)
-            } else {
-                None
+            match link.client {
+                true => Some(read(&mut s)?),
+                false => None,
             }
         }
         Test::WriteBw | Test::ReadBw | Test::SendBw => {
@@ -816,11 +803,8 @@ fn against_perftest(
         }
         Test::Write | Test::Send => {
             let wire = &mut link.wire;
-            let ready = move || wire.hand_shake(&mine).map(|_| ()).map_err(failed);
-            Some((
-                pingpong_perftest(&mut s, &o, kind, size, link.client, ready)?,
-                None,
-            ))
+            let ready = Box::new(move || wire.hand_shake(&mine).map(|_| ()).map_err(failed));
+            Some(pingpong(&mut s, link.client, ready)?)
         }
     };
     if link.test.closes() {
