@@ -6,8 +6,10 @@
 //! measured call is an `#[inline(never)]` method doing what the C `static inline` calls of
 //! verbs.h do and nothing else: `ibv_post_send` of an 8-byte inline RDMA write, the same
 //! write through `ibv_wr_start` / `ibv_wr_rdma_write` / `ibv_wr_set_inline_data` /
-//! `ibv_wr_complete`, `ibv_poll_cq` of one completion, `ibv_start_poll` / `ibv_end_poll` of
-//! one, and `ibv_post_recv` of one 8-byte buffer.
+//! `ibv_wr_complete`, the same for an 8-byte inline send (`ibv_wr_send`) and an 8-byte RDMA
+//! read into one buffer (`ibv_wr_rdma_read` / `ibv_wr_set_sge`), `ibv_poll_cq` of one
+//! completion, `ibv_start_poll` / `ibv_end_poll` of one, and `ibv_post_recv` of one 8-byte
+//! buffer.
 
 use super::device::Context;
 use super::ex::{ApiChoice, SendOps};
@@ -26,12 +28,16 @@ pub struct Plain {
     mr_b: Mr,
     write: ffi::ibv_send_wr,
     send: ffi::ibv_send_wr,
+    /// An 8-byte RDMA read of `b`'s region at 0 into its bytes at 1024 (one buffer).
+    read: ffi::ibv_send_wr,
     msg: Box<[u8; 8]>,
     /// The gather entry of `write` and `send` (they point to it).
     _sge: Box<ffi::ibv_sge>,
     recv: ffi::ibv_recv_wr,
     /// The scatter entry of `recv`.
     _rsge: Box<ffi::ibv_sge>,
+    /// The scatter entry of `read`.
+    _dsge: Box<ffi::ibv_sge>,
     wc: [ffi::ibv_wc; 1],
     /// The QP's extended send operations (None where the provider lacks them).
     ex: Option<SendOps>,
@@ -111,7 +117,7 @@ impl Plain {
         )?;
         connect(&a, &ctx, &b, gid_index)?;
         connect(&b, &ctx, &a, gid_index)?;
-        let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
         let mr_b = Mr::alloc(pd.clone(), 4096, rights)?;
         let (addr_b, _, lkey_b, rkey_b) = mr_b.info();
         let msg = Box::new(*b"12345678");
@@ -123,6 +129,11 @@ impl Plain {
         let rsge = Box::new(ffi::ibv_sge {
             addr: addr_b + 512,
             length: 64,
+            lkey: lkey_b,
+        });
+        let dsge = Box::new(ffi::ibv_sge {
+            addr: addr_b + 1024,
+            length: 8,
             lkey: lkey_b,
         });
         // SAFETY: all-zero work requests are valid; the fields that matter are set.
@@ -143,6 +154,16 @@ impl Plain {
         send.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND;
         send.send_flags = write.send_flags;
         // SAFETY: as above.
+        let mut read: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
+        read.sg_list = &*dsge as *const _ as *mut _;
+        read.num_sge = 1;
+        read.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
+        read.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        read.wr.rdma = ffi::rdma_t {
+            remote_addr: addr_b,
+            rkey: rkey_b,
+        };
+        // SAFETY: as above.
         let mut recv: ffi::ibv_recv_wr = unsafe { std::mem::zeroed() };
         recv.sg_list = &*rsge as *const _ as *mut _;
         recv.num_sge = 1;
@@ -156,10 +177,12 @@ impl Plain {
             mr_b,
             write,
             send,
+            read,
             msg,
             _sge: sge,
             recv,
             _rsge: rsge,
+            _dsge: dsge,
             // SAFETY: an all-zero ibv_wc is valid.
             wc: unsafe { std::mem::zeroed() },
             ex,
@@ -187,26 +210,105 @@ impl Plain {
     /// [`Error::Unsupported`] without the extended operations.
     #[inline(never)]
     pub fn post_wr(&mut self, wr_id: u64) -> Result<i32> {
+        // SAFETY: `wr.rdma` is the union's member a write sets (in `new`).
+        let (rkey, addr) = unsafe { (self.write.wr.rdma.rkey, self.write.wr.rdma.remote_addr) };
+        let msg = self.msg.as_ptr() as *mut std::ffi::c_void;
+        self.post_ex(wr_id, self.write.send_flags, |q| {
+            // SAFETY: as in `post_ex`; the inline data is `self.msg`, copied by the call.
+            unsafe {
+                (*q).wr_rdma_write.unwrap_unchecked()(q, rkey, addr);
+                (*q).wr_set_inline_data.unwrap_unchecked()(q, msg, 8);
+            }
+        })
+    }
+
+    /// `ibv_wr_start`, the request's `wr_id` and `flags`, `build` (the opcode's call and
+    /// its data's), `ibv_wr_complete`: verbs.h's inlines in their order; `build` is handed
+    /// the QP's `ibv_qp_ex` and may call any of its operations (`SendOps::of` checked that
+    /// every one is set).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] without the extended operations.
+    #[inline(always)]
+    fn post_ex(
+        &mut self,
+        wr_id: u64,
+        flags: u32,
+        build: impl FnOnce(*mut ffi::ibv_qp_ex),
+    ) -> Result<i32> {
         if self.ex.is_none() {
             return Err(Error::Unsupported("ibv_wr_* on this QP"));
         }
         // SAFETY: live QP created with the extended operations (checked by `SendOps::of`,
-        // so every pointer called is set); the calls are verbs.h's inlines, in its order;
-        // the inline data is `self.msg`, copied by the call.
+        // so every pointer called is set); reached through the raw pointer only, which
+        // `build` uses too.
         unsafe {
             let q = ffi::ibv_qp_to_qp_ex(self.a.qp);
-            let x = &mut *q;
-            x.wr_start.unwrap_unchecked()(q);
-            x.wr_id = wr_id;
-            x.wr_flags = self.write.send_flags;
-            x.wr_rdma_write.unwrap_unchecked()(
-                q,
-                self.write.wr.rdma.rkey,
-                self.write.wr.rdma.remote_addr,
-            );
-            x.wr_set_inline_data.unwrap_unchecked()(q, self.msg.as_mut_ptr().cast(), 8);
-            Ok(x.wr_complete.unwrap_unchecked()(q))
+            (*q).wr_start.unwrap_unchecked()(q);
+            (*q).wr_id = wr_id;
+            (*q).wr_flags = flags;
+            build(q);
+            Ok((*q).wr_complete.unwrap_unchecked()(q))
         }
+    }
+
+    /// `ibv_post_send` of the prepared 8-byte inline send from `a` to `b` (signaled; `b`
+    /// must have a receive posted).
+    #[inline(never)]
+    pub fn post_send_inline(&mut self, wr_id: u64) -> i32 {
+        self.send.wr_id = wr_id;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: live QP; the request and its gather entry live in `self`.
+        unsafe { ffi::ibv_post_send(self.a.qp, &mut self.send, &mut bad) }
+    }
+
+    /// The same send with `ibv_wr_start`, `ibv_wr_send`, `ibv_wr_set_inline_data`,
+    /// `ibv_wr_complete`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] without the extended operations.
+    #[inline(never)]
+    pub fn post_wr_send(&mut self, wr_id: u64) -> Result<i32> {
+        let msg = self.msg.as_ptr() as *mut std::ffi::c_void;
+        self.post_ex(wr_id, self.send.send_flags, |q| {
+            // SAFETY: as in `post_ex`; the inline data is `self.msg`, copied by the call.
+            unsafe {
+                (*q).wr_send.unwrap_unchecked()(q);
+                (*q).wr_set_inline_data.unwrap_unchecked()(q, msg, 8);
+            }
+        })
+    }
+
+    /// `ibv_post_send` of the prepared 8-byte RDMA read into one buffer (signaled).
+    #[inline(never)]
+    pub fn post_read(&mut self, wr_id: u64) -> i32 {
+        self.read.wr_id = wr_id;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: live QP; the request and its scatter entry live in `self`.
+        unsafe { ffi::ibv_post_send(self.a.qp, &mut self.read, &mut bad) }
+    }
+
+    /// The same read with `ibv_wr_start`, `ibv_wr_rdma_read`, `ibv_wr_set_sge`,
+    /// `ibv_wr_complete`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] without the extended operations.
+    #[inline(never)]
+    pub fn post_wr_read(&mut self, wr_id: u64) -> Result<i32> {
+        // SAFETY: `wr.rdma` is the union's member a read sets (in `new`); `read.sg_list`
+        // points to `_dsge`, alive in this value.
+        let (rkey, addr, d) = unsafe {
+            let r = self.read.wr.rdma;
+            (r.rkey, r.remote_addr, *self.read.sg_list)
+        };
+        self.post_ex(wr_id, self.read.send_flags, |q| {
+            // SAFETY: as in `post_ex`; the scatter entry's buffer is `b`'s region, in the
+            // same protection domain as `a`.
+            unsafe {
+                (*q).wr_rdma_read.unwrap_unchecked()(q, rkey, addr);
+                (*q).wr_set_sge.unwrap_unchecked()(q, d.lkey, d.addr, d.length);
+            }
+        })
     }
 
     /// `ibv_post_send` of an 8-byte inline send from `a` to `b` (not measured).

@@ -65,6 +65,26 @@ fn measured_plain_post_wr(p: &mut Plain, wr_id: u64) -> i32 {
 }
 
 #[inline(never)]
+fn measured_plain_post_send_inline(p: &mut Plain, wr_id: u64) -> i32 {
+    p.post_send_inline(wr_id)
+}
+
+#[inline(never)]
+fn measured_plain_post_wr_send(p: &mut Plain, wr_id: u64) -> i32 {
+    p.post_wr_send(wr_id).expect("ibv_wr_send")
+}
+
+#[inline(never)]
+fn measured_plain_post_read(p: &mut Plain, wr_id: u64) -> i32 {
+    p.post_read(wr_id)
+}
+
+#[inline(never)]
+fn measured_plain_post_wr_read(p: &mut Plain, wr_id: u64) -> i32 {
+    p.post_wr_read(wr_id).expect("ibv_wr_rdma_read")
+}
+
+#[inline(never)]
 fn measured_plain_poll_cq(p: &mut Plain) -> Option<(u64, u32)> {
     p.poll_cq()
 }
@@ -112,6 +132,66 @@ fn poll_until<T>(
     }
     eprintln!("bfperf: {name}: no completion");
     std::process::exit(1);
+}
+
+/// Polls the plain pair until `a`'s completion (and `b`'s, when `recv`) of request `i`.
+fn plain_wait(plain: &mut Plain, i: u64, recv: bool) {
+    let (mut recv_seen, mut send_seen) = (!recv, false);
+    for _ in 0..1_000_000 {
+        if recv && !recv_seen {
+            recv_seen = plain.poll_b().is_some();
+        }
+        if !send_seen {
+            if let Some((id, st)) = plain.poll_cq() {
+                assert_eq!((id, st), (i, 0), "plain completion");
+                send_seen = true;
+            }
+        }
+        if recv_seen && send_seen {
+            return;
+        }
+        settle();
+    }
+    eprintln!("bfperf: the plain pair's request {i}: no completion");
+    std::process::exit(1);
+}
+
+/// One plain inline send into a receive posted first (`ibv_post_send`, or `ibv_wr_*`
+/// when `ex`).
+fn plain_send(
+    plain: &mut Plain,
+    calls: &mut Calls,
+    i: u64,
+    ex: bool,
+) -> Result<(), blueflame::Error> {
+    if plain.post_recv(i) != 0 {
+        return Err(blueflame::Error::Unsupported(
+            "the plain pair's ibv_post_recv",
+        ));
+    }
+    let rc = if ex {
+        calls.one("measured_plain_post_wr_send");
+        measured_plain_post_wr_send(plain, i)
+    } else {
+        calls.one("measured_plain_post_send_inline");
+        measured_plain_post_send_inline(plain, i)
+    };
+    assert_eq!(rc, 0, "plain send");
+    plain_wait(plain, i, true);
+    Ok(())
+}
+
+/// One plain 8-byte read (`ibv_post_send`, or `ibv_wr_*` when `ex`).
+fn plain_read(plain: &mut Plain, calls: &mut Calls, i: u64, ex: bool) {
+    let rc = if ex {
+        calls.one("measured_plain_post_wr_read");
+        measured_plain_post_wr_read(plain, i)
+    } else {
+        calls.one("measured_plain_post_read");
+        measured_plain_post_read(plain, i)
+    };
+    assert_eq!(rc, 0, "plain read");
+    plain_wait(plain, i, false);
 }
 
 /// Runs the probe on `BLUEFLAME_DEVICE` (GID index `BLUEFLAME_GID_INDEX`).
@@ -222,6 +302,14 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
             settle();
         }
         assert!(recv_seen && send_seen, "plain send");
+        // Plain rdma-core: the inline send and the read as the crate's rows post them,
+        // through each API (the receives and the polls are not measured).
+        plain_send(&mut plain, &mut calls, i, false)?;
+        plain_read(&mut plain, &mut calls, i, false);
+        if plain.has_extended() {
+            plain_send(&mut plain, &mut calls, i, true)?;
+            plain_read(&mut plain, &mut calls, i, true);
+        }
     }
     for (name, n) in &calls.0 {
         println!("calls {name} {n}");

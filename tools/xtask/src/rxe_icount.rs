@@ -63,13 +63,19 @@ const ROWS: &[Row] = &[
         "post: 8-byte inline send",
         "measured_verbs_post_send",
         [335, 280],
-        [None, None],
+        [
+            Some("measured_plain_post_send_inline"),
+            Some("measured_plain_post_wr_send"),
+        ],
     ),
     (
         "post: 8-byte RDMA read, one buffer",
         "measured_verbs_post_read",
         [325, 280],
-        [None, None],
+        [
+            Some("measured_plain_post_read"),
+            Some("measured_plain_post_wr_read"),
+        ],
     ),
     (
         "poll: one completion",
