@@ -11,6 +11,24 @@ use mlx5::request::Request;
 use mlx5::request::Sge;
 
 impl PostSend for Qp {
+    /// On the verbs path the read goes to rdma-core from its parts
+    /// ([`VerbsSendQueue::read`](crate::verbs::sq::VerbsSendQueue::read)), each arm building
+    /// the request it needs; otherwise as [`PostSend::post`].
+    #[inline(always)]
+    fn read(&mut self, sgl: &[Sge], remote: Remote, cookie: u64, flags: PostFlags) -> Result<()> {
+        self.check_state()?;
+        let r = match &mut self.path {
+            QpPath::Direct { sq, .. } => {
+                sq.post_out_of_line(&Request::Read { remote, sgl }, cookie, flags)
+            }
+            QpPath::Verbs { sq, .. } => sq.read(sgl, remote, cookie, flags),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.explain(e)),
+        }
+    }
+
     #[inline(always)]
     fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;

@@ -57,22 +57,27 @@ impl Single {
                 let none = mlx5::request::Remote { addr: 0, rkey: 0 };
                 inline(O::IBV_WR_SEND, WcOpcode::Send, none, b)
             }
-            Request::Read { remote, sgl: [s] }
-                if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES =>
-            {
-                Some(Single {
-                    opcode: O::IBV_WR_RDMA_READ,
-                    wc: WcOpcode::RdmaRead,
-                    byte_len: s.len,
-                    remote,
-                    buf: ffi::ibv_sge {
-                        addr: s.addr,
-                        length: s.len,
-                        lkey: s.lkey,
-                    },
-                    inline_flag: 0,
-                })
-            }
+            Request::Read { remote, sgl } => Single::read(remote, sgl),
+            _ => None,
+        }
+    }
+
+    /// An RDMA read of `remote` into `sgl`, when it is one non-empty buffer.
+    #[inline(always)]
+    fn read(remote: mlx5::request::Remote, sgl: &[mlx5::request::Sge]) -> Option<Single> {
+        match *sgl {
+            [s] if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES => Some(Single {
+                opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+                wc: WcOpcode::RdmaRead,
+                byte_len: s.len,
+                remote,
+                buf: ffi::ibv_sge {
+                    addr: s.addr,
+                    length: s.len,
+                    lkey: s.lkey,
+                },
+                inline_flag: 0,
+            }),
             _ => None,
         }
     }
@@ -138,6 +143,42 @@ impl VerbsSendQueue {
             data: Payload::Inline(data),
         };
         self.push_and_ring(&req, cookie, flags)
+    }
+
+    /// An RDMA read ([`crate::Qp::read`] on the verbs path): what
+    /// [`VerbsSendQueue::post_one`] does with it, from its parts (no request is built unless
+    /// it has to be queued: built by the caller, its five stores came before the first
+    /// check).
+    ///
+    /// # Errors
+    /// As [`VerbsSendQueue::post_one`].
+    #[inline(always)]
+    pub fn read(
+        &mut self,
+        sgl: &[mlx5::request::Sge],
+        remote: mlx5::request::Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if self.pending == 0 && !self.fence_next && flags.fence == Fence::None {
+            if let Some(one) = Single::read(remote, sgl) {
+                return self.post_single(&one, cookie, flags);
+            }
+        }
+        self.read_queued(sgl, remote, cookie, flags)
+    }
+
+    /// [`VerbsSendQueue::read`]'s request queued (push + ring), out of line.
+    #[cold]
+    #[inline(never)]
+    fn read_queued(
+        &mut self,
+        sgl: &[mlx5::request::Sge],
+        remote: mlx5::request::Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        self.push_and_ring(&Request::Read { remote, sgl }, cookie, flags)
     }
 
     /// [`VerbsSendQueue::push`] then [`VerbsSendQueue::ring`], out of line (the requests
