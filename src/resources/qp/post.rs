@@ -11,9 +11,8 @@ use mlx5::request::Request;
 use mlx5::request::Sge;
 
 impl PostSend for Qp {
-    /// On the verbs path the read goes to rdma-core from its parts
-    /// ([`VerbsSendQueue::read`](crate::verbs::sq::VerbsSendQueue::read)), each arm building
-    /// the request it needs; otherwise as [`PostSend::post`].
+    /// On the verbs path the read goes to rdma-core from its parts (the verbs send queue's
+    /// `read`), each arm building the request it needs; otherwise as [`PostSend::post`].
     #[inline(always)]
     fn read(&mut self, sgl: &[Sge], remote: Remote, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
