@@ -151,6 +151,45 @@ pub unsafe fn copy_in_words(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// [`copy_in_words`] of at most four words (`n` a multiple of 8, at most 32): the words
+/// one after another, with no loop (the small receive's copy from its CQE: a loop cost
+/// the usual 8 bytes 9 instructions, this 6).
+///
+/// # Safety
+/// As [`copy_in_words`], with `n <= 32`.
+#[inline(always)]
+pub unsafe fn copy_in_few_words(dst: *mut u8, src: *const u8, n: usize) {
+    debug_assert!((dst as usize | n) & 7 == 0 && n <= 32);
+    /// Copies word `j` (byte offset `8 * j`).
+    ///
+    /// # Safety
+    /// `8 * j + 8 <= n`, under the outer function's contract.
+    #[inline(always)]
+    unsafe fn word(dst: *mut u8, src: *const u8, j: usize) {
+        // SAFETY: the word lies inside `src` and inside the caller's whole-word target
+        // range (as in `copy_in_words`).
+        unsafe {
+            let v = core::ptr::read_unaligned(src.add(8 * j).cast::<u64>());
+            AtomicU64::from_ptr(dst.add(8 * j).cast::<u64>()).store(v, Ordering::Relaxed);
+        }
+    }
+    // SAFETY: each word is copied only when `n` covers it.
+    unsafe {
+        if n >= 8 {
+            word(dst, src, 0);
+            if n >= 16 {
+                word(dst, src, 1);
+                if n >= 24 {
+                    word(dst, src, 2);
+                    if n >= 32 {
+                        word(dst, src, 3);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// [`copy_in`] of a range with unaligned or partial words.
 ///
 /// # Safety
@@ -239,6 +278,22 @@ pub unsafe fn load_u8(w: Words, p: *const u8, order: Ordering) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_few_words_are_copied_exactly() {
+        let src: Vec<u8> = (1..=40).collect();
+        for n in (0..=32).step_by(8) {
+            let mut dst = [0u64; 5];
+            // SAFETY: `dst` has 40 aligned writable bytes, `src` 40 readable ones.
+            unsafe { copy_in_few_words(dst.as_mut_ptr().cast(), src.as_ptr(), n) };
+            let got: Vec<u8> = dst.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            assert_eq!(&got[..n], &src[..n], "{n} bytes");
+            assert!(
+                got[n..].iter().all(|&b| b == 0),
+                "{n} bytes: nothing beyond"
+            );
+        }
+    }
 
     #[test]
     fn words_of_a_region() {

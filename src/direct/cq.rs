@@ -420,6 +420,12 @@ impl CompletionQueue {
     /// compressed session) gets what the general path does for it (`complete_other`)
     /// without the search; anything else, and the entries after it, go to
     /// [`CompletionQueue::poll_general`].
+    ///
+    /// The usual small receive (its data at the start of the CQE, copied in whole words)
+    /// is finished here; any other receive of that QP goes on in
+    /// [`CompletionQueue::poll_recv_other`]. Every call left here is a tail call, so no
+    /// value is kept across one and the path needs few registers of its own to save
+    /// (with the other receives' status computed here, it saved six).
     #[inline(never)]
     fn poll_recv<S: Sink + ?Sized>(&mut self, out: &mut S) -> usize {
         // SAFETY: the entry at the consumer index is software's (checked by `poll`); it is
@@ -438,24 +444,61 @@ impl CompletionQueue {
         if kind > (CqeFormat::InlineScatter64 as u8) << 2 || qpn != self.last_rqpn {
             return self.poll_general(out, 0);
         }
-        // SAFETY: `last_rq` and `last_scatter` point into `Arc`s held by `cache`, which is
-        // replaced only by `refresh`, which resets `last_rqpn`.
-        let (rq, t) = unsafe { (&*self.last_rq, &*self.last_scatter) };
+        // SAFETY: `last_scatter` points into an `Arc` held by `cache`, which is replaced
+        // only by `refresh`, which resets `last_rqpn`.
+        let t = unsafe { &*self.last_scatter };
         let wqe = cqe.wqe_counter.get();
         let byte_len = cqe.byte_cnt.get();
         // The usual small receive: data at the start of the CQE, copied in whole words into
-        // the receive's one entry, then the receive's pins go; anything else (another
-        // format, a length or buffer not in whole words) in `recv_status`.
-        let quick = kind == (CqeFormat::InlineScatter32 as u8) << 2
+        // the receive's one entry, then the receive's pins go.
+        if kind == (CqeFormat::InlineScatter32 as u8) << 2
             // SAFETY: the poller, after the receive's CQE and before retiring it (its entry
-            // is software's until `publish_ci` below); the first `QUICK_MAX` of the CQE's
-            // 64 bytes are readable; the CQ ring never overlaps registered receive buffers.
-            && unsafe { t.copy_quick(wqe, cqe as *const Cqe64 as *const u8, byte_len) };
-        let status = if quick {
-            WcStatus::Success
+            // is software's until `publish_ci` in `recv_done`); the first `QUICK_MAX` of the
+            // CQE's 64 bytes are readable; the CQ ring never overlaps registered receive
+            // buffers.
+            && unsafe { t.copy_quick(wqe, cqe as *const Cqe64 as *const u8, byte_len) }
+        {
+            return self.recv_done(out, cqe, qpn, WcStatus::Success);
+        }
+        self.poll_recv_other(out)
+    }
+
+    /// [`CompletionQueue::poll_recv`] for a receive of the QP whose receive completed last
+    /// that is not the usual small copy (the caller checked the queue list, the QP and the
+    /// format): its data in the buffers (format plain: the pins go) or elsewhere in the CQE
+    /// ([`Self::scatter_from_cqe`]).
+    #[inline(never)]
+    fn poll_recv_other<S: Sink + ?Sized>(&mut self, out: &mut S) -> usize {
+        // SAFETY: as in `poll_recv`, which found this entry software's and has not
+        // consumed it.
+        let cqe = unsafe { self.entry() };
+        // SAFETY: as in `poll_recv` (`last_rqpn` has not changed since its check).
+        let t = unsafe { &*self.last_scatter };
+        let (wqe, byte_len) = (cqe.wqe_counter.get(), cqe.byte_cnt.get());
+        let status = if cqe.op_own & FORMAT_MASK != 0 {
+            self.scatter_from_cqe(cqe, t, wqe, byte_len)
         } else {
-            self.recv_status(cqe, t, wqe, byte_len)
+            t.done(wqe);
+            WcStatus::Success
         };
+        self.recv_done(out, cqe, cqe.qpn(), status)
+    }
+
+    /// The end of a receive of the QP whose receive completed last, its data in place and
+    /// its pins given back: its completion into `out[0]`, the entry consumed, the receive
+    /// retired; then the entries after it, if any, in [`CompletionQueue::poll_general`].
+    #[inline(always)]
+    fn recv_done<S: Sink + ?Sized>(
+        &mut self,
+        out: &mut S,
+        cqe: &Cqe64,
+        qpn: u32,
+        status: WcStatus,
+    ) -> usize {
+        // SAFETY: `last_rq` points into an `Arc` held by `cache`, which is replaced only by
+        // `refresh`, which resets `last_rqpn` (checked by the caller).
+        let rq = unsafe { &*self.last_rq };
+        let (wqe, byte_len) = (cqe.wqe_counter.get(), cqe.byte_cnt.get());
         out.put(
             0,
             Completion {
@@ -480,19 +523,6 @@ impl CompletionQueue {
             return self.poll_general(out, 1);
         }
         1
-    }
-
-    /// The status of a receive whose data are not the usual small copy: in the buffers
-    /// (format plain: the pins go) or elsewhere in the CQE ([`Self::scatter_from_cqe`]).
-    #[cold]
-    #[inline(never)]
-    fn recv_status(&self, cqe: &Cqe64, t: &ScatterTable, wqe: u16, byte_len: u32) -> WcStatus {
-        if cqe.op_own & FORMAT_MASK != 0 {
-            self.scatter_from_cqe(cqe, t, wqe, byte_len)
-        } else {
-            t.done(wqe);
-            WcStatus::Success
-        }
     }
 
     /// [`CompletionQueue::poll_some`] once a send completion of the QP seen last is in

@@ -76,6 +76,9 @@ impl Entry {
 /// (scatter-to-CQE, format INLINE_SCATTER_32).
 pub(crate) const QUICK_MAX: u32 = 32;
 
+// `copy_quick` copies with `copy_in_few_words`, which takes at most 32 bytes.
+const _: () = assert!(QUICK_MAX <= 32);
+
 /// The scatter lists of a receive ring, `max` entries per receive.
 pub(crate) struct ScatterTable {
     mask: u32,
@@ -275,7 +278,7 @@ impl ScatterTable {
         // word), a region pinned when posted (or vouched for by the queue's owner) and
         // registered until the pin goes, below; `data` has `len <= QUICK_MAX` readable
         // bytes outside every registered buffer (caller contract).
-        unsafe { mlx5::shared::copy_in_words(first.addr as *mut u8, data, len as usize) };
+        unsafe { mlx5::shared::copy_in_few_words(first.addr as *mut u8, data, len as usize) };
         // SAFETY: the copy is made; the caller's contract.
         unsafe { release_one(e, first) };
         true
