@@ -342,27 +342,124 @@ fn pingpong_one_thread(
 
 /// Runs one latency test of `size` bytes; the samples (ns) on the side that measures.
 pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<LatResult>> {
-    let total = o.warmup + o.iters;
+    place::<Counted>(o, kind, setup, size)
+}
+
+/// One latency test: its options, kind and message size.
+#[derive(Clone, Copy)]
+struct Case<'a> {
+    o: &'a Opts,
+    kind: Lat,
+    size: usize,
+}
+
+/// The loops of one latency mode, for [`place`] to run on each side of a test: counted
+/// (`-n`, [`Counted`]) or timed (`-D`, [`TimedLoops`]).
+trait Loops {
+    /// What the measuring side measured.
+    type Out;
+    /// The side that starts each iteration (and measures).
+    fn initiate(s: &mut Side, t: Case<'_>, ready: &Barrier) -> Result<Self::Out>;
+    /// The side that echoes a ping-pong.
+    fn respond(s: Side, t: Case<'_>, ready: &Barrier) -> Result<()>;
+    /// Both roles of a ping-pong in one thread (the software NIC's).
+    fn one_thread(a: &mut Side, b: &mut Side, t: Case<'_>) -> Result<Self::Out>;
+    /// Against perftest's program.
+    fn perftest(s: Side, link: PerftestLink, t: Case<'_>) -> Result<Option<Self::Out>>;
+    /// Against `ibv_rc_pingpong` (this side its client or not; pins the thread itself).
+    fn rc_pingpong(s: Side, client: bool, t: Case<'_>) -> Result<Option<Self::Out>>;
+}
+
+/// `-n` iterations after the warm-up ([`run`]).
+struct Counted;
+
+impl Loops for Counted {
+    type Out = LatResult;
+    fn initiate(s: &mut Side, t: Case<'_>, ready: &Barrier) -> Result<LatResult> {
+        initiate(s, t.o, t.kind, t.size, ready)
+    }
+    fn respond(s: Side, t: Case<'_>, ready: &Barrier) -> Result<()> {
+        respond(s, t.o, t.kind, t.size, t.o.warmup + t.o.iters, ready)
+    }
+    fn one_thread(a: &mut Side, b: &mut Side, t: Case<'_>) -> Result<LatResult> {
+        pingpong_one_thread(a, b, t.o, t.kind, t.size)
+    }
+    fn perftest(s: Side, link: PerftestLink, t: Case<'_>) -> Result<Option<LatResult>> {
+        against_perftest(s, link, t.o, t.kind, t.size)
+    }
+    fn rc_pingpong(mut s: Side, client: bool, t: Case<'_>) -> Result<Option<LatResult>> {
+        // `ibv_rc_pingpong`'s loop: the client sends first, each side `-n` messages
+        // (no warm-up); its server posted its receives before the exchange.
+        crate::pin(t.o.pin);
+        let o = Opts {
+            warmup: 0,
+            ..t.o.clone()
+        };
+        if client {
+            initiate(&mut s, &o, t.kind, t.size, &Barrier::new(1)).map(Some)
+        } else {
+            respond(s, &o, t.kind, t.size, o.iters, &Barrier::new(1))?;
+            eprintln!("bfperf: the peer is ibv_rc_pingpong");
+            Ok(None)
+        }
+    }
+}
+
+/// Until the run's end (`-D`, [`run_timed`]).
+struct TimedLoops;
+
+impl Loops for TimedLoops {
+    type Out = Timed;
+    fn initiate(s: &mut Side, t: Case<'_>, ready: &Barrier) -> Result<Timed> {
+        initiate_timed(s, t.o, t.kind, t.size, ready)
+    }
+    fn respond(s: Side, t: Case<'_>, ready: &Barrier) -> Result<()> {
+        respond_timed(s, t.o, t.kind, t.size, ready)
+    }
+    fn one_thread(a: &mut Side, b: &mut Side, t: Case<'_>) -> Result<Timed> {
+        pingpong_one_thread_timed(a, b, t.o, t.kind, t.size)
+    }
+    fn perftest(s: Side, link: PerftestLink, t: Case<'_>) -> Result<Option<Timed>> {
+        against_perftest_timed(s, link, t.o, t.kind, t.size)
+    }
+    fn rc_pingpong(_: Side, _: bool, _: Case<'_>) -> Result<Option<Timed>> {
+        Err(blueflame::Error::Unsupported(
+            "-D with an ibv_rc_pingpong peer: it counts -n messages and has no timed mode (run without -D)",
+        ))
+    }
+}
+
+/// Runs one latency test of `size` bytes in the loops of `L` on the sides `setup` holds:
+/// both here (one thread on the software NIC, two otherwise; a read or atomic needs no
+/// responder), a server or client of another bfperf, or a peer that is perftest's or
+/// `ibv_rc_pingpong`. What the measuring side measured (None on the other).
+fn place<L: Loops>(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<L::Out>>
+where
+    L::Out: Send + 'static,
+{
     let passive = matches!(kind, Lat::Read | Lat::Atomic(_));
+    let t = Case { o, kind, size };
     match setup {
         Setup::Local(mut a, b) => {
             if passive {
-                let one = Barrier::new(1);
-                let r = initiate(&mut a, o, kind, size, &one)?;
+                let r = L::initiate(&mut a, t, &Barrier::new(1))?;
                 drop(b);
                 return Ok(Some(r));
             }
             if a.dev.nic().is_some() {
                 crate::pin(o.pin);
                 let mut b = b;
-                return pingpong_one_thread(&mut a, &mut b, o, kind, size).map(Some);
+                return L::one_thread(&mut a, &mut b, t).map(Some);
             }
             let ready = Arc::new(Barrier::new(2));
             let (r2, o2) = (ready.clone(), o.clone());
-            let t = std::thread::spawn(move || respond(b, &o2, kind, size, total, &r2));
+            let responder = std::thread::spawn(move || {
+                let t = Case { o: &o2, kind, size };
+                L::respond(b, t, &r2)
+            });
             crate::pin(o.pin);
-            let r = initiate(&mut a, o, kind, size, &ready);
-            let resp = t
+            let r = L::initiate(&mut a, t, &ready);
+            let resp = responder
                 .join()
                 .map_err(|_| blueflame::Error::Unsupported("the responder thread panicked"))?;
             resp?;
@@ -371,37 +468,22 @@ pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<LatR
         Setup::Server(s, mut stream) => {
             crate::pin(o.pin);
             if !passive {
-                respond(s, o, kind, size, total, &Barrier::new(1))?;
+                L::respond(s, t, &Barrier::new(1))?;
             }
             sync(&mut stream)?;
             Ok(None)
         }
         Setup::Client(mut s, mut stream) => {
             crate::pin(o.pin);
-            let r = initiate(&mut s, o, kind, size, &Barrier::new(1))?;
+            let r = L::initiate(&mut s, t, &Barrier::new(1))?;
             sync(&mut stream)?;
             Ok(Some(r))
         }
         Setup::Perftest(s, link) => {
             crate::pin(o.pin);
-            against_perftest(s, link, o, kind, size)
+            L::perftest(s, link, t)
         }
-        Setup::RcPingpong(mut s, client) => {
-            // `ibv_rc_pingpong`'s loop: the client sends first, each side `-n` messages
-            // (no warm-up); its server posted its receives before the exchange.
-            crate::pin(o.pin);
-            let o = Opts {
-                warmup: 0,
-                ..o.clone()
-            };
-            if client {
-                initiate(&mut s, &o, kind, size, &Barrier::new(1)).map(Some)
-            } else {
-                respond(s, &o, kind, size, o.iters, &Barrier::new(1))?;
-                eprintln!("bfperf: the peer is ibv_rc_pingpong");
-                Ok(None)
-            }
-        }
+        Setup::RcPingpong(s, client) => L::rc_pingpong(s, client, t),
     }
 }
 
@@ -629,52 +711,7 @@ fn pingpong_one_thread_timed(
 /// An `ibv_rc_pingpong` peer (typed, before any message: it has no timed mode), no
 /// iteration measured, or the device's.
 pub fn run_timed(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<Timed>> {
-    let passive = matches!(kind, Lat::Read | Lat::Atomic(_));
-    match setup {
-        Setup::Local(mut a, b) => {
-            if passive {
-                let r = initiate_timed(&mut a, o, kind, size, &Barrier::new(1))?;
-                drop(b);
-                return Ok(Some(r));
-            }
-            if a.dev.nic().is_some() {
-                crate::pin(o.pin);
-                let mut b = b;
-                return pingpong_one_thread_timed(&mut a, &mut b, o, kind, size).map(Some);
-            }
-            let ready = Arc::new(Barrier::new(2));
-            let (r2, o2) = (ready.clone(), o.clone());
-            let t = std::thread::spawn(move || respond_timed(b, &o2, kind, size, &r2));
-            crate::pin(o.pin);
-            let r = initiate_timed(&mut a, o, kind, size, &ready);
-            let resp = t
-                .join()
-                .map_err(|_| blueflame::Error::Unsupported("the responder thread panicked"))?;
-            resp?;
-            r.map(Some)
-        }
-        Setup::Server(s, mut stream) => {
-            crate::pin(o.pin);
-            if !passive {
-                respond_timed(s, o, kind, size, &Barrier::new(1))?;
-            }
-            sync(&mut stream)?;
-            Ok(None)
-        }
-        Setup::Client(mut s, mut stream) => {
-            crate::pin(o.pin);
-            let r = initiate_timed(&mut s, o, kind, size, &Barrier::new(1))?;
-            sync(&mut stream)?;
-            Ok(Some(r))
-        }
-        Setup::Perftest(s, link) => {
-            crate::pin(o.pin);
-            against_perftest_timed(s, link, o, kind, size)
-        }
-        Setup::RcPingpong(..) => Err(blueflame::Error::Unsupported(
-            "-D with an ibv_rc_pingpong peer: it counts -n messages and has no timed mode (run without -D)",
-        )),
-    }
+    place::<TimedLoops>(o, kind, setup, size)
 }
 
 /// A timed latency test (`-D`) against perftest's program, in perftest's loops of duration
