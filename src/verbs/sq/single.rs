@@ -96,12 +96,19 @@ impl VerbsSendQueue {
     /// posted.
     #[inline(always)]
     pub fn post_one(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        if self.pending == 0 && !self.fence_next && flags.fence == Fence::None {
+        if self.straight(flags) {
             if let Some(one) = Single::of(req, self.max_inline) {
                 return self.post_single(&one, cookie, flags);
             }
         }
         self.push_and_ring(req, cookie, flags)
+    }
+
+    /// Whether a request with `flags` may go to rdma-core straight (`post_single`):
+    /// nothing queued, no fence asked for and none pending.
+    #[inline(always)]
+    fn straight(&self, flags: PostFlags) -> bool {
+        self.pending == 0 && !self.fence_next && flags.fence == Fence::None
     }
 
     /// An inline RDMA write ([`crate::Qp::write_inline`] on the verbs path): what
@@ -118,12 +125,7 @@ impl VerbsSendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        if self.pending == 0
-            && !self.fence_next
-            && flags.fence == Fence::None
-            && !data.is_empty()
-            && data.len() <= self.max_inline
-        {
+        if self.straight(flags) && !data.is_empty() && data.len() <= self.max_inline {
             let one = Single {
                 opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
                 wc: WcOpcode::RdmaWrite,
@@ -160,7 +162,7 @@ impl VerbsSendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        if self.pending == 0 && !self.fence_next && flags.fence == Fence::None {
+        if self.straight(flags) {
             if let Some(one) = Single::read(remote, sgl) {
                 return self.post_single(&one, cookie, flags);
             }
