@@ -20,24 +20,46 @@ pub fn encode_recv(sgl: &[Sge], entry: &mut [u8]) -> Option<usize> {
     }
     let mut i = 0;
     for s in sgl.iter().filter(|s| s.len != 0) {
-        let d = DataSeg {
-            byte_count: Be32::new(s.len),
-            lkey: Be32::new(s.lkey),
-            addr: Be64::new(s.addr),
-        };
-        entry[i * DS_BYTES..(i + 1) * DS_BYTES].copy_from_slice(d.as_bytes());
+        entry[i * DS_BYTES..(i + 1) * DS_BYTES].copy_from_slice(data_seg(s).as_bytes());
         i += 1;
     }
     if i < max {
-        let t = DataSeg {
-            byte_count: Be32::ZERO,
-            lkey: Be32::new(INVALID_LKEY),
-            addr: Be64::ZERO,
-        };
-        entry[i * DS_BYTES..(i + 1) * DS_BYTES].copy_from_slice(t.as_bytes());
+        entry[i * DS_BYTES..(i + 1) * DS_BYTES].copy_from_slice(TERMINATOR.as_bytes());
     }
     Some(n)
 }
+
+/// [`encode_recv`] of a list of one entry `s`, non-empty and at most
+/// [`MAX_SGE_BYTES`](crate::wqe::MAX_SGE_BYTES) long (the usual receive): its data
+/// segment, and the terminator when `entry` has room for another.
+///
+/// # Panics
+/// When `entry` is shorter than one data segment (a ring's stride is at least one).
+#[inline(always)]
+pub fn encode_recv_one(s: &Sge, entry: &mut [u8]) {
+    debug_assert!(s.len != 0 && s.len <= crate::wqe::MAX_SGE_BYTES);
+    entry[..DS_BYTES].copy_from_slice(data_seg(s).as_bytes());
+    if let Some(t) = entry.get_mut(DS_BYTES..2 * DS_BYTES) {
+        t.copy_from_slice(TERMINATOR.as_bytes());
+    }
+}
+
+/// The data segment of entry `s`.
+#[inline(always)]
+fn data_seg(s: &Sge) -> DataSeg {
+    DataSeg {
+        byte_count: Be32::new(s.len),
+        lkey: Be32::new(s.lkey),
+        addr: Be64::new(s.addr),
+    }
+}
+
+/// The entry that ends a receive WQE shorter than the stride.
+const TERMINATOR: DataSeg = DataSeg {
+    byte_count: Be32::ZERO,
+    lkey: Be32::new(INVALID_LKEY),
+    addr: Be64::ZERO,
+};
 
 /// Reads the entries of one receive WQE into `out`, up to the terminator or the stride.
 /// Returns how many there are.
@@ -63,6 +85,23 @@ pub fn decode_recv(entry: &[u8], out: &mut [Sge]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-entry encoder writes what the general one writes for a list of one entry,
+    /// into entries of one, two and four segments, over whatever the ring held before.
+    #[test]
+    fn one_entry_as_the_general_encoder() {
+        let s = Sge {
+            addr: 0x1122_3344_5566_7788,
+            len: 100,
+            lkey: 0xabcd,
+        };
+        for size in [16, 32, 64] {
+            let (mut a, mut b) = ([0xaau8; 64], [0xaau8; 64]);
+            encode_recv(&[s], &mut a[..size]);
+            encode_recv_one(&s, &mut b[..size]);
+            assert_eq!(a, b, "an entry of {size} bytes");
+        }
+    }
 
     #[test]
     fn round_trip_with_terminator() {

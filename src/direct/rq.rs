@@ -2,14 +2,14 @@
 
 use super::barrier;
 use crate::error::{Error, Result};
-use crate::queue::checks::check_recv;
-use crate::queue::cq_share::{CqShare, CqSlots};
+use crate::queue::checks::check_recv_list;
+use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots};
 use crate::queue::regions::{RegionCheck, Regions};
 use crate::queue::scatter::ScatterTable;
 use crate::queue::shadow::Shadow;
 use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::doorbell::RCV_DBR;
-use mlx5::recv::encode_recv;
+use mlx5::recv::{encode_recv, encode_recv_one};
 use mlx5::request::Sge;
 use mlx5::RawQp;
 use std::sync::Arc;
@@ -23,6 +23,12 @@ pub struct RecvQueue {
     dbrec: *mut u32,
     /// Receive WQEs posted (16 bits).
     head: u16,
+    /// Where the queue may post up to without checking its room again (its free entries
+    /// and its CQ's allowance, as of the last check: `recv_room_end`).
+    room_end: u16,
+    /// The longest entry [`RecvQueue::post_one`] takes: `MAX_SGE_BYTES`, or 0 when the
+    /// queue takes no entry at all (the general path refuses such receives).
+    one_max: u32,
     pub(crate) shadow: Arc<Shadow<u64>>,
     /// The scatter list of every posted receive, for data the device delivers inside the
     /// CQE (scatter-to-CQE).
@@ -81,6 +87,12 @@ impl RecvQueue {
             max_sge,
             dbrec: raw.dbrec,
             head: 0,
+            room_end: 0,
+            one_max: if max_sge == 0 {
+                0
+            } else {
+                mlx5::wqe::MAX_SGE_BYTES
+            },
             shadow: Arc::new(Shadow::new(raw.rq_wqe_cnt)),
             scatter: Arc::new(ScatterTable::new(raw.rq_wqe_cnt, max_sge)),
             regions: None,
@@ -104,6 +116,7 @@ impl RecvQueue {
     /// Accounts this queue's receives against the entries of the CQ they complete on.
     pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {
         self.cq_share = Some(CqShare::new(slots, self.shadow.clone(), self.head));
+        self.room_end = self.head;
     }
 
     /// Receives posted and not yet completed.
@@ -117,39 +130,84 @@ impl RecvQueue {
         if let Some(s) = &mut self.cq_share {
             s.release(self.head);
         }
+        self.room_end = self.head;
     }
 
     /// Entries free for new receives.
     #[inline]
     pub fn free(&self) -> u32 {
-        self.cnt - self.head.wrapping_sub(self.shadow.retired()) as u32
+        self.cnt - self.outstanding()
     }
 
+    /// Writes one receive (not announced: [`RecvQueue::ring`] does that).
     fn write(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
-        let n = check_recv(self.cnt - self.outstanding(), sgl, self.max_sge)?;
-        let idx = (self.head as u32 & (self.cnt - 1)) as usize;
-        // SAFETY: entry `idx` is free (retired by the poller, or never posted) and not yet
-        // announced through the record, so the device does not read it; it lies inside the ring.
-        let entry = unsafe {
-            core::slice::from_raw_parts_mut(self.buf.add(idx * self.stride), self.stride)
-        };
+        if self.head == self.room_end {
+            self.refill_room()?;
+        }
+        let n = check_recv_list(sgl, self.max_sge)?;
+        // SAFETY: the entry at `head` is free (within the room just checked).
+        let entry = unsafe { self.entry() };
         encode_recv(sgl, entry).ok_or(Error::TooManySge {
             n,
             max: self.max_sge,
         })?;
-        // The CQ last (the entry written above is not announced until `head` moves).
-        if let Some(share) = &mut self.cq_share {
-            share.check_one(self.head, self.cnt)?;
-        }
         // Nothing can fail from here on: the entry's regions are pinned until it completes.
         let regions = self.regions.as_deref_mut();
         match sgl {
             [s] if s.len != 0 => self.scatter.record_one(self.head, s, regions),
             _ => self.scatter.record(self.head, sgl, regions),
         };
+        self.advance(cookie);
+        Ok(())
+    }
+
+    /// The usual receive, one non-empty entry `s`, while the room checked last lasts:
+    /// written, recorded and announced, and true; else nothing done and false (the
+    /// general path takes it, with every check).
+    #[inline(always)]
+    fn post_one(&mut self, s: &Sge, cookie: u64) -> bool {
+        // Lengths 1 to `one_max` in one compare.
+        if self.head == self.room_end || s.len.wrapping_sub(1) >= self.one_max {
+            return false;
+        }
+        // SAFETY: the entry at `head` is free (`head` is short of `room_end`).
+        let entry = unsafe { self.entry() };
+        // One entry of 1 to `MAX_SGE_BYTES` bytes, into an entry of 16 bytes or more
+        // (checked at creation).
+        encode_recv_one(s, entry);
+        self.scatter
+            .record_one(self.head, s, self.regions.as_deref_mut());
+        self.advance(cookie);
+        self.ring();
+        true
+    }
+
+    /// The entry at `head`, to write a receive into.
+    ///
+    /// # Safety
+    /// The entry is free: `head` is short of `room_end` (the poller retired it, or it was
+    /// never posted), so the device does not read it until the record announces it.
+    #[inline(always)]
+    unsafe fn entry(&mut self) -> &mut [u8] {
+        let idx = (self.head as u32 & (self.cnt - 1)) as usize;
+        // SAFETY: the caller's contract; the entry lies inside the ring.
+        unsafe { core::slice::from_raw_parts_mut(self.buf.add(idx * self.stride), self.stride) }
+    }
+
+    /// The receive just written at `head`, of `cookie`, is the queue's: recorded, and
+    /// `head` moves on (the record does not say so yet).
+    #[inline(always)]
+    fn advance(&mut self, cookie: u64) {
         self.shadow.set(self.head, cookie);
         self.head = self.head.wrapping_add(1);
         self.shadow.mark_posted(self.head);
+    }
+
+    /// The cold path of the room check: the free entries and the CQ's allowance read again.
+    #[cold]
+    #[inline(never)]
+    fn refill_room(&mut self) -> Result<()> {
+        self.room_end = recv_room_end(self.free(), self.cq_share.as_mut(), self.head, self.cnt)?;
         Ok(())
     }
 
@@ -169,6 +227,17 @@ impl RecvQueue {
     /// [`Error::QueueFull`], [`Error::TooManySge`]; nothing is posted then.
     #[inline]
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+        if let [s] = sgl {
+            if self.post_one(s, cookie) {
+                return Ok(());
+            }
+        }
+        self.post_general(sgl, cookie)
+    }
+
+    /// [`RecvQueue::post`] of any receive, out of line.
+    #[inline(never)]
+    fn post_general(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         self.write(sgl, cookie)?;
         self.ring();
         Ok(())

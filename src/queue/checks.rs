@@ -63,8 +63,7 @@ pub(crate) fn check_atomic_kind(
 }
 
 /// The checks of one receive before anything is written: room (`free` receives), entry
-/// lengths, entries (`max_sge`). Returns the non-empty entries. The receive queue's and the
-/// SRQ's.
+/// lengths, entries (`max_sge`). Returns the non-empty entries. The SRQ's.
 ///
 /// # Errors
 /// [`Error::QueueFull`], [`Error::InvalidParameter`] (an entry's length),
@@ -78,6 +77,16 @@ pub(crate) fn check_recv(free: u32, sgl: &[Sge], max_sge: usize) -> Result<usize
             unit: QueueUnit::Receives,
         });
     }
+    check_recv_list(sgl, max_sge)
+}
+
+/// [`check_recv`] without the room (the receive queue checks its own, cached): entry
+/// lengths and entries.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] (an entry's length), [`Error::TooManySge`].
+#[inline(always)]
+pub(crate) fn check_recv_list(sgl: &[Sge], max_sge: usize) -> Result<usize> {
     if let Some(s) = sgl.iter().find(|s| s.len > mlx5::wqe::MAX_SGE_BYTES) {
         return Err(Error::InvalidParameter {
             what: "scatter/gather entry length",

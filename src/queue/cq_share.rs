@@ -200,6 +200,37 @@ impl core::fmt::Debug for CqShare {
     }
 }
 
+/// Where a receive queue at position `pos`, with `free` entries free, may post up to
+/// without checking again: as far as its free entries and, when it is accounted on a CQ
+/// (`share`), the CQ's allowance reach (topped up when spent; `cap`: the queue's depth).
+/// The receive queues' cached room (direct and verbs).
+///
+/// # Errors
+/// [`Error::QueueFull`] with no entry free; [`Error::CqFull`].
+pub(crate) fn recv_room_end(
+    free: u32,
+    share: Option<&mut CqShare>,
+    pos: u16,
+    cap: u32,
+) -> Result<u16, Error> {
+    if free == 0 {
+        return Err(Error::QueueFull {
+            needed: 1,
+            free: 0,
+            unit: crate::error::QueueUnit::Receives,
+        });
+    }
+    let room = match share {
+        Some(s) => {
+            s.check_one(pos, cap)?;
+            free.min(s.allowance(pos))
+        }
+        None => free,
+    };
+    // A room of 65536 or more would read as none: the queue checks again sooner.
+    Ok(pos.wrapping_add(room.min(u16::MAX as u32) as u16))
+}
+
 impl CqShare {
     /// A queue whose positions `queue` retires, now at position `pos`, that completes on
     /// the CQ of `slots`; it may post nothing yet.

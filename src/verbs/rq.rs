@@ -5,8 +5,8 @@
 use super::calls::PostRecv;
 use super::code;
 use super::objects::Qp;
-use crate::error::{Error, QueueUnit, Result};
-use crate::queue::cq_share::{CqShare, CqSlots};
+use crate::error::{Error, Result};
+use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots};
 use crate::queue::regions::{RegionCheck, Regions};
 use crate::queue::scatter::ScatterTable;
 use crate::queue::shadow::Shadow;
@@ -179,22 +179,7 @@ impl VerbsRecvQueue {
     #[cold]
     #[inline(never)]
     fn refill_room(&mut self) -> Result<()> {
-        let free = self.free();
-        if free == 0 {
-            return Err(Error::QueueFull {
-                needed: 1,
-                free: 0,
-                unit: QueueUnit::Receives,
-            });
-        }
-        let room = match &mut self.cq_share {
-            Some(s) => {
-                s.check_one(self.seq, self.cap)?;
-                free.min(s.allowance(self.seq))
-            }
-            None => free,
-        };
-        self.room_end = self.seq.wrapping_add(room as u16);
+        self.room_end = recv_room_end(self.free(), self.cq_share.as_mut(), self.seq, self.cap)?;
         Ok(())
     }
 

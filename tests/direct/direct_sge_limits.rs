@@ -112,6 +112,46 @@ fn zero_length_entries_do_not_count() {
     assert_eq!(bytes(&rbuf, 500, 1), [0]);
 }
 
+/// The same refusal once the receive queue's room is cached (its first post checked it;
+/// the next ones of one entry take the fast path, which must refuse what the general path
+/// refuses): an entry of 2 GiB, of 0 bytes in a list of one (posted, as a receive with no
+/// entry), and one of 2 GiB less one byte (posted).
+#[test]
+fn a_receive_of_one_entry_is_checked_on_the_fast_path_too() {
+    let mut s = Setup::pair(QpCaps::default());
+    let rbuf = s.mr(64, Access::LOCAL_WRITE);
+    s.resp().post_recv(&[rbuf.sge(0, 64).unwrap()], 1).unwrap();
+    assert_eq!(free_recv(s.resp()), 255);
+    let huge = Sge {
+        len: 0x8000_0000,
+        ..rbuf.sge(0, 64).unwrap()
+    };
+    let e = s.resp().post_recv(&[huge], 2).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidParameter {
+                value: 0x8000_0000,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(free_recv(s.resp()), 255, "nothing posted");
+    let empty = Sge {
+        len: 0,
+        ..rbuf.sge(0, 64).unwrap()
+    };
+    s.resp().post_recv(&[empty], 3).unwrap();
+    assert_eq!(free_recv(s.resp()), 254);
+    let big = Sge {
+        len: 0x7fff_ffff,
+        ..rbuf.sge(0, 64).unwrap()
+    };
+    s.resp().post_recv(&[big], 4).unwrap();
+    assert_eq!(free_recv(s.resp()), 253);
+}
+
 #[test]
 fn entries_of_2_gib_or_more_are_refused() {
     let mut s = Setup::pair(QpCaps::default());
