@@ -165,7 +165,7 @@ impl RecvQueue {
     /// written, recorded and announced, and true; else nothing done and false (the
     /// general path takes it, with every check).
     #[inline(always)]
-    fn post_one(&mut self, s: &Sge, cookie: u64) -> bool {
+    pub(crate) fn post_one(&mut self, s: &Sge, cookie: u64) -> bool {
         // Lengths 1 to `one_max` in one compare.
         if self.head == self.room_end || s.len.wrapping_sub(1) >= self.one_max {
             return false;
