@@ -8,11 +8,14 @@ use blueflame::{
     Access, Completion, Cq, CqOptions, DcPeer, Dci, Dct, Device, Endpoint, MemoryRegion, PostFlags,
     PostSend, Qp, QpCaps, QueuePair, Request, Result, Sge, Srq, SrqCaps,
 };
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::Instant;
 
 mod cm;
+mod exchange;
+
+use exchange::{dial_or_accept, first_buffer, swap};
+pub use exchange::{params, sync};
 
 /// What a side posts on: an RC QP, or (`-c dc`) a DCI aimed at the peer's DCT. The RC QP
 /// is held inline (no pointer to follow on the measured path), the DC path boxed.
@@ -677,187 +680,6 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
     Ok(Setup::Local(a, b))
 }
 
-/// Sends ours and reads the peer's exchange on `s`, then the two sides' test parameters
-/// ([`params`]), which must agree, then the endpoints of the further QPs (`more`, `-q`),
-/// as many each way as the agreed parameters say. A peer that sends part of a message and then nothing is
-/// an error after a minute (as `blueflame::connect`'s), not a wait for ever; the test
-/// itself may then take as long as it takes (no timeout on `s` after).
-fn swap(
-    mut s: TcpStream,
-    ours: &Exchange,
-    more: &[Endpoint],
-    params: &str,
-) -> Result<(Exchange, Vec<Endpoint>, TcpStream)> {
-    let io = blueflame::Error::Io;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
-        .map_err(io)?;
-    s.write_all(&ours.encode()?).map_err(io)?;
-    let theirs = Exchange::read_from(&mut s)?;
-    let line = params.as_bytes();
-    s.write_all(&(line.len() as u16).to_be_bytes())
-        .map_err(io)?;
-    s.write_all(line).map_err(io)?;
-    let peer = read_params(&mut s)?;
-    if let Err(e) = compare_params(params, &peer) {
-        eprintln!("bfperf: {e}");
-        return Err(blueflame::Error::InvalidParameter {
-            what: "the two sides run different tests (said above): give both the same options",
-            value: 0,
-        });
-    }
-    let mut theirs_more = Vec::with_capacity(more.len());
-    for e in more {
-        let x = Exchange {
-            endpoint: *e,
-            buffers: Vec::new(),
-        };
-        s.write_all(&x.encode()?).map_err(io)?;
-        theirs_more.push(Exchange::read_from(&mut s)?.endpoint);
-    }
-    s.set_read_timeout(None).map_err(io)?;
-    Ok((theirs, theirs_more, s))
-}
-
-/// The version tag of the parameter line.
-const PARAMS_TAG: &str = "bfperf-params/1";
-
-/// What both sides of a test across two processes must agree on, as one line: the test,
-/// the message size, the iterations and warm-up, the batch and depth of the bandwidth tests,
-/// the transport and where receives go, the QPs per side (`-q`) and whether both sides send
-/// (`-b`), whether the QPs are connected through rdma_cm (`-R`), and a latency test's
-/// duration and margin (`-D`, `-f`). A difference would leave one side waiting for messages
-/// the other never sends; perftest reports such mismatches too.
-pub fn params(test: &str, o: &Opts, size: usize) -> String {
-    let mut line = format!(
-        "{PARAMS_TAG} test={test} size={size} iters={} warmup={} post_list={} tx_depth={} connection={} srq={} qp={} bidirectional={} rdma_cm={}",
-        o.iters,
-        o.warmup,
-        o.post_list,
-        o.tx_depth,
-        o.connection.name(),
-        o.srq,
-        o.qps,
-        o.bidirectional,
-        o.rdma_cm
-    );
-    if test.ends_with("_lat") {
-        // A latency test's responder echoes for -D seconds, or --iters messages: both sides
-        // must time it the same (a bandwidth test's server waits for the end either way).
-        line += &match (crate::opts::duration(o), crate::opts::margin(o)) {
-            (Some(d), Some(m)) => format!(" duration={d} margin={m}"),
-            _ => " duration=none margin=none".to_string(),
-        };
-    }
-    line
-}
-
-/// Reads the peer's parameter line (a 16-bit big-endian length, then the text).
-fn read_params(r: &mut impl Read) -> Result<String> {
-    let mut n = [0u8; 2];
-    r.read_exact(&mut n).map_err(blueflame::Error::Io)?;
-    let mut b = vec![0u8; u16::from_be_bytes(n) as usize];
-    r.read_exact(&mut b).map_err(blueflame::Error::Io)?;
-    Ok(String::from_utf8_lossy(&b).into_owned())
-}
-
-/// Whether the peer's parameters (`theirs`) are ours; else what differs, field by field.
-///
-/// # Errors
-/// A message naming each field that differs with both values, or saying the peer is not
-/// a bfperf that speaks this exchange.
-pub fn compare_params(ours: &str, theirs: &str) -> std::result::Result<(), String> {
-    let fields = |l: &str| -> Vec<(String, String)> {
-        l.split(' ')
-            .skip(1)
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
-    if theirs.split(' ').next() != Some(PARAMS_TAG) {
-        return Err(format!(
-            "the peer is not a bfperf that speaks {PARAMS_TAG} (it sent {:?})",
-            theirs.chars().take(40).collect::<String>()
-        ));
-    }
-    let (a, b) = (fields(ours), fields(theirs));
-    let of = |l: &[(String, String)], k: &str| {
-        l.iter()
-            .find(|(k2, _)| k2 == k)
-            .map_or("(none)".to_string(), |(_, v)| v.clone())
-    };
-    // Our fields, then any only the peer has (a newer peer's option this side lacks).
-    let keys = a.iter().map(|(k, _)| k).chain(
-        b.iter()
-            .map(|(k, _)| k)
-            .filter(|k| !a.iter().any(|(k2, _)| k2 == *k)),
-    );
-    let diff: Vec<String> = keys
-        .filter_map(|k| {
-            let (v, w) = (of(&a, k), of(&b, k));
-            (v != w).then(|| format!("{k}: this side {v}, the peer {w}"))
-        })
-        .collect();
-    if diff.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "the peer runs another test: {} (both sides need the same options)",
-            diff.join("; ")
-        ))
-    }
-}
-
-/// The connection to the other bfperf: accepted on `--port` (`--server`), or dialed.
-fn dial_or_accept(o: &Opts) -> Result<TcpStream> {
-    if o.server {
-        let l = TcpListener::bind(("0.0.0.0", o.port)).map_err(blueflame::Error::Io)?;
-        let (s, _) = l.accept().map_err(blueflame::Error::Io)?;
-        Ok(s)
-    } else {
-        dial_stream(o.client.as_deref().unwrap_or("localhost"), o.port)
-    }
-}
-
-/// The peer's buffer in its exchange, which must be as long as ours (`len`): both sides
-/// size their buffer from the message size, so another length is a peer running another
-/// size (other -s, or -a on one side only), said rather than hung.
-fn first_buffer(theirs: &Exchange, len: usize) -> Result<RemoteBuf> {
-    let peer = *theirs
-        .buffers
-        .first()
-        .ok_or(blueflame::Error::InvalidParameter {
-            what: "peer buffers",
-            value: 0,
-        })?;
-    if peer.len != len as u64 {
-        return Err(blueflame::Error::InvalidParameter {
-            what: "the peer's buffer length: it runs another message size (-s / -a must match)",
-            value: peer.len,
-        });
-    }
-    Ok(peer)
-}
-
-fn dial_stream(host: &str, port: u16) -> Result<TcpStream> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        match TcpStream::connect((host, port)) {
-            Ok(s) => return Ok(s),
-            Err(_) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(100))
-            }
-            Err(e) => return Err(blueflame::Error::Io(e)),
-        }
-    }
-}
-
-/// Tells the other process the test is over / waits for it.
-pub fn sync(s: &mut TcpStream) -> Result<()> {
-    s.write_all(&[1]).map_err(blueflame::Error::Io)?;
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).map_err(blueflame::Error::Io)
-}
-
 impl Side {
     /// The side of QP `qp` (its CQ, region and SRQ) whose peer's buffer is `peer`.
     pub fn new(
@@ -1064,13 +886,13 @@ mod tests {
     fn parameters_that_differ_are_named_with_both_values() {
         let o = crate::opts::Opts::default();
         let ours = super::params("write_lat", &o, 8);
-        assert_eq!(super::compare_params(&ours, &ours), Ok(()));
+        assert_eq!(super::exchange::compare_params(&ours, &ours), Ok(()));
         let other = crate::opts::Opts {
             iters: 500,
             ..crate::opts::Opts::default()
         };
         let theirs = super::params("send_lat", &other, 8);
-        let e = super::compare_params(&ours, &theirs).unwrap_err();
+        let e = super::exchange::compare_params(&ours, &theirs).unwrap_err();
         assert!(
             e.contains("test: this side write_lat, the peer send_lat"),
             "{e}"
@@ -1082,7 +904,8 @@ mod tests {
             bidirectional: true,
             ..crate::opts::Opts::default()
         };
-        let e = super::compare_params(&ours, &super::params("write_lat", &q, 8)).unwrap_err();
+        let e =
+            super::exchange::compare_params(&ours, &super::params("write_lat", &q, 8)).unwrap_err();
         assert!(e.contains("qp: this side 1, the peer 4"), "{e}");
         assert!(
             e.contains("bidirectional: this side false, the peer true"),
@@ -1094,30 +917,34 @@ mod tests {
             rdma_cm: true,
             ..crate::opts::Opts::default()
         };
-        let e = super::compare_params(&ours, &super::params("write_lat", &r, 8)).unwrap_err();
+        let e =
+            super::exchange::compare_params(&ours, &super::params("write_lat", &r, 8)).unwrap_err();
         assert!(e.contains("rdma_cm: this side false, the peer true"), "{e}");
-        let e = super::compare_params(&super::params("write_lat", &r, 8), &ours).unwrap_err();
+        let e =
+            super::exchange::compare_params(&super::params("write_lat", &r, 8), &ours).unwrap_err();
         assert!(e.contains("rdma_cm: this side true, the peer false"), "{e}");
-        let e = super::compare_params(&ours, &format!("{ours} newer=1")).unwrap_err();
+        let e = super::exchange::compare_params(&ours, &format!("{ours} newer=1")).unwrap_err();
         assert!(e.contains("newer: this side (none), the peer 1"), "{e}");
-        let e = super::compare_params(&ours, "BFX1 garbage").unwrap_err();
+        let e = super::exchange::compare_params(&ours, "BFX1 garbage").unwrap_err();
         assert!(e.contains("not a bfperf"), "{e}");
         // A latency test's -D: the responder must know when to stop.
         let timed = crate::opts::Opts {
             duration: Some(4),
             ..crate::opts::Opts::default()
         };
-        let e = super::compare_params(&ours, &super::params("write_lat", &timed, 8)).unwrap_err();
+        let e = super::exchange::compare_params(&ours, &super::params("write_lat", &timed, 8))
+            .unwrap_err();
         assert!(
             e.contains("duration: this side none, the peer 4; margin: this side none, the peer 1"),
             "{e}"
         );
-        let e = super::compare_params(&super::params("write_lat", &timed, 8), &ours).unwrap_err();
+        let e = super::exchange::compare_params(&super::params("write_lat", &timed, 8), &ours)
+            .unwrap_err();
         assert!(e.contains("duration: this side 4, the peer none"), "{e}");
         // A bandwidth test's server takes no -D.
         let bw = super::params("write_bw", &o, 8);
         assert_eq!(
-            super::compare_params(&bw, &super::params("write_bw", &timed, 8)),
+            super::exchange::compare_params(&bw, &super::params("write_bw", &timed, 8)),
             Ok(())
         );
     }
@@ -1183,9 +1010,9 @@ mod tests {
         let line = "bfperf-params/1 test=x";
         let mut wire = (line.len() as u16).to_be_bytes().to_vec();
         wire.extend_from_slice(line.as_bytes());
-        assert_eq!(super::read_params(&mut &wire[..]).unwrap(), line);
+        assert_eq!(super::exchange::read_params(&mut &wire[..]).unwrap(), line);
         // Short: an error, not a wait.
-        assert!(super::read_params(&mut &wire[..5]).is_err());
+        assert!(super::exchange::read_params(&mut &wire[..5]).is_err());
     }
 
     use super::*;

@@ -18,7 +18,8 @@
 //! client's requests it watches the TCP connection: a client that failed (and closed it) ends
 //! the wait at once, instead of after [`PATIENCE`].
 
-use super::{caps, classify, dial_stream, first_buffer, params, region, side_cq, swap, Peer};
+use super::exchange::dial_stream;
+use super::{caps, classify, first_buffer, params, region, side_cq, swap, Peer};
 use super::{Setup, Side, Sq};
 use crate::opts::Opts;
 use blueflame::cm::{self, CmRequest};
