@@ -411,7 +411,11 @@ impl CompletionQueue {
         // The device learns that the entry is consumed before the queue may reuse what it
         // held (CQ accounting, `cq_share`).
         self.publish_ci();
-        sq.retire(end);
+        // `last_sq` read again, and volatile so that the compiler does not keep `sq` in a
+        // register from the top: one load instead of a saved register's push and pop (the
+        // completion's fields take every other register; icount poll hit 64.1 -> 63.1).
+        // SAFETY: as above (`last_sq` has not changed since).
+        unsafe { &*core::ptr::read_volatile(&self.last_sq) }.retire(end);
         n
     }
 

@@ -51,8 +51,8 @@ const OPS: &[Row] = &[
     // `poll_recv` (293 through the general path before; 165.2 before its quick copy of
     // whole words; 133.2 with the other receives' status computed in the same function,
     // which then saved six registers, and the copy a loop; 118.3 with those receives in
-    // `poll_recv_other` and the copy word after word, when the guard was set; issue 29's
-    // target 120).
+    // `poll_recv_other` and the copy word after word, when the guard was set; 115.3 once
+    // `poll_some` saved no register before handing receives on; issue 29's target 120).
     (
         "poll: one 8-byte receive (copy from the CQE)",
         "measured_poll_recv",
