@@ -235,9 +235,10 @@ impl RecvQueue {
         self.post_general(sgl, cookie)
     }
 
-    /// [`RecvQueue::post`] of any receive, out of line.
+    /// [`RecvQueue::post`] of any receive, out of line, with every check (what
+    /// [`RecvQueue::post_one`] did not take).
     #[inline(never)]
-    fn post_general(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
+    pub(crate) fn post_general(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         self.write(sgl, cookie)?;
         self.ring();
         Ok(())

@@ -70,6 +70,17 @@ pub(crate) fn check_atomic_kind(
 /// [`Error::TooManySge`].
 #[inline(always)]
 pub(crate) fn check_recv(free: u32, sgl: &[Sge], max_sge: usize) -> Result<usize> {
+    check_recv_room(free)?;
+    check_recv_list(sgl, max_sge)
+}
+
+/// [`check_recv`]'s room: a receive needs one of the `free` entries (the receive queues'
+/// cached room, `recv_room_end`, checks it too).
+///
+/// # Errors
+/// [`Error::QueueFull`].
+#[inline(always)]
+pub(crate) fn check_recv_room(free: u32) -> Result<()> {
     if free == 0 {
         return Err(Error::QueueFull {
             needed: 1,
@@ -77,7 +88,7 @@ pub(crate) fn check_recv(free: u32, sgl: &[Sge], max_sge: usize) -> Result<usize
             unit: QueueUnit::Receives,
         });
     }
-    check_recv_list(sgl, max_sge)
+    Ok(())
 }
 
 /// [`check_recv`] without the room (the receive queue checks its own, cached): entry

@@ -213,13 +213,7 @@ pub(crate) fn recv_room_end(
     pos: u16,
     cap: u32,
 ) -> Result<u16, Error> {
-    if free == 0 {
-        return Err(Error::QueueFull {
-            needed: 1,
-            free: 0,
-            unit: crate::error::QueueUnit::Receives,
-        });
-    }
+    super::checks::check_recv_room(free)?;
     let room = match share {
         Some(s) => {
             s.check_one(pos, cap)?;

@@ -147,11 +147,14 @@ impl Qp {
         self.post_recv_direct(sgl, cookie)
     }
 
-    /// [`Qp::post_recv`] on the direct path, every case, out of line.
+    /// [`Qp::post_recv`] on the direct path when the usual receive did not take it, out of
+    /// line: the queue's general path (not `post`, whose fast path was tried already).
     #[inline(never)]
     fn post_recv_direct(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         let r = match &mut self.path {
-            QpPath::Direct { rq: Some(rq), .. } if self.srq.is_none() => rq.post(sgl, cookie),
+            QpPath::Direct { rq: Some(rq), .. } if self.srq.is_none() => {
+                rq.post_general(sgl, cookie)
+            }
             _ => return Err(self.no_receive_queue()),
         };
         r.map_err(|e| self.explain(e))
