@@ -1,7 +1,7 @@
 //! `bfperf icount-probe N`: runs N posts and polls through functions that callgrind can
 //! measure one by one (`--toggle-collect=bfperf::probe::measured_*`): the post of an 8-byte
-//! inline RDMA write with BlueFlame, a poll that finds one CQE, an empty poll, and a batch of
-//! 32 inline writes with one doorbell; and the same post on a QP whose BlueFlame register is
+//! inline RDMA write with BlueFlame, a poll that finds one CQE, an empty poll, a batch of
+//! 32 inline writes with one doorbell, an 8-byte inline send and an 8-byte RDMA read; and the same post on a QP whose BlueFlame register is
 //! shared (rung under the register's lock). Every [`BURST_EVERY`]th iteration it also polls
 //! bursts of 16 and 64 completions (one QP's signaled writes of one NIC pass) from a plain
 //! CQ and from a compressed one (one session each). The NIC runs outside the measured
@@ -28,6 +28,24 @@ fn measured_post(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
 fn measured_post_shared(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
     qp.write_inline(data, remote, cookie, PostFlags::SIGNALED)
         .expect("post");
+}
+
+/// Posts an 8-byte inline send (bfperf's send latency test posts these).
+#[inline(never)]
+fn measured_post_send(qp: &mut Qp, data: &[u8; 8], cookie: u64) {
+    qp.send(
+        blueflame::Payload::Inline(data),
+        cookie,
+        PostFlags::SIGNALED,
+    )
+    .expect("send");
+}
+
+/// Posts an 8-byte RDMA read into one buffer (bfperf's read latency test posts these).
+#[inline(never)]
+fn measured_post_read(qp: &mut Qp, sge: &[blueflame::Sge; 1], remote: Remote, cookie: u64) {
+    qp.read(sge, remote, cookie, PostFlags::SIGNALED)
+        .expect("read");
 }
 
 #[inline(never)]
@@ -171,8 +189,12 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     shared.connect(sq)?;
     assert_eq!(shared.doorbell_mode(), Some(DoorbellMode::SharedLocked));
     let shared_mr = shared_pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let mr = pd.alloc_mr(
+        4096,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    )?;
     let data = *b"12345678";
+    let read_sge = [mr.sge(1024, 8)?];
     let mut out = [Completion::default(); 1];
     let mut empty = [Completion::default(); 16];
     // Receives: a second loopback QP with CQs of its own (the first QP stays the last one
@@ -215,7 +237,7 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
             burst(&bdev, &mut zqp, broom, 64, || measured_poll_zip64(&mut zb))?;
         }
         measured_post_recv(&mut rqp, &[mr.sge(512, 64)?], i);
-        rqp.send(blueflame::Payload::Inline(&data), i, PostFlags::SIGNALED)?;
+        measured_post_send(&mut rqp, &data, i);
         dev.process();
         assert_eq!(measured_poll_recv(&mut rcq, &mut rout), 1);
         assert_eq!((rout[0].cookie, rout[0].byte_len), (i, 8));
@@ -225,6 +247,11 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         let got = measured_poll_hit(&mut cq, &mut out);
         assert_eq!((got, out[0].cookie), (1, i));
         assert_eq!(measured_poll_empty(&mut cq, &mut empty), 0);
+        // An 8-byte read of what the write put at 0 (its completion polled unmeasured).
+        measured_post_read(&mut qp, &read_sge, mr.remote(0)?, i);
+        dev.process();
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!((out[0].cookie, out[0].byte_len), (i, 8));
         measured_batch32(&mut qp, &data, mr.remote(0)?, i);
         dev.process();
         assert_eq!(measured_poll_hit(&mut cq, &mut out), 1);

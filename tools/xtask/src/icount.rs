@@ -47,6 +47,22 @@ const OPS: &[Row] = &[
         Some(45),
     ),
     ("poll: empty", "measured_poll_empty", 1.0, 1, Some(10), None),
+    (
+        "post: 8-byte inline send + BlueFlame",
+        "measured_post_send",
+        1.0,
+        1,
+        None,
+        None,
+    ),
+    (
+        "post: 8-byte RDMA read, one buffer",
+        "measured_post_read",
+        1.0,
+        1,
+        None,
+        None,
+    ),
     // A receive of the QP whose receive completed last takes the fast path's
     // `poll_recv` (293 through the general path before; 165.2 before its quick copy of
     // whole words; 133.2 with the other receives' status computed in the same function,
@@ -171,6 +187,15 @@ pub fn main() -> bool {
             return false;
         };
         let text = String::from_utf8_lossy(&o.stderr);
+        // A probe that failed (an assertion of its own, a refused post) counted a part of
+        // the work only: its figures would pass any guard.
+        if !o.status.success() {
+            eprintln!(
+                "xtask: FAILED: the probe did not finish ({}):\n{text}",
+                o.status
+            );
+            return false;
+        }
         let total = text.lines().find_map(|l| {
             let v = l.split("Collected :").nth(1)?;
             v.trim().replace(',', "").parse::<u64>().ok()
