@@ -11,6 +11,7 @@ mod cq;
 pub(crate) mod dc;
 mod doorbell;
 mod inline_write;
+mod one_block;
 mod register;
 mod rq;
 mod sq;

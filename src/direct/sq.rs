@@ -105,6 +105,10 @@ pub struct SendQueue {
     /// ([`DoorbellMode::SharedLocked`]): its fast path rings under the register's lock
     /// ([`SendQueue::try_write_inline_shared`]); 0 on a register of its own.
     pub(super) shared_fast_limit: usize,
+    /// The read fast path applies to the queue ([`SendQueue::try_read`]): a fast path is
+    /// on (as for `fast_limit` or `shared_fast_limit`), the QP takes a scatter entry, and
+    /// BlueFlame copies are not kept for inline WQEs alone.
+    pub(super) fast_read: bool,
     bf_ok: bool,
     /// A shared BlueFlame register of at least one block.
     shared_bf_ok: bool,
@@ -255,6 +259,7 @@ impl SendQueue {
             // Set below from the rest (`update_fast_limit`).
             fast_limit: 0,
             shared_fast_limit: 0,
+            fast_read: false,
             bf_ok,
             shared_bf_ok,
             enabled: true,
@@ -428,6 +433,12 @@ impl SendQueue {
         let limit = FAST_INLINE_MAX.min(self.limits.max_inline) + 1;
         self.fast_limit = if on && self.bf_ok { limit } else { 0 };
         self.shared_fast_limit = if on && self.shared_bf_ok { limit } else { 0 };
+        // rdma-core's `post_send_db` copies a WQE without inline data with BlueFlame only
+        // when `prefer_bf` (`MLX5_POST_SEND_PREFER_BF`, 1 unless set to 0).
+        self.fast_read = on
+            && (self.bf_ok || self.shared_bf_ok)
+            && self.limits.max_sge >= 1
+            && !self.bf_inline_only;
     }
 
     /// Records the WQE at `pi` in the shadow table.
@@ -534,6 +545,7 @@ impl SendQueue {
     /// data (off by default, as in rdma-core).
     pub(crate) fn set_blueflame_inline_only(&mut self, on: bool) {
         self.bf_inline_only = on;
+        self.update_fast_limit();
     }
 
     /// Rings for the one-block WQE at `block`, just written at `pi - 1`, with BlueFlame.

@@ -228,13 +228,32 @@ impl SendQueue {
     /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)) and on a UD QP's or DCI's queue.
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        if let Request::Write {
-            remote,
-            data: Payload::Inline(data),
-        } = req
-        {
-            return self.write_inline(data, *remote, cookie, flags);
+        // The usual one-block requests: their fast paths (`inline_write`, `one_block`).
+        match *req {
+            Request::Write {
+                remote,
+                data: Payload::Inline(data),
+            } => return self.write_inline(data, remote, cookie, flags),
+            Request::Send {
+                data: Payload::Inline(data),
+            } if self.try_send_inline(data, cookie, flags) => return Ok(()),
+            Request::Read { remote, sgl } if self.try_read(remote, sgl, cookie, flags) => {
+                return Ok(())
+            }
+            _ => {}
         }
+        self.post_general_outlined(req, cookie, flags)
+    }
+
+    /// [`SendQueue::post_general`] out of line: the fast paths of [`SendQueue::post`] keep
+    /// no register for the general path's encoder.
+    #[inline(never)]
+    fn post_general_outlined(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
         self.post_general(req, cookie, flags)
     }
 

@@ -1,0 +1,363 @@
+//! The fast paths of the other usual one-block posts, beside the inline write's
+//! (`super::inline_write`): an inline send of 1 to
+//! [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX) bytes, and an RDMA read into one buffer.
+//! Each writes the bytes the general encoder ([`mlx5::wqe::encode`]) writes for it (a test
+//! compares them), through the same [`SendQueue::push_block`], and rings the block with
+//! BlueFlame as rdma-core's `post_send_db` does for one WQE of more than one DS.
+//!
+//! rdma-core's `_mlx5_post_send` writes the same segments: for `IBV_WR_SEND` with
+//! `IBV_SEND_INLINE`, the control segment and `set_data_inl_seg` (the byte count with
+//! `MLX5_INLINE_SEG`, then the bytes); for `IBV_WR_RDMA_READ`, `set_raddr_seg` and one
+//! `set_data_ptr_seg` (a zero-length entry gets no segment: the general path's).
+//!
+//! Anything else goes to the general path: a longer or empty send (an empty one is one DS,
+//! which `post_send_db` rings with the 8-byte doorbell), a read of several entries, of an
+//! empty one or of one over [`MAX_SGE_BYTES`], a fence, a full ring, an unsignaled run that
+//! needs a signal, a QP without a BlueFlame register of at least one block, and reads on a
+//! queue that copies only inline WQEs with BlueFlame (`MLX5_POST_SEND_PREFER_BF=0`).
+
+use super::sq::SendQueue;
+use crate::completion::WcOpcode;
+use crate::queue::flags::PostFlags;
+use mlx5::ctrl::Fence;
+use mlx5::opcode::Opcode;
+use mlx5::request::{Remote, Sge};
+use mlx5::seg::INLINE_SEG;
+use mlx5::wqe::MAX_SGE_BYTES;
+
+impl SendQueue {
+    /// Posts an inline send of `data` and rings when a fast path takes it (1 to
+    /// `FAST_INLINE_MAX` bytes, within the QP's inline limit): returns true; else writes
+    /// nothing and returns false.
+    #[inline(always)]
+    pub(crate) fn try_send_inline(&mut self, data: &[u8], cookie: u64, flags: PostFlags) -> bool {
+        let len = data.len();
+        // At most one of the two limits is not 0 (the register is the queue's own or shared).
+        let limit = self.fast_limit | self.shared_fast_limit;
+        if len == 0 || !self.inline_applies(limit, len, flags) {
+            return false;
+        }
+        let kind = (Opcode::Send, WcOpcode::Send, 0);
+        let block = self.push_block(
+            (cookie, flags),
+            kind,
+            #[inline(always)]
+            move |block| {
+                // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
+                // stay within bytes 16 .. 20 + len <= 48.
+                unsafe {
+                    let inl = block.add(2) as *mut u8;
+                    (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
+                    super::inline_write::copy_short(data, inl.add(4));
+                }
+                // DS: control, and the inline segment's header and bytes.
+                2 + (len > 12) as usize
+            },
+        );
+        // SAFETY: `block` holds the WQE just written; a nonzero limit says the register
+        // takes a BlueFlame block (see `ring_fast`).
+        unsafe { self.ring_fast(block) };
+        true
+    }
+
+    /// Posts an RDMA read of `remote` into `sgl` and rings when a fast path takes it (one
+    /// entry of 1 to [`MAX_SGE_BYTES`] bytes): returns true; else writes nothing and
+    /// returns false.
+    #[inline(always)]
+    pub(crate) fn try_read(
+        &mut self,
+        remote: Remote,
+        sgl: &[Sge],
+        cookie: u64,
+        flags: PostFlags,
+    ) -> bool {
+        let [s] = *sgl else { return false };
+        if !self.fast_read || s.len.wrapping_sub(1) >= MAX_SGE_BYTES || !self.block_applies(flags) {
+            return false;
+        }
+        // A read's completion reports the bytes read.
+        let kind = (Opcode::RdmaRead, WcOpcode::RdmaRead, s.len);
+        let block = self.push_block(
+            (cookie, flags),
+            kind,
+            #[inline(always)]
+            move |block| {
+                // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
+                // are its bytes 16 .. 48.
+                unsafe {
+                    // Remote address: address, rkey, reserved.
+                    block.add(2).write(remote.addr.to_be());
+                    block.add(3).write(remote.rkey.to_be() as u64);
+                    // Data segment: byte count, lkey, address.
+                    block
+                        .add(4)
+                        .write((s.lkey.to_be() as u64) << 32 | s.len.to_be() as u64);
+                    block.add(5).write(s.addr.to_be());
+                }
+                // DS: control, remote address, data segment.
+                3
+            },
+        );
+        // SAFETY: as in `try_send_inline`: `fast_read` says the register takes a BlueFlame
+        // block.
+        unsafe { self.ring_fast(block) };
+        true
+    }
+
+    /// Whether a one-block fast path takes a request with `flags` now: a free block, no
+    /// fence asked for, and a signal asked for or credit left for one more unsignaled
+    /// block. (The queue-wide conditions, a fast path turned on and no fence armed, are in
+    /// `fast_limit`, `shared_fast_limit` and `fast_read`.)
+    #[inline(always)]
+    fn block_applies(&self, flags: PostFlags) -> bool {
+        self.pi != self.limit && flags.fence == Fence::None && (flags.signaled || self.credit != 0)
+    }
+
+    /// Rings the one-block WQE just written at `block` with BlueFlame: on the queue's own
+    /// register, or under the lock of a shared one.
+    ///
+    /// # Safety
+    /// `block` holds the WQE just written, and a fast path applied: `fast_limit` (the
+    /// queue's own register) or `shared_fast_limit` (a shared one) is not 0, each saying its
+    /// register's halves hold at least one block.
+    #[inline(always)]
+    unsafe fn ring_fast(&mut self, block: *const u8) {
+        // SAFETY: the caller's contract; `fast_limit` is not 0 only on a register of the
+        // queue's own.
+        unsafe {
+            if self.fast_limit != 0 {
+                self.ring_bf_block(block)
+            } else {
+                self.ring_bf_block_shared(block)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::direct::inline_write::tests::{mem, queue, Mem};
+    use crate::direct::FAST_INLINE_MAX;
+    use crate::error::Error;
+    use mlx5::request::{Payload, Request};
+
+    const FLAG_SETS: [PostFlags; 3] = [
+        PostFlags::SIGNALED,
+        PostFlags::UNSIGNALED,
+        PostFlags::SIGNALED.solicited(),
+    ];
+
+    /// The first `n` bytes of the WQE at block `i`.
+    fn wqe(m: &Mem, i: usize, n: usize) -> &[u8] {
+        &m.ring.0[i * 64..i * 64 + n]
+    }
+
+    /// Posts `req` three times on a fresh queue through `post` (the fast paths) and on
+    /// another through the general path alone, and compares everything the device and the
+    /// poller read: the WQEs' first `n` bytes, the doorbell record, the last BlueFlame
+    /// copy, the producer index, the moderation credit and the shadow entries.
+    fn same_as_general(req: &Request<'_>, flags: PostFlags, n: usize) {
+        let (mut fast, mut slow) = (mem(), mem());
+        let mut a = queue(&mut fast, 256, 64);
+        let mut b = queue(&mut slow, 256, 64);
+        for k in 0..3u64 {
+            a.post(req, k, flags).unwrap();
+            b.post_general(req, k, flags).unwrap();
+        }
+        assert_eq!((a.pi, a.credit), (b.pi, b.credit), "{req:?} {flags:?}");
+        for k in 0..3u16 {
+            let (x, y) = (a.shadow.get(k), b.shadow.get(k));
+            assert_eq!(format!("{x:?}"), format!("{y:?}"), "{req:?} {flags:?}");
+        }
+        drop((a, b));
+        for i in 0..3 {
+            assert_eq!(wqe(&fast, i, n), wqe(&slow, i, n), "{req:?} {flags:?}");
+        }
+        assert_eq!(fast.dbrec, slow.dbrec);
+        // Three rings: the last BlueFlame copy went to the first half again.
+        assert_eq!(&fast.bf.0[..n], &slow.bf.0[..n]);
+        assert_eq!(&fast.bf.0[..n], wqe(&fast, 2, n));
+    }
+
+    #[test]
+    fn an_inline_send_writes_what_the_general_encoder_writes_for_every_length() {
+        let data: Vec<u8> = (0..FAST_INLINE_MAX as u8).map(|b| b ^ 0xa5).collect();
+        for len in 1..=FAST_INLINE_MAX {
+            for flags in FLAG_SETS {
+                let req = Request::Send {
+                    data: Payload::Inline(&data[..len]),
+                };
+                // Control, the inline header and the bytes.
+                same_as_general(&req, flags, 20 + len);
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_of_one_buffer_writes_what_the_general_encoder_writes() {
+        let remote = Remote {
+            addr: 0x0123_4567_89ab_cdef,
+            rkey: 0xfeed_beef,
+        };
+        for len in [1, 8, 4096, MAX_SGE_BYTES] {
+            for flags in FLAG_SETS {
+                let sgl = [Sge {
+                    addr: 0xfedc_ba98_7654_3210,
+                    len,
+                    lkey: 0x1234_5678,
+                }];
+                // Control, remote address and the data segment.
+                same_as_general(&Request::Read { remote, sgl: &sgl }, flags, 48);
+            }
+        }
+    }
+
+    #[test]
+    fn the_general_path_takes_what_the_fast_paths_do_not() {
+        let remote = Remote { addr: 8, rkey: 1 };
+        let one = |len| {
+            [Sge {
+                addr: 64,
+                len,
+                lkey: 5,
+            }]
+        };
+        // An empty send is one DS: the 8-byte doorbell, no BlueFlame copy.
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 64);
+        let empty = Request::Send {
+            data: Payload::Inline(&[]),
+        };
+        q.post(&empty, 1, PostFlags::SIGNALED).unwrap();
+        drop(q);
+        assert_eq!(&m.bf.0[..8], &m.ring.0[..8]);
+        assert!(m.bf.0[8..64].iter().all(|&b| b == 0));
+        // A send over the fast path's limit: two blocks.
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 64);
+        let long = Request::Send {
+            data: Payload::Inline(&[3; 40]),
+        };
+        q.post(&long, 1, PostFlags::SIGNALED).unwrap();
+        assert_eq!(q.pi, 1);
+        assert_eq!(m.ring.0[7] & 0x3f, 4, "1 + 3 DS");
+        // Over the QP's inline limit: refused, nothing written.
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 8);
+        let nine = Request::Send {
+            data: Payload::Inline(&[3; 9]),
+        };
+        let e = q.post(&nine, 1, PostFlags::SIGNALED);
+        assert!(
+            matches!(e, Err(Error::InlineTooLong { len: 9, max: 8 })),
+            "{e:?}"
+        );
+        assert_eq!(q.pi, 0);
+        drop(q);
+        assert!(m.ring.0.iter().all(|&b| b == 0));
+        // A read of an empty entry has no data segment (2 DS); of two entries, 4 DS; over
+        // 2^31 - 1 bytes, refused with nothing written.
+        for (sgl, ds) in [(&one(0)[..], 2), (&[one(8)[0], one(8)[0]][..], 4)] {
+            let mut m = mem();
+            let mut q = queue(&mut m, 256, 64);
+            q.post(&Request::Read { remote, sgl }, 1, PostFlags::SIGNALED)
+                .unwrap();
+            drop(q);
+            assert_eq!(m.ring.0[7] & 0x3f, ds);
+        }
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 64);
+        let huge = one(MAX_SGE_BYTES + 1);
+        let e = q.post(
+            &Request::Read { remote, sgl: &huge },
+            1,
+            PostFlags::SIGNALED,
+        );
+        assert!(e.is_err(), "{e:?}");
+        assert_eq!(q.pi, 0);
+        drop(q);
+        assert!(m.ring.0.iter().all(|&b| b == 0));
+        // No BlueFlame register: the 8-byte doorbell of the general path.
+        let mut m = mem();
+        let mut q = queue(&mut m, 0, 64);
+        q.post(
+            &Request::Read {
+                remote,
+                sgl: &one(8),
+            },
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        drop(q);
+        assert_eq!(&m.bf.0[..8], &m.ring.0[..8]);
+        assert!(m.bf.0[8..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn reads_get_the_doorbell_when_blueflame_is_kept_for_inline_wqes() {
+        // rdma-core's MLX5_POST_SEND_PREFER_BF=0: a read (no inline data) is rung with the
+        // 8-byte doorbell, an inline send still with BlueFlame.
+        let remote = Remote { addr: 8, rkey: 1 };
+        let sgl = [Sge {
+            addr: 64,
+            len: 8,
+            lkey: 5,
+        }];
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 64);
+        q.set_blueflame_inline_only(true);
+        q.post(&Request::Read { remote, sgl: &sgl }, 1, PostFlags::SIGNALED)
+            .unwrap();
+        assert!(
+            m.bf.0[8..64].iter().all(|&b| b == 0),
+            "a doorbell, not a copy"
+        );
+        let send = Request::Send {
+            data: Payload::Inline(&[9; 8]),
+        };
+        q.post(&send, 2, PostFlags::SIGNALED).unwrap();
+        drop(q);
+        // The send's copy went to the second half (each ring flips it).
+        assert_eq!(&m.bf.0[256..256 + 28], &m.ring.0[64..64 + 28]);
+    }
+
+    #[test]
+    fn a_full_ring_and_a_spent_credit_take_the_general_path() {
+        let remote = Remote { addr: 8, rkey: 1 };
+        let sgl = [Sge {
+            addr: 64,
+            len: 8,
+            lkey: 5,
+        }];
+        let read = Request::Read { remote, sgl: &sgl };
+        let mut m = mem();
+        let mut q = queue(&mut m, 256, 64);
+        // Unsignaled: eight take the credit (half the ring), the ninth is signaled by the
+        // general path.
+        for k in 0..9 {
+            q.post(&read, k, PostFlags::UNSIGNALED).unwrap();
+        }
+        for k in 9..16 {
+            q.post(&read, k, PostFlags::SIGNALED).unwrap();
+        }
+        let e = q.post(&read, 16, PostFlags::SIGNALED);
+        assert!(
+            matches!(
+                e,
+                Err(Error::QueueFull {
+                    needed: 1,
+                    free: 0,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        assert_eq!(q.pi, 16);
+        drop(q);
+        let ce = |i: usize| m.ring.0[i * 64 + 11] & (3 << 2);
+        assert!((0..8).all(|i| ce(i) == 0));
+        assert_eq!(ce(8), (mlx5::ctrl::CompletionMode::Always as u8) << 2);
+    }
+}
