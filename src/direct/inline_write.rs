@@ -260,6 +260,14 @@ impl SendQueue {
         if self.try_write_inline_shared(data, remote, cookie, flags) {
             return Ok(());
         }
+        // The cached room is spent: take more (what the general path would do first) and
+        // try the fast paths again.
+        if self.refill_room()
+            && (self.try_write_inline(data, remote, cookie, flags)
+                || self.try_write_inline_shared(data, remote, cookie, flags))
+        {
+            return Ok(());
+        }
         let req = Request::Write {
             remote,
             data: Payload::Inline(data),

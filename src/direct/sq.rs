@@ -408,6 +408,15 @@ impl SendQueue {
         }
     }
 
+    /// When the fast paths' cached room is spent (`pi == limit`), takes more as the general
+    /// path's `claim` would ([`SendQueue::make_room`] for one block): true when a block is
+    /// free now (the fast paths may be tried again), false when the room was not spent or
+    /// none could be had (the general path then says why).
+    #[inline(always)]
+    pub(super) fn refill_room(&mut self) -> bool {
+        self.pi == self.limit && self.make_room(1).is_ok()
+    }
+
     /// Arms (or clears) the fence of the next WQE; the fast path applies only without one.
     #[inline(always)]
     pub(super) fn set_next_fence(&mut self, fence: Fence) {

@@ -245,8 +245,22 @@ impl SendQueue {
         self.post_general_outlined(req, cookie, flags)
     }
 
+    /// The fast paths of an inline send and of a read of one buffer (`one_block`), as
+    /// [`SendQueue::post`] tries them: true when one of them posted `req`.
+    #[inline(always)]
+    fn try_send_or_read(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> bool {
+        match *req {
+            Request::Send {
+                data: Payload::Inline(data),
+            } => self.try_send_inline(data, cookie, flags),
+            Request::Read { remote, sgl } => self.try_read(remote, sgl, cookie, flags),
+            _ => false,
+        }
+    }
+
     /// [`SendQueue::post_general`] out of line: the fast paths of [`SendQueue::post`] keep
-    /// no register for the general path's encoder.
+    /// no register for the general path's encoder. When their cached room was spent, it
+    /// takes more and tries them again first.
     #[inline(never)]
     fn post_general_outlined(
         &mut self,
@@ -254,6 +268,9 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
+        if self.refill_room() && self.try_send_or_read(req, cookie, flags) {
+            return Ok(());
+        }
         self.post_general(req, cookie, flags)
     }
 

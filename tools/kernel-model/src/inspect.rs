@@ -54,3 +54,11 @@ pub extern "C" fn blueflame_kernel_model_invalidate_odp(lkey: u32) -> c_int {
         -1
     }
 }
+
+/// Runs the NIC until every WQE rung so far has run and completed (for probes that count
+/// the instructions of a poll that finds its completion: a poll made before the NIC's thread
+/// got to the WQE would find nothing and count as a cheaper poll).
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_drain() {
+    crate::kernel::drain();
+}

@@ -227,5 +227,6 @@ pub fn main() -> bool {
         );
     }
     println!("(callgrind, {ITERS} iterations of target/release/bfperf icount-probe)");
-    pass
+    // The same operations on the production route, beside rdma-core's libmlx5.
+    pass & crate::peer_icount::main(&cargo, &bin)
 }

@@ -61,6 +61,7 @@ mod icount;
 mod interop;
 mod memcheck;
 mod oracle;
+mod peer_icount;
 mod provider;
 mod rxe;
 mod rxe_icount;

@@ -48,14 +48,14 @@ const APIS: &[(&str, &str)] = &[
 
 /// (operation, the crate's probe function, guard per API [legacy, extended], the plain
 /// rdma-core functions [legacy, extended]).
-type Row = (
+pub(crate) type Row = (
     &'static str,
     &'static str,
     [u64; 2],
     [Option<&'static str>; 2],
 );
 
-const ROWS: &[Row] = &[
+pub(crate) const ROWS: &[Row] = &[
     (
         "post: 8-byte inline RDMA write",
         "measured_verbs_post",
@@ -129,7 +129,7 @@ pub fn script() -> String {
 /// instructions, wherever inlined code came from, and after each `calls=` line the
 /// inclusive cost of that call). `callgrind_annotate` splits a function by the source file
 /// of its inlined code, so its lines are not whole functions.
-fn inclusive(text: &str) -> BTreeMap<String, u64> {
+pub(crate) fn inclusive(text: &str) -> BTreeMap<String, u64> {
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     let mut m = BTreeMap::new();
     // The function whose block the cost lines belong to, when it is a measured one.
@@ -169,7 +169,7 @@ fn inclusive(text: &str) -> BTreeMap<String, u64> {
 }
 
 /// The probe's `calls NAME N` lines.
-fn calls(text: &str) -> BTreeMap<String, u64> {
+pub(crate) fn calls(text: &str) -> BTreeMap<String, u64> {
     text.lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();

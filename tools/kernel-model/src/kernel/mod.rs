@@ -110,6 +110,15 @@ pub(crate) fn invalidate_odp(lkey: u32) -> bool {
     kernel().nic.invalidate_odp(lkey)
 }
 
+/// Runs the NIC from the caller's thread until a pass finds nothing to do: every WQE rung
+/// so far has run, its completions written (a ConnectX that keeps up). The NIC's own thread
+/// keeps running beside it; the kernel's lock is not held while the NIC runs (its event
+/// sinks take it).
+pub(crate) fn drain() {
+    let nic = kernel().nic.clone();
+    while nic.process() != 0 {}
+}
+
 /// Compressed sessions written to CQ `cqn` (None for a CQ the NIC does not have).
 pub(crate) fn cq_sessions(cqn: u32) -> Option<u64> {
     let k = kernel();
