@@ -248,7 +248,12 @@ impl SendQueue {
     /// The fast paths of an inline send and of a read of one buffer (`one_block`), as
     /// [`SendQueue::post`] tries them: true when one of them posted `req`.
     #[inline(always)]
-    fn try_send_or_read(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> bool {
+    pub(crate) fn try_send_or_read(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> bool {
         match *req {
             Request::Send {
                 data: Payload::Inline(data),

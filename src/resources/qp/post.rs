@@ -17,9 +17,12 @@ impl PostSend for Qp {
     fn read(&mut self, sgl: &[Sge], remote: Remote, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
         let r = match &mut self.path {
-            QpPath::Direct { sq, .. } => {
-                sq.post_out_of_line(&Request::Read { remote, sgl }, cookie, flags)
-            }
+            // The direct path's read of one buffer inline (`SendQueue::try_read`), any
+            // other out of line.
+            QpPath::Direct { sq, .. } => match sq.try_read(remote, sgl, cookie, flags) {
+                true => Ok(()),
+                false => sq.post_out_of_line(&Request::Read { remote, sgl }, cookie, flags),
+            },
             QpPath::Verbs { sq, .. } => sq.read(sgl, remote, cookie, flags),
         };
         match r {
@@ -32,7 +35,12 @@ impl PostSend for Qp {
     fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
         let r = match &mut self.path {
-            QpPath::Direct { sq, .. } => sq.post_out_of_line(req, cookie, flags),
+            // The direct path's inline send and read of one buffer inline
+            // (`SendQueue::try_send_or_read`), any other request out of line.
+            QpPath::Direct { sq, .. } => match sq.try_send_or_read(req, cookie, flags) {
+                true => Ok(()),
+                false => sq.post_out_of_line(req, cookie, flags),
+            },
             QpPath::Verbs { sq, .. } => sq.post_one(req, cookie, flags),
         };
         match r {

@@ -49,15 +49,16 @@ const OPS: &[Row] = &[
     ("poll: empty", "measured_poll_empty", 1.0, 1, Some(10), None),
     // The inline send and the read of one buffer (bfperf's send and read latency tests)
     // took the general path until they had fast paths of their own (`direct/one_block.rs`,
-    // 2026-11-27): 351.5 and 393.1 before, 154.0 and 147.2 when the guards were set. Both
-    // go through `Qp::post`'s out-of-line direct arm, whose caller keeps the verbs path's
-    // frame.
+    // 2026-11-27): 351.5 and 393.1 before; 154.0 and 147.2 with the fast paths in
+    // `Qp::post`'s out-of-line direct arm; 81.8 and 87.7 tried inline in `Qp::post` and
+    // `Qp::read` (their frame is the verbs path's, which is unchanged), when the guards
+    // were set.
     (
         "post: 8-byte inline send + BlueFlame",
         "measured_post_send",
         1.0,
         1,
-        Some(162),
+        Some(88),
         None,
     ),
     (
@@ -65,7 +66,7 @@ const OPS: &[Row] = &[
         "measured_post_read",
         1.0,
         1,
-        Some(155),
+        Some(94),
         None,
     ),
     // A receive of the QP whose receive completed last takes the fast path's
