@@ -29,6 +29,13 @@ const ITERS: u32 = 300;
 /// that share is in these figures, not in `cargo xtask icount`'s first table (CQs of 1024).
 const GUARDS: [u64; 6] = [84, 100, 106, 70, 150, 124];
 
+/// UCX's figures per row of [`ROWS`], recorded (not measured by this command):
+/// `tools/ucx-probe/run.sh` counts UCX 1.13.1's `uct_ep_put_short` of 8 bytes on `rc_mlx5`
+/// (an inline RDMA write, BlueFlame) and the `uct_worker_progress` that reaps its completion,
+/// on the same kernel model, 2026-11-27: Debian's libucx0 (assertions and parameter checks
+/// built in) / the same version built with upstream's release flags (`RELEASE=1`).
+const UCX: [&str; 6] = ["270 / 158", "-", "-", "146 / 115", "-", "-"];
+
 /// Builds the kernel model, runs the probe under callgrind with it preloaded and prints the
 /// table; false when the run failed or a figure of the crate is above its guard.
 pub(crate) fn main(cargo: &str, bin: &Path) -> bool {
@@ -66,11 +73,17 @@ pub(crate) fn main(cargo: &str, bin: &Path) -> bool {
     let inc = inclusive(&std::fs::read_to_string(&cg).unwrap_or_default());
     let per = |f: &str| Some(*inc.get(f)? as f64 / *n.get(f)? as f64);
     println!(
-        "\n{:<34} {:>9} {:>7} {:>14} {:>16} {:>6}",
-        "production route (libmlx5, mlx5_0)", "blueflame", "guard", "ibv_post_send", "ibv_wr_*", ""
+        "\n{:<34} {:>9} {:>7} {:>14} {:>9} {:>12} {:>6}",
+        "production route (libmlx5, mlx5_0)",
+        "blueflame",
+        "guard",
+        "ibv_post_send",
+        "ibv_wr_*",
+        "UCX rc_mlx5",
+        ""
     );
     let mut pass = true;
-    for (&(op, func, _, plain), guard) in ROWS.iter().zip(GUARDS) {
+    for ((&(op, func, _, plain), guard), ucx) in ROWS.iter().zip(GUARDS).zip(UCX) {
         let Some(v) = per(func) else {
             eprintln!("xtask: FAILED: no count for {func} on the production route");
             pass = false;
@@ -80,7 +93,7 @@ pub(crate) fn main(cargo: &str, bin: &Path) -> bool {
         let ok = v <= guard as f64;
         pass &= ok;
         println!(
-            "{op:<34} {v:>9.1} {guard:>7} {:>14} {:>16} {:>6}",
+            "{op:<34} {v:>9.1} {guard:>7} {:>14} {:>9} {ucx:>12} {:>6}",
             peer(plain[0]),
             peer(plain[1]),
             if ok { "ok" } else { "OVER" }
@@ -89,7 +102,9 @@ pub(crate) fn main(cargo: &str, bin: &Path) -> bool {
     println!(
         "(callgrind, {ITERS} iterations of bfperf icount-verbs with the kernel model: the crate \
          on QPs libmlx5 created, beside libmlx5's own calls; the poll columns are ibv_poll_cq \
-         and ibv_start_poll, the receive post's ibv_post_recv)"
+         and ibv_start_poll, the receive post's ibv_post_recv; UCX recorded by \
+         tools/ucx-probe/run.sh: put_short and the progress that reaps it, Debian's build / a \
+         release build)"
     );
     pass
 }
