@@ -37,27 +37,21 @@ impl SendQueue {
         if len == 0 || !self.inline_applies(limit, len, flags) {
             return false;
         }
+        let fill = move |block: *mut u64| {
+            // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
+            // stay within bytes 16 .. 20 + len <= 48.
+            unsafe {
+                let inl = block.add(2) as *mut u8;
+                (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
+                super::inline_write::copy_short(data, inl.add(4));
+            }
+            // DS: control, and the inline segment's header and bytes.
+            2 + (len > 12) as usize
+        };
         let kind = (Opcode::Send, WcOpcode::Send, 0);
-        let block = self.push_block(
-            (cookie, flags),
-            kind,
-            #[inline(always)]
-            move |block| {
-                // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
-                // stay within bytes 16 .. 20 + len <= 48.
-                unsafe {
-                    let inl = block.add(2) as *mut u8;
-                    (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
-                    super::inline_write::copy_short(data, inl.add(4));
-                }
-                // DS: control, and the inline segment's header and bytes.
-                2 + (len > 12) as usize
-            },
-        );
-        // SAFETY: `block` holds the WQE just written; a nonzero limit says the register
-        // takes a BlueFlame block (see `ring_fast`).
-        unsafe { self.ring_fast(block) };
-        true
+        // SAFETY: the fast path applies, and a nonzero limit says the register takes a
+        // BlueFlame block.
+        unsafe { self.post_block((cookie, flags), kind, fill) }
     }
 
     /// Posts an RDMA read of `remote` into `sgl` and rings when a fast path takes it (one
@@ -75,33 +69,27 @@ impl SendQueue {
         if !self.fast_read || s.len.wrapping_sub(1) >= MAX_SGE_BYTES || !self.block_applies(flags) {
             return false;
         }
+        let fill = move |block: *mut u64| {
+            // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
+            // are its bytes 16 .. 48.
+            unsafe {
+                // Remote address: address, rkey, reserved.
+                block.add(2).write(remote.addr.to_be());
+                block.add(3).write(remote.rkey.to_be() as u64);
+                // Data segment: byte count, lkey, address.
+                block
+                    .add(4)
+                    .write((s.lkey.to_be() as u64) << 32 | s.len.to_be() as u64);
+                block.add(5).write(s.addr.to_be());
+            }
+            // DS: control, remote address, data segment.
+            3
+        };
         // A read's completion reports the bytes read.
         let kind = (Opcode::RdmaRead, WcOpcode::RdmaRead, s.len);
-        let block = self.push_block(
-            (cookie, flags),
-            kind,
-            #[inline(always)]
-            move |block| {
-                // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
-                // are its bytes 16 .. 48.
-                unsafe {
-                    // Remote address: address, rkey, reserved.
-                    block.add(2).write(remote.addr.to_be());
-                    block.add(3).write(remote.rkey.to_be() as u64);
-                    // Data segment: byte count, lkey, address.
-                    block
-                        .add(4)
-                        .write((s.lkey.to_be() as u64) << 32 | s.len.to_be() as u64);
-                    block.add(5).write(s.addr.to_be());
-                }
-                // DS: control, remote address, data segment.
-                3
-            },
-        );
-        // SAFETY: as in `try_send_inline`: `fast_read` says the register takes a BlueFlame
+        // SAFETY: the fast path applies, and `fast_read` says the register takes a BlueFlame
         // block.
-        unsafe { self.ring_fast(block) };
-        true
+        unsafe { self.post_block((cookie, flags), kind, fill) }
     }
 
     /// Whether a one-block fast path takes a request with `flags` now: a free block, no
@@ -113,17 +101,25 @@ impl SendQueue {
         self.pi != self.limit && flags.fence == Fence::None && (flags.signaled || self.credit != 0)
     }
 
-    /// Rings the one-block WQE just written at `block` with BlueFlame: on the queue's own
-    /// register, or under the lock of a shared one.
+    /// Writes a one-block WQE ([`SendQueue::push_block`] with `kind` and `fill`) and rings
+    /// it with BlueFlame: on the queue's own register, or under the lock of a shared one.
+    /// Returns true.
     ///
     /// # Safety
-    /// `block` holds the WQE just written, and a fast path applied: `fast_limit` (the
-    /// queue's own register) or `shared_fast_limit` (a shared one) is not 0, each saying its
-    /// register's halves hold at least one block.
+    /// A fast path applies ([`SendQueue::block_applies`] or `inline_applies`), and the
+    /// queue's register takes a BlueFlame block: `fast_limit` (the queue's own register) or
+    /// `shared_fast_limit` (a shared one) is not 0, each saying its register's halves hold
+    /// at least one block.
     #[inline(always)]
-    unsafe fn ring_fast(&mut self, block: *const u8) {
-        // SAFETY: the caller's contract; `fast_limit` is not 0 only on a register of the
-        // queue's own.
+    unsafe fn post_block(
+        &mut self,
+        post: (u64, PostFlags),
+        kind: (Opcode, WcOpcode, u32),
+        fill: impl FnOnce(*mut u64) -> usize,
+    ) -> bool {
+        let block = self.push_block(post, kind, fill);
+        // SAFETY: `block` holds the WQE just written; the caller's contract for the
+        // register; `fast_limit` is not 0 only on a register of the queue's own.
         unsafe {
             if self.fast_limit != 0 {
                 self.ring_bf_block(block)
@@ -131,6 +127,7 @@ impl SendQueue {
                 self.ring_bf_block_shared(block)
             }
         }
+        true
     }
 }
 
@@ -141,6 +138,18 @@ mod tests {
     use crate::direct::FAST_INLINE_MAX;
     use crate::error::Error;
     use mlx5::request::{Payload, Request};
+
+    /// The remote buffer of the shorter tests.
+    const REMOTE: Remote = Remote { addr: 8, rkey: 1 };
+
+    /// A scatter list of one entry of `len` bytes.
+    fn one(len: u32) -> [Sge; 1] {
+        [Sge {
+            addr: 64,
+            len,
+            lkey: 5,
+        }]
+    }
 
     const FLAG_SETS: [PostFlags; 3] = [
         PostFlags::SIGNALED,
@@ -299,12 +308,7 @@ mod tests {
     fn reads_get_the_doorbell_when_blueflame_is_kept_for_inline_wqes() {
         // rdma-core's MLX5_POST_SEND_PREFER_BF=0: a read (no inline data) is rung with the
         // 8-byte doorbell, an inline send still with BlueFlame.
-        let remote = Remote { addr: 8, rkey: 1 };
-        let sgl = [Sge {
-            addr: 64,
-            len: 8,
-            lkey: 5,
-        }];
+        let (remote, sgl) = (REMOTE, one(8));
         let mut m = mem();
         let mut q = queue(&mut m, 256, 64);
         q.set_blueflame_inline_only(true);
@@ -325,12 +329,7 @@ mod tests {
 
     #[test]
     fn a_full_ring_and_a_spent_credit_take_the_general_path() {
-        let remote = Remote { addr: 8, rkey: 1 };
-        let sgl = [Sge {
-            addr: 64,
-            len: 8,
-            lkey: 5,
-        }];
+        let (remote, sgl) = (REMOTE, one(8));
         let read = Request::Read { remote, sgl: &sgl };
         let mut m = mem();
         let mut q = queue(&mut m, 256, 64);
