@@ -250,7 +250,7 @@ impl SendQueue {
     /// path carries no request on the stack.
     #[cold]
     #[inline(never)]
-    pub(super) fn write_inline_general(
+    pub(crate) fn write_inline_general(
         &mut self,
         data: &[u8],
         remote: Remote,

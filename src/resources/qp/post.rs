@@ -92,7 +92,9 @@ impl Qp {
     /// not take it: on the verbs path, the send queue's own inline write, in a frame of its
     /// own (through the cold function, which keeps every request kind's registers, it cost
     /// 70 instructions more than a send; inlined in `write_inline`, it cost the direct
-    /// path's fast path 15); else [`Qp::write_inline_cold`].
+    /// path's fast path 15); on the direct path, the send queue's general inline write
+    /// (its fast paths again once it took more room); on a QP not known to be connected,
+    /// [`Qp::write_inline_cold`].
     #[inline(never)]
     fn write_inline_verbs(
         &mut self,
@@ -100,26 +102,33 @@ impl Qp {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        if let (QpPath::Verbs { sq, .. }, true) = (&mut self.path, self.connected) {
-            return match sq.write_inline(w.data, w.remote, cookie, flags) {
-                Ok(()) => Ok(()),
-                Err(e) => Err(self.explain(e)),
-            };
-        }
-        let req = Request::Write {
-            remote: w.remote,
-            data: Payload::Inline(w.data),
+        let r = match (&mut self.path, self.connected) {
+            (QpPath::Verbs { sq, .. }, true) => sq.write_inline(w.data, w.remote, cookie, flags),
+            // The direct path's fast paths did not take it (its cached room spent, a longer
+            // payload, a fence): the queue's own general path, which takes more room and
+            // tries them again first.
+            (QpPath::Direct { sq, .. }, true) => {
+                sq.write_inline_general(w.data, w.remote, cookie, flags)
+            }
+            _ => {
+                let req = Request::Write {
+                    remote: w.remote,
+                    data: Payload::Inline(w.data),
+                };
+                return self.write_inline_cold(&req, cookie, flags);
+            }
         };
-        self.write_inline_cold(&req, cookie, flags)
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.explain(e)),
+        }
     }
 
-    /// [`Qp::write_inline`] (`req`, an inline write) when no fast path took it:
-    /// [`Qp::post`]. Out of line, the request built only on the way here: the direct path's
-    /// fast path keeps its arguments where they arrived (passed in registers instead, the
-    /// compiler moved them into this call's registers before that path's first compare).
-    /// [`Qp::post`] is inlined here: its direct arm is out of line
-    /// (`SendQueue::post_out_of_line`), so no match of every request kind shares this
-    /// function's registers and stack with the verbs path.
+    /// [`Qp::write_inline`] (`req`, an inline write) on a QP not known to be connected:
+    /// [`Qp::post`], which asks whether it is by now (on the software NIC the peer's
+    /// `connect` may have connected both) and refuses the write if not. Out of line, the
+    /// request built only on the way here: the direct path's fast path keeps its arguments
+    /// where they arrived.
     #[cold]
     #[inline(never)]
     fn write_inline_cold(
