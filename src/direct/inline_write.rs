@@ -497,6 +497,14 @@ pub(super) mod tests {
         Read { len: u32, two: bool, signaled: bool },
         /// An inline send (0 bytes and beyond 28 the fast path falls back).
         Send { len: usize, signaled: bool },
+        /// A write (`write`) or send of one registered buffer of `len` bytes (0: no data
+        /// segment, the general path), or of two (the general path).
+        List {
+            write: bool,
+            len: u32,
+            two: bool,
+            signaled: bool,
+        },
         /// A local invalidate: arms a fence for the next request.
         Invalidate,
         /// The poller retires up to `n` more blocks.
@@ -512,6 +520,8 @@ pub(super) mod tests {
             2 => (prop_oneof![Just(0u32), 1u32..=64, Just(0x7fff_ffff)], any::<bool>(), any::<bool>())
                 .prop_map(|(len, two, signaled)| Step::Read { len, two, signaled }),
             2 => (0usize..=40, any::<bool>()).prop_map(|(len, signaled)| Step::Send { len, signaled }),
+            2 => (any::<bool>(), prop_oneof![Just(0u32), 1u32..=4096], any::<bool>(), any::<bool>())
+                .prop_map(|(write, len, two, signaled)| Step::List { write, len, two, signaled }),
             1 => Just(Step::Invalidate),
             2 => (0u16..=16).prop_map(Step::Retire),
         ]
@@ -551,6 +561,19 @@ pub(super) mod tests {
                         let sgl = [e, e];
                         let sgl = if two { &sgl[..] } else { &sgl[..1] };
                         let req = Request::Read { remote, sgl };
+                        let mut flags = PostFlags::UNSIGNALED;
+                        flags.signaled = signaled;
+                        (f.post(&req, cookie, flags), g.post_general(&req, cookie, flags))
+                    }
+                    Step::List { write, len, two, signaled } => {
+                        let e = mlx5::Sge { addr: 0x3000, len, lkey: 6 };
+                        let sgl = [e, e];
+                        let data = Payload::Sgl(if two { &sgl[..] } else { &sgl[..1] });
+                        let req = if write {
+                            Request::Write { remote, data }
+                        } else {
+                            Request::Send { data }
+                        };
                         let mut flags = PostFlags::UNSIGNALED;
                         flags.signaled = signaled;
                         (f.post(&req, cookie, flags), g.post_general(&req, cookie, flags))

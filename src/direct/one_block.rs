@@ -1,19 +1,21 @@
 //! The fast paths of the other usual one-block posts, beside the inline write's
 //! (`super::inline_write`): an inline send of 1 to
-//! [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX) bytes, and an RDMA read into one buffer.
+//! [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX) bytes, and an RDMA read into one buffer, an
+//! RDMA write or a send of one buffer.
 //! Each writes the bytes the general encoder ([`mlx5::wqe::encode`]) writes for it (a test
 //! compares them), through the same [`SendQueue::push_block`], and rings the block with
 //! BlueFlame as rdma-core's `post_send_db` does for one WQE of more than one DS.
 //!
 //! rdma-core's `_mlx5_post_send` writes the same segments: for `IBV_WR_SEND` with
 //! `IBV_SEND_INLINE`, the control segment and `set_data_inl_seg` (the byte count with
-//! `MLX5_INLINE_SEG`, then the bytes); for `IBV_WR_RDMA_READ`, `set_raddr_seg` and one
-//! `set_data_ptr_seg` (a zero-length entry gets no segment: the general path's).
+//! `MLX5_INLINE_SEG`, then the bytes); for `IBV_WR_RDMA_READ` and `IBV_WR_RDMA_WRITE`,
+//! `set_raddr_seg` and one `set_data_ptr_seg`, for `IBV_WR_SEND` the data segment alone (a
+//! zero-length entry gets no segment: the general path's).
 //!
 //! Anything else goes to the general path: a longer or empty send (an empty one is one DS,
-//! which `post_send_db` rings with the 8-byte doorbell), a read of several entries, of an
+//! which `post_send_db` rings with the 8-byte doorbell), a list of several entries, of an
 //! empty one or of one over [`MAX_SGE_BYTES`], a fence, a full ring, an unsignaled run that
-//! needs a signal, a QP without a BlueFlame register of at least one block, and reads on a
+//! needs a signal, a QP without a BlueFlame register of at least one block, and lists on a
 //! queue that copies only inline WQEs with BlueFlame (`MLX5_POST_SEND_PREFER_BF=0`).
 
 use super::sq::SendQueue;
@@ -65,37 +67,60 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> bool {
+        let kind = (Opcode::RdmaRead, WcOpcode::RdmaRead);
+        self.try_one_entry(kind, Some(remote), sgl, cookie, flags)
+    }
+
+    /// Posts a request of one scatter/gather entry and rings when a fast path takes it
+    /// (one entry of 1 to [`MAX_SGE_BYTES`] bytes): an RDMA read (`remote` Some) or write
+    /// (the same) of a registered buffer, or a send (`remote` None) of one. `kind` is the
+    /// device opcode and what the completion reports (a read's reports its byte count).
+    /// Returns true when posted; else writes nothing and returns false.
+    #[inline(always)]
+    pub(crate) fn try_one_entry(
+        &mut self,
+        (opcode, wc): (Opcode, WcOpcode),
+        remote: Option<Remote>,
+        sgl: &[Sge],
+        cookie: u64,
+        flags: PostFlags,
+    ) -> bool {
         let [s] = *sgl else { return false };
-        if !self.fast_read || s.len.wrapping_sub(1) >= MAX_SGE_BYTES || !self.block_applies(flags) {
+        if !self.fast_entry || s.len.wrapping_sub(1) >= MAX_SGE_BYTES || !self.block_applies(flags)
+        {
             return false;
         }
         let fill = move |block: *mut u64| {
             // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
-            // are its bytes 16 .. 48.
+            // are its bytes 16 .. 48 at most.
             unsafe {
-                // Remote address: address, rkey, reserved.
-                block.add(2).write(remote.addr.to_be());
-                block.add(3).write(remote.rkey.to_be() as u64);
-                // Data segment: byte count, lkey, address.
-                block
-                    .add(4)
-                    .write((s.lkey.to_be() as u64) << 32 | s.len.to_be() as u64);
-                block.add(5).write(s.addr.to_be());
+                // Remote address (address, rkey, reserved), then the data segment (byte
+                // count, lkey, address); a send's data segment follows the control segment.
+                let data = match remote {
+                    Some(r) => {
+                        block.add(2).write(r.addr.to_be());
+                        block.add(3).write(r.rkey.to_be() as u64);
+                        block.add(4)
+                    }
+                    None => block.add(2),
+                };
+                data.write((s.lkey.to_be() as u64) << 32 | s.len.to_be() as u64);
+                data.add(1).write(s.addr.to_be());
             }
-            // DS: control, remote address, data segment.
-            3
+            // DS: control, remote address when there is one, data segment.
+            2 + remote.is_some() as usize
         };
-        // A read's completion reports the bytes read.
-        let kind = (Opcode::RdmaRead, WcOpcode::RdmaRead, s.len);
-        // SAFETY: the fast path applies, and `fast_read` says the register takes a BlueFlame
-        // block.
-        unsafe { self.post_block((cookie, flags), kind, fill) }
+        // A read's completion reports the bytes read; a write's and a send's none.
+        let byte_len = if wc == WcOpcode::RdmaRead { s.len } else { 0 };
+        // SAFETY: the fast path applies, and `fast_entry` says the register takes a
+        // BlueFlame block.
+        unsafe { self.post_block((cookie, flags), (opcode, wc, byte_len), fill) }
     }
 
     /// Whether a one-block fast path takes a request with `flags` now: a free block, no
     /// fence asked for, and a signal asked for or credit left for one more unsignaled
     /// block. (The queue-wide conditions, a fast path turned on and no fence armed, are in
-    /// `fast_limit`, `shared_fast_limit` and `fast_read`.)
+    /// `fast_limit`, `shared_fast_limit` and `fast_entry`.)
     #[inline(always)]
     fn block_applies(&self, flags: PostFlags) -> bool {
         self.pi != self.limit && flags.fence == Fence::None && (flags.signaled || self.credit != 0)
@@ -223,6 +248,51 @@ mod tests {
     }
 
     #[test]
+    fn a_write_or_send_of_one_buffer_writes_what_the_general_encoder_writes() {
+        let remote = Remote {
+            addr: 0x0123_4567_89ab_cdef,
+            rkey: 0xfeed_beef,
+        };
+        for len in [1, 64, 4096, MAX_SGE_BYTES] {
+            for flags in FLAG_SETS {
+                let sgl = [Sge {
+                    addr: 0xfedc_ba98_7654_3210,
+                    len,
+                    lkey: 0x1234_5678,
+                }];
+                let data = Payload::Sgl(&sgl);
+                // Control, remote address and the data segment; control and the data segment.
+                same_as_general(&Request::Write { remote, data }, flags, 48);
+                same_as_general(&Request::Send { data }, flags, 32);
+            }
+        }
+    }
+
+    #[test]
+    fn a_list_the_fast_path_does_not_take_is_encoded_as_before() {
+        // An empty entry gets no data segment; two entries two; the DS count in byte 7.
+        for (sgl, write_ds, send_ds) in [(&one(0)[..], 2, 1), (&[one(8)[0], one(8)[0]][..], 4, 3)] {
+            let data = Payload::Sgl(sgl);
+            for (req, ds) in [
+                (
+                    Request::Write {
+                        remote: REMOTE,
+                        data,
+                    },
+                    write_ds,
+                ),
+                (Request::Send { data }, send_ds),
+            ] {
+                let mut m = mem();
+                let mut q = queue(&mut m, 256, 64);
+                q.post(&req, 1, PostFlags::SIGNALED).unwrap();
+                drop(q);
+                assert_eq!(m.ring.0[7] & 0x3f, ds, "{req:?}");
+            }
+        }
+    }
+
+    #[test]
     fn the_general_path_takes_what_the_fast_paths_do_not() {
         let remote = Remote { addr: 8, rkey: 1 };
         let one = |len| {
@@ -305,19 +375,31 @@ mod tests {
     }
 
     #[test]
-    fn reads_get_the_doorbell_when_blueflame_is_kept_for_inline_wqes() {
-        // rdma-core's MLX5_POST_SEND_PREFER_BF=0: a read (no inline data) is rung with the
-        // 8-byte doorbell, an inline send still with BlueFlame.
+    fn lists_get_the_doorbell_when_blueflame_is_kept_for_inline_wqes() {
+        // rdma-core's MLX5_POST_SEND_PREFER_BF=0: a read, write or send of a buffer (no
+        // inline data) is rung with the 8-byte doorbell, an inline send still with BlueFlame.
         let (remote, sgl) = (REMOTE, one(8));
+        let data = Payload::Sgl(&sgl);
+        for req in [
+            Request::Read { remote, sgl: &sgl },
+            Request::Write { remote, data },
+            Request::Send { data },
+        ] {
+            let mut m = mem();
+            let mut q = queue(&mut m, 256, 64);
+            q.set_blueflame_inline_only(true);
+            q.post(&req, 1, PostFlags::SIGNALED).unwrap();
+            drop(q);
+            assert!(
+                m.bf.0[8..64].iter().all(|&b| b == 0),
+                "a doorbell, not a copy: {req:?}"
+            );
+        }
         let mut m = mem();
         let mut q = queue(&mut m, 256, 64);
         q.set_blueflame_inline_only(true);
         q.post(&Request::Read { remote, sgl: &sgl }, 1, PostFlags::SIGNALED)
             .unwrap();
-        assert!(
-            m.bf.0[8..64].iter().all(|&b| b == 0),
-            "a doorbell, not a copy"
-        );
         let send = Request::Send {
             data: Payload::Inline(&[9; 8]),
         };

@@ -105,10 +105,11 @@ pub struct SendQueue {
     /// ([`DoorbellMode::SharedLocked`]): its fast path rings under the register's lock
     /// ([`SendQueue::try_write_inline_shared`]); 0 on a register of its own.
     pub(super) shared_fast_limit: usize,
-    /// The read fast path applies to the queue ([`SendQueue::try_read`]): a fast path is
-    /// on (as for `fast_limit` or `shared_fast_limit`), the QP takes a scatter entry, and
-    /// BlueFlame copies are not kept for inline WQEs alone.
-    pub(super) fast_read: bool,
+    /// The fast path of one scatter/gather entry applies to the queue
+    /// ([`SendQueue::try_one_entry`]): a fast path is on (as for `fast_limit` or
+    /// `shared_fast_limit`), the QP takes a scatter entry, and BlueFlame copies are not kept
+    /// for inline WQEs alone.
+    pub(super) fast_entry: bool,
     bf_ok: bool,
     /// A shared BlueFlame register of at least one block.
     shared_bf_ok: bool,
@@ -259,7 +260,7 @@ impl SendQueue {
             // Set below from the rest (`update_fast_limit`).
             fast_limit: 0,
             shared_fast_limit: 0,
-            fast_read: false,
+            fast_entry: false,
             bf_ok,
             shared_bf_ok,
             enabled: true,
@@ -444,7 +445,7 @@ impl SendQueue {
         self.shared_fast_limit = if on && self.shared_bf_ok { limit } else { 0 };
         // rdma-core's `post_send_db` copies a WQE without inline data with BlueFlame only
         // when `prefer_bf` (`MLX5_POST_SEND_PREFER_BF`, 1 unless set to 0).
-        self.fast_read = on
+        self.fast_entry = on
             && (self.bf_ok || self.shared_bf_ok)
             && self.limits.max_sge >= 1
             && !self.bf_inline_only;

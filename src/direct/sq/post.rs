@@ -9,6 +9,7 @@ use crate::queue::flags::PostFlags;
 use crate::queue::kind;
 use mlx5::ctrl::{CompletionMode, Fence, FmCeSe};
 use mlx5::doorbell::SEND_WQE_BB;
+use mlx5::opcode::Opcode;
 use mlx5::request::{Access, MwType, Payload, Request};
 use mlx5::wqe::{ds_to_bbs, encode, wqe_ds, Span};
 
@@ -237,7 +238,9 @@ impl SendQueue {
             Request::Send {
                 data: Payload::Inline(data),
             } if self.try_send_inline(data, cookie, flags) => return Ok(()),
-            Request::Read { remote, sgl } if self.try_read(remote, sgl, cookie, flags) => {
+            Request::Read { .. } | Request::Write { .. } | Request::Send { .. }
+                if self.try_send_or_read(req, cookie, flags) =>
+            {
                 return Ok(())
             }
             _ => {}
@@ -245,8 +248,9 @@ impl SendQueue {
         self.post_general_outlined(req, cookie, flags)
     }
 
-    /// The fast paths of an inline send and of a read of one buffer (`one_block`), as
-    /// [`SendQueue::post`] tries them: true when one of them posted `req`.
+    /// The fast paths of an inline send, and of a read, a write or a send of one buffer
+    /// (`one_block`), as [`SendQueue::post`] tries them: true when one of them posted
+    /// `req`.
     #[inline(always)]
     pub(crate) fn try_send_or_read(
         &mut self,
@@ -259,6 +263,20 @@ impl SendQueue {
                 data: Payload::Inline(data),
             } => self.try_send_inline(data, cookie, flags),
             Request::Read { remote, sgl } => self.try_read(remote, sgl, cookie, flags),
+            // A write or a send of one registered buffer.
+            Request::Write {
+                remote,
+                data: Payload::Sgl(sgl),
+            } => {
+                let kind = (Opcode::RdmaWrite, WcOpcode::RdmaWrite);
+                self.try_one_entry(kind, Some(remote), sgl, cookie, flags)
+            }
+            Request::Send {
+                data: Payload::Sgl(sgl),
+            } => {
+                let kind = (Opcode::Send, WcOpcode::Send);
+                self.try_one_entry(kind, None, sgl, cookie, flags)
+            }
             _ => false,
         }
     }

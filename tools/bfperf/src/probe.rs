@@ -1,7 +1,8 @@
 //! `bfperf icount-probe N`: runs N posts and polls through functions that callgrind can
 //! measure one by one (`--toggle-collect=bfperf::probe::measured_*`): the post of an 8-byte
 //! inline RDMA write with BlueFlame, a poll that finds one CQE, an empty poll, a batch of
-//! 32 inline writes with one doorbell, an 8-byte inline send and an 8-byte RDMA read; and the same post on a QP whose BlueFlame register is
+//! 32 inline writes with one doorbell, an 8-byte inline send, an 8-byte RDMA read and a
+//! 64-byte RDMA write from one buffer; and the same post on a QP whose BlueFlame register is
 //! shared (rung under the register's lock). Every [`BURST_EVERY`]th iteration it also polls
 //! bursts of 16 and 64 completions (one QP's signaled writes of one NIC pass) from a plain
 //! CQ and from a compressed one (one session each). The NIC runs outside the measured
@@ -46,6 +47,13 @@ fn measured_post_send(qp: &mut Qp, data: &[u8; 8], cookie: u64) {
 fn measured_post_read(qp: &mut Qp, sge: &[blueflame::Sge; 1], remote: Remote, cookie: u64) {
     qp.read(sge, remote, cookie, PostFlags::SIGNALED)
         .expect("read");
+}
+
+/// Posts a 64-byte RDMA write from one registered buffer (a message over the inline limit).
+#[inline(never)]
+fn measured_post_write_sge(qp: &mut Qp, sge: &[blueflame::Sge; 1], remote: Remote, cookie: u64) {
+    qp.write(sge, remote, cookie, PostFlags::SIGNALED)
+        .expect("write");
 }
 
 #[inline(never)]
@@ -195,6 +203,7 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     )?;
     let data = *b"12345678";
     let read_sge = [mr.sge(1024, 8)?];
+    let write_sge = [mr.sge(1536, 64)?];
     let mut out = [Completion::default(); 1];
     let mut empty = [Completion::default(); 16];
     // Receives: a second loopback QP with CQs of its own (the first QP stays the last one
@@ -252,6 +261,14 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         dev.process();
         assert_eq!(cq.poll(&mut out), 1);
         assert_eq!((out[0].cookie, out[0].byte_len), (i, 8));
+        // A 64-byte write from the region to itself (its completion polled unmeasured).
+        measured_post_write_sge(&mut qp, &write_sge, mr.remote(2048)?, i);
+        dev.process();
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!(
+            (out[0].cookie, out[0].status),
+            (i, blueflame::WcStatus::Success)
+        );
         measured_batch32(&mut qp, &data, mr.remote(0)?, i);
         dev.process();
         assert_eq!(measured_poll_hit(&mut cq, &mut out), 1);

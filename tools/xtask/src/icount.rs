@@ -61,6 +61,17 @@ const OPS: &[Row] = &[
         Some(88),
         None,
     ),
+    // A write of one registered buffer (a message over the inline limit): 398.2 through
+    // the general path; 90.6 through the fast path of one entry (`try_one_entry`), when the
+    // guard was set.
+    (
+        "post: 64-byte RDMA write, one buffer",
+        "measured_post_write_sge",
+        1.0,
+        1,
+        Some(97),
+        None,
+    ),
     (
         "post: 8-byte RDMA read, one buffer",
         "measured_post_read",
