@@ -276,14 +276,7 @@ mod tests {
 
     #[test]
     fn the_general_path_takes_what_the_fast_paths_do_not() {
-        let remote = Remote { addr: 8, rkey: 1 };
-        let one = |len| {
-            [Sge {
-                addr: 64,
-                len,
-                lkey: 5,
-            }]
-        };
+        let remote = REMOTE;
         // An empty send is one DS: the 8-byte doorbell, no BlueFlame copy.
         let mut m = mem();
         let mut q = queue(&mut m, 256, 64);

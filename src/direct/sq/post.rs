@@ -230,29 +230,23 @@ impl SendQueue {
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         // The usual one-block requests: their fast paths (`inline_write`, `one_block`).
-        match *req {
-            Request::Write {
-                remote,
-                data: Payload::Inline(data),
-            } => return self.write_inline(data, remote, cookie, flags),
-            Request::Send {
-                data: Payload::Inline(data),
-            } if self.try_send_inline(data, cookie, flags) => return Ok(()),
-            Request::Read { .. } | Request::Write { .. } | Request::Send { .. }
-                if self.try_send_or_read(req, cookie, flags) =>
-            {
-                return Ok(())
-            }
-            _ => {}
+        if let Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        } = *req
+        {
+            return self.write_inline(data, remote, cookie, flags);
+        }
+        if self.try_one_block(req, cookie, flags) {
+            return Ok(());
         }
         self.post_general_outlined(req, cookie, flags)
     }
 
-    /// The fast paths of an inline send, and of a read, a write or a send of one buffer
-    /// (`one_block`), as [`SendQueue::post`] tries them: true when one of them posted
-    /// `req`.
+    /// The fast paths of `one_block` (an inline send; a read, a write or a send of one
+    /// buffer), as [`SendQueue::post`] tries them: true when one of them posted `req`.
     #[inline(always)]
-    pub(crate) fn try_send_or_read(
+    pub(crate) fn try_one_block(
         &mut self,
         req: &Request<'_>,
         cookie: u64,
@@ -291,16 +285,18 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        if self.refill_room() && self.try_send_or_read(req, cookie, flags) {
+        if self.refill_room() && self.try_one_block(req, cookie, flags) {
             return Ok(());
         }
         self.post_general(req, cookie, flags)
     }
 
-    /// [`SendQueue::post`] out of line, for [`Qp::post`](crate::Qp), whose other arm is the
-    /// verbs path: inlined there, this path's request-kind matches cost the verbs path's
-    /// posts about 30 instructions of frame and spills (`cargo xtask rxe-icount`: an inline
-    /// send 254 -> 291, a read 251 -> 283 on the extended API).
+    /// [`SendQueue::post`] out of line, for [`Qp::post`](crate::Qp) and `Qp::read` once
+    /// they tried [`SendQueue::try_one_block`] inline (so it is not tried again here; the
+    /// general path tries it once more only after taking more room). Whose other arm is
+    /// the verbs path: inlined there, the general path's request-kind matches cost the verbs
+    /// path's posts about 30 instructions of frame and spills (`cargo xtask rxe-icount`: an
+    /// inline send 254 -> 291, a read 251 -> 283 on the extended API).
     #[inline(never)]
     pub(crate) fn post_out_of_line(
         &mut self,
@@ -308,7 +304,14 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        self.post(req, cookie, flags)
+        if let Request::Write {
+            remote,
+            data: Payload::Inline(data),
+        } = *req
+        {
+            return self.write_inline(data, remote, cookie, flags);
+        }
+        self.post_general_outlined(req, cookie, flags)
     }
 
     /// [`SendQueue::post`] without the inline-write fast path.

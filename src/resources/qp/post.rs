@@ -35,9 +35,10 @@ impl PostSend for Qp {
     fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_state()?;
         let r = match &mut self.path {
-            // The direct path's inline send and read of one buffer inline
-            // (`SendQueue::try_send_or_read`), any other request out of line.
-            QpPath::Direct { sq, .. } => match sq.try_send_or_read(req, cookie, flags) {
+            // The direct path's one-block fast paths inline (`SendQueue::try_one_block`:
+            // an inline send; a read, write or send of one buffer), any other request out
+            // of line.
+            QpPath::Direct { sq, .. } => match sq.try_one_block(req, cookie, flags) {
                 true => Ok(()),
                 false => sq.post_out_of_line(req, cookie, flags),
             },

@@ -15,7 +15,7 @@
 //! ConnectX: only the device behind the doorbell differs).
 
 use crate::rxe_icount::{calls, inclusive, ROWS};
-use crate::shell::{root, run};
+use crate::shell::root;
 use std::path::Path;
 use std::process::Command;
 
@@ -39,10 +39,7 @@ const UCX: [&str; 6] = ["270 / 158", "-", "-", "146 / 115", "-", "-"];
 /// Builds the kernel model, runs the probe under callgrind with it preloaded and prints the
 /// table; false when the run failed or a figure of the crate is above its guard.
 pub(crate) fn main(cargo: &str, bin: &Path) -> bool {
-    if !run(
-        "build the kernel model",
-        Command::new(cargo).args(["build", "-q", "-p", "kernel-model", "--locked"]),
-    ) {
+    if !crate::provider::build_model(cargo) {
         return false;
     }
     let lib = root().join("target/debug/libkernel_model.so");
@@ -112,16 +109,15 @@ pub(crate) fn main(cargo: &str, bin: &Path) -> bool {
 /// One callgrind run of `bfperf icount-verbs` with the kernel model `lib` preloaded, its
 /// counts in `cg`; the probe's standard output, or None (said why) when it failed.
 fn probe(bin: &Path, lib: &Path, cg: &Path) -> Option<String> {
-    let o = Command::new("valgrind")
-        .args(["--tool=callgrind", "--toggle-collect=*measured_*"])
+    let mut cmd = Command::new("valgrind");
+    cmd.args(["--tool=callgrind", "--toggle-collect=*measured_*"])
         .arg(format!("--callgrind-out-file={}", cg.display()))
         .arg(bin)
-        .args(["icount-verbs", &ITERS.to_string()])
-        .env("LD_PRELOAD", lib)
+        .args(["icount-verbs", &ITERS.to_string()]);
+    // As the provider stage runs its binary; the probe's device is the model's `mlx5_0`.
+    let o = crate::provider::preloaded(&mut cmd, lib)
         .env("BLUEFLAME_DEVICE", "mlx5_0")
-        .env_remove("SYSFS_PATH")
         .env_remove("BLUEFLAME_VERBS_API")
-        .current_dir(root())
         .output();
     match o {
         Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),

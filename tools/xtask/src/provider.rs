@@ -15,10 +15,7 @@ use std::process::Command;
 /// Builds the kernel model and runs the `provider` test binary (from `bins`, the workspace's
 /// test executables) with it preloaded.
 pub(crate) fn stage(cargo: &str, bins: &[(String, String)]) -> bool {
-    if !run(
-        "build the kernel model",
-        Command::new(cargo).args(["build", "-p", "kernel-model", "--locked"]),
-    ) {
+    if !build_model(cargo) {
         return false;
     }
     let Some((_, exe)) = bins.iter().find(|(name, _)| name == "provider") else {
@@ -57,6 +54,14 @@ pub(crate) fn stage(cargo: &str, bins: &[(String, String)]) -> bool {
             false
         }
     }
+}
+
+/// Builds the kernel model (`target/debug/libkernel_model.so`); false when the build failed.
+pub(crate) fn build_model(cargo: &str) -> bool {
+    run(
+        "build the kernel model",
+        Command::new(cargo).args(["build", "-p", "kernel-model", "--locked"]),
+    )
 }
 
 /// The kernel model built beside the provider binary `exe`
