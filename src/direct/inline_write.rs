@@ -20,6 +20,17 @@ use mlx5::opcode::Opcode;
 use mlx5::request::{Payload, Remote, Request};
 use mlx5::seg::INLINE_SEG;
 
+/// What a one-block WQE of [`SendQueue::push_block`] is: its device opcode, what its
+/// completion reports (the opcode, and a read's byte count) and its immediate (host order;
+/// 0 for an opcode without one).
+#[derive(Clone, Copy)]
+pub(super) struct BlockKind {
+    pub(super) opcode: Opcode,
+    pub(super) wc: WcOpcode,
+    pub(super) byte_len: u32,
+    pub(super) imm: u32,
+}
+
 impl SendQueue {
     /// Whether the fast path takes an inline write of `len` bytes with `flags`.
     #[inline(always)]
@@ -28,10 +39,15 @@ impl SendQueue {
     }
 
     /// Whether a fast path of payload limit `limit` (0: off) takes an inline write of `len`
-    /// bytes with `flags`: room in the ring, no fence, and a signal or credit for it.
+    /// bytes with `flags`: room in the ring, no fence, and a signal or credit for it. An
+    /// empty one carries no inline data, so on a queue that copies only inline WQEs with
+    /// BlueFlame (`MLX5_POST_SEND_PREFER_BF=0`) it takes the general path, which rings it
+    /// with the 8-byte doorbell as rdma-core's `post_send_db` does (`inl` is 0 for it).
+    /// A length known at the call site folds that test away.
     #[inline(always)]
     pub(super) fn inline_applies(&self, limit: usize, len: usize, flags: PostFlags) -> bool {
         len < limit
+            && (len != 0 || !self.bf_inline_only)
             && self.pi != self.limit
             && flags.fence == Fence::None
             && (flags.signaled || self.credit != 0)
@@ -128,7 +144,7 @@ impl SendQueue {
         // beyond DS when unused.
         let ds = 2 + (len != 0) as usize + (len > 12) as usize;
         // SAFETY: as above.
-        unsafe { self.write_control(block, pi, Opcode::RdmaWrite, ds, flags) };
+        unsafe { self.write_control(block, pi, (Opcode::RdmaWrite, 0), ds, flags) };
         self.pi = pi.wrapping_add(1);
         block as *const u8
     }
@@ -136,8 +152,8 @@ impl SendQueue {
     /// Writes a one-block WQE at the producer index: the completion moderation, the shadow
     /// entry (`kind`: the device opcode, what the completion reports and its byte count),
     /// the segments after the control segment (`fill`, given the block, which returns the
-    /// WQE's size in DS), the control segment; advances the producer index and rings
-    /// nothing. Returns the block. The send and read fast paths write their WQEs here (the
+    /// WQE's size in DS), the control segment (with `kind`'s immediate); advances the
+    /// producer index and rings nothing. Returns the block. The send and read fast paths write their WQEs here (the
     /// inline write's, tuned for the batch loop, writes the same parts in its own order).
     ///
     /// The caller has checked that a fast path applies (`inline_applies`, or
@@ -149,19 +165,19 @@ impl SendQueue {
     pub(super) fn push_block(
         &mut self,
         (cookie, flags): (u64, PostFlags),
-        (opcode, wc, byte_len): (Opcode, WcOpcode, u32),
+        kind: BlockKind,
         fill: impl FnOnce(*mut u64) -> usize,
     ) -> *const u8 {
         self.moderate(flags);
         let pi = self.pi;
-        self.record(pi, cookie, 1, wc, byte_len, flags.signaled);
+        self.record(pi, cookie, 1, kind.wc, kind.byte_len, flags.signaled);
         // The block at `pi` is free (pi != limit: retired by the poller, or never used) and
         // not yet announced to the device; 64 bytes, 64-byte aligned, inside the ring.
         let block = self.block(pi) as *mut u64;
         let ds = fill(block);
         debug_assert!((2..=4).contains(&ds));
         // SAFETY: as above.
-        unsafe { self.write_control(block, pi, opcode, ds, flags) };
+        unsafe { self.write_control(block, pi, (kind.opcode, kind.imm), ds, flags) };
         self.pi = pi.wrapping_add(1);
         block as *const u8
     }
@@ -180,7 +196,8 @@ impl SendQueue {
 
     /// Writes the control segment of the one-block WQE at `block` (position `pi`, `ds`
     /// DS): opmod 0, WQE index, opcode | QP number, DS | signature 0, fm_ce_se (no fence;
-    /// a completion when signaled; solicited) | immediate 0.
+    /// a completion when signaled; solicited) | the immediate (`imm`, host order, written
+    /// big-endian as rdma-core's `ctrl->imm`; 0 for an opcode without one).
     ///
     /// # Safety
     /// `block` must be the free block at `pi` in the ring, not yet announced to the device.
@@ -189,7 +206,7 @@ impl SendQueue {
         &self,
         block: *mut u64,
         pi: u16,
-        opcode: Opcode,
+        (opcode, imm): (Opcode, u32),
         ds: usize,
         flags: PostFlags,
     ) {
@@ -206,7 +223,11 @@ impl SendQueue {
         unsafe {
             (block as *mut u32).write(((pi as u32) << 8 | opcode as u32).to_be());
             (block as *mut u32).add(1).write(self.qpn_ds[ds]);
-            block.add(1).write((fm.to_u8() as u64) << 24);
+            // Bytes 8..16: signature and reserved 0, fm_ce_se at byte 11, the immediate's
+            // big-endian bytes at 12..16 (the word is stored little-endian).
+            block
+                .add(1)
+                .write((fm.to_u8() as u64) << 24 | (imm.to_be() as u64) << 32);
         }
     }
 

@@ -1,7 +1,8 @@
 //! The fast paths of the other usual one-block posts, beside the inline write's
 //! (`super::inline_write`): an inline send of 1 to
-//! [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX) bytes, and an RDMA read into one buffer, an
-//! RDMA write or a send of one buffer.
+//! [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX) bytes, with immediate or not; an inline RDMA
+//! write with immediate of 0 to `FAST_INLINE_MAX` bytes; and an RDMA read into one buffer,
+//! an RDMA write or a send of one buffer, the write and the send with immediate or not.
 //! Each writes the bytes the general encoder ([`mlx5::wqe::encode`]) writes for it (a test
 //! compares them), through the same [`SendQueue::push_block`], and rings the block with
 //! BlueFlame as rdma-core's `post_send_db` does for one WQE of more than one DS.
@@ -10,14 +11,18 @@
 //! `IBV_SEND_INLINE`, the control segment and `set_data_inl_seg` (the byte count with
 //! `MLX5_INLINE_SEG`, then the bytes); for `IBV_WR_RDMA_READ` and `IBV_WR_RDMA_WRITE`,
 //! `set_raddr_seg` and one `set_data_ptr_seg`, for `IBV_WR_SEND` the data segment alone (a
-//! zero-length entry gets no segment: the general path's).
+//! zero-length entry gets no segment: the general path's). The `_WITH_IMM` opcodes write
+//! the same, with the immediate in the control segment (`ctrl->imm`, big-endian).
 //!
 //! Anything else goes to the general path: a longer or empty send (an empty one is one DS,
-//! which `post_send_db` rings with the 8-byte doorbell), a list of several entries, of an
+//! which `post_send_db` rings with the 8-byte doorbell), an empty inline write on a queue
+//! that copies only inline WQEs with BlueFlame (no inline data: the doorbell too), a list
+//! of several entries, of an
 //! empty one or of one over [`MAX_SGE_BYTES`], a fence, a full ring, an unsignaled run that
 //! needs a signal, a QP without a BlueFlame register of at least one block, and lists on a
 //! queue that copies only inline WQEs with BlueFlame (`MLX5_POST_SEND_PREFER_BF=0`).
 
+use super::inline_write::BlockKind;
 use super::sq::SendQueue;
 use crate::completion::WcOpcode;
 use crate::queue::flags::PostFlags;
@@ -28,11 +33,17 @@ use mlx5::seg::INLINE_SEG;
 use mlx5::wqe::MAX_SGE_BYTES;
 
 impl SendQueue {
-    /// Posts an inline send of `data` and rings when a fast path takes it (1 to
-    /// `FAST_INLINE_MAX` bytes, within the QP's inline limit): returns true; else writes
-    /// nothing and returns false.
+    /// Posts an inline send of `data` (with the immediate `imm`, when Some) and rings when a
+    /// fast path takes it (1 to `FAST_INLINE_MAX` bytes, within the QP's inline limit):
+    /// returns true; else writes nothing and returns false.
     #[inline(always)]
-    pub(crate) fn try_send_inline(&mut self, data: &[u8], cookie: u64, flags: PostFlags) -> bool {
+    pub(crate) fn try_send_inline(
+        &mut self,
+        data: &[u8],
+        imm: Option<u32>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> bool {
         let len = data.len();
         // At most one of the two limits is not 0 (the register is the queue's own or shared).
         let limit = self.fast_limit | self.shared_fast_limit;
@@ -42,15 +53,64 @@ impl SendQueue {
         let fill = move |block: *mut u64| {
             // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
             // stay within bytes 16 .. 20 + len <= 48.
-            unsafe {
-                let inl = block.add(2) as *mut u8;
-                (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
-                super::inline_write::copy_short(data, inl.add(4));
-            }
+            unsafe { inline_segment(block.add(2) as *mut u8, data) };
             // DS: control, and the inline segment's header and bytes.
             2 + (len > 12) as usize
         };
-        let kind = (Opcode::Send, WcOpcode::Send, 0);
+        let kind = BlockKind {
+            opcode: if imm.is_some() {
+                Opcode::SendImm
+            } else {
+                Opcode::Send
+            },
+            wc: WcOpcode::Send,
+            byte_len: 0,
+            imm: imm.unwrap_or(0),
+        };
+        // SAFETY: the fast path applies, and a nonzero limit says the register takes a
+        // BlueFlame block.
+        unsafe { self.post_block((cookie, flags), kind, fill) }
+    }
+
+    /// Posts an RDMA write with immediate of `data` inline (0 to `FAST_INLINE_MAX` bytes,
+    /// within the QP's inline limit) to `remote` and rings when a fast path takes it:
+    /// returns true; else writes nothing and returns false. (The inline write without an
+    /// immediate has its own path, `try_write_inline`.)
+    #[inline(always)]
+    pub(crate) fn try_write_imm_inline(
+        &mut self,
+        remote: Remote,
+        data: &[u8],
+        imm: u32,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> bool {
+        let len = data.len();
+        let limit = self.fast_limit | self.shared_fast_limit;
+        if !self.inline_applies(limit, len, flags) {
+            return false;
+        }
+        let fill = move |block: *mut u64| {
+            // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
+            // stay within bytes 16 .. 36 + len <= 64.
+            unsafe {
+                block.add(2).write(remote.addr.to_be());
+                block.add(3).write(remote.rkey.to_be() as u64);
+                // No inline segment for no bytes (rdma-core adds none; the DS count below
+                // leaves it out).
+                if len != 0 {
+                    inline_segment(block.add(4) as *mut u8, data);
+                }
+            }
+            // DS: control and remote address, plus the inline segment when there is data.
+            2 + (len != 0) as usize + (len > 12) as usize
+        };
+        let kind = BlockKind {
+            opcode: Opcode::RdmaWriteImm,
+            wc: WcOpcode::RdmaWrite,
+            byte_len: 0,
+            imm,
+        };
         // SAFETY: the fast path applies, and a nonzero limit says the register takes a
         // BlueFlame block.
         unsafe { self.post_block((cookie, flags), kind, fill) }
@@ -67,19 +127,21 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> bool {
-        let kind = (Opcode::RdmaRead, WcOpcode::RdmaRead);
+        let kind = (Opcode::RdmaRead, WcOpcode::RdmaRead, 0);
         self.try_one_entry(kind, Some(remote), sgl, cookie, flags)
     }
 
     /// Posts a request of one scatter/gather entry and rings when a fast path takes it
-    /// (one entry of 1 to [`MAX_SGE_BYTES`] bytes): an RDMA read (`remote` Some) or write
-    /// (the same) of a registered buffer, or a send (`remote` None) of one. `kind` is the
-    /// device opcode and what the completion reports (a read's reports its byte count).
-    /// Returns true when posted; else writes nothing and returns false.
+    /// (one entry of 1 to [`MAX_SGE_BYTES`] bytes): an RDMA read (`remote` Some) or write,
+    /// with immediate or not (the same), of a registered buffer, or a send (`remote` None)
+    /// of one, with immediate or not. `kind` is the device opcode, what the completion
+    /// reports (a read's reports its byte count) and the immediate (host order; 0 for an
+    /// opcode without one). Returns true when posted; else writes nothing and returns
+    /// false.
     #[inline(always)]
     pub(crate) fn try_one_entry(
         &mut self,
-        (opcode, wc): (Opcode, WcOpcode),
+        (opcode, wc, imm): (Opcode, WcOpcode, u32),
         remote: Option<Remote>,
         sgl: &[Sge],
         cookie: u64,
@@ -112,9 +174,15 @@ impl SendQueue {
         };
         // A read's completion reports the bytes read; a write's and a send's none.
         let byte_len = if wc == WcOpcode::RdmaRead { s.len } else { 0 };
+        let kind = BlockKind {
+            opcode,
+            wc,
+            byte_len,
+            imm,
+        };
         // SAFETY: the fast path applies, and `fast_entry` says the register takes a
         // BlueFlame block.
-        unsafe { self.post_block((cookie, flags), (opcode, wc, byte_len), fill) }
+        unsafe { self.post_block((cookie, flags), kind, fill) }
     }
 
     /// Whether a one-block fast path takes a request with `flags` now: a free block, no
@@ -139,7 +207,7 @@ impl SendQueue {
     unsafe fn post_block(
         &mut self,
         post: (u64, PostFlags),
-        kind: (Opcode, WcOpcode, u32),
+        kind: BlockKind,
         fill: impl FnOnce(*mut u64) -> usize,
     ) -> bool {
         let block = self.push_block(post, kind, fill);
@@ -153,6 +221,22 @@ impl SendQueue {
             }
         }
         true
+    }
+}
+
+/// Writes an inline data segment of `data` (1 to [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX)
+/// bytes) at `at`: the byte count with `MLX5_INLINE_SEG` (rdma-core's `set_data_inl_seg`),
+/// then the bytes.
+///
+/// # Safety
+/// `at` must be valid for `4 + data.len()` byte writes, 4-byte aligned, and not overlap
+/// `data`.
+#[inline(always)]
+unsafe fn inline_segment(at: *mut u8, data: &[u8]) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (at as *mut u32).write((data.len() as u32 | INLINE_SEG).to_be());
+        super::inline_write::copy_short(data, at.add(4));
     }
 }
 
@@ -196,7 +280,10 @@ mod tests {
         let mut a = queue(&mut fast, 256, 64);
         let mut b = queue(&mut slow, 256, 64);
         for k in 0..3u64 {
-            a.post(req, k, flags).unwrap();
+            assert!(
+                a.try_one_block(req, k, flags),
+                "a fast path takes {req:?} {flags:?}"
+            );
             b.post_general(req, k, flags).unwrap();
         }
         assert_eq!((a.pi, a.credit), (b.pi, b.credit), "{req:?} {flags:?}");
@@ -224,6 +311,71 @@ mod tests {
                 };
                 // Control, the inline header and the bytes.
                 same_as_general(&req, flags, 20 + len);
+                let req = Request::SendImm {
+                    data: Payload::Inline(&data[..len]),
+                    imm: 0x1234_5678,
+                };
+                same_as_general(&req, flags, 20 + len);
+            }
+        }
+    }
+
+    #[test]
+    fn an_inline_write_with_immediate_writes_what_the_general_encoder_writes_for_every_length() {
+        let data: Vec<u8> = (0..FAST_INLINE_MAX as u8).map(|b| b ^ 0x5a).collect();
+        let remote = Remote {
+            addr: 0x0123_4567_89ab_cdef,
+            rkey: 0xfeed_beef,
+        };
+        for len in 0..=FAST_INLINE_MAX {
+            for flags in FLAG_SETS {
+                let req = Request::WriteImm {
+                    remote,
+                    data: Payload::Inline(&data[..len]),
+                    imm: 0x8765_4321,
+                };
+                // Control, remote address, and the inline header and bytes when there are
+                // bytes (none for none).
+                let n = if len == 0 { 32 } else { 36 + len };
+                same_as_general(&req, flags, n);
+            }
+        }
+    }
+
+    /// With `MLX5_POST_SEND_PREFER_BF=0` a WQE without inline data is rung with the 8-byte
+    /// doorbell (rdma-core's `post_send_db`: `inl || prefer_bf`): an empty inline write,
+    /// with immediate or not, is not copied with BlueFlame; with the default it is.
+    #[test]
+    fn an_empty_inline_write_is_copied_with_blueflame_only_when_the_queue_prefers_it() {
+        let reqs = [
+            Request::Write {
+                remote: REMOTE,
+                data: Payload::Inline(&[]),
+            },
+            Request::WriteImm {
+                remote: REMOTE,
+                data: Payload::Inline(&[]),
+                imm: 7,
+            },
+        ];
+        for req in reqs {
+            for inline_only in [false, true] {
+                for fast in [true, false] {
+                    let mut m = mem();
+                    let mut q = queue(&mut m, 256, 64);
+                    q.set_blueflame_inline_only(inline_only);
+                    if fast {
+                        q.post(&req, 1, PostFlags::SIGNALED).unwrap();
+                    } else {
+                        q.post_general(&req, 1, PostFlags::SIGNALED).unwrap();
+                    }
+                    drop(q);
+                    // Control and remote address: 2 DS either way.
+                    assert_eq!(m.ring.0[7] & 0x3f, 2, "{req:?}");
+                    let copied = m.bf.0[8..64].iter().any(|&b| b != 0);
+                    assert_eq!(copied, !inline_only, "{req:?} inline_only {inline_only}");
+                    assert_eq!(&m.bf.0[..8], &m.ring.0[..8], "{req:?}");
+                }
             }
         }
     }
@@ -246,6 +398,9 @@ mod tests {
                 same_as_general(&Request::Read { remote, sgl: &sgl }, flags, 48);
                 same_as_general(&Request::Write { remote, data }, flags, 48);
                 same_as_general(&Request::Send { data }, flags, 32);
+                let imm = 0x0102_0304;
+                same_as_general(&Request::WriteImm { remote, data, imm }, flags, 48);
+                same_as_general(&Request::SendImm { data, imm }, flags, 32);
             }
         }
     }

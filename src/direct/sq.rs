@@ -117,7 +117,7 @@ pub struct SendQueue {
     /// What the device's atomics can do (read once when the QP is created).
     atomics: AtomicCaps,
     /// BlueFlame copies only for WQEs with inline data (`MLX5_POST_SEND_PREFER_BF=0`).
-    bf_inline_only: bool,
+    pub(super) bf_inline_only: bool,
     /// The transport of the crate's QP this queue belongs to (None: made over raw rings by
     /// [`SendQueue::new`], unchecked).
     transport: Option<Transport>,

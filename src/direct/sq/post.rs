@@ -255,20 +255,45 @@ impl SendQueue {
         match *req {
             Request::Send {
                 data: Payload::Inline(data),
-            } => self.try_send_inline(data, cookie, flags),
+            } => self.try_send_inline(data, None, cookie, flags),
             Request::Read { remote, sgl } => self.try_read(remote, sgl, cookie, flags),
             // A write or a send of one registered buffer.
             Request::Write {
                 remote,
                 data: Payload::Sgl(sgl),
             } => {
-                let kind = (Opcode::RdmaWrite, WcOpcode::RdmaWrite);
+                let kind = (Opcode::RdmaWrite, WcOpcode::RdmaWrite, 0);
                 self.try_one_entry(kind, Some(remote), sgl, cookie, flags)
             }
             Request::Send {
                 data: Payload::Sgl(sgl),
             } => {
-                let kind = (Opcode::Send, WcOpcode::Send);
+                let kind = (Opcode::Send, WcOpcode::Send, 0);
+                self.try_one_entry(kind, None, sgl, cookie, flags)
+            }
+            // The same with an immediate: inline, or of one registered buffer.
+            Request::WriteImm {
+                remote,
+                data: Payload::Inline(data),
+                imm,
+            } => self.try_write_imm_inline(remote, data, imm, cookie, flags),
+            Request::WriteImm {
+                remote,
+                data: Payload::Sgl(sgl),
+                imm,
+            } => {
+                let kind = (Opcode::RdmaWriteImm, WcOpcode::RdmaWrite, imm);
+                self.try_one_entry(kind, Some(remote), sgl, cookie, flags)
+            }
+            Request::SendImm {
+                data: Payload::Inline(data),
+                imm,
+            } => self.try_send_inline(data, Some(imm), cookie, flags),
+            Request::SendImm {
+                data: Payload::Sgl(sgl),
+                imm,
+            } => {
+                let kind = (Opcode::SendImm, WcOpcode::Send, imm);
                 self.try_one_entry(kind, None, sgl, cookie, flags)
             }
             _ => false,

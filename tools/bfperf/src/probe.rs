@@ -42,6 +42,15 @@ fn measured_post_send(qp: &mut Qp, data: &[u8; 8], cookie: u64) {
     .expect("send");
 }
 
+/// Posts an 8-byte inline RDMA write with immediate (the usual notification of a written
+/// buffer), its immediate the cookie's low 32 bits.
+#[inline(never)]
+fn measured_post_write_imm(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
+    let data = blueflame::Payload::Inline(data);
+    qp.write_imm(data, remote, cookie as u32, cookie, PostFlags::SIGNALED)
+        .expect("write with immediate");
+}
+
 /// Posts an 8-byte RDMA read into one buffer (bfperf's read latency test posts these).
 #[inline(never)]
 fn measured_post_read(qp: &mut Qp, sge: &[blueflame::Sge; 1], remote: Remote, cookie: u64) {
@@ -251,6 +260,17 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         assert_eq!(measured_poll_recv(&mut rcq, &mut rout), 1);
         assert_eq!((rout[0].cookie, rout[0].byte_len), (i, 8));
         assert_eq!(rscq.poll(&mut out), 1);
+        // The same QP's write with immediate to itself takes a receive (posted unmeasured).
+        rqp.post_recv(&[mr.sge(512, 64)?], i)?;
+        measured_post_write_imm(&mut rqp, &data, mr.remote(8)?, i);
+        dev.process();
+        assert_eq!(rcq.poll(&mut rout), 1);
+        assert_eq!((rout[0].cookie, rout[0].imm), (i, Some(i as u32)));
+        assert_eq!(rscq.poll(&mut out), 1);
+        assert_eq!(
+            (out[0].cookie, out[0].status),
+            (i, blueflame::WcStatus::Success)
+        );
         measured_post(&mut qp, &data, mr.remote(0)?, i);
         dev.process();
         let got = measured_poll_hit(&mut cq, &mut out);

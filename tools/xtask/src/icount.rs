@@ -72,6 +72,17 @@ const OPS: &[Row] = &[
         Some(97),
         None,
     ),
+    // An inline write with immediate took the general path (375.6) until the one-block
+    // fast paths took writes and sends with an immediate too: 88.8 when the guard was set
+    // (2026-11-27).
+    (
+        "post: 8-byte inline RDMA write with immediate",
+        "measured_post_write_imm",
+        1.0,
+        1,
+        Some(95),
+        None,
+    ),
     (
         "post: 8-byte RDMA read, one buffer",
         "measured_post_read",
