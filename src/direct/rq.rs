@@ -66,6 +66,11 @@ impl RecvQueue {
     /// As [`SendQueue::new`](super::SendQueue::new), for the receive ring; and every
     /// receive posted must name memory that stays valid for writes until its completion has
     /// been polled.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a ring size or stride the hardware never gives, and
+    /// for a null or misaligned ring or doorbell record. None when the QP has no receive
+    /// ring (`rq_wqe_cnt` 0).
     pub unsafe fn new(raw: &RawQp) -> Result<Option<RecvQueue>> {
         if raw.rq_wqe_cnt == 0 {
             return Ok(None);
@@ -78,6 +83,27 @@ impl RecvQueue {
                 what: "receive ring",
                 value: raw.rq_wqe_cnt as u64,
             });
+        }
+        // As the send queue: null or misaligned for the queue's own stores (8-byte words
+        // in the ring, 4-byte ones in the record) is refused.
+        for (what, addr, align) in [
+            (
+                "receive ring address (8-byte aligned)",
+                raw.rq_buf as usize,
+                8,
+            ),
+            (
+                "doorbell record address (4-byte aligned)",
+                raw.dbrec as usize,
+                4,
+            ),
+        ] {
+            if addr == 0 || addr % align != 0 {
+                return Err(Error::InvalidParameter {
+                    what,
+                    value: addr as u64,
+                });
+            }
         }
         let max_sge = (raw.max_recv_sge as usize).min(raw.rq_stride as usize / 16);
         Ok(Some(RecvQueue {

@@ -152,7 +152,10 @@ impl SendQueue {
     /// # Safety
     /// `raw` must describe a live QP (send ring of `sq_wqe_cnt` 64-byte blocks, doorbell record,
     /// BlueFlame register of `2 * bf_size` bytes) that stays alive while the queue exists and
-    /// that nothing else posts to.
+    /// that nothing else posts to. The ring and a register of BlueFlame halves are 64-byte
+    /// aligned, as the hardware gives them (rdma-core's rings are page-aligned; a register
+    /// is at an offset of its UAR page that is a multiple of `bf_size`); addresses that would
+    /// make the queue's own stores misaligned are refused (below).
     ///
     /// The register is taken as one other queues may ring too
     /// ([`DoorbellMode::SharedLocked`]: every ring takes the register's lock), or
@@ -169,7 +172,10 @@ impl SendQueue {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for ring sizes or a BlueFlame size the hardware never
-    /// gives; [`Error::RegisterInUse`] when the register is claimed as dedicated by a live queue.
+    /// gives, and for a null or misaligned ring, doorbell record or register (the queue
+    /// stores 8-byte words to the ring, 4-byte ones to the record, 16-byte ones to a
+    /// register of BlueFlame halves and an 8-byte doorbell to one without);
+    /// [`Error::RegisterInUse`] when the register is claimed as dedicated by a live queue.
     pub unsafe fn new(raw: &RawQp) -> Result<SendQueue> {
         // SAFETY: the caller's contract.
         unsafe { Self::with_register(raw, false) }
@@ -219,6 +225,29 @@ impl SendQueue {
             return Err(Error::InvalidParameter {
                 what: "doorbell record or send ring (null)",
                 value: 0,
+            });
+        }
+        // The alignment the queue's own stores need (the hardware's is larger): 8-byte
+        // words in the ring, 4-byte ones in the record, 16-byte stores into BlueFlame
+        // halves, the 8-byte doorbell otherwise.
+        let bf_align = if raw.bf_size == 0 { 8 } else { 16 };
+        let misaligned = [
+            ("send ring address (8-byte aligned)", raw.sq_buf as usize, 8),
+            (
+                "doorbell record address (4-byte aligned)",
+                raw.dbrec as usize,
+                4,
+            ),
+            (
+                "BlueFlame register address (16-byte aligned, 8 without BlueFlame)",
+                raw.bf_reg as usize,
+                bf_align,
+            ),
+        ];
+        if let Some(&(what, addr, _)) = misaligned.iter().find(|(_, a, n)| a % n != 0) {
+            return Err(Error::InvalidParameter {
+                what,
+                value: addr as u64,
             });
         }
         let claim = register::claim(raw.bf_reg, raw.bf_size as usize, dedicated).map_err(|e| {

@@ -257,3 +257,123 @@ fn a_crate_queue_refuses_other_transports_and_raw_binds() {
     let r = sq.post_window(&Request::BindMw(zb), 3, f);
     assert!(matches!(r, Err(Error::InvalidParameter { .. })), "{r:?}");
 }
+
+/// A ring, doorbell record or register the queue's own stores would reach misaligned is
+/// refused with its address, before anything is claimed; the same memory aligned is taken.
+#[test]
+fn misaligned_rings_records_and_registers_are_refused() {
+    let mut m = mem();
+    let base = RawQp {
+        qpn: 0x42,
+        sq_buf: m.ring.as_mut_ptr(),
+        sq_wqe_cnt: 16,
+        sq_stride: 64,
+        rq_buf: core::ptr::null_mut(),
+        rq_wqe_cnt: 0,
+        rq_stride: 0,
+        dbrec: m.dbrec.as_mut_ptr(),
+        bf_reg: m.bf.0.as_mut_ptr(),
+        bf_size: 256,
+        max_inline: 64,
+        max_send_sge: 4,
+        max_recv_sge: 0,
+    };
+    let ring = RawQp {
+        sq_buf: base.sq_buf.wrapping_add(4),
+        ..base
+    };
+    let dbrec = RawQp {
+        dbrec: (base.dbrec as *mut u8).wrapping_add(2).cast(),
+        ..base
+    };
+    let bf = RawQp {
+        bf_reg: base.bf_reg.wrapping_add(8),
+        ..base
+    };
+    // 8 bytes in: aligned enough for the 8-byte doorbell of a register without BlueFlame.
+    let doorbell_only = RawQp { bf_size: 0, ..bf };
+    for (raw, what) in [
+        (ring, "send ring"),
+        (dbrec, "doorbell record"),
+        (bf, "BlueFlame"),
+    ] {
+        // SAFETY: the memory lives in `m` longer than the call; refused before any use.
+        let r = unsafe { SendQueue::new(&raw) };
+        assert!(
+            matches!(&r, Err(Error::InvalidParameter { what: w, .. }) if w.starts_with(what)),
+            "{what}: {:?}",
+            r.err()
+        );
+    }
+    // SAFETY: as above; the queues are dropped before `m`.
+    unsafe {
+        drop(SendQueue::new(&doorbell_only).unwrap());
+        drop(SendQueue::new(&base).unwrap());
+    }
+}
+
+/// The receive queue's constructor refuses a null or misaligned ring or doorbell record as
+/// the send queue's does, and takes them aligned.
+#[test]
+fn the_receive_queue_refuses_null_or_misaligned_rings_and_records() {
+    use crate::direct::RecvQueue;
+    let mut ring = Box::new(Bf([0; 512]));
+    let mut dbrec = [0u32; 2];
+    let base = RawQp {
+        qpn: 0x42,
+        sq_buf: core::ptr::null_mut(),
+        sq_wqe_cnt: 0,
+        sq_stride: 0,
+        rq_buf: ring.0.as_mut_ptr(),
+        rq_wqe_cnt: 32,
+        rq_stride: 16,
+        dbrec: dbrec.as_mut_ptr(),
+        bf_reg: core::ptr::null_mut(),
+        bf_size: 0,
+        max_inline: 0,
+        max_send_sge: 0,
+        max_recv_sge: 1,
+    };
+    let bad = [
+        (
+            RawQp {
+                rq_buf: core::ptr::null_mut(),
+                ..base
+            },
+            "receive ring",
+        ),
+        (
+            RawQp {
+                rq_buf: base.rq_buf.wrapping_add(4),
+                ..base
+            },
+            "receive ring",
+        ),
+        (
+            RawQp {
+                dbrec: core::ptr::null_mut(),
+                ..base
+            },
+            "doorbell record",
+        ),
+        (
+            RawQp {
+                dbrec: (base.dbrec as *mut u8).wrapping_add(1).cast(),
+                ..base
+            },
+            "doorbell record",
+        ),
+    ];
+    for (raw, what) in bad {
+        // SAFETY: refused before any use of the memory.
+        let r = unsafe { RecvQueue::new(&raw) };
+        assert!(
+            matches!(&r, Err(Error::InvalidParameter { what: w, .. }) if w.starts_with(what)),
+            "{what}: {:?}",
+            r.err()
+        );
+    }
+    // SAFETY: the ring and the record outlive the queue.
+    let q = unsafe { RecvQueue::new(&base) }.unwrap();
+    assert!(q.is_some());
+}
