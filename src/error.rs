@@ -163,8 +163,9 @@ pub enum Error {
         /// The most entries this device's CQs have (the least is 1).
         max: u32,
     },
-    /// A BlueFlame register claimed as a queue's own is rung by another queue, or a queue
-    /// asks for its own a register another queue rings (rdma-core never hands out registers
+    /// A BlueFlame register claimed as a queue's own is rung by another queue, a queue
+    /// asks for its own a register another queue rings, or a queue's register overlaps one
+    /// another queue rings with halves of another size (rdma-core never hands out registers
     /// so: see [`crate::DoorbellMode`]).
     RegisterInUse {
         /// The register's address.
@@ -365,7 +366,8 @@ impl fmt::Display for Error {
             }
             Error::RegisterInUse { addr } => write!(
                 f,
-                "BlueFlame register {addr:#x} is already rung by a queue that owns it, or shared"
+                "BlueFlame register {addr:#x} is already rung by a queue that owns it, or shared, \
+                 or with halves of another size"
             ),
             Error::AsyncEvent(e) => write!(f, "the device reported {e:?}"),
             Error::CqeCompression {

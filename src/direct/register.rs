@@ -58,6 +58,8 @@ pub(crate) struct Claim {
 
 struct Entry {
     key: usize,
+    /// The size of each half: the register is the `2 * bf_size` bytes from `key`.
+    bf_size: usize,
     exclusive: bool,
     state: Weak<SharedReg>,
 }
@@ -77,7 +79,11 @@ pub(crate) struct InUse {
 ///
 /// The answer never lets two queues ring one register without the lock: a dedicated claim
 /// on a register already in use, or any claim on a register claimed as dedicated, is refused
-/// (rdma-core never does that; the check costs nothing here).
+/// (rdma-core never does that; the check costs nothing here). Nor does it let two queues
+/// ring overlapping registers with halves of different sizes: a claim whose `2 * bf_size`
+/// bytes overlap a register in use with halves of another size is refused (on the same
+/// register, the halves' offset, shared under the lock, would be flipped by two sizes and
+/// reach past either queue's register; a device's registers all have one size).
 pub(crate) fn claim(addr: *mut u8, bf_size: usize, dedicated: bool) -> Result<Claim, InUse> {
     if bf_size == 0 {
         return Ok(Claim {
@@ -89,6 +95,13 @@ pub(crate) fn claim(addr: *mut u8, bf_size: usize, dedicated: bool) -> Result<Cl
     let key = addr as usize & !bf_size;
     let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     table.retain(|e| e.state.strong_count() > 0);
+    let end = key.saturating_add(2 * bf_size);
+    let other_layout = |e: &&Entry| {
+        e.bf_size != bf_size && e.key < end && key < e.key.saturating_add(2 * e.bf_size)
+    };
+    if let Some(e) = table.iter().find(other_layout) {
+        return Err(InUse { addr: e.key });
+    }
     if let Some(e) = table.iter().find(|e| e.key == key) {
         let state = e.state.upgrade().ok_or(InUse { addr: key })?;
         if e.exclusive || dedicated {
@@ -102,6 +115,7 @@ pub(crate) fn claim(addr: *mut u8, bf_size: usize, dedicated: bool) -> Result<Cl
     let state = Arc::new(SharedReg::new(0));
     table.push(Entry {
         key,
+        bf_size,
         exclusive: dedicated,
         state: Arc::downgrade(&state),
     });
@@ -147,6 +161,29 @@ mod tests {
             DoorbellMode::SharedLocked
         );
         assert_eq!(claim(b, 0, true).unwrap().mode, DoorbellMode::DoorbellOnly);
+    }
+
+    /// A claim of a register in use with halves of another size, or of one overlapping it
+    /// with halves of another size, is refused: the shared offset would be flipped by two
+    /// sizes.
+    #[test]
+    fn overlapping_registers_of_other_layouts_are_refused() {
+        let mut mem = vec![0u8; 8192];
+        let a = mem
+            .as_mut_ptr()
+            .wrapping_add(2048 - (mem.as_ptr() as usize % 2048));
+        let held = claim(a, 256, false).unwrap();
+        let key = a as usize;
+        // The same register with 64-byte or 512-byte halves.
+        assert_eq!(claim(a, 64, false).err(), Some(InUse { addr: key }));
+        assert_eq!(claim(a, 512, false).err(), Some(InUse { addr: key }));
+        // Its second half named as the first of 128-byte halves (key a + 256).
+        let inside = a.wrapping_add(256);
+        assert_eq!(claim(inside, 128, false).err(), Some(InUse { addr: key }));
+        // The same layout is shared; the register after it is free.
+        assert!(claim(a.wrapping_add(256), 256, false).is_ok());
+        assert!(claim(a.wrapping_add(512), 256, false).is_ok());
+        drop(held);
     }
 
     #[test]

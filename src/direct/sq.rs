@@ -175,7 +175,8 @@ impl SendQueue {
     /// gives, and for a null or misaligned ring, doorbell record or register (the queue
     /// stores 8-byte words to the ring, 4-byte ones to the record, 16-byte ones to a
     /// register of BlueFlame halves and an 8-byte doorbell to one without);
-    /// [`Error::RegisterInUse`] when the register is claimed as dedicated by a live queue.
+    /// [`Error::RegisterInUse`] when the register is claimed as dedicated by a live queue,
+    /// or overlaps one a live queue rings with halves of another size.
     pub unsafe fn new(raw: &RawQp) -> Result<SendQueue> {
         // SAFETY: the caller's contract.
         unsafe { Self::with_register(raw, false) }
