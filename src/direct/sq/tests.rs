@@ -16,7 +16,14 @@ struct Mem {
 }
 
 fn queue(m: &mut Mem) -> SendQueue {
-    let raw = RawQp {
+    let raw = raw(m);
+    // SAFETY: the ring, record and register live in `m`, longer than the queue.
+    unsafe { SendQueue::new(&raw) }.unwrap()
+}
+
+/// The rings of `m` as a QP's (0x42, 256-byte BlueFlame halves, 64 bytes inline).
+fn raw(m: &mut Mem) -> RawQp {
+    RawQp {
         qpn: 0x42,
         sq_buf: m.ring.as_mut_ptr(),
         sq_wqe_cnt: (m.ring.len() / 64) as u32,
@@ -30,9 +37,7 @@ fn queue(m: &mut Mem) -> SendQueue {
         max_inline: 64,
         max_send_sge: 4,
         max_recv_sge: 0,
-    };
-    // SAFETY: the ring, record and register live in `m`, longer than the queue.
-    unsafe { SendQueue::new(&raw) }.unwrap()
+    }
 }
 
 fn mem() -> Mem {
@@ -263,21 +268,7 @@ fn a_crate_queue_refuses_other_transports_and_raw_binds() {
 #[test]
 fn misaligned_rings_records_and_registers_are_refused() {
     let mut m = mem();
-    let base = RawQp {
-        qpn: 0x42,
-        sq_buf: m.ring.as_mut_ptr(),
-        sq_wqe_cnt: 16,
-        sq_stride: 64,
-        rq_buf: core::ptr::null_mut(),
-        rq_wqe_cnt: 0,
-        rq_stride: 0,
-        dbrec: m.dbrec.as_mut_ptr(),
-        bf_reg: m.bf.0.as_mut_ptr(),
-        bf_size: 256,
-        max_inline: 64,
-        max_send_sge: 4,
-        max_recv_sge: 0,
-    };
+    let base = raw(&mut m);
     let ring = RawQp {
         sq_buf: base.sq_buf.wrapping_add(4),
         ..base
@@ -317,22 +308,15 @@ fn misaligned_rings_records_and_registers_are_refused() {
 #[test]
 fn the_receive_queue_refuses_null_or_misaligned_rings_and_records() {
     use crate::direct::RecvQueue;
+    let mut m = mem();
     let mut ring = Box::new(Bf([0; 512]));
-    let mut dbrec = [0u32; 2];
+    // The send side's rings as `raw`'s (unused here), a receive ring of 32 16-byte WQEs.
     let base = RawQp {
-        qpn: 0x42,
-        sq_buf: core::ptr::null_mut(),
-        sq_wqe_cnt: 0,
-        sq_stride: 0,
         rq_buf: ring.0.as_mut_ptr(),
         rq_wqe_cnt: 32,
         rq_stride: 16,
-        dbrec: dbrec.as_mut_ptr(),
-        bf_reg: core::ptr::null_mut(),
-        bf_size: 0,
-        max_inline: 0,
-        max_send_sge: 0,
         max_recv_sge: 1,
+        ..raw(&mut m)
     };
     let bad = [
         (
