@@ -218,8 +218,9 @@ fn package(cargo: &str) -> bool {
         Command::new(cargo)
             .args(["install", "--locked", "--path", "tools/bfperf", "--root"])
             .arg(&dest)
-            // The workspace's target directory: the release build is the one `cargo xtask
-            // icount` measures next (built once for both: about 30 s of CI).
+            // The workspace's target directory (cargo's default with `--path`, said here so
+            // that it stays so): the release build is the one `cargo xtask icount` measures
+            // next, built once for both.
             .arg("--target-dir")
             .arg(root().join("target")),
     ) && run("installed bfperf --help", Command::new(&bin).arg("--help"))
