@@ -96,14 +96,15 @@ impl SendQueue {
             return false;
         }
         debug_assert_eq!(self.pending, 0, "post while a batch is open");
-        let block = self.push_inline_write(data, remote, cookie, flags);
+        let block = self.push_inline_write(data, remote, None, cookie, flags);
         // SAFETY: `block` holds the WQE just written; the caller's contract for `ring`.
         unsafe { ring(self, block) };
         true
     }
 
-    /// Writes the WQE of an inline write into the block at the producer index, records it
-    /// and advances the producer index; rings nothing. Returns the block.
+    /// Writes the WQE of an inline write (with the immediate `imm`, when Some) into the
+    /// block at the producer index, records it and advances the producer index; rings
+    /// nothing. Returns the block.
     ///
     /// The caller has checked [`SendQueue::fast_inline_applies`] (or, on a shared
     /// register, `inline_applies` with `shared_fast_limit`).
@@ -112,6 +113,7 @@ impl SendQueue {
         &mut self,
         data: &[u8],
         remote: Remote,
+        imm: Option<u32>,
         cookie: u64,
         flags: PostFlags,
     ) -> *const u8 {
@@ -135,16 +137,18 @@ impl SendQueue {
             block.add(2).write(remote.addr.to_be());
             block.add(3).write(remote.rkey.to_be() as u64);
             // Inline segment: byte count with the inline flag, then the data.
-            let inl = block.add(4) as *mut u8;
-            (inl as *mut u32).write((len as u32 | INLINE_SEG).to_be());
-            copy_short(data, inl.add(4));
+            inline_segment(block.add(4) as *mut u8, data);
         }
         // DS: control and remote address, plus the inline segment when there is data (as
         // rdma-core, which adds no segment for 0 bytes); its header is written regardless,
         // beyond DS when unused.
         let ds = 2 + (len != 0) as usize + (len > 12) as usize;
+        let opcode = match imm {
+            Some(_) => Opcode::RdmaWriteImm,
+            None => Opcode::RdmaWrite,
+        };
         // SAFETY: as above.
-        unsafe { self.write_control(block, pi, (Opcode::RdmaWrite, 0), ds, flags) };
+        unsafe { self.write_control(block, pi, (opcode, imm.unwrap_or(0)), ds, flags) };
         self.pi = pi.wrapping_add(1);
         block as *const u8
     }
@@ -294,6 +298,22 @@ impl SendQueue {
             data: Payload::Inline(data),
         };
         self.post_general(&req, cookie, flags)
+    }
+}
+
+/// Writes an inline data segment of `data` (at most [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX)
+/// bytes) at `at`: the byte count with `MLX5_INLINE_SEG` (rdma-core's `set_data_inl_seg`),
+/// then the bytes.
+///
+/// # Safety
+/// `at` must be valid for `4 + data.len()` byte writes, 4-byte aligned, and not overlap
+/// `data`.
+#[inline(always)]
+pub(super) unsafe fn inline_segment(at: *mut u8, data: &[u8]) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (at as *mut u32).write((data.len() as u32 | INLINE_SEG).to_be());
+        copy_short(data, at.add(4));
     }
 }
 

@@ -22,14 +22,13 @@
 //! needs a signal, a QP without a BlueFlame register of at least one block, and lists on a
 //! queue that copies only inline WQEs with BlueFlame (`MLX5_POST_SEND_PREFER_BF=0`).
 
-use super::inline_write::BlockKind;
+use super::inline_write::{inline_segment, BlockKind};
 use super::sq::SendQueue;
 use crate::completion::WcOpcode;
 use crate::queue::flags::PostFlags;
 use mlx5::ctrl::Fence;
 use mlx5::opcode::Opcode;
 use mlx5::request::{Remote, Sge};
-use mlx5::seg::INLINE_SEG;
 use mlx5::wqe::MAX_SGE_BYTES;
 
 impl SendQueue {
@@ -74,8 +73,8 @@ impl SendQueue {
 
     /// Posts an RDMA write with immediate of `data` inline (0 to `FAST_INLINE_MAX` bytes,
     /// within the QP's inline limit) to `remote` and rings when a fast path takes it:
-    /// returns true; else writes nothing and returns false. (The inline write without an
-    /// immediate has its own path, `try_write_inline`.)
+    /// returns true; else writes nothing and returns false. Its WQE is the inline write's
+    /// (`push_inline_write`) with the immediate's opcode.
     #[inline(always)]
     pub(crate) fn try_write_imm_inline(
         &mut self,
@@ -85,35 +84,17 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> bool {
-        let len = data.len();
+        // At most one of the two limits is not 0 (the register is the queue's own or shared).
         let limit = self.fast_limit | self.shared_fast_limit;
-        if !self.inline_applies(limit, len, flags) {
+        if !self.inline_applies(limit, data.len(), flags) {
             return false;
         }
-        let fill = move |block: *mut u64| {
-            // SAFETY: `push_block`'s contract: the block is 64 bytes and free; the stores
-            // stay within bytes 16 .. 36 + len <= 64.
-            unsafe {
-                block.add(2).write(remote.addr.to_be());
-                block.add(3).write(remote.rkey.to_be() as u64);
-                // No inline segment for no bytes (rdma-core adds none; the DS count below
-                // leaves it out).
-                if len != 0 {
-                    inline_segment(block.add(4) as *mut u8, data);
-                }
-            }
-            // DS: control and remote address, plus the inline segment when there is data.
-            2 + (len != 0) as usize + (len > 12) as usize
-        };
-        let kind = BlockKind {
-            opcode: Opcode::RdmaWriteImm,
-            wc: WcOpcode::RdmaWrite,
-            byte_len: 0,
-            imm,
-        };
-        // SAFETY: the fast path applies, and a nonzero limit says the register takes a
-        // BlueFlame block.
-        unsafe { self.post_block((cookie, flags), kind, fill) }
+        // The inline write's own WQE, with the immediate.
+        let block = self.push_inline_write(data, remote, Some(imm), cookie, flags);
+        // SAFETY: `block` holds the WQE just written; a nonzero limit says the register
+        // takes a BlueFlame block.
+        unsafe { self.ring_block(block) };
+        true
     }
 
     /// Posts an RDMA read of `remote` into `sgl` and rings when a fast path takes it (one
@@ -212,7 +193,22 @@ impl SendQueue {
     ) -> bool {
         let block = self.push_block(post, kind, fill);
         // SAFETY: `block` holds the WQE just written; the caller's contract for the
-        // register; `fast_limit` is not 0 only on a register of the queue's own.
+        // register.
+        unsafe { self.ring_block(block) };
+        true
+    }
+
+    /// Rings the one-block WQE at `block` with BlueFlame: on the queue's own register, or
+    /// under the lock of a shared one.
+    ///
+    /// # Safety
+    /// `block` holds the WQE just written at `pi - 1`, and the queue's register takes a
+    /// BlueFlame block (`fast_limit`, the queue's own register, or `shared_fast_limit`, a
+    /// shared one, is not 0; or `fast_entry`, which says one of them would be).
+    #[inline(always)]
+    unsafe fn ring_block(&mut self, block: *const u8) {
+        // SAFETY: the caller's contract; `fast_limit` is not 0 only on a register of the
+        // queue's own.
         unsafe {
             if self.fast_limit != 0 {
                 self.ring_bf_block(block)
@@ -220,23 +216,6 @@ impl SendQueue {
                 self.ring_bf_block_shared(block)
             }
         }
-        true
-    }
-}
-
-/// Writes an inline data segment of `data` (1 to [`FAST_INLINE_MAX`](super::FAST_INLINE_MAX)
-/// bytes) at `at`: the byte count with `MLX5_INLINE_SEG` (rdma-core's `set_data_inl_seg`),
-/// then the bytes.
-///
-/// # Safety
-/// `at` must be valid for `4 + data.len()` byte writes, 4-byte aligned, and not overlap
-/// `data`.
-#[inline(always)]
-unsafe fn inline_segment(at: *mut u8, data: &[u8]) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        (at as *mut u32).write((data.len() as u32 | INLINE_SEG).to_be());
-        super::inline_write::copy_short(data, at.add(4));
     }
 }
 

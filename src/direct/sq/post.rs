@@ -31,7 +31,7 @@ impl SendQueue {
                 return self.push_outlined(*req, cookie, flags);
             }
             self.last_start = self.pi;
-            self.push_inline_write(data, *remote, cookie, flags);
+            self.push_inline_write(data, *remote, None, cookie, flags);
             self.pending += 1;
             return Ok(());
         }
@@ -229,16 +229,30 @@ impl SendQueue {
     /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)) and on a UD QP's or DCI's queue.
     #[inline(always)]
     pub fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        // The usual one-block requests: their fast paths (`inline_write`, `one_block`).
+        // The usual one-block requests: their fast paths (`one_block`, then the inline
+        // write's in `inline_write_or_general`).
+        if self.try_one_block(req, cookie, flags) {
+            return Ok(());
+        }
+        self.inline_write_or_general(req, cookie, flags)
+    }
+
+    /// What [`SendQueue::post`] does once `try_one_block` did not take `req`: an inline
+    /// write through its own fast path ([`SendQueue::write_inline`]), any other request
+    /// through the general path.
+    #[inline(always)]
+    fn inline_write_or_general(
+        &mut self,
+        req: &Request<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
         if let Request::Write {
             remote,
             data: Payload::Inline(data),
         } = *req
         {
             return self.write_inline(data, remote, cookie, flags);
-        }
-        if self.try_one_block(req, cookie, flags) {
-            return Ok(());
         }
         self.post_general_outlined(req, cookie, flags)
     }
@@ -329,14 +343,7 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        if let Request::Write {
-            remote,
-            data: Payload::Inline(data),
-        } = *req
-        {
-            return self.write_inline(data, remote, cookie, flags);
-        }
-        self.post_general_outlined(req, cookie, flags)
+        self.inline_write_or_general(req, cookie, flags)
     }
 
     /// [`SendQueue::post`] without the inline-write fast path.
