@@ -12,6 +12,7 @@ pub(crate) mod dc;
 mod doorbell;
 mod inline_write;
 mod one_block;
+mod placement;
 mod register;
 mod rq;
 mod sq;

@@ -1,6 +1,7 @@
 //! The receive queue of the direct path.
 
 use super::barrier;
+use super::placement;
 use crate::error::{Error, Result};
 use crate::queue::checks::check_recv_list;
 use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots};
@@ -86,7 +87,7 @@ impl RecvQueue {
         }
         // As the send queue: null or misaligned for the queue's own stores (8-byte words
         // in the ring, 4-byte ones in the record) is refused.
-        for (what, addr, align) in [
+        placement::check(&[
             (
                 "receive ring address (8-byte aligned)",
                 raw.rq_buf as usize,
@@ -97,14 +98,7 @@ impl RecvQueue {
                 raw.dbrec as usize,
                 4,
             ),
-        ] {
-            if addr == 0 || addr % align != 0 {
-                return Err(Error::InvalidParameter {
-                    what,
-                    value: addr as u64,
-                });
-            }
-        }
+        ])?;
         let max_sge = (raw.max_recv_sge as usize).min(raw.rq_stride as usize / 16);
         Ok(Some(RecvQueue {
             buf: raw.rq_buf,

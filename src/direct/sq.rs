@@ -2,6 +2,7 @@
 //! shadow table, one doorbell per post or per batch.
 
 use super::doorbell::Doorbell;
+use super::placement;
 use super::register::{self, DoorbellMode};
 use crate::completion::WcOpcode;
 use crate::error::{Error, QueueUnit, Result};
@@ -232,7 +233,7 @@ impl SendQueue {
         // words in the ring, 4-byte ones in the record, 16-byte stores into BlueFlame
         // halves, the 8-byte doorbell otherwise.
         let bf_align = if raw.bf_size == 0 { 8 } else { 16 };
-        let misaligned = [
+        placement::check(&[
             ("send ring address (8-byte aligned)", raw.sq_buf as usize, 8),
             (
                 "doorbell record address (4-byte aligned)",
@@ -244,13 +245,7 @@ impl SendQueue {
                 raw.bf_reg as usize,
                 bf_align,
             ),
-        ];
-        if let Some(&(what, addr, _)) = misaligned.iter().find(|(_, a, n)| a % n != 0) {
-            return Err(Error::InvalidParameter {
-                what,
-                value: addr as u64,
-            });
-        }
+        ])?;
         let claim = register::claim(raw.bf_reg, raw.bf_size as usize, dedicated).map_err(|e| {
             Error::RegisterInUse {
                 addr: e.addr as u64,
