@@ -24,7 +24,27 @@ type Entry = (
     &'static [(&'static str, &'static str)],
 );
 
+/// The runs, the two long ones first (the stage starts them in this order, with the
+/// provider's third): `memory` about 50 s and `direct` 40 under memcheck here, then
+/// `events` and `conformance`, a few seconds each.
 const SUBSET: &[Entry] = &[
+    // Lifetimes, lost completions, memory windows; and receives racing the release (drop,
+    // into_buffer) of their region, two seconds each (ten in the plain test run), and the
+    // parked-registration cases; the 2^24-window key wrap left out (its loop takes minutes
+    // here and touches no memory the others do not).
+    (
+        "memory",
+        &[
+            "lifetimes",
+            "lost_completions",
+            "mw",
+            "soundness",
+            // dma-buf regions whose exporter frees the old place on each move.
+            "memory::dma_buf",
+        ],
+        &["soundness::key_indices_that_wrap"],
+        &[("BLUEFLAME_RACE_SECS", "2")],
+    ),
     (
         "direct",
         &[
@@ -66,23 +86,6 @@ const SUBSET: &[Entry] = &[
         ],
         &[],
     ),
-    // Lifetimes, lost completions, memory windows; and receives racing the release (drop,
-    // into_buffer) of their region, two seconds each (ten in the plain test run), and the
-    // parked-registration cases; the 2^24-window key wrap left out (its loop takes minutes
-    // here and touches no memory the others do not).
-    (
-        "memory",
-        &[
-            "lifetimes",
-            "lost_completions",
-            "mw",
-            "soundness",
-            // dma-buf regions whose exporter frees the old place on each move.
-            "memory::dma_buf",
-        ],
-        &["soundness::key_indices_that_wrap"],
-        &[("BLUEFLAME_RACE_SECS", "2")],
-    ),
     (
         "conformance",
         &["random_ops"],
@@ -110,7 +113,7 @@ const VALGRIND: [&str; 6] = [
 /// under memcheck; false when a binary is missing, a test fails or memcheck reports an error.
 ///
 /// Valgrind runs a process on one core at a time, so the runs go two at a time (this
-/// machine's two cores), the longest first, each one's output printed whole when it ends:
+/// machine's two cores), the long ones first, each one's output printed whole when it ends:
 /// about 60 s instead of 110 s one after the other.
 pub fn stage(bins: &[(String, String)]) -> bool {
     let start = Instant::now();
@@ -138,12 +141,12 @@ pub fn stage(bins: &[(String, String)]) -> bool {
         cmd.envs(env.iter().copied());
         runs.push((name.to_string(), cmd));
     }
+    // The provider's run (about 15 s) after the two long ones; each run is taken, in
+    // this order, by whichever worker is free.
     match provider_command(bins) {
-        Some(cmd) => runs.push(("provider".to_string(), cmd)),
+        Some(cmd) => runs.insert(runs.len().min(2), ("provider".to_string(), cmd)),
         None => ok = false,
     }
-    // The longest first ([`ORDER`]), each taken by whichever worker is free.
-    runs.sort_by_key(|(name, _)| ORDER.iter().position(|n| n == name));
     let queue = std::sync::Mutex::new(runs.into_iter());
     let all = std::sync::atomic::AtomicBool::new(true);
     std::thread::scope(|s| {
@@ -170,10 +173,6 @@ pub fn stage(bins: &[(String, String)]) -> bool {
 
 /// How many valgrind runs go at once.
 const WORKERS: usize = 2;
-
-/// The runs by length, longest first (measured: `memory` about 50 s, `direct` 40, the
-/// provider's 15, `conformance` 5, `events` 3).
-const ORDER: [&str; 5] = ["memory", "direct", "provider", "conformance", "events"];
 
 /// One memcheck run, its output printed whole when it ends (the other worker's is not
 /// mixed into it); false when a test failed or memcheck reported an error. The provider's
