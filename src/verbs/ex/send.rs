@@ -246,13 +246,15 @@ impl SendOps {
 }
 
 impl SendOps {
-    /// One RDMA write, send or read of one buffer (`inline`: the buffer's bytes are copied
-    /// as inline data) between `ibv_wr_start` and `ibv_wr_complete`: what
-    /// [`SendOps::post`] does for a list of one, without the list.
+    /// One RDMA write or send (with immediate `imm`, big-endian, for the `_WITH_IMM`
+    /// opcodes) or read of one buffer (`inline`: the buffer's bytes are copied as inline
+    /// data; a buffer of length 0: no data, as both providers' `wr_set_sge` take it)
+    /// between `ibv_wr_start` and `ibv_wr_complete`: what [`SendOps::post`] does for a list
+    /// of one, without the list.
     ///
     /// # Safety
-    /// As [`SendOps::post`]; `opcode` is `IBV_WR_RDMA_WRITE`, `IBV_WR_SEND` or
-    /// `IBV_WR_RDMA_READ`.
+    /// As [`SendOps::post`]; `opcode` is `IBV_WR_RDMA_WRITE`, `IBV_WR_RDMA_WRITE_WITH_IMM`,
+    /// `IBV_WR_SEND`, `IBV_WR_SEND_WITH_IMM` or `IBV_WR_RDMA_READ`.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn post_one(
@@ -262,6 +264,7 @@ impl SendOps {
         opcode: ffi::ibv_wr_opcode::Type,
         rkey: u32,
         remote_addr: u64,
+        imm: u32,
         buf: &ffi::ibv_sge,
         inline: bool,
     ) -> c_int {
@@ -275,6 +278,8 @@ impl SendOps {
             match opcode {
                 O::IBV_WR_RDMA_WRITE => (self.write)(q, rkey, remote_addr),
                 O::IBV_WR_RDMA_READ => (self.read)(q, rkey, remote_addr),
+                O::IBV_WR_RDMA_WRITE_WITH_IMM => (self.write_imm)(q, rkey, remote_addr, imm),
+                O::IBV_WR_SEND_WITH_IMM => (self.send_imm)(q, imm),
                 _ => (self.send)(q),
             }
             if inline {

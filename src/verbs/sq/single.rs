@@ -1,6 +1,7 @@
 //! One request posted straight ([`VerbsSendQueue::post_one`],
-//! [`VerbsSendQueue::write_inline`]): a small inline RDMA write or send, or a read into one
-//! buffer, handed to rdma-core without a queued work request.
+//! [`VerbsSendQueue::write_inline`]): an RDMA write or send, with or without an immediate,
+//! of a few inline bytes or one buffer, or a read into one buffer, handed to rdma-core
+//! without a queued work request.
 
 use super::VerbsSendQueue;
 use crate::completion::WcOpcode;
@@ -13,18 +14,22 @@ use mlx5::request::Payload;
 use mlx5::request::Request;
 use rdma_sys as ffi;
 
-/// A request [`VerbsSendQueue::post_single`] posts without a queued work request: an
-/// inline RDMA write or send of 1 to `max_inline` bytes, or an RDMA read into one buffer.
+/// A request [`VerbsSendQueue::post_single`] posts without a queued work request: an RDMA
+/// write or a send, with or without an immediate, of 1 to `max_inline` inline bytes or of
+/// one registered buffer (a write or send with immediate also of no bytes at all, the usual
+/// notification); or an RDMA read into one buffer.
 struct Single {
     opcode: ffi::ibv_wr_opcode::Type,
     wc: WcOpcode,
     /// Bytes a successful completion reports (a read's length).
     byte_len: u32,
     remote: mlx5::request::Remote,
-    /// The inline bytes (lkey 0) or the read's buffer.
+    /// The inline bytes (lkey 0), the one buffer, or (length 0) no data.
     buf: ffi::ibv_sge,
     /// `IBV_SEND_INLINE` or 0.
     inline_flag: u32,
+    /// The immediate as the work request carries it (`imm_data`, big-endian); 0 without.
+    imm: u32,
 }
 
 impl Single {
@@ -32,34 +37,67 @@ impl Single {
     #[inline(always)]
     fn of(req: &Request<'_>, max_inline: usize) -> Option<Single> {
         use ffi::ibv_wr_opcode as O;
-        let inline = |opcode, wc, remote, b: &[u8]| {
-            (!b.is_empty() && b.len() <= max_inline).then_some(Single {
-                opcode,
-                wc,
-                byte_len: 0,
+        let none = mlx5::request::Remote { addr: 0, rkey: 0 };
+        let (opcode, wc, remote, data, imm) = match *req {
+            Request::Write { remote, data } => (
+                O::IBV_WR_RDMA_WRITE,
+                WcOpcode::RdmaWrite,
                 remote,
-                buf: ffi::ibv_sge {
+                data,
+                None,
+            ),
+            Request::WriteImm { remote, data, imm } => (
+                O::IBV_WR_RDMA_WRITE_WITH_IMM,
+                WcOpcode::RdmaWrite,
+                remote,
+                data,
+                Some(imm),
+            ),
+            Request::Send { data } => (O::IBV_WR_SEND, WcOpcode::Send, none, data, None),
+            Request::SendImm { data, imm } => (
+                O::IBV_WR_SEND_WITH_IMM,
+                WcOpcode::Send,
+                none,
+                data,
+                Some(imm),
+            ),
+            Request::Read { remote, sgl } => return Single::read(remote, sgl),
+            _ => return None,
+        };
+        let (buf, inline_flag) = match data {
+            // Inline bytes, or none with an immediate (nothing to copy: no inline flag, as
+            // the queued path stages an empty payload).
+            Payload::Inline(b) if b.len() <= max_inline && (!b.is_empty() || imm.is_some()) => {
+                let flag = match b.is_empty() {
+                    true => 0,
+                    false => ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+                };
+                let buf = ffi::ibv_sge {
                     addr: b.as_ptr() as u64,
                     length: b.len() as u32,
                     lkey: 0,
-                },
-                inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
-            })
-        };
-        match *req {
-            Request::Write {
-                remote,
-                data: Payload::Inline(b),
-            } => inline(O::IBV_WR_RDMA_WRITE, WcOpcode::RdmaWrite, remote, b),
-            Request::Send {
-                data: Payload::Inline(b),
-            } => {
-                let none = mlx5::request::Remote { addr: 0, rkey: 0 };
-                inline(O::IBV_WR_SEND, WcOpcode::Send, none, b)
+                };
+                (buf, flag)
             }
-            Request::Read { remote, sgl } => Single::read(remote, sgl),
-            _ => None,
-        }
+            Payload::Sgl(&[s]) if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES => {
+                let buf = ffi::ibv_sge {
+                    addr: s.addr,
+                    length: s.len,
+                    lkey: s.lkey,
+                };
+                (buf, 0)
+            }
+            _ => return None,
+        };
+        Some(Single {
+            opcode,
+            wc,
+            byte_len: 0,
+            remote,
+            buf,
+            inline_flag,
+            imm: imm.map_or(0, u32::to_be),
+        })
     }
 
     /// An RDMA read of `remote` into `sgl`, when it is one non-empty buffer.
@@ -77,6 +115,7 @@ impl Single {
                     lkey: s.lkey,
                 },
                 inline_flag: 0,
+                imm: 0,
             }),
             _ => None,
         }
@@ -84,8 +123,9 @@ impl Single {
 }
 
 impl VerbsSendQueue {
-    /// Posts one request now ([`crate::Qp::post`]). A small inline RDMA write or send, or a
-    /// read into one buffer, with nothing queued, no fence and no fence pending, goes to
+    /// Posts one request now ([`crate::Qp::post`]). A [`Single`] request (an RDMA write
+    /// or send, with or without an immediate, of a few inline bytes or one buffer; a read
+    /// into one buffer), with nothing queued, no fence and no fence pending, goes to
     /// rdma-core directly (`post_single`): the same checks, moderation,
     /// flags and shadow entry as [`VerbsSendQueue::push`] + [`VerbsSendQueue::ring`],
     /// without building a queued work request or staging the inline bytes (rdma-core copies
@@ -137,6 +177,7 @@ impl VerbsSendQueue {
                     lkey: 0,
                 },
                 inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+                imm: 0,
             };
             return self.post_single(&one, cookie, flags);
         }
@@ -235,6 +276,7 @@ impl VerbsSendQueue {
                     one.opcode,
                     one.remote.rkey,
                     one.remote.addr,
+                    one.imm,
                     &one.buf,
                     one.inline_flag != 0,
                 )
@@ -257,9 +299,11 @@ impl VerbsSendQueue {
         w.wr_id = seq as u64;
         w.next = std::ptr::null_mut();
         w.sg_list = &mut buf;
-        w.num_sge = 1;
+        // No gather entry for no bytes (a write or send with immediate only).
+        w.num_sge = (buf.length != 0) as i32;
         w.opcode = one.opcode;
         w.send_flags = send_flags;
+        w.imm_data_invalidated_rkey_union.imm_data = one.imm;
         w.wr.rdma = ffi::rdma_t {
             remote_addr: one.remote.addr,
             rkey: one.remote.rkey,
@@ -298,7 +342,7 @@ mod tests {
     /// of 1 to `max_inline` bytes, a read into one non-empty buffer; nothing else (those take
     /// push + ring, whose checks refuse what must be refused).
     #[test]
-    fn single_requests_are_small_inline_writes_and_sends_and_one_buffer_reads() {
+    fn single_requests_are_writes_and_sends_of_one_buffer_or_inline_bytes_and_one_buffer_reads() {
         let remote = Remote { addr: 64, rkey: 7 };
         let bytes = [1u8; 16];
         let write = |n: usize| Request::Write {
@@ -365,17 +409,101 @@ mod tests {
             8
         )
         .is_none());
-        let gathered = [sge(8)];
-        let gather_write = Request::Write {
+        // One registered buffer, written or sent, with or without an immediate; the
+        // immediate big-endian, as `imm_data`.
+        let buffer = [sge(8)];
+        let data = Payload::Sgl(&buffer);
+        let w = Single::of(&Request::Write { remote, data }, 8).expect("a one-buffer write");
+        assert_eq!(
+            (w.inline_flag, w.buf.lkey, w.buf.length, w.imm),
+            (0, 3, 8, 0)
+        );
+        let wi = Request::WriteImm {
             remote,
-            data: Payload::Sgl(&gathered),
+            data,
+            imm: 0x0102_0304,
         };
-        assert!(Single::of(&gather_write, 8).is_none(), "a gathered write");
-        let imm = Request::WriteImm {
-            remote,
+        let wi = Single::of(&wi, 8).expect("a one-buffer write with immediate");
+        assert_eq!(
+            (wi.opcode, wi.imm, wi.remote.rkey),
+            (
+                ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+                0x0102_0304u32.to_be(),
+                7
+            )
+        );
+        let si = Request::SendImm {
             data: Payload::Inline(&bytes[..4]),
-            imm: 1,
+            imm: 9,
         };
-        assert!(Single::of(&imm, 8).is_none(), "a write with immediate");
+        let si = Single::of(&si, 8).expect("an inline send with immediate");
+        assert_eq!(
+            (si.opcode, si.inline_flag, si.imm, si.buf.length),
+            (
+                ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM,
+                ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+                9u32.to_be(),
+                4
+            )
+        );
+        // No bytes: only with an immediate, and then no inline flag (nothing to copy).
+        for req in [
+            Request::WriteImm {
+                remote,
+                data: Payload::Inline(&[]),
+                imm: 1,
+            },
+            Request::SendImm {
+                data: Payload::Inline(&[]),
+                imm: 1,
+            },
+        ] {
+            let n = Single::of(&req, 8).expect("an immediate alone");
+            assert_eq!((n.inline_flag, n.buf.length), (0, 0), "{req:?}");
+        }
+        let empty_send = Request::Send {
+            data: Payload::Inline(&[]),
+        };
+        assert!(Single::of(&empty_send, 8).is_none(), "a send of nothing");
+        // Every kind names its constants as `kind` says.
+        let imm_reqs = [
+            Request::WriteImm {
+                remote,
+                data: Payload::Inline(&bytes[..4]),
+                imm: 1,
+            },
+            Request::SendImm {
+                data: Payload::Sgl(&buffer),
+                imm: 1,
+            },
+            Request::Send {
+                data: Payload::Sgl(&buffer),
+            },
+        ];
+        for req in imm_reqs {
+            let single = Single::of(&req, 8).expect("a single request");
+            let op = crate::queue::kind::verbs_op(&req).expect("a verbs request");
+            assert_eq!(single.opcode, super::super::ibv_opcode(op), "{req:?}");
+            assert_eq!(
+                (single.wc, single.byte_len),
+                crate::queue::kind::completion(&req),
+                "{req:?}"
+            );
+        }
+        // What takes the queued path: two buffers, an empty buffer, too many inline bytes.
+        for data in [
+            Payload::Sgl(&two),
+            Payload::Sgl(&empty),
+            Payload::Sgl(&[]),
+            Payload::Inline(&bytes[..9]),
+        ] {
+            let imm = Request::WriteImm {
+                remote,
+                data,
+                imm: 1,
+            };
+            assert!(Single::of(&imm, 8).is_none(), "{imm:?}");
+            assert!(Single::of(&Request::Send { data }, 8).is_none(), "{data:?}");
+        }
     }
 }

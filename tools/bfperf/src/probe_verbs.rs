@@ -23,6 +23,21 @@ fn measured_verbs_post(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64)
         .expect("post");
 }
 
+/// An 8-byte inline RDMA write with immediate (the usual "this buffer is written" signal of
+/// RPC and HPC code); the peer's receive and both completions are not measured.
+#[inline(never)]
+fn measured_verbs_post_write_imm(qp: &mut Qp, data: &[u8; 8], remote: Remote, cookie: u64) {
+    let imm = cookie as u32;
+    qp.write_imm(
+        Payload::Inline(data),
+        remote,
+        imm,
+        cookie,
+        PostFlags::SIGNALED,
+    )
+    .expect("write with immediate");
+}
+
 #[inline(never)]
 fn measured_verbs_poll_hit(cq: &mut Cq, out: &mut [Completion; 1]) -> usize {
     // An empty barrier (no instruction) so that this function's body differs from
@@ -234,6 +249,14 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let (ea, eb) = (a.endpoint()?, b.endpoint()?);
     a.connect(eb)?;
     b.connect(ea)?;
+    // A pair of its own for the write with immediate: on `a` it would shift which of the
+    // other rows' posts pays the amortised room refills (the write's row 428 -> 449).
+    let (mut cq_c, mut cq_d) = (dev.create_cq(64)?, dev.create_cq(64)?);
+    let mut qc = pd.create_qp(&cq_c, &cq_c, caps)?;
+    let mut qd = pd.create_qp(&cq_d, &cq_d, caps)?;
+    let (ec, ed) = (qc.endpoint()?, qd.endpoint()?);
+    qc.connect(ed)?;
+    qd.connect(ec)?;
     let rights = blueflame::Access::LOCAL_WRITE
         | blueflame::Access::REMOTE_WRITE
         | blueflame::Access::REMOTE_READ;
@@ -292,6 +315,29 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
             "{:?}",
             out[0]
         );
+        // The crate: an 8-byte inline write with immediate into a posted receive (the
+        // receive, its poll and the write's poll are not measured).
+        qd.post_recv(&rsge, i)?;
+        calls.one("measured_verbs_post_write_imm");
+        measured_verbs_post_write_imm(&mut qc, &data, mr.remote(8)?, i);
+        let mut spins = 0;
+        while cq_d.poll(&mut rout[..1]) == 0 {
+            spins += 1;
+            assert!(spins < 1_000_000, "write-with-immediate receive");
+            settle();
+        }
+        assert!(
+            rout[0].is_ok() && rout[0].cookie == i && rout[0].imm == Some(i as u32),
+            "{:?}",
+            rout[0]
+        );
+        let mut spins = 0;
+        while cq_c.poll(&mut out) == 0 {
+            spins += 1;
+            assert!(spins < 1_000_000, "write-with-immediate completion");
+            settle();
+        }
+        assert!(out[0].is_ok() && out[0].cookie == i, "{:?}", out[0]);
         // Plain rdma-core: ibv_post_send + ibv_poll_cq.
         plain.set_tag(tag);
         calls.one("measured_plain_post_send");
