@@ -11,7 +11,9 @@
 //! specifications' promises (`tests/spec`), completion events (`tests/events_cases`: arms
 //! through the provider's UAR page, events from its completion channel) and user memory
 //! (`tests/memory_cases`) as on any device; and what only this mode can see (`checks.rs`):
-//! the kernel's decisions from the flags the crate gives rdma-core.
+//! the kernel's decisions from the flags the crate gives rdma-core. The specifications'
+//! promises run a second time on the verbs path (`BLUEFLAME_PATH=verbs`), whose posts and
+//! polls go through libmlx5's own.
 //!
 //! A plain `cargo test` (no preload) finds no `mlx5_0`: the binary says so and passes.
 
@@ -113,6 +115,17 @@ fn cases() -> Vec<Case> {
     }
     for &(name, check) in spec::ALL {
         all.push(case(&format!("spec::{name}"), check));
+    }
+    // The same promises on the verbs path over libmlx5 (a type-1 unbind there once handed
+    // `mlx5_bind_mw` a bare `ibv_mr`, whose `verbs_mr` fields it read from past its end).
+    for &(name, check) in spec::ALL {
+        all.push((
+            format!("verbs_spec::{name}"),
+            Box::new(move |_dev| {
+                check(verbs_device()?);
+                Ok(())
+            }),
+        ));
     }
     use events_cases as e;
     all.extend([

@@ -193,17 +193,67 @@ impl VerbsSendQueue {
             },
             (_, None) => {
                 // A zero-length bind needs no region, but providers read the region struct
-                // all the same (rxe's `convert_send_wr` reads `mr->lkey`, which the kernel
-                // ignores for length 0; others compare `mr->pd`): a placeholder of the
-                // window's domain, alive across the call.
-                // SAFETY: `ibv_mr` is plain data; all-zero is a valid value.
-                let mut none: ffi::ibv_mr = unsafe { core::mem::zeroed() };
+                // all the same, and past `ibv_mr` into their own container of it: rxe's
+                // `convert_send_wr` reads `mr->lkey` (the kernel ignores it for length 0);
+                // libmlx5's `mlx5_bind_mw` reads `verbs_mr.mr_type` and then
+                // `mlx5_mr.alloc_flags`, both behind the `ibv_mr`. A placeholder of the
+                // window's domain, with room behind it for those fields (all zero:
+                // `IBV_MR_TYPE_MR`, no flags), alive across the call.
+                let mut none = PlaceholderMr::zeroed();
                 // SAFETY: `mw` is live.
-                (none.context, none.pd) = unsafe { ((*b.mw).context, (*b.mw).pd) };
+                (none.mr.context, none.mr.pd) = unsafe { ((*b.mw).context, (*b.mw).pd) };
                 // SAFETY: `mw` is live; `none` outlives the call, which posts a zero-length
-                // bind that refers to no memory.
-                unsafe { self.bind_type1(b.mw, &mut none, 0, 0, 0, cookie, flags) }
+                // bind that refers to no memory; what a provider reads past `none.mr` lies
+                // in `none.container`.
+                unsafe { self.bind_type1(b.mw, &mut none.mr, 0, 0, 0, cookie, flags) }
             }
         }
+    }
+}
+
+/// The stand-in region of a zero-length type-1 bind: an `ibv_mr` followed by zeroed room
+/// for the fields a provider keeps behind it in its own container of the region
+/// (libibverbs' `struct verbs_mr` adds `mr_type` and `access`; libmlx5's `struct mlx5_mr`
+/// then `alloc_flags`: 12 bytes in all). Handed to the provider as `&mut self.mr`; its
+/// reads of those fields stay inside this value and read zeros (`IBV_MR_TYPE_MR`, no
+/// flags).
+#[repr(C)]
+struct PlaceholderMr {
+    mr: ffi::ibv_mr,
+    /// Zeros behind the `ibv_mr`: more than any provider's container adds.
+    container: [u64; 8],
+}
+
+impl PlaceholderMr {
+    fn zeroed() -> PlaceholderMr {
+        PlaceholderMr {
+            // SAFETY: `ibv_mr` is plain data (pointers, integers); all-zero is a valid
+            // value.
+            mr: unsafe { core::mem::zeroed() },
+            container: [0; 8],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlaceholderMr;
+    use rdma_sys as ffi;
+
+    /// The placeholder covers libmlx5's `struct mlx5_mr`: `ibv_mr`, then `verbs_mr`'s
+    /// `mr_type` and `access` (4 bytes each) and `alloc_flags` (4), all inside the value
+    /// and zero.
+    #[test]
+    fn the_placeholder_region_covers_the_providers_containers() {
+        let p = PlaceholderMr::zeroed();
+        let mlx5_mr = core::mem::size_of::<ffi::ibv_mr>() + 3 * 4;
+        assert!(core::mem::size_of::<PlaceholderMr>() >= mlx5_mr);
+        let base = &p as *const PlaceholderMr as usize;
+        assert_eq!(&p.mr as *const ffi::ibv_mr as usize, base);
+        assert_eq!(
+            p.container.as_ptr() as usize,
+            base + core::mem::size_of::<ffi::ibv_mr>()
+        );
+        assert!(p.container.iter().all(|&w| w == 0));
     }
 }
