@@ -22,19 +22,21 @@ use std::process::Command;
 /// Iterations of the probe (each one waits for the software NIC).
 const ITERS: u32 = 300;
 
-/// The crate's guard per row of [`ROWS`] on the production route, in its order: the figures
-/// of 2026-11-27 plus a margin (inline write 76.6, send 94.0, read 99.7, poll 64.9, receive
-/// post 142.6, receive poll 117.2). The probe's CQs have 64 entries, so every few posts a
-/// queue's CQ allowance is spent and taken again out of line (`SendQueue::refill_room`):
-/// that share is in these figures, not in `cargo xtask icount`'s first table (CQs of 1024).
-const GUARDS: [u64; 6] = [82, 100, 106, 70, 150, 124];
+/// The crate's guard per row of [`ROWS`] on the production route, in its order (its length
+/// is `ROWS`'s: a row added there does not compile until it has a guard here): the figures
+/// of 2026-11-27 plus a margin (inline write 76.6, send 94.0, read 99.7, inline write with
+/// immediate 101.6, poll 64.9, receive post 142.6, receive poll 117.2). The probe's CQs
+/// have 64 entries, so every few posts a queue's CQ allowance is spent and taken again out
+/// of line (`SendQueue::refill_room`): that share is in these figures, not in
+/// `cargo xtask icount`'s first table (CQs of 1024).
+const GUARDS: [u64; ROWS.len()] = [82, 100, 106, 108, 70, 150, 124];
 
 /// UCX's figures per row of [`ROWS`], recorded (not measured by this command):
 /// `tools/ucx-probe/run.sh` counts UCX 1.13.1's `uct_ep_put_short` of 8 bytes on `rc_mlx5`
 /// (an inline RDMA write, BlueFlame) and the `uct_worker_progress` that reaps its completion,
 /// on the same kernel model, 2026-11-27: Debian's libucx0 (assertions and parameter checks
 /// built in) / the same version built with upstream's release flags (`RELEASE=1`).
-const UCX: [&str; 6] = ["270 / 158", "-", "-", "146 / 115", "-", "-"];
+const UCX: [&str; ROWS.len()] = ["270 / 158", "-", "-", "-", "146 / 115", "-", "-"];
 
 /// Builds the kernel model, runs the probe under callgrind with it preloaded and prints the
 /// table; false when the run failed or a figure of the crate is above its guard.

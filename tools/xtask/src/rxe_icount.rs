@@ -31,9 +31,11 @@
 //! (2026-11-27): poll hit 134 -> 128, its guard 148 -> 140; the straight-post condition
 //! written once: read 248.5 -> 247.5; the receive post inlined at the call site beside the
 //! direct path's (one frame instead of two): 273.8 -> 252.5, its guards 285 -> 275. The
-//! write and the send with immediate posted straight (`Single`, 2026-11-27): a row of its
-//! own, the 8-byte inline write with immediate, 310.5 / 276.5 (guards 335 / 300; through
-//! the queued path it cost 756 on libmlx5's extended API, 391.5 straight).
+//! write and the send with immediate posted straight (`Single`, 2026-11-27), in a frame of
+//! their own (inlined, they cost the direct path's one-buffer write and write with
+//! immediate 3 instructions each): a row of its own, the 8-byte inline write with
+//! immediate, 372.3 / 343.3 (guards 400 / 370; 310.5 / 276.5 inlined; through the queued
+//! path it cost 756 on libmlx5's extended API, 458.3 straight).
 
 use crate::shell::{root, run};
 use std::collections::BTreeMap;
@@ -89,7 +91,7 @@ pub(crate) const ROWS: &[Row] = &[
     (
         "post: 8-byte inline write with imm",
         "measured_verbs_post_write_imm",
-        [335, 300],
+        [400, 370],
         [None, None],
     ),
     (
