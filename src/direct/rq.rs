@@ -4,7 +4,7 @@ use super::barrier;
 use super::placement;
 use crate::error::{Error, Result};
 use crate::queue::checks::check_recv_list;
-use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots};
+use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots, Leaving};
 use crate::queue::regions::{RegionCheck, Regions};
 use crate::queue::scatter::ScatterTable;
 use crate::queue::shadow::Shadow;
@@ -144,13 +144,11 @@ impl RecvQueue {
         self.head.wrapping_sub(self.shadow.retired()) as u32
     }
 
-    /// The queue goes away: its allowance on the CQ is free at once, its posted receives
-    /// once their completions are consumed.
-    pub(crate) fn release_cq(&mut self) {
-        if let Some(s) = &mut self.cq_share {
-            s.release(self.head);
-        }
-        self.room_end = self.head;
+    /// The queue goes away: its charge on the CQ, given back when the result drops (after
+    /// the device QP is destroyed: [`Leaving`]).
+    pub(crate) fn leave_cq(&mut self) -> Option<Leaving> {
+        let pos = self.head;
+        self.cq_share.take().map(|s| s.leave(pos))
     }
 
     /// Entries free for new receives.

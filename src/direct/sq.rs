@@ -6,7 +6,7 @@ use super::placement;
 use super::register::{self, DoorbellMode};
 use crate::completion::WcOpcode;
 use crate::error::{Error, QueueUnit, Result};
-use crate::queue::cq_share::{CqShare, CqSlots};
+use crate::queue::cq_share::{CqShare, CqSlots, Leaving};
 use crate::queue::flags::PostFlags;
 use crate::queue::shadow::{SendEntry, Shadow};
 use mlx5::ctrl::Fence;
@@ -372,12 +372,11 @@ impl SendQueue {
         self.limit = self.pi;
     }
 
-    /// The queue goes away: its allowance on the CQ is free at once, its outstanding
-    /// requests once their completions are consumed.
-    pub(crate) fn release_cq(&mut self) {
-        if let Some(s) = &mut self.cq_share {
-            s.release(self.pi);
-        }
+    /// The queue goes away: its charge on the CQ, given back when the result drops (after
+    /// the device QP is destroyed: [`Leaving`]).
+    pub(crate) fn leave_cq(&mut self) -> Option<Leaving> {
+        let pos = self.pi;
+        self.cq_share.take().map(|s| s.leave(pos))
     }
 
     /// The cold path of a full cached limit: reads how far the poller has retired the ring,

@@ -29,8 +29,9 @@
 //!
 //! A queue takes some headroom beyond its need (half its fair share of the CQ) so that it
 //! comes back once every so many posts and not after each; an idle queue holds at most
-//! that. A dropped queue gives its allowance back at once; its outstanding requests stay
-//! counted until the CQ is seen drained after the drop (by the poller, or by a queue short
+//! that. A dropped queue keeps its whole charge until its device QP is destroyed
+//! ([`Leaving`]); then it gives its allowance back at once, and its outstanding requests
+//! stay counted until the CQ is seen drained after that (by the poller, or by a queue short
 //! of entries that reads the ring: the device writes nothing for a destroyed QP, so by then
 //! every completion it may have written was consumed).
 
@@ -333,6 +334,41 @@ impl CqShare {
     }
 }
 
+/// A queue's charge, taken off the queue as the queue goes away ([`CqShare::leave`]) and
+/// given back ([`CqShare::release`]) when this drops, which its holder arranges to come
+/// after the device QP is destroyed. Given back before, the count of the queue's
+/// outstanding requests (its orphans) could be cleared by a poller that saw the CQ empty
+/// while the still live QP went on completing into it: other queues could then post past
+/// the CQ's entries and overrun it. rdma-core cleans a CQ of a QP's entries only after
+/// destroying it too (`mlx5_destroy_qp`, then `__mlx5_cq_clean`).
+pub(crate) struct Leaving {
+    share: CqShare,
+    pos: u16,
+}
+
+impl Drop for Leaving {
+    fn drop(&mut self) {
+        self.share.release(self.pos);
+    }
+}
+
+impl core::fmt::Debug for Leaving {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Leaving")
+            .field("share", &self.share)
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl CqShare {
+    /// The queue, at position `pos`, goes away: its charge, kept whole (allowance and
+    /// outstanding requests) until the returned value drops.
+    pub(crate) fn leave(self, pos: u16) -> Leaving {
+        Leaving { share: self, pos }
+    }
+}
+
 impl Drop for CqShare {
     fn drop(&mut self) {
         // Without `release` (a queue that never posted, or dropped with its CQ): everything
@@ -374,6 +410,48 @@ mod tests {
         assert_eq!(a.top_up(5, 1, 8), 1);
         a.carry_one(5);
         assert_eq!(a.allowance(5), 1);
+    }
+
+    /// A leaving queue's charge stays whole until the [`Leaving`] drops (its holder drops it
+    /// after destroying the QP): a poller that sees the CQ empty meanwhile frees nothing of
+    /// it, and a mark read before the drop frees nothing after it either.
+    #[test]
+    fn a_leaving_queue_keeps_its_charge_until_its_qp_is_gone() {
+        let slots = Arc::new(CqSlots::new(1, 64, None));
+        let (qa, qb) = (
+            Arc::new(Shadow::<u64>::new(256)),
+            Arc::new(Shadow::<u64>::new(256)),
+        );
+        let mut a = CqShare::new(slots.clone(), qa.clone(), 0);
+        let mut b = CqShare::new(slots.clone(), qb, 0);
+        assert_eq!(a.top_up(0, 10, 256), 26);
+        assert_eq!(b.top_up(0, 1, 256), 17);
+        // A posted 10 and goes away, its QP not destroyed yet.
+        let leaving = a.leave(10);
+        let before = slots.orphan_mark();
+        assert_eq!(slots.free(), 64 - 26 - 17, "the whole charge kept");
+        // The poller sees the CQ empty while the QP lives: nothing of A's is freed.
+        slots.drained(slots.orphan_mark());
+        assert_eq!(slots.free(), 64 - 26 - 17);
+        // The QP is destroyed: the allowance goes back, the 10 outstanding stay counted.
+        drop(leaving);
+        assert_eq!(slots.free(), 64 - 10 - 17);
+        assert_ne!(slots.orphan_mark(), before, "a new mark");
+        // A mark read before the destroy frees nothing: the CQ was seen empty too early.
+        slots.drained(before);
+        assert_eq!(slots.free(), 64 - 10 - 17);
+        // Seen empty after the destroy: every completion of A's was consumed.
+        slots.drained(slots.orphan_mark());
+        assert_eq!(slots.free(), 64 - 17);
+        // What the poller retires before the destroy is not counted: C posts 10, leaves,
+        // 4 of them complete and are consumed, then its QP is destroyed: 6 stay counted.
+        let qc = Arc::new(Shadow::<u64>::new(256));
+        let mut c = CqShare::new(slots.clone(), qc.clone(), 0);
+        assert_eq!(c.top_up(0, 10, 256), 26);
+        let leaving = c.leave(10);
+        qc.retire(4);
+        drop(leaving);
+        assert_eq!(slots.free(), 64 - 17 - 6);
     }
 
     #[test]

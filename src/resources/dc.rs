@@ -680,7 +680,8 @@ impl Drop for Dci {
     fn drop(&mut self) {
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.lifetimes.reclaim();
-        self.sq.release_cq();
+        // The queue's CQ charge stays whole until the DCI is destroyed (see `Qp`'s drop).
+        let leaving = self.sq.leave_cq();
         // The register claim goes before the QP (see `Qp`'s drop).
         self.sq.release_register();
         // With the CQ's list locked (no QP can take this number meanwhile), destroy the DCI,
@@ -689,6 +690,8 @@ impl Drop for Dci {
         // The DCI goes now; the queue does not touch the ring again.
         drop(self.obj.take());
         self.cq.registry.bury(&mut g, self.qpn);
+        drop(g);
+        drop(leaving);
     }
 }
 

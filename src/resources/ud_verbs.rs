@@ -8,6 +8,7 @@ use super::events::Subject;
 use super::{Cq, Pd};
 use crate::backend;
 use crate::error::{Error, Result};
+use crate::queue::cq_share::Leaving;
 use crate::queue::flags::PostFlags;
 use crate::queue::registry::Attached;
 use crate::verbs;
@@ -29,6 +30,9 @@ pub(crate) struct VerbsUd {
     api: VerbsApi,
     pd: Pd,
     cqs: [Arc<CqHandle>; 2],
+    /// The queues' CQ charges, taken off them in Drop and given back when this drops,
+    /// after the queues (with the last of which the QP is destroyed): see `Qp`'s.
+    leaving: [Option<Leaving>; 2],
 }
 
 impl VerbsUd {
@@ -78,6 +82,7 @@ impl VerbsUd {
             api,
             pd: pd.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
+            leaving: [None, None],
         }
     }
 
@@ -172,8 +177,7 @@ impl Drop for VerbsUd {
     fn drop(&mut self) {
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.lifetimes.reclaim();
-        self.sq.queue().release_cq();
-        self.rq.release_cq();
+        self.leaving = [self.sq.queue().leave_cq(), self.rq.leave_cq()];
         // As an RC QP's drop: with the CQs' lists locked, a tombstone for the number (the
         // verbs QP itself is destroyed when its last Arc, held by the queues, drops).
         super::cq::destroy_and_bury(&self.cqs, self.qpn, || {});

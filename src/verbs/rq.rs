@@ -6,7 +6,7 @@ use super::calls::PostRecv;
 use super::code;
 use super::objects::Qp;
 use crate::error::{Error, Result};
-use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots};
+use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots, Leaving};
 use crate::queue::regions::{RegionCheck, Regions};
 use crate::queue::scatter::ScatterTable;
 use crate::queue::shadow::Shadow;
@@ -165,13 +165,11 @@ impl VerbsRecvQueue {
         self.cap
     }
 
-    /// The queue goes away: gives its CQ entries back, those of receives not completed yet
-    /// as the poller consumes their completions.
-    pub(crate) fn release_cq(&mut self) {
-        if let Some(s) = &mut self.cq_share {
-            s.release(self.seq);
-        }
-        self.room_end = self.seq;
+    /// The queue goes away: its charge on the CQ, given back when the result drops (after
+    /// the device QP is destroyed: [`Leaving`]).
+    pub(crate) fn leave_cq(&mut self) -> Option<Leaving> {
+        let pos = self.seq;
+        self.cq_share.take().map(|s| s.leave(pos))
     }
 
     /// The cold path of the room check of [`VerbsRecvQueue::post`] (as

@@ -11,7 +11,7 @@ use super::ex::{SendOps, VerbsApi};
 use super::objects::Qp;
 use crate::completion::WcOpcode;
 use crate::error::{Error, QueueUnit, Result};
-use crate::queue::cq_share::{CqShare, CqSlots};
+use crate::queue::cq_share::{CqShare, CqSlots, Leaving};
 use crate::queue::flags::PostFlags;
 use crate::queue::kind::{self, VerbsOp};
 use crate::queue::shadow::{SendEntry, Shadow};
@@ -154,13 +154,11 @@ impl VerbsSendQueue {
         self.room_end = self.seq;
     }
 
-    /// The queue goes away: gives its CQ entries back, those of requests not completed
-    /// yet as the poller consumes their completions.
-    pub(crate) fn release_cq(&mut self) {
-        if let Some(s) = &mut self.cq_share {
-            s.release(self.seq);
-        }
-        self.room_end = self.seq;
+    /// The queue goes away: its charge on the CQ, given back when the result drops (after
+    /// the device QP is destroyed: [`Leaving`]).
+    pub(crate) fn leave_cq(&mut self) -> Option<Leaving> {
+        let pos = self.seq;
+        self.cq_share.take().map(|s| s.leave(pos))
     }
 
     /// Room for one more request in the queue and in its CQ: one compare while the cached

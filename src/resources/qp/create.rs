@@ -253,6 +253,7 @@ impl Pd {
             cqs: [send_cq.handle.clone(), recv.handle.clone()],
             obj: Some(obj),
             srq,
+            leaving: [None, None],
             _cm: cm,
         })
     }

@@ -8,6 +8,7 @@ use crate::backend::{self};
 use crate::data_path::DataPath;
 use crate::direct::{RecvQueue, SendQueue};
 use crate::error::{Error, Result};
+use crate::queue::cq_share::Leaving;
 use crate::verbs;
 use crate::verbs::ex::VerbsApi;
 use crate::verbs::objects::{Endpoint, Timing};
@@ -97,6 +98,10 @@ pub struct Qp {
     cqs: [Arc<CqHandle>; 2],
     /// The backend's QP: destroyed in Drop, before the queues go (`None` after).
     obj: Option<backend::Qp>,
+    /// The queues' charges on their CQs, taken off them in Drop and given back when this
+    /// drops: after `path` and `obj`, so after the device QP is destroyed on either path
+    /// (the verbs path's QP goes with the last of its queues).
+    leaving: [Option<Leaving>; 2],
     /// The SRQ the QP takes its receives from (destroyed after the QP).
     srq: Option<Arc<super::srq::SrqHandle>>,
     /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
@@ -407,24 +412,21 @@ impl Drop for Qp {
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.dev.events.forget(Subject::LastWqe(self.qpn));
         self.pd.inner.lifetimes.reclaim();
-        match &mut self.path {
+        // The queues' CQ charges stay whole until the device QP is gone (`leaving`'s field
+        // order): the QP may complete into the CQs until then.
+        self.leaving = match &mut self.path {
             QpPath::Direct { sq, rq, .. } => {
-                sq.release_cq();
                 // The register claim goes before the QP: once the QP and its thread domain are
                 // freed, the device may give that register to another QP, which then claims
                 // it as its own.
                 sq.release_register();
-                if let Some(rq) = rq {
-                    rq.release_cq();
-                }
+                [sq.leave_cq(), rq.as_mut().and_then(RecvQueue::leave_cq)]
             }
-            QpPath::Verbs { sq, rq, .. } => {
-                sq.release_cq();
-                if let Some(rq) = rq {
-                    rq.release_cq();
-                }
-            }
-        }
+            QpPath::Verbs { sq, rq, .. } => [
+                sq.leave_cq(),
+                rq.as_mut().and_then(VerbsRecvQueue::leave_cq),
+            ],
+        };
         // rdma-core cleans a CQ of a destroyed QP's entries (`__mlx5_cq_clean`), but not a
         // CQ it handed to us: the direct path's CQs are ours. With the CQs' lists locked
         // (no QP can attach, so none can reuse this number yet), destroy the QP, after which
