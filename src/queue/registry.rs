@@ -36,6 +36,16 @@ impl Attached {
     }
 }
 
+/// Marks the QP number of a dead entry (a verbs-path QP with an SRQ, destroyed: see
+/// [`Registry::bury`]): above the 24 bits of a QP number, so a completion's number never
+/// finds it but the search made for it once nothing else matched.
+pub(crate) const DEAD: u32 = 1 << 31;
+
+/// The dead entries a verbs-path CQ keeps, oldest dropped first: a receive of a QP dropped
+/// more than this many SRQ-QP drops ago whose completion was still not polled keeps its SRQ
+/// slot (`Srq::free` one lower) until the SRQ goes.
+pub(crate) const MAX_DEAD: usize = 64;
+
 /// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
 /// bumps a generation the poller checks with one load; it re-reads the list (under the lock)
 /// only then, never on the hot path. It also carries the CQ's entries that the queues share
@@ -65,6 +75,10 @@ impl Registry {
 
     pub(crate) fn attach(&self, a: Attached) {
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        // A QP that got a dead one's number: the dead one's completions can no longer be
+        // told from its own (rdma-core's CQ had them all consumed or cleaned by now in
+        // practice: the number came back after the old QP was destroyed).
+        l.retain(|x| x.qpn != a.qpn | DEAD);
         match l.iter_mut().find(|x| x.qpn == a.qpn) {
             Some(x) => {
                 x.sq = x.sq.take().or(a.sq);
@@ -98,8 +112,33 @@ impl Registry {
 
     /// Detaches QP `qpn`, whose QP the device no longer runs (destroyed), through the held
     /// `list`: on a direct-path CQ, leaves a tombstone over the entries it may have left in
-    /// the ring, from the consumer index the poller published to the device's current end.
+    /// the ring, from the consumer index the poller published to the device's current end;
+    /// on the verbs path, a QP that took its receives from an SRQ leaves a dead entry
+    /// ([`DEAD`]) through which the poller gives the SRQ back the receives the QP consumed
+    /// and never completed to anyone (rxe leaves their completions in the CQ; libmlx5
+    /// cleans them, `__mlx5_cq_clean`, and then the entry finds none).
     pub(crate) fn bury(&self, list: &mut Vec<Attached>, qpn: u32) {
+        if self.ring.is_none() {
+            let srq = list
+                .iter()
+                .find(|x| x.qpn == qpn)
+                .and_then(|x| x.srq.clone());
+            if let Some(srq) = srq {
+                if list.iter().filter(|x| x.qpn & DEAD != 0).count() >= MAX_DEAD {
+                    if let Some(i) = list.iter().position(|x| x.qpn & DEAD != 0) {
+                        list.remove(i);
+                    }
+                }
+                list.retain(|x| x.qpn != qpn | DEAD);
+                list.push(Attached {
+                    qpn: qpn | DEAD,
+                    sq: None,
+                    rq: None,
+                    scatter: None,
+                    srq: Some(srq),
+                });
+            }
+        }
         if let Some(ring) = &self.ring {
             let srq = list
                 .iter()
@@ -122,5 +161,55 @@ impl Registry {
     pub(crate) fn tombstones(&self) -> Vec<Arc<Tombstone>> {
         let tombs = self.tombs.lock().unwrap_or_else(|e| e.into_inner());
         tombs.iter().filter(|t| !t.is_done()).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_srq(qpn: u32, srq: &Arc<SrqShared>) -> Attached {
+        Attached {
+            qpn,
+            sq: None,
+            rq: None,
+            scatter: None,
+            srq: Some(srq.clone()),
+        }
+    }
+
+    /// On a verbs-path CQ a buried QP with an SRQ leaves a dead entry (its number marked),
+    /// one without leaves nothing; a QP that gets the number back removes the dead one; at
+    /// most [`MAX_DEAD`] are kept, the oldest dropped first.
+    #[test]
+    fn buried_srq_qps_leave_dead_entries_on_a_verbs_cq() {
+        let r = Registry::new(1, 64, None);
+        let srq = Arc::new(SrqShared::new(9, 8, 1));
+        r.attach(with_srq(5, &srq));
+        r.attach(Attached::send(6, Arc::new(Shadow::new(8))));
+        let mut l = r.lock();
+        r.bury(&mut l, 5);
+        r.bury(&mut l, 6);
+        let qpns: Vec<u32> = l.iter().map(|a| a.qpn).collect();
+        assert_eq!(qpns, [5 | DEAD]);
+        drop(l);
+        // The number comes back: the dead entry goes, the new QP is attached whole.
+        r.attach(with_srq(5, &srq));
+        assert_eq!(r.lock().iter().map(|a| a.qpn).collect::<Vec<_>>(), [5]);
+        // More drops than kept: the oldest go.
+        for qpn in 10..10 + MAX_DEAD as u32 + 3 {
+            r.attach(with_srq(qpn, &srq));
+            let mut l = r.lock();
+            r.bury(&mut l, qpn);
+        }
+        let l = r.lock();
+        let dead: Vec<u32> = l
+            .iter()
+            .filter(|a| a.qpn & DEAD != 0)
+            .map(|a| a.qpn & !DEAD)
+            .collect();
+        assert_eq!(dead.len(), MAX_DEAD);
+        assert_eq!(dead[0], 13, "the three oldest dropped");
+        assert!(l.iter().any(|a| a.qpn == 5), "the live QP stays");
     }
 }

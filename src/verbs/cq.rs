@@ -357,7 +357,7 @@ impl VerbsCompletionQueue {
             Some(a) if a.qpn == qp_num => a,
             _ => match self.cache.iter().find(|a| a.qpn == qp_num) {
                 Some(a) => a,
-                None => return false,
+                None => return self.complete_dead(wc, qp_num),
             },
         };
         let status = wc.status();
@@ -374,6 +374,24 @@ impl VerbsCompletionQueue {
             return false;
         };
         complete_send(sq, seq, qp_num, c)
+    }
+
+    /// A completion of QP `qp_num`, which is not attached (any more): when it is a
+    /// receive of a dropped QP that took its receives from an SRQ (a dead entry,
+    /// [`crate::queue::registry::DEAD`]), the SRQ's slot is given back (and the regions it
+    /// pinned); nothing is reported either way (false).
+    #[cold]
+    #[inline(never)]
+    fn complete_dead(&self, wc: &impl WcRead, qp_num: u32) -> bool {
+        let wr_id = wc.wr_id();
+        if wr_id & RECV_TAG == 0 {
+            return false;
+        }
+        let dead = qp_num | crate::queue::registry::DEAD;
+        if let Some(q) = self.cache.iter().find(|a| a.qpn == dead) {
+            take_recv(q, wr_id as u16);
+        }
+        false
     }
 
     /// [`VerbsCompletionQueue::complete_qp`] of the usual completion, a successful send

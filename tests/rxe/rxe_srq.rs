@@ -98,10 +98,63 @@ fn refusals(dev: &Device) {
     ));
 }
 
+/// A QP dropped before the receive it consumed from the SRQ was polled: the SRQ gets that
+/// receive's slot back (and its region pin) once the receive CQ is polled, as rdma-core's
+/// `__mlx5_cq_clean` gives the WQE back with `mlx5_free_srq_wqe`; the SRQ can be filled
+/// to its capacity again. (On the verbs path over rxe, whose kernel leaves the dropped QP's
+/// completions in the CQ, the poller once dropped them as of an unknown QP and the slot was
+/// lost for good: `Srq::free` one lower per such drop.)
+fn receives_of_a_dropped_qp_come_back(dev: &Device) {
+    let pd = dev.alloc_pd().unwrap();
+    let mut scq = dev.create_cq(64).unwrap();
+    let mut rcq = dev.create_cq(64).unwrap();
+    let srq_caps = SrqCaps {
+        entries: 7,
+        max_sge: 1,
+    };
+    let mut srq = pd.create_srq(&rcq, srq_caps).unwrap();
+    let cap = srq.capacity();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    for round in 0..3u64 {
+        let mut s = pd.create_qp_with_srq(&scq, &srq, caps()).unwrap();
+        let mut c = pd.create_qp(&scq, &scq, caps()).unwrap();
+        let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
+        s.connect(ec).unwrap();
+        c.connect(es).unwrap();
+        srq.post_recv(&[mr.sge(0, 64).unwrap()], round).unwrap();
+        c.send(Payload::Inline(b"hello"), round, PostFlags::SIGNALED)
+            .unwrap();
+        let done = wait_on(dev, &mut scq, 1);
+        assert!(done[0].is_ok(), "round {round}: {:?}", done[0]);
+        // The server goes with its receive's completion not polled.
+        drop(s);
+        drop(c);
+        let mut out = [Completion::default(); 8];
+        for _ in 0..20 {
+            rcq.poll(&mut out);
+            if srq.free() == cap {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            srq.free(),
+            cap,
+            "round {round}: the SRQ's slot of the dropped QP's receive on {dev}"
+        );
+    }
+    for i in 0..cap {
+        let sge = mr.sge(64 * (i as usize % 60), 64).unwrap();
+        srq.post_recv(&[sge], 100 + i as u64)
+            .unwrap_or_else(|e| panic!("receive {i} of {cap}: {e}"));
+    }
+}
+
 #[test]
 fn fan_and_refusals_on_the_software_nic() {
     fan_traffic(&Device::sim());
     refusals(&Device::sim());
+    receives_of_a_dropped_qp_come_back(&Device::sim());
 }
 
 #[test]
@@ -112,6 +165,7 @@ fn srq_on_the_device() {
     };
     fan_traffic(&dev);
     refusals(&dev);
+    receives_of_a_dropped_qp_come_back(&dev);
     let mut hw: Vec<Observed> = srq::ALL.iter().map(|(_, f)| f(&dev)).collect();
     for line in srq::normalize_rxe(&dev, &mut hw) {
         println!("documented rxe deviation: {line}");
