@@ -32,10 +32,11 @@ pub(super) struct BlockKind {
 }
 
 impl SendQueue {
-    /// Whether the fast path takes an inline write of `len` bytes with `flags`.
+    /// Whether a push's inline-write encoder (which rings nothing: a batch's, or the
+    /// general path's) takes an inline write of `len` bytes with `flags`.
     #[inline(always)]
     pub(super) fn fast_inline_applies(&self, len: usize, flags: PostFlags) -> bool {
-        self.inline_applies(self.fast_limit, len, flags)
+        self.inline_applies(self.push_limit, len, flags)
     }
 
     /// Whether a fast path of payload limit `limit` (0: off) takes an inline write of `len`

@@ -86,8 +86,12 @@ pub struct SendQueue {
     /// The shadow table's entries (kept alive by `shadow`).
     slots: *mut SendEntry,
     /// Blocks that may still be posted unsignaled before one must be signaled (completion
-    /// moderation: half the ring after each signaled WQE).
+    /// moderation: `half` after each signaled WQE).
     pub(super) credit: u32,
+    /// The longest unsignaled run: half the ring, and never so much that the longest WQE
+    /// the queue can build ([`tail_bbs`]) no longer fits beside it (on a ring of 16 blocks
+    /// whose WQEs reach 9 or more blocks, a run of 8 left a large request refused for good,
+    /// with nothing signaled that could free the ring).
     half: u32,
     /// Fence armed by a bind or invalidate for the next WQE.
     pub(super) next_fence: Fence,
@@ -99,9 +103,16 @@ pub struct SendQueue {
     pub(super) qpn_ds: [u32; 5],
     /// One more than the longest payload the inline-write fast path takes (its own limit
     /// and the QP's), or 0 when the fast path is off: no BlueFlame register of its own
-    /// ([`DoorbellMode::Dedicated`]) of at least one block, a fence armed for the next WQE, or the owner has not enabled it (a QP before
+    /// ([`DoorbellMode::Dedicated`]) of at least one block, a fence armed for the next WQE,
+    /// a batch open (or forgotten), or the owner has not enabled it (a QP before
     /// `connect`). One compare checks all of it.
     pub(super) fast_limit: usize,
+    /// The same limit for the inline-write encoder of a push, which rings nothing (a
+    /// batch's, or the general path's): as `fast_limit`, but on while a batch is open.
+    pub(super) push_limit: usize,
+    /// `fast_limit`, `shared_fast_limit` and `fast_entry` as they are outside a batch,
+    /// kept while one is open (they are 0 then), put back when it is rung.
+    parked: (usize, usize, bool),
     /// The same limit for a queue on a shared BlueFlame register
     /// ([`DoorbellMode::SharedLocked`]): its fast path rings under the register's lock
     /// ([`SendQueue::try_write_inline_shared`]); 0 on a register of its own.
@@ -252,6 +263,11 @@ impl SendQueue {
             }
         })?;
         let shadow = Arc::new(Shadow::new(cnt));
+        let limits = Limits {
+            max_sge: raw.max_send_sge as usize,
+            max_inline: raw.max_inline as usize,
+        };
+        let half = (cnt / 2).min(cnt.saturating_sub(tail_bbs(&limits)));
         // The fast path rings through `ring_bf_block`, which has no lock: only on a register
         // of the queue's own; on a shared one it rings through `ring_bf_block_shared`, under
         // the register's lock.
@@ -263,10 +279,7 @@ impl SendQueue {
             cnt,
             mask: cnt - 1,
             qpn: raw.qpn,
-            limits: Limits {
-                max_sge: raw.max_send_sge as usize,
-                max_inline: raw.max_inline as usize,
-            },
+            limits,
             pi: 0,
             limit: cnt as u16,
             in_batch: false,
@@ -276,14 +289,16 @@ impl SendQueue {
             db: unsafe { Doorbell::new(raw.dbrec, raw.bf_reg, raw.bf_size as usize, claim) },
             slots: shadow.slots(),
             shadow,
-            credit: cnt / 2,
-            half: cnt / 2,
+            credit: half,
+            half,
             next_fence: Fence::None,
             pending: 0,
             last_start: 0,
             qpn_ds: [0, 1, 2, 3, 4].map(|ds| (raw.qpn << 8 | ds).to_be()),
             // Set below from the rest (`update_fast_limit`).
             fast_limit: 0,
+            push_limit: 0,
+            parked: (0, 0, false),
             shared_fast_limit: 0,
             fast_entry: false,
             bf_ok,
@@ -463,16 +478,31 @@ impl SendQueue {
     }
 
     fn update_fast_limit(&mut self) {
+        // Off while a batch is open, and so after one that was forgotten (`mem::forget`,
+        // which is safe) until a ring: a fast path rings its own block alone, and the
+        // batch's WQEs, written but not rung, would be left behind it (and rung later from
+        // their stale start, an index that went backwards).
         let on = self.enabled && self.next_fence == Fence::None && !self.not_rc;
         let limit = FAST_INLINE_MAX.min(self.limits.max_inline) + 1;
-        self.fast_limit = if on && self.bf_ok { limit } else { 0 };
-        self.shared_fast_limit = if on && self.shared_bf_ok { limit } else { 0 };
-        // rdma-core's `post_send_db` copies a WQE without inline data with BlueFlame only
-        // when `prefer_bf` (`MLX5_POST_SEND_PREFER_BF`, 1 unless set to 0).
-        self.fast_entry = on
-            && (self.bf_ok || self.shared_bf_ok)
-            && self.limits.max_sge >= 1
-            && !self.bf_inline_only;
+        self.push_limit = if on && self.bf_ok { limit } else { 0 };
+        let fast = (
+            if on && self.bf_ok { limit } else { 0 },
+            if on && self.shared_bf_ok { limit } else { 0 },
+            // rdma-core's `post_send_db` copies a WQE without inline data with BlueFlame
+            // only when `prefer_bf` (`MLX5_POST_SEND_PREFER_BF`, 1 unless set to 0).
+            on && (self.bf_ok || self.shared_bf_ok)
+                && self.limits.max_sge >= 1
+                && !self.bf_inline_only,
+        );
+        // Off while a batch is open, and so after one that was forgotten (`mem::forget`,
+        // which is safe) until a ring: a fast path rings its own block alone, and the
+        // batch's WQEs, written but not rung, would be left behind it (and rung later from
+        // their stale start, an index that went backwards).
+        if self.in_batch {
+            self.parked = fast;
+        } else {
+            (self.fast_limit, self.shared_fast_limit, self.fast_entry) = fast;
+        }
     }
 
     /// Records the WQE at `pi` in the shadow table.
@@ -556,6 +586,20 @@ impl SendQueue {
         };
         // SAFETY: blocks start .. start + bbs hold the WQE just written, inside the ring.
         unsafe { self.db.ring(self.pi, single, bbs as usize, block) };
+        if self.in_batch {
+            // A batch's WQEs are rung: by `Batch::ring`, or, for a batch that was
+            // forgotten, by the next post or batch.
+            self.end_batch();
+        }
+    }
+
+    /// The open batch is over (rung, or rung after it was forgotten): the fast paths are on
+    /// again, and a dropped region no longer waits for positions the batch might write.
+    #[cold]
+    fn end_batch(&mut self) {
+        self.in_batch = false;
+        (self.fast_limit, self.shared_fast_limit, self.fast_entry) = self.parked;
+        self.shadow.mark_posted(self.pi);
     }
 
     /// Whether the WQE at `start` (of `ds` DS) carries inline data: a write or send whose
@@ -613,7 +657,13 @@ impl SendQueue {
         // Until the batch rings, a region dropped meanwhile must wait for everything the
         // batch may write (up to the cached limit, which `make_room` moves on): mark that
         // far as posted.
-        self.in_batch = true;
+        // (Still open after the ring only when a forgotten batch wrote nothing: its fast
+        // paths are parked already.)
+        if !self.in_batch {
+            self.in_batch = true;
+            self.parked = (self.fast_limit, self.shared_fast_limit, self.fast_entry);
+            (self.fast_limit, self.shared_fast_limit, self.fast_entry) = (0, 0, false);
+        }
         self.shadow.mark_posted(self.limit);
         let start = (self.pi, self.credit, self.next_fence);
         Batch { sq: self, start }
@@ -651,8 +701,10 @@ impl Batch<'_> {
     #[inline(always)]
     pub fn ring(self) {
         self.sq.ring();
-        self.sq.in_batch = false;
-        self.sq.shadow.mark_posted(self.sq.pi);
+        // An empty batch: `ring` had nothing to ring.
+        if self.sq.in_batch {
+            self.sq.end_batch();
+        }
         core::mem::forget(self);
     }
 }
@@ -665,9 +717,9 @@ impl Drop for Batch<'_> {
         // The cached limit was computed for the rewound requests' positions: the next post
         // computes it again (`make_room`), with the unsignaled run it bounds.
         self.sq.limit = self.sq.pi;
-        self.sq.set_next_fence(fence);
         self.sq.pending = 0;
         self.sq.in_batch = false;
+        self.sq.set_next_fence(fence);
         self.sq.shadow.mark_posted(self.sq.pi);
     }
 }

@@ -460,3 +460,64 @@ fn blueflame_halves_alternate_and_carry_the_whole_wqe() {
     assert_eq!(st.wqes, 40);
     drop(sq);
 }
+
+/// A batch forgotten (`mem::forget`, which is safe) leaves WQEs written but not rung: the
+/// next post rings them with its own (an 8-byte doorbell naming the newest WQE, as
+/// rdma-core rings more than one), never a BlueFlame copy of its block alone, and nothing
+/// is rung again later. Before, the next post's fast path rang its own block and the next
+/// batch rang the forgotten WQE's block after it: a doorbell index that went backwards (a
+/// review's finding).
+#[test]
+fn a_forgotten_batch_is_rung_by_the_next_post_and_never_again() {
+    let nic = mlx5::sim::Nic::new();
+    let pd = nic.alloc_pd();
+    let raw_cq = nic.create_cq(256, 64).unwrap();
+    let raw = nic
+        .create_qp(pd, raw_cq.cqn, raw_cq.cqn, mlx5::sim::QpCaps::default())
+        .unwrap();
+    nic.connect(raw.qpn, raw.qpn).unwrap();
+    let mr = nic
+        .alloc_mr(pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    // SAFETY: the QP's rings live until `nic` is dropped, after `sq`; nothing else posts.
+    let mut sq = unsafe { SendQueue::new(&raw) }.unwrap();
+    let bf = raw.bf_size as usize;
+    // The first 4 bytes written to a half of the register: a control segment's first word
+    // (the WQE index in bits 8..24).
+    let word = |off: usize| {
+        // SAFETY: the register holds 2 * bf_size bytes while the QP lives.
+        u32::from_be(unsafe { (raw.bf_reg.add(off) as *const u32).read_volatile() })
+    };
+    let remote = Remote {
+        addr: mr.addr,
+        rkey: mr.rkey,
+    };
+    let msg = [7u8; 8];
+    let mut b = sq.batch();
+    b.push(
+        &Request::Write {
+            remote,
+            data: Payload::Inline(&msg),
+        },
+        0,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    core::mem::forget(b);
+    // An inline send, a one-block fast path's request: with the batch's WQE it is rung
+    // for both, naming WQE 1.
+    let send = Request::Send {
+        data: Payload::Inline(&msg),
+    };
+    sq.post(&send, 1, PostFlags::SIGNALED).unwrap();
+    assert_eq!((word(0) >> 8) & 0xffff, 1, "{:#010x}", word(0));
+    let before = word(bf);
+    // Nothing new: nothing rung.
+    sq.batch().ring();
+    assert_eq!(word(bf), before, "rung again: {:#010x}", word(bf));
+    // The fast paths are on again: the next send is its own BlueFlame copy, on the other
+    // half, naming WQE 2.
+    sq.post(&send, 2, PostFlags::SIGNALED).unwrap();
+    assert_eq!((word(bf) >> 8) & 0xffff, 2, "{:#010x}", word(bf));
+    drop(sq);
+}

@@ -199,3 +199,52 @@ fn unsignaled_error_is_reported_with_its_cookie() {
     assert_eq!(bytes(&dst, 0, 3), b"ok\0");
     assert_eq!(free_send(&mut s.a), 256);
 }
+
+/// On a ring of 16 blocks whose WQEs reach 16 blocks (960 inline bytes), an unsignaled run
+/// must never leave the longest request without room for good: before the run was bounded
+/// by the longest WQE, one unsignaled one-block write left 15 blocks, a 16-block write was
+/// refused, and nothing signaled could ever free the ring (a review's finding).
+#[test]
+fn an_unsignaled_run_never_leaves_the_longest_request_without_room() {
+    let caps = QpCaps {
+        sq_blocks: 16,
+        max_inline: 960,
+        ..QpCaps::default()
+    };
+    // One unsignaled write, then the longest (16 blocks); eight, then one of 9 blocks
+    // (2 + ceil((540 + 4) / 16) = 36 DS).
+    for (unsignaled, len) in [(1u64, 960usize), (8, 540)] {
+        let mut s = Setup::pair(caps);
+        let dst = s.mr(4096, ALL);
+        for i in 0..unsignaled {
+            s.a.write_inline(&[1; 8], dst.remote(0).unwrap(), i, PostFlags::UNSIGNALED)
+                .unwrap();
+        }
+        let big = pattern(len, 3);
+        let mut posted = false;
+        for _ in 0..5 {
+            // The NIC runs everything and every CQ is polled, as a user waiting for room.
+            let (c, _) = s.run();
+            assert!(c.is_empty(), "{c:?}");
+            match s
+                .a
+                .write_inline(&big, dst.remote(0).unwrap(), 99, PostFlags::SIGNALED)
+            {
+                Ok(()) => {
+                    posted = true;
+                    break;
+                }
+                Err(e) => eprintln!("{unsignaled} unsignaled, {len} bytes: {e:?}"),
+            }
+        }
+        assert!(
+            posted,
+            "after {unsignaled} unsignaled writes a {len}-byte inline write never fits (free {})",
+            free_send(&mut s.a)
+        );
+        let (c, _) = s.run();
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].is_ok() && c[0].cookie == 99, "{:?}", c[0]);
+        assert_eq!(bytes(&dst, 0, len), big);
+    }
+}
