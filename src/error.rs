@@ -468,6 +468,8 @@ impl From<mlx5::sim::SimError> for Error {
                 cqe_size,
                 caps: Some(caps),
             },
+            // A value past the software NIC's range: the caller's parameter, named with it.
+            mlx5::sim::SimError::Limit { what, value } => Error::InvalidParameter { what, value },
             e => Error::Sim(e),
         }
     }

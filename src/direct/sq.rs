@@ -164,10 +164,13 @@ impl SendQueue {
     /// # Safety
     /// `raw` must describe a live QP (send ring of `sq_wqe_cnt` 64-byte blocks, doorbell record,
     /// BlueFlame register of `2 * bf_size` bytes) that stays alive while the queue exists and
-    /// that nothing else posts to. The ring and a register of BlueFlame halves are 64-byte
+    /// that nothing else posts to. `bf_reg` is the register's start, its first half, as
+    /// `mlx5dv_get_qp` reports it (`qp_out->bf.reg = mqp->bf->reg`): the queue writes both
+    /// halves from there, so the second half's address would have it write the next
+    /// register's first half. The ring and a register of BlueFlame halves are 64-byte
     /// aligned, as the hardware gives them (rdma-core's rings are page-aligned; a register
-    /// is at an offset of its UAR page that is a multiple of `bf_size`); addresses that would
-    /// make the queue's own stores misaligned are refused (below).
+    /// is at an offset of its UAR page that is a multiple of `2 * bf_size`); addresses that
+    /// would make the queue's own stores misaligned are refused (below).
     ///
     /// The register is taken as one other queues may ring too
     /// ([`DoorbellMode::SharedLocked`]: every ring takes the register's lock), or

@@ -29,6 +29,13 @@ pub enum SimError {
     /// QP limits out of range (BlueFlame size not a multiple of 64, more than 16 blocks of
     /// WQE, ...).
     Caps(&'static str),
+    /// One value past what the NIC takes: which one, with its range, and the value given.
+    Limit {
+        /// The field and what it may be (`"sq_blocks (16 ..= 32768)"`).
+        what: &'static str,
+        /// The value given.
+        value: u64,
+    },
     /// A zero-length region or a null address.
     BadRegion,
     /// The object is still in use (a QP on a CQ, windows bound to a region).
@@ -105,6 +112,7 @@ impl core::fmt::Display for SimError {
                 )
             }
             SimError::Caps(why) => write!(f, "QP capabilities: {why}"),
+            SimError::Limit { what, value } => write!(f, "{what}: {value} is out of range"),
             SimError::BadRegion => f.write_str("memory region of zero length or at a null address"),
             SimError::Busy => f.write_str("object still in use"),
             SimError::Exhausted(what) => write!(f, "every {what} is in use"),

@@ -107,13 +107,16 @@ impl Nic {
     /// posted; 0 disarms.
     ///
     /// # Errors
-    /// [`SimError::NoSrq`]; [`SimError::Caps`] for a limit not below the ring's entries
+    /// [`SimError::NoSrq`]; [`SimError::Limit`] for a limit not below the ring's entries
     /// (the kernel's `mlx5_ib_modify_srq`: `EINVAL`).
     pub fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<(), SimError> {
         let mut st = self.st();
         let s = st.srqs.get_mut(&srqn).ok_or(SimError::NoSrq(srqn))?;
         if limit >= s.cnt {
-            return Err(SimError::Caps("SRQ limit must be below the SRQ's entries"));
+            return Err(SimError::Limit {
+                what: "SRQ limit (below the SRQ's entries)",
+                value: limit as u64,
+            });
         }
         s.limit = limit;
         Ok(())

@@ -141,7 +141,9 @@ impl Nic {
     /// without a thread domain (`mlx5_get_qp_uar`): dedicated for the first ones, then shared.
     ///
     /// # Errors
-    /// [`SimError::NoPd`], [`SimError::NoCq`], [`SimError::Caps`].
+    /// [`SimError::NoPd`], [`SimError::NoCq`]; [`SimError::Limit`] for a capability out of
+    /// range (naming it and the value); [`SimError::Caps`] for a BlueFlame size other than
+    /// its thread domain's register's.
     pub fn create_qp(
         &self,
         pd: u32,
@@ -202,34 +204,58 @@ impl Nic {
         caps: QpCaps,
         host: Option<super::host::HostQp>,
     ) -> Result<RawQp, SimError> {
-        if caps.bf_size % 64 != 0 || caps.bf_size > 4096 {
-            return Err(SimError::Caps(
-                "bf_size must be 0 or a multiple of 64 up to 4096",
-            ));
-        }
-        // The NIC's own rings hold the largest WQE; the driver's are as the driver sized them.
         let least = if host.is_some() {
             1
         } else {
             crate::doorbell::MAX_WQE_BBS as u32
         };
-        if caps.sq_blocks < least || caps.sq_blocks > 1 << 15 {
-            return Err(SimError::Caps("sq_blocks must be 16 ..= 32768"));
-        }
-        if caps.rq_entries > 1 << 15 || caps.max_recv_sge > 64 || caps.max_send_sge > 60 {
-            return Err(SimError::Caps(
-                "rq_entries <= 32768, max_recv_sge <= 64, max_send_sge <= 60",
-            ));
-        }
-        if caps.rnr_retry > 7 {
-            return Err(SimError::Caps(
-                "rnr_retry <= 7 (a 3-bit field; 7 retries for ever)",
-            ));
-        }
-        if caps.max_inline > 960 {
-            return Err(SimError::Caps(
-                "max_inline <= 960 (a WQE is at most 16 blocks)",
-            ));
+        // The NIC's own rings hold the largest WQE; the driver's are as the driver sized them.
+        let checks: [(bool, &'static str, u32); 7] = [
+            (
+                caps.bf_size % 64 != 0 || caps.bf_size > 4096,
+                "bf_size (0 or a multiple of 64 up to 4096)",
+                caps.bf_size,
+            ),
+            (
+                caps.sq_blocks < least || caps.sq_blocks > 1 << 15,
+                if host.is_some() {
+                    "sq_blocks (1 ..= 32768)"
+                } else {
+                    "sq_blocks (16 ..= 32768)"
+                },
+                caps.sq_blocks,
+            ),
+            (
+                caps.rq_entries > 1 << 15,
+                "rq_entries (<= 32768)",
+                caps.rq_entries,
+            ),
+            (
+                caps.max_recv_sge > 64,
+                "max_recv_sge (<= 64)",
+                caps.max_recv_sge,
+            ),
+            (
+                caps.max_send_sge > 60,
+                "max_send_sge (<= 60)",
+                caps.max_send_sge,
+            ),
+            (
+                caps.rnr_retry > 7,
+                "rnr_retry (<= 7: a 3-bit field; 7 retries for ever)",
+                caps.rnr_retry as u32,
+            ),
+            (
+                caps.max_inline > 960,
+                "max_inline (<= 960: a WQE is at most 16 blocks)",
+                caps.max_inline,
+            ),
+        ];
+        if let Some(&(_, what, value)) = checks.iter().find(|c| c.0) {
+            return Err(SimError::Limit {
+                what,
+                value: value as u64,
+            });
         }
         let mut st = self.st();
         Self::check_pd(&st, pd)?;
@@ -351,7 +377,7 @@ impl Nic {
     /// rdma-core links it, head 0, tail the last entry.
     ///
     /// # Errors
-    /// [`SimError::NoPd`], [`SimError::Caps`] (more than 32767 receives or 31 entries),
+    /// [`SimError::NoPd`], [`SimError::Limit`] (more than 32767 receives or 31 entries),
     /// [`SimError::Exhausted`].
     pub fn create_srq(&self, pd: u32, caps: SrqCaps) -> Result<RawSrq, SimError> {
         self.create_srq_in(pd, caps, None)
@@ -384,8 +410,17 @@ impl Nic {
         caps: SrqCaps,
         host: Option<super::host::HostSrq>,
     ) -> Result<RawSrq, SimError> {
-        if caps.max_wr == 0 || caps.max_wr >= 1 << 15 || caps.max_sge > 31 {
-            return Err(SimError::Caps("SRQ: 1 <= max_wr <= 32767, max_sge <= 31"));
+        if caps.max_wr == 0 || caps.max_wr >= 1 << 15 {
+            return Err(SimError::Limit {
+                what: "SRQ max_wr (1 ..= 32767)",
+                value: caps.max_wr as u64,
+            });
+        }
+        if caps.max_sge > 31 {
+            return Err(SimError::Limit {
+                what: "SRQ max_sge (<= 31)",
+                value: caps.max_sge as u64,
+            });
         }
         let mut st = self.st();
         Self::check_pd(&st, pd)?;

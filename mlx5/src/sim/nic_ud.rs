@@ -116,10 +116,13 @@ impl NicView {
     /// Sets the port's active MTU (256, 512, 1024, 2048 or 4096 bytes).
     ///
     /// # Errors
-    /// [`SimError::Caps`] for another value.
+    /// [`SimError::Limit`] for another value.
     pub fn set_port_mtu(&self, mtu: u32) -> Result<(), SimError> {
         if !mtu.is_power_of_two() || !(256..=4096).contains(&mtu) {
-            return Err(SimError::Caps("port MTU: 256, 512, 1024, 2048 or 4096"));
+            return Err(SimError::Limit {
+                what: "port MTU (256, 512, 1024, 2048 or 4096)",
+                value: mtu as u64,
+            });
         }
         self.st().port.mtu = mtu;
         Ok(())

@@ -357,7 +357,7 @@ impl World {
                         self.note(format!("create_qp_with_srq refused: {e}"));
                         assert!(
                             (pd != own_pd && matches!(e, Error::InvalidHandle { .. }))
-                                || matches!(e, Error::Sim(_)),
+                                || matches!(e, Error::Sim(_) | Error::InvalidParameter { .. }),
                             "unexpected refusal: {e}"
                         );
                     }
@@ -466,7 +466,7 @@ impl World {
                     Err(e) => {
                         self.note(format!("create_qp refused: {e}"));
                         assert!(
-                            foreign || matches!(e, Error::Sim(_)),
+                            foreign || matches!(e, Error::Sim(_) | Error::InvalidParameter { .. }),
                             "unexpected refusal: {e}"
                         );
                     }
