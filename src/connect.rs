@@ -183,19 +183,32 @@ pub fn accept(listener: &TcpListener, ours: &Exchange) -> Result<Exchange> {
     swap(&mut s, ours)
 }
 
-/// Client side: connects to `addr` (retrying for up to 10 s while the server starts) and
-/// swaps exchanges.
+/// Client side: connects to `addr` (retrying for up to 10 s while the server starts: a
+/// refused, reset or timed-out connection) and swaps exchanges.
 ///
 /// # Errors
-/// [`Error::Io`] for socket errors, [`Error::InvalidParameter`] for a malformed message.
+/// [`Error::Io`] for socket errors (at once for an address that resolves to none, or an
+/// error no retry can mend), [`Error::InvalidParameter`] for a malformed message.
 pub fn dial(addr: impl ToSocketAddrs, ours: &Exchange) -> Result<Exchange> {
+    use std::io::ErrorKind as K;
     let addrs: Vec<_> = addr.to_socket_addrs().map_err(Error::Io)?.collect();
+    if addrs.is_empty() {
+        return Err(Error::Io(std::io::Error::new(
+            K::InvalidInput,
+            "the address resolves to no socket address",
+        )));
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         match TcpStream::connect(&addrs[..]) {
             Ok(mut s) => return swap(&mut s, ours),
-            Err(e) if std::time::Instant::now() < deadline => {
-                let _ = e;
+            // The server may not listen yet.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    K::ConnectionRefused | K::ConnectionReset | K::ConnectionAborted | K::TimedOut
+                ) && std::time::Instant::now() < deadline =>
+            {
                 std::thread::sleep(Duration::from_millis(50));
             }
             Err(e) => return Err(Error::Io(e)),
@@ -206,6 +219,19 @@ pub fn dial(addr: impl ToSocketAddrs, ours: &Exchange) -> Result<Exchange> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An address that resolves to nothing fails at once, not after the 10 s of retries
+    /// meant for a server that is starting (a review's finding).
+    #[test]
+    fn dialling_no_address_fails_at_once() {
+        let t = std::time::Instant::now();
+        let none: &[std::net::SocketAddr] = &[];
+        assert!(matches!(
+            dial(none, &Exchange::default()),
+            Err(Error::Io(_))
+        ));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
 
     #[test]
     fn round_trip_and_bad_magic() {

@@ -16,6 +16,28 @@ fn loopback() -> (Device, Pd, Cq, Qp) {
     (dev, pd, cq, qp)
 }
 
+/// A peer's QP number past 24 bits (from an out-of-band exchange, perhaps corrupt) is
+/// refused naming it; rdma-core would hand it to the kernel as it is (a review's finding).
+#[test]
+fn a_remote_qp_number_past_24_bits_is_refused() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let mut remote = qp.endpoint().unwrap();
+    remote.qpn |= 1 << 24;
+    match qp.connect(remote) {
+        Err(Error::InvalidParameter { what, value }) => {
+            assert!(what.contains("QP number"), "{what}");
+            assert_eq!(value, remote.qpn as u64);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The QP is still in RESET: the right number connects it.
+    remote.qpn &= 0xff_ffff;
+    qp.connect(remote).unwrap();
+}
+
 /// QP and SRQ capabilities past the device's range are refused naming the field and the
 /// value given (before, the software NIC's refusal stated the range only: "sq_blocks must
 /// be 16 ..= 32768", a review's finding).

@@ -180,6 +180,14 @@ impl Qp {
                 state: "connected: a QP connects only from RESET (create a new one)",
             });
         }
+        // A peer's number (out of band, perhaps corrupt) is checked here as `UdQp::send_to`
+        // and `DcPeer::new` check theirs: rdma-core hands it to the kernel as it is.
+        if remote.qpn > 0xff_ffff {
+            return Err(Error::InvalidParameter {
+                what: "remote QP number (24 bits)",
+                value: remote.qpn as u64,
+            });
+        }
         self.obj()?.connect(remote, self.psn, timing)?;
         self.set_connected();
         Ok(())
