@@ -429,10 +429,18 @@ impl Drop for Qp {
             // SAFETY: created by rdma_create_qp on this id, which outlives it (the connection
             // holds the id and drops it after the QP).
             Some(id) => unsafe { ffi::rdma_destroy_qp(id) },
-            // SAFETY: created in `new`, destroyed once; its CQs and PD are kept alive.
-            None => unsafe {
-                ffi::ibv_destroy_qp(self.qp);
-            },
+            None => {
+                // SAFETY: created in `new`, destroyed once; its CQs and PD are kept alive.
+                let rc = unsafe { ffi::ibv_destroy_qp(self.qp) };
+                if rc != 0 {
+                    // The QP lives on in the kernel and may still write its posted receives:
+                    // their regions stay pinned (and so registered, their memory allocated)
+                    // for good, as a region whose deregistration is refused keeps its memory.
+                    if let Some(t) = self.recv_targets.take() {
+                        std::mem::forget(t);
+                    }
+                }
+            }
         }
     }
 }
