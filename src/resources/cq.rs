@@ -25,8 +25,8 @@ pub(crate) struct ChannelLink {
 pub(crate) struct CqHandle {
     /// The backend's CQ (destroyed after the handle's drop: field).
     pub(crate) kind: backend::Cq,
-    /// The device's events (a CQ's are forgotten when it goes: its number comes back).
-    events: Arc<super::events::Events>,
+    /// Forgets the CQ's events once it is destroyed (after `kind`): its number comes back.
+    _forget: super::events::Forget,
     pub(crate) registry: Arc<Registry>,
     /// The completion channel, when the CQ has one.
     pub(crate) link: Option<ChannelLink>,
@@ -68,8 +68,6 @@ impl Drop for CqHandle {
             self.kind.unlink();
             l.chan.inner.detach(l.id, l.token);
         }
-        // Its number may come back with another CQ.
-        self.events.forget(self.kind.subject());
     }
 }
 
@@ -218,8 +216,8 @@ impl Cq {
         Ok(Cq {
             poller,
             handle: Arc::new(CqHandle {
+                _forget: super::events::Forget::new(&dev.events, [Some(kind.subject()), None]),
                 kind,
-                events: dev.events.clone(),
                 registry,
                 link,
             }),

@@ -146,12 +146,14 @@ impl Dct {
 
 impl Drop for Dct {
     fn drop(&mut self) {
-        self.pd.inner.dev.events.forget(Subject::Qp(self.dctn));
         // As a QP's drop: with the CQ's list locked, destroy the DCT, then leave a tombstone
         // over the receive completions it may still have in the CQ.
         let mut g = self.cq.registry.lock();
         drop(self.obj.take());
         self.cq.registry.bury(&mut g, self.dctn);
+        drop(g);
+        // Its events once it is destroyed (see `events::Forget`): its number comes back.
+        self.pd.inner.dev.events.forget(Subject::Qp(self.dctn));
     }
 }
 
@@ -678,7 +680,6 @@ impl PostSend for DcSend<'_> {
 
 impl Drop for Dci {
     fn drop(&mut self) {
-        self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.lifetimes.reclaim();
         // The queue's CQ charge stays whole until the DCI is destroyed (see `Qp`'s drop).
         let leaving = self.sq.leave_cq();
@@ -692,6 +693,8 @@ impl Drop for Dci {
         self.cq.registry.bury(&mut g, self.qpn);
         drop(g);
         drop(leaving);
+        // Its events once it is destroyed (see `events::Forget`).
+        self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
     }
 }
 

@@ -14,7 +14,7 @@
 pub use crate::async_event::AsyncEvent;
 pub(crate) use crate::async_event::Subject;
 use crate::backend::Dev;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A refused post explained: a queue or CQ that does not drain may be the sign of an
 /// asynchronous event (a CQ in error writes no completions, a failed device runs nothing),
@@ -99,6 +99,36 @@ impl Events {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(s, _)| *s != subject);
+    }
+}
+
+/// Forgets the events of an object that goes away when it drops: a field of the object's
+/// handle after the device object's own, so after the object is destroyed. Forgotten
+/// before, an event another thread read between the forget and the destroy outlived the
+/// object, and the next object with its number was blamed for it (a review's finding); the
+/// kernel drops a destroyed object's unread events itself (`ib_uverbs_release_uevent`), as
+/// the software NIC does.
+#[derive(Debug)]
+pub(crate) struct Forget {
+    events: Arc<Events>,
+    subjects: [Option<Subject>; 2],
+}
+
+impl Forget {
+    /// Forgets `subjects` of `events` when dropped.
+    pub(crate) fn new(events: &Arc<Events>, subjects: [Option<Subject>; 2]) -> Forget {
+        Forget {
+            events: events.clone(),
+            subjects,
+        }
+    }
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        for s in self.subjects.into_iter().flatten() {
+            self.events.forget(s);
+        }
     }
 }
 

@@ -110,8 +110,6 @@ impl SrqHandle {
 
 impl Drop for SrqHandle {
     fn drop(&mut self) {
-        let dev = &self.pd.inner.dev;
-        dev.events.forget(self.subject());
         // No QP takes receives from it any more (each holds this handle): nothing writes
         // its ring from now on (a page fault polled later gives its WQE back), then destroy
         // it, after which nothing completes on its behalf.
@@ -121,6 +119,8 @@ impl Drop for SrqHandle {
         for (mut s, pos) in writer.into_iter().chain(poster) {
             s.release(pos);
         }
+        // Its events once it is destroyed (see `events::Forget`).
+        self.pd.inner.dev.events.forget(self.subject());
     }
 }
 

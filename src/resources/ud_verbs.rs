@@ -33,6 +33,8 @@ pub(crate) struct VerbsUd {
     /// The queues' CQ charges, taken off them in Drop and given back when this drops,
     /// after the queues (with the last of which the QP is destroyed): see `Qp`'s.
     leaving: [Option<Leaving>; 2],
+    /// Forgets the QP's events once it is destroyed (after the queues and `obj`).
+    _forget: super::events::Forget,
 }
 
 impl VerbsUd {
@@ -83,6 +85,10 @@ impl VerbsUd {
             pd: pd.clone(),
             cqs: [send_cq.handle.clone(), recv_cq.handle.clone()],
             leaving: [None, None],
+            _forget: super::events::Forget::new(
+                &pd.inner.dev.events,
+                [Some(Subject::Qp(qpn)), None],
+            ),
         }
     }
 
@@ -175,7 +181,6 @@ impl VerbsUd {
 
 impl Drop for VerbsUd {
     fn drop(&mut self) {
-        self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
         self.pd.inner.lifetimes.reclaim();
         self.leaving = [self.sq.queue().leave_cq(), self.rq.leave_cq()];
         // As an RC QP's drop: with the CQs' lists locked, a tombstone for the number (the

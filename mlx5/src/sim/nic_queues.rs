@@ -3,6 +3,7 @@
 
 use super::cq::SimCq;
 use super::error::SimError;
+use super::event::AsyncEvent;
 use super::nic::Nic;
 use super::order::OrderMode;
 use super::qp::SimQp;
@@ -134,6 +135,10 @@ impl Nic {
         }
         st.cqs.remove(&cqn);
         st.cqns.free(cqn);
+        // As the kernel's destroy (`ib_uverbs_release_uevent`): its unread events go with
+        // it, so a later CQ with its number never reads them.
+        st.events
+            .retain(|e| !matches!(*e, AsyncEvent::CqError { cqn: n } if n == cqn));
         Ok(())
     }
 
@@ -310,6 +315,13 @@ impl Nic {
         let mut st = self.st();
         let q = st.qps.remove(&qpn).ok_or(SimError::NoQp(qpn))?;
         st.qpns.free(qpn);
+        // Its unread events go with it (see `destroy_cq`).
+        st.events.retain(|e| {
+            !matches!(*e,
+                AsyncEvent::QpFatal { qpn: n }
+                | AsyncEvent::QpAccessError { qpn: n }
+                | AsyncEvent::QpLastWqeReached { qpn: n } if n == qpn)
+        });
         if let Some(srqn) = q.srq {
             st.detach_srq(srqn);
         }
@@ -444,6 +456,9 @@ impl Nic {
         }
         st.srqs.remove(&srqn);
         st.srqns.free(srqn);
+        // Its unread events go with it (see `destroy_cq`).
+        st.events
+            .retain(|e| !matches!(*e, AsyncEvent::SrqLimitReached { srqn: n } if n == srqn));
         Ok(())
     }
 }

@@ -254,6 +254,13 @@ impl Pd {
             obj: Some(obj),
             srq,
             leaving: [None, None],
+            _forget: crate::resources::events::Forget::new(
+                &self.inner.dev.events,
+                [
+                    Some(crate::resources::events::Subject::Qp(qpn)),
+                    Some(crate::resources::events::Subject::LastWqe(qpn)),
+                ],
+            ),
             _cm: cm,
         })
     }

@@ -102,6 +102,9 @@ pub struct Qp {
     /// drops: after `path` and `obj`, so after the device QP is destroyed on either path
     /// (the verbs path's QP goes with the last of its queues).
     leaving: [Option<Leaving>; 2],
+    /// Forgets the QP's events once it is destroyed (after `path` and `obj`): its number
+    /// may come back with another QP.
+    _forget: super::events::Forget,
     /// The SRQ the QP takes its receives from (destroyed after the QP).
     srq: Option<Arc<super::srq::SrqHandle>>,
     /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
@@ -416,9 +419,6 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         self.leave_the_srq();
-        // Its number may come back with another QP.
-        self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));
-        self.pd.inner.dev.events.forget(Subject::LastWqe(self.qpn));
         self.pd.inner.lifetimes.reclaim();
         // The queues' CQ charges stay whole until the device QP is gone (`leaving`'s field
         // order): the QP may complete into the CQs until then.
