@@ -361,7 +361,10 @@ impl SrqRing {
     }
 
     /// Posts several receives with one doorbell-record update. Stops at the first error,
-    /// having posted the ones before it.
+    /// having posted the ones before it. `recvs` is consumed under the SRQ's writer lock
+    /// (a spin lock, held for the one update): the iterator must not poll the CQ the SRQ's
+    /// receives complete on, whose poller reposts a page-faulted receive under that lock
+    /// and would wait for ever.
     ///
     /// # Errors
     /// As [`SrqRing::post`], with how many were posted.
