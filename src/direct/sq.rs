@@ -606,20 +606,30 @@ impl SendQueue {
     }
 
     /// Whether the WQE at `start` (of `ds` DS) carries inline data: a write or send whose
-    /// first data segment has the inline flag (rdma-core's `inl`).
+    /// first data segment has the inline flag (rdma-core's `inl`). On a UD QP's or a DCI's
+    /// queue the datagram segment (48 bytes) comes before it, as in `_mlx5_post_send`.
     #[cold]
     fn last_is_inline(&self, start: u16, ds: u8) -> bool {
-        let b = self.block(start);
-        // SAFETY: the block at `start` holds the WQE just written, inside the ring; the bytes
-        // read are within its first 64.
-        let opcode = unsafe { *b.add(3) };
-        let at = match opcode {
-            0x08 | 0x09 => 32,        // RDMA write (with immediate): control, remote address
-            0x0a | 0x0b | 0x01 => 16, // send (with immediate / invalidate): control
-            _ => return false,
+        // SAFETY: the block at `start` holds the WQE just written, inside the ring.
+        let opcode = unsafe { *self.block(start).add(3) };
+        let dgram = if self.not_rc { 48 } else { 0 };
+        let at = dgram
+            + match opcode {
+                0x08 | 0x09 => 32,        // RDMA write (with immediate): control, remote address
+                0x0a | 0x0b | 0x01 => 16, // send (with immediate / invalidate): control
+                _ => return false,
+            };
+        if ds as usize * 16 <= at {
+            return false;
+        }
+        // SAFETY: `at` lies inside the WQE (`ds` DS), whose blocks follow `start` around the
+        // ring: block `at / 64` of it, byte `at % 64`.
+        let b = unsafe {
+            *self
+                .block(start.wrapping_add((at / 64) as u16))
+                .add(at % 64)
         };
-        // SAFETY: as above (at < 64).
-        ds as usize * 16 > at && unsafe { *b.add(at) } & 0x80 != 0
+        b & 0x80 != 0
     }
 
     /// rdma-core's `MLX5_POST_SEND_PREFER_BF=0`: BlueFlame copies only for WQEs with inline

@@ -361,3 +361,56 @@ fn the_receive_queue_refuses_null_or_misaligned_rings_and_records() {
     let q = unsafe { RecvQueue::new(&base) }.unwrap();
     assert!(q.is_some());
 }
+
+/// With `MLX5_POST_SEND_PREFER_BF=0` only WQEs with inline data are copied with BlueFlame
+/// (`post_send_db`'s `inl`): on a UD QP's and a DCI's queue the inline segment comes after
+/// the 48-byte datagram segment. Read at the RC offsets, a UD inline send was rung with
+/// the 8-byte doorbell and a DC send of a buffer whose DC key has its top bit set was
+/// copied (a review's finding).
+#[test]
+fn blueflame_only_for_inline_data_reads_past_the_datagram_segment() {
+    let sge = [mlx5::request::Sge {
+        addr: 0x1000,
+        len: 8,
+        lkey: 3,
+    }];
+    let dest = mlx5::dc::DcAddr {
+        av: [0; mlx5::dc::AV_BYTES],
+        dctn: 5,
+        dc_key: 0x8000_0000_0000_0006,
+    };
+    for (t, inline, copied) in [
+        (Transport::Ud, true, true),
+        (Transport::Ud, false, false),
+        (Transport::Dci, true, true),
+        (Transport::Dci, false, false),
+    ] {
+        let mut m = mem();
+        let mut sq = queue(&mut m);
+        sq.set_transport(t);
+        sq.set_blueflame_inline_only(true);
+        let data = if inline {
+            Payload::Inline(b"12345678")
+        } else {
+            Payload::Sgl(&sge)
+        };
+        let r = match t {
+            Transport::Ud => {
+                let mut av = mlx5::av::Av::default();
+                av.set_qkey(0x8000_0001);
+                let send = mlx5::wqe::UdSend {
+                    dgram: mlx5::av::DatagramSeg::ud(&av, 1, 0x8000_0001),
+                    data,
+                    imm: None,
+                };
+                sq.post_ud(&send, 1, PostFlags::SIGNALED)
+            }
+            _ => sq.post_dc(&dest, &Request::Send { data }, 1, PostFlags::SIGNALED),
+        };
+        r.unwrap();
+        drop(sq);
+        let got = m.bf.0[8..64].iter().any(|&b| b != 0);
+        assert_eq!(got, copied, "{t:?}, inline {inline}");
+        assert_eq!(&m.bf.0[..8], &m.ring[..8], "{t:?}, inline {inline}");
+    }
+}
