@@ -119,7 +119,7 @@ const OPS: &[Row] = &[
     ),
     // A batch parks the ringing fast paths while it is open, so that one forgotten
     // (`mem::forget`) leaves none to ring a block alone past its WQEs (a review's finding,
-    // 2026-11-27): 61.9 -> 62.5, the guard 62 -> 63.
+    // 2026-11-27): 61.9 -> 62.5 (62.8 at 34275b3, the compiled code moved), the guard 62 -> 63.
     (
         "post: per WQE in a batch of 32",
         "measured_batch32",
