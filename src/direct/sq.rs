@@ -481,13 +481,8 @@ impl SendQueue {
     }
 
     fn update_fast_limit(&mut self) {
-        // Off while a batch is open, and so after one that was forgotten (`mem::forget`,
-        // which is safe) until a ring: a fast path rings its own block alone, and the
-        // batch's WQEs, written but not rung, would be left behind it (and rung later from
-        // their stale start, an index that went backwards).
         let on = self.enabled && self.next_fence == Fence::None && !self.not_rc;
         let limit = FAST_INLINE_MAX.min(self.limits.max_inline) + 1;
-        self.push_limit = if on && self.bf_ok { limit } else { 0 };
         let fast = (
             if on && self.bf_ok { limit } else { 0 },
             if on && self.shared_bf_ok { limit } else { 0 },
@@ -497,6 +492,8 @@ impl SendQueue {
                 && self.limits.max_sge >= 1
                 && !self.bf_inline_only,
         );
+        // A push rings nothing: its encoder is on whether a batch is open or not.
+        self.push_limit = fast.0;
         // Off while a batch is open, and so after one that was forgotten (`mem::forget`,
         // which is safe) until a ring: a fast path rings its own block alone, and the
         // batch's WQEs, written but not rung, would be left behind it (and rung later from

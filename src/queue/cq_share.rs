@@ -341,6 +341,7 @@ impl CqShare {
 /// while the still live QP went on completing into it: other queues could then post past
 /// the CQ's entries and overrun it. rdma-core cleans a CQ of a QP's entries only after
 /// destroying it too (`mlx5_destroy_qp`, then `__mlx5_cq_clean`).
+#[derive(Debug)]
 pub(crate) struct Leaving {
     share: CqShare,
     pos: u16,
@@ -349,15 +350,6 @@ pub(crate) struct Leaving {
 impl Drop for Leaving {
     fn drop(&mut self) {
         self.share.release(self.pos);
-    }
-}
-
-impl core::fmt::Debug for Leaving {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Leaving")
-            .field("share", &self.share)
-            .field("pos", &self.pos)
-            .finish()
     }
 }
 

@@ -118,12 +118,20 @@ impl Registry {
     /// and never completed to anyone (rxe leaves their completions in the CQ; libmlx5
     /// cleans them, `__mlx5_cq_clean`, and then the entry finds none).
     pub(crate) fn bury(&self, list: &mut Vec<Attached>, qpn: u32) {
-        if self.ring.is_none() {
-            let srq = list
-                .iter()
-                .find(|x| x.qpn == qpn)
-                .and_then(|x| x.srq.clone());
-            if let Some(srq) = srq {
+        let srq = list
+            .iter()
+            .find(|x| x.qpn == qpn)
+            .and_then(|x| x.srq.clone());
+        match (&self.ring, srq) {
+            (Some(ring), srq) => {
+                let t = Tombstone::new(qpn, super::teardown::device_end(ring)).with_srq(srq);
+                let mut tombs = self.tombs.lock().unwrap_or_else(|e| e.into_inner());
+                tombs.retain(|t| !t.is_done());
+                if !t.is_done() {
+                    tombs.push(Arc::new(t));
+                }
+            }
+            (None, Some(srq)) => {
                 if list.iter().filter(|x| x.qpn & DEAD != 0).count() >= MAX_DEAD {
                     if let Some(i) = list.iter().position(|x| x.qpn & DEAD != 0) {
                         list.remove(i);
@@ -138,18 +146,7 @@ impl Registry {
                     srq: Some(srq),
                 });
             }
-        }
-        if let Some(ring) = &self.ring {
-            let srq = list
-                .iter()
-                .find(|x| x.qpn == qpn)
-                .and_then(|x| x.srq.clone());
-            let t = Tombstone::new(qpn, super::teardown::device_end(ring)).with_srq(srq);
-            let mut tombs = self.tombs.lock().unwrap_or_else(|e| e.into_inner());
-            tombs.retain(|t| !t.is_done());
-            if !t.is_done() {
-                tombs.push(Arc::new(t));
-            }
+            (None, None) => {}
         }
         // After the tombstone: a poller that no longer finds the QP finds its tombstone.
         list.retain(|x| x.qpn != qpn);

@@ -100,3 +100,50 @@ fn a_failed_device_is_reported_to_every_qp_and_cq() {
         Err(Error::AsyncEvent(AsyncEvent::DeviceFatal))
     ));
 }
+
+/// An asynchronous event of a CQ or QP dropped before anyone read it is not reported for
+/// the next CQ or QP that gets its number: it goes with its object, as the kernel's
+/// destroy drops it (`ib_uverbs_release_uevent`), and the crate forgets what it read of an
+/// object only once the object is destroyed (a review's finding: the next CQ and QP were
+/// blamed with `CqError` and `QpAccessError`).
+#[test]
+fn a_dropped_objects_unread_event_is_not_the_next_ones() {
+    // A CQ in error, dropped unread; the next CQ gets its number.
+    let lim = mlx5::sim::Limits {
+        keys: 0xff_ffff,
+        qps: 64,
+        cqs: 1,
+    };
+    let dev = Device::sim_with(lim, UarConfig::default(), false);
+    let a = dev.create_cq(16).unwrap();
+    let cqn = a.cqn();
+    nic(&dev).fail_cq(cqn).unwrap();
+    drop(a);
+    let b = dev.create_cq(16).unwrap();
+    assert_eq!(b.cqn(), cqn, "the number came back");
+    assert!(b.check().is_ok(), "the new CQ blamed: {:?}", b.check());
+    // A QP whose write the responder (itself) refused: QP_ACCESS_ERR, dropped unread.
+    let lim = mlx5::sim::Limits {
+        keys: 0xff_ffff,
+        qps: 1,
+        cqs: 64,
+    };
+    let dev = Device::sim_with(lim, UarConfig::default(), false);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let qpn = a.qpn();
+    a.connect(qpn).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    a.write_inline(&[1], mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll(&mut out), 1);
+    assert_eq!(out[0].status, WcStatus::RemAccessErr);
+    drop(a);
+    let b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    assert_eq!(b.qpn(), qpn, "the number came back");
+    assert!(b.check().is_ok(), "the new QP blamed: {:?}", b.check());
+    assert!(cq.check().is_ok(), "the CQ blamed: {:?}", cq.check());
+}

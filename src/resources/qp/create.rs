@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
 use crate::queue::registry::Attached;
 use crate::resources::cq::CqHandle;
+use crate::resources::events::{Forget, Subject};
 use crate::resources::{Cq, Pd, QpCaps};
 use crate::verbs;
 use crate::verbs::rq::VerbsRecvQueue;
@@ -254,12 +255,9 @@ impl Pd {
             obj: Some(obj),
             srq,
             leaving: [None, None],
-            _forget: crate::resources::events::Forget::new(
+            _forget: Forget::new(
                 &self.inner.dev.events,
-                [
-                    Some(crate::resources::events::Subject::Qp(qpn)),
-                    Some(crate::resources::events::Subject::LastWqe(qpn)),
-                ],
+                [Some(Subject::Qp(qpn)), Some(Subject::LastWqe(qpn))],
             ),
             _cm: cm,
         })

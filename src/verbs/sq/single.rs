@@ -79,14 +79,7 @@ impl Single {
                 };
                 (buf, flag)
             }
-            Payload::Sgl(&[s]) if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES => {
-                let buf = ffi::ibv_sge {
-                    addr: s.addr,
-                    length: s.len,
-                    lkey: s.lkey,
-                };
-                (buf, 0)
-            }
+            Payload::Sgl(sgl) => (one_buffer(sgl)?, 0),
             _ => return None,
         };
         Some(Single {
@@ -103,22 +96,30 @@ impl Single {
     /// An RDMA read of `remote` into `sgl`, when it is one non-empty buffer.
     #[inline(always)]
     fn read(remote: mlx5::request::Remote, sgl: &[mlx5::request::Sge]) -> Option<Single> {
-        match *sgl {
-            [s] if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES => Some(Single {
-                opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
-                wc: WcOpcode::RdmaRead,
-                byte_len: s.len,
-                remote,
-                buf: ffi::ibv_sge {
-                    addr: s.addr,
-                    length: s.len,
-                    lkey: s.lkey,
-                },
-                inline_flag: 0,
-                imm: 0,
-            }),
-            _ => None,
-        }
+        let buf = one_buffer(sgl)?;
+        Some(Single {
+            opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+            wc: WcOpcode::RdmaRead,
+            byte_len: buf.length,
+            remote,
+            buf,
+            inline_flag: 0,
+            imm: 0,
+        })
+    }
+}
+
+/// `sgl` as the one gather entry of a straight post, when it is one non-empty buffer the
+/// queued path would take as it is (at most `MAX_SGE_BYTES`).
+#[inline(always)]
+fn one_buffer(sgl: &[mlx5::request::Sge]) -> Option<ffi::ibv_sge> {
+    match *sgl {
+        [s] if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES => Some(ffi::ibv_sge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        }),
+        _ => None,
     }
 }
 
@@ -360,9 +361,10 @@ mod tests {
     use mlx5::request::Remote;
     use mlx5::request::Sge;
 
-    /// The requests `post_one` posts without a queued work request: an inline write or send
-    /// of 1 to `max_inline` bytes, a read into one non-empty buffer; nothing else (those take
-    /// push + ring, whose checks refuse what must be refused).
+    /// The requests `post_one` posts without a queued work request: a write or send, with or
+    /// without an immediate, of 1 to `max_inline` inline bytes or one non-empty buffer (with
+    /// an immediate also of no bytes), a read into one non-empty buffer; nothing else (those
+    /// take push + ring, whose checks refuse what must be refused).
     #[test]
     fn single_requests_are_writes_and_sends_of_one_buffer_or_inline_bytes_and_one_buffer_reads() {
         let remote = Remote { addr: 64, rkey: 7 };
