@@ -4,8 +4,19 @@
 /// RNR retries, scatter-to-CQE.
 ///
 /// The same fields rule the direct path's rings (on a ConnectX and on the software NIC) and
-/// the verbs QP's `ibv_qp_cap` (on other devices), so one value gives the same send depth
-/// everywhere ([`QueuePair::send_depth`](crate::QueuePair::send_depth)).
+/// the verbs QP's `ibv_qp_cap` (on other devices). On the direct path one value gives the
+/// same ring, send depth ([`QueuePair::send_depth`](crate::QueuePair::send_depth)) and
+/// inline limit on a ConnectX as on the software NIC; on the verbs path the depth is at
+/// least the same (the provider may round it up).
+///
+/// On an mlx5 device, and on the software NIC, QPs are refused as rdma-core's libmlx5
+/// would refuse them on a ConnectX (`mlx5_calc_send_wqe`, `mlx5_calc_sq_size`,
+/// `mlx5_calc_rq_size`: a send WQE of at most 1024 bytes sized for the transport's longest
+/// operation), but with [`Error::InvalidParameter`](crate::Error::InvalidParameter) naming
+/// the field and its value instead of `EINVAL`: `max_send_sge` at most 52 for RC (60 UD,
+/// 49 DCI), `max_inline` at most 828 for RC (956 UD, 780 DCI), `max_recv_sge` at most 32,
+/// `rq_entries` at most 32768; on the verbs path also an `sq_blocks` whose depth rdma-core's
+/// ring of at most 32768 blocks cannot hold.
 ///
 /// ```
 /// let caps = blueflame::QpCaps {

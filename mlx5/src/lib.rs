@@ -12,6 +12,8 @@
 //! - the NIC's clock: what a CQE's timestamp holds and how it becomes nanoseconds
 //!   ([`clock`]);
 //! - doorbell-record slots and BlueFlame rules ([`doorbell`]);
+//! - what a ConnectX takes when a QP is created, as rdma-core sizes its queues
+//!   ([`qp_size`]);
 //! - an encoder that writes one whole WQE for one [`Request`] into ring blocks, wrapping past
 //!   the end of the ring, and a decoder that reads it back ([`wqe`]).
 //!
@@ -35,6 +37,7 @@ pub mod dc;
 pub mod doorbell;
 pub mod grh;
 pub mod opcode;
+pub mod qp_size;
 pub mod raw;
 pub mod recv;
 pub mod request;

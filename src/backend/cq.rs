@@ -23,8 +23,8 @@ impl Dev {
         match self {
             #[cfg(feature = "sim")]
             Dev::Sim(_) => sim::MAX_CQE,
-            // `ibv_create_cq` takes an int.
-            Dev::Rdma(_) => i32::MAX as u32,
+            // The device's answer to `ibv_query_device` (an int there).
+            Dev::Rdma(d) => d.attrs.max_cqe,
         }
     }
 

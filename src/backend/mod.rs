@@ -17,6 +17,7 @@
 
 mod clock;
 pub(crate) mod cq;
+mod limits;
 mod memory;
 pub(crate) mod qp;
 pub(crate) mod rdma;

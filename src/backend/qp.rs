@@ -71,7 +71,11 @@ impl Pd {
     pub(crate) fn create_qp(&self, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)> {
         match self {
             #[cfg(feature = "sim")]
-            Pd::Sim(p) => sim::create_qp(p, spec).map(|(q, r, n)| (Qp::Sim(q), r, n)),
+            Pd::Sim(p) => {
+                // The software NIC takes what a ConnectX takes, no more.
+                super::limits::connectx(spec, true)?;
+                sim::create_qp(p, spec).map(|(q, r, n)| (Qp::Sim(q), r, n))
+            }
             Pd::Rdma(p) => rdma::create_qp(p, spec).map(|(q, r, n)| (Qp::Rdma(q), r, n)),
         }
     }

@@ -72,6 +72,10 @@ pub struct DeviceAttrs {
     pub max_qp_rd_atom: u8,
     /// `max_qp_init_rd_atom`: the same as requester (the limit of `max_rd_atomic`).
     pub max_qp_init_rd_atom: u8,
+    /// `max_cqe`: the most entries a CQ may be asked for (a ConnectX reports
+    /// `(1 << log_max_cq_sz) - 1`: rdma-core asks the kernel for one more, rounded up to a
+    /// power of two).
+    pub max_cqe: u32,
     /// The device is rxe (Soft-RoCE): its vendor id is `RXE_VENDOR_ID` (0xffffff,
     /// `drivers/infiniband/sw/rxe/rxe_param.h`), whatever name it was given.
     pub rxe: bool,
@@ -397,6 +401,8 @@ impl Context {
             atomic: a.atomic_cap != ffi::ibv_atomic_cap::IBV_ATOMIC_NONE,
             max_qp_rd_atom: a.max_qp_rd_atom.clamp(0, 255) as u8,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom.clamp(0, 255) as u8,
+            // `ibv_create_cq` takes an int.
+            max_cqe: a.max_cqe.clamp(0, i32::MAX) as u32,
             rxe: a.vendor_id == RXE_VENDOR_ID,
         })
     }
@@ -496,6 +502,7 @@ mod tests {
             atomic: true,
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
+            max_cqe: (1 << 22) - 1,
             rxe: false,
             odp: Default::default(),
             clock: Default::default(),

@@ -154,16 +154,61 @@ fn every_size_up_to_512() {
 }
 
 #[test]
-fn every_size_up_to_960_the_16_block_limit() {
-    // 960 inline bytes: 2 + 61 = 63 DS = 16 blocks, the largest WQE there is.
+fn every_size_up_to_828_the_rc_limit() {
+    // 828 inline bytes: 2 + 52 = 54 DS = 14 blocks, the largest RC WQE a ConnectX QP can
+    // have (rdma-core sizes RC WQEs for a bind's 192 bytes of UMR beside the payload, in at
+    // most 1024 bytes: `mlx5_calc_send_wqe`).
     every_size(
         QpCaps {
-            max_inline: 960,
+            max_inline: 828,
             bf_size: 1024,
             ..QpCaps::default()
         },
         true,
     );
+}
+
+#[test]
+fn an_rc_qp_a_connectx_would_refuse_is_refused_with_its_field() {
+    // rdma-core answers these with EINVAL; the software NIC, as every backend, names the
+    // field and its value.
+    for (caps, field, value) in [
+        (
+            QpCaps {
+                max_inline: 829,
+                ..QpCaps::default()
+            },
+            "max_inline",
+            829,
+        ),
+        (
+            QpCaps {
+                max_send_sge: 53,
+                ..QpCaps::default()
+            },
+            "max_send_sge",
+            53,
+        ),
+        (
+            QpCaps {
+                max_recv_sge: 33,
+                ..QpCaps::default()
+            },
+            "max_recv_sge",
+            33,
+        ),
+    ] {
+        let dev = Device::sim_stepped();
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(64).unwrap();
+        match pd.create_qp(&cq, &cq, caps) {
+            Err(e @ Error::InvalidParameter { what, value: v }) => {
+                assert!(what.starts_with(field), "{e}");
+                assert_eq!(v, value, "{e}");
+            }
+            other => panic!("{caps:?}: {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -181,42 +226,46 @@ fn every_size_on_a_small_ring_without_blueflame() {
 
 #[test]
 fn largest_inline_on_smallest_ring() {
-    // A 16-block WQE on a 16-block ring: it needs the whole ring, so it waits for every
-    // earlier WQE to retire.
+    // A 14-block WQE (RC's longest on a ConnectX: 828 inline bytes) on a 16-block ring:
+    // after a one-block write and one such WQE there is no room for another until the ring
+    // drains.
     let caps = QpCaps {
         sq_blocks: 16,
-        max_inline: 960,
+        max_inline: 828,
         ..QpCaps::default()
     };
     let mut s = Setup::pair(caps);
     let dst = s.mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let q = s.a.qpn();
-    let big = pattern(960, 960);
+    let big = pattern(828, 828);
     s.a.write_inline(b"a", dst.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
+    s.a.write_inline(&big, dst.remote(100).unwrap(), 2, PostFlags::SIGNALED)
+        .unwrap();
     let e =
-        s.a.write_inline(&big, dst.remote(100).unwrap(), 2, PostFlags::SIGNALED)
+        s.a.write_inline(&big, dst.remote(100).unwrap(), 3, PostFlags::SIGNALED)
             .unwrap_err();
     assert!(
         matches!(
             e,
             Error::QueueFull {
-                needed: 16,
-                free: 15,
+                needed: 14,
+                free: 1,
                 ..
             }
         ),
         "{e:?}"
     );
-    let (c, _) = s.run_expect(1, 0);
+    let (c, _) = s.run_expect(2, 0);
     assert_ok(&c[0], 1, WcOpcode::RdmaWrite, 0, q);
+    assert_ok(&c[1], 2, WcOpcode::RdmaWrite, 0, q);
     for k in 0..8u64 {
         s.a.write_inline(&big, dst.remote(100).unwrap(), 10 + k, PostFlags::SIGNALED)
             .unwrap();
-        assert_eq!(free_send(&mut s.a), 0);
+        assert_eq!(free_send(&mut s.a), 2);
         let (c, _) = s.run_expect(1, 0);
         assert_ok(&c[0], 10 + k, WcOpcode::RdmaWrite, 0, q);
-        assert_eq!(bytes(&dst, 100, 960), big);
+        assert_eq!(bytes(&dst, 100, 828), big);
         assert_eq!(free_send(&mut s.a), 16);
     }
 }

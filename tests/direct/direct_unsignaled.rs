@@ -200,20 +200,21 @@ fn unsignaled_error_is_reported_with_its_cookie() {
     assert_eq!(free_send(&mut s.a), 256);
 }
 
-/// On a ring of 16 blocks whose WQEs reach 16 blocks (960 inline bytes), an unsignaled run
-/// must never leave the longest request without room for good: before the run was bounded
-/// by the longest WQE, one unsignaled one-block write left 15 blocks, a 16-block write was
-/// refused, and nothing signaled could ever free the ring (a review's finding).
+/// On a ring of 16 blocks whose WQEs reach 14 blocks (828 inline bytes, RC's most on a
+/// ConnectX), an unsignaled run must never leave the longest request without room for good:
+/// before the run was bounded by the longest WQE, eight unsignaled one-block writes left 8
+/// blocks, a 14-block write was refused, and nothing signaled could ever free the ring (a
+/// review's finding, then with 16-block WQEs).
 #[test]
 fn an_unsignaled_run_never_leaves_the_longest_request_without_room() {
     let caps = QpCaps {
         sq_blocks: 16,
-        max_inline: 960,
+        max_inline: 828,
         ..QpCaps::default()
     };
-    // One unsignaled write, then the longest (16 blocks); eight, then one of 9 blocks
-    // (2 + ceil((540 + 4) / 16) = 36 DS).
-    for (unsignaled, len) in [(1u64, 960usize), (8, 540)] {
+    // One or eight unsignaled writes, then the longest (14 blocks); eight, then one of 9
+    // blocks (2 + ceil((540 + 4) / 16) = 36 DS).
+    for (unsignaled, len) in [(1u64, 828usize), (8, 828), (8, 540)] {
         let mut s = Setup::pair(caps);
         let dst = s.mr(4096, ALL);
         for i in 0..unsignaled {

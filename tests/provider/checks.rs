@@ -27,7 +27,101 @@ pub fn all() -> Vec<Case> {
         check("what_the_model_lacks_is_refused_typed", refused_typed),
         check("srq_page_faults_as_rdma_core_handles_them", srq_page_faults),
         check("completion_timestamps_through_rdma_core", timestamps),
+        check("creation_limits_as_on_the_software_nic", creation_limits),
     ]
+}
+
+/// What rdma-core's provider takes at creation is what the software NIC takes: the same
+/// caps give the same send depth and the same largest inline payload on both (the ring
+/// the caps name, not rdma-core's rounding of it), and what rdma-core would refuse with a
+/// bare `EINVAL` both refuse naming the same field and value; so do CQ sizes past the
+/// device's `max_cqe`.
+fn creation_limits(dev: &Device) -> Result<(), String> {
+    let sim = Device::sim();
+    let outcome = |d: &Device, caps: QpCaps| -> Result<String, String> {
+        let pd = d.alloc_pd().map_err(|e| e.to_string())?;
+        let cq = d.create_cq(64).map_err(|e| e.to_string())?;
+        Ok(match pd.create_qp(&cq, &cq, caps) {
+            Ok(mut qp) => {
+                let me = qp.qpn();
+                qp.connect(me).map_err(|e| e.to_string())?;
+                let mr = pd
+                    .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                    .map_err(|e| e.to_string())?;
+                let over = vec![1u8; caps.max_inline as usize + 1];
+                let r = qp.write_inline(
+                    &over,
+                    mr.remote(0).map_err(|e| e.to_string())?,
+                    1,
+                    PostFlags::SIGNALED,
+                );
+                format!("depth {}, one byte past max_inline: {r:?}", qp.send_depth())
+            }
+            Err(e) => format!("{e:?}"),
+        })
+    };
+    let d = QpCaps::default();
+    for caps in [
+        d,
+        QpCaps { sq_blocks: 16, ..d },
+        QpCaps {
+            sq_blocks: 32768,
+            ..d
+        },
+        QpCaps {
+            max_inline: 0,
+            max_send_sge: 1,
+            ..d
+        },
+        QpCaps {
+            max_inline: 828,
+            ..d
+        },
+        QpCaps {
+            max_inline: 829,
+            ..d
+        },
+        QpCaps {
+            max_send_sge: 52,
+            ..d
+        },
+        QpCaps {
+            max_send_sge: 53,
+            ..d
+        },
+        QpCaps {
+            max_recv_sge: 32,
+            ..d
+        },
+        QpCaps {
+            max_recv_sge: 33,
+            ..d
+        },
+        QpCaps {
+            rq_entries: 32769,
+            ..d
+        },
+    ] {
+        let (here, there) = (outcome(dev, caps)?, outcome(&sim, caps)?);
+        if here != there {
+            return Err(format!(
+                "{caps:?}: {here} through rdma-core, {there} on the software NIC"
+            ));
+        }
+    }
+    for entries in [(1 << 22) - 1, 1 << 22] {
+        let size = |d: &Device| match d.create_cq(entries) {
+            Ok(cq) => format!("{} entries", cq.capacity()),
+            Err(e) => format!("{e:?}"),
+        };
+        let (here, there) = (size(dev), size(&sim));
+        if here != there {
+            return Err(format!(
+                "create_cq({entries}): {here} through rdma-core, {there} on the software NIC"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Completion timestamps as a ConnectX user gets them: rdma-core's provider creates the CQ

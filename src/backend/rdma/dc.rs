@@ -113,13 +113,11 @@ pub(super) fn create_dci(
     }
     let caps = spec.caps;
     let cq = spec.send_cq.rdma()?;
-    let lim = mlx5::wqe::Limits {
-        max_sge: caps.max_send_sge as usize,
-        max_inline: caps.max_inline as usize,
-    };
-    let wrs = caps.sq_blocks / mlx5::dc::max_dc_wqe_bbs(&lim) as u32;
+    // As many requests as fill a ring of `sq_blocks` with rdma-core's DCI WQE size, after
+    // the refusals rdma-core would answer with `EINVAL` (`super::super::limits`).
+    let wrs = super::super::limits::connectx(spec, true)?.unwrap_or(1);
     let cap = rdma_sys::ibv_qp_cap {
-        max_send_wr: wrs.max(1),
+        max_send_wr: wrs,
         max_recv_wr: 0,
         max_send_sge: caps.max_send_sge,
         max_recv_sge: 0,

@@ -58,6 +58,14 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     // runs the verbs path. The direct path wants a thread domain per QP: a BlueFlame
     // register of its own (the verbs path locks inside rdma-core anyway).
     let direct = d.path == DataPath::Direct && !env.qp_signature;
+    // On an mlx5 device, what rdma-core would refuse is refused here with its field, and the
+    // direct path asks for the ring the caps name (`super::super::limits`).
+    let mut verbs_caps = caps.verbs();
+    if d.mlx5 {
+        if let Some(wrs) = super::super::limits::connectx(spec, direct)? {
+            verbs_caps.max_send_wr = wrs;
+        }
+    }
     // rdma-core creates every RC and UD QP of a ConnectX with responder scatter-to-CQE
     // unless MLX5_SCATTER_TO_CQE=0 (`verbs.c` `create_qp`, `use_scatter_to_cqe`, read by
     // rdma-core itself); a QP asked without it needs the vendor call and its creation flag.
@@ -130,7 +138,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                 p.pd.clone(),
                 scq,
                 recv_cq.rdma()?,
-                caps.verbs(),
+                verbs_caps,
                 api,
                 direct,
                 creator,
@@ -166,7 +174,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                         p.pd.clone(),
                         scq,
                         rcq,
-                        caps.verbs(),
+                        verbs_caps,
                         direct,
                         api,
                     )?
@@ -175,7 +183,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                     p.pd.clone(),
                     scq,
                     rcq,
-                    caps.verbs(),
+                    verbs_caps,
                     direct,
                     api,
                     srq.map(|s| s.rdma().cloned()).transpose()?,
@@ -192,7 +200,11 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
         let c = qp.caps;
         let lim = crate::dv::QpLimits {
             qpn,
-            max_inline: c.max_inline,
+            // rdma-core reports the inline room of the WQE size it chose, which may pass
+            // what was asked (316 bytes for 256 on RC): the direct path takes what was
+            // asked, as the software NIC does, so a payload one of them refuses the other
+            // refuses too.
+            max_inline: c.max_inline.min(caps.max_inline),
             max_send_sge: c.max_send_sge,
             max_recv_sge: c.max_recv_sge,
         };

@@ -242,8 +242,11 @@ impl Pd {
 /// The most receives a software-NIC SRQ holds (`max_srq_wr`).
 const MAX_SRQ_WR: u32 = (1 << 15) - 1;
 
-/// The most entries a software-NIC CQ has (a ConnectX's `log_max_cq_sz` of 22).
-pub(super) const MAX_CQE: u32 = 1 << 22;
+/// The most entries a software-NIC CQ may be asked for: a ConnectX's `max_cqe`,
+/// `(1 << log_max_cq_sz) - 1` with `log_max_cq_sz` 22 (`mlx5_ib_query_device`): rdma-core's
+/// `mlx5_create_cq` asks the kernel for `cqe + 1` rounded up to a power of two, which must
+/// not pass `1 << 22`.
+pub(super) const MAX_CQE: u32 = (1 << 22) - 1;
 
 /// A CQ of the NIC (destroyed on drop, its event sink removed first).
 pub(crate) struct Cq {

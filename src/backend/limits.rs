@@ -1,0 +1,87 @@
+//! What a ConnectX takes when a QP is created, checked once for every backend that is one
+//! or plays one (an mlx5 device through rdma-core on either data path, and the software
+//! NIC): rdma-core's sizing of the QP's queues (`mlx5::qp_size`: `mlx5_calc_send_wqe`,
+//! `mlx5_calc_sq_size`, `mlx5_calc_rq_size`) against a ConnectX's limits. A QP rdma-core
+//! would refuse with a bare `EINVAL` is refused before anything is created, with the field
+//! of [`QpCaps`] and its value, and the software NIC refuses exactly what a ConnectX does.
+//!
+//! It also says how many send work requests to ask rdma-core for: on the direct path as
+//! many as fill a ring of `sq_blocks` blocks with rdma-core's WQE size, so that the ring the
+//! crate takes over is the one the caps name, as on the software NIC (asked for the caps'
+//! depth, rdma-core sizes each request for its own longest WQE, a window bind's UMR, and
+//! made the ring up to twice as large); on the verbs path the caps' depth
+//! ([`QpCaps::verbs`]), which rdma-core's requests hold.
+
+use super::qp::{QpKind, QpSpec};
+use crate::caps::QpCaps;
+use crate::error::{Error, Result};
+use mlx5::qp_size::{self, DeviceLimits, Field, QpAsk, Transport};
+
+/// The transport of what `spec` makes, and whether it has a receive queue of its own; none
+/// for a DC target (no send queue; its receives come from its SRQ).
+fn transport(kind: &QpKind<'_>) -> Option<(Transport, bool)> {
+    match kind {
+        QpKind::Rc { srq, .. } => Some((Transport::Rc, srq.is_none())),
+        QpKind::Ud { .. } => Some((Transport::Ud, true)),
+        QpKind::Dci { .. } => Some((Transport::Dci, false)),
+        QpKind::Dct { .. } => None,
+    }
+}
+
+/// The caps' send depth: requests of the largest kind the caps allow that `sq_blocks`
+/// blocks hold (a DCI's WQEs carry an address segment).
+fn depth(t: Transport, caps: &QpCaps) -> u32 {
+    let lim = mlx5::wqe::Limits {
+        max_sge: caps.max_send_sge as usize,
+        max_inline: caps.max_inline as usize,
+    };
+    let bbs = match t {
+        Transport::Dci => mlx5::dc::max_dc_wqe_bbs(&lim),
+        Transport::Rc | Transport::Ud => mlx5::wqe::max_wqe_bbs(&lim),
+    };
+    (caps.sq_blocks / bbs as u32).max(1)
+}
+
+/// Refuses `spec` as rdma-core would on a ConnectX, and says how many send work requests to
+/// ask rdma-core for on the path given (`direct`); none for a DC target.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the field of [`QpCaps`] and its value: `max_send_sge`
+/// or `max_inline` past what a WQE of the transport holds beside its segments,
+/// `max_recv_sge` past a receive WQE, `rq_entries` past the device's receive queue, and on
+/// the verbs path an `sq_blocks` whose requests rdma-core's ring cannot hold.
+pub(crate) fn connectx(spec: &QpSpec<'_>, direct: bool) -> Result<Option<u32>> {
+    let Some((t, recv)) = transport(&spec.kind) else {
+        return Ok(None);
+    };
+    let caps = &spec.caps;
+    let lim = DeviceLimits::CONNECTX;
+    let mut ask = QpAsk {
+        max_send_wr: 1,
+        max_send_sge: caps.max_send_sge,
+        max_inline: caps.max_inline,
+        max_recv_wr: if recv { caps.rq_entries.max(1) } else { 0 },
+        max_recv_sge: if recv { caps.max_recv_sge } else { 0 },
+    };
+    let refused = |r: qp_size::Refusal| Error::InvalidParameter {
+        what: r.what,
+        value: match r.field {
+            Field::SendWr => caps.sq_blocks as u64,
+            _ => r.value,
+        },
+    };
+    let wqe_size = qp_size::send_wqe_size(t, &ask, &lim).map_err(refused)?;
+    ask.max_send_wr = if direct {
+        // A power of two of at most 32768 blocks (the backend refuses any other), at least
+        // 16, so one WQE of at most 1024 bytes fits.
+        let ring = caps
+            .sq_blocks
+            .clamp(16, lim.max_send_wqebb)
+            .next_power_of_two();
+        qp_size::send_wr_for_ring(ring, wqe_size)
+    } else {
+        depth(t, caps)
+    };
+    qp_size::qp_size(t, &ask, &lim).map_err(refused)?;
+    Ok(Some(ask.max_send_wr))
+}
