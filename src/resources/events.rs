@@ -43,14 +43,18 @@ pub(crate) struct Events {
 
 impl Events {
     /// Reads every pending event of the device (never blocks).
+    ///
+    /// Taking the events from the device and recording them are one step against
+    /// [`Events::forget`]: with the record unlocked in between, an object destroyed there
+    /// (its unread events dropped by the device, its record forgotten) got the event taken
+    /// before recorded after, and the next object given its number reported it (a review's
+    /// finding: a fresh QP's `check` said `QpFatal`). The lock order is this record, then
+    /// the device's, which never calls back here.
     #[cold]
     pub(crate) fn pump(&self, dev: &Dev) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut new = Vec::new();
         dev.read_events(&mut new);
-        if new.is_empty() {
-            return;
-        }
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         for x in new {
             if !seen.contains(&x) {
                 seen.push(x);

@@ -674,3 +674,54 @@ fn arm_doorbells_race_the_threaded_nic_as_atomics() {
     );
     assert_eq!(s.record_mismatches, 0, "{s:?}");
 }
+
+/// An event taken from the device by one thread while another drops its QP must not be
+/// blamed on the next QP given that number: taking the device's events and recording them
+/// are one step against the drop's forgetting (a review's finding: recorded after the
+/// forget, the dropped QP's `QpFatal` came back from a brand-new QP's `check` within a
+/// second). Three threads pump the device's events through a CQ's `check` meanwhile.
+#[test]
+fn an_event_of_a_dropped_qp_is_not_blamed_on_the_next_qp_of_its_number() {
+    let limits = mlx5::sim::Limits {
+        qps: 1, // the number comes back at once
+        ..Default::default()
+    };
+    let dev = Device::sim_with(limits, UarConfig::default(), false);
+    let nic = dev.nic().unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let stop = AtomicBool::new(false);
+    let (mut tries, mut hits) = (0u64, 0u64);
+    let mut first = None;
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            let other = dev.create_cq(8).unwrap();
+            let stop = &stop;
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = other.check();
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && hits == 0 {
+            tries += 1;
+            let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let n = qp.qpn();
+            nic.raise_event(mlx5::sim::AsyncEvent::QpFatal { qpn: n });
+            // Destroyed: the NIC drops its unread events, the crate forgets its own.
+            drop(qp);
+            let fresh = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            assert_eq!(fresh.qpn(), n, "the number came back");
+            if let Err(e) = fresh.check() {
+                hits += 1;
+                first.get_or_insert(format!("{e:?}"));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(
+        hits, 0,
+        "after {tries} rounds: a brand-new QP reports the dropped QP's event: {first:?}"
+    );
+}

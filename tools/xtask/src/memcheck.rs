@@ -81,6 +81,7 @@ const SUBSET: &[Entry] = &[
         &["events"],
         &[
             "events::no_missed_wake_up",
+            "events::an_event_of_a_dropped_qp",
             "events::many_threads",
             "events::a_channel_wait_leaves",
         ],
