@@ -125,6 +125,20 @@ impl Fence {
             _ => return None,
         })
     }
+
+    /// The fence a WQE asked with `self` carries when the WQE before it armed `armed` (an
+    /// initiator small fence after a memory-key operation, or none), as the kernel's
+    /// `get_fence` (`drivers/infiniband/hw/mlx5/wr.c`) makes it: a fence asked for keeps the
+    /// armed small fence (small-and-fence); none asked for takes the armed one. Replaced
+    /// by the asked fence, the small fence was lost: a send carrying a window's new rkey
+    /// could leave before the bind took effect.
+    pub const fn after(self, armed: Fence) -> Fence {
+        match (self, armed) {
+            (Fence::None, armed) => armed,
+            (Fence::Fence, Fence::InitiatorSmall) => Fence::SmallAndFence,
+            (asked, _) => asked,
+        }
+    }
 }
 
 /// Completion (CE) mode: bits 3:2 of `fm_ce_se`.
@@ -207,6 +221,20 @@ impl FmCeSe {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_asked_fence_keeps_the_armed_small_fence() {
+        use super::Fence::*;
+        for asked in super::Fence::ALL {
+            assert_eq!(asked.after(None), asked, "nothing armed");
+        }
+        assert_eq!(None.after(InitiatorSmall), InitiatorSmall);
+        assert_eq!(InitiatorSmall.after(InitiatorSmall), InitiatorSmall);
+        assert_eq!(Fence.after(InitiatorSmall), SmallAndFence);
+        assert_eq!(SmallAndFence.after(InitiatorSmall), SmallAndFence);
+        assert_eq!(StrongOrdering.after(InitiatorSmall), StrongOrdering);
+    }
+
     use super::*;
 
     #[test]

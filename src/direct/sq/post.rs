@@ -103,11 +103,7 @@ impl SendQueue {
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);
         let (signal, report) = self.claim(bbs, flags)?;
-        let fence = if flags.fence != Fence::None {
-            flags.fence
-        } else {
-            self.next_fence
-        };
+        let fence = flags.fence.after(self.next_fence);
         let next_fence = if kind::fences_next(req) {
             Fence::InitiatorSmall
         } else {
@@ -162,11 +158,7 @@ impl SendQueue {
     ) -> Result<()> {
         let bbs = ds_to_bbs(ds);
         let (signal, report) = self.claim(bbs, flags)?;
-        let fence = if flags.fence != Fence::None {
-            flags.fence
-        } else {
-            self.next_fence
-        };
+        let fence = flags.fence.after(self.next_fence);
         if self.next_fence != Fence::None {
             self.set_next_fence(Fence::None);
         }

@@ -86,6 +86,52 @@ fn a_bind_fences_the_next_request() {
     assert_eq!(u32::from_be(m.dbrec[1]), 5);
 }
 
+/// A fence asked for on the WQE after a memory-key operation keeps the small fence the
+/// operation armed (the kernel's `get_fence`: small-and-fence), on the posting path and in a
+/// batch: replaced by the plain fence, which waits for reads and atomics only, a send
+/// carrying a window's new rkey could leave before the bind took effect (a review's
+/// finding; rdma-core's own `IBV_SEND_FENCE` is small-and-fence always).
+#[test]
+fn an_asked_fence_after_a_key_operation_keeps_the_small_fence() {
+    for batch in [false, true] {
+        let mut m = mem();
+        let mut sq = queue(&mut m);
+        let fenced = PostFlags::SIGNALED.fence(Fence::Fence);
+        if batch {
+            let mut b = sq.batch();
+            b.push(
+                &Request::LocalInvalidate { rkey: 0x200 },
+                1,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+            b.push(&Request::Nop, 2, fenced).unwrap();
+            b.push(&Request::Nop, 3, fenced).unwrap();
+            b.ring();
+        } else {
+            sq.post(
+                &Request::LocalInvalidate { rkey: 0x200 },
+                1,
+                PostFlags::SIGNALED,
+            )
+            .unwrap();
+            sq.post(&Request::Nop, 2, fenced).unwrap();
+            sq.post(&Request::Nop, 3, fenced).unwrap();
+        }
+        drop(sq);
+        let mut sges = [mlx5::Sge::default(); 64];
+        let mut lin = [0u8; 64];
+        // The invalidate takes blocks 0 and 1.
+        let first = 2;
+        linearize(&m.ring, first, 1, &mut lin);
+        let f = decode(&lin, &mut sges).unwrap().flags.fence;
+        assert_eq!(f, Fence::SmallAndFence, "batch {batch}");
+        linearize(&m.ring, first + 1, 1, &mut lin);
+        let f = decode(&lin, &mut sges).unwrap().flags.fence;
+        assert_eq!(f, Fence::Fence, "batch {batch}: only the next one");
+    }
+}
+
 #[test]
 fn an_explicit_fence_wins_and_errors_write_nothing() {
     let mut m = mem();
