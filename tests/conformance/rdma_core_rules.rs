@@ -391,3 +391,36 @@ fn the_software_nic_fails_a_message_past_2_pow_31_with_a_local_length_error_befo
         assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "UD");
     }
 }
+
+/// A UD send whose address vector lacks `MLX5_EXTENDED_UD_AV` fails as a local QP
+/// operation error: a ConnectX would read a 16-byte compact address vector and the payload
+/// at another offset (every WQE the crate writes sets the bit, `DatagramSeg::ud`).
+#[test]
+fn a_ud_send_without_the_extended_address_vector_fails() {
+    let nic = Nic::new();
+    let pd = nic.alloc_pd();
+    let cq = nic.create_cq(64, 64).unwrap();
+    let raw = nic
+        .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
+        .unwrap();
+    nic.make_ud(raw.qpn, 0x1111, true).unwrap();
+    let mr = nic.alloc_mr(pd, 4096, Access::LOCAL_WRITE).unwrap();
+    let sgl = [Sge {
+        addr: mr.addr,
+        len: 64,
+        lkey: mr.lkey,
+    }];
+    // SAFETY: the rings belong to the NIC's QP, which lives as long as `nic` (dropped after
+    // the queue) and which nothing else posts to.
+    let mut sq = unsafe { SendQueue::new(&raw) }.unwrap();
+    let mut dgram = mlx5::av::DatagramSeg::ud(&mlx5::av::Av::default(), raw.qpn, 0x1111);
+    dgram.av.dqp_dct = mlx5::Be32::new(dgram.av.dqp());
+    let send = mlx5::wqe::UdSend {
+        dgram,
+        data: Payload::Sgl(&sgl),
+        imm: None,
+    };
+    sq.post_ud(&send, 1, PostFlags::SIGNALED).unwrap();
+    nic.drain();
+    assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalQpOp);
+}

@@ -62,6 +62,12 @@ impl State {
         let Some(d) = decode_ud(wqe, &mut sges) else {
             return Outcome::Failed(Syndrome::LocalQpOp);
         };
+        if !d.send.dgram.av.extended() {
+            // Without `MLX5_EXTENDED_UD_AV` a ConnectX reads a 16-byte compact address
+            // vector and the payload at another offset (UCX sizes the segment by this bit,
+            // `uct_ib_mlx5_wqe_av_size`): nothing this NIC could run as written.
+            return Outcome::Failed(Syndrome::LocalQpOp);
+        }
         let (pd, ctx) = match self.qps.get(&qpn) {
             Some(q) if d.qpn == qpn => match q.ud {
                 Some(ctx) => (q.pd, ctx),
