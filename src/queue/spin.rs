@@ -41,13 +41,21 @@ impl<T> Spin<T> {
                 core::hint::spin_loop();
             }
         }
-        SpinGuard { lock: self }
+        SpinGuard {
+            lock: self,
+            _shares_as: core::marker::PhantomData,
+        }
     }
 }
 
 /// The lock, held.
+///
+/// Shared between threads only where `T` is `Sync` (as `MutexGuard`): it derefs to `&T`,
+/// and through `&Spin<T>` alone it would be `Sync` for any `T: Send`, handing a `Cell` to
+/// two threads at once (a review's note; no code shares a guard).
 pub(crate) struct SpinGuard<'a, T> {
     lock: &'a Spin<T>,
+    _shares_as: core::marker::PhantomData<&'a mut T>,
 }
 
 impl<T> Deref for SpinGuard<'_, T> {
