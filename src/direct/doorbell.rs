@@ -113,9 +113,14 @@ impl Doorbell {
                 unsafe { copy_block(dst.add(i * 8).cast(), block(i)) };
             }
         } else {
-            // 4b. The 8-byte doorbell: the first 8 bytes of the last WQE's control segment.
-            // SAFETY: as above; one aligned 64-bit store to the register.
-            unsafe { dst.write_volatile((block(0) as *const u64).read()) };
+            // 4b. The 8-byte doorbell: the first 8 bytes of the last WQE's control segment,
+            // one 64-bit store, atomic as the software NIC's reads of its register are (see
+            // `copy_block`): `mov` on x86_64, as rdma-core's `mmio_write64_be`.
+            // SAFETY: as above; the register is 8-byte aligned, AtomicU64 has u64's layout.
+            unsafe {
+                (*(dst as *const core::sync::atomic::AtomicU64))
+                    .store((block(0) as *const u64).read(), Ordering::Relaxed)
+            };
         }
     }
 
@@ -255,12 +260,30 @@ unsafe fn copy_block(dst: *mut u8, src: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{__m128i, _mm_loadu_si128};
-        let (d, s) = (dst as *mut __m128i, src as *const __m128i);
-        for w in 0..4 {
-            // SAFETY: the caller's contract: 64 readable source bytes (loaded unaligned) and
-            // an aligned 64-byte destination; SSE2 is part of x86_64.
-            unsafe { d.add(w).write_volatile(_mm_loadu_si128(s.add(w))) };
-        }
+        let s = src as *const __m128i;
+        // SAFETY: the caller's contract: 64 readable source bytes, loaded unaligned; SSE2 is
+        // part of x86_64.
+        let w = unsafe { [0, 1, 2, 3].map(|i| _mm_loadu_si128(s.add(i))) };
+        // The stores in assembly, as rdma-core's are in C: the register is the device's, and
+        // on the software NIC memory another thread's pass reads (`Device::process`) with
+        // atomics; a Rust store there, volatile or not, raced those reads (a review's
+        // finding, ThreadSanitizer). Not `nomem`: kept in program order with the barriers
+        // around it, as a volatile access.
+        // SAFETY: the caller's contract: an aligned 64-byte destination.
+        unsafe {
+            core::arch::asm!(
+                "movaps xmmword ptr [{dst}], {a}",
+                "movaps xmmword ptr [{dst} + 16], {b}",
+                "movaps xmmword ptr [{dst} + 32], {c}",
+                "movaps xmmword ptr [{dst} + 48], {d}",
+                dst = in(reg) dst,
+                a = in(xmm_reg) w[0],
+                b = in(xmm_reg) w[1],
+                c = in(xmm_reg) w[2],
+                d = in(xmm_reg) w[3],
+                options(nostack, preserves_flags),
+            )
+        };
     }
     #[cfg(target_arch = "aarch64")]
     // SAFETY: the caller's contract: 64 readable bytes at `src`, 64 writable 16-byte-aligned
@@ -281,10 +304,14 @@ unsafe fn copy_block(dst: *mut u8, src: *const u8) {
     };
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        let (d, s) = (dst as *mut u64, src as *const u64);
+        let (d, s) = (
+            dst as *const core::sync::atomic::AtomicU64,
+            src as *const u64,
+        );
         for w in 0..8 {
-            // SAFETY: the caller's contract (blocks are 64-byte aligned, so 8-byte loads are).
-            unsafe { d.add(w).write_volatile(s.add(w).read()) };
+            // SAFETY: the caller's contract (blocks are 64-byte aligned, so 8-byte loads and
+            // stores are); atomic, as on x86_64.
+            unsafe { (*d.add(w)).store(s.add(w).read(), Ordering::Relaxed) };
         }
     }
 }
