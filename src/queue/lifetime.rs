@@ -69,11 +69,27 @@ impl Parked {
     }
 }
 
-/// The pin counters of regions whose domain went away while a scatter table still held
-/// pins in them ([`Lifetimes::clear`]): a few bytes each, kept (reachable) until released
-/// and swept at every `clear`, not leaked (the AddressSanitizer stage's leak check found
-/// them leaked when an SRQ's receives outlived their domain in a CQ's tombstone).
-static HELD: Mutex<Vec<Arc<Pins>>> = Mutex::new(Vec::new());
+/// The regions whose domain went away while a scatter table still held pins in them
+/// ([`Lifetimes::clear`]): a CQ's poller may still be copying a message that arrived inside
+/// its CQE into one (scatter-to-CQE) until it lets the pins go, so each stays registered,
+/// its memory alive, until then; swept at every `clear` (of any domain). Kept reachable,
+/// not leaked (the AddressSanitizer stage's leak check found the counters leaked when an
+/// SRQ's receives outlived their domain in a CQ's tombstone).
+static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+/// A region of [`HELD`]: its pins, and its registration until they are released.
+struct Held {
+    pins: Arc<Pins>,
+    reg: Option<Registration>,
+}
+
+/// Deregisters `reg`, or leaks it with its memory when the device refuses: freeing it
+/// under a live registration would let the device write freed heap.
+fn deregister_or_leak(mut reg: Registration) {
+    if !reg.deregister() {
+        std::mem::forget(reg);
+    }
+}
 
 /// The queues of a protection domain and the registrations waiting for them.
 #[derive(Default)]
@@ -132,21 +148,33 @@ impl Lifetimes {
     /// of the process (leaked: freeing it under a live registration would let the device
     /// write freed heap).
     ///
-    /// Every QP of the domain is destroyed by now, so no receive can be written any more;
-    /// pins may still be held by the scatter table of a destroyed QP or SRQ that a CQ's
-    /// poller has not let go of yet (it gives them back when it does, or when the CQ goes):
-    /// their counter is kept alive for it in [`HELD`], and freed by a later `clear` once
-    /// released.
+    /// Every QP of the domain is destroyed by now, so the device writes no receive any
+    /// more; but pins may still be held by the scatter table of a destroyed QP or SRQ that
+    /// a CQ's poller has not let go of yet (it gives them back when it passes their entries,
+    /// or when the CQ goes), and until then the poller may be copying a message from a CQE
+    /// into the region: such a region stays registered in [`HELD`], its memory alive, and a
+    /// later `clear` deregisters it once its pins are released. Deregistered at once, a
+    /// copy that had checked the queue list just before the QP's destroy wrote freed memory
+    /// (a review's finding).
     pub(crate) fn clear(&self) {
         let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
         let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-        held.retain(|p| !p.released());
-        for mut p in parked {
-            if let Some(pins) = p.pins.take().filter(|p| !p.released()) {
-                held.push(pins);
+        held.retain_mut(|h| {
+            if !h.pins.released() {
+                return true;
             }
-            if !p.reg.deregister() {
-                std::mem::forget(p.reg);
+            if let Some(r) = h.reg.take() {
+                deregister_or_leak(r);
+            }
+            false
+        });
+        for mut p in parked {
+            match p.pins.take().filter(|p| !p.released()) {
+                Some(pins) => held.push(Held {
+                    pins,
+                    reg: Some(p.reg),
+                }),
+                None => deregister_or_leak(p.reg),
             }
         }
     }

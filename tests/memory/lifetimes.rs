@@ -156,3 +156,52 @@ fn posted_receives_keep_only_the_regions_they_name_registered() {
         (server.recv_depth() - 8, srq.capacity() - 8)
     );
 }
+
+/// A region a receive pinned stays registered when its whole domain goes while the
+/// receive's completion, its message inside the CQE (scatter-to-CQE), is still in a CQ no
+/// one has polled: until the poller passes that entry it may be copying such a message into
+/// the region. Deregistered (its memory freed) when the domain went, a poller's copy that
+/// had checked the queue list just before the QP's destroy wrote freed memory (a review's
+/// finding); now a later domain's drop deregisters it once the poller let its pins go.
+#[test]
+fn a_region_a_poller_may_still_copy_into_outlives_its_domain_until_the_poller_lets_go() {
+    let dev = Device::sim_stepped();
+    let nic = dev.nic().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let lkey = {
+        let pd = dev.alloc_pd().unwrap();
+        let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+        a.connect(eb).unwrap();
+        b.connect(ea).unwrap();
+        let target = pd.alloc_mr(4096, RIGHTS).unwrap();
+        // One round polled first: the poller holds the queues' tables from then on (it
+        // takes them with the first completion it attributes).
+        let mut out = [Completion::default(); 4];
+        for round in 0..2u64 {
+            b.post_recv(&[target.sge(0, 64).unwrap()], 7 + round)
+                .unwrap();
+            a.send(Payload::Inline(&[5; 8]), round, PostFlags::SIGNALED)
+                .unwrap();
+            dev.process();
+            if round == 0 {
+                assert_eq!(cq.poll(&mut out), 2);
+            }
+        }
+        // The second round's completions wait in the CQ, the receive's data inside its CQE.
+        target.lkey()
+        // The QPs, the region and the domain go here, the receive's pins still held.
+    };
+    assert!(
+        nic.mr_registered(lkey),
+        "the region stayed registered while the unpolled receive pins it"
+    );
+    // The poller passes the dropped QPs' entries (discarded) and lets the pins go; a later
+    // domain's drop deregisters it.
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll(&mut out), 0);
+    assert!(nic.mr_registered(lkey), "until a domain's drop sweeps it");
+    drop(dev.alloc_pd().unwrap());
+    assert!(!nic.mr_registered(lkey), "swept once the pins were let go");
+}

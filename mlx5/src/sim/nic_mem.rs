@@ -226,6 +226,15 @@ impl NicView {
         self.st().memory_caps = caps;
     }
 
+    /// Whether a region of this key is registered (for tests: when a driver deregisters).
+    pub fn mr_registered(&self, key: u32) -> bool {
+        self.st()
+            .mem
+            .mrs
+            .get(&(key >> 8))
+            .is_some_and(|m| m.key == key)
+    }
+
     /// The current rkey of a window and whether it is bound (for tests and the driver's
     /// bookkeeping).
     pub fn mw_state(&self, rkey_index: u32) -> Option<(u32, bool)> {
