@@ -44,10 +44,9 @@ impl CompletionQueue {
         // for that thread, which reads the record after taking the doorbell. On a ConnectX
         // the page is device memory no Rust thread reads, where what counts is one aligned
         // 8-byte store after the barrier: this is one (`mov` on x86_64, `stlr` on aarch64),
-        // as the volatile store was. The send doorbell (`super::doorbell`) keeps volatile
-        // stores: the threaded software NIC does not read BlueFlame registers (the stepped
-        // one does, in `Device::process`: run on another thread during a ring, that still
-        // races; ThreadSanitizer shows it).
+        // as the volatile store was. The send doorbell (`super::doorbell`) does the same
+        // for its 8-byte doorbell and writes BlueFlame copies in assembly: the stepped
+        // software NIC reads its registers in `Device::process`, on any thread.
         unsafe {
             (*(cq_uar.add(CQ_DOORBELL) as *const AtomicU64))
                 .store(arm.doorbell(self.cqn()).to_be(), Ordering::Release)
