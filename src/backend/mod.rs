@@ -180,6 +180,15 @@ impl Dev {
         }
     }
 
+    /// The port's largest message (`max_msg_sz`, at most 2^31).
+    pub(crate) fn max_message(&self) -> u32 {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(n) => n.port_attr().max_msg,
+            Dev::Rdma(r) => r.max_msg,
+        }
+    }
+
     /// What the device's atomics do and the byte order of their replies.
     pub(crate) fn atomic_caps(&self) -> mlx5::AtomicCaps {
         match self {

@@ -31,7 +31,7 @@ impl SendQueue {
     /// sends with invalidate, NOPs) or an
     /// atomic the device lacks, and on the queue of one of the crate's QPs that is not a
     /// DCI (an RC or UD QP's); [`Error::InvalidParameter`] for a
-    /// DCT number past 24 bits or a message of more than 2^31 bytes; otherwise as
+    /// DCT number past 24 bits or a message longer than the port's largest; otherwise as
     /// [`SendQueue::push`].
     pub(crate) fn push_dc(
         &mut self,
@@ -48,7 +48,7 @@ impl SendQueue {
                 value: dest.dctn as u64,
             });
         }
-        kind::check(req, self.atomic_caps())?;
+        kind::check(req, self.atomic_caps(), self.max_message())?;
         let ds = dc_wqe_ds(req, &self.limits())?;
         // Room, moderation, fence and the shadow entry as for every transport but RC's
         // inlined path (one block for UD and DC).

@@ -18,7 +18,7 @@
 //! which `post_send_db` rings with the 8-byte doorbell), an empty inline write on a queue
 //! that copies only inline WQEs with BlueFlame (no inline data: the doorbell too), a list
 //! of several entries, of an
-//! empty one or of one over [`MAX_SGE_BYTES`], a fence, a full ring, an unsignaled run that
+//! empty one or of one over [`MAX_SGE_BYTES`](mlx5::wqe::MAX_SGE_BYTES), a fence, a full ring, an unsignaled run that
 //! needs a signal, a QP without a BlueFlame register of at least one block, and lists on a
 //! queue that copies only inline WQEs with BlueFlame (`MLX5_POST_SEND_PREFER_BF=0`).
 
@@ -29,7 +29,6 @@ use crate::queue::flags::PostFlags;
 use mlx5::ctrl::Fence;
 use mlx5::opcode::Opcode;
 use mlx5::request::{Remote, Sge};
-use mlx5::wqe::MAX_SGE_BYTES;
 
 impl SendQueue {
     /// Posts an inline send of `data` (with the immediate `imm`, when Some) and rings when a
@@ -98,7 +97,7 @@ impl SendQueue {
     }
 
     /// Posts an RDMA read of `remote` into `sgl` and rings when a fast path takes it (one
-    /// entry of 1 to [`MAX_SGE_BYTES`] bytes): returns true; else writes nothing and
+    /// entry of 1 to [`MAX_SGE_BYTES`](mlx5::wqe::MAX_SGE_BYTES) bytes): returns true; else writes nothing and
     /// returns false.
     #[inline(always)]
     pub(crate) fn try_read(
@@ -113,7 +112,7 @@ impl SendQueue {
     }
 
     /// Posts a request of one scatter/gather entry and rings when a fast path takes it
-    /// (one entry of 1 to [`MAX_SGE_BYTES`] bytes): an RDMA read (`remote` Some) or write,
+    /// (one entry of 1 to [`MAX_SGE_BYTES`](mlx5::wqe::MAX_SGE_BYTES) bytes): an RDMA read (`remote` Some) or write,
     /// with immediate or not (the same), of a registered buffer, or a send (`remote` None)
     /// of one, with immediate or not. `kind` is the device opcode, what the completion
     /// reports (a read's reports its byte count) and the immediate (host order; 0 for an
@@ -129,8 +128,7 @@ impl SendQueue {
         flags: PostFlags,
     ) -> bool {
         let [s] = *sgl else { return false };
-        if !self.fast_entry || s.len.wrapping_sub(1) >= MAX_SGE_BYTES || !self.block_applies(flags)
-        {
+        if !self.fast_entry || s.len.wrapping_sub(1) >= self.one_max || !self.block_applies(flags) {
             return false;
         }
         let fill = move |block: *mut u64| {
@@ -226,6 +224,7 @@ mod tests {
     use crate::direct::FAST_INLINE_MAX;
     use crate::error::Error;
     use mlx5::request::{Payload, Request};
+    use mlx5::wqe::MAX_SGE_BYTES;
 
     /// The remote buffer of the shorter tests.
     const REMOTE: Remote = Remote { addr: 8, rkey: 1 };

@@ -128,6 +128,11 @@ pub struct SendQueue {
     enabled: bool,
     /// What the device's atomics can do (read once when the QP is created).
     atomics: AtomicCaps,
+    /// The port's largest message (`max_msg_sz`; 2^31 until told).
+    max_msg: u32,
+    /// The longest single entry the one-block fast paths take: the port's largest message,
+    /// and at most `MAX_SGE_BYTES`.
+    pub(super) one_max: u32,
     /// BlueFlame copies only for WQEs with inline data (`MLX5_POST_SEND_PREFER_BF=0`).
     pub(super) bf_inline_only: bool,
     /// The transport of the crate's QP this queue belongs to (None: made over raw rings by
@@ -308,6 +313,8 @@ impl SendQueue {
             shared_bf_ok,
             enabled: true,
             atomics: AtomicCaps::CONNECTX,
+            max_msg: crate::queue::checks::MAX_MESSAGE,
+            one_max: mlx5::wqe::MAX_SGE_BYTES,
             bf_inline_only: false,
             transport: None,
             not_rc: false,
@@ -362,6 +369,19 @@ impl SendQueue {
     /// What the device's atomics can do, as this queue checks them.
     pub fn atomic_caps(&self) -> AtomicCaps {
         self.atomics
+    }
+
+    /// Sets the port's largest message (`max_msg_sz`, [`crate::Device::max_message`]; 2^31
+    /// until set, and never more): a write, read or send whose entries sum to more is
+    /// refused before posting, where the device would fail it and move the QP to error.
+    pub fn set_max_message(&mut self, max: u32) {
+        self.max_msg = max.min(crate::queue::checks::MAX_MESSAGE);
+        self.one_max = self.max_msg.min(mlx5::wqe::MAX_SGE_BYTES);
+    }
+
+    /// The largest message this queue posts.
+    pub(crate) fn max_message(&self) -> u32 {
+        self.max_msg
     }
 
     /// Half the ring: the longest unsignaled run.

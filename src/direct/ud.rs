@@ -18,14 +18,14 @@ impl SendQueue {
     ///
     /// # Errors
     /// As [`SendQueue::post`] for the payload and queue room ([`crate::Error::InvalidParameter`]
-    /// for more than 2^31 bytes); [`crate::Error::Unsupported`] on the queue of one of the
+    /// for more than the port's largest message); [`crate::Error::Unsupported`] on the queue of one of the
     /// crate's QPs that is not UD (an RC QP's). Nothing is
     /// written on an error.
     #[inline]
     pub fn post_ud(&mut self, send: &UdSend<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_transport(Transport::Ud)?;
         if let Payload::Sgl(sgl) = send.data {
-            crate::queue::checks::message_len(sgl)?;
+            crate::queue::checks::message_len(sgl, self.max_message())?;
         }
         let ds = ud_wqe_ds(&send.data, &self.limits())?;
         self.push_encoded(

@@ -5,18 +5,19 @@
 use crate::error::{Error, QueueUnit, Result};
 use mlx5::request::Sge;
 
-/// The most bytes one message moves (InfiniBand's 2^31; a CQE counts them in 32 bits):
-/// [`mlx5::wqe::MAX_MESSAGE_BYTES`].
-pub(crate) const MAX_MESSAGE: u64 = mlx5::wqe::MAX_MESSAGE_BYTES;
+/// The most bytes one message moves anywhere (InfiniBand's 2^31; a CQE counts them in 32
+/// bits): [`mlx5::wqe::MAX_MESSAGE_BYTES`]. A port may take fewer (its `max_msg_sz`,
+/// [`crate::Device::max_message`]): each send queue is told its own.
+pub(crate) const MAX_MESSAGE: u32 = mlx5::wqe::MAX_MESSAGE_BYTES as u32;
 
-/// The length of a message gathered from (or scattered into) `sgl`, refused past
-/// [`MAX_MESSAGE`] before anything is posted, with the sum of the entries in the error (a
-/// ConnectX would fail it with a local length error and move the QP to error). The lengths
-/// are summed in u64, saturating: no sum overflows.
+/// The length of a message gathered from (or scattered into) `sgl`, refused past `max`
+/// (the port's `max_msg_sz`) before anything is posted, with the sum of the entries in the
+/// error (the device would fail it with a local length error and move the QP to error).
+/// The lengths are summed in u64, saturating: no sum overflows.
 #[inline]
-pub(crate) fn message_len(sgl: &[Sge]) -> Result<u32> {
+pub(crate) fn message_len(sgl: &[Sge], max: u32) -> Result<u32> {
     let total = sgl.iter().fold(0u64, |t, s| t.saturating_add(s.len as u64));
-    if total > MAX_MESSAGE {
+    if total > u64::from(max) {
         return Err(too_long(total));
     }
     Ok(total as u32)
@@ -25,9 +26,10 @@ pub(crate) fn message_len(sgl: &[Sge]) -> Result<u32> {
 /// The refusal of a message of `total` bytes.
 #[cold]
 #[inline(never)]
-fn too_long(total: u64) -> Error {
+pub(crate) fn too_long(total: u64) -> Error {
     Error::InvalidParameter {
-        what: "message length (the sum of the entries; at most 2^31 bytes)",
+        what: "message length (the sum of the entries; at most the port's max_msg_sz, \
+               Device::max_message)",
         value: total,
     }
 }

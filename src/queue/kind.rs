@@ -18,7 +18,7 @@ use mlx5::AtomicCaps;
 
 /// What `req` completes as, and the `byte_len` its completion reports: the bytes read for
 /// a read, the reply's size for an atomic, 0 otherwise (a ConnectX reports no length for
-/// sends and writes). Call after [`check`]: a read's entries then sum to 2^31 at most.
+/// sends and writes). Call after [`check`]: a read's entries then sum to the port's largest message (at most 2^31).
 #[inline(always)]
 pub(crate) fn completion(req: &Request<'_>) -> (WcOpcode, u32) {
     match req {
@@ -56,7 +56,7 @@ pub(crate) fn completion(req: &Request<'_>) -> (WcOpcode, u32) {
 /// [`Error::Unsupported`] (an atomic the device lacks), [`Error::Misaligned`],
 /// [`Error::AtomicLength`], [`Error::InvalidParameter`] (the message's length).
 #[inline(always)]
-pub(crate) fn check(req: &Request<'_>, atomics: AtomicCaps) -> Result<()> {
+pub(crate) fn check(req: &Request<'_>, atomics: AtomicCaps, max_msg: u32) -> Result<()> {
     match req {
         Request::CompareSwap { remote, local, .. } | Request::FetchAdd { remote, local, .. } => {
             let ok = atomics.standard;
@@ -85,7 +85,7 @@ pub(crate) fn check(req: &Request<'_>, atomics: AtomicCaps) -> Result<()> {
         | Request::SendInv {
             data: Payload::Sgl(sgl),
             ..
-        } => message_len(sgl).map(drop),
+        } => message_len(sgl, max_msg).map(drop),
         _ => Ok(()),
     }
 }
@@ -249,9 +249,13 @@ mod tests {
             local,
         };
         let all = AtomicCaps::CONNECTX;
-        assert!(matches!(check(&fa, all), Err(Error::Misaligned { .. })));
+        let most = crate::queue::checks::MAX_MESSAGE;
         assert!(matches!(
-            check(&fa, AtomicCaps::NONE),
+            check(&fa, all, most),
+            Err(Error::Misaligned { .. })
+        ));
+        assert!(matches!(
+            check(&fa, AtomicCaps::NONE, most),
             Err(Error::Unsupported(_))
         ));
         let big = [Sge {
@@ -261,8 +265,20 @@ mod tests {
         }; 2];
         let read = Request::Read { remote, sgl: &big };
         assert!(matches!(
-            check(&read, all),
+            check(&read, all, most),
             Err(Error::InvalidParameter { value, .. }) if value == 1 << 32
+        ));
+        // The port's largest message, not InfiniBand's, where it is smaller.
+        let one = [Sge {
+            addr: 0,
+            len: (1 << 30) + 1,
+            lkey: 2,
+        }];
+        let read = Request::Read { remote, sgl: &one };
+        assert!(check(&read, all, most).is_ok());
+        assert!(matches!(
+            check(&read, all, 1 << 30),
+            Err(Error::InvalidParameter { value, .. }) if value == (1 << 30) + 1
         ));
     }
 }

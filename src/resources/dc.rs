@@ -352,6 +352,7 @@ impl Pd {
         send_cq.registry.attach(Attached::send(qpn, shadow));
         let atomics = self.inner.dev.atomic_caps();
         sq.set_atomic_caps(atomics);
+        sq.set_max_message(self.inner.dev.max_message());
         // A DCI posts through `post_dc` only: the RC inline-write fast path stays off.
         sq.set_transport(crate::direct::Transport::Dci);
         sq.enable_fast_path(false);

@@ -114,6 +114,15 @@ impl Device {
         self.backend.atomic_caps()
     }
 
+    /// The longest message a request may move on this device's port (`ibv_query_port`'s
+    /// `max_msg_sz`, read at open; at most 2^31): a write, read or send whose entries sum to
+    /// more is refused before posting ([`Error::InvalidParameter`](crate::Error::InvalidParameter)),
+    /// where the device would fail it with a local length error and move the QP to error.
+    /// A ConnectX-6 reports 2^30, rxe 2^23; the software NIC 2^30.
+    pub fn max_message(&self) -> u32 {
+        self.backend.max_message()
+    }
+
     /// What on-demand paging this device does: `ibv_query_device_ex`'s `odp_caps`, read
     /// once at open (none when the device does not answer the extended query); on the
     /// software NIC its `mlx5::sim::MemoryCaps` in the same bits (explicit RC on-demand

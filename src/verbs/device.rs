@@ -60,6 +60,8 @@ pub struct PortInfo {
     pub gid_tbl_len: i32,
     /// Link layer is Ethernet (RoCE).
     pub ethernet: bool,
+    /// The largest message (`max_msg_sz`: a ConnectX-6 reports 2^30, rxe 2^23).
+    pub max_msg_sz: u32,
 }
 
 /// What the crate needs of `ibv_device_attr`.
@@ -379,6 +381,7 @@ impl Context {
             gid_tbl_len: attr.gid_tbl_len,
             // IBV_LINK_LAYER_ETHERNET is 2 in verbs.h (an anonymous enum rdma-sys does not bind).
             ethernet: attr.link_layer == 2,
+            max_msg_sz: attr.max_msg_sz,
         })
     }
 

@@ -61,6 +61,8 @@ pub struct VerbsSendQueue {
     pub(super) pending: usize,
     /// What the device's atomics can do (read once when the device was opened).
     atomics: mlx5::AtomicCaps,
+    /// The port's largest message (`max_msg_sz`; 2^31 until told).
+    pub(super) max_msg: u32,
     /// The CQ entries this queue holds (None: not accounted, for tests).
     cq_share: Option<CqShare>,
     /// A batch with a gather list of more than one entry goes through `ibv_post_send` even
@@ -111,6 +113,7 @@ impl VerbsSendQueue {
             inline: vec![0u8; MAX_BATCH * caps.max_inline as usize].into_boxed_slice(),
             pending: 0,
             atomics: mlx5::AtomicCaps::HOST_ORDER,
+            max_msg: crate::queue::checks::MAX_MESSAGE,
             cq_share: None,
             gather_lists_legacy: false,
             qp,
@@ -133,6 +136,20 @@ impl VerbsSendQueue {
     /// and fail the request).
     pub fn set_atomic_caps(&mut self, caps: mlx5::AtomicCaps) {
         self.atomics = caps;
+    }
+
+    /// Sets the port's largest message (`max_msg_sz`, [`crate::Device::max_message`]; 2^31
+    /// until set, and never more): a write, read or send whose entries sum to more is
+    /// refused before posting, where the device would fail it and move the QP to error.
+    pub fn set_max_message(&mut self, max: u32) {
+        self.max_msg = max.min(crate::queue::checks::MAX_MESSAGE);
+    }
+
+    /// The longest single gather entry a straight post takes: the port's largest message,
+    /// and at most `MAX_SGE_BYTES`.
+    #[inline(always)]
+    pub(super) fn one_max(&self) -> u32 {
+        self.max_msg.min(mlx5::wqe::MAX_SGE_BYTES)
     }
 
     /// Requests that can be posted now.
@@ -247,13 +264,13 @@ impl VerbsSendQueue {
     }
 
     /// Stages the payload `p` of the request in `slot`: a gather list into its entries
-    /// (checked, and refused past 2^31 bytes in all as on the direct path), inline bytes
+    /// (checked, and refused past the port's largest message in all as on the direct path), inline bytes
     /// into its staging buffer (`IBV_SEND_INLINE` added to `flags`). Returns the number of
     /// gather entries; nothing is published on an error.
     pub(super) fn stage(&mut self, slot: usize, p: &Payload<'_>, flags: &mut u32) -> Result<usize> {
         match p {
             Payload::Sgl(sgl) => {
-                crate::queue::checks::message_len(sgl)?;
+                crate::queue::checks::message_len(sgl, self.max_msg)?;
                 self.fill_sgl(slot, sgl)
             }
             Payload::Inline([]) => Ok(0),
@@ -283,7 +300,7 @@ impl VerbsSendQueue {
     /// # Errors
     /// As the direct path: [`Error::QueueFull`], [`Error::TooManySge`],
     /// [`Error::InlineTooLong`], [`Error::Misaligned`], [`Error::InvalidParameter`] for a
-    /// write, send or read of more than 2^31 bytes; [`Error::Unsupported`] for requests
+    /// write, send or read longer than the port's largest message; [`Error::Unsupported`] for requests
     /// the verbs path does not carry (masked atomics, NOP) and memory-window requests
     /// (bind with [`Qp::bind_mw`](crate::Qp::bind_mw), unbind with
     /// [`Qp::unbind_mw`](crate::Qp::unbind_mw)).
@@ -325,7 +342,7 @@ impl VerbsSendQueue {
                 payload(self, slot, data, &mut send_flags)?
             }
             Request::Read { remote, sgl } => {
-                crate::queue::checks::message_len(sgl)?;
+                crate::queue::checks::message_len(sgl, self.max_msg)?;
                 wr.wr.rdma = ffi::rdma_t {
                     remote_addr: remote.addr,
                     rkey: remote.rkey,
@@ -341,7 +358,7 @@ impl VerbsSendQueue {
                 compare,
                 swap,
             } => {
-                kind::check(req, self.atomics)?;
+                kind::check(req, self.atomics, self.max_msg)?;
                 wr.wr.atomic = ffi::atomic_t {
                     remote_addr: remote.addr,
                     compare_add: compare,
@@ -351,7 +368,7 @@ impl VerbsSendQueue {
                 self.fill_sgl(slot, &[local])?
             }
             Request::FetchAdd { remote, local, add } => {
-                kind::check(req, self.atomics)?;
+                kind::check(req, self.atomics, self.max_msg)?;
                 wr.wr.atomic = ffi::atomic_t {
                     remote_addr: remote.addr,
                     compare_add: add,

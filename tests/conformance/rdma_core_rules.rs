@@ -301,10 +301,11 @@ fn first_syndrome(cq: &RawCq) -> mlx5::Syndrome {
     cqe.as_err().syndrome()
 }
 
-/// A message longer than a ConnectX port's largest (`max_msg_sz`, 2^31) completes with a
-/// local length error (IBV_WC_LOC_LEN_ERR) before a byte is gathered: a WQE written by
-/// hand cannot make the software NIC gather (allocate) gigabytes. Writes, sends and reads
-/// on RC; a UD send past the MTU is refused the same way, before its gather.
+/// A message longer than the port's largest (`max_msg_sz`: the software NIC's, as a
+/// ConnectX-6's, is 2^30; here past 2^31, InfiniBand's largest, too) completes with a local
+/// length error (IBV_WC_LOC_LEN_ERR) before a byte is gathered: a WQE written by hand
+/// cannot make the software NIC gather (allocate) gigabytes. Writes, sends and reads on
+/// RC; a UD send past the MTU is refused the same way, before its gather.
 #[test]
 fn the_software_nic_fails_a_message_past_2_pow_31_with_a_local_length_error_before_gathering() {
     let one = |mr: &mlx5::sim::MrInfo, len: u32| Sge {
@@ -328,6 +329,22 @@ fn the_software_nic_fails_a_message_past_2_pow_31_with_a_local_length_error_befo
         post_by_hand(&nic, &raw, &write);
         assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "write");
         assert_eq!(nic.qp_state(raw.qpn), Some(mlx5::sim::QpState::Error));
+    }
+    // One byte past the port's largest, below InfiniBand's.
+    {
+        let (nic, raw, cq, mr) = raw_loopback(4096);
+        assert_eq!(nic.port_attr().max_msg, 1 << 30);
+        let sgl = [one(&mr, 1), one(&mr, 1 << 30)];
+        let remote = Remote {
+            addr: mr.addr,
+            rkey: mr.rkey,
+        };
+        let write = Request::Write {
+            remote,
+            data: Payload::Sgl(&sgl),
+        };
+        post_by_hand(&nic, &raw, &write);
+        assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "2^30 + 1");
     }
     for (i, kind) in ["send", "read"].into_iter().enumerate() {
         let (nic, raw, cq, mr) = raw_loopback(4096);

@@ -129,11 +129,11 @@ fn inline_and_gather_sizes() {
     ));
 }
 
-/// Writes and sends whose entries add up to more than 2^31 bytes (each entry under 2^31)
-/// are refused before `ibv_post_send` with the sum in the error, as on the direct path (rxe
-/// checks the sum against its port's `max_msg_sz` in the kernel and fails the request; a
-/// ConnectX completes it with a local length error and moves the QP to error). The QP
-/// goes on working.
+/// Writes and sends whose entries add up to more than 2^31 bytes (each entry under 2^31),
+/// or to one byte past the port's `max_msg_sz`, are refused before `ibv_post_send` with the
+/// sum in the error, as on the direct path (rxe checks the sum against its port's
+/// `max_msg_sz` in the kernel and fails the request; a ConnectX completes it with a local
+/// length error and moves the QP to error). The QP goes on working.
 #[test]
 #[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
 fn gathers_past_2_pow_31_are_refused_before_posting_on_the_verbs_path() {
@@ -149,7 +149,16 @@ fn gathers_past_2_pow_31_are_refused_before_posting_on_the_verbs_path() {
     };
     let remote = p.mr_b.remote(0).unwrap();
     let flags = PostFlags::SIGNALED;
-    for sgl in [vec![big, Sge { len: 2, ..big }], vec![big, big]] {
+    // And one byte past the port's largest (rxe's `max_msg_sz` is 2^23).
+    let most = Sge {
+        len: dev.max_message(),
+        ..big
+    };
+    for sgl in [
+        vec![big, Sge { len: 2, ..big }],
+        vec![big, big],
+        vec![most, Sge { len: 1, ..big }],
+    ] {
         let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
         let data = Payload::Sgl(&sgl);
         let mut refused = vec![

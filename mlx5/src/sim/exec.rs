@@ -6,6 +6,7 @@ use super::clock::rnr_timer_ns;
 use super::cq::err_cqe;
 use super::dma::{self, Dma};
 use super::mem::Denied;
+use super::port::PORT_MAX_MSG;
 use super::progress::{Outcome, Wait, WaitFor};
 use super::qp::Partial;
 use super::qp_attr::{DcRole, QpState};
@@ -14,7 +15,7 @@ use crate::be::Be32;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, Remote, Request, Sge};
 use crate::syndrome::Syndrome;
-use crate::wqe::{Decoded, MAX_MESSAGE_BYTES};
+use crate::wqe::Decoded;
 
 /// The bytes `req` moves: the sum of its gather or scatter list (or its inline bytes); 0
 /// for the requests that move no message. At most 63 entries of 32 bits fit in a WQE: the
@@ -34,10 +35,10 @@ fn message_bytes(req: &Request<'_>) -> u64 {
 impl State {
     /// Runs one decoded WQE of `qpn`.
     pub(crate) fn exec(&mut self, qpn: u32, d: &Decoded<'_>) -> Outcome {
-        // A message longer than the port's largest (a ConnectX's `max_msg_sz`, 2^31) fails
-        // at the requester with a local length error before a byte is gathered, sent or
-        // read (IBV_WC_LOC_LEN_ERR): nothing of it is allocated here either.
-        if message_bytes(&d.request) > MAX_MESSAGE_BYTES {
+        // A message longer than the port's largest (its `max_msg_sz`, a ConnectX-6's 2^30)
+        // fails at the requester with a local length error before a byte is gathered, sent
+        // or read (IBV_WC_LOC_LEN_ERR): nothing of it is allocated here either.
+        if message_bytes(&d.request) > u64::from(PORT_MAX_MSG) {
             return Outcome::Failed(Syndrome::LocalLength);
         }
         if let Some(refused) = self.dc_admit(qpn, &d.request) {

@@ -100,7 +100,7 @@ pub use mem::MemoryCaps;
 pub use nic::{Nic, NicView};
 pub use nic_mem::MrInfo;
 pub use order::OrderMode;
-pub use port::{PortAttr, DEFAULT_PORT_MTU, PORT_GID, PORT_LID};
+pub use port::{PortAttr, DEFAULT_PORT_MTU, PORT_GID, PORT_LID, PORT_MAX_MSG};
 pub use qp_attr::{DctStats, QpCaps, QpState, QpStats};
 pub use srq::{SrqCaps, SrqStats};
 pub use state::{Limits, DEFAULT_CQE_COMP_MAX_NUM};

@@ -4,7 +4,7 @@
 use super::error::SimError;
 use super::mcast::McastError;
 use super::nic::{Nic, NicView};
-use super::port::{PortAttr, PORT_GID, PORT_LID};
+use super::port::{PortAttr, PORT_GID, PORT_LID, PORT_MAX_MSG};
 use super::qp_attr::{QpState, UdCtx};
 
 /// The control error of a multicast attach or detach the port refused.
@@ -23,6 +23,7 @@ impl Nic {
             lid: PORT_LID,
             gid: PORT_GID,
             mtu: self.st().port.mtu,
+            max_msg: PORT_MAX_MSG,
         }
     }
 

@@ -10,7 +10,7 @@ use crate::be::Be32;
 use crate::cqe::{Cqe64, CqeOpcode};
 use crate::request::{Access, Request, Sge};
 use crate::syndrome::Syndrome;
-use crate::wqe::{Decoded, MAX_MESSAGE_BYTES, MAX_WQE_BYTES};
+use crate::wqe::{Decoded, MAX_WQE_BYTES};
 
 impl State {
     /// Runs the WQEs of `qpn` up to its doorbell record, and its timers and held-back WQEs
@@ -186,7 +186,7 @@ impl State {
         match d.request {
             Request::Read { remote, sgl } => {
                 let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
-                total <= MAX_MESSAGE_BYTES
+                total <= u64::from(super::port::PORT_MAX_MSG)
                     && self.mem.scatter_ptrs(pd, sgl).is_ok()
                     && self
                         .remote_buf(ppd, peer, &remote, total, Access::REMOTE_READ)

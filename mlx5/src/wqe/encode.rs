@@ -15,10 +15,10 @@ use zerocopy::IntoBytes;
 pub const MAX_SGE_BYTES: u32 = 0x7fff_ffff;
 
 /// The longest message (the sum of a WQE's data segments): 2^31 bytes, InfiniBand's
-/// largest, and a ConnectX port's `max_msg_sz` (the kernel's mlx5_ib reports
-/// `1 << log_max_msg`, 31). A longer one completes with a local length error. The encoder
-/// writes such WQEs all the same (the format can describe them): refusing them is the
-/// driver's job.
+/// largest. A port may take fewer: its `max_msg_sz` (the kernel's mlx5_ib reports
+/// `1 << log_max_msg`, 30 on a ConnectX-6). A longer one completes with a local length
+/// error. The encoder writes such WQEs all the same (the format can describe them):
+/// refusing them is the driver's job.
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
 
 /// The limits of one send queue, as the QP was created.

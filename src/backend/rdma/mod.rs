@@ -43,6 +43,9 @@ pub(crate) struct RdmaDev {
     /// The device stamps completions in real time (`MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`,
     /// read at open; mlx5 only).
     pub(crate) real_time_ts: bool,
+    /// The port's largest message (`max_msg_sz`, read at open; at most 2^31, and 2^31 when
+    /// the port says nothing).
+    pub(crate) max_msg: u32,
 }
 
 /// A multicast group joined through the connection manager: the UDP-port-space id whose
@@ -152,7 +155,13 @@ impl RdmaDev {
         };
         // SAFETY: a live context of an mlx5 device (when `mlx5`).
         let real_time_ts = mlx5 && unsafe { crate::dv::real_time_stamps(ctx.ctx.cast()) };
+        let most = mlx5::wqe::MAX_MESSAGE_BYTES as u32;
+        let max_msg = match ctx.port(port).map(|p| p.max_msg_sz) {
+            Ok(0) | Err(_) => most,
+            Ok(m) => m.min(most),
+        };
         Ok(RdmaDev {
+            max_msg,
             real_time_ts,
             mlx5,
             cqe_comp,

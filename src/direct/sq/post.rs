@@ -98,7 +98,7 @@ impl SendQueue {
                     });
                 }
             }
-            _ => kind::check(req, self.atomics)?,
+            _ => kind::check(req, self.atomics, self.max_msg)?,
         }
         let ds = wqe_ds(req, &self.limits)?;
         let bbs = ds_to_bbs(ds);
@@ -213,7 +213,7 @@ impl SendQueue {
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
     /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::BindTooLong`];
-    /// [`Error::InvalidParameter`] for a write, send or read of more than 2^31 bytes (the
+    /// [`Error::InvalidParameter`] for a write, send or read longer than the port's largest message (the
     /// sum of its entries, in the error); for atomics [`Error::Unsupported`] (the device
     /// lacks them) and [`Error::AtomicLength`]. On the queue of one of the crate's QPs,
     /// [`Error::Unsupported`] for [`Request::BindMw`] (bind with

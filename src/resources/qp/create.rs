@@ -216,8 +216,9 @@ impl Pd {
             }
         };
         let psn = backend::initial_psn(qpn);
-        // The device's atomics, read once here: what it lacks is refused before posting.
-        let atomics = self.inner.dev.atomic_caps();
+        // The device's atomics and its port's largest message, read once here: what it
+        // lacks is refused before posting.
+        let (atomics, max_msg) = (self.inner.dev.atomic_caps(), self.inner.dev.max_message());
         // CQ accounting: each queue holds entries of the CQ it completes on.
         let (sslots, rslots) = (&send_cq.handle.registry.slots, &recv.handle.registry.slots);
         match &mut path {
@@ -225,6 +226,7 @@ impl Pd {
                 // An RC QP's queue (a UD QP's is marked by `Qp::mark_ud`).
                 sq.set_transport(crate::direct::Transport::Rc);
                 sq.set_atomic_caps(atomics);
+                sq.set_max_message(max_msg);
                 // The driver side of rdma-core's MLX5_POST_SEND_PREFER_BF.
                 env.configure(sq);
                 // Until `connect`, every post goes through `check_state`.
@@ -236,6 +238,7 @@ impl Pd {
             }
             QpPath::Verbs { sq, rq, .. } => {
                 sq.set_atomic_caps(atomics);
+                sq.set_max_message(max_msg);
                 sq.attach_cq(sslots.clone());
                 if let Some(rq) = rq {
                     rq.attach_cq(rslots.clone());

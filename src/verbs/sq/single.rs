@@ -33,9 +33,10 @@ struct Single {
 }
 
 impl Single {
-    /// `req` as a [`Single`], when it is one.
+    /// `req` as a [`Single`], when it is one (a gather entry of at most `one_max` bytes:
+    /// the port's largest message).
     #[inline(always)]
-    fn of(req: &Request<'_>, max_inline: usize) -> Option<Single> {
+    fn of(req: &Request<'_>, max_inline: usize, one_max: u32) -> Option<Single> {
         use ffi::ibv_wr_opcode as O;
         let none = mlx5::request::Remote { addr: 0, rkey: 0 };
         let (opcode, wc, remote, data, imm) = match *req {
@@ -61,7 +62,7 @@ impl Single {
                 data,
                 Some(imm),
             ),
-            Request::Read { remote, sgl } => return Single::read(remote, sgl),
+            Request::Read { remote, sgl } => return Single::read(remote, sgl, one_max),
             _ => return None,
         };
         let (buf, inline_flag) = match data {
@@ -79,7 +80,7 @@ impl Single {
                 };
                 (buf, flag)
             }
-            Payload::Sgl(sgl) => (one_buffer(sgl)?, 0),
+            Payload::Sgl(sgl) => (one_buffer(sgl, one_max)?, 0),
             _ => return None,
         };
         Some(Single {
@@ -95,8 +96,12 @@ impl Single {
 
     /// An RDMA read of `remote` into `sgl`, when it is one non-empty buffer.
     #[inline(always)]
-    fn read(remote: mlx5::request::Remote, sgl: &[mlx5::request::Sge]) -> Option<Single> {
-        let buf = one_buffer(sgl)?;
+    fn read(
+        remote: mlx5::request::Remote,
+        sgl: &[mlx5::request::Sge],
+        one_max: u32,
+    ) -> Option<Single> {
+        let buf = one_buffer(sgl, one_max)?;
         Some(Single {
             opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
             wc: WcOpcode::RdmaRead,
@@ -110,11 +115,12 @@ impl Single {
 }
 
 /// `sgl` as the one gather entry of a straight post, when it is one non-empty buffer the
-/// queued path would take as it is (at most `MAX_SGE_BYTES`).
+/// queued path would take as it is (at most `one_max` bytes: `MAX_SGE_BYTES` and the
+/// port's largest message; the queued path refuses a longer one).
 #[inline(always)]
-fn one_buffer(sgl: &[mlx5::request::Sge]) -> Option<ffi::ibv_sge> {
+fn one_buffer(sgl: &[mlx5::request::Sge], one_max: u32) -> Option<ffi::ibv_sge> {
     match *sgl {
-        [s] if s.len != 0 && s.len <= mlx5::wqe::MAX_SGE_BYTES => Some(ffi::ibv_sge {
+        [s] if s.len != 0 && s.len <= one_max => Some(ffi::ibv_sge {
             addr: s.addr,
             length: s.len,
             lkey: s.lkey,
@@ -138,7 +144,7 @@ impl VerbsSendQueue {
     #[inline(always)]
     pub fn post_one(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if self.straight(flags) {
-            if let Some(one) = Single::of(req, self.max_inline) {
+            if let Some(one) = Single::of(req, self.max_inline, self.one_max()) {
                 // An inline write or send and a read here; the other forms in a frame of
                 // their own: inlined beside the direct path's in `Qp::post`, they cost its
                 // write of one buffer and its inline write with immediate three
@@ -227,7 +233,7 @@ impl VerbsSendQueue {
         flags: PostFlags,
     ) -> Result<()> {
         if self.straight(flags) {
-            if let Some(one) = Single::read(remote, sgl) {
+            if let Some(one) = Single::read(remote, sgl, self.one_max()) {
                 return self.post_single(&one, cookie, flags);
             }
         }
@@ -373,7 +379,8 @@ mod tests {
             remote,
             data: Payload::Inline(&bytes[..n]),
         };
-        let w = Single::of(&write(8), 8).expect("an inline write of max_inline bytes");
+        let w = Single::of(&write(8), 8, mlx5::wqe::MAX_SGE_BYTES)
+            .expect("an inline write of max_inline bytes");
         assert_eq!(
             (w.opcode, w.wc, w.byte_len, w.inline_flag),
             (
@@ -384,12 +391,18 @@ mod tests {
             )
         );
         assert_eq!((w.buf.length, w.buf.lkey, w.remote.rkey), (8, 0, 7));
-        assert!(Single::of(&write(9), 8).is_none(), "longer than max_inline");
-        assert!(Single::of(&write(0), 8).is_none(), "empty");
+        assert!(
+            Single::of(&write(9), 8, mlx5::wqe::MAX_SGE_BYTES).is_none(),
+            "longer than max_inline"
+        );
+        assert!(
+            Single::of(&write(0), 8, mlx5::wqe::MAX_SGE_BYTES).is_none(),
+            "empty"
+        );
         let send = Request::Send {
             data: Payload::Inline(&bytes[..4]),
         };
-        let s = Single::of(&send, 8).expect("an inline send");
+        let s = Single::of(&send, 8, mlx5::wqe::MAX_SGE_BYTES).expect("an inline send");
         assert_eq!(
             (s.opcode, s.wc),
             (ffi::ibv_wr_opcode::IBV_WR_SEND, WcOpcode::Send)
@@ -400,7 +413,12 @@ mod tests {
             lkey: 3,
         };
         let one = [sge(32)];
-        let r = Single::of(&Request::Read { remote, sgl: &one }, 8).expect("a read");
+        let r = Single::of(
+            &Request::Read { remote, sgl: &one },
+            8,
+            mlx5::wqe::MAX_SGE_BYTES,
+        )
+        .expect("a read");
         assert_eq!(
             (r.opcode, r.wc, r.byte_len, r.inline_flag, r.buf.lkey),
             (
@@ -423,21 +441,32 @@ mod tests {
             );
         }
         let two = [sge(32), sge(32)];
-        assert!(Single::of(&Request::Read { remote, sgl: &two }, 8).is_none());
+        assert!(Single::of(
+            &Request::Read { remote, sgl: &two },
+            8,
+            mlx5::wqe::MAX_SGE_BYTES
+        )
+        .is_none());
         let empty = [sge(0)];
         assert!(Single::of(
             &Request::Read {
                 remote,
                 sgl: &empty
             },
-            8
+            8,
+            mlx5::wqe::MAX_SGE_BYTES
         )
         .is_none());
         // One registered buffer, written or sent, with or without an immediate; the
         // immediate big-endian, as `imm_data`.
         let buffer = [sge(8)];
         let data = Payload::Sgl(&buffer);
-        let w = Single::of(&Request::Write { remote, data }, 8).expect("a one-buffer write");
+        let w = Single::of(
+            &Request::Write { remote, data },
+            8,
+            mlx5::wqe::MAX_SGE_BYTES,
+        )
+        .expect("a one-buffer write");
         assert_eq!(
             (w.inline_flag, w.buf.lkey, w.buf.length, w.imm),
             (0, 3, 8, 0)
@@ -447,7 +476,8 @@ mod tests {
             data,
             imm: 0x0102_0304,
         };
-        let wi = Single::of(&wi, 8).expect("a one-buffer write with immediate");
+        let wi = Single::of(&wi, 8, mlx5::wqe::MAX_SGE_BYTES)
+            .expect("a one-buffer write with immediate");
         assert_eq!(
             (wi.opcode, wi.imm, wi.remote.rkey),
             (
@@ -460,7 +490,8 @@ mod tests {
             data: Payload::Inline(&bytes[..4]),
             imm: 9,
         };
-        let si = Single::of(&si, 8).expect("an inline send with immediate");
+        let si =
+            Single::of(&si, 8, mlx5::wqe::MAX_SGE_BYTES).expect("an inline send with immediate");
         assert_eq!(
             (si.opcode, si.inline_flag, si.imm, si.buf.length),
             (
@@ -482,13 +513,16 @@ mod tests {
                 imm: 1,
             },
         ] {
-            let n = Single::of(&req, 8).expect("an immediate alone");
+            let n = Single::of(&req, 8, mlx5::wqe::MAX_SGE_BYTES).expect("an immediate alone");
             assert_eq!((n.inline_flag, n.buf.length), (0, 0), "{req:?}");
         }
         let empty_send = Request::Send {
             data: Payload::Inline(&[]),
         };
-        assert!(Single::of(&empty_send, 8).is_none(), "a send of nothing");
+        assert!(
+            Single::of(&empty_send, 8, mlx5::wqe::MAX_SGE_BYTES).is_none(),
+            "a send of nothing"
+        );
         // Every kind names its constants as `kind` says.
         let imm_reqs = [
             Request::WriteImm {
@@ -505,7 +539,7 @@ mod tests {
             },
         ];
         for req in imm_reqs {
-            let single = Single::of(&req, 8).expect("a single request");
+            let single = Single::of(&req, 8, mlx5::wqe::MAX_SGE_BYTES).expect("a single request");
             let op = crate::queue::kind::verbs_op(&req).expect("a verbs request");
             assert_eq!(single.opcode, super::super::ibv_opcode(op), "{req:?}");
             assert_eq!(
@@ -526,8 +560,14 @@ mod tests {
                 data,
                 imm: 1,
             };
-            assert!(Single::of(&imm, 8).is_none(), "{imm:?}");
-            assert!(Single::of(&Request::Send { data }, 8).is_none(), "{data:?}");
+            assert!(
+                Single::of(&imm, 8, mlx5::wqe::MAX_SGE_BYTES).is_none(),
+                "{imm:?}"
+            );
+            assert!(
+                Single::of(&Request::Send { data }, 8, mlx5::wqe::MAX_SGE_BYTES).is_none(),
+                "{data:?}"
+            );
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::abi;
 use crate::cmd::Call;
 use crate::events;
 use libc::c_int;
-use mlx5::sim::{Nic, PORT_LID};
+use mlx5::sim::{Nic, PORT_LID, PORT_MAX_MSG};
 
 /// `GET_CONTEXT`: `mlx5_ib_alloc_ucontext`. The model is a kernel without dynamic UARs
 /// (`MLX5_LIB_CAP_DYN_UAR` not honoured): the bfregs are allocated with the context
@@ -217,7 +217,8 @@ pub(super) unsafe fn query_port(nic: &Nic, call: &mut Call<'_>) -> Result<(), c_
     };
     let resp = ib_uverbs_query_port_resp {
         port_cap_flags: 0x2651_e848,
-        max_msg_sz: 1 << 30,
+        // The software NIC's port (a ConnectX-6: `log_max_msg` 30).
+        max_msg_sz: PORT_MAX_MSG,
         gid_tbl_len: 1,
         pkey_tbl_len: 128,
         lid: PORT_LID,
