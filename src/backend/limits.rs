@@ -37,7 +37,8 @@ fn depth(t: Transport, caps: &QpCaps) -> u32 {
     };
     let bbs = match t {
         Transport::Dci => mlx5::dc::max_dc_wqe_bbs(&lim),
-        Transport::Rc | Transport::Ud => mlx5::wqe::max_wqe_bbs(&lim),
+        Transport::Ud => mlx5::wqe::max_ud_wqe_bbs(&lim),
+        Transport::Rc => mlx5::wqe::max_wqe_bbs(&lim),
     };
     (caps.sq_blocks / bbs as u32).max(1)
 }

@@ -402,6 +402,19 @@ impl SendQueue {
         self.cnt
     }
 
+    /// The send depth: requests of the largest kind this queue's limits allow, of its
+    /// transport (a UD WQE carries a datagram segment and a DCI's an address segment, an
+    /// RC one a remote address or a bind's UMR), that fit in its ring at once.
+    pub(crate) fn depth(&self) -> u32 {
+        let lim = &self.limits;
+        let bbs = match self.transport {
+            Some(Transport::Ud) => mlx5::wqe::max_ud_wqe_bbs(lim),
+            Some(Transport::Dci) => mlx5::dc::max_dc_wqe_bbs(lim),
+            Some(Transport::Rc) | None => mlx5::wqe::max_wqe_bbs(lim),
+        };
+        self.cnt / bbs as u32
+    }
+
     /// Accounts this queue's WQEs against the entries of the CQ it completes on: from now
     /// on it never posts beyond its charge on the CQ (see `cq_share`).
     pub(crate) fn attach_cq(&mut self, slots: Arc<CqSlots>) {

@@ -613,7 +613,7 @@ impl QueuePair for Dci {
     }
 
     fn send_depth(&self) -> u32 {
-        self.sq.ring_blocks() / mlx5::dc::max_dc_wqe_bbs(&self.sq.limits()) as u32
+        self.sq.depth()
     }
 
     fn set_error(&mut self) -> Result<()> {

@@ -1049,3 +1049,28 @@ fn multicast_behind_a_switch_reaches_the_port_only_once_joined() {
         "B's drop ended the last join"
     );
 }
+
+/// A UD QP's send depth counts its longest sends with their datagram segment: that many
+/// sends of `max_inline` bytes fit in its ring at once (the depth was the RC one, 51 for
+/// the default caps, where 42 such sends fit: the 43rd was refused `QueueFull`).
+#[test]
+fn a_ud_qp_holds_its_send_depth_of_its_longest_sends() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut a = node(&pd, 1);
+    let b = node(&pd, 1);
+    let ah = pd.create_ah(b.qp.endpoint()).unwrap();
+    let depth = a.qp.send_depth();
+    let longest = vec![7u8; QpCaps::default().max_inline as usize];
+    for i in 0..depth {
+        a.qp.send_to(
+            &ah,
+            b.qp.qpn(),
+            1,
+            Payload::Inline(&longest),
+            i as u64,
+            PostFlags::SIGNALED,
+        )
+        .unwrap_or_else(|e| panic!("send {i} of a depth of {depth}: {e:?}"));
+    }
+}

@@ -17,7 +17,7 @@ pub use encode::{
     encode, max_wqe_bbs, wqe_ds, EncodeError, Limits, MAX_MESSAGE_BYTES, MAX_SGE_BYTES,
 };
 pub use span::{linearize, Span};
-pub use ud::{decode_ud, encode_ud, ud_wqe_ds, DecodedUd, UdSend, UD_HEADER_DS};
+pub use ud::{decode_ud, encode_ud, max_ud_wqe_bbs, ud_wqe_ds, DecodedUd, UdSend, UD_HEADER_DS};
 
 use crate::doorbell::SEND_WQE_BB;
 use crate::seg::DS_BYTES;

@@ -44,6 +44,19 @@ pub fn ud_wqe_ds(data: &Payload<'_>, lim: &Limits) -> Result<usize, EncodeError>
     Ok(ds)
 }
 
+/// The blocks of the longest UD send these limits allow: the control and datagram
+/// segments, then the longer of the inline payload and the gather list (a UD WQE has no
+/// remote address, atomic or bind). A ring of `n * max_ud_wqe_bbs` blocks always holds `n`
+/// sends.
+pub fn max_ud_wqe_bbs(lim: &Limits) -> usize {
+    let inline = if lim.max_inline == 0 {
+        0
+    } else {
+        crate::seg::inline_ds(lim.max_inline)
+    };
+    ds_to_bbs(UD_HEADER_DS + inline.max(lim.max_sge)).min(MAX_WQE_BBS)
+}
+
 /// Writes the whole UD WQE into `span`; `ds` is what [`ud_wqe_ds`] returned.
 ///
 /// # Panics

@@ -342,9 +342,7 @@ impl QueuePair for Qp {
 
     fn send_depth(&self) -> u32 {
         match &self.path {
-            QpPath::Direct { sq, .. } => {
-                sq.ring_blocks() / mlx5::wqe::max_wqe_bbs(&sq.limits()) as u32
-            }
+            QpPath::Direct { sq, .. } => sq.depth(),
             QpPath::Verbs { sq, .. } => sq.capacity(),
         }
     }
