@@ -74,9 +74,11 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        self.push_dc(dest, req, cookie, flags)?;
+        // A refusal rings too: WQEs of a forgotten batch (`mem::forget` is safe) would
+        // otherwise never be rung, and a refusal for want of the room they hold never end.
+        let r = self.push_dc(dest, req, cookie, flags);
         self.ring();
-        Ok(())
+        r
     }
 }
 

@@ -24,6 +24,16 @@ impl SendQueue {
     #[inline]
     pub fn post_ud(&mut self, send: &UdSend<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_transport(Transport::Ud)?;
+        // A refusal rings too: WQEs of a forgotten batch (`mem::forget` is safe) would
+        // otherwise never be rung, and a refusal for want of the room they hold never end.
+        let r = self.push_ud(send, cookie, flags);
+        self.ring();
+        r
+    }
+
+    /// [`SendQueue::post_ud`]'s checks and WQE, not rung.
+    #[inline(always)]
+    fn push_ud(&mut self, send: &UdSend<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if let Payload::Sgl(sgl) = send.data {
             crate::queue::checks::message_len(sgl, self.max_message())?;
         }
@@ -34,8 +44,6 @@ impl SendQueue {
             flags,
             (WcOpcode::Send, 0),
             |span, pi, qpn, fm| encode_ud(send, ds, pi, qpn, fm, span),
-        )?;
-        self.ring();
-        Ok(())
+        )
     }
 }

@@ -492,6 +492,8 @@ impl Dci {
     /// [`Error::InvalidState`] while requests are outstanding; the creation's errors
     /// ([`Pd::create_dci`]), in which case the DCI is as it was.
     pub fn recover(&mut self) -> Result<()> {
+        // WQEs of a forgotten batch are rung now: they complete (flushed) like the others.
+        self.sq.ring();
         if self.sq.free_blocks() != self.sq.ring_blocks() {
             return Err(Error::InvalidState {
                 state: "requests outstanding: poll the DCI's completions (the failed and \
@@ -517,6 +519,7 @@ impl Dci {
     #[cold]
     #[inline(never)]
     fn recover_before_post(&mut self) -> Result<()> {
+        self.sq.ring();
         if self.sq.free_blocks() != self.sq.ring_blocks() {
             return Err(Error::InvalidState {
                 state: "DCI in error: poll its failed and flushed completions, then post again \

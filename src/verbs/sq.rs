@@ -562,10 +562,8 @@ pub struct VerbsBatch<'a> {
 }
 
 impl<'a> VerbsBatch<'a> {
-    /// A batch on `q` (anything queued before is posted first).
-    ///
-    /// # Errors
-    /// The `ibv_post_send` error of what was queued before.
+    /// A batch on `q`. Requests a forgotten batch (`mem::forget`) left queued go with this
+    /// one's: posted when it is rung, dropped when it is dropped unrung.
     pub fn new(q: &'a mut VerbsSendQueue) -> VerbsBatch<'a> {
         VerbsBatch { q, rung: false }
     }

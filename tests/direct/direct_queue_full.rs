@@ -308,3 +308,57 @@ fn receive_queue_wraps() {
     assert!(next > 0x1_0000, "{next}");
     assert_eq!(nic(&s.dev).qp_stats(rq).unwrap().recvs, next);
 }
+
+/// A forgotten batch (`mem::forget`, safe) that filled the send ring is rung by the next
+/// post even when that post is refused for want of room: its signaled writes complete and
+/// the room comes back. Refused before it rang, every later post was refused for ever and
+/// the batch's writes never completed (a review's finding).
+#[test]
+fn a_forgotten_full_batch_is_never_rung_by_refused_posts() {
+    let mut s = Setup::loopback(QpCaps {
+        sq_blocks: 16,
+        ..QpCaps::default()
+    });
+    let mr = s.mr(4096, ALL);
+    let mut b = s.a.batch();
+    let mut n = 0u64;
+    loop {
+        let req = Request::Write {
+            remote: mr.remote(n as usize).unwrap(),
+            data: Payload::Inline(&[1]),
+        };
+        match b.push(&req, n, PostFlags::SIGNALED) {
+            Ok(()) => n += 1,
+            Err(Error::QueueFull { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(n > 0);
+    core::mem::forget(b);
+    let mut got = Vec::new();
+    let mut posted = false;
+    for _ in 0..50 {
+        match s
+            .a
+            .write_inline(&[2], mr.remote(1024).unwrap(), 1000, PostFlags::SIGNALED)
+        {
+            Ok(()) => {
+                posted = true;
+                break;
+            }
+            Err(Error::QueueFull { .. }) => {
+                s.dev.process();
+                got.extend(poll_all(&mut s.cq_a));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    s.dev.process();
+    got.extend(poll_all(&mut s.cq_a));
+    assert_eq!(
+        got.len() as u64,
+        n + posted as u64,
+        "the forgotten batch's {n} signaled writes never completed (posted after: {posted})"
+    );
+    assert!(posted, "the queue never got room back");
+}

@@ -28,7 +28,76 @@ pub fn all() -> Vec<Case> {
         check("srq_page_faults_as_rdma_core_handles_them", srq_page_faults),
         check("completion_timestamps_through_rdma_core", timestamps),
         check("creation_limits_as_on_the_software_nic", creation_limits),
+        check(
+            "a_forgotten_batch_is_posted_on_both_paths",
+            forgotten_batches,
+        ),
     ]
+}
+
+/// A batch that filled the send queue and was forgotten (`mem::forget` is safe): the next
+/// post, refused for want of the room the batch holds, posts the batch's requests all the
+/// same, on the direct path (which wrote them into the ring) and on the verbs path over
+/// libmlx5 (which queued them); every one completes and the room comes back. Refused
+/// before anything was rung, the queue stayed full for good (a review's finding).
+fn forgotten_batches(dev: &Device) -> Result<(), String> {
+    let e = |e: Error| e.to_string();
+    for d in [dev, crate::verbs_device()?] {
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut cq = d.create_cq(256).map_err(e)?;
+        let caps = QpCaps {
+            sq_blocks: 16,
+            ..QpCaps::default()
+        };
+        let mut qp = pd.create_qp(&cq, &cq, caps).map_err(e)?;
+        let me = qp.qpn();
+        qp.connect(me).map_err(e)?;
+        let mr = pd
+            .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .map_err(e)?;
+        let mut b = qp.batch();
+        let mut n = 0u64;
+        loop {
+            let req = Request::Write {
+                remote: mr.remote(n as usize).map_err(e)?,
+                data: Payload::Inline(&[1]),
+            };
+            match b.push(&req, n, PostFlags::SIGNALED) {
+                Ok(()) => n += 1,
+                Err(Error::QueueFull { .. }) => break,
+                Err(other) => return Err(format!("{:?}: push {n}: {other}", d.data_path())),
+            }
+        }
+        std::mem::forget(b);
+        let mut got = 0;
+        let mut posted = false;
+        for _ in 0..200 {
+            match qp.write_inline(&[2], mr.remote(1024).map_err(e)?, 1000, PostFlags::SIGNALED) {
+                Ok(()) => {
+                    posted = true;
+                    break;
+                }
+                Err(Error::QueueFull { .. }) => {
+                    let mut out = [Completion::default(); 32];
+                    d.process();
+                    got += cq.poll(&mut out);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(other) => return Err(format!("{:?}: {other}", d.data_path())),
+            }
+        }
+        if !posted {
+            return Err(format!(
+                "{:?}: the queue stayed full after a forgotten batch of {n} ({got} completions)",
+                d.data_path()
+            ));
+        }
+        let rest = scenarios::wait_on(d, &mut cq, (n as usize + 1) - got);
+        if rest.iter().any(|c| !c.is_ok()) {
+            return Err(format!("{:?}: {rest:?}", d.data_path()));
+        }
+    }
+    Ok(())
 }
 
 /// What rdma-core's provider takes at creation is what the software NIC takes: the same

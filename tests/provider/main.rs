@@ -185,7 +185,7 @@ const GID_INDEX: Option<i32> = Some(0);
 
 /// `mlx5_0` again, on the verbs path (`BLUEFLAME_PATH=verbs` while it opens): its QPs post
 /// and poll through rdma-core's own libmlx5.
-fn verbs_device() -> Result<&'static Device, String> {
+pub(crate) fn verbs_device() -> Result<&'static Device, String> {
     static VERBS: OnceLock<Result<Device, String>> = OnceLock::new();
     VERBS
         .get_or_init(|| {

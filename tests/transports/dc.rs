@@ -1097,3 +1097,61 @@ fn a_dci_refuses_on_demand_regions_its_device_cannot_page() {
         assert!(got.iter().all(|c| c.is_ok()), "{got:?}");
     }
 }
+
+/// The same on a DCI with auto recovery: a forgotten batch's write, then the DCI is moved
+/// to error. The next post rings the write before it is refused (`InvalidState`: "poll
+/// its failed and flushed completions"), so the write is flushed and polled and the DCI
+/// recovers. Refused before it rang, the write never completed and the DCI never
+/// recovered (a review's finding).
+#[test]
+fn a_forgotten_dci_batch_blocks_auto_recovery_for_ever() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(64).unwrap();
+    let srq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &srq, 7, Access::REMOTE_WRITE).unwrap();
+    let peer = dct.peer().unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    dci.set_auto_recover(true);
+    let req = Request::Write {
+        remote: mr.remote(0).unwrap(),
+        data: Payload::Inline(b"x"),
+    };
+    let mut b = dci.batch();
+    b.push(&peer, &req, 1, PostFlags::SIGNALED).unwrap();
+    core::mem::forget(b);
+    dci.set_error().unwrap();
+    let mut got = Vec::new();
+    let mut posted = false;
+    for _ in 0..20 {
+        match dci
+            .to(&peer)
+            .write_inline(b"y", mr.remote(8).unwrap(), 2, PostFlags::SIGNALED)
+        {
+            Ok(()) => {
+                posted = true;
+                break;
+            }
+            Err(Error::InvalidState { .. }) => {
+                dev.process();
+                got.extend(drain(&mut cq));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    dev.process();
+    got.extend(drain(&mut cq));
+    assert!(
+        got.iter().any(|c| c.cookie == 1),
+        "the forgotten batch's write never completed: {got:?}"
+    );
+    assert!(posted, "the DCI never recovered");
+}
+
+fn drain(cq: &mut Cq) -> Vec<Completion> {
+    let mut out = [Completion::default(); 32];
+    let n = cq.poll(&mut out);
+    out[..n].to_vec()
+}

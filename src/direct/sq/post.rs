@@ -62,9 +62,9 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        self.push_checked::<true>(req, cookie, flags)?;
+        let r = self.push_checked::<true>(req, cookie, flags);
         self.ring();
-        Ok(())
+        r
     }
 
     /// Every request: checks, encodes, records. The queue of one of the crate's QPs that
@@ -346,8 +346,10 @@ impl SendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        self.push_general(req, cookie, flags)?;
+        // A refusal rings too: WQEs of a forgotten batch still pending would otherwise
+        // never be rung, and the refusal (for want of room they hold) never end.
+        let r = self.push_general(req, cookie, flags);
         self.ring();
-        Ok(())
+        r
     }
 }

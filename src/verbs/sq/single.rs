@@ -254,11 +254,14 @@ impl VerbsSendQueue {
     }
 
     /// [`VerbsSendQueue::push`] then [`VerbsSendQueue::ring`], out of line (the requests
-    /// [`VerbsSendQueue::post_single`] does not take).
+    /// [`VerbsSendQueue::post_single`] does not take). A refused request rings too: the
+    /// requests a forgotten batch (`mem::forget` is safe) left queued would otherwise stay
+    /// so, and a refusal for want of the room they hold never end (as on the direct path).
     #[inline(never)]
     fn push_and_ring(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        self.push(req, cookie, flags)?;
-        self.ring()
+        let pushed = self.push(req, cookie, flags);
+        let rung = self.ring();
+        pushed.and(rung)
     }
 
     /// Posts `one` with nothing queued, no fence and none pending (see
