@@ -83,6 +83,9 @@ pub struct QpAsk {
     pub max_recv_wr: u32,
     /// Scatter entries per receive WQE.
     pub max_recv_sge: u32,
+    /// WQE signatures (`MLX5_QP_SIGNATURE`, `qp->wq_sig`): each receive WQE carries a
+    /// 16-byte signature segment beside its scatter entries.
+    pub wq_sig: bool,
 }
 
 /// A limit a QP creation passes: the field and the value asked for.
@@ -233,10 +236,13 @@ pub fn check_recv(ask: &QpAsk, lim: &DeviceLimits) -> Result<(), Refusal> {
             value: ask.max_recv_wr as u64,
         });
     }
-    if ask.max_recv_sge.max(1) > lim.max_rq_desc / DATA {
+    // `mlx5_calc_rcv_wqe`: the scatter entries, and the signature segment (`struct
+    // mlx5_rwqe_sig`, 16 bytes) with `wq_sig`.
+    let sig = if ask.wq_sig { DATA } else { 0 };
+    if ask.max_recv_sge.max(1) > lim.max_rq_desc.saturating_sub(sig) / DATA {
         return Err(Refusal {
             field: Field::RecvSge,
-            what: "max_recv_sge (a ConnectX: at most 32)",
+            what: "max_recv_sge (a ConnectX: at most 32; 31 with MLX5_QP_SIGNATURE)",
             value: ask.max_recv_sge as u64,
         });
     }
@@ -266,6 +272,7 @@ mod tests {
             max_inline,
             max_recv_wr: 256,
             max_recv_sge: 4,
+            wq_sig: false,
         }
     }
 
@@ -350,6 +357,18 @@ mod tests {
             )
         };
         assert!(r(32768, 32).is_ok());
+        let signed = |max_recv_sge| {
+            check_recv(
+                &QpAsk {
+                    max_recv_sge,
+                    wq_sig: true,
+                    ..ask(1, 1, 0)
+                },
+                &CX,
+            )
+        };
+        assert!(signed(31).is_ok());
+        assert_eq!(signed(32).unwrap_err().field, Field::RecvSge);
         assert!(r(0, 1000).is_ok(), "no receive queue");
         assert_eq!(r(32769, 1).unwrap_err().value, 32769);
         let e = r(16, 33).unwrap_err();

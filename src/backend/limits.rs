@@ -44,25 +44,34 @@ fn depth(t: Transport, caps: &QpCaps) -> u32 {
 }
 
 /// Refuses `spec` as rdma-core would on a ConnectX, and says how many send work requests to
-/// ask rdma-core for on the path given (`direct`); none for a DC target.
+/// ask rdma-core for on the path given (`direct`); none for a DC target. `signature`:
+/// rdma-core adds WQE signatures (`MLX5_QP_SIGNATURE`, which only it reads).
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] naming the field of [`QpCaps`] and its value: `max_send_sge`
-/// or `max_inline` past what a WQE of the transport holds beside its segments,
-/// `max_recv_sge` past a receive WQE, `rq_entries` past the device's receive queue, and on
-/// the verbs path an `sq_blocks` whose requests rdma-core's ring cannot hold.
-pub(crate) fn connectx(spec: &QpSpec<'_>, direct: bool) -> Result<Option<u32>> {
+/// [`Error::InvalidParameter`] naming the field of [`QpCaps`] and its value: an `sq_blocks`
+/// outside 16 ..= 32768 (the software NIC's own refusal, on every path), `max_send_sge` or
+/// `max_inline` past what a WQE of the transport holds beside its segments, `max_recv_sge`
+/// past a receive WQE, `rq_entries` past the device's receive queue, and on the verbs path
+/// an `sq_blocks` whose requests rdma-core's ring cannot hold.
+pub(crate) fn connectx(spec: &QpSpec<'_>, direct: bool, signature: bool) -> Result<Option<u32>> {
     let Some((t, recv)) = transport(&spec.kind) else {
         return Ok(None);
     };
     let caps = &spec.caps;
     let lim = DeviceLimits::CONNECTX;
+    if !(16..=lim.max_send_wqebb).contains(&caps.sq_blocks) {
+        return Err(Error::InvalidParameter {
+            what: "sq_blocks (16 ..= 32768)",
+            value: caps.sq_blocks as u64,
+        });
+    }
     let mut ask = QpAsk {
         max_send_wr: 1,
         max_send_sge: caps.max_send_sge,
         max_inline: caps.max_inline,
         max_recv_wr: if recv { caps.rq_entries.max(1) } else { 0 },
         max_recv_sge: if recv { caps.max_recv_sge } else { 0 },
+        wq_sig: signature && recv,
     };
     let refused = |r: qp_size::Refusal| Error::InvalidParameter {
         what: r.what,
@@ -73,12 +82,9 @@ pub(crate) fn connectx(spec: &QpSpec<'_>, direct: bool) -> Result<Option<u32>> {
     };
     let wqe_size = qp_size::send_wqe_size(t, &ask, &lim).map_err(refused)?;
     ask.max_send_wr = if direct {
-        // A power of two of at most 32768 blocks (the backend refuses any other), at least
-        // 16, so one WQE of at most 1024 bytes fits.
-        let ring = caps
-            .sq_blocks
-            .clamp(16, lim.max_send_wqebb)
-            .next_power_of_two();
+        // A power of two of 16 ..= 32768 blocks (checked above): one WQE of at most 1024
+        // bytes fits.
+        let ring = caps.sq_blocks.next_power_of_two();
         qp_size::send_wr_for_ring(ring, wqe_size)
     } else {
         depth(t, caps)

@@ -73,7 +73,7 @@ impl Pd {
             #[cfg(feature = "sim")]
             Pd::Sim(p) => {
                 // The software NIC takes what a ConnectX takes, no more.
-                super::limits::connectx(spec, true)?;
+                super::limits::connectx(spec, true, false)?;
                 sim::create_qp(p, spec).map(|(q, r, n)| (Qp::Sim(q), r, n))
             }
             Pd::Rdma(p) => rdma::create_qp(p, spec).map(|(q, r, n)| (Qp::Rdma(q), r, n)),

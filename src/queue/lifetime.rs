@@ -11,7 +11,9 @@
 //!   request posted to a send queue before the drop has completed and every receive that
 //!   pinned it has completed (it is reclaimed on later region drops and allocations, QP
 //!   drops, [`Pd::reclaim`](crate::Pd::reclaim), and at the latest when the protection
-//!   domain goes).
+//!   domain goes; a region a CQ's poller may still copy a received message into, its
+//!   receive's pins held, outlives its domain until the poller lets them go, and goes with
+//!   the next reclaim or domain drop of any domain after that).
 //!
 //! Receives are tracked per region (`crate::queue::pin`): a receive pins each region it
 //! lands in, in one atomic step against the drop's close, so that a receive posted on one
@@ -83,6 +85,19 @@ struct Held {
     reg: Option<Registration>,
 }
 
+/// Deregisters the regions of [`HELD`] whose pins were let go.
+fn sweep(held: &mut Vec<Held>) {
+    held.retain_mut(|h| {
+        if !h.pins.released() {
+            return true;
+        }
+        if let Some(r) = h.reg.take() {
+            deregister_or_leak(r);
+        }
+        false
+    });
+}
+
 /// Deregisters `reg`, or leaks it with its memory when the device refuses: freeing it
 /// under a live registration would let the device write freed heap.
 fn deregister_or_leak(mut reg: Registration) {
@@ -135,9 +150,11 @@ impl Lifetimes {
         self.reclaim();
     }
 
-    /// Deregisters every parked region whose work has completed, if the device agrees.
-    /// Returns how many remain.
+    /// Deregisters every parked region whose work has completed, if the device agrees (and
+    /// the regions of gone domains whose pins were let go since, [`HELD`]). Returns how
+    /// many of this domain's remain.
     pub(crate) fn reclaim(&self) -> usize {
+        sweep(&mut HELD.lock().unwrap_or_else(|e| e.into_inner()));
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         p.retain_mut(|x| !(x.done() && x.reg.deregister()));
         p.len()
@@ -159,15 +176,7 @@ impl Lifetimes {
     pub(crate) fn clear(&self) {
         let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
         let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-        held.retain_mut(|h| {
-            if !h.pins.released() {
-                return true;
-            }
-            if let Some(r) = h.reg.take() {
-                deregister_or_leak(r);
-            }
-            false
-        });
+        sweep(&mut held);
         for mut p in parked {
             match p.pins.take().filter(|p| !p.released()) {
                 Some(pins) => held.push(Held {

@@ -137,6 +137,16 @@ fn creation_limits(dev: &Device) -> Result<(), String> {
             sq_blocks: 32768,
             ..d
         },
+        QpCaps { sq_blocks: 0, ..d },
+        QpCaps { sq_blocks: 8, ..d },
+        QpCaps {
+            sq_blocks: 65536,
+            ..d
+        },
+        QpCaps {
+            sq_blocks: 100,
+            ..d
+        },
         QpCaps {
             max_inline: 0,
             max_send_sge: 1,

@@ -62,7 +62,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     // direct path asks for the ring the caps name (`super::super::limits`).
     let mut verbs_caps = caps.verbs();
     if d.mlx5 {
-        if let Some(wrs) = super::super::limits::connectx(spec, direct)? {
+        if let Some(wrs) = super::super::limits::connectx(spec, direct, env.qp_signature)? {
             verbs_caps.max_send_wr = wrs;
         }
     }
