@@ -20,14 +20,15 @@ pub enum Error {
     /// not: after an error each one completes with its own flush entry) and every posted
     /// receive holds one CQ entry (a direct-path send one per 64-byte block) until its
     /// completion is polled. Nothing was posted: poll the CQ, or make it larger (see the
-    /// README, "Sizing CQs").
+    /// guide, "Sizing queues and CQs").
     CqFull {
         /// The CQ number (0 on the verbs path).
         cqn: u32,
         /// Entries the request needs (1; a direct-path send one per block).
         needed: u32,
         /// Entries the queue could get: none of the CQ's are free, the rest are held by
-        /// outstanding requests (this queue's and others') and other queues' allowances.
+        /// outstanding requests (this queue's and others') and other queues' allowances
+        /// (an idle queue keeps its last one: see the guide, "Sizing queues and CQs").
         available: u32,
         /// Entries of the CQ, shared by every queue that completes on it.
         capacity: u32,

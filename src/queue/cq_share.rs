@@ -28,8 +28,11 @@
 //! unsignaled requests only (UCX `uct_rc_iface_tx_moderation` under `tx.cq_available`).
 //!
 //! A queue takes some headroom beyond its need (half its fair share of the CQ) so that it
-//! comes back once every so many posts and not after each; an idle queue holds at most
-//! that. A dropped queue keeps its whole charge until its device QP is destroyed
+//! comes back once every so many posts and not after each; an idle queue holds that and
+//! the longest WQE's blocks the direct send queue keeps back, and nothing takes them from
+//! it until it posts again (the post path reads no shared counter): with more idle queues
+//! than the CQ's entries over that, the last may be refused on an empty CQ (the guide's
+//! "Sizing queues and CQs"). A dropped queue keeps its whole charge until its device QP is destroyed
 //! ([`Leaving`]); then it gives its allowance back at once, and its outstanding requests
 //! stay counted until the CQ is seen drained after that (by the poller, or by a queue short
 //! of entries that reads the ring: the device writes nothing for a destroyed QP, so by then
