@@ -63,6 +63,9 @@ pub struct VerbsSendQueue {
     atomics: mlx5::AtomicCaps,
     /// The port's largest message (`max_msg_sz`; 2^31 until told).
     pub(super) max_msg: u32,
+    /// The longest single gather entry a straight post takes: the port's largest message,
+    /// and at most `MAX_SGE_BYTES`.
+    pub(super) one_max: u32,
     /// The CQ entries this queue holds (None: not accounted, for tests).
     cq_share: Option<CqShare>,
     /// A batch with a gather list of more than one entry goes through `ibv_post_send` even
@@ -114,6 +117,7 @@ impl VerbsSendQueue {
             pending: 0,
             atomics: mlx5::AtomicCaps::HOST_ORDER,
             max_msg: crate::queue::checks::MAX_MESSAGE,
+            one_max: mlx5::wqe::MAX_SGE_BYTES,
             cq_share: None,
             gather_lists_legacy: false,
             qp,
@@ -143,13 +147,7 @@ impl VerbsSendQueue {
     /// refused before posting, where the device would fail it and move the QP to error.
     pub fn set_max_message(&mut self, max: u32) {
         self.max_msg = max.min(crate::queue::checks::MAX_MESSAGE);
-    }
-
-    /// The longest single gather entry a straight post takes: the port's largest message,
-    /// and at most `MAX_SGE_BYTES`.
-    #[inline(always)]
-    pub(super) fn one_max(&self) -> u32 {
-        self.max_msg.min(mlx5::wqe::MAX_SGE_BYTES)
+        self.one_max = self.max_msg.min(mlx5::wqe::MAX_SGE_BYTES);
     }
 
     /// Requests that can be posted now.

@@ -144,7 +144,7 @@ impl VerbsSendQueue {
     #[inline(always)]
     pub fn post_one(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         if self.straight(flags) {
-            if let Some(one) = Single::of(req, self.max_inline, self.one_max()) {
+            if let Some(one) = Single::of(req, self.max_inline, self.one_max) {
                 // An inline write or send and a read here; the other forms in a frame of
                 // their own: inlined beside the direct path's in `Qp::post`, they cost its
                 // write of one buffer and its inline write with immediate three
@@ -233,7 +233,7 @@ impl VerbsSendQueue {
         flags: PostFlags,
     ) -> Result<()> {
         if self.straight(flags) {
-            if let Some(one) = Single::read(remote, sgl, self.one_max()) {
+            if let Some(one) = Single::read(remote, sgl, self.one_max) {
                 return self.post_single(&one, cookie, flags);
             }
         }
