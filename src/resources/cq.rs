@@ -30,9 +30,30 @@ pub(crate) struct CqHandle {
     pub(crate) registry: Arc<Registry>,
     /// The completion channel, when the CQ has one.
     pub(crate) link: Option<ChannelLink>,
+    /// The CQ stamps its completions in real time (a timestamped CQ of a device in
+    /// real-time mode): a QP's two CQs must agree on it ([`CqHandle::check_ts_formats`]).
+    pub(crate) real_time: bool,
 }
 
 impl CqHandle {
+    /// Refuses a QP whose send and receive CQs stamp in different formats: on a device that
+    /// stamps in real time, a timestamped CQ is created real-time and a plain one
+    /// free-running, and the kernel refuses a QP over the two with `EOPNOTSUPP` (mlx5_ib's
+    /// `get_qp_ts_format`: "the send ts_format does not match the receive ts_format").
+    ///
+    /// # Errors
+    /// [`Error::Timestamps`].
+    pub(crate) fn check_ts_formats(send: &CqHandle, recv: &CqHandle) -> Result<()> {
+        if send.real_time != recv.real_time {
+            return Err(Error::Timestamps {
+                why: "a QP's send and receive CQs on a device that stamps in real time: \
+                      both with timestamps or neither (the kernel refuses a QP over a \
+                      real-time CQ and a free-running one)",
+            });
+        }
+        Ok(())
+    }
+
     /// What the device's events call this CQ.
     pub(crate) fn subject(&self) -> Subject {
         self.kind.subject()
@@ -220,6 +241,7 @@ impl Cq {
                 kind,
                 registry,
                 link,
+                real_time: matches!(stamps, Some(Stamps::Cqe(TimestampFormat::RealTime))),
             }),
             cqn,
             capacity,

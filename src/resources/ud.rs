@@ -184,6 +184,7 @@ impl Pd {
             });
         }
         self.check_cqs(send_cq, &recv_cq.dev, recv_cq.cqn())?;
+        crate::resources::cq::CqHandle::check_ts_formats(&send_cq.handle, &recv_cq.handle)?;
         if recv_cq.compressed() {
             return Err(Error::CompressedUdReceives { cqn: recv_cq.cqn() });
         }

@@ -337,3 +337,39 @@ fn a_completion_polled_late_keeps_its_time() {
         "stamped {t}, written at {before}"
     );
 }
+
+/// On a device that stamps in real time, a QP's send and receive CQs must both have
+/// timestamps or neither: the kernel creates a timestamped CQ real-time and a plain one
+/// free-running, and refuses a QP over the two (mlx5_ib `get_qp_ts_format`, EOPNOTSUPP);
+/// the software NIC in real-time mode refuses it the same way, typed, for RC and UD QPs
+/// (a review's finding: it accepted them). On a free-running device any pair is taken.
+#[test]
+fn a_real_time_device_refuses_a_qp_over_a_timestamped_and_a_plain_cq() {
+    for real_time in [true, false] {
+        let dev = Device::sim_stepped();
+        if real_time {
+            nic(&dev).set_hw_clock(HwClock {
+                format: mlx5::clock::TimestampFormat::RealTime,
+                ..HwClock::default()
+            });
+        }
+        let pd = dev.alloc_pd().unwrap();
+        let timed = dev
+            .create_cq_with(&CqOptions::new(16).timestamps())
+            .unwrap();
+        let plain = dev.create_cq(16).unwrap();
+        for (send, recv) in [(&timed, &plain), (&plain, &timed)] {
+            let rc = pd.create_qp(send, recv, QpCaps::default()).map(drop);
+            let ud = pd.create_ud_qp(send, recv, QpCaps::default(), 1).map(drop);
+            for r in [rc, ud] {
+                match (real_time, r) {
+                    (true, Err(Error::Timestamps { why })) => assert!(why.contains("real time")),
+                    (false, Ok(())) => {}
+                    (_, other) => panic!("real time {real_time}: {other:?}"),
+                }
+            }
+        }
+        assert!(pd.create_qp(&timed, &timed, QpCaps::default()).is_ok());
+        assert!(pd.create_qp(&plain, &plain, QpCaps::default()).is_ok());
+    }
+}

@@ -87,6 +87,7 @@ impl Pd {
             });
         }
         self.check_cqs(send_cq, recv.dev, recv.cqn)?;
+        CqHandle::check_ts_formats(&send_cq.handle, recv.handle)?;
         // rdma-core's MLX5_* switches, read once for this QP (rdma-core reads them when it
         // creates the QP).
         let env = Mlx5Env::current();

@@ -138,6 +138,7 @@ unsafe fn create_cq_with(
         cqn: raw.cqn,
         user,
         channel,
+        real_time: u.flags & MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS as u16 != 0,
     }));
     let resp = ib_uverbs_create_cq_resp {
         cq_handle: h,

@@ -61,6 +61,9 @@ pub(super) struct Cq {
     pub(super) cqn: u32,
     pub(super) user: u64,
     pub(super) channel: Option<c_int>,
+    /// Created with `MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS` (its timestamp format real
+    /// time; any other CQ's free-running: `get_ts_format`).
+    pub(super) real_time: bool,
 }
 
 /// An SRQ: its number, the user's handle, and its size as created (`QUERY_SRQ`).

@@ -123,6 +123,12 @@ unsafe fn create_qp_with(
     else {
         return Err(libc::EINVAL);
     };
+    // `get_qp_ts_format`: the send and receive CQs' timestamp formats must agree (a
+    // real-time CQ beside a free-running one: "The send ts_format does not match the
+    // receive ts_format", EOPNOTSUPP).
+    if scq.real_time != rcq.real_time {
+        return Err(libc::EOPNOTSUPP);
+    }
     let (scq, rcq) = (scq.cqn, rcq.cqn);
     let srqn = match s.srq.map(|h| f.objs.get(&h)) {
         None => None,
