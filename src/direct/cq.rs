@@ -655,10 +655,13 @@ impl CompletionQueue {
                     }
                 }
             }
+            // Read while the entry is software's (nothing for a plain poll): before
+            // `complete`, which for an SRQ page fault hands the entry back to the device
+            // (its consumer index published) before it returns (a review's note: the stamp
+            // was read after, from an entry the device may be writing).
+            let stamp = S::stamp(cqe);
             self.advance();
             let c = self.complete(cqe, cqe.op_own >> 4);
-            // Read while the entry is software's (nothing for a plain poll).
-            let stamp = S::stamp(cqe);
             // The device learns that the entry is consumed before the queue may reuse what
             // it held (CQ accounting, `cq_share`): the retirement comes after.
             self.publish_ci();

@@ -114,13 +114,18 @@ impl Drop for SrqHandle {
         // its ring from now on (a page fault polled later gives its WQE back), then destroy
         // it, after which nothing completes on its behalf.
         let writer = self.shared.close_writer();
+        // What the device's events call it, taken while the object is there: without it
+        // the subject fell back to the SRQ number, which is not what rdma-core devices
+        // name it by (the `ibv_srq`'s address), so its events were never forgotten and a
+        // later SRQ at that address reported its limit reached (a review's finding).
+        let subject = self.subject();
         drop(self.obj.take());
         let poster = self.share.lock().unwrap_or_else(|e| e.into_inner()).take();
         for (mut s, pos) in writer.into_iter().chain(poster) {
             s.release(pos);
         }
         // Its events once it is destroyed (see `events::Forget`).
-        self.pd.inner.dev.events.forget(self.subject());
+        self.pd.inner.dev.events.forget(subject);
     }
 }
 
