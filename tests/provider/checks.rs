@@ -39,6 +39,19 @@ pub fn all() -> Vec<Case> {
     ]
 }
 
+/// A QP on `srq` and a QP to send to it, both completing their sends on `scq`, connected.
+fn srq_pair(pd: &Pd, scq: &Cq, srq: &Srq) -> Result<(Qp, Qp), String> {
+    let e = |e: Error| e.to_string();
+    let mut s = pd
+        .create_qp_with_srq(scq, srq, scenarios::caps())
+        .map_err(e)?;
+    let mut c = pd.create_qp(scq, scq, scenarios::caps()).map_err(e)?;
+    let (es, ec) = (s.endpoint().map_err(e)?, c.endpoint().map_err(e)?);
+    s.connect(ec).map_err(e)?;
+    c.connect(es).map_err(e)?;
+    Ok((s, c))
+}
+
 /// An SRQ's events are forgotten when it is destroyed, on both paths over rdma-core's
 /// objects: rdma-core devices name an SRQ in their events by its `ibv_srq`'s address, and
 /// the crate forgot the events under its number instead, so a later SRQ that libmlx5 put
@@ -66,13 +79,7 @@ fn srq_limit_event_dies_with_its_srq(dev: &Device) -> Result<(), String> {
                     d.data_path()
                 ));
             }
-            let mut s = pd
-                .create_qp_with_srq(&scq, &srq, scenarios::caps())
-                .map_err(e)?;
-            let mut c = pd.create_qp(&scq, &scq, scenarios::caps()).map_err(e)?;
-            let (es, ec) = (s.endpoint().map_err(e)?, c.endpoint().map_err(e)?);
-            s.connect(ec).map_err(e)?;
-            c.connect(es).map_err(e)?;
+            let (s, mut c) = srq_pair(&pd, &scq, &srq)?;
             for i in 0..4u64 {
                 srq.post_recv(&[dst.sge(64 * i as usize, 64).map_err(e)?], i)
                     .map_err(e)?;
@@ -343,13 +350,7 @@ fn srq_page_fault_run(dev: &Device, invalidate: &dyn Fn(u32) -> bool) -> Result<
         max_sge: 1,
     };
     let mut srq = pd.create_srq(&rcq, caps).map_err(e)?;
-    let mut s = pd
-        .create_qp_with_srq(&scq, &srq, scenarios::caps())
-        .map_err(e)?;
-    let mut c = pd.create_qp(&scq, &scq, scenarios::caps()).map_err(e)?;
-    let (es, ec) = (s.endpoint().map_err(e)?, c.endpoint().map_err(e)?);
-    s.connect(ec).map_err(e)?;
-    c.connect(es).map_err(e)?;
+    let (_s, mut c) = srq_pair(&pd, &scq, &srq)?;
     let odp = pd
         .register(vec![0u8; 4096], Access::LOCAL_WRITE | Access::ON_DEMAND)
         .map_err(|r| r.error.to_string())?;
