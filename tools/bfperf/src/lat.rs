@@ -169,7 +169,8 @@ fn respond(
 /// (ns), and the split of `--hw-timestamps`.
 pub type LatResult = (Vec<f64>, Option<Summary>);
 
-/// The initiator: returns one sample per measured iteration, in nanoseconds, and the
+/// The initiator: returns one sample per measured iteration but the last (perftest's
+/// `measure_cnt = iters - 1`: n stamps, n - 1 differences), in nanoseconds, and the
 /// `--hw-timestamps` split of the measured ones.
 ///
 /// Timed as perftest times (`tposted[scnt] = get_cycles()` before each post, the samples
@@ -181,8 +182,8 @@ pub type LatResult = (Vec<f64>, Option<Summary>);
 /// reply).
 fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> Result<LatResult> {
     let total = o.warmup + o.iters;
-    // One stamp per iteration and one after the last.
-    let mut stamps: Vec<u64> = Vec::with_capacity(total + 1);
+    // One stamp per iteration, taken before its post (perftest's `tposted`).
+    let mut stamps: Vec<u64> = Vec::with_capacity(total);
     let clock = Clock::new();
     let mut split = match o.hw_ts {
         true => Some(Split::new(&s.dev, clock, o.iters)?),
@@ -258,14 +259,12 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
             sp.add(posted, rung, at, clock.now());
         }
     }
-    stamps.push(clock.now());
     let half = !matches!(kind, Lat::Read | Lat::Atomic(_));
     let split = split.map(|sp| sp.finish(&s.dev)).transpose()?;
     Ok((samples_of(&stamps, o.warmup, clock, half), split))
 }
 
-/// The samples (ns) of per-iteration stamps (`stamps[i]` at the start of iteration `i`, one
-/// more after the last): the iterations from `warmup` on, halved for a ping-pong.
+/// The samples (ns) of per-iteration stamps (`stamps[i]` at the start of iteration `i`): the iterations from `warmup` on, halved for a ping-pong.
 fn samples_of(stamps: &[u64], warmup: usize, clock: Clock, half: bool) -> Vec<f64> {
     let div = if half { 2.0 } else { 1.0 };
     stamps
@@ -329,7 +328,9 @@ fn pingpong_one_thread(
         let done = clock.now();
         a.drain_errors();
         b.drain_errors();
-        if i >= o.warmup {
+        // The measured iterations but the last: as many samples as perftest keeps (n
+        // stamps, n - 1 differences), here each one iteration's own round trip.
+        if i >= o.warmup && i + 1 < total {
             samples.push(clock.ns(t0, done) / 2.0);
             if let Some(sp) = split.as_mut() {
                 sp.add(t0, rung, at, done);
@@ -958,7 +959,7 @@ mod tests {
                 assert_eq!(area(&b), vec![dmabuf_dest(1); size]);
                 let (samples, _) =
                     pingpong_one_thread(&mut a, &mut b, &o, kind, size).expect("ping-pong");
-                assert_eq!(samples.len(), 50, "{kind:?} {size}");
+                assert_eq!(samples.len(), 49, "{kind:?} {size}: iters - 1, as perftest");
                 // After: the peer's source area, carried by the NIC.
                 for s in [&a, &b] {
                     assert_eq!(area(s), vec![DMABUF_SOURCE; size], "{kind:?} {size}");

@@ -76,6 +76,23 @@ enum Test {
     Bw(bw::Bw, &'static str),
 }
 
+/// The test a command names, as its options ask for it.
+fn test_for(name: &str, o: &Opts) -> Option<Test> {
+    Some(match name {
+        "write-lat" if o.write_imm => Test::Lat(lat::Lat::WriteImm, "write_imm_lat"),
+        "write-lat" => Test::Lat(lat::Lat::Write, "write_lat"),
+        "read-lat" => Test::Lat(lat::Lat::Read, "read_lat"),
+        "send-lat" => Test::Lat(lat::Lat::Send, "send_lat"),
+        // The atomic `-A` names (fetch-and-add ran whatever was asked: a review's finding).
+        "atomic-lat" => Test::Lat(lat::Lat::Atomic(o.atomic), "atomic_lat"),
+        "write-bw" => Test::Bw(bw::Bw::Write, "write_bw"),
+        "read-bw" => Test::Bw(bw::Bw::Read, "read_bw"),
+        "send-bw" => Test::Bw(bw::Bw::Send, "send_bw"),
+        "atomic-bw" => Test::Bw(bw::Bw::Atomic(o.atomic), "atomic_bw"),
+        _ => return None,
+    })
+}
+
 /// The test's title, perftest's words ("Bidirectional" before "BW" with `-b`).
 fn title(t: &Test, o: &Opts) -> String {
     let base = match t {
@@ -370,7 +387,16 @@ fn report_lat(
         out_json::lat(o, &title(t, o), reads, size, o.iters, &sum).map_err(file_err(path))?;
     }
     if o.histogram {
-        print!("{}", stats::sample_lines(&samples));
+        // The sorted samples less the two largest (`LAT_MEASURE_TAIL`), as the statistics.
+        print!(
+            "{}",
+            stats::sample_lines(&samples[..stats::kept(samples.len())])
+        );
+    }
+    if (o.unsorted || o.histogram) && !o.json {
+        // perftest prints the table's line and header again before the row.
+        let line = "---------------------------------------------------------------------------------------";
+        println!("{line}\n{}", stats::HEADER);
     }
     if let Some(c) = csv {
         c.lat(
@@ -499,8 +525,11 @@ fn report_bw(
             1.0
         };
         let row = |iters: u64, peak: f64, avg: f64, mpps: f64| {
+            // perftest's `inc_accuracy` (`print_full_bw_report`): in Gb/s, an average below
+            // 0.1 is printed with six decimals (`REPORT_FMT_EXT`), else two.
+            let prec = if o.gbits && avg * unit < 0.1 { 6 } else { 2 };
             println!(
-                " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+                " {:<10} {:<14} {:<18.prec$} {:<20.prec$} {:.6}",
                 size,
                 iters,
                 peak * unit,
@@ -563,23 +592,32 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let test = match name {
-        "write-lat" if o.write_imm => Test::Lat(lat::Lat::WriteImm, "write_imm_lat"),
-        "write-lat" => Test::Lat(lat::Lat::Write, "write_lat"),
-        "read-lat" => Test::Lat(lat::Lat::Read, "read_lat"),
-        "send-lat" => Test::Lat(lat::Lat::Send, "send_lat"),
-        "atomic-lat" => Test::Lat(lat::Lat::Atomic(Atomic::FetchAdd), "atomic_lat"),
-        "write-bw" => Test::Bw(bw::Bw::Write, "write_bw"),
-        "read-bw" => Test::Bw(bw::Bw::Read, "read_bw"),
-        "send-bw" => Test::Bw(bw::Bw::Send, "send_bw"),
-        "atomic-bw" => Test::Bw(bw::Bw::Atomic(o.atomic), "atomic_bw"),
-        _ => {
-            eprintln!("{}", opts::USAGE);
-            std::process::exit(2);
-        }
+    let Some(test) = test_for(name, &o) else {
+        eprintln!("{}", opts::USAGE);
+        std::process::exit(2);
     };
     if let Err(e) = run(test, &o) {
         eprintln!("bfperf: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{test_for, Atomic, Opts, Test};
+
+    #[test]
+    fn atomic_lat_runs_the_atomic_asked_for() {
+        for atomic in [Atomic::FetchAdd, Atomic::CompareSwap] {
+            let o = Opts {
+                atomic,
+                ..Opts::default()
+            };
+            match test_for("atomic-lat", &o) {
+                Some(Test::Lat(crate::lat::Lat::Atomic(a), _)) => assert_eq!(a, atomic),
+                _ => panic!("atomic-lat"),
+            }
+        }
+        assert!(test_for("nope", &Opts::default()).is_none());
     }
 }

@@ -7,6 +7,9 @@ mod refusals;
 pub use cpus::{configured_cpus, cpu_list};
 pub use refusals::check_for;
 
+/// The fewest iterations a test runs (perftest's `MIN_ITER`).
+pub const MIN_ITER: usize = 5;
+
 /// Every option of every subcommand.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Opts {
@@ -212,7 +215,7 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -i, --ib-port N         the device's port (default 1, as perftest's -i; the software NIC
                           has one)
   -s, --size N            message size (default 8)
-  -n, --iters N           iterations (default 10000)
+  -n, --iters N           iterations (default 10000, at least 5)
       --warmup N          warm-up iterations (default 1000)
   -I, --inline N          max inline size of the QPs (default 220)
   -l, --post-list N       requests per doorbell in bandwidth tests (default 1)
@@ -478,8 +481,16 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             other => return Err(format!("unknown option '{other}'")),
         }
     }
-    if o.size == 0 || o.iters == 0 || o.post_list == 0 || o.tx_depth == 0 {
-        return Err("--size, --iters, --post-list and --tx-depth must be at least 1".into());
+    if o.size == 0 || o.post_list == 0 || o.tx_depth == 0 {
+        return Err("--size, --post-list and --tx-depth must be at least 1".into());
+    }
+    if o.iters < MIN_ITER {
+        // perftest's MIN_ITER: a latency run keeps iters - 1 differences, less its two
+        // largest.
+        return Err(format!(
+            "--iters {}: at least {MIN_ITER} (perftest's MIN_ITER)",
+            o.iters
+        ));
     }
     if !(1..=MAX_QPS).contains(&o.qps) {
         // perftest's MIN_QP_NUM and MAX_QP_NUM.

@@ -24,6 +24,16 @@ pub struct Summary {
 /// by two).
 pub const TAIL: usize = 2;
 
+/// How many of `all` sorted samples the statistics (and `-H`) keep: all but the [`TAIL`]
+/// largest, or all when there are no more than that.
+pub fn kept(all: usize) -> usize {
+    if all > TAIL {
+        all - TAIL
+    } else {
+        all
+    }
+}
+
 /// Summarises samples given in nanoseconds (sorted in place) as perftest's
 /// `print_report_lat` does: sorted, the [`TAIL`] largest left out (kept when there are no
 /// more than that), the median as perftest's `get_median` (the mean of the two middle ones
@@ -36,7 +46,7 @@ pub fn summarize(ns: &mut [f64]) -> Summary {
     ns.sort_by(f64::total_cmp);
     let us = |v: f64| v / 1000.0;
     let all = ns.len();
-    let n = if all > TAIL { all - TAIL } else { all };
+    let n = kept(all);
     let kept = &ns[..n];
     let at = |i: usize| ns[i.min(all - 1)];
     let pct = |p: f64| at(((n as f64) * p).ceil() as usize);
