@@ -50,7 +50,7 @@ pub fn summarize(ns: &mut [f64]) -> Summary {
     let kept = &ns[..n];
     let at = |i: usize| ns[i.min(all - 1)];
     let pct = |p: f64| at(((n as f64) * p).ceil() as usize);
-    let median = if n >= 2 && (n - 1) % 2 != 0 {
+    let median = if n >= 2 && !(n - 1).is_multiple_of(2) {
         (kept[n / 2] + kept[n / 2 - 1]) / 2.0
     } else {
         kept[n / 2]
