@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::verbs::objects::Endpoint;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A remote buffer a peer may write, read or run atomics on.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -166,18 +166,70 @@ impl Exchange {
     }
 }
 
-fn swap(s: &mut TcpStream, ours: &Exchange) -> Result<Exchange> {
-    s.set_read_timeout(Some(Duration::from_secs(60)))
-        .map_err(Error::Io)?;
-    s.set_nodelay(true).map_err(Error::Io)?;
-    s.write_all(&ours.encode()?).map_err(Error::Io)?;
-    Exchange::read_from(s)
+/// How long one exchange may take, the peer's message read whole and ours written.
+const EXCHANGE_TIME: Duration = Duration::from_secs(60);
+
+/// A stream whose reads and writes all end by one deadline: each call's timeout is what is
+/// left of it. A timeout per call let a peer that sent one byte every 59 s hold `accept`
+/// through its 1,025 reads for hours (a review's finding).
+struct ByDeadline<'a> {
+    s: &'a mut TcpStream,
+    end: Instant,
 }
 
-/// Server side: accepts one connection on `listener` and swaps exchanges.
+impl ByDeadline<'_> {
+    /// What is left of the deadline.
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the connection exchange took longer than its deadline",
+            ));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for ByDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.s.set_read_timeout(Some(self.left()?))?;
+        self.s.read(buf)
+    }
+}
+
+impl Write for ByDeadline<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.s.set_write_timeout(Some(self.left()?))?;
+        self.s.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.s.flush()
+    }
+}
+
+fn swap(s: &mut TcpStream, ours: &Exchange) -> Result<Exchange> {
+    swap_within(s, ours, EXCHANGE_TIME)
+}
+
+/// [`swap`] that ends within `time` whatever the peer does.
+fn swap_within(s: &mut TcpStream, ours: &Exchange, time: Duration) -> Result<Exchange> {
+    s.set_nodelay(true).map_err(Error::Io)?;
+    let mut s = ByDeadline {
+        s,
+        end: Instant::now() + time,
+    };
+    s.write_all(&ours.encode()?).map_err(Error::Io)?;
+    Exchange::read_from(&mut s)
+}
+
+/// Server side: accepts one connection on `listener` and swaps exchanges, within 60 s of
+/// the connection (a peer that sends its message slowly, or reads ours slowly, is refused
+/// then).
 ///
 /// # Errors
-/// [`Error::Io`] for socket errors, [`Error::InvalidParameter`] for a malformed message.
+/// [`Error::Io`] for socket errors (`TimedOut` past the 60 s),
+/// [`Error::InvalidParameter`] for a malformed message.
 pub fn accept(listener: &TcpListener, ours: &Exchange) -> Result<Exchange> {
     let (mut s, _) = listener.accept().map_err(Error::Io)?;
     swap(&mut s, ours)
@@ -231,6 +283,42 @@ mod tests {
             Err(Error::Io(_))
         ));
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+
+    /// A peer that announces many buffers and then sends its message one byte a second is
+    /// cut off when the exchange's time is up, not after one timeout per read.
+    #[test]
+    fn a_dripping_peer_is_cut_off_at_the_exchanges_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let t = Instant::now();
+            let r = swap_within(&mut s, &Exchange::default(), Duration::from_secs(2));
+            (r, t.elapsed())
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        let mut head = Exchange::default().encode().unwrap();
+        let n = head.len();
+        head[n - 2..].copy_from_slice(&1024u16.to_be_bytes());
+        c.write_all(&head).unwrap();
+        let mut theirs = [0u8; 36];
+        c.read_exact(&mut theirs).unwrap();
+        let dripper = std::thread::spawn(move || {
+            for _ in 0..8 {
+                if c.write_all(&[0]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        let (r, took) = server.join().unwrap();
+        dripper.join().unwrap();
+        match r {
+            Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(took < Duration::from_secs(3), "{took:?}");
     }
 
     #[test]
