@@ -197,7 +197,8 @@ unsafe impl RegionBuffer for HugePages {
 /// Other processes may write the file while it is mapped: their writes reach the region's
 /// bytes as the device's do (the region's copies are atomic, so this is no data race for
 /// this process). If the file is truncated below the mapping, touching the lost pages
-/// raises `SIGBUS` (the usual `mmap` caveat); the device keeps the pages it pinned.
+/// raises `SIGBUS`, which kills the process: so [`MappedFile::map`] is `unsafe` (as
+/// memmap2's `Mmap::map`), its caller promising that the file keeps its length.
 /// Writable shared file mappings cannot be pinned by newer kernels (Linux 6.5 refuses
 /// long-term write pins of file pages outside shmem/hugetlbfs): register them with
 /// [`Access::ON_DEMAND`](crate::Access::ON_DEMAND) where the device has on-demand paging,
@@ -216,10 +217,24 @@ impl MappedFile {
     /// Maps the whole of `file` (its current length), writable when `writable` (the file
     /// must then be open for writing).
     ///
+    /// # Safety
+    /// The file must not be truncated below its length now, by this process or any other,
+    /// while the mapping (or a region registered over it) lives: a read or write of the
+    /// lost pages, by [`MemoryRegion::read`](crate::MemoryRegion::read) or the software
+    /// NIC, raises `SIGBUS` (a safe `File::set_len` sufficed, a review found). A file of
+    /// your own on tmpfs or hugetlbfs, or a memfd sealed with `F_SEAL_SHRINK`, keeps it.
+    ///
+    /// Not callable from safe code:
+    ///
+    /// ```compile_fail
+    /// let f = std::fs::File::open("Cargo.toml").unwrap();
+    /// let _ = blueflame::mapping::MappedFile::map(&f, false);
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidParameter`] for an empty file; [`Error::Io`] from `metadata` or
     /// `mmap` (`EACCES` for a writable map of a file opened read-only).
-    pub fn map(file: &std::fs::File, writable: bool) -> Result<MappedFile> {
+    pub unsafe fn map(file: &std::fs::File, writable: bool) -> Result<MappedFile> {
         use std::os::fd::AsRawFd;
         let len = file.metadata().map_err(Error::Io)?.len();
         if len == 0 || len > isize::MAX as u64 {

@@ -501,7 +501,8 @@ pub fn mapped_files(dev: &Device, path: &std::path::Path) {
     let mut f = std::fs::File::create(&path).unwrap();
     f.write_all(&[b'f'; 8192]).unwrap();
     drop(f);
-    let ro = MappedFile::map(&std::fs::File::open(&path).unwrap(), false).unwrap();
+    // SAFETY: this test's own file, truncated only after every mapping of it is gone.
+    let ro = unsafe { MappedFile::map(&std::fs::File::open(&path).unwrap(), false) }.unwrap();
     let ro = match r
         .pd
         .register(ro, Access::REMOTE_WRITE | Access::LOCAL_WRITE)
@@ -529,7 +530,8 @@ pub fn mapped_files(dev: &Device, path: &std::path::Path) {
         .write(true)
         .open(&path)
         .unwrap();
-    let rw = MappedFile::map(&rw, true).unwrap();
+    // SAFETY: as above.
+    let rw = unsafe { MappedFile::map(&rw, true) }.unwrap();
     let rw = r.pd.register(rw, RIGHTS);
     match rw {
         Ok(rw) => {
@@ -552,10 +554,9 @@ pub fn mapped_files(dev: &Device, path: &std::path::Path) {
         Err(Refused { error, .. }) => println!("writable shared file mapping refused: {error}"),
     }
     std::fs::File::create(&path).unwrap(); // truncated to 0
-    assert!(matches!(
-        MappedFile::map(&std::fs::File::open(&path).unwrap(), false),
-        Err(Error::InvalidParameter { .. })
-    ));
+                                           // SAFETY: refused (an empty file): nothing is mapped.
+    let empty = unsafe { MappedFile::map(&std::fs::File::open(&path).unwrap(), false) };
+    assert!(matches!(empty, Err(Error::InvalidParameter { .. })));
 }
 
 /// A memfd (shmem: tmpfs pages the kernel pins like anonymous memory), named by its
