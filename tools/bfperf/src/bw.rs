@@ -435,6 +435,16 @@ fn initiate(
 /// `--report_gbits`).
 pub(crate) const PERFTEST_MB: f64 = 1_048_576.0;
 
+/// What one MB/s (of [`PERFTEST_MB`]) is in the table's unit: 1, or in Gb/s with
+/// `--report_gbits` (bits per second over 10^9: perftest's `format_factor` 125000000).
+pub(crate) fn table_unit(o: &Opts) -> f64 {
+    if o.gbits {
+        PERFTEST_MB * 8.0 / 1e9
+    } else {
+        1.0
+    }
+}
+
 /// Above this many iterations a counted run measures no peak (perftest's default
 /// `noPeak`: "peak up to iters=20000"; its peak's search is quadratic in the requests).
 pub(crate) const PEAK_ITERS: usize = 20_000;
@@ -624,14 +634,9 @@ fn against_perftest(
         link.wire.hand_shake(&mine).map_err(failed)?;
         let r = initiate(&mut s, &o, kind, size, &Barrier::new(1), each)?;
         if link.test.reports() {
-            let mine_r = Report {
-                size: size as u64,
-                iters: r.iters,
-                bw_peak: r.peak,
-                bw_avg: r.avg,
-                msg_rate: r.mpps,
-            };
-            link.wire.reports(&mine, &mine_r).map_err(failed)?;
+            link.wire
+                .reports(&mine, &to_wire(&r, size, &o))
+                .map_err(failed)?;
         }
         Some(r)
     } else if link.test == Test::SendBw {
@@ -645,18 +650,38 @@ fn against_perftest(
             .wire
             .reports(&mine, &Report::default())
             .map_err(failed)?;
-        Some(BwResult {
-            peak: theirs.bw_peak,
-            avg: theirs.bw_avg,
-            mpps: theirs.msg_rate,
-            iters: theirs.iters,
-            sides: None,
-        })
+        Some(from_wire(&theirs, &o))
     };
     if link.test.closes() {
         link.wire.close(&mine).map_err(failed)?;
     }
     Ok(r)
+}
+
+/// The report a client sends its perftest server: in the table's unit, as perftest's
+/// client computes it (`format_factor`) and its server prints it as it comes (in MB/s, an
+/// `--report_gbits` server showed figures 8.39 times too large: a review's finding).
+fn to_wire(r: &BwResult, size: usize, o: &Opts) -> Report {
+    let unit = table_unit(o);
+    Report {
+        size: size as u64,
+        iters: r.iters,
+        bw_peak: r.peak * unit,
+        bw_avg: r.avg * unit,
+        msg_rate: r.mpps,
+    }
+}
+
+/// A client's report, in the table's unit, as a result (in MB/s, as every result).
+fn from_wire(theirs: &Report, o: &Opts) -> BwResult {
+    let unit = table_unit(o);
+    BwResult {
+        peak: theirs.bw_peak / unit,
+        avg: theirs.bw_avg / unit,
+        mpps: theirs.msg_rate,
+        iters: theirs.iters,
+        sides: None,
+    }
 }
 
 /// Two sides' results summed as perftest prints a bidirectional run
@@ -855,6 +880,30 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The report a perftest server prints as it comes is in its table's unit: Gb/s with
+    /// `--report_gbits` (1000 MB/s of 2^20 bytes are 8.388608 Gb/s), read back as MB/s.
+    #[test]
+    fn reports_to_a_perftest_server_are_in_the_tables_unit() {
+        let r = BwResult {
+            peak: 2000.0,
+            avg: 1000.0,
+            mpps: 0.5,
+            iters: 10,
+            sides: None,
+        };
+        for (gbits, avg) in [(false, 1000.0), (true, 8.388608)] {
+            let o = Opts {
+                gbits,
+                ..Opts::default()
+            };
+            let w = super::to_wire(&r, 4096, &o);
+            assert!((w.bw_avg - avg).abs() < 1e-9, "{gbits}: {}", w.bw_avg);
+            assert!((w.bw_peak - 2.0 * avg).abs() < 1e-9);
+            let back = super::from_wire(&w, &o);
+            assert!((back.avg - 1000.0).abs() < 1e-9 && back.iters == 10);
+        }
+    }
 
     /// Stamps of a counted run as given (ns): `posted[i]` and `completed[i]` of each
     /// measured request.

@@ -479,11 +479,7 @@ fn report_bw(
     progress.clear();
     if let Some(path) = &o.out_json {
         // perftest writes the report in the table's unit.
-        let unit = if o.gbits {
-            bw::PERFTEST_MB * 8.0 / 1e9
-        } else {
-            1.0
-        };
+        let unit = bw::table_unit(o);
         let reads = matches!(t, Test::Bw(bw::Bw::Read | bw::Bw::Atomic(_), _));
         out_json::bw(
             o,
@@ -519,11 +515,7 @@ fn report_bw(
         );
     } else {
         // perftest's --report_gbits: bits per second over 10^9 (MB/s is 2^20 bytes).
-        let unit = if o.gbits {
-            bw::PERFTEST_MB * 8.0 / 1e9
-        } else {
-            1.0
-        };
+        let unit = bw::table_unit(o);
         let row = |iters: u64, peak: f64, avg: f64, mpps: f64| {
             // perftest's `inc_accuracy` (`print_full_bw_report`): in Gb/s, an average below
             // 0.1 is printed with six decimals (`REPORT_FMT_EXT`), else two.
