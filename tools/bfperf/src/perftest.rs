@@ -33,8 +33,14 @@ pub const VERSION: &str = "6.06";
 /// The oldest version perftest 4.5 talks to, and so bfperf.
 const OLDEST: f64 = 5.70;
 
-/// perftest's cycle buffer (a page) and cache line, as it sends them.
-const CYCLE_BUFFER: u32 = 4096;
+/// perftest's cycle buffer: a page (`sysconf(_SC_PAGESIZE)`), as it sends it.
+pub fn cycle_buffer() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(page).ok().filter(|&p| p > 0).unwrap_or(4096)
+}
+
+/// perftest's cache line, as it sends it.
 const CACHE_LINE: u32 = 64;
 
 /// Which perftest program is on the other side.
@@ -214,9 +220,11 @@ impl Wire {
         Ok(theirs)
     }
 
-    /// Steps 1 to 3: the versions, the system data, the MTU. Returns the peer's version and
-    /// the path MTU (verbs enum) for a port whose MTU is `mtu`.
-    pub fn preamble(&mut self, mtu: u32) -> Result<(String, u32), String> {
+    /// Steps 1 to 3: the versions, the system data, the MTU. Returns the peer's version, the
+    /// path MTU (verbs enum) for a port whose MTU is `mtu`, and the cycle buffer both sides
+    /// use: the larger of the two (perftest's `ctx_xchg_data` keeps the larger), through
+    /// which a perftest peer's bandwidth tests step the remote address.
+    pub fn preamble(&mut self, mtu: u32) -> Result<(String, u32, u32), String> {
         let mut v = [0u8; 16];
         v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
         let theirs = self.xchg("version", &v)?;
@@ -234,7 +242,10 @@ impl Wire {
                 ))
             }
         }
-        self.xchg("cycle buffer", &CYCLE_BUFFER.to_be_bytes())?;
+        let ours = cycle_buffer();
+        let c = self.xchg("cycle buffer", &ours.to_be_bytes())?;
+        let theirs = u32::from_be_bytes(c.try_into().unwrap_or_default());
+        let cycle = ours.max(theirs);
         self.xchg("cache line", &CACHE_LINE.to_be_bytes())?;
         let m = self.xchg("MTU", &[b'0' + mtu.min(9) as u8, 0])?;
         let rem = (m[0] as char).to_digit(10).unwrap_or(0);
@@ -244,7 +255,7 @@ impl Wire {
         } else {
             mtu
         };
-        Ok((version, path))
+        Ok((version, path, cycle))
     }
 
     /// Step 4: one address exchange.
@@ -331,11 +342,11 @@ mod tests {
             (r, d)
         });
         let mut c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
-        let (v, mtu) = c.preamble(5).unwrap();
-        assert_eq!((v.as_str(), mtu), (VERSION, 3));
+        let (v, mtu, cycle) = c.preamble(5).unwrap();
+        assert_eq!((v.as_str(), mtu, cycle), (VERSION, 3, cycle_buffer()));
         let d = c.hand_shake(&dest(true)).unwrap();
         assert_eq!(d, dest(true));
-        let ((v2, mtu2), d2) = t.join().unwrap();
+        let ((v2, mtu2, _), d2) = t.join().unwrap();
         assert_eq!((v2.as_str(), mtu2, d2), (VERSION, 3, dest(true)));
 
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -349,6 +360,35 @@ mod tests {
         let mut c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
         let e = c.preamble(5).unwrap_err();
         assert!(e.contains("\"5.60\""), "{e}");
+        t.join().unwrap();
+    }
+
+    /// The cycle buffer both sides use is the larger page: a perftest peer of 64 KiB pages
+    /// (aarch64, ppc64le) steps through 64 KiB of this side's buffer (bfperf sent 4096 and
+    /// dropped the peer's value: a review's finding).
+    #[test]
+    fn the_cycle_buffer_is_the_larger_of_the_two() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut v = [0u8; 16];
+            s.read_exact(&mut v).unwrap();
+            s.write_all(&v).unwrap();
+            let mut c = [0u8; 4];
+            s.read_exact(&mut c).unwrap();
+            assert_eq!(u32::from_be_bytes(c), cycle_buffer(), "this host's page");
+            s.write_all(&65536u32.to_be_bytes()).unwrap();
+            let mut line = [0u8; 4];
+            s.read_exact(&mut line).unwrap();
+            s.write_all(&line).unwrap();
+            let mut m = [0u8; 2];
+            s.read_exact(&mut m).unwrap();
+            s.write_all(&m).unwrap();
+        });
+        let mut c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
+        let (_, _, cycle) = c.preamble(5).unwrap();
+        assert_eq!(cycle, 65536.max(cycle_buffer()));
         t.join().unwrap();
     }
 

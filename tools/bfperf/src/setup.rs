@@ -272,7 +272,18 @@ fn perftest_setup(
         srqn: 0,
     };
     let mut wire = Wire::new(stream, client).map_err(peer_failed)?;
-    let (version, mtu) = wire.preamble(ep.mtu).map_err(peer_failed)?;
+    let (version, mtu, cycle) = wire.preamble(ep.mtu).map_err(peer_failed)?;
+    // A perftest peer's bandwidth tests step through `cycle` bytes of this side's buffer
+    // (`increase_rem_addr`): a peer of larger pages than this host's would write past it
+    // (a review's finding; bfperf sent 4096 and dropped the peer's value).
+    if cycle as usize > area(size) {
+        return Err(peer_failed(format!(
+            "the peer's cycle buffer (its page size) is {cycle} bytes, more than the {} of \
+             this side's buffer for {size}-byte messages: run the two on hosts of one page \
+             size",
+            area(size)
+        )));
+    }
     let (before, after) = t.hand_shakes();
     let mut theirs = mine;
     for _ in 0..before {
@@ -291,8 +302,8 @@ fn perftest_setup(
     let peer = RemoteBuf {
         addr: theirs.vaddr,
         rkey: theirs.rkey,
-        // perftest's BUFF_SIZE: a page, or the message when larger.
-        len: size.max(4096) as u64,
+        // perftest's BUFF_SIZE: the cycle buffer, or the message when larger.
+        len: size.max(cycle as usize) as u64,
     };
     let s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
     Ok(Setup::Perftest(
@@ -312,7 +323,13 @@ fn perftest_setup(
 /// `size` bytes at each cache-line step through it, `increase_rem_addr`), the source area at
 /// `size`.
 pub fn buf_len(size: usize) -> usize {
-    2 * size.max(4096) + 64
+    2 * area(size) + 64
+}
+
+/// The area of a side's buffer peers write at 0, for messages of `size`: a page (perftest's
+/// cycle buffer), or the message when larger.
+fn area(size: usize) -> usize {
+    size.max(crate::perftest::cycle_buffer() as usize)
 }
 
 /// Opens the device the options name, and says what it is.
