@@ -574,8 +574,9 @@ fn main() {
         println!("{}", opts::USAGE);
         return;
     }
-    let o = match opts::parse(args.get(1..).unwrap_or(&[])).and_then(|o| {
+    let o = match opts::parse(args.get(1..).unwrap_or(&[])).and_then(|mut o| {
         opts::check_for(name, &o)?;
+        o.inline = opts::inline_for(name, &o);
         Ok(o)
     }) {
         Ok(o) => o,

@@ -27,6 +27,8 @@ pub struct Opts {
     pub warmup: usize,
     /// Max inline bytes the QP is created with (messages up to it go inline).
     pub inline: u32,
+    /// `-I` was given: else the test's own default applies ([`inline_for`]).
+    pub inline_given: bool,
     /// Requests per doorbell (bandwidth tests).
     pub post_list: usize,
     /// Requests outstanding (bandwidth tests).
@@ -159,6 +161,7 @@ impl Default for Opts {
             iters: 10_000,
             warmup: 1000,
             inline: 220,
+            inline_given: false,
             post_list: 1,
             tx_depth: 128,
             pin: None,
@@ -217,7 +220,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -s, --size N            message size (default 8)
   -n, --iters N           iterations (default 10000, at least 5)
       --warmup N          warm-up iterations (default 1000)
-  -I, --inline N          max inline size of the QPs (default 220)
+  -I, --inline N          max inline size of the QPs (default perftest's: 220 write-lat,
+                          236 send-lat (188 UD, 150 DC), 0 reads, atomics and bandwidth)
   -l, --post-list N       requests per doorbell in bandwidth tests (default 1)
   -t, --tx-depth N        outstanding requests in bandwidth tests (default 128)
   -q, --qp N              bandwidth tests: N QPs per side (default 1; perftest's -q), each
@@ -381,6 +385,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-I" | "--inline" => {
                 o.inline = num(a, val(a)?)?;
                 inline_given = true;
+                o.inline_given = true;
             }
             "-l" | "--post-list" => o.post_list = num(a, val(a)?)?,
             "-t" | "--tx-depth" => o.tx_depth = num(a, val(a)?)?,
@@ -545,6 +550,24 @@ pub fn sizes(o: &Opts) -> Vec<usize> {
     }
 }
 
+/// The inline limit a test runs with: `-I` when given, else perftest's default for it
+/// (`set_max_inline`: 220 for write latency, 236 for send latency over RC (188 over UD, 150
+/// over DC), 0 for reads, atomics and every bandwidth test). One 220 for every test made
+/// bfperf's bandwidth tests inline small messages where perftest's do not (a review's
+/// finding).
+pub fn inline_for(name: &str, o: &Opts) -> u32 {
+    if o.inline_given || o.dmabuf {
+        return o.inline;
+    }
+    match (name, o.connection) {
+        ("write-lat", Connection::Dc) | ("send-lat", Connection::Dc) => 150,
+        ("write-lat", _) => 220,
+        ("send-lat", Connection::Ud) => 188,
+        ("send-lat", _) => 236,
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -696,7 +719,9 @@ mod tests {
         assert_eq!(parse(&args("--use-dmabuf")).unwrap(), o);
         // Messages gather from the dma-buf: no inline, and an explicit -I N is refused.
         assert_eq!(o.inline, 0);
-        assert_eq!(parse(&args("--use_dmabuf -I 0")).unwrap(), o);
+        let given = parse(&args("--use_dmabuf -I 0")).unwrap();
+        assert_eq!((given.inline, given.dmabuf), (0, true));
+        assert_eq!(inline_for("write-lat", &given), 0);
         let e = parse(&args("-I 64 --use_dmabuf")).unwrap_err();
         assert!(e.contains("never inline") && e.contains("-I 64"), "{e}");
         for t in [
@@ -928,5 +953,26 @@ mod tests {
         assert!(check_for("send-lat", &stepped)
             .unwrap_err()
             .contains("--device sim"));
+    }
+
+    /// perftest's inline defaults (`set_max_inline`), `-I` over them.
+    #[test]
+    fn inline_defaults_are_perftests() {
+        let d = parse(&[]).unwrap();
+        for (t, c, want) in [
+            ("write-lat", "rc", 220),
+            ("write-lat", "dc", 150),
+            ("send-lat", "rc", 236),
+            ("send-lat", "ud", 188),
+            ("read-lat", "rc", 0),
+            ("atomic-lat", "rc", 0),
+            ("write-bw", "rc", 0),
+            ("send-bw", "ud", 0),
+        ] {
+            let o = parse(&args(&format!("-c {c}"))).unwrap();
+            assert_eq!(inline_for(t, &o), want, "{t} -c {c}");
+        }
+        assert_eq!(inline_for("write-bw", &parse(&args("-I 64")).unwrap()), 64);
+        assert!(!d.inline_given);
     }
 }

@@ -854,9 +854,10 @@ fn mmap_puts_the_buffers_in_the_file() {
         format!("--mmap={}", file.display()),
         format!("--mmap-offset={off}"),
     );
-    // 64-byte writes, inline: 0x5a bytes into the peer's buffer.
+    // 64-byte writes, inline (`-I`: a bandwidth test's default is perftest's 0): 0x5a bytes
+    // into the peer's buffer.
     let out = bfperf(&[
-        "write-bw", "-d", "sim", "-s", "64", "-n", "300", "--warmup", "10", &f, &o,
+        "write-bw", "-d", "sim", "-s", "64", "-n", "300", "--warmup", "10", "-I", "64", &f, &o,
     ]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
