@@ -254,7 +254,9 @@ fn creation_limits(dev: &Device) -> Result<(), String> {
             ));
         }
     }
-    for entries in [(1 << 22) - 1, 1 << 22] {
+    // Past the device's `max_cqe`, refused on both with the same maximum (the largest CQ
+    // itself, 256 MiB of ring on each, is left out: the memcheck stage runs this case).
+    for entries in [1 << 22, u32::MAX] {
         let size = |d: &Device| match d.create_cq(entries) {
             Ok(cq) => format!("{} entries", cq.capacity()),
             Err(e) => format!("{e:?}"),
