@@ -70,7 +70,7 @@ fn srq_limit_event_dies_with_its_srq(dev: &Device) -> Result<(), String> {
             entries: 15,
             max_sge: 1,
         };
-        for round in 0..32 {
+        for round in 0..16 {
             let mut srq = pd.create_srq(&rcq, caps).map_err(e)?;
             if srq.limit_reached() {
                 return Err(format!(
