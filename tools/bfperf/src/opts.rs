@@ -376,18 +376,20 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
                 .map_err(|_| format!("{name}: '{v}' is not a valid number"))
         }
         match a.as_str() {
-            "-d" | "--device" => o.device = val(a)?,
+            // perftest's long names beside bfperf's (`long_options` of
+            // `parser` in perftest_parameters.c), so its command lines run unchanged.
+            "-d" | "--device" | "--ib-dev" => o.device = val(a)?,
             "-x" | "--gid-index" => o.gid_index = Some(num(a, val(a)?)?),
             "-i" | "--ib-port" => o.ib_port = num(a, val(a)?)?,
             "-s" | "--size" => o.size = num(a, val(a)?)?,
             "-n" | "--iters" => o.iters = num(a, val(a)?)?,
             "--warmup" => o.warmup = num(a, val(a)?)?,
-            "-I" | "--inline" => {
+            "-I" | "--inline" | "--inline_size" => {
                 o.inline = num(a, val(a)?)?;
                 inline_given = true;
                 o.inline_given = true;
             }
-            "-l" | "--post-list" => o.post_list = num(a, val(a)?)?,
+            "-l" | "--post-list" | "--post_list" => o.post_list = num(a, val(a)?)?,
             "-t" | "--tx-depth" => o.tx_depth = num(a, val(a)?)?,
             "--pin" => o.pin = Some(num(a, val(a)?)?),
             "--pin_cores" | "--pin-cores" => {
@@ -430,7 +432,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-p" | "--port" => o.port = num(a, val(a)?)?,
             "--json" => o.json = true,
             "--report_gbits" | "--report-gbits" => o.gbits = true,
-            "-H" | "--report-histogram" => o.histogram = true,
+            "-H" | "--report-histogram" | "--report-histogrm" => o.histogram = true,
             "-U" | "--report-unsorted" => o.unsorted = true,
             // perftest's -F: no warning about the CPU frequency governor. bfperf gives none
             // (it calibrates the TSC it times with): accepted, so that perftest's command
@@ -445,7 +447,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--plot" => o.plot = Some(val(a)?.into()),
             "--write-with-imm" | "--write_with_imm" => o.write_imm = true,
             "-e" | "--events" => o.events = true,
-            "--srq" => o.srq = true,
+            "--srq" | "--use-srq" => o.srq = true,
             "--odp" => o.odp = true,
             "--use_hugepages" | "--use-hugepages" => o.hugepages = true,
             "--mmap" => o.mmap = Some(val(a)?.into()),
@@ -974,5 +976,23 @@ mod tests {
         }
         assert_eq!(inline_for("write-bw", &parse(&args("-I 64")).unwrap()), 64);
         assert!(!d.inline_given);
+    }
+
+    /// perftest's own long option names are taken as its short ones.
+    #[test]
+    fn perftests_long_names() {
+        for (theirs, ours) in [
+            ("--ib-dev sim", "-d sim"),
+            ("--inline_size 64", "-I 64"),
+            ("--post_list 4", "-l 4"),
+            ("--report-histogrm", "-H"),
+            ("--use-srq", "--srq"),
+        ] {
+            assert_eq!(
+                parse(&args(theirs)).unwrap(),
+                parse(&args(ours)).unwrap(),
+                "{theirs}"
+            );
+        }
     }
 }
