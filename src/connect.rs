@@ -177,15 +177,28 @@ struct ByDeadline<'a> {
     end: Instant,
 }
 
+/// The error of an exchange past its deadline.
+fn past_deadline() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the connection exchange took longer than its deadline",
+    )
+}
+
+/// `TimedOut` for a socket call whose timeout ran out (Unix says `WouldBlock`, `EAGAIN`).
+fn timed_out<T>(r: std::io::Result<T>) -> std::io::Result<T> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err(past_deadline()),
+        r => r,
+    }
+}
+
 impl ByDeadline<'_> {
     /// What is left of the deadline.
     fn left(&self) -> std::io::Result<Duration> {
         let left = self.end.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the connection exchange took longer than its deadline",
-            ));
+            return Err(past_deadline());
         }
         Ok(left)
     }
@@ -194,14 +207,14 @@ impl ByDeadline<'_> {
 impl Read for ByDeadline<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.s.set_read_timeout(Some(self.left()?))?;
-        self.s.read(buf)
+        timed_out(self.s.read(buf))
     }
 }
 
 impl Write for ByDeadline<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.s.set_write_timeout(Some(self.left()?))?;
-        self.s.write(buf)
+        timed_out(self.s.write(buf))
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.s.flush()
