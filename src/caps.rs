@@ -70,18 +70,24 @@ pub struct QpCaps {
 }
 
 impl QpCaps {
+    /// The send depth these caps ask for on transport `t`: requests of the largest kind
+    /// they allow (a UD WQE carries a datagram segment, a DCI's an address segment) that
+    /// `sq_blocks` blocks hold, at least one.
+    pub(crate) fn depth(&self, t: mlx5::qp_size::Transport) -> u32 {
+        let lim = mlx5::wqe::Limits {
+            max_sge: self.max_send_sge as usize,
+            max_inline: self.max_inline as usize,
+        };
+        (self.sq_blocks / t.max_wqe_bbs(&lim) as u32).max(1)
+    }
+
     /// The verbs QP's `ibv_qp_cap`: `sq_blocks` is a ring size in blocks and rdma-core
     /// takes work requests, sizing each for the largest WQE (`mlx5_calc_sq_size`), so as many
     /// requests of the largest kind as the blocks hold: the same depth on both paths
     /// ([`QueuePair::send_depth`](crate::QueuePair::send_depth)).
     pub(crate) fn verbs(&self) -> crate::verbs::objects::Caps {
-        let lim = mlx5::wqe::Limits {
-            max_sge: self.max_send_sge as usize,
-            max_inline: self.max_inline as usize,
-        };
-        let wrs = self.sq_blocks / mlx5::wqe::max_wqe_bbs(&lim) as u32;
         crate::verbs::objects::Caps {
-            max_send_wr: wrs.max(1),
+            max_send_wr: self.depth(mlx5::qp_size::Transport::Rc),
             max_recv_wr: self.rq_entries.max(1),
             max_send_sge: self.max_send_sge,
             max_recv_sge: self.max_recv_sge,

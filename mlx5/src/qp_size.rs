@@ -58,6 +58,17 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// Blocks of the longest WQE the crate's encoders write for this transport under
+    /// `lim` (a UD WQE carries a datagram segment, a DCI's an address segment, an RC one a
+    /// remote address or a bind's UMR): a ring of `n` times that always holds `n` of them.
+    pub fn max_wqe_bbs(self, lim: &crate::wqe::Limits) -> usize {
+        match self {
+            Transport::Rc => crate::wqe::max_wqe_bbs(lim),
+            Transport::Ud => crate::wqe::max_ud_wqe_bbs(lim),
+            Transport::Dci => crate::dc::max_dc_wqe_bbs(lim),
+        }
+    }
+
     /// `_sq_overhead`: the segments before a WQE's payload, for the longest operation.
     pub const fn overhead(self) -> u32 {
         let mw = CTRL + UMR_CTRL + MKEY_CONTEXT + UMR_KLM;

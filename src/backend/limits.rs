@@ -3,17 +3,16 @@
 //! NIC): rdma-core's sizing of the QP's queues (`mlx5::qp_size`: `mlx5_calc_send_wqe`,
 //! `mlx5_calc_sq_size`, `mlx5_calc_rq_size`) against a ConnectX's limits. A QP rdma-core
 //! would refuse with a bare `EINVAL` is refused before anything is created, with the field
-//! of [`QpCaps`] and its value, and the software NIC refuses exactly what a ConnectX does.
+//! of [`QpCaps`](crate::QpCaps) and its value, and the software NIC refuses exactly what a ConnectX does.
 //!
 //! It also says how many send work requests to ask rdma-core for: on the direct path as
 //! many as fill a ring of `sq_blocks` blocks with rdma-core's WQE size, so that the ring the
 //! crate takes over is the one the caps name, as on the software NIC (asked for the caps'
 //! depth, rdma-core sizes each request for its own longest WQE, a window bind's UMR, and
 //! made the ring up to twice as large); on the verbs path the caps' depth
-//! ([`QpCaps::verbs`]), which rdma-core's requests hold.
+//! ([`QpCaps::verbs`](crate::QpCaps::verbs)), which rdma-core's requests hold.
 
 use super::qp::{QpKind, QpSpec};
-use crate::caps::QpCaps;
 use crate::error::{Error, Result};
 use mlx5::qp_size::{self, DeviceLimits, Field, QpAsk, Transport};
 
@@ -28,27 +27,12 @@ fn transport(kind: &QpKind<'_>) -> Option<(Transport, bool)> {
     }
 }
 
-/// The caps' send depth: requests of the largest kind the caps allow that `sq_blocks`
-/// blocks hold (a DCI's WQEs carry an address segment).
-fn depth(t: Transport, caps: &QpCaps) -> u32 {
-    let lim = mlx5::wqe::Limits {
-        max_sge: caps.max_send_sge as usize,
-        max_inline: caps.max_inline as usize,
-    };
-    let bbs = match t {
-        Transport::Dci => mlx5::dc::max_dc_wqe_bbs(&lim),
-        Transport::Ud => mlx5::wqe::max_ud_wqe_bbs(&lim),
-        Transport::Rc => mlx5::wqe::max_wqe_bbs(&lim),
-    };
-    (caps.sq_blocks / bbs as u32).max(1)
-}
-
 /// Refuses `spec` as rdma-core would on a ConnectX, and says how many send work requests to
 /// ask rdma-core for on the path given (`direct`); none for a DC target. `signature`:
 /// rdma-core adds WQE signatures (`MLX5_QP_SIGNATURE`, which only it reads).
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] naming the field of [`QpCaps`] and its value: an `sq_blocks`
+/// [`Error::InvalidParameter`] naming the field of [`QpCaps`](crate::QpCaps) and its value: an `sq_blocks`
 /// outside 16 ..= 32768 (the software NIC's own refusal, on every path), `max_send_sge` or
 /// `max_inline` past what a WQE of the transport holds beside its segments, `max_recv_sge`
 /// past a receive WQE, `rq_entries` past the device's receive queue, and on the verbs path
@@ -87,7 +71,7 @@ pub(crate) fn connectx(spec: &QpSpec<'_>, direct: bool, signature: bool) -> Resu
         let ring = caps.sq_blocks.next_power_of_two();
         qp_size::send_wr_for_ring(ring, wqe_size)
     } else {
-        depth(t, caps)
+        caps.depth(t)
     };
     qp_size::qp_size(t, &ask, &lim).map_err(refused)?;
     Ok(Some(ask.max_send_wr))

@@ -375,8 +375,7 @@ impl SendQueue {
     /// until set, and never more): a write, read or send whose entries sum to more is
     /// refused before posting, where the device would fail it and move the QP to error.
     pub fn set_max_message(&mut self, max: u32) {
-        self.max_msg = max.min(crate::queue::checks::MAX_MESSAGE);
-        self.one_max = self.max_msg.min(mlx5::wqe::MAX_SGE_BYTES);
+        (self.max_msg, self.one_max) = crate::queue::checks::message_limits(max);
     }
 
     /// The largest message this queue posts.
@@ -406,13 +405,13 @@ impl SendQueue {
     /// transport (a UD WQE carries a datagram segment and a DCI's an address segment, an
     /// RC one a remote address or a bind's UMR), that fit in its ring at once.
     pub(crate) fn depth(&self) -> u32 {
-        let lim = &self.limits;
-        let bbs = match self.transport {
-            Some(Transport::Ud) => mlx5::wqe::max_ud_wqe_bbs(lim),
-            Some(Transport::Dci) => mlx5::dc::max_dc_wqe_bbs(lim),
-            Some(Transport::Rc) | None => mlx5::wqe::max_wqe_bbs(lim),
+        use mlx5::qp_size::Transport as T;
+        let t = match self.transport {
+            Some(Transport::Ud) => T::Ud,
+            Some(Transport::Dci) => T::Dci,
+            Some(Transport::Rc) | None => T::Rc,
         };
-        self.cnt / bbs as u32
+        self.cnt / t.max_wqe_bbs(&self.limits) as u32
     }
 
     /// Accounts this queue's WQEs against the entries of the CQ it completes on: from now
