@@ -10,6 +10,14 @@ use mlx5::request::Sge;
 /// [`crate::Device::max_message`]): each send queue is told its own.
 pub(crate) const MAX_MESSAGE: u32 = mlx5::wqe::MAX_MESSAGE_BYTES as u32;
 
+/// A send queue's message limits from the port's largest message `max`: the largest it
+/// posts (at most 2^31) and the longest single gather entry its straight posts take (at
+/// most `MAX_SGE_BYTES` as well).
+pub(crate) fn message_limits(max: u32) -> (u32, u32) {
+    let msg = max.min(MAX_MESSAGE);
+    (msg, msg.min(mlx5::wqe::MAX_SGE_BYTES))
+}
+
 /// The length of a message gathered from (or scattered into) `sgl`, refused past `max`
 /// (the port's `max_msg_sz`) before anything is posted, with the sum of the entries in the
 /// error (the device would fail it with a local length error and move the QP to error).

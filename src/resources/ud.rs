@@ -183,8 +183,7 @@ impl Pd {
                 value: qkey as u64,
             });
         }
-        self.check_cqs(send_cq, &recv_cq.dev, recv_cq.cqn())?;
-        crate::resources::cq::CqHandle::check_ts_formats(&send_cq.handle, &recv_cq.handle)?;
+        self.check_cqs(send_cq, &recv_cq.handle, &recv_cq.dev, recv_cq.cqn())?;
         if recv_cq.compressed() {
             return Err(Error::CompressedUdReceives { cqn: recv_cq.cqn() });
         }

@@ -146,8 +146,7 @@ impl VerbsSendQueue {
     /// until set, and never more): a write, read or send whose entries sum to more is
     /// refused before posting, where the device would fail it and move the QP to error.
     pub fn set_max_message(&mut self, max: u32) {
-        self.max_msg = max.min(crate::queue::checks::MAX_MESSAGE);
-        self.one_max = self.max_msg.min(mlx5::wqe::MAX_SGE_BYTES);
+        (self.max_msg, self.one_max) = crate::queue::checks::message_limits(max);
     }
 
     /// Requests that can be posted now.

@@ -86,8 +86,7 @@ impl Pd {
                 value: caps.rnr_retry as u64,
             });
         }
-        self.check_cqs(send_cq, recv.dev, recv.cqn)?;
-        CqHandle::check_ts_formats(&send_cq.handle, recv.handle)?;
+        self.check_cqs(send_cq, recv.handle, recv.dev, recv.cqn)?;
         // rdma-core's MLX5_* switches, read once for this QP (rdma-core reads them when it
         // creates the QP).
         let env = Mlx5Env::current();
@@ -106,12 +105,14 @@ impl Pd {
         self.assemble(made, send_cq, recv, &env, caps.rnr_retry, cm)
     }
 
-    /// Refuses CQs of another device: CQ and QP numbers are per device, so a foreign CQ
+    /// Refuses CQs of another device (CQ and QP numbers are per device, so a foreign CQ
     /// would get this device's completions for its own CQ of that number, and its poller
-    /// would take them for its own QP of the same number.
+    /// would take them for its own QP of the same number), and two CQs whose timestamp
+    /// formats differ ([`CqHandle::check_ts_formats`]).
     pub(crate) fn check_cqs(
         &self,
         send_cq: &Cq,
+        recv: &CqHandle,
         recv_dev: &crate::resources::Device,
         recv_cqn: u32,
     ) -> Result<()> {
@@ -134,7 +135,7 @@ impl Pd {
                 });
             }
         }
-        Ok(())
+        CqHandle::check_ts_formats(&send_cq.handle, recv)
     }
 
     /// A QP the backend made, with its queues: the send and receive queues of its data
