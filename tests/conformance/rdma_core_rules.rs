@@ -314,27 +314,15 @@ fn the_software_nic_fails_a_message_past_2_pow_31_with_a_local_length_error_befo
         lkey: mr.lkey,
     };
     // Entries past the region's end after the first: gathering them one by one, the NIC
-    // would stop at a protection error; the length is checked first.
-    {
-        let (nic, raw, cq, mr) = raw_loopback(4096);
-        let sgl = [one(&mr, 64), one(&mr, 0x7fff_ffff), one(&mr, 0x7fff_ffff)];
-        let remote = Remote {
-            addr: mr.addr,
-            rkey: mr.rkey,
-        };
-        let write = Request::Write {
-            remote,
-            data: Payload::Sgl(&sgl),
-        };
-        post_by_hand(&nic, &raw, &write);
-        assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "write");
-        assert_eq!(nic.qp_state(raw.qpn), Some(mlx5::sim::QpState::Error));
-    }
-    // One byte past the port's largest, below InfiniBand's.
-    {
+    // would stop at a protection error; the length is checked first. Past 2^31, and one
+    // byte past the port's largest (2^30), below InfiniBand's.
+    for (lens, what) in [
+        (&[64, 0x7fff_ffff, 0x7fff_ffff][..], "write"),
+        (&[1, 1 << 30][..], "2^30 + 1"),
+    ] {
         let (nic, raw, cq, mr) = raw_loopback(4096);
         assert_eq!(nic.port_attr().max_msg, 1 << 30);
-        let sgl = [one(&mr, 1), one(&mr, 1 << 30)];
+        let sgl: Vec<Sge> = lens.iter().map(|&len| one(&mr, len)).collect();
         let remote = Remote {
             addr: mr.addr,
             rkey: mr.rkey,
@@ -344,7 +332,8 @@ fn the_software_nic_fails_a_message_past_2_pow_31_with_a_local_length_error_befo
             data: Payload::Sgl(&sgl),
         };
         post_by_hand(&nic, &raw, &write);
-        assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "2^30 + 1");
+        assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalLength, "{what}");
+        assert_eq!(nic.qp_state(raw.qpn), Some(mlx5::sim::QpState::Error));
     }
     for (i, kind) in ["send", "read"].into_iter().enumerate() {
         let (nic, raw, cq, mr) = raw_loopback(4096);

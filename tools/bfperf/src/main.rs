@@ -171,8 +171,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
         pin_cores(list, cpus)?;
     }
     let (dev, what) = setup::open(o)?;
-    let line =
-        "---------------------------------------------------------------------------------------";
+    let line = stats::RESULT_LINE;
     if !o.json {
         if let Some(d) = opts::duration(o) {
             // perftest's words, where it says them (before its header).
@@ -393,10 +392,10 @@ fn report_lat(
             stats::sample_lines(&samples[..stats::kept(samples.len())])
         );
     }
-    if (o.unsorted || o.histogram) && !o.json {
-        // perftest prints the table's line and header again before the row.
-        let line = "---------------------------------------------------------------------------------------";
-        println!("{line}\n{}", stats::HEADER);
+    if o.unsorted || o.histogram {
+        // perftest prints the table's line and header again before the row (`--json`
+        // refuses -U and -H).
+        println!("{}\n{}", stats::RESULT_LINE, stats::HEADER);
     }
     if let Some(c) = csv {
         c.lat(
@@ -532,7 +531,7 @@ fn report_bw(
         row(r.iters, r.peak, r.avg, r.mpps);
         // perftest's --report-both: after the summed row of a -b run, each side's apart.
         if let (true, Some(sides)) = (o.report_both, r.sides) {
-            let line = "---------------------------------------------------------------------------------------";
+            let line = stats::RESULT_LINE;
             for (name, f) in ["Local", "Remote"].iter().zip(sides) {
                 println!("{line}\n\n {name} results: \n{line}\n{}", bw_header(o));
                 row(f.iters, f.peak, f.avg, f.mpps);

@@ -349,18 +349,25 @@ mod tests {
         let ((v2, mtu2, _), d2) = t.join().unwrap();
         assert_eq!((v2.as_str(), mtu2, d2), (VERSION, 3, dest(true)));
 
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let t = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
+        let (mut c, t) = client_of(|mut s| {
             let mut v = [0u8; 16];
             s.read_exact(&mut v).unwrap();
             s.write_all(b"5.60\0\0\0\0\0\0\0\0\0\0\0\0").unwrap();
         });
-        let mut c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
         let e = c.preamble(5).unwrap_err();
         assert!(e.contains("\"5.60\""), "{e}");
         t.join().unwrap();
+    }
+
+    /// A client wire to a peer that `peer` plays on the other end of the connection.
+    fn client_of(
+        peer: impl FnOnce(TcpStream) + Send + 'static,
+    ) -> (Wire, std::thread::JoinHandle<()>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = std::thread::spawn(move || peer(l.accept().unwrap().0));
+        let c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
+        (c, t)
     }
 
     /// The cycle buffer both sides use is the larger page: a perftest peer of 64 KiB pages
@@ -368,25 +375,20 @@ mod tests {
     /// dropped the peer's value: a review's finding).
     #[test]
     fn the_cycle_buffer_is_the_larger_of_the_two() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let t = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            let mut v = [0u8; 16];
-            s.read_exact(&mut v).unwrap();
-            s.write_all(&v).unwrap();
-            let mut c = [0u8; 4];
-            s.read_exact(&mut c).unwrap();
-            assert_eq!(u32::from_be_bytes(c), cycle_buffer(), "this host's page");
-            s.write_all(&65536u32.to_be_bytes()).unwrap();
-            let mut line = [0u8; 4];
-            s.read_exact(&mut line).unwrap();
-            s.write_all(&line).unwrap();
-            let mut m = [0u8; 2];
-            s.read_exact(&mut m).unwrap();
-            s.write_all(&m).unwrap();
+        let (mut c, t) = client_of(|mut s| {
+            // Reads the client's `n` bytes, answers `reply` (its own bytes back for none).
+            let mut swap = |n: usize, reply: Option<&[u8]>| {
+                let mut got = vec![0u8; n];
+                s.read_exact(&mut got).unwrap();
+                s.write_all(reply.unwrap_or(&got)).unwrap();
+                got
+            };
+            swap(16, None);
+            let c = swap(4, Some(&65536u32.to_be_bytes()));
+            assert_eq!(c, cycle_buffer().to_be_bytes(), "this host's page");
+            swap(4, None);
+            swap(2, None);
         });
-        let mut c = Wire::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
         let (_, _, cycle) = c.preamble(5).unwrap();
         assert_eq!(cycle, 65536.max(cycle_buffer()));
         t.join().unwrap();

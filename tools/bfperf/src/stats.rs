@@ -104,6 +104,10 @@ pub fn sample_lines(ns: &[f64]) -> String {
     out
 }
 
+/// perftest's `RESULT_LINE`, around its tables.
+pub const RESULT_LINE: &str =
+    "---------------------------------------------------------------------------------------";
+
 /// The perftest header line.
 pub const HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
 
