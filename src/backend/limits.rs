@@ -12,23 +12,14 @@
 //! made the ring up to twice as large); on the verbs path the caps' depth
 //! ([`QpCaps::verbs`](crate::QpCaps::verbs)), which rdma-core's requests hold.
 
-use super::qp::{QpKind, QpSpec};
+use crate::caps::QpCaps;
 use crate::error::{Error, Result};
 use mlx5::qp_size::{self, DeviceLimits, Field, QpAsk, Transport};
 
-/// The transport of what `spec` makes, and whether it has a receive queue of its own; none
-/// for a DC target (no send queue; its receives come from its SRQ).
-fn transport(kind: &QpKind<'_>) -> Option<(Transport, bool)> {
-    match kind {
-        QpKind::Rc { srq, .. } => Some((Transport::Rc, srq.is_none())),
-        QpKind::Ud { .. } => Some((Transport::Ud, true)),
-        QpKind::Dci { .. } => Some((Transport::Dci, false)),
-        QpKind::Dct { .. } => None,
-    }
-}
-
-/// Refuses `spec` as rdma-core would on a ConnectX, and says how many send work requests to
-/// ask rdma-core for on the path given (`direct`); none for a DC target. `signature`:
+/// Refuses a QP of `caps` as rdma-core would on a ConnectX, and says how many send work
+/// requests to ask rdma-core for on the path given (`direct`); none for a QP without a send
+/// queue (`shape` None: a DC target). `shape`: the QP's transport, and whether it has a
+/// receive queue of its own ([`QpKind::shape`](super::QpKind::shape)). `signature`:
 /// rdma-core adds WQE signatures (`MLX5_QP_SIGNATURE`, which only it reads).
 ///
 /// # Errors
@@ -37,11 +28,15 @@ fn transport(kind: &QpKind<'_>) -> Option<(Transport, bool)> {
 /// `max_inline` past what a WQE of the transport holds beside its segments, `max_recv_sge`
 /// past a receive WQE, `rq_entries` past the device's receive queue, and on the verbs path
 /// an `sq_blocks` whose requests rdma-core's ring cannot hold.
-pub(crate) fn connectx(spec: &QpSpec<'_>, direct: bool, signature: bool) -> Result<Option<u32>> {
-    let Some((t, recv)) = transport(&spec.kind) else {
+pub(crate) fn connectx(
+    caps: &QpCaps,
+    shape: Option<(Transport, bool)>,
+    direct: bool,
+    signature: bool,
+) -> Result<Option<u32>> {
+    let Some((t, recv)) = shape else {
         return Ok(None);
     };
-    let caps = &spec.caps;
     let lim = DeviceLimits::CONNECTX;
     if !(16..=lim.max_send_wqebb).contains(&caps.sq_blocks) {
         return Err(Error::InvalidParameter {

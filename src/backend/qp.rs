@@ -3,6 +3,7 @@
 //! backend's object (state changes, multicast, destruction) and what its queues are posted
 //! with: its raw rings for the direct path, rdma-core's QP for the verbs path.
 
+use super::limits;
 #[cfg(feature = "sim")]
 use super::sim;
 use super::spec::{QpRings, UdPort};
@@ -12,6 +13,7 @@ use crate::error::Result;
 use crate::mlx5_env::Mlx5Env;
 use crate::verbs;
 use crate::verbs::objects::{Endpoint, Timing};
+use mlx5::qp_size::Transport;
 use mlx5::request::Access;
 use std::sync::Arc;
 
@@ -54,6 +56,27 @@ pub(crate) enum QpKind<'a> {
     },
 }
 
+impl QpKind<'_> {
+    /// The transport of the QP, and whether it has a receive queue of its own; none for a
+    /// DC target (no send queue; its receives come from its SRQ).
+    pub(crate) fn shape(&self) -> Option<(Transport, bool)> {
+        match self {
+            QpKind::Rc { srq, .. } => Some((Transport::Rc, srq.is_none())),
+            QpKind::Ud { .. } => Some((Transport::Ud, true)),
+            QpKind::Dci { .. } => Some((Transport::Dci, false)),
+            QpKind::Dct { .. } => None,
+        }
+    }
+}
+
+impl QpSpec<'_> {
+    /// [`limits::connectx`] for this QP: refused as a ConnectX would refuse it, else how
+    /// many send work requests to ask rdma-core for (none for a DC target).
+    pub(crate) fn connectx(&self, direct: bool, signature: bool) -> Result<Option<u32>> {
+        limits::connectx(&self.caps, self.kind.shape(), direct, signature)
+    }
+}
+
 /// A QP of a backend: state changes and multicast, destroyed on drop (on the verbs path,
 /// once its queues, which hold rdma-core's QP too, are gone).
 pub(crate) enum Qp {
@@ -73,7 +96,7 @@ impl Pd {
             #[cfg(feature = "sim")]
             Pd::Sim(p) => {
                 // The software NIC takes what a ConnectX takes, no more.
-                super::limits::connectx(spec, true, false)?;
+                spec.connectx(true, false)?;
                 sim::create_qp(p, spec).map(|(q, r, n)| (Qp::Sim(q), r, n))
             }
             Pd::Rdma(p) => rdma::create_qp(p, spec).map(|(q, r, n)| (Qp::Rdma(q), r, n)),

@@ -114,8 +114,8 @@ pub(super) fn create_dci(
     let caps = spec.caps;
     let cq = spec.send_cq.rdma()?;
     // As many requests as fill a ring of `sq_blocks` with rdma-core's DCI WQE size, after
-    // the refusals rdma-core would answer with `EINVAL` (`super::super::limits`).
-    let wrs = super::super::limits::connectx(spec, true, false)?.unwrap_or(1);
+    // the refusals rdma-core would answer with `EINVAL` (`QpSpec::connectx`).
+    let wrs = spec.connectx(true, false)?.unwrap_or(1);
     let cap = rdma_sys::ibv_qp_cap {
         max_send_wr: wrs,
         max_recv_wr: 0,

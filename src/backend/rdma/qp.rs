@@ -59,10 +59,10 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     // register of its own (the verbs path locks inside rdma-core anyway).
     let direct = d.path == DataPath::Direct && !env.qp_signature;
     // On an mlx5 device, what rdma-core would refuse is refused here with its field, and the
-    // direct path asks for the ring the caps name (`super::super::limits`).
+    // direct path asks for the ring the caps name (`QpSpec::connectx`).
     let mut verbs_caps = caps.verbs();
     if d.mlx5 {
-        if let Some(wrs) = super::super::limits::connectx(spec, direct, env.qp_signature)? {
+        if let Some(wrs) = spec.connectx(direct, env.qp_signature)? {
             verbs_caps.max_send_wr = wrs;
         }
     }
