@@ -205,10 +205,12 @@ impl MemoryWindow {
         }
     }
 
-    /// Whether a bind or unbind may be posted through QP `qpn` now.
-    pub(crate) fn check_flight(&self, qpn: u32) -> Result<()> {
+    /// Whether a bind or unbind may be posted through QP `qpn` (whose send queue keeps
+    /// `shadow`) now. The queue decides, not the number: a QP that got the number of a
+    /// dropped one is another QP.
+    pub(crate) fn check_flight(&self, qpn: u32, shadow: &Arc<Shadow<SendEntry>>) -> Result<()> {
         match &self.flight {
-            Some(f) if f.qpn != qpn => Err(Error::WindowState {
+            Some(f) if f.qpn != qpn || !Arc::ptr_eq(&f.shadow, shadow) => Err(Error::WindowState {
                 rkey: self.effective().0,
                 state: "a bind or unbind of it is in flight on another QP (poll its completion; \
                         if that QP was dropped first, the window's state is unknown: drop it)",

@@ -526,3 +526,52 @@ fn window_requests_through_a_generic_post_are_refused_and_name_bind_mw() {
     );
     assert_eq!(write(&mut p, b"gone", 0, k, 9), WcStatus::RemAccessErr);
 }
+
+/// A type-2 bind in flight on a QP that is dropped before the NIC ran it
+/// leaves the window's state unknown; `unbind_mw` through another QP is refused for that
+/// reason ("in flight on another QP ... drop it"). A new QP that got the dropped QP's
+/// number is another QP too: its `unbind_mw` must be refused the same way, not posted
+/// as a local invalidate of a key the NIC never gave the window (which fails, MwBindErr,
+/// and kills the new QP).
+#[test]
+fn a_bind_in_flight_on_a_dropped_qp_is_not_settled_through_the_qp_that_reuses_its_number() {
+    let lim = mlx5::sim::Limits {
+        keys: 0xff_ffff,
+        qps: 1,
+        cqs: 64,
+    };
+    let dev = Device::sim_with(lim, UarConfig::default(), false);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mr = pd.alloc_mr(4096, REGION).unwrap();
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    let k0 = mw.rkey();
+    let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let qpn = a.qpn();
+    a.connect(qpn).unwrap();
+    a.bind_mw(&mut mw, &mr, 0, 256, RW, 1, PostFlags::SIGNALED)
+        .unwrap();
+    // Dropped before the NIC ran the bind (stepped: nothing runs until `process`).
+    drop(a);
+    let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    assert_eq!(b.qpn(), qpn, "the number came back");
+    b.connect(qpn).unwrap();
+    dev.process();
+    let nic = dev.nic().unwrap();
+    assert_eq!(
+        nic.mw_state(k0),
+        Some((k0, false)),
+        "the NIC never bound the window"
+    );
+    let r = b.unbind_mw(&mut mw, 2, PostFlags::SIGNALED);
+    let mut out = [Completion::default(); 4];
+    dev.process();
+    let n = cq.poll(&mut out);
+    let seen: Vec<_> = out[..n].iter().map(|c| (c.cookie, c.status)).collect();
+    assert!(
+        matches!(r, Err(Error::WindowState { .. })),
+        "unbind through the QP that reuses the number: {r:?}; completions {seen:?}; \
+         QP state {:?}",
+        nic.qp_state(qpn)
+    );
+}

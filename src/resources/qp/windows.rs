@@ -82,7 +82,7 @@ impl Qp {
             return self.unbind_mw(mw, cookie, flags);
         }
         mw.settle();
-        mw.check_flight(self.qpn)?;
+        mw.check_flight(self.qpn, self.send_shadow())?;
         let (old, bound) = mw.effective();
         if mw.mw_type == mlx5::request::MwType::Two && bound.is_some() {
             return Err(Error::WindowState {
@@ -158,7 +158,7 @@ impl Qp {
             });
         }
         mw.settle();
-        mw.check_flight(self.qpn)?;
+        mw.check_flight(self.qpn, self.send_shadow())?;
         let (old, bound) = mw.effective();
         let new_rkey = match mw.mw_type {
             mlx5::request::MwType::Two => {
@@ -220,6 +220,14 @@ impl Qp {
         };
         self.record_window_step(mw, new_rkey, None);
         Ok(new_rkey)
+    }
+
+    /// The shared state of this QP's send queue (which window bookkeeping settles on).
+    fn send_shadow(&self) -> &Arc<crate::queue::shadow::Shadow<crate::queue::shadow::SendEntry>> {
+        match &self.path {
+            QpPath::Direct { sq, .. } => &sq.shadow,
+            QpPath::Verbs { sq, .. } => &sq.shadow,
+        }
     }
 
     /// Records the bind or unbind of `mw` this QP just posted as in flight.
