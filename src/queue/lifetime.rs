@@ -42,9 +42,11 @@ impl<T: Copy + Default + Send> Progress for Shadow<T> {
     }
 }
 
-/// A region's registration. The device may refuse to deregister it (rxe refuses
-/// `ibv_dereg_mr` while a memory window is bound to the region, and so does the software
-/// NIC): its memory is freed only once it is deregistered, never under a live registration.
+/// A registration (a region's, or a window's allocation). The device may refuse to
+/// deregister it (rxe refuses `ibv_dereg_mr` while a memory window is bound to the region; a
+/// ConnectX and the software NIC do not, so the crate never asks while a window holds a pin
+/// on the region): its memory is freed only once it is deregistered, never under a live
+/// registration.
 pub(crate) trait Deregister: Send {
     /// Deregisters, then frees the memory it owns; false when the device refused (the
     /// registration and its memory stay as they are: try again later).

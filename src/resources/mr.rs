@@ -428,6 +428,12 @@ impl MemoryRegion {
 }
 
 impl MemoryRegion {
+    /// The region's pin count: what a memory window bound to it holds too (see
+    /// `MemoryWindow`).
+    pub(crate) fn pins(&self) -> &Arc<Pins> {
+        &self.pins
+    }
+
     /// Deregistered now, or once the work outstanding on its domain's QPs has completed
     /// and no receive pins it any more; its buffer (if any) is dropped after that, or put
     /// in `slot`. Receives posted from now on cannot pin it (those that pinned it before

@@ -5,6 +5,7 @@ use super::Pd;
 use crate::backend;
 use crate::error::{Error, Result};
 use crate::queue::lifetime::Deregister;
+use crate::queue::pin::Pins;
 use crate::queue::shadow::{SendEntry, Shadow};
 use mlx5::request::Access;
 use mlx5::request::MwType;
@@ -20,6 +21,15 @@ use std::sync::Arc;
 /// binding never run ahead of the NIC. A window dropped with a bind or unbind in flight is
 /// deallocated only once that work has completed (see its `Drop`): the bind completes as
 /// posted, and its QP lives on.
+///
+/// A window bound to a region keeps the region registered: a bind **pins** the region (as a
+/// posted receive does, `crate::queue::pin`) from the moment it is posted, and the pin goes
+/// when the window no longer names the region as far as the NIC is concerned (an unbind or
+/// another bind committed, a peer's invalidation recorded with
+/// [`MemoryWindow::invalidated`], the bind failed, or the window deallocated). A dropped
+/// region is deregistered only then: a ConnectX deregisters a region under a bound window
+/// (the kernel's `mlx5_ib_dereg_mr` does not look for windows) and hands its key to the next
+/// registration, which the window's translation would then reach.
 ///
 /// Granting a peer 256 bytes of a region, then revoking it:
 ///
@@ -69,13 +79,36 @@ pub struct MemoryWindow {
     pub(crate) pd: Pd,
     /// Binds and unbinds posted and not known to be complete, all on one QP, in order.
     pub(crate) flight: Option<InFlight>,
+    /// The pin on the region the window is bound to, as of the last committed bind.
+    pub(crate) region: Option<Pinned>,
+}
+
+/// One pin on a region, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Pinned(Arc<Pins>);
+
+impl Pinned {
+    /// Pins `pins`' region; None at the pin count's limit (`2^31 - 1` pins) or for a closed
+    /// region (which a caller holding the region never sees).
+    pub(crate) fn new(pins: &Arc<Pins>) -> Option<Pinned> {
+        pins.pin().then(|| Pinned(pins.clone()))
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        self.0.unpin();
+    }
 }
 
 /// What one bind or unbind will make of the window if it succeeds.
-#[derive(Copy, Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Step {
     pub(crate) rkey: u32,
     pub(crate) bound: Option<u32>,
+    /// A bind's pin on its region (None for an unbind): the window's once the bind is
+    /// committed, dropped if it fails.
+    pub(crate) region: Option<Pinned>,
     /// Its positions in the send queue, as 64-bit counts ([`Shadow::widen_posted`]): exact
     /// however long the window stays unsettled.
     pub(crate) start: u64,
@@ -122,6 +155,7 @@ impl Pd {
             mw_type,
             pd: self.clone(),
             flight: None,
+            region: None,
         })
     }
 }
@@ -163,24 +197,36 @@ impl MemoryWindow {
             return false;
         }
         self.bound = None;
+        if self.region.take().is_some() {
+            // The region it was bound to may go now.
+            self.pd.inner.lifetimes.reclaim();
+        }
         true
     }
 
     /// Commits the requests in flight that are known to have succeeded and forgets those
     /// known to have failed (cold path: binds, unbinds and key queries only).
+    /// A committed bind's pin replaces the window's (an unbind's: none), and a failed one's
+    /// is dropped; a region no longer pinned may be deregistered at once (a reclaim).
     pub(crate) fn settle(&mut self) {
         let Some(f) = &mut self.flight else { return };
+        let mut unpinned = false;
         for i in 0..MAX_IN_FLIGHT {
-            let Some(step) = f.steps[i] else { break };
+            let Some(step) = &mut f.steps[i] else { break };
             match f.shadow.outcome(step.start, step.end) {
                 Some(true) => {
                     self.rkey = step.rkey;
                     self.bound = step.bound;
+                    let pin = step.region.take();
+                    unpinned |= core::mem::replace(&mut self.region, pin).is_some();
                     f.steps[i] = None;
                 }
                 Some(false) => {
                     // In order on one QP: everything after it was flushed too.
-                    f.steps = [None; MAX_IN_FLIGHT];
+                    unpinned |= f
+                        .steps
+                        .iter_mut()
+                        .any(|s| s.take().is_some_and(|s| s.region.is_some()));
                     break;
                 }
                 None => break,
@@ -191,6 +237,9 @@ impl MemoryWindow {
         if f.steps[0].is_none() {
             self.flight = None;
         }
+        if unpinned {
+            self.pd.inner.lifetimes.reclaim();
+        }
     }
 
     /// The key and binding after everything posted (in flight included) succeeds.
@@ -198,7 +247,7 @@ impl MemoryWindow {
         let last = self
             .flight
             .as_ref()
-            .and_then(|f| f.steps.iter().rev().find_map(|s| *s));
+            .and_then(|f| f.steps.iter().rev().find_map(|s| s.as_ref()));
         match last {
             Some(s) => (s.rkey, s.bound),
             None => (self.rkey, self.bound),
@@ -228,7 +277,7 @@ impl MemoryWindow {
         let f = self.flight.get_or_insert_with(|| InFlight {
             qpn,
             shadow: shadow.clone(),
-            steps: [None; MAX_IN_FLIGHT],
+            steps: [const { None }; MAX_IN_FLIGHT],
         });
         if let Some(slot) = f.steps.iter_mut().find(|s| s.is_none()) {
             *slot = Some(step);
@@ -245,20 +294,44 @@ impl Drop for MemoryWindow {
     fn drop(&mut self) {
         self.settle();
         // Not kept: the window's hold on its QP's queue would keep that queue counted as
-        // live once the QP is gone.
-        let in_flight = self.flight.take().is_some();
-        let Some(mut dealloc) = self.kind.take() else {
+        // live once the QP is gone. Its binds' pins stay until the window is deallocated:
+        // the NIC may bind it yet.
+        let flight = self.flight.take();
+        let in_flight = flight.is_some();
+        let mut pins: Vec<Pinned> = self.region.take().into_iter().collect();
+        if let Some(f) = flight {
+            pins.extend(f.steps.into_iter().flatten().filter_map(|s| s.region));
+        }
+        let Some(mw) = self.kind.take() else {
             return;
         };
+        let mut dealloc = Dealloc { mw, pins };
         let lifetimes = &self.pd.inner.lifetimes;
-        if in_flight {
+        if in_flight || !dealloc.deregister() {
+            // Deallocated (and its regions let go) once the work posted so far has
+            // completed, or, refused by the device now, tried again at each reclaim.
             lifetimes.release(Box::new(dealloc), None);
         } else {
-            dealloc.deregister();
-            // A region whose deregistration the device refused while this window was bound
-            // to it may go now.
+            // A region this window was bound to may go now.
             lifetimes.reclaim();
         }
+    }
+}
+
+/// A window on its way out, with its pins on the regions it is or may be bound to: given
+/// back once the device has deallocated it.
+struct Dealloc {
+    mw: backend::Mw,
+    pins: Vec<Pinned>,
+}
+
+impl Deregister for Dealloc {
+    fn deregister(&mut self) -> bool {
+        if !self.mw.deregister() {
+            return false;
+        }
+        self.pins.clear();
+        true
     }
 }
 

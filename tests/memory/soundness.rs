@@ -205,12 +205,14 @@ fn region_bytes_written_by_threads_and_the_nic_at_once_stay_defined() {
     assert_eq!(got, [0xcc; 64]);
 }
 
-/// A region with a window bound to it cannot be deregistered (the software NIC refuses, as
-/// rxe refuses `ibv_dereg_mr`): dropped then, it is parked, its memory kept, and it is
-/// deregistered once the window is gone. (Before, the software NIC kept it registered for
-/// ever, and on rxe its memory was freed under the live registration.)
+/// A region with a window bound to it is not deregistered while the window is bound: a
+/// ConnectX (and the software NIC) would deregister it (the kernel's `mlx5_ib_dereg_mr` does
+/// not look for windows) and give its key to the next registration, which the window would
+/// then reach; rxe refuses. Dropped then, it is parked, its memory kept (the window holds a
+/// pin on it), and it is deregistered once the window is gone. (Before, the crate relied on
+/// the device's refusal: on a ConnectX the region went at once under the bound window.)
 #[test]
-fn a_region_whose_deregistration_is_refused_is_parked_until_its_window_goes() {
+fn a_region_with_a_bound_window_is_parked_until_the_window_goes() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
     let (mut cq, mut qp) = loopback(&dev, &pd);
@@ -235,7 +237,8 @@ fn a_region_whose_deregistration_is_refused_is_parked_until_its_window_goes() {
     let region_rkey = region.rkey();
     let region_addr = region.addr();
     drop(region); // nothing in flight, but the window is bound to it
-    assert_eq!(pd.reclaim(), 1, "parked: the NIC refuses to deregister it");
+    assert_eq!(pd.reclaim(), 1, "parked: the window is bound to it");
+    assert!(dev.nic().unwrap().mr_registered(region_rkey));
     // Still registered: the window (and the region's key) reach live memory.
     let through = |qp: &mut Qp, cq: &mut Cq, rkey: u32, cookie: u64| {
         qp.write(
@@ -260,6 +263,52 @@ fn a_region_whose_deregistration_is_refused_is_parked_until_its_window_goes() {
         through(&mut qp, &mut cq, region_rkey, 3),
         WcStatus::RemAccessErr
     );
+}
+
+/// A window's pin on its region goes when the window no longer names it: a dropped region
+/// under a type-2 window that is then unbound is deregistered once the window has seen the
+/// unbind complete (at its next bind, here to another region, which keeps that one).
+#[test]
+fn an_unbound_window_lets_its_dropped_region_go() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let (first, second) = (
+        pd.alloc_mr(4096, RIGHTS).unwrap(),
+        pd.alloc_mr(4096, RIGHTS).unwrap(),
+    );
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    let mut out = [Completion::default(); 1];
+    let mut done = |cq: &mut Cq| {
+        assert_eq!(cq.poll_n(&mut out, 1, 100), 1);
+        assert_eq!(out[0].status, WcStatus::Success);
+    };
+    let w = Access::REMOTE_WRITE;
+    qp.bind_mw(&mut mw, &first, 0, 64, w, 1, PostFlags::SIGNALED)
+        .unwrap();
+    done(&mut cq);
+    let first_key = first.rkey();
+    drop(first);
+    assert_eq!(pd.reclaim(), 1, "parked under the bound window");
+    qp.unbind_mw(&mut mw, 2, PostFlags::SIGNALED).unwrap();
+    done(&mut cq);
+    let nic = dev.nic().unwrap();
+    assert!(
+        nic.mr_registered(first_key),
+        "the window has not seen its unbind complete yet"
+    );
+    qp.bind_mw(&mut mw, &second, 0, 64, w, 3, PostFlags::SIGNALED)
+        .unwrap();
+    assert!(!nic.mr_registered(first_key), "let go at the next bind");
+    done(&mut cq);
+    let second_key = second.rkey();
+    drop(second);
+    assert!(
+        nic.mr_registered(second_key),
+        "the new binding's region stays"
+    );
+    drop(mw);
+    assert!(!nic.mr_registered(second_key), "and goes with the window");
 }
 
 /// A region dropped after a batch wrote a request naming it, before the batch rang, stays

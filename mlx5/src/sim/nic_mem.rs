@@ -150,23 +150,18 @@ impl Nic {
         })
     }
 
-    /// Deregisters a region (freeing its memory when the NIC allocated it).
+    /// Deregisters a region (freeing its memory when the NIC allocated it), as a ConnectX
+    /// does even while a window is bound to it (the kernel's `mlx5_ib_dereg_mr` does not
+    /// look for windows; rxe refuses): the window stays bound and reaches nothing (its
+    /// accesses fail as the region's key does).
     ///
     /// # Errors
-    /// [`SimError::NoMr`]; [`SimError::Busy`] while a window is bound to it.
+    /// [`SimError::NoMr`].
     pub fn dereg_mr(&self, lkey: u32) -> Result<(), SimError> {
         let mut st = self.st();
         match st.mem.mrs.get(&(lkey >> 8)) {
             Some(m) if m.key == lkey => {}
             _ => return Err(SimError::NoMr(lkey)),
-        }
-        if st
-            .mem
-            .mws
-            .values()
-            .any(|w| w.bound.as_ref().is_some_and(|b| b.mr_key == lkey))
-        {
-            return Err(SimError::Busy);
         }
         if let Some(Mr {
             dmabuf: Some(x), ..

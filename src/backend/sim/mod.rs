@@ -123,10 +123,12 @@ pub(crate) struct Reg {
 }
 
 impl Reg {
-    /// Deregisters: false while a window is bound to the region (the NIC refuses, as rxe
-    /// does); anything else means it is gone.
+    /// Deregisters. The NIC never refuses: as a ConnectX, it deregisters a region under a
+    /// bound window too (the crate waits for its windows itself: their pins), and an
+    /// unknown key means it is gone already.
     pub(super) fn deregister(&mut self) -> bool {
-        self.nic.dereg_mr(self.lkey) != Err(SimError::Busy)
+        let _ = self.nic.dereg_mr(self.lkey);
+        true
     }
 }
 

@@ -4,6 +4,7 @@
 use super::{Qp, QpPath};
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
+use crate::resources::mw::Pinned;
 use crate::verbs::sq::WindowBind;
 use mlx5::request::Request;
 use std::sync::Arc;
@@ -90,6 +91,12 @@ impl Qp {
                 state: "bound (a type-2 window is unbound with Qp::unbind_mw before a new bind)",
             });
         }
+        // The window keeps the region registered from now on, whatever the order of drops:
+        // given back if the post is refused, the bind fails, or once the window lets go.
+        let pin = Pinned::new(mr.pins()).ok_or(Error::WindowState {
+            rkey: old,
+            state: "its region is pinned 2^31 - 1 times (receives and windows)",
+        })?;
         let addr = mr.addr() + off as u64;
         let new_rkey = next_variant(old);
         let access = rights;
@@ -123,11 +130,11 @@ impl Qp {
                 // SAFETY: window and region are live objects of this QP's domain (checked
                 // above), the window for as long as it is bound (`&mut` while binding, freed
                 // only once no bind is in flight), the region while a window is bound to it
-                // (its deregistration waits).
+                // (the bind's pin, taken above, keeps it registered).
                 unsafe { sq.bind_window(&b, cookie, flags)? }
             }
         };
-        self.record_window_step(mw, new_rkey, Some(self.qpn));
+        self.record_window_step(mw, new_rkey, Some(self.qpn), Some(pin));
         Ok(new_rkey)
     }
 
@@ -218,7 +225,7 @@ impl Qp {
                 }
             },
         };
-        self.record_window_step(mw, new_rkey, None);
+        self.record_window_step(mw, new_rkey, None, None);
         Ok(new_rkey)
     }
 
@@ -236,6 +243,7 @@ impl Qp {
         mw: &mut crate::resources::MemoryWindow,
         rkey: u32,
         bound: Option<u32>,
+        region: Option<Pinned>,
     ) {
         let (shadow, start, end) = match &self.path {
             QpPath::Direct { sq, .. } => {
@@ -250,6 +258,7 @@ impl Qp {
         let step = crate::resources::mw::Step {
             rkey,
             bound,
+            region,
             start: shadow.widen_posted(start),
             end: shadow.widen_posted(end),
         };
