@@ -129,16 +129,6 @@ impl Dev {
         }
     }
 
-    /// Whether the device routes DC requests by the target's number alone (the software
-    /// NIC: the address vector is not looked at), so that a target can name itself.
-    pub(crate) fn dc_by_number(&self) -> bool {
-        match self {
-            #[cfg(feature = "sim")]
-            Dev::Sim(_) => true,
-            Dev::Rdma(_) => false,
-        }
-    }
-
     /// Whether `other` is this same device instance (the same software NIC, or the same
     /// rdma-core context): only then can their objects work together.
     pub(crate) fn same(&self, other: &Dev) -> bool {

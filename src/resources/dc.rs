@@ -123,6 +123,12 @@ impl Dct {
         self.dctn
     }
 
+    /// The DC access key an initiator must present (with [`Dct::dctn`], what a peer needs
+    /// for [`DcPeer::new`] / [`DcPeer::from_ah`]).
+    pub fn dc_key(&self) -> u64 {
+        self.dc_key
+    }
+
     /// The SRQ it receives into.
     pub fn srqn(&self) -> u32 {
         self.srq.srqn
@@ -134,9 +140,16 @@ impl Dct {
     /// [`Error::Unsupported`] on a verbs device (build the peer from an address handle with
     /// [`DcPeer::new`]).
     pub fn peer(&self) -> Result<DcPeer> {
-        // The software NIC routes by number: the address vector is not looked at.
-        if self.pd.inner.dev.backend.dc_by_number() {
-            return DcPeer::new([0; AV_BYTES], self.dctn, self.dc_key);
+        // The software NIC has one port, whose LID is known: an address vector to it, as an
+        // address handle to the port gives (the NIC routes a DCI request by it, as a
+        // ConnectX does).
+        #[cfg(feature = "sim")]
+        if self.pd.inner.dev.backend.sim_nic().is_some() {
+            let (av, _) = self.pd.inner.pd.create_ah(&crate::address::AhAttr {
+                dlid: mlx5::sim::PORT_LID,
+                ..crate::address::AhAttr::default()
+            })?;
+            return DcPeer::from_av(&av, self.dctn, self.dc_key);
         }
         Err(Error::Unsupported(
             "a DC peer without an address handle on a verbs device (DcPeer::new)",

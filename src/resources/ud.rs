@@ -341,6 +341,15 @@ impl UdQp {
         if len > self.mtu as u64 {
             return Err(Error::MessageTooLong { len, mtu: self.mtu });
         }
+        // IBA C10-15: a Q_Key with the high bit set sends with the QP's own Q_Key. Put in
+        // the request here, as rdma-core's hns and the kernel's erdma, mthca and mlx4 (for
+        // the headers they build) do: rxe sends `remote_qkey` as it is (`init_req_packet`)
+        // and its receiver drops it (`check_keys`).
+        let remote_qkey = if remote_qkey & QKEY_PRIVILEGED != 0 {
+            self.qkey
+        } else {
+            remote_qkey
+        };
         match &mut self.path {
             UdPath::Direct(qp) => {
                 let send = UdSend {

@@ -103,7 +103,8 @@ fn until(dev: &Device, cq: &mut Cq, cookies: &[u64], extra_ms: u64) -> Vec<Compl
 ///    `LocLenErr`), the sender's send succeeds;
 /// 3. a datagram to a QP number nobody has is dropped, the send succeeds (both);
 /// 4. the GRH area holds 20 zero bytes and the IPv4 header (RoCE v2 over IPv4, as a
-///    ConnectX on RoCE v2), not an InfiniBand GRH.
+///    ConnectX on RoCE v2), not an InfiniBand GRH;
+/// 5. a send with a privileged Q_Key arrives with the sender's own Q_Key.
 #[test]
 #[ignore = "needs an RDMA device: run by the rxe stage of `cargo xtask test`"]
 fn what_rxe_does_with_datagrams() {
@@ -238,6 +239,27 @@ fn what_rxe_does_with_datagrams() {
         (&ip[12..16], &ip[16..20]),
         (&gid[12..16], &gid[12..16]),
         "addresses"
+    );
+    // 5. A Q_Key with the high bit set sends with the sender's own Q_Key (IBA C10-15): the
+    //    crate puts it in the request, since rxe sends the key as given and its receiver
+    //    drops a key it does not hold (`init_req_packet`, `check_keys`).
+    let b = &mut m.nodes[1];
+    b.qp.post_recv(&[b.mr.sge(0, 64).unwrap()], 301).unwrap();
+    m.nodes[0]
+        .qp
+        .send_to(
+            &ah,
+            b_qpn,
+            QKEY_PRIVILEGED,
+            Payload::Inline(b"own"),
+            5,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    let on_b = until(&dev, &mut m.nodes[1].cq, &[301], 100);
+    assert!(
+        on_b.iter().any(|c| c.cookie == 301 && c.is_ok()),
+        "delivered with the sender's own Q_Key: {on_b:?}"
     );
 }
 

@@ -6,6 +6,7 @@
 #[path = "../scenarios/mod.rs"]
 mod scenarios;
 
+mod addressing;
 mod dc;
 mod ud;
 mod ud_scenarios;

@@ -56,9 +56,15 @@ impl State {
             return decode(wqe, sges).map_err(|_| ());
         };
         let (addr, d): (DcAddr, Decoded<'a>) = decode_dc(wqe, body, sges).map_err(|_| ())?;
+        // Routed by its address vector, as a UD datagram (`super::ud`): a ConnectX sends
+        // the request to the LID (and GID) the AV names, not to a DCT number of its own.
+        let av = crate::av::Av::from_bytes(&addr.av);
+        let here = av.rlid.get() == super::port::PORT_LID
+            && (!av.grh_bit() || av.rgid == super::port::PORT_GID);
         let dest = DcDest {
             dctn: addr.dctn,
             key: addr.dc_key,
+            here,
         };
         if let Some(n) = settled {
             let busy = self.qps.get(&qpn).is_some_and(|q| !q.started.is_empty());
@@ -79,7 +85,8 @@ impl State {
         let Some(DcRole::Dci { cur }) = self.qps.get(&qpn)?.dc else {
             return None;
         };
-        let Some(dest) = cur else {
+        let Some(dest) = cur.filter(|d| d.here) else {
+            // No destination, or one on another port: nothing answers.
             return Some(Err(Syndrome::TransportRetryExc));
         };
         let answer = match self.qps.get(&dest.dctn) {
@@ -108,6 +115,9 @@ impl State {
             // flushed, as everything after an error.
             return Some(Outcome::Failed(Syndrome::WrFlush));
         }
+        if !dest.here {
+            return None; // never reaches this port's DCTs: `dc_responder` says so
+        }
         let t = self.qps.get_mut(&dest.dctn)?;
         if let Some(DcRole::Dct { key, .. }) = t.dc {
             if key != dest.key && !replay {
@@ -123,6 +133,9 @@ impl State {
         let Some(DcRole::Dci { cur: Some(dest) }) = self.qps.get(&qpn)?.dc else {
             return None;
         };
+        if !dest.here {
+            return None;
+        }
         let Some(DcRole::Dct { key, access }) = self.qps.get(&dest.dctn)?.dc else {
             return None;
         };

@@ -265,8 +265,12 @@ mod tests {
         )
         .unwrap();
         let mut wqe = [0u8; 128];
+        let av = crate::av::Av {
+            rlid: crate::be::Be16::new(crate::sim::PORT_LID),
+            ..crate::av::Av::default()
+        };
         let addr = DcAddr {
-            av: [0; 48],
+            av: av.to_bytes(),
             dctn,
             dc_key: 7,
         };

@@ -120,6 +120,9 @@ pub(crate) enum DcRole {
 pub(crate) struct DcDest {
     pub(crate) dctn: u32,
     pub(crate) key: u64,
+    /// Whether the WQE's address vector names this port (its LID and, with a GRH, its
+    /// GID): a request addressed elsewhere never reaches this NIC's DCTs.
+    pub(crate) here: bool,
 }
 
 /// What a DCT saw of its initiators.

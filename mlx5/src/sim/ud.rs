@@ -159,7 +159,7 @@ impl State {
         let idx = p.rq_ci as u16;
         p.rq_ci = p.rq_ci.wrapping_add(1);
         p.stats.recvs += 1;
-        let (pd, rcq, scatter_to_cqe) = (p.pd, p.recv_cq, p.caps.scatter_to_cqe);
+        let (pd, rcq) = (p.pd, p.recv_cq);
         let cap: u64 = sges[..n].iter().map(|s| s.len as u64).sum();
         let total = GRH_BYTES + data.len();
         let resp_err = |st: &mut State, s: Syndrome| {
@@ -173,32 +173,24 @@ impl State {
             resp_err(self, Syndrome::LocalLength);
             return;
         }
-        let in_cqe = scatter_to_cqe
-            && self
-                .cqs
-                .get(&rcq)
-                .is_some_and(|cq| total <= cq.inline_max());
+        // Always into the buffers: a ConnectX never delivers a UD receive inside the CQE
+        // (the kernel sets the responder's scatter-to-CQE, `cs_res`, for RC and UC QPs
+        // only: mlx5_ib `create_qp_common`), whatever the CQE size.
         let mut msg = vec![0u8; total];
         msg[GRH_BYTES..].copy_from_slice(data);
-        if in_cqe {
-            if let Some(g) = &src.grh {
-                msg[..GRH_BYTES].copy_from_slice(g.as_bytes());
+        let ptrs = match self.mem.scatter_ptrs(pd, &sges[..n]) {
+            Ok(p) => p,
+            Err(_) => {
+                resp_err(self, Syndrome::LocalProt);
+                return;
             }
-        } else {
-            let ptrs = match self.mem.scatter_ptrs(pd, &sges[..n]) {
-                Ok(p) => p,
-                Err(_) => {
-                    resp_err(self, Syndrome::LocalProt);
-                    return;
-                }
-            };
-            match &src.grh {
-                Some(g) => msg[..GRH_BYTES].copy_from_slice(g.as_bytes()),
-                // No GRH: its 40 bytes are left as they were (read back, written unchanged).
-                None => dma::gather_ptrs(&ptrs, &mut msg[..GRH_BYTES]),
-            }
-            dma::scatter(&ptrs, &msg);
+        };
+        match &src.grh {
+            Some(g) => msg[..GRH_BYTES].copy_from_slice(g.as_bytes()),
+            // No GRH: its 40 bytes are left as they were (read back, written unchanged).
+            None => dma::gather_ptrs(&ptrs, &mut msg[..GRH_BYTES]),
         }
+        dma::scatter(&ptrs, &msg);
         let mut c = Cqe64 {
             byte_cnt: Be32::new(total as u32),
             imm_inval_pkey: Be32::new(imm),
@@ -208,11 +200,10 @@ impl State {
             ..Cqe64::default()
         };
         c.set_ud_fields(src.qpn, src.sl, src.grh.is_some(), PORT_LID, src.path_bits);
-        let inline = in_cqe.then_some(&msg[..]);
         if !self
             .cqs
             .get_mut(&rcq)
-            .is_some_and(|cq| cq.push_scattered(c, op, solicited, inline))
+            .is_some_and(|cq| cq.push_scattered(c, op, solicited, None))
         {
             self.fatal(dst);
         }

@@ -546,19 +546,21 @@ fn dc_address(dev: &Device, dct: &Dct) -> Result<Endpoint> {
     let pd = dev.alloc_pd()?;
     let cq = dev.create_cq(4)?;
     let ep = pd.create_qp(&cq, &cq, QpCaps::default())?.endpoint()?;
+    // The port's LID and GID as a UD QP reports them on every device (the software NIC's
+    // RC endpoint names only numbers), for the peer's address handle.
+    let ud = pd.create_ud_qp(&cq, &cq, QpCaps::default(), 1)?.endpoint();
     Ok(Endpoint {
         qpn: dct.dctn(),
+        lid: ud.lid,
+        gid: ud.gid,
         ..ep
     })
 }
 
-/// The destination of the peer's DCT at `theirs` ([`dc_address`]) for a DCI of `pd`: by
-/// number on the software NIC (as `Dct::peer`), else through an address handle to the
-/// peer's port (as perftest's `ibv_create_ah` for DC).
-fn dc_peer(dev: &Device, pd: &blueflame::Pd, theirs: &Endpoint) -> Result<DcPeer> {
-    if dev.nic().is_some() {
-        return DcPeer::new([0; 48], theirs.qpn, DC_KEY);
-    }
+/// The destination of the peer's DCT at `theirs` ([`dc_address`]) for a DCI of `pd`:
+/// through an address handle to the peer's port (as perftest's `ibv_create_ah` for DC), on
+/// every device (the software NIC routes a DCI request by its address vector too).
+fn dc_peer(pd: &blueflame::Pd, theirs: &Endpoint) -> Result<DcPeer> {
     let ah = pd.create_ah(blueflame::UdEndpoint {
         qpn: theirs.qpn,
         qkey: 0,
@@ -572,7 +574,7 @@ fn dc_peer(dev: &Device, pd: &blueflame::Pd, theirs: &Endpoint) -> Result<DcPeer
 /// buffer exchanged as an RC QP's, no connection made: each request names its target).
 fn dc_setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
     let mk = |(dci, dct, cq, mr): DcParts, theirs: &Endpoint, peer| -> Result<Side> {
-        let to = dc_peer(dev, dci.pd(), theirs)?;
+        let to = dc_peer(dci.pd(), theirs)?;
         let path = DcPath { dci, to, _dct: dct };
         Ok(Side::build(
             dev,
