@@ -36,12 +36,14 @@ pub struct QpCaps {
     /// [`QueuePair::send_depth`](crate::QueuePair::send_depth). On the verbs path the QP is created with
     /// that many work requests (`max_send_wr`), so both paths have the same depth.
     pub sq_blocks: u32,
-    /// The receive queue's size in receive work requests (rounded up to a power of two; 0
-    /// for none).
+    /// The receive queue's size in receive work requests (0 for none), rounded as
+    /// rdma-core's `mlx5_calc_rq_size` rounds it on a ConnectX, and so on every mlx5 path:
+    /// up to a power of two, and up to one 64-byte block of ring (4 receives of one entry).
     pub rq_entries: u32,
     /// Gather entries per send WQE.
     pub max_send_sge: u32,
-    /// Scatter entries per receive WQE.
+    /// Scatter entries per receive WQE, rounded up as rdma-core rounds them on a ConnectX
+    /// (a receive WQE of a power of two of 16-byte entries: 3 asked give 4).
     pub max_recv_sge: u32,
     /// Inline bytes per send WQE.
     pub max_inline: u32,

@@ -28,6 +28,8 @@ pub fn all() -> Vec<Case> {
         check("srq_page_faults_as_rdma_core_handles_them", srq_page_faults),
         check("completion_timestamps_through_rdma_core", timestamps),
         check("creation_limits_as_on_the_software_nic", creation_limits),
+        check("receive_limits_as_on_the_software_nic", receive_limits),
+        check("qp_signature_set_after_open", qp_signature_after_open),
         check(
             "a_forgotten_batch_is_posted_on_both_paths",
             forgotten_batches,
@@ -689,5 +691,137 @@ fn compressed_cq(dev: &Device) -> Result<(), String> {
     match model::cq_compression(cq.cqn()) {
         Some(bit) if bit == format.bit() => Ok(()),
         other => Err(format!("CQ {} compresses with {other:?}", cq.cqn())),
+    }
+}
+
+/// The receive side of a QP as created through rdma-core and on the software
+/// NIC's own path: how many receives of how many scatter entries each accepts for the same
+/// caps.
+fn receive_limits(dev: &Device) -> Result<(), String> {
+    let sim = Device::sim();
+    let outcome = |d: &Device, caps: QpCaps, sges: usize| -> Result<String, String> {
+        let e = |e: Error| e.to_string();
+        let pd = d.alloc_pd().map_err(e)?;
+        let cq = d.create_cq(64).map_err(e)?;
+        let mut qp = pd.create_qp(&cq, &cq, caps).map_err(e)?;
+        let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).map_err(e)?;
+        let sgl: Vec<Sge> = (0..sges)
+            .map(|i| mr.sge(64 * i, 64).expect("sge"))
+            .collect();
+        let mut posted = 0;
+        let mut last = String::new();
+        for i in 0..8u64 {
+            match qp.post_recv(&sgl, i) {
+                Ok(()) => posted += 1,
+                Err(err) => {
+                    last = format!("{err:?}");
+                    break;
+                }
+            }
+        }
+        Ok(format!(
+            "{posted} receives of {sges} entries posted, then {last}"
+        ))
+    };
+    let d = QpCaps::default();
+    let mut diffs = Vec::new();
+    for (caps, sges) in [
+        (
+            QpCaps {
+                rq_entries: 1,
+                max_recv_sge: 1,
+                ..d
+            },
+            1,
+        ),
+        (
+            QpCaps {
+                rq_entries: 2,
+                max_recv_sge: 1,
+                ..d
+            },
+            1,
+        ),
+        (
+            QpCaps {
+                rq_entries: 4,
+                max_recv_sge: 3,
+                ..d
+            },
+            4,
+        ),
+        (
+            QpCaps {
+                rq_entries: 4,
+                max_recv_sge: 5,
+                ..d
+            },
+            8,
+        ),
+    ] {
+        let (here, there) = (outcome(dev, caps, sges)?, outcome(&sim, caps, sges)?);
+        if here != there {
+            diffs.push(format!(
+                "rq_entries {}, max_recv_sge {}: {here} through rdma-core; {there} on the \
+                 software NIC",
+                caps.rq_entries, caps.max_recv_sge
+            ));
+        }
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(diffs.join("\n"))
+    }
+}
+
+/// rdma-core reads MLX5_QP_SIGNATURE at each QP creation (`verbs.c`
+/// `create_qp` -> `qp_sig_enabled`); the crate chose the device's data path (and so its CQs')
+/// at open. An RC QP created once the variable is set, on CQs of the direct path: its two
+/// signaled writes must complete once each, with their cookies (or the QP be refused,
+/// typed).
+fn qp_signature_after_open(dev: &Device) -> Result<(), String> {
+    let e = |e: Error| e.to_string();
+    let pd = dev.alloc_pd().map_err(e)?;
+    let mut cq = dev.create_cq(64).map_err(e)?;
+    std::env::set_var("MLX5_QP_SIGNATURE", "1");
+    let made = pd.create_qp(&cq, &cq, QpCaps::default());
+    std::env::remove_var("MLX5_QP_SIGNATURE");
+    let mut qp = match made {
+        // A typed refusal is an answer too.
+        Err(Error::Unsupported(_)) => return Ok(()),
+        other => other.map_err(e)?,
+    };
+    let me = qp.qpn();
+    qp.connect(me).map_err(e)?;
+    let mr = pd
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .map_err(e)?;
+    qp.write_inline(
+        &[7u8; 100],
+        mr.remote(0).map_err(e)?,
+        1,
+        PostFlags::SIGNALED,
+    )
+    .map_err(e)?;
+    qp.write(
+        &[mr.sge(2048, 8).map_err(e)?],
+        mr.remote(1024).map_err(e)?,
+        2,
+        PostFlags::SIGNALED,
+    )
+    .map_err(e)?;
+    let mut got = Vec::new();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut out = [Completion::default(); 8];
+    while std::time::Instant::now() < until {
+        let n = cq.poll(&mut out);
+        got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
+    }
+    let want = vec![(1, WcStatus::Success), (2, WcStatus::Success)];
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{dev}: completions {got:?}, wanted {want:?}"))
     }
 }

@@ -94,12 +94,22 @@ impl SimQp {
         host: Option<super::host::HostQp>,
     ) -> SimQp {
         let sq_cnt = caps.sq_blocks.max(1).next_power_of_two();
+        let rq_stride = 16 * caps.max_recv_sge.max(1).next_power_of_two();
+        // rdma-core's `mlx5_calc_rq_size`: a power of two of WQEs, at least one 64-byte
+        // block of ring; its receives may use every entry of the stride (`rq.max_gs`).
         let rq_cnt = if caps.rq_entries == 0 {
             0
         } else {
-            caps.rq_entries.next_power_of_two()
+            (caps.rq_entries.next_power_of_two() * rq_stride).max(64) / rq_stride
         };
-        let rq_stride = 16 * caps.max_recv_sge.max(1).next_power_of_two();
+        let caps = QpCaps {
+            max_recv_sge: if rq_cnt == 0 {
+                caps.max_recv_sge
+            } else {
+                rq_stride / 16
+            },
+            ..caps
+        };
         // The driver's rings (sized by the caller from the same caps), or the NIC's own.
         let (sq, rq, dbrec) = match host {
             Some(h) => (

@@ -147,6 +147,15 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
             qp
         }
         QpKind::Rc { recv_cq, srq, cm } => {
+            if d.path == DataPath::Direct && !direct {
+                // The device's CQs are polled on the direct path (chosen at open); an RC QP
+                // rdma-core creates with WQE signatures now (the variable set since) would
+                // run the verbs path over them, its completions read as a direct queue's.
+                return Err(Error::Unsupported(
+                    "RC QPs on mlx5's direct path with MLX5_QP_SIGNATURE set after \
+                     Device::open (set it before, or BLUEFLAME_PATH=verbs)",
+                ));
+            }
             let rcq = recv_cq.rdma()?;
             // `BLUEFLAME_VERBS_API`, read when the QP is created: the verbs path posts with
             // `ibv_wr_*` where the provider has them; the direct path never asks rdma-core
