@@ -66,13 +66,49 @@ fn device_of(id: &Arc<CmId>) -> Result<(Device, Pd)> {
     let keep: Arc<dyn Send + Sync> = id.clone();
     // SAFETY: the context belongs to librdmacm and stays valid while the id lives; the
     // context keeps the id alive.
-    let ctx = Arc::new(unsafe { Context::borrowed(ctx, keep) });
-    let dev = Device {
-        events: Arc::default(),
-        backend: crate::backend::Dev::of_context(ctx, id.port())?,
-    };
+    let dev = unsafe { device_on(ctx, keep, id.port())? };
     let pd = dev.alloc_pd()?;
     Ok((dev, pd))
+}
+
+/// A device over librdmacm's context `ctx` (kept open by `keep`), port `port`.
+///
+/// # Safety
+/// `ctx` must stay valid while `keep` lives.
+unsafe fn device_on(
+    ctx: *mut rdma_sys::ibv_context,
+    keep: Arc<dyn Send + Sync>,
+    port: u8,
+) -> Result<Device> {
+    // SAFETY: the caller's contract.
+    let ctx = Arc::new(unsafe { Context::borrowed(ctx, keep) });
+    let events = events_of(ctx.ctx);
+    Ok(Device {
+        events,
+        backend: crate::backend::Dev::of_context(ctx, port)?,
+    })
+}
+
+/// The asynchronous-event record of librdmacm's context `ctx`: one per context, shared by
+/// every connection's device on it, as they share its one event descriptor (an event one
+/// of them reads is then seen by all; each looks only at its own objects' subjects).
+fn events_of(ctx: *mut rdma_sys::ibv_context) -> Arc<crate::resources::events::Events> {
+    use crate::resources::events::Events;
+    use std::sync::{Mutex, Weak};
+    static BY_CONTEXT: Mutex<Vec<(usize, Weak<Events>)>> = Mutex::new(Vec::new());
+    let mut all = BY_CONTEXT.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(_, w)| w.strong_count() > 0);
+    let key = ctx as usize;
+    if let Some(e) = all
+        .iter()
+        .filter(|(c, _)| *c == key)
+        .find_map(|(_, w)| w.upgrade())
+    {
+        return e;
+    }
+    let e = Arc::new(Events::default());
+    all.push((key, Arc::downgrade(&e)));
+    e
 }
 
 /// The device and domain of a connection on `id`: `pd`'s, when given (for several
@@ -285,5 +321,57 @@ mod tests {
         assert_eq!(decode(&p), Some(b));
         assert_eq!(decode(&encode(None)), None);
         assert_eq!(decode(b"junk"), None);
+    }
+
+    /// librdmacm opens one `ibv_context` per device and hands it to every id on it, so two
+    /// connections made without `_on` (`device_of` each time) are two `Device`s over one
+    /// context, one asynchronous event descriptor. What one of them reads must reach the
+    /// other (each had a record of its own, and an event one read was lost to the other).
+    /// This builds the two devices as `device_of` does, over the kernel model's mlx5_0 (no
+    /// rdma_cm here); the provider stage runs it with the model preloaded.
+    #[test]
+    #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+    fn connections_on_one_context_share_their_async_events() {
+        use crate::{Access, Completion, PostFlags, PostSend, QueuePair, WcStatus};
+        let owner = Arc::new(Context::open("mlx5_0").expect("mlx5_0 (kernel model)"));
+        let raw = owner.ctx;
+        // As `device_of` makes them, one per rdma_cm request.
+        // SAFETY: `keep` (the owning context) keeps `raw` open.
+        let dev = |keep: Arc<dyn Send + Sync>| unsafe { device_on(raw, keep, 1) }.unwrap();
+        let (a, b) = (dev(owner.clone()), dev(owner.clone()));
+        // On connection b's device: a write to a region without remote write; the
+        // responder has no completion to say so, only the QP access error event.
+        let refused = |check_a_first: bool| {
+            let pd = b.alloc_pd().unwrap();
+            let mut cq = b.create_cq(64).unwrap();
+            let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
+            q1.connect(e2).unwrap();
+            q2.connect(e1).unwrap();
+            let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+            q1.write_inline(&[1], mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
+                .unwrap();
+            let mut out = [Completion::default(); 4];
+            assert_eq!(cq.poll_n(&mut out, 1, 1 << 34), 1);
+            assert_eq!(out[0].status, WcStatus::RemAccessErr);
+            // The model forwards events every 0.5 ms.
+            std::thread::sleep(Duration::from_millis(100));
+            if check_a_first {
+                // Connection a checks its own objects (a refused post of its, Qp::check).
+                let _ = a.events.check(&a.backend, &[]);
+            }
+            q2.check()
+        };
+        let control = refused(false);
+        assert!(
+            matches!(control, Err(Error::AsyncEvent(_))),
+            "control: {control:?}"
+        );
+        let lost = refused(true);
+        assert!(
+            matches!(lost, Err(Error::AsyncEvent(_))),
+            "the responder's access error, read by the other connection's device: {lost:?}"
+        );
     }
 }

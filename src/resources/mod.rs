@@ -18,7 +18,7 @@ mod cq;
 mod cq_options;
 mod dc;
 pub(crate) mod device;
-mod events;
+pub(crate) mod events;
 mod iov;
 mod mr;
 mod mw;

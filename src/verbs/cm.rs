@@ -62,6 +62,22 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
+/// Makes an event channel's descriptor non-blocking: `rdma_get_cm_event` then fails with
+/// `EAGAIN` instead of sleeping past the caller's timeout when another thread took the
+/// event `poll` announced.
+///
+/// # Safety
+/// `fd` must be an open descriptor.
+unsafe fn nonblocking(fd: libc::c_int) {
+    // SAFETY: the caller's contract; only the blocking mode changes.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+    }
+}
+
 fn timed_out(what: &'static str) -> VerbsError {
     VerbsError {
         call: what,
@@ -100,6 +116,8 @@ impl CmId {
             unsafe { ffi::rdma_destroy_event_channel(ch) };
             return Err(e);
         }
+        // SAFETY: the channel just created; its descriptor is open.
+        unsafe { nonblocking((*ch).fd) };
         Ok(CmId { id, ch })
     }
 
@@ -114,15 +132,24 @@ impl CmId {
         // SAFETY: creates a channel.
         let ch = unsafe { ffi::rdma_create_event_channel() };
         if ch.is_null() {
-            return Err(last("rdma_create_event_channel"));
+            let e = last("rdma_create_event_channel");
+            // SAFETY: the id is ours (caller contract): destroyed, the request rejected.
+            unsafe { ffi::rdma_destroy_id(id) };
+            return Err(e);
         }
         // SAFETY: the caller hands over a live id.
         if unsafe { ffi::rdma_migrate_id(id, ch) } != 0 {
             let e = last("rdma_migrate_id");
-            // SAFETY: created above.
-            unsafe { ffi::rdma_destroy_event_channel(ch) };
+            // SAFETY: the id is ours (still on the listener's channel); the channel was
+            // created above and holds no id.
+            unsafe {
+                ffi::rdma_destroy_id(id);
+                ffi::rdma_destroy_event_channel(ch);
+            }
             return Err(e);
         }
+        // SAFETY: the channel just created; its descriptor is open.
+        unsafe { nonblocking((*ch).fd) };
         Ok(CmId { id, ch })
     }
 
@@ -182,8 +209,12 @@ impl CmId {
         let mut p: ffi::rdma_conn_param = unsafe { std::mem::zeroed() };
         p.private_data = private.as_ptr().cast();
         p.private_data_len = private.len() as u8;
-        p.responder_resources = 16;
-        p.initiator_depth = 16;
+        // RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH: librdmacm takes the device's limits on
+        // connect and, on accept, the smaller of the device's and the request's (`cma.c`
+        // rdma_connect / rdma_accept); a fixed 16 is EINVAL on a device of fewer
+        // (`ucma_valid_param`) and, on accept, may exceed what the peer offered.
+        p.responder_resources = 0xff;
+        p.initiator_depth = 0xff;
         // 7 retries, except on rxe, which takes 7 as "for ever" (see
         // `DeviceAttrs::retry_cnt_for`).
         let ctx = self.verbs();
@@ -242,16 +273,33 @@ impl CmId {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n <= 0 {
-            return Err(timed_out("rdma_get_cm_event (timed out)"));
-        }
+        let deadline = std::time::Instant::now().checked_add(timeout);
         let mut ev = std::ptr::null_mut();
-        // SAFETY: live channel with an event ready; acknowledged below.
-        if unsafe { ffi::rdma_get_cm_event(self.ch, &mut ev) } != 0 {
-            return Err(last("rdma_get_cm_event"));
+        loop {
+            let left = deadline.map_or(timeout, |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            });
+            let ms = left.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if n < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(last("poll on the rdma_cm event channel"));
+            }
+            if n == 0 {
+                return Err(timed_out("rdma_get_cm_event (timed out)"));
+            }
+            // SAFETY: live channel, non-blocking; acknowledged below.
+            if unsafe { ffi::rdma_get_cm_event(self.ch, &mut ev) } == 0 {
+                break;
+            }
+            let e = last("rdma_get_cm_event");
+            // Another thread waiting on the same channel took the event.
+            if e.source.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
         }
         // SAFETY: a live event until acknowledged; the private data is copied out first.
         let (kind, status, id, private, ud) = unsafe {
