@@ -4,7 +4,8 @@
 
 /// An asynchronous event of the device, as `ibv_get_async_event` reports them
 /// (`IBV_EVENT_CQ_ERR`, `IBV_EVENT_QP_FATAL`, `IBV_EVENT_QP_ACCESS_ERR`,
-/// `IBV_EVENT_PORT_ERR`, `IBV_EVENT_DEVICE_FATAL`): what
+/// `IBV_EVENT_PORT_ERR`, `IBV_EVENT_DEVICE_FATAL`, `IBV_EVENT_SRQ_ERR`, and the informational
+/// SRQ limit and last-WQE events): what
 /// [`Error::AsyncEvent`](crate::Error::AsyncEvent) carries.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -50,6 +51,14 @@ pub enum AsyncEvent {
         /// The QP.
         qpn: u32,
     },
+    /// An SRQ failed (`IBV_EVENT_SRQ_ERR`): the receives posted to it complete no more.
+    /// Reported by [`Srq::check`](crate::Srq::check), a refused post of the SRQ, and
+    /// [`QueuePair::check`](crate::QueuePair::check) of every QP that takes its receives from it. The SRQ
+    /// number is 0 on the verbs path (rdma-core names the SRQ by its `ibv_srq`).
+    SrqError {
+        /// The SRQ.
+        srqn: u32,
+    },
 }
 
 #[cfg(feature = "sim")]
@@ -64,6 +73,7 @@ impl From<mlx5::sim::AsyncEvent> for AsyncEvent {
             S::DeviceFatal => AsyncEvent::DeviceFatal,
             S::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srqn },
             S::QpLastWqeReached { qpn } => AsyncEvent::QpLastWqeReached { qpn },
+            S::SrqError { srqn } => AsyncEvent::SrqError { srqn },
             // The software NIC's enum is non-exhaustive: an event this crate does not know
             // yet stops everything rather than go unreported.
             _ => AsyncEvent::DeviceFatal,
@@ -83,6 +93,7 @@ impl From<AsyncEvent> for mlx5::sim::AsyncEvent {
             AsyncEvent::DeviceFatal => S::DeviceFatal,
             AsyncEvent::SrqLimitReached { srqn } => S::SrqLimitReached { srqn },
             AsyncEvent::QpLastWqeReached { qpn } => S::QpLastWqeReached { qpn },
+            AsyncEvent::SrqError { srqn } => S::SrqError { srqn },
         }
     }
 }
@@ -102,6 +113,8 @@ pub(crate) enum Subject {
     Srq(u64),
     /// The last-WQE-reached event of a QP by number (informational).
     LastWqe(u32),
+    /// The error of an SRQ, named as [`Subject::Srq`] names it (kept, unlike the limit).
+    SrqError(u64),
     /// Everything (port down, device fatal).
     All,
 }

@@ -150,6 +150,7 @@ mod tests {
             AsyncEvent::DeviceFatal,
             AsyncEvent::SrqLimitReached { srqn: 0x78 },
             AsyncEvent::QpLastWqeReached { qpn: 0x9a },
+            AsyncEvent::SrqError { srqn: 0xbc },
         ] {
             let s = mlx5::sim::AsyncEvent::from(e);
             assert_eq!(AsyncEvent::from(s), e);

@@ -52,7 +52,8 @@ pub trait QueuePair {
     fn set_error(&mut self) -> Result<()>;
 
     /// Reads the device's asynchronous events (never blocks) and reports one about this QP,
-    /// its CQs, its port or the device: the way to learn why completions stopped coming.
+    /// its CQs, the SRQ it takes its receives from, its port or the device: the way to learn
+    /// why completions stopped coming.
     ///
     /// # Errors
     /// [`Error::AsyncEvent`].

@@ -100,6 +100,22 @@ impl SrqHandle {
         }
     }
 
+    /// What the device's events call this SRQ's error (`IBV_EVENT_SRQ_ERR`): kept, unlike
+    /// its limit, and reported by its receivers' checks too.
+    pub(crate) fn error_subject(&self) -> Subject {
+        match self.subject() {
+            Subject::Srq(id) => Subject::SrqError(id),
+            other => other,
+        }
+    }
+
+    /// Reads the device's events: an error of this SRQ, or of the whole device, as
+    /// [`Error::AsyncEvent`].
+    fn check(&self) -> Result<()> {
+        let dev = &self.pd.inner.dev;
+        dev.events.check(&dev.backend, &[self.error_subject()])
+    }
+
     /// The backend's SRQ, for a receiver created on it.
     pub(crate) fn obj(&self) -> Result<&backend::Srq> {
         self.obj.as_ref().ok_or(Error::InvalidState {
@@ -118,14 +134,16 @@ impl Drop for SrqHandle {
         // the subject fell back to the SRQ number, which is not what rdma-core devices
         // name it by (the `ibv_srq`'s address), so its events were never forgotten and a
         // later SRQ at that address reported its limit reached (a review's finding).
-        let subject = self.subject();
+        let subjects = [self.subject(), self.error_subject()];
         drop(self.obj.take());
         let poster = self.share.lock().unwrap_or_else(|e| e.into_inner()).take();
         for (mut s, pos) in writer.into_iter().chain(poster) {
             s.release(pos);
         }
         // Its events once it is destroyed (see `events::Forget`).
-        self.pd.inner.dev.events.forget(subject);
+        for s in subjects {
+            self.pd.inner.dev.events.forget(s);
+        }
     }
 }
 
@@ -327,6 +345,26 @@ impl Srq {
             SrqPath::Direct(r) => r.post(sgl, cookie),
             SrqPath::Verbs(v) => v.post(sgl, cookie),
         }
+        .map_err(|e| self.explain(e))
+    }
+
+    /// A refused post: an SRQ that stays full may have failed; its error (or the
+    /// device's) is reported instead, as [`Qp`](crate::Qp)'s refusals do.
+    #[cold]
+    #[inline(never)]
+    fn explain(&self, e: Error) -> Error {
+        super::events::explain_refusal(e, || self.handle.check())
+    }
+
+    /// Reads the device's asynchronous events without blocking and reports the SRQ's
+    /// failure (`IBV_EVENT_SRQ_ERR`: its receives complete no more) or the device's.
+    ///
+    /// # Errors
+    /// [`Error::AsyncEvent`] with [`AsyncEvent::SrqError`](crate::AsyncEvent::SrqError),
+    /// [`AsyncEvent::PortError`](crate::AsyncEvent::PortError) or
+    /// [`AsyncEvent::DeviceFatal`](crate::AsyncEvent::DeviceFatal).
+    pub fn check(&self) -> Result<()> {
+        self.handle.check()
     }
 
     /// Arms the limit: once fewer than `limit` receives remain posted, the device raises

@@ -226,6 +226,8 @@ pub(crate) enum RawAsync {
     DeviceFatal,
     /// `IBV_EVENT_SRQ_LIMIT_REACHED` on this `ibv_srq`.
     SrqLimitReached(usize),
+    /// `IBV_EVENT_SRQ_ERR`, the SRQ by its `ibv_srq` address.
+    SrqError(usize),
     /// `IBV_EVENT_QP_LAST_WQE_REACHED` on this QP number.
     QpLastWqeReached(u32),
     /// Anything else (port active, path migration, ...): nothing to report.
@@ -284,6 +286,10 @@ impl Context {
                 RawAsync::SrqLimitReached(unsafe { ev.element.srq } as usize)
             }
             T::IBV_EVENT_QP_LAST_WQE_REACHED => RawAsync::QpLastWqeReached(qpn()),
+            T::IBV_EVENT_SRQ_ERR => {
+                // SAFETY: an SRQ event: the union holds the SRQ.
+                RawAsync::SrqError(unsafe { ev.element.srq } as usize)
+            }
             _ => RawAsync::Other,
         };
         // SAFETY: the event `ibv_get_async_event` returned, acknowledged once.

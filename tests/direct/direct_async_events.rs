@@ -147,3 +147,41 @@ fn a_dropped_objects_unread_event_is_not_the_next_ones() {
     assert!(b.check().is_ok(), "the new QP blamed: {:?}", b.check());
     assert!(cq.check().is_ok(), "the CQ blamed: {:?}", cq.check());
 }
+
+/// An SRQ that fails (`IBV_EVENT_SRQ_ERR`) is reported by its own check, by a refused post
+/// and by the check of every QP that takes its receives from it, never by another QP's or
+/// SRQ's; its limit query does not consume it. (Before, the event was dropped:
+/// the receives of such an SRQ stopped completing with nothing to say why.)
+#[test]
+fn a_failed_srq_is_reported_to_it_and_its_qps() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let caps = SrqCaps {
+        entries: 4,
+        max_sge: 1,
+    };
+    let mut srq = pd.create_srq(&cq, caps).unwrap();
+    let on_srq = pd.create_qp_with_srq(&cq, &srq, QpCaps::default()).unwrap();
+    let own = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let srqn = srq.srqn();
+    nic(&dev).raise_event(mlx5::sim::AsyncEvent::SrqError { srqn });
+    let failed: Result<()> = Err(Error::AsyncEvent(AsyncEvent::SrqError { srqn }));
+    assert!(!srq.limit_reached(), "not a limit");
+    assert_eq!(format!("{:?}", srq.check()), format!("{failed:?}"));
+    assert_eq!(format!("{:?}", on_srq.check()), format!("{failed:?}"));
+    assert!(own.check().is_ok(), "another QP's: {:?}", own.check());
+    // A post refused for a full SRQ says why it does not drain.
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let mut last = Ok(());
+    for i in 0..64u64 {
+        last = srq.post_recv(&[mr.sge(0, 64).unwrap()], i);
+        if last.is_err() {
+            break;
+        }
+    }
+    assert_eq!(format!("{last:?}"), format!("{failed:?}"));
+    // Another SRQ's is not this one's.
+    let other = pd.create_srq(&cq, caps).unwrap();
+    assert!(other.check().is_ok(), "{:?}", other.check());
+}

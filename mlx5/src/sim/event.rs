@@ -41,4 +41,10 @@ pub enum AsyncEvent {
         /// The QP.
         qpn: u32,
     },
+    /// An SRQ failed (`IBV_EVENT_SRQ_ERR`): its receives complete no more (the software NIC
+    /// raises it only when told to, `NicView::raise_event`).
+    SrqError {
+        /// The SRQ.
+        srqn: u32,
+    },
 }

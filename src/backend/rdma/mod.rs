@@ -201,6 +201,10 @@ impl RdmaDev {
                     Subject::Srq(srq as u64),
                     AsyncEvent::SrqLimitReached { srqn: 0 },
                 ),
+                RawAsync::SrqError(srq) => (
+                    Subject::SrqError(srq as u64),
+                    AsyncEvent::SrqError { srqn: 0 },
+                ),
                 RawAsync::QpLastWqeReached(qpn) => {
                     (Subject::LastWqe(qpn), AsyncEvent::QpLastWqeReached { qpn })
                 }

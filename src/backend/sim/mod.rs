@@ -58,6 +58,7 @@ pub(super) fn read_events(n: &Nic, out: &mut Vec<(Subject, AsyncEvent)>) {
             AsyncEvent::QpFatal { qpn } | AsyncEvent::QpAccessError { qpn } => Subject::Qp(qpn),
             AsyncEvent::SrqLimitReached { srqn } => Subject::Srq(srqn as u64),
             AsyncEvent::QpLastWqeReached { qpn } => Subject::LastWqe(qpn),
+            AsyncEvent::SrqError { srqn } => Subject::SrqError(srqn as u64),
             _ => Subject::All,
         };
         out.push((subject, e));

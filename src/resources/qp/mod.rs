@@ -276,12 +276,17 @@ impl Qp {
         super::events::explain_refusal(e, || self.check())
     }
 
-    /// What this QP's event subjects are: itself and its CQs.
-    fn subjects(&self) -> [Subject; 3] {
+    /// What this QP's event subjects are: itself, its CQs, and the SRQ it receives from
+    /// (its error: the QP's receives complete no more).
+    fn subjects(&self) -> [Subject; 4] {
         [
             Subject::Qp(self.qpn),
             self.cqs[0].subject(),
             self.cqs[1].subject(),
+            match &self.srq {
+                Some(s) => s.error_subject(),
+                None => Subject::Qp(self.qpn),
+            },
         ]
     }
 

@@ -69,7 +69,10 @@ fn lib_cases(bins: &[(String, String)], lib: &Path) -> bool {
         return false;
     };
     for case in LIB_CASES {
-        eprintln!("xtask: provider stage, unit test {case} (LD_PRELOAD={})", lib.display());
+        eprintln!(
+            "xtask: provider stage, unit test {case} (LD_PRELOAD={})",
+            lib.display()
+        );
         let out = preloaded(&mut Command::new(exe), lib)
             .args(["--ignored", "--exact", case])
             .output();

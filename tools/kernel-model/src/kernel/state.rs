@@ -53,6 +53,7 @@ fn forward_events(nic: &Nic) {
                 E::QpAccessError { qpn } => (Subject::Qp(qpn), 3),
                 E::DeviceFatal => (Subject::Device, 8),
                 E::PortError { .. } => (Subject::Device, 10),
+                E::SrqError { srqn } => (Subject::Srq(srqn), 14),
                 E::SrqLimitReached { srqn } => (Subject::Srq(srqn), 15),
                 E::QpLastWqeReached { qpn } => (Subject::Qp(qpn), 16),
                 _ => continue,
