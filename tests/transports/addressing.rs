@@ -3,23 +3,8 @@
 //! routed by its address vector, not by the DCT number alone.
 #![cfg(feature = "sim")]
 
+use crate::dc::wait;
 use blueflame::*;
-
-fn drain(dev: &Device, cq: &mut Cq, n: usize) -> Vec<Completion> {
-    let mut got = Vec::new();
-    let mut out = [Completion::default(); 16];
-    for _ in 0..10_000 {
-        let k = cq.poll(&mut out);
-        got.extend_from_slice(&out[..k]);
-        if got.len() >= n {
-            break;
-        }
-        if k == 0 && dev.process() == 0 {
-            dev.nic().unwrap().drain();
-        }
-    }
-    got
-}
 
 /// The guide: "without one [a GRH] they [the 40 bytes] are left as they were". With a
 /// receive CQ of 128-byte CQEs the software NIC puts a datagram of up to 24 bytes inside the
@@ -49,8 +34,8 @@ fn no_grh_area_stays_as_it_was_with_128_byte_cqes() {
         PostFlags::SIGNALED,
     )
     .unwrap();
-    assert_eq!(drain(&dev, &mut cq_a, 1).len(), 1);
-    let got = drain(&dev, &mut cq_b, 1);
+    assert_eq!(wait(&dev, &mut cq_a, 1).len(), 1);
+    let got = wait(&dev, &mut cq_b, 1);
     assert_eq!((got[0].cookie, got[0].grh, got[0].byte_len), (2, false, 43));
     let mut buf = [0u8; 43];
     mr.read(0, &mut buf).unwrap();
@@ -93,7 +78,7 @@ fn a_dci_request_to_another_lid_is_not_answered_here() {
     dci.to(&peer)
         .write_inline(b"far", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
-    let got = drain(&dev, &mut cq, 1);
+    let got = wait(&dev, &mut cq, 1);
     let mut b = [0u8; 3];
     mr.read(0, &mut b).unwrap();
     assert_eq!(

@@ -15,7 +15,7 @@ const DCT_ALL: Access =
     Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
 
 /// Polls `cq` until `n` completions arrived (draining the stepped NIC between polls).
-fn wait(dev: &Device, cq: &mut Cq, n: usize) -> Vec<Completion> {
+pub(crate) fn wait(dev: &Device, cq: &mut Cq, n: usize) -> Vec<Completion> {
     let mut got = Vec::new();
     let mut out = [Completion::default(); 16];
     for _ in 0..10_000 {
