@@ -24,6 +24,7 @@ mod direct_inline;
 mod direct_opcodes;
 mod direct_pingpong;
 mod direct_queue_full;
+mod direct_responder;
 mod direct_ring_wrap;
 mod direct_scatter_cqe;
 mod direct_scenarios;

@@ -49,12 +49,14 @@ impl State {
         match d.request {
             Request::Nop => Outcome::Done(0),
             Request::Write { remote, data } | Request::WriteImm { remote, data, .. } => {
-                let (ppd, peer) = match self.responder(qpn) {
-                    Ok(x) => x,
-                    Err(s) => return Outcome::Failed(s),
-                };
+                // The requester gathers before a packet leaves: a bad local key fails here
+                // whatever the responder's state.
                 let bytes = match self.mem.gather(pd, &data) {
                     Ok(b) => b,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                let (ppd, peer) = match self.responder(qpn) {
+                    Ok(x) => x,
                     Err(s) => return Outcome::Failed(s),
                 };
                 let imm = match d.request {
@@ -115,12 +117,12 @@ impl State {
             Request::Send { data }
             | Request::SendImm { data, .. }
             | Request::SendInv { data, .. } => {
-                let peer = match self.responder(qpn) {
-                    Ok((_, p)) => p,
-                    Err(s) => return Outcome::Failed(s),
-                };
                 let bytes = match self.mem.gather(pd, &data) {
                     Ok(b) => b,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                let peer = match self.responder(qpn) {
+                    Ok((_, p)) => p,
                     Err(s) => return Outcome::Failed(s),
                 };
                 let (op, imm) = match d.request {

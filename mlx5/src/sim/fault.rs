@@ -59,7 +59,11 @@ impl State {
 
     /// A class-C responder error: the responder QP goes to error too.
     pub(crate) fn remote_fault(&mut self, peer: u32, s: Syndrome) -> Outcome {
-        self.error_with(peer, AsyncEvent::QpAccessError { qpn: peer });
+        // A DCT stays ready and raises nothing: the kernel's mlx5 `qpc.c` lets only
+        // DCT_DRAINED through for a DCT (`dct_allowed_event_types`).
+        if !self.is_dct(peer) {
+            self.error_with(peer, AsyncEvent::QpAccessError { qpn: peer });
+        }
         Outcome::Failed(s)
     }
 
