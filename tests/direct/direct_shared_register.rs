@@ -361,3 +361,72 @@ fn stress_many_queues_few_registers_many_threads() {
     assert!(total.copies > ROUNDS, "{total:?}");
     drop(workers);
 }
+
+/// A register whose queues are all gone may be rung from either half by the next queue
+/// that takes it (blueflame and UCX start at the first half of a register they take anew,
+/// rdma-core goes on from its `bf->offset`): the software NIC said "out of turn".
+#[test]
+fn a_register_reused_after_its_queues_are_gone_starts_in_either_half() {
+    // One shared register. QP a rings it once (half 0) and is dropped; QP b, created after,
+    // gets the same register (rdma-core: the least used shared one; its `mlx5_bf`, with
+    // `bf->offset`, lives as long as the context) and rings once.
+    let dev = Device::sim_with(Default::default(), shared_only(1), false);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let m = pd.alloc_mr(4096, ALL).unwrap();
+    let mut wc = [Completion::default(); 4];
+    let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let na = a.qpn();
+    a.connect(na).unwrap();
+    a.write_inline(&[1; 8], m.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    assert_eq!(cq.poll_n(&mut wc, 1, 1000), 1);
+    let reg_a = nic(&dev).qp_register(na);
+    drop(a);
+    let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let nb = b.qpn();
+    b.connect(nb).unwrap();
+    assert_eq!(nic(&dev).qp_register(nb), reg_a);
+    b.write_inline(&[2; 8], m.remote(8).unwrap(), 2, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    assert_eq!(cq.poll_n(&mut wc, 1, 1000), 1);
+    let st = nic(&dev).qp_stats(nb).unwrap();
+    assert_eq!((st.bf_copies, st.bf_out_of_turn), (1, 0), "{st:?}");
+}
+
+/// Doorbell-only queues share one register's 8-byte slot: two rings before the NIC looks
+/// are two doorbells, neither missed (the software NIC counted the first as missed).
+#[test]
+fn two_doorbell_only_queues_ring_between_passes() {
+    // No BlueFlame (rdma-core's `nc_uar`: every QP of the context rings one register, 8-byte
+    // doorbells, no lock). Two QPs ring before the NIC looks: each 8-byte store is its own
+    // doorbell to a ConnectX; neither is missed.
+    let dev = Device::sim_with(Default::default(), shared_only(1), false);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let caps = QpCaps {
+        bf_size: 0,
+        ..QpCaps::default()
+    };
+    let mut a = pd.create_qp(&cq, &cq, caps).unwrap();
+    let mut b = pd.create_qp(&cq, &cq, caps).unwrap();
+    let (na, nb) = (a.qpn(), b.qpn());
+    assert_eq!(a.doorbell_mode(), Some(DoorbellMode::DoorbellOnly));
+    assert_eq!(nic(&dev).qp_register(na), nic(&dev).qp_register(nb));
+    a.connect(na).unwrap();
+    b.connect(nb).unwrap();
+    let m = pd.alloc_mr(4096, ALL).unwrap();
+    let mut wc = [Completion::default(); 4];
+    a.write_inline(&[1; 8], m.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
+    b.write_inline(&[2; 8], m.remote(8).unwrap(), 2, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    assert_eq!(cq.poll_n(&mut wc, 2, 1000), 2);
+    for q in [na, nb] {
+        let st = nic(&dev).qp_stats(q).unwrap();
+        assert_eq!(st.doorbell_misses, 0, "QP {q}: {st:?}");
+    }
+}

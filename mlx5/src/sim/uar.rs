@@ -167,8 +167,12 @@ impl SimReg {
         let known = rings.iter().all(|r| r.single);
         let bf = self.bf_size;
         if bf == 0 {
+            // One 8-byte slot that every QP of the register writes (rdma-core's `nc_uar`):
+            // with several rings in a pass only the last store shows, yet each was a
+            // doorbell of its own to a ConnectX. A miss only when no ring shows.
+            let missed = rings.iter().all(|r| r.half.is_none());
             for r in &rings {
-                out.push((r.qpn, r.half.is_none(), false));
+                out.push((r.qpn, missed, false));
             }
         } else if known && rings.len() == 1 {
             // One ring: it must be in the half the previous ring left for it.
@@ -327,6 +331,12 @@ impl Uars {
     pub(crate) fn release(&mut self, i: usize) {
         let r = &mut self.regs[i];
         r.users = r.users.saturating_sub(1);
+        if r.users == 0 {
+            // The next QP may start in either half: rdma-core goes on from `bf->offset`
+            // (its `mlx5_bf` lives with the context), UCX (`uct_ib_mlx5_mmio_init`) and
+            // blueflame start at the first half of a register they take anew.
+            r.expect = None;
+        }
     }
 }
 
