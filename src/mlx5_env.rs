@@ -54,10 +54,23 @@ impl Mlx5Env {
         }
     }
 
-    /// The process environment now (read once per device open or QP creation, never on the
-    /// data path).
+    /// The process environment now (read when a device is opened or a QP created, never on
+    /// the data path; which switch when: [`Mlx5Env::for_qp`]).
     pub fn current() -> Mlx5Env {
         Mlx5Env::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// The switches a QP is created under on a device opened under `opened`: rdma-core reads
+    /// `MLX5_QP_SIGNATURE` and `MLX5_SCATTER_TO_CQE` (and `MLX5_SRQ_SIGNATURE`) at each
+    /// creation, but `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF` once, when it opens the
+    /// context (`mlx5_set_context`): a QP's register is rung as the context was opened, or
+    /// a queue would ring a shared BlueFlame register as doorbell-only, without its lock.
+    pub(crate) fn for_qp(opened: &Mlx5Env) -> Mlx5Env {
+        Mlx5Env {
+            shut_up_bf: opened.shut_up_bf,
+            prefer_bf_off: opened.prefer_bf_off,
+            ..Mlx5Env::current()
+        }
     }
 
     /// Applies what rdma-core does to a QP's rings: `MLX5_SHUT_UP_BF` makes it doorbell only.

@@ -129,6 +129,18 @@ impl Dev {
         }
     }
 
+    /// rdma-core's `MLX5_*` switches for a QP created now (see [`Mlx5Env::for_qp`]); the
+    /// software NIC reads them all at each creation.
+    ///
+    /// [`Mlx5Env::for_qp`]: crate::mlx5_env::Mlx5Env::for_qp
+    pub(crate) fn qp_env(&self) -> crate::mlx5_env::Mlx5Env {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => crate::mlx5_env::Mlx5Env::current(),
+            Dev::Rdma(d) => crate::mlx5_env::Mlx5Env::for_qp(&d.opened_env),
+        }
+    }
+
     /// Whether `other` is this same device instance (the same software NIC, or the same
     /// rdma-core context): only then can their objects work together.
     pub(crate) fn same(&self, other: &Dev) -> bool {

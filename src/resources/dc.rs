@@ -323,8 +323,8 @@ impl Pd {
 
     /// A DCI on the CQ of `cq` (checked by the caller: this device's).
     fn create_dci_on(&self, cq: &Arc<CqHandle>, caps: QpCaps, timing: &Timing) -> Result<Dci> {
-        // rdma-core's switches, read when the QP is created, as for an RC QP.
-        let env = Mlx5Env::current();
+        // rdma-core's switches, read as for an RC QP.
+        let env = self.inner.dev.backend.qp_env();
         let spec = QpSpec {
             caps,
             send_cq: &cq.kind,
@@ -438,7 +438,7 @@ impl Pd {
                 dc_key,
                 access,
             },
-            env: &Mlx5Env::current(),
+            env: &self.inner.dev.backend.qp_env(),
         };
         let (obj, _, dctn) = self.inner.pd.create_qp(&spec)?;
         // The DCT's receive completions: cookies from the SRQ, by the CQE's WQE index (the

@@ -8,7 +8,6 @@ use super::{Cq, Pd, Qp, QpCaps, QueuePair};
 use crate::backend::{self, QpKind, QpRings, QpSpec};
 use crate::data_path::DataPath;
 use crate::error::{Error, Result};
-use crate::mlx5_env::Mlx5Env;
 use crate::queue::flags::PostFlags;
 use crate::queue::regions::RegionCheck;
 use crate::verbs::ex::VerbsApi;
@@ -187,8 +186,8 @@ impl Pd {
         if recv_cq.compressed() {
             return Err(Error::CompressedUdReceives { cqn: recv_cq.cqn() });
         }
-        // rdma-core's MLX5_* switches, read once for this QP.
-        let env = Mlx5Env::current();
+        // rdma-core's MLX5_* switches for this QP (`Dev::qp_env`).
+        let env = self.inner.dev.backend.qp_env();
         let spec = QpSpec {
             caps,
             send_cq: &send_cq.handle.kind,

@@ -31,6 +31,10 @@ pub fn all() -> Vec<Case> {
         check("receive_limits_as_on_the_software_nic", receive_limits),
         check("qp_signature_set_after_open", qp_signature_after_open),
         check(
+            "blueflame_switches_are_the_contexts",
+            blueflame_switches_after_open,
+        ),
+        check(
             "a_forgotten_batch_is_posted_on_both_paths",
             forgotten_batches,
         ),
@@ -823,5 +827,30 @@ fn qp_signature_after_open(dev: &Device) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{dev}: completions {got:?}, wanted {want:?}"))
+    }
+}
+
+/// rdma-core reads `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF` once, when it opens the
+/// context (`mlx5_set_context`), and maps and rings every QP's register by them. Set after
+/// the device was opened, they change nothing: a QP made then rings its register as the
+/// others do (before, the crate read them at each QP and rang a BlueFlame register, which
+/// others copy into under its lock, as doorbell-only, without the lock).
+fn blueflame_switches_after_open(dev: &Device) -> Result<(), String> {
+    let e = |e: Error| e.to_string();
+    let pd = dev.alloc_pd().map_err(e)?;
+    let cq = dev.create_cq(64).map_err(e)?;
+    let before = pd.create_qp(&cq, &cq, QpCaps::default()).map_err(e)?;
+    std::env::set_var("MLX5_SHUT_UP_BF", "1");
+    let made = pd.create_qp(&cq, &cq, QpCaps::default());
+    std::env::remove_var("MLX5_SHUT_UP_BF");
+    let after = made.map_err(e)?;
+    if before.doorbell_mode() == after.doorbell_mode() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{dev}: a QP made with MLX5_SHUT_UP_BF set after open rings {:?}, the others {:?}",
+            after.doorbell_mode(),
+            before.doorbell_mode()
+        ))
     }
 }

@@ -30,6 +30,10 @@ pub(crate) struct RdmaDev {
     pub(crate) gid_index: Option<i32>,
     /// Direct on mlx5 (unless `BLUEFLAME_PATH=verbs`), verbs elsewhere.
     pub(crate) path: DataPath,
+    /// rdma-core's switches as they were when the device was opened: libmlx5 reads
+    /// `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF` once, when it opens the context
+    /// (`mlx5_set_context`), and rules every QP's register and copies by them.
+    pub(crate) opened_env: crate::mlx5_env::Mlx5Env,
     /// `ibv_query_device`, read once at open.
     pub(crate) attrs: verbs::device::DeviceAttrs,
     /// What the device's atomics do, from `attrs`.
@@ -137,8 +141,9 @@ impl RdmaDev {
         let var = std::env::var("BLUEFLAME_PATH").ok();
         let path = crate::dv::choose(mlx5, var.as_deref())?;
         // rdma-core's switches that rule the direct path out (WQE signatures).
+        let opened_env = crate::mlx5_env::Mlx5Env::current();
         let path = if mlx5 {
-            crate::mlx5_env::Mlx5Env::current().path(path, var.as_deref() == Some("direct"))?
+            opened_env.path(path, var.as_deref() == Some("direct"))?
         } else {
             path
         };
@@ -171,6 +176,7 @@ impl RdmaDev {
             port,
             gid_index,
             path,
+            opened_env,
         })
     }
 

@@ -87,9 +87,9 @@ impl Pd {
             });
         }
         self.check_cqs(send_cq, recv.handle, recv.dev, recv.cqn)?;
-        // rdma-core's MLX5_* switches, read once for this QP (rdma-core reads them when it
-        // creates the QP).
-        let env = Mlx5Env::current();
+        // rdma-core's MLX5_* switches for this QP, read as rdma-core reads them (at its
+        // creation, or when the device was opened: `Dev::qp_env`).
+        let env = self.inner.dev.backend.qp_env();
         let srq = recv.srq.map(|s| s.obj()).transpose()?;
         let spec = QpSpec {
             caps,
