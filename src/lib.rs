@@ -60,7 +60,7 @@
 //! | device | resources from | data path |
 //! |---|---|---|
 //! | mlx5 (ConnectX-4 and later, BlueField) | rdma-core, rings from `mlx5dv_init_obj` | direct: WQEs, BlueFlame, CQEs polled from the ring |
-//! | rxe, siw, irdma, efa, ... | rdma-core | verbs: `ibv_post_send`, `ibv_poll_cq` |
+//! | rxe, siw, irdma, ... | rdma-core | verbs: `ibv_wr_*` / `ibv_start_poll` where the provider has them, else `ibv_post_send` / `ibv_poll_cq` (`BLUEFLAME_VERBS_API`) |
 //! | the software NIC (feature `sim`) | `Device::sim`, `Device::sim_stepped` | direct, over rings the software NIC owns |
 //!
 //! [`Device::open_default`] takes the device named by `BLUEFLAME_DEVICE` (GID index from
@@ -68,7 +68,8 @@
 //! software NIC. `BLUEFLAME_PATH=direct|verbs|auto` overrides the data path on rdma-core
 //! devices (`direct` is refused on a device that is not mlx5); [`Qp::data_path`] tells which
 //! one a QP runs. The API, its errors and its completions are the same on every backend;
-//! [`Qp::send_depth`] is the same for the same [`QpCaps`] on all three.
+//! [`Qp::send_depth`] is the same for the same [`QpCaps`] on mlx5 and the software NIC,
+//! and at least the same on the verbs path (the provider may round it up).
 //!
 //! ## Feature flags
 //!
@@ -129,8 +130,9 @@
 //!   registered, memory included, while that work may still touch it (until it has
 //!   completed, or its QP is gone); it is deregistered at the next reclaim point: a region
 //!   allocated or dropped, a QP or window dropped, [`Pd::reclaim`], or the domain's end. A
-//!   region a device refuses to deregister (a memory window still bound to it) is kept until
-//!   the device agrees, never freed under a live registration;
+//!   region a memory window is bound to stays registered until the window lets go (an
+//!   unbind or rebind committed, a failed bind, a recorded invalidation, the window's drop):
+//!   a bind pins it, since a ConnectX would deregister it under the window;
 //! - a [`MemoryWindow`] is deallocated on drop, which invalidates its keys;
 //! - the [`Pd`] and the [`Device`] go when the last object using them has gone.
 //!
@@ -141,14 +143,18 @@
 //!
 //! rdma-core's mlx5 provider reads `MLX5_*` variables. The verbs path follows all of them
 //! (rdma-core runs it); the direct path, which bypasses rdma-core's post and poll, follows
-//! the ones that change what the hardware does, read when a QP is created:
-//! `MLX5_SHUT_UP_BF` (8-byte doorbells only), `MLX5_POST_SEND_PREFER_BF=0` (BlueFlame only
-//! for inline WQEs), `MLX5_SCATTER_TO_CQE=0` (no small receives inside the CQE),
-//! `MLX5_CQE_SIZE` (64 or 128 bytes, both polled), and `MLX5_QP_SIGNATURE`, which sends the
-//! QP to the verbs path. The full table, with what each of the others means here, is in
+//! the ones that change what the hardware does: read when the device is opened, as rdma-core
+//! reads them when it opens its context, `MLX5_SHUT_UP_BF` (8-byte doorbells only) and
+//! `MLX5_POST_SEND_PREFER_BF=0` (BlueFlame only for inline WQEs); read when a QP is created,
+//! `MLX5_SCATTER_TO_CQE=0` (no small receives inside the CQE) and `MLX5_QP_SIGNATURE` (set
+//! when the device is opened, the device runs the verbs path; set later, an RC, UD or DC QP
+//! of a direct-path device is refused with [`Error::Unsupported`]); `MLX5_CQE_SIZE` (64 or
+//! 128 bytes, both polled). The full table, with what each of the others means here, is in
 //! `docs/architecture.md` ("rdma-core's mlx5 environment variables"). blueflame's own
-//! variables are `BLUEFLAME_DEVICE`, `BLUEFLAME_GID_INDEX` and
-//! `BLUEFLAME_PATH` (above).
+//! variables are `BLUEFLAME_DEVICE`, `BLUEFLAME_GID_INDEX` and `BLUEFLAME_PATH` (above),
+//! `BLUEFLAME_VERBS_API` (`auto`, `extended` or `legacy`: which rdma-core API the verbs path
+//! posts and polls with, read when a QP or CQ is created) and `BLUEFLAME_SIM_ORDER` (the
+//! software NIC's reordering seed, or `strict`).
 //!
 //! ## Errors
 //!

@@ -155,7 +155,9 @@ impl Device {
     /// A completion queue of at least `entries` entries.
     ///
     /// # Errors
-    /// [`Error::Verbs`] (`Error::Sim` on the software NIC) for a size the device refuses.
+    /// [`Error::CqSize`] for 0 entries or more than the device has (refused before the
+    /// device is asked); [`Error::Verbs`] (`Error::Sim` on the software NIC) when the
+    /// device refuses the CQ.
     pub fn create_cq(&self, entries: u32) -> Result<Cq> {
         self.create_cq_with(&super::CqOptions::new(entries))
     }
@@ -167,7 +169,10 @@ impl Device {
     /// for 128 on a verbs device (there rdma-core's `MLX5_CQE_SIZE=128` chooses it, and the
     /// poller reads the size from the CQ); [`Error::InvalidHandle`] for a channel of
     /// another device; [`Error::ChannelTaken`] for a channel an `AsyncCq` holds (feature
-    /// `tokio`); [`Error::Verbs`] when rdma-core refuses the CQ.
+    /// `tokio`); [`Error::CqSize`] for 0 entries or more than the device has;
+    /// [`Error::Timestamps`] for timestamps with compression or on a device without a
+    /// completion clock; [`Error::CqeCompression`] for a format the device lacks (and on
+    /// the verbs path); [`Error::Verbs`] when rdma-core refuses the CQ.
     pub fn create_cq_with(&self, opts: &super::CqOptions) -> Result<Cq> {
         if opts.cqe_size != 64 && opts.cqe_size != 128 {
             return Err(Error::InvalidParameter {

@@ -21,7 +21,10 @@ impl Pd {
     ///
     /// # Errors
     /// [`Error::InvalidHandle`] when a CQ belongs to another device (another software NIC
-    /// or verbs context); [`Error::Verbs`] (`Error::Sim` on the software NIC) for
+    /// or verbs context); [`Error::InvalidParameter`] naming the field and its value for
+    /// caps a ConnectX would refuse (see [`QpCaps`]; on mlx5 devices and the software NIC)
+    /// or `rnr_retry` above 7; [`Error::Timestamps`] for a send and a receive CQ that stamp
+    /// in different formats; [`Error::Verbs`] (`Error::Sim` on the software NIC) for other
     /// capabilities the device refuses.
     pub fn create_qp(&self, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
         self.create_qp_with(send_cq, recv_cq, caps, None)
