@@ -323,6 +323,121 @@ mod tests {
         assert_eq!(decode(b"junk"), None);
     }
 
+    /// rdma-core's siw provider (`providers/siw/siw.c`, `siw_post_send`) sets `*bad_wr` at
+    /// the first request it refuses (`push_send_wqe`: `IBV_WR_RDMA_WRITE_WITH_IMM`,
+    /// `IBV_WR_SEND_WITH_IMM`, `IBV_WR_LOCAL_INV`, ... map to an unsupported opcode and
+    /// return -EINVAL), then, when it pushed some before it and the SQ was idle, rings the
+    /// doorbell with `rv = siw_db(qp)`, which overwrites the refusal: it returns 0 with
+    /// `*bad_wr` set and the requests from it on not posted. With nothing pushed it returns
+    /// the negative errno. Emulated here over libmlx5's own `post_send` (the kernel model's
+    /// mlx5_0, verbs path, classic API): the batch must not be reported posted whole, and
+    /// every signaled request reported posted must complete.
+    #[test]
+    #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+    fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
+        use crate::{Access, Completion, Payload, PostFlags, PostSend, QueuePair, Request};
+        use rdma_sys as ffi;
+        use std::os::raw::c_int;
+        use std::sync::OnceLock;
+        type PostSendFn = unsafe extern "C" fn(
+            *mut ffi::ibv_qp,
+            *mut ffi::ibv_send_wr,
+            *mut *mut ffi::ibv_send_wr,
+        ) -> c_int;
+        static REAL: OnceLock<PostSendFn> = OnceLock::new();
+        unsafe extern "C" fn siw_like(
+            qp: *mut ffi::ibv_qp,
+            wr: *mut ffi::ibv_send_wr,
+            bad: *mut *mut ffi::ibv_send_wr,
+        ) -> c_int {
+            let real = *REAL.get().unwrap();
+            // SAFETY: the list libibverbs' caller built; `bad` is valid.
+            unsafe {
+                *bad = std::ptr::null_mut();
+                let refused = |w: *mut ffi::ibv_send_wr| {
+                    matches!(
+                        (*w).opcode,
+                        ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+                            | ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+                    )
+                };
+                let (mut prev, mut w) = (std::ptr::null_mut::<ffi::ibv_send_wr>(), wr);
+                while !w.is_null() && !refused(w) {
+                    prev = w;
+                    w = (*w).next;
+                }
+                if w.is_null() {
+                    return real(qp, wr, bad);
+                }
+                if prev.is_null() {
+                    *bad = w;
+                    return -libc::EINVAL;
+                }
+                (*prev).next = std::ptr::null_mut();
+                let rc = real(qp, wr, bad);
+                (*prev).next = w;
+                *bad = w;
+                rc // siw: the doorbell's result
+            }
+        }
+        std::env::set_var("BLUEFLAME_PATH", "verbs");
+        std::env::set_var("BLUEFLAME_VERBS_API", "legacy");
+        let owner = Arc::new(Context::open("mlx5_0").expect("mlx5_0 (kernel model)"));
+        let raw = owner.ctx;
+        // SAFETY: the context is open; nothing posts on it yet.
+        unsafe {
+            let _ = REAL.set((*raw).ops.post_send.unwrap());
+            (*raw).ops.post_send = Some(siw_like);
+        }
+        // SAFETY: `owner` keeps `raw` open.
+        let dev = unsafe { device_on(raw, owner.clone(), 1) }.unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let mut cq = dev.create_cq(64).unwrap();
+        let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        assert_eq!(q1.data_path(), crate::DataPath::Verbs);
+        let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
+        q1.connect(e2).unwrap();
+        q2.connect(e1).unwrap();
+        let mr = pd
+            .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let remote = mr.remote(0).unwrap();
+        // One request siw refuses alone: its error should be the errno, not its negation.
+        let alone = Request::WriteImm {
+            remote,
+            data: Payload::Inline(&[2]),
+            imm: 5,
+        };
+        let err = q1.post(&alone, 9, PostFlags::SIGNALED).unwrap_err();
+        eprintln!("a refused request alone: {err} ({err:?})");
+        // A batch: a write siw posts, then a write with immediate it refuses.
+        let mut b = q1.batch();
+        let write = Request::Write {
+            remote,
+            data: Payload::Inline(&[1]),
+        };
+        b.push(&write, 1, PostFlags::SIGNALED).unwrap();
+        b.push(&alone, 2, PostFlags::SIGNALED).unwrap();
+        let rung = b.ring();
+        let mut out = [Completion::default(); 4];
+        let mut got = Vec::new();
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(2) {
+            let n = cq.poll(&mut out);
+            got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
+        }
+        eprintln!("ring: {rung:?}; completions: {got:?}");
+        assert!(
+            matches!(err, Error::Verbs(ref v) if v.source.raw_os_error() == Some(libc::EINVAL)),
+            "siw's negative errno reported as is: {err:?}"
+        );
+        assert!(
+            rung.is_err() || got.iter().any(|&(c, _)| c == 2),
+            "the batch was reported posted ({rung:?}) and request 2 never completed: {got:?}"
+        );
+    }
+
     /// librdmacm opens one `ibv_context` per device and hands it to every id on it, so two
     /// connections made without `_on` (`device_of` each time) are two `Device`s over one
     /// context, one asynchronous event descriptor. What one of them reads must reach the

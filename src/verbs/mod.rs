@@ -41,10 +41,12 @@ pub(crate) fn last(call: &'static str) -> VerbsError {
     }
 }
 
-/// An error from a returned error number (`ibv_modify_qp`, `ibv_post_send` return errno).
+/// An error from a returned error number (`ibv_modify_qp`, `ibv_post_send` return errno;
+/// rdma-core's siw returns it negated from `ibv_post_send` / `ibv_post_recv` /
+/// `ibv_post_srq_recv`: `-EINVAL`, `-ENOMEM`).
 pub(crate) fn code(call: &'static str, rc: i32) -> VerbsError {
     VerbsError {
         call,
-        source: io::Error::from_raw_os_error(rc),
+        source: io::Error::from_raw_os_error(rc.wrapping_abs()),
     }
 }

@@ -508,13 +508,18 @@ impl VerbsSendQueue {
                 let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
                 // SAFETY: as above; the list links only entries of `wrs`.
                 let rc = unsafe { ffi::ibv_post_send(self.qp.qp, self.wrs.as_mut_ptr(), &mut bad) };
-                let first_bad = if bad.is_null() {
-                    0
+                // A provider names the first request it did not post in `bad`, also when
+                // it returns 0: siw's `siw_post_send` sets `*bad_wr` at a refused request
+                // and then returns the doorbell's result. siw returns errnos negated.
+                if bad.is_null() {
+                    (rc, 0, "ibv_post_send")
                 } else {
-                    (bad as usize - self.wrs.as_ptr() as usize)
-                        / std::mem::size_of::<ffi::ibv_send_wr>()
-                };
-                (rc, first_bad, "ibv_post_send")
+                    let first_bad = (bad as usize - self.wrs.as_ptr() as usize)
+                        / std::mem::size_of::<ffi::ibv_send_wr>();
+                    // Refused without an error number: siw refuses with EINVAL.
+                    let rc = if rc == 0 { libc::EINVAL } else { rc };
+                    (rc, first_bad.min(n), "ibv_post_send")
+                }
             }
         };
         if rc != 0 {

@@ -59,7 +59,10 @@ pub(crate) fn stage(cargo: &str, bins: &[(String, String)]) -> bool {
 /// The crate's own unit tests that need an rdma-core device of the kernel model (ignored
 /// in a plain `cargo test`): they reach crate-private code, which the `provider` binary
 /// cannot.
-const LIB_CASES: &[&str] = &["cm::tests::connections_on_one_context_share_their_async_events"];
+const LIB_CASES: &[&str] = &[
+    "cm::tests::connections_on_one_context_share_their_async_events",
+    "cm::tests::a_provider_that_refuses_midway_with_zero_loses_no_request",
+];
 
 /// Runs [`LIB_CASES`] from the library's unit-test binary with the kernel model `lib`
 /// preloaded; false unless each ran and passed.
