@@ -438,6 +438,87 @@ mod tests {
         );
     }
 
+    /// On an iWARP device (siw, irdma in iWARP mode) a send or write posted after an RDMA
+    /// read completes before it (siw completes the read at its response, the others once
+    /// sent), while the verbs queue retires everything before a completed position: every
+    /// request there carries `IBV_SEND_FENCE` (siw's read fence), so completions come in
+    /// order. The kernel model's mlx5_0 is made to say iWARP, and its `post_send` records the
+    /// flags it is given (verbs path, classic API).
+    #[test]
+    #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+    fn on_iwarp_a_request_after_a_read_is_fenced() {
+        use crate::{Access, Completion, PostFlags, PostSend};
+        use rdma_sys as ffi;
+        use std::os::raw::c_int;
+        use std::sync::{Mutex, OnceLock};
+        type PostSendFn = unsafe extern "C" fn(
+            *mut ffi::ibv_qp,
+            *mut ffi::ibv_send_wr,
+            *mut *mut ffi::ibv_send_wr,
+        ) -> c_int;
+        static REAL: OnceLock<PostSendFn> = OnceLock::new();
+        static SEEN: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
+        unsafe extern "C" fn recording(
+            qp: *mut ffi::ibv_qp,
+            wr: *mut ffi::ibv_send_wr,
+            bad: *mut *mut ffi::ibv_send_wr,
+        ) -> c_int {
+            // SAFETY: the list libibverbs' caller built.
+            unsafe {
+                let mut w = wr;
+                while !w.is_null() {
+                    SEEN.lock().unwrap().push(((*w).opcode, (*w).send_flags));
+                    w = (*w).next;
+                }
+                (REAL.get().unwrap())(qp, wr, bad)
+            }
+        }
+        std::env::set_var("BLUEFLAME_PATH", "verbs");
+        std::env::set_var("BLUEFLAME_VERBS_API", "legacy");
+        let owner = Arc::new(Context::open("mlx5_0").expect("mlx5_0 (kernel model)"));
+        let raw = owner.ctx;
+        // SAFETY: the context is open; nothing posts on it yet; the device struct is
+        // libibverbs' own, read by the crate when a send queue is made.
+        unsafe {
+            let _ = REAL.set((*raw).ops.post_send.unwrap());
+            (*raw).ops.post_send = Some(recording);
+            (*(*raw).device).transport_type = ffi::ibv_transport_type::IBV_TRANSPORT_IWARP;
+        }
+        // SAFETY: `owner` keeps `raw` open.
+        let dev = unsafe { device_on(raw, owner.clone(), 1) }.unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let mut cq = dev.create_cq(64).unwrap();
+        let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
+        q1.connect(e2).unwrap();
+        q2.connect(e1).unwrap();
+        let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let mr = pd.alloc_mr(4096, rights).unwrap();
+        q1.read(
+            &[mr.sge(0, 8).unwrap()],
+            mr.remote(1024).unwrap(),
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        q1.write_inline(&[7; 8], mr.remote(2048).unwrap(), 2, PostFlags::SIGNALED)
+            .unwrap();
+        let mut out = [Completion::default(); 4];
+        assert_eq!(cq.poll_n(&mut out, 2, 1 << 34), 2);
+        let seen = SEEN.lock().unwrap().clone();
+        let fence = ffi::ibv_send_flags::IBV_SEND_FENCE.0;
+        let after_read = seen
+            .iter()
+            .skip_while(|(op, _)| *op != ffi::ibv_wr_opcode::IBV_WR_RDMA_READ)
+            .nth(1)
+            .copied();
+        assert!(
+            matches!(after_read, Some((_, f)) if f & fence != 0),
+            "the request after the read was not fenced: {seen:?}"
+        );
+    }
+
     /// librdmacm opens one `ibv_context` per device and hands it to every id on it, so two
     /// connections made without `_on` (`device_of` each time) are two `Device`s over one
     /// context, one asynchronous event descriptor. What one of them reads must reach the

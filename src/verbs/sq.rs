@@ -48,8 +48,17 @@ pub struct VerbsSendQueue {
     seq: u16,
     unsignaled: u32,
     /// Set after a bind or local invalidate: the next request is fenced (as rdma-core arms an
-    /// initiator small fence on mlx5).
+    /// initiator small fence on mlx5). Always set on an iWARP device (`fence_all`).
     fence_next: bool,
+    /// Every request is fenced: the device is iWARP (siw, irdma in iWARP mode), which
+    /// completes an RDMA read at its response but a send or write posted after it as soon
+    /// as it is handed to the wire (siw: `siw_qp_sq_process` completes them, the read waits
+    /// in the ORQ for `siw_rdmap_complete`), while this queue retires everything before a
+    /// completed position. A fence (siw's `SIW_WQE_READ_FENCE`) holds a request until the
+    /// reads before it completed, so completions come in posting order; it costs nothing
+    /// when no read is outstanding. Such a queue never posts straight (`straight`: a fence
+    /// is always pending).
+    fence_all: bool,
     /// `(unsignaled, fence_next)` before each queued request: what a rewind, or a ring whose
     /// requests were refused from one on, puts back (else a refused forced-signal request
     /// would leave no signaled one outstanding and the queue full for good, and a refused
@@ -95,6 +104,10 @@ impl VerbsSendQueue {
     /// The send queue of `qp`.
     pub fn new(qp: Arc<Qp>) -> VerbsSendQueue {
         let caps = qp.caps;
+        // SAFETY: a live QP of a live context (`qp` holds both); `device` is the ibv_device
+        // the context was opened on.
+        let fence_all = unsafe { (*(*(*qp.qp).context).device).transport_type }
+            == ffi::ibv_transport_type::IBV_TRANSPORT_IWARP;
         let entries = caps.max_send_wr.max(1).next_power_of_two();
         let max_sge = caps.max_send_sge.max(1) as usize;
         VerbsSendQueue {
@@ -106,7 +119,8 @@ impl VerbsSendQueue {
             shadow: Arc::new(Shadow::new(entries.max(16))),
             seq: 0,
             unsignaled: 0,
-            fence_next: false,
+            fence_next: fence_all,
+            fence_all,
             moderation: vec![(0, false); MAX_BATCH].into_boxed_slice(),
             wrs: (0..MAX_BATCH).map(|_| zeroed_wr()).collect(),
             // SAFETY: an all-zero ibv_sge is valid.
@@ -421,10 +435,11 @@ impl VerbsSendQueue {
         }
         let fence_after_bind = std::mem::replace(
             &mut self.fence_next,
-            matches!(
-                opcode,
-                ffi::ibv_wr_opcode::IBV_WR_BIND_MW | ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV
-            ),
+            self.fence_all
+                || matches!(
+                    opcode,
+                    ffi::ibv_wr_opcode::IBV_WR_BIND_MW | ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV
+                ),
         );
         if flags.fence != Fence::None || fence_after_bind {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_FENCE.0;

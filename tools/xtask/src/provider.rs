@@ -62,6 +62,7 @@ pub(crate) fn stage(cargo: &str, bins: &[(String, String)]) -> bool {
 const LIB_CASES: &[&str] = &[
     "cm::tests::connections_on_one_context_share_their_async_events",
     "cm::tests::a_provider_that_refuses_midway_with_zero_loses_no_request",
+    "cm::tests::on_iwarp_a_request_after_a_read_is_fenced",
 ];
 
 /// Runs [`LIB_CASES`] from the library's unit-test binary with the kernel model `lib`
