@@ -61,7 +61,10 @@ pub struct Completion {
     /// first 40 bytes of the receive buffer (verbs' `IBV_WC_GRH`; see [`crate::Grh`]). The
     /// 40 bytes are reserved and counted in `byte_len` either way.
     pub grh: bool,
-    /// The hardware syndrome and vendor syndrome of an error completion (direct path).
+    /// The hardware syndrome and vendor syndrome of an error completion: on the direct
+    /// path the CQE's two bytes; on the verbs path `(0, vendor_err)` with the low byte of the
+    /// provider's `vendor_err` (mlx5's vendor syndrome whole; irdma packs a major and a minor
+    /// error code there, of which only the minor's low byte remains).
     pub syndrome: Option<(u8, u8)>,
     /// What completed.
     pub opcode: WcOpcode,
