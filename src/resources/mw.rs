@@ -222,11 +222,10 @@ impl MemoryWindow {
                     f.steps[i] = None;
                 }
                 Some(false) => {
-                    // In order on one QP: everything after it was flushed too.
-                    unpinned |= f
-                        .steps
-                        .iter_mut()
-                        .any(|s| s.take().is_some_and(|s| s.region.is_some()));
+                    // In order on one QP: everything after it was flushed too; their pins go.
+                    for s in f.steps.iter_mut() {
+                        unpinned |= s.take().is_some_and(|s| s.region.is_some());
+                    }
                     break;
                 }
                 None => break,
