@@ -2,7 +2,9 @@
 //! subject (each was its own test binary before; `cargo test --test conformance sim_timers::`
 //! runs one of them): the specifications' promises (`spec_sim`), the InfiniBand ordering
 //! rules (`sim_ordering`), the transport timers (`sim_timers`), rdma-core's rules of the
-//! direct path (`rdma_core_rules`) and seeded random operations (`random_ops`).
+//! direct path (`rdma_core_rules`), seeded random operations (`random_ops`), the shared queue
+//! bookkeeping under random legal use (`bookkeeping`) and the guide's CQ sizing rule
+//! (`sizing`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -11,8 +13,10 @@ mod scenarios;
 #[path = "../spec/mod.rs"]
 mod spec;
 
+mod bookkeeping;
 mod random_ops;
 mod rdma_core_rules;
 mod sim_ordering;
 mod sim_timers;
+mod sizing;
 mod spec_sim;
