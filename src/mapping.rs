@@ -24,8 +24,7 @@ impl PageSize {
     /// Bytes per page.
     pub fn bytes(self) -> usize {
         match self {
-            // SAFETY: sysconf has no preconditions.
-            PageSize::Normal => (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize,
+            PageSize::Normal => crate::resources::buffer::os_page_size(),
             PageSize::Huge2M => 2 << 20,
             PageSize::Huge1G => 1 << 30,
         }

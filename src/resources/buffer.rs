@@ -236,3 +236,10 @@ impl Drop for Owned {
         }
     }
 }
+
+/// The operating system's page size (`sysconf(_SC_PAGESIZE)`, at least 4096): the kernel's
+/// `PAGE_SIZE`, by which it pins and maps registered memory.
+pub(crate) fn os_page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
+}

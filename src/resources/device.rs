@@ -343,7 +343,9 @@ impl Pd {
         if let Some(why) = access.region_error() {
             return Err(Error::RegionRights { access, why });
         }
-        if !writable && (access.0 & Access::WRITES.0) != 0 {
+        // The kernel pins with FOLL_WRITE for every right `ib_access_writable` names, MW_BIND
+        // included (`ib_umem_get`): a read-only mapping is EFAULT from `ibv_reg_mr` then.
+        if !writable && (access.0 & (Access::WRITES.0 | Access::MW_BIND.0)) != 0 {
             return Err(Error::ReadOnlyBuffer { access });
         }
         self.check_odp(access)
@@ -400,7 +402,8 @@ impl Pd {
     /// # Errors
     /// Each gives the buffer back in [`Refused`]: [`Error::InvalidParameter`] for an empty
     /// buffer; [`Error::RegionRights`] as [`Pd::alloc_mr`]; [`Error::ReadOnlyBuffer`] for a
-    /// read-only buffer with `LOCAL_WRITE`, `REMOTE_WRITE` or `REMOTE_ATOMIC`;
+    /// read-only buffer with `LOCAL_WRITE`, `REMOTE_WRITE`, `REMOTE_ATOMIC` or `MW_BIND`
+    /// (the kernel pins it for writing then: `EFAULT`);
     /// [`Error::Capability`] for `ON_DEMAND` on a device without RC on-demand paging
     /// (with atomics when `REMOTE_ATOMIC`); the device's registration error.
     pub fn register<B: super::RegionBuffer>(
@@ -483,8 +486,10 @@ impl Pd {
     /// # Errors
     /// [`Error::Capability`] (`DmaBuf`) when rdma-core answers `EOPNOTSUPP` (providers
     /// without dma-buf, such as rxe before Linux 6.x) and on a software NIC without
-    /// on-demand paging; as [`Pd::register`] for the length and rights;
-    /// [`Error::InvalidParameter`] when `iova + len` wraps, and on the software NIC for a
+    /// on-demand paging; as [`Pd::register`] for the length and rights, and
+    /// [`Error::RegionRights`] for `MW_BIND` or `ON_DEMAND` (the kernel takes only local
+    /// write and the remote rights for a dma-buf); [`Error::InvalidParameter`] when `iova +
+    /// len` wraps or `iova` has not the page offset of `offset`, and on the software NIC for a
     /// descriptor no `SimDmaBuf` of it made or a range outside it; the registration error
     /// (`EBADF`, `EINVAL` for an fd that is not a dma-buf or a range outside it).
     pub fn register_dmabuf(
@@ -496,6 +501,26 @@ impl Pd {
         access: Access,
     ) -> Result<MemoryRegion> {
         self.check_registration(len, access, true)?;
+        // `UVERBS_METHOD_REG_DMABUF_MR` takes these rights only (`uverbs_get_flags32`), and
+        // an iova with the page offset of `offset` (EINVAL otherwise; `ibv_reg_dmabuf_mr(3)`).
+        let rights = Access::LOCAL_WRITE.0
+            | Access::REMOTE_WRITE.0
+            | Access::REMOTE_READ.0
+            | Access::REMOTE_ATOMIC.0;
+        if access.0 & !rights != 0 {
+            return Err(Error::RegionRights {
+                access,
+                why: "a dma-buf region takes only LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ and \
+                      REMOTE_ATOMIC (ibv_reg_dmabuf_mr)",
+            });
+        }
+        let page = super::buffer::os_page_size() as u64;
+        if (offset ^ iova) & (page - 1) != 0 {
+            return Err(Error::InvalidParameter {
+                what: "dma-buf iova (its page offset differs from the offset's)",
+                value: iova,
+            });
+        }
         // Requests name iova + offset: the range must not wrap the address space.
         if iova.checked_add(len as u64).is_none() {
             return Err(Error::InvalidParameter {

@@ -11,7 +11,7 @@
 //! dropped or allocated, a QP dropped, [`Pd::reclaim`], or the domain's end).
 
 mod ah;
-mod buffer;
+pub(crate) mod buffer;
 
 pub(crate) mod channel;
 mod cq;

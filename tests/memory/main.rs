@@ -14,4 +14,5 @@ mod lost_completions;
 mod memory;
 mod misuse;
 mod mw;
+mod registration_rules;
 mod soundness;

@@ -321,7 +321,12 @@ impl Pd {
         access: Access,
     ) -> Result<(Mr, crate::backend::spec::MrInfo)> {
         match Mr::register_dmabuf(self.pd.clone(), offset, len, iova, fd, access) {
-            Ok(mr) => Ok(made(mr)),
+            // rdma-core sets `mr->addr` to the dma-buf offset (libibverbs `ibv_reg_dmabuf_mr`,
+            // `ibv_cmd_reg_dmabuf_mr`); the device reaches the region at `iova`.
+            Ok(mr) => {
+                let (_, len, lkey, rkey) = mr.info();
+                Ok((mr, (iova, len, lkey, rkey)))
+            }
             Err(e) if absent(&e) => Err(Error::Capability(Capability::DmaBuf)),
             Err(e) => Err(e.into()),
         }
