@@ -519,6 +519,68 @@ mod tests {
         );
     }
 
+    /// A type-1 bind on the verbs path carries the fence asked for and the one armed by the
+    /// bind before it, as every other request does (`ibv_bind_mw`'s `send_flags`; it had
+    /// only SIGNALED). The kernel model's `bind_mw` records the flags it is given.
+    #[test]
+    #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+    fn a_type1_bind_on_the_verbs_path_is_fenced_as_asked() {
+        use crate::{Access, Completion, Fence, MwType, PostFlags};
+        use rdma_sys as ffi;
+        use std::os::raw::c_int;
+        use std::sync::{Mutex, OnceLock};
+        type BindFn = unsafe extern "C" fn(
+            *mut ffi::ibv_qp,
+            *mut ffi::ibv_mw,
+            *mut ffi::ibv_mw_bind,
+        ) -> c_int;
+        static REAL: OnceLock<BindFn> = OnceLock::new();
+        static SEEN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+        unsafe extern "C" fn recording(
+            qp: *mut ffi::ibv_qp,
+            mw: *mut ffi::ibv_mw,
+            bind: *mut ffi::ibv_mw_bind,
+        ) -> c_int {
+            // SAFETY: the bind libibverbs' caller gave.
+            unsafe {
+                SEEN.lock().unwrap().push((*bind).send_flags);
+                (REAL.get().unwrap())(qp, mw, bind)
+            }
+        }
+        std::env::set_var("BLUEFLAME_PATH", "verbs");
+        let owner = Arc::new(Context::open("mlx5_0").expect("mlx5_0 (kernel model)"));
+        let raw = owner.ctx;
+        // SAFETY: the context is open; nothing binds on it yet.
+        unsafe {
+            let _ = REAL.set((*raw).ops.bind_mw.unwrap());
+            (*raw).ops.bind_mw = Some(recording);
+        }
+        // SAFETY: `owner` keeps `raw` open.
+        let dev = unsafe { device_on(raw, owner.clone(), 1) }.unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let mut cq = dev.create_cq(64).unwrap();
+        let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let me = qp.endpoint().unwrap();
+        qp.connect(me).unwrap();
+        let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+        let mr = pd.alloc_mr(4096, rights).unwrap();
+        let mut mw = pd.alloc_mw(MwType::One).unwrap();
+        let w = Access::REMOTE_WRITE;
+        let fenced = PostFlags::SIGNALED.fence(Fence::SmallAndFence);
+        qp.bind_mw(&mut mw, &mr, 0, 64, w, 1, fenced).unwrap();
+        qp.bind_mw(&mut mw, &mr, 0, 128, w, 2, PostFlags::SIGNALED)
+            .unwrap();
+        let mut out = [Completion::default(); 4];
+        assert_eq!(cq.poll_n(&mut out, 2, 1 << 34), 2);
+        let fence = ffi::ibv_send_flags::IBV_SEND_FENCE.0;
+        let seen = SEEN.lock().unwrap().clone();
+        assert_eq!(
+            seen.iter().map(|f| f & fence != 0).collect::<Vec<_>>(),
+            [true, true],
+            "asked for, then armed by the bind before: {seen:?}"
+        );
+    }
+
     /// librdmacm opens one `ibv_context` per device and hands it to every id on it, so two
     /// connections made without `_on` (`device_of` each time) are two `Device`s over one
     /// context, one asynchronous event descriptor. What one of them reads must reach the

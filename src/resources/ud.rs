@@ -107,9 +107,9 @@ pub struct UdQp {
     gid: [u8; 16],
     /// Whether the port is Ethernet (RoCE: a multicast group has no LID).
     ethernet: bool,
-    /// The multicast groups a direct-path QP on mlx5 is attached to (`ibv_attach_mcast`):
+    /// The multicast groups the QP is attached to (`ibv_attach_mcast`), on either path:
     /// detached before its QP is destroyed (the kernel refuses to destroy a QP with
-    /// attachments, `EBUSY`). The verbs path keeps its own.
+    /// attachments, `EBUSY`).
     groups: Vec<([u8; 16], u16)>,
     /// On a device whose UD on-demand paging has no receive (`ud_odp_caps` without
     /// `IBV_ODP_SUPPORT_RECV`, as every ConnectX): the domain's regions, to refuse receives

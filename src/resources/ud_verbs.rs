@@ -155,7 +155,7 @@ impl VerbsUd {
         r.map_err(|e| self.explain(e))
     }
 
-    /// `ibv_attach_mcast`; the group is remembered for the drop.
+    /// Moves the QP to the error state (its requests flushed).
     ///
     /// # Errors
     /// [`Error::Verbs`].

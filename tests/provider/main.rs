@@ -113,6 +113,18 @@ fn cases() -> Vec<Case> {
             }),
         ));
     }
+    // The UD scenarios on the verbs path over libmlx5 (`VerbsUdSendQueue`, `ibv_wr_set_ud_addr`
+    // / `wr.ud`, UD receives), against the software NIC's own run.
+    for &(name, scenario) in scenarios::ud::ALL {
+        all.push((
+            format!("verbs_ud::{name}"),
+            Box::new(move |_dev| {
+                let here = scenario(verbs_device()?);
+                let sim = scenario(&Device::sim());
+                agree(scenarios::ud::diff("verbs", &[here], "sim", &[sim]))
+            }),
+        ));
+    }
     for &(name, check) in spec::ALL {
         all.push(case(&format!("spec::{name}"), check));
     }

@@ -128,6 +128,12 @@ impl VerbsSendQueue {
         } else {
             self.unsignaled + 1
         };
+        // The fence asked for, or armed (after a bind or invalidate; always on iWARP), as
+        // `enqueue` gives every other request (rdma-core's `mlx5_bind_mw` passes
+        // `send_flags` on to `_mlx5_post_send`, which fences only on IBV_SEND_FENCE).
+        if flags.fence != mlx5::ctrl::Fence::None || self.fence_next {
+            send_flags |= ffi::ibv_send_flags::IBV_SEND_FENCE.0;
+        }
         let mut bind = ffi::ibv_mw_bind {
             wr_id: self.seq as u64,
             send_flags,
