@@ -158,8 +158,15 @@ impl Lifetimes {
     pub(crate) fn reclaim(&self) -> usize {
         sweep(&mut HELD.lock().unwrap_or_else(|e| e.into_inner()));
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        p.retain_mut(|x| !(x.done() && x.reg.deregister()));
-        p.len()
+        // A window's deallocation gives back its pins on regions parked before it: again
+        // until a pass lets nothing go.
+        loop {
+            let before = p.len();
+            p.retain_mut(|x| !(x.done() && x.reg.deregister()));
+            if p.len() == before {
+                return p.len();
+            }
+        }
     }
 
     /// The domain is going away (no QP or window is left on it): deregisters everything.
@@ -176,7 +183,11 @@ impl Lifetimes {
     /// copy that had checked the queue list just before the QP's destroy wrote freed memory
     /// (a review's finding).
     pub(crate) fn clear(&self) {
-        let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut parked =
+            std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
+        // Windows first (no pins of their own): their deallocation gives back their pins on
+        // the regions after them.
+        parked.sort_by_key(|p| p.pins.is_some());
         let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
         sweep(&mut held);
         for mut p in parked {

@@ -486,3 +486,202 @@ fn an_srq_receive_racing_the_release_of_its_region_never_writes_the_returned_buf
 fn a_receive_racing_the_drop_of_its_region_never_writes_freed_memory() {
     race_receive_against_release(RecvOn::Queue, Release::Drop);
 }
+
+/// A region dropped under a bound window, then the window dropped with an unbind in
+/// flight (its deallocation parked after the region). Once the unbind completed,
+/// nothing holds the region: one `Pd::reclaim` deregisters it and says nothing waits
+/// (before, the region was checked before the window's deallocation let it go).
+#[test]
+fn a_region_parked_before_its_windows_dealloc_goes_at_the_same_reclaim() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    let mut out = [Completion::default(); 1];
+    qp.bind_mw(
+        &mut mw,
+        &mr,
+        0,
+        64,
+        Access::REMOTE_WRITE,
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    dev.process();
+    assert_eq!(cq.poll(&mut out), 1);
+    let key = mr.rkey();
+    drop(mr); // parked: the window's pin
+    qp.unbind_mw(&mut mw, 2, PostFlags::SIGNALED).unwrap();
+    drop(mw); // in flight: its deallocation parked after the region
+    dev.process();
+    assert_eq!(cq.poll(&mut out), 1);
+    assert_eq!(out[0].status, WcStatus::Success);
+    let left = pd.reclaim();
+    let nic = dev.nic().unwrap();
+    assert!(
+        left == 0 && !nic.mr_registered(key),
+        "everything completed, nothing holds the region: reclaim left {left}, registered {}",
+        nic.mr_registered(key)
+    );
+}
+
+/// As above, the domain dropped with the window's deallocation still parked (its unbind
+/// never ran): the window goes first, and the region with the domain (before, the region
+/// went to the process-wide list of regions held by pins, `HELD`, although its only pin was
+/// the window's, given back a moment later in the same `clear`: it stayed registered after
+/// its domain was gone, and the domain could not be deallocated).
+#[test]
+fn a_region_pinned_by_a_parked_window_goes_with_its_domain() {
+    let dev = Device::sim_stepped();
+    let key;
+    {
+        let pd = dev.alloc_pd().unwrap();
+        let (mut cq, mut qp) = loopback(&dev, &pd);
+        let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+        let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+        let mut out = [Completion::default(); 1];
+        qp.bind_mw(
+            &mut mw,
+            &mr,
+            0,
+            64,
+            Access::REMOTE_WRITE,
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        dev.process();
+        assert_eq!(cq.poll(&mut out), 1);
+        key = mr.rkey();
+        drop(mr);
+        qp.unbind_mw(&mut mw, 2, PostFlags::SIGNALED).unwrap();
+        drop(mw);
+        // Nothing processed: the unbind is in flight when everything goes.
+        drop(qp);
+        drop(cq);
+        drop(pd);
+    }
+    let nic = dev.nic().unwrap();
+    assert!(
+        !nic.mr_registered(key),
+        "the domain is gone, the window deallocated: its region is still registered"
+    );
+}
+
+/// A window dropped with its bind still in flight keeps the bind's region
+/// registered until the window is deallocated (the NIC may run the bind yet).
+#[test]
+fn a_window_dropped_with_its_bind_in_flight_keeps_the_region() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    qp.bind_mw(
+        &mut mw,
+        &mr,
+        0,
+        64,
+        Access::REMOTE_WRITE,
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let key = mr.rkey();
+    drop(mw); // the bind in flight: deallocated later
+    drop(mr);
+    let nic = dev.nic().unwrap();
+    assert!(nic.mr_registered(key), "the bind in flight names it");
+    dev.process();
+    let mut out = [Completion::default(); 1];
+    assert_eq!(cq.poll(&mut out), 1);
+    assert_eq!(out[0].status, WcStatus::Success);
+    pd.reclaim();
+    pd.reclaim();
+    assert!(!nic.mr_registered(key), "gone with the window");
+}
+
+/// A bind that fails (flushed) gives its pin back: the region, dropped
+/// afterwards, is deregistered at once.
+#[test]
+fn a_failed_bind_lets_its_region_go() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    qp.bind_mw(
+        &mut mw,
+        &mr,
+        0,
+        64,
+        Access::REMOTE_WRITE,
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    qp.set_error().unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 1];
+    assert_eq!(cq.poll_n(&mut out, 1, 100), 1);
+    assert_eq!(out[0].status, WcStatus::WrFlushErr);
+    assert!(!mw.invalidated(0)); // settles: the bind failed
+    assert!(!mw.is_bound());
+    let key = mr.rkey();
+    drop(mr);
+    assert!(
+        !dev.nic().unwrap().mr_registered(key),
+        "the failed bind's pin was given back"
+    );
+}
+
+/// A peer's invalidation, recorded with `MemoryWindow::invalidated`, gives the
+/// window's pin back: its region, dropped, goes at once.
+#[test]
+fn an_invalidated_window_lets_its_region_go() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let scratch = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    let mut out = [Completion::default(); 4];
+    let rkey = qp
+        .bind_mw(
+            &mut mw,
+            &mr,
+            0,
+            64,
+            Access::REMOTE_WRITE,
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    dev.process();
+    assert_eq!(cq.poll(&mut out), 1);
+    qp.post_recv(&[scratch.sge(0, 64).unwrap()], 2).unwrap();
+    qp.post(
+        &Request::SendInv {
+            data: Payload::Inline(b"done"),
+            rkey,
+        },
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    dev.process();
+    assert_eq!(cq.poll_n(&mut out, 2, 100), 2);
+    assert!(
+        out[..2].iter().all(|c| c.status == WcStatus::Success),
+        "{out:?}"
+    );
+    assert!(mw.invalidated(rkey));
+    let key = mr.rkey();
+    drop(mr);
+    assert!(
+        !dev.nic().unwrap().mr_registered(key),
+        "the pin went with the key"
+    );
+}
