@@ -115,6 +115,9 @@ pub(crate) enum Subject {
     LastWqe(u32),
     /// The error of an SRQ, named as [`Subject::Srq`] names it (kept, unlike the limit).
     SrqError(u64),
-    /// Everything (port down, device fatal).
+    /// A port (its error: down), reported to the devices opened on it: connections on one
+    /// librdmacm context share one record whatever their ports.
+    Port(u8),
+    /// Everything (device fatal).
     All,
 }

@@ -141,6 +141,15 @@ impl Dev {
         }
     }
 
+    /// The port this device was opened on (the software NIC has one, port 1).
+    pub(crate) fn port(&self) -> u8 {
+        match self {
+            #[cfg(feature = "sim")]
+            Dev::Sim(_) => 1,
+            Dev::Rdma(d) => d.port,
+        }
+    }
+
     /// Whether `other` is this same device instance (the same software NIC, or the same
     /// rdma-core context): only then can their objects work together.
     pub(crate) fn same(&self, other: &Dev) -> bool {

@@ -62,19 +62,21 @@ impl Events {
         }
     }
 
-    /// The first event read that concerns one of `subjects` (or the whole device).
-    pub(crate) fn about(&self, subjects: &[Subject]) -> Option<AsyncEvent> {
+    /// The first event read that concerns one of `subjects`, the port `port` or the whole
+    /// device.
+    fn about(&self, subjects: &[Subject], port: Subject) -> Option<AsyncEvent> {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         seen.iter()
-            .find(|(s, _)| *s == Subject::All || subjects.contains(s))
+            .find(|(s, _)| *s == Subject::All || *s == port || subjects.contains(s))
             .map(|&(_, e)| e)
     }
 
     /// Reads the pending events ([`Events::pump`]) and reports the first one about
-    /// `subjects` (or the whole device) as [`Error::AsyncEvent`](crate::Error::AsyncEvent).
+    /// `subjects`, the device's port or the whole device as
+    /// [`Error::AsyncEvent`](crate::Error::AsyncEvent).
     pub(crate) fn check(&self, backend: &Dev, subjects: &[Subject]) -> crate::error::Result<()> {
         self.pump(backend);
-        match self.about(subjects) {
+        match self.about(subjects, Subject::Port(backend.port())) {
             Some(e) => Err(crate::error::Error::AsyncEvent(e)),
             None => Ok(()),
         }

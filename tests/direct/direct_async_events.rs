@@ -185,3 +185,25 @@ fn a_failed_srq_is_reported_to_it_and_its_qps() {
     let other = pd.create_srq(&cq, caps).unwrap();
     assert!(other.check().is_ok(), "{:?}", other.check());
 }
+
+/// A port's error is reported to the devices opened on that port only (connections on one
+/// librdmacm context share one event record whatever their ports): the software NIC's port
+/// is 1, so an error of port 2 is not its QPs', while port 1's is.
+#[test]
+fn a_port_error_is_reported_to_that_port_only() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    nic(&dev).raise_event(mlx5::sim::AsyncEvent::PortError { port: 2 });
+    assert!(qp.check().is_ok(), "another port's: {:?}", qp.check());
+    nic(&dev).raise_event(mlx5::sim::AsyncEvent::PortError { port: 1 });
+    assert!(matches!(
+        qp.check(),
+        Err(Error::AsyncEvent(AsyncEvent::PortError { port: 1 }))
+    ));
+    assert!(matches!(
+        cq.check(),
+        Err(Error::AsyncEvent(AsyncEvent::PortError { port: 1 }))
+    ));
+}

@@ -199,9 +199,7 @@ impl RdmaDev {
                 RawAsync::QpAccessError(qpn) => {
                     (Subject::Qp(qpn), AsyncEvent::QpAccessError { qpn })
                 }
-                RawAsync::PortError(port) if port == self.port => {
-                    (Subject::All, AsyncEvent::PortError { port })
-                }
+                RawAsync::PortError(port) => (Subject::Port(port), AsyncEvent::PortError { port }),
                 RawAsync::DeviceFatal => (Subject::All, AsyncEvent::DeviceFatal),
                 RawAsync::SrqLimitReached(srq) => (
                     Subject::Srq(srq as u64),
