@@ -430,3 +430,68 @@ fn a_ud_send_without_the_extended_address_vector_fails() {
     nic.drain();
     assert_eq!(first_syndrome(&cq), mlx5::Syndrome::LocalQpOp);
 }
+
+/// A UD receive's CQE names the receiver's DLID path bits in `ml_path`
+/// (rdma-core `cq.c` `handle_responder`: `wc->dlid_path_bits = cqe->ml_path & 0x7f`), and
+/// the sender's source path bits only inside the SLID (`mlx5_create_ah`:
+/// `av.fl_mlid = src_path_bits & 0x7f`, the sender's). The port has LMC 0 and a datagram
+/// reaches it only at DLID == PORT_LID: its DLID path bits are 0 whatever the sender's
+/// source path bits.
+#[test]
+fn a_ud_receive_reports_the_destinations_path_bits_not_the_senders() {
+    use mlx5::av::{Av, AvAttr, AvLink, DatagramSeg};
+    let nic = Nic::new();
+    let pd = nic.alloc_pd();
+    let scq = nic.create_cq(64, 64).unwrap();
+    let rcq = nic.create_cq(64, 64).unwrap();
+    let a = nic
+        .create_qp(pd, scq.cqn, scq.cqn, mlx5::sim::QpCaps::default())
+        .unwrap();
+    let b = nic
+        .create_qp(pd, rcq.cqn, rcq.cqn, mlx5::sim::QpCaps::default())
+        .unwrap();
+    nic.make_ud(a.qpn, 0x1111, true).unwrap();
+    nic.make_ud(b.qpn, 0x1111, true).unwrap();
+    let mr = nic.alloc_mr(pd, 4096, Access::LOCAL_WRITE).unwrap();
+    // SAFETY: the rings belong to the NIC's QPs, which live as long as `nic`.
+    let mut rq = unsafe { blueflame::raw::RecvQueue::new(&b) }
+        .unwrap()
+        .unwrap();
+    rq.post(
+        &[Sge {
+            addr: mr.addr,
+            len: 256,
+            lkey: mr.lkey,
+        }],
+        7,
+    )
+    .unwrap();
+    // SAFETY: as above.
+    let mut sq = unsafe { SendQueue::new(&a) }.unwrap();
+    let av = Av::from_attr(&AvAttr {
+        link: AvLink::Ib {
+            dlid: mlx5::sim::PORT_LID,
+            src_path_bits: 1,
+            grh: None,
+        },
+        sl: 3,
+        static_rate: 0,
+    });
+    let send = mlx5::wqe::UdSend {
+        dgram: DatagramSeg::ud(&av, b.qpn, 0x1111),
+        data: Payload::Inline(b"hi"),
+        imm: None,
+    };
+    sq.post_ud(&send, 1, PostFlags::SIGNALED).unwrap();
+    nic.drain();
+    // SAFETY: the receive CQ's first entry, in the NIC's live ring, written and idle.
+    let bytes = unsafe { core::slice::from_raw_parts(rcq.buf, 64) };
+    let cqe = <mlx5::cqe::Cqe64 as zerocopy::FromBytes>::read_from_bytes(bytes).unwrap();
+    assert_eq!(cqe.opcode(), Some(mlx5::cqe::CqeOpcode::RespSend));
+    assert_eq!((cqe.src_qpn(), cqe.sl()), (a.qpn, 3));
+    assert_eq!(
+        (cqe.slid(), cqe.dlid_path_bits()),
+        (mlx5::sim::PORT_LID, 0),
+        "slid / dlid_path_bits"
+    );
+}

@@ -27,6 +27,7 @@ mod scenarios;
 mod spec;
 
 mod checks;
+mod cqe;
 mod dc;
 mod model;
 
@@ -186,6 +187,7 @@ fn cases() -> Vec<Case> {
         case("memory::dma_buf_refused", m::dma_buf),
     ]);
     all.extend(checks::all());
+    all.extend(cqe::all());
     all
 }
 

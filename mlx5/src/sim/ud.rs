@@ -51,7 +51,6 @@ use zerocopy::IntoBytes;
 struct Source {
     qpn: u32,
     sl: u8,
-    path_bits: u8,
     grh: Option<Grh>,
 }
 
@@ -117,7 +116,6 @@ impl State {
         let src = Source {
             qpn,
             sl: av.sl(false),
-            path_bits: av.fl_mlid & 0x7f,
             grh,
         };
         let (op, imm) = match d.send.imm {
@@ -199,7 +197,11 @@ impl State {
             timestamp: self.stamp(),
             ..Cqe64::default()
         };
-        c.set_ud_fields(src.qpn, src.sl, src.grh.is_some(), PORT_LID, src.path_bits);
+        // The port has LMC 0 and one LID: the sender's source path bits (its AV's
+        // `fl_mlid`) leave its SLID the port's LID, and a datagram that reached this port
+        // came to DLID == PORT_LID, whose path bits (`ml_path`, verbs' `dlid_path_bits`)
+        // are none.
+        c.set_ud_fields(src.qpn, src.sl, src.grh.is_some(), PORT_LID, 0);
         if !self
             .cqs
             .get_mut(&rcq)
