@@ -51,6 +51,12 @@ pub(crate) struct SimCq {
     pub(crate) pi: u32,
     /// Set when the NIC found no free entry: the CQ is in error from then on.
     pub(crate) overrun: bool,
+    /// The user index of each QP completing here that has one (CQE version 1: rdma-core's
+    /// libmlx5 names a QP by the index it gave the kernel at creation, `mlx5_store_uidx`):
+    /// written into `srqn_uidx` of every entry of that QP, as a ConnectX writes the QP
+    /// context's `user_index`. A QP without one (the software NIC's own creation path) gets
+    /// version 0's field: the SRQ's number on a receive from an SRQ, else 0.
+    pub(crate) uidx: std::collections::HashMap<u32, u32>,
     /// Whether the CQ's error was raised as an asynchronous event.
     pub(crate) error_reported: bool,
     /// Whether its UAR page is the driver's, shared with other CQs.
@@ -176,6 +182,7 @@ impl SimCq {
             pi: 0,
             overrun: false,
             error_reported: false,
+            uidx: std::collections::HashMap::new(),
             shared,
             arm,
             zip: None,
@@ -263,11 +270,15 @@ impl SimCq {
     /// (format INLINE_SCATTER_64, 128-byte CQEs only).
     pub(crate) fn push_scattered(
         &mut self,
-        cqe: Cqe64,
+        mut cqe: Cqe64,
         opcode: CqeOpcode,
         solicited: bool,
         data: Option<&[u8]>,
     ) -> bool {
+        // The QP number sits in the same bits of a good and an error CQE.
+        if let Some(&u) = self.uidx.get(&cqe.qpn()) {
+            cqe.srqn_uidx = crate::be::Be32::new(u);
+        }
         if self.overrun || self.outstanding() >= self.cqe_cnt {
             self.overrun = true;
             self.open = None;

@@ -315,6 +315,11 @@ impl Nic {
         let mut st = self.st();
         let q = st.qps.remove(&qpn).ok_or(SimError::NoQp(qpn))?;
         st.qpns.free(qpn);
+        for cqn in [q.send_cq, q.recv_cq] {
+            if let Some(cq) = st.cqs.get_mut(&cqn) {
+                cq.uidx.remove(&qpn);
+            }
+        }
         // Its unread events go with it (see `destroy_cq`).
         st.events.retain(|e| {
             !matches!(*e,
@@ -330,6 +335,23 @@ impl Nic {
         for q in st.qps.values_mut() {
             if q.peer == Some(qpn) {
                 q.peer = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives QP (or DCT) `qpn` the user index `uidx` a driver of CQE version 1 names it by
+    /// (`mlx5_ib_create_qp.uidx`, the QP context's `user_index`): every CQE of the QP carries
+    /// it in `srqn_uidx` from then on, as a ConnectX writes it.
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`].
+    pub fn set_user_index(&self, qpn: u32, uidx: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get(&qpn).ok_or(SimError::NoQp(qpn))?;
+        for cqn in [q.send_cq, q.recv_cq] {
+            if let Some(cq) = st.cqs.get_mut(&cqn) {
+                cq.uidx.insert(qpn, uidx & 0xff_ffff);
             }
         }
         Ok(())

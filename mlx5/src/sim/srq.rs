@@ -7,7 +7,7 @@
 //! - Any receiving object attached to the SRQ
 //!   ([`State::attach_srq`](super::state::State::attach_srq): an RC QP now; the same call
 //!   serves a DCT) takes its receives from it; the CQE names the receiving QP
-//!   (`sop_drop_qpn`), the SRQ (`srqn_uidx`, as with CQE version 0) and the WQE's index
+//!   (`sop_drop_qpn`), the SRQ (`srqn_uidx`, as with CQE version 0; a QP given a user index, `Nic::set_user_index`, has that there instead, as with version 1) and the WQE's index
 //!   (`wqe_counter`), which the driver gives back to its free list.
 //! - A QP that goes to error does not flush the SRQ's WQEs (they stay for the others): it
 //!   raises [`AsyncEvent::QpLastWqeReached`](super::AsyncEvent::QpLastWqeReached) once

@@ -59,8 +59,10 @@ pub(super) unsafe fn get_context(
         max_srq_recv_wr: MAX_WR,
         num_ports: 1,
         response_length: core::mem::size_of::<mlx5_ib_alloc_ucontext_resp>() as u32,
-        // CQE version 0: completions name their QP by number, not by user index.
-        cqe_version: 0,
+        // CQE version 1, as `mlx5_ib_alloc_ucontext` answers libmlx5 on every ConnectX-4 and
+        // later (`min(MLX5_CAP_GEN(cqe_version), req.max_cqe_version)`): completions name
+        // their QP by the user index libmlx5 gave it (`srqn_uidx`), not by number.
+        cqe_version: 1,
         // The driver data `mlx5_ib` takes in QUERY_DEVICE and CREATE_AH.
         cmds_supp_uhw: (MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE | MLX5_USER_CMDS_SUPP_UHW_CREATE_AH)
             as u8,

@@ -105,6 +105,7 @@ pub(super) fn modify_qp_with(
                     key,
                     scatter,
                     access,
+                    uidx,
                     made: false,
                 },
                 Init,
@@ -116,6 +117,7 @@ pub(super) fn modify_qp_with(
                     libc::EINVAL
                 })?;
                 let _ = nic.set_dct_scatter_to_cqe(dctn, scatter);
+                let _ = nic.set_user_index(dctn, uidx);
                 q.qpn = dctn;
                 if let Some(Dc::Target { made, .. }) = &mut q.dc {
                     *made = true;

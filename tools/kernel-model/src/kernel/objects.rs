@@ -105,6 +105,8 @@ pub(super) enum Dc {
         key: u64,
         scatter: bool,
         access: u32,
+        /// The user index libmlx5 gave it (`mlx5_ib_create_qp.uidx`, CQE version 1).
+        uidx: u32,
         /// Made on the NIC (its number is the QP's).
         made: bool,
     },

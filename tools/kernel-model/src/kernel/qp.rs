@@ -208,6 +208,9 @@ unsafe fn create_qp_with(
             return Err(libc::EINVAL);
         }
     }
+    // CQE version 1: the QP context's `user_index`, which the NIC writes into every CQE of
+    // the QP (`srqn_uidx`) and libmlx5 finds the QP by (`mlx5_find_uidx`).
+    let _ = nic.set_user_index(raw.qpn, u.uidx);
     let h = f.add(Obj::Qp(Box::new(Qp {
         qpn: raw.qpn,
         user: s.user,
@@ -267,6 +270,7 @@ unsafe fn create_dct(
         key,
         scatter: u.flags & MLX5_QP_FLAG_SCATTER_CQE != 0,
         access: 0,
+        uidx: u.uidx,
         made: false,
     };
     let h = f.add(Obj::Qp(Box::new(Qp {
