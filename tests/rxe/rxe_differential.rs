@@ -41,19 +41,8 @@ fn ud_on_software_nic_and_device_agree() {
     for o in hw.iter().filter(|o| !o.grh.is_empty()) {
         println!("{}: {}", dev, ud::grh_deviation(o));
     }
+    // The software NIC has UD: a refusal there fails the comparison, never skips it.
     let sim_dev = Device::sim();
-    let pd = sim_dev.alloc_pd().expect("pd");
-    let cq = sim_dev.create_cq(4).expect("cq");
-    match pd.create_ud_qp(&cq, &cq, ud::caps(), ud::QKEY) {
-        Err(blueflame::Error::Unsupported(why)) => {
-            println!(
-                "NOT COMPARED: the software NIC has no UD yet ({why}); {} UD scenarios checked against their expected outcomes only",
-                hw.len()
-            );
-            return;
-        }
-        r => drop(r.expect("a UD QP on the software NIC")),
-    }
     let sim = ud::run_all(&sim_dev);
     for o in sim.iter().filter(|o| !o.grh.is_empty()) {
         println!("software NIC: {}", ud::grh_deviation(o));

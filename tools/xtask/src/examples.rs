@@ -53,6 +53,19 @@ pub fn executables(cargo: &str) -> Option<Vec<(String, PathBuf)>> {
         eprintln!("xtask: examples not built: {}", missing.join(", "));
         return None;
     }
+    // "CI runs them all": an example added to examples/ but not to EXAMPLES would run nowhere.
+    let unlisted: Vec<&str> = found
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| !EXAMPLES.contains(n))
+        .collect();
+    if !unlisted.is_empty() {
+        eprintln!(
+            "xtask: examples no stage runs (add them to EXAMPLES): {}",
+            unlisted.join(", ")
+        );
+        return None;
+    }
     Some(found)
 }
 
@@ -73,19 +86,41 @@ pub fn host_stage(exes: &[(String, PathBuf)]) -> bool {
         if !EXAMPLES.contains(&name.as_str()) {
             continue;
         }
-        ok &= run_one(name, exe, &[], true);
+        ok &= run_one(name, exe, &[], Ok(()));
     }
     if let Some((_, exe)) = exes.iter().find(|(n, _)| n == "pingpong") {
-        ok &= run_one("pingpong --server (refused)", exe, &["--server"], false);
+        ok &= run_one(
+            "pingpong --server (refused)",
+            exe,
+            &["--server"],
+            Err(REFUSAL),
+        );
     }
     ok
 }
 
-/// Runs `exe args` on the host's software NIC; true when it exited as `expect_success` says.
-fn run_one(what: &str, exe: &PathBuf, args: &[&str], expect_success: bool) -> bool {
+/// What `pingpong --server` says when it refuses the software NIC.
+const REFUSAL: &str = "the software NIC lives inside one process";
+
+/// Runs `exe args` on the host's software NIC; true when it succeeded (`Ok`), or (`Err(why)`)
+/// exited with 1 saying `why` on its standard error: a crash, a panic or another error is not
+/// the refusal the check is for.
+fn run_one(what: &str, exe: &PathBuf, args: &[&str], expect: Result<(), &str>) -> bool {
     eprintln!("xtask: example {what}");
+    let err_file = root().join(format!("target/example-{}.stderr", std::process::id()));
+    let stderr = match expect {
+        Ok(()) => Stdio::inherit(),
+        Err(_) => match std::fs::File::create(&err_file) {
+            Ok(f) => Stdio::from(f),
+            Err(e) => {
+                eprintln!("xtask: example {what}: {}: {e}", err_file.display());
+                return false;
+            }
+        },
+    };
     let child = Command::new(exe)
         .args(args)
+        .stderr(stderr)
         .env_remove("BLUEFLAME_DEVICE")
         .env_remove("BLUEFLAME_SERVER_ADDR")
         .current_dir(root())
@@ -114,18 +149,25 @@ fn run_one(what: &str, exe: &PathBuf, args: &[&str], expect_success: bool) -> bo
             }
         }
     };
-    if status.success() != expect_success {
-        eprintln!(
-            "xtask: FAILED: example {what} exited with {status} (expected {})",
-            if expect_success {
-                "success"
-            } else {
-                "a failure"
+    match expect {
+        Ok(()) if status.success() => true,
+        Ok(()) => {
+            eprintln!("xtask: FAILED: example {what} exited with {status} (expected success)");
+            false
+        }
+        Err(why) => {
+            let said = std::fs::read_to_string(&err_file).unwrap_or_default();
+            let _ = std::fs::remove_file(&err_file);
+            eprint!("{said}");
+            let refused = status.code() == Some(1) && said.contains(why);
+            if !refused {
+                eprintln!(
+                    "xtask: FAILED: example {what} exited with {status} (expected 1, saying \"{why}\")"
+                );
             }
-        );
-        return false;
+            refused
+        }
     }
-    true
 }
 
 /// Shell commands for the rxe VM (`BLUEFLAME_DEVICE=rxe0`, `BLUEFLAME_SERVER_ADDR` =
@@ -258,6 +300,23 @@ mod tests {
         );
         assert!(!vm_summary(&fake, &exes()));
         assert!(!vm_summary("", &exes()));
+    }
+
+    /// The refusal check takes the refusal only: not a crash, a panic or a usage error.
+    #[test]
+    fn a_crash_is_not_the_refusal() {
+        let sh = PathBuf::from("/bin/sh");
+        let crash = ["-c", "kill -SEGV $$"];
+        assert!(!run_one("crash", &sh, &crash, Err(REFUSAL)));
+        let panic = ["-c", "echo 'panicked at src/main.rs' >&2; exit 101"];
+        assert!(!run_one("panic", &sh, &panic, Err(REFUSAL)));
+        let usage = [
+            "-c",
+            "echo 'pingpong: usage: pingpong [--server]' >&2; exit 1",
+        ];
+        assert!(!run_one("usage", &sh, &usage, Err(REFUSAL)));
+        let refused = format!("echo 'pingpong: {REFUSAL}: run without' >&2; exit 1");
+        assert!(run_one("refusal", &sh, &["-c", &refused], Err(REFUSAL)));
     }
 
     #[test]

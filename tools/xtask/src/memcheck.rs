@@ -126,16 +126,32 @@ pub fn stage(bins: &[(String, String)]) -> bool {
             ok = false;
             continue;
         };
+        // A module runs whole; a name with a path in it, the tests it begins.
+        let filters: Vec<String> = modules
+            .iter()
+            .map(|m| {
+                if m.contains("::") {
+                    m.to_string()
+                } else {
+                    format!("{m}::")
+                }
+            })
+            .collect();
+        // A filter or a skip that names no test (a module renamed or moved) would run
+        // nothing, or the long test it meant to leave out, and the run still pass.
+        for f in filters
+            .iter()
+            .map(String::as_str)
+            .chain(skips.iter().copied())
+        {
+            if selected(exe, f) == 0 {
+                eprintln!("xtask: FAILED: memcheck {name}: `{f}` names no test of {exe}");
+                ok = false;
+            }
+        }
         let mut cmd = Command::new("valgrind");
         cmd.args(VALGRIND).arg(exe).arg("--test-threads=1");
-        // A module runs whole; a name with a path in it, the tests it begins.
-        cmd.args(modules.iter().map(|m| {
-            if m.contains("::") {
-                m.to_string()
-            } else {
-                format!("{m}::")
-            }
-        }));
+        cmd.args(&filters);
         for s in skips {
             cmd.args(["--skip", s]);
         }
@@ -172,6 +188,23 @@ pub fn stage(bins: &[(String, String)]) -> bool {
     ok
 }
 
+/// How many tests of the libtest binary `exe` the filter `f` selects (`--list`).
+fn selected(exe: &str, f: &str) -> usize {
+    Command::new(exe)
+        .args(["--list", "--format=terse", f])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.ends_with(": test"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The provider binary's filters under memcheck.
+const PROVIDER_FILTERS: [&str; 5] = ["scenario::", "spec::", "provider::", "memory::", "ud::"];
+
 /// How many valgrind runs go at once.
 const WORKERS: usize = 2;
 
@@ -192,12 +225,37 @@ fn run_one(name: &str, cmd: &mut Command) -> bool {
                 text.push_str(&format!(
                     "xtask: memcheck provider: (passed, failed) = {summary:?}\n"
                 ));
-                o.status.success() && matches!(summary, Some((passed, 0)) if passed > 0)
+                // Each filter must have run a case (a renamed group would drop out unseen).
+                let idle: Vec<&str> = PROVIDER_FILTERS
+                    .into_iter()
+                    .filter(|f| {
+                        !stdout
+                            .lines()
+                            .any(|l| l.starts_with("test ") && l.contains(f))
+                    })
+                    .collect();
+                if !idle.is_empty() {
+                    text.push_str(&format!(
+                        "xtask: memcheck provider: no case ran for {idle:?}\n"
+                    ));
+                }
+                o.status.success()
+                    && idle.is_empty()
+                    && matches!(summary, Some((passed, 0)) if passed > 0)
             } else {
                 if !o.status.success() {
                     text.push_str(&format!("xtask: memcheck {name} failed ({})\n", o.status));
                 }
-                o.status.success()
+                // libtest's summary: a run whose filters selected nothing passes with 0.
+                let ran = stdout
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("test result: ok. "))
+                    .filter_map(|r| r.split(' ').next()?.parse::<u32>().ok())
+                    .sum::<u32>();
+                if ran == 0 {
+                    text.push_str(&format!("xtask: memcheck {name}: no test ran\n"));
+                }
+                o.status.success() && ran > 0
             }
         }
         Err(e) => {
@@ -232,9 +290,7 @@ fn provider_command(bins: &[(String, String)]) -> Option<Command> {
         return None;
     };
     let mut cmd = Command::new("valgrind");
-    cmd.args(VALGRIND)
-        .arg(exe)
-        .args(["scenario::", "spec::", "provider::", "memory::", "ud::"]);
+    cmd.args(VALGRIND).arg(exe).args(PROVIDER_FILTERS);
     crate::provider::preloaded(&mut cmd, &lib);
     Some(cmd)
 }
