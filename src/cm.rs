@@ -323,6 +323,25 @@ mod tests {
         assert_eq!(decode(b"junk"), None);
     }
 
+    /// A context's `post_send` (`ibv_context_ops`), which the tests below wrap.
+    type PostSendFn = unsafe extern "C" fn(
+        *mut rdma_sys::ibv_qp,
+        *mut rdma_sys::ibv_send_wr,
+        *mut *mut rdma_sys::ibv_send_wr,
+    ) -> std::os::raw::c_int;
+
+    /// Two RC QPs of `dev` on one CQ, connected to each other.
+    fn pair(dev: &Device) -> (crate::Pd, crate::Cq, crate::Qp, crate::Qp) {
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(64).unwrap();
+        let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
+        q1.connect(e2).unwrap();
+        q2.connect(e1).unwrap();
+        (pd, cq, q1, q2)
+    }
+
     /// rdma-core's siw provider (`providers/siw/siw.c`, `siw_post_send`) sets `*bad_wr` at
     /// the first request it refuses (`push_send_wqe`: `IBV_WR_RDMA_WRITE_WITH_IMM`,
     /// `IBV_WR_SEND_WITH_IMM`, `IBV_WR_LOCAL_INV`, ... map to an unsupported opcode and
@@ -339,11 +358,6 @@ mod tests {
         use rdma_sys as ffi;
         use std::os::raw::c_int;
         use std::sync::OnceLock;
-        type PostSendFn = unsafe extern "C" fn(
-            *mut ffi::ibv_qp,
-            *mut ffi::ibv_send_wr,
-            *mut *mut ffi::ibv_send_wr,
-        ) -> c_int;
         static REAL: OnceLock<PostSendFn> = OnceLock::new();
         unsafe extern "C" fn siw_like(
             qp: *mut ffi::ibv_qp,
@@ -391,14 +405,8 @@ mod tests {
         }
         // SAFETY: `owner` keeps `raw` open.
         let dev = unsafe { device_on(raw, owner.clone(), 1) }.unwrap();
-        let pd = dev.alloc_pd().unwrap();
-        let mut cq = dev.create_cq(64).unwrap();
-        let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-        let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let (pd, mut cq, mut q1, _q2) = pair(&dev);
         assert_eq!(q1.data_path(), crate::DataPath::Verbs);
-        let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
-        q1.connect(e2).unwrap();
-        q2.connect(e1).unwrap();
         let mr = pd
             .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
@@ -451,11 +459,6 @@ mod tests {
         use rdma_sys as ffi;
         use std::os::raw::c_int;
         use std::sync::{Mutex, OnceLock};
-        type PostSendFn = unsafe extern "C" fn(
-            *mut ffi::ibv_qp,
-            *mut ffi::ibv_send_wr,
-            *mut *mut ffi::ibv_send_wr,
-        ) -> c_int;
         static REAL: OnceLock<PostSendFn> = OnceLock::new();
         static SEEN: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
         unsafe extern "C" fn recording(
@@ -486,13 +489,7 @@ mod tests {
         }
         // SAFETY: `owner` keeps `raw` open.
         let dev = unsafe { device_on(raw, owner.clone(), 1) }.unwrap();
-        let pd = dev.alloc_pd().unwrap();
-        let mut cq = dev.create_cq(64).unwrap();
-        let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-        let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-        let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
-        q1.connect(e2).unwrap();
-        q2.connect(e1).unwrap();
+        let (pd, mut cq, mut q1, _q2) = pair(&dev);
         let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
         let mr = pd.alloc_mr(4096, rights).unwrap();
         q1.read(
@@ -600,13 +597,7 @@ mod tests {
         // On connection b's device: a write to a region without remote write; the
         // responder has no completion to say so, only the QP access error event.
         let refused = |check_a_first: bool| {
-            let pd = b.alloc_pd().unwrap();
-            let mut cq = b.create_cq(64).unwrap();
-            let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
-            q1.connect(e2).unwrap();
-            q2.connect(e1).unwrap();
+            let (pd, mut cq, mut q1, q2) = pair(&b);
             let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
             q1.write_inline(&[1], mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
                 .unwrap();

@@ -487,6 +487,19 @@ fn a_receive_racing_the_drop_of_its_region_never_writes_freed_memory() {
     race_receive_against_release(RecvOn::Queue, Release::Drop);
 }
 
+/// A loopback QP of `pd`, a region and a type-2 window with a bind of the region's first
+/// 64 bytes posted (not run: the stepped NIC runs it at `process`); the bind's new rkey.
+fn bound_window(dev: &Device, pd: &Pd) -> (Cq, Qp, MemoryRegion, MemoryWindow, u32) {
+    let (cq, mut qp) = loopback(dev, pd);
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    let w = Access::REMOTE_WRITE;
+    let rkey = qp
+        .bind_mw(&mut mw, &mr, 0, 64, w, 1, PostFlags::SIGNALED)
+        .unwrap();
+    (cq, qp, mr, mw, rkey)
+}
+
 /// A region dropped under a bound window, then the window dropped with an unbind in
 /// flight (its deallocation parked after the region). Once the unbind completed,
 /// nothing holds the region: one `Pd::reclaim` deregisters it and says nothing waits
@@ -495,20 +508,8 @@ fn a_receive_racing_the_drop_of_its_region_never_writes_freed_memory() {
 fn a_region_parked_before_its_windows_dealloc_goes_at_the_same_reclaim() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
-    let (mut cq, mut qp) = loopback(&dev, &pd);
-    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
-    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+    let (mut cq, mut qp, mr, mut mw, _) = bound_window(&dev, &pd);
     let mut out = [Completion::default(); 1];
-    qp.bind_mw(
-        &mut mw,
-        &mr,
-        0,
-        64,
-        Access::REMOTE_WRITE,
-        1,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
     dev.process();
     assert_eq!(cq.poll(&mut out), 1);
     let key = mr.rkey();
@@ -538,20 +539,8 @@ fn a_region_pinned_by_a_parked_window_goes_with_its_domain() {
     let key;
     {
         let pd = dev.alloc_pd().unwrap();
-        let (mut cq, mut qp) = loopback(&dev, &pd);
-        let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
-        let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+        let (mut cq, mut qp, mr, mut mw, _) = bound_window(&dev, &pd);
         let mut out = [Completion::default(); 1];
-        qp.bind_mw(
-            &mut mw,
-            &mr,
-            0,
-            64,
-            Access::REMOTE_WRITE,
-            1,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
         dev.process();
         assert_eq!(cq.poll(&mut out), 1);
         key = mr.rkey();
@@ -576,19 +565,7 @@ fn a_region_pinned_by_a_parked_window_goes_with_its_domain() {
 fn a_window_dropped_with_its_bind_in_flight_keeps_the_region() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
-    let (mut cq, mut qp) = loopback(&dev, &pd);
-    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
-    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
-    qp.bind_mw(
-        &mut mw,
-        &mr,
-        0,
-        64,
-        Access::REMOTE_WRITE,
-        1,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    let (mut cq, _qp, mr, mw, _) = bound_window(&dev, &pd);
     let key = mr.rkey();
     drop(mw); // the bind in flight: deallocated later
     drop(mr);
@@ -609,19 +586,7 @@ fn a_window_dropped_with_its_bind_in_flight_keeps_the_region() {
 fn a_failed_bind_lets_its_region_go() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
-    let (mut cq, mut qp) = loopback(&dev, &pd);
-    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
-    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
-    qp.bind_mw(
-        &mut mw,
-        &mr,
-        0,
-        64,
-        Access::REMOTE_WRITE,
-        1,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
+    let (mut cq, mut qp, mr, mut mw, _) = bound_window(&dev, &pd);
     qp.set_error().unwrap();
     dev.process();
     let mut out = [Completion::default(); 1];
@@ -643,22 +608,9 @@ fn a_failed_bind_lets_its_region_go() {
 fn an_invalidated_window_lets_its_region_go() {
     let dev = Device::sim_stepped();
     let pd = dev.alloc_pd().unwrap();
-    let (mut cq, mut qp) = loopback(&dev, &pd);
-    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let (mut cq, mut qp, mr, mut mw, rkey) = bound_window(&dev, &pd);
     let scratch = pd.alloc_mr(4096, RIGHTS).unwrap();
-    let mut mw = pd.alloc_mw(MwType::Two).unwrap();
     let mut out = [Completion::default(); 4];
-    let rkey = qp
-        .bind_mw(
-            &mut mw,
-            &mr,
-            0,
-            64,
-            Access::REMOTE_WRITE,
-            1,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
     dev.process();
     assert_eq!(cq.poll(&mut out), 1);
     qp.post_recv(&[scratch.sge(0, 64).unwrap()], 2).unwrap();
