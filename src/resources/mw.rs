@@ -117,7 +117,8 @@ pub(crate) struct Step {
 
 /// The window's requests in flight on one QP (up to [`MAX_IN_FLIGHT`]).
 pub(crate) struct InFlight {
-    pub(crate) qpn: u32,
+    /// The QP's send queue (the queue names the QP: a QP that got the number of a dropped
+    /// one is another QP).
     pub(crate) shadow: Arc<Shadow<SendEntry>>,
     pub(crate) steps: [Option<Step>; MAX_IN_FLIGHT],
 }
@@ -253,12 +254,12 @@ impl MemoryWindow {
         }
     }
 
-    /// Whether a bind or unbind may be posted through QP `qpn` (whose send queue keeps
-    /// `shadow`) now. The queue decides, not the number: a QP that got the number of a
-    /// dropped one is another QP.
-    pub(crate) fn check_flight(&self, qpn: u32, shadow: &Arc<Shadow<SendEntry>>) -> Result<()> {
+    /// Whether a bind or unbind may be posted now through the QP whose send queue keeps
+    /// `shadow`. The queue decides, not the number: a QP that got the number of a dropped
+    /// one is another QP.
+    pub(crate) fn check_flight(&self, shadow: &Arc<Shadow<SendEntry>>) -> Result<()> {
         match &self.flight {
-            Some(f) if f.qpn != qpn || !Arc::ptr_eq(&f.shadow, shadow) => Err(Error::WindowState {
+            Some(f) if !Arc::ptr_eq(&f.shadow, shadow) => Err(Error::WindowState {
                 rkey: self.effective().0,
                 state: "a bind or unbind of it is in flight on another QP (poll its completion; \
                         if that QP was dropped first, the window's state is unknown: drop it)",
@@ -271,10 +272,10 @@ impl MemoryWindow {
         }
     }
 
-    /// Records a bind or unbind just posted through QP `qpn` (after `check_flight`).
-    pub(crate) fn push_step(&mut self, qpn: u32, shadow: &Arc<Shadow<SendEntry>>, step: Step) {
+    /// Records a bind or unbind just posted through the QP whose send queue keeps `shadow`
+    /// (after `check_flight`).
+    pub(crate) fn push_step(&mut self, shadow: &Arc<Shadow<SendEntry>>, step: Step) {
         let f = self.flight.get_or_insert_with(|| InFlight {
-            qpn,
             shadow: shadow.clone(),
             steps: [const { None }; MAX_IN_FLIGHT],
         });

@@ -83,7 +83,7 @@ impl Qp {
             return self.unbind_mw(mw, cookie, flags);
         }
         mw.settle();
-        mw.check_flight(self.qpn, self.send_shadow())?;
+        mw.check_flight(self.send_shadow())?;
         let (old, bound) = mw.effective();
         if mw.mw_type == mlx5::request::MwType::Two && bound.is_some() {
             return Err(Error::WindowState {
@@ -165,7 +165,7 @@ impl Qp {
             });
         }
         mw.settle();
-        mw.check_flight(self.qpn, self.send_shadow())?;
+        mw.check_flight(self.send_shadow())?;
         let (old, bound) = mw.effective();
         let new_rkey = match mw.mw_type {
             mlx5::request::MwType::Two => {
@@ -245,16 +245,14 @@ impl Qp {
         bound: Option<u32>,
         region: Option<Pinned>,
     ) {
-        let (shadow, start, end) = match &self.path {
-            QpPath::Direct { sq, .. } => {
-                let (start, end) = sq.last_wqe();
-                (&sq.shadow, start, end)
-            }
+        let (start, end) = match &self.path {
+            QpPath::Direct { sq, .. } => sq.last_wqe(),
             QpPath::Verbs { sq, .. } => {
                 let end = sq.position();
-                (&sq.shadow, end.wrapping_sub(1), end)
+                (end.wrapping_sub(1), end)
             }
         };
+        let shadow = self.send_shadow();
         let step = crate::resources::mw::Step {
             rkey,
             bound,
@@ -262,6 +260,6 @@ impl Qp {
             start: shadow.widen_posted(start),
             end: shadow.widen_posted(end),
         };
-        mw.push_step(self.qpn, shadow, step);
+        mw.push_step(shadow, step);
     }
 }
