@@ -111,13 +111,7 @@ pub(super) fn create_dci(
     if d.path != DataPath::Direct {
         return Err(no_dc(d));
     }
-    if spec.env.qp_signature {
-        // rdma-core would create the DCI with WQE signatures (`create_qp`: `qp_sig_enabled`
-        // for every QP but a DCT), which the direct path does not write.
-        return Err(Error::Unsupported(
-            "MLX5_QP_SIGNATURE set: a DCI with WQE signatures on the direct path",
-        ));
-    }
+    // MLX5_QP_SIGNATURE set since the device was opened: refused by `create_qp`.
     let caps = spec.caps;
     let cq = spec.send_cq.rdma()?;
     // As many requests as fill a ring of `sq_blocks` with rdma-core's DCI WQE size, after

@@ -54,10 +54,19 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     let d = &p.dev;
     let (env, caps) = (spec.env, spec.caps);
     let scq = spec.send_cq.rdma()?;
-    // rdma-core reads MLX5_QP_SIGNATURE when it creates the QP: a QP with WQE signatures
-    // runs the verbs path. The direct path wants a thread domain per QP: a BlueFlame
-    // register of its own (the verbs path locks inside rdma-core anyway).
-    let direct = d.path == DataPath::Direct && !env.qp_signature;
+    // rdma-core reads MLX5_QP_SIGNATURE when it creates a QP (`create_qp`, `qp_sig_enabled`,
+    // for every QP but a DCT): set when the device was opened, the device runs the verbs
+    // path; set since, a QP would carry WQE signatures the direct path does not write (and,
+    // RC or UD, run the verbs path over CQs the direct poller reads: a completion lost).
+    if d.path == DataPath::Direct && env.qp_signature && !matches!(spec.kind, QpKind::Dct { .. }) {
+        return Err(Error::Unsupported(
+            "QPs on mlx5's direct path with MLX5_QP_SIGNATURE set after Device::open (set it \
+             before, or BLUEFLAME_PATH=verbs)",
+        ));
+    }
+    // The direct path wants a thread domain per QP: a BlueFlame register of its own (the
+    // verbs path locks inside rdma-core anyway).
+    let direct = d.path == DataPath::Direct;
     // On an mlx5 device, what rdma-core would refuse is refused here with its field, and the
     // direct path asks for the ring the caps name (`QpSpec::connectx`).
     let mut verbs_caps = caps.verbs();
@@ -115,12 +124,6 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                     "UdOptions::mcast_loopback = false on an rdma-core device",
                 ));
             }
-            if d.path == DataPath::Direct && !direct {
-                return Err(Error::Unsupported(
-                    "UD QPs on mlx5's direct path with MLX5_QP_SIGNATURE \
-                     (BLUEFLAME_PATH=verbs runs them on the verbs path)",
-                ));
-            }
             // The address peers are told before anything is created: on RoCE an endpoint
             // without its GID cannot be reached.
             let (port, gid) = port_gid(d)?;
@@ -147,15 +150,6 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
             qp
         }
         QpKind::Rc { recv_cq, srq, cm } => {
-            if d.path == DataPath::Direct && !direct {
-                // The device's CQs are polled on the direct path (chosen at open); an RC QP
-                // rdma-core creates with WQE signatures now (the variable set since) would
-                // run the verbs path over them, its completions read as a direct queue's.
-                return Err(Error::Unsupported(
-                    "RC QPs on mlx5's direct path with MLX5_QP_SIGNATURE set after \
-                     Device::open (set it before, or BLUEFLAME_PATH=verbs)",
-                ));
-            }
             let rcq = recv_cq.rdma()?;
             // `BLUEFLAME_VERBS_API`, read when the QP is created: the verbs path posts with
             // `ibv_wr_*` where the provider has them; the direct path never asks rdma-core
