@@ -206,6 +206,8 @@ mod dv;
 mod error;
 pub mod mapping;
 mod mlx5_env;
+#[cfg(test)]
+mod model_cases;
 mod queue;
 pub mod raw;
 /// What the workspace's own checks reach inside the crate (feature `internals`: not part of

@@ -60,10 +60,10 @@ pub(crate) fn stage(cargo: &str, bins: &[(String, String)]) -> bool {
 /// in a plain `cargo test`): they reach crate-private code, which the `provider` binary
 /// cannot.
 const LIB_CASES: &[&str] = &[
-    "cm::tests::connections_on_one_context_share_their_async_events",
-    "cm::tests::a_provider_that_refuses_midway_with_zero_loses_no_request",
-    "cm::tests::on_iwarp_a_request_after_a_read_is_fenced",
-    "cm::tests::a_type1_bind_on_the_verbs_path_is_fenced_as_asked",
+    "model_cases::connections_on_one_context_share_their_async_events",
+    "model_cases::a_provider_that_refuses_midway_with_zero_loses_no_request",
+    "model_cases::on_iwarp_a_request_after_a_read_is_fenced",
+    "model_cases::a_type1_bind_on_the_verbs_path_is_fenced_as_asked",
 ];
 
 /// Runs [`LIB_CASES`] from the library's unit-test binary with the kernel model `lib`

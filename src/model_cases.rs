@@ -1,0 +1,320 @@
+//! The crate's tests that need rdma-core's libmlx5 over the kernel model's `mlx5_0`
+//! (`tools/kernel-model`): each patches one operation of the context libibverbs opened, to
+//! behave as another provider does (siw's post, an iWARP device) or to record what the crate
+//! hands it, then runs the public API over it. Ignored in a plain `cargo test`; the provider
+//! stage (`cargo xtask provider`, its `LIB_CASES`) runs each with the model preloaded.
+
+use crate::caps::QpCaps;
+use crate::cm::device_on;
+use crate::error::Error;
+use crate::resources::Device;
+use crate::verbs::device::Context;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// A context's `post_send` (`ibv_context_ops`), which the tests below wrap.
+type PostSendFn = unsafe extern "C" fn(
+    *mut rdma_sys::ibv_qp,
+    *mut rdma_sys::ibv_send_wr,
+    *mut *mut rdma_sys::ibv_send_wr,
+) -> std::os::raw::c_int;
+
+/// The kernel model's mlx5_0, opened (as librdmacm opens a context for its ids).
+fn model() -> Arc<Context> {
+    Arc::new(Context::open("mlx5_0").expect("mlx5_0 (kernel model)"))
+}
+
+/// [`model`], for the verbs path with the classic API (`ibv_post_send`, whose context
+/// operation the tests wrap).
+fn verbs_legacy() -> Arc<Context> {
+    std::env::set_var("BLUEFLAME_PATH", "verbs");
+    std::env::set_var("BLUEFLAME_VERBS_API", "legacy");
+    model()
+}
+
+/// A device over `owner`'s context, port 1, made as `cm` makes one for an rdma_cm id (two
+/// such devices share the context's asynchronous events).
+fn device(owner: &Arc<Context>) -> Device {
+    // SAFETY: the device holds `owner`, which keeps its context open.
+    unsafe { device_on(owner.ctx, owner.clone(), 1) }.unwrap()
+}
+
+/// Puts `hook` in place of the context's `post_send`, the provider's own kept in `real`.
+fn hook_post_send(owner: &Context, real: &OnceLock<PostSendFn>, hook: PostSendFn) {
+    // SAFETY: the context is open and nothing posts on it yet.
+    unsafe {
+        let _ = real.set((*owner.ctx).ops.post_send.unwrap());
+        (*owner.ctx).ops.post_send = Some(hook);
+    }
+}
+
+/// Two RC QPs of `dev` on one CQ, connected to each other.
+fn pair(dev: &Device) -> (crate::Pd, crate::Cq, crate::Qp, crate::Qp) {
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
+    q1.connect(e2).unwrap();
+    q2.connect(e1).unwrap();
+    (pd, cq, q1, q2)
+}
+
+/// rdma-core's siw provider (`providers/siw/siw.c`, `siw_post_send`) sets `*bad_wr` at
+/// the first request it refuses (`push_send_wqe`: `IBV_WR_RDMA_WRITE_WITH_IMM`,
+/// `IBV_WR_SEND_WITH_IMM`, `IBV_WR_LOCAL_INV`, ... map to an unsupported opcode and
+/// return -EINVAL), then, when it pushed some before it and the SQ was idle, rings the
+/// doorbell with `rv = siw_db(qp)`, which overwrites the refusal: it returns 0 with
+/// `*bad_wr` set and the requests from it on not posted. With nothing pushed it returns
+/// the negative errno. Emulated here over libmlx5's own `post_send` (the kernel model's
+/// mlx5_0, verbs path, classic API): the batch must not be reported posted whole, and
+/// every signaled request reported posted must complete.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
+    use crate::{Access, Completion, Payload, PostFlags, PostSend, QueuePair, Request};
+    use rdma_sys as ffi;
+    use std::os::raw::c_int;
+    static REAL: OnceLock<PostSendFn> = OnceLock::new();
+    unsafe extern "C" fn siw_like(
+        qp: *mut ffi::ibv_qp,
+        wr: *mut ffi::ibv_send_wr,
+        bad: *mut *mut ffi::ibv_send_wr,
+    ) -> c_int {
+        let real = *REAL.get().unwrap();
+        // SAFETY: the list libibverbs' caller built; `bad` is valid.
+        unsafe {
+            *bad = std::ptr::null_mut();
+            let refused = |w: *mut ffi::ibv_send_wr| {
+                matches!(
+                    (*w).opcode,
+                    ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+                        | ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+                )
+            };
+            let (mut prev, mut w) = (std::ptr::null_mut::<ffi::ibv_send_wr>(), wr);
+            while !w.is_null() && !refused(w) {
+                prev = w;
+                w = (*w).next;
+            }
+            if w.is_null() {
+                return real(qp, wr, bad);
+            }
+            if prev.is_null() {
+                *bad = w;
+                return -libc::EINVAL;
+            }
+            (*prev).next = std::ptr::null_mut();
+            let rc = real(qp, wr, bad);
+            (*prev).next = w;
+            *bad = w;
+            rc // siw: the doorbell's result
+        }
+    }
+    let owner = verbs_legacy();
+    hook_post_send(&owner, &REAL, siw_like);
+    let dev = device(&owner);
+    let (pd, mut cq, mut q1, _q2) = pair(&dev);
+    assert_eq!(q1.data_path(), crate::DataPath::Verbs);
+    let mr = pd
+        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let remote = mr.remote(0).unwrap();
+    // One request siw refuses alone: its error should be the errno, not its negation.
+    let alone = Request::WriteImm {
+        remote,
+        data: Payload::Inline(&[2]),
+        imm: 5,
+    };
+    let err = q1.post(&alone, 9, PostFlags::SIGNALED).unwrap_err();
+    eprintln!("a refused request alone: {err} ({err:?})");
+    // A batch: a write siw posts, then a write with immediate it refuses.
+    let mut b = q1.batch();
+    let write = Request::Write {
+        remote,
+        data: Payload::Inline(&[1]),
+    };
+    b.push(&write, 1, PostFlags::SIGNALED).unwrap();
+    b.push(&alone, 2, PostFlags::SIGNALED).unwrap();
+    let rung = b.ring();
+    let mut out = [Completion::default(); 4];
+    let mut got = Vec::new();
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        let n = cq.poll(&mut out);
+        got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
+    }
+    eprintln!("ring: {rung:?}; completions: {got:?}");
+    assert!(
+        matches!(err, Error::Verbs(ref v) if v.source.raw_os_error() == Some(libc::EINVAL)),
+        "siw's negative errno reported as is: {err:?}"
+    );
+    assert!(
+        rung.is_err() || got.iter().any(|&(c, _)| c == 2),
+        "the batch was reported posted ({rung:?}) and request 2 never completed: {got:?}"
+    );
+}
+
+/// On an iWARP device (siw, irdma in iWARP mode) a send or write posted after an RDMA
+/// read completes before it (siw completes the read at its response, the others once
+/// sent), while the verbs queue retires everything before a completed position: every
+/// request there carries `IBV_SEND_FENCE` (siw's read fence), so completions come in
+/// order. The kernel model's mlx5_0 is made to say iWARP, and its `post_send` records the
+/// flags it is given (verbs path, classic API).
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn on_iwarp_a_request_after_a_read_is_fenced() {
+    use crate::{Access, Completion, PostFlags, PostSend};
+    use rdma_sys as ffi;
+    use std::os::raw::c_int;
+    use std::sync::Mutex;
+    static REAL: OnceLock<PostSendFn> = OnceLock::new();
+    static SEEN: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
+    unsafe extern "C" fn recording(
+        qp: *mut ffi::ibv_qp,
+        wr: *mut ffi::ibv_send_wr,
+        bad: *mut *mut ffi::ibv_send_wr,
+    ) -> c_int {
+        // SAFETY: the list libibverbs' caller built.
+        unsafe {
+            let mut w = wr;
+            while !w.is_null() {
+                SEEN.lock().unwrap().push(((*w).opcode, (*w).send_flags));
+                w = (*w).next;
+            }
+            (REAL.get().unwrap())(qp, wr, bad)
+        }
+    }
+    let owner = verbs_legacy();
+    hook_post_send(&owner, &REAL, recording);
+    // SAFETY: the context is open and nothing uses it yet; the device struct is
+    // libibverbs' own, read by the crate when a send queue is made.
+    unsafe { (*(*owner.ctx).device).transport_type = ffi::ibv_transport_type::IBV_TRANSPORT_IWARP };
+    let dev = device(&owner);
+    let (pd, mut cq, mut q1, _q2) = pair(&dev);
+    let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = pd.alloc_mr(4096, rights).unwrap();
+    q1.read(
+        &[mr.sge(0, 8).unwrap()],
+        mr.remote(1024).unwrap(),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    q1.write_inline(&[7; 8], mr.remote(2048).unwrap(), 2, PostFlags::SIGNALED)
+        .unwrap();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll_n(&mut out, 2, 1 << 34), 2);
+    let seen = SEEN.lock().unwrap().clone();
+    let fence = ffi::ibv_send_flags::IBV_SEND_FENCE.0;
+    let after_read = seen
+        .iter()
+        .skip_while(|(op, _)| *op != ffi::ibv_wr_opcode::IBV_WR_RDMA_READ)
+        .nth(1)
+        .copied();
+    assert!(
+        matches!(after_read, Some((_, f)) if f & fence != 0),
+        "the request after the read was not fenced: {seen:?}"
+    );
+}
+
+/// A type-1 bind on the verbs path carries the fence asked for and the one armed by the
+/// bind before it, as every other request does (`ibv_bind_mw`'s `send_flags`; it had
+/// only SIGNALED). The kernel model's `bind_mw` records the flags it is given.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_type1_bind_on_the_verbs_path_is_fenced_as_asked() {
+    use crate::{Access, Completion, Fence, MwType, PostFlags};
+    use rdma_sys as ffi;
+    use std::os::raw::c_int;
+    use std::sync::Mutex;
+    type BindFn =
+        unsafe extern "C" fn(*mut ffi::ibv_qp, *mut ffi::ibv_mw, *mut ffi::ibv_mw_bind) -> c_int;
+    static REAL: OnceLock<BindFn> = OnceLock::new();
+    static SEEN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+    unsafe extern "C" fn recording(
+        qp: *mut ffi::ibv_qp,
+        mw: *mut ffi::ibv_mw,
+        bind: *mut ffi::ibv_mw_bind,
+    ) -> c_int {
+        // SAFETY: the bind libibverbs' caller gave.
+        unsafe {
+            SEEN.lock().unwrap().push((*bind).send_flags);
+            (REAL.get().unwrap())(qp, mw, bind)
+        }
+    }
+    std::env::set_var("BLUEFLAME_PATH", "verbs");
+    let owner = model();
+    let raw = owner.ctx;
+    // SAFETY: the context is open; nothing binds on it yet.
+    unsafe {
+        let _ = REAL.set((*raw).ops.bind_mw.unwrap());
+        (*raw).ops.bind_mw = Some(recording);
+    }
+    let dev = device(&owner);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(me).unwrap();
+    let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+    let mr = pd.alloc_mr(4096, rights).unwrap();
+    let mut mw = pd.alloc_mw(MwType::One).unwrap();
+    let w = Access::REMOTE_WRITE;
+    let fenced = PostFlags::SIGNALED.fence(Fence::SmallAndFence);
+    qp.bind_mw(&mut mw, &mr, 0, 64, w, 1, fenced).unwrap();
+    qp.bind_mw(&mut mw, &mr, 0, 128, w, 2, PostFlags::SIGNALED)
+        .unwrap();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll_n(&mut out, 2, 1 << 34), 2);
+    let fence = ffi::ibv_send_flags::IBV_SEND_FENCE.0;
+    let seen = SEEN.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|f| f & fence != 0).collect::<Vec<_>>(),
+        [true, true],
+        "asked for, then armed by the bind before: {seen:?}"
+    );
+}
+
+/// librdmacm opens one `ibv_context` per device and hands it to every id on it, so two
+/// connections made without `_on` (`device_of` each time) are two `Device`s over one
+/// context, one asynchronous event descriptor. What one of them reads must reach the
+/// other (each had a record of its own, and an event one read was lost to the other).
+/// This builds the two devices as `device_of` does, over the kernel model's mlx5_0 (no
+/// rdma_cm here); the provider stage runs it with the model preloaded.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn connections_on_one_context_share_their_async_events() {
+    use crate::{Access, Completion, PostFlags, PostSend, QueuePair, WcStatus};
+    let owner = model();
+    // As `device_of` makes them, one per rdma_cm request.
+    let (a, b) = (device(&owner), device(&owner));
+    // On connection b's device: a write to a region without remote write; the
+    // responder has no completion to say so, only the QP access error event.
+    let refused = |check_a_first: bool| {
+        let (pd, mut cq, mut q1, q2) = pair(&b);
+        let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+        q1.write_inline(&[1], mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
+            .unwrap();
+        let mut out = [Completion::default(); 4];
+        assert_eq!(cq.poll_n(&mut out, 1, 1 << 34), 1);
+        assert_eq!(out[0].status, WcStatus::RemAccessErr);
+        // The model forwards events every 0.5 ms.
+        std::thread::sleep(Duration::from_millis(100));
+        if check_a_first {
+            // Connection a checks its own objects (a refused post of its, Qp::check).
+            let _ = a.events.check(&a.backend, &[]);
+        }
+        q2.check()
+    };
+    let control = refused(false);
+    assert!(
+        matches!(control, Err(Error::AsyncEvent(_))),
+        "control: {control:?}"
+    );
+    let lost = refused(true);
+    assert!(
+        matches!(lost, Err(Error::AsyncEvent(_))),
+        "the responder's access error, read by the other connection's device: {lost:?}"
+    );
+}
