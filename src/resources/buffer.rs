@@ -123,8 +123,10 @@ impl RawBuffer {
     /// # Safety
     /// From this call until the buffer is given back by
     /// [`PendingBuffer::try_take`](super::PendingBuffer::try_take) (or, when the region is
-    /// dropped instead, until [`Pd::reclaim`](super::Pd::reclaim) returns 0 or the
-    /// protection domain and all its QPs are gone):
+    /// dropped instead, until [`Pd::reclaim`](super::Pd::reclaim) returns 0 while the
+    /// protection domain lives; once the domain is gone, until every CQ its QPs' and SRQs'
+    /// receives completed on is dropped too: a CQ's poller may still be copying a message
+    /// that arrived inside a CQE into the bytes until then):
     /// - `ptr .. ptr + len` stays allocated and mapped (readable; writable when `writable`);
     /// - no Rust reference (`&`/`&mut`) to those bytes is used, and nothing else reads or
     ///   writes them except through atomics: the NIC writes them at any time and

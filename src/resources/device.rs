@@ -420,8 +420,9 @@ impl Pd {
     ///
     /// # Safety
     /// The contract of [`RawBuffer::new`](super::RawBuffer::new), from this call until the
-    /// `RawBuffer` comes back (or, for a dropped region, until [`Pd::reclaim`] returns 0 or
-    /// the domain and its QPs are gone).
+    /// `RawBuffer` comes back (or, for a dropped region, until [`Pd::reclaim`] returns 0
+    /// while the domain lives, or, once it is gone, until the CQs its receives completed on
+    /// are dropped too).
     ///
     /// # Errors
     /// As [`Pd::register`]; a null `ptr` is [`Error::InvalidParameter`].
