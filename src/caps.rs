@@ -13,10 +13,12 @@
 /// would refuse them on a ConnectX (`mlx5_calc_send_wqe`, `mlx5_calc_sq_size`,
 /// `mlx5_calc_rq_size`: a send WQE of at most 1024 bytes sized for the transport's longest
 /// operation), but with [`Error::InvalidParameter`](crate::Error::InvalidParameter) naming
-/// the field and its value instead of `EINVAL`: `max_send_sge` at most 52 for RC (60 UD,
-/// 49 DCI), `max_inline` at most 828 for RC (956 UD, 780 DCI), `max_recv_sge` at most 32,
+/// the field and its value instead of `EINVAL`: `max_send_sge` at most 52 for RC (59 UD,
+/// 49 DCI), `max_inline` at most 828 for RC (940 UD, 780 DCI), `max_recv_sge` at most 32,
 /// `rq_entries` at most 32768; on the verbs path also an `sq_blocks` whose depth rdma-core's
-/// ring of at most 32768 blocks cannot hold.
+/// ring of at most 32768 blocks cannot hold. (rdma-core takes 60 entries and 956 inline
+/// bytes on UD, then writes a WQE of 64 DS, which the control segment's 6-bit count cannot
+/// say: such a QP could post at its limits on no ConnectX.)
 ///
 /// ```
 /// let caps = blueflame::QpCaps {

@@ -6,6 +6,9 @@
 //!
 //! A QP of these limits that rdma-core refuses (`EINVAL`) is one no ConnectX user can have,
 //! so the software NIC refuses it too, and every backend says which limit and which value.
+//! One rule is stricter than rdma-core's: a UD WQE's DS count (see [`send_wqe_size`]).
+
+use crate::ctrl::MAX_DS;
 
 /// Bytes of the segments rdma-core sizes a send WQE with (`mlx5dv.h`, `wqe.h`). RDMA
 /// (control and remote address, 32) and atomics (48) are shorter than a bind's UMR, so only
@@ -140,6 +143,25 @@ const fn align(v: u32, a: u32) -> u32 {
     v.div_ceil(a) * a
 }
 
+/// The largest WQE of transport `t` whose payload a ConnectX can be told of: the device's
+/// `max_sq_desc`, but for UD at most 63 DS (1008 bytes). A UD WQE's overhead is its real
+/// header (control and datagram segments), so its payload meets the control segment's 6-bit
+/// DS count (`MLX5_WQE_CTRL_DS_MASK`) before the descriptor's end: rdma-core takes 60 gather
+/// entries or 956 inline bytes and writes DS 64 into `qpn_ds` (`qp.c`), which the field
+/// cannot hold. The other transports' overheads (a bind's UMR) exceed their real headers,
+/// so their largest payloads stay within 54 DS.
+fn usable_desc(t: Transport, lim: &DeviceLimits) -> u32 {
+    match t {
+        Transport::Ud => lim.max_sq_desc.min(MAX_DS * DATA),
+        _ => lim.max_sq_desc,
+    }
+}
+
+/// The most inline bytes a UD WQE can carry on a ConnectX (940: 63 DS less the control
+/// and datagram segments and the inline header), where rdma-core reports 956 for a QP whose
+/// WQEs are 1024 bytes (see [`usable_desc`]).
+pub const UD_MAX_INLINE: u32 = MAX_DS * DATA - CTRL - DATAGRAM - INLINE_HEADER;
+
 /// `mlx5_calc_send_wqe`: the bytes every send WQE of the QP is sized for.
 ///
 /// # Errors
@@ -147,13 +169,13 @@ const fn align(v: u32, a: u32) -> u32 {
 /// segments, or `max_inline` past the inline bytes it has room for.
 pub fn send_wqe_size(t: Transport, ask: &QpAsk, lim: &DeviceLimits) -> Result<u32, Refusal> {
     let over = t.overhead();
-    let room = lim.max_sq_desc.saturating_sub(over);
+    let room = usable_desc(t, lim).saturating_sub(over);
     if ask.max_send_sge > room / DATA {
         return Err(Refusal {
             field: Field::SendSge,
             what: match t {
                 Transport::Rc => "max_send_sge (RC on a ConnectX: at most 52)",
-                Transport::Ud => "max_send_sge (UD on a ConnectX: at most 60)",
+                Transport::Ud => "max_send_sge (UD on a ConnectX: at most 59)",
                 Transport::Dci => "max_send_sge (DCI on a ConnectX: at most 49)",
             },
             value: ask.max_send_sge as u64,
@@ -165,7 +187,7 @@ pub fn send_wqe_size(t: Transport, ask: &QpAsk, lim: &DeviceLimits) -> Result<u3
             field: Field::Inline,
             what: match t {
                 Transport::Rc => "max_inline (RC on a ConnectX: at most 828)",
-                Transport::Ud => "max_inline (UD on a ConnectX: at most 956)",
+                Transport::Ud => "max_inline (UD on a ConnectX: at most 940)",
                 Transport::Dci => "max_inline (DCI on a ConnectX: at most 780)",
             },
             value: ask.max_inline as u64,
@@ -219,7 +241,8 @@ pub fn send_size(t: Transport, ask: &QpAsk, lim: &DeviceLimits) -> Result<SendSi
     }
     Ok(SendSize {
         wqe_size,
-        max_inline: wqe_size - t.overhead() - INLINE_HEADER,
+        // rdma-core reports the whole WQE's room (956 on UD); the DS count allows less.
+        max_inline: wqe_size.min(usable_desc(t, lim)) - t.overhead() - INLINE_HEADER,
         blocks,
     })
 }
@@ -318,7 +341,7 @@ mod tests {
     fn the_largest_payloads_each_transport_takes() {
         for (t, sge, inline) in [
             (Transport::Rc, 52, 828),
-            (Transport::Ud, 60, 956),
+            (Transport::Ud, 59, UD_MAX_INLINE),
             (Transport::Dci, 49, 780),
         ] {
             assert!(send_size(t, &ask(1, sge, 0), &CX).is_ok(), "{t:?} {sge}");

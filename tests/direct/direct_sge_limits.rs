@@ -381,3 +381,83 @@ fn a_message_past_the_ports_largest_is_refused_before_posting() {
     assert_eq!(c[0].cookie, 4);
     assert_ne!(c[0].status, WcStatus::LocLenErr);
 }
+
+/// A UD QP takes at most 59 gather entries and 940 inline bytes (rdma-core takes 60 and 956,
+/// then writes a WQE of 64 DS, which the control segment's 6-bit count cannot say), and
+/// posts at those limits; one more inline byte is refused as too long, not as a WQE the
+/// encoder cannot write.
+#[test]
+fn a_ud_qp_posts_at_the_largest_limits_it_was_created_with() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let mut cq = dev.create_cq(256).unwrap();
+    let caps = QpCaps {
+        sq_blocks: 64,
+        max_send_sge: 59,
+        max_inline: 940,
+        ..QpCaps::default()
+    };
+    for (over, field) in [
+        (
+            QpCaps {
+                max_send_sge: 60,
+                ..caps
+            },
+            "max_send_sge",
+        ),
+        (
+            QpCaps {
+                max_inline: 941,
+                ..caps
+            },
+            "max_inline",
+        ),
+    ] {
+        let e = pd.create_ud_qp(&cq, &cq, over, 0x11).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidParameter { what, .. } if what.starts_with(field)),
+            "{e:?}"
+        );
+    }
+    let mut a = pd.create_ud_qp(&cq, &cq, caps, 0x11).unwrap();
+    let b = pd.create_ud_qp(&cq, &cq, QpCaps::default(), 0x22).unwrap();
+    let ah = pd.create_ah(b.endpoint()).unwrap();
+    let to = b.endpoint();
+    let sgl: Vec<Sge> = (0..59).map(|i| mr.sge(i * 8, 8).unwrap()).collect();
+    let data = [7u8; 941];
+    a.send_to(
+        &ah,
+        to.qpn,
+        to.qkey,
+        Payload::Sgl(&sgl),
+        1,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    a.send_to(
+        &ah,
+        to.qpn,
+        to.qkey,
+        Payload::Inline(&data[..940]),
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    let e = a
+        .send_to(
+            &ah,
+            to.qpn,
+            to.qkey,
+            Payload::Inline(&data),
+            3,
+            PostFlags::SIGNALED,
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::InlineTooLong { len: 941, .. }), "{e:?}");
+    dev.process();
+    let mut out = [Completion::default(); 4];
+    let n = cq.poll(&mut out);
+    let got: Vec<_> = out[..n].iter().map(|c| (c.cookie, c.status)).collect();
+    assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+}

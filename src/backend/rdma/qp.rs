@@ -137,7 +137,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
             } else {
                 ApiChoice::current()?
             };
-            let qp = verbs::objects::Qp::new_ud(
+            let mut qp = verbs::objects::Qp::new_ud(
                 p.pd.clone(),
                 scq,
                 recv_cq.rdma()?,
@@ -146,6 +146,11 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                 direct,
                 creator,
             )?;
+            if d.mlx5 {
+                // libmlx5 reports up to 956 inline bytes, then writes a WQE of 64 DS for
+                // more than 940 (`qp_size::UD_MAX_INLINE`): both paths stop at 940.
+                qp.caps.max_inline = qp.caps.max_inline.min(mlx5::qp_size::UD_MAX_INLINE);
+            }
             qp.ud_ready(d.port, *qkey, initial_psn(qp.qpn()))?;
             qp
         }
