@@ -391,6 +391,17 @@ impl Context {
         })
     }
 
+    /// Whether the device has standard atomics (`atomic_cap` not `IBV_ATOMIC_NONE`, as
+    /// rdma-core's providers read it when the context is opened); true when it cannot be
+    /// queried (the provider then decides).
+    pub(crate) fn has_atomics(&self) -> bool {
+        // SAFETY: a zeroed ibv_device_attr is a valid out-parameter.
+        let mut a: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live context, out-parameter of the right type and size.
+        let rc = unsafe { ffi::ibv_query_device(self.ctx, &mut a) };
+        rc != 0 || a.atomic_cap != ffi::ibv_atomic_cap::IBV_ATOMIC_NONE
+    }
+
     /// The device attributes the crate uses (`ibv_query_device`), read once at open.
     ///
     /// # Errors

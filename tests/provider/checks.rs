@@ -30,6 +30,7 @@ pub fn all() -> Vec<Case> {
         check("creation_limits_as_on_the_software_nic", creation_limits),
         check("receive_limits_as_on_the_software_nic", receive_limits),
         check("ud_send_limits_as_on_the_software_nic", ud_send_limits),
+        check("a_device_without_atomics_on_both_paths", no_atomics),
         check("qp_signature_set_after_open", qp_signature_after_open),
         check(
             "blueflame_switches_are_the_contexts",
@@ -760,6 +761,69 @@ fn ud_send_limits(dev: &Device) -> Result<(), String> {
         let here = outcome(d)?;
         if here != sim {
             return Err(format!("{name}: {here}\nsoftware NIC: {sim}"));
+        }
+    }
+    Ok(())
+}
+
+/// A ConnectX the kernel reports `IBV_ATOMIC_NONE` for (no host-endian 8-byte atomics,
+/// `get_atomic_caps`): on both paths an atomic is refused typed before posting and a write
+/// completes, and the verbs path still posts with `ibv_wr_*` (it asked libmlx5 for the
+/// atomic opcodes, which `mlx5_qp_fill_wr_pfns` refuses there: the QP fell back to
+/// `ibv_post_send`, or was refused under `BLUEFLAME_VERBS_API=extended`).
+fn no_atomics(_dev: &Device) -> Result<(), String> {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            model::set_atomics(true);
+        }
+    }
+    if !model::set_atomics(false) {
+        return Err("the kernel model is not loaded".into());
+    }
+    let _restore = Restore;
+    let run = |verbs: bool| -> Result<String, String> {
+        let e = |e: Error| e.to_string();
+        if verbs {
+            std::env::set_var("BLUEFLAME_PATH", "verbs");
+        }
+        let d = Device::open("mlx5_0", crate::GID_INDEX);
+        std::env::remove_var("BLUEFLAME_PATH");
+        let d = d.map_err(e)?;
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut cq = d.create_cq(64).map_err(e)?;
+        std::env::set_var("BLUEFLAME_VERBS_API", "extended");
+        let qp = pd.create_qp(&cq, &cq, scenarios::caps());
+        std::env::remove_var("BLUEFLAME_VERBS_API");
+        let mut qp = qp.map_err(e)?;
+        qp.connect(qp.endpoint().map_err(e)?).map_err(e)?;
+        let mr = pd
+            .alloc_mr(
+                64,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC,
+            )
+            .map_err(e)?;
+        let remote = mr.remote(8).map_err(e)?;
+        let atomic = qp.fetch_add(remote, 1, mr.sge(0, 8).map_err(e)?, 1, PostFlags::SIGNALED);
+        qp.write_inline(&[1; 8], remote, 2, PostFlags::SIGNALED)
+            .map_err(e)?;
+        let mut out = [Completion::default(); 2];
+        let n = cq.poll_n(&mut out, 1, 1 << 34);
+        let got: Vec<_> = out[..n].iter().map(|c| (c.cookie, c.status)).collect();
+        Ok(format!(
+            "{:?} {:?}: atomic {atomic:?}, completions {got:?}",
+            qp.data_path(),
+            qp.verbs_api()
+        ))
+    };
+    let direct = run(false)?;
+    let verbs = run(true)?;
+    let refused = "atomic Err(Unsupported(";
+    let (want_direct, want_verbs) = ("Direct None", "Verbs Some(Extended)");
+    let done = "completions [(2, Success)]";
+    for (text, want) in [(&direct, want_direct), (&verbs, want_verbs)] {
+        if !text.starts_with(want) || !text.contains(refused) || !text.ends_with(done) {
+            return Err(format!("want {want}, {refused}.., {done}: {text}"));
         }
     }
     Ok(())

@@ -65,3 +65,16 @@ pub fn invalidate_odp(lkey: u32) -> bool {
     let f: F = unsafe { std::mem::transmute(f) };
     f(lkey) == 0
 }
+
+/// Gives the model's NIC no atomics (`on` false: the device reports `IBV_ATOMIC_NONE` to
+/// contexts opened from then on) or its own again; false when the model is not loaded.
+pub fn set_atomics(on: bool) -> bool {
+    type F = extern "C" fn(libc::c_int);
+    let Some(f) = sym(c"blueflame_kernel_model_set_atomics") else {
+        return false;
+    };
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    f(on.into());
+    true
+}

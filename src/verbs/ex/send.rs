@@ -5,20 +5,23 @@
 use rdma_sys as ffi;
 use std::os::raw::{c_int, c_uint, c_void};
 
-/// The `send_ops_flags` a QP asks for: every opcode the verbs path posts.
-pub(crate) fn send_ops_flags() -> u64 {
+/// The `send_ops_flags` an RC QP asks for: every opcode the verbs path posts, the atomic
+/// ones only on a device with `atomics` (`atomic_cap` not `IBV_ATOMIC_NONE`). libmlx5
+/// refuses the whole QP when they are asked without (`mlx5_qp_fill_wr_pfns`: `EOPNOTSUPP`
+/// unless `atomics_enabled`, which `create_qp` sets only with `atomic_cap`), and the crate
+/// refuses atomics there before posting anyway.
+pub(crate) fn send_ops_flags(atomics: bool) -> u64 {
     use ffi::ibv_qp_create_send_ops_flags as F;
-    (F::IBV_QP_EX_WITH_RDMA_WRITE
+    let all = F::IBV_QP_EX_WITH_RDMA_WRITE
         | F::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
         | F::IBV_QP_EX_WITH_SEND
         | F::IBV_QP_EX_WITH_SEND_WITH_IMM
         | F::IBV_QP_EX_WITH_SEND_WITH_INV
         | F::IBV_QP_EX_WITH_RDMA_READ
-        | F::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-        | F::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
         | F::IBV_QP_EX_WITH_LOCAL_INV
-        | F::IBV_QP_EX_WITH_BIND_MW)
-        .0 as u64
+        | F::IBV_QP_EX_WITH_BIND_MW;
+    let atomic = F::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | F::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    (if atomics { all | atomic } else { all }).0 as u64
 }
 
 /// The `send_ops_flags` a UD QP asks for: sends with and without immediate, all UD has
@@ -364,7 +367,9 @@ mod tests {
     /// The flags are the header's values (verbs.h: `IBV_QP_EX_WITH_*`).
     #[test]
     fn send_ops_flags_are_the_headers() {
-        assert_eq!(send_ops_flags(), 0x3ff);
+        assert_eq!(send_ops_flags(true), 0x3ff);
+        // Less IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP (1 << 6) and _FETCH_AND_ADD (1 << 7).
+        assert_eq!(send_ops_flags(false), 0x33f);
     }
 
     /// The header's values (verbs.h `IBV_QP_EX_WITH_SEND` = 1 << 2, `_SEND_WITH_IMM` =

@@ -74,12 +74,13 @@ pub(super) fn base_init_attr(
 
 /// The creation attributes of an RC QP on these CQs with these sizes, on `pd` (a PD or a
 /// thread domain's parent domain); with `extended`, asking for the `ibv_wr_*` opcodes the
-/// verbs path posts (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`).
+/// verbs path posts (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`), the atomic ones where `pd`'s
+/// device has atomics ([`send_ops_flags`]).
 fn init_attr_ex(
     send_cq: &Cq,
     recv_cq: &Cq,
     caps: &Caps,
-    pd: *mut ffi::ibv_pd,
+    (pd, atomics): (*mut ffi::ibv_pd, bool),
     extended: bool,
     srq: Option<&Srq>,
 ) -> ffi::ibv_qp_init_attr_ex {
@@ -92,7 +93,7 @@ fn init_attr_ex(
     }
     if extended {
         attr.comp_mask |= ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
-        attr.send_ops_flags = send_ops_flags();
+        attr.send_ops_flags = send_ops_flags(atomics);
     }
     attr
 }
@@ -219,9 +220,10 @@ impl Qp {
     ) -> crate::error::Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
         let on = qp_pd(&pd, &td);
+        let atomics = pd.ctx.has_atomics();
         let (qp, real, send_ops) = create_with(
             api,
-            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex, srq.as_deref()),
+            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, (on, atomics), ex, srq.as_deref()),
             // SAFETY: live context, (parent) PD, CQs and SRQ of it.
             |attr| unsafe { creator.create(pd.ctx.ctx, attr) },
             // SAFETY: created just before, used by nothing.
@@ -263,9 +265,10 @@ impl Qp {
     ) -> crate::error::Result<Qp> {
         let td = self::thread_domain(&pd, thread_domain);
         let on = qp_pd(&pd, &td);
+        let atomics = pd.ctx.has_atomics();
         let (qp, real, send_ops) = create_with(
             api,
-            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, on, ex, None),
+            |ex| init_attr_ex(&send_cq, &recv_cq, &caps, (on, atomics), ex, None),
             |attr| {
                 // SAFETY: the caller's contract; `attr` is a valid in/out parameter; the
                 // parent domain is on the id's context.

@@ -55,6 +55,14 @@ pub extern "C" fn blueflame_kernel_model_invalidate_odp(lkey: u32) -> c_int {
     }
 }
 
+/// With `on` 0, the NIC has no atomics and the device reports `IBV_ATOMIC_NONE` (as the
+/// kernel's `get_atomic_caps` does for a ConnectX without host-endian 8-byte atomics) to
+/// contexts opened from then on; with 1, its own atomics again.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_set_atomics(on: c_int) {
+    crate::kernel::set_atomics(on != 0);
+}
+
 /// Runs the NIC until every WQE rung so far has run and completed (for probes that count
 /// the instructions of a poll that finds its completion: a poll made before the NIC's thread
 /// got to the WQE would find nothing and count as a cheaper poll).

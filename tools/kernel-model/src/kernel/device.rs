@@ -94,7 +94,11 @@ pub(super) unsafe fn get_context(
 }
 
 /// The device's attributes (`mlx5_ib_query_device`), a ConnectX-6 as the NIC models it.
-fn device_attr() -> abi::ib_uverbs_query_device_resp {
+fn device_attr(nic: &Nic) -> abi::ib_uverbs_query_device_resp {
+    // `get_atomic_caps` (drivers/infiniband/hw/mlx5/main.c): IB_ATOMIC_HCA only with the
+    // standard atomics in host-endianness mode (atomic_req_8B_endianness_mode 1).
+    let a = nic.atomic_caps();
+    let atomic_cap = u32::from(a.standard && !a.reply8_be);
     abi::ib_uverbs_query_device_resp {
         fw_ver: (20 << 32) | (39 << 16) | 1002,
         node_guid: crate::sysfs::NODE_GUID.to_be(),
@@ -126,8 +130,7 @@ fn device_attr() -> abi::ib_uverbs_query_device_resp {
         max_qp_rd_atom: 16,
         max_res_rd_atom: 16 << 18,
         max_qp_init_rd_atom: 16,
-        // IBV_ATOMIC_HCA
-        atomic_cap: 1,
+        atomic_cap,
         max_mw: 1 << 24,
         max_mcast_grp: 1 << 21,
         max_mcast_qp_attach: 240,
@@ -155,7 +158,7 @@ pub(super) unsafe fn query_device_ex(nic: &Nic, call: &mut Call<'_>) -> Result<(
     use abi::*;
     // SAFETY: the caller's contract.
     let _ = unsafe { call.request::<ib_uverbs_ex_query_device>() };
-    let base = device_attr();
+    let base = device_attr(nic);
     let mem = nic.memory_caps();
     let odp_caps = if mem.odp {
         // IB_ODP_SUPPORT; IB_ODP_SUPPORT_SEND 1, _RECV 2, _WRITE 4, _READ 8, _ATOMIC 0x10,
@@ -243,10 +246,10 @@ pub(super) unsafe fn query_port(nic: &Nic, call: &mut Call<'_>) -> Result<(), c_
 ///
 /// # Safety
 /// As [`super::command`]'s calls.
-pub(super) unsafe fn query_device(call: &mut Call<'_>) -> Result<(), c_int> {
+pub(super) unsafe fn query_device(nic: &Nic, call: &mut Call<'_>) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     unsafe {
         let _ = call.request::<abi::ib_uverbs_query_device>();
-        call.respond::<_, ()>(&device_attr(), None)
+        call.respond::<_, ()>(&device_attr(nic), None)
     }
 }

@@ -58,7 +58,7 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
     unsafe {
         match (c.ex, c.op) {
             (false, IB_USER_VERBS_CMD_GET_CONTEXT) => device::get_context(nic, f, c),
-            (false, IB_USER_VERBS_CMD_QUERY_DEVICE) => device::query_device(c),
+            (false, IB_USER_VERBS_CMD_QUERY_DEVICE) => device::query_device(nic, c),
             (true, IB_USER_VERBS_EX_CMD_QUERY_DEVICE) => device::query_device_ex(nic, c),
             (false, IB_USER_VERBS_CMD_QUERY_PORT) => device::query_port(nic, c),
             (false, IB_USER_VERBS_CMD_ALLOC_PD) => memory::alloc_pd(nic, f, c),
@@ -108,6 +108,17 @@ pub(crate) fn cq_view(cqn: u32) -> Option<u32> {
 /// move (`mlx5_ib_invalidate_range`): false for a key of no on-demand region.
 pub(crate) fn invalidate_odp(lkey: u32) -> bool {
     kernel().nic.invalidate_odp(lkey)
+}
+
+/// Gives the NIC no atomics (`on` false: a ConnectX the kernel reports `IBV_ATOMIC_NONE`
+/// for) or its own again; seen by devices opened after the call.
+pub(crate) fn set_atomics(on: bool) {
+    use std::sync::OnceLock;
+    static OWN: OnceLock<mlx5::AtomicCaps> = OnceLock::new();
+    let k = kernel();
+    let own = *OWN.get_or_init(|| k.nic.atomic_caps());
+    k.nic
+        .set_atomic_caps(if on { own } else { mlx5::AtomicCaps::NONE });
 }
 
 /// Runs the NIC from the caller's thread until a pass finds nothing to do: every WQE rung
