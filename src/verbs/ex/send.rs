@@ -368,8 +368,8 @@ mod tests {
     #[test]
     fn send_ops_flags_are_the_headers() {
         assert_eq!(send_ops_flags(true), 0x3ff);
-        // Less IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP (1 << 6) and _FETCH_AND_ADD (1 << 7).
-        assert_eq!(send_ops_flags(false), 0x33f);
+        // Less IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP (1 << 5) and _FETCH_AND_ADD (1 << 6).
+        assert_eq!(send_ops_flags(false), 0x39f);
     }
 
     /// The header's values (verbs.h `IBV_QP_EX_WITH_SEND` = 1 << 2, `_SEND_WITH_IMM` =
