@@ -159,7 +159,8 @@ fn usable_desc(t: Transport, lim: &DeviceLimits) -> u32 {
 
 /// The most inline bytes a UD WQE can carry on a ConnectX (940: 63 DS less the control
 /// and datagram segments and the inline header), where rdma-core reports 956 for a QP whose
-/// WQEs are 1024 bytes (see [`usable_desc`]).
+/// WQEs are 1024 bytes: a UD WQE's payload meets the control segment's 6-bit DS count
+/// first ([`send_wqe_size`]).
 pub const UD_MAX_INLINE: u32 = MAX_DS * DATA - CTRL - DATAGRAM - INLINE_HEADER;
 
 /// `mlx5_calc_send_wqe`: the bytes every send WQE of the QP is sized for.
