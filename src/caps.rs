@@ -52,7 +52,10 @@ pub struct QpCaps {
     /// BlueFlame half size in bytes (0: doorbell only; a multiple of 64 otherwise). On a
     /// ConnectX rdma-core chooses it; the software NIC takes this value.
     pub bf_size: u32,
-    /// RNR retries before an RNR error (7 means retry for ever, as in verbs).
+    /// RNR retries before an RNR error (7 means retry for ever, as in verbs). Not for QPs
+    /// connected through rdma_cm ([`crate::cm`]), whose count is what the peer's
+    /// `rdma_conn_param` says (7): a lower value is refused there with
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
     pub rnr_retry: u8,
     /// Responder scatter-to-CQE (the QP context's `cs_res`). A ConnectX QP created by
     /// rdma-core has it unless `MLX5_SCATTER_TO_CQE=0` or

@@ -173,6 +173,15 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                      turns it off for every QP of the process)",
                 ));
             }
+            if cm.is_some() && caps.rnr_retry != 7 {
+                // librdmacm programs the QP's RNR retry count from the peer's
+                // `rdma_conn_param.rnr_retry_count` (the kernel's `cm_init_qp_rts_attr` takes
+                // it from the REQ or REP), and `CmId::conn_param` sends 7 both ways.
+                return Err(Error::Unsupported(
+                    "QpCaps::rnr_retry below 7 on a QP connected through rdma_cm: its RNR retry \
+                     count is what the peer's rdma_conn_param.rnr_retry_count says (7)",
+                ));
+            }
             match cm {
                 // SAFETY: the id is live and on this PD's context (the PD was allocated on
                 // the id's context); the QP's owner keeps the id and drops it after the QP.
