@@ -60,6 +60,7 @@ fuzz_target!(|data: &[u8]| {
         }
     } else {
         nic.connect(a.qpn, b.qpn).expect("connect");
+        nic.connect(b.qpn, a.qpn).expect("connect");
     }
     let all = Access::LOCAL_WRITE
         | Access::REMOTE_WRITE

@@ -148,16 +148,6 @@ impl Qp {
         }
     }
 
-    /// Whether the device has the QP out of RESET though its owner did not connect it (on
-    /// the software NIC the peer's connect connects both ends).
-    pub(crate) fn left_reset(&self) -> bool {
-        match self {
-            #[cfg(feature = "sim")]
-            Qp::Sim(q) => q.left_reset(),
-            Qp::Rdma(_) => false,
-        }
-    }
-
     /// Attaches the UD QP to the multicast group `gid` / `lid`.
     ///
     /// # Errors

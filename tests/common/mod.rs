@@ -98,8 +98,9 @@ impl Setup {
             };
         }
         let cq_b = dev.create_cq(1024).unwrap();
-        let b = pd.create_qp(&cq_b, &cq_b, caps_b).unwrap();
+        let mut b = pd.create_qp(&cq_b, &cq_b, caps_b).unwrap();
         a.connect(b.qpn()).unwrap();
+        b.connect(a.qpn()).unwrap();
         assert_ne!(a.qpn(), b.qpn());
         Setup {
             dev,

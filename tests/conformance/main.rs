@@ -3,8 +3,8 @@
 //! runs one of them): the specifications' promises (`spec_sim`), the InfiniBand ordering
 //! rules (`sim_ordering`), the transport timers (`sim_timers`), rdma-core's rules of the
 //! direct path (`rdma_core_rules`), seeded random operations (`random_ops`), the shared queue
-//! bookkeeping under random legal use (`bookkeeping`) and the guide's CQ sizing rule
-//! (`sizing`).
+//! bookkeeping under random legal use (`bookkeeping`), the guide's CQ sizing rule
+//! (`sizing`) and the one-sided connect (`connect_one_side`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,6 +14,7 @@ mod scenarios;
 mod spec;
 
 mod bookkeeping;
+mod connect_one_side;
 mod random_ops;
 mod rdma_core_rules;
 mod sim_ordering;

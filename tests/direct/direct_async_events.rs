@@ -61,8 +61,9 @@ fn a_responder_that_refuses_a_request_raises_an_access_error() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     a.connect(b.qpn()).unwrap();
+    b.connect(a.qpn()).unwrap();
     let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap(); // no remote write
     a.write_inline(&[1], mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
         .unwrap();

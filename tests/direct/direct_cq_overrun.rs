@@ -244,6 +244,7 @@ fn receives_hold_entries_of_the_receive_cq() {
     let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
     a.connect(b.qpn()).unwrap();
+    b.connect(a.qpn()).unwrap();
     let rbuf = pd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
     for j in 0..2u64 {
         b.post_recv(&[rbuf.sge(j as usize * 64, 64).unwrap()], j)

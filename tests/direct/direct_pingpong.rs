@@ -121,8 +121,9 @@ fn two_threads_ping_pong_2000_round_trips() {
     let cq_a = dev.create_cq(256).unwrap();
     let cq_b = dev.create_cq(256).unwrap();
     let mut qp_a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
-    let qp_b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
+    let mut qp_b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
     qp_a.connect(qp_b.qpn()).unwrap();
+    qp_b.connect(qp_a.qpn()).unwrap();
     let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let buf_a = pd.alloc_mr(64, acc).unwrap();
     let buf_b = pd.alloc_mr(64, acc).unwrap();

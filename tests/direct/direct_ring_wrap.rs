@@ -403,8 +403,9 @@ fn many(loopback: bool, sq_blocks: u32, cq_entries: u32) {
         a.connect(q).unwrap();
         None
     } else {
-        let b = pd.create_qp(&cq_b, &cq_b, caps).unwrap();
+        let mut b = pd.create_qp(&cq_b, &cq_b, caps).unwrap();
         a.connect(b.qpn()).unwrap();
+        b.connect(a.qpn()).unwrap();
         Some(b)
     };
     let slots = 512usize;

@@ -19,8 +19,9 @@ fn pair(cqe_size: u32, caps: QpCaps) -> Setup {
         .create_cq_with(&CqOptions::new(256).cqe_size(cqe_size))
         .unwrap();
     let mut a = pd.create_qp(&cq_a, &cq_a, caps).unwrap();
-    let b = pd.create_qp(&cq_b, &cq_b, caps).unwrap();
+    let mut b = pd.create_qp(&cq_b, &cq_b, caps).unwrap();
     a.connect(b.qpn()).unwrap();
+    b.connect(a.qpn()).unwrap();
     Setup {
         dev,
         pd,

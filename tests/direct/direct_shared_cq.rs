@@ -16,6 +16,7 @@ fn three_qps_on_one_cq() {
     let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut c = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     a.connect(b.qpn()).unwrap();
+    b.connect(a.qpn()).unwrap();
     let cq_ = c.qpn();
     c.connect(cq_).unwrap();
     let m = pd.alloc_mr(8192, common::ALL).unwrap();

@@ -252,6 +252,7 @@ fn the_nic_checks_the_qp_of_a_zero_length_type2_bind() {
         .create_qp(pd, cq_b.cqn, cq_b.cqn, RawCaps::default())
         .unwrap();
     nic.connect(qa.qpn, qb.qpn).unwrap();
+    nic.connect(qb.qpn, qa.qpn).unwrap();
     let mr = nic.alloc_mr(pd, 4096, REGION).unwrap();
     let rkey = nic.alloc_mw(pd, MwType::Two).unwrap();
     // SAFETY: the rings belong to the NIC's QPs, which live as long as `nic` (dropped after

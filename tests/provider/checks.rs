@@ -31,6 +31,7 @@ pub fn all() -> Vec<Case> {
         check("receive_limits_as_on_the_software_nic", receive_limits),
         check("ud_send_limits_as_on_the_software_nic", ud_send_limits),
         check("a_device_without_atomics_on_both_paths", no_atomics),
+        check("a_peer_that_never_connects_back", peer_never_connects),
         check("qp_signature_set_after_open", qp_signature_after_open),
         check(
             "blueflame_switches_are_the_contexts",
@@ -824,6 +825,53 @@ fn no_atomics(_dev: &Device) -> Result<(), String> {
     for (text, want) in [(&direct, want_direct), (&verbs, want_verbs)] {
         if !text.starts_with(want) || !text.contains(refused) || !text.ends_with(done) {
             return Err(format!("want {want}, {refused}.., {done}: {text}"));
+        }
+    }
+    Ok(())
+}
+
+/// A QP whose peer never connects back (it stays in RESET): on a ConnectX its RTR names the
+/// peer in its own context only, so it reaches RTS and its request fails with
+/// `RetryExcErr` once its retries are spent, on both paths over libmlx5 as on the software
+/// NIC. (The kernel model connected the NIC's QPs only when both ends had named each other:
+/// such a request never completed.)
+fn peer_never_connects(dev: &Device) -> Result<(), String> {
+    let outcome = |d: &Device| -> Result<String, String> {
+        let e = |e: Error| e.to_string();
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut cq = d.create_cq(64).map_err(e)?;
+        let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let b = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let quick = Timing {
+            timeout: 1,
+            retry_cnt: 1,
+            ..Timing::default()
+        };
+        a.connect_with(&b.endpoint().map_err(e)?, &quick)
+            .map_err(e)?;
+        let mr = pd.alloc_mr(64, scenarios::RIGHTS).map_err(e)?;
+        a.write_inline(&[1; 8], mr.remote(0).map_err(e)?, 1, PostFlags::SIGNALED)
+            .map_err(e)?;
+        // A bound in time, not in spins: without the peer's connect the request used to
+        // stay queued for good.
+        let mut out = [Completion::default(); 2];
+        let mut got = Vec::new();
+        let t = std::time::Instant::now();
+        while got.is_empty() && t.elapsed() < std::time::Duration::from_secs(10) {
+            let n = cq.poll(&mut out);
+            got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
+        }
+        Ok(format!("completions {got:?}"))
+    };
+    let want = "completions [(1, RetryExcErr)]";
+    for (name, d) in [
+        ("software NIC", &Device::sim()),
+        ("direct path", dev),
+        ("verbs path", crate::verbs_device()?),
+    ] {
+        let got = outcome(d)?;
+        if got != want {
+            return Err(format!("{name}: {got}, want {want}"));
         }
     }
     Ok(())

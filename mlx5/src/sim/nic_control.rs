@@ -15,35 +15,34 @@ use crate::wqe;
 use std::sync::Arc;
 
 impl Nic {
-    /// Connects two QPs (or a QP to itself) and moves both to RTS.
+    /// Connects QP `a` to QP `b` (or to itself) and moves `a` to RTS, as `ibv_modify_qp` to
+    /// RTR and RTS does on a ConnectX: only `a` changes. `b` need not exist or be connected
+    /// yet; `a`'s requests reach it once it is in RTS (a peer in RESET or in error answers
+    /// nothing, one that does not exist neither: `a`'s retries run out,
+    /// [`Syndrome::TransportRetryExc`](crate::syndrome::Syndrome::TransportRetryExc)). Each side connects itself.
     ///
     /// # Errors
-    /// [`SimError::NoQp`]; [`SimError::QpState`] when either QP is not in RESET (unless the
-    /// two are already connected to each other).
+    /// [`SimError::NoQp`] for `a`; [`SimError::Dc`] for a DC QP; [`SimError::QpState`] when
+    /// `a` is not in RESET (unless it is connected to `b` already: a second call changes
+    /// nothing).
     pub fn connect(&self, a: u32, b: u32) -> Result<(), SimError> {
         let mut st = self.st();
-        for (x, y) in [(a, b), (b, a)] {
-            let q = st.qps.get(&x).ok_or(SimError::NoQp(x))?;
-            if q.dc.is_some() {
-                return Err(SimError::Dc {
-                    qpn: x,
-                    why: "a DC QP has no peer (a DCI is made ready with dci_ready, a DCT at creation)",
-                });
-            }
-            // Verbs moves a QP to RTR only from INIT, which only RESET reaches: a QP
-            // connects once (connecting the same pair again is the other side's connect,
-            // which this NIC already did).
-            match q.state {
-                QpState::Reset => {}
-                QpState::Rts if q.peer == Some(y) => {}
-                state => return Err(SimError::QpState { qpn: x, state }),
-            }
+        let q = st.qps.get_mut(&a).ok_or(SimError::NoQp(a))?;
+        if q.dc.is_some() {
+            return Err(SimError::Dc {
+                qpn: a,
+                why: "a DC QP has no peer (a DCI is made ready with dci_ready, a DCT at creation)",
+            });
         }
-        for (x, y) in [(a, b), (b, a)] {
-            let q = st.qps.get_mut(&x).expect("checked");
-            q.peer = Some(y);
-            q.state = QpState::Rts;
+        // Verbs moves a QP to RTR only from INIT, which only RESET reaches: a QP connects
+        // once.
+        match q.state {
+            QpState::Reset => {}
+            QpState::Rts if q.peer == Some(b) => {}
+            state => return Err(SimError::QpState { qpn: a, state }),
         }
+        q.peer = Some(b);
+        q.state = QpState::Rts;
         Ok(())
     }
 

@@ -190,12 +190,6 @@ impl Qp {
         Ok(self.nic.set_error(self.qpn)?)
     }
 
-    pub(crate) fn left_reset(&self) -> bool {
-        self.nic
-            .qp_state(self.qpn)
-            .is_some_and(|s| s != QpState::Reset)
-    }
-
     pub(crate) fn attach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<()> {
         Ok(self.nic.attach_mcast(self.qpn, gid, lid)?)
     }

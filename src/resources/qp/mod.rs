@@ -230,16 +230,17 @@ impl Qp {
         self.refresh_connected()
     }
 
-    /// Not known to be connected by this handle: on the software NIC the peer's `connect`
-    /// may have connected both; ask it (slow path, taken only until connected).
+    /// A post before `connect` (slow path): refused, as on every backend (a QP is
+    /// connected by its own `connect` only, as a ConnectX's RTR writes only its own
+    /// context; one moved to error before it is in error, not connected).
     #[cold]
     fn refresh_connected(&mut self) -> Result<()> {
-        if self.obj.as_ref().is_some_and(backend::Qp::left_reset) {
-            self.set_connected();
-            return Ok(());
-        }
         Err(Error::InvalidState {
-            state: "not connected (RESET)",
+            state: if self.errored {
+                "in error, never connected"
+            } else {
+                "not connected (RESET)"
+            },
         })
     }
 
@@ -398,8 +399,7 @@ impl Qp {
     /// (`Srq::free`) does not see those entries come back.
     #[cold]
     fn leave_the_srq(&mut self) {
-        let left_reset = self.connected || self.obj.as_ref().is_some_and(backend::Qp::left_reset);
-        if self.srq.is_none() || !left_reset {
+        if self.srq.is_none() || !self.connected {
             return;
         }
         let dev = self.pd.inner.dev.clone();

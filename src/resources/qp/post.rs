@@ -125,9 +125,8 @@ impl Qp {
         }
     }
 
-    /// [`Qp::write_inline`] (`req`, an inline write) on a QP not known to be connected:
-    /// [`Qp::post`], which asks whether it is by now (on the software NIC the peer's
-    /// `connect` may have connected both) and refuses the write if not. Out of line, the
+    /// [`Qp::write_inline`] (`req`, an inline write) on a QP not connected yet:
+    /// [`Qp::post`], which refuses it. Out of line, the
     /// request built only on the way here: the direct path's fast path keeps its arguments
     /// where they arrived.
     #[cold]

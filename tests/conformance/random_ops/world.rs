@@ -84,11 +84,9 @@ struct QpSlot {
     pd: usize,
     full_send: u32,
     full_recv: u32,
-    /// Connected (by its own or its peer's `connect`) or moved to error: `connect` again
-    /// is a reconnect.
+    /// Connected (by its own `connect`) or moved to error: `connect` again is a
+    /// reconnect.
     used: bool,
-    /// The QP slot it was connected to.
-    peer: Option<usize>,
     /// Cookies posted on it (send and receive).
     cookies: Vec<u64>,
 }
@@ -484,27 +482,23 @@ impl World {
             }
             10..=13 if !qps.is_empty() => {
                 let (a, b) = (r.pick(&qps), r.pick(&qps));
-                let used = |i: usize| self.qps[i].as_ref().unwrap().used;
-                let again = used(a) || used(b);
-                // Connected to each other already (the second half of a pair's connects).
-                let paired = self.qps[a].as_ref().unwrap().peer == Some(b)
-                    && self.qps[b].as_ref().unwrap().peer == Some(a);
+                let again = self.qps[a].as_ref().unwrap().used;
                 let ep = self.qps[b].as_ref().unwrap().qp.qpn();
                 let res = self.qps[a].as_mut().unwrap().qp.connect(ep);
                 let qpn = self.qps[a].as_ref().unwrap().qp.qpn();
                 self.note(format!("connect {qpn:#x} -> {ep:#x}: {res:?}"));
                 if again {
-                    // A QP connected to a third one or in error is connected only from RESET.
+                    // Connected already, or in error: a QP connects only from RESET.
                     assert!(
-                        (paired && res.is_ok()) || matches!(res, Err(Error::InvalidState { .. })),
+                        matches!(res, Err(Error::InvalidState { .. })),
                         "reconnect {qpn:#x} -> {ep:#x}: {res:?}"
                     );
-                } else if res.is_ok() {
-                    for (x, y) in [(a, b), (b, a)] {
-                        let s = self.qps[x].as_mut().unwrap();
-                        s.used = true;
-                        s.peer = Some(y);
-                    }
+                } else {
+                    // From RESET a QP connects to any peer, whatever the peer's state (a
+                    // ConnectX's RTR writes only the QP's own context); its requests reach
+                    // the peer once the peer is connected too, else its retries run out.
+                    assert!(res.is_ok(), "connect {qpn:#x} -> {ep:#x}: {res:?}");
+                    self.qps[a].as_mut().unwrap().used = true;
                 }
             }
             14 if !qps.is_empty() => {
@@ -636,7 +630,6 @@ impl World {
             recv_cq,
             pd,
             used: false,
-            peer: None,
             cookies: Vec::new(),
         }));
     }

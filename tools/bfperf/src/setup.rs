@@ -680,16 +680,12 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
     let ((mut qb, cqb, mrb, srqb), mut more_b) = side(dev, o, size, 1)?;
     let (ea, eb) = (qa.endpoint()?, qb.endpoint()?);
     qa.connect(eb)?;
-    if dev.nic().is_none() {
-        qb.connect(ea)?;
-    }
+    qb.connect(ea)?;
     // -q: QP i of one side to QP i of the other.
     for (x, y) in more_a.iter_mut().zip(more_b.iter_mut()) {
         let (ex, ey) = (x.endpoint()?, y.endpoint()?);
         x.connect(ey)?;
-        if dev.nic().is_none() {
-            y.connect(ex)?;
-        }
+        y.connect(ex)?;
     }
     let (pa, pb) = (mrb.remote_buf(), mra.remote_buf());
     let mut a = Side::new(dev, o, (qa, cqa, mra, srqa), pa);

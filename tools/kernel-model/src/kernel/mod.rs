@@ -36,18 +36,6 @@ use state::{kernel, Kernel};
 pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
     let mut k = kernel();
     let Kernel { nic, files } = &mut *k;
-    let peers: Vec<_> = if call.op == IB_USER_VERBS_CMD_MODIFY_QP {
-        files
-            .values()
-            .flat_map(|f| f.objs.values())
-            .filter_map(|o| match o {
-                Obj::Qp(q) => Some((q.qpn, q.dest, q.state)),
-                _ => None,
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
     let f = files.get_mut(&fd).ok_or(libc::EBADF)?;
     if !f.has_context() && (call.op != IB_USER_VERBS_CMD_GET_CONTEXT || call.ex) {
         return Err(libc::EINVAL);
@@ -75,7 +63,7 @@ pub(crate) fn command(fd: c_int, mut call: Call<'_>) -> Result<(), c_int> {
             (false, IB_USER_VERBS_CMD_QUERY_SRQ) => srq::query_srq(nic, f, c),
             (false, IB_USER_VERBS_CMD_DESTROY_SRQ) => srq::destroy_srq(nic, f, c),
             (_, IB_USER_VERBS_CMD_CREATE_QP) => qp::create_qp(nic, f, c),
-            (_, IB_USER_VERBS_CMD_MODIFY_QP) => modify::modify_qp(nic, f, &peers, c),
+            (_, IB_USER_VERBS_CMD_MODIFY_QP) => modify::modify_qp(nic, f, c),
             (false, IB_USER_VERBS_CMD_DESTROY_QP) => qp::destroy_qp(nic, f, c),
             (false, IB_USER_VERBS_CMD_ATTACH_MCAST) => qp::mcast(nic, f, c, true),
             (false, IB_USER_VERBS_CMD_DETACH_MCAST) => qp::mcast(nic, f, c, false),

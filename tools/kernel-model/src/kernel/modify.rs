@@ -8,28 +8,19 @@ use libc::c_int;
 use mlx5::request::Access;
 use mlx5::sim::Nic;
 
-/// Every QP of every file: (number, the destination it named, its state). A connection may
-/// join QPs of two contexts of the process.
-pub(super) type Peers = [(u32, Option<u32>, QpState)];
-
 /// `MODIFY_QP` and `EX_MODIFY_QP` (whose response carries a DCT's number, made at RTR).
 ///
 /// # Safety
 /// As [`super::command`]'s calls.
-pub(super) unsafe fn modify_qp(
-    nic: &Nic,
-    f: &mut File,
-    peers: &Peers,
-    call: &mut Call<'_>,
-) -> Result<(), c_int> {
+pub(super) unsafe fn modify_qp(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     unsafe {
         if !call.ex {
             let (c, _) = call.request::<ib_uverbs_modify_qp>();
-            return modify_qp_with(nic, f, peers, &c).map(drop);
+            return modify_qp_with(nic, f, &c).map(drop);
         }
         let (c, _) = call.request::<ib_uverbs_ex_modify_qp>();
-        let dctn = modify_qp_with(nic, f, peers, &c.base)?;
+        let dctn = modify_qp_with(nic, f, &c.base)?;
         let resp = ib_uverbs_ex_modify_qp_resp {
             response_length: core::mem::size_of::<ib_uverbs_ex_modify_qp_resp>() as u32,
             ..Default::default()
@@ -44,12 +35,11 @@ pub(super) unsafe fn modify_qp(
 }
 
 /// `MODIFY_QP`: the verbs state machine (`ib_modify_qp_is_ok`), the transport timers at
-/// RTR/RTS, and the connection: when both ends of an RC pair have named each other (the
-/// second reaching RTR), the NIC connects them.
+/// RTR/RTS, and the connection: at RTR an RC QP is connected to the peer it names, one side
+/// (as a ConnectX writes the QP context's `remote_qpn`).
 pub(super) fn modify_qp_with(
     nic: &Nic,
     f: &mut File,
-    qps: &Peers,
     c: &abi::ib_uverbs_modify_qp,
 ) -> Result<Option<u32>, c_int> {
     let Some(Obj::Qp(q)) = f.objs.get_mut(&c.qp_handle) else {
@@ -174,15 +164,10 @@ pub(super) fn modify_qp_with(
         return Ok(None);
     }
     if to == Rtr {
+        // One side: the QP's context names its peer (a ConnectX's RTR writes `remote_qpn`
+        // and looks at nothing else); its requests reach the peer once that is ready too.
         let dest = dest.expect("set above");
-        // The peer is ready when it reached RTR naming this QP (or it is this QP).
-        let peer_ready = dest == qpn
-            || qps
-                .iter()
-                .any(|&(n, d, state)| n == dest && d == Some(qpn) && matches!(state, Rtr | Rts));
-        if peer_ready {
-            nic.connect(qpn, dest).map_err(|_| libc::EINVAL)?;
-        }
+        nic.connect(qpn, dest).map_err(|_| libc::EINVAL)?;
     }
     Ok(None)
 }
