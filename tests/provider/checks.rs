@@ -27,6 +27,10 @@ pub fn all() -> Vec<Case> {
         check("what_the_model_lacks_is_refused_typed", refused_typed),
         check("srq_page_faults_as_rdma_core_handles_them", srq_page_faults),
         check("completion_timestamps_through_rdma_core", timestamps),
+        check(
+            "real_time_completion_stamps_on_both_paths",
+            real_time_stamps,
+        ),
         check("creation_limits_as_on_the_software_nic", creation_limits),
         check("receive_limits_as_on_the_software_nic", receive_limits),
         check("ud_send_limits_as_on_the_software_nic", ud_send_limits),
@@ -340,6 +344,73 @@ fn timestamps(dev: &Device) -> Result<(), String> {
         Err(Error::Timestamps { .. }) => Ok(()),
         other => Err(format!("timestamps with compression: {other:?}")),
     }
+}
+
+/// A ConnectX whose clock runs in real-time mode (the context's
+/// `MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_REAL_TIME_TS`, `mlx5dv_query_device`'s
+/// `MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`): CQs asked for timestamps get real-time ones (the
+/// direct path asks the kernel for `MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS` through an extended
+/// CQ with wall-clock times; the verbs path reads them through rdma-core), each a time of
+/// the NIC's real-time clock, in order, on both paths; `Device::clock` is refused, typed
+/// (the clock is the PTP clock).
+fn real_time_stamps(_dev: &Device) -> Result<(), String> {
+    use std::time::{Duration, Instant};
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            model::set_real_time(false);
+        }
+    }
+    if !model::set_real_time(true) {
+        return Err("the kernel model is not loaded".into());
+    }
+    let _restore = Restore;
+    // The NIC's real-time clock starts at 2026-11-01 00:00:00 UTC (`HwClock::default`).
+    let epoch = mlx5::sim::HwClock::default().epoch_ns;
+    let run = |verbs: bool| -> Result<Vec<u64>, String> {
+        let e = |e: Error| e.to_string();
+        if verbs {
+            std::env::set_var("BLUEFLAME_PATH", "verbs");
+        }
+        let d = Device::open("mlx5_0", crate::GID_INDEX);
+        std::env::remove_var("BLUEFLAME_PATH");
+        let d = d.map_err(e)?;
+        match d.clock() {
+            Err(Error::Timestamps { .. }) => {}
+            other => return Err(format!("Device::clock on a real-time device: {other:?}")),
+        }
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut cq = d
+            .create_cq_with(&CqOptions::new(64).timestamps())
+            .map_err(e)?;
+        let mut qp = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        qp.connect(qp.endpoint().map_err(e)?).map_err(e)?;
+        let mr = pd.alloc_mr(64, scenarios::RIGHTS).map_err(e)?;
+        let mut at = Vec::new();
+        for i in 0..5u64 {
+            qp.write_inline(&[1], mr.remote(0).map_err(e)?, i, PostFlags::SIGNALED)
+                .map_err(e)?;
+            let (mut out, mut times) = ([Completion::default(); 1], [None; 1]);
+            let t = Instant::now();
+            while cq.poll_timed(&mut out, &mut times).map_err(e)? == 0 {
+                if t.elapsed() > Duration::from_secs(20) {
+                    return Err(format!("write {i} never completed"));
+                }
+            }
+            at.push(times[0].ok_or(format!("no time for {:?}", out[0]))?);
+        }
+        Ok(at)
+    };
+    for (name, verbs) in [("direct path", false), ("verbs path", true)] {
+        let at = run(verbs)?;
+        let day = 86_400_000_000_000;
+        if !at.windows(2).all(|w| w[0] <= w[1]) || at[0] < epoch || at[4] > epoch + day {
+            return Err(format!(
+                "{name}: stamps {at:?}, not in order within a day after {epoch}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What one run of [`srq_page_fault_run`] showed: (cookie, status, byte count) of each

@@ -78,3 +78,16 @@ pub fn set_atomics(on: bool) -> bool {
     f(on.into());
     true
 }
+
+/// Makes the model's NIC stamp completions in real time (`on`) or with its free-running
+/// counter, for contexts opened from then on; false when the model is not loaded.
+pub fn set_real_time(on: bool) -> bool {
+    type F = extern "C" fn(libc::c_int);
+    let Some(f) = sym(c"blueflame_kernel_model_set_real_time") else {
+        return false;
+    };
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    f(on.into());
+    true
+}

@@ -63,6 +63,13 @@ pub extern "C" fn blueflame_kernel_model_set_atomics(on: c_int) {
     crate::kernel::set_atomics(on != 0);
 }
 
+/// With `on` 1, the NIC stamps completions in real time and the context says so to
+/// contexts opened from then on; with 0, its free-running counter again.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_set_real_time(on: c_int) {
+    crate::kernel::set_real_time(on != 0);
+}
+
 /// Runs the NIC until every WQE rung so far has run and completed (for probes that count
 /// the instructions of a poll that finds its completion: a poll made before the NIC's thread
 /// got to the WQE would find nothing and count as a cheaper poll).

@@ -98,6 +98,20 @@ pub(crate) fn invalidate_odp(lkey: u32) -> bool {
     kernel().nic.invalidate_odp(lkey)
 }
 
+/// Makes the NIC stamp completions in real time (`on`: a ConnectX whose clock runs in
+/// real-time mode, `MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_REAL_TIME_TS`) or with its free-running
+/// counter again; seen by contexts opened after the call.
+pub(crate) fn set_real_time(on: bool) {
+    let k = kernel();
+    let mut c = k.nic.hw_clock();
+    c.format = if on {
+        mlx5::clock::TimestampFormat::RealTime
+    } else {
+        mlx5::clock::TimestampFormat::FreeRunning
+    };
+    k.nic.set_hw_clock(c);
+}
+
 /// Gives the NIC no atomics (`on` false: a ConnectX the kernel reports `IBV_ATOMIC_NONE`
 /// for) or its own again; seen by devices opened after the call.
 pub(crate) fn set_atomics(on: bool) {
