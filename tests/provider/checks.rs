@@ -36,6 +36,10 @@ pub fn all() -> Vec<Case> {
         check("ud_send_limits_as_on_the_software_nic", ud_send_limits),
         check("a_device_without_atomics_on_both_paths", no_atomics),
         check("a_peer_that_never_connects_back", peer_never_connects),
+        check(
+            "a_stranded_dci_recovers_as_on_the_software_nic",
+            dci_recovery,
+        ),
         check("qp_signature_set_after_open", qp_signature_after_open),
         check(
             "blueflame_switches_are_the_contexts",
@@ -944,6 +948,100 @@ fn peer_never_connects(dev: &Device) -> Result<(), String> {
         if got != want {
             return Err(format!("{name}: {got}, want {want}"));
         }
+    }
+    Ok(())
+}
+
+/// A DCI stranded by a DCT that went away (its retries run out, every later request to
+/// every target is flushed: the DCI is in error until reset, UCX
+/// `uct_dc_mlx5_iface_reset_dci`) recovers (`Dci::recover`: a new DCI made by rdma-core's
+/// `mlx5dv_create_qp`, the old one destroyed) and serves the other DCT; moved to error by its
+/// owner, an auto-recovering DCI refuses posts until its flush is polled, then goes on. On
+/// the direct path over libmlx5 as on the software NIC (the rdma backend's DCI recovery
+/// and `set_error` ran on no test before).
+fn dci_recovery(dev: &Device) -> Result<(), String> {
+    let run = |d: &Device| -> Result<String, String> {
+        let e = |e: Error| e.to_string();
+        let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let pd = d.alloc_pd().map_err(e)?;
+        let tcq = d.create_cq(16).map_err(e)?;
+        let srq = pd.create_srq(&tcq, SrqCaps::default()).map_err(e)?;
+        let mr = pd.alloc_mr(4096, all).map_err(e)?;
+        let mut cq = d.create_cq(64).map_err(e)?;
+        let timing = Timing {
+            timeout: 8,
+            retry_cnt: 1,
+            ..Timing::default()
+        };
+        let mut dci = pd
+            .create_dci_with(&cq, QpCaps::default(), &timing)
+            .map_err(e)?;
+        let rights = Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let a = pd.create_dct(&tcq, &srq, 1, rights).map_err(e)?;
+        let b = pd.create_dct(&tcq, &srq, 2, rights).map_err(e)?;
+        // The targets' port address as a user gets it: an address handle to a UD QP's
+        // endpoint (a DC destination on a ConnectX is an AV, the DCT number and key).
+        let caps = QpCaps {
+            sq_blocks: 16,
+            rq_entries: 1,
+            ..QpCaps::default()
+        };
+        let probe = pd.create_ud_qp(&tcq, &tcq, caps, 1).map_err(e)?;
+        let ah = pd.create_ah(probe.endpoint()).map_err(e)?;
+        let pa = DcPeer::from_ah(&ah, a.dctn(), 1).map_err(e)?;
+        let pb = DcPeer::from_ah(&ah, b.dctn(), 2).map_err(e)?;
+        let mut log = Vec::new();
+        let next = |cq: &mut Cq, log: &mut Vec<String>| {
+            let mut out = [Completion::default(); 1];
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_secs(10) {
+                if cq.poll(&mut out) == 1 {
+                    log.push(format!("{}:{:?}", out[0].cookie, out[0].status));
+                    return;
+                }
+            }
+            log.push("nothing".into());
+        };
+        let f = PostFlags::SIGNALED;
+        let at = |off: usize| mr.remote(off).map_err(e);
+        dci.to(&pa).write_inline(b"a", at(0)?, 1, f).map_err(e)?;
+        next(&mut cq, &mut log);
+        drop(a);
+        dci.to(&pa).write_inline(b"a", at(8)?, 2, f).map_err(e)?;
+        dci.to(&pb).write_inline(b"b", at(16)?, 3, f).map_err(e)?;
+        next(&mut cq, &mut log);
+        next(&mut cq, &mut log);
+        log.push(format!("in error {}", dci.in_error()));
+        let old = dci.qpn();
+        dci.recover().map_err(e)?;
+        log.push(format!("new DCI {}", dci.qpn() != old));
+        dci.to(&pb).write_inline(b"B", at(16)?, 4, f).map_err(e)?;
+        next(&mut cq, &mut log);
+        // Moved to error by its owner with nothing outstanding: an auto-recovering DCI
+        // recovers at the next post, which goes out.
+        dci.set_error().map_err(e)?;
+        log.push(format!("set to error {}", dci.in_error()));
+        dci.set_auto_recover(true);
+        let old = dci.qpn();
+        dci.to(&pb).write_inline(b"C", at(24)?, 5, f).map_err(e)?;
+        log.push(format!("recovered at the post {}", dci.qpn() != old));
+        next(&mut cq, &mut log);
+        let bytes: Vec<u8> = [16, 24]
+            .iter()
+            .map(|&o| mr.read_u64(o).map(|v| v as u8).unwrap_or(0))
+            .collect();
+        log.push(format!("bytes {:?}", String::from_utf8_lossy(&bytes)));
+        Ok(log.join(", "))
+    };
+    let sim = run(&Device::sim())?;
+    let want = "1:Success, 2:RetryExcErr, 3:WrFlushErr, in error true, new DCI true, \
+                4:Success, set to error true, recovered at the post true, 5:Success, \
+                bytes \"BC\"";
+    let here = run(dev)?;
+    if sim != want || here != sim {
+        return Err(format!(
+            "mlx5_0: {here}\nsoftware NIC: {sim}\nwanted: {want}"
+        ));
     }
     Ok(())
 }
