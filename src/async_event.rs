@@ -11,7 +11,8 @@
 #[non_exhaustive]
 pub enum AsyncEvent {
     /// A CQ overran (or its memory failed): it is in error, writes nothing more. The CQ
-    /// number is 0 on the verbs path (rdma-core names the CQ by its `ibv_cq`).
+    /// number is [`Cq::cqn`](crate::Cq::cqn)'s (on the verbs path the crate's own number:
+    /// rdma-core names the CQ by its `ibv_cq`, whose context holds it).
     CqError {
         /// The CQ.
         cqn: u32,
@@ -38,8 +39,8 @@ pub enum AsyncEvent {
     /// An SRQ's limit was reached: fewer receives than the limit set with
     /// [`Srq::set_limit`](crate::Srq::set_limit) remain posted
     /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is disarmed. Not an error: read it with
-    /// [`Srq::limit_reached`](crate::Srq::limit_reached). The SRQ number is 0 on the verbs
-    /// path (rdma-core names the SRQ by its `ibv_srq`).
+    /// [`Srq::limit_reached`](crate::Srq::limit_reached). The SRQ number is
+    /// [`Srq::srqn`](crate::Srq::srqn)'s (as for [`AsyncEvent::CqError`]).
     SrqLimitReached {
         /// The SRQ.
         srqn: u32,
@@ -54,7 +55,7 @@ pub enum AsyncEvent {
     /// An SRQ failed (`IBV_EVENT_SRQ_ERR`): the receives posted to it complete no more.
     /// Reported by [`Srq::check`](crate::Srq::check), a refused post of the SRQ, and
     /// [`QueuePair::check`](crate::QueuePair::check) of every QP that takes its receives from it. The SRQ
-    /// number is 0 on the verbs path (rdma-core names the SRQ by its `ibv_srq`).
+    /// number is [`Srq::srqn`](crate::Srq::srqn)'s (as for [`AsyncEvent::CqError`]).
     SrqError {
         /// The SRQ.
         srqn: u32,

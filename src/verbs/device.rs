@@ -214,8 +214,9 @@ impl DeviceAttrs {
 /// An asynchronous event of a verbs context, by what it is about.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum RawAsync {
-    /// `IBV_EVENT_CQ_ERR` on this `ibv_cq`.
-    CqError(usize),
+    /// `IBV_EVENT_CQ_ERR` on this `ibv_cq`, whose `cq_context` holds its number (the
+    /// crate's CQ number, which the rdma backend writes there).
+    CqError(usize, u32),
     /// `IBV_EVENT_QP_FATAL` / `IBV_EVENT_QP_REQ_ERR` on this QP number.
     QpFatal(u32),
     /// `IBV_EVENT_QP_ACCESS_ERR` on this QP number.
@@ -224,10 +225,11 @@ pub(crate) enum RawAsync {
     PortError(u8),
     /// `IBV_EVENT_DEVICE_FATAL`.
     DeviceFatal,
-    /// `IBV_EVENT_SRQ_LIMIT_REACHED` on this `ibv_srq`.
-    SrqLimitReached(usize),
-    /// `IBV_EVENT_SRQ_ERR`, the SRQ by its `ibv_srq` address.
-    SrqError(usize),
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED` on this `ibv_srq`, and the number in its
+    /// `srq_context` (as for CQs).
+    SrqLimitReached(usize, u32),
+    /// `IBV_EVENT_SRQ_ERR`, the SRQ by its `ibv_srq` address, and its number.
+    SrqError(usize, u32),
     /// `IBV_EVENT_QP_LAST_WQE_REACHED` on this QP number.
     QpLastWqeReached(u32),
     /// Anything else (port active, path migration, ...): nothing to report.
@@ -269,10 +271,25 @@ impl Context {
             // the event is acknowledged, below).
             unsafe { (*ev.element.qp).qp_num }
         };
+        // The number the crate keeps in a CQ's or SRQ's context field (live, as the QP).
+        // SAFETY: a CQ event: the union holds the live CQ.
+        let cq = || unsafe {
+            (
+                ev.element.cq as usize,
+                (*ev.element.cq).cq_context as usize as u32,
+            )
+        };
+        // SAFETY: an SRQ event: the union holds the live SRQ.
+        let srq = || unsafe {
+            (
+                ev.element.srq as usize,
+                (*ev.element.srq).srq_context as usize as u32,
+            )
+        };
         let out = match ev.event_type {
             T::IBV_EVENT_CQ_ERR => {
-                // SAFETY: a CQ event: the union holds the CQ.
-                RawAsync::CqError(unsafe { ev.element.cq } as usize)
+                let (at, n) = cq();
+                RawAsync::CqError(at, n)
             }
             T::IBV_EVENT_QP_FATAL | T::IBV_EVENT_QP_REQ_ERR => RawAsync::QpFatal(qpn()),
             T::IBV_EVENT_QP_ACCESS_ERR => RawAsync::QpAccessError(qpn()),
@@ -282,13 +299,13 @@ impl Context {
             }
             T::IBV_EVENT_DEVICE_FATAL => RawAsync::DeviceFatal,
             T::IBV_EVENT_SRQ_LIMIT_REACHED => {
-                // SAFETY: an SRQ event: the union holds the SRQ.
-                RawAsync::SrqLimitReached(unsafe { ev.element.srq } as usize)
+                let (at, n) = srq();
+                RawAsync::SrqLimitReached(at, n)
             }
             T::IBV_EVENT_QP_LAST_WQE_REACHED => RawAsync::QpLastWqeReached(qpn()),
             T::IBV_EVENT_SRQ_ERR => {
-                // SAFETY: an SRQ event: the union holds the SRQ.
-                RawAsync::SrqError(unsafe { ev.element.srq } as usize)
+                let (at, n) = srq();
+                RawAsync::SrqError(at, n)
             }
             _ => RawAsync::Other,
         };

@@ -36,6 +36,7 @@ pub fn all() -> Vec<Case> {
         check("ud_send_limits_as_on_the_software_nic", ud_send_limits),
         check("a_device_without_atomics_on_both_paths", no_atomics),
         check("a_peer_that_never_connects_back", peer_never_connects),
+        check("device_errors_name_their_objects", device_errors),
         check(
             "a_stranded_dci_recovers_as_on_the_software_nic",
             dci_recovery,
@@ -1038,6 +1039,80 @@ fn dci_recovery(dev: &Device) -> Result<(), String> {
                 4:Success, set to error true, recovered at the post true, 5:Success, \
                 bytes \"BC\"";
     let here = run(dev)?;
+    if sim != want || here != sim {
+        return Err(format!(
+            "mlx5_0: {here}\nsoftware NIC: {sim}\nwanted: {want}"
+        ));
+    }
+    Ok(())
+}
+
+/// The device's error events (`IBV_EVENT_SRQ_ERR`, `IBV_EVENT_CQ_ERR`,
+/// `IBV_EVENT_QP_FATAL`) through libibverbs' asynchronous event file, as on the software
+/// NIC: each is reported by its own object's `check` (and an SRQ's by its receivers'),
+/// naming the object's number, and by no other object. (Through rdma-core the SRQ and CQ
+/// errors named number 0: libibverbs names them by their `ibv_srq` / `ibv_cq` only.)
+fn device_errors(dev: &Device) -> Result<(), String> {
+    let run = |d: &Device, raise: &dyn Fn(i32, u32)| -> Result<String, String> {
+        let e = |e: Error| e.to_string();
+        let pd = d.alloc_pd().map_err(e)?;
+        let cq = d.create_cq(64).map_err(e)?;
+        let other_cq = d.create_cq(64).map_err(e)?;
+        let srq = pd.create_srq(&cq, SrqCaps::default()).map_err(e)?;
+        let on_srq = pd
+            .create_qp_with_srq(&cq, &srq, scenarios::caps())
+            .map_err(e)?;
+        let own = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let mut log = Vec::new();
+        let show = |r: Result<(), Error>| match r {
+            Ok(()) => "ok".to_string(),
+            Err(Error::AsyncEvent(AsyncEvent::SrqError { srqn })) => {
+                format!("SrqError(own number {})", srqn == srq.srqn())
+            }
+            Err(Error::AsyncEvent(AsyncEvent::CqError { cqn })) => {
+                format!("CqError(own number {})", cqn == other_cq.cqn())
+            }
+            Err(Error::AsyncEvent(AsyncEvent::QpFatal { qpn })) => {
+                format!("QpFatal(own number {})", qpn == own.qpn())
+            }
+            Err(other) => format!("{other:?}"),
+        };
+        for (what, kind, n) in [
+            ("SRQ error", 14, srq.srqn()),
+            ("QP fatal", 1, own.qpn()),
+            ("CQ error", 0, other_cq.cqn()),
+        ] {
+            raise(kind, n);
+            // The model forwards events every 0.5 ms.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            log.push(format!(
+                "{what}: srq {}, on srq {}, own {}, cq {}",
+                show(srq.check()),
+                show(on_srq.check()),
+                show(own.check()),
+                show(other_cq.check())
+            ));
+        }
+        Ok(log.join("; "))
+    };
+    let sim_dev = Device::sim();
+    let nic = sim_dev.nic().ok_or("no software NIC")?;
+    let sim = run(&sim_dev, &|kind, n| {
+        use mlx5::sim::AsyncEvent as E;
+        nic.raise_event(match kind {
+            0 => E::CqError { cqn: n },
+            1 => E::QpFatal { qpn: n },
+            _ => E::SrqError { srqn: n },
+        })
+    })?;
+    let here = run(dev, &|kind, n| {
+        model::raise_event(kind, n);
+    })?;
+    let want = "SRQ error: srq SrqError(own number true), on srq SrqError(own number true), \
+                own ok, cq ok; QP fatal: srq SrqError(own number true), on srq SrqError(own \
+                number true), own QpFatal(own number true), cq ok; CQ error: srq SrqError(own \
+                number true), on srq SrqError(own number true), own QpFatal(own number true), \
+                cq CqError(own number true)";
     if sim != want || here != sim {
         return Err(format!(
             "mlx5_0: {here}\nsoftware NIC: {sim}\nwanted: {want}"

@@ -91,3 +91,16 @@ pub fn set_real_time(on: bool) -> bool {
     f(on.into());
     true
 }
+
+/// Raises an asynchronous event on the model's NIC (`kind` the `ib_event_type`: 0 CQ
+/// error, 1 QP fatal, 14 SRQ error, ...; `num` the object's number); false when the model
+/// is not loaded or does not raise that kind.
+pub fn raise_event(kind: i32, num: u32) -> bool {
+    type F = extern "C" fn(libc::c_int, u32) -> libc::c_int;
+    let Some(f) = sym(c"blueflame_kernel_model_raise_event") else {
+        return false;
+    };
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    f(kind, num) == 0
+}

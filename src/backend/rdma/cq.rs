@@ -159,6 +159,10 @@ pub(crate) fn create_cq(
     // accounting shares out what it promises.
     let promised = cq.capacity();
     let cqn = raw.cqn;
+    // Its number in its context, where its events read it (`IBV_EVENT_CQ_ERR` names the
+    // `ibv_cq` only), as on the verbs path; `link` writes the same for its channel.
+    // SAFETY: a live CQ, just made: nothing reads its context concurrently.
+    unsafe { (*cq.cq).cq_context = cqn as usize as *mut _ };
     let rings = CqRings::Direct {
         raw,
         promised,

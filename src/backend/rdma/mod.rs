@@ -194,21 +194,20 @@ impl RdmaDev {
     pub(super) fn read_events(&self, out: &mut Vec<(Subject, AsyncEvent)>) {
         while let Some(e) = self.ctx.next_async_event() {
             out.push(match e {
-                RawAsync::CqError(cq) => (Subject::VerbsCq(cq), AsyncEvent::CqError { cqn: 0 }),
+                RawAsync::CqError(cq, cqn) => (Subject::VerbsCq(cq), AsyncEvent::CqError { cqn }),
                 RawAsync::QpFatal(qpn) => (Subject::Qp(qpn), AsyncEvent::QpFatal { qpn }),
                 RawAsync::QpAccessError(qpn) => {
                     (Subject::Qp(qpn), AsyncEvent::QpAccessError { qpn })
                 }
                 RawAsync::PortError(port) => (Subject::Port(port), AsyncEvent::PortError { port }),
                 RawAsync::DeviceFatal => (Subject::All, AsyncEvent::DeviceFatal),
-                RawAsync::SrqLimitReached(srq) => (
+                RawAsync::SrqLimitReached(srq, srqn) => (
                     Subject::Srq(srq as u64),
-                    AsyncEvent::SrqLimitReached { srqn: 0 },
+                    AsyncEvent::SrqLimitReached { srqn },
                 ),
-                RawAsync::SrqError(srq) => (
-                    Subject::SrqError(srq as u64),
-                    AsyncEvent::SrqError { srqn: 0 },
-                ),
+                RawAsync::SrqError(srq, srqn) => {
+                    (Subject::SrqError(srq as u64), AsyncEvent::SrqError { srqn })
+                }
                 RawAsync::QpLastWqeReached(qpn) => {
                     (Subject::LastWqe(qpn), AsyncEvent::QpLastWqeReached { qpn })
                 }

@@ -25,8 +25,16 @@ pub(crate) fn create_srq(
     max_sge: u32,
 ) -> Result<(Arc<verbs::srq::Srq>, SrqRings, u32)> {
     let s = Arc::new(verbs::srq::Srq::new(p.pd.clone(), entries, max_sge)?);
+    // Its number in its context, where its events read it (`IBV_EVENT_SRQ_ERR` and
+    // `_LIMIT_REACHED` name the `ibv_srq` only).
+    let name = |n: u32| {
+        // SAFETY: a live SRQ, just made: nothing reads its context concurrently.
+        unsafe { (*s.srq).srq_context = n as usize as *mut _ };
+        n
+    };
     if p.dev.path != DataPath::Direct {
-        return Ok((s.clone(), SrqRings::Verbs(s), verbs_srq_number()));
+        let n = name(verbs_srq_number());
+        return Ok((s.clone(), SrqRings::Verbs(s), n));
     }
     if crate::mlx5_env::Mlx5Env::current().srq_signature {
         // rdma-core creates the SRQ with MLX5_SRQ_FLAG_SIGNATURE: the device would check
@@ -41,6 +49,6 @@ pub(crate) fn create_srq(
     // if the query fails).
     let device_wqes = s.device_max_wr().map_or(0, |m| m.wrapping_add(1));
     let raw = crate::dv::raw_srq(&dv, s.max_sge, device_wqes)?;
-    let srqn = raw.srqn;
+    let srqn = name(raw.srqn);
     Ok((s, SrqRings::Direct(raw), srqn))
 }

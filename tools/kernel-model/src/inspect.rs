@@ -63,6 +63,26 @@ pub extern "C" fn blueflame_kernel_model_set_atomics(on: c_int) {
     crate::kernel::set_atomics(on != 0);
 }
 
+/// Raises an asynchronous event on the NIC as its hardware would: `kind` is the
+/// `ib_event_type` (0 CQ error, 1 QP fatal, 3 QP access error, 8 device fatal, 10 port
+/// error, 14 SRQ error), `num` the CQ, QP or SRQ number (the port for 10). 0, or -1 for
+/// another kind.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_raise_event(kind: c_int, num: u32) -> c_int {
+    use mlx5::sim::AsyncEvent as E;
+    let e = match kind {
+        0 => E::CqError { cqn: num },
+        1 => E::QpFatal { qpn: num },
+        3 => E::QpAccessError { qpn: num },
+        8 => E::DeviceFatal,
+        10 => E::PortError { port: num as u8 },
+        14 => E::SrqError { srqn: num },
+        _ => return -1,
+    };
+    crate::kernel::raise_event(e);
+    0
+}
+
 /// With `on` 1, the NIC stamps completions in real time and the context says so to
 /// contexts opened from then on; with 0, its free-running counter again.
 #[no_mangle]

@@ -98,6 +98,12 @@ pub(crate) fn invalidate_odp(lkey: u32) -> bool {
     kernel().nic.invalidate_odp(lkey)
 }
 
+/// Raises `e` on the NIC, as the hardware raises it (forwarded to the files' event
+/// descriptors as every event is).
+pub(crate) fn raise_event(e: mlx5::sim::AsyncEvent) {
+    kernel().nic.raise_event(e);
+}
+
 /// Makes the NIC stamp completions in real time (`on`: a ConnectX whose clock runs in
 /// real-time mode, `MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_REAL_TIME_TS`) or with its free-running
 /// counter again; seen by contexts opened after the call.
