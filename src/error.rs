@@ -281,9 +281,13 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::QueueFull { needed, free, unit } => {
+                let hint = match unit {
+                    QueueUnit::VerbsBatch => "ring the batch, then push the rest in another",
+                    _ => "poll the CQ",
+                };
                 write!(
                     f,
-                    "queue full: the request needs {needed} {unit}, {free} free (poll the CQ)"
+                    "queue full: the request needs {needed} {unit}, {free} free ({hint})"
                 )
             }
             Error::CqFull {
@@ -567,8 +571,11 @@ impl<T> From<Refused<T>> for Error {
 pub enum QueueUnit {
     /// 64-byte blocks of a direct-path send ring (a request takes 1 to 16).
     SendBlocks,
-    /// Work requests of a verbs-path send queue (or of one verbs batch).
+    /// Work requests of a verbs-path send queue.
     SendRequests,
+    /// Requests of one verbs-path batch, which holds at most 64 (one `ibv_post_send` list):
+    /// ring it and push the rest into another (polling frees none of them).
+    VerbsBatch,
     /// Receive work requests.
     Receives,
 }
@@ -578,6 +585,7 @@ impl fmt::Display for QueueUnit {
         f.write_str(match self {
             QueueUnit::SendBlocks => "send-ring blocks",
             QueueUnit::SendRequests => "send work requests",
+            QueueUnit::VerbsBatch => "requests of the verbs batch (at most 64)",
             QueueUnit::Receives => "receive work requests",
         })
     }

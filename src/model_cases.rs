@@ -318,3 +318,56 @@ fn connections_on_one_context_share_their_async_events() {
         "the responder's access error, read by the other connection's device: {lost:?}"
     );
 }
+
+/// A verbs batch holds at most 64 requests (one `ibv_post_send` list): the 65th is refused
+/// naming the batch and what to do (ring it, push the rest into another), not as a queue
+/// with "0 free (poll the CQ)", which an empty queue never frees; the direct path takes the
+/// same batch whole.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_verbs_batch_past_64_requests_says_so() {
+    use crate::{Access, Payload, PostFlags, QueueUnit, Request};
+    for path in ["verbs", "direct"] {
+        std::env::set_var("BLUEFLAME_PATH", path);
+        let owner = model();
+        let dev = device(&owner);
+        std::env::remove_var("BLUEFLAME_PATH");
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(2048).unwrap();
+        let caps = QpCaps {
+            sq_blocks: 1024,
+            max_send_sge: 1,
+            max_inline: 16,
+            ..QpCaps::default()
+        };
+        let mut qp = pd.create_qp(&cq, &cq, caps).unwrap();
+        let e = qp.endpoint().unwrap();
+        qp.connect(e).unwrap();
+        let mr = pd
+            .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let req = Request::Write {
+            remote: mr.remote(0).unwrap(),
+            data: Payload::Inline(&[1]),
+        };
+        let mut b = qp.batch();
+        let refused =
+            (0..100u64).find_map(|i| b.push(&req, i, PostFlags::UNSIGNALED).err().map(|e| (i, e)));
+        match (path, refused) {
+            ("direct", None) => {}
+            ("verbs", Some((64, e))) => {
+                assert!(
+                    matches!(
+                        e,
+                        Error::QueueFull {
+                            unit: QueueUnit::VerbsBatch,
+                            ..
+                        }
+                    ) && e.to_string().contains("ring the batch"),
+                    "{e}"
+                );
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+}

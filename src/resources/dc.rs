@@ -509,8 +509,8 @@ impl Dci {
         self.sq.ring();
         if self.sq.free_blocks() != self.sq.ring_blocks() {
             return Err(Error::InvalidState {
-                state: "requests outstanding: poll the DCI's completions (the failed and \
-                        flushed ones too), then recover",
+                state: "a DCI with requests outstanding: poll its completions (the failed \
+                        and flushed ones too), then recover",
             });
         }
         let mut fresh = self.pd.create_dci_on(&self.cq, self.caps, &self.timing)?;
@@ -535,8 +535,8 @@ impl Dci {
         self.sq.ring();
         if self.sq.free_blocks() != self.sq.ring_blocks() {
             return Err(Error::InvalidState {
-                state: "DCI in error: poll its failed and flushed completions, then post again \
-                        (it recovers then)",
+                state: "a DCI in error: poll its failed and flushed completions, then post \
+                        again (it recovers then)",
             });
         }
         self.recover()

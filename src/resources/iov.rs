@@ -32,7 +32,7 @@ impl Qp {
         if iov.len() > MAX_IOV {
             return Err(Error::TooManySge {
                 n: iov.len(),
-                max: MAX_IOV,
+                max: self.max_send_sge().min(MAX_IOV),
             });
         }
         let mut total = 0u64;

@@ -328,7 +328,7 @@ impl VerbsSendQueue {
             return Err(Error::QueueFull {
                 needed: 1,
                 free: 0,
-                unit: QueueUnit::SendRequests,
+                unit: QueueUnit::VerbsBatch,
             });
         }
         self.check_room()?;
@@ -546,6 +546,11 @@ impl VerbsSendQueue {
             return Err(Error::Verbs(code(call, rc)));
         }
         Ok(())
+    }
+
+    /// Gather entries a request takes.
+    pub(crate) fn max_sge(&self) -> usize {
+        self.max_sge
     }
 
     /// The rdma-core API this queue posts with.

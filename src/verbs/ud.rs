@@ -134,7 +134,7 @@ impl VerbsUdSendQueue {
             return Err(Error::QueueFull {
                 needed: 1,
                 free: 0,
-                unit: QueueUnit::SendRequests,
+                unit: QueueUnit::VerbsBatch,
             });
         }
         sq.check_room()?;

@@ -276,6 +276,30 @@ fn write_iov_to_a_remote_range_past_2_pow_64_is_refused() {
     }
 }
 
+/// Too many segments are refused naming the QP's gather limit, however many there are (61,
+/// past the crate's staging array of 60, said "at most 60" where the QP takes 8).
+#[test]
+fn write_iov_with_too_many_segments_names_the_qps_limit() {
+    let (_dev, pd, _cq, mut qp) = loopback();
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let seg = LocalSeg {
+        mr: &mr,
+        off: 0,
+        len: 1,
+    };
+    let dst = mr.remote_buf();
+    for n in [10, 61, 100] {
+        let segs = vec![seg; n];
+        let e = qp
+            .write_iov(&segs, &dst, 0, 1, PostFlags::SIGNALED)
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::TooManySge { n: got, max: 8 } if got == n),
+            "{n} segments, the QP takes 8: {e}"
+        );
+    }
+}
+
 #[test]
 fn remote_descriptors_beyond_the_region_are_refused() {
     let dev = Device::sim_stepped();

@@ -59,10 +59,14 @@ impl<'a> Batch<'a> {
 }
 
 impl Batch<'_> {
-    /// Adds one request.
+    /// Adds one request. On the direct path a batch holds as many as the ring has room for;
+    /// on the verbs path at most 64 (one `ibv_post_send` list).
     ///
     /// # Errors
-    /// As [`PostSend::post`](crate::PostSend::post); the requests pushed before stay in the batch.
+    /// As [`PostSend::post`](crate::PostSend::post); on the verbs path a 65th request is
+    /// [`Error::QueueFull`] with [`QueueUnit::VerbsBatch`](crate::QueueUnit::VerbsBatch)
+    /// (ring the batch, then push the rest into another). The requests pushed before stay
+    /// in the batch.
     #[inline(always)]
     pub fn push(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         match &mut self.0 {

@@ -196,6 +196,14 @@ impl Qp {
         Ok(())
     }
 
+    /// Gather entries a send of this QP takes.
+    pub(crate) fn max_send_sge(&self) -> usize {
+        match &self.path {
+            QpPath::Direct { sq, .. } => sq.limits().max_sge,
+            QpPath::Verbs { sq, .. } => sq.max_sge(),
+        }
+    }
+
     /// The backend's QP, for a UD QP's multicast groups.
     pub(crate) fn backend_qp(&self) -> Option<&backend::Qp> {
         self.obj.as_ref()

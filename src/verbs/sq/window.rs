@@ -71,7 +71,7 @@ impl VerbsSendQueue {
             return Err(Error::QueueFull {
                 needed: 1,
                 free: 0,
-                unit: QueueUnit::SendRequests,
+                unit: QueueUnit::VerbsBatch,
             });
         }
         self.check_room()?;

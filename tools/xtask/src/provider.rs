@@ -64,6 +64,7 @@ const LIB_CASES: &[&str] = &[
     "model_cases::a_provider_that_refuses_midway_with_zero_loses_no_request",
     "model_cases::on_iwarp_a_request_after_a_read_is_fenced",
     "model_cases::a_type1_bind_on_the_verbs_path_is_fenced_as_asked",
+    "model_cases::a_verbs_batch_past_64_requests_says_so",
 ];
 
 /// Runs [`LIB_CASES`] from the library's unit-test binary with the kernel model `lib`
