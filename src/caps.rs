@@ -36,7 +36,9 @@ pub struct QpCaps {
     /// payload more). The largest request these limits allow takes
     /// `mlx5::wqe::max_wqe_bbs` blocks, so `sq_blocks / max_wqe_bbs` of them always fit:
     /// [`QueuePair::send_depth`](crate::QueuePair::send_depth). On the verbs path the QP is created with
-    /// that many work requests (`max_send_wr`), so both paths have the same depth.
+    /// that many work requests (`max_send_wr`), so it holds at least as many: the provider
+    /// may give more (rdma-core rounds its ring up to a power of two: 341 asked of 1024
+    /// blocks of 3 give 512), and `send_depth` reports what it gave.
     pub sq_blocks: u32,
     /// The receive queue's size in receive work requests (0 for none), rounded as
     /// rdma-core's `mlx5_calc_rq_size` rounds it on a ConnectX, and so on every mlx5 path:
@@ -90,7 +92,7 @@ impl QpCaps {
 
     /// The verbs QP's `ibv_qp_cap`: `sq_blocks` is a ring size in blocks and rdma-core
     /// takes work requests, sizing each for the largest WQE (`mlx5_calc_sq_size`), so as many
-    /// requests of the largest kind as the blocks hold: the same depth on both paths
+    /// requests of the largest kind as the blocks hold: at least the direct path's depth
     /// ([`QueuePair::send_depth`](crate::QueuePair::send_depth)).
     pub(crate) fn verbs(&self) -> crate::verbs::objects::Caps {
         crate::verbs::objects::Caps {
