@@ -118,15 +118,24 @@ pub(crate) fn set_real_time(on: bool) {
     k.nic.set_hw_clock(c);
 }
 
-/// Gives the NIC no atomics (`on` false: a ConnectX the kernel reports `IBV_ATOMIC_NONE`
-/// for) or its own again; seen by devices opened after the call.
+/// With `on` false, the NIC is a ConnectX the kernel reports `IBV_ATOMIC_NONE` for
+/// (`get_atomic_caps`): its 8-byte atomics answer big-endian
+/// (`atomic_req_8B_endianness_mode` 0), the usual reason, so its QPs still take remote
+/// atomic rights (`get_atomic_mode` succeeds); with `on` true, its own atomics again. Seen
+/// by devices opened after the call.
 pub(crate) fn set_atomics(on: bool) {
     use std::sync::OnceLock;
     static OWN: OnceLock<mlx5::AtomicCaps> = OnceLock::new();
     let k = kernel();
     let own = *OWN.get_or_init(|| k.nic.atomic_caps());
-    k.nic
-        .set_atomic_caps(if on { own } else { mlx5::AtomicCaps::NONE });
+    k.nic.set_atomic_caps(if on {
+        own
+    } else {
+        mlx5::AtomicCaps {
+            reply8_be: true,
+            ..own
+        }
+    });
 }
 
 /// Runs the NIC from the caller's thread until a pass finds nothing to do: every WQE rung

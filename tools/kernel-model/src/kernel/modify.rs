@@ -77,6 +77,41 @@ pub(super) fn modify_qp_with(
     if m & mask::MIN_RNR_TIMER != 0 {
         q.timing.min_rnr_timer = c.min_rnr_timer;
     }
+    // `set_qpc_atomic_flags` (RC, at any modify naming the rights or the responder depth)
+    // and `mlx5_ib_modify_dct` (at INIT): remote atomic rights need `get_atomic_mode`,
+    // which fails (EOPNOTSUPP) on a device without atomics; a responder of depth 0 keeps
+    // only remote write.
+    let atomics = {
+        let a = nic.atomic_caps();
+        a.standard || a.masked
+    };
+    if q.ud.is_none() && m & (mask::ACCESS_FLAGS | mask::MAX_DEST_RD_ATOMIC) != 0 {
+        let access = if m & mask::ACCESS_FLAGS != 0 {
+            c.qp_access_flags
+        } else {
+            q.access
+        };
+        let depth = if m & mask::MAX_DEST_RD_ATOMIC != 0 {
+            c.max_dest_rd_atomic
+        } else {
+            q.resp_depth
+        };
+        let dct = matches!(q.dc, Some(Dc::Target { .. }));
+        let effective = if depth == 0 && !dct {
+            access & Access::REMOTE_WRITE.0
+        } else {
+            access
+        };
+        if effective & Access::REMOTE_ATOMIC.0 != 0 && !atomics {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if m & mask::ACCESS_FLAGS != 0 {
+            q.access = c.qp_access_flags;
+        }
+        if m & mask::MAX_DEST_RD_ATOMIC != 0 {
+            q.resp_depth = c.max_dest_rd_atomic;
+        }
+    }
     if let Some(dc) = &mut q.dc {
         // DC: no destination; a target's rights at INIT, the target made at RTR, an
         // initiator ready at RTS (`mlx5_ib_modify_dct`, `modify_qp` of a DCI).

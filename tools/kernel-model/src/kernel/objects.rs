@@ -42,6 +42,7 @@ pub(super) mod mask {
     pub(crate) const RETRY_CNT: u32 = 1 << 10;
     pub(crate) const RNR_RETRY: u32 = 1 << 11;
     pub(crate) const MIN_RNR_TIMER: u32 = 1 << 15;
+    pub(crate) const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
 }
 
 /// One object of a file, by its uverbs handle.
@@ -82,6 +83,10 @@ pub(super) struct Qp {
     pub(super) state: QpState,
     pub(super) dest: Option<u32>,
     pub(super) timing: QpTiming,
+    /// The responder's rights and depth as last given (`trans_qp.atomic_rd_en`,
+    /// `trans_qp.resp_depth`).
+    pub(super) access: u32,
+    pub(super) resp_depth: u8,
     /// The bfreg it rings: (dynamic, index); a static one is counted in the file's classes.
     pub(super) bfreg: (bool, u32),
     /// Responder scatter-to-CQE, as `configure_responder_scat_cqe` decided.

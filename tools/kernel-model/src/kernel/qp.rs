@@ -217,6 +217,8 @@ unsafe fn create_qp_with(
         state: QpState::Reset,
         dest: None,
         timing: QpTiming::default(),
+        access: 0,
+        resp_depth: 0,
         bfreg: (dynamic, bfreg),
         scatter: caps.scatter_to_cqe && !dci,
         ud,
@@ -232,8 +234,16 @@ unsafe fn create_qp_with(
         max_inline_data: s.max_inline,
         ..Default::default()
     };
+    // `_create_user_qp`: a static bfreg's index as the provider numbers its registers
+    // (`adjust_bfregn`: four per UAR page, the two regular ones first), so that libmlx5's
+    // `ctx->bfs[bfreg_index]` is the register the NIC watches (the raw index named another
+    // page's from 2 on); a dynamic one's is not read (the thread domain has its own).
     let drv = mlx5_ib_create_qp_resp {
-        bfreg_index: bfreg,
+        bfreg_index: if dynamic {
+            bfreg
+        } else {
+            bfreg / BFREGS_PER_PAGE * 4 + bfreg % BFREGS_PER_PAGE
+        },
         ..Default::default()
     };
     // SAFETY: the caller's contract.
@@ -279,6 +289,8 @@ unsafe fn create_dct(
         state: QpState::Reset,
         dest: None,
         timing: QpTiming::default(),
+        access: 0,
+        resp_depth: 0,
         bfreg: (true, u32::MAX),
         scatter: false,
         ud: None,
