@@ -843,22 +843,33 @@ fn ud_send_limits(dev: &Device) -> Result<(), String> {
     Ok(())
 }
 
-/// A ConnectX the kernel reports `IBV_ATOMIC_NONE` for (no host-endian 8-byte atomics,
-/// `get_atomic_caps`): on both paths an atomic is refused typed before posting and a write
-/// completes, and the verbs path still posts with `ibv_wr_*` (it asked libmlx5 for the
-/// atomic opcodes, which `mlx5_qp_fill_wr_pfns` refuses there: the QP fell back to
-/// `ibv_post_send`, or was refused under `BLUEFLAME_VERBS_API=extended`).
+/// A ConnectX the kernel reports `IBV_ATOMIC_NONE` for (`get_atomic_caps`): one whose
+/// 8-byte atomics answer big-endian (the usual reason), and one with no atomic operations
+/// at all, where the kernel refuses a QP's remote atomic right at RTR (`get_atomic_mode`,
+/// EOPNOTSUPP). On both paths the QP connects (without the right, on the second), an
+/// atomic is refused typed before posting and a write completes, and the verbs path still
+/// posts with `ibv_wr_*` (it asked libmlx5 for the atomic opcodes, which
+/// `mlx5_qp_fill_wr_pfns` refuses there: the QP fell back to `ibv_post_send`, or was
+/// refused under `BLUEFLAME_VERBS_API=extended`).
 fn no_atomics(_dev: &Device) -> Result<(), String> {
     struct Restore;
     impl Drop for Restore {
         fn drop(&mut self) {
-            model::set_atomics(true);
+            model::set_atomics(model::Atomics::Own);
         }
     }
-    if !model::set_atomics(false) {
-        return Err("the kernel model is not loaded".into());
+    for mode in [model::Atomics::BigEndian, model::Atomics::None] {
+        if !model::set_atomics(mode) {
+            return Err("the kernel model is not loaded".into());
+        }
+        let _restore = Restore;
+        no_atomics_on(mode)?;
     }
-    let _restore = Restore;
+    Ok(())
+}
+
+/// [`no_atomics`] on a NIC whose atomics are `mode`.
+fn no_atomics_on(mode: model::Atomics) -> Result<(), String> {
     let run = |verbs: bool| -> Result<String, String> {
         let e = |e: Error| e.to_string();
         if verbs {
@@ -900,7 +911,9 @@ fn no_atomics(_dev: &Device) -> Result<(), String> {
     let done = "completions [(2, Success)]";
     for (text, want) in [(&direct, want_direct), (&verbs, want_verbs)] {
         if !text.starts_with(want) || !text.contains(refused) || !text.ends_with(done) {
-            return Err(format!("want {want}, {refused}.., {done}: {text}"));
+            return Err(format!(
+                "{mode:?}: want {want}, {refused}.., {done}: {text}"
+            ));
         }
     }
     Ok(())

@@ -66,17 +66,29 @@ pub fn invalidate_odp(lkey: u32) -> bool {
     f(lkey) == 0
 }
 
-/// Gives the model's NIC no atomics (`on` false: the device reports `IBV_ATOMIC_NONE` to
-/// contexts opened from then on) or its own again; false when the model is not loaded.
-pub fn set_atomics(on: bool) -> bool {
+/// The model's NIC's atomics for contexts opened from then on: [`Atomics`]; false when the
+/// model is not loaded.
+pub fn set_atomics(mode: Atomics) -> bool {
     type F = extern "C" fn(libc::c_int);
     let Some(f) = sym(c"blueflame_kernel_model_set_atomics") else {
         return false;
     };
     // SAFETY: the model exports the function with this prototype.
     let f: F = unsafe { std::mem::transmute(f) };
-    f(on.into());
+    f(mode as libc::c_int);
     true
+}
+
+/// What [`set_atomics`] gives the NIC.
+#[derive(Copy, Clone, Debug)]
+pub enum Atomics {
+    /// 8-byte replies big-endian: the device reports `IBV_ATOMIC_NONE`, its QPs still take
+    /// remote atomic rights.
+    BigEndian = 0,
+    /// Its own (a current ConnectX).
+    Own = 1,
+    /// None at all: remote atomic rights are refused (`get_atomic_mode`).
+    None = 2,
 }
 
 /// Makes the model's NIC stamp completions in real time (`on`) or with its free-running

@@ -365,22 +365,25 @@ impl Qp {
         lim: &ConnLimits,
     ) -> Result<(), VerbsError> {
         use ffi::ibv_qp_attr_mask as M;
-        // SAFETY: as in to_init.
-        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = lim.path_mtu(remote.mtu);
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn & 0xff_ffff;
-        a.max_dest_rd_atomic = lim.max_dest_rd_atomic();
-        a.min_rnr_timer = t.min_rnr_timer;
-        a.ah_attr.dlid = remote.lid;
-        a.ah_attr.port_num = port;
-        if let Some(idx) = gid_index {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid.raw = remote.gid;
-            a.ah_attr.grh.sgid_index = idx as u8;
-            a.ah_attr.grh.hop_limit = 64;
-        }
+        let attr = || {
+            // SAFETY: as in to_init.
+            let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
+            a.path_mtu = lim.path_mtu(remote.mtu);
+            a.dest_qp_num = remote.qpn;
+            a.rq_psn = remote.psn & 0xff_ffff;
+            a.max_dest_rd_atomic = lim.max_dest_rd_atomic();
+            a.min_rnr_timer = t.min_rnr_timer;
+            a.ah_attr.dlid = remote.lid;
+            a.ah_attr.port_num = port;
+            if let Some(idx) = gid_index {
+                a.ah_attr.is_global = 1;
+                a.ah_attr.grh.dgid.raw = remote.gid;
+                a.ah_attr.grh.sgid_index = idx as u8;
+                a.ah_attr.grh.hop_limit = 64;
+            }
+            a
+        };
         let mask = M::IBV_QP_STATE.0
             | M::IBV_QP_AV.0
             | M::IBV_QP_PATH_MTU.0
@@ -388,7 +391,21 @@ impl Qp {
             | M::IBV_QP_RQ_PSN.0
             | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
             | M::IBV_QP_MIN_RNR_TIMER.0;
-        self.modify(&mut a, mask)
+        match self.modify(&mut attr(), mask) {
+            // A device without atomic operations refuses the remote atomic right `to_init`
+            // gave (mlx5_ib's `set_qpc_atomic_flags` at the first modify with a responder
+            // depth: `get_atomic_mode`, EOPNOTSUPP), as UCX's QPs ask it too: the QP goes
+            // to RTR without it (the access flags are an optional attribute of INIT ->
+            // RTR); peers' atomics then fail at this responder as on a device without them.
+            Err(e) if e.source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                let mut a = attr();
+                a.qp_access_flags =
+                    (Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ).0;
+                self.modify(&mut a, mask | M::IBV_QP_ACCESS_FLAGS.0)
+                    .map_err(|_| e)
+            }
+            r => r,
+        }
     }
 
     /// RTR -> RTS with send PSN `psn`.

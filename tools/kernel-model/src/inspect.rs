@@ -55,12 +55,12 @@ pub extern "C" fn blueflame_kernel_model_invalidate_odp(lkey: u32) -> c_int {
     }
 }
 
-/// With `on` 0, the NIC has no atomics and the device reports `IBV_ATOMIC_NONE` (as the
-/// kernel's `get_atomic_caps` does for a ConnectX without host-endian 8-byte atomics) to
-/// contexts opened from then on; with 1, its own atomics again.
+/// The NIC's atomics, for contexts opened from then on: `mode` 1 its own, 0 8-byte replies
+/// big-endian (the device reports `IBV_ATOMIC_NONE`, its QPs take remote atomic rights),
+/// 2 none at all (remote atomic rights refused, as `get_atomic_mode` refuses them).
 #[no_mangle]
-pub extern "C" fn blueflame_kernel_model_set_atomics(on: c_int) {
-    crate::kernel::set_atomics(on != 0);
+pub extern "C" fn blueflame_kernel_model_set_atomics(mode: c_int) {
+    crate::kernel::set_atomics(mode);
 }
 
 /// Raises an asynchronous event on the NIC as its hardware would: `kind` is the

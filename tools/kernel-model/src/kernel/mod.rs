@@ -118,23 +118,23 @@ pub(crate) fn set_real_time(on: bool) {
     k.nic.set_hw_clock(c);
 }
 
-/// With `on` false, the NIC is a ConnectX the kernel reports `IBV_ATOMIC_NONE` for
-/// (`get_atomic_caps`): its 8-byte atomics answer big-endian
-/// (`atomic_req_8B_endianness_mode` 0), the usual reason, so its QPs still take remote
-/// atomic rights (`get_atomic_mode` succeeds); with `on` true, its own atomics again. Seen
-/// by devices opened after the call.
-pub(crate) fn set_atomics(on: bool) {
+/// The NIC's atomics: `mode` 1 its own; 0 a ConnectX the kernel reports
+/// `IBV_ATOMIC_NONE` for (`get_atomic_caps`) because its 8-byte atomics answer big-endian
+/// (`atomic_req_8B_endianness_mode` 0), the usual reason: its QPs still take remote atomic
+/// rights (`get_atomic_mode` succeeds); 2 none at all (`get_atomic_mode` fails: remote
+/// atomic rights are refused). Seen by devices opened after the call.
+pub(crate) fn set_atomics(mode: i32) {
     use std::sync::OnceLock;
     static OWN: OnceLock<mlx5::AtomicCaps> = OnceLock::new();
     let k = kernel();
     let own = *OWN.get_or_init(|| k.nic.atomic_caps());
-    k.nic.set_atomic_caps(if on {
-        own
-    } else {
-        mlx5::AtomicCaps {
+    k.nic.set_atomic_caps(match mode {
+        1 => own,
+        0 => mlx5::AtomicCaps {
             reply8_be: true,
             ..own
-        }
+        },
+        _ => mlx5::AtomicCaps::NONE,
     });
 }
 
