@@ -104,3 +104,41 @@ fn a_qp_set_to_error_before_connect_refuses_posts() {
         Err(Error::InvalidState { .. })
     ));
 }
+
+/// An RC QP connected (one side) to the number of a QP of another transport: a DCT or a
+/// UD QP. A ConnectX drops an RC packet at a QP of another service type (the DCT takes DC
+/// packets, checked against its DC key; a UD QP datagrams, checked against its Q_Key):
+/// the requester's retries run out, nothing is written, nothing is received.
+#[test]
+fn an_rc_qp_connected_to_a_dct_reaches_nothing() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let tcq = dev.create_cq(64).unwrap();
+    let srq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let mr = pd.alloc_mr(4096, scenarios::RIGHTS).unwrap();
+    let dct = pd
+        .create_dct(&tcq, &srq, 0xc0ffee, Access::REMOTE_WRITE)
+        .unwrap();
+    let c = first_completion(&dev, &pd, &mr, dct.dctn()).unwrap();
+    assert_eq!(
+        (c.status, mr.read_u64(0).unwrap()),
+        (WcStatus::RetryExcErr, 0),
+        "an RC write to a DCT's number, no DC key: {c:?}"
+    );
+}
+
+/// As above, at a UD QP's number.
+#[test]
+fn an_rc_qp_connected_to_a_ud_qp_reaches_nothing() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(4096, scenarios::RIGHTS).unwrap();
+    let ucq = dev.create_cq(64).unwrap();
+    let ud = pd.create_ud_qp(&ucq, &ucq, QpCaps::default(), 5).unwrap();
+    let c = first_completion(&dev, &pd, &mr, ud.endpoint().qpn).unwrap();
+    assert_eq!(
+        (c.status, mr.read_u64(0).unwrap()),
+        (WcStatus::RetryExcErr, 0),
+        "an RC write to a UD QP's number: {c:?}"
+    );
+}

@@ -173,6 +173,11 @@ impl State {
             // A peer in error answers nothing: the requester's retries run out.
             return Err(Syndrome::TransportRetryExc);
         }
+        if p.dc.is_some() || p.ud.is_some() {
+            // A QP of another service type (a DCT, a DCI, a UD QP) drops an RC packet
+            // silently: nothing answers (the DC key and Q_Key are never checked).
+            return Err(Syndrome::TransportRetryExc);
+        }
         Ok((p.pd, peer))
     }
 

@@ -18,7 +18,8 @@ impl Nic {
     /// Connects QP `a` to QP `b` (or to itself) and moves `a` to RTS, as `ibv_modify_qp` to
     /// RTR and RTS does on a ConnectX: only `a` changes. `b` need not exist or be connected
     /// yet; `a`'s requests reach it once it is in RTS (a peer in RESET or in error answers
-    /// nothing, one that does not exist neither: `a`'s retries run out,
+    /// nothing, nor does one of another service type, a DCT, a DCI or a UD QP, nor one that
+    /// does not exist: `a`'s retries run out,
     /// [`Syndrome::TransportRetryExc`](crate::syndrome::Syndrome::TransportRetryExc)). Each side connects itself.
     ///
     /// # Errors
