@@ -57,6 +57,17 @@ pub fn all() -> Vec<Case> {
     ]
 }
 
+/// `mlx5_0` opened anew (a context of its own, which reads the model's NIC as it is now),
+/// on the verbs path with `verbs`, else on the direct path.
+fn open_fresh(verbs: bool) -> Result<Device, String> {
+    if verbs {
+        std::env::set_var("BLUEFLAME_PATH", "verbs");
+    }
+    let d = Device::open("mlx5_0", crate::GID_INDEX);
+    std::env::remove_var("BLUEFLAME_PATH");
+    d.map_err(|e| e.to_string())
+}
+
 /// A QP on `srq` and a QP to send to it, both completing their sends on `scq`, connected.
 fn srq_pair(pd: &Pd, scq: &Cq, srq: &Srq) -> Result<(Qp, Qp), String> {
     let e = |e: Error| e.to_string();
@@ -374,12 +385,7 @@ fn real_time_stamps(_dev: &Device) -> Result<(), String> {
     let epoch = mlx5::sim::HwClock::default().epoch_ns;
     let run = |verbs: bool| -> Result<Vec<u64>, String> {
         let e = |e: Error| e.to_string();
-        if verbs {
-            std::env::set_var("BLUEFLAME_PATH", "verbs");
-        }
-        let d = Device::open("mlx5_0", crate::GID_INDEX);
-        std::env::remove_var("BLUEFLAME_PATH");
-        let d = d.map_err(e)?;
+        let d = open_fresh(verbs)?;
         match d.clock() {
             Err(Error::Timestamps { .. }) => {}
             other => return Err(format!("Device::clock on a real-time device: {other:?}")),
@@ -872,12 +878,7 @@ fn no_atomics(_dev: &Device) -> Result<(), String> {
 fn no_atomics_on(mode: model::Atomics) -> Result<(), String> {
     let run = |verbs: bool| -> Result<String, String> {
         let e = |e: Error| e.to_string();
-        if verbs {
-            std::env::set_var("BLUEFLAME_PATH", "verbs");
-        }
-        let d = Device::open("mlx5_0", crate::GID_INDEX);
-        std::env::remove_var("BLUEFLAME_PATH");
-        let d = d.map_err(e)?;
+        let d = open_fresh(verbs)?;
         let pd = d.alloc_pd().map_err(e)?;
         let mut cq = d.create_cq(64).map_err(e)?;
         std::env::set_var("BLUEFLAME_VERBS_API", "extended");
