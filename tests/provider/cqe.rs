@@ -67,6 +67,22 @@ fn fan(dev: &Device, rcqe: u32) -> Fan {
     }
 }
 
+/// Posts `req` (signaled) on the client `c` and waits for its completion and the server's
+/// receive completion, their rows appended to `rows` (sends, receives). A `Fan`'s fields
+/// apart: `req` borrows its client's region.
+fn post_and_wait(
+    (c, dev, scq, rcq): (&mut Qp, &Device, &mut Cq, &mut Cq),
+    req: &Request<'_>,
+    cookie: u64,
+    rows: &mut (Vec<Row>, Vec<Row>),
+) {
+    c.post(req, cookie, PostFlags::SIGNALED).unwrap();
+    rows.0
+        .extend(crate::scenarios::wait_on(dev, scq, 1).iter().map(row));
+    rows.1
+        .extend(crate::scenarios::wait_on(dev, rcq, 1).iter().map(row));
+}
+
 /// What a user sees: completions (send side, receive side) and the server's bytes.
 fn srq_run(dev: &Device, rcqe: u32) -> (Vec<Row>, Vec<Row>, Vec<u8>) {
     let mut f = fan(dev, rcqe);
@@ -78,75 +94,47 @@ fn srq_run(dev: &Device, rcqe: u32) -> (Vec<Row>, Vec<Row>, Vec<u8>) {
             .post_recv(&[f.mr_s.sge(at, 100).unwrap()], 900 + i)
             .unwrap();
     }
-    let mut sends = Vec::new();
-    let mut recvs = Vec::new();
+    let mut rows = (Vec::new(), Vec::new());
     let sge = |n| f.mr_c.sge(0, n).unwrap();
     // A write with immediate into memory, a receive of the SRQ consumed.
-    f.c.post(
-        &Request::WriteImm {
-            remote: f.mr_s.remote(4000).unwrap(),
-            data: Payload::Sgl(&[sge(77)]),
-            imm: 0xa1b2_c3d4,
-        },
+    let write_imm = Request::WriteImm {
+        remote: f.mr_s.remote(4000).unwrap(),
+        data: Payload::Sgl(&[sge(77)]),
+        imm: 0xa1b2_c3d4,
+    };
+    post_and_wait(
+        (&mut f.c, &f.dev, &mut f.scq, &mut f.rcq),
+        &write_imm,
         1,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
-    sends.extend(
-        crate::scenarios::wait_on(&f.dev, &mut f.scq, 1)
-            .iter()
-            .map(row),
-    );
-    recvs.extend(
-        crate::scenarios::wait_on(&f.dev, &mut f.rcq, 1)
-            .iter()
-            .map(row),
+        &mut rows,
     );
     // Sends of 20, 50 and 64 bytes (in the CQE when the QP scatters to it).
     for (k, n) in [20usize, 50, 64].into_iter().enumerate() {
-        f.c.post(
-            &Request::SendImm {
-                data: Payload::Sgl(&[sge(n as u32)]),
-                imm: 0x0102_0300 + k as u32,
-            },
+        let send = Request::SendImm {
+            data: Payload::Sgl(&[sge(n as u32)]),
+            imm: 0x0102_0300 + k as u32,
+        };
+        post_and_wait(
+            (&mut f.c, &f.dev, &mut f.scq, &mut f.rcq),
+            &send,
             2 + k as u64,
-            PostFlags::SIGNALED,
-        )
-        .unwrap();
-        sends.extend(
-            crate::scenarios::wait_on(&f.dev, &mut f.scq, 1)
-                .iter()
-                .map(row),
-        );
-        recvs.extend(
-            crate::scenarios::wait_on(&f.dev, &mut f.rcq, 1)
-                .iter()
-                .map(row),
+            &mut rows,
         );
     }
     // A send longer than the receive: a responder error on the SRQ's WQE.
-    f.c.post(
-        &Request::Send {
-            data: Payload::Sgl(&[sge(150)]),
-        },
+    let long = Request::Send {
+        data: Payload::Sgl(&[sge(150)]),
+    };
+    post_and_wait(
+        (&mut f.c, &f.dev, &mut f.scq, &mut f.rcq),
+        &long,
         9,
-        PostFlags::SIGNALED,
-    )
-    .unwrap();
-    sends.extend(
-        crate::scenarios::wait_on(&f.dev, &mut f.scq, 1)
-            .iter()
-            .map(row),
-    );
-    recvs.extend(
-        crate::scenarios::wait_on(&f.dev, &mut f.rcq, 1)
-            .iter()
-            .map(row),
+        &mut rows,
     );
     let mut data = vec![0u8; 4096];
     f.mr_s.read(0, &mut data).unwrap();
     let _ = &f.s;
-    (sends, recvs, data)
+    (rows.0, rows.1, data)
 }
 
 fn compare(dev: &Device, rcqe: u32) -> Result<(), String> {
