@@ -178,6 +178,19 @@ impl W {
         self.refused.insert(cookie);
     }
 
+    /// A receive refused (of a QP or the SRQ): for want of room in its queue or its CQ, the
+    /// latter never on a generously sized CQ; its cookie is then never to complete.
+    fn check_recv_refusal(&mut self, cookie: u64, e: &Error) {
+        assert!(
+            matches!(e, Error::QueueFull { .. } | Error::CqFull { .. }),
+            "{e}"
+        );
+        if matches!(e, Error::CqFull { .. }) {
+            assert!(!self.generous, "{e}");
+        }
+        self.refused.insert(cookie);
+    }
+
     /// One request for QP q: (request builder inputs)
     fn make_req<'a>(
         r: &mut Rng,
@@ -354,16 +367,7 @@ impl W {
                     self.srq_avail += 1;
                     self.accept(q, cookie, true, true, true)
                 }
-                Err(e) => {
-                    assert!(
-                        matches!(e, Error::QueueFull { .. } | Error::CqFull { .. }),
-                        "{e}"
-                    );
-                    if matches!(e, Error::CqFull { .. }) {
-                        assert!(!self.generous, "{e}");
-                    }
-                    self.refused.insert(cookie);
-                }
+                Err(e) => self.check_recv_refusal(cookie, &e),
             }
             return;
         }
@@ -378,16 +382,7 @@ impl W {
                 self.qs[q].as_mut().unwrap().avail += 1;
                 self.accept(q, cookie, true, true, false)
             }
-            Err(e) => {
-                assert!(
-                    matches!(e, Error::QueueFull { .. } | Error::CqFull { .. }),
-                    "{e}"
-                );
-                if matches!(e, Error::CqFull { .. }) {
-                    assert!(!self.generous, "{e}");
-                }
-                self.refused.insert(cookie);
-            }
+            Err(e) => self.check_recv_refusal(cookie, &e),
         }
     }
 
