@@ -83,11 +83,10 @@ impl Cq {
         match self {
             #[cfg(feature = "sim")]
             Cq::Sim(c) => c.link(id, token, sink),
-            Cq::Rdma(c) => {
-                let _ = (token, sink);
-                // Events name the CQ by its context.
-                // SAFETY: live CQ, not armed yet: nothing reads its context concurrently.
-                unsafe { (*c.cq).cq_context = id as usize as *mut _ };
+            Cq::Rdma(_) => {
+                // Events name the CQ by its context, which holds its number `id` from its
+                // creation on (`rdma::create_cq`, on both paths).
+                let _ = (id, token, sink);
             }
         }
     }

@@ -159,8 +159,8 @@ pub(crate) fn create_cq(
     // accounting shares out what it promises.
     let promised = cq.capacity();
     let cqn = raw.cqn;
-    // Its number in its context, where its events read it (`IBV_EVENT_CQ_ERR` names the
-    // `ibv_cq` only), as on the verbs path; `link` writes the same for its channel.
+    // Its number in its context, where its events read it (`IBV_EVENT_CQ_ERR` and its
+    // channel's completion events name the `ibv_cq` only), as on the verbs path.
     // SAFETY: a live CQ, just made: nothing reads its context concurrently.
     unsafe { (*cq.cq).cq_context = cqn as usize as *mut _ };
     let rings = CqRings::Direct {
