@@ -371,16 +371,12 @@ fn timestamps(dev: &Device) -> Result<(), String> {
 /// (the clock is the PTP clock).
 fn real_time_stamps(_dev: &Device) -> Result<(), String> {
     use std::time::{Duration, Instant};
-    struct Restore;
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            model::set_real_time(false);
-        }
-    }
     if !model::set_real_time(true) {
         return Err("the kernel model is not loaded".into());
     }
-    let _restore = Restore;
+    let _restore = model::Restore(|| {
+        model::set_real_time(false);
+    });
     // The NIC's real-time clock starts at 2026-11-01 00:00:00 UTC (`HwClock::default`).
     let epoch = mlx5::sim::HwClock::default().epoch_ns;
     let run = |verbs: bool| -> Result<Vec<u64>, String> {
@@ -858,17 +854,13 @@ fn ud_send_limits(dev: &Device) -> Result<(), String> {
 /// `mlx5_qp_fill_wr_pfns` refuses there: the QP fell back to `ibv_post_send`, or was
 /// refused under `BLUEFLAME_VERBS_API=extended`).
 fn no_atomics(_dev: &Device) -> Result<(), String> {
-    struct Restore;
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            model::set_atomics(model::Atomics::Own);
-        }
-    }
     for mode in [model::Atomics::BigEndian, model::Atomics::None] {
         if !model::set_atomics(mode) {
             return Err("the kernel model is not loaded".into());
         }
-        let _restore = Restore;
+        let _restore = model::Restore(|| {
+            model::set_atomics(model::Atomics::Own);
+        });
         no_atomics_on(mode)?;
     }
     Ok(())

@@ -116,3 +116,12 @@ pub fn raise_event(kind: i32, num: u32) -> bool {
     let f: F = unsafe { std::mem::transmute(f) };
     f(kind, num) == 0
 }
+
+/// Runs its function when dropped: puts a setting of the model back however a case ends.
+pub struct Restore(pub fn());
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
