@@ -934,15 +934,12 @@ fn peer_never_connects(dev: &Device) -> Result<(), String> {
         let mr = pd.alloc_mr(64, scenarios::RIGHTS).map_err(e)?;
         a.write_inline(&[1; 8], mr.remote(0).map_err(e)?, 1, PostFlags::SIGNALED)
             .map_err(e)?;
-        // A bound in time, not in spins: without the peer's connect the request used to
-        // stay queued for good.
-        let mut out = [Completion::default(); 2];
-        let mut got = Vec::new();
-        let t = std::time::Instant::now();
-        while got.is_empty() && t.elapsed() < std::time::Duration::from_secs(10) {
-            let n = cq.poll(&mut out);
-            got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
-        }
+        // Bounded in time (`wait_on`): without the peer's connect the request used to stay
+        // queued for good.
+        let got: Vec<_> = scenarios::wait_on(d, &mut cq, 1)
+            .iter()
+            .map(|c| (c.cookie, c.status))
+            .collect();
         Ok(format!("completions {got:?}"))
     };
     let want = "completions [(1, RetryExcErr)]";
@@ -999,15 +996,8 @@ fn dci_recovery(dev: &Device) -> Result<(), String> {
         let pb = DcPeer::from_ah(&ah, b.dctn(), 2).map_err(e)?;
         let mut log = Vec::new();
         let next = |cq: &mut Cq, log: &mut Vec<String>| {
-            let mut out = [Completion::default(); 1];
-            let t = std::time::Instant::now();
-            while t.elapsed() < std::time::Duration::from_secs(10) {
-                if cq.poll(&mut out) == 1 {
-                    log.push(format!("{}:{:?}", out[0].cookie, out[0].status));
-                    return;
-                }
-            }
-            log.push("nothing".into());
+            let c = scenarios::wait_on(d, cq, 1)[0];
+            log.push(format!("{}:{:?}", c.cookie, c.status));
         };
         let f = PostFlags::SIGNALED;
         let at = |off: usize| mr.remote(off).map_err(e);
