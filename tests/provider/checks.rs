@@ -824,9 +824,10 @@ fn ud_send_limits(dev: &Device) -> Result<(), String> {
             a.send_to(&ah, to.qpn, to.qkey, Payload::Inline(&data[..940]), 2, f),
             a.send_to(&ah, to.qpn, to.qkey, Payload::Inline(&data), 3, f),
         ];
-        let mut out = [Completion::default(); 4];
-        let n = cq.poll_n(&mut out, 2, 1 << 34);
-        let got: Vec<_> = out[..n].iter().map(|c| (c.cookie, c.status)).collect();
+        let got: Vec<_> = scenarios::wait_on(d, &mut cq, 2)
+            .iter()
+            .map(|c| (c.cookie, c.status))
+            .collect();
         Ok(format!(
             "941 inline at creation: {over:?}; posts: {posts:?}; completions {got:?}"
         ))
@@ -888,9 +889,10 @@ fn no_atomics_on(mode: model::Atomics) -> Result<(), String> {
         let atomic = qp.fetch_add(remote, 1, mr.sge(0, 8).map_err(e)?, 1, PostFlags::SIGNALED);
         qp.write_inline(&[1; 8], remote, 2, PostFlags::SIGNALED)
             .map_err(e)?;
-        let mut out = [Completion::default(); 2];
-        let n = cq.poll_n(&mut out, 1, 1 << 34);
-        let got: Vec<_> = out[..n].iter().map(|c| (c.cookie, c.status)).collect();
+        let got: Vec<_> = scenarios::wait_on(&d, &mut cq, 1)
+            .iter()
+            .map(|c| (c.cookie, c.status))
+            .collect();
         Ok(format!(
             "{:?} {:?}: atomic {atomic:?}, completions {got:?}",
             qp.data_path(),
