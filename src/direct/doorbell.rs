@@ -14,8 +14,14 @@ pub(crate) struct Doorbell {
     bf_reg: *mut u8,
     bf_size: usize,
     /// The half the next ring uses, when the register is the queue's own (or has no
-    /// BlueFlame: then it stays 0).
-    bf_offset: usize,
+    /// BlueFlame: then it stays `bf_reg`): an address, not an offset from `bf_reg`, so that
+    /// a ring loads it once instead of adding two fields (one instruction of every post).
+    /// An address rather than a pointer so that it flips with one XOR (`map_addr` is newer
+    /// than the crate's minimum Rust); `bf_reg`'s address, exposed by the cast that made it.
+    bf_cur: usize,
+    /// The two halves' addresses XORed (0 without BlueFlame): `bf_cur ^ bf_flip` is the
+    /// other half, whatever the register's alignment.
+    bf_flip: usize,
     /// Set when other queues may ring the register: every ring takes its lock and uses its
     /// offset. Checked first on every ring (one load and branch on the fast path).
     shared: Option<Arc<SharedReg>>,
@@ -54,7 +60,8 @@ impl Doorbell {
             dbrec,
             bf_reg,
             bf_size,
-            bf_offset: 0,
+            bf_cur: bf_reg as usize,
+            bf_flip: bf_reg as usize ^ bf_reg.wrapping_add(bf_size) as usize,
             shared,
             mode: claim.mode,
             _claim: claim.reg,
@@ -66,6 +73,12 @@ impl Doorbell {
     #[cfg(test)]
     pub(crate) fn bf_size(&self) -> usize {
         self.bf_size
+    }
+
+    /// The other half for the next ring (rdma-core `bf->offset ^= bf->buf_size`).
+    #[inline(always)]
+    fn flip(&mut self) {
+        self.bf_cur ^= self.bf_flip;
     }
 
     /// Drops the register claim (the queue never rings again: its QP is being destroyed).
@@ -90,20 +103,20 @@ impl Doorbell {
         };
     }
 
-    /// Step 4 of a ring, into the half at `offset`: the whole WQE through BlueFlame when
+    /// Step 4 of a ring, into the half at `half`: the whole WQE through BlueFlame when
     /// `single` and it fits, else its first 8 bytes as the doorbell.
     ///
     /// # Safety
-    /// As [`Doorbell::ring`]; `offset` is 0 or `bf_size`.
+    /// As [`Doorbell::ring`]; `half` is `bf_reg` or `bf_reg + bf_size`.
     #[inline(always)]
     unsafe fn write_register(
         &self,
-        offset: usize,
+        half: *mut u8,
         single: bool,
         last_bbs: usize,
         block: &impl Fn(usize) -> *const u8,
     ) {
-        let dst = self.bf_reg.wrapping_add(offset) as *mut u64;
+        let dst = half as *mut u64;
         if single && self.bf_size != 0 && last_bbs * SEND_WQE_BB <= self.bf_size {
             // 4a. BlueFlame: the whole WQE, 64 bytes at a time, ascending, source wrapping.
             for i in 0..last_bbs {
@@ -150,12 +163,12 @@ impl Doorbell {
         // 3. The record store is ordered before the write-combining stores below.
         barrier::wc_start();
         // 4. BlueFlame copy or 8-byte doorbell.
-        // SAFETY: the caller's contract; the offset is 0 or bf_size.
-        unsafe { self.write_register(self.bf_offset, single, last_bbs, &block) };
+        // SAFETY: the caller's contract; `bf_cur` is one of the two halves.
+        unsafe { self.write_register(self.bf_cur as *mut u8, single, last_bbs, &block) };
         // 5. Push the write-combining buffer out before the next ring can overtake it.
         barrier::wc_flush();
         // 6. Alternate halves.
-        self.bf_offset ^= self.bf_size;
+        self.flip();
     }
 
     /// [`Doorbell::ring`] on a shared register: steps 3 to 6 under the register's lock, with
@@ -177,7 +190,7 @@ impl Doorbell {
         // SAFETY: the caller's contract (as `ring`'s).
         unsafe {
             self.under_lock(pi, |offset| {
-                self.write_register(offset, single, last_bbs, block)
+                self.write_register(self.bf_reg.wrapping_add(offset), single, last_bbs, block)
             })
         }
     }
@@ -220,9 +233,9 @@ impl Doorbell {
         barrier::wc_start();
         // SAFETY: `wqe` has 64 readable bytes (caller contract); the destination is the first
         // block of the current BlueFlame half (bf_size >= 64), 64-byte aligned.
-        unsafe { copy_block(self.bf_reg.wrapping_add(self.bf_offset), wqe) };
+        unsafe { copy_block(self.bf_cur as *mut u8, wqe) };
         barrier::wc_flush();
-        self.bf_offset ^= self.bf_size;
+        self.flip();
     }
 
     /// [`Doorbell::ring_bf_block`] on a register other queues ring too: the record, then,

@@ -278,6 +278,10 @@ fn single_posts(bf_size: u32, inline_len: usize, n: u64) -> QpStats {
     }
     let st = stats(&s);
     assert_eq!(st.wqes, n);
+    // Consecutive rings alternate the register's halves (rdma-core `bf->offset ^=
+    // bf->buf_size`), on the fast path's ring too (no test looked before: a ring that never
+    // flipped the half went unseen).
+    assert_eq!(st.bf_out_of_turn, 0, "{st:?}");
     st
 }
 
