@@ -373,6 +373,10 @@ impl CompletionQueue {
         if !self.is_mine(self.op_own()) || out.room() == 0 {
             return 0;
         }
+        #[cfg(test)]
+        if FORCE_GENERAL.with(|f| f.get()) {
+            return self.poll_general(out, 0);
+        }
         self.poll_some(out)
     }
 
@@ -1002,4 +1006,13 @@ fn req_byte_len(opcode: WcOpcode, shadow: u32, cqe: &Cqe64) -> u32 {
 }
 
 #[cfg(test)]
+mod fast_vs_general;
+#[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only (`fast_vs_general`): every poll of this thread takes the general path, the
+    /// fast paths forced off.
+    pub(crate) static FORCE_GENERAL: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}

@@ -10,6 +10,8 @@ mod barrier;
 mod cq;
 pub(crate) mod dc;
 mod doorbell;
+#[cfg(test)]
+mod fast_vs_general;
 mod inline_write;
 mod one_block;
 mod placement;
