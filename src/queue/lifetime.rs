@@ -29,16 +29,16 @@ use std::sync::{Arc, Mutex, Weak};
 
 /// How far a queue has posted and retired.
 pub(crate) trait Progress: Send + Sync {
-    fn posted(&self) -> u16;
-    fn done_up_to(&self, mark: u16) -> bool;
+    fn posted(&self) -> u64;
+    fn done_up_to(&self, mark: u64) -> bool;
 }
 
 impl<T: Copy + Default + Send> Progress for Shadow<T> {
-    fn posted(&self) -> u16 {
-        Shadow::posted(self)
+    fn posted(&self) -> u64 {
+        Shadow::posted_wide(self)
     }
-    fn done_up_to(&self, mark: u16) -> bool {
-        Shadow::done_up_to(self, mark)
+    fn done_up_to(&self, mark: u64) -> bool {
+        Shadow::done_up_to_wide(self, mark)
     }
 }
 
@@ -58,7 +58,7 @@ pub(crate) type Registration = Box<dyn Deregister>;
 
 struct Parked {
     reg: Registration,
-    marks: Vec<(Weak<dyn Progress>, u16)>,
+    marks: Vec<(Weak<dyn Progress>, u64)>,
     /// The region's pins (closed): none may be held when it is deregistered.
     pins: Option<Arc<Pins>>,
 }
@@ -131,7 +131,7 @@ impl Lifetimes {
     /// agrees (its windows are unbound or freed).
     pub(crate) fn release(&self, mut reg: Registration, pins: Option<Arc<Pins>>) {
         let unpinned = pins.as_ref().map_or(true, |p| p.close());
-        let marks: Vec<(Weak<dyn Progress>, u16)> = self
+        let marks: Vec<(Weak<dyn Progress>, u64)> = self
             .queues
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -139,10 +139,31 @@ impl<T: Copy + Default> Shadow<T> {
         self.posted.load(Ordering::Relaxed)
     }
 
-    /// Whether everything posted before `mark` has completed (or retired past it).
-    pub(crate) fn done_up_to(&self, mark: u16) -> bool {
-        let retired = self.retired();
-        retired == self.posted() || (retired.wrapping_sub(mark) as i16) >= 0
+    /// [`Shadow::posted`] as a 64-bit count (see `base`); any thread.
+    pub(crate) fn posted_wide(&self) -> u64 {
+        loop {
+            let base = self.base.load(Ordering::Acquire);
+            let posted = self.posted();
+            // `posted` lies at or after `base` and less than a ring past it (as in
+            // `outcome`); read again if the poster moved `base` meanwhile.
+            if self.base.load(Ordering::Relaxed) == base {
+                return widen(base, posted);
+            }
+        }
+    }
+
+    /// Whether everything posted before the 64-bit count `mark` (from
+    /// [`Shadow::posted_wide`]) has completed: exact however far the queue has gone since.
+    pub(crate) fn done_up_to_wide(&self, mark: u64) -> bool {
+        loop {
+            let base = self.base.load(Ordering::Acquire);
+            let retired = self.retired();
+            let posted = self.posted();
+            if self.base.load(Ordering::Relaxed) != base {
+                continue;
+            }
+            return retired == posted || widen(base, retired) >= mark;
+        }
     }
 
     /// The position up to which the ring is free (poster).

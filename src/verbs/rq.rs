@@ -264,7 +264,7 @@ impl VerbsRecvQueue {
     /// The queue moves first and is put back on a refusal, so that nothing but the call's
     /// result is live across it (no registers to save for the rest). A `posted` mark one
     /// ahead for the length of the call only delays a deferred deregistration's check
-    /// (`Shadow::done_up_to`); no completion of `seq` can come before it is posted.
+    /// (`Shadow::done_up_to_wide`); no completion of `seq` can come before it is posted.
     #[inline(always)]
     fn submit(&mut self, n: usize, cookie: u64) -> i32 {
         let seq = self.seq;

@@ -635,3 +635,20 @@ fn completion_events_fire_for_sessions_and_for_a_session_left_half_read() {
     );
     assert_eq!(nic(&dev).cq_sessions(cqn), (2, 15));
 }
+
+/// Receive sessions whose receive counters (title's + j, 16 bits) cross
+/// 0xffff inside a session, and requester sessions whose WQE counters cross it: 72,000
+/// writes with immediate (each a receive of `b`) and as many writes, the same completions
+/// as an uncompressed CQ.
+#[test]
+fn receive_counters_cross_0xffff_inside_sessions() {
+    let rounds: Vec<(Vec<Op>, usize)> = (0..1200)
+        .map(|i| {
+            let mut v = vec![Op::WriteImm(7); 60];
+            v.extend(vec![Op::Write(i % 3 == 0); 60]);
+            (v, 16)
+        })
+        .collect();
+    let (sessions, zipped) = same_as_plain(MiniCqeFormat::Hash, 256, false, &rounds);
+    assert!(zipped > 100_000, "{sessions} {zipped}");
+}

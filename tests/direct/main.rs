@@ -12,6 +12,7 @@ mod scenarios;
 
 mod atomics;
 mod direct_async_events;
+mod direct_counter_wrap;
 mod direct_cq_overrun;
 mod direct_cq_stall;
 mod direct_cqe_zip;
