@@ -3,7 +3,7 @@
 //! region's pin count ([`Pins`]).
 
 use super::pin::Pins;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use mlx5::request::Sge;
 use mlx5::shared::Words;
 use std::sync::{Arc, Mutex};
@@ -69,7 +69,8 @@ impl Region {
 /// receive queue compares with one load before it uses its own copy of the list.
 #[derive(Default)]
 pub(crate) struct Regions {
-    gen: AtomicU32,
+    /// 64 bits: it never comes round to a value a check saw (or starts from) again.
+    gen: AtomicU64,
     list: Mutex<Vec<Region>>,
 }
 
@@ -91,7 +92,7 @@ impl Regions {
 
     /// Copies the list into `cache` when it changed since `seen`.
     #[cold]
-    fn refresh(&self, cache: &mut Vec<Region>, seen: &mut u32) {
+    fn refresh(&self, cache: &mut Vec<Region>, seen: &mut u64) {
         let gen = self.gen.load(Ordering::Acquire);
         if gen != *seen {
             cache.clear();
@@ -115,7 +116,7 @@ pub(crate) struct Landing {
 pub(crate) struct RegionCheck {
     regions: Arc<Regions>,
     cache: Vec<Region>,
-    seen: u32,
+    seen: u64,
     /// The index in `cache` of the region the last entry landed in, looked at first: a
     /// queue posts into the same region again and again.
     last: usize,
@@ -129,7 +130,7 @@ impl RegionCheck {
         RegionCheck {
             regions,
             cache: Vec::new(),
-            seen: u32::MAX,
+            seen: u64::MAX,
             last: 0,
             odp: false,
         }
@@ -281,5 +282,39 @@ mod tests {
         assert!(pins.close());
         assert_eq!(try_land(&mut check, sge(0x1000, 8, 7)), (false, false));
         assert!(pins.released());
+    }
+
+    /// The domain's generation was 32 bits and a new check starts at
+    /// `u32::MAX`: a receive queue made once the domain's regions changed 2^32 - 1 times
+    /// (2^31 regions registered and dropped) never copies the list, and finds no region.
+    #[test]
+    fn a_check_made_at_generation_u32_max_sees_the_regions() {
+        let regions = Arc::new(Regions::default());
+        // The state after 2^32 - 2 inserts and removes (each bumps the generation by one).
+        regions.gen.store(u32::MAX as u64 - 1, Ordering::Relaxed);
+        regions.insert(region(7, 0x1000, true, true));
+        let mut check = RegionCheck::new(regions.clone());
+        assert_eq!(
+            try_land(&mut check, sge(0x1000, 8, 7)),
+            (true, true),
+            "live region, its key"
+        );
+    }
+
+    /// A check that last looked at generation g and is asked again exactly
+    /// 2^32 changes later takes its stale copy for the current list.
+    #[test]
+    fn a_check_2_pow_32_changes_later_sees_the_new_region() {
+        let regions = Arc::new(Regions::default());
+        let mut check = RegionCheck::new(regions.clone());
+        assert_eq!(try_land(&mut check, sge(0x1000, 8, 7)), (false, false));
+        regions.insert(region(7, 0x1000, true, true));
+        // 2^32 - 1 more changes elsewhere in the domain (as many registrations and drops).
+        regions.gen.fetch_add(u32::MAX as u64, Ordering::Relaxed);
+        assert_eq!(
+            try_land(&mut check, sge(0x1000, 8, 7)),
+            (true, true),
+            "live region, its key"
+        );
     }
 }
