@@ -44,6 +44,8 @@ pub(crate) enum McastError {
     LidNotMulticast,
     /// Detach of a group the QP is not attached to.
     Unattached,
+    /// A join when every multicast LID is held by a joined group.
+    NoMlid,
 }
 
 /// Whether `gid` / `lid` name a multicast group on an InfiniBand port (the kernel's
@@ -90,8 +92,14 @@ impl Groups {
             *n += 1;
             return Ok(*mlid);
         }
-        let mlid = MULTICAST_LID_BASE + 1 + self.mlids % (PERMISSIVE_LID - MULTICAST_LID_BASE - 1);
-        self.mlids = self.mlids.wrapping_add(1);
+        // The next multicast LID no joined group holds (a subnet manager never hands out a
+        // live one); none left: refused, as an SM refuses a join it has no MLID for.
+        let span = PERMISSIVE_LID - MULTICAST_LID_BASE - 1;
+        let (k, mlid) = (0..span)
+            .map(|k| (k, MULTICAST_LID_BASE + 1 + (self.mlids % span + k) % span))
+            .find(|(_, m)| !self.joined.values().any(|(l, _)| l == m))
+            .ok_or(McastError::NoMlid)?;
+        self.mlids = (self.mlids % span + k + 1) % span;
         self.joined.insert(gid, (mlid, 1));
         Ok(mlid)
     }
@@ -207,5 +215,32 @@ mod tests {
         g.leave(MGID).unwrap();
         assert!(g.receivers(Some(&MGID), 0).is_empty());
         assert_eq!(g.leave(MGID), Err(McastError::Unattached));
+    }
+
+    /// The subnet manager's multicast LID counter came round to a LID a
+    /// group still joined holds: two live groups share it.
+    #[test]
+    fn a_live_groups_mlid_is_never_handed_out_again() {
+        let mut g = Groups {
+            fabric: true,
+            ..Groups::default()
+        };
+        let mlid = g.join(MGID).unwrap();
+        g.attach(1, (MGID, mlid)).unwrap();
+        let mut other = MGID;
+        for i in 0..16_381u32 {
+            other[12..16].copy_from_slice(&(i + 2).to_be_bytes());
+            g.join(other).unwrap();
+            g.leave(other).unwrap();
+        }
+        other[12..16].copy_from_slice(&999_999u32.to_be_bytes());
+        let new = g.join(other).unwrap();
+        g.attach(2, (other, new)).unwrap();
+        assert_eq!(
+            g.receivers(None, new),
+            vec![2],
+            "mlid {new:#x} of MGID {mlid:#x}"
+        );
+        assert_ne!(new, mlid, "MGID is still joined");
     }
 }

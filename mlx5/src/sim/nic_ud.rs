@@ -13,6 +13,7 @@ fn mcast_err(e: McastError) -> SimError {
         McastError::GidNotMulticast => "the GID is not a multicast GID (first byte 0xff)",
         McastError::LidNotMulticast => "the LID is not a multicast LID (0xc000..=0xfffe)",
         McastError::Unattached => "the QP is not attached to this group",
+        McastError::NoMlid => "every multicast LID is held by a joined group",
     })
 }
 
