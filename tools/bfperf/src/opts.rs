@@ -503,6 +503,17 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         // perftest's MIN_QP_NUM and MAX_QP_NUM.
         return Err(format!("-q: {} QPs, not 1 to {MAX_QPS}", o.qps));
     }
+    // Every run counts `warmup + iters` requests per QP, over all its QPs.
+    if o.iters
+        .checked_add(o.warmup)
+        .and_then(|n| n.checked_mul(o.qps))
+        .is_none()
+    {
+        return Err(format!(
+            "--iters {} with --warmup {} over {} QPs: more requests than a count holds",
+            o.iters, o.warmup, o.qps
+        ));
+    }
     if o.post_list > o.tx_depth {
         return Err(format!(
             "--post-list {} exceeds --tx-depth {}",
@@ -641,6 +652,14 @@ mod tests {
         assert!(parse(&args("--server --client h")).is_err());
         assert!(parse(&args("--bogus")).unwrap_err().contains("--bogus"));
         assert!(parse(&args("-n")).unwrap_err().contains("needs a value"));
+        // Counts a run adds up (warm-up and measured requests, over every QP): refused
+        // before they overflow (a debug build panicked, a release one ran a wrapped count).
+        assert!(parse(&args("-n 18446744073709551615"))
+            .unwrap_err()
+            .contains("--iters 18446744073709551615"));
+        assert!(parse(&args("-q 2 --warmup 9223372036854775808"))
+            .unwrap_err()
+            .contains("over 2 QPs"));
     }
 
     #[test]
