@@ -125,3 +125,13 @@ impl Drop for Restore {
         (self.0)()
     }
 }
+
+/// Live kernel objects per kind (PD, MR, MW, completion channel, CQ, QP, SRQ) over every
+/// open device file; None when the model is not loaded.
+pub fn live_objects() -> Option<[i64; 7]> {
+    type F = extern "C" fn(u32) -> i64;
+    let f = sym(c"blueflame_kernel_model_live_objects")?;
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    Some(core::array::from_fn(|k| f(k as u32)))
+}

@@ -97,3 +97,10 @@ pub extern "C" fn blueflame_kernel_model_set_real_time(on: c_int) {
 pub extern "C" fn blueflame_kernel_model_drain() {
     crate::kernel::drain();
 }
+
+/// Live objects of kind `kind` (0 PD, 1 MR, 2 MW, 3 completion channel, 4 CQ, 5 QP, 6 SRQ)
+/// over every open device file.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_live_objects(kind: u32) -> i64 {
+    crate::kernel::live_objects(kind) as i64
+}

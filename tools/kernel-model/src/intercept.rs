@@ -216,6 +216,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
     if fds::EVENTS.has(fd) {
         crate::events::close(fd);
+        crate::kernel::close_channel(fd);
     }
     // SAFETY: the caller passes close(2)'s arguments.
     unsafe { (next().close)(fd) }

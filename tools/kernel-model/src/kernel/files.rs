@@ -57,6 +57,16 @@ pub(crate) fn close_file(fd: c_int) {
     }
 }
 
+/// Closes a completion channel's descriptor: its object goes from the file that made it
+/// (the kernel's `uverbs_uobject_fd_release`), so that a later CQ naming that descriptor
+/// number is refused unless it is a channel again.
+pub(crate) fn close_channel(fd: c_int) {
+    for f in kernel().files.values_mut() {
+        f.objs
+            .retain(|_, o| !matches!(o, Obj::Channel(c) if *c == fd));
+    }
+}
+
 /// `mmap` of the device file: a UAR page (`mlx5_ib_mmap` -> `uar_mmap`). The page is plain
 /// memory the NIC reads doorbells from.
 pub(crate) fn mmap(fd: c_int, len: usize, off: libc::off_t) -> *mut libc::c_void {

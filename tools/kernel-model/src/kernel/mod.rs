@@ -24,7 +24,7 @@ mod qp;
 mod srq;
 mod state;
 
-pub(crate) use files::{close_file, mmap, open_file};
+pub(crate) use files::{close_channel, close_file, mmap, open_file};
 
 use crate::abi::*;
 use crate::cmd::Call;
@@ -152,4 +152,27 @@ pub(crate) fn cq_sessions(cqn: u32) -> Option<u64> {
     let k = kernel();
     k.nic.cq_arm_stats(cqn)?;
     Some(k.nic.cq_sessions(cqn).0)
+}
+
+/// Live objects of kind `kind` (0 PD, 1 MR, 2 MW, 3 completion channel, 4 CQ, 5 QP, 6 SRQ)
+/// over every open device file: what a program left in the kernel.
+pub(crate) fn live_objects(kind: u32) -> usize {
+    let k = kernel();
+    let n = k
+        .files
+        .values()
+        .flat_map(|f| f.objs.values())
+        .filter(|o| {
+            kind == match o {
+                Obj::Pd(_) => 0,
+                Obj::Mr(_) => 1,
+                Obj::Mw(_) => 2,
+                Obj::Channel(_) => 3,
+                Obj::Cq(_) => 4,
+                Obj::Qp(_) => 5,
+                Obj::Srq(_) => 6,
+            }
+        })
+        .count();
+    n
 }
