@@ -87,7 +87,7 @@ impl Split {
         Ok(Split {
             clock,
             start,
-            samples: Vec::with_capacity(iters),
+            samples: crate::stats::room_for(iters, "--iters (no memory for a split each)")?,
         })
     }
 

@@ -183,7 +183,8 @@ pub type LatResult = (Vec<f64>, Option<Summary>);
 fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> Result<LatResult> {
     let total = o.warmup + o.iters;
     // One stamp per iteration, taken before its post (perftest's `tposted`).
-    let mut stamps: Vec<u64> = Vec::with_capacity(total);
+    let mut stamps: Vec<u64> =
+        crate::stats::room_for(total, "--iters plus --warmup (no memory for a stamp each)")?;
     let clock = Clock::new();
     let mut split = match o.hw_ts {
         true => Some(Split::new(&s.dev, clock, o.iters)?),
@@ -311,7 +312,7 @@ fn pingpong_one_thread(
             post_recv(b, size, i as u64)?;
         }
     }
-    let mut samples = Vec::with_capacity(o.iters);
+    let mut samples = crate::stats::room_for(o.iters, "--iters (no memory for a sample each)")?;
     let clock = Clock::new();
     let mut split = match o.hw_ts {
         true => Some(Split::new(&a.dev, clock, o.iters)?),
@@ -891,7 +892,7 @@ fn pingpong_perftest(
             s.wait_byte(size - 1, count(*waits))
         }
     };
-    let mut stamps = Vec::with_capacity(iters);
+    let mut stamps = crate::stats::room_for(iters, "--iters (no memory for a stamp each)")?;
     for i in 0..iters {
         if i > 0 || !first {
             wait(s, &mut waits)?;

@@ -208,6 +208,13 @@ impl Default for Opts {
 /// perftest's largest `-q` (`MAX_QP_NUM`).
 pub const MAX_QPS: usize = 16384;
 
+/// perftest's largest `-n` (`MAX_ITER`).
+pub const MAX_ITER: usize = 1 << 32;
+/// perftest's largest `-t` (`MAX_TX`).
+pub const MAX_TX: usize = 15000;
+/// perftest's largest `-s` (`UINT_MAX / 2`).
+pub const MAX_SIZE: usize = (u32::MAX / 2) as usize;
+
 /// perftest's default `--out_json` file, in the working directory.
 pub const OUT_JSON_DEFAULT: &str = "perftest_out.json";
 
@@ -498,6 +505,45 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "--iters {}: at least {MIN_ITER} (perftest's MIN_ITER)",
             o.iters
         ));
+    }
+    // perftest's bounds (`CHECK_VALUE_IN_RANGE` for -n and -t, UINT_MAX / 2 for -s, an int
+    // for -D and -f): past them a buffer length, a queue size or a deadline overflowed
+    // (a panic, or an abort on an allocation no machine has).
+    if o.iters > MAX_ITER {
+        return Err(format!(
+            "--iters {}: at most {MAX_ITER} (perftest's MAX_ITER)",
+            o.iters
+        ));
+    }
+    if o.tx_depth > MAX_TX {
+        return Err(format!(
+            "--tx-depth {}: 1 to {MAX_TX} (perftest's MAX_TX)",
+            o.tx_depth
+        ));
+    }
+    if o.size > MAX_SIZE {
+        return Err(format!(
+            "--size {}: 1 to {MAX_SIZE} (perftest's UINT_MAX / 2)",
+            o.size
+        ));
+    }
+    for (name, v) in [("-D", o.duration), ("-f", o.margin)] {
+        if v.is_some_and(|v| v > i32::MAX as u64) {
+            return Err(format!(
+                "{name} {}: at most {} seconds (an int, as perftest's)",
+                v.unwrap_or(0),
+                i32::MAX
+            ));
+        }
+    }
+    if let Some(c) = o.pin {
+        let cpus = configured_cpus();
+        if c >= cpus || c >= libc::CPU_SETSIZE as usize {
+            return Err(format!(
+                "--pin {c}: the system has {cpus} CPUs (0-{})",
+                cpus - 1
+            ));
+        }
     }
     if !(1..=MAX_QPS).contains(&o.qps) {
         // perftest's MIN_QP_NUM and MAX_QP_NUM.

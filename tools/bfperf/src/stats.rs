@@ -368,3 +368,16 @@ impl Default for Clock {
         Clock::new()
     }
 }
+
+/// An empty vector with room for `n` values, or an error naming what it was for: one per
+/// iteration could be more than the machine has (perftest's `ALLOC`: " Cannot Allocate"),
+/// which `Vec::with_capacity` turns into an abort.
+pub fn room_for<T>(n: usize, what: &'static str) -> blueflame::Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| blueflame::Error::InvalidParameter {
+            what,
+            value: n as u64,
+        })?;
+    Ok(v)
+}

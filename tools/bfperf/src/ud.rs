@@ -245,7 +245,7 @@ pub fn latency(o: &Opts, dev: &Device, size: usize) -> Result<Vec<f64>> {
     crate::pin(o.pin);
     ready.wait();
     let clock = Clock::new();
-    let mut samples = Vec::with_capacity(o.iters);
+    let mut samples = crate::stats::room_for(o.iters, "--iters (no memory for a sample each)")?;
     for i in 0..total {
         let t0 = clock.now();
         a.send(o, size, i as u64, false)?;

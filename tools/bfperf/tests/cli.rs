@@ -1070,3 +1070,112 @@ fn rdma_cm_is_refused_where_it_cannot_work() {
         "{out:?}"
     );
 }
+
+/// Numbers on the command line never panic or abort bfperf: each is refused with a message
+/// (perftest's bounds where it has them: `-t` 1..=15000, `-s` up to UINT_MAX / 2, `-n` up to
+/// 2^32, `-D` and `-f` an int), or the run fails with an error (an allocation that cannot
+/// be had: perftest's `ALLOC` says " Cannot Allocate").
+#[test]
+fn huge_numbers_on_the_command_line_are_refused_not_panics() {
+    let cases: &[&[&str]] = &[
+        // libc::CPU_SET indexes a 1024-bit set: index out of bounds.
+        &[
+            "write-lat",
+            "-d",
+            "sim",
+            "--pin",
+            "5000",
+            "-n",
+            "100",
+            "--warmup",
+            "10",
+        ],
+        // Instant + Duration::from_secs(u64::MAX): "overflow when adding duration to instant".
+        &["write-bw", "-d", "sim", "-D", "18446744073709551615"],
+        // refusals.rs `2 * m`: attempt to multiply with overflow.
+        &[
+            "write-bw",
+            "-d",
+            "sim",
+            "-D",
+            "5",
+            "-f",
+            "9223372036854775808",
+        ],
+        // setup.rs `caps`: `depth * 8` overflows u32.
+        &[
+            "write-bw",
+            "-d",
+            "sim",
+            "-t",
+            "268435456",
+            "-n",
+            "100",
+            "--warmup",
+            "10",
+        ],
+        // setup.rs `caps`: `tx_depth as u32 * 2` overflows.
+        &[
+            "write-bw",
+            "-d",
+            "sim",
+            "-t",
+            "2147483648",
+            "-n",
+            "100",
+            "--warmup",
+            "10",
+        ],
+        // setup.rs `side_cq`: (sq_blocks + rq_entries) * qps overflows u32 (perftest's own limits).
+        &[
+            "write-bw", "-d", "sim", "-t", "15000", "-q", "16384", "-n", "100", "--warmup", "10",
+        ],
+        // lat.rs `Vec::with_capacity(warmup + iters)`: capacity overflow.
+        &[
+            "write-lat",
+            "-d",
+            "sim",
+            "-n",
+            "2305843009213693952",
+            "--warmup",
+            "0",
+        ],
+        // The same for 8 TiB of stamps: "memory allocation failed", abort.
+        &[
+            "write-lat",
+            "-d",
+            "sim",
+            "-n",
+            "1099511627776",
+            "--warmup",
+            "0",
+        ],
+        // setup.rs `buf_len`: 2 * size overflows.
+        &[
+            "write-lat",
+            "-d",
+            "sim",
+            "-s",
+            "9223372036854775808",
+            "-n",
+            "100",
+            "--warmup",
+            "10",
+        ],
+    ];
+    let mut bad = Vec::new();
+    for args in cases {
+        let out = bfperf(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        // 101: a panic; 134 or a signal: an abort.
+        if !matches!(out.status.code(), Some(1) | Some(2)) || err.contains("panicked") {
+            bad.push(format!(
+                "{}: {:?}: {}",
+                args.join(" "),
+                out.status,
+                err.lines().take(2).collect::<Vec<_>>().join(" / ")
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
