@@ -12,6 +12,11 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use mlx5::doorbell::RCV_DBR;
 use mlx5::recv::{encode_recv, encode_recv_one};
 use mlx5::request::Sge;
+
+/// The largest receive WQE stride a queue takes: 1024 bytes, the software NIC's (64 scatter
+/// entries; a ConnectX's is 512, 32 entries): a receive's entry count fits the byte the
+/// scatter table keeps it in.
+const MAX_RQ_STRIDE: u32 = 1024;
 use mlx5::RawQp;
 use std::sync::Arc;
 
@@ -78,6 +83,7 @@ impl RecvQueue {
         }
         if !raw.rq_wqe_cnt.is_power_of_two()
             || raw.rq_stride < 16
+            || raw.rq_stride > MAX_RQ_STRIDE
             || !raw.rq_stride.is_power_of_two()
         {
             return Err(Error::InvalidParameter {

@@ -379,6 +379,16 @@ fn the_receive_queue_refuses_null_or_misaligned_rings_and_records() {
             },
             "receive ring",
         ),
+        // A stride of 8192 bytes (512 scatter entries, more than a receive's count of
+        // entries holds) that no device gives.
+        (
+            RawQp {
+                rq_stride: 8192,
+                max_recv_sge: 512,
+                ..base
+            },
+            "receive ring",
+        ),
         (
             RawQp {
                 dbrec: core::ptr::null_mut(),
