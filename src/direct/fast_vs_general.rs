@@ -7,7 +7,7 @@
 //! without (every post general); results, producer index, credit, WQEs and shadow entries
 //! must match after each.
 
-use super::inline_write::tests::{mem, queue};
+use super::inline_write::tests::{mem, queue, raw_qp};
 use crate::queue::cq_share::CqSlots;
 use crate::queue::flags::PostFlags;
 use mlx5::request::{Payload, Remote, Request, Sge};
@@ -60,21 +60,7 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
 }
 
 fn dedicated_queue(m: &mut super::inline_write::tests::Mem) -> super::SendQueue {
-    let raw = mlx5::RawQp {
-        qpn: 0xab_cdef,
-        sq_buf: m.ring.0.as_mut_ptr(),
-        sq_wqe_cnt: 16,
-        sq_stride: 64,
-        rq_buf: core::ptr::null_mut(),
-        rq_wqe_cnt: 0,
-        rq_stride: 0,
-        dbrec: m.dbrec.as_mut_ptr(),
-        bf_reg: m.bf.0.as_mut_ptr(),
-        bf_size: 256,
-        max_inline: 40,
-        max_send_sge: 4,
-        max_recv_sge: 0,
-    };
+    let raw = raw_qp(m, 256, 40);
     // SAFETY: the memory lives in `m`, longer than the queue; nothing else rings it.
     let q = unsafe { super::SendQueue::new_dedicated(&raw) }.unwrap();
     assert_eq!(q.doorbell_mode(), super::DoorbellMode::Dedicated);

@@ -390,9 +390,9 @@ pub(super) mod tests {
         }
     }
 
-    /// A send queue over `m` (QP 0xabcdef, 4 scatter entries), unchecked and unaccounted.
-    pub(in crate::direct) fn queue(m: &mut Mem, bf_size: u32, max_inline: u32) -> SendQueue {
-        let raw = RawQp {
+    /// The QP of a send queue over `m` (QP 0xabcdef, 4 scatter entries, no receive ring).
+    pub(in crate::direct) fn raw_qp(m: &mut Mem, bf_size: u32, max_inline: u32) -> RawQp {
+        RawQp {
             qpn: 0xab_cdef,
             sq_buf: m.ring.0.as_mut_ptr(),
             sq_wqe_cnt: 16,
@@ -406,7 +406,12 @@ pub(super) mod tests {
             max_inline,
             max_send_sge: 4,
             max_recv_sge: 0,
-        };
+        }
+    }
+
+    /// A send queue over `m` ([`raw_qp`]), on a shared register, unchecked and unaccounted.
+    pub(in crate::direct) fn queue(m: &mut Mem, bf_size: u32, max_inline: u32) -> SendQueue {
+        let raw = raw_qp(m, bf_size, max_inline);
         // SAFETY: the ring, record and register live in `m`, longer than the queue.
         unsafe { SendQueue::new(&raw) }.unwrap()
     }
