@@ -122,11 +122,54 @@ fuzz_target!(|data: &[u8]| {
     let mut pi = 0u32;
     let mut wqes = 0u32;
     let mut inline = [0u8; 300];
+    // Blocks the NIC was given before the last drain (the ring may be reused past them,
+    // up to three passes: the CQ holds a CQE per block and per receive).
+    let mut base = 0u32;
     while !r.is_empty() {
         let op = r.u8();
-        let free = SQ_BLOCKS - pi;
+        if pi - base == SQ_BLOCKS && pi < 3 * SQ_BLOCKS {
+            ring_doorbell(&nic, &a, pi, &mut r);
+            nic.drain();
+            base = pi;
+        }
+        let free = SQ_BLOCKS - (pi - base);
         if op % 8 == 7 {
             ring_doorbell(&nic, &a, pi, &mut r);
+            continue;
+        }
+        if op % 8 == 6 && op & 0x80 != 0 {
+            // A receive entry of A or B (posted or not) rewritten: scatter entries of any
+            // key, address and length (or raw bytes), as the NIC will read them.
+            let q = if op & 0x40 != 0 { &b } else { &a };
+            let i = r.below(RQ as usize) as u32;
+            let stride = q.rq_stride as usize;
+            // SAFETY: entry i (< RQ) of the QP's receive ring; the NIC reads it only inside
+            // `process`/`drain`, not now.
+            let entry = unsafe {
+                std::slice::from_raw_parts_mut(q.rq_buf.add(i as usize * stride), stride)
+            };
+            for seg in entry.chunks_exact_mut(16) {
+                if r.u8() & 1 == 0 {
+                    let addr = match r.u8() % 4 {
+                        0 => open.addr,
+                        1 => closed.addr,
+                        2 => foreign.addr,
+                        _ => never.as_ptr() as u64,
+                    }
+                    .wrapping_add(u64::from(r.u16()) % 4200);
+                    let len = match r.u8() % 4 {
+                        0 => 0,
+                        1 => r.u32(),
+                        _ => u32::from(r.u16()) % 5000,
+                    };
+                    let lkey = keys[r.below(keys.len())];
+                    seg[..4].copy_from_slice(&len.to_be_bytes());
+                    seg[4..8].copy_from_slice(&lkey.to_be_bytes());
+                    seg[8..].copy_from_slice(&addr.to_be_bytes());
+                } else {
+                    seg.copy_from_slice(&r.array::<16>());
+                }
+            }
             continue;
         }
         if op % 8 == 6 {
@@ -139,7 +182,7 @@ fuzz_target!(|data: &[u8]| {
             }
             pi += bbs;
             wqes += bbs;
-            if free == bbs {
+            if free == bbs && pi >= 3 * SQ_BLOCKS {
                 break;
             }
             continue;
@@ -172,7 +215,12 @@ fuzz_target!(|data: &[u8]| {
             };
             let bbs = (ds * 16).div_ceil(SEND_WQE_BB) as u32;
             if bbs > free {
-                break;
+                if pi >= 2 * SQ_BLOCKS {
+                    break;
+                }
+                ring_doorbell(&nic, &a, pi, &mut r);
+                nic.drain();
+                base = pi;
             }
             let flags = FmCeSe {
                 fence: Fence::None,
@@ -273,7 +321,12 @@ fuzz_target!(|data: &[u8]| {
         let Ok(ds) = wqe_ds(&req, &lim) else { continue };
         let bbs = (ds * 16).div_ceil(SEND_WQE_BB) as u32;
         if bbs > free {
-            break;
+            if pi >= 2 * SQ_BLOCKS {
+                break;
+            }
+            ring_doorbell(&nic, &a, pi, &mut r);
+            nic.drain();
+            base = pi;
         }
         let flags = FmCeSe {
             fence: match r.u8() % 4 {

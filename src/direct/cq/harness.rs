@@ -44,6 +44,8 @@ pub struct PollHarness {
     ring: Box<[UnsafeCell<u64>]>,
     dbrec: Box<[UnsafeCell<u32>; 2]>,
     recv_bufs: Box<[UnsafeCell<u8>]>,
+    /// Where the receive buffers start in `recv_bufs` (8-byte aligned).
+    pad: usize,
     size: u32,
     cnt: u32,
     _queues: Vec<Attached>,
@@ -81,9 +83,12 @@ impl PollHarness {
             cq.set_compressed();
         }
         let per_qp = DEPTH as usize * RECV_BYTES;
-        let recv_bufs: Box<[UnsafeCell<u8>]> = (0..QPNS.len() * per_qp)
+        // 8 bytes more, so that the buffers can start 8-byte aligned (`pad`), as a receive
+        // buffer usually does (the poller's whole-word copies).
+        let recv_bufs: Box<[UnsafeCell<u8>]> = (0..QPNS.len() * per_qp + 8)
             .map(|_| UnsafeCell::new(GUARD_BYTE))
             .collect();
+        let pad = (recv_bufs.as_ptr() as usize).wrapping_neg() % 8;
         let mut queues = Vec::new();
         for (k, &qpn) in QPNS.iter().enumerate() {
             let sq = Arc::new(Shadow::<SendEntry>::new(DEPTH));
@@ -118,14 +123,17 @@ impl PollHarness {
                 }
                 let at = k * per_qp + i as usize * RECV_BYTES;
                 let sge = |off: usize| Sge {
-                    addr: recv_bufs[at + off].get() as u64,
+                    addr: recv_bufs[pad + at + off].get() as u64,
                     len: SCATTER_LEN as u32,
                     lkey: 0,
                 };
-                let sgl = [sge(GUARD), sge(2 * GUARD + SCATTER_LEN)];
+                let two = [sge(GUARD), sge(2 * GUARD + SCATTER_LEN)];
+                // Every other receive has one entry (the usual receive: the poller's
+                // one-entry copies, `copy_quick` and `copy_done`'s first case), the rest two.
+                let sgl = if i % 2 == 0 { &two[..1] } else { &two[..] };
                 match (&scatter, &srq) {
-                    (Some(t), _) => t.record(i, &sgl, None),
-                    (None, Some(srq)) => srq.scatter.record(i, &sgl, None),
+                    (Some(t), _) => t.record(i, sgl, None),
+                    (None, Some(srq)) => srq.scatter.record(i, sgl, None),
                     (None, None) => None,
                 };
             }
@@ -147,6 +155,7 @@ impl PollHarness {
             ring,
             dbrec,
             recv_bufs,
+            pad,
             size,
             cnt,
             _queues: queues,
@@ -218,6 +227,11 @@ impl PollHarness {
                 self.recv_bufs.len(),
             )
         };
+        let (head, b) = b.split_at(self.pad);
+        let b = &b[..b.len() - (8 - self.pad)];
+        if head.iter().any(|&x| x != GUARD_BYTE) {
+            return false;
+        }
         b.chunks(RECV_BYTES).all(|b| {
             let guard = |r: core::ops::Range<usize>| b[r].iter().all(|&x| x == GUARD_BYTE);
             guard(0..GUARD)
