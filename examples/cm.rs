@@ -225,10 +225,12 @@ fn run() -> Res<()> {
         }
         return fallback();
     };
-    let addr: SocketAddr = if addr.contains(':') {
-        addr.parse()?
-    } else {
-        format!("{addr}:7471").parse()?
+    // IP:PORT ([IPv6]:PORT), or an IP alone (IPv4 or IPv6) on port 7471.
+    let addr: SocketAddr = match addr.parse::<std::net::IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, 7471),
+        Err(_) => addr
+            .parse()
+            .map_err(|e| format!("--addr {addr:?}: {e} (IP or IP:PORT)\n{USAGE}"))?,
     };
     if server {
         println!("cm server: listening on {addr}");

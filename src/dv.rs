@@ -312,9 +312,9 @@ pub fn choose(mlx5: bool, var: Option<&str>) -> Result<DataPath> {
         ("direct", false) => Err(Error::Unsupported(
             "BLUEFLAME_PATH=direct on a device that is not mlx5",
         )),
-        (other, _) => Err(Error::InvalidParameter {
-            what: "BLUEFLAME_PATH (direct|verbs|auto)",
-            value: other.len() as u64,
+        (other, _) => Err(Error::Environment {
+            var: "BLUEFLAME_PATH",
+            value: other.into(),
         }),
     }
 }

@@ -120,6 +120,21 @@ pub enum Error {
         /// The region's lkey.
         lkey: u32,
     },
+    /// No rdma-core device has this name ([`crate::Device::open`], `BLUEFLAME_DEVICE`).
+    NoDevice {
+        /// The name asked for.
+        name: Box<str>,
+        /// The devices rdma-core sees (none: no RDMA device, or no kernel RDMA support).
+        present: Box<[String]>,
+    },
+    /// An environment variable of the crate's (`BLUEFLAME_PATH`, `BLUEFLAME_GID_INDEX`)
+    /// holds a value it does not take; the message says what it takes.
+    Environment {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: Box<str>,
+    },
     /// An invalid parameter (named) with its value.
     InvalidParameter {
         /// Which parameter.
@@ -320,6 +335,30 @@ impl fmt::Display for Error {
                 f,
                 "atomic local entry of {len} bytes: the old value takes exactly {size}"
             ),
+            Error::NoDevice { name, present } if present.is_empty() => {
+                write!(
+                    f,
+                    "no RDMA device named {name:?}: rdma-core sees no device (no RDMA \
+                     hardware, or its kernel driver and ib_uverbs not loaded)"
+                )?;
+                if cfg!(feature = "sim") {
+                    f.write_str("; Device::open_default() without BLUEFLAME_DEVICE runs the software NIC")?;
+                }
+                Ok(())
+            }
+            Error::NoDevice { name, present } => write!(
+                f,
+                "no RDMA device named {name:?}: rdma-core sees {}",
+                present.join(", ")
+            ),
+            Error::Environment { var, value } => {
+                let expected = match *var {
+                    "BLUEFLAME_PATH" => "direct, verbs or auto",
+                    "BLUEFLAME_GID_INDEX" => "a GID table index (0 to 65535)",
+                    _ => "another value (see the crate's guide)",
+                };
+                write!(f, "{var}={value:?}: expected {expected}")
+            }
             Error::InvalidParameter { what, value } => write!(f, "invalid {what}: {value:#x}"),
             Error::InvalidHandle { what, value } => write!(f, "invalid handle: {what} {value:#x}"),
             Error::SrqQp { qpn, srqn } => write!(

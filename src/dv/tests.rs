@@ -354,7 +354,7 @@ fn path_choice() {
     ));
     assert!(matches!(
         choose(false, Some("fast")),
-        Err(Error::InvalidParameter { .. })
+        Err(Error::Environment { ref value, .. }) if &**value == "fast"
     ));
 }
 

@@ -318,11 +318,13 @@ impl Cq {
     /// let before = dev.clock()?.ns;
     /// qp.write_inline(&[1], mr.remote(0)?, 7, PostFlags::SIGNALED)?;
     /// let (mut out, mut times) = ([Completion::default(); 4], [None; 4]);
+    /// let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     /// let mut n = 0;
     /// while n == 0 {
-    ///     dev.process();
+    ///     assert!(std::time::Instant::now() < deadline, "no completion within 10 s");
     ///     n = cq.poll_timed(&mut out, &mut times)?;
     /// }
+    /// assert!(out[0].is_ok(), "{:?}", out[0]);
     /// let at = times[0].expect("a success carries its time");
     /// assert!(at >= before && at <= dev.clock()?.ns);
     /// # Ok(()) }

@@ -46,8 +46,10 @@ impl Device {
     /// direct path, others the verbs path; `BLUEFLAME_PATH=verbs|direct|auto` overrides.
     ///
     /// # Errors
+    /// [`Error::NoDevice`] (with the devices rdma-core sees) when none is called `name`;
     /// [`Error::Verbs`] when the device cannot be opened or queried;
-    /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
+    /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5;
+    /// [`Error::Environment`] for a `BLUEFLAME_PATH` other than `direct`, `verbs`, `auto`.
     pub fn open(name: &str, gid_index: Option<i32>) -> Result<Device> {
         Device::open_port(name, 1, gid_index)
     }
@@ -58,6 +60,13 @@ impl Device {
     /// As [`Device::open`]; [`Error::InvalidParameter`] for port 0; [`Error::Verbs`] from
     /// `ibv_query_port` for a port the device does not have.
     pub fn open_port(name: &str, port: u8, gid_index: Option<i32>) -> Result<Device> {
+        let present = verbs::device::list();
+        if !present.iter().any(|d| d == name) {
+            return Err(Error::NoDevice {
+                name: name.into(),
+                present: present.into(),
+            });
+        }
         Ok(Device {
             events: Arc::default(),
             backend: Dev::open(name, port, gid_index)?,
@@ -68,12 +77,19 @@ impl Device {
     /// first rdma-core device, else the software NIC in thread mode (feature `sim`).
     ///
     /// # Errors
-    /// [`Error::Verbs`] when the named device cannot be opened; without the `sim` feature,
+    /// [`Error::Environment`] for a `BLUEFLAME_GID_INDEX` that is not a number;
+    /// [`Error::NoDevice`] or [`Error::Verbs`] when the named device cannot be opened;
+    /// without the `sim` feature,
     /// [`Error::Unsupported`] when there is no rdma-core device.
     pub fn open_default() -> Result<Device> {
-        let gid = std::env::var("BLUEFLAME_GID_INDEX")
-            .ok()
-            .and_then(|v| v.parse().ok());
+        let gid = match std::env::var("BLUEFLAME_GID_INDEX") {
+            Ok(v) if v.trim().is_empty() => None,
+            Ok(v) => Some(v.trim().parse::<u16>().map_err(|_| Error::Environment {
+                var: "BLUEFLAME_GID_INDEX",
+                value: v.as_str().into(),
+            })? as i32),
+            Err(_) => None,
+        };
         if let Ok(name) = std::env::var("BLUEFLAME_DEVICE") {
             return Device::open(&name, gid);
         }

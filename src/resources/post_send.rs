@@ -29,7 +29,9 @@ pub trait PostSend {
     /// [`Error::WqeTooLarge`](crate::Error::WqeTooLarge),
     /// [`Error::Misaligned`](crate::Error::Misaligned), ...;
     /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for a write, send or read
-    /// whose entries add up to more than 2^31 bytes (the sum in the error);
+    /// whose entries add up to more than the port's largest message
+    /// ([`Device::max_message`](crate::Device::max_message): 2^30 on a ConnectX-6 and the
+    /// software NIC, 2^23 on rxe; the sum in the error);
     /// [`Error::Unsupported`](crate::Error::Unsupported) for a request this sender does not
     /// take ([`Request::BindMw`] and [`Request::LocalInvalidate`] go through
     /// [`Qp::bind_mw`](crate::Qp::bind_mw) and [`Qp::unbind_mw`](crate::Qp::unbind_mw), which
