@@ -47,6 +47,10 @@ use mlx5::srq::{copy_srq_data, encode_srq_recv, next_index, set_next_index, RawS
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// The largest SRQ WQE stride a ring takes: 512 bytes, a ConnectX's and the software NIC's
+/// (31 scatter entries, `mlx5::srq::srq_stride`); a receive's entry count is kept in a byte.
+const MAX_SRQ_STRIDE: u32 = 512;
+
 /// What writes the SRQ's ring: its place, the list's ends and the doorbell count.
 struct Writer {
     buf: *mut u8,
@@ -259,6 +263,7 @@ impl SrqRing {
             || raw.wqe_cnt < 2
             || raw.wqe_cnt > 1 << 16
             || raw.stride < 32
+            || raw.stride > MAX_SRQ_STRIDE
             || !raw.stride.is_power_of_two()
             || raw.head >= raw.wqe_cnt
             || raw.tail >= raw.wqe_cnt
@@ -452,6 +457,22 @@ mod tests {
             len: 8,
             lkey: 1,
         }]
+    }
+
+    /// A stride no device gives (above 512 bytes: more entries than a receive's count
+    /// holds) is refused.
+    #[test]
+    fn a_stride_past_the_largest_is_refused() {
+        let (cnt, stride) = (4u32, 8192u32);
+        let mut dev = Fake::new(cnt, stride);
+        let raw = dev.raw(cnt, stride);
+        // SAFETY: refused before any use of the memory.
+        let r = unsafe { SrqRing::new(&raw) };
+        assert!(
+            matches!(r, Err(Error::InvalidParameter { what, .. }) if what.starts_with("SRQ ring")),
+            "{:?}",
+            r.err()
+        );
     }
 
     /// Completions in any order: every freed WQE is posted again, the device follows the
