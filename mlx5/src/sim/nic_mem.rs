@@ -38,13 +38,14 @@ impl Nic {
     /// Frees a protection domain.
     ///
     /// # Errors
-    /// [`SimError::Busy`] while regions, windows or QPs use it.
+    /// [`SimError::Busy`] while regions, windows, QPs or SRQs use it.
     pub fn dealloc_pd(&self, pd: u32) -> Result<(), SimError> {
         let mut st = self.st();
         Self::check_pd(&st, pd)?;
         if st.mem.mrs.values().any(|m| m.pd == pd)
             || st.mem.mws.values().any(|m| m.pd == pd)
             || st.qps.values().any(|q| q.pd == pd)
+            || st.srqs.values().any(|s| s.pd == pd)
         {
             return Err(SimError::Busy);
         }
@@ -269,5 +270,46 @@ mod tests {
         assert_eq!(nic.st().mem.pds.len(), 2);
         // A number in use is never handed out twice.
         assert_eq!(nic.alloc_pd(), 2);
+    }
+
+    /// The kernel refuses to free a domain an SRQ uses (`uverbs_free_pd`:
+    /// `ib_destroy_usecnt(&pd->usecnt)`, which `ib_create_srq_user` raised). The NIC freed
+    /// it, and with numbers handed out again, a new domain got the stale number and a QP
+    /// of that new domain took its receives from the old domain's SRQ (a review of the
+    /// commit that reuses the numbers).
+    #[test]
+    fn a_domain_an_srq_uses_is_not_freed() {
+        use crate::sim::{QpCaps, SrqCaps};
+        let nic = Nic::new();
+        let a = nic.alloc_pd();
+        let srq = nic
+            .create_srq(
+                a,
+                SrqCaps {
+                    max_wr: 4,
+                    max_sge: 1,
+                },
+            )
+            .unwrap();
+        let freed = nic.dealloc_pd(a);
+        let b = nic.alloc_pd();
+        let cq = nic.create_cq(8, 64).unwrap();
+        let qp = nic
+            .create_qp(
+                b,
+                cq.cqn,
+                cq.cqn,
+                QpCaps {
+                    rq_entries: 0,
+                    ..QpCaps::default()
+                },
+            )
+            .unwrap();
+        let attached = nic.attach_qp_srq(qp.qpn, srq.srqn);
+        assert!(
+            matches!(freed, Err(SimError::Busy)),
+            "dealloc_pd of a domain with a live SRQ: {freed:?}; new domain {b} (old {a}); \
+             a QP of the new domain attached to the old domain's SRQ: {attached:?}"
+        );
     }
 }
