@@ -367,6 +367,13 @@ pub fn doorbell_mode(dev: &Device, o: &Opts) -> Result<String> {
     })
 }
 
+/// The most send-ring blocks a QP asks for: a ConnectX's `max_qp_wr` (and the software
+/// NIC's), which `-t` up to perftest's MAX_TX would pass (8 blocks for each of twice the
+/// depth). The ring then holds 16,384 requests of two blocks (the default inline limit),
+/// 6,553 of five (220 inline bytes); a bandwidth test keeps at most what its queue holds
+/// in flight (`send_depth`).
+pub const MAX_SQ_BLOCKS: u32 = 1 << 15;
+
 fn caps(o: &Opts) -> QpCaps {
     let depth = (o.tx_depth as u32 * 2).next_power_of_two().max(256);
     QpCaps {
@@ -374,7 +381,7 @@ fn caps(o: &Opts) -> QpCaps {
         // blocks with 220 inline bytes): the verbs path sizes its queue in such requests
         // (`sq_blocks / max_wqe_bbs`), so `depth` blocks gave rxe 63 requests, fewer than
         // the 128 a bandwidth test keeps in flight.
-        sq_blocks: depth * 8,
+        sq_blocks: (depth * 8).min(MAX_SQ_BLOCKS),
         rq_entries: depth,
         max_inline: o.inline,
         max_send_sge: 4,

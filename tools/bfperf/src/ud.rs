@@ -49,7 +49,7 @@ pub struct UdSide {
 fn caps(o: &Opts) -> QpCaps {
     let depth = (o.tx_depth as u32 * 2).next_power_of_two().max(256);
     QpCaps {
-        sq_blocks: depth * 8,
+        sq_blocks: (depth * 8).min(crate::setup::MAX_SQ_BLOCKS),
         rq_entries: depth.max(2 * RX_DEPTH as u32),
         max_inline: o.inline,
         max_send_sge: 1,

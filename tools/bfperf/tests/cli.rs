@@ -1179,3 +1179,21 @@ fn huge_numbers_on_the_command_line_are_refused_not_panics() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// perftest takes `-t` up to MAX_TX (15000), and bfperf's bound says "1 to 15000"; a
+/// ConnectX (32768 WQE blocks a QP) runs `ib_write_bw -t 4096`. bfperf asked for 8 blocks
+/// per request of twice the depth (65536 blocks) and died at QP creation.
+#[test]
+fn tx_depth_within_perftests_bound_runs() {
+    for t in ["2049", "4096", "15000"] {
+        let out = bfperf(&[
+            "write-bw", "-d", "sim", "-t", t, "-n", "100", "--warmup", "10",
+        ]);
+        assert!(
+            out.status.success(),
+            "-t {t}: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
