@@ -14,7 +14,7 @@
 
 use crate::completion::WcOpcode;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use core::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 
 /// What the poller needs to know about one posted send WQE. 16 bytes, the last 8 of which
 /// are a constant for a given kind of request (one store on the fast path).
@@ -145,7 +145,10 @@ impl<T: Copy + Default> Shadow<T> {
             let base = self.base.load(Ordering::Acquire);
             let posted = self.posted();
             // `posted` lies at or after `base` and less than a ring past it (as in
-            // `outcome`); read again if the poster moved `base` meanwhile.
+            // `outcome`); read again if the poster moved `base` meanwhile (the fence keeps
+            // the load of `posted` before the second load of `base`, as a seqlock's
+            // reader).
+            fence(Ordering::Acquire);
             if self.base.load(Ordering::Relaxed) == base {
                 return widen(base, posted);
             }
@@ -159,6 +162,8 @@ impl<T: Copy + Default> Shadow<T> {
             let base = self.base.load(Ordering::Acquire);
             let retired = self.retired();
             let posted = self.posted();
+            // As in `posted_wide`.
+            fence(Ordering::Acquire);
             if self.base.load(Ordering::Relaxed) != base {
                 continue;
             }
@@ -232,7 +237,9 @@ impl<T: Copy + Default> Shadow<T> {
             // `base` since, it has posted less than a ring past it, and the retired position
             // is no further: one 16-bit distance from `base` says where it is. If it has
             // (a position retired beyond the ring was posted after a newer `base`, which the
-            // retire's Release then makes visible here), read again.
+            // retire's Release then makes visible here), read again; the fence keeps the
+            // loads above before this one, as a seqlock's reader.
+            fence(Ordering::Acquire);
             if self.base.load(Ordering::Relaxed) != base {
                 continue;
             }
