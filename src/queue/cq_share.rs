@@ -181,6 +181,15 @@ impl CqSlots {
         }
     }
 
+    /// A new epoch, as a queue dropped with requests outstanding sets it: the poller passes
+    /// it to [`CqSlots::drained`] once it sees the CQ empty after reading it.
+    pub(crate) fn mark(&self) -> u64 {
+        let mut l = self.lock();
+        l.epoch += 1;
+        self.orphan_mark.store(l.epoch, Ordering::Release);
+        l.epoch
+    }
+
     /// An equal share of the CQ for each queue on it.
     fn share(&self, l: &Ledger) -> u32 {
         self.capacity / (l.charges.len() as u32).max(1)

@@ -46,6 +46,19 @@ pub(crate) const DEAD: u32 = 1 << 31;
 /// slot (`Srq::free` one lower) until the SRQ goes.
 pub(crate) const MAX_DEAD: usize = 64;
 
+/// What a dropped verbs-path QP on an SRQ leaves to its receive CQ: its device QP (and what
+/// must go only after it), destroyed once the CQ's poller has taken every completion the QP
+/// left there. libmlx5 destroys a QP by cleaning its entries out of its CQs and giving their
+/// SRQ WQEs back to its own SRQ (`mlx5_destroy_qp` -> `__mlx5_cq_clean` ->
+/// `mlx5_free_srq_wqe`), so a receive completion still in the CQ then would never reach the
+/// poller, and the crate's SRQ slot (with the region pins of its scatter list) would never
+/// come back: `Srq::free` one lower for good per such receive.
+pub(crate) trait Remains: Send {
+    /// Whether nothing else holds the device QP any more (its queues have gone), so that
+    /// dropping these remains destroys it.
+    fn alone(&self) -> bool;
+}
+
 /// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
 /// bumps a generation the poller checks with one load; it re-reads the list (under the lock)
 /// only then, never on the hot path. It also carries the CQ's entries that the queues share
@@ -56,6 +69,9 @@ pub(crate) struct Registry {
     pub(crate) list: Mutex<Vec<Attached>>,
     pub(crate) slots: Arc<CqSlots>,
     tombs: Mutex<Vec<Arc<Tombstone>>>,
+    /// What verbs-path QPs dropped from this (receive) CQ left to destroy, each with the
+    /// orphan epoch it was kept at ([`Registry::defer`]).
+    remains: Mutex<Vec<(u64, Box<dyn Remains>)>>,
     /// The ring of a direct-path CQ (None on the verbs path).
     ring: Option<RingView>,
 }
@@ -69,6 +85,7 @@ impl Registry {
             list: Mutex::new(Vec::new()),
             slots: Arc::new(CqSlots::new(cqn, capacity, ring)),
             tombs: Mutex::new(Vec::new()),
+            remains: Mutex::new(Vec::new()),
             ring,
         }
     }
@@ -115,8 +132,9 @@ impl Registry {
     /// the ring, from the consumer index the poller published to the device's current end;
     /// on the verbs path, a QP that took its receives from an SRQ leaves a dead entry
     /// ([`DEAD`]) through which the poller gives the SRQ back the receives the QP consumed
-    /// and never completed to anyone (rxe leaves their completions in the CQ; libmlx5
-    /// cleans them, `__mlx5_cq_clean`, and then the entry finds none).
+    /// and never completed to anyone (rxe leaves their completions in the CQ; libmlx5 would
+    /// clean them at the destroy, `__mlx5_cq_clean`, so a verbs-path QP on an SRQ is
+    /// destroyed only once the poller has taken them: [`Registry::defer`]).
     pub(crate) fn bury(&self, list: &mut Vec<Attached>, qpn: u32) {
         let srq = list
             .iter()
@@ -151,6 +169,55 @@ impl Registry {
         // After the tombstone: a poller that no longer finds the QP finds its tombstone.
         list.retain(|x| x.qpn != qpn);
         self.gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Keeps `r` (a buried QP's device QP) until the poller has seen the CQ empty after
+    /// this: by then the QP's completions (the QP went to error and its last-WQE event was
+    /// waited for before, `Qp::drop`) were all taken through its dead entry.
+    /// At most [`MAX_DEAD`] are kept (as many as dead entries): past that the oldest whose
+    /// queues are gone is destroyed at once (its unpolled receives' slots lost, as before).
+    pub(crate) fn defer(&self, r: Box<dyn Remains>) {
+        let oldest = {
+            let mut remains = self.remains.lock().unwrap_or_else(|e| e.into_inner());
+            remains.push((self.slots.mark(), r));
+            if remains.len() > MAX_DEAD {
+                remains
+                    .iter()
+                    .position(|(_, r)| r.alone())
+                    .map(|i| remains.remove(i))
+            } else {
+                None
+            }
+        };
+        // Destroyed outside the lock.
+        drop(oldest);
+    }
+
+    /// The poller saw the CQ empty after [`CqSlots::orphan_mark`] returned `mark` (verbs
+    /// path; outside any `ibv_start_poll` session): the orphans' entries are free
+    /// ([`CqSlots::drained`]) and the remains kept at or before `mark` whose queues are gone
+    /// are destroyed; those still held are kept, the mark set again for them.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn drained(&self, mark: u64) {
+        self.slots.drained(mark);
+        let (gone, left) = {
+            let mut remains = self.remains.lock().unwrap_or_else(|e| e.into_inner());
+            if remains.is_empty() {
+                return;
+            }
+            let (gone, keep): (Vec<_>, Vec<_>) = remains
+                .drain(..)
+                .partition(|(epoch, r)| *epoch <= mark && r.alone());
+            *remains = keep;
+            (gone, !remains.is_empty())
+        };
+        // Destroyed outside the lock (their charges go back to the CQs' ledgers).
+        drop(gone);
+        if left {
+            // The poller comes back at its next empty poll.
+            self.slots.mark();
+        }
     }
 
     /// The live tombstones (read after the list, see `bury`).

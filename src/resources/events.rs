@@ -130,6 +130,17 @@ impl Forget {
     }
 }
 
+impl Forget {
+    /// The subjects handed over to a new `Forget` (the QP's device object outlives its
+    /// handle: `Qp::drop` on the verbs path); this one then forgets nothing.
+    pub(crate) fn take(&mut self) -> Forget {
+        Forget {
+            events: self.events.clone(),
+            subjects: core::mem::take(&mut self.subjects),
+        }
+    }
+}
+
 impl Drop for Forget {
     fn drop(&mut self) {
         for s in self.subjects.into_iter().flatten() {

@@ -103,7 +103,7 @@ impl VerbsCompletionQueue {
         // SAFETY: live CQ, polled only through this poller (`&mut self`).
         if !unsafe { ops.start() } {
             if orphans != 0 {
-                self.slots.drained(orphans);
+                self.registry.drained(orphans);
             }
             return 0;
         }
@@ -143,7 +143,7 @@ impl VerbsCompletionQueue {
         let got = unsafe { self.poll_cq.call(1, wc as *mut ffi::ibv_wc) };
         if got <= 0 {
             if orphans != 0 {
-                self.slots.drained(orphans);
+                self.registry.drained(orphans);
             }
             return 0;
         }
@@ -199,7 +199,7 @@ impl VerbsCompletionQueue {
         // SAFETY: live CQ, polled only through this poller; `wcs` holds `want` entries.
         let got = unsafe { self.poll_cq.call(want as i32, self.wcs.as_mut_ptr()) };
         if got < want as i32 && orphans != 0 {
-            self.slots.drained(orphans);
+            self.registry.drained(orphans);
         }
         // A provider's count is trusted no further than asked (and an error is none).
         let got = (got.max(0) as usize).min(want);
@@ -248,7 +248,7 @@ impl VerbsCompletionQueue {
         // SAFETY: live CQ, polled only through this poller (`&mut self`).
         if !unsafe { ops.start() } {
             if orphans != 0 {
-                self.slots.drained(orphans);
+                self.registry.drained(orphans);
             }
             return 0;
         }
@@ -277,7 +277,7 @@ impl VerbsCompletionQueue {
             // SAFETY: as in `poll_ex`.
             if !unsafe { ops.start() } {
                 if orphans != 0 {
-                    self.slots.drained(orphans);
+                    self.registry.drained(orphans);
                 }
                 break;
             }
@@ -312,7 +312,7 @@ impl VerbsCompletionQueue {
             // SAFETY: live CQ, polled only through this poller (`&mut self`).
             if !unsafe { ops.start() } {
                 if orphans != 0 {
-                    self.slots.drained(orphans);
+                    self.registry.drained(orphans);
                 }
                 break;
             }
@@ -389,6 +389,9 @@ impl VerbsCompletionQueue {
         }
         let dead = qp_num | crate::queue::registry::DEAD;
         if let Some(q) = self.cache.iter().find(|a| a.qpn == dead) {
+            take_recv(q, wr_id as u16);
+        } else if let Some(q) = self.registry.lock().iter().find(|a| a.qpn == dead) {
+            // Buried after this poll read the list's generation.
             take_recv(q, wr_id as u16);
         }
         false

@@ -182,6 +182,11 @@ impl VerbsSendQueue {
         self.room_end = self.seq;
     }
 
+    /// rdma-core's QP this queue posts to (and holds).
+    pub(crate) fn device_qp(&self) -> Arc<Qp> {
+        self.qp.clone()
+    }
+
     /// The queue goes away: its charge on the CQ, given back when the result drops (after
     /// the device QP is destroyed: [`Leaving`]).
     pub(crate) fn leave_cq(&mut self) -> Option<Leaving> {

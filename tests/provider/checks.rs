@@ -55,6 +55,10 @@ pub fn all() -> Vec<Case> {
             srq_limit_event_dies_with_its_srq,
         ),
         check("dropped_objects_leave_nothing_in_the_kernel", no_leftovers),
+        check(
+            "srq_slots_of_a_dropped_qps_unpolled_receives_come_back",
+            srq_slots_of_a_dropped_qp,
+        ),
     ]
 }
 
@@ -1323,5 +1327,111 @@ fn blueflame_switches_after_open(dev: &Device) -> Result<(), String> {
             after.doorbell_mode(),
             before.doorbell_mode()
         ))
+    }
+}
+
+/// A QP on an SRQ receives `K` sends and is dropped before its receive CQ is polled: the
+/// SRQ's receives it consumed come back to the SRQ (its slots, and the pins of the region
+/// they named), on the direct path (the CQ's tombstone gives them back), on the verbs path
+/// over libmlx5 (`mlx5_destroy_qp` -> `__mlx5_cq_clean` removes the QP's entries from the
+/// CQ and hands their WQEs back to libmlx5's SRQ with `mlx5_free_srq_wqe`, so the crate's
+/// poller never sees them) and on the software NIC's own creation path. After the drop and
+/// a poll of the receive CQ, the SRQ takes `K` receives again, and a region that only those
+/// receives named is deregistered once dropped.
+fn srq_slots_of_a_dropped_qp(dev: &Device) -> Result<(), String> {
+    const K: u32 = 3;
+    let e = |e: Error| e.to_string();
+    let sim = Device::sim();
+    let mut failures = Vec::new();
+    for (label, d) in [
+        ("direct", dev),
+        ("verbs", crate::verbs_device()?),
+        ("sim", &sim),
+    ] {
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut scq = d.create_cq(64).map_err(e)?;
+        let mut rcq = d.create_cq(64).map_err(e)?;
+        let src = pd.alloc_mr(4096, Access::LOCAL_WRITE).map_err(e)?;
+        let dst = pd.alloc_mr(4096, Access::LOCAL_WRITE).map_err(e)?;
+        // `pinned`: named by the K receives the QP consumes, and by no other.
+        let pinned = pd.alloc_mr(4096, Access::LOCAL_WRITE).map_err(e)?;
+        let caps = SrqCaps {
+            entries: 7,
+            max_sge: 1,
+        };
+        let mut srq = pd.create_srq(&rcq, caps).map_err(e)?;
+        let cap = srq.capacity();
+        for i in 0..K {
+            srq.post_recv(&[pinned.sge(64 * i as usize, 64).map_err(e)?], i as u64)
+                .map_err(e)?;
+        }
+        for i in K..cap {
+            srq.post_recv(&[dst.sge(64 * (i % 60) as usize, 64).map_err(e)?], i as u64)
+                .map_err(e)?;
+        }
+        let (s, mut c) = srq_pair(&pd, &scq, &srq)?;
+        for i in 0..K as u64 {
+            c.send(
+                Payload::Sgl(&[src.sge(0, 8).map_err(e)?]),
+                i,
+                PostFlags::SIGNALED,
+            )
+            .map_err(e)?;
+        }
+        let sent = scenarios::wait_on(d, &mut scq, K as usize);
+        if let Some(bad) = sent.iter().find(|c| !c.is_ok()) {
+            return Err(format!("{label}: a send: {bad:?}"));
+        }
+        // The receives' completions are in the receive CQ, not polled: the QP goes.
+        drop(s);
+        drop(c);
+        let mut out = [Completion::default(); 8];
+        let start = std::time::Instant::now();
+        while srq.free() < K && start.elapsed() < std::time::Duration::from_secs(2) {
+            d.process();
+            rcq.poll(&mut out);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mrs = |d: &Device| {
+            if std::ptr::eq(d, &sim) {
+                None
+            } else {
+                model::live_objects().map(|l| l[1])
+            }
+        };
+        let before = mrs(d);
+        drop(pinned);
+        let after = mrs(d);
+        let free = srq.free();
+        let mut refused = None;
+        for i in 0..K {
+            if let Err(x) = srq.post_recv(&[dst.sge(64 * i as usize, 64).map_err(e)?], 100) {
+                refused = Some(format!("receive {i} of {K} refused: {x}"));
+                break;
+            }
+        }
+        if free != K || refused.is_some() {
+            failures.push(format!(
+                "{label} ({:?}): after the QP that consumed {K} of the SRQ's {cap} receives \
+                 was dropped unpolled, Srq::free() is {free}, not {K}; {}",
+                d.data_path(),
+                refused.unwrap_or_else(|| "the posts went through".into())
+            ));
+        }
+        if let (Some(b), Some(a)) = (before, after) {
+            if a != b - 1 {
+                failures.push(format!(
+                    "{label}: a region only the dropped QP's consumed receives named is still \
+                     registered once dropped (live MRs {b} before its drop, {a} after)"
+                ));
+            }
+        }
+        drop((srq, src, dst, pd));
+        let _ = (&mut scq, &mut rcq);
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
     }
 }

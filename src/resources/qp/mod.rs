@@ -401,10 +401,11 @@ impl Qp {
     /// it would never come back to the SRQ, one slot lost for good per QP dropped
     /// mid-message. On the direct path the flush is discarded with the QP's other entries
     /// and its WQE given back to the SRQ (the CQ's tombstone, `Cq::poll`). On the verbs path
-    /// rdma-core's mlx5 provider removes the destroyed QP's entries from its CQs and gives
-    /// their WQEs back to its own SRQ list (`__mlx5_cq_clean`, `mlx5_free_srq_wqe`): the
-    /// device's SRQ loses nothing, but the crate's count of the SRQ's free entries
-    /// (`Srq::free`) does not see those entries come back.
+    /// rdma-core's mlx5 provider would remove the destroyed QP's entries from its CQs and
+    /// give their WQEs back to its own SRQ list (`__mlx5_cq_clean`, `mlx5_free_srq_wqe`),
+    /// where the crate's count of the SRQ's free entries (`Srq::free`) would never see them
+    /// come back: the device QP is kept by its receive CQ until the poller has taken its
+    /// completions through its dead entry, then destroyed (`Registry::defer`, in `Drop`).
     #[cold]
     fn leave_the_srq(&mut self) {
         if self.srq.is_none() || !self.connected {
@@ -457,5 +458,32 @@ impl Drop for Qp {
         // rdma-core's).
         let obj = &mut self.obj;
         super::cq::destroy_and_bury(&self.cqs, self.qpn, || drop(obj.take()));
+        // A verbs-path QP on an SRQ: libmlx5's destroy would clean the receive completions
+        // still in the CQ out of it (`__mlx5_cq_clean`) and the SRQ's slots they hold would
+        // never come back; its device QP (with the charges and the events' forget that go
+        // after it) is kept by the receive CQ until its poller has taken them (the QP is in
+        // error and said it takes no more WQEs: `leave_the_srq`).
+        if let (QpPath::Verbs { sq, .. }, Some(_)) = (&self.path, &self.srq) {
+            self.cqs[1].registry.defer(Box::new(VerbsRemains {
+                qp: sq.device_qp(),
+                _leaving: core::mem::take(&mut self.leaving),
+                _forget: self._forget.take(),
+            }));
+        }
+    }
+}
+
+/// A dropped verbs-path QP on an SRQ, kept by its receive CQ ([`crate::queue::registry::Remains`]).
+/// Field order: the device QP is destroyed first, then its charges go back and its events
+/// are forgotten.
+struct VerbsRemains {
+    qp: Arc<verbs::objects::Qp>,
+    _leaving: [Option<Leaving>; 2],
+    _forget: super::events::Forget,
+}
+
+impl crate::queue::registry::Remains for VerbsRemains {
+    fn alone(&self) -> bool {
+        Arc::strong_count(&self.qp) == 1
     }
 }
