@@ -32,8 +32,8 @@
 //! the longest WQE's blocks the direct send queue keeps back, and nothing takes them from
 //! it until it posts again (the post path reads no shared counter): with more idle queues
 //! than the CQ's entries over that, the last may be refused on an empty CQ (the guide's
-//! "Sizing queues and CQs"). A dropped queue keeps its whole charge until its device QP is destroyed
-//! ([`Leaving`]); then it gives its allowance back at once, and its outstanding requests
+//! "Sizing queues and CQs"). A dropped queue gives its allowance back at once and keeps its
+//! outstanding requests charged until its device QP is destroyed ([`Leaving`]); then they
 //! stay counted until the CQ is seen drained after that (by the poller, or by a queue short
 //! of entries that reads the ring: the device writes nothing for a destroyed QP, so by then
 //! every completion it may have written was consumed).
@@ -366,9 +366,15 @@ impl Drop for Leaving {
 }
 
 impl CqShare {
-    /// The queue, at position `pos`, goes away: its charge, kept whole (allowance and
-    /// outstanding requests) until the returned value drops.
-    pub(crate) fn leave(self, pos: u16) -> Leaving {
+    /// The queue, at position `pos`, goes away: its outstanding requests stay charged until
+    /// the returned value drops; its allowance past `pos` goes back at once (nothing is
+    /// ever posted there, so the device can complete nothing there, and a verbs-path QP on
+    /// an SRQ may keep the `Leaving` until another CQ is polled: `Registry::defer`).
+    pub(crate) fn leave(mut self, pos: u16) -> Leaving {
+        let l = self.slots.lock();
+        self.end = pos;
+        self.charge.end.store(pos, Ordering::Relaxed);
+        drop(l);
         Leaving { share: self, pos }
     }
 }
@@ -433,11 +439,11 @@ mod tests {
         // A posted 10 and goes away, its QP not destroyed yet.
         let leaving = a.leave(10);
         let before = slots.orphan_mark();
-        assert_eq!(slots.free(), 64 - 26 - 17, "the whole charge kept");
+        assert_eq!(slots.free(), 64 - 10 - 17, "the outstanding requests kept");
         // The poller sees the CQ empty while the QP lives: nothing of A's is freed.
         slots.drained(slots.orphan_mark());
-        assert_eq!(slots.free(), 64 - 26 - 17);
-        // The QP is destroyed: the allowance goes back, the 10 outstanding stay counted.
+        assert_eq!(slots.free(), 64 - 10 - 17);
+        // The QP is destroyed: the 10 outstanding stay counted (orphans).
         drop(leaving);
         assert_eq!(slots.free(), 64 - 10 - 17);
         assert_ne!(slots.orphan_mark(), before, "a new mark");

@@ -59,6 +59,10 @@ pub fn all() -> Vec<Case> {
             "srq_slots_of_a_dropped_qps_unpolled_receives_come_back",
             srq_slots_of_a_dropped_qp,
         ),
+        check(
+            "send_cq_entries_of_dropped_srq_qps_come_back",
+            send_cq_entries_of_dropped_srq_qps,
+        ),
     ]
 }
 
@@ -1428,6 +1432,80 @@ fn srq_slots_of_a_dropped_qp(dev: &Device) -> Result<(), String> {
         }
         drop((srq, src, dst, pd));
         let _ = (&mut scq, &mut rcq);
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}
+
+/// Ten QPs on an SRQ whose sends complete on `scq` (their receives on the SRQ's `rcq`)
+/// write once each, the completion polled from `scq`, and are dropped; the SRQ's CQ is
+/// not polled (it has nothing to poll: the QPs never receive). Then a new QP on `scq`
+/// posts 16 writes: `scq` is empty and every QP that used it is gone, so nothing may hold
+/// its entries (review "defer": a dropped verbs-path QP's send-CQ charge stayed with its
+/// remains in the receive CQ's registry until a poll of that other CQ saw it empty).
+fn send_cq_entries_of_dropped_srq_qps(dev: &Device) -> Result<(), String> {
+    let e = |e: Error| e.to_string();
+    let mut failures = Vec::new();
+    for (label, d) in [("direct", dev), ("verbs", crate::verbs_device()?)] {
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut scq = d.create_cq(16).map_err(e)?;
+        let mut pcq = d.create_cq(64).map_err(e)?;
+        let rcq = d.create_cq(64).map_err(e)?;
+        let mr = pd
+            .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .map_err(e)?;
+        let srq = pd
+            .create_srq(
+                &rcq,
+                SrqCaps {
+                    entries: 7,
+                    max_sge: 1,
+                },
+            )
+            .map_err(e)?;
+        for round in 0..11u64 {
+            // Ten QPs write once each, then one writes 16 times.
+            let n = if round < 10 { 1 } else { 16 };
+            let mut s = pd
+                .create_qp_with_srq(&scq, &srq, scenarios::caps())
+                .map_err(e)?;
+            // A fresh peer each round (a QP connects once).
+            let mut c = pd.create_qp(&pcq, &pcq, scenarios::caps()).map_err(e)?;
+            let (es, ec) = (s.endpoint().map_err(e)?, c.endpoint().map_err(e)?);
+            s.connect(ec).map_err(e)?;
+            c.connect(es).map_err(e)?;
+            // On a CQ of 16 entries (31 on libmlx5) that nothing else uses.
+            let mut posted = 0;
+            for i in 0..n {
+                if let Err(x) = s.write(
+                    &[mr.sge(0, 8).map_err(e)?],
+                    mr.remote(64).map_err(e)?,
+                    round * 16 + i,
+                    PostFlags::SIGNALED,
+                ) {
+                    failures.push(format!(
+                        "{label} ({:?}): round {round}: write {i} of {n} on a new QP refused, \
+                         its send CQ holding {i} completions: {x}",
+                        d.data_path()
+                    ));
+                    break;
+                }
+                posted += 1;
+            }
+            let done = scenarios::wait_on(d, &mut scq, posted as usize);
+            if let Some(bad) = done.iter().find(|c| !c.is_ok()) {
+                return Err(format!("{label}: round {round}: {bad:?}"));
+            }
+            if posted < n {
+                break;
+            }
+            drop(s);
+            drop(c);
+        }
+        let _ = (&mut pcq, &mut scq);
     }
     if failures.is_empty() {
         Ok(())
