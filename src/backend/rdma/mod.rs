@@ -106,6 +106,7 @@ impl RdmaDev {
     /// read once.
     ///
     /// # Errors
+    /// [`Error::NoDevice`] (with the devices rdma-core sees) when none is called `name`;
     /// [`Error::Verbs`] when the device cannot be opened or queried;
     /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
     pub(crate) fn open(name: &str, port: u8, gid_index: Option<i32>) -> Result<RdmaDev> {
@@ -116,7 +117,19 @@ impl RdmaDev {
                 value: 0,
             });
         }
-        let ctx = Arc::new(verbs::device::Context::open(name)?);
+        // The devices are listed again only when the open failed: a name rdma-core does not
+        // know (or no RDMA stack at all) is `NoDevice`, naming the ones it does.
+        let ctx = verbs::device::Context::open(name).map_err(|e| {
+            let present = verbs::device::list();
+            match present.iter().any(|d| d == name) {
+                true => Error::from(e),
+                false => Error::NoDevice {
+                    name: name.into(),
+                    present: present.into(),
+                },
+            }
+        })?;
+        let ctx = Arc::new(ctx);
         let info = ctx.port(port)?;
         let gid_index = match gid_index {
             Some(i) => Some(i),
