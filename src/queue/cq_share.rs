@@ -184,7 +184,11 @@ impl CqSlots {
     /// A new epoch, as a queue dropped with requests outstanding sets it: the poller passes
     /// it to [`CqSlots::drained`] once it sees the CQ empty after reading it.
     pub(crate) fn mark(&self) -> u64 {
-        let mut l = self.lock();
+        self.new_epoch(&mut self.lock())
+    }
+
+    /// Moves the orphan epoch on (under the ledger's lock) and publishes it.
+    fn new_epoch(&self, l: &mut Ledger) -> u64 {
         l.epoch += 1;
         self.orphan_mark.store(l.epoch, Ordering::Release);
         l.epoch
@@ -339,8 +343,7 @@ impl CqShare {
         l.charges.retain(|c| !Arc::ptr_eq(c, &self.charge));
         if outstanding != 0 {
             l.orphans += outstanding;
-            l.epoch += 1;
-            self.slots.orphan_mark.store(l.epoch, Ordering::Release);
+            self.slots.new_epoch(&mut l);
         }
         self.end = pos;
     }
