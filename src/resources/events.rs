@@ -128,9 +128,7 @@ impl Forget {
             subjects,
         }
     }
-}
 
-impl Forget {
     /// The subjects handed over to a new `Forget` (the QP's device object outlives its
     /// handle: `Qp::drop` on the verbs path); this one then forgets nothing.
     pub(crate) fn take(&mut self) -> Forget {

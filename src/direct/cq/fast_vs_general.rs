@@ -132,7 +132,6 @@ fn cqe(k: u32, qpn: u32, kind: Kind, send_i: u16, recv_i: u16) -> [u8; 64] {
                 CqeFormat::Plain
             };
             c.op_own = op_own(op, fmt, false, owner);
-            let _ = n;
         }
         _ => {
             let e = mlx5::cqe::ErrCqe {
