@@ -509,29 +509,19 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
     // perftest's bounds (`CHECK_VALUE_IN_RANGE` for -n and -t, UINT_MAX / 2 for -s, an int
     // for -D and -f): past them a buffer length, a queue size or a deadline overflowed
     // (a panic, or an abort on an allocation no machine has).
-    if o.iters > MAX_ITER {
-        return Err(format!(
-            "--iters {}: at most {MAX_ITER} (perftest's MAX_ITER)",
-            o.iters
-        ));
-    }
-    if o.tx_depth > MAX_TX {
-        return Err(format!(
-            "--tx-depth {}: 1 to {MAX_TX} (perftest's MAX_TX)",
-            o.tx_depth
-        ));
-    }
-    if o.size > MAX_SIZE {
-        return Err(format!(
-            "--size {}: 1 to {MAX_SIZE} (perftest's UINT_MAX / 2)",
-            o.size
-        ));
+    for (name, v, max, range, why) in [
+        ("--iters", o.iters, MAX_ITER, "at most", "MAX_ITER"),
+        ("--tx-depth", o.tx_depth, MAX_TX, "1 to", "MAX_TX"),
+        ("--size", o.size, MAX_SIZE, "1 to", "UINT_MAX / 2"),
+    ] {
+        if v > max {
+            return Err(format!("{name} {v}: {range} {max} (perftest's {why})"));
+        }
     }
     for (name, v) in [("-D", o.duration), ("-f", o.margin)] {
-        if v.is_some_and(|v| v > i32::MAX as u64) {
+        if let Some(v) = v.filter(|&v| v > i32::MAX as u64) {
             return Err(format!(
-                "{name} {}: at most {} seconds (an int, as perftest's)",
-                v.unwrap_or(0),
+                "{name} {v}: at most {} seconds (an int, as perftest's)",
                 i32::MAX
             ));
         }
