@@ -127,7 +127,8 @@ pub enum Error {
         /// The devices rdma-core sees (none: no RDMA device, or no kernel RDMA support).
         present: Box<[String]>,
     },
-    /// An environment variable of the crate's (`BLUEFLAME_PATH`, `BLUEFLAME_GID_INDEX`)
+    /// An environment variable of the crate's (`BLUEFLAME_PATH`, `BLUEFLAME_GID_INDEX`,
+    /// `BLUEFLAME_VERBS_API`)
     /// holds a value it does not take; the message says what it takes.
     Environment {
         /// The variable.
@@ -355,6 +356,7 @@ impl fmt::Display for Error {
                 let expected = match *var {
                     "BLUEFLAME_PATH" => "direct, verbs or auto",
                     "BLUEFLAME_GID_INDEX" => "a GID table index (0 to 65535)",
+                    "BLUEFLAME_VERBS_API" => "auto, extended or legacy",
                     _ => "another value (see the crate's guide)",
                 };
                 write!(f, "{var}={value:?}: expected {expected}")

@@ -48,6 +48,8 @@ impl Device {
     /// # Errors
     /// [`Error::NoDevice`] (with the devices rdma-core sees) when none is called `name`;
     /// [`Error::Verbs`] when the device cannot be opened or queried;
+    /// [`Error::InvalidParameter`] for a `gid_index` outside the port's GID table
+    /// (`ibv_query_port`'s `gid_tbl_len`);
     /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5;
     /// [`Error::Environment`] for a `BLUEFLAME_PATH` other than `direct`, `verbs`, `auto`.
     pub fn open(name: &str, gid_index: Option<i32>) -> Result<Device> {
@@ -71,7 +73,8 @@ impl Device {
     ///
     /// # Errors
     /// [`Error::Environment`] for a `BLUEFLAME_GID_INDEX` that is not a number;
-    /// [`Error::NoDevice`] or [`Error::Verbs`] when the named device cannot be opened;
+    /// [`Error::NoDevice`], [`Error::Verbs`] or [`Error::InvalidParameter`] (a GID index
+    /// past the port's table) as [`Device::open`];
     /// without the `sim` feature,
     /// [`Error::Unsupported`] when there is no rdma-core device.
     pub fn open_default() -> Result<Device> {

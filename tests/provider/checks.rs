@@ -63,7 +63,44 @@ pub fn all() -> Vec<Case> {
             "send_cq_entries_of_dropped_srq_qps_come_back",
             send_cq_entries_of_dropped_srq_qps,
         ),
+        check(
+            "a_gid_index_past_the_table_is_refused_at_open",
+            gid_index_past_the_table,
+        ),
     ]
+}
+
+/// A GID index past the port's table (the model's port has one entry) is refused when the
+/// device is opened, naming the index, whether `Device::open` or `BLUEFLAME_GID_INDEX` gave
+/// it: it used to open, and the first `endpoint()` failed with `ibv_query_gid`'s ENOENT.
+fn gid_index_past_the_table(_dev: &Device) -> Result<(), String> {
+    let refused = |r: Result<Device, Error>, index: u64| match r {
+        Err(Error::InvalidParameter { what, value }) if value == index => {
+            match what.contains("BLUEFLAME_GID_INDEX") && what.contains("gid_tbl_len") {
+                true => Ok(()),
+                false => Err(format!("index {index}: the message names neither: {what}")),
+            }
+        }
+        Err(other) => Err(format!("index {index}: {other:?}, not InvalidParameter")),
+        Ok(d) => Err(format!("index {index}: {d} opened")),
+    };
+    refused(Device::open("mlx5_0", Some(1)), 1)?;
+    refused(Device::open("mlx5_0", Some(-1)), u64::MAX)?;
+    std::env::set_var("BLUEFLAME_DEVICE", "mlx5_0");
+    std::env::set_var("BLUEFLAME_GID_INDEX", "7");
+    let from_env = Device::open_default();
+    std::env::remove_var("BLUEFLAME_GID_INDEX");
+    std::env::remove_var("BLUEFLAME_DEVICE");
+    refused(from_env, 7)?;
+    // The table's one entry still opens, and a QP of it gives its endpoint.
+    let d = Device::open("mlx5_0", Some(0)).map_err(|e| e.to_string())?;
+    let pd = d.alloc_pd().map_err(|e| e.to_string())?;
+    let cq = d.create_cq(8).map_err(|e| e.to_string())?;
+    let qp = pd
+        .create_qp(&cq, &cq, scenarios::caps())
+        .map_err(|e| e.to_string())?;
+    qp.endpoint().map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// One of everything the crate has rdma-core create (a domain, a region, a window, a

@@ -108,6 +108,7 @@ impl RdmaDev {
     /// # Errors
     /// [`Error::NoDevice`] (with the devices rdma-core sees) when none is called `name`;
     /// [`Error::Verbs`] when the device cannot be opened or queried;
+    /// [`Error::InvalidParameter`] for a `gid_index` outside the port's GID table;
     /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
     pub(crate) fn open(name: &str, port: u8, gid_index: Option<i32>) -> Result<RdmaDev> {
         if port == 0 {
@@ -132,6 +133,15 @@ impl RdmaDev {
         let ctx = Arc::new(ctx);
         let info = ctx.port(port)?;
         let gid_index = match gid_index {
+            // An index past the port's table would fail only at the first endpoint
+            // (`ibv_query_gid`'s ENOENT, naming neither the index nor where it came from).
+            Some(i) if i < 0 || (info.gid_tbl_len > 0 && i >= info.gid_tbl_len) => {
+                return Err(Error::InvalidParameter {
+                    what: "GID index (Device::open's gid_index or BLUEFLAME_GID_INDEX) past \
+                           the port's GID table (ibv_query_port's gid_tbl_len)",
+                    value: i as u64,
+                })
+            }
             Some(i) => Some(i),
             None if info.ethernet => ctx.roce_v2_gid_index(port).or(Some(0)),
             None => None,

@@ -42,15 +42,16 @@ impl ApiChoice {
     /// The choice `var` (the value of `BLUEFLAME_VERBS_API`) asks for.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a value other than `auto`, `extended`, `legacy`.
+    /// [`Error::Environment`] (with the value) for a value other than `auto`, `extended`,
+    /// `legacy`.
     pub fn parse(var: Option<&str>) -> Result<ApiChoice> {
         match var.unwrap_or("auto") {
             "auto" | "" => Ok(ApiChoice::Auto),
             "extended" => Ok(ApiChoice::Extended),
             "legacy" => Ok(ApiChoice::Legacy),
-            other => Err(Error::InvalidParameter {
-                what: "BLUEFLAME_VERBS_API (auto|extended|legacy; value length)",
-                value: other.len() as u64,
+            other => Err(Error::Environment {
+                var: VAR,
+                value: other.into(),
             }),
         }
     }
@@ -92,8 +93,13 @@ mod tests {
         assert_eq!(ApiChoice::parse(Some("legacy")).unwrap(), ApiChoice::Legacy);
         assert!(matches!(
             ApiChoice::parse(Some("ex")),
-            Err(Error::InvalidParameter { value: 2, .. })
+            Err(Error::Environment { var: VAR, ref value }) if &**value == "ex"
         ));
+        let shown = ApiChoice::parse(Some("ex")).unwrap_err().to_string();
+        assert!(
+            shown.contains("\"ex\"") && shown.contains("auto, extended or legacy"),
+            "{shown}"
+        );
         assert!(ApiChoice::Auto.unavailable("x").is_ok());
         assert!(ApiChoice::Legacy.unavailable("x").is_ok());
         assert!(matches!(
