@@ -22,7 +22,7 @@ pub enum Error {
     /// completion is polled. Nothing was posted: poll the CQ, or make it larger (see the
     /// guide, "Sizing queues and CQs").
     CqFull {
-        /// The CQ number (0 on the verbs path).
+        /// The CQ number ([`Cq::cqn`](crate::Cq::cqn): on the verbs path the crate's own).
         cqn: u32,
         /// Entries the request needs (1; a direct-path send one per block).
         needed: u32,

@@ -223,7 +223,7 @@ impl Cq {
             CqRings::Verbs { cq, stamps } => {
                 let capacity = cq.capacity();
                 (
-                    Poller::Verbs(VerbsCompletionQueue::new(cq)),
+                    Poller::Verbs(VerbsCompletionQueue::new(cq, cqn)),
                     capacity,
                     std::ptr::null_mut(),
                     stamps,

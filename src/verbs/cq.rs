@@ -40,10 +40,11 @@ impl std::fmt::Debug for VerbsCompletionQueue {
 }
 
 impl VerbsCompletionQueue {
-    /// A poller of `cq`.
-    pub fn new(cq: Arc<super::objects::Cq>) -> VerbsCompletionQueue {
+    /// A poller of `cq`, named `cqn` in its errors (the crate's own number for it:
+    /// rdma-core does not expose the device's).
+    pub fn new(cq: Arc<super::objects::Cq>, cqn: u32) -> VerbsCompletionQueue {
         let capacity = cq.capacity();
-        let registry = Arc::new(Registry::new(0, capacity, None));
+        let registry = Arc::new(Registry::new(cqn, capacity, None));
         VerbsCompletionQueue {
             ops: cq.poll_ops,
             // SAFETY: `cq` is live while this poller holds it (`cq` below), and polled only

@@ -48,7 +48,8 @@ fn check(dev: &Device) {
     );
     assert_eq!(accepted, entries as u64);
     assert!(
-        matches!(e, Error::CqFull { needed: 1, available: 0, capacity, .. } if capacity == entries),
+        matches!(e, Error::CqFull { cqn, needed: 1, available: 0, capacity }
+            if capacity == entries && cqn == cq_a.cqn()),
         "{e}"
     );
     assert!(a.check().is_ok() && cq_a.check().is_ok());
