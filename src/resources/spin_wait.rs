@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 /// How long [`Cq::wait_spin`] busy-polls before it sleeps.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Spin {
-    /// At most this many empty polls (an empty poll of the direct path is a few
-    /// nanoseconds; the verbs path's `ibv_poll_cq` more).
+    /// A first poll, then at most this many more empty ones: `n + 1` polls in all,
+    /// `Polls(0)` one (an empty poll of the direct path is a few nanoseconds; the verbs
+    /// path's `ibv_poll_cq` more).
     Polls(u32),
     /// For at most this long (the clock is read once per poll).
     For(Duration),
