@@ -30,6 +30,18 @@ use std::time::Duration;
 
 const MAGIC: &[u8; 4] = b"BFC1";
 
+/// A new id (and its event channel), or, where librdmacm finds no RDMA device at all (its
+/// `ucma_init` fails `rdma_create_event_channel` with ENODEV), an error that says so.
+fn new_id() -> Result<CmId> {
+    CmId::new().map_err(|e| match e.source.raw_os_error() {
+        Some(libc::ENODEV) => Error::Unsupported(
+            "rdma_cm: no RDMA device on this host (no RDMA hardware, or its kernel driver, \
+             ib_uverbs and rdma_ucm not loaded)",
+        ),
+        _ => e.into(),
+    })
+}
+
 /// The private data of a connection request or reply offering `b`.
 pub(crate) fn encode(b: Option<RemoteBuf>) -> Vec<u8> {
     let mut v = MAGIC.to_vec();
@@ -151,9 +163,10 @@ impl std::fmt::Debug for CmListener {
 /// Listens on `addr` (an IP address of an RDMA device, e.g. rxe0's).
 ///
 /// # Errors
-/// [`Error::Verbs`] (`rdma_bind_addr` fails when no RDMA device has that address).
+/// [`Error::Unsupported`] on a host without an RDMA device; [`Error::Verbs`]
+/// (`rdma_bind_addr` fails when no RDMA device has that address).
 pub fn listen(addr: SocketAddr) -> Result<CmListener> {
-    let id = CmId::new()?;
+    let id = new_id()?;
     id.listen(&addr)?;
     Ok(CmListener { id })
 }
@@ -227,7 +240,8 @@ pub struct CmConnection {
 /// Resolves `addr` (a listener's address) and its route: the client side.
 ///
 /// # Errors
-/// [`Error::Verbs`] when the address or route cannot be resolved.
+/// [`Error::Unsupported`] on a host without an RDMA device; [`Error::Verbs`] when the
+/// address or route cannot be resolved.
 pub fn resolve(addr: SocketAddr, timeout: Duration) -> Result<CmRequest> {
     resolve_with(None, addr, timeout)
 }
@@ -244,7 +258,7 @@ pub fn resolve_on(pd: &Pd, addr: SocketAddr, timeout: Duration) -> Result<CmRequ
 }
 
 fn resolve_with(pd: Option<&Pd>, addr: SocketAddr, timeout: Duration) -> Result<CmRequest> {
-    let id = Arc::new(CmId::new()?);
+    let id = Arc::new(new_id()?);
     id.resolve(&addr, timeout)?;
     let (device, pd) = device_for(&id, pd)?;
     Ok(CmRequest {

@@ -9,6 +9,27 @@ use blueflame::{Device, Error};
 fn first_errors_name_what_was_wrong() {
     open_names_the_device_it_could_not_open();
     a_malformed_gid_index_is_refused_with_its_value();
+    cm_without_an_rdma_device_says_so();
+}
+
+/// `cm::listen` and `cm::resolve` on a host where rdma-core sees no device say that, typed
+/// (they said only "rdma_create_event_channel failed: No such device").
+fn cm_without_an_rdma_device_says_so() {
+    let none = matches!(Device::open("mlx5_7", None), Err(Error::NoDevice { present, .. }) if present.is_empty());
+    if !none {
+        return; // a host with RDMA devices: rdma_cm finds them
+    }
+    let addr = "127.0.0.1:7471".parse().unwrap();
+    let listen = blueflame::cm::listen(addr).map(|_| ());
+    let resolve = blueflame::cm::resolve(addr, std::time::Duration::from_millis(10)).map(|_| ());
+    for (what, r) in [("listen", listen), ("resolve", resolve)] {
+        match r {
+            Err(e @ Error::Unsupported(_)) => {
+                assert!(e.to_string().contains("no RDMA device"), "{what}: {e}")
+            }
+            other => panic!("cm::{what} without an RDMA device: {other:?}"),
+        }
+    }
 }
 
 /// `Device::open` of a name rdma-core does not know (a typo, or no RDMA stack at all):
