@@ -127,11 +127,18 @@ impl Qp {
     ///
     /// # Errors
     /// [`crate::Error::InvalidState`] for a QP the device says is not in RESET; the
-    /// device's refusal of a transition.
-    pub(crate) fn connect(&self, remote: &Endpoint, psn: u32, timing: &Timing) -> Result<()> {
+    /// device's refusal of a transition, with whether the QP was left past RTR (it then
+    /// takes the peer's messages, and an SRQ's WQEs for them, though it cannot send).
+    pub(crate) fn connect(
+        &self,
+        remote: &Endpoint,
+        psn: u32,
+        timing: &Timing,
+    ) -> std::result::Result<(), (crate::error::Error, bool)> {
         match self {
+            // One step on the software NIC: refused whole, or connected.
             #[cfg(feature = "sim")]
-            Qp::Sim(q) => q.connect(remote, timing),
+            Qp::Sim(q) => q.connect(remote, timing).map_err(|e| (e, false)),
             Qp::Rdma(q) => q.connect(remote, psn, timing),
         }
     }

@@ -67,7 +67,65 @@ pub fn all() -> Vec<Case> {
             "a_gid_index_past_the_table_is_refused_at_open",
             gid_index_past_the_table,
         ),
+        check(
+            "a_qp_left_in_rtr_by_a_failed_connect_goes_to_error",
+            failed_rts,
+        ),
     ]
+}
+
+/// A `connect` whose move to RTS the device refuses (a firmware error, injected) left the
+/// QP in RTR: unable to send or to connect again, yet taking the peer's messages into an
+/// SRQ's WQEs, and, on the verbs path, dropped without the SRQ's drain (`leave_the_srq`
+/// skipped a QP never connected). It goes to error now, on both paths; a second `connect`
+/// says so, and its drop gives every SRQ slot back.
+fn failed_rts(_dev: &Device) -> Result<(), String> {
+    for verbs in [false, true] {
+        let d = open_fresh(verbs)?;
+        let e = |e: Error| e.to_string();
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut cq = d.create_cq(64).map_err(e)?;
+        let mut srq = pd.create_srq(&cq, SrqCaps::default()).map_err(e)?;
+        let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).map_err(e)?;
+        for k in 0..4 {
+            srq.post_recv(&[mr.sge(k as usize * 64, 64).map_err(e)?], k)
+                .map_err(e)?;
+        }
+        let free = srq.free();
+        let mut s = pd
+            .create_qp_with_srq(&cq, &srq, scenarios::caps())
+            .map_err(e)?;
+        let c = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        if !model::fail_next_modify(3, libc::EIO) {
+            return Err("the model is not loaded".into());
+        }
+        let first = s.connect(c.endpoint().map_err(e)?);
+        if first.is_ok() {
+            return Err(format!("verbs {verbs}: the injected RTS failure connected"));
+        }
+        let state = model::qp_state(s.qpn());
+        if state != Some(6) {
+            return Err(format!(
+                "verbs {verbs}: after {first:?}, the QP is in state {state:?}, not ERR (6)"
+            ));
+        }
+        match s.connect(c.endpoint().map_err(e)?) {
+            Err(Error::InvalidState { state }) if state.contains("in error") => {}
+            other => return Err(format!("verbs {verbs}: a second connect: {other:?}")),
+        }
+        drop(s);
+        let mut out = [Completion::default(); 8];
+        for _ in 0..4 {
+            cq.poll(&mut out);
+        }
+        if srq.free() != free {
+            return Err(format!(
+                "verbs {verbs}: SRQ free {} after the drop, {free} before",
+                srq.free()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A GID index past the port's table (the model's port has one entry) is refused when the

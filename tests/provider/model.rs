@@ -117,6 +117,29 @@ pub fn raise_event(kind: i32, num: u32) -> bool {
     f(kind, num) == 0
 }
 
+/// The verbs state of QP `qpn` in the model (0 RESET, 1 INIT, 2 RTR, 3 RTS, 6 ERR); None
+/// when the model is not loaded or has no such QP.
+pub fn qp_state(qpn: u32) -> Option<i32> {
+    type F = extern "C" fn(u32) -> libc::c_int;
+    let f = sym(c"blueflame_kernel_model_qp_state")?;
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    Some(f(qpn)).filter(|s| *s >= 0)
+}
+
+/// Makes the model's next modify of a QP to `state` (3: RTS) fail with `errno`; false when
+/// the model is not loaded.
+pub fn fail_next_modify(state: i32, errno: i32) -> bool {
+    type F = extern "C" fn(libc::c_int, libc::c_int);
+    let Some(f) = sym(c"blueflame_kernel_model_fail_next_modify") else {
+        return false;
+    };
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    f(state, errno);
+    true
+}
+
 /// Runs its function when dropped: puts a setting of the model back however a case ends.
 pub struct Restore(pub fn());
 

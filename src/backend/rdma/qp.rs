@@ -274,10 +274,22 @@ impl Qp {
         })
     }
 
-    pub(crate) fn connect(&self, remote: &Endpoint, psn: u32, timing: &Timing) -> Result<()> {
-        let (d, qp) = (&self.dev, self.verbs()?);
+    /// RESET -> INIT -> RTR -> RTS. A failure says whether the QP was left in RTR (the move
+    /// to RTS refused), where it takes the peer's messages.
+    pub(crate) fn connect(
+        &self,
+        remote: &Endpoint,
+        psn: u32,
+        timing: &Timing,
+    ) -> std::result::Result<(), (Error, bool)> {
+        let before_rtr = |e: Error| (e, false);
+        let (d, qp) = (&self.dev, self.verbs().map_err(before_rtr)?);
         let lim = ConnLimits {
-            local_mtu: d.ctx.port(d.port)?.active_mtu,
+            local_mtu: d
+                .ctx
+                .port(d.port)
+                .map_err(|e| before_rtr(e.into()))?
+                .active_mtu,
             max_qp_rd_atom: d.attrs.max_qp_rd_atom,
             max_qp_init_rd_atom: d.attrs.max_qp_init_rd_atom,
         };
@@ -285,10 +297,10 @@ impl Qp {
             retry_cnt: d.attrs.retry_cnt_for(timing.retry_cnt),
             ..*timing
         };
-        qp.to_init(d.port)?;
-        qp.to_rtr(remote, d.port, d.gid_index, timing, &lim)?;
-        qp.to_rts(psn, timing, &lim)?;
-        Ok(())
+        qp.to_init(d.port).map_err(|e| before_rtr(e.into()))?;
+        qp.to_rtr(remote, d.port, d.gid_index, timing, &lim)
+            .map_err(|e| before_rtr(e.into()))?;
+        qp.to_rts(psn, timing, &lim).map_err(|e| (e.into(), true))
     }
 
     pub(crate) fn set_error(&self) -> Result<()> {

@@ -169,6 +169,9 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
 
 impl Qp {
     pub(crate) fn connect(&self, remote: &Endpoint, timing: &Timing) -> Result<()> {
+        // RTR and RTS attributes first (this side's timers; the peer's are its own
+        // connect's), so that the connection is the one step that can fail after them.
+        self.nic.set_timing(self.qpn, sim_timing(timing, u8::MAX))?;
         self.nic
             .connect(self.qpn, remote.qpn)
             .map_err(|e| match e {
@@ -182,8 +185,7 @@ impl Qp {
                 },
                 e => e.into(),
             })?;
-        // RTR and RTS attributes: this side's timers (the peer's are its own connect's).
-        Ok(self.nic.set_timing(self.qpn, sim_timing(timing, u8::MAX))?)
+        Ok(())
     }
 
     pub(crate) fn set_error(&self) -> Result<()> {

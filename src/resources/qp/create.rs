@@ -255,6 +255,7 @@ impl Pd {
             qpn,
             psn,
             connected: false,
+            reached_rtr: false,
             errored: false,
             atomics,
             rnr_retry_cap: rnr_retry,

@@ -90,6 +90,9 @@ pub struct Qp {
     connected: bool,
     /// Set by `set_error`: the QP cannot be connected again.
     errored: bool,
+    /// Set by a `connect` that left the QP in RTR and failed (then moved to error): like
+    /// a connected QP, it may hold an SRQ's WQEs.
+    reached_rtr: bool,
     /// What the device's atomics can do and how it writes their replies.
     atomics: mlx5::AtomicCaps,
     /// `QpCaps::rnr_retry`: the most RNR retries `connect` programs.
@@ -152,6 +155,9 @@ impl Qp {
     ///
     /// # Errors
     /// [`Error::Verbs`] (`Error::Sim` on the software NIC) when the transition is refused.
+    /// A refusal of the last step (RTR -> RTS) would leave the QP taking the peer's
+    /// messages though it cannot send: it is moved to error (its receives flush), and a
+    /// second `connect` is refused ([`Error::InvalidState`]); create a new QP.
     pub fn connect(&mut self, remote: impl Into<Endpoint>) -> Result<()> {
         self.connect_with(&remote.into(), &Timing::default())
     }
@@ -191,7 +197,17 @@ impl Qp {
                 value: remote.qpn as u64,
             });
         }
-        self.obj()?.connect(remote, self.psn, timing)?;
+        if let Err((e, receiving)) = self.obj()?.connect(remote, self.psn, timing) {
+            if receiving {
+                // Left in RTR (the move to RTS refused): it cannot send nor be connected
+                // again, yet it takes the peer's messages (an SRQ's WQEs for them). To
+                // error, so that its receives flush; its drop then leaves an SRQ as a
+                // connected QP's does (`leave_the_srq`).
+                self.reached_rtr = true;
+                let _ = self.set_error();
+            }
+            return Err(e);
+        }
         self.set_connected();
         Ok(())
     }
@@ -408,7 +424,7 @@ impl Qp {
     /// completions through its dead entry, then destroyed (`Registry::defer`, in `Drop`).
     #[cold]
     fn leave_the_srq(&mut self) {
-        if self.srq.is_none() || !self.connected {
+        if self.srq.is_none() || !(self.connected || self.reached_rtr) {
             return;
         }
         let dev = self.pd.inner.dev.clone();

@@ -30,6 +30,13 @@ pub unsafe extern "C" fn blueflame_kernel_model_qp(
     }
 }
 
+/// The verbs state of QP `qpn` (`IB_QPS_*`: 0 RESET, 1 INIT, 2 RTR, 3 RTS, 6 ERR), or -1
+/// when no file has the QP.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_qp_state(qpn: u32) -> c_int {
+    crate::kernel::qp_state(qpn).unwrap_or(-1)
+}
+
 /// The mini-CQE format bit CQ `cqn` compresses with (0: no compression), or -1 when the NIC
 /// has no such CQ.
 #[no_mangle]
@@ -81,6 +88,14 @@ pub extern "C" fn blueflame_kernel_model_raise_event(kind: c_int, num: u32) -> c
     };
     crate::kernel::raise_event(e);
     0
+}
+
+/// Makes the next `ibv_modify_qp` of any QP to `state` (verbs numbering: 2 RTR, 3 RTS)
+/// fail with `errno`, as a device's firmware may refuse a transition the verbs state
+/// machine allows.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_fail_next_modify(state: c_int, errno: c_int) {
+    crate::kernel::fail_next_modify(state as u8, errno as u16);
 }
 
 /// With `on` 1, the NIC stamps completions in real time and the context says so to

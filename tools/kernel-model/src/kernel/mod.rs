@@ -25,6 +25,7 @@ mod srq;
 mod state;
 
 pub(crate) use files::{close_channel, close_file, mmap, open_file};
+pub(crate) use modify::fail_next_modify;
 
 use crate::abi::*;
 use crate::cmd::Call;
@@ -79,6 +80,18 @@ pub(crate) fn qp_view(qpn: u32) -> Option<((bool, u32), bool)> {
     k.files.values().find_map(|f| {
         f.objs.values().find_map(|o| match o {
             Obj::Qp(q) if q.qpn == qpn => Some((q.bfreg, q.scatter)),
+            _ => None,
+        })
+    })
+}
+
+/// The verbs state (`IB_QPS_*`: 0 RESET .. 3 RTS, 6 ERR) of QP `qpn`; None for a QP no file
+/// has.
+pub(crate) fn qp_state(qpn: u32) -> Option<i32> {
+    let k = kernel();
+    k.files.values().find_map(|f| {
+        f.objs.values().find_map(|o| match o {
+            Obj::Qp(q) if q.qpn == qpn => Some(q.state as i32),
             _ => None,
         })
     })

@@ -7,6 +7,7 @@ use crate::cmd::Call;
 use libc::c_int;
 use mlx5::request::Access;
 use mlx5::sim::Nic;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// `MODIFY_QP` and `EX_MODIFY_QP` (whose response carries a DCT's number, made at RTR).
 ///
@@ -34,6 +35,25 @@ pub(super) unsafe fn modify_qp(nic: &Nic, f: &mut File, call: &mut Call<'_>) -> 
     }
 }
 
+/// A failure to inject: the state (verbs numbering) in bits 16..24 plus one, the errno in
+/// bits 0..16; 0 for none.
+static FAIL_NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Makes the next `MODIFY_QP` to `state` (verbs numbering: 3 RTS) fail with `errno` (a
+/// device refusing a transition the verbs state machine allows: a firmware error).
+pub(crate) fn fail_next_modify(state: u8, errno: u16) {
+    FAIL_NEXT.store(
+        (u32::from(state) + 1) << 16 | u32::from(errno),
+        Ordering::Relaxed,
+    );
+}
+
+/// Whether a modify to `state` (with `mask`) is the one to fail.
+fn fail_injected(state: u32, mask: u32) -> bool {
+    let f = FAIL_NEXT.load(Ordering::Relaxed);
+    f != 0 && mask & mask::STATE != 0 && (f >> 16) == state + 1
+}
+
 /// `MODIFY_QP`: the verbs state machine (`ib_modify_qp_is_ok`), the transport timers at
 /// RTR/RTS, and the connection: at RTR an RC QP is connected to the peer it names, one side
 /// (as a ConnectX writes the QP context's `remote_qpn`).
@@ -51,6 +71,9 @@ pub(super) fn modify_qp_with(
     } else {
         q.state
     };
+    if fail_injected(u32::from(c.qp_state), m) {
+        return Err(FAIL_NEXT.swap(0, Ordering::Relaxed) as c_int & 0xffff);
+    }
     use QpState::*;
     let ok = matches!(
         (q.state, to),
