@@ -466,11 +466,10 @@ fn demo(extra: &[String]) -> i32 {
         "--",
         "write-lat",
     ]);
-    if extra.is_empty() {
-        cmd.args(["--device", "auto", "--size", "8", "--iters", "20000"]);
-    } else {
-        cmd.args(extra);
-    }
+    // The demo's own settings, then the caller's: bfperf takes the last of an option given
+    // twice, so `demo -d sim` keeps the size and count and changes the device only.
+    cmd.args(["--device", "auto", "--size", "8", "--iters", "20000"]);
+    cmd.args(extra);
     if run("demo", &mut cmd) {
         0
     } else {
