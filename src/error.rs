@@ -542,7 +542,7 @@ impl From<mlx5::wqe::EncodeError> for Error {
     }
 }
 
-/// A memory capability a device may lack ([`Error::Capability`]).
+/// A capability a device may lack ([`Error::Capability`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Capability {
@@ -555,6 +555,9 @@ pub enum Capability {
     Prefetch,
     /// Registration of a dma-buf (`ibv_reg_dmabuf_mr`).
     DmaBuf,
+    /// Remote atomic rights on a DC target: a device without atomics (mlx5_ib's
+    /// `mlx5_ib_modify_dct` at INIT: `get_atomic_mode` fails, EOPNOTSUPP).
+    RemoteAtomics,
 }
 
 impl fmt::Display for Capability {
@@ -566,6 +569,9 @@ impl fmt::Display for Capability {
             }
             Capability::Prefetch => "prefetch of on-demand pages (ibv_advise_mr)",
             Capability::DmaBuf => "dma-buf registration (ibv_reg_dmabuf_mr)",
+            Capability::RemoteAtomics => {
+                "atomics, for a DC target's REMOTE_ATOMIC right (get_atomic_mode)"
+            }
         })
     }
 }

@@ -401,7 +401,9 @@ impl Pd {
     ///
     /// # Errors
     /// [`Error::NoDc`] on a device without DC; [`Error::InvalidParameter`] for other
-    /// rights; [`Error::InvalidHandle`] for a CQ of another device or an SRQ of another
+    /// rights; [`Error::Capability`] ([`Capability::RemoteAtomics`](crate::Capability::RemoteAtomics))
+    /// for [`Access::REMOTE_ATOMIC`] on a device without atomics;
+    /// [`Error::InvalidHandle`] for a CQ of another device or an SRQ of another
     /// protection domain; [`Error::SrqCq`] when `recv_cq` is not the SRQ's CQ.
     pub fn create_dct(
         &self,

@@ -231,3 +231,26 @@ fn replies_in_both_byte_orders_read_back_in_host_order() {
     // The software NIC's default is the ConnectX default.
     assert_eq!(Device::sim_stepped().atomic_caps(), AtomicCaps::CONNECTX);
 }
+
+/// A DC target asked for remote atomic rights on a device without atomics is refused,
+/// typed, as mlx5_ib refuses the DCT's INIT (`mlx5_ib_modify_dct`: `get_atomic_mode`,
+/// EOPNOTSUPP); without the right it is made, and with atomics the right is taken. (The
+/// software NIC made the DCT whatever its atomics.)
+#[test]
+fn dct_atomic_rights_need_atomics() {
+    for (caps, refused) in [(AtomicCaps::NONE, true), (AtomicCaps::CONNECTX, false)] {
+        let dev = Device::sim_stepped();
+        nic(&dev).set_atomic_caps(caps);
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(16).unwrap();
+        let srq = pd.create_srq(&cq, SrqCaps::default()).unwrap();
+        let all = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        match pd.create_dct(&cq, &srq, 7, all) {
+            Err(Error::Capability(Capability::RemoteAtomics)) if refused => {}
+            Ok(_) if !refused => {}
+            other => panic!("{caps:?}: {other:?}"),
+        }
+        pd.create_dct(&cq, &srq, 7, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .unwrap();
+    }
+}

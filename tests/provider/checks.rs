@@ -1057,6 +1057,22 @@ fn no_atomics_on(mode: model::Atomics) -> Result<(), String> {
     };
     let direct = run(false)?;
     let verbs = run(true)?;
+    // A DC target's atomic right: refused, typed, where the kernel has no atomic mode
+    // (`mlx5_ib_modify_dct`); taken where it has one (big-endian replies).
+    {
+        let e = |e: Error| e.to_string();
+        let d = open_fresh(false)?;
+        let pd = d.alloc_pd().map_err(e)?;
+        let cq = d.create_cq(16).map_err(e)?;
+        let srq = pd.create_srq(&cq, SrqCaps::default()).map_err(e)?;
+        let all = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        let dct = pd.create_dct(&cq, &srq, 7, all);
+        match (mode, &dct) {
+            (model::Atomics::None, Err(Error::Capability(Capability::RemoteAtomics))) => {}
+            (model::Atomics::BigEndian, Ok(_)) => {}
+            _ => return Err(format!("{mode:?}: a DCT with REMOTE_ATOMIC: {dct:?}")),
+        }
+    }
     let refused = "atomic Err(Unsupported(";
     let (want_direct, want_verbs) = ("Direct None", "Verbs Some(Extended)");
     let done = "completions [(2, Success)]";

@@ -123,7 +123,9 @@ impl Nic {
     /// # Errors
     /// [`SimError::NoPd`], [`SimError::NoCq`], [`SimError::NoSrq`], [`SimError::Exhausted`];
     /// [`SimError::Rights`] for rights other than remote write, read and atomic;
-    /// [`SimError::Caps`] for an SRQ of another domain.
+    /// [`SimError::Caps`] for an SRQ of another domain; [`SimError::NoCapability`] for
+    /// remote atomic rights on a NIC without atomics (mlx5_ib's `mlx5_ib_modify_dct` at
+    /// INIT: `get_atomic_mode` fails, EOPNOTSUPP).
     pub fn create_dct(
         &self,
         pd: u32,
@@ -134,6 +136,10 @@ impl Nic {
     ) -> Result<u32, SimError> {
         if !DCT_RIGHTS.contains(access) {
             return Err(SimError::Rights(access));
+        }
+        let atomics = self.atomic_caps();
+        if access.contains(Access::REMOTE_ATOMIC) && !(atomics.standard || atomics.masked) {
+            return Err(SimError::NoCapability("remote atomic rights (no atomics)"));
         }
         // A DCT has no send queue of the driver's: the smallest ring, no BlueFlame.
         let caps = QpCaps {

@@ -188,7 +188,17 @@ pub(super) fn create_dct(
     let t = crate::dv::dc::DcType::Dct { key: dc_key };
     // SAFETY: the context, PD, CQ and SRQ are live objects of this mlx5 device, kept alive
     // by the DCT's owner (its domain, CQ and SRQ handles).
-    let hw = unsafe { HwDc::create(d.ctx.ctx, t, (&p.pd, None, cq.cq, vsrq), cap, &mut steps)? };
+    let hw = unsafe { HwDc::create(d.ctx.ctx, t, (&p.pd, None, cq.cq, vsrq), cap, &mut steps) }
+        .map_err(|e| match e {
+            // mlx5_ib_modify_dct at INIT: remote atomic rights need `get_atomic_mode`.
+            Error::Verbs(v)
+                if v.source.raw_os_error() == Some(libc::EOPNOTSUPP)
+                    && access.contains(Access::REMOTE_ATOMIC) =>
+            {
+                Error::Capability(crate::error::Capability::RemoteAtomics)
+            }
+            e => e,
+        })?;
     // SAFETY: `hw.qp` is live; rdma-core filled the QP number (the DCT number).
     let n = unsafe { (*hw.qp).qp_num };
     Ok((hw, QpRings::None, n))

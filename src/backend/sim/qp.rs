@@ -6,7 +6,7 @@ use super::{Nic, Pd};
 use crate::backend::qp::{QpKind, QpSpec};
 use crate::backend::spec::{QpRings, UdPort};
 use crate::caps::QpCaps;
-use crate::error::{Error, Result};
+use crate::error::{Capability, Error, Result};
 use crate::verbs::objects::{Endpoint, Timing};
 use mlx5::sim::{QpState, QpTiming, SimError};
 
@@ -140,7 +140,12 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
             dc_key,
             access,
         } => {
-            let n = nic.create_dct(p.pd, send_cq, Some(srq.sim()?), *dc_key, *access)?;
+            let n = nic
+                .create_dct(p.pd, send_cq, Some(srq.sim()?), *dc_key, *access)
+                .map_err(|e| match e {
+                    SimError::NoCapability(_) => Error::Capability(Capability::RemoteAtomics),
+                    e => e.into(),
+                })?;
             let qp = Qp {
                 nic: nic.clone(),
                 qpn: n,
