@@ -23,7 +23,7 @@
 //! With the `sim` feature, the module `sim` is a software mlx5 NIC that owns rings laid out as the
 //! hardware's and executes the WQEs it finds there: the way the direct data path of
 //! `blueflame` is tested end to end on machines without a ConnectX.
-#![cfg_attr(not(feature = "std"), no_std)]
+#![cfg_attr(not(any(feature = "std", test)), no_std)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
