@@ -6,6 +6,7 @@ pub use mlx5::WcStatus;
 /// no name for).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
+#[repr(u8)]
 pub enum WcOpcode {
     /// A send (with or without immediate or invalidate) completed.
     Send,

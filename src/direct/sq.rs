@@ -549,17 +549,18 @@ impl SendQueue {
         report: bool,
     ) {
         let i = (pi as u32 & self.mask) as usize;
+        // The entry's last 4 bytes as one word (`SendEntry::tail`).
+        let tail = SendEntry::tail(bbs, opcode, report);
         // SAFETY: `slots` has `cnt` entries (kept alive by `shadow`) and `i < cnt`; only the
         // poster writes, and only positions the device has not been told about (see
-        // `Shadow`'s `Sync` impl).
+        // `Shadow`'s `Sync` impl). An entry is 16 bytes, 8-aligned: the cookie, the byte
+        // count, then `tail`, whose bytes are those of valid fields.
         unsafe {
-            self.slots.add(i).write(SendEntry {
-                cookie,
-                bbs,
-                opcode,
-                byte_len,
-                report,
-            })
+            let e = self.slots.add(i);
+            (e as *mut u64).write(cookie);
+            let words = e as *mut u32;
+            words.add(2).write(byte_len);
+            words.add(3).write(tail);
         };
     }
 

@@ -16,8 +16,8 @@ use crate::completion::WcOpcode;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 
-/// What the poller needs to know about one posted send WQE. 16 bytes, the last 8 of which
-/// are a constant for a given kind of request (one store on the fast path).
+/// What the poller needs to know about one posted send WQE. 16 bytes: the cookie, the byte
+/// count, and 4 bytes a poster stores as one word ([`SendEntry::tail`]).
 #[derive(Copy, Clone, Debug, Default)]
 #[repr(C)]
 pub(crate) struct SendEntry {
@@ -34,6 +34,29 @@ pub(crate) struct SendEntry {
     /// reported to the user.
     pub(crate) report: bool,
 }
+
+impl SendEntry {
+    /// The entry's bytes 12..16 (`bbs`, `opcode`, `report`, in that order) as one word in
+    /// the machine's byte order: a poster stores it with one store, where the three
+    /// fields written one by one took three (and a flag). `byte_len` (bytes 8..12) is
+    /// stored apart: a constant for most requests, the length of a read.
+    #[inline(always)]
+    pub(crate) fn tail(bbs: u16, opcode: WcOpcode, report: bool) -> u32 {
+        let b = bbs.to_ne_bytes();
+        u32::from_ne_bytes([b[0], b[1], opcode as u8, report as u8])
+    }
+}
+
+// `SendEntry::tail` writes these bytes.
+const _: () = {
+    assert!(core::mem::size_of::<SendEntry>() == 16);
+    assert!(core::mem::align_of::<SendEntry>() == 8);
+    assert!(core::mem::offset_of!(SendEntry, byte_len) == 8);
+    assert!(core::mem::offset_of!(SendEntry, bbs) == 12);
+    assert!(core::mem::offset_of!(SendEntry, opcode) == 14);
+    assert!(core::mem::offset_of!(SendEntry, report) == 15);
+    assert!(core::mem::size_of::<WcOpcode>() == 1);
+};
 
 /// Cookies of a ring, indexed by position (send: first block of the WQE; receive: entry).
 pub(crate) struct Shadow<T> {
@@ -268,5 +291,35 @@ pub(crate) trait Retired: Send + Sync {
 impl<T: Copy + Default + Send> Retired for Shadow<T> {
     fn retired(&self) -> u16 {
         Shadow::retired(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `SendEntry::tail` is the entry's bytes 12..16 as its fields lay them out, for every
+    /// opcode and both report flags.
+    #[test]
+    fn the_tail_word_is_the_entrys_last_eight_bytes() {
+        use WcOpcode::*;
+        for opcode in [
+            Send, RdmaWrite, RdmaRead, CompSwap, FetchAdd, BindMw, LocalInv, Nop,
+        ] {
+            for report in [false, true] {
+                let e = SendEntry {
+                    cookie: 0x0102_0304_0506_0708,
+                    byte_len: 0xa1b2_c3d4,
+                    bbs: 0x1e2f,
+                    opcode,
+                    report,
+                };
+                // SAFETY: 16 bytes of initialised fields, no padding (checked above).
+                let bytes: [u8; 16] = unsafe { core::mem::transmute(e) };
+                let tail = SendEntry::tail(e.bbs, opcode, report);
+                assert_eq!(tail.to_ne_bytes(), bytes[12..], "{opcode:?} {report}");
+                assert_eq!(e.byte_len.to_ne_bytes(), bytes[8..12]);
+            }
+        }
     }
 }
