@@ -63,6 +63,8 @@ fn unsorted_and_histogram_print_every_sample_as_perftest() {
         "write-lat",
         "-d",
         "sim",
+        "-s",
+        "8",
         "-n",
         "300",
         "--warmup",
@@ -162,7 +164,9 @@ fn odp_registers_the_buffers_on_demand() {
         &["read-bw"][..],
     ] {
         let mut args = test.to_vec();
-        args.extend_from_slice(&["-d", "sim", "-n", "200", "--warmup", "10", "--odp"]);
+        args.extend_from_slice(&[
+            "-d", "sim", "-s", "8", "-n", "200", "--warmup", "10", "--odp",
+        ]);
         let out = bfperf(&args);
         assert!(out.status.success(), "{args:?}: {out:?}");
         let text = String::from_utf8_lossy(&out.stdout);
@@ -279,6 +283,8 @@ fn duration_mode_times_latency_tests_as_perftest() {
         "send-lat",
         "-d",
         "sim",
+        "-s",
+        "8",
         "-D",
         "3",
         "-f",
@@ -523,6 +529,8 @@ fn out_json_writes_perftest_s_object() {
         "send-lat",
         "-d",
         "sim",
+        "-s",
+        "8",
         "-n",
         "200",
         "--warmup",
@@ -544,6 +552,8 @@ fn out_json_writes_perftest_s_object() {
         "write-bw",
         "-d",
         "sim",
+        "-s",
+        "8",
         "-n",
         "200",
         "--out_json",
@@ -632,7 +642,7 @@ fn json_field(text: &str, k: &str) -> f64 {
 fn qp_runs_several_qps_per_side() {
     for test in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
         let out = bfperf(&[
-            test, "-d", "sim", "-q", "3", "-n", "200", "--warmup", "10", "--json",
+            test, "-d", "sim", "-q", "3", "-s", "8", "-n", "200", "--warmup", "10", "--json",
         ]);
         assert!(out.status.success(), "{test}: {out:?}");
         let text = String::from_utf8_lossy(&out.stdout);
@@ -650,6 +660,8 @@ fn qp_runs_several_qps_per_side() {
         "-q",
         "2",
         "--srq",
+        "-s",
+        "8",
         "-n",
         "100",
         "--out_json",
@@ -741,6 +753,8 @@ fn bidirectional_sums_both_sides() {
         "2",
         "-l",
         "2",
+        "-s",
+        "8",
         "-n",
         "100",
         "--out_json",
@@ -888,7 +902,7 @@ fn mmap_puts_the_buffers_in_the_file() {
         &["read-lat"][..],
     ] {
         let mut args = test.to_vec();
-        args.extend_from_slice(&["-d", "sim", "-n", "100", "--warmup", "5", &f]);
+        args.extend_from_slice(&["-d", "sim", "-s", "8", "-n", "100", "--warmup", "5", &f]);
         let out = bfperf(&args);
         assert!(out.status.success(), "{args:?}: {out:?}");
     }
@@ -932,7 +946,9 @@ fn dc_runs_write_and_read_tests() {
             "{text}"
         );
         assert!(text.contains("\n 64 "), "{test}: {text}");
-        let out = bfperf(&[test, "-d", "sim", "-c", "DC", "-n", "100", "--json"]);
+        let out = bfperf(&[
+            test, "-d", "sim", "-c", "DC", "-s", "64", "-n", "100", "--json",
+        ]);
         assert!(out.status.success(), "{test}: {out:?}");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("\"connection\":\"DC\""), "{text}");
@@ -1013,7 +1029,16 @@ fn use_dmabuf_runs_on_the_software_nic_and_refuses_what_needs_a_cpu_view() {
             );
         }
     }
-    let out = bfperf(&["write-bw", "-d", "sim", "-n", "100", "--use_dmabuf"]);
+    let out = bfperf(&[
+        "write-bw",
+        "-d",
+        "sim",
+        "-s",
+        "4096",
+        "-n",
+        "100",
+        "--use_dmabuf",
+    ]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
