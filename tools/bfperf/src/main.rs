@@ -575,7 +575,8 @@ fn main() {
     }
     let o = match opts::parse(args.get(1..).unwrap_or(&[])).and_then(|mut o| {
         opts::check_for(name, &o)?;
-        o.inline = opts::inline_for(name, &o);
+        // perftest's defaults of the test, where -I, -s and -n were not given.
+        opts::resolve(name, &mut o);
         Ok(o)
     }) {
         Ok(o) => o,

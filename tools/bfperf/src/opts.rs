@@ -19,10 +19,14 @@ pub struct Opts {
     pub gid_index: Option<i32>,
     /// perftest's `-i`: the device's port (default 1).
     pub ib_port: u8,
-    /// Message size in bytes.
+    /// Message size in bytes: `-s`, else the test's default ([`size_for`]).
     pub size: usize,
-    /// Measured iterations.
+    /// `-s` was given: else the test's own default applies ([`size_for`]).
+    pub size_given: bool,
+    /// Measured iterations: `-n`, else the test's default ([`iters_for`]).
     pub iters: usize,
+    /// `-n` was given: else the test's own default applies ([`iters_for`]).
+    pub iters_given: bool,
     /// Iterations before measuring.
     pub warmup: usize,
     /// Max inline bytes the QP is created with (messages up to it go inline).
@@ -157,8 +161,11 @@ impl Default for Opts {
         Opts {
             device: "auto".into(),
             gid_index: None,
-            size: 8,
-            iters: 10_000,
+            // perftest's latency defaults until `size_for` / `iters_for` set the test's.
+            size: DEF_SIZE_LAT,
+            size_given: false,
+            iters: DEF_ITERS,
+            iters_given: false,
             warmup: 1000,
             inline: 220,
             inline_given: false,
@@ -205,6 +212,22 @@ impl Default for Opts {
     }
 }
 
+/// perftest's default message size of the latency tests (`DEF_SIZE_LAT`).
+pub const DEF_SIZE_LAT: usize = 2;
+/// perftest's default message size of the bandwidth tests (`DEF_SIZE_BW`).
+pub const DEF_SIZE_BW: usize = 65536;
+/// perftest's message size of the atomic tests (`DEF_SIZE_ATOMIC`).
+pub const DEF_SIZE_ATOMIC: usize = 8;
+/// perftest's default iterations (`DEF_ITERS`): every test but the write bandwidth test.
+pub const DEF_ITERS: usize = 1000;
+/// perftest's default iterations of the write bandwidth tests (`DEF_ITERS_WB`:
+/// `ib_write_bw`, with or without immediate).
+pub const DEF_ITERS_WB: usize = 5000;
+/// rdma-core's `ibv_rc_pingpong`'s default `-s` (its exchange does not carry the size).
+pub const RC_PINGPONG_SIZE: usize = 4096;
+/// rdma-core's `ibv_rc_pingpong`'s default `-n` (its exchange does not carry the count).
+pub const RC_PINGPONG_ITERS: usize = 1000;
+
 /// perftest's largest `-q` (`MAX_QP_NUM`).
 pub const MAX_QPS: usize = 16384;
 
@@ -224,8 +247,11 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -x, --gid-index N       GID index (RoCE; default: first RoCE v2 IPv4 GID)
   -i, --ib-port N         the device's port (default 1, as perftest's -i; the software NIC
                           has one)
-  -s, --size N            message size (default 8)
-  -n, --iters N           iterations (default 10000, at least 5)
+  -s, --size N            message size (default perftest's: 2 latency tests, 65536 bandwidth
+                          tests, 8 atomics; over UD at most the path MTU; send-lat
+                          --rc-pingpong 4096, ibv_rc_pingpong's)
+  -n, --iters N           iterations (default perftest's: 5000 write-bw, 1000 the others, as
+                          ibv_rc_pingpong's; at least 5)
       --warmup N          warm-up iterations (default 1000)
   -I, --inline N          max inline size of the QPs (default perftest's: 220 write-lat,
                           236 send-lat (188 UD, 150 DC), 0 reads, atomics and bandwidth)
@@ -259,7 +285,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           write-lat with --write-with-imm; as perftest --use-srq)
   -c, --connection rc|ud|dc  transport (default rc); ud: send-lat and send-bw over UD QPs and
                           address handles (perftest's -c UD), messages up to the path MTU
-                          (a larger --size is refused; -a stops at the MTU), both sides here;
+                          (a larger -s is refused, a default above it becomes it: send-bw's
+                          65536; -a stops at the MTU), both sides here;
                           dc: write-lat, read-lat, write-bw, read-bw over DC (perftest's -c DC:
                           each side a DCI aimed at the other's DCT, DC key 0xffeeddcc; mlx5
                           and the software NIC, refused typed elsewhere)
@@ -307,8 +334,10 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           with its exchange and its test loop; a bfperf --server tells a
                           perftest client from a bfperf one by itself
       --rc-pingpong       send-lat with --client: the server is rdma-core's ibv_rc_pingpong
-                          (its 52-byte exchange and send ping-pong; give it the same -s and
-                          -n, and -g on RoCE); a bfperf --server tells its client by itself
+                          (its 52-byte exchange and send ping-pong, which carry no size or
+                          count: without -s / -n this client takes ibv_rc_pingpong's defaults,
+                          4096 bytes and 1000 iterations, else give both the same -s and -n;
+                          -g on RoCE); a bfperf --server tells its client by itself
   -R, --rdma_cm           across two processes (--server / --client HOST, bfperf on both
                           sides, both with -R): the test QPs (all -q of them) are created and
                           connected through librdmacm (rdma_cm), the server listening on
@@ -388,8 +417,14 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-d" | "--device" | "--ib-dev" => o.device = val(a)?,
             "-x" | "--gid-index" => o.gid_index = Some(num(a, val(a)?)?),
             "-i" | "--ib-port" => o.ib_port = num(a, val(a)?)?,
-            "-s" | "--size" => o.size = num(a, val(a)?)?,
-            "-n" | "--iters" => o.iters = num(a, val(a)?)?,
+            "-s" | "--size" => {
+                o.size = num(a, val(a)?)?;
+                o.size_given = true;
+            }
+            "-n" | "--iters" => {
+                o.iters = num(a, val(a)?)?;
+                o.iters_given = true;
+            }
             "--warmup" => o.warmup = num(a, val(a)?)?,
             "-I" | "--inline" | "--inline_size" => {
                 o.inline = num(a, val(a)?)?;
@@ -596,6 +631,48 @@ pub fn sizes(o: &Opts) -> Vec<usize> {
         (1..=23).map(|s| 1usize << s).collect()
     } else {
         vec![o.size]
+    }
+}
+
+/// Sets what the test `name` takes by default where its option was not given: the inline
+/// limit ([`inline_for`]), the message size ([`size_for`]) and the iterations
+/// ([`iters_for`]), perftest's each.
+pub fn resolve(name: &str, o: &mut Opts) {
+    o.inline = inline_for(name, o);
+    o.size = size_for(name, o);
+    o.iters = iters_for(name, o);
+}
+
+/// The message size a test runs with: `-s` when given, else perftest's default for it
+/// (`init_perftest_params`): 8 bytes for the atomics (`DEF_SIZE_ATOMIC`), 65536 for the
+/// other bandwidth tests (`DEF_SIZE_BW`), 2 for the other latency tests (`DEF_SIZE_LAT`);
+/// `send-lat --rc-pingpong` takes `ibv_rc_pingpong`'s 4096, whose exchange carries no size.
+/// Over UD a default above the path MTU becomes the MTU (`ud::sizes`, as perftest's); `-a`
+/// runs every size whatever this says. One 8 bytes for every test measured something else
+/// than perftest's program of the same name run without options (a review's finding).
+pub fn size_for(name: &str, o: &Opts) -> usize {
+    if o.size_given {
+        return o.size;
+    }
+    match name {
+        "atomic-lat" | "atomic-bw" => DEF_SIZE_ATOMIC,
+        "send-lat" if o.rc_pingpong => RC_PINGPONG_SIZE,
+        n if n.ends_with("-bw") => DEF_SIZE_BW,
+        _ => DEF_SIZE_LAT,
+    }
+}
+
+/// The iterations a test runs: `-n` when given, else perftest's default for it
+/// (`init_perftest_params`): 5000 for the write bandwidth test (`DEF_ITERS_WB`), 1000 for
+/// every other (`DEF_ITERS`); `send-lat --rc-pingpong` takes `ibv_rc_pingpong`'s 1000.
+pub fn iters_for(name: &str, o: &Opts) -> usize {
+    if o.iters_given {
+        return o.iters;
+    }
+    match name {
+        "send-lat" if o.rc_pingpong => RC_PINGPONG_ITERS,
+        "write-bw" => DEF_ITERS_WB,
+        _ => DEF_ITERS,
     }
 }
 
@@ -1031,6 +1108,92 @@ mod tests {
         }
         assert_eq!(inline_for("write-bw", &parse(&args("-I 64")).unwrap()), 64);
         assert!(!d.inline_given);
+    }
+
+    /// perftest's defaults of `-s` and `-n` (`init_perftest_params`: `DEF_SIZE_LAT`,
+    /// `DEF_SIZE_BW`, `DEF_SIZE_ATOMIC`, `DEF_ITERS`, `DEF_ITERS_WB`), per test, so that
+    /// `bfperf write-lat` measures what `ib_write_lat` does; `-s` and `-n` kept as given.
+    /// One 8 bytes and 10000 iterations for every test failed every row here.
+    #[test]
+    fn size_and_iters_defaults_are_perftests() {
+        let resolved = |t: &str, line: &str| {
+            let mut o = parse(&args(line)).unwrap();
+            assert_eq!(check_for(t, &o), Ok(()), "{t} {line}");
+            resolve(t, &mut o);
+            o
+        };
+        for (t, extra, size, iters) in [
+            ("write-lat", "", 2, 1000),
+            ("read-lat", "", 2, 1000),
+            ("send-lat", "", 2, 1000),
+            ("atomic-lat", "", 8, 1000),
+            ("write-bw", "", 65536, 5000),
+            ("read-bw", "", 65536, 1000),
+            ("send-bw", "", 65536, 1000),
+            ("atomic-bw", "", 8, 1000),
+            ("atomic-lat", "--atomic cs", 8, 1000),
+            ("write-lat", "--write-with-imm", 2, 1000),
+            // Over UD perftest's default, which `ud::sizes` makes the path MTU.
+            ("send-bw", "-c ud", 65536, 1000),
+            ("send-lat", "-c ud", 2, 1000),
+            ("write-bw", "-c dc", 65536, 5000),
+            ("read-lat", "-c dc", 2, 1000),
+            ("write-bw", "-q 2 -b", 65536, 5000),
+            ("write-bw", "-D 4", 65536, 5000),
+            ("send-lat", "-D 4", 2, 1000),
+            // A perftest peer runs its own defaults: the same.
+            ("write-lat", "--client h --perftest", 2, 1000),
+            ("send-bw", "--client h --perftest", 65536, 1000),
+            ("write-bw", "--client h --perftest", 65536, 5000),
+            // ibv_rc_pingpong's: -s 4096, -n 1000.
+            ("send-lat", "--client h --rc-pingpong", 4096, 1000),
+        ] {
+            let o = resolved(t, extra);
+            assert_eq!((o.size, o.iters), (size, iters), "{t} {extra}");
+            assert!(!o.size_given && !o.iters_given, "{t} {extra}");
+            // -a runs every size whatever -s says.
+            if !extra.contains("-D") && !extra.contains("--") {
+                let all = resolved(t, &format!("{extra} -a"));
+                assert_eq!(sizes(&all).len(), 23, "{t} {extra} -a");
+            }
+            // Given values are kept, each alone and both.
+            let g = resolved(t, &format!("{extra} -s 64 -n 300"));
+            assert_eq!((g.size, g.iters), (64, 300), "{t} {extra}");
+            assert!(g.size_given && g.iters_given, "{t} {extra}");
+            let g = resolved(t, &format!("{extra} --size 4096"));
+            assert_eq!((g.size, g.iters), (4096, iters), "{t} {extra}");
+            let g = resolved(t, &format!("{extra} --iters 7"));
+            assert_eq!((g.size, g.iters), (size, 7), "{t} {extra}");
+            // A value that happens to be the default is still given (not taken as
+            // ibv_rc_pingpong's or the MTU's).
+            let g = resolved(t, &format!("{extra} -s 2 -n 1000"));
+            assert!(g.size_given && g.iters_given && g.size == 2, "{t} {extra}");
+        }
+        // A bfperf server and client of one test agree on the defaults (their parameter
+        // lines, which `setup` compares, are the same).
+        for t in [
+            "write-lat",
+            "read-lat",
+            "send-lat",
+            "atomic-lat",
+            "write-bw",
+            "read-bw",
+            "send-bw",
+            "atomic-bw",
+        ] {
+            let (srv, cli) = (resolved(t, "--server"), resolved(t, "--client h"));
+            let name = t.replace('-', "_");
+            assert_eq!(
+                crate::setup::params(&name, &srv, size_for(t, &srv)),
+                crate::setup::params(&name, &cli, size_for(t, &cli)),
+                "{t}"
+            );
+        }
+        for old in ["(default 8)", "(default 10000"] {
+            assert!(!USAGE.contains(old), "{old}");
+        }
+        assert!(USAGE.contains("2 latency tests, 65536 bandwidth"));
+        assert!(USAGE.contains("5000 write-bw, 1000 the others"));
     }
 
     /// perftest's own long option names are taken as its short ones.

@@ -919,7 +919,7 @@ mod tests {
             e.contains("test: this side write_lat, the peer send_lat"),
             "{e}"
         );
-        assert!(e.contains("iters: this side 10000, the peer 500"), "{e}");
+        assert!(e.contains("iters: this side 1000, the peer 500"), "{e}");
         assert!(!e.contains("size"), "{e}");
         let q = crate::opts::Opts {
             qps: 4,

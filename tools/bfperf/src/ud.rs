@@ -95,12 +95,16 @@ pub fn mtu(dev: &Device, o: &Opts) -> Result<u32> {
 }
 
 /// The sizes of a run that fit in one datagram (`-a` stops at the MTU, as perftest's);
-/// an explicit `--size` above it is an error that says so.
+/// a default size above it is the MTU (perftest's: `send-bw`'s 65536), an explicit
+/// `--size` above it an error that says so.
 ///
 /// # Errors
 /// [`Error::MessageTooLong`] for an explicit size above `mtu`.
 pub fn sizes(o: &Opts, mtu: u32) -> Result<Vec<usize>> {
     if !o.all && o.size > mtu as usize {
+        if !o.size_given {
+            return Ok(vec![mtu as usize]);
+        }
         return Err(Error::MessageTooLong {
             len: o.size as u64,
             mtu,
@@ -446,6 +450,13 @@ mod tests {
         assert_eq!(sizes(&opts("-c ud -s 4096"), 4096).unwrap(), [4096]);
         let all = sizes(&opts("-c ud -a"), 1024).unwrap();
         assert_eq!((all[0], *all.last().unwrap(), all.len()), (2, 1024, 10));
+        // The default of send-bw (perftest's 65536) becomes the MTU, as perftest's.
+        let mut o = opts("-c ud");
+        o.size = crate::opts::size_for("send-bw", &o);
+        assert_eq!(o.size, 65536);
+        assert_eq!(sizes(&o, 1024).unwrap(), [1024]);
+        o.size = crate::opts::size_for("send-lat", &o);
+        assert_eq!(sizes(&o, 1024).unwrap(), [2]);
     }
 
     /// Both tests run whole on the software NIC (stepped: this thread runs the NIC): one

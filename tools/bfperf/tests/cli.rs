@@ -54,6 +54,48 @@ fn report_gbits_prints_bandwidth_in_gigabits() {
     assert!(!text.contains("MB/sec"), "{text}");
 }
 
+/// perftest's defaults of `-s` and `-n`, per test (bfperf's were 8 bytes and 10000
+/// iterations for every test): `bfperf write-lat` with no options runs what `ib_write_lat`
+/// does. Over UD the bandwidth test's 65536 becomes the path MTU (4096 on the software
+/// NIC), as perftest's; an explicit larger `-s` stays refused. (The bandwidth tests' counts
+/// at `-s 8`, their size at a small `-n`: 65536 bytes 5000 times takes seconds on the
+/// software NIC of a debug build.)
+#[test]
+fn sizes_and_iterations_default_to_perftests_per_test() {
+    for (test, bytes, iters) in [
+        (&["write-lat"][..], 2.0, 1000.0),
+        (&["read-lat"][..], 2.0, 1000.0),
+        (&["send-lat"][..], 2.0, 1000.0),
+        (&["atomic-lat"][..], 8.0, 1000.0),
+        (&["write-lat", "--write-with-imm"][..], 2.0, 1000.0),
+        (&["send-lat", "-c", "ud"][..], 2.0, 1000.0),
+        (&["write-bw", "-s", "8"][..], 8.0, 5000.0),
+        (&["read-bw", "-s", "8"][..], 8.0, 1000.0),
+        (&["send-bw", "-s", "8"][..], 8.0, 1000.0),
+        (&["atomic-bw"][..], 8.0, 1000.0),
+        (&["write-bw", "-n", "20"][..], 65536.0, 20.0),
+        (&["read-bw", "-n", "20"][..], 65536.0, 20.0),
+        (&["send-bw", "-n", "20"][..], 65536.0, 20.0),
+        (&["send-bw", "-c", "ud", "-n", "20"][..], 4096.0, 20.0),
+    ] {
+        let mut args = test.to_vec();
+        args.extend_from_slice(&["-d", "sim", "--warmup", "10", "--json"]);
+        let out = bfperf(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(json_field(&text, "bytes"), bytes, "{args:?}: {text}");
+        assert_eq!(json_field(&text, "iterations"), iters, "{args:?}: {text}");
+    }
+    let out = bfperf(&[
+        "send-bw", "-d", "sim", "-c", "ud", "-s", "65536", "-n", "20",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the path MTU is 4096"),
+        "{out:?}"
+    );
+}
+
 /// perftest's `-U` and `-H`: every sample, in the order measured, then sorted, each block
 /// `#, usec` and `N, value` lines, before the table row; `-F` accepted. Refused where
 /// perftest has no samples to print (bandwidth tests) and with `--json`.
