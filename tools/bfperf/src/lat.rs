@@ -6,7 +6,7 @@
 use crate::hwts::{Split, Summary};
 use crate::opts::{Atomic, Opts};
 use crate::perftest::Test;
-use crate::setup::{sync, PerftestLink, Setup, Side};
+use crate::setup::{sync, PerftestLink, Pingpong, Setup, Side};
 use crate::stats::{Clock, Timed};
 use crate::window::Window;
 use blueflame::PostSend;
@@ -368,8 +368,9 @@ trait Loops {
     fn one_thread(a: &mut Side, b: &mut Side, t: Case<'_>) -> Result<Self::Out>;
     /// Against perftest's program.
     fn perftest(s: Side, link: PerftestLink, t: Case<'_>) -> Result<Option<Self::Out>>;
-    /// Against `ibv_rc_pingpong` (this side its client or not; pins the thread itself).
-    fn rc_pingpong(s: Side, client: bool, t: Case<'_>) -> Result<Option<Self::Out>>;
+    /// Against `ibv_rc_pingpong` (this side its client or not, the run's size and count;
+    /// pins the thread itself).
+    fn rc_pingpong(s: Side, run: Pingpong, t: Case<'_>) -> Result<Option<Self::Out>>;
 }
 
 /// `-n` iterations after the warm-up ([`run`]).
@@ -389,18 +390,19 @@ impl Loops for Counted {
     fn perftest(s: Side, link: PerftestLink, t: Case<'_>) -> Result<Option<LatResult>> {
         against_perftest(s, link, t.o, t.kind, t.size)
     }
-    fn rc_pingpong(mut s: Side, client: bool, t: Case<'_>) -> Result<Option<LatResult>> {
+    fn rc_pingpong(mut s: Side, run: Pingpong, t: Case<'_>) -> Result<Option<LatResult>> {
         // `ibv_rc_pingpong`'s loop: the client sends first, each side `-n` messages
         // (no warm-up); its server posted its receives before the exchange.
         crate::pin(t.o.pin);
         let o = Opts {
             warmup: 0,
+            iters: run.iters,
             ..t.o.clone()
         };
-        if client {
-            initiate(&mut s, &o, t.kind, t.size, &Barrier::new(1)).map(Some)
+        if run.client {
+            initiate(&mut s, &o, t.kind, run.size, &Barrier::new(1)).map(Some)
         } else {
-            respond(s, &o, t.kind, t.size, o.iters, &Barrier::new(1))?;
+            respond(s, &o, t.kind, run.size, o.iters, &Barrier::new(1))?;
             eprintln!("bfperf: the peer is ibv_rc_pingpong");
             Ok(None)
         }
@@ -424,7 +426,7 @@ impl Loops for TimedLoops {
     fn perftest(s: Side, link: PerftestLink, t: Case<'_>) -> Result<Option<Timed>> {
         against_perftest_timed(s, link, t.o, t.kind, t.size)
     }
-    fn rc_pingpong(_: Side, _: bool, _: Case<'_>) -> Result<Option<Timed>> {
+    fn rc_pingpong(_: Side, _: Pingpong, _: Case<'_>) -> Result<Option<Timed>> {
         Err(blueflame::Error::Unsupported(
             "-D with an ibv_rc_pingpong peer: it counts -n messages and has no timed mode (run without -D)",
         ))
@@ -485,7 +487,7 @@ where
             crate::pin(o.pin);
             L::perftest(s, link, t)
         }
-        Setup::RcPingpong(s, client) => L::rc_pingpong(s, client, t),
+        Setup::RcPingpong(s, run) => L::rc_pingpong(s, run, t),
     }
 }
 

@@ -335,7 +335,7 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           perftest client from a bfperf one by itself
       --rc-pingpong       send-lat with --client: the server is rdma-core's ibv_rc_pingpong
                           (its 52-byte exchange and send ping-pong, which carry no size or
-                          count: without -s / -n this client takes ibv_rc_pingpong's defaults,
+                          count: without -s / -n both sides take ibv_rc_pingpong's defaults,
                           4096 bytes and 1000 iterations, else give both the same -s and -n;
                           -g on RoCE); a bfperf --server tells its client by itself
   -R, --rdma_cm           across two processes (--server / --client HOST, bfperf on both

@@ -150,8 +150,43 @@ pub enum Setup {
     /// server tells from the first bytes): its exchange, its test loop.
     Perftest(Side, PerftestLink),
     /// The other side is rdma-core's `ibv_rc_pingpong` (`--rc-pingpong` on a client; a
-    /// server tells from the first bytes); true on the client.
-    RcPingpong(Side, bool),
+    /// server tells from the first bytes).
+    RcPingpong(Side, Pingpong),
+}
+
+/// A run against `ibv_rc_pingpong`, whose exchange carries neither the message size nor
+/// the count: each side runs its own `-s` and `-n`, or `ibv_rc_pingpong`'s defaults.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Pingpong {
+    /// This side is the client (it sends first and measures).
+    pub client: bool,
+    /// The message size.
+    pub size: usize,
+    /// The messages each side sends.
+    pub iters: usize,
+}
+
+impl Pingpong {
+    /// The run of a side of `size` bytes (the test's, [`crate::opts::size_for`]) that meets
+    /// `ibv_rc_pingpong`: a client was told so (`--rc-pingpong`) and has its defaults
+    /// already; a server learns it only now, and takes them where it was not given -s / -n
+    /// (`send-lat`'s own, 2 bytes, would refuse the 4096 an `ibv_rc_pingpong` client sends
+    /// without -s).
+    pub fn of(o: &Opts, size: usize) -> Pingpong {
+        use crate::opts::{RC_PINGPONG_ITERS, RC_PINGPONG_SIZE};
+        let client = !o.server;
+        Pingpong {
+            client,
+            size: match client || o.size_given || o.all {
+                true => size,
+                false => RC_PINGPONG_SIZE,
+            },
+            iters: match client || o.iters_given {
+                true => o.iters,
+                false => RC_PINGPONG_ITERS,
+            },
+        }
+    }
 }
 
 /// What a test with a perftest peer needs after the set-up: the connection, this side's
@@ -217,16 +252,26 @@ fn classify(s: &TcpStream) -> Result<Peer> {
 fn rc_pingpong_setup(
     o: &Opts,
     dev: &Device,
-    test: &str,
+    (test, size): (&str, usize),
     mut stream: TcpStream,
-    (mut qa, cqa, mra, srqa): (Qp, Cq, Mem, Option<Srq>),
+    parts: (Qp, Cq, Mem, Option<Srq>),
 ) -> Result<Setup> {
     if test.replace('_', "-") != "send-lat" {
         return Err(peer_failed(format!(
             "ibv_rc_pingpong is a send ping-pong: run send-lat against it, not {test}"
         )));
     }
-    let client = !o.server;
+    let run = Pingpong::of(o, size);
+    // A server that takes ibv_rc_pingpong's size: its side built again for it (nothing
+    // was exchanged yet).
+    let (mut qa, cqa, mra, srqa) = match run.size == size {
+        true => parts,
+        false => {
+            drop(parts);
+            side(dev, o, run.size, 0)?.0
+        }
+    };
+    let client = run.client;
     let ours = qa.endpoint()?;
     let mut connected = Ok(());
     crate::rc_pingpong::exchange(&mut stream, client, &ours, |theirs| {
@@ -237,7 +282,7 @@ fn rc_pingpong_setup(
     connected?;
     let peer = mra.remote_buf();
     let s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
-    Ok(Setup::RcPingpong(s, client))
+    Ok(Setup::RcPingpong(s, run))
 }
 
 /// perftest's set-up on `stream` for side `qa` (its CQ, region, SRQ): the preamble, the
@@ -661,7 +706,7 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
                 return perftest_setup(o, dev, test, size, stream, (qa, cqa, mra, srqa))
             }
             Peer::RcPingpong => {
-                return rc_pingpong_setup(o, dev, test, stream, (qa, cqa, mra, srqa))
+                return rc_pingpong_setup(o, dev, (test, size), stream, (qa, cqa, mra, srqa))
             }
             Peer::Bfperf => {}
         }
@@ -904,6 +949,40 @@ impl Side {
 
 #[cfg(test)]
 mod tests {
+    /// `ibv_rc_pingpong`'s exchange carries no size or count: a client (`--rc-pingpong`)
+    /// has its defaults from `size_for` / `iters_for`, a server that meets one takes them
+    /// where it was not given -s / -n (send-lat's own 2 bytes would take the 4096-byte
+    /// messages of an `ibv_rc_pingpong` run without options into 2-byte receives).
+    #[test]
+    fn an_rc_pingpong_peer_runs_its_defaults_unless_told() {
+        use super::Pingpong;
+        let resolved = |line: &str| {
+            let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+            let mut o = crate::opts::parse(&args).unwrap();
+            crate::opts::resolve("send-lat", &mut o);
+            o
+        };
+        for (line, client, size, iters) in [
+            ("--client h --rc-pingpong", true, 4096, 1000),
+            ("--client h --rc-pingpong -s 8 -n 300", true, 8, 300),
+            ("--server", false, 4096, 1000),
+            ("--server -s 8", false, 8, 1000),
+            ("--server -n 300", false, 4096, 300),
+            ("--server -s 2 -n 1000", false, 2, 1000),
+        ] {
+            let o = resolved(line);
+            assert_eq!(
+                Pingpong::of(&o, o.size),
+                Pingpong {
+                    client,
+                    size,
+                    iters
+                },
+                "{line}"
+            );
+        }
+    }
+
     #[test]
     fn parameters_that_differ_are_named_with_both_values() {
         let o = crate::opts::Opts::default();
