@@ -8,17 +8,25 @@
 //!   of any size between writes. Promised: no panic and no access outside the ring and the
 //!   receive buffers (AddressSanitizer); never more completions than `out` holds; a success
 //!   is a posted entry of the QP the completion names (its cookie: that QP, the queue its
-//!   opcode says, an entry of that queue); a copy of data carried in a CQE lands inside the
-//!   receive's scatter list (the guard bytes around every list stay as written); the
-//!   consumer index only moves forward, one entry per completion at most, never past what
-//!   a session's title claims; a timed poll (`Cq::poll_timed`'s sink) stamps every success
-//!   of a plain CQ and writes nothing past its completions.
+//!   opcode says, an entry of that queue); data carried in a CQE lands in its receive's
+//!   scatter list and nowhere else (the guard bytes around every list stay as written),
+//!   and is the CQE's ([`Expect`], worked out from the ring's bytes alone): a receive's
+//!   success from an entry of format `INLINE_SCATTER_32` leaves the first `byte_len` bytes
+//!   of the 64-byte CQE in its entries, in order across them, one of `INLINE_SCATTER_64`
+//!   the first `byte_len` of the 64 bytes before it (128-byte rings only), and the rest
+//!   of the entries as they were; a success never carries more than its list holds (a
+//!   local length error, as rdma-core's `copy_to_scat` reports) nor more than its format
+//!   does; no other receive's entries change; the consumer index only moves forward, one
+//!   entry per completion at most, never past what a session's title claims; a timed poll
+//!   (`Cq::poll_timed`'s sink) stamps every success of a plain CQ and writes nothing past
+//!   its completions.
 //! - **sessions**: completions written once as compressed sessions (title, mini-CQE arrays
 //!   at `mini_array_slot`) and once as the same entries uncompressed, into two CQs:
-//!   promised, the same completions in the same order, and the same consumer index.
+//!   promised, the same completions in the same order, and the same consumer index; no
+//!   receive's buffers written (no entry carries data).
 #![no_main]
 
-use blueflame::internals::poll_harness::{PollHarness, DEPTH, QPNS};
+use blueflame::internals::poll_harness::{PollHarness, DEPTH, QPNS, SCATTER_LEN};
 use blueflame::{Completion, WcOpcode, WcStatus};
 use blueflame_fuzz::Input;
 use libfuzzer_sys::fuzz_target;
@@ -84,7 +92,11 @@ fn raw(r: &mut Input<'_>) {
     // Slots written so far (absolute), completions seen, the index last published.
     let (mut written, mut seen, mut ci) = (0u32, 0u64, 0u32);
     let mut times = [None; 9];
+    // What the receives' buffers must hold (`Expect`).
+    let mut model = h.recv_bytes().to_vec();
     let mut poll = |h: &mut PollHarness, room: usize, timed: bool, seen: &mut u64, ci: &mut u32| {
+        // The ring the poller will read, before it runs.
+        let expect = Expect::before(h, size, cnt, compressed);
         let n = if timed {
             // A timed poll (`Cq::poll_timed`): the same completions, and a stamp beside each
             // but an error's (and a mini-CQE's); nothing past them written.
@@ -116,6 +128,7 @@ fn raw(r: &mut Input<'_>) {
             h.guards_intact(),
             "a CQE's data landed outside its receive's buffers"
         );
+        expect.after(h, &out[..n], &mut model);
         n
     };
     while !r.is_empty() {
@@ -171,6 +184,174 @@ fn raw(r: &mut Input<'_>) {
     );
 }
 
+/// The content check of one poll of the raw mode: what the receives' buffers must hold
+/// after it, worked out from the bytes of the CQEs it consumed alone (rdma-core
+/// `handle_responder` and `mlx5_copy_to_recv_wqe`, not the crate's copy), against what
+/// they held before it.
+///
+/// The entries a poll consumed are the slots from the published consumer index before it
+/// to the one after. A receive's success maps to the one such entry that names the receive
+/// (a responder opcode, format not compressed, its QP and WQE counter); where that is not
+/// one entry for one success (the same receive named twice in a poll, or a compressed
+/// session of its QP read, whose mini-CQEs carry no data but do complete receives), that
+/// receive's entries are taken as they are (their guards are still checked).
+struct Expect {
+    /// The ring before the poll.
+    ring: Vec<u8>,
+    from: u32,
+    size: usize,
+    cnt: u32,
+    compressed: bool,
+}
+
+/// A slot's 64-byte CQE, from its bytes.
+struct Seen<'a> {
+    cqe: &'a [u8],
+    slot: &'a [u8],
+}
+
+impl Seen<'_> {
+    fn op_own(&self) -> u8 {
+        self.cqe[63]
+    }
+    /// Bits 3:2 of `op_own`: 0 plain, 1 `INLINE_SCATTER_32`, 2 `INLINE_SCATTER_64`, 3
+    /// compressed.
+    fn format(&self) -> u8 {
+        self.op_own() >> 2 & 3
+    }
+    fn qpn(&self) -> u32 {
+        u32::from_be_bytes([0, self.cqe[57], self.cqe[58], self.cqe[59]])
+    }
+    fn byte_cnt(&self) -> u32 {
+        u32::from_be_bytes([self.cqe[44], self.cqe[45], self.cqe[46], self.cqe[47]])
+    }
+    /// A responder's completion of receive `i` of `qpn` (RDMA write with immediate, send,
+    /// send with immediate, send with invalidate), not a session's title.
+    fn names_receive(&self, qpn: u32, i: u32) -> bool {
+        let wqe = u16::from_be_bytes([self.cqe[60], self.cqe[61]]);
+        (1..=4).contains(&(self.op_own() >> 4))
+            && self.format() != 3
+            && self.qpn() == qpn
+            && u32::from(wqe) % DEPTH == i
+    }
+}
+
+impl Expect {
+    fn before(h: &PollHarness, size: u32, cnt: u32, compressed: bool) -> Expect {
+        Expect {
+            ring: h.ring().to_vec(),
+            from: h.published(),
+            size: size as usize,
+            cnt,
+            compressed,
+        }
+    }
+
+    /// The entry at absolute slot `k`, as it was before the poll.
+    fn seen(&self, k: u32) -> Seen<'_> {
+        let slot = &self.ring[(k & (self.cnt - 1)) as usize * self.size..][..self.size];
+        Seen {
+            cqe: &slot[self.size - 64..],
+            slot,
+        }
+    }
+
+    /// Checks the receives' buffers after the poll that returned `done`; `model` holds
+    /// what they held before it, and is brought up to what they must hold now.
+    fn after(&self, h: &PollHarness, done: &[Completion], model: &mut [u8]) {
+        let to = h.published();
+        let span = to.wrapping_sub(self.from) & 0xff_ffff;
+        let consumed = || (0..span).map(|d| self.seen(self.from.wrapping_add(d)));
+        // A compressed session of `qpn` the poll may have read: a title in the span, or at
+        // the index after it (a session read in part keeps the index on its title).
+        let session_of = |qpn: u32| {
+            self.compressed
+                && (0..=span)
+                    .map(|d| self.seen(self.from.wrapping_add(d)))
+                    .any(|s| s.format() == 3 && s.qpn() == qpn)
+        };
+        let now = h.recv_bytes();
+        for (n, c) in done.iter().enumerate() {
+            let won = |d: &Completion| d.status == WcStatus::Success && d.cookie == c.cookie;
+            if !won(c) || c.cookie >> 16 & 1 == 0 || done[..n].iter().any(won) {
+                // Not a receive's success, or its receive seen already.
+                continue;
+            }
+            let (qpn, i) = (c.qpn, (c.cookie & 0xffff) as u32);
+            let entries: Vec<usize> = (0..PollHarness::entries(i as u16))
+                .map(|e| PollHarness::entry_offset(qpn, i as u16, e).expect("an entry"))
+                .collect();
+            let mut named = consumed().filter(|s| s.names_receive(qpn, i));
+            let (first, more) = (named.next(), named.next().is_some());
+            if more || session_of(qpn) || done.iter().filter(|d| won(d)).count() > 1 {
+                // Not one entry for one success: which one copied is not known here.
+                for &at in &entries {
+                    model[at..at + SCATTER_LEN].copy_from_slice(&now[at..at + SCATTER_LEN]);
+                }
+                continue;
+            }
+            let Some(cqe) = first else {
+                panic!("a receive's success that no entry the poll consumed names: {c:?}")
+            };
+            assert_eq!(
+                c.byte_len,
+                cqe.byte_cnt(),
+                "a receive's byte count is not its CQE's: {c:?}"
+            );
+            let len = c.byte_len as usize;
+            // Where the data lies (rdma-core `handle_responder`: `INLINE_SCATTER_32` at the
+            // CQE, `INLINE_SCATTER_64` at `cqe - 1`, the 64 bytes before it).
+            let data: &[u8] = match cqe.format() {
+                0 => &[],
+                1 => {
+                    assert!(len <= 32, "a success of {len} bytes inline in 32: {c:?}");
+                    &cqe.cqe[..len]
+                }
+                _ => {
+                    assert!(
+                        self.size == 128 && len <= 64,
+                        "a success of {len} bytes inline in 64 on a ring of {}-byte \
+                         entries: {c:?}",
+                        self.size
+                    );
+                    &cqe.slot[..len]
+                }
+            };
+            // As rdma-core's `copy_to_scat`: entry after entry; more than the list holds is
+            // a local length error, never a success.
+            let room = entries.len() * SCATTER_LEN;
+            assert!(
+                data.len() <= room,
+                "a success of {len} bytes into a list of {room}: {c:?}"
+            );
+            for (&at, part) in entries.iter().zip(data.chunks(SCATTER_LEN)) {
+                model[at..at + part.len()].copy_from_slice(part);
+            }
+        }
+        if now != model {
+            // Which receive, for the report.
+            for (q, &qpn) in QPNS.iter().enumerate() {
+                for i in 0..DEPTH as u16 {
+                    let list = |b: &[u8]| {
+                        (0..PollHarness::entries(i))
+                            .filter_map(|e| PollHarness::entry_offset(qpn, i, e))
+                            .flat_map(|at| b[at..at + SCATTER_LEN].to_vec())
+                            .collect::<Vec<u8>>()
+                    };
+                    let (is, want) = (list(now), list(model));
+                    assert!(
+                        is == want,
+                        "receive {i} of QP {qpn} (QPNS[{q}]) holds {is:02x?}, not \
+                         {want:02x?} (what it held, with the data of its CQE if the poll \
+                         reported its success): {done:?}"
+                    );
+                }
+            }
+            panic!("a receive's buffers changed outside its entries");
+        }
+    }
+}
+
 /// One completion of a session: its mini-CQE's WQE counter and byte count.
 #[derive(Clone, Copy)]
 struct Mini {
@@ -197,6 +378,8 @@ fn sessions(r: &mut Input<'_>) {
     let mut plain = PollHarness::new(cnt, size, false).expect("a valid shape");
     let mut slot = 0u32;
     let (mut got_zip, mut got_plain) = (Vec::new(), Vec::new());
+    // No entry of either carries data: the receives' buffers never change.
+    let fresh = plain.recv_bytes().to_vec();
     let mut out = [Completion::default(); 7];
     while !r.is_empty() {
         // A batch that fits the ring, then both CQs drained.
@@ -303,6 +486,10 @@ fn sessions(r: &mut Input<'_>) {
                 }
             }
             assert_eq!(h.published(), slot, "the consumer index after the batch");
+            assert!(
+                h.recv_bytes() == fresh.as_slice(),
+                "a receive's buffers written without data in a CQE"
+            );
         }
         assert_eq!(
             got_zip, got_plain,

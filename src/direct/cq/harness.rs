@@ -4,11 +4,13 @@
 //! Four QPs (numbers 1 to 4) are attached, each with a send queue whose every entry is
 //! posted and reported; QPs 1 to 3 have a receive queue each and QP 4 takes its receives
 //! from an SRQ ([`SRQ_QPN`]), every entry posted, with scatter lists into buffers the
-//! harness owns (two 16-byte entries per receive, guard bytes around each), so that a CQE
+//! harness owns (one or two 16-byte entries per receive, guard bytes around each), so that a CQE
 //! with data (scatter-to-CQE) copies into them. A page fault reported for the SRQ gives
 //! its slot back (no ring writer: as when the SRQ is being destroyed). [`PollHarness::cookie`] says
 //! which cookie each entry carries; [`PollHarness::guards_intact`] whether any copy went
-//! outside the lists.
+//! outside the lists; [`PollHarness::recv_bytes`] what the buffers hold (the entries a
+//! pattern unlike the guards' until a copy lands) and [`PollHarness::ring`] the ring's
+//! bytes, so that a caller can tell what a copy should have written.
 
 use super::CompletionQueue;
 use crate::completion::{Completion, WcOpcode};
@@ -85,10 +87,20 @@ impl PollHarness {
         let per_qp = DEPTH as usize * RECV_BYTES;
         // 8 bytes more, so that the buffers can start 8-byte aligned (`pad`), as a receive
         // buffer usually does (the poller's whole-word copies).
-        let recv_bufs: Box<[UnsafeCell<u8>]> = (0..QPNS.len() * per_qp + 8)
+        let mut recv_bufs: Box<[UnsafeCell<u8>]> = (0..QPNS.len() * per_qp + 8)
             .map(|_| UnsafeCell::new(GUARD_BYTE))
             .collect();
         let pad = (recv_bufs.as_ptr() as usize).wrapping_neg() % 8;
+        // The entries hold a pattern of their own (by receive, entry and byte), not the
+        // guards' byte: a copy of the wrong bytes, or of too many, changes it.
+        for k in 0..QPNS.len() * DEPTH as usize {
+            for e in 0..2 {
+                let at = pad + k * RECV_BYTES + GUARD + e * (GUARD + SCATTER_LEN);
+                for (j, b) in recv_bufs[at..at + SCATTER_LEN].iter_mut().enumerate() {
+                    *b.get_mut() = entry_fill(k, e, j);
+                }
+            }
+        }
         let mut queues = Vec::new();
         for (k, &qpn) in QPNS.iter().enumerate() {
             let sq = Arc::new(Shadow::<SendEntry>::new(DEPTH));
@@ -130,7 +142,7 @@ impl PollHarness {
                 let two = [sge(GUARD), sge(2 * GUARD + SCATTER_LEN)];
                 // Every other receive has one entry (the usual receive: the poller's
                 // one-entry copies, `copy_quick` and `copy_done`'s first case), the rest two.
-                let sgl = if i % 2 == 0 { &two[..1] } else { &two[..] };
+                let sgl = &two[..Self::entries(i)];
                 match (&scatter, &srq) {
                     (Some(t), _) => t.record(i, sgl, None),
                     (None, Some(srq)) => srq.scatter.record(i, sgl, None),
@@ -165,6 +177,56 @@ impl PollHarness {
     /// The cookie of entry `i` of QP `qpn`'s receive (`recv`) or send queue.
     pub fn cookie(qpn: u32, recv: bool, i: u16) -> u64 {
         (qpn as u64) << 32 | (recv as u64) << 16 | i as u64
+    }
+
+    /// How many scatter entries receive `i` of every QP has ([`SCATTER_LEN`] bytes each):
+    /// one for an even `i` (the usual receive), two for an odd one.
+    pub fn entries(i: u16) -> usize {
+        1 + (i % 2) as usize
+    }
+
+    /// Where scatter entry `e` ([`SCATTER_LEN`] bytes) of receive `i` (modulo [`DEPTH`];
+    /// for [`SRQ_QPN`], the SRQ's slot) of QP `qpn` starts in
+    /// [`PollHarness::recv_bytes`]; None for a QP not in [`QPNS`] or an entry the receive
+    /// does not have ([`PollHarness::entries`]).
+    pub fn entry_offset(qpn: u32, i: u16, e: usize) -> Option<usize> {
+        let k = QPNS.iter().position(|&q| q == qpn)?;
+        let i = (u32::from(i) % DEPTH) as usize;
+        (e < Self::entries(i as u16))
+            .then(|| (k * DEPTH as usize + i) * RECV_BYTES + GUARD + e * (GUARD + SCATTER_LEN))
+    }
+
+    /// Every receive's buffer as it is now (guards and entries: receive `i` of `QPNS[k]` at
+    /// `(k * DEPTH + i) * RECV_BYTES`, its entries where [`PollHarness::entry_offset`]
+    /// says).
+    pub fn recv_bytes(&self) -> &[u8] {
+        // SAFETY: the poller copies into the buffers only while it polls, which it cannot
+        // while the returned borrow of `self` lives (`poll` takes `&mut self`); the cells
+        // are bytes, and `pad + QPNS.len() * DEPTH * RECV_BYTES` is at most their count
+        // (`new`: 8 more than the receives', `pad` < 8).
+        unsafe {
+            core::slice::from_raw_parts(
+                UnsafeCell::raw_get(self.recv_bufs.as_ptr().add(self.pad)).cast_const(),
+                QPNS.len() * DEPTH as usize * RECV_BYTES,
+            )
+        }
+    }
+
+    /// The ring's bytes as they are now: slot `k` (modulo the ring) at `k * size`, its
+    /// 64-byte CQE in its last 64 bytes (the first 64 of a 128-byte slot are where
+    /// `INLINE_SCATTER_64` data lies). What the caller wrote, and the owner bytes the poller
+    /// set at creation and wrote over a compressed session's slots once it was read.
+    pub fn ring(&self) -> &[u8] {
+        // SAFETY: the poller touches the ring only while it polls, which it cannot while
+        // the returned borrow of `self` lives; the cells are whole `u64`s, read as bytes.
+        unsafe {
+            core::slice::from_raw_parts(
+                UnsafeCell::raw_get(self.ring.as_ptr())
+                    .cast::<u8>()
+                    .cast_const(),
+                self.ring.len() * 8,
+            )
+        }
     }
 
     /// Writes the 64-byte CQE of slot `slot` (modulo the ring), as the device writes it.
@@ -238,5 +300,16 @@ impl PollHarness {
                 && guard(GUARD + SCATTER_LEN..2 * GUARD + SCATTER_LEN)
                 && guard(2 * GUARD + 2 * SCATTER_LEN..RECV_BYTES)
         })
+    }
+}
+
+/// What byte `j` of scatter entry `e` of the `k`-th receive (over the QPs in order) holds
+/// until a copy lands there: never the guards' byte.
+fn entry_fill(k: usize, e: usize, j: usize) -> u8 {
+    let x = (k * 2 + e) as u8 ^ (j as u8).wrapping_mul(16);
+    if x == GUARD_BYTE {
+        0x5A
+    } else {
+        x
     }
 }
