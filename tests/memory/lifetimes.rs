@@ -168,6 +168,7 @@ fn a_region_a_poller_may_still_copy_into_outlives_its_domain_until_the_poller_le
     let dev = Device::sim_stepped();
     let nic = dev.nic().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
+    let domains = nic.pds_live();
     let lkey = {
         let pd = dev.alloc_pd().unwrap();
         let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
@@ -202,6 +203,15 @@ fn a_region_a_poller_may_still_copy_into_outlives_its_domain_until_the_poller_le
     let mut out = [Completion::default(); 4];
     assert_eq!(cq.poll(&mut out), 0);
     assert!(nic.mr_registered(lkey), "until a domain's drop sweeps it");
+    // The dropped domain's number stays allocated while its region is registered in it.
+    assert_eq!(nic.pds_live(), domains + 1, "the region's domain, kept");
     drop(dev.alloc_pd().unwrap());
     assert!(!nic.mr_registered(lkey), "swept once the pins were let go");
+    // ... and is freed with it (the NIC refused to free it while the region was there,
+    // and nothing asked again: one domain number lost per such region).
+    assert_eq!(
+        nic.pds_live(),
+        domains,
+        "the domain freed with its last region"
+    );
 }

@@ -229,6 +229,12 @@ impl NicView {
         self.st().memory_caps = caps;
     }
 
+    /// Protection domains allocated and not freed (for tests: that a driver frees its
+    /// domains, and when).
+    pub fn pds_live(&self) -> usize {
+        self.st().mem.pds.iter().filter(|live| **live).count()
+    }
+
     /// Whether a region of this key is registered (for tests: when a driver deregisters).
     pub fn mr_registered(&self, key: u32) -> bool {
         self.st()

@@ -9,6 +9,7 @@ use crate::async_event::{AsyncEvent, Subject};
 use crate::error::{Error, Result};
 use mlx5::request::{Access, MwType, Sge};
 use mlx5::sim::{Nic, SimError};
+use std::sync::Arc;
 
 /// A short description: `software mlx5 NIC (thread mode, ...)`.
 pub(super) fn describe(n: &Nic) -> String {
@@ -106,22 +107,35 @@ pub(super) fn join_multicast(
     ))
 }
 
-/// A protection domain of the NIC (deallocated on drop).
+/// A protection domain of the NIC, deallocated when the domain and every registration and
+/// window made in it are gone (a region whose receives outlive the domain stays registered
+/// in it until its poller lets them go: `lifetime`'s `HELD`), as the rdma backend's
+/// registrations keep their `ibv_pd` (the kernel refuses `dealloc_pd` while a region uses
+/// it, which the NIC's `dealloc_pd` does too: the number would be lost for good).
 pub(crate) struct Pd {
     pub(crate) nic: Nic,
     pub(crate) pd: u32,
+    number: Arc<PdNumber>,
 }
 
-impl Drop for Pd {
+/// The NIC's domain number, freed when the last holder drops.
+struct PdNumber {
+    nic: Nic,
+    pd: u32,
+}
+
+impl Drop for PdNumber {
     fn drop(&mut self) {
         let _ = self.nic.dealloc_pd(self.pd);
     }
 }
 
 /// A registration (the NIC owns allocated memory and frees it when deregistered).
+/// Field order: deregistered (by its owner) before its domain's number goes.
 pub(crate) struct Reg {
     nic: Nic,
     lkey: u32,
+    _pd: Arc<PdNumber>,
 }
 
 impl Reg {
@@ -138,6 +152,7 @@ impl Reg {
 pub(crate) struct Mw {
     nic: Nic,
     rkey: u32,
+    _pd: Arc<PdNumber>,
 }
 
 impl Mw {
@@ -148,22 +163,29 @@ impl Mw {
     }
 }
 
-fn made(nic: &Nic, i: mlx5::sim::MrInfo) -> (Reg, crate::backend::spec::MrInfo) {
-    (
-        Reg {
-            nic: nic.clone(),
-            lkey: i.lkey,
-        },
-        (i.addr, i.len, i.lkey, i.rkey),
-    )
-}
-
 impl Pd {
     pub(super) fn new(nic: &Nic) -> Pd {
+        let pd = nic.alloc_pd();
         Pd {
-            pd: nic.alloc_pd(),
+            pd,
             nic: nic.clone(),
+            number: Arc::new(PdNumber {
+                nic: nic.clone(),
+                pd,
+            }),
         }
+    }
+
+    /// The registration `i` of this domain.
+    fn made(&self, i: mlx5::sim::MrInfo) -> (Reg, crate::backend::spec::MrInfo) {
+        (
+            Reg {
+                nic: self.nic.clone(),
+                lkey: i.lkey,
+                _pd: self.number.clone(),
+            },
+            (i.addr, i.len, i.lkey, i.rkey),
+        )
     }
 
     pub(super) fn alloc_mr(
@@ -171,7 +193,7 @@ impl Pd {
         len: usize,
         access: Access,
     ) -> Result<(Reg, crate::backend::spec::MrInfo)> {
-        Ok(made(&self.nic, self.nic.alloc_mr(self.pd, len, access)?))
+        Ok(self.made(self.nic.alloc_mr(self.pd, len, access)?))
     }
 
     /// # Safety
@@ -184,7 +206,7 @@ impl Pd {
     ) -> Result<(Reg, crate::backend::spec::MrInfo)> {
         // SAFETY: the caller's contract.
         let i = unsafe { self.nic.reg_mr(self.pd, ptr, len, access) }?;
-        Ok(made(&self.nic, i))
+        Ok(self.made(i))
     }
 
     /// Checks a prefetch as the kernel's `get_prefetchable_mr` (memory is resident here).
@@ -219,7 +241,7 @@ impl Pd {
             .nic
             .reg_dmabuf_mr(self.pd, handle, offset, len as u64, iova, access)
         {
-            Ok(i) => Ok(made(&self.nic, i)),
+            Ok(i) => Ok(self.made(i)),
             Err(SimError::NoCapability(_)) => {
                 Err(Error::Capability(crate::error::Capability::DmaBuf))
             }
@@ -237,6 +259,7 @@ impl Pd {
             Mw {
                 nic: self.nic.clone(),
                 rkey,
+                _pd: self.number.clone(),
             },
             rkey,
         ))
