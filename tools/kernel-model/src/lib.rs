@@ -31,8 +31,11 @@ extern "C" fn on_load() {
         return;
     }
     let root = std::env::temp_dir().join(format!("blueflame-kernel-model-{}", unsafe_uid()));
-    if sysfs::write_tree(&root).is_ok() {
-        std::env::set_var("SYSFS_PATH", &root);
+    match sysfs::write_tree(&root) {
+        Ok(()) => std::env::set_var("SYSFS_PATH", &root),
+        // Said, not swallowed: without the tree libibverbs finds no mlx5_0 (a full disk
+        // showed as a provider stage with no device).
+        Err(e) => eprintln!("kernel model: cannot write {}: {e}", root.display()),
     }
 }
 

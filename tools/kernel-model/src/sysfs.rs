@@ -68,11 +68,23 @@ pub fn write_tree(root: &Path) -> io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(&path, format!("{text}\n"))?;
+        // Written whole, then renamed into place: the tree is shared by every process that
+        // preloads the model (/tmp/blueflame-kernel-model-UID), and a reader between a plain
+        // write's truncation and its bytes would see an empty file (another process's
+        // libibverbs then finds no device).
+        // (A dot name: libibverbs skips those when it lists a directory.)
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+        std::fs::write(&tmp, format!("{text}\n"))?;
+        std::fs::rename(&tmp, &path)?;
     }
     let link = verbs.join("uverbs0/device");
     if std::fs::symlink_metadata(&link).is_err() {
-        std::os::unix::fs::symlink("../../infiniband/mlx5_0/device", &link)?;
+        // Another process may have made it since the check: that one is as good.
+        match std::os::unix::fs::symlink("../../infiniband/mlx5_0/device", &link) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
     }
     Ok(())
 }

@@ -251,7 +251,7 @@ pub fn main(args: &[String]) -> bool {
     ) {
         return false;
     }
-    let Some((_, log)) = crate::vm::run_in_vm(&script(&filters)) else {
+    let Some((_, log)) = crate::vm::run_in_vm(&script(&filters), crate::vm::LONG_SECS) else {
         return false;
     };
     println!("{log}");

@@ -9,7 +9,7 @@
 //! installed too (multi-arch: next to the host's); the software-NIC tests never open a
 //! device, the libraries only have to load.
 
-use crate::shell::{installed, is_root, root, run};
+use crate::shell::{apt_get, installed, is_root, root, run};
 use std::process::Command;
 
 const TARGET: &str = "aarch64-unknown-linux-gnu";
@@ -43,7 +43,7 @@ fn has_arm64() -> bool {
 }
 
 /// Installs what the stage needs (as root), or says what is missing.
-fn deps() -> bool {
+pub(crate) fn deps() -> bool {
     let arch = has_arm64();
     let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
     if arch && missing.is_empty() {
@@ -65,16 +65,11 @@ fn deps() -> bool {
     {
         return false;
     }
-    run(
-        "apt-get update",
-        Command::new("apt-get").arg("update").arg("-q"),
-    ) && run(
-        "apt-get install (aarch64 stage)",
-        Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y", "-q"])
-            .args(&missing),
-    )
+    apt_get("apt-get update", &["update", "-q"])
+        && apt_get(
+            "apt-get install (aarch64 stage)",
+            &[["install", "-y", "-q"].as_slice(), &missing].concat(),
+        )
 }
 
 /// A cargo command for the aarch64 target: Debian's toolchain, the cross linker, qemu-user as

@@ -55,6 +55,7 @@ mod bfperf_pairs;
 mod compare;
 mod crate_checks;
 mod cross;
+mod disk;
 mod examples;
 mod fuzz;
 mod icount;
@@ -69,7 +70,7 @@ mod shell;
 mod vm;
 mod wakeup;
 
-use shell::{installed, is_root, root, run};
+use shell::{apt_get, installed, is_root, root, run};
 use std::process::{exit, Command};
 
 /// Debian packages the build and the tests need.
@@ -102,6 +103,8 @@ fn main() {
         Some("demo") => demo(&args[1..]),
         Some("test") => test(),
         Some("deps") => deps(),
+        // The free-space check `test` starts with, alone.
+        Some("disk") => i32::from(!disk::enough()),
         Some("memcheck") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             // The kernel model the provider binary runs under (the test stage builds it
@@ -244,7 +247,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | provider | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | fuzz [--secs N] [TARGET...] | asan | rxe-icount | rxe-compare | rxe-pairs --script | rxe-pairs --report LOG | wakeup | deps>");
+            eprintln!("usage: cargo xtask <demo [bfperf options] | test | crate | examples | provider | memcheck | oracle | aarch64 | rxe -- COMMAND | rxe-examples | icount | fuzz [--secs N] [TARGET...] | asan | rxe-icount | rxe-compare | rxe-pairs --script | rxe-pairs --report LOG | wakeup | deps | disk>");
             2
         }
     };
@@ -266,16 +269,11 @@ fn deps() -> i32 {
         );
         return 1;
     }
-    let ok = run(
-        "apt-get update",
-        Command::new("apt-get").arg("update").arg("-q"),
-    ) && run(
-        "apt-get install",
-        Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y", "-q"])
-            .args(&missing),
-    );
+    let ok = apt_get("apt-get update", &["update", "-q"])
+        && apt_get(
+            "apt-get install",
+            &[["install", "-y", "-q"].as_slice(), &missing].concat(),
+        );
     if ok {
         0
     } else {
@@ -284,7 +282,12 @@ fn deps() -> i32 {
 }
 
 fn test() -> i32 {
-    if deps() != 0 {
+    // Said, not enforced: the need is an estimate (`disk.rs`).
+    let _ = disk::enough();
+    // Every Debian package and the VM's virtme-ng now, not after 17 minutes of builds: a
+    // registry's failure or a full disk then shows in the first minutes.
+    if deps() != 0 || !cross::deps() || !vm::deps() {
+        eprintln!("xtask: FAILED: installing the packages of the later stages");
         return 1;
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -366,6 +369,7 @@ fn test() -> i32 {
     if !crate_checks::stage(&cargo) {
         return 1;
     }
+    disk::prune("publish-check");
     // The test executables (built by the tests step), for memcheck and the rxe stage.
     let Some(bins) = test_executables(&cargo) else {
         return 1;
@@ -399,16 +403,19 @@ fn test() -> i32 {
         eprintln!("xtask: FAILED: fuzz stage");
         return 1;
     }
+    disk::prune("fuzz");
     eprintln!("xtask: AddressSanitizer stage (cargo xtask asan)");
     if !fuzz::asan() {
         eprintln!("xtask: FAILED: AddressSanitizer stage");
         return 1;
     }
+    disk::prune("asan");
     eprintln!("xtask: all host checks passed; now the aarch64 stage");
     if !cross::stage() {
         eprintln!("xtask: FAILED: aarch64 stage");
         return 1;
     }
+    disk::prune("cross");
     eprintln!("xtask: aarch64 stage passed; now the device tests on rxe");
     if !rxe::device_stage(&bins, &exes) {
         eprintln!("xtask: FAILED: device tests on rxe");

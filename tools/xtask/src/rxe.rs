@@ -17,7 +17,7 @@ pub fn main(args: &[String]) -> i32 {
         .map(|a| shell_quote(a))
         .collect::<Vec<_>>()
         .join(" ");
-    match run_in_vm(&cmd) {
+    match run_in_vm(&cmd, crate::vm::LONG_SECS) {
         Some((code, log)) => {
             print!("{log}");
             code
@@ -139,7 +139,7 @@ pub fn device_stage(all: &[(String, String)], examples: &[(String, PathBuf)]) ->
     cmd.push_str(&crate::interop::script());
     cmd.push_str(&crate::bfperf_pairs::script());
     cmd.push_str("exit $rc");
-    let Some((code, log)) = run_in_vm(&cmd) else {
+    let Some((code, log)) = run_in_vm(&cmd, crate::vm::STAGE_SECS) else {
         eprintln!("xtask: FAILED: the rxe stage did not run");
         return false;
     };
@@ -201,7 +201,7 @@ fn summary(log: &str, bins: usize, examples: &[(String, PathBuf)]) -> bool {
 /// `cargo xtask rxe-examples`: only the examples, on rxe0, in one VM boot.
 pub fn examples_stage(examples: &[(String, PathBuf)]) -> bool {
     let cmd = format!("rc=0; {}exit $rc", crate::examples::vm_commands(examples));
-    let Some((code, log)) = run_in_vm(&cmd) else {
+    let Some((code, log)) = run_in_vm(&cmd, crate::vm::STAGE_SECS) else {
         eprintln!("xtask: FAILED: the rxe VM did not run the examples");
         return false;
     };

@@ -265,7 +265,7 @@ pub fn main(args: &[String]) -> bool {
     ) {
         return false;
     }
-    if crate::vm::run_in_vm(&script()).is_none() {
+    if crate::vm::run_in_vm(&script(), crate::vm::STAGE_SECS).is_none() {
         return false;
     }
     report()

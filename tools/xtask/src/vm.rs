@@ -3,7 +3,7 @@
 //! pair: its packages, its kernel, and one command run inside it with
 //! `BLUEFLAME_DEVICE=rxe0` ([`run_in_vm`]), for the rxe stage, rxe-icount and compare.
 
-use crate::shell::{installed, is_root, root, run};
+use crate::shell::{apt_get, installed, is_root, root, run};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -42,16 +42,15 @@ pub fn deps() -> bool {
             );
             return false;
         }
-        let ok = run(
-            "apt-get update",
-            Command::new("apt-get").args(["update", "-q"]),
-        ) && run(
-            "apt-get install (rxe VM)",
-            Command::new("apt-get")
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing),
-        );
+        let ok = apt_get("apt-get update", &["update", "-q"])
+            && apt_get(
+                "apt-get install (rxe VM)",
+                &[
+                    ["install", "-y", "-q", "--no-install-recommends"].as_slice(),
+                    &missing,
+                ]
+                .concat(),
+            );
         if !ok {
             return false;
         }
@@ -154,12 +153,29 @@ echo $? > {out}/exit
 /// The lock that serialises VM boots across checkouts on one machine (see `run_in_vm`).
 const VM_LOCK: &str = "/tmp/blueflame-rxe-vm.lock";
 
+/// The longest a stage's VM run may take, boot and commands included (the device stage's
+/// boot ran 174 s in CI, 233 s with its commands; every command inside has a `timeout` of
+/// its own, but their limits add up to hours, past CI's 90 minutes): past it the VM is
+/// killed and the stage fails with the output the VM wrote so far, instead of CI being
+/// stopped with none.
+pub const STAGE_SECS: u64 = 2400;
+
+/// The limit of a developer's long VM runs (`cargo xtask rxe -- COMMAND`, `rxe-compare`).
+pub const LONG_SECS: u64 = 6 * 3600;
+
+/// How long a boot waits for another checkout's VM to end (`flock -w`).
+const LOCK_SECS: u64 = 900;
+
+/// `flock`'s exit code when the lock was not had in time.
+const LOCK_BUSY: i32 = 75;
+
 /// rxe0's RoCE v2 GID for 10.77.0.1 as sysfs prints it (`::ffff:10.77.0.1`).
 const IPV4_GID: &str = "0000:0000:0000:0000:0000:ffff:0a4d:0001";
 
-/// Boots the VM once, runs `cmd` (a shell command line) inside, and returns its exit code
-/// with its output. `None` when the VM did not run it.
-pub fn run_in_vm(cmd: &str) -> Option<(i32, String)> {
+/// Boots the VM once, runs `cmd` (a shell command line) inside for at most `limit_secs`
+/// (the lock's wait included), and returns its exit code with its output. `None` when the
+/// VM did not run it.
+pub fn run_in_vm(cmd: &str, limit_secs: u64) -> Option<(i32, String)> {
     if !deps() {
         return None;
     }
@@ -186,7 +202,11 @@ pub fn run_in_vm(cmd: &str) -> Option<(i32, String)> {
             // One VM at a time on a machine: virtme-ng gives every qemu the same QMP port
             // (3636), so a second boot fails while one runs, and two emulated VMs on two
             // cores would time each other's latency tests. `flock` queues the boots.
-            Command::new("flock")
+            // Bounded: `timeout` kills its whole process group (flock, vng, qemu).
+            Command::new("timeout")
+                .args(["--kill-after=30", &limit_secs.to_string(), "flock", "-w"])
+                .arg(LOCK_SECS.to_string())
+                .args(["-E", &LOCK_BUSY.to_string()])
                 .arg(VM_LOCK)
                 .arg(vng)
                 .arg("--run")
@@ -207,8 +227,11 @@ pub fn run_in_vm(cmd: &str) -> Option<(i32, String)> {
     };
     if !ok {
         eprintln!(
-            "xtask: VM console:\n{}",
-            std::fs::read_to_string(&console).unwrap_or_default()
+            "xtask: VM console:\n{}\nxtask: (exit 124: the VM ran past {limit_secs} s and was \
+             killed; {LOCK_BUSY}: another VM held {VM_LOCK} for {LOCK_SECS} s)\n\
+             xtask: what the VM's commands printed so far:\n{}",
+            std::fs::read_to_string(&console).unwrap_or_default(),
+            std::fs::read_to_string(out.join("cmd.log")).unwrap_or_default()
         );
     }
     eprintln!("xtask: the VM ran for {:.1} s", t.elapsed().as_secs_f64());
