@@ -449,13 +449,14 @@ pub(crate) fn table_unit(o: &Opts) -> f64 {
 /// `noPeak`: "peak up to iters=20000"; its peak's search is quadratic in the requests).
 pub(crate) const PEAK_ITERS: usize = 20_000;
 
-/// Whether a run with `o`'s options measures a peak: a counted run of at most
+/// Whether a run with `o`'s options measures a peak: not asked off (`-N`), a counted run of at most
 /// [`PEAK_ITERS`] iterations per QP (perftest turns its peak off above them, and in a
 /// timed run), and of at most as many requests over all its QPs: the search is quadratic
 /// in the side's requests, and bfperf signals every `post_list` requests where perftest
 /// signals every 100 (its `cq_mod`), so `-q 8 -n 20000` would search for minutes.
 pub(crate) fn measures_peak(o: &Opts) -> bool {
-    crate::opts::duration(o).is_none()
+    !o.no_peak
+        && crate::opts::duration(o).is_none()
         && o.iters <= PEAK_ITERS
         && o.iters.saturating_mul(o.qps.max(1)) <= PEAK_ITERS
 }

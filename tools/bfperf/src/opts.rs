@@ -50,6 +50,8 @@ pub struct Opts {
     pub json: bool,
     /// Bandwidth tables in Gb/s (perftest's `--report_gbits`).
     pub gbits: bool,
+    /// perftest's `-N` (`--noPeak`): bandwidth tests measure no peak (it reads 0).
+    pub no_peak: bool,
     /// perftest's `-H` (`--report-histogram`): latency tests print every sample, sorted.
     pub histogram: bool,
     /// perftest's `-U` (`--report-unsorted`): latency tests print every sample in the
@@ -177,6 +179,7 @@ impl Default for Opts {
             path: None,
             json: false,
             gbits: false,
+            no_peak: false,
             histogram: false,
             unsorted: false,
             server: false,
@@ -357,6 +360,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --json              one JSON object per result line (fields below)
       --report_gbits      bandwidth tables in Gb/s (10^9 bits) instead of MB/s (2^20 bytes),
                           as perftest's --report_gbits (JSON and CSV keep MB/s)
+  -N, --noPeak            bandwidth tests: no peak measured (it reads 0), as perftest's -N; a
+                          run keeps only its first post and last completion times
   -H, --report-histogram  latency tests: print every sample (microseconds), sorted, as perftest's -H
                           (\"#, usec\" then \"N, value\" lines, before the table row)
   -U, --report-unsorted   latency tests: the same in the order measured, as perftest's -U
@@ -387,8 +392,9 @@ Latency tests with -D: test, device, bytes, iterations (completed in the measure
 Bandwidth tests:
   test          write_bw | read_bw | send_bw | atomic_bw;  device, bytes, iterations as above
   bw_peak_mb_s  perftest's peak: size over the least time per request from a post to a
-                later completion, MB/s (perftest's MB: 2^20 bytes/s); 0 in a timed run
-                or above 20000 iterations per QP or over all QPs (perftest's noPeak)
+                later completion, MB/s (perftest's MB: 2^20 bytes/s); 0 with -N, in a
+                timed run or above 20000 iterations per QP or over all QPs (perftest's
+                noPeak)
   bw_avg_mb_s   measured run, first measured post to last completion, MB/s
   msg_rate_mpps messages per second, millions;  mode, recv  as above
 CSV columns: the same names in the same order, after a header line.";
@@ -474,6 +480,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-p" | "--port" => o.port = num(a, val(a)?)?,
             "--json" => o.json = true,
             "--report_gbits" | "--report-gbits" => o.gbits = true,
+            "-N" | "--noPeak" => o.no_peak = true,
             "-H" | "--report-histogram" | "--report-histogrm" => o.histogram = true,
             "-U" | "--report-unsorted" => o.unsorted = true,
             // perftest's -F: no warning about the CPU frequency governor. bfperf gives none

@@ -33,6 +33,22 @@ fn a_missing_or_unknown_test_is_a_usage_error() {
     }
 }
 
+/// perftest's `-N` (`--noPeak`): a counted bandwidth run that would measure a peak reads
+/// 0 for it (perftest's command lines with -N were refused as an unknown option).
+#[test]
+fn no_peak_reads_zero() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["write-bw", "-d", "sim", "-s", "64", "-n", "200", "--json"];
+        args.extend_from_slice(extra);
+        let out = bfperf(&args);
+        assert!(out.status.success(), "{out:?}");
+        json_field(&String::from_utf8_lossy(&out.stdout), "bw_peak_mb_s")
+    };
+    assert!(run(&[]) > 0.0, "a counted run of 200 measures a peak");
+    assert_eq!(run(&["-N"]), 0.0);
+    assert_eq!(run(&["--noPeak"]), 0.0);
+}
+
 /// perftest's `--report_gbits`: the bandwidth columns in Gb/s, the header saying so.
 #[test]
 fn report_gbits_prints_bandwidth_in_gigabits() {
