@@ -77,8 +77,9 @@ pub fn all() -> Vec<Case> {
 /// A `connect` whose move to RTS the device refuses (a firmware error, injected) left the
 /// QP in RTR: unable to send or to connect again, yet taking the peer's messages into an
 /// SRQ's WQEs, and, on the verbs path, dropped without the SRQ's drain (`leave_the_srq`
-/// skipped a QP never connected). It goes to error now, on both paths; a second `connect`
-/// says so, and its drop gives every SRQ slot back.
+/// skipped a QP never connected). It goes to error now, on both paths: a second `connect`
+/// says so, the peer's send meets no responder (it used to land in an SRQ receive of a QP
+/// its user was told had not connected), and its drop gives every SRQ slot back.
 fn failed_rts(_dev: &Device) -> Result<(), String> {
     for verbs in [false, true] {
         let d = open_fresh(verbs)?;
@@ -95,7 +96,15 @@ fn failed_rts(_dev: &Device) -> Result<(), String> {
         let mut s = pd
             .create_qp_with_srq(&cq, &srq, scenarios::caps())
             .map_err(e)?;
-        let c = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let mut c = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        // The peer connected first (quick retries: its send to a QP in error fails fast).
+        let quick = Timing {
+            timeout: 1,
+            retry_cnt: 1,
+            ..Timing::default()
+        };
+        c.connect_with(&s.endpoint().map_err(e)?, &quick)
+            .map_err(e)?;
         if !model::fail_next_modify(3, libc::EIO) {
             return Err("the model is not loaded".into());
         }
@@ -112,6 +121,18 @@ fn failed_rts(_dev: &Device) -> Result<(), String> {
         match s.connect(c.endpoint().map_err(e)?) {
             Err(Error::InvalidState { state }) if state.contains("in error") => {}
             other => return Err(format!("verbs {verbs}: a second connect: {other:?}")),
+        }
+        c.send(Payload::Inline(&[7; 8]), 9, PostFlags::SIGNALED)
+            .map_err(e)?;
+        let got: Vec<_> = scenarios::wait_on(&d, &mut cq, 1)
+            .iter()
+            .map(|c| (c.cookie, c.status, c.opcode))
+            .collect();
+        if got != [(9, WcStatus::RetryExcErr, WcOpcode::Send)] {
+            return Err(format!(
+                "verbs {verbs}: the peer's send to the failed QP: {got:?}, want its retries \
+                 spent and no receive"
+            ));
         }
         drop(s);
         let mut out = [Completion::default(); 8];
