@@ -202,8 +202,12 @@ pub fn run_in_vm(cmd: &str, limit_secs: u64) -> Option<(i32, String)> {
             // One VM at a time on a machine: virtme-ng gives every qemu the same QMP port
             // (3636), so a second boot fails while one runs, and two emulated VMs on two
             // cores would time each other's latency tests. `flock` queues the boots.
-            // Bounded: `timeout` kills its whole process group (flock, vng, qemu).
-            Command::new("timeout")
+            // Bounded: `timeout` kills its whole process group (flock, vng, qemu). That
+            // group is its own (`timeout` calls setpgid), out of reach of a Ctrl-C or of
+            // `.ci/run`'s own `timeout`, which end xtask only: `setpriv --pdeathsig` has
+            // `timeout` told (SIGTERM, which it passes on to its group) when xtask dies.
+            Command::new("setpriv")
+                .args(["--pdeathsig", "TERM", "timeout"])
                 .args(["--kill-after=30", &limit_secs.to_string(), "flock", "-w"])
                 .arg(LOCK_SECS.to_string())
                 .args(["-E", &LOCK_BUSY.to_string()])
