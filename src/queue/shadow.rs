@@ -301,7 +301,7 @@ mod tests {
     /// `SendEntry::tail` is the entry's bytes 12..16 as its fields lay them out, for every
     /// opcode and both report flags.
     #[test]
-    fn the_tail_word_is_the_entrys_last_eight_bytes() {
+    fn the_tail_word_is_the_entrys_last_four_bytes() {
         use WcOpcode::*;
         for opcode in [
             Send, RdmaWrite, RdmaRead, CompSwap, FetchAdd, BindMw, LocalInv, Nop,
