@@ -80,9 +80,9 @@ struct oracle_qp *oracle_qp_new(int kind, uint32_t qpn, unsigned wqe_cnt, int ma
 	q->ctx.ibv_ctx.context.device = &q->dev.verbs_dev.device;
 	q->ctx.dbg_fp = stderr;
 	/* BlueFlame as mlx5_init_context leaves it by default (MLX5_SHUT_UP_BF and
-	 * MLX5_POST_SEND_PREFER_BF unset). */
+	 * MLX5_POST_SEND_PREFER_BF unset: get_shut_up_bf() returns 0, get_always_bf() 1). */
 	q->ctx.shut_up_bf = 0;
-	q->ctx.prefer_bf = 0;
+	q->ctx.prefer_bf = 1;
 	q->ctx.max_srq_recv_wr = 1 << 15;
 	q->ctx.max_recv_wr = 1 << 15;
 

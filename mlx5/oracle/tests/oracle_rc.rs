@@ -566,3 +566,36 @@ proptest! {
         }
     }
 }
+
+/// rdma-core's default (`MLX5_POST_SEND_PREFER_BF` unset: `get_always_bf()` returns 1,
+/// `ctx->prefer_bf = 1`) copies a lone WQE of more than one DS with BlueFlame whether or not
+/// it carries inline data (`post_send_db`: `(inl || ctx->prefer_bf) && size > 1`), and so
+/// does the crate's direct path by default (`one_block`'s fast paths: a read, write or send
+/// of one buffer is rung with a BlueFlame block). The oracle must do the same.
+#[test]
+fn blueflame_copy_of_a_lone_wqe_without_inline_data_as_rdma_core_by_default() {
+    if !skip_or_fail("blueflame_copy_of_a_lone_wqe_without_inline_data") {
+        return;
+    }
+    let sgl = [Sge {
+        addr: 0x1000,
+        len: 64,
+        lkey: 0x11,
+    }];
+    for pi in [0u32, 5, 15] {
+        let mut p = Pair::new(QpKind::Rc, 16, pi, pattern);
+        let offset = p.oracle.bf_offset() as usize;
+        let read = Request::Read {
+            remote: REMOTE,
+            sgl: &sgl,
+        };
+        p.post(&read, IBV_SEND_SIGNALED, Setter::List);
+        p.assert_same();
+        let at = (pi as usize % 16) * 64;
+        assert_eq!(
+            &p.oracle.bf_reg()[offset..offset + 48],
+            &p.oracle.ring()[at..at + 48],
+            "pi {pi}: a lone 3-DS read is copied with BlueFlame by rdma-core's default"
+        );
+    }
+}
