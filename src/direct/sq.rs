@@ -693,6 +693,15 @@ impl SendQueue {
         unsafe { self.db.ring_bf_block_locked(self.pi, block) };
     }
 
+    /// Marks everything posted as completed, as a poller does when the last request's
+    /// completion arrives: for the oracle's test of this queue against rdma-core's post
+    /// (`mlx5/oracle/tests/direct_queue.rs`), which has no CQ. Not part of the API.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn retire_all(&mut self) {
+        self.shadow.retire(self.pi);
+    }
+
     /// Starts a batch: requests are written as they are pushed and rung once by
     /// [`Batch::ring`]. A batch dropped without ringing is rewound: nothing is posted.
     pub fn batch(&mut self) -> Batch<'_> {
