@@ -130,6 +130,39 @@ pub fn masked_for(req: &Request<'_>, classic: bool) -> Vec<(std::ops::Range<usiz
     m
 }
 
+/// The inline data's length of `req`, when it carries some (an empty inline payload adds no
+/// segment).
+pub fn inline_len(req: &Request<'_>) -> Option<usize> {
+    match req {
+        Request::Write {
+            data: Payload::Inline(b),
+            ..
+        }
+        | Request::WriteImm {
+            data: Payload::Inline(b),
+            ..
+        }
+        | Request::Send {
+            data: Payload::Inline(b),
+        }
+        | Request::SendImm {
+            data: Payload::Inline(b),
+            ..
+        }
+        | Request::SendInv {
+            data: Payload::Inline(b),
+            ..
+        } if !b.is_empty() => Some(b.len()),
+        _ => None,
+    }
+}
+
+/// The padding after `req`'s inline segment up to its last 16-byte DS: bytes neither side
+/// writes, which the NIC does not read.
+pub fn inline_pad(req: &Request<'_>) -> usize {
+    inline_len(req).map_or(0, |n| (n + 4).div_ceil(16) * 16 - (n + 4))
+}
+
 impl Pair {
     /// Both rings `wqe_cnt` blocks filled with `pattern(i)`, producer index `pi`.
     pub fn new(kind: QpKind, wqe_cnt: usize, pi: u32, pattern: impl Fn(usize) -> u8) -> Pair {
@@ -209,28 +242,7 @@ impl Pair {
         // The new WQE overwrote its bytes: masks of older WQEs there are gone. Neither side
         // writes the padding after inline data nor the tail of the last block, which keep
         // older bytes, and their masks.
-        let inline_pad = match req {
-            Request::Write {
-                data: Payload::Inline(b),
-                ..
-            }
-            | Request::WriteImm {
-                data: Payload::Inline(b),
-                ..
-            }
-            | Request::Send {
-                data: Payload::Inline(b),
-            }
-            | Request::SendImm {
-                data: Payload::Inline(b),
-                ..
-            }
-            | Request::SendInv {
-                data: Payload::Inline(b),
-                ..
-            } if !b.is_empty() => (b.len() + 4).div_ceil(16) * 16 - (b.len() + 4),
-            _ => 0,
-        };
+        let inline_pad = inline_pad(req);
         let written = ds * 16 - inline_pad;
         let len = self.ring.len();
         self.masked
@@ -485,6 +497,13 @@ pub fn post_oracle(
 /// The `ibv_post_send` a program makes for `req` (rdma-core's `mlx5_post_send`); inline data
 /// in two pieces when it has more than one byte, to cross `set_data_inl_seg`'s loop.
 pub fn post_oracle_classic(oracle: &mut OracleQp, req: &Request<'_>, flags: u32, addr: Addr) {
+    let rc = post_classic(oracle, req, flags, addr);
+    assert_eq!(rc, 0, "mlx5_post_send refused {req:?}");
+}
+
+/// [`post_oracle_classic`], returning `mlx5_post_send`'s answer (0, or the error it
+/// refused the request with) instead of requiring 0.
+pub fn post_classic(oracle: &mut OracleQp, req: &Request<'_>, flags: u32, addr: Addr) -> i32 {
     use mlx5_oracle::{ClassicData, ClassicWr};
     let mut local = [IbvSge::default()];
     let list: Vec<IbvSge>;
@@ -512,13 +531,12 @@ pub fn post_oracle_classic(oracle: &mut OracleQp, req: &Request<'_>, flags: u32,
             ClassicData::Inline(&pieces)
         }
     };
-    let rc = oracle.post_send(&ClassicWr {
+    oracle.post_send(&ClassicWr {
         wr_id: 9,
         flags,
         op,
         type1,
         addr,
         data,
-    });
-    assert_eq!(rc, 0, "mlx5_post_send refused {req:?}");
+    })
 }
