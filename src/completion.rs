@@ -39,9 +39,10 @@ pub enum WcOpcode {
 
 /// One work completion.
 ///
-/// Laid out (`repr(C)`) so that the fields a poll of a plain completion leaves at zero lie
-/// side by side (`src_qp`, `status` and `imm`'s tag; `grh` and `syndrome`'s tag): the
-/// poller writes them with three stores, not five.
+/// Laid out (`repr(C)`) for the poller: `cookie`, `byte_len` and `opcode` first, as a send
+/// queue's bookkeeping holds them (copied in one 16-byte move), then the fields a poll of a
+/// plain completion leaves at zero side by side (`src_qp`, `status` and `imm`'s tag; `grh` and
+/// `syndrome`'s tag), written with three stores beside the QP number's.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct Completion {
@@ -49,6 +50,8 @@ pub struct Completion {
     pub cookie: u64,
     /// Bytes: received (receives), read (reads), 8 or 4 (atomics); 0 for writes and sends.
     pub byte_len: u32,
+    /// What completed.
+    pub opcode: WcOpcode,
     /// The local QP number.
     pub qpn: u32,
     /// A receive on a UD QP: the QP number of the sender (verbs' `src_qp`); 0 otherwise.
@@ -67,8 +70,6 @@ pub struct Completion {
     /// provider's `vendor_err` (mlx5's vendor syndrome whole; irdma packs a major and a minor
     /// error code there, of which only the minor's low byte remains).
     pub syndrome: Option<(u8, u8)>,
-    /// What completed.
-    pub opcode: WcOpcode,
 }
 
 impl Default for Completion {

@@ -600,17 +600,7 @@ impl CompletionQueue {
         // (a release store) only after it was read: the poster may reuse it from then on.
         let e = unsafe { sq.entry(wqe) };
         if e.report {
-            out.put(
-                *n,
-                Completion {
-                    cookie: e.cookie,
-                    opcode: e.opcode,
-                    byte_len: e.byte_len,
-                    qpn,
-                    ..Completion::default()
-                },
-                S::stamp(cqe),
-            );
+            out.put_send(*n, e, qpn, S::stamp(cqe));
             *n += 1;
         }
         wqe.wrapping_add(e.bbs)

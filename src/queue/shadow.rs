@@ -12,12 +12,15 @@
 //! 64-bit count ([`Shadow::note_retired`]); every position still in the ring lies less than a
 //! ring from it, which widens it exactly ([`Shadow::widen_posted`], [`Shadow::outcome`]).
 
-use crate::completion::WcOpcode;
+use crate::completion::{Completion, WcOpcode};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 
 /// What the poller needs to know about one posted send WQE. 16 bytes: the cookie, the byte
-/// count, and 4 bytes a poster stores as one word ([`SendEntry::tail`]).
+/// count, and 4 bytes a poster stores as one word ([`SendEntry::tail`]). The first 13 bytes
+/// (cookie, byte count, opcode) lie where a [`Completion`](crate::Completion) has the same
+/// fields, and its bytes 13..16 are padding: a poller copies the 16 bytes in one move
+/// ([`SendEntry::head_to`]).
 #[derive(Copy, Clone, Debug, Default)]
 #[repr(C)]
 pub(crate) struct SendEntry {
@@ -25,36 +28,64 @@ pub(crate) struct SendEntry {
     pub(crate) cookie: u64,
     /// Bytes a successful completion reports (reads: length, atomics: operand size).
     pub(crate) byte_len: u32,
-    /// Positions the WQE takes (send-ring blocks; 1 on the verbs path): when it completes,
-    /// everything before its position plus `bbs` is done.
-    pub(crate) bbs: u16,
     /// What to report.
     pub(crate) opcode: WcOpcode,
     /// False for a WQE the driver signaled only to reclaim ring space: its success is not
     /// reported to the user.
     pub(crate) report: bool,
+    /// Positions the WQE takes (send-ring blocks; 1 on the verbs path): when it completes,
+    /// everything before its position plus `bbs` is done.
+    pub(crate) bbs: u16,
 }
 
 impl SendEntry {
-    /// The entry's bytes 12..16 (`bbs`, `opcode`, `report`, in that order) as one word in
+    /// The entry's bytes 12..16 (`opcode`, `report`, `bbs`, in that order) as one word in
     /// the machine's byte order: a poster stores it with one store, where the three
     /// fields written one by one took three (and a flag). `byte_len` (bytes 8..12) is
     /// stored apart: a constant for most requests, the length of a read.
     #[inline(always)]
     pub(crate) fn tail(bbs: u16, opcode: WcOpcode, report: bool) -> u32 {
         let b = bbs.to_ne_bytes();
-        u32::from_ne_bytes([b[0], b[1], opcode as u8, report as u8])
+        u32::from_ne_bytes([opcode as u8, report as u8, b[0], b[1]])
+    }
+
+    /// Writes this entry's cookie, byte count and opcode into `c` with one 16-byte move (its
+    /// other fields unchanged): what a poller of a send completion copies, where three
+    /// loads and three stores took six instructions (icount poll hit 63.1 -> 59.1 with the
+    /// zero fields of [`Completion`] written together).
+    #[inline(always)]
+    pub(crate) fn head_to(&self, c: &mut Completion) {
+        // SAFETY: both are 16 bytes or more and 8-aligned (checked below); the 16 bytes
+        // cover, in `c`, `cookie` (any bits), `byte_len` (any bits), `opcode` (a valid
+        // `WcOpcode`: the entry's own) and three bytes of padding (any bits), each at the
+        // same offset as in the entry (checked below). `self` and `c` do not overlap (a
+        // shared and an exclusive reference).
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                self as *const SendEntry as *const u8,
+                c as *mut Completion as *mut u8,
+                16,
+            )
+        }
     }
 }
 
-// `SendEntry::tail` writes these bytes.
+// `SendEntry::tail` writes these bytes; `SendEntry::head_to` copies the first 16 onto a
+// `Completion`'s, whose bytes 13..16 are padding (its next field 4-aligned at 16).
 const _: () = {
-    assert!(core::mem::size_of::<SendEntry>() == 16);
-    assert!(core::mem::align_of::<SendEntry>() == 8);
-    assert!(core::mem::offset_of!(SendEntry, byte_len) == 8);
-    assert!(core::mem::offset_of!(SendEntry, bbs) == 12);
-    assert!(core::mem::offset_of!(SendEntry, opcode) == 14);
-    assert!(core::mem::offset_of!(SendEntry, report) == 15);
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<SendEntry>() == 16);
+    assert!(align_of::<SendEntry>() == 8);
+    assert!(offset_of!(SendEntry, byte_len) == 8);
+    assert!(offset_of!(SendEntry, opcode) == 12);
+    assert!(offset_of!(SendEntry, report) == 13);
+    assert!(offset_of!(SendEntry, bbs) == 14);
+    assert!(offset_of!(Completion, cookie) == 0);
+    assert!(offset_of!(Completion, byte_len) == 8);
+    assert!(offset_of!(Completion, opcode) == 12);
+    assert!(offset_of!(Completion, qpn) == 16);
+    assert!(align_of::<Completion>() == 8);
+    assert!(size_of::<Completion>() >= 16);
     assert!(core::mem::size_of::<WcOpcode>() == 1);
 };
 

@@ -4,7 +4,9 @@
 //! `()`, so its code is what it was before timestamps existed.
 
 use crate::completion::Completion;
+use crate::queue::shadow::SendEntry;
 use mlx5::cqe::{Cqe64, CqeOpcode};
+use mlx5::WcStatus;
 
 /// Where the poller puts completions.
 pub(crate) trait Sink {
@@ -19,6 +21,23 @@ pub(crate) trait Sink {
     fn unstamped() -> Self::Stamp;
     /// Puts completion `c`, stamped `s`, at position `n` (below [`Sink::room`]).
     fn put(&mut self, n: usize, c: Completion, s: Self::Stamp);
+    /// Puts the successful send completion of `e` on QP `qpn`, stamped `s`, at position
+    /// `n` (below [`Sink::room`]): [`Sink::put`] of what [`send_completion`] writes.
+    fn put_send(&mut self, n: usize, e: &SendEntry, qpn: u32, s: Self::Stamp);
+}
+
+/// Makes `c` the successful completion of the send queue entry `e` on QP `qpn`: the entry's
+/// head copied in one move ([`SendEntry::head_to`]), the rest what
+/// `Completion { cookie, byte_len, opcode, qpn, ..Completion::default() }` holds.
+#[inline(always)]
+pub(crate) fn send_completion(c: &mut Completion, e: &SendEntry, qpn: u32) {
+    e.head_to(c);
+    c.qpn = qpn;
+    c.status = WcStatus::Success;
+    c.src_qp = 0;
+    c.imm = None;
+    c.grh = false;
+    c.syndrome = None;
 }
 
 impl Sink for [Completion] {
@@ -34,6 +53,10 @@ impl Sink for [Completion] {
     #[inline(always)]
     fn put(&mut self, n: usize, c: Completion, _: ()) {
         self[n] = c;
+    }
+    #[inline(always)]
+    fn put_send(&mut self, n: usize, e: &SendEntry, qpn: u32, _: ()) {
+        send_completion(&mut self[n], e, qpn);
     }
 }
 
@@ -63,6 +86,11 @@ impl Sink for Stamped<'_> {
     #[inline(always)]
     fn put(&mut self, n: usize, c: Completion, s: Option<u64>) {
         self.out[n] = c;
+        self.times[n] = s;
+    }
+    #[inline(always)]
+    fn put_send(&mut self, n: usize, e: &SendEntry, qpn: u32, s: Option<u64>) {
+        send_completion(&mut self.out[n], e, qpn);
         self.times[n] = s;
     }
 }
