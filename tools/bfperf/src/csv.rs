@@ -1,6 +1,7 @@
 //! `--csv FILE`: one row per message size, written as each size finishes.
 //!
-//! Latency tests, columns (times in microseconds, as the JSON fields of the same names):
+//! Latency tests, columns (times in microseconds, as the JSON fields of the same names; in
+//! CPU cycles with `-C`, the columns then named `t_min_cycles` ... `p999_cycles`):
 //! `test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv,connection`
 //! (`t_typical_us` is the median, perftest's "typical"; for write and send tests every time
 //! is half a round trip, as perftest reports it; `mode`: `poll`, or `event` with `--events`;
@@ -24,6 +25,12 @@ use std::path::Path;
 
 /// The header of a latency CSV.
 pub const LAT_HEADER: &str = "test,device,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p999_us,mode,recv,connection";
+/// The header of a latency CSV whose times are in `unit`: [`LAT_HEADER`], or with `-C` its
+/// time columns named `_cycles` for `_us` (`t_min_cycles`, ..., `p999_cycles`).
+pub fn lat_header(unit: crate::stats::Unit) -> String {
+    LAT_HEADER.replace("_us,", &format!("_{},", unit.short()))
+}
+
 /// The header of a timed latency run's CSV (`-D`).
 pub const LAT_DUR_HEADER: &str =
     "test,device,bytes,iterations,t_avg_us,tps_average,sample_s,mode,recv,connection";
@@ -285,6 +292,17 @@ mod tests {
                 "rq",
                 "RC"
             ]
+        );
+    }
+
+    /// With `-C` the time columns are named for cycles, the rest as without.
+    #[test]
+    fn a_cycles_header_names_its_unit() {
+        use crate::stats::Unit;
+        assert_eq!(lat_header(Unit::Usec), LAT_HEADER);
+        assert_eq!(
+            lat_header(Unit::Cycles),
+            "test,device,bytes,iterations,t_min_cycles,t_max_cycles,t_typical_cycles,t_avg_cycles,t_stdev_cycles,p99_cycles,p999_cycles,mode,recv,connection"
         );
     }
 

@@ -166,12 +166,12 @@ fn respond(
 }
 
 /// What the measuring side of a latency test returns: one sample per measured iteration
-/// (ns), and the split of `--hw-timestamps`.
+/// (ns; cycles with `-C`), and the split of `--hw-timestamps`.
 pub type LatResult = (Vec<f64>, Option<Summary>);
 
 /// The initiator: returns one sample per measured iteration but the last (perftest's
-/// `measure_cnt = iters - 1`: n stamps, n - 1 differences), in nanoseconds, and the
-/// `--hw-timestamps` split of the measured ones.
+/// `measure_cnt = iters - 1`: n stamps, n - 1 differences), in nanoseconds (cycles with
+/// `-C`), and the `--hw-timestamps` split of the measured ones.
 ///
 /// Timed as perftest times (`tposted[scnt] = get_cycles()` before each post, the samples
 /// the differences of consecutive stamps, halved for a ping-pong): one TSC read per
@@ -185,7 +185,7 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
     // One stamp per iteration, taken before its post (perftest's `tposted`).
     let mut stamps: Vec<u64> =
         crate::stats::room_for(total, "--iters plus --warmup (no memory for a stamp each)")?;
-    let clock = Clock::new();
+    let clock = Clock::for_samples(o.cycles);
     let mut split = match o.hw_ts {
         true => Some(Split::new(&s.dev, clock, o.iters)?),
         false => None,
@@ -265,13 +265,15 @@ fn initiate(s: &mut Side, o: &Opts, kind: Lat, size: usize, ready: &Barrier) -> 
     Ok((samples_of(&stamps, o.warmup, clock, half), split))
 }
 
-/// The samples (ns) of per-iteration stamps (`stamps[i]` at the start of iteration `i`): the iterations from `warmup` on, halved for a ping-pong.
+/// The samples (ns, or cycles with `-C`: [`Clock::sample`]) of per-iteration stamps
+/// (`stamps[i]` at the start of iteration `i`): the iterations from `warmup` on, halved for
+/// a ping-pong (perftest's `rtt_factor`, in cycles too).
 fn samples_of(stamps: &[u64], warmup: usize, clock: Clock, half: bool) -> Vec<f64> {
     let div = if half { 2.0 } else { 1.0 };
     stamps
         .windows(2)
         .skip(warmup)
-        .map(|w| clock.ns(w[0], w[1]) / div)
+        .map(|w| clock.sample(w[0], w[1]) / div)
         .collect()
 }
 
@@ -313,7 +315,7 @@ fn pingpong_one_thread(
         }
     }
     let mut samples = crate::stats::room_for(o.iters, "--iters (no memory for a sample each)")?;
-    let clock = Clock::new();
+    let clock = Clock::for_samples(o.cycles);
     let mut split = match o.hw_ts {
         true => Some(Split::new(&a.dev, clock, o.iters)?),
         false => None,
@@ -332,7 +334,7 @@ fn pingpong_one_thread(
         // The measured iterations but the last: as many samples as perftest keeps (n
         // stamps, n - 1 differences), here each one iteration's own round trip.
         if i >= o.warmup && i + 1 < total {
-            samples.push(clock.ns(t0, done) / 2.0);
+            samples.push(clock.sample(t0, done) / 2.0);
             if let Some(sp) = split.as_mut() {
                 sp.add(t0, rung, at, done);
             }
@@ -342,7 +344,8 @@ fn pingpong_one_thread(
     Ok((samples, split))
 }
 
-/// Runs one latency test of `size` bytes; the samples (ns) on the side that measures.
+/// Runs one latency test of `size` bytes; the samples (ns; cycles with `-C`) on the side
+/// that measures.
 pub fn run(o: &Opts, kind: Lat, setup: Setup, size: usize) -> Result<Option<LatResult>> {
     place::<Counted>(o, kind, setup, size)
 }
@@ -876,7 +879,7 @@ fn pingpong_perftest(
             post_recv(s, size, i as u64)?;
         }
     }
-    let clock = Clock::new();
+    let clock = Clock::for_samples(o.cycles);
     ready()?;
     // perftest's count of messages, as its `(char)` cast keeps it: 1, 2, ..., 255, 0, 1 ...
     let count = |n: usize| n as u8;
@@ -921,7 +924,7 @@ fn pingpong_perftest(
     }
     Ok(stamps
         .windows(2)
-        .map(|w| clock.ns(w[0], w[1]) / 2.0)
+        .map(|w| clock.sample(w[0], w[1]) / 2.0)
         .collect())
 }
 
@@ -986,5 +989,10 @@ mod tests {
         assert_eq!(whole.len(), 3);
         assert_eq!(whole[2], clock.ns(130, 160));
         assert!(samples_of(&stamps, 3, clock, false).is_empty());
+        // -C: the raw differences of the stamps, halved for a ping-pong (perftest's
+        // `delta / (1 * rtt_factor)`), whatever the clock's calibration.
+        let cycles = Clock::for_samples(true);
+        assert_eq!(samples_of(&stamps, 0, cycles, true), vec![5.0, 10.0, 15.0]);
+        assert_eq!(samples_of(&stamps, 1, cycles, false), vec![20.0, 30.0]);
     }
 }

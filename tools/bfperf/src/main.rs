@@ -152,17 +152,44 @@ fn mode_line(o: &Opts) -> &'static str {
     }
 }
 
+/// The unit latency tests report their times in: CPU cycles with `-C`, else microseconds.
+fn unit(o: &Opts) -> stats::Unit {
+    stats::Unit::of(o.cycles)
+}
+
+/// The header's line about `-C` (None without it, or in a bandwidth test): the table's
+/// times are the TSC's cycles under perftest's `[usec]` header (perftest prints its
+/// `RESULT_FMT_LAT` unchanged with `-C`), and the TSC's rate, calibrated here, to convert
+/// them; a timed run (`-D`) reports microseconds, as perftest's duration report.
+fn times_line(t: &Test, o: &Opts) -> Option<String> {
+    if !o.cycles || !matches!(t, Test::Lat(..)) {
+        return None;
+    }
+    if opts::duration(o).is_some() {
+        return Some(
+            " Times          : microseconds: -C does not apply to a timed run (-D), as perftest's duration report"
+                .into(),
+        );
+    }
+    // Calibrates the TSC once (50 ms) for its rate: the cycles themselves are raw.
+    let _ = stats::Clock::new();
+    let mhz = stats::clock_mhz().map_or("unknown".into(), |m| format!("{m:.3} MHz"));
+    Some(format!(
+        " Times          : CPU cycles (-C), under perftest's [usec] header; TSC at {mhz}"
+    ))
+}
+
 fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
     // The side that measures writes the files: the client, or this process.
     let measures = !o.server;
     let mut csv = match (&o.csv, measures) {
         (Some(p), true) => {
             let header = match t {
-                Test::Lat(..) if opts::duration(o).is_some() => csv::LAT_DUR_HEADER,
-                Test::Lat(..) => csv::LAT_HEADER,
-                Test::Bw(..) => csv::BW_HEADER,
+                Test::Lat(..) if opts::duration(o).is_some() => csv::LAT_DUR_HEADER.into(),
+                Test::Lat(..) => csv::lat_header(unit(o)),
+                Test::Bw(..) => csv::BW_HEADER.into(),
             };
-            Some(csv::Csv::create(p, header).map_err(file_err(p))?)
+            Some(csv::Csv::create(p, &header).map_err(file_err(p))?)
         }
         _ => None,
     };
@@ -260,9 +287,13 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             );
         }
         println!(
-            " Inline         : up to {} bytes, post list {}, tx depth {}\n{line}",
+            " Inline         : up to {} bytes, post list {}, tx depth {}",
             o.inline, o.post_list, o.tx_depth
         );
+        if let Some(times) = times_line(&t, o) {
+            println!("{times}");
+        }
+        println!("{line}");
         match t {
             Test::Lat(..) if opts::duration(o).is_some() => println!("{}", stats::HEADER_DUR),
             Test::Lat(..) => println!("{}", stats::HEADER),
@@ -376,11 +407,12 @@ fn report_lat(
     let csv_err = || file_err(o.csv.as_deref().unwrap_or(".".as_ref()));
     progress.clear();
     // perftest's print_report_lat: the unsorted samples, then (sorted) the histogram's,
-    // then the row.
+    // then the row, all in the unit of -C (samples in nanoseconds, or cycles).
+    let unit = unit(o);
     if o.unsorted {
-        print!("{}", stats::sample_lines(&samples));
+        print!("{}", stats::sample_lines(&samples, unit));
     }
-    let sum = stats::summarize(&mut samples);
+    let sum = stats::summarize(&mut samples, unit);
     if let Some(path) = &o.out_json {
         let reads = matches!(t, Test::Lat(lat::Lat::Read | lat::Lat::Atomic(_), _));
         out_json::lat(o, &title(t, o), reads, size, o.iters, &sum).map_err(file_err(path))?;
@@ -389,7 +421,7 @@ fn report_lat(
         // The sorted samples less the two largest (`LAT_MEASURE_TAIL`), as the statistics.
         print!(
             "{}",
-            stats::sample_lines(&samples[..stats::kept(samples.len())])
+            stats::sample_lines(&samples[..stats::kept(samples.len())], unit)
         );
     }
     if o.unsorted || o.histogram {
@@ -412,9 +444,9 @@ fn report_lat(
     }
     if let Some(p) = &o.plot {
         let file = plot::path_for(p, size, o.all);
-        let us: Vec<f64> = samples.iter().map(|v| v / 1000.0).collect();
+        let us: Vec<f64> = samples.iter().map(|&v| unit.of_sample(v)).collect();
         let title = format!("{} {size} bytes", title(t, o));
-        plot::write_svg(&file, &title, &us, &sum).map_err(file_err(&file))?;
+        plot::write_svg(&file, &title, &us, &sum, unit).map_err(file_err(&file))?;
     }
     if o.json {
         println!(
@@ -426,6 +458,7 @@ fn report_lat(
                 size,
                 o.iters,
                 &sum,
+                unit,
             )
         );
     } else {

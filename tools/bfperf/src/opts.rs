@@ -57,6 +57,9 @@ pub struct Opts {
     /// perftest's `-U` (`--report-unsorted`): latency tests print every sample in the
     /// order measured.
     pub unsorted: bool,
+    /// perftest's `-C` (`--report-cycles`): latency tests report their times in CPU cycles
+    /// (the TSC's ticks, raw differences) instead of microseconds.
+    pub cycles: bool,
     /// Serve on `--port` (the client side connects).
     pub server: bool,
     /// Connect to this host's bfperf server.
@@ -182,6 +185,7 @@ impl Default for Opts {
             no_peak: false,
             histogram: false,
             unsorted: false,
+            cycles: false,
             server: false,
             client: None,
             port: 18515,
@@ -362,9 +366,18 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           as perftest's --report_gbits (JSON and CSV keep MB/s)
   -N, --noPeak            bandwidth tests: no peak measured (it reads 0), as perftest's -N; a
                           run keeps only its first post and last completion times
-  -H, --report-histogram  latency tests: print every sample (microseconds), sorted, as perftest's -H
-                          (\"#, usec\" then \"N, value\" lines, before the table row)
+  -H, --report-histogram  latency tests: print every sample (microseconds; cycles with -C),
+                          sorted, as perftest's -H (\"#, usec\" then \"N, value\" lines, before
+                          the table row)
   -U, --report-unsorted   latency tests: the same in the order measured, as perftest's -U
+  -C, --report-cycles     latency tests: report times in CPU cycles (default microseconds), as
+                          perftest's -C: the TSC's ticks, raw (perftest's get_cycles), halved
+                          for write and send, in every time of the row (t_min .. 99.9%
+                          percentile), -H / -U (\"#, cycles\"), --out_json, and --json / --csv
+                          (fields *_cycles for *_us) and --plot; the table's header keeps
+                          perftest's [usec] (perftest prints it so with -C) and a line above it
+                          gives the TSC's rate to convert; -D reports microseconds (as
+                          perftest's duration report); x86_64 only (refused elsewhere)
   -F, --CPU-freq          accepted and ignored, as perftest's -F (bfperf does not warn about
                           the CPU frequency: it calibrates the TSC it times with)
       --csv FILE          also write the results to FILE as CSV, one row per size (columns below)
@@ -377,8 +390,9 @@ Results are written by the side that measures (the client, or this process when 
 run here). During -a sweeps a progress line (size i of n, time elapsed) is shown on stderr
 when stderr is a terminal; --json does not hide it (JSON goes to stdout).
 
-JSON, one object per size. Latency tests (times in microseconds; write and send report half
-the round trip, read and atomic the whole request, as perftest):
+JSON, one object per size. Latency tests (times in microseconds, or CPU cycles with -C, the
+keys then ending in _cycles for _us; write and send report half the round trip, read and
+atomic the whole request, as perftest):
   test          write_lat | write_imm_lat | read_lat | send_lat | atomic_lat
   device        the --device argument (auto, sim, or a device name)
   bytes         message size;  iterations  measured iterations (after --warmup)
@@ -483,6 +497,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-N" | "--noPeak" => o.no_peak = true,
             "-H" | "--report-histogram" | "--report-histogrm" => o.histogram = true,
             "-U" | "--report-unsorted" => o.unsorted = true,
+            "-C" | "--report-cycles" | "--report_cycles" => o.cycles = true,
             // perftest's -F: no warning about the CPU frequency governor. bfperf gives none
             // (it calibrates the TSC it times with): accepted, so that perftest's command
             // lines run unchanged.
@@ -1201,6 +1216,66 @@ mod tests {
         }
         assert!(USAGE.contains("2 latency tests, 65536 bandwidth"));
         assert!(USAGE.contains("5000 write-bw, 1000 the others"));
+    }
+
+    /// perftest's `-C` (`--report-cycles`): every latency test takes it, with whatever else
+    /// a latency test takes (`-D` too, whose report stays in microseconds, as perftest's);
+    /// a bandwidth test refuses it in perftest's words (its parser: " Available only on
+    /// Latency tests"), and so does a build off x86_64 (no cycle counter read there).
+    #[test]
+    fn report_cycles_for_latency_tests_only_as_perftest() {
+        for spelling in ["-C", "--report-cycles", "--report_cycles"] {
+            assert!(parse(&args(spelling)).unwrap().cycles, "{spelling}");
+        }
+        assert!(!parse(&[]).unwrap().cycles);
+        for t in ["write-lat", "read-lat", "send-lat", "atomic-lat"] {
+            for more in [
+                "",
+                " -H -U",
+                " --json --csv c.csv --plot p.svg",
+                " --out_json",
+                " -D 4",
+                " --client h --perftest",
+                " --server",
+            ] {
+                let o = parse(&args(&format!("-C{more}"))).unwrap();
+                let r = check_for(t, &o);
+                if cfg!(target_arch = "x86_64") {
+                    if t == "atomic-lat" && more.contains("--perftest") {
+                        // Refused for the peer (atomics are not spoken), not for -C.
+                        assert!(!r.unwrap_err().contains("-C"), "{t} -C{more}");
+                    } else {
+                        assert_eq!(r, Ok(()), "{t} -C{more}");
+                    }
+                } else {
+                    let e = r.unwrap_err();
+                    assert!(e.contains("x86_64") && e.contains("drop -C"), "{e}");
+                }
+            }
+        }
+        for (line, t) in [
+            ("send-lat", "-C -c ud"),
+            ("write-lat", "-C --write-with-imm -e"),
+        ] {
+            let o = parse(&args(t)).unwrap();
+            assert_eq!(
+                check_for(line, &o).is_ok(),
+                cfg!(target_arch = "x86_64"),
+                "{line} {t}"
+            );
+        }
+        for t in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+            for spelling in ["-C", "--report-cycles"] {
+                let e = check_for(t, &parse(&args(spelling)).unwrap()).unwrap_err();
+                assert!(
+                    e.starts_with(&format!("-C (--report-cycles) with {t}: "))
+                        && e.contains("\"Available only on Latency tests\""),
+                    "{t} {spelling}: {e}"
+                );
+            }
+        }
+        assert!(USAGE.contains("-C, --report-cycles     latency tests: report times in CPU cycles"));
+        assert!(USAGE.contains("keys then ending in _cycles for _us"));
     }
 
     /// perftest's own long option names are taken as its short ones.

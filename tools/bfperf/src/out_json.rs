@@ -54,7 +54,8 @@ fn write(o: &Opts, info: String, body: String) -> std::io::Result<()> {
     std::fs::write(path, format!("{{\n{info}\"results\": {{\n{body}\n}}\n}}\n"))
 }
 
-/// A latency result (microseconds, as the table).
+/// A latency result, in the table's unit (microseconds, or cycles with `-C`: perftest
+/// writes `delta / cycles_rtt_quotient` here too).
 pub fn lat(
     o: &Opts,
     title: &str,

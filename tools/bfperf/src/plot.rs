@@ -4,7 +4,7 @@
 //! sample count.
 
 use crate::hist::Histogram;
-use crate::stats::Summary;
+use crate::stats::{Summary, Unit};
 use plotters::prelude::*;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -33,9 +33,16 @@ fn err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("plot: {e}"))
 }
 
-/// Draws the histogram of `us` (latency samples in microseconds, sorted) with the summary's
-/// percentiles into the SVG file `path`; returns the histogram drawn.
-pub fn write_svg(path: &Path, title: &str, us: &[f64], s: &Summary) -> io::Result<Histogram> {
+/// Draws the histogram of `us` (latency samples in `unit`, sorted: microseconds, or cycles
+/// with `-C`) with the summary's percentiles into the SVG file `path`, the axis, title and
+/// percentile labels naming the unit; returns the histogram drawn.
+pub fn write_svg(
+    path: &Path,
+    title: &str,
+    us: &[f64],
+    s: &Summary,
+    unit: Unit,
+) -> io::Result<Histogram> {
     if us.is_empty() {
         return Err(err("no samples"));
     }
@@ -45,10 +52,11 @@ pub fn write_svg(path: &Path, title: &str, us: &[f64], s: &Summary) -> io::Resul
     let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let caption = format!(
-        "{title}: {} samples, {:.2} to {:.2} us",
+        "{title}: {} samples, {:.2} to {:.2} {}",
         h.total(),
         s.min,
-        s.max
+        s.max,
+        unit.short()
     );
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 18))
@@ -59,7 +67,7 @@ pub fn write_svg(path: &Path, title: &str, us: &[f64], s: &Summary) -> io::Resul
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("latency [usec], logarithmic")
+        .x_desc(format!("latency [{}], logarithmic", unit.name()))
         .y_desc("samples")
         .disable_x_mesh()
         .draw()
@@ -88,7 +96,7 @@ pub fn write_svg(path: &Path, title: &str, us: &[f64], s: &Summary) -> io::Resul
                 color.stroke_width(2),
             )))
             .map_err(err)?
-            .label(format!("{name} {v:.2} us"))
+            .label(format!("{name} {v:.2} {}", unit.short()))
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
@@ -115,9 +123,9 @@ mod tests {
             .map(|i| 1000.0 + ((i * 7919) % 1000) as f64)
             .collect();
         ns.push(250_000.0); // a tail sample
-        let s = summarize(&mut ns);
+        let s = summarize(&mut ns, Unit::Usec);
         let us: Vec<f64> = ns.iter().map(|v| v / 1000.0).collect();
-        let h = write_svg(&p, "write_lat 8 bytes", &us, &s).unwrap();
+        let h = write_svg(&p, "write_lat 8 bytes", &us, &s, Unit::Usec).unwrap();
         let svg = std::fs::read_to_string(&p).unwrap();
         let _ = std::fs::remove_file(&p);
         assert_eq!(h.total(), 5001);
@@ -126,6 +134,15 @@ mod tests {
             "not an SVG document"
         );
         assert!(svg.contains("5001 samples") && svg.contains("latency [usec]"));
+        // -C: the same picture, its axis and labels in cycles.
+        write_svg(&p, "write_lat 8 bytes", &us, &s, Unit::Cycles).unwrap();
+        let svg = std::fs::read_to_string(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        assert!(svg.contains("latency [cycles]") && !svg.contains("[usec]"));
+        assert!(
+            svg.contains(" cycles<") || svg.contains(" cycles"),
+            "labels"
+        );
         assert_eq!(h.counts.len(), BINS);
         assert!(svg.contains("99.9%"), "percentile legend missing");
         // The background is one <rect>, the legend box another; each non-empty bin one more.
@@ -159,7 +176,14 @@ mod tests {
             p99: 1.0,
             p999: 1.0,
         };
-        assert!(write_svg(Path::new("/tmp/x.svg"), "t", &[], &s).is_err());
-        assert!(write_svg(Path::new("/nonexistent-dir/x.svg"), "t", &[1.0], &s).is_err());
+        assert!(write_svg(Path::new("/tmp/x.svg"), "t", &[], &s, Unit::Usec).is_err());
+        assert!(write_svg(
+            Path::new("/nonexistent-dir/x.svg"),
+            "t",
+            &[1.0],
+            &s,
+            Unit::Usec
+        )
+        .is_err());
     }
 }

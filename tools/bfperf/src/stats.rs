@@ -1,6 +1,54 @@
 //! Latency statistics, printed as perftest prints them.
 
-/// Summary of latency samples, in microseconds.
+/// The unit a latency test reports its times in: microseconds, or CPU cycles with `-C`
+/// (perftest's `--report-cycles`: `print_report_lat` then divides its cycle differences by
+/// 1 instead of `get_cpu_mhz`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Microseconds (the samples are nanoseconds).
+    Usec,
+    /// CPU cycles, the TSC's ticks (the samples are ticks).
+    Cycles,
+}
+
+impl Unit {
+    /// `-C` given or not.
+    pub fn of(cycles: bool) -> Unit {
+        if cycles {
+            Unit::Cycles
+        } else {
+            Unit::Usec
+        }
+    }
+
+    /// perftest's name of it (`USEC`, `CYCLES`): the header of `-H` and `-U` (`#, usec`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Usec => "usec",
+            Unit::Cycles => "cycles",
+        }
+    }
+
+    /// The suffix of bfperf's JSON keys and CSV columns (`t_min_us`, `t_min_cycles`) and
+    /// of the `--plot` labels.
+    pub fn short(self) -> &'static str {
+        match self {
+            Unit::Usec => "us",
+            Unit::Cycles => "cycles",
+        }
+    }
+
+    /// A sample in this unit: a sample is nanoseconds (a thousand to the microsecond), or
+    /// cycles with `-C` (perftest's `cycles_to_units = 1`).
+    pub fn of_sample(self, v: f64) -> f64 {
+        match self {
+            Unit::Usec => v / 1000.0,
+            Unit::Cycles => v,
+        }
+    }
+}
+
+/// Summary of latency samples, in the report's [`Unit`] (microseconds unless `-C`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
     /// Fastest.
@@ -34,17 +82,17 @@ pub fn kept(all: usize) -> usize {
     }
 }
 
-/// Summarises samples given in nanoseconds (sorted in place) as perftest's
-/// `print_report_lat` does: sorted, the [`TAIL`] largest left out (kept when there are no
+/// Summarises samples (sorted in place; nanoseconds for [`Unit::Usec`], cycles for
+/// [`Unit::Cycles`]) in `unit` as perftest's `print_report_lat` does: sorted, the [`TAIL`] largest left out (kept when there are no
 /// more than that), the median as perftest's `get_median` (the mean of the two middle ones
 /// when the count is even), t_max perftest's `delta[measure_cnt]` (the smaller
 /// of the two left out), and the percentiles at index
 /// `ceil(count * p)`. The deviation is computed in floating point (perftest truncates each
 /// difference to an integer number of microseconds).
-pub fn summarize(ns: &mut [f64]) -> Summary {
+pub fn summarize(ns: &mut [f64], unit: Unit) -> Summary {
     assert!(!ns.is_empty(), "no samples");
     ns.sort_by(f64::total_cmp);
-    let us = |v: f64| v / 1000.0;
+    let us = |v: f64| unit.of_sample(v);
     let all = ns.len();
     let n = kept(all);
     let kept = &ns[..n];
@@ -94,12 +142,14 @@ pub fn g(v: f64) -> String {
     }
 }
 
-/// perftest's sample lines (`print_report_lat` with `-U` or `-H`): `#, usec`, then
-/// `N, value` for each sample, numbered from 1, in microseconds.
-pub fn sample_lines(ns: &[f64]) -> String {
-    let mut out = String::from("#, usec\n");
-    for (i, v) in ns.iter().enumerate() {
-        out.push_str(&format!("{}, {}\n", i + 1, g(v / 1000.0)));
+/// perftest's sample lines (`print_report_lat` with `-U` or `-H`): `#, usec` (`#, cycles`
+/// with `-C`: perftest's `printf("#, %s\n", units)`), then `N, value` for each sample,
+/// numbered from 1, in `unit` (the samples nanoseconds for [`Unit::Usec`], cycles for
+/// [`Unit::Cycles`]).
+pub fn sample_lines(samples: &[f64], unit: Unit) -> String {
+    let mut out = format!("#, {}\n", unit.name());
+    for (i, &v) in samples.iter().enumerate() {
+        out.push_str(&format!("{}, {}\n", i + 1, g(unit.of_sample(v))));
     }
     out
 }
@@ -108,7 +158,9 @@ pub fn sample_lines(ns: &[f64]) -> String {
 pub const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";
 
-/// The perftest header line.
+/// The perftest header line (`RESULT_FMT_LAT`). perftest prints it so with `-C` too: its
+/// columns then hold cycles under `[usec]`, and so do bfperf's (a line above the table
+/// says so, `main`'s `Times`).
 pub const HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
 
 /// One perftest-style row.
@@ -119,7 +171,8 @@ pub fn row(bytes: usize, iters: usize, s: &Summary) -> String {
     )
 }
 
-/// The same as a JSON object.
+/// The same as a JSON object, the times in `unit` (keys `t_min_us` ..., or `t_min_cycles`
+/// ... with `-C`).
 pub fn json(
     test: &str,
     device: &str,
@@ -127,9 +180,11 @@ pub fn json(
     bytes: usize,
     iters: usize,
     s: &Summary,
+    unit: Unit,
 ) -> String {
+    let u = unit.short();
     format!(
-        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"bytes\":{bytes},\"iterations\":{iters},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"t_typical_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p999_us\":{:.3},\"mode\":\"{mode}\",\"recv\":\"{recv}\",\"connection\":\"{connection}\"{}}}",
+        "{{\"test\":\"{test}\",\"device\":\"{device}\",\"bytes\":{bytes},\"iterations\":{iters},\"t_min_{u}\":{:.3},\"t_max_{u}\":{:.3},\"t_typical_{u}\":{:.3},\"t_avg_{u}\":{:.3},\"t_stdev_{u}\":{:.3},\"p99_{u}\":{:.3},\"p999_{u}\":{:.3},\"mode\":\"{mode}\",\"recv\":\"{recv}\",\"connection\":\"{connection}\"{}}}",
         s.min,
         s.max,
         s.typical,
@@ -248,7 +303,8 @@ mod tests {
             ("poll", "rq", "RC"),
             8,
             2,
-            &summarize(&mut v),
+            &summarize(&mut v, Unit::Usec),
+            Unit::Usec,
         );
         let mhz = clock_mhz().expect("calibrated");
         assert!(mhz > 1.0, "{mhz}");
@@ -282,13 +338,105 @@ mod tests {
 
     #[test]
     fn sample_lines_number_each_sample_in_microseconds() {
-        assert_eq!(sample_lines(&[1500.0, 250.0]), "#, usec\n1, 1.5\n2, 0.25\n");
+        assert_eq!(
+            sample_lines(&[1500.0, 250.0], Unit::Usec),
+            "#, usec\n1, 1.5\n2, 0.25\n"
+        );
+    }
+
+    /// perftest's `-C`: the samples are cycles and the report divides them by 1
+    /// (`cycles_to_units = 1`), so every statistic is in cycles: the same statistics as in
+    /// microseconds, a thousand times the figures of the same numbers taken as nanoseconds.
+    #[test]
+    fn in_cycles_the_statistics_are_the_samples_own_figures() {
+        let mut v: Vec<f64> = (1..=1000).map(|i| i as f64 * 1000.0).collect();
+        let mut c = v.clone();
+        let us = summarize(&mut v, Unit::Usec);
+        let cy = summarize(&mut c, Unit::Cycles);
+        assert_eq!((cy.min, cy.max, cy.typical), (1000.0, 999_000.0, 499_500.0));
+        assert_eq!((cy.p99, cy.p999), (990_000.0, 999_000.0));
+        for (a, b) in [
+            (us.min, cy.min),
+            (us.max, cy.max),
+            (us.typical, cy.typical),
+            (us.avg, cy.avg),
+            (us.stdev, cy.stdev),
+            (us.p99, cy.p99),
+            (us.p999, cy.p999),
+        ] {
+            assert!((a * 1000.0 - b).abs() < 1e-6 * b, "{a} {b}");
+        }
+        // -H / -U: perftest's `#, cycles` header, the values as %g prints them.
+        assert_eq!(
+            sample_lines(&[12_345.5, 250.0, 1_234_567.0], Unit::Cycles),
+            "#, cycles\n1, 12345.5\n2, 250\n3, 1.23457e+06\n"
+        );
+        assert_eq!(
+            (Unit::of(true), Unit::of(false)),
+            (Unit::Cycles, Unit::Usec)
+        );
+        assert_eq!((Unit::Cycles.name(), Unit::Usec.name()), ("cycles", "usec"));
+        // The row is the same columns, the header perftest's (it keeps [usec] with -C).
+        assert_eq!(
+            row(8, 1000, &cy),
+            " 8       1000        1000.00        999000.00      499500.00        499500.00      288097.64        990000.00              999000.00"
+        );
+        assert!(HEADER.contains("t_min[usec]    t_max[usec]"));
+        // bfperf's JSON names the unit in its keys.
+        let j = json(
+            "write_lat",
+            "sim",
+            ("poll", "rq", "RC"),
+            8,
+            1000,
+            &cy,
+            Unit::Cycles,
+        );
+        assert!(
+            j.contains("\"t_min_cycles\":1000.000,\"t_max_cycles\":999000.000,\"t_typical_cycles\":499500.000,"),
+            "{j}"
+        );
+        for k in [
+            "t_avg_cycles",
+            "t_stdev_cycles",
+            "p99_cycles",
+            "p999_cycles",
+        ] {
+            assert!(j.contains(&format!("\"{k}\":")), "{k}: {j}");
+        }
+        assert!(!j.contains("_us\""), "{j}");
+        let j = json(
+            "write_lat",
+            "sim",
+            ("poll", "rq", "RC"),
+            8,
+            1000,
+            &us,
+            Unit::Usec,
+        );
+        assert!(
+            j.contains("\"t_min_us\":1.000,") && !j.contains("cycles"),
+            "{j}"
+        );
+    }
+
+    /// A clock for `-C` samples gives the ticks between two stamps as read (perftest's
+    /// `tposted[i + 1] - tposted[i]`); otherwise nanoseconds, as before.
+    #[test]
+    fn a_cycles_clock_samples_raw_ticks() {
+        let c = Clock::for_samples(true);
+        assert_eq!(c.sample(100, 160), 60.0);
+        assert_eq!(c.sample(u64::MAX, 9), 10.0, "the counter wraps");
+        let n = Clock::for_samples(false);
+        assert_eq!(n.sample(100, 160), n.ns(100, 160));
+        // -C changes the samples only: the clock's nanoseconds (--hw-timestamps) stay.
+        assert!((c.ns(0, 1_000_000) / n.ns(0, 1_000_000) - 1.0).abs() < 0.05);
     }
 
     #[test]
     fn percentiles_and_moments_as_perftest() {
         let mut v: Vec<f64> = (1..=1000).map(|i| i as f64 * 1000.0).collect();
-        let s = summarize(&mut v);
+        let s = summarize(&mut v, Unit::Usec);
         assert_eq!((s.min, s.max), (1.0, 999.0));
         assert_eq!(s.typical, 499.5);
         assert_eq!(s.p99, 990.0);
@@ -297,9 +445,9 @@ mod tests {
         assert!((s.stdev - 288.0972).abs() < 1e-3, "{}", s.stdev);
         // An odd count keeps the middle sample; two or fewer samples are all kept.
         let mut odd: Vec<f64> = (1..=5).map(|i| i as f64 * 1000.0).collect();
-        assert_eq!(summarize(&mut odd).typical, 2.0);
+        assert_eq!(summarize(&mut odd, Unit::Usec).typical, 2.0);
         let mut two = vec![1000.0, 3000.0];
-        let t = summarize(&mut two);
+        let t = summarize(&mut two, Unit::Usec);
         assert_eq!((t.min, t.max, t.typical), (1.0, 3.0, 2.0));
     }
 }
@@ -313,9 +461,21 @@ pub struct Clock {
     ns_per_tick: f64,
     #[cfg(not(target_arch = "x86_64"))]
     origin: std::time::Instant,
+    /// [`Clock::sample`] gives raw ticks (`-C`), not nanoseconds.
+    cycles: bool,
 }
 
 impl Clock {
+    /// A clock whose [`Clock::sample`]s are in the samples' unit of `-C` (`cycles`: the
+    /// raw ticks, as perftest's `-C`) or not (nanoseconds). `-C` is refused off x86_64,
+    /// where the ticks are the OS clock's nanoseconds.
+    pub fn for_samples(cycles: bool) -> Clock {
+        Clock {
+            cycles,
+            ..Clock::new()
+        }
+    }
+
     /// Calibrates (about 50 ms).
     pub fn new() -> Clock {
         #[cfg(target_arch = "x86_64")]
@@ -330,11 +490,13 @@ impl Clock {
             let _ = CLOCK_MHZ.set(ticks * 1000.0 / ns.max(1.0));
             Clock {
                 ns_per_tick: ns / ticks,
+                cycles: false,
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         Clock {
             origin: std::time::Instant::now(),
+            cycles: false,
         }
     }
 
@@ -360,6 +522,18 @@ impl Clock {
         return to.wrapping_sub(from) as f64 * self.ns_per_tick;
         #[cfg(not(target_arch = "x86_64"))]
         return to.wrapping_sub(from) as f64;
+    }
+
+    /// A latency sample between two timestamps, in the unit of [`Clock::for_samples`]:
+    /// nanoseconds, or with `-C` the ticks between them as read (perftest's
+    /// `tposted[i + 1] - tposted[i]`, no calibration in them).
+    #[inline(always)]
+    pub fn sample(&self, from: u64, to: u64) -> f64 {
+        if self.cycles {
+            to.wrapping_sub(from) as f64
+        } else {
+            self.ns(from, to)
+        }
     }
 }
 

@@ -222,7 +222,7 @@ fn respond(mut s: UdSide, o: &Opts, size: usize, total: usize, ready: &Barrier) 
     Ok(())
 }
 
-/// UD send latency: one sample (ns, half a round trip) per measured iteration.
+/// UD send latency: one sample (ns, or cycles with `-C`; half a round trip) per measured iteration.
 pub fn latency(o: &Opts, dev: &Device, size: usize) -> Result<Vec<f64>> {
     let (mut a, b) = pair(dev, o, size)?;
     let total = o.warmup + o.iters;
@@ -248,7 +248,7 @@ pub fn latency(o: &Opts, dev: &Device, size: usize) -> Result<Vec<f64>> {
     };
     crate::pin(o.pin);
     ready.wait();
-    let clock = Clock::new();
+    let clock = Clock::for_samples(o.cycles);
     let mut samples = crate::stats::room_for(o.iters, "--iters (no memory for a sample each)")?;
     for i in 0..total {
         let t0 = clock.now();
@@ -267,7 +267,7 @@ pub fn latency(o: &Opts, dev: &Device, size: usize) -> Result<Vec<f64>> {
         // The measured iterations but the last: perftest's count (n stamps, n - 1
         // differences).
         if i >= o.warmup && i + 1 < total {
-            samples.push(clock.ns(t0, clock.now()) / 2.0);
+            samples.push(clock.sample(t0, clock.now()) / 2.0);
         }
     }
     if let Some(t) = t {

@@ -81,6 +81,21 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             "-H / -U print latency samples: use them with a latency test, not {name}"
         ));
     }
+    if o.cycles && !name.ends_with("-lat") {
+        // perftest's parser: " Available only on Latency tests".
+        return Err(format!(
+            "-C (--report-cycles) with {name}: available only on latency tests, as perftest's \
+             (\"Available only on Latency tests\")"
+        ));
+    }
+    if o.cycles && !cfg!(target_arch = "x86_64") {
+        return Err(format!(
+            "-C (--report-cycles) on {}: bfperf reads a cycle counter on x86_64 only (the TSC, \
+             perftest's get_cycles); here it times with the OS clock, which counts nanoseconds, \
+             not cycles: drop -C",
+            std::env::consts::ARCH
+        ));
+    }
     if (o.histogram || o.unsorted) && o.json {
         return Err(
             "-H / -U print samples in perftest's text format: not with --json (one JSON object \
