@@ -1280,3 +1280,211 @@ fn tx_depth_within_perftests_bound_runs() {
         );
     }
 }
+
+/// perftest's `-C` (`--report-cycles`) in a latency test: every time of the row, of `-U`
+/// and `-H` (`#, cycles` blocks) and of `--out_json` in CPU cycles, the raw differences of
+/// the TSC stamps (halved for a ping-pong: multiples of half a cycle), under perftest's
+/// table header (which keeps `[usec]`, as perftest's), with a line above it giving the
+/// TSC's rate; `-D` keeps perftest's duration report in microseconds; a bandwidth test
+/// refuses it in perftest's words.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn report_cycles_prints_latency_in_cycles_as_perftest() {
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-cycles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("r.json");
+    let arg = format!("--out_json_file={}", file.display());
+    let out = bfperf(&[
+        "write-lat",
+        "-d",
+        "sim",
+        "-s",
+        "8",
+        "-n",
+        "300",
+        "--warmup",
+        "10",
+        "-C",
+        "-U",
+        "-H",
+        "--out_json",
+        &arg,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mhz: f64 = text
+        .split_once(" Times          : CPU cycles (-C), under perftest's [usec] header; TSC at ")
+        .and_then(|(_, r)| r.split_once(" MHz"))
+        .map(|(m, _)| m.parse().expect("MHz"))
+        .unwrap_or_else(|| panic!("the Times line: {text}"));
+    assert!(mhz > 1.0, "{mhz}");
+    // perftest's RESULT_FMT_LAT, unchanged by -C.
+    assert!(text.contains(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"), "{text}");
+    assert!(!text.contains("#, usec"), "{text}");
+    let blocks: Vec<Vec<f64>> = text
+        .split("#, cycles\n")
+        .skip(1)
+        .map(|b| {
+            b.lines()
+                .map_while(|l| {
+                    let (n, v) = l.split_once(", ")?;
+                    n.parse::<usize>().ok()?;
+                    v.parse::<f64>().ok()
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(blocks.len(), 2, "{text}");
+    let (unsorted, sorted) = (&blocks[0], &blocks[1]);
+    assert_eq!((unsorted.len(), sorted.len()), (299, 297), "{text}");
+    // Raw tick differences halved: whole or half cycles (%g keeps them exact below 10^5).
+    let exact: Vec<f64> = unsorted.iter().copied().filter(|&v| v < 1e5).collect();
+    assert!(!exact.is_empty(), "no sample below 10^5 cycles: {text}");
+    for v in exact {
+        assert!(
+            v > 0.0 && (v * 2.0).fract() == 0.0,
+            "{v} is not a half cycle count"
+        );
+    }
+    // The row, in the samples' unit: t_min the smallest sample, the rest ordered.
+    let row: Vec<f64> = text
+        .lines()
+        .rfind(|l| l.starts_with(" 8 "))
+        .expect("the 8-byte row")
+        .split_whitespace()
+        .map(|f| f.parse().expect("a number"))
+        .collect();
+    assert_eq!(row.len(), 9, "{row:?}");
+    let (min, max, typical, p99, p999) = (row[2], row[3], row[4], row[7], row[8]);
+    assert!(
+        (min - sorted[0]).abs() <= 0.5 + 1e-6 * min,
+        "{min} vs {}",
+        sorted[0]
+    );
+    assert!(
+        min <= typical && typical <= p99 && p99 <= p999 && p999 <= max,
+        "{row:?}"
+    );
+    // --out_json: perftest writes the same cycles (its `delta / cycles_rtt_quotient`).
+    let t = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        t.contains(&format!("\"t_typical\": {typical:.2},")),
+        "{typical} in {t}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // -D: perftest's duration report, in microseconds whatever -C says.
+    let out = bfperf(&["write-lat", "-d", "sim", "-D", "1", "-f", "0", "-C"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(" #bytes        #iterations       t_avg[usec]    tps average")
+            && text.contains(" Times          : microseconds: -C does not apply"),
+        "{text}"
+    );
+
+    for test in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+        for flag in ["-C", "--report-cycles"] {
+            let out = bfperf(&[test, "-d", "sim", "-n", "50", flag]);
+            assert_eq!(out.status.code(), Some(2), "{test} {flag}: {out:?}");
+            assert!(out.stdout.is_empty(), "{test} {flag}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("available only on latency tests")
+                    && err.contains("\"Available only on Latency tests\""),
+                "{test} {flag}: {err}"
+            );
+        }
+    }
+}
+
+/// `-C`'s cycles are the run's time: a read latency run (one request per sample, no
+/// halving) whose kept samples, summed in cycles (`t_avg` x their count) and converted
+/// with the TSC rate the same run reports (`clock_mhz`), fit inside the process's wall
+/// time and are not vanishingly small beside it (microseconds read as cycles would be some
+/// 2000 times too small, nanoseconds some 2 times too small: the half-cycle check above);
+/// generous bounds, no timing assertion a loaded machine could break. `--json` and
+/// `--csv` carry the same figures under `_cycles` names.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn report_cycles_add_up_to_the_run_on_the_run_s_clock() {
+    let dir = std::env::temp_dir().join(format!("bfperf-cli-cycles-sum-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("r.csv");
+    let iters = 5000.0;
+    let started = std::time::Instant::now();
+    let out = bfperf(&[
+        "read-lat",
+        "-d",
+        "sim",
+        "-n",
+        "5000",
+        "--warmup",
+        "100",
+        "--report-cycles",
+        "--json",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    let wall_us = started.elapsed().as_secs_f64() * 1e6;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("_us\""), "{text}");
+    let f = |k: &str| json_field(&text, k);
+    let mhz = f("clock_mhz");
+    let (min, typical, avg, max) = (
+        f("t_min_cycles"),
+        f("t_typical_cycles"),
+        f("t_avg_cycles"),
+        f("t_max_cycles"),
+    );
+    assert!(mhz > 1.0, "{text}");
+    assert!(
+        min > 0.0 && min <= typical && min <= avg && avg <= max,
+        "{text}"
+    );
+    assert!(
+        typical <= f("p99_cycles") && f("p99_cycles") <= f("p999_cycles"),
+        "{text}"
+    );
+    // perftest's count: n - 1 samples, the two largest left out of the mean.
+    let kept = iters - 1.0 - 2.0;
+    let run_us = avg * kept / mhz;
+    assert!(
+        run_us <= wall_us * 1.05,
+        "{run_us} us of samples in a {wall_us} us process: {text}"
+    );
+    assert!(
+        run_us >= wall_us / 1000.0,
+        "{run_us} us of samples in a {wall_us} us process: {text}"
+    );
+    // A read on the software NIC takes more than 10 ns and less than the run.
+    assert!(
+        min / mhz > 0.01 && min / mhz < wall_us,
+        "{min} cycles at {mhz} MHz"
+    );
+    let lines: Vec<String> = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let (head, row) = (&lines[0], &lines[1]);
+    assert!(
+        head.contains(",t_min_cycles,t_max_cycles,t_typical_cycles,"),
+        "{head}"
+    );
+    let col = |name: &str| {
+        let i = head.split(',').position(|h| h == name).expect(name);
+        row.split(',').nth(i).unwrap().parse::<f64>().unwrap()
+    };
+    for k in [
+        "t_min_cycles",
+        "t_typical_cycles",
+        "t_avg_cycles",
+        "p999_cycles",
+    ] {
+        assert_eq!(col(k), f(k), "{k}: {row} vs {text}");
+    }
+}
