@@ -365,7 +365,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
       --report_gbits      bandwidth tables in Gb/s (10^9 bits) instead of MB/s (2^20 bytes),
                           as perftest's --report_gbits (JSON and CSV keep MB/s)
   -N, --noPeak            bandwidth tests: no peak measured (it reads 0), as perftest's -N; a
-                          run keeps only its first post and last completion times
+                          run keeps only its first post and last completion times (a
+                          latency test refuses it, as perftest)
   -H, --report-histogram  latency tests: print every sample (microseconds; cycles with -C),
                           sorted, as perftest's -H (\"#, usec\" then \"N, value\" lines, before
                           the table row)
@@ -1276,6 +1277,27 @@ mod tests {
         }
         assert!(USAGE.contains("-C, --report-cycles     latency tests: report times in CPU cycles"));
         assert!(USAGE.contains("keys then ending in _cycles for _us"));
+    }
+
+    /// perftest's `-N` (`--noPeak`): bandwidth tests take it; a latency test refuses it in
+    /// perftest's words (its parser: " NoPeak only valid for BW tests").
+    #[test]
+    fn no_peak_for_bandwidth_tests_only_as_perftest() {
+        for spelling in ["-N", "--noPeak"] {
+            let o = parse(&args(spelling)).unwrap();
+            assert!(o.no_peak, "{spelling}");
+            for t in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+                assert_eq!(check_for(t, &o), Ok(()), "{t} {spelling}");
+            }
+            for t in ["write-lat", "read-lat", "send-lat", "atomic-lat"] {
+                let e = check_for(t, &o).unwrap_err();
+                assert!(
+                    e.starts_with(&format!("-N (--noPeak) with {t}: "))
+                        && e.contains("\"NoPeak only valid for BW tests\""),
+                    "{t} {spelling}: {e}"
+                );
+            }
+        }
     }
 
     /// perftest's own long option names are taken as its short ones.

@@ -81,6 +81,13 @@ pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
             "-H / -U print latency samples: use them with a latency test, not {name}"
         ));
     }
+    if o.no_peak && name.ends_with("-lat") {
+        // perftest's parser: " NoPeak only valid for BW tests".
+        return Err(format!(
+            "-N (--noPeak) with {name}: a latency test measures no peak, as perftest's \
+             (\"NoPeak only valid for BW tests\")"
+        ));
+    }
     if o.cycles && !name.ends_with("-lat") {
         // perftest's parser: " Available only on Latency tests".
         return Err(format!(
