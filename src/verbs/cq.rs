@@ -14,6 +14,10 @@ use rdma_sys as ffi;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// Never a QP number (rdma-core's are 24 bits): [`VerbsCompletionQueue::first_qpn`] when
+/// the first queue has no send queue.
+const NO_QPN: u32 = u32::MAX;
+
 /// A CQ poller on the verbs path.
 pub struct VerbsCompletionQueue {
     cq: Arc<super::objects::Cq>,
@@ -22,12 +26,23 @@ pub struct VerbsCompletionQueue {
     /// The CQ's extended polling operations (a copy of `cq.poll_ops`, read where the
     /// poller's other fields are).
     ops: Option<PollOps>,
+    /// The attribute `ibv_start_poll` is given (all zero; the providers only read it): kept
+    /// here, not made afresh on the stack at each poll.
+    attr: ffi::ibv_poll_cq_attr,
     pub(crate) registry: Arc<Registry>,
     /// `registry.slots` (one load less per poll for the orphan mark).
     slots: Arc<CqSlots>,
     cache: Vec<Attached>,
     gen: u32,
-    wcs: Box<[ffi::ibv_wc]>,
+    /// `cache[0]`'s QP number when it has a send queue, else [`NO_QPN`]: with
+    /// [`VerbsCompletionQueue::first_sq`], the usual completion (a successful send of a
+    /// CQ's one QP) is attributed with one compare, not the list's length, its first
+    /// entry's number and its send queue read and tested.
+    first_qpn: u32,
+    /// `cache[0]`'s send queue when it has one (else an empty shadow, never used: no
+    /// completion has the QP number [`NO_QPN`]).
+    first_sq: Arc<Shadow<SendEntry>>,
+    wcs: Box<[ffi::ibv_wc; 32]>,
 }
 
 // SAFETY: polling is serialised by `&mut self`; the CQ is thread-safe in rdma-core.
@@ -47,6 +62,7 @@ impl VerbsCompletionQueue {
         let registry = Arc::new(Registry::new(cqn, capacity, None));
         VerbsCompletionQueue {
             ops: cq.poll_ops,
+            attr: ffi::ibv_poll_cq_attr { comp_mask: 0 },
             // SAFETY: `cq` is live while this poller holds it (`cq` below), and polled only
             // through this poller.
             poll_cq: unsafe { PollCq::of(cq.cq) },
@@ -55,8 +71,10 @@ impl VerbsCompletionQueue {
             registry,
             cache: Vec::new(),
             gen: u32::MAX,
+            first_qpn: NO_QPN,
+            first_sq: Arc::new(Shadow::new(1)),
             // SAFETY: an all-zero ibv_wc is valid.
-            wcs: (0..32).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            wcs: Box::new(unsafe { std::mem::zeroed() }),
         }
     }
 
@@ -75,13 +93,16 @@ impl VerbsCompletionQueue {
     /// Each of the three is a function of its own, reached by a tail call: all three inlined
     /// into one, the one-completion poll paid the general path's spills and set-up (148 / 152
     /// instructions on rdma-core's extended / classic API in the rxe VM, 134 / 136 apart;
-    /// `cargo xtask rxe-icount`).
+    /// `cargo xtask rxe-icount`); `poll_one_ex` inlined here, its frame was set up before the
+    /// checks, and paid by the other two (the classic API's hit 10 instructions more on
+    /// rdma-core's mlx5, `verbs_icount`).
     #[inline(always)]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
         if let [first] = out {
             if self.registry.gen.load(Ordering::Acquire) == self.gen {
                 return match self.ops {
-                    Some(_) => self.poll_one_ex(first),
+                    // SAFETY: the operations are there.
+                    Some(_) => unsafe { self.poll_one_ex(first) },
                     None => self.poll_one_legacy(first),
                 };
             }
@@ -90,23 +111,27 @@ impl VerbsCompletionQueue {
     }
 
     /// [`VerbsCompletionQueue::poll`] of one completion with `ibv_start_poll` /
-    /// `ibv_end_poll` (the caller saw them there; checked again, before the frame, in two
-    /// instructions): 0 when the CQ is empty, 1 when `c` holds a completion; after a
-    /// completion that reports nothing (a moderation completion) the general path polls on.
-    /// (Reached from here, `poll_one_legacy` paid this function's frame: 136 -> 155.)
+    /// `ibv_end_poll` (the caller saw the list current): 0 when the CQ is empty, 1 when `c`
+    /// holds a completion; after a completion that reports nothing (a moderation
+    /// completion) the general path polls on.
+    ///
+    /// The orphan mark is read only when the CQ is seen empty, and then the general path
+    /// polls again (its own read of the mark, then `ibv_start_poll`): a completion pays
+    /// no load for it, nor a register kept across the calls.
+    ///
+    /// # Safety
+    /// The poller has the extended operations (`ops` is Some; the caller saw them, and
+    /// this function does not check again).
     #[inline(never)]
-    fn poll_one_ex(&mut self, c: &mut Completion) -> usize {
+    unsafe fn poll_one_ex(&mut self, c: &mut Completion) -> usize {
         let Some(ops) = &self.ops else {
-            return 0;
+            // SAFETY: the caller's contract.
+            unsafe { core::hint::unreachable_unchecked() }
         };
-        // Entries of dropped QPs: free again once the CQ is seen empty after this read.
-        let orphans = self.slots.orphan_mark();
-        // SAFETY: live CQ, polled only through this poller (`&mut self`).
-        if !unsafe { ops.start() } {
-            if orphans != 0 {
-                self.registry.drained(orphans);
-            }
-            return 0;
+        // SAFETY: live CQ, polled only through this poller (`&mut self`); `attr` is the
+        // poller's all-zero attribute.
+        if !unsafe { ops.start_with(&mut self.attr) } {
+            return self.empty_one(c);
         }
         // SAFETY: a completion is current until `end`.
         let wc = unsafe { ops.current() };
@@ -128,6 +153,17 @@ impl VerbsCompletionQueue {
         self.poll_general(core::slice::from_mut(c))
     }
 
+    /// A one-completion poll that found the CQ empty: 0, unless the queues of dropped QPs
+    /// have entries to give back (the orphan mark is set), which the general path does
+    /// once it has seen the CQ empty after reading the mark (it polls again).
+    #[inline(always)]
+    fn empty_one(&mut self, c: &mut Completion) -> usize {
+        if self.slots.orphan_mark() != 0 {
+            return self.poll_general(core::slice::from_mut(c));
+        }
+        0
+    }
+
     /// [`VerbsCompletionQueue::complete_qp`] out of line (what
     /// [`VerbsCompletionQueue::complete_first_send`] did not take).
     #[inline(never)]
@@ -138,17 +174,18 @@ impl VerbsCompletionQueue {
     /// [`VerbsCompletionQueue::poll_one_ex`] with `ibv_poll_cq` of one entry.
     #[inline(never)]
     fn poll_one_legacy(&mut self, c: &mut Completion) -> usize {
-        let orphans = self.slots.orphan_mark();
-        let wc = &mut self.wcs[0];
+        let wc: *mut ffi::ibv_wc = &mut self.wcs[0];
         // SAFETY: live CQ, polled only through this poller; room for one entry.
-        let got = unsafe { self.poll_cq.call(1, wc as *mut ffi::ibv_wc) };
+        let got = unsafe { self.poll_cq.call(1, wc) };
         if got <= 0 {
-            if orphans != 0 {
-                self.registry.drained(orphans);
-            }
-            return 0;
+            return self.empty_one(c);
         }
-        if self.complete(&self.wcs[0], c) {
+        let wc = &self.wcs[0];
+        let keep = match self.complete_first_send(wc, wc.qp_num, c) {
+            Some(keep) => keep,
+            None => self.complete_other(wc, wc.qp_num, c),
+        };
+        if keep {
             return 1;
         }
         self.poll_general(core::slice::from_mut(c))
@@ -337,6 +374,14 @@ impl VerbsCompletionQueue {
     fn refresh(&mut self) {
         if let Some((list, gen)) = self.registry.snapshot_if_changed(self.gen) {
             (self.cache, self.gen) = (list, gen);
+            match self
+                .cache
+                .first()
+                .and_then(|a| Some((a.qpn, a.sq.clone()?)))
+            {
+                Some((qpn, sq)) => (self.first_qpn, self.first_sq) = (qpn, sq),
+                None => self.first_qpn = NO_QPN,
+            }
         }
     }
 
@@ -408,15 +453,15 @@ impl VerbsCompletionQueue {
         qp_num: u32,
         c: &mut Completion,
     ) -> Option<bool> {
-        let q = self.cache.first().filter(|a| a.qpn == qp_num)?;
-        if wc.status() != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+        // `first_qpn` is `cache[0]`'s number only when it has a send queue (`first_sq`).
+        if qp_num != self.first_qpn || wc.status() != ffi::ibv_wc_status::IBV_WC_SUCCESS {
             return None;
         }
         let wr_id = wc.wr_id();
         if wr_id & RECV_TAG != 0 {
             return None;
         }
-        Some(complete_send(q.sq.as_ref()?, wr_id as u16, qp_num, c))
+        Some(complete_send(&self.first_sq, wr_id as u16, qp_num, c))
     }
 }
 
@@ -426,7 +471,10 @@ impl VerbsCompletionQueue {
 #[inline(always)]
 fn complete_send(sq: &Shadow<SendEntry>, seq: u16, qp_num: u32, c: &mut Completion) -> bool {
     let e = sq.get(seq);
-    sq.retire(seq.wrapping_add(e.bbs));
+    // A verbs-path request takes one position (`bbs` 1, as the send queues write it): the
+    // constant spares the load.
+    debug_assert_eq!(e.bbs, 1);
+    sq.retire(seq.wrapping_add(1));
     if !e.report {
         return false;
     }

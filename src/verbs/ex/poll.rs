@@ -71,6 +71,18 @@ impl PollOps {
         unsafe { (self.start)(self.cqx, &mut attr) == 0 }
     }
 
+    /// [`PollOps::start`] with the caller's attribute (all zero, as `start` makes its own):
+    /// a poller that keeps one saves the store of a fresh one per poll.
+    ///
+    /// # Safety
+    /// As [`PollOps::start`]; `attr` points to a valid `ibv_poll_cq_attr` with
+    /// `comp_mask` 0 (the providers only read it: no optional field is asked for).
+    #[inline(always)]
+    pub(crate) unsafe fn start_with(&self, attr: *mut ffi::ibv_poll_cq_attr) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe { (self.start)(self.cqx, attr) == 0 }
+    }
+
     /// `ibv_end_poll`: gives the read completions back to the CQ.
     ///
     /// # Safety
