@@ -99,15 +99,22 @@ impl VerbsCompletionQueue {
     #[inline(always)]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
         if let [first] = out {
-            if self.registry.gen.load(Ordering::Acquire) == self.gen {
-                return match self.ops {
-                    // SAFETY: the operations are there.
-                    Some(_) => unsafe { self.poll_one_ex(first) },
-                    None => self.poll_one_legacy(first),
-                };
-            }
+            return self.poll_one(first);
         }
         self.poll_general(out)
+    }
+
+    /// [`VerbsCompletionQueue::poll`] into one slot.
+    #[inline(always)]
+    pub fn poll_one(&mut self, c: &mut Completion) -> usize {
+        if self.registry.gen.load(Ordering::Acquire) == self.gen {
+            return match self.ops {
+                // SAFETY: the operations are there.
+                Some(_) => unsafe { self.poll_one_ex(c) },
+                None => self.poll_one_legacy(c),
+            };
+        }
+        self.poll_general(core::slice::from_mut(c))
     }
 
     /// [`VerbsCompletionQueue::poll`] of one completion with `ibv_start_poll` /
