@@ -171,6 +171,16 @@ impl core::fmt::Debug for Cq {
 }
 
 impl Cq {
+    /// The verbs path's poller (None on the direct path): for tests that stand in for
+    /// another thread between two of its steps.
+    #[cfg(test)]
+    pub(crate) fn verbs_poller(&mut self) -> Option<&mut VerbsCompletionQueue> {
+        match &mut self.poller {
+            Poller::Direct(_) => None,
+            Poller::Verbs(p) => Some(p),
+        }
+    }
+
     /// A CQ as `opts` say (compressing with `opts.zip` when set).
     pub(crate) fn new(dev: &Device, opts: &CqOptions) -> Result<Cq> {
         let max = dev.backend.max_cqe();

@@ -3,7 +3,7 @@
 //! hidden, the cookies and statuses as on the direct path.
 
 use super::calls::PollCq;
-use super::ex::{PollOps, VerbsApi, WcRead};
+use super::ex::{LateWc, PollOps, VerbsApi, WcRead};
 use super::rq::{RECV_TAG, UD_TAG};
 use crate::completion::WcStatus;
 use crate::completion::{Completion, WcOpcode};
@@ -11,6 +11,7 @@ use crate::queue::cq_share::CqSlots;
 use crate::queue::registry::{Attached, Registry};
 use crate::queue::shadow::{SendEntry, Shadow};
 use rdma_sys as ffi;
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -43,6 +44,11 @@ pub struct VerbsCompletionQueue {
     /// completion has the QP number [`NO_QPN`]).
     first_sq: Arc<Shadow<SendEntry>>,
     wcs: Box<[ffi::ibv_wc; 32]>,
+    /// A completion read between `ibv_start_poll` and `ibv_end_poll` of a QP this poller's
+    /// list does not have (attached after the poll read the list's generation, or dropped),
+    /// copied to be finished once `ibv_end_poll` released the CQ's lock
+    /// ([`VerbsCompletionQueue::take_late`]); None between polls.
+    late: Cell<Option<LateWc>>,
 }
 
 // SAFETY: polling is serialised by `&mut self`; the CQ is thread-safe in rdma-core.
@@ -75,7 +81,16 @@ impl VerbsCompletionQueue {
             first_sq: Arc::new(Shadow::new(1)),
             // SAFETY: an all-zero ibv_wc is valid.
             wcs: Box::new(unsafe { std::mem::zeroed() }),
+            late: Cell::new(None),
         }
+    }
+
+    /// Takes the queues' list as current without reading it again: what a poll sees when
+    /// a QP is attached (and its work completes) between the poll's check of the list's
+    /// generation and its `ibv_start_poll` / `ibv_poll_cq`, which tests cannot time.
+    #[cfg(test)]
+    pub(crate) fn skip_refresh(&mut self) {
+        self.gen = self.registry.gen.load(Ordering::Acquire);
     }
 
     /// The rdma-core API this poller polls with.
@@ -157,6 +172,9 @@ impl VerbsCompletionQueue {
         }
         // SAFETY: as above.
         unsafe { ops.end() };
+        if self.take_late(c) {
+            return 1;
+        }
         self.poll_general(core::slice::from_mut(c))
     }
 
@@ -303,7 +321,7 @@ impl VerbsCompletionQueue {
         let keep = self.complete(&unsafe { ops.current() }, first);
         // SAFETY: start succeeded; ended once.
         unsafe { ops.end() };
-        if keep {
+        if keep || self.take_late(first) {
             return 1;
         }
         // A moderation completion: the next one.
@@ -332,7 +350,7 @@ impl VerbsCompletionQueue {
             let keep = self.complete(&unsafe { ops.current() }, &mut out[n]);
             // SAFETY: as in `poll_ex`.
             unsafe { ops.end() };
-            n += keep as usize;
+            n += (keep || self.take_late(&mut out[n])) as usize;
         }
         n
     }
@@ -374,7 +392,13 @@ impl VerbsCompletionQueue {
             }
             // SAFETY: start succeeded; ended once.
             unsafe { ops.end() };
-            n += keep as usize;
+            // A late completion's time is not read (None): the provider's accessors are
+            // valid only before `ibv_end_poll`.
+            let late = !keep && self.take_late(&mut out[n]);
+            if late {
+                times[n] = None;
+            }
+            n += (keep || late) as usize;
         }
         n
     }
@@ -412,44 +436,61 @@ impl VerbsCompletionQueue {
             Some(a) if a.qpn == qp_num => a,
             _ => match self.cache.iter().find(|a| a.qpn == qp_num) {
                 Some(a) => a,
-                None => return self.complete_dead(wc, qp_num),
+                None => return self.complete_unknown(wc, qp_num, c),
             },
         };
-        let status = wc.status();
-        let wr_id = wc.wr_id();
-        let seq = wr_id as u16;
-        if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
-            let vendor_err = wc.vendor_err();
-            return complete_error(q, wr_id, status, vendor_err, c);
-        }
-        if wr_id & RECV_TAG != 0 {
-            return complete_recv(q, wc, wr_id, qp_num, c);
-        }
-        let Some(sq) = q.sq.as_ref() else {
-            return false;
-        };
-        complete_send(sq, seq, qp_num, c)
+        complete_attached(q, wc, qp_num, c)
     }
 
-    /// A completion of QP `qp_num`, which is not attached (any more): when it is a
-    /// receive of a dropped QP that took its receives from an SRQ (a dead entry,
-    /// [`crate::queue::registry::DEAD`]), the SRQ's slot is given back (and the regions it
-    /// pinned); nothing is reported either way (false).
+    /// A completion of QP `qp_num`, which this poller's list does not have: a QP attached
+    /// after the poll read the list's generation (its completion written into `c` as any
+    /// other), or one no longer attached (nothing reported; when it is a receive of a
+    /// dropped QP that took its receives from an SRQ, a dead entry
+    /// ([`crate::queue::registry::DEAD`]), the SRQ's slot is given back, and the regions
+    /// it pinned). Both are looked up in the registry under its lock, never while the
+    /// provider holds the CQ's: read between `ibv_start_poll` and `ibv_end_poll`
+    /// ([`WcRead::IN_POLL`]), the completion is copied ([`LateWc`]) and finished after
+    /// `ibv_end_poll` ([`VerbsCompletionQueue::take_late`]; a QP's destruction takes the
+    /// CQ's lock under the registry's: `mlx5_destroy_qp`'s `mlx5_lock_cqs`).
     #[cold]
     #[inline(never)]
-    fn complete_dead(&self, wc: &impl WcRead, qp_num: u32) -> bool {
-        let wr_id = wc.wr_id();
-        if wr_id & RECV_TAG == 0 {
+    fn complete_unknown<W: WcRead>(&self, wc: &W, qp_num: u32, c: &mut Completion) -> bool {
+        if W::IN_POLL {
+            self.late.set(Some(LateWc::of(wc, RECV_TAG, UD_TAG)));
             return false;
         }
         let dead = qp_num | crate::queue::registry::DEAD;
+        let wr_id = wc.wr_id();
         if let Some(q) = self.cache.iter().find(|a| a.qpn == dead) {
-            take_recv(q, wr_id as u16);
-        } else if let Some(q) = self.registry.lock().iter().find(|a| a.qpn == dead) {
+            if wr_id & RECV_TAG != 0 {
+                take_recv(q, wr_id as u16);
+            }
+            return false;
+        }
+        let list = self.registry.lock();
+        if let Some(q) = list.iter().find(|a| a.qpn == qp_num) {
+            // Attached after this poll read the list's generation.
+            return complete_attached(q, wc, qp_num, c);
+        }
+        if let Some(q) = list.iter().find(|a| a.qpn == dead) {
             // Buried after this poll read the list's generation.
-            take_recv(q, wr_id as u16);
+            if wr_id & RECV_TAG != 0 {
+                take_recv(q, wr_id as u16);
+            }
         }
         false
+    }
+
+    /// Finishes the completion [`VerbsCompletionQueue::complete_unknown`] kept, if any,
+    /// into `c` (after `ibv_end_poll`): whether `c` holds a completion. Called after every
+    /// `ibv_end_poll` whose completion reported nothing, so that none is kept past a poll.
+    #[cold]
+    #[inline(never)]
+    fn take_late(&self, c: &mut Completion) -> bool {
+        match self.late.take() {
+            Some(wc) => self.complete_unknown(&wc, wc.qp_num, c),
+            None => false,
+        }
     }
 
     /// [`VerbsCompletionQueue::complete_qp`] of the usual completion, a successful send
@@ -472,6 +513,26 @@ impl VerbsCompletionQueue {
         }
         Some(complete_send(&self.first_sq, wr_id as u16, qp_num, c))
     }
+}
+
+/// [`VerbsCompletionQueue::complete_qp`] of a completion of attached queue `q` (QP
+/// `qp_num`).
+#[inline(always)]
+fn complete_attached(q: &Attached, wc: &impl WcRead, qp_num: u32, c: &mut Completion) -> bool {
+    let status = wc.status();
+    let wr_id = wc.wr_id();
+    let seq = wr_id as u16;
+    if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+        let vendor_err = wc.vendor_err();
+        return complete_error(q, wr_id, status, vendor_err, c);
+    }
+    if wr_id & RECV_TAG != 0 {
+        return complete_recv(q, wc, wr_id, qp_num, c);
+    }
+    let Some(sq) = q.sq.as_ref() else {
+        return false;
+    };
+    complete_send(sq, seq, qp_num, c)
 }
 
 /// Writes the completion of the successful send `seq` of send queue `sq` (QP `qp_num`)

@@ -129,6 +129,10 @@ pub(crate) struct ExWc<'a> {
 /// What the poller reads of a work completion, from an `ibv_wc` or through the
 /// `ibv_wc_read_*` accessors (only the fields a completion needs are read).
 pub(crate) trait WcRead {
+    /// Whether the completion is read between `ibv_start_poll` and `ibv_end_poll`, while
+    /// the provider holds the CQ's lock (libmlx5's `cq->lock`): then the poller takes no
+    /// lock of its own ([`LateWc`]).
+    const IN_POLL: bool = false;
     /// `wr_id`.
     fn wr_id(&self) -> u64;
     /// `status` (`IBV_WC_*`).
@@ -190,6 +194,7 @@ impl WcRead for ffi::ibv_wc {
 }
 
 impl WcRead for ExWc<'_> {
+    const IN_POLL: bool = true;
     #[inline(always)]
     fn wr_id(&self) -> u64 {
         // SAFETY: `current`'s contract: the provider set the field for this completion.
@@ -246,5 +251,85 @@ mod tests {
     #[test]
     fn wc_flags_are_the_headers() {
         assert_eq!(wc_flags(), 1 | 2 | 4 | 8);
+    }
+}
+
+/// The fields of a work completion the poller reads, copied out of an `ibv_start_poll` /
+/// `ibv_end_poll` pair to be finished after `ibv_end_poll` ([`LateWc::of`]): a completion
+/// of a QP the poller's list does not have, which is looked up in the registry under its
+/// lock, a lock a QP's destruction holds while rdma-core takes the CQ's (`mlx5_destroy_qp`:
+/// `mlx5_lock_cqs`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LateWc {
+    pub(crate) wr_id: u64,
+    pub(crate) status: u32,
+    pub(crate) qp_num: u32,
+    pub(crate) opcode: u32,
+    pub(crate) vendor_err: u32,
+    pub(crate) byte_len: u32,
+    pub(crate) wc_flags: u32,
+    pub(crate) imm_or_rkey: u32,
+    pub(crate) src_qp: u32,
+}
+
+impl LateWc {
+    /// What the poller would read of `wc` (`complete_error`, `complete_recv`; a send reads
+    /// nothing more than its `wr_id`), read now: no field a provider leaves undefined for
+    /// it (an error's opcode, a receive's immediate without the flag), nor one it may not
+    /// support (`src_qp` of a QP not UD).
+    pub(crate) fn of(wc: &impl WcRead, recv_tag: u64, ud_tag: u64) -> LateWc {
+        use rdma_sys::ibv_wc_flags as F;
+        let mut l = LateWc {
+            wr_id: wc.wr_id(),
+            status: wc.status(),
+            qp_num: wc.qp_num(),
+            ..LateWc::default()
+        };
+        if l.status != rdma_sys::ibv_wc_status::IBV_WC_SUCCESS {
+            l.vendor_err = wc.vendor_err();
+        } else if l.wr_id & recv_tag != 0 {
+            l.wc_flags = wc.wc_flags();
+            l.byte_len = wc.byte_len();
+            if l.wc_flags & F::IBV_WC_WITH_IMM.0 != 0 {
+                l.opcode = wc.opcode();
+                l.imm_or_rkey = wc.imm_or_rkey();
+            } else if l.wc_flags & F::IBV_WC_WITH_INV.0 != 0 {
+                l.imm_or_rkey = wc.imm_or_rkey();
+            }
+            if l.wr_id & ud_tag != 0 {
+                l.src_qp = wc.src_qp();
+            }
+        }
+        l
+    }
+}
+
+impl WcRead for LateWc {
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    fn status(&self) -> u32 {
+        self.status
+    }
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    fn opcode(&self) -> u32 {
+        self.opcode
+    }
+    fn vendor_err(&self) -> u32 {
+        self.vendor_err
+    }
+    fn byte_len(&self) -> u32 {
+        self.byte_len
+    }
+    fn wc_flags(&self) -> u32 {
+        self.wc_flags
+    }
+    fn imm_or_rkey(&self) -> u32 {
+        self.imm_or_rkey
+    }
+    fn src_qp(&self) -> u32 {
+        self.src_qp
     }
 }
