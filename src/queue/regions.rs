@@ -112,11 +112,41 @@ pub(crate) struct Landing {
     pub(crate) cpu_writable: bool,
 }
 
+/// The region a verbs receive queue's last entries landed in, as its usual receive checks
+/// it ([`RegionCheck::pin_hot`]): a region of the list as last copied, with local write and
+/// CPU-writable memory, its range as a start and a length, and its pins (kept alive by
+/// `cache`, which holds the region, as long as this is set). A length of 0 holds nothing:
+/// no entry lies in it, and `pins` is not read.
+struct Hot {
+    addr: u64,
+    len: u64,
+    pins: *const Pins,
+    lkey: u32,
+}
+
+// SAFETY: `pins` points to a `Pins` (`Sync`: atomics only) that an `Arc` in the same
+// `RegionCheck`'s `cache` keeps alive while it is read; moving or sharing the check moves or
+// shares that `Arc` with it.
+unsafe impl Send for Hot {}
+// SAFETY: as above; `&Hot` only reads the pointer and the `Pins`' atomics.
+unsafe impl Sync for Hot {}
+
+impl Hot {
+    const NONE: Hot = Hot {
+        addr: 0,
+        len: 0,
+        pins: core::ptr::null(),
+        lkey: 0,
+    };
+}
+
 /// A receive queue's view of its domain's regions.
 pub(crate) struct RegionCheck {
+    /// First: all the usual verbs receive reads ([`RegionCheck::pin_hot`]).
+    hot: Hot,
+    seen: u64,
     regions: Arc<Regions>,
     cache: Vec<Region>,
-    seen: u64,
     /// The index in `cache` of the region the last entry landed in, looked at first: a
     /// queue posts into the same region again and again.
     last: usize,
@@ -128,6 +158,7 @@ pub(crate) struct RegionCheck {
 impl RegionCheck {
     pub(crate) fn new(regions: Arc<Regions>) -> RegionCheck {
         RegionCheck {
+            hot: Hot::NONE,
             regions,
             cache: Vec::new(),
             seen: u64::MAX,
@@ -139,9 +170,47 @@ impl RegionCheck {
     #[inline(always)]
     fn fresh(&mut self) {
         if self.regions.gen.load(Ordering::Acquire) != self.seen {
-            self.regions.refresh(&mut self.cache, &mut self.seen);
-            self.odp = self.cache.iter().any(|r| r.on_demand);
+            self.renew();
         }
+    }
+
+    /// [`RegionCheck::fresh`] when the list changed: copies it again. The hot region and
+    /// the last index name entries of the old copy: both are forgotten (the next entry is
+    /// looked for in the whole list, [`RegionCheck::land_search`], which sets them again).
+    #[cold]
+    #[inline(never)]
+    fn renew(&mut self) {
+        self.hot = Hot::NONE;
+        self.last = usize::MAX;
+        self.regions.refresh(&mut self.cache, &mut self.seen);
+        self.odp = self.cache.iter().any(|r| r.on_demand);
+    }
+
+    /// The usual receive of the verbs path: when the non-empty entry `s` lies, under its
+    /// key, in the region the last entry found in the whole list landed in (local write,
+    /// CPU-writable), pins that region ([`Pins::pin`], one step against its close) and
+    /// returns its pins; else None, nothing done (the caller takes [`RegionCheck::land`]
+    /// through its general path). An empty entry is None. The caller owes an unpin for the
+    /// pins it gets.
+    ///
+    /// The list's generation is not looked at: the pin itself is the check. A region is
+    /// closed ([`Pins::close`]) before it is deregistered, so a pin that succeeds is one the
+    /// region's release waits for, whatever the list says now; one dropped meanwhile
+    /// refuses the pin, and the general path copies the list again. Regions registered
+    /// since change nothing for an entry of this one.
+    #[inline(always)]
+    pub(crate) fn pin_hot(&mut self, s: &Sge) -> Option<*const Pins> {
+        let h = &self.hot;
+        // Inside `addr .. addr + len` and 1 byte or more: `off < len` and
+        // `s.len - 1 < len - off` (an empty entry wraps to the largest value).
+        let off = s.addr.wrapping_sub(h.addr);
+        if s.lkey != h.lkey || off >= h.len || (s.len as u64).wrapping_sub(1) >= h.len - off {
+            return None;
+        }
+        // SAFETY: `len` is not 0, so `pins` are the pins of a region of `cache` (set with
+        // it by `land_search`, forgotten with the copy by `renew`), which holds them alive.
+        let pinned = unsafe { (*h.pins).pin() };
+        pinned.then_some(h.pins)
     }
 
     /// Finds the region the non-empty entry `s` lies in under its key, with local write,
@@ -167,7 +236,16 @@ impl RegionCheck {
         match found {
             Some(i) => {
                 self.last = i;
-                self.cache[i].landing()
+                let r = &self.cache[i];
+                if r.cpu_writable {
+                    self.hot = Hot {
+                        addr: r.addr,
+                        len: r.len,
+                        pins: Arc::as_ptr(&r.pins),
+                        lkey: r.lkey,
+                    };
+                }
+                r.landing()
             }
             None => Landing {
                 pins: None,
@@ -267,6 +345,63 @@ mod tests {
             (false, false),
             "dropped"
         );
+    }
+
+    /// The verbs receive's hot region: set by a search that lands in a CPU-writable
+    /// region, it pins entries inside it under its key (nothing else: not past its end,
+    /// not empty, not another key), refuses once the region is closed, and is forgotten
+    /// when the list is copied again.
+    #[test]
+    fn the_hot_region_pins_only_entries_inside_it_while_it_is_open() {
+        let pin_hot = |check: &mut RegionCheck, s: Sge| match check.pin_hot(&s) {
+            Some(p) => {
+                // SAFETY: pinned just now: the pins are alive (the check's copy holds them).
+                unsafe { (*p).unpin() };
+                true
+            }
+            None => false,
+        };
+        let regions = Arc::new(Regions::default());
+        let mut check = RegionCheck::new(regions.clone());
+        let r = region(7, 0x1000, true, true);
+        let pins = r.pins.clone();
+        regions.insert(r);
+        regions.insert(region(9, 0x8000, true, false));
+        assert!(
+            !pin_hot(&mut check, sge(0x1000, 8, 7)),
+            "nothing searched yet"
+        );
+        assert_eq!(try_land(&mut check, sge(0x8000, 8, 9)), (true, false));
+        assert!(!pin_hot(&mut check, sge(0x8000, 8, 9)), "not CPU-writable");
+        assert_eq!(try_land(&mut check, sge(0x1000, 8, 7)), (true, true));
+        assert!(pin_hot(&mut check, sge(0x1000, 8, 7)));
+        assert!(
+            pin_hot(&mut check, sge(0x10f0, 0x10, 7)),
+            "up to the last byte"
+        );
+        assert!(!pin_hot(&mut check, sge(0x10f0, 0x11, 7)), "one byte past");
+        assert!(!pin_hot(&mut check, sge(0xff0, 0x20, 7)), "starts before");
+        assert!(!pin_hot(&mut check, sge(0x1100, 1, 7)), "starts at the end");
+        assert!(!pin_hot(&mut check, sge(0x1000, 0, 7)), "empty");
+        assert!(!pin_hot(&mut check, sge(0x1000, 8, 8)), "another key");
+        assert!(
+            !pin_hot(&mut check, sge(u64::MAX, u32::MAX, 7)),
+            "no overflow"
+        );
+        // Another region registered: the hot one still pins, until the list is copied.
+        regions.insert(region(10, 0x4000, true, true));
+        assert!(pin_hot(&mut check, sge(0x1000, 8, 7)));
+        check.fresh();
+        assert!(
+            !pin_hot(&mut check, sge(0x1000, 8, 7)),
+            "forgotten with the copy"
+        );
+        assert_eq!(try_land(&mut check, sge(0x1000, 8, 7)), (true, true));
+        assert!(pin_hot(&mut check, sge(0x1000, 8, 7)));
+        // Closed (its memory region dropped), still in the list and hot: no pin.
+        assert!(pins.close());
+        assert!(!pin_hot(&mut check, sge(0x1000, 8, 7)));
+        assert!(pins.released());
     }
 
     /// A region closed while the queue's copy of the list still has it is not pinned.

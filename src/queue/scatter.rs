@@ -199,6 +199,22 @@ impl ScatterTable {
         (!copy).then_some(s.lkey)
     }
 
+    /// A receive of one entry whose region the verbs path pinned (`pins`, from
+    /// [`RegionCheck::pin_hot`]): the entry and its pin only. On the verbs path rdma-core
+    /// copies what came inside a CQE itself and this table only gives the pins back
+    /// ([`ScatterTable::done`]), so the slot's place is not written and the entry says the
+    /// poller may not copy into it (none does on that path).
+    #[inline(always)]
+    pub(crate) fn record_pinned(&self, pos: u16, pins: *const Pins) {
+        let i = (pos as u32 & self.mask) as usize;
+        // SAFETY: entry `i` (< cnt) has `max >= 1` slots from `i * max`; only the poster
+        // writes, and only entries of receives not yet announced (see the `Sync` impl).
+        unsafe {
+            (*self.slots.get_unchecked(i * self.max).get()).pins = pins;
+            *self.entries.get_unchecked(i).get() = Entry { n: 1, copy: false };
+        }
+    }
+
     /// The receive at `pos` is over: gives back the pins it holds (the poller, once its
     /// completion was consumed and any copy made, before the entry is retired; or the
     /// poster, for a receive it recorded and did not post). Its regions may be deregistered

@@ -230,31 +230,41 @@ impl VerbsRecvQueue {
         crate::queue::scatter::not_cpu_writable(lkey)
     }
 
-    /// The usual receive, one non-empty buffer `s` while the cached room lasts, posted
-    /// straight: `Some(0)` posted, `Some(rc)` refused by `ibv_post_recv` (then
-    /// [`VerbsRecvQueue::unpost`] must follow), None when it is not that case (nothing
-    /// done: [`VerbsRecvQueue::post`] takes it, with every check).
+    /// The usual receive, one non-empty buffer `s` in the region the last receive found
+    /// (see [`RegionCheck::pin_hot`]), posted straight: `Some(0)` posted, `Some(rc)`
+    /// refused by `ibv_post_recv` (then [`VerbsRecvQueue::unpost`] must follow), None when
+    /// it is not that case (nothing done: [`VerbsRecvQueue::post`] takes it, with every
+    /// check). The cached room is renewed out of line when spent. Only a receive into a
+    /// CPU-writable region comes here, so a provider that copies with the CPU refuses none
+    /// of them; an empty buffer, a queue that checks no region, any other region or a
+    /// changed list of regions takes the general path.
     #[inline(always)]
     pub(crate) fn post_one(&mut self, s: &Sge, cookie: u64) -> Option<i32> {
-        if self.seq == self.room_end || s.len == 0 {
+        if self.seq == self.room_end && !self.renew_room() {
             return None;
         }
-        *self.sges.first_mut()? = ffi::ibv_sge {
-            addr: s.addr,
-            length: s.len,
-            lkey: s.lkey,
+        let pins = self.regions.as_deref_mut()?.pin_hot(s)?;
+        // Nothing can fail from here on but the call (then `unpost`).
+        self.scatter.record_pinned(self.seq, pins);
+        let wr = &mut *self.wr;
+        // SAFETY: `sg_list` points to the first of `sges` (`prepared_recv`, at least one),
+        // this queue's own, not read by anyone else between calls.
+        unsafe {
+            *wr.sg_list = ffi::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            }
         };
-        if self
-            .scatter
-            .record_one(self.seq, s, self.regions.as_deref_mut())
-            .is_some()
-            && self.provider_copies
-        {
-            // Refused by the general path (which records it again).
-            self.scatter.done(self.seq);
-            return None;
-        }
         Some(self.submit(1, cookie))
+    }
+
+    /// [`VerbsRecvQueue::post_one`]'s room spent: [`VerbsRecvQueue::refill_room`], true when
+    /// there is room again (else the general path refuses the receive with the reason).
+    #[cold]
+    #[inline(never)]
+    fn renew_room(&mut self) -> bool {
+        self.refill_room().is_ok()
     }
 
     /// Posts the prepared request with its first `n` scatter entries as the receive at
