@@ -90,14 +90,52 @@ struct InlineWrite<'a> {
 
 impl Qp {
     /// [`Qp::write_inline`] (`req`, an inline write) when the direct path's fast paths did
-    /// not take it: on the verbs path, the send queue's own inline write, in a frame of its
-    /// own (through the cold function, which keeps every request kind's registers, it cost
-    /// 70 instructions more than a send; inlined in `write_inline`, it cost the direct
-    /// path's fast path 15); on the direct path, the send queue's general inline write
-    /// (its fast paths again once it took more room); on a QP not known to be connected,
-    /// [`Qp::write_inline_cold`].
+    /// not take it: on the verbs path, the send queue's usual inline write
+    /// ([`VerbsSendQueue::write_inline_straight`]), in a frame of its own (through the
+    /// cold function, which keeps every request kind's registers, it cost 70 instructions
+    /// more than a send; inlined in `write_inline`, it cost the direct path's fast path
+    /// 15; returning its outcome in a register instead of this `Result`, the caller's
+    /// merged return paths cost the direct path two saved registers); anything else,
+    /// [`Qp::write_inline_rest`], jumped to (with the send queue's general inline write
+    /// inlined here, this frame saved six registers and spilled three values across
+    /// rdma-core's calls).
+    ///
+    /// [`VerbsSendQueue::write_inline_straight`]: crate::verbs::sq::VerbsSendQueue::write_inline_straight
     #[inline(never)]
     fn write_inline_verbs(
+        &mut self,
+        w: &InlineWrite<'_>,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Result<()> {
+        if let (QpPath::Verbs { sq, .. }, true) = (&mut self.path, self.connected) {
+            match sq.write_inline_straight(w.data, w.remote, cookie, flags) {
+                Some(0) => return Ok(()),
+                Some(rc) => return Err(self.write_refused(rc)),
+                None => {}
+            }
+        }
+        self.write_inline_rest(w, cookie, flags)
+    }
+
+    /// rdma-core refused the inline write [`Qp::write_inline_verbs`] posted straight, with
+    /// `rc` (nothing posted, the queue as before it): the error.
+    #[cold]
+    #[inline(never)]
+    fn write_refused(&self, rc: i32) -> Error {
+        let e = match &self.path {
+            QpPath::Verbs { sq, .. } => sq.refused(rc),
+            _ => unreachable!("only after a verbs post"),
+        };
+        self.explain(e)
+    }
+
+    /// [`Qp::write_inline_verbs`] when the usual case did not take it: on the verbs path,
+    /// the send queue's own inline write; on the direct path, the send queue's general
+    /// inline write (its fast paths again once it took more room); on a QP not known to be
+    /// connected, [`Qp::write_inline_cold`].
+    #[inline(never)]
+    fn write_inline_rest(
         &mut self,
         w: &InlineWrite<'_>,
         cookie: u64,

@@ -217,6 +217,51 @@ impl VerbsSendQueue {
         self.push_and_ring(&req, cookie, flags)
     }
 
+    /// [`VerbsSendQueue::write_inline`]'s usual case, posted straight, in the caller's
+    /// frame: `Some(0)` posted, `Some(rc)` refused by rdma-core (nothing posted, the queue
+    /// as before it: the caller reports [`VerbsSendQueue::refused`]), None when it is not
+    /// that case (nothing done: [`VerbsSendQueue::write_inline`] takes it, with every
+    /// check and the error that refuses it). The cached room is renewed out of line when
+    /// spent.
+    #[inline(always)]
+    pub(crate) fn write_inline_straight(
+        &mut self,
+        data: &[u8],
+        remote: mlx5::request::Remote,
+        cookie: u64,
+        flags: PostFlags,
+    ) -> Option<i32> {
+        if !(self.straight(flags) && !data.is_empty() && data.len() <= self.max_inline) {
+            return None;
+        }
+        if self.seq == self.room_end && !self.renew_room() {
+            return None;
+        }
+        let one = Single {
+            opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            wc: WcOpcode::RdmaWrite,
+            byte_len: 0,
+            remote,
+            buf: ffi::ibv_sge {
+                addr: data.as_ptr() as u64,
+                length: data.len() as u32,
+                lkey: 0,
+            },
+            inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+            imm: 0,
+        };
+        Some(self.post_single_now(&one, cookie, flags))
+    }
+
+    /// [`VerbsSendQueue::write_inline_straight`]'s room spent: the cold path of
+    /// [`VerbsSendQueue::check_room`], true when there is room again (else the general
+    /// path refuses the request with the reason).
+    #[cold]
+    #[inline(never)]
+    fn renew_room(&mut self) -> bool {
+        self.refill_room().is_ok()
+    }
+
     /// An RDMA read ([`crate::Qp::read`] on the verbs path): what
     /// [`VerbsSendQueue::post_one`] does with it, from its parts (no request is built unless
     /// it has to be queued: built by the caller, its five stores came before the first
@@ -271,6 +316,17 @@ impl VerbsSendQueue {
     #[inline(always)]
     fn post_single(&mut self, one: &Single, cookie: u64, flags: PostFlags) -> Result<()> {
         self.check_room()?;
+        match self.post_single_now(one, cookie, flags) {
+            0 => Ok(()),
+            rc => Err(self.refused(rc)),
+        }
+    }
+
+    /// [`VerbsSendQueue::post_single`] once the room is checked: moderation, the shadow
+    /// entry, rdma-core's calls; 0, or rdma-core's refusal, after which the queue is as it
+    /// was before ([`VerbsSendQueue::unpost`]).
+    #[inline(always)]
+    fn post_single_now(&mut self, one: &Single, cookie: u64, flags: PostFlags) -> i32 {
         // Completion moderation and flags, as `enqueue`.
         let unsignaled = self.unsignaled;
         let signal = flags.signaled || unsignaled >= self.cap / 2;
@@ -293,7 +349,7 @@ impl VerbsSendQueue {
             },
         );
         // The queue's state moves before the calls (fewer values live across them) and
-        // back if rdma-core refuses the request ([`VerbsSendQueue::post_refused`]).
+        // back if rdma-core refuses the request ([`VerbsSendQueue::unpost`]).
         self.unsignaled = if signal { 0 } else { unsignaled + 1 };
         self.seq = seq.wrapping_add(1);
         self.shadow.mark_posted(self.seq);
@@ -316,9 +372,9 @@ impl VerbsSendQueue {
             None => self.post_single_legacy(one, seq, send_flags),
         };
         if rc != 0 {
-            return Err(self.post_refused(rc, seq, unsignaled));
+            self.unpost(seq, unsignaled);
         }
-        Ok(())
+        rc
     }
 
     /// [`VerbsSendQueue::post_single`] with `ibv_post_send`.
@@ -346,15 +402,21 @@ impl VerbsSendQueue {
         unsafe { ffi::ibv_post_send(self.qp.qp, w, &mut bad) }
     }
 
-    /// A single request rdma-core refused with `rc`: the queue's position and moderation go
-    /// back to what they were before it (`seq`, `unsignaled`; nothing was posted), and the
-    /// error names the API it was posted with.
+    /// A single request rdma-core refused: the queue's position and moderation go back to
+    /// what they were before it (`seq`, `unsignaled`; nothing was posted).
     #[cold]
     #[inline(never)]
-    fn post_refused(&mut self, rc: i32, seq: u16, unsignaled: u32) -> Error {
+    fn unpost(&mut self, seq: u16, unsignaled: u32) {
         self.seq = seq;
         self.unsignaled = unsignaled;
         self.shadow.mark_posted(seq);
+    }
+
+    /// The error for a single request rdma-core refused with `rc`, naming the API it was
+    /// posted with.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn refused(&self, rc: i32) -> Error {
         let call = if self.send_ops.is_some() {
             "ibv_wr_complete"
         } else {
