@@ -265,6 +265,7 @@ pub fn main() -> bool {
         );
     }
     println!("(callgrind, {ITERS} iterations of target/release/bfperf icount-probe)");
-    // The same operations on the production route, beside rdma-core's libmlx5.
-    pass & crate::peer_icount::main(&cargo, &bin)
+    // The same operations on the production route, beside rdma-core's libmlx5; then the
+    // verbs path over libmlx5 (a report).
+    pass & crate::peer_icount::main(&cargo, &bin) & crate::peer_icount::verbs(&bin)
 }

@@ -113,19 +113,84 @@ pub(crate) fn main(cargo: &str, bin: &Path) -> bool {
     pass
 }
 
+/// The verbs path on libmlx5 (`BLUEFLAME_PATH=verbs`, each rdma-core API), beside the plain
+/// rdma-core calls it wraps, per row of `cargo xtask rxe-icount` ([`crate::rxe_icount::ROWS`]):
+/// issue 29's measure (at most 25 over the plain call on the extended API) on this machine,
+/// without the rxe VM. A report, not a gate (rxe's guards are `rxe-icount`'s); false only
+/// when a run failed.
+pub(crate) fn verbs(bin: &Path) -> bool {
+    let lib = root().join("target/debug/libkernel_model.so");
+    let cg = root().join("target/callgrind.verbs");
+    println!(
+        "\n{:<34} {:>17} {:>17} {:>14}",
+        "verbs path on libmlx5 (mlx5_0)", "blueflame", "plain rdma-core", "over by"
+    );
+    let mut figures: Vec<[Option<Figure>; 2]> = vec![[None, None]; ROWS.len()];
+    for (k, api) in ["legacy", "extended"].into_iter().enumerate() {
+        let Some(out) = probe_with(bin, &lib, &cg, Some(api)) else {
+            return false;
+        };
+        let n = calls(&out);
+        let inc = inclusive(&std::fs::read_to_string(&cg).unwrap_or_default());
+        let per = |f: &str| Some(*inc.get(f)? as f64 / *n.get(f)? as f64);
+        for (row, fig) in ROWS.iter().zip(figures.iter_mut()) {
+            fig[k] = per(row.1).map(|v| (v, row.3[k].and_then(per)));
+        }
+    }
+    let show = |f: Option<Figure>, plain: bool| match (f, plain) {
+        (Some((v, _)), false) => format!("{v:.1}"),
+        (Some((_, Some(p))), true) => format!("{p:.1}"),
+        _ => "-".into(),
+    };
+    for (row, [legacy, extended]) in ROWS.iter().zip(figures) {
+        let over = match extended {
+            Some((v, Some(p))) => format!("{:.1}", v - p),
+            _ => "-".into(),
+        };
+        println!(
+            "{:<34} {:>17} {:>17} {over:>14}",
+            row.0,
+            format!("{} / {}", show(extended, false), show(legacy, false)),
+            format!("{} / {}", show(extended, true), show(legacy, true)),
+        );
+    }
+    println!(
+        "(callgrind, {ITERS} iterations of bfperf icount-verbs with BLUEFLAME_PATH=verbs and the \
+         kernel model: the crate's verbs path over libmlx5, extended / classic API, beside the \
+         plain rdma-core calls; \"over by\" on the extended API, issue 29's bound 25; rxe's \
+         figures and guards: cargo xtask rxe-icount)"
+    );
+    true
+}
+
+/// The crate's count of one operation and the plain rdma-core call's, where it has one.
+type Figure = (f64, Option<f64>);
+
 /// One callgrind run of `bfperf icount-verbs` with the kernel model `lib` preloaded, its
 /// counts in `cg`; the probe's standard output, or None (said why) when it failed.
 fn probe(bin: &Path, lib: &Path, cg: &Path) -> Option<String> {
+    probe_with(bin, lib, cg, None)
+}
+
+/// [`probe`] on the direct path (`api` None), or on the verbs path with rdma-core's API
+/// `api` (`BLUEFLAME_VERBS_API`).
+fn probe_with(bin: &Path, lib: &Path, cg: &Path, api: Option<&str>) -> Option<String> {
     let mut cmd = Command::new("valgrind");
     cmd.args(["--tool=callgrind", "--toggle-collect=*measured_*"])
         .arg(format!("--callgrind-out-file={}", cg.display()))
         .arg(bin)
         .args(["icount-verbs", &ITERS.to_string()]);
     // As the provider stage runs its binary; the probe's device is the model's `mlx5_0`.
-    let o = crate::provider::preloaded(&mut cmd, lib)
-        .env("BLUEFLAME_DEVICE", "mlx5_0")
-        .env_remove("BLUEFLAME_VERBS_API")
-        .output();
+    crate::provider::preloaded(&mut cmd, lib).env("BLUEFLAME_DEVICE", "mlx5_0");
+    match api {
+        Some(api) => cmd
+            .env("BLUEFLAME_PATH", "verbs")
+            .env("BLUEFLAME_VERBS_API", api),
+        None => cmd
+            .env_remove("BLUEFLAME_PATH")
+            .env_remove("BLUEFLAME_VERBS_API"),
+    };
+    let o = cmd.output();
     match o {
         Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
         Ok(o) => {
