@@ -33,6 +33,25 @@ struct Single {
 }
 
 impl Single {
+    /// An RDMA write of the inline bytes `data` (1 to `max_inline`, checked by the caller)
+    /// to `remote`.
+    #[inline(always)]
+    fn inline_write(data: &[u8], remote: mlx5::request::Remote) -> Single {
+        Single {
+            opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            wc: WcOpcode::RdmaWrite,
+            byte_len: 0,
+            remote,
+            buf: ffi::ibv_sge {
+                addr: data.as_ptr() as u64,
+                length: data.len() as u32,
+                lkey: 0,
+            },
+            inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
+            imm: 0,
+        }
+    }
+
     /// `req` as a [`Single`], when it is one (a gather entry of at most `one_max` bytes:
     /// the port's largest message).
     #[inline(always)]
@@ -195,19 +214,7 @@ impl VerbsSendQueue {
         flags: PostFlags,
     ) -> Result<()> {
         if self.straight(flags) && !data.is_empty() && data.len() <= self.max_inline {
-            let one = Single {
-                opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-                wc: WcOpcode::RdmaWrite,
-                byte_len: 0,
-                remote,
-                buf: ffi::ibv_sge {
-                    addr: data.as_ptr() as u64,
-                    length: data.len() as u32,
-                    lkey: 0,
-                },
-                inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
-                imm: 0,
-            };
+            let one = Single::inline_write(data, remote);
             return self.post_single(&one, cookie, flags);
         }
         let req = Request::Write {
@@ -237,19 +244,7 @@ impl VerbsSendQueue {
         if self.seq == self.room_end && !self.renew_room() {
             return None;
         }
-        let one = Single {
-            opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-            wc: WcOpcode::RdmaWrite,
-            byte_len: 0,
-            remote,
-            buf: ffi::ibv_sge {
-                addr: data.as_ptr() as u64,
-                length: data.len() as u32,
-                lkey: 0,
-            },
-            inline_flag: ffi::ibv_send_flags::IBV_SEND_INLINE.0,
-            imm: 0,
-        };
+        let one = Single::inline_write(data, remote);
         Some(self.post_single_now(&one, cookie, flags))
     }
 
