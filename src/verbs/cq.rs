@@ -49,6 +49,62 @@ pub struct VerbsCompletionQueue {
     /// copied to be finished once `ibv_end_poll` released the CQ's lock
     /// ([`VerbsCompletionQueue::take_late`]); None between polls.
     late: Cell<Option<LateWc>>,
+    /// The retirement of the request a completion read between `ibv_start_poll` and
+    /// `ibv_end_poll` finished, made once `ibv_end_poll` published the CQ's consumer index
+    /// ([`Retire`]); Nothing between polls.
+    later: Cell<Retire>,
+}
+
+/// A retirement the extended poller makes after `ibv_end_poll`: the provider publishes the
+/// CQ's consumer index there (libmlx5 `mlx5_end_poll` -> `update_cons_index`, rxe
+/// `cq_end_poll`), not at `ibv_start_poll`. A queue given its room back before could post
+/// into it and have its CQE written while the device still counts the polled one as
+/// unconsumed: one CQE more than the CQ accounting (`cq_share`) lets the CQ hold, an
+/// overrun on rxe, whose CQ has no spare entry. The pointers are into queues held by the
+/// poller's `cache` (or `first_sq`), which does not change in between. (`ibv_poll_cq`
+/// publishes before it returns: the classic API retires at once.)
+#[derive(Copy, Clone, Default)]
+enum Retire {
+    #[default]
+    Nothing,
+    Send(*const Shadow<SendEntry>, u16),
+    /// A receive queue's, or an SRQ's cookie table (its freed count).
+    Recv(*const Shadow<u64>, u16),
+}
+
+impl Retire {
+    #[inline(always)]
+    fn apply(self) {
+        // SAFETY: see the type: the queues are alive (held by the poller).
+        unsafe {
+            match self {
+                Retire::Nothing => {}
+                Retire::Send(q, end) => (*q).retire(end),
+                Retire::Recv(q, end) => (*q).retire(end),
+            }
+        }
+    }
+}
+
+/// Retires send queue `sq` up to `end`: at once when the completion `W` was read from an
+/// `ibv_wc` (the consumer index is published), else after `ibv_end_poll` (`later`).
+#[inline(always)]
+fn retire_send<W: WcRead + ?Sized>(later: &Cell<Retire>, sq: &Shadow<SendEntry>, end: u16) {
+    if W::IN_POLL {
+        later.set(Retire::Send(sq, end));
+    } else {
+        sq.retire(end);
+    }
+}
+
+/// [`retire_send`] of a receive queue (or an SRQ's cookie table).
+#[inline(always)]
+fn retire_recv<W: WcRead + ?Sized>(later: &Cell<Retire>, rq: &Shadow<u64>, end: u16) {
+    if W::IN_POLL {
+        later.set(Retire::Recv(rq, end));
+    } else {
+        rq.retire(end);
+    }
 }
 
 // SAFETY: polling is serialised by `&mut self`; the CQ is thread-safe in rdma-core.
@@ -82,6 +138,7 @@ impl VerbsCompletionQueue {
             // SAFETY: an all-zero ibv_wc is valid.
             wcs: Box::new(unsafe { std::mem::zeroed() }),
             late: Cell::new(None),
+            later: Cell::new(Retire::Nothing),
         }
     }
 
@@ -160,22 +217,42 @@ impl VerbsCompletionQueue {
         let qp_num = wc.qp_num();
         // The usual completion here; any other in a function of its own: inlined, the
         // receive's reads (calls into the provider) kept six registers saved for all.
-        let keep = match self.complete_first_send(&wc, qp_num, c) {
-            Some(keep) => keep,
-            None => self.complete_other(&wc, qp_num, c),
+        let Some(seq) = self.first_send(&wc, qp_num) else {
+            if self.poll_one_ex_other(&wc, qp_num, c) {
+                return 1;
+            }
+            return self.poll_general(core::slice::from_mut(c));
         };
-        // `end` in each branch: `keep` is then not kept across the call (a register saved).
-        if keep {
-            // SAFETY: start succeeded; ended once.
-            unsafe { ops.end() };
-            return 1;
-        }
-        // SAFETY: as above.
+        let keep = send_completion(&self.first_sq, seq, qp_num, c);
+        // SAFETY: start succeeded; ended once.
         unsafe { ops.end() };
-        if self.take_late(c) {
+        // The consumer index is published (`Retire`): the queue may have its room back.
+        // Its end is the one value kept across the call, in the register the frame's
+        // alignment pushed anyway; the queue is read again (`later` cost the usual
+        // completion 10 instructions on rdma-core's mlx5, this 2: `verbs_icount`).
+        self.first_sq.retire(seq.wrapping_add(1));
+        if keep {
             return 1;
         }
+        // A moderation completion (no late one: that is another QP's): the next one.
         self.poll_general(core::slice::from_mut(c))
+    }
+
+    /// [`VerbsCompletionQueue::poll_one_ex`] of a completion that is not the usual one,
+    /// read between `ibv_start_poll` and `ibv_end_poll` (`wc`): `ibv_end_poll` is called
+    /// here, then its retirement made ([`Retire`]) and a late completion finished; whether
+    /// `c` holds a completion. Cold and out of line, as [`Self::complete_other`] (which it
+    /// inlines): `keep`, kept across `ibv_end_poll` here, would have cost the usual
+    /// completion a saved register.
+    #[cold]
+    #[inline(never)]
+    fn poll_one_ex_other(&self, wc: &impl WcRead, qp_num: u32, c: &mut Completion) -> bool {
+        let keep = self.complete_qp(wc, qp_num, c);
+        // SAFETY: `poll_one_ex` started a poll that found a completion (`wc`, not read
+        // from here on); ended once; the operations are there (its contract).
+        unsafe { self.ops.as_ref().unwrap_unchecked().end() };
+        self.later.take().apply();
+        keep || self.take_late(c)
     }
 
     /// A one-completion poll that found the CQ empty: 0, unless the queues of dropped QPs
@@ -190,7 +267,7 @@ impl VerbsCompletionQueue {
     }
 
     /// [`VerbsCompletionQueue::complete_qp`] out of line (what
-    /// [`VerbsCompletionQueue::complete_first_send`] did not take). Cold: the usual
+    /// [`VerbsCompletionQueue::first_send`] did not take). Cold: the usual
     /// completion's path is laid out straight, its `ibv_end_poll` reached without a jump.
     #[cold]
     #[inline(never)]
@@ -208,8 +285,9 @@ impl VerbsCompletionQueue {
             return self.empty_one(c);
         }
         let wc = &self.wcs[0];
-        let keep = match self.complete_first_send(wc, wc.qp_num, c) {
-            Some(keep) => keep,
+        // `ibv_poll_cq` has published the consumer index: retired at once.
+        let keep = match self.first_send(wc, wc.qp_num) {
+            Some(seq) => complete_send(&self.later, wc, &self.first_sq, seq, wc.qp_num, c),
             None => self.complete_other(wc, wc.qp_num, c),
         };
         if keep {
@@ -321,6 +399,7 @@ impl VerbsCompletionQueue {
         let keep = self.complete(&unsafe { ops.current() }, first);
         // SAFETY: start succeeded; ended once.
         unsafe { ops.end() };
+        self.later.take().apply();
         if keep || self.take_late(first) {
             return 1;
         }
@@ -350,6 +429,7 @@ impl VerbsCompletionQueue {
             let keep = self.complete(&unsafe { ops.current() }, &mut out[n]);
             // SAFETY: as in `poll_ex`.
             unsafe { ops.end() };
+            self.later.take().apply();
             n += (keep || self.take_late(&mut out[n])) as usize;
         }
         n
@@ -392,6 +472,7 @@ impl VerbsCompletionQueue {
             }
             // SAFETY: start succeeded; ended once.
             unsafe { ops.end() };
+            self.later.take().apply();
             // A late completion's time is not read (None): the provider's accessors are
             // valid only before `ibv_end_poll`.
             let late = !keep && self.take_late(&mut out[n]);
@@ -439,7 +520,7 @@ impl VerbsCompletionQueue {
                 None => return self.complete_unknown(wc, qp_num, c),
             },
         };
-        complete_attached(q, wc, qp_num, c)
+        complete_attached(&self.later, q, wc, qp_num, c)
     }
 
     /// A completion of QP `qp_num`, which this poller's list does not have: a QP attached
@@ -463,19 +544,19 @@ impl VerbsCompletionQueue {
         let wr_id = wc.wr_id();
         if let Some(q) = self.cache.iter().find(|a| a.qpn == dead) {
             if wr_id & RECV_TAG != 0 {
-                take_recv(q, wr_id as u16);
+                take_recv::<W>(&self.later, q, wr_id as u16);
             }
             return false;
         }
         let list = self.registry.lock();
         if let Some(q) = list.iter().find(|a| a.qpn == qp_num) {
             // Attached after this poll read the list's generation.
-            return complete_attached(q, wc, qp_num, c);
+            return complete_attached(&self.later, q, wc, qp_num, c);
         }
         if let Some(q) = list.iter().find(|a| a.qpn == dead) {
             // Buried after this poll read the list's generation.
             if wr_id & RECV_TAG != 0 {
-                take_recv(q, wr_id as u16);
+                take_recv::<W>(&self.later, q, wr_id as u16);
             }
         }
         false
@@ -493,16 +574,11 @@ impl VerbsCompletionQueue {
         }
     }
 
-    /// [`VerbsCompletionQueue::complete_qp`] of the usual completion, a successful send
-    /// of the first queue (a CQ of one QP, the latency case): Some(what it returns); None,
-    /// nothing done, for any other.
+    /// Whether `wc` (of QP `qp_num`) is the usual completion, a successful send of the
+    /// first queue (a CQ of one QP, the latency case): Some(its send's position in
+    /// `first_sq`), for [`complete_send`] or [`send_completion`]; None for any other.
     #[inline(always)]
-    fn complete_first_send(
-        &self,
-        wc: &impl WcRead,
-        qp_num: u32,
-        c: &mut Completion,
-    ) -> Option<bool> {
+    fn first_send(&self, wc: &impl WcRead, qp_num: u32) -> Option<u16> {
         // `first_qpn` is `cache[0]`'s number only when it has a send queue (`first_sq`).
         if qp_num != self.first_qpn || wc.status() != ffi::ibv_wc_status::IBV_WC_SUCCESS {
             return None;
@@ -511,40 +587,64 @@ impl VerbsCompletionQueue {
         if wr_id & RECV_TAG != 0 {
             return None;
         }
-        Some(complete_send(&self.first_sq, wr_id as u16, qp_num, c))
+        Some(wr_id as u16)
     }
 }
 
 /// [`VerbsCompletionQueue::complete_qp`] of a completion of attached queue `q` (QP
 /// `qp_num`).
 #[inline(always)]
-fn complete_attached(q: &Attached, wc: &impl WcRead, qp_num: u32, c: &mut Completion) -> bool {
+fn complete_attached<W: WcRead>(
+    later: &Cell<Retire>,
+    q: &Attached,
+    wc: &W,
+    qp_num: u32,
+    c: &mut Completion,
+) -> bool {
     let status = wc.status();
     let wr_id = wc.wr_id();
     let seq = wr_id as u16;
     if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
         let vendor_err = wc.vendor_err();
-        return complete_error(q, wr_id, status, vendor_err, c);
+        return complete_error::<W>(later, q, wr_id, status, vendor_err, c);
     }
     if wr_id & RECV_TAG != 0 {
-        return complete_recv(q, wc, wr_id, qp_num, c);
+        return complete_recv(later, q, wc, wr_id, qp_num, c);
     }
     let Some(sq) = q.sq.as_ref() else {
         return false;
     };
-    complete_send(sq, seq, qp_num, c)
+    complete_send(later, wc, sq, seq, qp_num, c)
 }
 
 /// Writes the completion of the successful send `seq` of send queue `sq` (QP `qp_num`)
-/// into `c`, and retires it with the unsignaled requests before it; false (`c` holds
+/// into `c`, and retires it with the unsignaled requests before it (after `ibv_end_poll`
+/// for a completion read inside the pair, `_wc`: [`retire_send`]); false (`c` holds
 /// nothing to report) for a moderation completion.
 #[inline(always)]
-fn complete_send(sq: &Shadow<SendEntry>, seq: u16, qp_num: u32, c: &mut Completion) -> bool {
+fn complete_send<W: WcRead>(
+    later: &Cell<Retire>,
+    _wc: &W,
+    sq: &Shadow<SendEntry>,
+    seq: u16,
+    qp_num: u32,
+    c: &mut Completion,
+) -> bool {
+    // The entry is read before the retirement frees it.
+    let keep = send_completion(sq, seq, qp_num, c);
+    retire_send::<W>(later, sq, seq.wrapping_add(1));
+    keep
+}
+
+/// [`complete_send`] without the retirement: the completion of the successful send `seq`
+/// of `sq` (QP `qp_num`) written into `c`; false for a moderation completion. The caller
+/// retires the send (`seq + 1`: a verbs-path request takes one position) after this.
+#[inline(always)]
+fn send_completion(sq: &Shadow<SendEntry>, seq: u16, qp_num: u32, c: &mut Completion) -> bool {
     let e = sq.get(seq);
     // A verbs-path request takes one position (`bbs` 1, as the send queues write it): the
     // constant spares the load.
     debug_assert_eq!(e.bbs, 1);
-    sq.retire(seq.wrapping_add(1));
     if !e.report {
         return false;
     }
@@ -560,8 +660,8 @@ fn complete_send(sq: &Shadow<SendEntry>, seq: u16, qp_num: u32, c: &mut Completi
 }
 
 /// Writes the completion of the successful receive `wc` (its `wr_id` carries
-/// [`RECV_TAG`]) of attached queue `q` (QP `qp_num`) into `c`, and retires the receive;
-/// false when `q` has no receive queue or SRQ.
+/// [`RECV_TAG`]) of attached queue `q` (QP `qp_num`) into `c`, and retires the receive
+/// ([`take_recv`]); false when `q` has no receive queue or SRQ.
 ///
 /// The opcode is read only for a receive that carries an immediate: a receive consumed
 /// by an RDMA write with immediate always carries one (`IBV_WC_WITH_IMM`; the IB
@@ -570,14 +670,15 @@ fn complete_send(sq: &Shadow<SendEntry>, seq: u16, qp_num: u32, c: &mut Completi
 /// extended API each field is a call into the provider (`ibv_wc_read_opcode`): the usual
 /// receive makes one call less.
 #[inline(always)]
-fn complete_recv(
+fn complete_recv<W: WcRead>(
+    later: &Cell<Retire>,
     q: &Attached,
-    wc: &impl WcRead,
+    wc: &W,
     wr_id: u64,
     qp_num: u32,
     c: &mut Completion,
 ) -> bool {
-    let Some(cookie) = take_recv(q, wr_id as u16) else {
+    let Some(cookie) = take_recv::<W>(later, q, wr_id as u16) else {
         return false;
     };
     let flags = wc.wc_flags();
@@ -615,13 +716,14 @@ fn complete_recv(
 }
 
 /// The completion of a work completion in error (status `status`, `vendor_err`) of
-/// attached queue `q`, written into `c`: the request `wr_id` names is retired (a send's
-/// first error is noted) and always reported, its opcode from the shadow entry (a receive:
+/// attached queue `q`, written into `c`: the request `wr_id` names is retired (as
+/// [`retire_send`] says when; a send's first error is noted) and always reported, its opcode from the shadow entry (a receive:
 /// `Recv`), as on an error the work completion's opcode, byte count and flags are
 /// undefined. False when `q` has no queue of that kind.
 #[cold]
 #[inline(never)]
-fn complete_error(
+fn complete_error<W: WcRead>(
+    later: &Cell<Retire>,
     q: &Attached,
     wr_id: u64,
     status: u32,
@@ -636,7 +738,7 @@ fn complete_error(
         ..Completion::default()
     };
     if wr_id & RECV_TAG != 0 {
-        let Some(cookie) = take_recv(q, seq) else {
+        let Some(cookie) = take_recv::<W>(later, q, seq) else {
             return false;
         };
         out.cookie = cookie;
@@ -647,7 +749,7 @@ fn complete_error(
         };
         let e = sq.get(seq);
         sq.note_error(seq);
-        sq.retire(seq.wrapping_add(e.bbs));
+        retire_send::<W>(later, sq, seq.wrapping_add(e.bbs));
         out.cookie = e.cookie;
         out.opcode = e.opcode;
     }
@@ -655,11 +757,14 @@ fn complete_error(
     true
 }
 
-/// The cookie of the receive `seq` names on attached queue `q`, which is retired: its own
-/// receive queue's entry, or, for a QP with an SRQ (`seq` is the SRQ's slot), the SRQ's,
-/// whose slot is given back. None when `q` has neither.
+/// The cookie of the receive `seq` names on attached queue `q`, which is retired (as
+/// [`retire_send`] says when): its own receive queue's entry, or, for a QP with an SRQ
+/// (`seq` is the SRQ's slot), the SRQ's, whose slot is given back. None when `q` has
+/// neither. The regions the receive pinned go back at once: rdma-core copied what came
+/// inside the CQE when it read it (`ibv_poll_cq`, `ibv_start_poll`), and they are not the
+/// CQ's room.
 #[inline(always)]
-fn take_recv(q: &Attached, seq: u16) -> Option<u64> {
+fn take_recv<W: WcRead + ?Sized>(later: &Cell<Retire>, q: &Attached, seq: u16) -> Option<u64> {
     match (&q.rq, &q.srq) {
         (Some(rq), _) => {
             let cookie = rq.get(seq);
@@ -667,13 +772,16 @@ fn take_recv(q: &Attached, seq: u16) -> Option<u64> {
             if let Some(t) = &q.scatter {
                 t.done(seq);
             }
-            rq.retire(seq.wrapping_add(1));
+            retire_recv::<W>(later, rq, seq.wrapping_add(1));
             Some(cookie)
         }
         (None, Some(srq)) => {
             let slot = srq.slot(seq);
             let cookie = srq.cookies.get(slot);
-            srq.free(slot);
+            // The slot goes into the SRQ's free ring now; the freed count that hands it to
+            // the poster is its cookie table's retired mark (`SrqShared::free`).
+            let k = srq.stage_free(slot);
+            retire_recv::<W>(later, &srq.cookies, k);
             Some(cookie)
         }
         (None, None) => None,
@@ -738,7 +846,8 @@ mod tests {
             srq: None,
         };
         let mut c = Completion::default();
-        assert!(complete_recv(&q, wc, RECV_TAG | 3, 5, &mut c));
+        let later = Cell::new(Retire::Nothing);
+        assert!(complete_recv(&later, &q, wc, RECV_TAG | 3, 5, &mut c));
         assert_eq!(rq.retired(), 4);
         assert_eq!((c.cookie, c.qpn, c.byte_len, c.src_qp), (99, 5, 8, 0));
         c
@@ -806,7 +915,8 @@ mod tests {
             opcode_reads: Cell::new(0),
         };
         let mut c = Completion::default();
-        assert!(complete_recv(&q, &wc, RECV_TAG | UD_TAG, 5, &mut c));
+        let later = Cell::new(Retire::Nothing);
+        assert!(complete_recv(&later, &q, &wc, RECV_TAG | UD_TAG, 5, &mut c));
         assert_eq!((c.src_qp, c.grh, c.cookie), (77, true, 1));
         let none = Attached {
             qpn: 6,
@@ -815,6 +925,6 @@ mod tests {
             scatter: None,
             srq: None,
         };
-        assert!(!complete_recv(&none, &wc, RECV_TAG, 6, &mut c));
+        assert!(!complete_recv(&later, &none, &wc, RECV_TAG, 6, &mut c));
     }
 }
