@@ -3,7 +3,7 @@
 //! hidden, the cookies and statuses as on the direct path.
 
 use super::calls::PollCq;
-use super::ex::{LateWc, PollOps, VerbsApi, WcRead};
+use super::ex::{LateWc, PollOps, VerbsApi, WcRead, EMPTY};
 use super::rq::{RECV_TAG, UD_TAG};
 use crate::completion::WcStatus;
 use crate::completion::{Completion, WcOpcode};
@@ -209,8 +209,9 @@ impl VerbsCompletionQueue {
         };
         // SAFETY: live CQ, polled only through this poller (`&mut self`); `attr` is the
         // poller's all-zero attribute.
-        if !unsafe { ops.start_with(&mut self.attr) } {
-            return self.empty_one(c);
+        let rc = unsafe { ops.start_with(&mut self.attr) };
+        if rc != 0 {
+            return self.empty_one(c, rc == EMPTY);
         }
         // SAFETY: a completion is current until `end`.
         let wc = unsafe { ops.current() };
@@ -255,12 +256,13 @@ impl VerbsCompletionQueue {
         keep || self.take_late(c)
     }
 
-    /// A one-completion poll that found the CQ empty: 0, unless the queues of dropped QPs
-    /// have entries to give back (the orphan mark is set), which the general path does
-    /// once it has seen the CQ empty after reading the mark (it polls again).
+    /// A one-completion poll that found no completion: 0, unless the CQ was seen `empty`
+    /// (not a provider's failure, after which it is not known to be) and the queues of
+    /// dropped QPs have entries to give back (the orphan mark is set), which the general
+    /// path does once it has seen the CQ empty after reading the mark (it polls again).
     #[inline(always)]
-    fn empty_one(&mut self, c: &mut Completion) -> usize {
-        if self.slots.orphan_mark() != 0 {
+    fn empty_one(&mut self, c: &mut Completion, empty: bool) -> usize {
+        if empty && self.slots.orphan_mark() != 0 {
             return self.poll_general(core::slice::from_mut(c));
         }
         0
@@ -282,7 +284,7 @@ impl VerbsCompletionQueue {
         // SAFETY: live CQ, polled only through this poller; room for one entry.
         let got = unsafe { self.poll_cq.call(1, wc) };
         if got <= 0 {
-            return self.empty_one(c);
+            return self.empty_one(c, got == 0);
         }
         let wc = &self.wcs[0];
         // `ibv_poll_cq` has published the consumer index: retired at once.
@@ -341,7 +343,8 @@ impl VerbsCompletionQueue {
         }
         // SAFETY: live CQ, polled only through this poller; `wcs` holds `want` entries.
         let got = unsafe { self.poll_cq.call(want as i32, self.wcs.as_mut_ptr()) };
-        if got < want as i32 && orphans != 0 {
+        // Fewer than asked, and not an error (a negative count): the CQ was seen empty.
+        if (0..want as i32).contains(&got) && orphans != 0 {
             self.registry.drained(orphans);
         }
         // A provider's count is trusted no further than asked (and an error is none).
@@ -389,8 +392,10 @@ impl VerbsCompletionQueue {
             return self.poll_ex_rest(ops, 0, out, orphans);
         };
         // SAFETY: live CQ, polled only through this poller (`&mut self`).
-        if !unsafe { ops.start() } {
-            if orphans != 0 {
+        let rc = unsafe { ops.start() };
+        if rc != 0 {
+            // Only an empty CQ frees the entries of dropped QPs' queues, not a failure.
+            if rc == EMPTY && orphans != 0 {
                 self.registry.drained(orphans);
             }
             return 0;
@@ -419,8 +424,10 @@ impl VerbsCompletionQueue {
     ) -> usize {
         while n < out.len() {
             // SAFETY: as in `poll_ex`.
-            if !unsafe { ops.start() } {
-                if orphans != 0 {
+            let rc = unsafe { ops.start() };
+            if rc != 0 {
+                // As in `poll_ex`.
+                if rc == EMPTY && orphans != 0 {
                     self.registry.drained(orphans);
                 }
                 break;
@@ -455,8 +462,10 @@ impl VerbsCompletionQueue {
         let mut n = 0;
         while n < out.len().min(times.len()) {
             // SAFETY: live CQ, polled only through this poller (`&mut self`).
-            if !unsafe { ops.start() } {
-                if orphans != 0 {
+            let rc = unsafe { ops.start() };
+            if rc != 0 {
+                // As in `poll_ex`.
+                if rc == EMPTY && orphans != 0 {
                     self.registry.drained(orphans);
                 }
                 break;

@@ -346,7 +346,7 @@ impl Plain {
         let ops = self.cq_a.poll_ops?;
         // SAFETY: live CQ polled only here; end follows a successful start.
         unsafe {
-            if !ops.start() {
+            if ops.start() != 0 {
                 return None;
             }
             let (wr_id, status) = {

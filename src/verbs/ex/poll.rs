@@ -5,6 +5,10 @@
 use rdma_sys as ffi;
 use std::os::raw::{c_int, c_uint};
 
+/// What `ibv_start_poll` returns for an empty CQ (`ENOENT`, every provider): the only
+/// return after which the CQ is known to be empty.
+pub(crate) const EMPTY: c_int = libc::ENOENT;
+
 /// The `wc_flags` a CQ asks for: what the poller reads besides `wr_id` and `status`.
 pub(crate) fn wc_flags() -> u64 {
     use ffi::ibv_create_cq_wc_flags as W;
@@ -59,16 +63,18 @@ impl PollOps {
         })
     }
 
-    /// `ibv_start_poll`: true when a completion is current (then [`PollOps::end`] must
-    /// follow), false when the CQ is empty (`ENOENT`) or the provider failed.
+    /// `ibv_start_poll`: 0 when a completion is current (then [`PollOps::end`] must
+    /// follow), [`EMPTY`] when the CQ is empty, any other value when the provider failed
+    /// (libmlx5's `CQ_POLL_ERR`, after it consumed a CQE it could not parse: the CQ is not
+    /// known to be empty, so the queues of dropped QPs keep their charge).
     ///
     /// # Safety
     /// Live CQ, polled by this caller only; not between a `start` and its `end`.
     #[inline]
-    pub(crate) unsafe fn start(&self) -> bool {
+    pub(crate) unsafe fn start(&self) -> c_int {
         let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
         // SAFETY: the caller's contract; a valid attribute (no optional fields).
-        unsafe { (self.start)(self.cqx, &mut attr) == 0 }
+        unsafe { (self.start)(self.cqx, &mut attr) }
     }
 
     /// [`PollOps::start`] with the caller's attribute (all zero, as `start` makes its own):
@@ -78,9 +84,9 @@ impl PollOps {
     /// As [`PollOps::start`]; `attr` points to a valid `ibv_poll_cq_attr` with
     /// `comp_mask` 0 (the providers only read it: no optional field is asked for).
     #[inline(always)]
-    pub(crate) unsafe fn start_with(&self, attr: *mut ffi::ibv_poll_cq_attr) -> bool {
+    pub(crate) unsafe fn start_with(&self, attr: *mut ffi::ibv_poll_cq_attr) -> c_int {
         // SAFETY: the caller's contract.
-        unsafe { (self.start)(self.cqx, attr) == 0 }
+        unsafe { (self.start)(self.cqx, attr) }
     }
 
     /// `ibv_end_poll`: gives the read completions back to the CQ.

@@ -66,6 +66,7 @@ const LIB_CASES: &[&str] = &[
     "model_cases::a_type1_bind_on_the_verbs_path_is_fenced_as_asked",
     "model_cases::a_verbs_batch_past_64_requests_says_so",
     "model_cases::a_completion_of_a_qp_attached_after_the_polls_check_is_reported",
+    "model_cases::a_failed_poll_gives_no_dropped_qps_entries_back",
     "model_cases::the_verbs_poller_retires_only_after_ibv_end_poll",
 ];
 
