@@ -769,3 +769,49 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
         );
     }
 }
+
+/// A QP dropped with a request outstanding (an unsignaled write, never retired) while it was
+/// its CQ's first queue: once the poller has taken the list without it, nothing of the
+/// poller keeps its send queue, so a region dropped afterwards waits for no work of it and
+/// is deregistered at once, on both rdma-core APIs. Before the fix the poller's cached
+/// first send queue (`first_sq`) kept the dropped QP's queue alive until a QP with a send
+/// queue came first in the list again: the region stayed parked (registered, its memory
+/// held) for as long.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_dropped_first_qps_send_queue_keeps_no_region_parked() {
+    use crate::{Access, Completion, PostFlags, PostSend};
+    for api in ["extended", "legacy"] {
+        std::env::set_var("BLUEFLAME_PATH", "verbs");
+        std::env::set_var("BLUEFLAME_VERBS_API", api);
+        let owner = model();
+        let dev = device(&owner);
+        let pd = dev.alloc_pd().unwrap();
+        let mut cq = dev.create_cq(64).unwrap();
+        std::env::remove_var("BLUEFLAME_PATH");
+        std::env::remove_var("BLUEFLAME_VERBS_API");
+        let mut out = [Completion::default(); 1];
+        let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let e = qp.endpoint().unwrap();
+        qp.connect(e).unwrap();
+        let target = pd
+            .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        // Unsignaled: posted, never retired (no completion of it or after it).
+        qp.write_inline(&[7; 8], target.remote(0).unwrap(), 1, PostFlags::UNSIGNALED)
+            .unwrap();
+        // The poller takes the list with the QP first.
+        assert_eq!(cq.poll(&mut out), 0, "{api}");
+        drop(qp);
+        // And the list without it.
+        assert_eq!(cq.poll(&mut out), 0, "{api}");
+        drop(target);
+        let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+        drop(mr);
+        assert_eq!(
+            pd.reclaim(),
+            0,
+            "{api}: a region waits for the send queue of a QP dropped and gone from the list"
+        );
+    }
+}

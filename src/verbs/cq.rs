@@ -40,9 +40,14 @@ pub struct VerbsCompletionQueue {
     /// CQ's one QP) is attributed with one compare, not the list's length, its first
     /// entry's number and its send queue read and tested.
     first_qpn: u32,
-    /// `cache[0]`'s send queue when it has one (else an empty shadow, never used: no
-    /// completion has the QP number [`NO_QPN`]).
+    /// `cache[0]`'s send queue when it has one (else [`VerbsCompletionQueue::no_sq`], never
+    /// used: no completion has the QP number [`NO_QPN`]).
     first_sq: Arc<Shadow<SendEntry>>,
+    /// An empty shadow, `first_sq` when `cache[0]` has no send queue: kept so that
+    /// `refresh` lets go of a dropped QP's send queue without allocating (held on, it kept
+    /// that queue's unretired requests outstanding for `Lifetimes`, and a region dropped
+    /// later parked until a QP with a send queue came first in the list again).
+    no_sq: Arc<Shadow<SendEntry>>,
     wcs: Box<[ffi::ibv_wc; 32]>,
     /// A completion read between `ibv_start_poll` and `ibv_end_poll` of a QP this poller's
     /// list does not have (attached after the poll read the list's generation, or dropped),
@@ -122,6 +127,7 @@ impl VerbsCompletionQueue {
     pub fn new(cq: Arc<super::objects::Cq>, cqn: u32) -> VerbsCompletionQueue {
         let capacity = cq.capacity();
         let registry = Arc::new(Registry::new(cqn, capacity, None));
+        let no_sq = Arc::new(Shadow::new(1));
         VerbsCompletionQueue {
             ops: cq.poll_ops,
             attr: ffi::ibv_poll_cq_attr { comp_mask: 0 },
@@ -134,7 +140,8 @@ impl VerbsCompletionQueue {
             cache: Vec::new(),
             gen: u32::MAX,
             first_qpn: NO_QPN,
-            first_sq: Arc::new(Shadow::new(1)),
+            first_sq: no_sq.clone(),
+            no_sq,
             // SAFETY: an all-zero ibv_wc is valid.
             wcs: Box::new(unsafe { std::mem::zeroed() }),
             late: Cell::new(None),
@@ -503,7 +510,8 @@ impl VerbsCompletionQueue {
                 .and_then(|a| Some((a.qpn, a.sq.clone()?)))
             {
                 Some((qpn, sq)) => (self.first_qpn, self.first_sq) = (qpn, sq),
-                None => self.first_qpn = NO_QPN,
+                // The old queue let go (not kept alive here once the list dropped it).
+                None => (self.first_qpn, self.first_sq) = (NO_QPN, self.no_sq.clone()),
             }
         }
     }
