@@ -1337,10 +1337,11 @@ fn report_cycles_prints_latency_in_cycles_as_perftest() {
     assert_eq!(blocks.len(), 2, "{text}");
     let (unsorted, sorted) = (&blocks[0], &blocks[1]);
     assert_eq!((unsorted.len(), sorted.len()), (299, 297), "{text}");
-    // Raw tick differences halved: whole or half cycles (%g keeps them exact below 10^5).
-    let exact: Vec<f64> = unsorted.iter().copied().filter(|&v| v < 1e5).collect();
-    assert!(!exact.is_empty(), "no sample below 10^5 cycles: {text}");
-    for v in exact {
+    // Raw tick differences halved: whole or half cycles, checked where %g prints them
+    // exactly (below 10^5). A loaded machine may have none that short (CI saw every
+    // sample near 8.4 * 10^6 cycles, 4 ms, with the other tests running beside): the unit
+    // itself is checked against the run's clock by `report_cycles_add_up_to_the_run_on_the_run_s_clock`.
+    for v in unsorted.iter().copied().filter(|&v| v < 1e5) {
         assert!(
             v > 0.0 && (v * 2.0).fract() == 0.0,
             "{v} is not a half cycle count"
