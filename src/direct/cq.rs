@@ -6,6 +6,7 @@ use crate::completion::{Completion, WcOpcode};
 use crate::error::{Error, Result};
 use crate::queue::cq_share::RingView;
 use crate::queue::registry::{Attached, Registry};
+use crate::queue::retire::Retire;
 use crate::queue::scatter::ScatterTable;
 use crate::queue::shadow::{SendEntry, Shadow};
 use crate::queue::srq_shared::SrqShared;
@@ -98,29 +99,6 @@ impl ZipRetire {
             ZipRetire::Nothing => {}
             ZipRetire::Send(q, end) => q.retire(end),
             ZipRetire::Recv(q, end) => q.retire(end),
-        }
-    }
-}
-
-/// A retirement the general path makes after publishing the consumer index. The pointers
-/// are into shadow tables held by the poller's `cache`, which does not change in between.
-#[derive(Copy, Clone, Default)]
-enum Retire {
-    #[default]
-    Nothing,
-    Send(*const Shadow<SendEntry>, u16),
-    Recv(*const Shadow<u64>, u16),
-}
-
-impl Retire {
-    fn apply(self) {
-        // SAFETY: see the type: the tables are alive (held by `cache`).
-        unsafe {
-            match self {
-                Retire::Nothing => {}
-                Retire::Send(q, end) => (*q).retire(end),
-                Retire::Recv(q, end) => (*q).retire(end),
-            }
         }
     }
 }
@@ -659,7 +637,8 @@ impl CompletionQueue {
             // The device learns that the entry is consumed before the queue may reuse what
             // it held (CQ accounting, `cq_share`): the retirement comes after.
             self.publish_ci();
-            self.later.take().apply();
+            // SAFETY: the queue it names is held by `cache`, not replaced since.
+            unsafe { self.later.take().apply() };
             if let Some(c) = c {
                 out.put(n, c, stamp);
                 n += 1;

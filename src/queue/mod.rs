@@ -14,6 +14,7 @@ pub(crate) mod lifetime;
 pub(crate) mod pin;
 pub(crate) mod regions;
 pub(crate) mod registry;
+pub(crate) mod retire;
 pub(crate) mod scatter;
 pub(crate) mod shadow;
 pub(crate) mod spin;

@@ -9,6 +9,7 @@ use crate::completion::WcStatus;
 use crate::completion::{Completion, WcOpcode};
 use crate::queue::cq_share::CqSlots;
 use crate::queue::registry::{Attached, Registry};
+use crate::queue::retire::Retire;
 use crate::queue::shadow::{SendEntry, Shadow};
 use rdma_sys as ffi;
 use std::cell::Cell;
@@ -60,55 +61,21 @@ pub struct VerbsCompletionQueue {
     later: Cell<Retire>,
 }
 
-/// A retirement the extended poller makes after `ibv_end_poll`: the provider publishes the
-/// CQ's consumer index there (libmlx5 `mlx5_end_poll` -> `update_cons_index`, rxe
-/// `cq_end_poll`), not at `ibv_start_poll`. A queue given its room back before could post
-/// into it and have its CQE written while the device still counts the polled one as
-/// unconsumed: one CQE more than the CQ accounting (`cq_share`) lets the CQ hold, an
-/// overrun on rxe, whose CQ has no spare entry. The pointers are into queues held by the
-/// poller's `cache` (or `first_sq`), which does not change in between. (`ibv_poll_cq`
-/// publishes before it returns: the classic API retires at once.)
-#[derive(Copy, Clone, Default)]
-enum Retire {
-    #[default]
-    Nothing,
-    Send(*const Shadow<SendEntry>, u16),
-    /// A receive queue's, or an SRQ's cookie table (its freed count).
-    Recv(*const Shadow<u64>, u16),
-}
-
-impl Retire {
-    #[inline(always)]
-    fn apply(self) {
-        // SAFETY: see the type: the queues are alive (held by the poller).
-        unsafe {
-            match self {
-                Retire::Nothing => {}
-                Retire::Send(q, end) => (*q).retire(end),
-                Retire::Recv(q, end) => (*q).retire(end),
-            }
-        }
-    }
-}
-
-/// Retires send queue `sq` up to `end`: at once when the completion `W` was read from an
-/// `ibv_wc` (the consumer index is published), else after `ibv_end_poll` (`later`).
+/// Retires as `r` says: at once when the completion `W` was read from an `ibv_wc`
+/// (`ibv_poll_cq` publishes the consumer index before it returns), else after
+/// `ibv_end_poll` (`later`): the provider publishes it there (libmlx5 `mlx5_end_poll` ->
+/// `update_cons_index`, rxe `cq_end_poll`), not at `ibv_start_poll`. A queue given its
+/// room back before could post into it and have its CQE written while the device still
+/// counts the polled one as unconsumed: one CQE more than the CQ accounting (`cq_share`)
+/// lets the CQ hold, an overrun on rxe, whose CQ has no spare entry. `r` points into a
+/// queue held by the poller's `cache` (or `first_sq`), which does not change in between.
 #[inline(always)]
-fn retire_send<W: WcRead + ?Sized>(later: &Cell<Retire>, sq: &Shadow<SendEntry>, end: u16) {
+fn retire<W: WcRead + ?Sized>(later: &Cell<Retire>, r: Retire) {
     if W::IN_POLL {
-        later.set(Retire::Send(sq, end));
+        later.set(r);
     } else {
-        sq.retire(end);
-    }
-}
-
-/// [`retire_send`] of a receive queue (or an SRQ's cookie table).
-#[inline(always)]
-fn retire_recv<W: WcRead + ?Sized>(later: &Cell<Retire>, rq: &Shadow<u64>, end: u16) {
-    if W::IN_POLL {
-        later.set(Retire::Recv(rq, end));
-    } else {
-        rq.retire(end);
+        // SAFETY: the queue `r` points into is borrowed by the caller.
+        unsafe { r.apply() }
     }
 }
 
@@ -259,7 +226,8 @@ impl VerbsCompletionQueue {
         // SAFETY: `poll_one_ex` started a poll that found a completion (`wc`, not read
         // from here on); ended once; the operations are there (its contract).
         unsafe { self.ops.as_ref().unwrap_unchecked().end() };
-        self.later.take().apply();
+        // SAFETY: the queue it names is held by the poller (see `retire`).
+        unsafe { self.later.take().apply() };
         keep || self.take_late(c)
     }
 
@@ -411,7 +379,8 @@ impl VerbsCompletionQueue {
         let keep = self.complete(&unsafe { ops.current() }, first);
         // SAFETY: start succeeded; ended once.
         unsafe { ops.end() };
-        self.later.take().apply();
+        // SAFETY: the queue it names is held by the poller (see `retire`).
+        unsafe { self.later.take().apply() };
         if keep || self.take_late(first) {
             return 1;
         }
@@ -443,7 +412,8 @@ impl VerbsCompletionQueue {
             let keep = self.complete(&unsafe { ops.current() }, &mut out[n]);
             // SAFETY: as in `poll_ex`.
             unsafe { ops.end() };
-            self.later.take().apply();
+            // SAFETY: the queue it names is held by the poller (see `retire`).
+            unsafe { self.later.take().apply() };
             n += (keep || self.take_late(&mut out[n])) as usize;
         }
         n
@@ -488,7 +458,8 @@ impl VerbsCompletionQueue {
             }
             // SAFETY: start succeeded; ended once.
             unsafe { ops.end() };
-            self.later.take().apply();
+            // SAFETY: the queue it names is held by the poller (see `retire`).
+            unsafe { self.later.take().apply() };
             // A late completion's time is not read (None): the provider's accessors are
             // valid only before `ibv_end_poll`.
             let late = !keep && self.take_late(&mut out[n]);
@@ -636,7 +607,7 @@ fn complete_attached<W: WcRead>(
 
 /// Writes the completion of the successful send `seq` of send queue `sq` (QP `qp_num`)
 /// into `c`, and retires it with the unsignaled requests before it (after `ibv_end_poll`
-/// for a completion read inside the pair, `_wc`: [`retire_send`]); false (`c` holds
+/// for a completion read inside the pair, `_wc`: [`retire`]); false (`c` holds
 /// nothing to report) for a moderation completion.
 #[inline(always)]
 fn complete_send<W: WcRead>(
@@ -649,7 +620,7 @@ fn complete_send<W: WcRead>(
 ) -> bool {
     // The entry is read before the retirement frees it.
     let keep = send_completion(sq, seq, qp_num, c);
-    retire_send::<W>(later, sq, seq.wrapping_add(1));
+    retire::<W>(later, Retire::Send(sq, seq.wrapping_add(1)));
     keep
 }
 
@@ -734,7 +705,7 @@ fn complete_recv<W: WcRead>(
 
 /// The completion of a work completion in error (status `status`, `vendor_err`) of
 /// attached queue `q`, written into `c`: the request `wr_id` names is retired (as
-/// [`retire_send`] says when; a send's first error is noted) and always reported, its opcode from the shadow entry (a receive:
+/// [`retire`] says when; a send's first error is noted) and always reported, its opcode from the shadow entry (a receive:
 /// `Recv`), as on an error the work completion's opcode, byte count and flags are
 /// undefined. False when `q` has no queue of that kind.
 #[cold]
@@ -766,7 +737,7 @@ fn complete_error<W: WcRead>(
         };
         let e = sq.get(seq);
         sq.note_error(seq);
-        retire_send::<W>(later, sq, seq.wrapping_add(e.bbs));
+        retire::<W>(later, Retire::Send(&**sq, seq.wrapping_add(e.bbs)));
         out.cookie = e.cookie;
         out.opcode = e.opcode;
     }
@@ -775,7 +746,7 @@ fn complete_error<W: WcRead>(
 }
 
 /// The cookie of the receive `seq` names on attached queue `q`, which is retired (as
-/// [`retire_send`] says when): its own receive queue's entry, or, for a QP with an SRQ
+/// [`retire`] says when): its own receive queue's entry, or, for a QP with an SRQ
 /// (`seq` is the SRQ's slot), the SRQ's, whose slot is given back. None when `q` has
 /// neither. The regions the receive pinned go back at once: rdma-core copied what came
 /// inside the CQE when it read it (`ibv_poll_cq`, `ibv_start_poll`), and they are not the
@@ -789,7 +760,7 @@ fn take_recv<W: WcRead + ?Sized>(later: &Cell<Retire>, q: &Attached, seq: u16) -
             if let Some(t) = &q.scatter {
                 t.done(seq);
             }
-            retire_recv::<W>(later, rq, seq.wrapping_add(1));
+            retire::<W>(later, Retire::Recv(&**rq, seq.wrapping_add(1)));
             Some(cookie)
         }
         (None, Some(srq)) => {
@@ -798,7 +769,7 @@ fn take_recv<W: WcRead + ?Sized>(later: &Cell<Retire>, q: &Attached, seq: u16) -
             // The slot goes into the SRQ's free ring now; the freed count that hands it to
             // the poster is its cookie table's retired mark (`SrqShared::free`).
             let k = srq.stage_free(slot);
-            retire_recv::<W>(later, &srq.cookies, k);
+            retire::<W>(later, Retire::Recv(&srq.cookies, k));
             Some(cookie)
         }
         (None, None) => None,
