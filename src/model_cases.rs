@@ -48,6 +48,40 @@ fn hook_post_send(owner: &Context, real: &OnceLock<PostSendFn>, hook: PostSendFn
     }
 }
 
+/// A context's `create_cq_ex` (`verbs_context`), which the tests below wrap.
+type CreateCqExFn = unsafe extern "C" fn(
+    *mut rdma_sys::ibv_context,
+    *mut rdma_sys::ibv_cq_init_attr_ex,
+) -> *mut rdma_sys::ibv_cq_ex;
+
+/// The model's `mlx5_0` on the verbs path with rdma-core's extended API, its context's
+/// `create_cq_ex` replaced by `hook` (the provider's own kept in `real`), so that the hook
+/// sees each CQ before the crate reads its polling operations; a device over it.
+fn verbs_extended_with_cq_hook(
+    real: &OnceLock<CreateCqExFn>,
+    hook: CreateCqExFn,
+) -> (Arc<Context>, Device) {
+    std::env::set_var("BLUEFLAME_PATH", "verbs");
+    std::env::set_var("BLUEFLAME_VERBS_API", "extended");
+    let owner = model();
+    // SAFETY: the context is open and nothing made a CQ on it yet; its extended context
+    // (`container_of(ctx, struct verbs_context, context)`, libibverbs' own) has the
+    // operation (the crate's `ctx_op!` finds it the same way).
+    unsafe {
+        let vc = owner
+            .ctx
+            .cast::<u8>()
+            .sub(std::mem::offset_of!(rdma_sys::verbs_context, context))
+            .cast::<rdma_sys::verbs_context>();
+        let _ = real.set((*vc).create_cq_ex.unwrap());
+        (*vc).create_cq_ex = Some(hook);
+    }
+    let dev = device(&owner);
+    std::env::remove_var("BLUEFLAME_PATH");
+    std::env::remove_var("BLUEFLAME_VERBS_API");
+    (owner, dev)
+}
+
 /// Two RC QPs of `dev` on one CQ, connected to each other.
 fn pair(dev: &Device) -> (crate::Pd, crate::Cq, crate::Qp, crate::Qp) {
     let pd = dev.alloc_pd().unwrap();
@@ -454,9 +488,7 @@ fn the_verbs_poller_retires_only_after_ibv_end_poll() {
     type Cx = *mut ffi::ibv_cq_ex;
     type StartFn = unsafe extern "C" fn(Cx, *mut ffi::ibv_poll_cq_attr) -> c_int;
     type EndFn = unsafe extern "C" fn(Cx);
-    type CreateFn =
-        unsafe extern "C" fn(*mut ffi::ibv_context, *mut ffi::ibv_cq_init_attr_ex) -> Cx;
-    static REAL_CREATE: OnceLock<CreateFn> = OnceLock::new();
+    static REAL_CREATE: OnceLock<CreateCqExFn> = OnceLock::new();
     /// Each hooked CQ (its address) with the provider's own operations.
     static REAL: Mutex<Vec<(usize, StartFn, EndFn)>> = Mutex::new(Vec::new());
     /// The queues on the CQ polled now, and how far each was retired at `start_poll`.
@@ -507,24 +539,7 @@ fn the_verbs_poller_retires_only_after_ibv_end_poll() {
             cq
         }
     }
-    std::env::set_var("BLUEFLAME_PATH", "verbs");
-    std::env::set_var("BLUEFLAME_VERBS_API", "extended");
-    let owner = model();
-    // SAFETY: the context is open and nothing creates a CQ on it yet; its extended context
-    // (`container_of(ctx, struct verbs_context, context)`, libibverbs' own) has the
-    // operation (the crate's `ctx_op!` finds it the same way).
-    unsafe {
-        let vc = owner
-            .ctx
-            .cast::<u8>()
-            .sub(std::mem::offset_of!(ffi::verbs_context, context))
-            .cast::<ffi::verbs_context>();
-        let _ = REAL_CREATE.set((*vc).create_cq_ex.unwrap());
-        (*vc).create_cq_ex = Some(create);
-    }
-    let dev = device(&owner);
-    std::env::remove_var("BLUEFLAME_PATH");
-    std::env::remove_var("BLUEFLAME_VERBS_API");
+    let (_owner, dev) = verbs_extended_with_cq_hook(&REAL_CREATE, create);
     #[derive(Copy, Clone, Debug)]
     enum Mode {
         One,
@@ -662,12 +677,10 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
     use std::sync::atomic::{AtomicBool, Ordering};
     type Cx = *mut ffi::ibv_cq_ex;
     type StartFn = unsafe extern "C" fn(Cx, *mut ffi::ibv_poll_cq_attr) -> c_int;
-    type CreateFn =
-        unsafe extern "C" fn(*mut ffi::ibv_context, *mut ffi::ibv_cq_init_attr_ex) -> Cx;
     /// libmlx5's `CQ_POLL_ERR`.
     const POLL_ERR: c_int = -2;
     static FAIL: AtomicBool = AtomicBool::new(false);
-    static REAL_CREATE: OnceLock<CreateFn> = OnceLock::new();
+    static REAL_CREATE: OnceLock<CreateCqExFn> = OnceLock::new();
     static REAL_START: OnceLock<StartFn> = OnceLock::new();
     unsafe extern "C" fn start(cq: Cx, attr: *mut ffi::ibv_poll_cq_attr) -> c_int {
         if FAIL.load(Ordering::Relaxed) {
@@ -690,84 +703,66 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
             cq
         }
     }
-    {
-        let api = "extended";
-        std::env::set_var("BLUEFLAME_PATH", "verbs");
-        std::env::set_var("BLUEFLAME_VERBS_API", api);
-        let owner = model();
-        // SAFETY: the context is open and nothing made a CQ on it yet; its extended context
-        // (`container_of(ctx, struct verbs_context, context)`) has the operation.
-        unsafe {
-            let vc = owner
-                .ctx
-                .cast::<u8>()
-                .sub(std::mem::offset_of!(ffi::verbs_context, context))
-                .cast::<ffi::verbs_context>();
-            let _ = REAL_CREATE.set((*vc).create_cq_ex.unwrap());
-            (*vc).create_cq_ex = Some(create);
-        }
-        let dev = device(&owner);
-        std::env::remove_var("BLUEFLAME_PATH");
-        std::env::remove_var("BLUEFLAME_VERBS_API");
-        let pd = dev.alloc_pd().unwrap();
-        let mut cq = dev.create_cq(64).unwrap();
-        let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-        let e = qp.endpoint().unwrap();
-        qp.connect(e).unwrap();
-        let mr = pd
-            .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-            .unwrap();
-        for i in 0..2u64 {
-            qp.write_inline(
-                &[9; 8],
-                mr.remote(8 * i as usize).unwrap(),
-                i,
-                PostFlags::SIGNALED,
-            )
-            .unwrap();
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while mr.read_u64(8).unwrap() != u64::from_ne_bytes([9; 8]) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{api}: the writes did not land"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        // Dropped with both requests unpolled: their entries are the orphans' now.
-        drop(qp);
-        let slots = cq
-            .verbs_poller()
-            .expect("the verbs path")
-            .registry
-            .slots
-            .clone();
-        assert_ne!(
-            slots.orphan_mark(),
-            0,
-            "{api}: the dropped QP left nothing charged"
-        );
-        FAIL.store(true, Ordering::Relaxed);
-        let (mut one, mut four) = ([Completion::default(); 1], [Completion::default(); 4]);
-        assert_eq!(cq.poll(&mut one), 0, "{api}");
-        assert_eq!(cq.poll(&mut four), 0, "{api}");
-        assert_ne!(
-            slots.orphan_mark(),
-            0,
-            "{api}: a failed poll gave the dropped QP's entries back"
-        );
-        FAIL.store(false, Ordering::Relaxed);
-        assert_eq!(
-            cq.poll(&mut four),
-            0,
-            "{api}: libmlx5 cleaned the CQ of the QP's entries"
-        );
-        assert_eq!(
-            slots.orphan_mark(),
-            0,
-            "{api}: an empty poll gives them back"
-        );
+    let api = "extended";
+    let (_owner, dev) = verbs_extended_with_cq_hook(&REAL_CREATE, create);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let e = qp.endpoint().unwrap();
+    qp.connect(e).unwrap();
+    let mr = pd
+        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    for i in 0..2u64 {
+        qp.write_inline(
+            &[9; 8],
+            mr.remote(8 * i as usize).unwrap(),
+            i,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
     }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while mr.read_u64(8).unwrap() != u64::from_ne_bytes([9; 8]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{api}: the writes did not land"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Dropped with both requests unpolled: their entries are the orphans' now.
+    drop(qp);
+    let slots = cq
+        .verbs_poller()
+        .expect("the verbs path")
+        .registry
+        .slots
+        .clone();
+    assert_ne!(
+        slots.orphan_mark(),
+        0,
+        "{api}: the dropped QP left nothing charged"
+    );
+    FAIL.store(true, Ordering::Relaxed);
+    let (mut one, mut four) = ([Completion::default(); 1], [Completion::default(); 4]);
+    assert_eq!(cq.poll(&mut one), 0, "{api}");
+    assert_eq!(cq.poll(&mut four), 0, "{api}");
+    assert_ne!(
+        slots.orphan_mark(),
+        0,
+        "{api}: a failed poll gave the dropped QP's entries back"
+    );
+    FAIL.store(false, Ordering::Relaxed);
+    assert_eq!(
+        cq.poll(&mut four),
+        0,
+        "{api}: libmlx5 cleaned the CQ of the QP's entries"
+    );
+    assert_eq!(
+        slots.orphan_mark(),
+        0,
+        "{api}: an empty poll gives them back"
+    );
 }
 
 /// A QP dropped with a request outstanding (an unsignaled write, never retired) while it was
