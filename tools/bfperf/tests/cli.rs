@@ -133,19 +133,7 @@ fn unsorted_and_histogram_print_every_sample_as_perftest() {
     ]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
-    let blocks: Vec<Vec<f64>> = text
-        .split("#, usec\n")
-        .skip(1)
-        .map(|b| {
-            b.lines()
-                .map_while(|l| {
-                    let (n, v) = l.split_once(", ")?;
-                    n.parse::<usize>().ok()?;
-                    v.parse::<f64>().ok()
-                })
-                .collect()
-        })
-        .collect();
+    let blocks = sample_blocks(&text, "usec");
     assert_eq!(blocks.len(), 2, "{text}");
     let (unsorted, sorted) = (&blocks[0], &blocks[1]);
     // perftest's counts: 300 stamps, 299 differences (`measure_cnt = iters - 1`); `-H` prints
@@ -686,6 +674,23 @@ fn use_hugepages_maps_huge_pages_or_names_the_sysctl() {
 }
 
 /// The value of `"key":` in a JSON line.
+/// The `-U` / `-H` blocks of perftest's report: after each `#, UNIT` line, the values of
+/// its `N, value` lines.
+fn sample_blocks(text: &str, unit: &str) -> Vec<Vec<f64>> {
+    text.split(&format!("#, {unit}\n"))
+        .skip(1)
+        .map(|b| {
+            b.lines()
+                .map_while(|l| {
+                    let (n, v) = l.split_once(", ")?;
+                    n.parse::<usize>().ok()?;
+                    v.parse::<f64>().ok()
+                })
+                .collect()
+        })
+        .collect()
+}
+
 fn json_field(text: &str, k: &str) -> f64 {
     let (_, rest) = text
         .split_once(&format!("\"{k}\":"))
@@ -1321,19 +1326,7 @@ fn report_cycles_prints_latency_in_cycles_as_perftest() {
     // perftest's RESULT_FMT_LAT, unchanged by -C.
     assert!(text.contains(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"), "{text}");
     assert!(!text.contains("#, usec"), "{text}");
-    let blocks: Vec<Vec<f64>> = text
-        .split("#, cycles\n")
-        .skip(1)
-        .map(|b| {
-            b.lines()
-                .map_while(|l| {
-                    let (n, v) = l.split_once(", ")?;
-                    n.parse::<usize>().ok()?;
-                    v.parse::<f64>().ok()
-                })
-                .collect()
-        })
-        .collect();
+    let blocks = sample_blocks(&text, "cycles");
     assert_eq!(blocks.len(), 2, "{text}");
     let (unsorted, sorted) = (&blocks[0], &blocks[1]);
     assert_eq!((unsorted.len(), sorted.len()), (299, 297), "{text}");
