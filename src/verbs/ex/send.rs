@@ -273,11 +273,16 @@ impl SendOps {
     ) -> c_int {
         use ffi::ibv_wr_opcode as O;
         let q = self.qpx;
-        // SAFETY: as in `post`: the provider's builders between start and complete.
+        // SAFETY: as in `post`: the provider's builders between start and complete. `wr_id`
+        // and `wr_flags` are set before `ibv_wr_start`, which the builder reads them after
+        // (ibv_wr_post(3): "set before invoking the WR builder function"): no provider's
+        // `wr_start` touches them (mlx5_send_wr_start, rxe's and hns's wr_start,
+        // bnxt_re_send_wr_start, efa_send_wr_start, ionic_wr_start), and set here they are
+        // not two more values kept across the call.
         unsafe {
-            (self.start)(q);
             std::ptr::addr_of_mut!((*q).wr_id).write(wr_id);
             std::ptr::addr_of_mut!((*q).wr_flags).write(flags as c_uint);
+            (self.start)(q);
             match opcode {
                 O::IBV_WR_RDMA_WRITE => (self.write)(q, rkey, remote_addr),
                 O::IBV_WR_RDMA_READ => (self.read)(q, rkey, remote_addr),
