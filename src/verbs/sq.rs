@@ -47,6 +47,9 @@ pub struct VerbsSendQueue {
     pub(crate) shadow: Arc<Shadow<SendEntry>>,
     seq: u16,
     unsignaled: u32,
+    /// `unsignaled` before the last request posted straight (`post_single_now`): what
+    /// `unpost` puts back when rdma-core refuses it.
+    unsignaled_before: u32,
     /// Set after a bind or local invalidate: the next request is fenced (as rdma-core arms an
     /// initiator small fence on mlx5). Always set on an iWARP device (`fence_all`).
     fence_next: bool,
@@ -119,6 +122,7 @@ impl VerbsSendQueue {
             shadow: Arc::new(Shadow::new(entries.max(16))),
             seq: 0,
             unsignaled: 0,
+            unsignaled_before: 0,
             fence_next: fence_all,
             fence_all,
             moderation: vec![(0, false); MAX_BATCH].into_boxed_slice(),

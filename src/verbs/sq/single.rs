@@ -344,7 +344,10 @@ impl VerbsSendQueue {
             },
         );
         // The queue's state moves before the calls (fewer values live across them) and
-        // back if rdma-core refuses the request ([`VerbsSendQueue::unpost`]).
+        // back if rdma-core refuses the request ([`VerbsSendQueue::unpost`], from the
+        // position before this one and `unsignaled_before`, kept in the queue rather than
+        // across the calls).
+        self.unsignaled_before = unsignaled;
         self.unsignaled = if signal { 0 } else { unsignaled + 1 };
         self.seq = seq.wrapping_add(1);
         self.shadow.mark_posted(self.seq);
@@ -367,7 +370,7 @@ impl VerbsSendQueue {
             None => self.post_single_legacy(one, seq, send_flags),
         };
         if rc != 0 {
-            self.unpost(seq, unsignaled);
+            self.unpost();
         }
         rc
     }
@@ -398,13 +401,14 @@ impl VerbsSendQueue {
     }
 
     /// A single request rdma-core refused: the queue's position and moderation go back to
-    /// what they were before it (`seq`, `unsignaled`; nothing was posted).
+    /// what they were before it (the position before it, `unsignaled_before`; nothing was
+    /// posted).
     #[cold]
     #[inline(never)]
-    fn unpost(&mut self, seq: u16, unsignaled: u32) {
-        self.seq = seq;
-        self.unsignaled = unsignaled;
-        self.shadow.mark_posted(seq);
+    fn unpost(&mut self) {
+        self.seq = self.seq.wrapping_sub(1);
+        self.unsignaled = self.unsignaled_before;
+        self.shadow.mark_posted(self.seq);
     }
 
     /// The error for a single request rdma-core refused with `rc`, naming the API it was
