@@ -82,6 +82,55 @@ fn verbs_extended_with_cq_hook(
     (owner, dev)
 }
 
+/// A CQ's `start_poll` (`ibv_cq_ex`), which the tests below wrap.
+type StartPollFn = unsafe extern "C" fn(
+    *mut rdma_sys::ibv_cq_ex,
+    *mut rdma_sys::ibv_poll_cq_attr,
+) -> std::os::raw::c_int;
+
+/// A `create_cq_ex` hook's work ([`verbs_extended_with_cq_hook`]): the provider's own
+/// (`real`) makes the CQ, whose `start_poll` is then replaced by `start` (the provider's
+/// kept in `real_start`: every CQ of a provider has the same).
+///
+/// # Safety
+/// As the context's `create_cq_ex`, with `real` set to the provider's own.
+unsafe fn create_cq_wrapping_start(
+    real: &OnceLock<CreateCqExFn>,
+    real_start: &OnceLock<StartPollFn>,
+    start: StartPollFn,
+    ctx: *mut rdma_sys::ibv_context,
+    attr: *mut rdma_sys::ibv_cq_init_attr_ex,
+) -> *mut rdma_sys::ibv_cq_ex {
+    // SAFETY: the provider's own operation; a CQ it returns is live, its polling operations
+    // set, and nothing polls it yet.
+    unsafe {
+        let cq = (real.get().unwrap())(ctx, attr);
+        if !cq.is_null() {
+            let _ = real_start.set((*cq).start_poll.unwrap());
+            (*cq).start_poll = Some(start);
+        }
+        cq
+    }
+}
+
+/// Waits until the 8 bytes at `offset` of `mr` are all `byte` (a write landed), at most
+/// until `deadline`; `what` names the wait in the failure.
+fn wait_landed(
+    mr: &crate::MemoryRegion,
+    offset: usize,
+    byte: u8,
+    deadline: std::time::Instant,
+    what: &str,
+) {
+    while mr.read_u64(offset).unwrap() != u64::from_ne_bytes([byte; 8]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the write did not land"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Two RC QPs of `dev` on one CQ, connected to each other.
 fn pair(dev: &Device) -> (crate::Pd, crate::Cq, crate::Qp, crate::Qp) {
     let pd = dev.alloc_pd().unwrap();
@@ -436,13 +485,7 @@ fn a_completion_of_a_qp_attached_after_the_polls_check_is_reported() {
         qp.write_inline(&[7; 8], mr.remote(0).unwrap(), 41, PostFlags::SIGNALED)
             .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while mr.read_u64(0).unwrap() != u64::from_ne_bytes([7; 8]) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{api}: the write did not land"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_landed(&mr, 0, 7, deadline, api);
         cq.verbs_poller().expect("the verbs path").skip_refresh();
         let mut got = 0;
         while got == 0 {
@@ -461,6 +504,164 @@ fn a_completion_of_a_qp_attached_after_the_polls_check_is_reported() {
         );
         // The request was retired: the queue's room is whole again.
         drop(qp);
+    }
+}
+
+/// A QP dropped and its number given to a new QP between a poll's last look at the CQ's
+/// list of queues and its reading of the new QP's completion: the completion is the new
+/// QP's, reported with its cookie, on both rdma-core APIs, and the dropped QP's send queue
+/// is left as it was. The kernel hands a dropped QP's number back only after 2^24 others
+/// (the model's as libmlx5's and rxe's), so the poller's list is renamed instead
+/// (`renumber`: the dropped QP `a` under the number `b` got), and taken as current
+/// (`skip_refresh`: the list as a poll's check before `ibv_start_poll` / `ibv_poll_cq`
+/// saw it); `a` is dropped inside the provider's `start_poll` / `poll_cq` (wrapped), before
+/// it reads the CQ: the window. Before the fix the poller read the list's generation
+/// before the provider's call only, and credited `b`'s completion to `a`'s send queue (a
+/// moderation completion there, retiring `a`'s unsignaled request): `b`'s completion was
+/// never reported. Polled one at a time, into a larger array (the general path's loop)
+/// and with `poll_timed`.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own() {
+    use crate::{Access, Completion, CqOptions, PostFlags, PostSend, QueuePair, WcOpcode};
+    use rdma_sys as ffi;
+    use std::os::raw::c_int;
+    use std::sync::Mutex;
+    type Cx = *mut ffi::ibv_cq_ex;
+    type PollCqFn = unsafe extern "C" fn(*mut ffi::ibv_cq, c_int, *mut ffi::ibv_wc) -> c_int;
+    /// What runs in the window, once: the drop of the old QP.
+    static WINDOW: Mutex<Option<Box<dyn FnOnce() + Send>>> = Mutex::new(None);
+    static REAL_CREATE: OnceLock<CreateCqExFn> = OnceLock::new();
+    static REAL_START: OnceLock<StartPollFn> = OnceLock::new();
+    static REAL_POLL_CQ: OnceLock<PollCqFn> = OnceLock::new();
+    fn window() {
+        let w = WINDOW.lock().unwrap().take();
+        if let Some(w) = w {
+            w();
+        }
+    }
+    unsafe extern "C" fn start(cq: Cx, attr: *mut ffi::ibv_poll_cq_attr) -> c_int {
+        window();
+        // SAFETY: the provider's own operation, on a CQ of its own.
+        unsafe { (REAL_START.get().unwrap())(cq, attr) }
+    }
+    unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::ibv_wc) -> c_int {
+        window();
+        // SAFETY: the provider's own operation, as the caller asked it.
+        unsafe { (REAL_POLL_CQ.get().unwrap())(cq, n, wc) }
+    }
+    unsafe extern "C" fn create(
+        ctx: *mut ffi::ibv_context,
+        attr: *mut ffi::ibv_cq_init_attr_ex,
+    ) -> Cx {
+        // SAFETY: called as the context's `create_cq_ex`, whose own `REAL_CREATE` holds.
+        unsafe { create_cq_wrapping_start(&REAL_CREATE, &REAL_START, start, ctx, attr) }
+    }
+    #[derive(Copy, Clone, Debug, PartialEq)]
+    enum Mode {
+        /// `poll` into one slot (the latency loop's poll).
+        One,
+        /// `poll` into four (the general path's loop).
+        Many,
+        /// `poll_timed` (extended API only).
+        Timed,
+    }
+    for api in ["extended", "legacy"] {
+        let (_owner, dev) = match api {
+            "extended" => verbs_extended_with_cq_hook(&REAL_CREATE, create),
+            _ => {
+                let owner = verbs_legacy();
+                // SAFETY: the context is open and has no CQ yet (the poller reads the
+                // operation when its CQ is made).
+                unsafe {
+                    let _ = REAL_POLL_CQ.set((*owner.ctx).ops.poll_cq.unwrap());
+                    (*owner.ctx).ops.poll_cq = Some(poll_cq);
+                }
+                (owner.clone(), device(&owner))
+            }
+        };
+        let modes: &[Mode] = match api {
+            "extended" => &[Mode::One, Mode::Many, Mode::Timed],
+            _ => &[Mode::One, Mode::Many],
+        };
+        for &mode in modes {
+            let pd = dev.alloc_pd().unwrap();
+            std::env::set_var("BLUEFLAME_PATH", "verbs");
+            std::env::set_var("BLUEFLAME_VERBS_API", api);
+            let opts = match mode {
+                Mode::Timed => CqOptions::new(64).timestamps(),
+                _ => CqOptions::new(64),
+            };
+            let mut cq = dev.create_cq_with(&opts).unwrap();
+            std::env::remove_var("BLUEFLAME_PATH");
+            std::env::remove_var("BLUEFLAME_VERBS_API");
+            let want = match api {
+                "extended" => crate::VerbsApi::Extended,
+                _ => crate::VerbsApi::Legacy,
+            };
+            assert_eq!(cq.verbs_api(), Some(want), "{api} {mode:?}");
+            let mut out = [Completion::default(); 4];
+            let mut times = [None; 4];
+            let mut poll = |cq: &mut crate::Cq, out: &mut [Completion; 4]| match mode {
+                Mode::One => cq.poll(&mut out[..1]),
+                Mode::Many => cq.poll(out),
+                Mode::Timed => cq.poll_timed(out, &mut times).unwrap(),
+            };
+            let mr = pd
+                .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .unwrap();
+            // The old QP, first in the poller's list (its sends the usual completion), with
+            // a request outstanding (unsignaled: no completion of its own).
+            let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let e = a.endpoint().unwrap();
+            a.connect(e).unwrap();
+            a.write_inline(&[5; 8], mr.remote(8).unwrap(), 1, PostFlags::UNSIGNALED)
+                .unwrap();
+            assert_eq!(poll(&mut cq, &mut out), 0, "{api} {mode:?}");
+            let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let e = b.endpoint().unwrap();
+            b.connect(e).unwrap();
+            b.write_inline(&[7; 8], mr.remote(0).unwrap(), 41, PostFlags::SIGNALED)
+                .unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            wait_landed(&mr, 0, 7, deadline, &format!("{api} {mode:?}"));
+            let poller = cq.verbs_poller().expect("the verbs path");
+            let a_sq = {
+                let list = poller.registry.lock();
+                let q = list.iter().find(|q| q.qpn == a.qpn()).unwrap();
+                q.sq.clone().expect("a send queue")
+            };
+            let retired = a_sq.retired();
+            poller.skip_refresh();
+            poller.renumber(a.qpn(), b.qpn());
+            *WINDOW.lock().unwrap() = Some(Box::new(move || drop(a)));
+            let mut got = 0;
+            while got == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{api} {mode:?}: the new QP's completion was taken for the dropped QP's"
+                );
+                got = poll(&mut cq, &mut out);
+            }
+            assert!(
+                WINDOW.lock().unwrap().is_none(),
+                "{api} {mode:?}: no window"
+            );
+            assert_eq!(got, 1, "{api} {mode:?}");
+            assert!(out[0].is_ok(), "{api} {mode:?}: {:?}", out[0]);
+            assert_eq!(
+                (out[0].cookie, out[0].opcode, out[0].qpn),
+                (41, WcOpcode::RdmaWrite, b.qpn()),
+                "{api} {mode:?}"
+            );
+            assert_eq!(
+                a_sq.retired(),
+                retired,
+                "{api} {mode:?}: the dropped QP's queue moved"
+            );
+            assert_eq!(poll(&mut cq, &mut out), 0, "{api} {mode:?}");
+            drop(b);
+        }
     }
 }
 
@@ -676,12 +877,11 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
     use std::os::raw::c_int;
     use std::sync::atomic::{AtomicBool, Ordering};
     type Cx = *mut ffi::ibv_cq_ex;
-    type StartFn = unsafe extern "C" fn(Cx, *mut ffi::ibv_poll_cq_attr) -> c_int;
     /// libmlx5's `CQ_POLL_ERR`.
     const POLL_ERR: c_int = -2;
     static FAIL: AtomicBool = AtomicBool::new(false);
     static REAL_CREATE: OnceLock<CreateCqExFn> = OnceLock::new();
-    static REAL_START: OnceLock<StartFn> = OnceLock::new();
+    static REAL_START: OnceLock<StartPollFn> = OnceLock::new();
     unsafe extern "C" fn start(cq: Cx, attr: *mut ffi::ibv_poll_cq_attr) -> c_int {
         if FAIL.load(Ordering::Relaxed) {
             return POLL_ERR;
@@ -693,15 +893,8 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
         ctx: *mut ffi::ibv_context,
         attr: *mut ffi::ibv_cq_init_attr_ex,
     ) -> Cx {
-        // SAFETY: the provider's own operation; a CQ it returns is live and not polled yet.
-        unsafe {
-            let cq = (REAL_CREATE.get().unwrap())(ctx, attr);
-            if !cq.is_null() {
-                let _ = REAL_START.set((*cq).start_poll.unwrap());
-                (*cq).start_poll = Some(start);
-            }
-            cq
-        }
+        // SAFETY: called as the context's `create_cq_ex`, whose own `REAL_CREATE` holds.
+        unsafe { create_cq_wrapping_start(&REAL_CREATE, &REAL_START, start, ctx, attr) }
     }
     let api = "extended";
     let (_owner, dev) = verbs_extended_with_cq_hook(&REAL_CREATE, create);
@@ -723,13 +916,7 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
         .unwrap();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while mr.read_u64(8).unwrap() != u64::from_ne_bytes([9; 8]) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{api}: the writes did not land"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_landed(&mr, 8, 9, deadline, api);
     // Dropped with both requests unpolled: their entries are the orphans' now.
     drop(qp);
     let slots = cq

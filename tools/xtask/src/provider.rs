@@ -69,6 +69,7 @@ const LIB_CASES: &[&str] = &[
     "model_cases::a_failed_poll_gives_no_dropped_qps_entries_back",
     "model_cases::the_verbs_poller_retires_only_after_ibv_end_poll",
     "model_cases::a_dropped_first_qps_send_queue_keeps_no_region_parked",
+    "model_cases::a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own",
 ];
 
 /// Runs [`LIB_CASES`] from the library's unit-test binary with the kernel model `lib`
