@@ -339,7 +339,9 @@ impl VerbsCompletionQueue {
         let wc = &self.wcs[0];
         // `ibv_poll_cq` has published the consumer index: retired at once.
         let keep = match self.first_send(wc, wc.qp_num) {
-            Some(seq) => complete_send(&self.later, wc, &self.first_sq, seq, wc.qp_num, c),
+            Some(seq) => {
+                complete_send::<ffi::ibv_wc>(&self.later, &self.first_sq, seq, wc.qp_num, c)
+            }
             None => self.complete_other(wc, wc.qp_num, c),
         };
         if keep {
@@ -703,17 +705,16 @@ fn complete_attached<W: WcRead>(
     let Some(sq) = q.sq.as_ref() else {
         return false;
     };
-    complete_send(later, wc, sq, seq, qp_num, c)
+    complete_send::<W>(later, sq, seq, qp_num, c)
 }
 
 /// Writes the completion of the successful send `seq` of send queue `sq` (QP `qp_num`)
 /// into `c`, and retires it with the unsignaled requests before it (after `ibv_end_poll`
-/// for a completion read inside the pair, `_wc`: [`retire`]); false (`c` holds
-/// nothing to report) for a moderation completion.
+/// for a completion read inside the pair, `W`: [`retire`]); false (`c` holds nothing
+/// to report) for a moderation completion.
 #[inline(always)]
 fn complete_send<W: WcRead>(
     later: &Cell<Retire>,
-    _wc: &W,
     sq: &Shadow<SendEntry>,
     seq: u16,
     qp_num: u32,
@@ -730,21 +731,18 @@ fn complete_send<W: WcRead>(
 /// retires the send (`seq + 1`: a verbs-path request takes one position) after this.
 #[inline(always)]
 fn send_completion(sq: &Shadow<SendEntry>, seq: u16, qp_num: u32, c: &mut Completion) -> bool {
-    let e = sq.get(seq);
+    // In place, not a copy (`Shadow::get`): from a copy the compiler wrote the fields to
+    // `c` one by one (five loads and five stores, not `completion_into`'s one move): poll
+    // 229.3 / 243.2 against 222.3 / 236.2 in place (`verbs_icount`, extended / classic).
+    // SAFETY: the reference is dropped here, before the caller retires the send.
+    let e = unsafe { sq.entry(seq) };
     // A verbs-path request takes one position (`bbs` 1, as the send queues write it): the
     // constant spares the load.
     debug_assert_eq!(e.bbs, 1);
     if !e.report {
         return false;
     }
-    *c = Completion {
-        cookie: e.cookie,
-        status: WcStatus::Success,
-        opcode: e.opcode,
-        byte_len: e.byte_len,
-        qpn: qp_num,
-        ..Completion::default()
-    };
+    e.completion_into(qp_num, c);
     true
 }
 

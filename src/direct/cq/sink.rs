@@ -6,7 +6,6 @@
 use crate::completion::Completion;
 use crate::queue::shadow::SendEntry;
 use mlx5::cqe::{Cqe64, CqeOpcode};
-use mlx5::WcStatus;
 
 /// Where the poller puts completions.
 pub(crate) trait Sink {
@@ -22,22 +21,8 @@ pub(crate) trait Sink {
     /// Puts completion `c`, stamped `s`, at position `n` (below [`Sink::room`]).
     fn put(&mut self, n: usize, c: Completion, s: Self::Stamp);
     /// Puts the successful send completion of `e` on QP `qpn`, stamped `s`, at position
-    /// `n` (below [`Sink::room`]): [`Sink::put`] of what [`send_completion`] writes.
+    /// `n` (below [`Sink::room`]): [`Sink::put`] of what [`SendEntry::completion_into`] writes.
     fn put_send(&mut self, n: usize, e: &SendEntry, qpn: u32, s: Self::Stamp);
-}
-
-/// Makes `c` the successful completion of the send queue entry `e` on QP `qpn`: the entry's
-/// head copied in one move ([`SendEntry::head_to`]), the rest what
-/// `Completion { cookie, byte_len, opcode, qpn, ..Completion::default() }` holds.
-#[inline(always)]
-pub(crate) fn send_completion(c: &mut Completion, e: &SendEntry, qpn: u32) {
-    e.head_to(c);
-    c.qpn = qpn;
-    c.status = WcStatus::Success;
-    c.src_qp = 0;
-    c.imm = None;
-    c.grh = false;
-    c.syndrome = None;
 }
 
 impl Sink for [Completion] {
@@ -56,7 +41,7 @@ impl Sink for [Completion] {
     }
     #[inline(always)]
     fn put_send(&mut self, n: usize, e: &SendEntry, qpn: u32, _: ()) {
-        send_completion(&mut self[n], e, qpn);
+        e.completion_into(qpn, &mut self[n]);
     }
 }
 
@@ -90,7 +75,7 @@ impl Sink for Stamped<'_> {
     }
     #[inline(always)]
     fn put_send(&mut self, n: usize, e: &SendEntry, qpn: u32, s: Option<u64>) {
-        send_completion(&mut self.out[n], e, qpn);
+        e.completion_into(qpn, &mut self.out[n]);
         self.times[n] = s;
     }
 }
