@@ -1,7 +1,10 @@
 //! One work request, as the encoder takes it and the decoder gives it back.
 
-/// One gather or scatter entry: a buffer inside a registered region.
+/// One gather or scatter entry: a buffer inside a registered region. Laid out as the
+/// verbs `struct ibv_sge` (address, length, key), so a list of them can be handed to
+/// rdma-core as it is.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
 pub struct Sge {
     /// Virtual address.
     pub addr: u64,

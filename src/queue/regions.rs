@@ -201,10 +201,15 @@ impl RegionCheck {
     #[inline(always)]
     pub(crate) fn pin_hot(&mut self, s: &Sge) -> Option<*const Pins> {
         let h = &self.hot;
-        // Inside `addr .. addr + len` and 1 byte or more: `off < len` and
-        // `s.len - 1 < len - off` (an empty entry wraps to the largest value).
+        // Inside `addr .. addr + len` and 1 byte or more: the offset of the entry's last
+        // byte, `off + s.len - 1`, computed without a carry and below `len`. An empty entry
+        // adds `2^64 - 1`: a carry, or (at `off` 0) a last byte past any region. An entry
+        // that starts below `addr` has `off = s.addr - addr + 2^64`: a sum that does not
+        // carry is `s.addr + s.len - 1 - addr + 2^64`, at least `2^64 - addr`, which no
+        // hot region's `len` reaches (it ends at or below `2^64`: `land_search`).
         let off = s.addr.wrapping_sub(h.addr);
-        if s.lkey != h.lkey || off >= h.len || (s.len as u64).wrapping_sub(1) >= h.len - off {
+        let (last, carry) = off.overflowing_add((s.len as u64).wrapping_sub(1));
+        if s.lkey != h.lkey || carry || last >= h.len {
             return None;
         }
         // SAFETY: `len` is not 0, so `pins` are the pins of a region of `cache` (set with
@@ -237,7 +242,9 @@ impl RegionCheck {
             Some(i) => {
                 self.last = i;
                 let r = &self.cache[i];
-                if r.cpu_writable {
+                // A hot region ends at or below `2^64` (`pin_hot`'s bound; every registered
+                // region does).
+                if r.cpu_writable && r.addr.checked_add(r.len).is_some() {
                     self.hot = Hot {
                         addr: r.addr,
                         len: r.len,

@@ -101,6 +101,53 @@ unsafe impl Sync for ScatterTable {}
 // SAFETY: plain data and pointers to `Pins`, which are `Sync`; as above.
 unsafe impl Send for ScatterTable {}
 
+/// A receive of one entry whose region the verbs path pinned, recorded in a
+/// [`ScatterTable`] straight from its post ([`ScatterTable::pinned_places`]): the entry and
+/// its pin only. On the verbs path rdma-core copies what came inside a CQE itself and the
+/// table only gives the pins back ([`ScatterTable::done`]), so the slot's other fields are
+/// not written and the entry says the poller may not copy into it (none does on that path).
+/// The table's own pointers and shape, read once when the queue is made, so that a post
+/// stores two words where it loaded four more through the table first.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct PinnedPlaces {
+    entries: *mut Entry,
+    /// The `pins` field of the table's first slot.
+    pins: *mut *const Pins,
+    /// Bytes from one receive's first slot to the next's (`max` slots).
+    stride: usize,
+    mask: u32,
+}
+
+impl PinnedPlaces {
+    /// The table's index of position `pos` (the shadow's too: both have the ring's `cnt`).
+    #[inline(always)]
+    pub(crate) fn index(&self, pos: u16) -> usize {
+        (pos as u32 & self.mask) as usize
+    }
+
+    /// Records the receive at index `i` ([`PinnedPlaces::index`]) as one entry pinning
+    /// `pins` (from [`RegionCheck::pin_hot`]; given back by [`ScatterTable::done`]).
+    ///
+    /// # Safety
+    /// The table these places were read from is alive; the caller is its poster and the
+    /// receive at `i` is not announced (see the `Sync` impl of [`ScatterTable`]).
+    #[inline(always)]
+    pub(crate) unsafe fn record(&self, i: usize, pins: *const Pins) {
+        debug_assert!(i <= self.mask as usize);
+        // SAFETY: `i` < cnt (masked): entry `i` and the `pins` of its first slot (`i * max`
+        // slots, `i * stride` bytes, on; `max >= 1` per entry) lie in the live table; only the poster writes
+        // them, for receives not yet announced (the caller's contract).
+        unsafe {
+            *self
+                .pins
+                .cast::<u8>()
+                .add(i * self.stride)
+                .cast::<*const Pins>() = pins;
+            *self.entries.add(i) = Entry { n: 1, copy: false };
+        }
+    }
+}
+
 impl ScatterTable {
     pub(crate) fn new(cnt: u32, max: usize) -> ScatterTable {
         ScatterTable {
@@ -199,19 +246,19 @@ impl ScatterTable {
         (!copy).then_some(s.lkey)
     }
 
-    /// A receive of one entry whose region the verbs path pinned (`pins`, from
-    /// [`RegionCheck::pin_hot`]): the entry and its pin only. On the verbs path rdma-core
-    /// copies what came inside a CQE itself and this table only gives the pins back
-    /// ([`ScatterTable::done`]), so the slot's place is not written and the entry says the
-    /// poller may not copy into it (none does on that path).
-    #[inline(always)]
-    pub(crate) fn record_pinned(&self, pos: u16, pins: *const Pins) {
-        let i = (pos as u32 & self.mask) as usize;
-        // SAFETY: entry `i` (< cnt) has `max >= 1` slots from `i * max`; only the poster
-        // writes, and only entries of receives not yet announced (see the `Sync` impl).
-        unsafe {
-            (*self.slots.get_unchecked(i * self.max).get()).pins = pins;
-            *self.entries.get_unchecked(i).get() = Entry { n: 1, copy: false };
+    /// Where the verbs path records a receive of one entry whose region it pinned
+    /// ([`RegionCheck::pin_hot`]) itself, by the index its post computed already
+    /// ([`PinnedPlaces::record`]). Valid while this table lives.
+    pub(crate) fn pinned_places(&self) -> PinnedPlaces {
+        PinnedPlaces {
+            entries: UnsafeCell::raw_get(self.entries.as_ptr()),
+            // The `pins` of the first slot; the next receive's first slot is `max` on.
+            pins: UnsafeCell::raw_get(self.slots.as_ptr())
+                .cast::<u8>()
+                .wrapping_add(core::mem::offset_of!(Slot, pins))
+                .cast(),
+            stride: self.max * core::mem::size_of::<Slot>(),
+            mask: self.mask,
         }
     }
 
@@ -488,6 +535,28 @@ mod tests {
 
     /// A receive pins each region it lands in until it is done; the table gives back the
     /// pins of receives never completed when it goes.
+    /// The verbs path's receive recorded through the table's places: its pin is the one
+    /// `done` gives back, at the receive's own index (3 entries a receive here, so a pin
+    /// written a slot, not a receive, on would be missed).
+    #[test]
+    fn a_receive_recorded_by_its_places_gives_its_pin_back_when_done() {
+        let pins = Pins::new();
+        assert!(pins.pin() && pins.pin());
+        let t = ScatterTable::new(4, 3);
+        let places = t.pinned_places();
+        assert_eq!(places.index(6), 2, "positions wrap on the ring");
+        // SAFETY: `t` is alive; nothing else posts or polls it.
+        unsafe {
+            places.record(places.index(6), &pins);
+            places.record(places.index(1), &pins);
+        }
+        assert!(!pins.close(), "two pins held");
+        t.done(6);
+        assert!(!pins.released(), "receive 1 still holds it");
+        t.done(1);
+        assert!(pins.released(), "both given back");
+    }
+
     #[test]
     fn a_receive_holds_its_regions_until_done_or_the_table_goes() {
         let regions = Arc::new(Regions::default());

@@ -8,7 +8,7 @@ use super::objects::Qp;
 use crate::error::{Error, Result};
 use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots, Leaving};
 use crate::queue::regions::{RegionCheck, Regions};
-use crate::queue::scatter::ScatterTable;
+use crate::queue::scatter::{PinnedPlaces, ScatterTable};
 use crate::queue::shadow::Shadow;
 use mlx5::request::Sge;
 use rdma_sys as ffi;
@@ -32,11 +32,14 @@ pub struct VerbsRecvQueue {
     /// As [`VerbsSendQueue::room_end`](super::sq::VerbsSendQueue::room_end), for receives.
     room_end: u16,
     pub(crate) shadow: Arc<Shadow<u64>>,
+    /// `shadow`'s cookies ([`Shadow::slots`]), indexed as [`PinnedPlaces::index`] says.
+    cookies: *mut u64,
     seq: u16,
     /// The scatter list (its length: the QP's most entries per receive).
     sges: Box<[ffi::ibv_sge]>,
-    /// The receive request, prepared once: `sg_list` points into `sges`, `next` is null.
-    wr: Box<ffi::ibv_recv_wr>,
+    /// The receive request, prepared once (`next` null); each post sets its list: `sges`,
+    /// or the caller's one entry ([`VerbsRecvQueue::post_one`]).
+    wr: ffi::ibv_recv_wr,
     /// [`RECV_TAG`], with [`UD_TAG`] on a UD QP.
     tag: u64,
     /// The CQ entries this queue holds (None: not accounted).
@@ -44,6 +47,8 @@ pub struct VerbsRecvQueue {
     /// The scatter list of every posted receive: the regions each pins until its
     /// completion is polled (the QP holds it too, until it is destroyed).
     pub(crate) scatter: Arc<ScatterTable>,
+    /// Where [`VerbsRecvQueue::post_one`] records its receive in `scatter`.
+    places: PinnedPlaces,
     /// The protection domain's regions, the receives' entries are pinned in (None: not
     /// checked, the caller vouches for them).
     regions: Option<Box<RegionCheck>>,
@@ -53,8 +58,10 @@ pub struct VerbsRecvQueue {
     provider_copies: bool,
 }
 
-// SAFETY: as for VerbsSendQueue (`wr` points into this queue's own `sges`; `post_recv`
-// holds the pointer of the QP in `qp`, thread-safe in rdma-core).
+// SAFETY: as for VerbsSendQueue (`wr`'s list is set at each post and read only during it;
+// `post_recv` holds the pointer of the QP in `qp`, thread-safe in rdma-core; `cookies` and
+// `places` point into `shadow` and `scatter`, which this queue holds and writes only as
+// their poster).
 unsafe impl Send for VerbsRecvQueue {}
 
 impl std::fmt::Debug for VerbsRecvQueue {
@@ -64,6 +71,17 @@ impl std::fmt::Debug for VerbsRecvQueue {
             .finish()
     }
 }
+
+// An `Sge` is an `ibv_sge`: [`VerbsRecvQueue::post_one`] hands the caller's entry to the
+// provider as the request's list.
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<Sge>() == size_of::<ffi::ibv_sge>());
+    assert!(align_of::<Sge>() == align_of::<ffi::ibv_sge>());
+    assert!(offset_of!(Sge, addr) == offset_of!(ffi::ibv_sge, addr));
+    assert!(offset_of!(Sge, len) == offset_of!(ffi::ibv_sge, length));
+    assert!(offset_of!(Sge, lkey) == offset_of!(ffi::ibv_sge, lkey));
+};
 
 /// A receive request prepared once for lists of up to `max_sge` entries: its scatter list
 /// (`sg_list` points into it; the boxed slice does not move when the box does), `next`
@@ -118,18 +136,21 @@ impl VerbsRecvQueue {
         let scatter = Arc::new(ScatterTable::new(cnt, max_sge));
         // Kept by the QP until it is destroyed (a QP has one receive queue).
         let _ = qp.recv_targets.set(scatter.clone());
+        let shadow = Arc::new(Shadow::new(cnt));
         VerbsRecvQueue {
             // SAFETY: `qp` is live while this queue holds it (`qp` below), and the call is
             // made only through this queue.
             post_recv: unsafe { PostRecv::of(qp.qp) },
             cap: caps.max_recv_wr,
             room_end: 0,
-            shadow: Arc::new(Shadow::new(cnt)),
+            cookies: shadow.slots(),
+            shadow,
             seq: 0,
             sges,
-            wr,
+            wr: *wr,
             tag: RECV_TAG,
             cq_share: None,
+            places: scatter.pinned_places(),
             scatter,
             regions: None,
             provider_copies: false,
@@ -202,7 +223,8 @@ impl VerbsRecvQueue {
         // call below, so an error leaves nothing behind).
         let n = fill_recv_sges(&mut self.sges, sgl)?;
         self.land(sgl)?;
-        match self.submit(n, cookie) {
+        let (seq, list) = (self.seq, self.sges.as_mut_ptr());
+        match self.submit(seq, self.places.index(seq), n, list, cookie) {
             0 => Ok(()),
             rc => Err(self.unpost(rc)),
         }
@@ -243,20 +265,18 @@ impl VerbsRecvQueue {
         if self.seq == self.room_end && !self.renew_room() {
             return None;
         }
+        // Read once: the stores below go through pointers the compiler cannot tell from
+        // this queue, and would have it load `seq` again after each.
+        let seq = self.seq;
         let pins = self.regions.as_deref_mut()?.pin_hot(s)?;
         // Nothing can fail from here on but the call (then `unpost`).
-        self.scatter.record_pinned(self.seq, pins);
-        let wr = &mut *self.wr;
-        // SAFETY: `sg_list` points to the first of `sges` (`prepared_recv`, at least one),
-        // this queue's own, not read by anyone else between calls.
-        unsafe {
-            *wr.sg_list = ffi::ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            }
-        };
-        Some(self.submit(1, cookie))
+        let i = self.places.index(seq);
+        // SAFETY: `places` are of `scatter`, which this queue holds; it is their poster and
+        // the receive at `seq` is not posted yet.
+        unsafe { self.places.record(i, pins) };
+        // The caller's entry is the request's list: an `Sge` is an `ibv_sge` (below), read
+        // by the call only.
+        Some(self.submit(seq, i, 1, (s as *const Sge).cast_mut().cast(), cookie))
     }
 
     /// [`VerbsRecvQueue::post_one`]'s room spent: [`VerbsRecvQueue::refill_room`], true when
@@ -267,27 +287,39 @@ impl VerbsRecvQueue {
         self.refill_room().is_ok()
     }
 
-    /// Posts the prepared request with its first `n` scatter entries as the receive at
-    /// `seq`, of `cookie`: 0, or `ibv_post_recv`'s error (then [`VerbsRecvQueue::unpost`]
-    /// must follow).
+    /// Posts the prepared request with the `n` scatter entries at `list` as the receive at
+    /// `seq` (this queue's position, index `i`: [`PinnedPlaces::index`]), of `cookie`: 0, or `ibv_post_recv`'s
+    /// error (then [`VerbsRecvQueue::unpost`] must follow). `list` holds `n` entries for
+    /// the call.
     ///
     /// The queue moves first and is put back on a refusal, so that nothing but the call's
     /// result is live across it (no registers to save for the rest). A `posted` mark one
     /// ahead for the length of the call only delays a deferred deregistration's check
     /// (`Shadow::done_up_to_wide`); no completion of `seq` can come before it is posted.
     #[inline(always)]
-    fn submit(&mut self, n: usize, cookie: u64) -> i32 {
-        let seq = self.seq;
-        // The prepared request (its list points into `sges`); only these two fields vary.
-        let wr = &mut *self.wr;
+    fn submit(
+        &mut self,
+        seq: u16,
+        i: usize,
+        n: usize,
+        list: *mut ffi::ibv_sge,
+        cookie: u64,
+    ) -> i32 {
+        debug_assert_eq!(seq, self.seq);
+        // The prepared request; only these three fields vary.
+        let wr = &mut self.wr;
         wr.wr_id = seq as u64 | self.tag;
+        wr.sg_list = list;
         wr.num_sge = n as i32;
-        self.shadow.set(seq, cookie);
+        debug_assert_eq!(i, self.places.index(seq));
+        // SAFETY: `i` is `seq`'s index (< cnt) in the shadow this queue holds, which it
+        // writes as its poster (as `Shadow::set`: the receive at `seq` is not posted yet).
+        unsafe { *self.cookies.add(i) = cookie };
         let next = seq.wrapping_add(1);
         self.seq = next;
         self.shadow.mark_posted(next);
-        // SAFETY: the QP is live (held by this queue); `wr` and its scatter list (in this
-        // queue's boxes) live across the call, which copies them.
+        // SAFETY: the QP is live (held by this queue); `wr` (in this queue) and its scatter
+        // list (the caller's) live across the call, which copies them.
         unsafe { self.post_recv.call(wr) }
     }
 
