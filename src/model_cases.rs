@@ -997,3 +997,56 @@ fn a_dropped_first_qps_send_queue_keeps_no_region_parked() {
         );
     }
 }
+
+/// On the verbs path a receive of one entry hands the caller's entry to `ibv_post_recv` as
+/// the request's list, and counts one entry: after a receive of two, a count left at two
+/// would have libmlx5 take the entry after it in the caller's memory as the receive's
+/// second (here a live buffer at 256), so a message of 16 bytes would land there instead
+/// of failing for the 8-byte buffer. Each receive lands in its own buffers.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_verbs_receive_of_one_entry_after_one_of_two_has_one_entry() {
+    use crate::{Access, Completion, Payload, PostFlags, PostSend, WcStatus};
+    let owner = verbs_legacy();
+    let dev = device(&owner);
+    std::env::remove_var("BLUEFLAME_PATH");
+    std::env::remove_var("BLUEFLAME_VERBS_API");
+    let (pd, mut cq, mut a, mut b) = pair(&dev);
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let mut wait = |n: usize| {
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while got.len() < n {
+            assert!(std::time::Instant::now() < deadline, "{got:?}");
+            let mut out = [Completion::default(); 1];
+            if cq.poll(&mut out) == 1 {
+                got.push((out[0].cookie, out[0].status, out[0].byte_len));
+            }
+        }
+        got.sort_by_key(|&(c, ..)| c);
+        got
+    };
+    let ok = WcStatus::Success;
+    b.post_recv(&[mr.sge(0, 4).unwrap(), mr.sge(64, 4).unwrap()], 1)
+        .unwrap();
+    a.send(Payload::Inline(&[1; 8]), 10, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(wait(2), [(1, ok, 8), (10, ok, 0)]);
+    // The entry after the one posted is a live buffer of the same region.
+    let entries = [mr.sge(128, 8).unwrap(), mr.sge(256, 8).unwrap()];
+    b.post_recv(&entries[..1], 2).unwrap();
+    a.send(Payload::Inline(&[2; 16]), 11, PostFlags::SIGNALED)
+        .unwrap();
+    let got = wait(2);
+    assert!(
+        matches!(got[..], [(2, WcStatus::LocLenErr, _), (11, s, _)] if s != ok),
+        "{got:?}"
+    );
+    let mut bytes = [0u8; 8];
+    mr.read(256, &mut bytes).unwrap();
+    assert_eq!(bytes, [0; 8], "nothing lands past the receive's one entry");
+    mr.read(0, &mut bytes).unwrap();
+    assert_eq!(bytes, [1, 1, 1, 1, 0, 0, 0, 0]);
+    mr.read(64, &mut bytes).unwrap();
+    assert_eq!(bytes, [1, 1, 1, 1, 0, 0, 0, 0]);
+}

@@ -113,36 +113,89 @@ pub(crate) struct Landing {
 }
 
 /// The region a verbs receive queue's last entries landed in, as its usual receive checks
-/// it ([`RegionCheck::pin_hot`]): a region of the list as last copied, with local write and
+/// it ([`Hot::pin`]): a region of the list as last copied, with local write and
 /// CPU-writable memory, its range as a start and a length, and its pins (kept alive by
-/// `cache`, which holds the region, as long as this is set). A length of 0 holds nothing:
-/// no entry lies in it, and `pins` is not read.
-struct Hot {
+/// `_keep`). A length of 0 holds nothing: no entry lies in it, and `pins` is not read. The
+/// queue keeps a copy of its check's ([`RegionCheck::hot`], [`Hot::follow`]) beside the
+/// rest of what its post reads.
+#[derive(Clone)]
+pub(crate) struct Hot {
     addr: u64,
     len: u64,
     pins: *const Pins,
     lkey: u32,
+    /// The `Arc` `pins` points into: Some while `len` is not 0.
+    _keep: Option<Arc<Pins>>,
 }
 
-// SAFETY: `pins` points to a `Pins` (`Sync`: atomics only) that an `Arc` in the same
-// `RegionCheck`'s `cache` keeps alive while it is read; moving or sharing the check moves or
-// shares that `Arc` with it.
+// SAFETY: `pins` points to the `Pins` (`Sync`: atomics only) that `_keep`, moved or shared
+// with it, keeps alive while it is read (`len` not 0).
 unsafe impl Send for Hot {}
 // SAFETY: as above; `&Hot` only reads the pointer and the `Pins`' atomics.
 unsafe impl Sync for Hot {}
 
 impl Hot {
-    const NONE: Hot = Hot {
+    /// No region: nothing is pinned.
+    pub(crate) const NONE: Hot = Hot {
         addr: 0,
         len: 0,
         pins: core::ptr::null(),
         lkey: 0,
+        _keep: None,
     };
+
+    /// Region `r` (CPU-writable, local write, ending at or below `2^64`).
+    fn of(r: &Region) -> Hot {
+        Hot {
+            addr: r.addr,
+            len: r.len,
+            pins: Arc::as_ptr(&r.pins),
+            lkey: r.lkey,
+            _keep: Some(r.pins.clone()),
+        }
+    }
+
+    /// Becomes `other` when it names another region (or none).
+    #[inline]
+    pub(crate) fn follow(&mut self, other: &Hot) {
+        if self.pins != other.pins {
+            *self = other.clone();
+        }
+    }
+
+    /// The usual receive of the verbs path: when the non-empty entry `s` lies, under its
+    /// key, in this region (local write, CPU-writable), pins it ([`Pins::pin`], one step
+    /// against its close) and returns its pins; else None, nothing done (the caller takes
+    /// [`RegionCheck::land`] through its general path). An empty entry is None. The caller
+    /// owes an unpin for the pins it gets.
+    ///
+    /// The list's generation is not looked at: the pin itself is the check. A region is
+    /// closed ([`Pins::close`]) before it is deregistered, so a pin that succeeds is one the
+    /// region's release waits for, whatever the list says now; one dropped meanwhile
+    /// refuses the pin, and the general path copies the list again. Regions registered
+    /// since change nothing for an entry of this one.
+    #[inline(always)]
+    pub(crate) fn pin(&self, s: &Sge) -> Option<*const Pins> {
+        // Inside `addr .. addr + len` and 1 byte or more: the offset of the entry's last
+        // byte, `off + s.len - 1`, computed without a carry and below `len`. An empty entry
+        // adds `2^64 - 1`: a carry, or (at `off` 0) a last byte past any region. An entry
+        // that starts below `addr` has `off = s.addr - addr + 2^64`: a sum that does not
+        // carry is `s.addr + s.len - 1 - addr + 2^64`, at least `2^64 - addr`, which no
+        // hot region's `len` reaches (it ends at or below `2^64`: `land_search`).
+        let off = s.addr.wrapping_sub(self.addr);
+        let (last, carry) = off.overflowing_add((s.len as u64).wrapping_sub(1));
+        if s.lkey != self.lkey || carry || last >= self.len {
+            return None;
+        }
+        // SAFETY: `len` is not 0, so `pins` are those `_keep` holds alive.
+        let pinned = unsafe { (*self.pins).pin() };
+        pinned.then_some(self.pins)
+    }
 }
 
 /// A receive queue's view of its domain's regions.
 pub(crate) struct RegionCheck {
-    /// First: all the usual verbs receive reads ([`RegionCheck::pin_hot`]).
+    /// The region the verbs path's usual receive tries ([`RegionCheck::hot`]).
     hot: Hot,
     seen: u64,
     regions: Arc<Regions>,
@@ -186,36 +239,10 @@ impl RegionCheck {
         self.odp = self.cache.iter().any(|r| r.on_demand);
     }
 
-    /// The usual receive of the verbs path: when the non-empty entry `s` lies, under its
-    /// key, in the region the last entry found in the whole list landed in (local write,
-    /// CPU-writable), pins that region ([`Pins::pin`], one step against its close) and
-    /// returns its pins; else None, nothing done (the caller takes [`RegionCheck::land`]
-    /// through its general path). An empty entry is None. The caller owes an unpin for the
-    /// pins it gets.
-    ///
-    /// The list's generation is not looked at: the pin itself is the check. A region is
-    /// closed ([`Pins::close`]) before it is deregistered, so a pin that succeeds is one the
-    /// region's release waits for, whatever the list says now; one dropped meanwhile
-    /// refuses the pin, and the general path copies the list again. Regions registered
-    /// since change nothing for an entry of this one.
-    #[inline(always)]
-    pub(crate) fn pin_hot(&mut self, s: &Sge) -> Option<*const Pins> {
-        let h = &self.hot;
-        // Inside `addr .. addr + len` and 1 byte or more: the offset of the entry's last
-        // byte, `off + s.len - 1`, computed without a carry and below `len`. An empty entry
-        // adds `2^64 - 1`: a carry, or (at `off` 0) a last byte past any region. An entry
-        // that starts below `addr` has `off = s.addr - addr + 2^64`: a sum that does not
-        // carry is `s.addr + s.len - 1 - addr + 2^64`, at least `2^64 - addr`, which no
-        // hot region's `len` reaches (it ends at or below `2^64`: `land_search`).
-        let off = s.addr.wrapping_sub(h.addr);
-        let (last, carry) = off.overflowing_add((s.len as u64).wrapping_sub(1));
-        if s.lkey != h.lkey || carry || last >= h.len {
-            return None;
-        }
-        // SAFETY: `len` is not 0, so `pins` are the pins of a region of `cache` (set with
-        // it by `land_search`, forgotten with the copy by `renew`), which holds them alive.
-        let pinned = unsafe { (*h.pins).pin() };
-        pinned.then_some(h.pins)
+    /// The region the last entry found in the whole list landed in, when it is
+    /// CPU-writable (else [`Hot::NONE`]): what the verbs path's usual receive tries first.
+    pub(crate) fn hot(&self) -> &Hot {
+        &self.hot
     }
 
     /// Finds the region the non-empty entry `s` lies in under its key, with local write,
@@ -242,15 +269,10 @@ impl RegionCheck {
             Some(i) => {
                 self.last = i;
                 let r = &self.cache[i];
-                // A hot region ends at or below `2^64` (`pin_hot`'s bound; every registered
+                // A hot region ends at or below `2^64` (`Hot::pin`'s bound; every registered
                 // region does).
                 if r.cpu_writable && r.addr.checked_add(r.len).is_some() {
-                    self.hot = Hot {
-                        addr: r.addr,
-                        len: r.len,
-                        pins: Arc::as_ptr(&r.pins),
-                        lkey: r.lkey,
-                    };
+                    self.hot = Hot::of(r);
                 }
                 r.landing()
             }
@@ -360,7 +382,7 @@ mod tests {
     /// when the list is copied again.
     #[test]
     fn the_hot_region_pins_only_entries_inside_it_while_it_is_open() {
-        let pin_hot = |check: &mut RegionCheck, s: Sge| match check.pin_hot(&s) {
+        let pin_hot = |check: &mut RegionCheck, s: Sge| match check.hot().pin(&s) {
             Some(p) => {
                 // SAFETY: pinned just now: the pins are alive (the check's copy holds them).
                 unsafe { (*p).unpin() };
@@ -409,6 +431,38 @@ mod tests {
         assert!(pins.close());
         assert!(!pin_hot(&mut check, sge(0x1000, 8, 7)));
         assert!(pins.released());
+    }
+
+    /// A receive queue's copy of the hot region follows its check's and holds the region's
+    /// pins itself: once the region is dropped (closed, then out of the list the check
+    /// copied again) the copy, the only holder left, refuses the pin.
+    #[test]
+    fn a_copy_of_the_hot_region_follows_the_check_and_outlives_its_list() {
+        let regions = Arc::new(Regions::default());
+        let mut check = RegionCheck::new(regions.clone());
+        let r = region(7, 0x1000, true, true);
+        let pins = r.pins.clone();
+        regions.insert(r);
+        let mut copy = Hot::NONE;
+        copy.follow(check.hot());
+        assert!(
+            copy.pin(&sge(0x1000, 8, 7)).is_none(),
+            "nothing searched yet"
+        );
+        assert_eq!(try_land(&mut check, sge(0x1000, 8, 7)), (true, true));
+        copy.follow(check.hot());
+        let p = copy
+            .pin(&sge(0x1000, 8, 7))
+            .expect("the check's hot region");
+        // SAFETY: pinned just now: the copy holds the pins alive.
+        unsafe { (*p).unpin() };
+        assert!(pins.close());
+        regions.remove(7);
+        check.fresh();
+        drop(pins);
+        assert!(copy.pin(&sge(0x1000, 8, 7)).is_none(), "closed");
+        copy.follow(check.hot());
+        assert!(copy.pin(&sge(0x1000, 8, 7)).is_none(), "forgotten");
     }
 
     /// A region closed while the queue's copy of the list still has it is not pinned.

@@ -126,7 +126,7 @@ impl PinnedPlaces {
     }
 
     /// Records the receive at index `i` ([`PinnedPlaces::index`]) as one entry pinning
-    /// `pins` (from [`RegionCheck::pin_hot`]; given back by [`ScatterTable::done`]).
+    /// `pins` (from [`Hot::pin`](super::regions::Hot::pin); given back by [`ScatterTable::done`]).
     ///
     /// # Safety
     /// The table these places were read from is alive; the caller is its poster and the
@@ -247,7 +247,7 @@ impl ScatterTable {
     }
 
     /// Where the verbs path records a receive of one entry whose region it pinned
-    /// ([`RegionCheck::pin_hot`]) itself, by the index its post computed already
+    /// ([`Hot::pin`](super::regions::Hot::pin)) itself, by the index its post computed already
     /// ([`PinnedPlaces::record`]). Valid while this table lives.
     pub(crate) fn pinned_places(&self) -> PinnedPlaces {
         PinnedPlaces {

@@ -32,10 +32,12 @@ unsafe extern "C" fn unsupported(
 }
 
 /// `ibv_post_recv` on one QP, its operation resolved.
-#[derive(Copy, Clone)]
 pub(crate) struct PostRecv {
     qp: *mut ffi::ibv_qp,
     op: PostRecvFn,
+    /// Where the provider writes the request it refused (`bad_wr`), never read: kept here
+    /// so that a call does not clear a word on its stack first.
+    bad: *mut ffi::ibv_recv_wr,
 }
 
 impl PostRecv {
@@ -50,6 +52,7 @@ impl PostRecv {
         PostRecv {
             qp,
             op: op.unwrap_or(unsupported),
+            bad: std::ptr::null_mut(),
         }
     }
 
@@ -59,10 +62,9 @@ impl PostRecv {
     /// The QP is live (see [`PostRecv::of`]); `wr` is a valid request list whose scatter
     /// lists are valid for the call.
     #[inline(always)]
-    pub(crate) unsafe fn call(&self, wr: *mut ffi::ibv_recv_wr) -> c_int {
-        let mut bad = std::ptr::null_mut();
+    pub(crate) unsafe fn call(&mut self, wr: *mut ffi::ibv_recv_wr) -> c_int {
         // SAFETY: the caller's contract; `bad` outlives the call.
-        unsafe { (self.op)(self.qp, wr, &mut bad) }
+        unsafe { (self.op)(self.qp, wr, &mut self.bad) }
     }
 }
 

@@ -7,7 +7,7 @@ use super::code;
 use super::objects::Qp;
 use crate::error::{Error, Result};
 use crate::queue::cq_share::{recv_room_end, CqShare, CqSlots, Leaving};
-use crate::queue::regions::{RegionCheck, Regions};
+use crate::queue::regions::{Hot, RegionCheck, Regions};
 use crate::queue::scatter::{PinnedPlaces, ScatterTable};
 use crate::queue::shadow::Shadow;
 use mlx5::request::Sge;
@@ -38,7 +38,8 @@ pub struct VerbsRecvQueue {
     /// The scatter list (its length: the QP's most entries per receive).
     sges: Box<[ffi::ibv_sge]>,
     /// The receive request, prepared once (`next` null); each post sets its list: `sges`,
-    /// or the caller's one entry ([`VerbsRecvQueue::post_one`]).
+    /// or the caller's one entry ([`VerbsRecvQueue::post_one`]). Its `num_sge` is 1
+    /// between posts (the usual receive's: [`VerbsRecvQueue::post`] puts it back).
     wr: ffi::ibv_recv_wr,
     /// [`RECV_TAG`], with [`UD_TAG`] on a UD QP.
     tag: u64,
@@ -52,6 +53,9 @@ pub struct VerbsRecvQueue {
     /// The protection domain's regions, the receives' entries are pinned in (None: not
     /// checked, the caller vouches for them).
     regions: Option<Box<RegionCheck>>,
+    /// `regions`' hot region as of its last use ([`Hot::follow`]), where the usual
+    /// receive reads it with no pointer to follow ([`Hot::NONE`] without `regions`).
+    hot: Hot,
     /// The provider copies small received messages into the buffers with the CPU
     /// (rdma-core's mlx5 scatter-to-CQE, `mlx5_copy_to_recv_wqe`, which checks no key):
     /// a receive with an entry the CPU may not write is refused.
@@ -147,12 +151,13 @@ impl VerbsRecvQueue {
             shadow,
             seq: 0,
             sges,
-            wr: *wr,
+            wr: ffi::ibv_recv_wr { num_sge: 1, ..*wr },
             tag: RECV_TAG,
             cq_share: None,
             places: scatter.pinned_places(),
             scatter,
             regions: None,
+            hot: Hot::NONE,
             provider_copies: false,
             _qp: qp,
         }
@@ -224,7 +229,11 @@ impl VerbsRecvQueue {
         let n = fill_recv_sges(&mut self.sges, sgl)?;
         self.land(sgl)?;
         let (seq, list) = (self.seq, self.sges.as_mut_ptr());
-        match self.submit(seq, self.places.index(seq), n, list, cookie) {
+        self.wr.num_sge = n as i32;
+        let rc = self.submit(seq, self.places.index(seq), list, cookie);
+        // The usual receive's count again (the call copied the request).
+        self.wr.num_sge = 1;
+        match rc {
             0 => Ok(()),
             rc => Err(self.unpost(rc)),
         }
@@ -235,10 +244,13 @@ impl VerbsRecvQueue {
     /// may not write.
     #[inline]
     fn land(&mut self, sgl: &[Sge]) -> Result<()> {
-        match self
+        let refused = self
             .scatter
-            .record(self.seq, sgl, self.regions.as_deref_mut())
-        {
+            .record(self.seq, sgl, self.regions.as_deref_mut());
+        if let Some(r) = self.regions.as_deref() {
+            self.hot.follow(r.hot());
+        }
+        match refused {
             Some(lkey) if self.provider_copies => Err(self.refuse_landing(lkey)),
             _ => Ok(()),
         }
@@ -253,7 +265,7 @@ impl VerbsRecvQueue {
     }
 
     /// The usual receive, one non-empty buffer `s` in the region the last receive found
-    /// (see [`RegionCheck::pin_hot`]), posted straight: `Some(0)` posted, `Some(rc)`
+    /// (see [`Hot::pin`]), posted straight: `Some(0)` posted, `Some(rc)`
     /// refused by `ibv_post_recv` (then [`VerbsRecvQueue::unpost`] must follow), None when
     /// it is not that case (nothing done: [`VerbsRecvQueue::post`] takes it, with every
     /// check). The cached room is renewed out of line when spent. Only a receive into a
@@ -268,7 +280,7 @@ impl VerbsRecvQueue {
         // Read once: the stores below go through pointers the compiler cannot tell from
         // this queue, and would have it load `seq` again after each.
         let seq = self.seq;
-        let pins = self.regions.as_deref_mut()?.pin_hot(s)?;
+        let pins = self.hot.pin(s)?;
         // Nothing can fail from here on but the call (then `unpost`).
         let i = self.places.index(seq);
         // SAFETY: `places` are of `scatter`, which this queue holds; it is their poster and
@@ -276,7 +288,7 @@ impl VerbsRecvQueue {
         unsafe { self.places.record(i, pins) };
         // The caller's entry is the request's list: an `Sge` is an `ibv_sge` (below), read
         // by the call only.
-        Some(self.submit(seq, i, 1, (s as *const Sge).cast_mut().cast(), cookie))
+        Some(self.submit(seq, i, (s as *const Sge).cast_mut().cast(), cookie))
     }
 
     /// [`VerbsRecvQueue::post_one`]'s room spent: [`VerbsRecvQueue::refill_room`], true when
@@ -287,30 +299,22 @@ impl VerbsRecvQueue {
         self.refill_room().is_ok()
     }
 
-    /// Posts the prepared request with the `n` scatter entries at `list` as the receive at
-    /// `seq` (this queue's position, index `i`: [`PinnedPlaces::index`]), of `cookie`: 0, or `ibv_post_recv`'s
-    /// error (then [`VerbsRecvQueue::unpost`] must follow). `list` holds `n` entries for
-    /// the call.
+    /// Posts the prepared request with the scatter entries at `list` (as many as its
+    /// `num_sge`, for the call) as the receive at `seq` (this queue's position, index `i`:
+    /// [`PinnedPlaces::index`]), of `cookie`: 0, or `ibv_post_recv`'s error (then
+    /// [`VerbsRecvQueue::unpost`] must follow).
     ///
     /// The queue moves first and is put back on a refusal, so that nothing but the call's
     /// result is live across it (no registers to save for the rest). A `posted` mark one
     /// ahead for the length of the call only delays a deferred deregistration's check
     /// (`Shadow::done_up_to_wide`); no completion of `seq` can come before it is posted.
     #[inline(always)]
-    fn submit(
-        &mut self,
-        seq: u16,
-        i: usize,
-        n: usize,
-        list: *mut ffi::ibv_sge,
-        cookie: u64,
-    ) -> i32 {
+    fn submit(&mut self, seq: u16, i: usize, list: *mut ffi::ibv_sge, cookie: u64) -> i32 {
         debug_assert_eq!(seq, self.seq);
-        // The prepared request; only these three fields vary.
+        // The prepared request; only these two fields vary (and `num_sge`, set by `post`).
         let wr = &mut self.wr;
         wr.wr_id = seq as u64 | self.tag;
         wr.sg_list = list;
-        wr.num_sge = n as i32;
         debug_assert_eq!(i, self.places.index(seq));
         // SAFETY: `i` is `seq`'s index (< cnt) in the shadow this queue holds, which it
         // writes as its poster (as `Shadow::set`: the receive at `seq` is not posted yet).
