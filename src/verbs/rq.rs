@@ -89,7 +89,8 @@ const _: () = {
 
 /// A receive request prepared once for lists of up to `max_sge` entries: its scatter list
 /// (`sg_list` points into it; the boxed slice does not move when the box does), `next`
-/// null. Receive queues and SRQs vary only `wr_id` and `num_sge`.
+/// null. SRQs vary only `wr_id` and `num_sge`; a receive queue keeps the request in place
+/// and sets its list at each post too (the caller's one entry, or this one).
 pub(crate) fn prepared_recv(max_sge: usize) -> (Box<[ffi::ibv_sge]>, Box<ffi::ibv_recv_wr>) {
     // SAFETY: an all-zero ibv_sge is valid.
     let mut sges: Box<[ffi::ibv_sge]> = (0..max_sge)
