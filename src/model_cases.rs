@@ -864,30 +864,50 @@ fn the_verbs_poller_retires_only_after_ibv_end_poll() {
     }
 }
 
-/// A poll whose `ibv_start_poll` fails (libmlx5's `CQ_POLL_ERR`, after a CQE it could not
-/// parse) has not seen the CQ empty: the entries of a dropped QP's outstanding requests
-/// stay charged (the orphan mark stays), and are given back by the next poll that finds
-/// the CQ empty. Before the fix any non-zero start was taken for an empty CQ. (The classic
-/// API's negative `ibv_poll_cq` has the same fix; this case could not hook its call.)
+/// A poll whose `ibv_start_poll` fails, or whose `ibv_poll_cq` returns a negative count
+/// (libmlx5's `CQ_POLL_ERR`, after a CQE it could not parse), has not seen the CQ empty:
+/// the entries of a dropped QP's outstanding requests stay charged (the orphan mark stays),
+/// and are given back by the next poll that finds the CQ empty. Before the fix any non-zero
+/// start was taken for an empty CQ. On the classic API the context's `poll_cq` is wrapped
+/// before the CQ is made (the poller reads the operation once, at its creation: `PollCq::of`),
+/// and `BLUEFLAME_VERBS_API=legacy` stays set until the CQ is made (read there, not when
+/// the device is opened): else the CQ polls with `ibv_start_poll` and the wrap is never
+/// called.
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_failed_poll_gives_no_dropped_qps_entries_back() {
-    use crate::{Access, Completion, PostFlags, PostSend};
     use rdma_sys as ffi;
     use std::os::raw::c_int;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     type Cx = *mut ffi::ibv_cq_ex;
+    type PollFn = unsafe extern "C" fn(*mut ffi::ibv_cq, c_int, *mut ffi::ibv_wc) -> c_int;
     /// libmlx5's `CQ_POLL_ERR`.
     const POLL_ERR: c_int = -2;
     static FAIL: AtomicBool = AtomicBool::new(false);
+    /// Polls failed by the wraps below (each API's must be reached).
+    static FAILED: AtomicUsize = AtomicUsize::new(0);
     static REAL_CREATE: OnceLock<CreateCqExFn> = OnceLock::new();
     static REAL_START: OnceLock<StartPollFn> = OnceLock::new();
+    static REAL_POLL: OnceLock<PollFn> = OnceLock::new();
+    /// Whether the poll fails now (counted).
+    fn failing() -> bool {
+        let fail = FAIL.load(Ordering::Relaxed);
+        FAILED.fetch_add(fail as usize, Ordering::Relaxed);
+        fail
+    }
     unsafe extern "C" fn start(cq: Cx, attr: *mut ffi::ibv_poll_cq_attr) -> c_int {
-        if FAIL.load(Ordering::Relaxed) {
+        if failing() {
             return POLL_ERR;
         }
         // SAFETY: the provider's own operation, on a CQ of its own.
         unsafe { (REAL_START.get().unwrap())(cq, attr) }
+    }
+    unsafe extern "C" fn poll(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::ibv_wc) -> c_int {
+        if failing() {
+            return POLL_ERR;
+        }
+        // SAFETY: the provider's own operation, on a CQ of its own.
+        unsafe { (REAL_POLL.get().unwrap())(cq, n, wc) }
     }
     unsafe extern "C" fn create(
         ctx: *mut ffi::ibv_context,
@@ -896,11 +916,50 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
         // SAFETY: called as the context's `create_cq_ex`, whose own `REAL_CREATE` holds.
         unsafe { create_cq_wrapping_start(&REAL_CREATE, &REAL_START, start, ctx, attr) }
     }
-    let api = "extended";
-    let (_owner, dev) = verbs_extended_with_cq_hook(&REAL_CREATE, create);
+    for api in ["extended", "legacy"] {
+        let (_owner, dev) = match api {
+            "extended" => verbs_extended_with_cq_hook(&REAL_CREATE, create),
+            _ => {
+                let owner = verbs_legacy();
+                // SAFETY: the context is open and nothing made a CQ on it yet (the poller
+                // of each CQ made from now on reads the operation when it is made).
+                unsafe {
+                    let _ = REAL_POLL.set((*owner.ctx).ops.poll_cq.unwrap());
+                    (*owner.ctx).ops.poll_cq = Some(poll);
+                }
+                let dev = device(&owner);
+                (owner, dev)
+            }
+        };
+        failed_poll_keeps_orphans(api, &dev, &FAIL, &FAILED);
+    }
+}
+
+/// [`a_failed_poll_gives_no_dropped_qps_entries_back`] on `dev` (rdma-core's `api`, read
+/// from `BLUEFLAME_VERBS_API` when the CQ and QP are made, then unset), its polls failing
+/// while `fail` is set and counted in `failed`.
+fn failed_poll_keeps_orphans(
+    api: &str,
+    dev: &Device,
+    fail: &std::sync::atomic::AtomicBool,
+    failed: &std::sync::atomic::AtomicUsize,
+) {
+    use crate::{Access, Completion, PostFlags, PostSend};
+    use std::sync::atomic::Ordering;
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    std::env::remove_var("BLUEFLAME_PATH");
+    std::env::remove_var("BLUEFLAME_VERBS_API");
+    let want = match api {
+        "extended" => crate::VerbsApi::Extended,
+        _ => crate::VerbsApi::Legacy,
+    };
+    assert_eq!(
+        cq.verbs_poller().expect("the verbs path").api(),
+        want,
+        "{api}"
+    );
     let e = qp.endpoint().unwrap();
     qp.connect(e).unwrap();
     let mr = pd
@@ -930,16 +989,21 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
         0,
         "{api}: the dropped QP left nothing charged"
     );
-    FAIL.store(true, Ordering::Relaxed);
+    let before = failed.load(Ordering::Relaxed);
+    fail.store(true, Ordering::Relaxed);
     let (mut one, mut four) = ([Completion::default(); 1], [Completion::default(); 4]);
     assert_eq!(cq.poll(&mut one), 0, "{api}");
     assert_eq!(cq.poll(&mut four), 0, "{api}");
+    fail.store(false, Ordering::Relaxed);
+    assert!(
+        failed.load(Ordering::Relaxed) > before,
+        "{api}: the polls never reached the failing operation"
+    );
     assert_ne!(
         slots.orphan_mark(),
         0,
         "{api}: a failed poll gave the dropped QP's entries back"
     );
-    FAIL.store(false, Ordering::Relaxed);
     assert_eq!(
         cq.poll(&mut four),
         0,
