@@ -61,20 +61,29 @@ fn verbs_extended_with_cq_hook(
     real: &OnceLock<CreateCqExFn>,
     hook: CreateCqExFn,
 ) -> (Arc<Context>, Device) {
+    verbs_extended_with(|vc| {
+        let _ = real.set(vc.create_cq_ex.unwrap());
+        vc.create_cq_ex = Some(hook);
+    })
+}
+
+/// The model's `mlx5_0` on the verbs path with rdma-core's extended API, its context's
+/// extended operations (`verbs_context`) changed by `wrap` before anything is made on it;
+/// a device over it.
+fn verbs_extended_with(wrap: impl FnOnce(&mut rdma_sys::verbs_context)) -> (Arc<Context>, Device) {
     std::env::set_var("BLUEFLAME_PATH", "verbs");
     std::env::set_var("BLUEFLAME_VERBS_API", "extended");
     let owner = model();
-    // SAFETY: the context is open and nothing made a CQ on it yet; its extended context
+    // SAFETY: the context is open and nothing was made on it yet; its extended context
     // (`container_of(ctx, struct verbs_context, context)`, libibverbs' own) has the
-    // operation (the crate's `ctx_op!` finds it the same way).
+    // operations (the crate's `ctx_op!` finds it the same way).
     unsafe {
         let vc = owner
             .ctx
             .cast::<u8>()
             .sub(std::mem::offset_of!(rdma_sys::verbs_context, context))
             .cast::<rdma_sys::verbs_context>();
-        let _ = real.set((*vc).create_cq_ex.unwrap());
-        (*vc).create_cq_ex = Some(hook);
+        wrap(&mut *vc);
     }
     let dev = device(&owner);
     std::env::remove_var("BLUEFLAME_PATH");
@@ -236,6 +245,204 @@ fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
         rung.is_err() || got.iter().any(|&(c, _)| c == 2),
         "the batch was reported posted ({rung:?}) and request 2 never completed: {got:?}"
     );
+}
+
+/// A request posted straight (one request, nothing queued) that rdma-core refuses leaves
+/// the verbs send queue as it was before it (`unpost`): its position (the next request is
+/// posted with the refused one's sequence number as `wr_id`, the room is as before, and no
+/// work is left outstanding: a region dropped then is deregistered at once) and its
+/// completion moderation (the request the queue signals in a run of unsignaled ones is the
+/// same as in a run without the refusals). On the classic API the model's `post_send`
+/// refuses the request; on the extended API its `ibv_wr_complete` aborts it
+/// (`ibv_wr_abort`) and returns `EINVAL`, as libmlx5's `mlx5_send_wr_complete` does after
+/// a builder failed; each records the requests it posts.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
+    use crate::{Access, Payload, PostFlags, PostSend, QueuePair, Request};
+    use rdma_sys as ffi;
+    use std::os::raw::c_int;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    type Qx = *mut ffi::ibv_qp_ex;
+    type CreateQpExFn = unsafe extern "C" fn(
+        *mut ffi::ibv_context,
+        *mut ffi::ibv_qp_init_attr_ex,
+    ) -> *mut ffi::ibv_qp;
+    /// The next request is refused.
+    static REFUSE: AtomicBool = AtomicBool::new(false);
+    /// `(qp_num, wr_id, signaled)` of each request posted.
+    static POSTED: Mutex<Vec<(u32, u64, bool)>> = Mutex::new(Vec::new());
+    static REAL_POST: OnceLock<PostSendFn> = OnceLock::new();
+    static REAL_CREATE: OnceLock<CreateQpExFn> = OnceLock::new();
+    static REAL_START: OnceLock<unsafe extern "C" fn(Qx)> = OnceLock::new();
+    static REAL_COMPLETE: OnceLock<unsafe extern "C" fn(Qx) -> c_int> = OnceLock::new();
+    /// Records a request posted (or says it is to be refused).
+    fn posting(qp_num: u32, wr_id: u64, flags: u32) -> bool {
+        if REFUSE.swap(false, Ordering::Relaxed) {
+            return false;
+        }
+        let signaled = flags & ffi::ibv_send_flags::IBV_SEND_SIGNALED.0 != 0;
+        POSTED.lock().unwrap().push((qp_num, wr_id, signaled));
+        true
+    }
+    unsafe extern "C" fn post_send(
+        qp: *mut ffi::ibv_qp,
+        wr: *mut ffi::ibv_send_wr,
+        bad: *mut *mut ffi::ibv_send_wr,
+    ) -> c_int {
+        // SAFETY: the list libibverbs' caller built (one request: a straight post), of a
+        // live QP; `bad` is valid.
+        unsafe {
+            if !posting((*qp).qp_num, (*wr).wr_id, (*wr).send_flags) {
+                *bad = wr;
+                return libc::EINVAL;
+            }
+            (REAL_POST.get().unwrap())(qp, wr, bad)
+        }
+    }
+    unsafe extern "C" fn complete(q: Qx) -> c_int {
+        // SAFETY: a live QP between `ibv_wr_start` and `ibv_wr_complete`; the provider's
+        // own operations.
+        unsafe {
+            if !posting((*q).qp_base.qp_num, (*q).wr_id, (*q).wr_flags) {
+                ((*q).wr_abort.unwrap())(q);
+                return libc::EINVAL;
+            }
+            (REAL_COMPLETE.get().unwrap())(q)
+        }
+    }
+    unsafe extern "C" fn start(q: Qx) {
+        // SAFETY: a live QP, posted to by the crate once it is in RTS, where libmlx5 has
+        // put its real `wr_complete` (`mlx5_send_wr_complete`) in place of the one that
+        // refuses everything before (`set_qp_operational_state`); the crate reads the
+        // field at each post. The first post's is kept (later ones read this wrap back).
+        unsafe {
+            (REAL_START.get().unwrap())(q);
+            let _ = REAL_COMPLETE.set((*q).wr_complete.unwrap());
+            (*q).wr_complete = Some(complete);
+        }
+    }
+    unsafe extern "C" fn create(
+        ctx: *mut ffi::ibv_context,
+        attr: *mut ffi::ibv_qp_init_attr_ex,
+    ) -> *mut ffi::ibv_qp {
+        // SAFETY: the provider's own operation; a QP it returns is live, and the crate
+        // reads its `wr_start` once this returns.
+        unsafe {
+            let qp = (REAL_CREATE.get().unwrap())(ctx, attr);
+            if !qp.is_null() {
+                let q = ffi::ibv_qp_to_qp_ex(qp);
+                let _ = REAL_START.set((*q).wr_start.unwrap());
+                (*q).wr_start = Some(start);
+            }
+            qp
+        }
+    }
+    for (api, want) in [
+        ("legacy", crate::VerbsApi::Legacy),
+        ("extended", crate::VerbsApi::Extended),
+    ] {
+        let (_owner, dev) = match want {
+            crate::VerbsApi::Legacy => {
+                let owner = verbs_legacy();
+                hook_post_send(&owner, &REAL_POST, post_send);
+                let dev = device(&owner);
+                (owner, dev)
+            }
+            _ => verbs_extended_with(|vc| {
+                let _ = REAL_CREATE.set(vc.create_qp_ex.unwrap());
+                vc.create_qp_ex = Some(create);
+            }),
+        };
+        let pd = dev.alloc_pd().unwrap();
+        let mr = pd
+            .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let remote = mr.remote(0).unwrap();
+        // The same unsignaled writes on two queues, each on a CQ of its own: the first with
+        // a refused request before each of its first two writes (a write with immediate,
+        // then an inline write: `post_single` and `write_inline_straight`), the second
+        // without.
+        let mut runs = Vec::new();
+        let mut keep = Vec::new();
+        for refusals in [2u64, 0] {
+            let cq = dev.create_cq(1024).unwrap();
+            let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            assert_eq!(qp.verbs_api(), Some(want), "{api}");
+            let e = qp.endpoint().unwrap();
+            qp.connect(e).unwrap();
+            let half = u64::from(qp.send_depth() / 2);
+            for i in 0..half + 2 {
+                if i < refusals {
+                    let free = qp.free_send();
+                    REFUSE.store(true, Ordering::Relaxed);
+                    let err = match i {
+                        0 => qp.post(
+                            &Request::WriteImm {
+                                remote,
+                                data: Payload::Inline(&[1]),
+                                imm: 1,
+                            },
+                            100,
+                            PostFlags::UNSIGNALED,
+                        ),
+                        _ => qp.write_inline(&[1], remote, 101, PostFlags::UNSIGNALED),
+                    }
+                    .unwrap_err();
+                    assert!(!REFUSE.load(Ordering::Relaxed), "{api}: not refused");
+                    assert!(
+                        matches!(err, Error::Verbs(ref v) if v.source.raw_os_error() == Some(libc::EINVAL)),
+                        "{api}: {err:?}"
+                    );
+                    assert_eq!(
+                        qp.free_send(),
+                        free,
+                        "{api}: a refused request kept its room"
+                    );
+                    if i == 0 {
+                        // Nothing is posted on the device: a region dropped now waits for
+                        // nothing.
+                        drop(pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap());
+                        assert_eq!(
+                            pd.reclaim(),
+                            0,
+                            "{api}: a refused request left work outstanding"
+                        );
+                    }
+                }
+                qp.write_inline(&[7; 8], remote, i, PostFlags::UNSIGNALED)
+                    .unwrap();
+            }
+            let qpn = qp.qpn();
+            let posted: Vec<(u64, bool)> = POSTED
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|p| p.0 == qpn)
+                .map(|p| (p.1, p.2))
+                .collect();
+            // Without refusals: positions 0, 1, ..., the request after half a queue of
+            // unsignaled ones signaled (`post_single_now`), and no other.
+            if refusals == 0 {
+                let signaled: Vec<u64> = posted.iter().filter(|p| p.1).map(|p| p.0).collect();
+                assert_eq!(signaled, [half], "{api}: {posted:?}");
+                assert!(
+                    posted.iter().map(|p| p.0).eq(0..half + 2),
+                    "{api}: {posted:?}"
+                );
+            }
+            runs.push(posted);
+            keep.push((cq, qp));
+        }
+        std::env::remove_var("BLUEFLAME_PATH");
+        std::env::remove_var("BLUEFLAME_VERBS_API");
+        assert_eq!(
+            runs[0], runs[1],
+            "{api}: (wr_id, signaled) of each request posted with refusals among them, then \
+             without"
+        );
+    }
 }
 
 /// On an iWARP device (siw, irdma in iWARP mode) a send or write posted after an RDMA
