@@ -1233,7 +1233,7 @@ fn failed_poll_keeps_orphans(
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_dropped_first_qps_send_queue_keeps_no_region_parked() {
-    use crate::{Access, Completion, PostFlags, PostSend};
+    use crate::{Access, Completion, PostFlags, PostSend, QueuePair};
     for api in ["extended", "legacy"] {
         std::env::set_var("BLUEFLAME_PATH", "verbs");
         std::env::set_var("BLUEFLAME_VERBS_API", api);
@@ -1241,10 +1241,16 @@ fn a_dropped_first_qps_send_queue_keeps_no_region_parked() {
         let dev = device(&owner);
         let pd = dev.alloc_pd().unwrap();
         let mut cq = dev.create_cq(64).unwrap();
+        let mut out = [Completion::default(); 1];
+        // Both read when the QP is made too: unset after it, so that its API is `api`.
+        let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
         std::env::remove_var("BLUEFLAME_PATH");
         std::env::remove_var("BLUEFLAME_VERBS_API");
-        let mut out = [Completion::default(); 1];
-        let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let want = match api {
+            "extended" => crate::VerbsApi::Extended,
+            _ => crate::VerbsApi::Legacy,
+        };
+        assert_eq!(qp.verbs_api(), Some(want), "{api}");
         let e = qp.endpoint().unwrap();
         qp.connect(e).unwrap();
         let target = pd
