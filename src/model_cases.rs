@@ -48,6 +48,31 @@ fn hook_post_send(owner: &Context, real: &OnceLock<PostSendFn>, hook: PostSendFn
     }
 }
 
+/// A context's `poll_cq` (`ibv_context_ops`), which the tests below wrap.
+type PollCqFn = unsafe extern "C" fn(
+    *mut rdma_sys::ibv_cq,
+    std::os::raw::c_int,
+    *mut rdma_sys::ibv_wc,
+) -> std::os::raw::c_int;
+
+/// [`verbs_legacy`] with `hook` in place of the context's `poll_cq` (the provider's own
+/// kept in `real`), put there before any CQ is made (a CQ's poller reads the operation
+/// once, when it is made: `PollCq::of`); a device over it. `BLUEFLAME_VERBS_API` stays
+/// set: the caller unsets it once its CQs and QPs are made (each reads it then).
+fn verbs_legacy_with_poll_hook(
+    real: &OnceLock<PollCqFn>,
+    hook: PollCqFn,
+) -> (Arc<Context>, Device) {
+    let owner = verbs_legacy();
+    // SAFETY: the context is open and has no CQ yet.
+    unsafe {
+        let _ = real.set((*owner.ctx).ops.poll_cq.unwrap());
+        (*owner.ctx).ops.poll_cq = Some(hook);
+    }
+    let dev = device(&owner);
+    (owner, dev)
+}
+
 /// A context's `create_cq_ex` (`verbs_context`), which the tests below wrap.
 type CreateCqExFn = unsafe extern "C" fn(
     *mut rdma_sys::ibv_context,
@@ -735,7 +760,6 @@ fn a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own(
     use std::os::raw::c_int;
     use std::sync::Mutex;
     type Cx = *mut ffi::ibv_cq_ex;
-    type PollCqFn = unsafe extern "C" fn(*mut ffi::ibv_cq, c_int, *mut ffi::ibv_wc) -> c_int;
     /// What runs in the window, once: the drop of the old QP.
     static WINDOW: Mutex<Option<Box<dyn FnOnce() + Send>>> = Mutex::new(None);
     static REAL_CREATE: OnceLock<CreateCqExFn> = OnceLock::new();
@@ -776,16 +800,7 @@ fn a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own(
     for api in ["extended", "legacy"] {
         let (_owner, dev) = match api {
             "extended" => verbs_extended_with_cq_hook(&REAL_CREATE, create),
-            _ => {
-                let owner = verbs_legacy();
-                // SAFETY: the context is open and has no CQ yet (the poller reads the
-                // operation when its CQ is made).
-                unsafe {
-                    let _ = REAL_POLL_CQ.set((*owner.ctx).ops.poll_cq.unwrap());
-                    (*owner.ctx).ops.poll_cq = Some(poll_cq);
-                }
-                (owner.clone(), device(&owner))
-            }
+            _ => verbs_legacy_with_poll_hook(&REAL_POLL_CQ, poll_cq),
         };
         let modes: &[Mode] = match api {
             "extended" => &[Mode::One, Mode::Many, Mode::Timed],
@@ -1087,7 +1102,6 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
     use std::os::raw::c_int;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     type Cx = *mut ffi::ibv_cq_ex;
-    type PollFn = unsafe extern "C" fn(*mut ffi::ibv_cq, c_int, *mut ffi::ibv_wc) -> c_int;
     /// libmlx5's `CQ_POLL_ERR`.
     const POLL_ERR: c_int = -2;
     static FAIL: AtomicBool = AtomicBool::new(false);
@@ -1095,7 +1109,7 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
     static FAILED: AtomicUsize = AtomicUsize::new(0);
     static REAL_CREATE: OnceLock<CreateCqExFn> = OnceLock::new();
     static REAL_START: OnceLock<StartPollFn> = OnceLock::new();
-    static REAL_POLL: OnceLock<PollFn> = OnceLock::new();
+    static REAL_POLL: OnceLock<PollCqFn> = OnceLock::new();
     /// Whether the poll fails now (counted).
     fn failing() -> bool {
         let fail = FAIL.load(Ordering::Relaxed);
@@ -1126,17 +1140,7 @@ fn a_failed_poll_gives_no_dropped_qps_entries_back() {
     for api in ["extended", "legacy"] {
         let (_owner, dev) = match api {
             "extended" => verbs_extended_with_cq_hook(&REAL_CREATE, create),
-            _ => {
-                let owner = verbs_legacy();
-                // SAFETY: the context is open and nothing made a CQ on it yet (the poller
-                // of each CQ made from now on reads the operation when it is made).
-                unsafe {
-                    let _ = REAL_POLL.set((*owner.ctx).ops.poll_cq.unwrap());
-                    (*owner.ctx).ops.poll_cq = Some(poll);
-                }
-                let dev = device(&owner);
-                (owner, dev)
-            }
+            _ => verbs_legacy_with_poll_hook(&REAL_POLL, poll),
         };
         failed_poll_keeps_orphans(api, &dev, &FAIL, &FAILED);
     }
