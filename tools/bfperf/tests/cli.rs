@@ -9,6 +9,33 @@ fn bfperf(args: &[&str]) -> std::process::Output {
         .expect("bfperf runs")
 }
 
+/// Runs bfperf with each argument list at once (timed runs, which last their duration
+/// whatever else runs): each list, its output and how long it ran, in order.
+fn timed_runs<'a>(
+    all: impl Iterator<Item = Vec<&'a str>>,
+) -> Vec<(Vec<&'a str>, std::process::Output, f64)> {
+    let all: Vec<_> = all.collect();
+    std::thread::scope(|s| {
+        let runs: Vec<_> = all
+            .iter()
+            .map(|args| {
+                s.spawn(move || {
+                    let started = std::time::Instant::now();
+                    let out = bfperf(args);
+                    (out, started.elapsed().as_secs_f64())
+                })
+            })
+            .collect();
+        all.iter()
+            .zip(runs)
+            .map(|(args, h)| {
+                let (out, secs) = h.join().expect("a run's thread");
+                (args.clone(), out, secs)
+            })
+            .collect()
+    })
+}
+
 #[test]
 fn help_is_asked_for_usage_on_stdout_and_success() {
     for flag in ["--help", "-h", "help"] {
@@ -232,12 +259,17 @@ fn odp_registers_the_buffers_on_demand() {
 /// cannot apply, and `-f` without `-D`.
 #[test]
 fn duration_mode_measures_the_middle_of_a_timed_run() {
-    let started = std::time::Instant::now();
-    let out = bfperf(&[
-        "send-bw", "-d", "sim", "-s", "64", "-D", "3", "-f", "1", "--json",
-    ]);
+    let mut runs = timed_runs(
+        [
+            vec![
+                "send-bw", "-d", "sim", "-s", "64", "-D", "3", "-f", "1", "--json",
+            ],
+            vec!["write-bw", "-d", "sim", "-D", "3", "-f", "1"],
+        ]
+        .into_iter(),
+    );
+    let (_, out, secs) = runs.remove(0);
     assert!(out.status.success(), "{out:?}");
-    let secs = started.elapsed().as_secs_f64();
     assert!((3.0..30.0).contains(&secs), "ran {secs} s");
     let text = String::from_utf8_lossy(&out.stdout);
     let field = |k: &str| -> f64 {
@@ -247,7 +279,7 @@ fn duration_mode_measures_the_middle_of_a_timed_run() {
     assert_eq!(field("bw_peak_mb_s"), 0.0, "{text}");
     assert!(field("iterations") > 0.0, "{text}");
     // (Which completions count is `bw::Window`'s unit test.)
-    let out = bfperf(&["write-bw", "-d", "sim", "-D", "3", "-f", "1"]);
+    let (_, out, _) = runs.remove(0);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -282,19 +314,21 @@ fn duration_mode_measures_the_middle_of_a_timed_run() {
 fn duration_mode_times_latency_tests_as_perftest() {
     let dir = std::env::temp_dir().join(format!("bfperf-lat-dur-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (test, extra, rtt) in [
+    let tests = [
         ("write-lat", &[][..], 2.0),
         ("send-lat", &[][..], 2.0),
         ("write-lat", &["--write-with-imm"][..], 2.0),
         ("read-lat", &[][..], 1.0),
         ("atomic-lat", &[][..], 1.0),
-    ] {
+    ];
+    // The timed runs side by side (each lasts its duration whatever the others do).
+    let runs = timed_runs(tests.iter().map(|&(test, extra, _)| {
         let mut args = vec![test, "-d", "sim", "-D", "2", "-f", "0", "--json"];
         args.extend_from_slice(extra);
+        args
+    }));
+    for ((_, _, rtt), (args, out, secs)) in tests.into_iter().zip(runs) {
         // A margin of 0 s: the whole run is measured.
-        let started = std::time::Instant::now();
-        let out = bfperf(&args);
-        let secs = started.elapsed().as_secs_f64();
         assert!(out.status.success(), "{args:?}: {out:?}");
         assert!((2.0..30.0).contains(&secs), "{args:?} ran {secs} s");
         let text = String::from_utf8_lossy(&out.stdout);
