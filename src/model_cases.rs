@@ -896,6 +896,9 @@ fn a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own(
 /// the CQ's registry is renamed to `a`'s number once `a` is dropped, in the window (after
 /// the provider's `poll_cq`, or its `end_poll`). `b` has an unsignaled request outstanding:
 /// credited with `a`'s completion, it was retired by a completion that was not its own.
+/// Fails on the poller of fb3afa7 (the list read again after the provider's read: extended
+/// one-completion poll, classic one and four); passes with that commit's `cq.rs` reverted.
+/// Not in the provider stage's `LIB_CASES` until the poller is fixed.
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_new_qps() {
@@ -986,14 +989,19 @@ fn a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_
                 drop(a);
                 let mut l = registry.lock();
                 l.iter_mut().find(|x| x.qpn == bq).unwrap().qpn = aq;
-                registry.gen.fetch_add(1, std::sync::atomic::Ordering::Release);
+                registry
+                    .gen
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
             }));
             let mut out = [Completion::default(); 4];
             let got = match many {
                 false => cq.poll(&mut out[..1]),
                 true => cq.poll(&mut out),
             };
-            assert!(WINDOW.lock().unwrap().is_none(), "{api} many={many}: no window");
+            assert!(
+                WINDOW.lock().unwrap().is_none(),
+                "{api} many={many}: no window"
+            );
             if b_sq.retired() != retired {
                 wrong.push(format!("{api} many={many} ({got}: {:?})", &out[..got]));
             }
