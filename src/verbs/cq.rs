@@ -3,7 +3,7 @@
 //! hidden, the cookies and statuses as on the direct path.
 
 use super::calls::PollCq;
-use super::ex::{ExWc, LateWc, PollOps, VerbsApi, WcRead, EMPTY};
+use super::ex::{LateWc, PollOps, VerbsApi, WcRead, EMPTY};
 use super::rq::{RECV_TAG, UD_TAG};
 use crate::completion::WcStatus;
 use crate::completion::{Completion, WcOpcode};
@@ -52,8 +52,7 @@ pub struct VerbsCompletionQueue {
     wcs: Box<[ffi::ibv_wc; 32]>,
     /// A completion read between `ibv_start_poll` and `ibv_end_poll` of a QP this poller's
     /// list does not have (attached after the poll read the list's generation, or dropped),
-    /// or of any QP once the list changed (`complete_in_pair`), copied to be finished once
-    /// `ibv_end_poll` released the CQ's lock
+    /// copied to be finished once `ibv_end_poll` released the CQ's lock
     /// ([`VerbsCompletionQueue::take_late`]); None between polls.
     late: Cell<Option<LateWc>>,
     /// The retirement of the request a completion read between `ibv_start_poll` and
@@ -146,11 +145,10 @@ impl VerbsCompletionQueue {
 
     /// Polls up to `out.len()` completions.
     ///
-    /// Into an `out` of one (a latency loop's poll), one completion is read straight
-    /// (`poll_one_ex`, or `poll_one_legacy`: `ibv_poll_cq` of one entry, not of up to 32
-    /// into the poller's array), the queues' list checked once it is seen; everything else,
-    /// a first completion that reports nothing, and an empty CQ after the list changed (or
-    /// with dropped QPs' entries to give back) take `poll_general`.
+    /// Into an `out` of one (a latency loop's poll) with the queues' list current, one
+    /// completion is read straight (`poll_one_ex`, or `poll_one_legacy`: `ibv_poll_cq` of
+    /// one entry, not of up to 32 into the poller's array); everything else, and a first
+    /// completion that reports nothing, takes `poll_general`.
     ///
     /// Each of the three is a function of its own, reached by a tail call: all three inlined
     /// into one, the one-completion poll paid the general path's spills and set-up (148 / 152
@@ -166,47 +164,23 @@ impl VerbsCompletionQueue {
         self.poll_general(out)
     }
 
-    /// [`VerbsCompletionQueue::poll`] into one slot. The queues' list is checked once a
-    /// completion is seen ([`VerbsCompletionQueue::list_moved`]), not before.
+    /// [`VerbsCompletionQueue::poll`] into one slot.
     #[inline(always)]
     pub fn poll_one(&mut self, c: &mut Completion) -> usize {
-        match self.ops {
-            // SAFETY: the operations are there.
-            Some(_) => unsafe { self.poll_one_ex(c) },
-            None => self.poll_one_legacy(c),
+        if self.registry.gen.load(Ordering::Acquire) == self.gen {
+            return match self.ops {
+                // SAFETY: the operations are there.
+                Some(_) => unsafe { self.poll_one_ex(c) },
+                None => self.poll_one_legacy(c),
+            };
         }
-    }
-
-    /// Whether the queues' list changed since the poller took its copy (`cache`), read
-    /// AFTER the provider returned a completion (`ibv_start_poll` returned 0, `ibv_poll_cq`
-    /// entries), never before: a QP dropped and a new one given its number (libmlx5 and
-    /// rxe hand numbers out cyclically) between a check made before and the provider's
-    /// read of the CQ would have the new QP's completion found under the old copy's entry
-    /// of that number, and credited to the dropped QP's queue (the new request never
-    /// completed to its user). As the direct path reads the generation after a CQE's owner
-    /// byte (`CompletionQueue::poll_general`).
-    ///
-    /// Ordered after the completion's read: a QP is in the list, the generation bumped
-    /// (`Registry::attach`, release), before it can post, so before the device writes its
-    /// completion; the provider orders its read of the CQ before this load with its read
-    /// barrier: libmlx5's `mlx5_get_next_cqe` (from `mlx5_start_poll` and `mlx5_poll_one`)
-    /// issues `udma_from_device_barrier` after the CQE's owner check (`dmb oshld` on
-    /// aarch64, which orders that load before every later one; `lfence` on x86-64), and
-    /// rxe reads the producer index with `memory_order_acquire` (`cq_start_poll`'s
-    /// `check_cq_queue_empty`, `rxe_poll_cq`'s `queue_empty`) before the entry. The call
-    /// itself is opaque to the compiler. A load made before the call (as this poller did) is
-    /// ordered after nothing: on aarch64 not even the read of the CQ, on any CPU not the
-    /// other thread's drop and creation.
-    #[inline(always)]
-    fn list_moved(&self) -> bool {
-        self.registry.gen.load(Ordering::Acquire) != self.gen
+        self.poll_general(core::slice::from_mut(c))
     }
 
     /// [`VerbsCompletionQueue::poll`] of one completion with `ibv_start_poll` /
-    /// `ibv_end_poll`: 0 when the CQ is empty, 1 when `c` holds a completion; after a
-    /// completion that reports nothing (a moderation completion) the general path polls on.
-    /// A completion seen after the queues' list changed goes to
-    /// [`VerbsCompletionQueue::poll_one_ex_moved`].
+    /// `ibv_end_poll` (the caller saw the list current): 0 when the CQ is empty, 1 when `c`
+    /// holds a completion; after a completion that reports nothing (a moderation
+    /// completion) the general path polls on.
     ///
     /// The orphan mark is read only when the CQ is seen empty, and then the general path
     /// polls again (its own read of the mark, then `ibv_start_poll`): a completion pays
@@ -226,10 +200,6 @@ impl VerbsCompletionQueue {
         let rc = unsafe { ops.start_with(&mut self.attr) };
         if rc != 0 {
             return self.empty_one(c, rc == EMPTY);
-        }
-        if self.list_moved() {
-            // SAFETY: a completion is current; the operations are there.
-            return unsafe { self.poll_one_ex_moved(c) };
         }
         // SAFETY: a completion is current until `end`.
         let wc = unsafe { ops.current() };
@@ -275,40 +245,13 @@ impl VerbsCompletionQueue {
         keep || self.take_late(c)
     }
 
-    /// [`VerbsCompletionQueue::poll_one_ex`] of a completion seen after the queues' list
-    /// changed ([`VerbsCompletionQueue::list_moved`]): copied ([`LateWc`]), the pair ended,
-    /// the list read again (never inside the pair: a QP's destruction takes the CQ's lock
-    /// under the registry's, `mlx5_destroy_qp`'s `mlx5_lock_cqs`), then finished; after
-    /// one that reports nothing the general path polls on.
-    ///
-    /// # Safety
-    /// Between a successful `ibv_start_poll` of this poller and its `ibv_end_poll`, which
-    /// this function calls; the operations are there.
-    #[cold]
-    #[inline(never)]
-    unsafe fn poll_one_ex_moved(&mut self, c: &mut Completion) -> usize {
-        // SAFETY: the caller's contract.
-        let ops = unsafe { self.ops.as_ref().unwrap_unchecked() };
-        // SAFETY: a completion is current until `end`.
-        let wc = LateWc::of(&unsafe { ops.current() }, RECV_TAG, UD_TAG);
-        // SAFETY: started by the caller; ended once.
-        unsafe { ops.end() };
-        self.refresh();
-        if self.complete(&wc, c) {
-            return 1;
-        }
-        self.poll_general(core::slice::from_mut(c))
-    }
-
     /// A one-completion poll that found no completion: 0, unless the CQ was seen `empty`
     /// (not a provider's failure, after which it is not known to be) and the queues of
     /// dropped QPs have entries to give back (the orphan mark is set), which the general
-    /// path does once it has seen the CQ empty after reading the mark (it polls again), or
-    /// the queues' list changed: the general path reads it again (a dropped QP's queues
-    /// not kept by the poller's copy until a completion comes).
+    /// path does once it has seen the CQ empty after reading the mark (it polls again).
     #[inline(always)]
     fn empty_one(&mut self, c: &mut Completion, empty: bool) -> usize {
-        if empty && (self.slots.orphan_mark() != 0 || self.list_moved()) {
+        if empty && self.slots.orphan_mark() != 0 {
             return self.poll_general(core::slice::from_mut(c));
         }
         0
@@ -332,10 +275,6 @@ impl VerbsCompletionQueue {
         if got <= 0 {
             return self.empty_one(c, got == 0);
         }
-        // After the call (`list_moved`): the completion is attributed by the list as it is.
-        if self.list_moved() {
-            self.refresh();
-        }
         let wc = &self.wcs[0];
         // `ibv_poll_cq` has published the consumer index: retired at once.
         let keep = match self.first_send(wc, wc.qp_num) {
@@ -356,9 +295,7 @@ impl VerbsCompletionQueue {
     /// rxe VM).
     #[inline(never)]
     fn poll_general(&mut self, out: &mut [Completion]) -> usize {
-        // Read again now, so that the completions find it current (each is checked
-        // against it once seen: `list_moved`).
-        if self.list_moved() {
+        if self.registry.gen.load(Ordering::Acquire) != self.gen {
             self.refresh();
         }
         // Entries of dropped QPs: free again once the CQ is seen empty after this read.
@@ -400,10 +337,6 @@ impl VerbsCompletionQueue {
         // Fewer than asked, and not an error (a negative count): the CQ was seen empty.
         if (0..want as i32).contains(&got) && orphans != 0 {
             self.registry.drained(orphans);
-        }
-        // After the call (`list_moved`): the completions are attributed by the list as it is.
-        if self.list_moved() {
-            self.refresh();
         }
         // A provider's count is trusted no further than asked (and an error is none).
         let got = (got.max(0) as usize).min(want);
@@ -459,7 +392,7 @@ impl VerbsCompletionQueue {
             return 0;
         }
         // SAFETY: a completion is current until `end`.
-        let keep = self.complete_in_pair(&unsafe { ops.current() }, first);
+        let keep = self.complete(&unsafe { ops.current() }, first);
         // SAFETY: start succeeded; ended once.
         unsafe { ops.end() };
         // SAFETY: the queue it names is held by the poller (see `retire`).
@@ -492,7 +425,7 @@ impl VerbsCompletionQueue {
                 break;
             }
             // SAFETY: as in `poll_ex`.
-            let keep = self.complete_in_pair(&unsafe { ops.current() }, &mut out[n]);
+            let keep = self.complete(&unsafe { ops.current() }, &mut out[n]);
             // SAFETY: as in `poll_ex`.
             unsafe { ops.end() };
             // SAFETY: the queue it names is held by the poller (see `retire`).
@@ -512,9 +445,7 @@ impl VerbsCompletionQueue {
         out: &mut [Completion],
         times: &mut [Option<u64>],
     ) -> usize {
-        // Read again now, so that the completions find it current (each is checked
-        // against it once seen: `list_moved`).
-        if self.list_moved() {
+        if self.registry.gen.load(Ordering::Acquire) != self.gen {
             self.refresh();
         }
         let orphans = self.slots.orphan_mark();
@@ -533,7 +464,7 @@ impl VerbsCompletionQueue {
                 break;
             }
             // SAFETY: a completion is current until `end`.
-            let keep = self.complete_in_pair(&unsafe { ops.current() }, &mut out[n]);
+            let keep = self.complete(&unsafe { ops.current() }, &mut out[n]);
             if keep {
                 // SAFETY: as above; the CQ was created with the wall-clock flag.
                 times[n] = out[n]
@@ -582,20 +513,6 @@ impl VerbsCompletionQueue {
         self.complete_qp(wc, wc.qp_num(), c)
     }
 
-    /// [`VerbsCompletionQueue::complete`] of a completion read between `ibv_start_poll` and
-    /// `ibv_end_poll`: one seen after the queues' list changed
-    /// ([`VerbsCompletionQueue::list_moved`]) is copied, as one of a QP the list does not
-    /// have, and finished after `ibv_end_poll` against the registry's list
-    /// ([`VerbsCompletionQueue::take_late`]); the poller's copy is read again at the next
-    /// poll.
-    #[inline(always)]
-    fn complete_in_pair(&self, wc: &ExWc<'_>, c: &mut Completion) -> bool {
-        if self.list_moved() {
-            return self.complete_unknown(wc, wc.qp_num(), c);
-        }
-        self.complete(wc, c)
-    }
-
     /// [`VerbsCompletionQueue::complete`] of a completion of QP `qp_num`.
     #[inline(always)]
     fn complete_qp(&self, wc: &impl WcRead, qp_num: u32, c: &mut Completion) -> bool {
@@ -629,15 +546,11 @@ impl VerbsCompletionQueue {
         }
         let dead = qp_num | crate::queue::registry::DEAD;
         let wr_id = wc.wr_id();
-        // The poller's copy only while it is current: a completion seen after the list
-        // changed (`complete_in_pair`) may be that of a new QP with the dead one's number.
-        if !self.list_moved() {
-            if let Some(q) = self.cache.iter().find(|a| a.qpn == dead) {
-                if wr_id & RECV_TAG != 0 {
-                    take_recv::<W>(&self.later, q, wr_id as u16);
-                }
-                return false;
+        if let Some(q) = self.cache.iter().find(|a| a.qpn == dead) {
+            if wr_id & RECV_TAG != 0 {
+                take_recv::<W>(&self.later, q, wr_id as u16);
             }
+            return false;
         }
         let list = self.registry.lock();
         if let Some(q) = list.iter().find(|a| a.qpn == qp_num) {

@@ -29,5 +29,5 @@ pub(crate) use ctx::{
     advise_mr, alloc_parent_domain, alloc_td, create_cq_ex, create_qp_ex, dealloc_td,
     query_device_ex, query_raw_clock,
 };
-pub(crate) use poll::{wc_flags, ExWc, LateWc, PollOps, WcRead, EMPTY};
+pub(crate) use poll::{wc_flags, LateWc, PollOps, WcRead, EMPTY};
 pub(crate) use send::{send_ops_flags, ud_send_ops_flags, SendOps, UdSendOps};
