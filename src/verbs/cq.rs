@@ -26,8 +26,14 @@ pub struct VerbsCompletionQueue {
     /// `ibv_poll_cq` on `cq` (its pointer and provider operation, read at creation).
     poll_cq: PollCq,
     /// The CQ's extended polling operations (a copy of `cq.poll_ops`, read where the
-    /// poller's other fields are).
+    /// poller's other fields are); never changed after creation.
     ops: Option<PollOps>,
+    /// The one-completion poll of the poller's API, chosen at creation:
+    /// [`VerbsCompletionQueue::poll_one_ex`] when `ops` is Some (its contract), else
+    /// [`VerbsCompletionQueue::poll_one_legacy`]. [`VerbsCompletionQueue::poll_one`] jumps
+    /// through it: no test of `ops` per poll, and where the poll of one is inlined
+    /// (`Cq::poll`) no direct jump before it (3 instructions a poll: `verbs_icount`).
+    one: unsafe fn(&mut VerbsCompletionQueue, &mut Completion) -> usize,
     /// The attribute `ibv_start_poll` is given (all zero; the providers only read it): kept
     /// here, not made afresh on the stack at each poll.
     attr: ffi::ibv_poll_cq_attr,
@@ -95,8 +101,14 @@ impl VerbsCompletionQueue {
         let capacity = cq.capacity();
         let registry = Arc::new(Registry::new(cqn, capacity, None));
         let no_sq = Arc::new(Shadow::new(1));
+        let one: unsafe fn(&mut VerbsCompletionQueue, &mut Completion) -> usize = match cq.poll_ops
+        {
+            Some(_) => VerbsCompletionQueue::poll_one_ex,
+            None => VerbsCompletionQueue::poll_one_legacy,
+        };
         VerbsCompletionQueue {
             ops: cq.poll_ops,
+            one,
             attr: ffi::ibv_poll_cq_attr { comp_mask: 0 },
             // SAFETY: `cq` is live while this poller holds it (`cq` below), and polled only
             // through this poller.
@@ -168,11 +180,10 @@ impl VerbsCompletionQueue {
     #[inline(always)]
     pub fn poll_one(&mut self, c: &mut Completion) -> usize {
         if self.registry.gen.load(Ordering::Acquire) == self.gen {
-            return match self.ops {
-                // SAFETY: the operations are there.
-                Some(_) => unsafe { self.poll_one_ex(c) },
-                None => self.poll_one_legacy(c),
-            };
+            let one = self.one;
+            // SAFETY: `one` is `poll_one_ex` only with the operations there (`new`; `ops` is
+            // never changed), as its contract asks.
+            return unsafe { one(self, c) };
         }
         self.poll_general(core::slice::from_mut(c))
     }
@@ -187,8 +198,8 @@ impl VerbsCompletionQueue {
     /// no load for it, nor a register kept across the calls.
     ///
     /// # Safety
-    /// The poller has the extended operations (`ops` is Some; the caller saw them, and
-    /// this function does not check again).
+    /// The poller has the extended operations (`ops` is Some: `one` is this function only
+    /// then; this function does not check again).
     #[inline(never)]
     unsafe fn poll_one_ex(&mut self, c: &mut Completion) -> usize {
         let Some(ops) = &self.ops else {
@@ -203,15 +214,22 @@ impl VerbsCompletionQueue {
         }
         // SAFETY: a completion is current until `end`.
         let wc = unsafe { ops.current() };
-        let qp_num = wc.qp_num();
-        // The usual completion here; any other in a function of its own: inlined, the
-        // receive's reads (calls into the provider) kept six registers saved for all.
-        let Some(seq) = self.first_send(&wc, qp_num) else {
-            if self.poll_one_ex_other(&wc, qp_num, c) {
-                return 1;
-            }
-            return self.poll_general(core::slice::from_mut(c));
+        // The status and `wr_id` (fields of the `ibv_cq_ex`) tested before the QP number
+        // is read (a call into the provider): the CQ's pointer they are read through is
+        // then the call's argument already, not kept in a saved register and copied (one
+        // instruction). The usual completion here; any other in a function of its own:
+        // inlined, the receive's reads (calls into the provider) kept six registers saved
+        // for all.
+        let Some(seq) = sent(&wc) else {
+            let qp_num = wc.qp_num();
+            // SAFETY: the completion is current; the operations are there.
+            return unsafe { self.poll_one_ex_not_first(qp_num, c) };
         };
+        let qp_num = wc.qp_num();
+        if qp_num != self.first_qpn {
+            // SAFETY: as above.
+            return unsafe { self.poll_one_ex_not_first(qp_num, c) };
+        }
         let keep = send_completion(&self.first_sq, seq, qp_num, c);
         // SAFETY: start succeeded; ended once.
         unsafe { ops.end() };
@@ -224,6 +242,23 @@ impl VerbsCompletionQueue {
             return 1;
         }
         // A moderation completion (no late one: that is another QP's): the next one.
+        self.poll_general(core::slice::from_mut(c))
+    }
+
+    /// [`VerbsCompletionQueue::poll_one_ex`] of a completion that is not the usual one (of
+    /// QP `qp_num`: [`VerbsCompletionQueue::poll_one_ex_other`]), the general path polling
+    /// on after one that reports nothing.
+    ///
+    /// # Safety
+    /// Between a successful `ibv_start_poll` of this poller and its `ibv_end_poll` (which
+    /// this function calls); the operations are there.
+    #[inline(always)]
+    unsafe fn poll_one_ex_not_first(&mut self, qp_num: u32, c: &mut Completion) -> usize {
+        // SAFETY: the caller's contract.
+        let wc = unsafe { self.ops.as_ref().unwrap_unchecked().current() };
+        if self.poll_one_ex_other(&wc, qp_num, c) {
+            return 1;
+        }
         self.poll_general(core::slice::from_mut(c))
     }
 
@@ -584,15 +619,26 @@ impl VerbsCompletionQueue {
     #[inline(always)]
     fn first_send(&self, wc: &impl WcRead, qp_num: u32) -> Option<u16> {
         // `first_qpn` is `cache[0]`'s number only when it has a send queue (`first_sq`).
-        if qp_num != self.first_qpn || wc.status() != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+        if qp_num != self.first_qpn {
             return None;
         }
-        let wr_id = wc.wr_id();
-        if wr_id & RECV_TAG != 0 {
-            return None;
-        }
-        Some(wr_id as u16)
+        sent(wc)
     }
+}
+
+/// Whether `wc` is a successful send (not a receive: no [`RECV_TAG`]): Some(its position in
+/// its send queue), of whichever QP; [`VerbsCompletionQueue::first_send`] with the QP's
+/// number compared apart.
+#[inline(always)]
+fn sent(wc: &impl WcRead) -> Option<u16> {
+    if wc.status() != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+        return None;
+    }
+    let wr_id = wc.wr_id();
+    if wr_id & RECV_TAG != 0 {
+        return None;
+    }
+    Some(wr_id as u16)
 }
 
 /// [`VerbsCompletionQueue::complete_qp`] of a completion of attached queue `q` (QP
