@@ -125,6 +125,31 @@ pub(crate) struct Shadow<T> {
     base: AtomicU64,
 }
 
+/// Where a [`Shadow`]'s entries are and its index mask ([`Shadow::ring`]): a poller that
+/// keeps them beside its `Arc` of the shadow reads an entry with one load less (the
+/// shadow's address) than [`Shadow::entry`].
+#[derive(Copy, Clone)]
+pub(crate) struct Ring<T> {
+    /// The shadow's `entries`.
+    entries: *const UnsafeCell<T>,
+    /// The shadow's `mask`.
+    mask: u32,
+}
+
+impl<T> Ring<T> {
+    /// [`Shadow::entry`] of the shadow this ring was taken from.
+    ///
+    /// # Safety
+    /// As [`Shadow::entry`]; that shadow is alive while the reference is.
+    #[inline(always)]
+    pub(crate) unsafe fn entry<'a>(self, pos: u16) -> &'a T {
+        let i = (pos as u32 & self.mask) as usize;
+        // SAFETY: `i` is masked by `cnt - 1` and the live shadow's `entries` has `cnt`
+        // elements; the rest as in `Shadow::entry`.
+        unsafe { &*(*self.entries.add(i)).get() }
+    }
+}
+
 /// `first_error` before any error.
 const NO_ERROR: u64 = u64::MAX;
 
@@ -188,6 +213,15 @@ impl<T: Copy + Default> Shadow<T> {
         // SAFETY: as in `get`; the caller keeps the reference only while the position is not
         // free.
         unsafe { &*self.entries.get_unchecked(i).get() }
+    }
+
+    /// Where the entries are and the index mask ([`Ring`]).
+    #[inline(always)]
+    pub(crate) fn ring(&self) -> Ring<T> {
+        Ring {
+            entries: self.entries.as_ptr(),
+            mask: self.mask,
+        }
     }
 
     /// Marks everything before `end` as free (poller, after it published its consumer

@@ -10,7 +10,7 @@ use crate::completion::{Completion, WcOpcode};
 use crate::queue::cq_share::CqSlots;
 use crate::queue::registry::{Attached, Registry};
 use crate::queue::retire::Retire;
-use crate::queue::shadow::{SendEntry, Shadow};
+use crate::queue::shadow::{Ring, SendEntry, Shadow};
 use rdma_sys as ffi;
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -51,6 +51,9 @@ pub struct VerbsCompletionQueue {
     /// `cache[0]`'s send queue when it has one (else [`VerbsCompletionQueue::no_sq`], never
     /// used: no completion has the QP number [`NO_QPN`]).
     first_sq: Arc<Shadow<SendEntry>>,
+    /// `first_sq`'s [`Ring`], set with it: the usual completion's entry read with one load
+    /// less (`first_sq`'s address).
+    first_ring: Ring<SendEntry>,
     /// An empty shadow, `first_sq` when `cache[0]` has no send queue: kept so that
     /// `refresh` lets go of a dropped QP's send queue without allocating (held on, it kept
     /// that queue's unretired requests outstanding for `Lifetimes`, and a region dropped
@@ -121,6 +124,7 @@ impl VerbsCompletionQueue {
             gen: u32::MAX,
             first_qpn: NO_QPN,
             first_sq: no_sq.clone(),
+            first_ring: no_sq.ring(),
             no_sq,
             // SAFETY: an all-zero ibv_wc is valid.
             wcs: Box::new(unsafe { std::mem::zeroed() }),
@@ -231,7 +235,9 @@ impl VerbsCompletionQueue {
             // SAFETY: as above.
             return unsafe { self.poll_one_ex_not_first(qp_num, c) };
         }
-        let keep = send_completion(&self.first_sq, seq, qp_num, c);
+        // SAFETY: `first_ring` is held `first_sq`'s; the reference is dropped in
+        // `send_completion`, before the send is retired.
+        let keep = send_completion(unsafe { self.first_ring.entry(seq) }, qp_num, c);
         // SAFETY: start succeeded; ended once.
         unsafe { ops.end() };
         // The consumer index is published (`Retire`): the queue may have its room back.
@@ -536,6 +542,7 @@ impl VerbsCompletionQueue {
                 // The old queue let go (not kept alive here once the list dropped it).
                 None => (self.first_qpn, self.first_sq) = (NO_QPN, self.no_sq.clone()),
             }
+            self.first_ring = self.first_sq.ring();
         }
     }
 
@@ -681,21 +688,21 @@ fn complete_send<W: WcRead>(
     c: &mut Completion,
 ) -> bool {
     // The entry is read before the retirement frees it.
-    let keep = send_completion(sq, seq, qp_num, c);
+    // SAFETY: the reference is dropped in `send_completion`, before the retirement.
+    let keep = send_completion(unsafe { sq.entry(seq) }, qp_num, c);
     retire::<W>(later, Retire::Send(sq, seq.wrapping_add(1)));
     keep
 }
 
-/// [`complete_send`] without the retirement: the completion of the successful send `seq`
-/// of `sq` (QP `qp_num`) written into `c`; false for a moderation completion. The caller
-/// retires the send (`seq + 1`: a verbs-path request takes one position) after this.
+/// [`complete_send`] without the retirement: the completion of a successful send, its
+/// shadow entry `e` (in place: [`Shadow::entry`] or [`Ring::entry`]), of QP `qp_num`,
+/// written into `c`; false for a moderation completion. The caller drops `e` and then
+/// retires the send (`seq + 1`: a verbs-path request takes one position).
 #[inline(always)]
-fn send_completion(sq: &Shadow<SendEntry>, seq: u16, qp_num: u32, c: &mut Completion) -> bool {
+fn send_completion(e: &SendEntry, qp_num: u32, c: &mut Completion) -> bool {
     // In place, not a copy (`Shadow::get`): from a copy the compiler wrote the fields to
     // `c` one by one (five loads and five stores, not `completion_into`'s one move): poll
     // 229.3 / 243.2 against 222.3 / 236.2 in place (`verbs_icount`, extended / classic).
-    // SAFETY: the reference is dropped here, before the caller retires the send.
-    let e = unsafe { sq.entry(seq) };
     // A verbs-path request takes one position (`bbs` 1, as the send queues write it): the
     // constant spares the load.
     debug_assert_eq!(e.bbs, 1);
