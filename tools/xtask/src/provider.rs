@@ -72,6 +72,7 @@ const LIB_CASES: &[&str] = &[
     "model_cases::a_dropped_first_qps_send_queue_keeps_no_region_parked",
     "model_cases::a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_new_qps",
     "model_cases::a_verbs_receive_of_one_entry_after_one_of_two_has_one_entry",
+    "model_cases::a_straight_post_waits_for_connect_a_queued_batch_and_an_armed_fence",
 ];
 
 /// Runs [`LIB_CASES`] from the library's unit-test binary with the kernel model `lib`
