@@ -123,11 +123,33 @@ type StartPollFn = unsafe extern "C" fn(
 ) -> std::os::raw::c_int;
 
 /// A `create_cq_ex` hook's work ([`verbs_extended_with_cq_hook`]): the provider's own
-/// (`real`) makes the CQ, whose `start_poll` is then replaced by `start` (the provider's
-/// kept in `real_start`: every CQ of a provider has the same).
+/// (`real`) makes the CQ, whose operations `wrap` then changes (a CQ it returns is live,
+/// its polling operations set, and nothing polls it yet).
 ///
 /// # Safety
 /// As the context's `create_cq_ex`, with `real` set to the provider's own.
+unsafe fn create_cq_then(
+    real: &OnceLock<CreateCqExFn>,
+    ctx: *mut rdma_sys::ibv_context,
+    attr: *mut rdma_sys::ibv_cq_init_attr_ex,
+    wrap: impl FnOnce(&mut rdma_sys::ibv_cq_ex),
+) -> *mut rdma_sys::ibv_cq_ex {
+    // SAFETY: the provider's own operation, as the caller's contract says; a CQ it returns
+    // is live and not shared yet.
+    unsafe {
+        let cq = (real.get().unwrap())(ctx, attr);
+        if let Some(cq) = cq.as_mut() {
+            wrap(cq);
+        }
+        cq
+    }
+}
+
+/// [`create_cq_then`] replacing the CQ's `start_poll` by `start` (the provider's kept in
+/// `real_start`: every CQ of a provider has the same).
+///
+/// # Safety
+/// As [`create_cq_then`].
 unsafe fn create_cq_wrapping_start(
     real: &OnceLock<CreateCqExFn>,
     real_start: &OnceLock<StartPollFn>,
@@ -135,15 +157,12 @@ unsafe fn create_cq_wrapping_start(
     ctx: *mut rdma_sys::ibv_context,
     attr: *mut rdma_sys::ibv_cq_init_attr_ex,
 ) -> *mut rdma_sys::ibv_cq_ex {
-    // SAFETY: the provider's own operation; a CQ it returns is live, its polling operations
-    // set, and nothing polls it yet.
+    // SAFETY: the caller's contract.
     unsafe {
-        let cq = (real.get().unwrap())(ctx, attr);
-        if !cq.is_null() {
-            let _ = real_start.set((*cq).start_poll.unwrap());
-            (*cq).start_poll = Some(start);
-        }
-        cq
+        create_cq_then(real, ctx, attr, |cq| {
+            let _ = real_start.set(cq.start_poll.unwrap());
+            cq.start_poll = Some(start);
+        })
     }
 }
 
@@ -946,15 +965,12 @@ fn a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_
         ctx: *mut ffi::ibv_context,
         attr: *mut ffi::ibv_cq_init_attr_ex,
     ) -> Cx {
-        // SAFETY: the provider's own operation; a CQ it returns is live, its polling
-        // operations set, and nothing polls it yet.
+        // SAFETY: called as the context's `create_cq_ex`, whose own `REAL_CREATE` holds.
         unsafe {
-            let cq = (REAL_CREATE.get().unwrap())(ctx, attr);
-            if !cq.is_null() {
-                let _ = REAL_END.set((*cq).end_poll.unwrap());
-                (*cq).end_poll = Some(end);
-            }
-            cq
+            create_cq_then(&REAL_CREATE, ctx, attr, |cq| {
+                let _ = REAL_END.set(cq.end_poll.unwrap());
+                cq.end_poll = Some(end);
+            })
         }
     }
     let mut wrong = Vec::new();
@@ -1086,17 +1102,16 @@ fn the_verbs_poller_retires_only_after_ibv_end_poll() {
         ctx: *mut ffi::ibv_context,
         attr: *mut ffi::ibv_cq_init_attr_ex,
     ) -> Cx {
-        // SAFETY: the provider's own operation; a CQ it returns is live, its polling
-        // operations set, and nothing polls it yet.
+        // SAFETY: called as the context's `create_cq_ex`, whose own `REAL_CREATE` holds.
         unsafe {
-            let cq = (REAL_CREATE.get().unwrap())(ctx, attr);
-            if !cq.is_null() {
-                let (s, e) = ((*cq).start_poll.unwrap(), (*cq).end_poll.unwrap());
-                REAL.lock().unwrap().push((cq as usize, s, e));
-                (*cq).start_poll = Some(start);
-                (*cq).end_poll = Some(end);
-            }
-            cq
+            create_cq_then(&REAL_CREATE, ctx, attr, |cq| {
+                let (s, e) = (cq.start_poll.unwrap(), cq.end_poll.unwrap());
+                REAL.lock()
+                    .unwrap()
+                    .push((cq as *mut ffi::ibv_cq_ex as usize, s, e));
+                cq.start_poll = Some(start);
+                cq.end_poll = Some(end);
+            })
         }
     }
     let (_owner, dev) = verbs_extended_with_cq_hook(&REAL_CREATE, create);

@@ -533,8 +533,6 @@ mod tests {
         assert_eq!(a[0], 1, "an unchecked list is never written");
     }
 
-    /// A receive pins each region it lands in until it is done; the table gives back the
-    /// pins of receives never completed when it goes.
     /// The verbs path's receive recorded through the table's places: its pin is the one
     /// `done` gives back, at the receive's own index (3 entries a receive here, so a pin
     /// written a slot, not a receive, on would be missed).
@@ -557,6 +555,8 @@ mod tests {
         assert!(pins.released(), "both given back");
     }
 
+    /// A receive pins each region it lands in until it is done; the table gives back the
+    /// pins of receives never completed when it goes.
     #[test]
     fn a_receive_holds_its_regions_until_done_or_the_table_goes() {
         let regions = Arc::new(Regions::default());
