@@ -495,7 +495,7 @@ fn run_infinitely_prints_a_row_every_period_until_killed() {
 
 /// `--hw-timestamps`: each latency test that ends its round trip with a completion splits
 /// it by the NIC's stamps (the software NIC's device clock), the three parts adding up to
-/// the round trip (the JSON line's medians to about the table's, halved for a ping-pong);
+/// the round trip (the JSON line's figures within the table's, halved for a ping-pong);
 /// refused where there is no completion to stamp or no clock that moves.
 #[test]
 fn hw_timestamps_split_the_round_trip() {
@@ -530,13 +530,30 @@ fn hw_timestamps_split_the_round_trip() {
         let (post, wire, poll) = (field("post_ns"), field("nic_wire_ns"), field("poll_ns"));
         assert_eq!(field("iterations"), 400.0, "{text}");
         assert!(post > 0.0 && wire > 0.0 && poll > 0.0, "{text}");
-        // Each round trip's parts add up to it exactly (`hwts`' unit test); their medians
-        // come to about the median round trip (the table's is halved for a ping-pong).
-        let round = field("t_typical_us") * 1000.0 * if half { 2.0 } else { 1.0 };
-        let sum = post + wire + poll;
+        // Each round trip's parts add up to it exactly (`hwts`' unit test). Against the
+        // table, only bounds hold whatever the machine's load: the table leaves out the two
+        // largest samples (perftest's `LAT_MEASURE_TAIL`) and the split keeps them, and on a
+        // loaded machine the round trips fall in two groups, so that each part's median can
+        // come from another (a CI run: medians 1276 + 1312330 + 27424 ns against a median
+        // round trip of 507 us; another: averages 59 us against 21 us, two 7.5 ms samples
+        // left out of the table's). So the medians' sum lies within the table's range, and
+        // the averages' sum is at least about the table's average (the table is halved for
+        // a ping-pong). A part in the wrong unit or off the NIC's clock falls outside.
+        let k = 1000.0 * if half { 2.0 } else { 1.0 };
+        let (min, max, avg) = (
+            field("t_min_us") * k,
+            field("t_max_us") * k,
+            field("t_avg_us") * k,
+        );
+        let medians = post + wire + poll;
         assert!(
-            (0.5..2.0).contains(&(sum / round)),
-            "{args:?}: {post} + {wire} + {poll} vs {round}: {text}"
+            (0.5 * min..=2.0 * max).contains(&medians),
+            "{args:?}: medians {post} + {wire} + {poll} vs {min}..{max}: {text}"
+        );
+        let averages = field("post_avg_ns") + field("nic_wire_avg_ns") + field("poll_avg_ns");
+        assert!(
+            averages >= 0.5 * avg,
+            "{args:?}: averages {averages} vs {avg}: {text}"
         );
     }
     for refused in [
