@@ -768,17 +768,15 @@ fn a_completion_of_a_qp_attached_after_the_polls_check_is_reported() {
 /// saw it); `a` is dropped inside the provider's `start_poll` / `poll_cq` (wrapped), before
 /// it reads the CQ: the window. The poller reads the list's generation before the
 /// provider's call only, and credits `b`'s completion to `a`'s send queue (a moderation
-/// completion there, retiring `a`'s unsignaled request): `b`'s completion is never
-/// reported. Polled one at a time, into a larger array (the general path's loop) and with
-/// `poll_timed`.
-///
-/// **Open: fails on main, and is not in the provider stage's `LIB_CASES`.** Reading the
-/// generation after the provider's call instead (fb3afa7) passed it and failed its mirror,
-/// [`a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_new_qps`],
-/// whose window is the likelier (a destroy and a create in it, against a create, a
-/// connect, a post and its completion here): that commit was reverted. A poller that
-/// decides both needs more than the QP number (which incarnation of the number a
-/// completion is of); kept here for that fix.
+/// completion there, retiring `a`'s unsignaled request): `b`'s completion was never
+/// reported before each request's `wr_id` carried its queue's incarnation
+/// (`crate::verbs::incarnation`), by which the poller now sees that the queue its list
+/// has under the number is not the completion's and looks the completion's up in the
+/// registry. Polled one at a time, into a larger array (the general path's loop) and with
+/// `poll_timed`. Reading the generation after the provider's call instead (fb3afa7) had
+/// passed this case and failed its mirror,
+/// [`a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_new_qps`]:
+/// the QP number alone cannot decide both.
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own() {
@@ -924,10 +922,10 @@ fn a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own(
 /// the provider's `poll_cq`, or its `end_poll`). `b` has an unsignaled request outstanding:
 /// credited with `a`'s completion, it was retired by a completion that was not its own.
 /// Failed on the poller of fb3afa7 (the list read again after the provider's read, not
-/// before: extended one-completion poll, classic one and four), which was reverted for it:
-/// of the two windows, this one needs only a destroy and a create inside it, the other
-/// ([`a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own`]) a
-/// create, a connect, a post and its completion.
+/// before: extended one-completion poll, classic one and four), which was reverted for it;
+/// the incarnation in each `wr_id` now decides both windows (this one's other half, a list
+/// that already has the new QP under the number when the old one's completion is read:
+/// [`a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones`]).
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_new_qps() {
@@ -1037,6 +1035,98 @@ fn a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_
     assert!(
         wrong.is_empty(),
         "the dropped QP's completion retired the queue that took its number: {wrong:?}"
+    );
+}
+
+/// The other half of
+/// [`a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_new_qps`]:
+/// the poller's list already has the new QP `b` under the number when a completion of the
+/// old QP `a` is read (a list read again after the provider's call, as fb3afa7's poller did;
+/// or a dropped QP's completion left in the CQ, as rxe leaves them, read after the number
+/// came back). Shown without a window: the poller's list is renamed (`renumber`: `a` under
+/// a number no QP has, `b` under `a`'s), while the registry keeps both as they are. The
+/// completion is `a`'s, reported with its cookie; `b`'s unsignaled request is not retired
+/// by it. Before each `wr_id` carried its queue's incarnation (`crate::verbs::incarnation`)
+/// the poller credited it to `b` (a moderation completion there: `a`'s completion never
+/// reported), on both APIs, one at a time and into a larger array.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones() {
+    use crate::{Access, Completion, CqOptions, PostFlags, PostSend, QueuePair, WcOpcode};
+    /// A number no QP has (above the kernel model's, below 2^24).
+    const NOBODY: u32 = 0xff_fff0;
+    let mut wrong = Vec::new();
+    for api in ["extended", "legacy"] {
+        let (_owner, dev) = match api {
+            "extended" => verbs_extended_with(|_| {}),
+            _ => {
+                let owner = verbs_legacy();
+                let dev = device(&owner);
+                (owner, dev)
+            }
+        };
+        for many in [false, true] {
+            let pd = dev.alloc_pd().unwrap();
+            std::env::set_var("BLUEFLAME_PATH", "verbs");
+            std::env::set_var("BLUEFLAME_VERBS_API", api);
+            let mut cq = dev.create_cq_with(&CqOptions::new(64)).unwrap();
+            std::env::remove_var("BLUEFLAME_PATH");
+            std::env::remove_var("BLUEFLAME_VERBS_API");
+            let mr = pd
+                .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            // `b` first in the list: the number's lookup finds it before `a`.
+            let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let e = b.endpoint().unwrap();
+            b.connect(e).unwrap();
+            let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let e = a.endpoint().unwrap();
+            a.connect(e).unwrap();
+            let mut out = [Completion::default(); 4];
+            // The poller's list read (both QPs in it).
+            assert_eq!(cq.poll(&mut out), 0, "{api} many={many}");
+            b.write_inline(&[7; 8], mr.remote(0).unwrap(), 41, PostFlags::UNSIGNALED)
+                .unwrap();
+            wait_landed(&mr, 0, 7, deadline, api);
+            a.write_inline(&[5; 8], mr.remote(8).unwrap(), 1, PostFlags::SIGNALED)
+                .unwrap();
+            wait_landed(&mr, 8, 5, deadline, api);
+            let poller = cq.verbs_poller().expect("the verbs path");
+            let (aq, bq) = (a.qpn(), b.qpn());
+            let b_sq = {
+                let list = poller.registry.lock();
+                let q = list.iter().find(|q| q.qpn == bq).unwrap();
+                q.sq.clone().expect("a send queue")
+            };
+            let retired = b_sq.retired();
+            // The list as current (no refresh would undo the renaming), then renamed.
+            poller.skip_refresh();
+            poller.renumber(aq, NOBODY);
+            poller.renumber(bq, aq);
+            let mut got = 0;
+            while got == 0 && std::time::Instant::now() < deadline {
+                got = match many {
+                    false => cq.poll(&mut out[..1]),
+                    true => cq.poll(&mut out),
+                };
+            }
+            let reported = (got == 1).then(|| (out[0].cookie, out[0].opcode, out[0].qpn));
+            if reported != Some((1, WcOpcode::RdmaWrite, aq)) || b_sq.retired() != retired {
+                wrong.push(format!(
+                    "{api} many={many}: {got} {:?}, the new QP's queue retired {} -> {}",
+                    &out[..got.min(4)],
+                    retired,
+                    b_sq.retired()
+                ));
+            }
+            drop(a);
+            drop(b);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the old QP's completion was credited to the QP under its number in the list: {wrong:?}"
     );
 }
 

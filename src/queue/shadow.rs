@@ -123,6 +123,9 @@ pub(crate) struct Shadow<T> {
     /// `VerbsSendQueue::refill_room`), so every position posted since lies within a ring of
     /// this one, and so does the retired position and the first error.
     base: AtomicU64,
+    /// Which queue this is, as its poster marks its requests (the verbs path's
+    /// `wr_id`s, `crate::verbs::incarnation`); 0 when it does not.
+    tag: u64,
 }
 
 /// Where a [`Shadow`]'s entries are and its index mask ([`Shadow::ring`]): a poller that
@@ -166,6 +169,7 @@ unsafe impl<T: Send> Send for Shadow<T> {}
 impl<T: Copy + Default> Shadow<T> {
     pub(crate) fn new(cnt: u32) -> Shadow<T> {
         Shadow {
+            tag: 0,
             mask: cnt - 1,
             entries: (0..cnt).map(|_| UnsafeCell::new(T::default())).collect(),
             retired: AtomicU16::new(0),
@@ -173,6 +177,18 @@ impl<T: Copy + Default> Shadow<T> {
             first_error: AtomicU64::new(NO_ERROR),
             base: AtomicU64::new(0),
         }
+    }
+
+    /// The same shadow, whose poster marks its requests with `tag` ([`Shadow::tag`]).
+    pub(crate) fn with_tag(mut self, tag: u64) -> Shadow<T> {
+        self.tag = tag;
+        self
+    }
+
+    /// Which queue this is, as its poster marks its requests (0 when it does not).
+    #[inline(always)]
+    pub(crate) fn tag(&self) -> u64 {
+        self.tag
     }
 
     /// The entries as a raw array of `cnt` (for a poster that indexes them itself; the

@@ -69,6 +69,13 @@ impl SrqShared {
         }
     }
 
+    /// The same, whose poster marks its receives with `tag` (the verbs path's incarnation:
+    /// [`Shadow::tag`] of `cookies`).
+    pub(crate) fn with_tag(mut self, tag: u64) -> SrqShared {
+        self.cookies = self.cookies.with_tag(tag);
+        self
+    }
+
     /// The same, whose page-faulted receives `writer` posts again.
     pub(crate) fn with_repost(mut self, writer: Arc<dyn Repost>) -> SrqShared {
         self.repost = Some(writer);

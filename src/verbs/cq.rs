@@ -4,6 +4,7 @@
 
 use super::calls::PollCq;
 use super::ex::{LateWc, PollOps, VerbsApi, WcRead, EMPTY};
+use super::incarnation;
 use super::rq::{RECV_TAG, UD_TAG};
 use crate::completion::WcStatus;
 use crate::completion::{Completion, WcOpcode};
@@ -43,13 +44,17 @@ pub struct VerbsCompletionQueue {
     slots: Arc<CqSlots>,
     cache: Vec<Attached>,
     gen: u32,
-    /// `cache[0]`'s QP number when it has a send queue, else [`NO_QPN`]: with
-    /// [`VerbsCompletionQueue::first_sq`], the usual completion (a successful send of a
-    /// CQ's one QP) is attributed with one compare, not the list's length, its first
-    /// entry's number and its send queue read and tested.
+    /// `cache[0]`'s QP number when it has a send queue, else [`NO_QPN`]: the usual
+    /// completion's QP number, written into it.
     first_qpn: u32,
+    /// `first_sq`'s incarnation ([`incarnation::NONE`] with no send queue): the usual
+    /// completion (a successful send of a CQ's one QP) is attributed by its `wr_id` alone,
+    /// with one compare (the bits above its position equal this: a send, not a receive,
+    /// of this very queue), not the QP number read (a call into the provider) and the
+    /// list's length, its first entry's number and its send queue read and tested.
+    first_tag: u64,
     /// `cache[0]`'s send queue when it has one (else [`VerbsCompletionQueue::no_sq`], never
-    /// used: no completion has the QP number [`NO_QPN`]).
+    /// used: no completion carries its incarnation, [`incarnation::NONE`]).
     first_sq: Arc<Shadow<SendEntry>>,
     /// `first_sq`'s [`Ring`], set with it: the usual completion's entry read with one load
     /// less (`first_sq`'s address).
@@ -123,6 +128,7 @@ impl VerbsCompletionQueue {
             cache: Vec::new(),
             gen: u32::MAX,
             first_qpn: NO_QPN,
+            first_tag: incarnation::NONE,
             first_sq: no_sq.clone(),
             first_ring: no_sq.ring(),
             no_sq,
@@ -219,25 +225,18 @@ impl VerbsCompletionQueue {
         }
         // SAFETY: a completion is current until `end`.
         let wc = unsafe { ops.current() };
-        // The status and `wr_id` (fields of the `ibv_cq_ex`) tested before the QP number
-        // is read (a call into the provider): the CQ's pointer they are read through is
-        // then the call's argument already, not kept in a saved register and copied (one
-        // instruction). The usual completion here; any other in a function of its own:
-        // inlined, the receive's reads (calls into the provider) kept six registers saved
-        // for all.
-        let Some(seq) = sent(&wc) else {
+        // The usual completion by its status and `wr_id` (fields of the `ibv_cq_ex`), its
+        // QP number not read (a call into the provider); any other in a function of its
+        // own: inlined, the receive's reads (calls into the provider) kept six registers
+        // saved for all.
+        let Some(seq) = self.first_send(&wc) else {
             let qp_num = wc.qp_num();
             // SAFETY: the completion is current; the operations are there.
             return unsafe { self.poll_one_ex_not_first(qp_num, c) };
         };
-        let qp_num = wc.qp_num();
-        if qp_num != self.first_qpn {
-            // SAFETY: as above.
-            return unsafe { self.poll_one_ex_not_first(qp_num, c) };
-        }
         // SAFETY: `first_ring` is held `first_sq`'s; the reference is dropped in
         // `send_completion`, before the send is retired.
-        let keep = send_completion(unsafe { self.first_ring.entry(seq) }, qp_num, c);
+        let keep = send_completion(unsafe { self.first_ring.entry(seq) }, self.first_qpn, c);
         // SAFETY: start succeeded; ended once.
         unsafe { ops.end() };
         // The consumer index is published (`Retire`): the queue may have its room back.
@@ -319,9 +318,9 @@ impl VerbsCompletionQueue {
         }
         let wc = &self.wcs[0];
         // `ibv_poll_cq` has published the consumer index: retired at once.
-        let keep = match self.first_send(wc, wc.qp_num) {
+        let keep = match self.first_send(wc) {
             Some(seq) => {
-                complete_send::<ffi::ibv_wc>(&self.later, &self.first_sq, seq, wc.qp_num, c)
+                complete_send::<ffi::ibv_wc>(&self.later, &self.first_sq, seq, self.first_qpn, c)
             }
             None => self.complete_other(wc, wc.qp_num, c),
         };
@@ -542,6 +541,8 @@ impl VerbsCompletionQueue {
                 // The old queue let go (not kept alive here once the list dropped it).
                 None => (self.first_qpn, self.first_sq) = (NO_QPN, self.no_sq.clone()),
             }
+            // `no_sq`'s is `incarnation::NONE`, which no request's `wr_id` carries.
+            self.first_tag = self.first_sq.tag();
             self.first_ring = self.first_sq.ring();
         }
     }
@@ -567,12 +568,21 @@ impl VerbsCompletionQueue {
                 None => return self.complete_unknown(wc, qp_num, c),
             },
         };
-        complete_attached(&self.later, q, wc, qp_num, c)
+        match complete_attached(&self.later, q, wc, qp_num, c) {
+            Some(keep) => keep,
+            // Another incarnation of the number: a QP dropped after the poll read the
+            // list, its number given to a new QP whose completion this is, or a dropped
+            // QP's completion left in the CQ (rxe keeps them) read once the list has the
+            // new one.
+            None => self.complete_unknown(wc, qp_num, c),
+        }
     }
 
-    /// A completion of QP `qp_num`, which this poller's list does not have: a QP attached
-    /// after the poll read the list's generation (its completion written into `c` as any
-    /// other), or one no longer attached (nothing reported; when it is a receive of a
+    /// A completion of QP `qp_num`, which this poller's list does not have (not that
+    /// incarnation of the number: [`owns`]): a QP attached after the poll read the list's
+    /// generation (its completion written into `c` as any other; also when it took the
+    /// number of a QP dropped after that read), or one no longer attached (nothing
+    /// reported, also when a new QP has its number now; when it is a receive of a
     /// dropped QP that took its receives from an SRQ, a dead entry
     /// ([`crate::queue::registry::DEAD`]), the SRQ's slot is given back, and the regions
     /// it pinned). Both are looked up in the registry under its lock, never while the
@@ -589,18 +599,18 @@ impl VerbsCompletionQueue {
         }
         let dead = qp_num | crate::queue::registry::DEAD;
         let wr_id = wc.wr_id();
-        if let Some(q) = self.cache.iter().find(|a| a.qpn == dead) {
+        if let Some(q) = self.cache.iter().find(|a| a.qpn == dead && owns(a, wr_id)) {
             if wr_id & RECV_TAG != 0 {
                 take_recv::<W>(&self.later, q, wr_id as u16);
             }
             return false;
         }
         let list = self.registry.lock();
-        if let Some(q) = list.iter().find(|a| a.qpn == qp_num) {
-            // Attached after this poll read the list's generation.
-            return complete_attached(&self.later, q, wc, qp_num, c);
+        if let Some(q) = list.iter().find(|a| a.qpn == qp_num && owns(a, wr_id)) {
+            // Attached after this poll read the list's generation (`owns`: never None).
+            return complete_attached(&self.later, q, wc, qp_num, c).unwrap_or(false);
         }
-        if let Some(q) = list.iter().find(|a| a.qpn == dead) {
+        if let Some(q) = list.iter().find(|a| a.qpn == dead && owns(a, wr_id)) {
             // Buried after this poll read the list's generation.
             if wr_id & RECV_TAG != 0 {
                 take_recv::<W>(&self.later, q, wr_id as u16);
@@ -621,36 +631,56 @@ impl VerbsCompletionQueue {
         }
     }
 
-    /// Whether `wc` (of QP `qp_num`) is the usual completion, a successful send of the
-    /// first queue (a CQ of one QP, the latency case): Some(its send's position in
-    /// `first_sq`), for [`complete_send`] or [`send_completion`]; None for any other.
+    /// Whether `wc` is the usual completion, a successful send of the first queue (a CQ of
+    /// one QP, the latency case): Some(its send's position in `first_sq`), for
+    /// [`complete_send`] or [`send_completion`]; None for any other. By its `wr_id`
+    /// alone: the bits above the position are `first_sq`'s incarnation, which no other
+    /// queue's requests carry (nor a receive's: [`RECV_TAG`] is not among them), so the
+    /// QP number is not read.
     #[inline(always)]
-    fn first_send(&self, wc: &impl WcRead, qp_num: u32) -> Option<u16> {
-        // `first_qpn` is `cache[0]`'s number only when it has a send queue (`first_sq`).
-        if qp_num != self.first_qpn {
+    fn first_send(&self, wc: &impl WcRead) -> Option<u16> {
+        if wc.status() != ffi::ibv_wc_status::IBV_WC_SUCCESS {
             return None;
         }
-        sent(wc)
+        let wr_id = wc.wr_id();
+        if wr_id & !0xffff != self.first_tag {
+            return None;
+        }
+        Some(wr_id as u16)
     }
 }
 
-/// Whether `wc` is a successful send (not a receive: no [`RECV_TAG`]): Some(its position in
-/// its send queue), of whichever QP; [`VerbsCompletionQueue::first_send`] with the QP's
-/// number compared apart.
+/// Whether the completion whose `wr_id` is `wr_id` is of the queues of `q` (found by its
+/// QP number), not of another incarnation of the number: the bits of `wr_id` above its
+/// position (the receive tags and the queue's incarnation, `incarnation`) are the tag of
+/// the side they name, the send queue or the receive queue or SRQ. A side `q` does not
+/// have is not checked ([`complete_attached`] reports nothing for it).
 #[inline(always)]
-fn sent(wc: &impl WcRead) -> Option<u16> {
-    if wc.status() != ffi::ibv_wc_status::IBV_WC_SUCCESS {
-        return None;
-    }
-    let wr_id = wc.wr_id();
+fn owns(q: &Attached, wr_id: u64) -> bool {
     if wr_id & RECV_TAG != 0 {
-        return None;
+        return receives(q, wr_id);
     }
-    Some(wr_id as u16)
+    match &q.sq {
+        Some(sq) => wr_id & !0xffff == sq.tag(),
+        None => true,
+    }
+}
+
+/// [`owns`] of a receive's completion (`wr_id` carries [`RECV_TAG`]).
+#[inline(always)]
+fn receives(q: &Attached, wr_id: u64) -> bool {
+    let side = match (&q.rq, &q.srq) {
+        (Some(rq), _) => rq.tag(),
+        (None, Some(srq)) => srq.cookies.tag(),
+        (None, None) => return true,
+    };
+    wr_id & !0xffff == side
 }
 
 /// [`VerbsCompletionQueue::complete_qp`] of a completion of attached queue `q` (QP
-/// `qp_num`).
+/// `qp_num`): whether `c` holds a completion, or None (nothing done) when the completion
+/// is of another incarnation of the number ([`owns`]), checked where the side it names is
+/// read anyway.
 #[inline(always)]
 fn complete_attached<W: WcRead>(
     later: &Cell<Retire>,
@@ -658,21 +688,30 @@ fn complete_attached<W: WcRead>(
     wc: &W,
     qp_num: u32,
     c: &mut Completion,
-) -> bool {
+) -> Option<bool> {
     let status = wc.status();
     let wr_id = wc.wr_id();
     let seq = wr_id as u16;
     if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+        if !owns(q, wr_id) {
+            return None;
+        }
         let vendor_err = wc.vendor_err();
-        return complete_error::<W>(later, q, wr_id, status, vendor_err, c);
+        return Some(complete_error::<W>(later, q, wr_id, status, vendor_err, c));
     }
     if wr_id & RECV_TAG != 0 {
-        return complete_recv(later, q, wc, wr_id, qp_num, c);
+        if !receives(q, wr_id) {
+            return None;
+        }
+        return Some(complete_recv(later, q, wc, wr_id, qp_num, c));
     }
     let Some(sq) = q.sq.as_ref() else {
-        return false;
+        return Some(false);
     };
-    complete_send::<W>(later, sq, seq, qp_num, c)
+    if wr_id & !0xffff != sq.tag() {
+        return None;
+    }
+    Some(complete_send::<W>(later, sq, seq, qp_num, c))
 }
 
 /// Writes the completion of the successful send `seq` of send queue `sq` (QP `qp_num`)

@@ -22,6 +22,7 @@ pub mod cq;
 pub mod device;
 pub mod ex;
 pub(crate) mod fd;
+pub(crate) mod incarnation;
 pub mod objects;
 #[cfg(feature = "internals")]
 pub mod probe;

@@ -14,8 +14,9 @@ use mlx5::request::Sge;
 use rdma_sys as ffi;
 use std::sync::Arc;
 
-/// Marks a receive's `wr_id` (its sequence number is in the low 16 bits): completions in
-/// error have no valid opcode, and this is how they are attributed to the right queue.
+/// Marks a receive's `wr_id` (its sequence number is in the low 16 bits, its queue's
+/// incarnation above them: `super::incarnation`): completions in error have no valid
+/// opcode, and this is how they are attributed to the right queue.
 pub(crate) const RECV_TAG: u64 = 1 << 63;
 
 /// Marks a UD QP's receive's `wr_id` (with [`RECV_TAG`]): its completion carries the
@@ -41,7 +42,9 @@ pub struct VerbsRecvQueue {
     /// or the caller's one entry ([`VerbsRecvQueue::post_one`]). Its `num_sge` is 1
     /// between posts (the usual receive's: [`VerbsRecvQueue::post`] puts it back).
     wr: ffi::ibv_recv_wr,
-    /// [`RECV_TAG`], with [`UD_TAG`] on a UD QP.
+    /// [`RECV_TAG`] (with [`UD_TAG`] on a UD QP) and this queue's incarnation
+    /// (`super::incarnation`): each receive's `wr_id` is its position and this, `shadow`'s
+    /// tag.
     tag: u64,
     /// The CQ entries this queue holds (None: not accounted).
     cq_share: Option<CqShare>,
@@ -134,6 +137,12 @@ pub(crate) fn fill_recv_sges(sges: &mut [ffi::ibv_sge], sgl: &[Sge]) -> Result<u
 impl VerbsRecvQueue {
     /// The receive queue of `qp`.
     pub fn new(qp: Arc<Qp>) -> VerbsRecvQueue {
+        VerbsRecvQueue::marked(qp, RECV_TAG)
+    }
+
+    /// The receive queue of `qp` whose receives' `wr_id`s carry `tags` ([`RECV_TAG`], with
+    /// [`UD_TAG`] on a UD QP) and the queue's incarnation.
+    fn marked(qp: Arc<Qp>, tags: u64) -> VerbsRecvQueue {
         let caps = qp.caps;
         let max_sge = caps.max_recv_sge.max(1) as usize;
         let (sges, wr) = prepared_recv(max_sge);
@@ -141,7 +150,10 @@ impl VerbsRecvQueue {
         let scatter = Arc::new(ScatterTable::new(cnt, max_sge));
         // Kept by the QP until it is destroyed (a QP has one receive queue).
         let _ = qp.recv_targets.set(scatter.clone());
-        let shadow = Arc::new(Shadow::new(cnt));
+        // What each receive's `wr_id` carries above its position: the tags and this
+        // queue's incarnation (the shadow's tag, by which the poller checks it).
+        let tag = tags | super::incarnation::next();
+        let shadow = Arc::new(Shadow::new(cnt).with_tag(tag));
         VerbsRecvQueue {
             // SAFETY: `qp` is live while this queue holds it (`qp` below), and the call is
             // made only through this queue.
@@ -153,7 +165,7 @@ impl VerbsRecvQueue {
             seq: 0,
             sges,
             wr: ffi::ibv_recv_wr { num_sge: 1, ..*wr },
-            tag: RECV_TAG,
+            tag,
             cq_share: None,
             places: scatter.pinned_places(),
             scatter,
@@ -176,9 +188,7 @@ impl VerbsRecvQueue {
     /// The receive queue of the UD QP `qp`: its completions carry the sender's QP number
     /// and the GRH flag.
     pub fn new_ud(qp: Arc<Qp>) -> VerbsRecvQueue {
-        let mut q = VerbsRecvQueue::new(qp);
-        q.tag = RECV_TAG | UD_TAG;
-        q
+        VerbsRecvQueue::marked(qp, RECV_TAG | UD_TAG)
     }
 
     /// Accounts this queue's receives against the entries of the CQ they complete on.

@@ -46,6 +46,9 @@ pub struct VerbsSendQueue {
     max_inline: usize,
     pub(crate) shadow: Arc<Shadow<SendEntry>>,
     seq: u16,
+    /// This queue's incarnation (`shadow`'s tag): every request's `wr_id` is its position
+    /// and this ([`VerbsSendQueue::wr_id`]).
+    tag: u64,
     unsignaled: u32,
     /// `unsignaled` before the last request posted straight (`post_single_now`): what
     /// `unpost` puts back when rdma-core refuses it.
@@ -113,14 +116,16 @@ impl VerbsSendQueue {
             == ffi::ibv_transport_type::IBV_TRANSPORT_IWARP;
         let entries = caps.max_send_wr.max(1).next_power_of_two();
         let max_sge = caps.max_send_sge.max(1) as usize;
+        let tag = super::incarnation::next();
         VerbsSendQueue {
             send_ops: qp.send_ops,
             cap: caps.max_send_wr,
             room_end: 0,
             max_sge,
             max_inline: caps.max_inline as usize,
-            shadow: Arc::new(Shadow::new(entries.max(16))),
+            shadow: Arc::new(Shadow::new(entries.max(16)).with_tag(tag)),
             seq: 0,
+            tag,
             unsignaled: 0,
             unsignaled_before: 0,
             fence_next: fence_all,
@@ -456,8 +461,9 @@ impl VerbsSendQueue {
         // Field by field into the slot: the unions a request does not use (XRC; bind and
         // TSO but for a bind) are not read for its opcode.
         let sg_list = self.sges[slot * self.max_sge..].as_mut_ptr();
+        let wr_id = self.wr_id(self.seq);
         let w = &mut self.wrs[slot];
-        w.wr_id = self.seq as u64;
+        w.wr_id = wr_id;
         w.next = std::ptr::null_mut();
         w.sg_list = sg_list;
         w.num_sge = nsge as i32;
@@ -570,6 +576,14 @@ impl VerbsSendQueue {
     /// The sequence number the next request gets (the last one's plus one).
     pub(crate) fn position(&self) -> u16 {
         self.seq
+    }
+
+    /// The `wr_id` of the request at position `seq`: the position, and this queue's
+    /// incarnation (`super::incarnation`), by which the poller tells its completions from
+    /// those of a queue that had its QP number before.
+    #[inline(always)]
+    pub(super) fn wr_id(&self, seq: u16) -> u64 {
+        seq as u64 | self.tag
     }
 
     /// Drops the queued requests (a batch that was not rung).

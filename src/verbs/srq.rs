@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 pub use super::objects::Srq;
 
-/// Marks an SRQ receive's `wr_id` (as a QP's receives: its slot is in the low 16 bits).
+/// Marks an SRQ receive's `wr_id` (as a QP's receives: its slot is in the low 16 bits, the
+/// SRQ's incarnation above them: `super::incarnation`).
 pub(crate) const SRQ_RECV_TAG: u64 = super::rq::RECV_TAG;
 
 /// The verbs path's poster of an SRQ.
@@ -64,7 +65,10 @@ impl VerbsSrq {
         let max_sge = srq.max_sge.max(1) as usize;
         let (sges, wr) = super::rq::prepared_recv(max_sge);
         VerbsSrq {
-            shared: Arc::new(SrqShared::new(srqn, cap.next_power_of_two(), max_sge)),
+            shared: Arc::new(
+                SrqShared::new(srqn, cap.next_power_of_two(), max_sge)
+                    .with_tag(SRQ_RECV_TAG | super::incarnation::next()),
+            ),
             srq,
             cap,
             max_sge,
@@ -143,7 +147,8 @@ impl VerbsSrq {
                 return Err(crate::queue::scatter::not_cpu_writable(lkey));
             }
         }
-        self.wr.wr_id = slot as u64 | SRQ_RECV_TAG;
+        // The tag and the SRQ's incarnation (the cookies' tag: `super::incarnation`).
+        self.wr.wr_id = slot as u64 | self.shared.cookies.tag();
         self.wr.num_sge = n as i32;
         self.shared.cookies.set(slot, cookie);
         let mut bad = std::ptr::null_mut();

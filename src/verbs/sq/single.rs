@@ -357,7 +357,7 @@ impl VerbsSendQueue {
             // serialises posting.
             Some(ops) => unsafe {
                 ops.post_one(
-                    seq as u64,
+                    self.wr_id(seq),
                     send_flags,
                     one.opcode,
                     one.remote.rkey,
@@ -381,8 +381,9 @@ impl VerbsSendQueue {
         let mut buf = one.buf;
         // Nothing is queued: the first work request is free. The fields the opcode reads
         // are set; the others are not read for it.
+        let wr_id = self.wr_id(seq);
         let w = &mut self.wrs[0];
-        w.wr_id = seq as u64;
+        w.wr_id = wr_id;
         w.next = std::ptr::null_mut();
         w.sg_list = &mut buf;
         // No gather entry for no bytes (a write or send with immediate only).

@@ -135,7 +135,7 @@ impl VerbsSendQueue {
             send_flags |= ffi::ibv_send_flags::IBV_SEND_FENCE.0;
         }
         let mut bind = ffi::ibv_mw_bind {
-            wr_id: self.seq as u64,
+            wr_id: self.wr_id(self.seq),
             send_flags,
             bind_info: ffi::ibv_mw_bind_info {
                 mr,
