@@ -1044,17 +1044,27 @@ fn a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_
 /// old QP `a` is read (a list read again after the provider's call, as fb3afa7's poller did;
 /// or a dropped QP's completion left in the CQ, as rxe leaves them, read after the number
 /// came back). Shown without a window: the poller's list is renamed (`renumber`: `a` under
-/// a number no QP has, `b` under `a`'s), while the registry keeps both as they are. The
-/// completion is `a`'s, reported with its cookie; `b`'s unsignaled request is not retired
-/// by it. Before each `wr_id` carried its queue's incarnation (`crate::verbs::incarnation`)
-/// the poller credited it to `b` (a moderation completion there: `a`'s completion never
-/// reported), on both APIs, one at a time and into a larger array.
+/// a number no QP has, `b` under `a`'s), while the registry keeps both as they are. Each
+/// kind of completion, each checked where the side it names is read: `a`'s successful
+/// write, its receive, its write in error. The completion is `a`'s, reported with its
+/// cookie and status; neither of `b`'s queues is retired by it (`b` has an unsignaled write
+/// outstanding and a receive posted). Before each `wr_id` carried its queue's incarnation
+/// (`crate::verbs::incarnation`) the poller credited it to `b` (the write a moderation
+/// completion of `b`'s, the receive `b`'s, the error `b`'s write's), on both APIs, one at a
+/// time and into a larger array.
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones() {
-    use crate::{Access, Completion, CqOptions, PostFlags, PostSend, QueuePair, WcOpcode};
+    use crate::{Access, Completion, CqOptions, Payload, PostFlags, PostSend, QueuePair};
+    use crate::{WcOpcode, WcStatus};
     /// A number no QP has (above the kernel model's, below 2^24).
     const NOBODY: u32 = 0xff_fff0;
+    #[derive(Copy, Clone, Debug)]
+    enum Kind {
+        Write,
+        Recv,
+        Error,
+    }
     let mut wrong = Vec::new();
     for api in ["extended", "legacy"] {
         let (_owner, dev) = match api {
@@ -1065,7 +1075,10 @@ fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones(
                 (owner, dev)
             }
         };
-        for many in [false, true] {
+        for (many, kind) in [false, true]
+            .into_iter()
+            .flat_map(|m| [Kind::Write, Kind::Recv, Kind::Error].map(|k| (m, k)))
+        {
             let pd = dev.alloc_pd().unwrap();
             std::env::set_var("BLUEFLAME_PATH", "verbs");
             std::env::set_var("BLUEFLAME_VERBS_API", api);
@@ -1075,6 +1088,7 @@ fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones(
             let mr = pd
                 .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
                 .unwrap();
+            let ro = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             // `b` first in the list: the number's lookup finds it before `a`.
             let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
@@ -1086,20 +1100,38 @@ fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones(
             let mut out = [Completion::default(); 4];
             // The poller's list read (both QPs in it).
             assert_eq!(cq.poll(&mut out), 0, "{api} many={many}");
+            b.post_recv(&[mr.sge(32, 8).unwrap()], 42).unwrap();
             b.write_inline(&[7; 8], mr.remote(0).unwrap(), 41, PostFlags::UNSIGNALED)
                 .unwrap();
             wait_landed(&mr, 0, 7, deadline, api);
-            a.write_inline(&[5; 8], mr.remote(8).unwrap(), 1, PostFlags::SIGNALED)
-                .unwrap();
-            wait_landed(&mr, 8, 5, deadline, api);
+            let want = match kind {
+                Kind::Write => {
+                    a.write_inline(&[5; 8], mr.remote(8).unwrap(), 1, PostFlags::SIGNALED)
+                        .unwrap();
+                    (1, WcOpcode::RdmaWrite, WcStatus::Success)
+                }
+                Kind::Recv => {
+                    a.post_recv(&[mr.sge(48, 8).unwrap()], 2).unwrap();
+                    a.send(Payload::Inline(&[5; 8]), 3, PostFlags::UNSIGNALED)
+                        .unwrap();
+                    (2, WcOpcode::Recv, WcStatus::Success)
+                }
+                Kind::Error => {
+                    a.write_inline(&[5; 8], ro.remote(0).unwrap(), 5, PostFlags::SIGNALED)
+                        .unwrap();
+                    (5, WcOpcode::RdmaWrite, WcStatus::RemAccessErr)
+                }
+            };
+            // The poll below waits for the completion (a received message lands only when
+            // polled: libmlx5 copies one this small from the CQE then).
             let poller = cq.verbs_poller().expect("the verbs path");
             let (aq, bq) = (a.qpn(), b.qpn());
-            let b_sq = {
+            let (b_sq, b_rq) = {
                 let list = poller.registry.lock();
                 let q = list.iter().find(|q| q.qpn == bq).unwrap();
-                q.sq.clone().expect("a send queue")
+                (q.sq.clone().unwrap(), q.rq.clone().unwrap())
             };
-            let retired = b_sq.retired();
+            let retired = (b_sq.retired(), b_rq.retired());
             // The list as current (no refresh would undo the renaming), then renamed.
             poller.skip_refresh();
             poller.renumber(aq, NOBODY);
@@ -1111,13 +1143,18 @@ fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones(
                     true => cq.poll(&mut out),
                 };
             }
-            let reported = (got == 1).then(|| (out[0].cookie, out[0].opcode, out[0].qpn));
-            if reported != Some((1, WcOpcode::RdmaWrite, aq)) || b_sq.retired() != retired {
+            let reported = (got == 1).then(|| {
+                let c = &out[0];
+                // An error's opcode is not reported (not defined for it).
+                let opcode = if c.is_ok() { c.opcode } else { want.1 };
+                (c.cookie, opcode, c.status, c.qpn)
+            });
+            let now = (b_sq.retired(), b_rq.retired());
+            if reported != Some((want.0, want.1, want.2, aq)) || now != retired {
                 wrong.push(format!(
-                    "{api} many={many}: {got} {:?}, the new QP's queue retired {} -> {}",
+                    "{api} many={many} {kind:?}: {got} {:?}, the new QP's queues retired \
+                     {retired:?} -> {now:?}",
                     &out[..got.min(4)],
-                    retired,
-                    b_sq.retired()
                 ));
             }
             drop(a);
