@@ -293,7 +293,7 @@ fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
 
 /// A request posted straight (one request, nothing queued) that rdma-core refuses leaves
 /// the verbs send queue as it was before it (`unpost`): its position (the next request is
-/// posted with the refused one's sequence number as `wr_id`, the room is as before, and no
+/// posted with the refused one's sequence number in its `wr_id`, the room is as before, and no
 /// work is left outstanding: a region dropped then is deregistered at once) and its
 /// completion moderation (the request the queue signals in a run of unsignaled ones is the
 /// same as in a run without the refusals). On the classic API the model's `post_send`
@@ -315,7 +315,8 @@ fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
     ) -> *mut ffi::ibv_qp;
     /// The next request is refused.
     static REFUSE: AtomicBool = AtomicBool::new(false);
-    /// `(qp_num, wr_id, signaled)` of each request posted.
+    /// `(qp_num, position, signaled)` of each request posted (the position: the low 16
+    /// bits of its `wr_id`).
     static POSTED: Mutex<Vec<(u32, u64, bool)>> = Mutex::new(Vec::new());
     static REAL_POST: OnceLock<PostSendFn> = OnceLock::new();
     static REAL_CREATE: OnceLock<CreateQpExFn> = OnceLock::new();
@@ -327,7 +328,11 @@ fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
             return false;
         }
         let signaled = flags & ffi::ibv_send_flags::IBV_SEND_SIGNALED.0 != 0;
-        POSTED.lock().unwrap().push((qp_num, wr_id, signaled));
+        // The request's position (the queue's incarnation above it differs between runs).
+        POSTED
+            .lock()
+            .unwrap()
+            .push((qp_num, wr_id & 0xffff, signaled));
         true
     }
     unsafe extern "C" fn post_send(
