@@ -53,6 +53,11 @@ pub struct VerbsCompletionQueue {
     /// of this very queue), not the QP number read (a call into the provider) and the
     /// list's length, its first entry's number and its send queue read and tested.
     first_tag: u64,
+    /// The tag of `cache[0]`'s receive queue when it has one of its own (the receive tags
+    /// and its incarnation: what its receives' `wr_id`s carry above their positions), else
+    /// [`incarnation::NONE`]: its receives (a ping-pong's) attributed by `wr_id` alone
+    /// ([`VerbsCompletionQueue::complete`]).
+    first_rq_tag: u64,
     /// `cache[0]`'s send queue when it has one (else [`VerbsCompletionQueue::no_sq`], never
     /// used: no completion carries its incarnation, [`incarnation::NONE`]).
     first_sq: Arc<Shadow<SendEntry>>,
@@ -129,6 +134,7 @@ impl VerbsCompletionQueue {
             gen: u32::MAX,
             first_qpn: NO_QPN,
             first_tag: incarnation::NONE,
+            first_rq_tag: incarnation::NONE,
             first_sq: no_sq.clone(),
             first_ring: no_sq.ring(),
             no_sq,
@@ -230,9 +236,8 @@ impl VerbsCompletionQueue {
         // own: inlined, the receive's reads (calls into the provider) kept six registers
         // saved for all.
         let Some(seq) = self.first_send(&wc) else {
-            let qp_num = wc.qp_num();
             // SAFETY: the completion is current; the operations are there.
-            return unsafe { self.poll_one_ex_not_first(qp_num, c) };
+            return unsafe { self.poll_one_ex_not_first(c) };
         };
         // SAFETY: `first_ring` is held `first_sq`'s; the reference is dropped in
         // `send_completion`, before the send is retired.
@@ -251,18 +256,18 @@ impl VerbsCompletionQueue {
         self.poll_general(core::slice::from_mut(c))
     }
 
-    /// [`VerbsCompletionQueue::poll_one_ex`] of a completion that is not the usual one (of
-    /// QP `qp_num`: [`VerbsCompletionQueue::poll_one_ex_other`]), the general path polling
-    /// on after one that reports nothing.
+    /// [`VerbsCompletionQueue::poll_one_ex`] of a completion that is not the usual one
+    /// ([`VerbsCompletionQueue::poll_one_ex_other`]), the general path polling on after one
+    /// that reports nothing.
     ///
     /// # Safety
     /// Between a successful `ibv_start_poll` of this poller and its `ibv_end_poll` (which
     /// this function calls); the operations are there.
     #[inline(always)]
-    unsafe fn poll_one_ex_not_first(&mut self, qp_num: u32, c: &mut Completion) -> usize {
+    unsafe fn poll_one_ex_not_first(&mut self, c: &mut Completion) -> usize {
         // SAFETY: the caller's contract.
         let wc = unsafe { self.ops.as_ref().unwrap_unchecked().current() };
-        if self.poll_one_ex_other(&wc, qp_num, c) {
+        if self.poll_one_ex_other(&wc, c) {
             return 1;
         }
         self.poll_general(core::slice::from_mut(c))
@@ -271,13 +276,13 @@ impl VerbsCompletionQueue {
     /// [`VerbsCompletionQueue::poll_one_ex`] of a completion that is not the usual one,
     /// read between `ibv_start_poll` and `ibv_end_poll` (`wc`): `ibv_end_poll` is called
     /// here, then its retirement made ([`Retire`]) and a late completion finished; whether
-    /// `c` holds a completion. Cold and out of line, as [`Self::complete_other`] (which it
-    /// inlines): `keep`, kept across `ibv_end_poll` here, would have cost the usual
-    /// completion a saved register.
+    /// `c` holds a completion. Cold and out of line, as [`Self::complete_other`] (it
+    /// inlines [`Self::complete`]): `keep`, kept across `ibv_end_poll` here, would have
+    /// cost the usual completion a saved register.
     #[cold]
     #[inline(never)]
-    fn poll_one_ex_other(&self, wc: &impl WcRead, qp_num: u32, c: &mut Completion) -> bool {
-        let keep = self.complete_qp(wc, qp_num, c);
+    fn poll_one_ex_other(&self, wc: &impl WcRead, c: &mut Completion) -> bool {
+        let keep = self.complete(wc, c);
         // SAFETY: `poll_one_ex` started a poll that found a completion (`wc`, not read
         // from here on); ended once; the operations are there (its contract).
         unsafe { self.ops.as_ref().unwrap_unchecked().end() };
@@ -543,6 +548,11 @@ impl VerbsCompletionQueue {
             }
             // `no_sq`'s is `incarnation::NONE`, which no request's `wr_id` carries.
             self.first_tag = self.first_sq.tag();
+            self.first_rq_tag = self
+                .cache
+                .first()
+                .and_then(|a| a.rq.as_ref())
+                .map_or(incarnation::NONE, |rq| rq.tag());
             self.first_ring = self.first_sq.ring();
         }
     }
@@ -553,7 +563,29 @@ impl VerbsCompletionQueue {
     /// before it, or one of a QP no longer attached. Successes take this straight path,
     /// errors [`complete_error`].
     #[inline(always)]
-    fn complete(&self, wc: &impl WcRead, c: &mut Completion) -> bool {
+    fn complete<W: WcRead>(&self, wc: &W, c: &mut Completion) -> bool {
+        // The first queue's successful sends and receives by their `wr_id` alone (its
+        // incarnation, and the receive tags: no other queue's requests carry them), as the
+        // one-completion poll's usual completion: the QP number not read, the list not
+        // searched.
+        if wc.status() == ffi::ibv_wc_status::IBV_WC_SUCCESS {
+            let wr_id = wc.wr_id();
+            let tag = wr_id & !0xffff;
+            if tag == self.first_tag {
+                return complete_send::<W>(
+                    &self.later,
+                    &self.first_sq,
+                    wr_id as u16,
+                    self.first_qpn,
+                    c,
+                );
+            }
+            if tag == self.first_rq_tag {
+                if let Some(q) = self.cache.first() {
+                    return complete_recv(&self.later, q, wc, wr_id, q.qpn, c);
+                }
+            }
+        }
         self.complete_qp(wc, wc.qp_num(), c)
     }
 
