@@ -1172,6 +1172,145 @@ fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones(
     );
 }
 
+/// [`a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own`] when
+/// the dropped QP `a` used the CQ for the other side only: the poller's list, read before
+/// `a` was dropped and its number given to `b`, has `a` under the number without the queue
+/// that `b`'s completion names (`a`'s sends complete on another CQ and `b`'s write here, or
+/// `a`'s receives on another and `b`'s receive here; or `a` took its receives from an SRQ
+/// and was dropped before the list was read, which holds its dead entry,
+/// `crate::queue::registry::DEAD`, and `b`'s write completes here). The number finds `a`'s
+/// entry; a side it lacks is no evidence that the completion is `a`'s, and the completion
+/// is `b`'s: `b`'s successful write, its receive, its write in error, each reported with
+/// its cookie, status and QP number. Shown as the other cases show the reuse: the list as
+/// current, `a` renamed to `b`'s number in it (`renumber`; the registry keeps both). Before,
+/// the poller found `a`'s entry, saw it had no such queue and reported nothing: `b`'s
+/// signaled request never completed (extended and classic API, one at a time and into a
+/// larger array).
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn a_completion_of_a_qp_that_took_the_number_of_one_without_its_queue_on_the_cq_is_its_own() {
+    use crate::queue::registry::DEAD;
+    use crate::{Access, Completion, CqOptions, Payload, PostFlags, PostSend, QueuePair};
+    use crate::{SrqCaps, WcOpcode, WcStatus};
+    #[derive(Copy, Clone, Debug, PartialEq)]
+    enum Kind {
+        Write,
+        Recv,
+        Error,
+        /// `b`'s write, `a` dead (an SRQ's receiver).
+        Dead,
+    }
+    let mut wrong = Vec::new();
+    for api in ["extended", "legacy"] {
+        let (_owner, dev) = match api {
+            "extended" => verbs_extended_with(|_| {}),
+            _ => {
+                let owner = verbs_legacy();
+                let dev = device(&owner);
+                (owner, dev)
+            }
+        };
+        for (many, kind) in [false, true]
+            .into_iter()
+            .flat_map(|m| [Kind::Write, Kind::Recv, Kind::Error, Kind::Dead].map(|k| (m, k)))
+        {
+            let pd = dev.alloc_pd().unwrap();
+            std::env::set_var("BLUEFLAME_PATH", "verbs");
+            std::env::set_var("BLUEFLAME_VERBS_API", api);
+            let mut cq = dev.create_cq_with(&CqOptions::new(64)).unwrap();
+            let other = dev.create_cq_with(&CqOptions::new(64)).unwrap();
+            let srq = pd.create_srq(&cq, SrqCaps::default()).unwrap();
+            std::env::remove_var("BLUEFLAME_PATH");
+            std::env::remove_var("BLUEFLAME_VERBS_API");
+            let mr = pd
+                .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .unwrap();
+            let ro = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            // `a` on `cq` by the side `b`'s completion does not name; `b` by that side.
+            let recv = kind == Kind::Recv;
+            let caps = QpCaps::default();
+            let mut a = match kind {
+                Kind::Recv => pd.create_qp(&cq, &other, caps),
+                Kind::Dead => pd.create_qp_with_srq(&other, &srq, caps),
+                _ => pd.create_qp(&other, &cq, caps),
+            }
+            .unwrap();
+            let aq = a.qpn();
+            let e = a.endpoint().unwrap();
+            a.connect(e).unwrap();
+            // A dead `a` leaves its dead entry in the list (read below), under its number
+            // with DEAD.
+            let (a, old) = match kind {
+                Kind::Dead => {
+                    drop(a);
+                    (None, aq | DEAD)
+                }
+                _ => (Some(a), aq),
+            };
+            let mut out = [Completion::default(); 4];
+            // The poller's list read (`a` alone in it).
+            assert_eq!(cq.poll(&mut out), 0, "{api} many={many} {kind:?}");
+            let mut b = match recv {
+                true => pd.create_qp(&other, &cq, caps),
+                false => pd.create_qp(&cq, &other, caps),
+            }
+            .unwrap();
+            let e = b.endpoint().unwrap();
+            b.connect(e).unwrap();
+            let want = match kind {
+                Kind::Write | Kind::Dead => {
+                    b.write_inline(&[7; 8], mr.remote(0).unwrap(), 41, PostFlags::SIGNALED)
+                        .unwrap();
+                    wait_landed(&mr, 0, 7, deadline, api);
+                    (41, WcOpcode::RdmaWrite, WcStatus::Success)
+                }
+                Kind::Recv => {
+                    b.post_recv(&[mr.sge(48, 8).unwrap()], 42).unwrap();
+                    b.send(Payload::Inline(&[5; 8]), 43, PostFlags::UNSIGNALED)
+                        .unwrap();
+                    (42, WcOpcode::Recv, WcStatus::Success)
+                }
+                Kind::Error => {
+                    b.write_inline(&[5; 8], ro.remote(0).unwrap(), 45, PostFlags::SIGNALED)
+                        .unwrap();
+                    (45, WcOpcode::RdmaWrite, WcStatus::RemAccessErr)
+                }
+            };
+            let poller = cq.verbs_poller().expect("the verbs path");
+            let bq = b.qpn();
+            // The list as current (no refresh would undo the renaming), `a` under `b`'s
+            // number: a list read before `a` was dropped and `b` given its number.
+            poller.skip_refresh();
+            poller.renumber(old, old & DEAD | bq);
+            let mut got = 0;
+            while got == 0 && std::time::Instant::now() < deadline {
+                got = match many {
+                    false => cq.poll(&mut out[..1]),
+                    true => cq.poll(&mut out),
+                };
+            }
+            let reported = (got == 1).then(|| {
+                let c = &out[0];
+                // An error's opcode is not reported (not defined for it).
+                let opcode = if c.is_ok() { c.opcode } else { want.1 };
+                (c.cookie, opcode, c.status, c.qpn)
+            });
+            if reported != Some((want.0, want.1, want.2, bq)) {
+                wrong.push(format!(
+                    "{api} many={many} {kind:?}: {got} {:?}",
+                    &out[..got.min(4)]
+                ));
+            }
+            drop((a, b, srq));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the new QP's completion was lost on the old QP's entry without its queue: {wrong:?}"
+    );
+}
+
 /// The verbs path's extended poller gives a queue its room back (retires its requests, an
 /// SRQ its slots) only after `ibv_end_poll`: libmlx5 publishes the CQ's consumer index
 /// there (`mlx5_end_poll` -> `update_cons_index`), rxe too (`cq_end_poll`), so a request

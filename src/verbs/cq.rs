@@ -685,8 +685,13 @@ impl VerbsCompletionQueue {
 /// Whether the completion whose `wr_id` is `wr_id` is of the queues of `q` (found by its
 /// QP number), not of another incarnation of the number: the bits of `wr_id` above its
 /// position (the receive tags and the queue's incarnation, `incarnation`) are the tag of
-/// the side they name, the send queue or the receive queue or SRQ. A side `q` does not
-/// have is not checked ([`complete_attached`] reports nothing for it).
+/// the side they name, the send queue or the receive queue or SRQ. Never when `q` lacks
+/// that side: a QP's queues are all attached before it can complete, so the completion is
+/// of another incarnation of the number, whose queue the registry has (the poller's list,
+/// read before a QP that completed here by its other side only was dropped, or with the
+/// dead entry of one that took its receives from an SRQ, [`crate::queue::registry::DEAD`],
+/// holds it under the number another QP took, whose completion this is): reported as
+/// nothing, that QP's signaled request would never complete.
 #[inline(always)]
 fn owns(q: &Attached, wr_id: u64) -> bool {
     if wr_id & RECV_TAG != 0 {
@@ -694,7 +699,7 @@ fn owns(q: &Attached, wr_id: u64) -> bool {
     }
     match &q.sq {
         Some(sq) => wr_id & !0xffff == sq.tag(),
-        None => true,
+        None => false,
     }
 }
 
@@ -704,7 +709,7 @@ fn receives(q: &Attached, wr_id: u64) -> bool {
     let side = match (&q.rq, &q.srq) {
         (Some(rq), _) => rq.tag(),
         (None, Some(srq)) => srq.cookies.tag(),
-        (None, None) => return true,
+        (None, None) => return false,
     };
     wr_id & !0xffff == side
 }
@@ -737,9 +742,8 @@ fn complete_attached<W: WcRead>(
         }
         return Some(complete_recv(later, q, wc, wr_id, qp_num, c));
     }
-    let Some(sq) = q.sq.as_ref() else {
-        return Some(false);
-    };
+    // Without a send queue, not `q`'s either ([`owns`]).
+    let sq = q.sq.as_ref()?;
     if wr_id & !0xffff != sq.tag() {
         return None;
     }
@@ -1051,5 +1055,76 @@ mod tests {
             srq: None,
         };
         assert!(!complete_recv(&later, &none, &wc, RECV_TAG, 6, &mut c));
+    }
+
+    /// An entry without the side a completion names does not own it ([`owns`]): the
+    /// completion of a QP that took the number of a dropped QP that completed here by its
+    /// other side only is not reported as nothing (`complete_attached` says None, and the
+    /// poller looks it up in the registry). A successful send, a receive and an error of
+    /// each, on an entry with the other side only; with the side, its own.
+    #[test]
+    fn a_completion_of_a_side_the_entry_lacks_is_not_its() {
+        let sq = Arc::new(Shadow::<SendEntry>::new(16).with_tag(incarnation::next()));
+        let rq = Arc::new(Shadow::<u64>::new(16).with_tag(RECV_TAG | incarnation::next()));
+        sq.set(
+            0,
+            SendEntry {
+                bbs: 1,
+                ..SendEntry::default()
+            },
+        );
+        let entry = |sq: Option<&Arc<Shadow<SendEntry>>>, rq: Option<&Arc<Shadow<u64>>>| Attached {
+            qpn: 5,
+            sq: sq.cloned(),
+            rq: rq.cloned(),
+            scatter: None,
+            srq: None,
+        };
+        let (send_only, recv_only) = (entry(Some(&sq), None), entry(None, Some(&rq)));
+        let wc = |wr_id, status| LateWc {
+            wr_id,
+            status,
+            qp_num: 5,
+            ..LateWc::default()
+        };
+        let ok = ffi::ibv_wc_status::IBV_WC_SUCCESS;
+        let err = ffi::ibv_wc_status::IBV_WC_REM_ACCESS_ERR;
+        let later = Cell::new(Retire::Nothing);
+        let mut c = Completion::default();
+        for (what, q, wc) in [
+            (
+                "a send on a receive-only entry",
+                &recv_only,
+                wc(sq.tag(), ok),
+            ),
+            (
+                "a send error on a receive-only entry",
+                &recv_only,
+                wc(sq.tag(), err),
+            ),
+            (
+                "a receive on a send-only entry",
+                &send_only,
+                wc(rq.tag(), ok),
+            ),
+            (
+                "a receive error on a send-only entry",
+                &send_only,
+                wc(rq.tag(), err),
+            ),
+        ] {
+            assert_eq!(complete_attached(&later, q, &wc, 5, &mut c), None, "{what}");
+        }
+        assert_eq!((sq.retired(), rq.retired()), (0, 0));
+        // Its own side: its own (a moderation completion of the send; the receive).
+        let both = entry(Some(&sq), Some(&rq));
+        assert_eq!(
+            complete_attached(&later, &both, &wc(sq.tag(), ok), 5, &mut c),
+            Some(false)
+        );
+        assert_eq!(
+            complete_attached(&later, &both, &wc(rq.tag(), ok), 5, &mut c),
+            Some(true)
+        );
     }
 }

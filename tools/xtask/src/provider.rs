@@ -73,6 +73,7 @@ const LIB_CASES: &[&str] = &[
     "model_cases::a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_new_qps",
     "model_cases::a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own",
     "model_cases::a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones",
+    "model_cases::a_completion_of_a_qp_that_took_the_number_of_one_without_its_queue_on_the_cq_is_its_own",
     "model_cases::a_verbs_receive_of_one_entry_after_one_of_two_has_one_entry",
     "model_cases::a_straight_post_waits_for_connect_a_queued_batch_and_an_armed_fence",
 ];
