@@ -94,9 +94,9 @@ impl Registry {
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
         // A QP that got a dead one's number: the dead entry goes (the verbs poller tells
         // the dead one's completions from the new one's by their `wr_id`'s incarnation,
-        // `crate::verbs::incarnation`, but a receive of the same SRQ is the SRQ's either
-        // way; rdma-core's CQ had them all consumed or cleaned by now in practice: the
-        // number came back after the old QP was destroyed).
+        // `crate::verbs::incarnation`, but not a receive of the same SRQ, which it takes
+        // for the new QP's; rdma-core's CQ had them all consumed or cleaned by now in
+        // practice: the number came back after the old QP was destroyed, `defer`).
         l.retain(|x| x.qpn != a.qpn | DEAD);
         match l.iter_mut().find(|x| x.qpn == a.qpn) {
             Some(x) => {

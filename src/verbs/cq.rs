@@ -631,19 +631,18 @@ impl VerbsCompletionQueue {
         }
         let dead = qp_num | crate::queue::registry::DEAD;
         let wr_id = wc.wr_id();
-        if let Some(q) = self.cache.iter().find(|a| a.qpn == dead && owns(a, wr_id)) {
-            if wr_id & RECV_TAG != 0 {
-                take_recv::<W>(&self.later, q, wr_id as u16);
-            }
-            return false;
-        }
         let list = self.registry.lock();
         if let Some(q) = list.iter().find(|a| a.qpn == qp_num && owns(a, wr_id)) {
             // Attached after this poll read the list's generation (`owns`: never None).
+            // Before a dead entry this poller's list may still hold under the number: a
+            // receive of the same SRQ is the live QP's (a QP on an SRQ is destroyed, and
+            // its number freed, only once the poller has taken its completions:
+            // `Registry::defer`), not given back unreported.
             return complete_attached(&self.later, q, wc, qp_num, c).unwrap_or(false);
         }
-        if let Some(q) = list.iter().find(|a| a.qpn == dead && owns(a, wr_id)) {
-            // Buried after this poll read the list's generation.
+        // Of a dead entry in this poller's list, or buried after the poll read it.
+        let q = self.cache.iter().chain(list.iter());
+        if let Some(q) = q.filter(|a| a.qpn == dead).find(|a| owns(a, wr_id)) {
             if wr_id & RECV_TAG != 0 {
                 take_recv::<W>(&self.later, q, wr_id as u16);
             }
