@@ -1,11 +1,14 @@
 //! Which queue a verbs-path completion is of: every send and receive queue of the verbs
 //! path has an incarnation, a number no other queue of the process has, carried in bits
 //! 16 to 61 of each of its requests' `wr_id` (the low 16 are the request's position, bits
-//! 62 and 63 the receive tags of [`super::rq`]). The poller attributes a completion by its
-//! QP number and then checks the incarnation against the queue it found: a QP number the
-//! kernel handed to a new QP after the old one was dropped names two queues, and only the
-//! incarnation tells the old one's completions from the new one's, whichever of them the
-//! poller's list holds when it reads them (`super::cq`).
+//! 62 and 63 the receive tags of [`super::rq`]; an SRQ's receives carry the SRQ's). The
+//! poller attributes the usual completion (a successful send of its list's first queue) by
+//! the incarnation alone, any other by its QP number and then checks the incarnation
+//! against the queue it found (one without the side the completion names is not its
+//! queue either): a QP number the kernel handed to a new QP after the old one was dropped
+//! names two queues, and only the incarnation tells the old one's completions from the new
+//! one's, whichever of them the poller's list holds when it reads them (`super::cq`; but
+//! for two receivers of one SRQ, whose receives carry the SRQ's).
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,7 +30,8 @@ pub(crate) fn next() -> u64 {
     }
 }
 
-/// No queue's incarnation (a shadow made without one: the direct path's, an SRQ's).
+/// No queue's incarnation (a shadow made without one: the direct path's queues' and
+/// SRQs', the verbs poller's `no_sq`).
 pub(crate) const NONE: u64 = 0;
 
 #[cfg(test)]
