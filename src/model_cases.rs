@@ -166,6 +166,54 @@ unsafe fn create_cq_wrapping_start(
     }
 }
 
+/// The model's `mlx5_0` on the verbs path with rdma-core's `api` ("extended" or
+/// "legacy"), and a device over it.
+fn verbs_model(api: &str) -> (Arc<Context>, Device) {
+    match api {
+        "extended" => verbs_extended_with(|_| {}),
+        _ => {
+            let owner = verbs_legacy();
+            let dev = device(&owner);
+            (owner, dev)
+        }
+    }
+}
+
+/// Polls `cq` into one slot of `out` (or all of it, `many`) until a poll reports
+/// something or `deadline` passes: how many it reported.
+fn poll_until_reported(
+    cq: &mut crate::Cq,
+    out: &mut [crate::Completion; 4],
+    many: bool,
+    deadline: std::time::Instant,
+) -> usize {
+    let mut got = 0;
+    while got == 0 && std::time::Instant::now() < deadline {
+        got = match many {
+            false => cq.poll(&mut out[..1]),
+            true => cq.poll(out),
+        };
+    }
+    got
+}
+
+/// `(cookie, opcode, status, QP number)` of the one completion in `got`, if one; an error's
+/// opcode (not defined for it, not reported) taken as `opcode`.
+fn the_one_reported(
+    got: &[crate::Completion],
+    opcode: crate::WcOpcode,
+) -> Option<(u64, crate::WcOpcode, crate::WcStatus, u32)> {
+    match got {
+        [c] => Some((
+            c.cookie,
+            if c.is_ok() { c.opcode } else { opcode },
+            c.status,
+            c.qpn,
+        )),
+        _ => None,
+    }
+}
+
 /// Waits until the 8 bytes at `offset` of `mr` are all `byte` (a write landed), at most
 /// until `deadline`; `what` names the wait in the failure.
 fn wait_landed(
@@ -1072,14 +1120,7 @@ fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones(
     }
     let mut wrong = Vec::new();
     for api in ["extended", "legacy"] {
-        let (_owner, dev) = match api {
-            "extended" => verbs_extended_with(|_| {}),
-            _ => {
-                let owner = verbs_legacy();
-                let dev = device(&owner);
-                (owner, dev)
-            }
-        };
+        let (_owner, dev) = verbs_model(api);
         for (many, kind) in [false, true]
             .into_iter()
             .flat_map(|m| [Kind::Write, Kind::Recv, Kind::Error].map(|k| (m, k)))
@@ -1141,19 +1182,8 @@ fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones(
             poller.skip_refresh();
             poller.renumber(aq, NOBODY);
             poller.renumber(bq, aq);
-            let mut got = 0;
-            while got == 0 && std::time::Instant::now() < deadline {
-                got = match many {
-                    false => cq.poll(&mut out[..1]),
-                    true => cq.poll(&mut out),
-                };
-            }
-            let reported = (got == 1).then(|| {
-                let c = &out[0];
-                // An error's opcode is not reported (not defined for it).
-                let opcode = if c.is_ok() { c.opcode } else { want.1 };
-                (c.cookie, opcode, c.status, c.qpn)
-            });
+            let got = poll_until_reported(&mut cq, &mut out, many, deadline);
+            let reported = the_one_reported(&out[..got], want.1);
             let now = (b_sq.retired(), b_rq.retired());
             if reported != Some((want.0, want.1, want.2, aq)) || now != retired {
                 wrong.push(format!(
@@ -1207,14 +1237,7 @@ fn a_completion_of_a_qp_that_took_the_number_of_one_without_its_queue_on_the_cq_
     }
     let mut wrong = Vec::new();
     for api in ["extended", "legacy"] {
-        let (_owner, dev) = match api {
-            "extended" => verbs_extended_with(|_| {}),
-            _ => {
-                let owner = verbs_legacy();
-                let dev = device(&owner);
-                (owner, dev)
-            }
-        };
+        let (_owner, dev) = verbs_model(api);
         for (many, kind) in [false, true].into_iter().flat_map(|m| {
             use Kind::*;
             [Write, Recv, Error, Dead, SameSrq].map(|k| (m, k))
@@ -1294,19 +1317,8 @@ fn a_completion_of_a_qp_that_took_the_number_of_one_without_its_queue_on_the_cq_
             // number: a list read before `a` was dropped and `b` given its number.
             poller.skip_refresh();
             poller.renumber(old, old & DEAD | bq);
-            let mut got = 0;
-            while got == 0 && std::time::Instant::now() < deadline {
-                got = match many {
-                    false => cq.poll(&mut out[..1]),
-                    true => cq.poll(&mut out),
-                };
-            }
-            let reported = (got == 1).then(|| {
-                let c = &out[0];
-                // An error's opcode is not reported (not defined for it).
-                let opcode = if c.is_ok() { c.opcode } else { want.1 };
-                (c.cookie, opcode, c.status, c.qpn)
-            });
+            let got = poll_until_reported(&mut cq, &mut out, many, deadline);
+            let reported = the_one_reported(&out[..got], want.1);
             if reported != Some((want.0, want.1, want.2, bq)) {
                 wrong.push(format!(
                     "{api} many={many} {kind:?}: {got} {:?}",
