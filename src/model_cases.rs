@@ -214,6 +214,24 @@ fn the_one_reported(
     }
 }
 
+/// What `make` makes with the verbs path and rdma-core's `api` asked for (both are read
+/// when a CQ, SRQ or QP is made), the variables unset again after it.
+fn on_verbs_api<T>(api: &str, make: impl FnOnce() -> T) -> T {
+    std::env::set_var("BLUEFLAME_PATH", "verbs");
+    std::env::set_var("BLUEFLAME_VERBS_API", api);
+    let made = make();
+    std::env::remove_var("BLUEFLAME_PATH");
+    std::env::remove_var("BLUEFLAME_VERBS_API");
+    made
+}
+
+/// `qp` connected to itself (its own endpoint: a loop, as the model's cases use one).
+fn connected_to_itself(mut qp: crate::Qp) -> crate::Qp {
+    let e = qp.endpoint().unwrap();
+    qp.connect(e).unwrap();
+    qp
+}
+
 /// Waits until the 8 bytes at `offset` of `mr` are all `byte` (a write landed), at most
 /// until `deadline`; `what` names the wait in the failure.
 fn wait_landed(
@@ -886,15 +904,11 @@ fn a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own(
         };
         for &mode in modes {
             let pd = dev.alloc_pd().unwrap();
-            std::env::set_var("BLUEFLAME_PATH", "verbs");
-            std::env::set_var("BLUEFLAME_VERBS_API", api);
             let opts = match mode {
                 Mode::Timed => CqOptions::new(64).timestamps(),
                 _ => CqOptions::new(64),
             };
-            let mut cq = dev.create_cq_with(&opts).unwrap();
-            std::env::remove_var("BLUEFLAME_PATH");
-            std::env::remove_var("BLUEFLAME_VERBS_API");
+            let mut cq = on_verbs_api(api, || dev.create_cq_with(&opts).unwrap());
             let want = match api {
                 "extended" => crate::VerbsApi::Extended,
                 _ => crate::VerbsApi::Legacy,
@@ -912,15 +926,11 @@ fn a_completion_of_a_qp_that_took_a_dropped_qps_number_in_the_window_is_its_own(
                 .unwrap();
             // The old QP, first in the poller's list (its sends the usual completion), with
             // a request outstanding (unsignaled: no completion of its own).
-            let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let e = a.endpoint().unwrap();
-            a.connect(e).unwrap();
+            let mut a = connected_to_itself(pd.create_qp(&cq, &cq, QpCaps::default()).unwrap());
             a.write_inline(&[5; 8], mr.remote(8).unwrap(), 1, PostFlags::UNSIGNALED)
                 .unwrap();
             assert_eq!(poll(&mut cq, &mut out), 0, "{api} {mode:?}");
-            let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let e = b.endpoint().unwrap();
-            b.connect(e).unwrap();
+            let mut b = connected_to_itself(pd.create_qp(&cq, &cq, QpCaps::default()).unwrap());
             b.write_inline(&[7; 8], mr.remote(0).unwrap(), 41, PostFlags::SIGNALED)
                 .unwrap();
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -1032,24 +1042,16 @@ fn a_completion_read_before_its_qp_was_dropped_and_its_number_reused_is_not_the_
         };
         for many in [false, true] {
             let pd = dev.alloc_pd().unwrap();
-            std::env::set_var("BLUEFLAME_PATH", "verbs");
-            std::env::set_var("BLUEFLAME_VERBS_API", api);
-            let mut cq = dev.create_cq_with(&CqOptions::new(64)).unwrap();
-            std::env::remove_var("BLUEFLAME_PATH");
-            std::env::remove_var("BLUEFLAME_VERBS_API");
+            let mut cq = on_verbs_api(api, || dev.create_cq_with(&CqOptions::new(64)).unwrap());
             let mr = pd
                 .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
                 .unwrap();
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let e = a.endpoint().unwrap();
-            a.connect(e).unwrap();
+            let mut a = connected_to_itself(pd.create_qp(&cq, &cq, QpCaps::default()).unwrap());
             a.write_inline(&[5; 8], mr.remote(8).unwrap(), 1, PostFlags::SIGNALED)
                 .unwrap();
             wait_landed(&mr, 8, 5, deadline, api);
-            let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let e = b.endpoint().unwrap();
-            b.connect(e).unwrap();
+            let mut b = connected_to_itself(pd.create_qp(&cq, &cq, QpCaps::default()).unwrap());
             b.write_inline(&[7; 8], mr.remote(0).unwrap(), 41, PostFlags::UNSIGNALED)
                 .unwrap();
             wait_landed(&mr, 0, 7, deadline, api);
@@ -1126,23 +1128,15 @@ fn a_completion_of_the_old_qp_read_with_the_new_one_in_the_list_is_the_old_ones(
             .flat_map(|m| [Kind::Write, Kind::Recv, Kind::Error].map(|k| (m, k)))
         {
             let pd = dev.alloc_pd().unwrap();
-            std::env::set_var("BLUEFLAME_PATH", "verbs");
-            std::env::set_var("BLUEFLAME_VERBS_API", api);
-            let mut cq = dev.create_cq_with(&CqOptions::new(64)).unwrap();
-            std::env::remove_var("BLUEFLAME_PATH");
-            std::env::remove_var("BLUEFLAME_VERBS_API");
+            let mut cq = on_verbs_api(api, || dev.create_cq_with(&CqOptions::new(64)).unwrap());
             let mr = pd
                 .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
                 .unwrap();
             let ro = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             // `b` first in the list: the number's lookup finds it before `a`.
-            let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let e = b.endpoint().unwrap();
-            b.connect(e).unwrap();
-            let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let e = a.endpoint().unwrap();
-            a.connect(e).unwrap();
+            let mut b = connected_to_itself(pd.create_qp(&cq, &cq, QpCaps::default()).unwrap());
+            let mut a = connected_to_itself(pd.create_qp(&cq, &cq, QpCaps::default()).unwrap());
             let mut out = [Completion::default(); 4];
             // The poller's list read (both QPs in it).
             assert_eq!(cq.poll(&mut out), 0, "{api} many={many}");
@@ -1243,13 +1237,12 @@ fn a_completion_of_a_qp_that_took_the_number_of_one_without_its_queue_on_the_cq_
             [Write, Recv, Error, Dead, SameSrq].map(|k| (m, k))
         }) {
             let pd = dev.alloc_pd().unwrap();
-            std::env::set_var("BLUEFLAME_PATH", "verbs");
-            std::env::set_var("BLUEFLAME_VERBS_API", api);
-            let mut cq = dev.create_cq_with(&CqOptions::new(64)).unwrap();
-            let other = dev.create_cq_with(&CqOptions::new(64)).unwrap();
-            let mut srq = pd.create_srq(&cq, SrqCaps::default()).unwrap();
-            std::env::remove_var("BLUEFLAME_PATH");
-            std::env::remove_var("BLUEFLAME_VERBS_API");
+            let (mut cq, other, mut srq) = on_verbs_api(api, || {
+                let cq = dev.create_cq_with(&CqOptions::new(64)).unwrap();
+                let other = dev.create_cq_with(&CqOptions::new(64)).unwrap();
+                let srq = pd.create_srq(&cq, SrqCaps::default()).unwrap();
+                (cq, other, srq)
+            });
             let mr = pd
                 .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
                 .unwrap();
@@ -1257,15 +1250,14 @@ fn a_completion_of_a_qp_that_took_the_number_of_one_without_its_queue_on_the_cq_
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             // `a` on `cq` by the side `b`'s completion does not name; `b` by that side.
             let caps = QpCaps::default();
-            let mut a = match kind {
+            let a = match kind {
                 Kind::Recv => pd.create_qp(&cq, &other, caps),
                 Kind::Dead | Kind::SameSrq => pd.create_qp_with_srq(&other, &srq, caps),
                 _ => pd.create_qp(&other, &cq, caps),
             }
             .unwrap();
+            let a = connected_to_itself(a);
             let aq = a.qpn();
-            let e = a.endpoint().unwrap();
-            a.connect(e).unwrap();
             // A dead `a` leaves its dead entry in the list (read below), under its number
             // with DEAD.
             let (a, old) = match kind {
@@ -1278,14 +1270,13 @@ fn a_completion_of_a_qp_that_took_the_number_of_one_without_its_queue_on_the_cq_
             let mut out = [Completion::default(); 4];
             // The poller's list read (`a` alone in it).
             assert_eq!(cq.poll(&mut out), 0, "{api} many={many} {kind:?}");
-            let mut b = match kind {
+            let b = match kind {
                 Kind::Recv => pd.create_qp(&other, &cq, caps),
                 Kind::SameSrq => pd.create_qp_with_srq(&other, &srq, caps),
                 _ => pd.create_qp(&cq, &other, caps),
             }
             .unwrap();
-            let e = b.endpoint().unwrap();
-            b.connect(e).unwrap();
+            let mut b = connected_to_itself(b);
             let want = match kind {
                 Kind::Write | Kind::Dead => {
                     b.write_inline(&[7; 8], mr.remote(0).unwrap(), 41, PostFlags::SIGNALED)
