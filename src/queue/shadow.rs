@@ -224,11 +224,10 @@ impl<T: Copy + Default> Shadow<T> {
     /// the poster writes it again then.
     #[inline(always)]
     pub(crate) unsafe fn entry(&self, pos: u16) -> &T {
-        let i = (pos as u32 & self.mask) as usize;
-        debug_assert!(i < self.entries.len());
-        // SAFETY: as in `get`; the caller keeps the reference only while the position is not
-        // free.
-        unsafe { &*self.entries.get_unchecked(i).get() }
+        debug_assert!(((pos as u32 & self.mask) as usize) < self.entries.len());
+        // SAFETY: the ring is this shadow's, alive while `self` is borrowed; the caller
+        // keeps the reference only while the position is not free (the contract).
+        unsafe { self.ring().entry(pos) }
     }
 
     /// Where the entries are and the index mask ([`Ring`]).
