@@ -269,6 +269,7 @@ impl Pd {
                 [Some(Subject::Qp(qpn)), Some(Subject::LastWqe(qpn))],
             ),
             _cm: cm,
+            refusal: None,
         })
     }
 }

@@ -112,6 +112,9 @@ pub struct Qp {
     srq: Option<Arc<super::srq::SrqHandle>>,
     /// The rdma_cm id of a QP connected by librdmacm: dropped after the QP.
     _cm: Option<Arc<verbs::cm::CmId>>,
+    /// The error of an inline write the verbs path refused, from the frame that posted it
+    /// to its caller's (`Qp::write_inline_verbs`, `Qp::take_refusal`); None otherwise.
+    refusal: Option<Error>,
 }
 
 impl core::fmt::Debug for Qp {

@@ -76,37 +76,47 @@ impl PostSend for Qp {
         }
         // The verbs path's usual write with the flags as constants (a caller's flags are
         // constants as a rule: folded here, the frame below computes no moderation from
-        // them, 15 instructions of its post); any other flags, the general path.
-        let w = InlineWrite { data, remote };
-        match flags {
-            PostFlags::SIGNALED => self.write_inline_verbs::<true>(&w, cookie),
-            PostFlags::UNSIGNALED => self.write_inline_verbs::<false>(&w, cookie),
-            _ => self.write_inline_rest(&w, cookie, flags),
+        // them, 15 instructions of its post); any other flags, the general path. The
+        // outcome comes back in a register and a refusal's error by way of the QP
+        // (`Qp::take_refusal`): the frame needs no result in memory, and its arguments
+        // arrive where the caller has them.
+        let posted = match flags {
+            PostFlags::SIGNALED => self.write_inline_verbs::<true>(data, remote, cookie),
+            PostFlags::UNSIGNALED => self.write_inline_verbs::<false>(data, remote, cookie),
+            _ => return self.write_inline_rest(&InlineWrite { data, remote }, cookie, flags),
+        };
+        match posted {
+            true => Ok(()),
+            false => Err(self.take_refusal()),
         }
     }
 }
 
-/// An inline write's payload and destination, handed to [`Qp::write_inline_verbs`] by
-/// reference: four stores in the caller (a [`Request`] took six, and the callee matched
-/// its two tags again), and no argument moved before the direct path's first compare (the
-/// five values passed in registers behind the result's pointer were, 5 instructions of
-/// every direct post).
+/// An inline write's payload and destination, handed to [`Qp::write_inline_rest`] by
+/// reference (four stores in the caller; a [`Request`] took six, and the callee matched its
+/// two tags again).
 struct InlineWrite<'a> {
     data: &'a [u8],
     remote: Remote,
 }
 
 impl Qp {
-    /// [`Qp::write_inline`] (`req`, an inline write) when the direct path's fast paths did
-    /// not take it: on the verbs path, the send queue's usual inline write
+    /// [`Qp::write_inline`] when the direct path's fast paths did not take it: on the
+    /// verbs path, the send queue's usual inline write
     /// ([`VerbsSendQueue::write_inline_straight`]), in a frame of its own (through the
     /// cold function, which keeps every request kind's registers, it cost 70 instructions
     /// more than a send; inlined in `write_inline`, it cost the direct path's fast path
-    /// 15; returning its outcome in a register instead of this `Result`, the caller's
-    /// merged return paths cost the direct path two saved registers); anything else,
-    /// [`Qp::write_inline_rest`], jumped to (with the send queue's general inline write
-    /// inlined here, this frame saved six registers and spilled three values across
-    /// rdma-core's calls).
+    /// 15); anything else, [`Qp::write_inline_rest`] (with the send queue's general inline
+    /// write inlined here, this frame saved six registers and spilled three values across
+    /// rdma-core's calls). True when posted; false when refused, the error kept for
+    /// [`Qp::take_refusal`].
+    ///
+    /// Its arguments are the caller's own and its outcome a register: with a `Result` in
+    /// memory and the payload behind a reference (stores in the caller, loads here), the
+    /// post cost 15 instructions more on libmlx5 (383.0 -> 367.9, `cargo xtask icount`'s
+    /// verbs table), the direct path's none. (A stop before found the direct path paying
+    /// two saved registers for an outcome in a register; with the arguments in registers
+    /// too, it pays nothing.)
     ///
     /// One instance per flags [`Qp::write_inline`] tells apart ([`PostFlags::SIGNALED`]
     /// when `SIGNALED`, else [`PostFlags::UNSIGNALED`]).
@@ -115,21 +125,47 @@ impl Qp {
     #[inline(never)]
     fn write_inline_verbs<const SIGNALED: bool>(
         &mut self,
-        w: &InlineWrite<'_>,
+        data: &[u8],
+        remote: Remote,
         cookie: u64,
-    ) -> Result<()> {
+    ) -> bool {
         let flags = match SIGNALED {
             true => PostFlags::SIGNALED,
             false => PostFlags::UNSIGNALED,
         };
         if let (QpPath::Verbs { sq, .. }, true) = (&mut self.path, self.connected) {
-            match sq.write_inline_straight(w.data, w.remote, cookie, flags) {
-                Some(0) => return Ok(()),
-                Some(rc) => return Err(self.write_refused(rc)),
+            match sq.write_inline_straight(data, remote, cookie, flags) {
+                Some(0) => return true,
+                Some(rc) => {
+                    let e = self.write_refused(rc);
+                    return self.park_refusal(e);
+                }
                 None => {}
             }
         }
-        self.write_inline_rest(w, cookie, flags)
+        match self.write_inline_rest(&InlineWrite { data, remote }, cookie, flags) {
+            Ok(()) => true,
+            Err(e) => self.park_refusal(e),
+        }
+    }
+
+    /// Keeps `e`, the error of a post refused in [`Qp::write_inline_verbs`]' frame, for its
+    /// caller ([`Qp::take_refusal`]); false.
+    #[cold]
+    #[inline(never)]
+    fn park_refusal(&mut self, e: Error) -> bool {
+        self.refusal = Some(e);
+        false
+    }
+
+    /// The error [`Qp::park_refusal`] kept, taken (the next refusal keeps its own).
+    #[cold]
+    #[inline(never)]
+    fn take_refusal(&mut self) -> Error {
+        // Always Some after a false from `write_inline_verbs`, its only caller's case.
+        self.refusal.take().unwrap_or(Error::InvalidState {
+            state: "a refused inline write whose error was not kept",
+        })
     }
 
     /// rdma-core refused the inline write [`Qp::write_inline_verbs`] posted straight, with
