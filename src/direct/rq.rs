@@ -185,22 +185,33 @@ impl RecvQueue {
         Ok(())
     }
 
-    /// The usual receive, one non-empty entry `s`, while the room checked last lasts:
-    /// written, recorded and announced, and true; else nothing done and false (the
-    /// general path takes it, with every check).
+    /// The usual receive, one non-empty entry `s` in the region the last receive landed in,
+    /// while the room checked last lasts: written, recorded and announced, and true; else
+    /// nothing done and false (the general path takes it, with every check and the search
+    /// of the whole list of regions).
     #[inline(always)]
     pub(crate) fn post_one(&mut self, s: &Sge, cookie: u64) -> bool {
         // Lengths 1 to `one_max` in one compare.
         if self.head == self.room_end || s.len.wrapping_sub(1) >= self.one_max {
             return false;
         }
+        // Pinned now, before anything is written. With the list's generation read and the
+        // search of the whole list called from here (its frame keeping three more values
+        // across the call), the receive cost 134.0 instructions instead of 127.1
+        // (`cargo xtask icount`).
+        let landing = match self.regions.as_deref() {
+            Some(c) => match c.land_cached(s) {
+                Some(l) => Some(l),
+                None => return false,
+            },
+            None => None,
+        };
         // SAFETY: the entry at `head` is free (`head` is short of `room_end`).
         let entry = unsafe { self.entry() };
         // One entry of 1 to `MAX_SGE_BYTES` bytes, into an entry of 16 bytes or more
         // (checked at creation).
         encode_recv_one(s, entry);
-        self.scatter
-            .record_one(self.head, s, self.regions.as_deref_mut());
+        self.scatter.record_landed(self.head, s, landing);
         self.advance(cookie);
         self.ring();
         true

@@ -23,7 +23,7 @@
 //! copies with the CPU too; other devices write the buffers themselves).
 
 use super::pin::Pins;
-use super::regions::RegionCheck;
+use super::regions::{Landing, RegionCheck};
 use crate::completion::WcStatus;
 use core::cell::UnsafeCell;
 use mlx5::request::Sge;
@@ -224,12 +224,16 @@ impl ScatterTable {
         s: &Sge,
         check: Option<&mut RegionCheck>,
     ) -> Option<u32> {
+        self.record_landed(pos, s, check.map(|c| c.land(s)))
+    }
+
+    /// [`ScatterTable::record_one`] of the receive `s` landed in `landing` already (None:
+    /// its queue checks no region, the caller vouches for it).
+    #[inline(always)]
+    pub(crate) fn record_landed(&self, pos: u16, s: &Sge, landing: Option<Landing>) -> Option<u32> {
         let i = (pos as u32 & self.mask) as usize;
-        let (words, pins, copy) = match check {
-            Some(c) => {
-                let l = c.land(s);
-                (l.words, l.pins.unwrap_or(core::ptr::null()), l.cpu_writable)
-            }
+        let (words, pins, copy) = match landing {
+            Some(l) => (l.words, l.pins.unwrap_or(core::ptr::null()), l.cpu_writable),
             None => (Words::of(s.addr, s.len as u64), core::ptr::null(), true),
         };
         // SAFETY: entry `i` (< cnt) has `max >= 1` slots from `i * max`; only the poster
