@@ -80,14 +80,14 @@ impl PostSend for Qp {
         // outcome comes back in a register and a refusal's error by way of the QP
         // (`Qp::take_refusal`): the frame needs no result in memory, and its arguments
         // arrive where the caller has them.
-        let posted = match flags {
+        let refused = match flags {
             PostFlags::SIGNALED => self.write_inline_verbs::<true>(data, remote, cookie),
             PostFlags::UNSIGNALED => self.write_inline_verbs::<false>(data, remote, cookie),
             _ => return self.write_inline_rest(&InlineWrite { data, remote }, cookie, flags),
         };
-        match posted {
-            true => Ok(()),
-            false => Err(self.take_refusal()),
+        match refused {
+            None => Ok(()),
+            Some(qp) => Err(qp.take_refusal()),
         }
     }
 }
@@ -108,15 +108,17 @@ impl Qp {
     /// more than a send; inlined in `write_inline`, it cost the direct path's fast path
     /// 15); anything else, [`Qp::write_inline_rest`] (with the send queue's general inline
     /// write inlined here, this frame saved six registers and spilled three values across
-    /// rdma-core's calls). True when posted; false when refused, the error kept for
-    /// [`Qp::take_refusal`].
+    /// rdma-core's calls). None when posted; when refused, the QP itself, its error kept
+    /// for [`Qp::take_refusal`].
     ///
     /// Its arguments are the caller's own and its outcome a register: with a `Result` in
     /// memory and the payload behind a reference (stores in the caller, loads here), the
-    /// post cost 15 instructions more on libmlx5 (383.0 -> 367.9, `cargo xtask icount`'s
-    /// verbs table), the direct path's none. (A stop before found the direct path paying
-    /// two saved registers for an outcome in a register; with the arguments in registers
-    /// too, it pays nothing.)
+    /// post cost 17 instructions more on libmlx5 (383.0 -> 365.9, `cargo xtask icount`'s
+    /// verbs table). The QP coming back for a refusal, the caller keeps nothing across the
+    /// call: a `bool` had it keep `self` in a saved register, which cost the direct path's
+    /// write one instruction (62.7 -> 61.7) and this post two. (A stop before found the
+    /// direct path paying two saved registers for an outcome in a register; with the
+    /// arguments in registers too, it pays nothing.)
     ///
     /// One instance per flags [`Qp::write_inline`] tells apart ([`PostFlags::SIGNALED`]
     /// when `SIGNALED`, else [`PostFlags::UNSIGNALED`]).
@@ -128,14 +130,14 @@ impl Qp {
         data: &[u8],
         remote: Remote,
         cookie: u64,
-    ) -> bool {
+    ) -> Option<&mut Qp> {
         let flags = match SIGNALED {
             true => PostFlags::SIGNALED,
             false => PostFlags::UNSIGNALED,
         };
         if let (QpPath::Verbs { sq, .. }, true) = (&mut self.path, self.connected) {
             match sq.write_inline_straight(data, remote, cookie, flags) {
-                Some(0) => return true,
+                Some(0) => return None,
                 Some(rc) => {
                     let e = self.write_refused(rc);
                     return self.park_refusal(e);
@@ -144,25 +146,25 @@ impl Qp {
             }
         }
         match self.write_inline_rest(&InlineWrite { data, remote }, cookie, flags) {
-            Ok(()) => true,
+            Ok(()) => None,
             Err(e) => self.park_refusal(e),
         }
     }
 
     /// Keeps `e`, the error of a post refused in [`Qp::write_inline_verbs`]' frame, for its
-    /// caller ([`Qp::take_refusal`]); false.
+    /// caller ([`Qp::take_refusal`]); the QP, [`Qp::write_inline_verbs`]' refusal.
     #[cold]
     #[inline(never)]
-    fn park_refusal(&mut self, e: Error) -> bool {
+    fn park_refusal(&mut self, e: Error) -> Option<&mut Qp> {
         self.refusal = Some(e);
-        false
+        Some(self)
     }
 
     /// The error [`Qp::park_refusal`] kept, taken (the next refusal keeps its own).
     #[cold]
     #[inline(never)]
     fn take_refusal(&mut self) -> Error {
-        // Always Some after a false from `write_inline_verbs`, its only caller's case.
+        // Always Some after `write_inline_verbs` returned the QP, its only caller's case.
         self.refusal.take().unwrap_or(Error::InvalidState {
             state: "a refused inline write whose error was not kept",
         })
