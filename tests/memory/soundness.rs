@@ -487,6 +487,49 @@ fn a_receive_racing_the_drop_of_its_region_never_writes_freed_memory() {
     race_receive_against_release(RecvOn::Queue, Release::Drop);
 }
 
+/// The direct path's usual receive lands in the region the queue's last receive landed in,
+/// from its copy of the domain's list, without looking whether the list changed: a region
+/// turned back into its buffer since (closed, out of the list) must not be landed in from
+/// that copy. A receive posted afterwards with the old entry completes with a local
+/// protection error (its message inside the CQE, which the poller would copy with the
+/// CPU), and the buffer, the caller's again, is never written.
+#[test]
+fn a_receive_into_the_last_region_after_it_was_handed_back_never_writes_the_buffer() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let mr = pd.register(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
+    let sge = mr.sge(0, 64).unwrap();
+    let mut out = [Completion::default(); 2];
+    let mut round = |qp: &mut Qp, cookie: u64| -> WcStatus {
+        qp.post_recv(&[sge], cookie).unwrap();
+        qp.send(
+            Payload::Inline(b"8 bytes!"),
+            100 + cookie,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        dev.process();
+        assert_eq!(cq.poll(&mut out), 2, "{out:?}");
+        let recv = out.iter().find(|c| c.cookie == cookie).unwrap();
+        let send = out.iter().find(|c| c.cookie == 100 + cookie).unwrap();
+        assert_eq!(send.status, WcStatus::Success, "{out:?}");
+        recv.status
+    };
+    // The first receive finds the region in the whole list, the second lands in it as the
+    // last one's.
+    assert_eq!(round(&mut qp, 1), WcStatus::Success);
+    assert_eq!(round(&mut qp, 2), WcStatus::Success);
+    let mut pending = mr.into_buffer::<Vec<u8>>().unwrap();
+    let mut buf = pending.try_take().expect("nothing pins the region");
+    buf.fill(0xaa);
+    assert_eq!(round(&mut qp, 3), WcStatus::LocProtErr);
+    assert!(
+        buf.iter().all(|&b| b == 0xaa),
+        "the buffer was written after it was handed back: {buf:?}"
+    );
+}
+
 /// A loopback QP of `pd`, a region and a type-2 window with a bind of the region's first
 /// 64 bytes posted (not run: the stepped NIC runs it at `process`); the bind's new rkey.
 fn bound_window(dev: &Device, pd: &Pd) -> (Cq, Qp, MemoryRegion, MemoryWindow, u32) {
