@@ -21,7 +21,7 @@ impl PostSend for Qp {
             // other out of line.
             QpPath::Direct { sq, .. } => match sq.try_read(remote, sgl, cookie, flags) {
                 true => Ok(()),
-                false => sq.post_out_of_line(&Request::Read { remote, sgl }, cookie, flags),
+                false => sq.post_out_of_line(Request::Read { remote, sgl }, cookie, flags),
             },
             QpPath::Verbs { sq, .. } => sq.read(sgl, remote, cookie, flags),
         };
@@ -40,7 +40,7 @@ impl PostSend for Qp {
             // of line.
             QpPath::Direct { sq, .. } => match sq.try_one_block(req, cookie, flags) {
                 true => Ok(()),
-                false => sq.post_out_of_line(req, cookie, flags),
+                false => sq.post_out_of_line(*req, cookie, flags),
             },
             QpPath::Verbs { sq, .. } => sq.post_one(req, cookie, flags),
         };

@@ -183,7 +183,7 @@ impl VerbsSendQueue {
                 };
             }
         }
-        self.push_and_ring(req, cookie, flags)
+        self.push_and_ring(*req, cookie, flags)
     }
 
     /// [`VerbsSendQueue::post_single`] out of line (see [`VerbsSendQueue::post_one`]).
@@ -221,7 +221,7 @@ impl VerbsSendQueue {
             remote,
             data: Payload::Inline(data),
         };
-        self.push_and_ring(&req, cookie, flags)
+        self.push_and_ring(req, cookie, flags)
     }
 
     /// [`VerbsSendQueue::write_inline`]'s usual case, posted straight, in the caller's
@@ -290,16 +290,20 @@ impl VerbsSendQueue {
         cookie: u64,
         flags: PostFlags,
     ) -> Result<()> {
-        self.push_and_ring(&Request::Read { remote, sgl }, cookie, flags)
+        self.push_and_ring(Request::Read { remote, sgl }, cookie, flags)
     }
 
     /// [`VerbsSendQueue::push`] then [`VerbsSendQueue::ring`], out of line (the requests
     /// [`VerbsSendQueue::post_single`] does not take). A refused request rings too: the
     /// requests a forgotten batch (`mem::forget` is safe) left queued would otherwise stay
     /// so, and a refusal for want of the room they hold never end (as on the direct path).
+    /// The request by value, as [`SendQueue::post_out_of_line`]'s: the caller builds it in
+    /// the block that calls this, not before its first check.
+    ///
+    /// [`SendQueue::post_out_of_line`]: crate::direct::SendQueue::post_out_of_line
     #[inline(never)]
-    fn push_and_ring(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
-        let pushed = self.push(req, cookie, flags);
+    fn push_and_ring(&mut self, req: Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
+        let pushed = self.push(&req, cookie, flags);
         let rung = self.ring();
         pushed.and(rung)
     }
