@@ -58,38 +58,41 @@ const OPS: &[Row] = &[
     // 2026-11-27): 351.5 and 393.1 before; 154.0 and 147.2 with the fast paths in
     // `Qp::post`'s out-of-line direct arm; 81.8 and 87.7 tried inline in `Qp::post` and
     // `Qp::read` (their frame is the verbs path's, which is unchanged), when the guards
-    // were set.
+    // were set; the send 74.8 once `Qp::post`'s out-of-line arms took the request by value
+    // (stop 52), when its guard was lowered.
     (
         "post: 8-byte inline send + BlueFlame",
         "measured_post_send",
         1.0,
         1,
-        Some(87),
+        Some(80),
         None,
     ),
     // A write of one registered buffer (a message over the inline limit): 398.2 through
     // the general path; 90.6 through the fast path of one entry (`try_one_entry`), when the
     // guard was set; 91.6 (2026-11-28), 84.6 once a post before `connect` became a plain
     // refusal (the one-sided connect: `Qp::post`'s cold check no longer asks the backend
-    // and marks the QP connected), when the guard was lowered.
+    // and marks the QP connected), when the guard was lowered; 77.5 with the request by
+    // value to the out-of-line arms (stop 52), when it was lowered again.
     (
         "post: 64-byte RDMA write, one buffer",
         "measured_post_write_sge",
         1.0,
         1,
-        Some(89),
+        Some(82),
         None,
     ),
     // An inline write with immediate took the general path (375.6) until the one-block
     // fast paths took writes and sends with an immediate too: 88.8 when the guard was set
     // (2026-11-27); 81.8 with the one-sided connect's plain refusal (as the write of one
-    // buffer), when it was lowered (2026-11-28).
+    // buffer), when it was lowered (2026-11-28); 73.8 with the request by value to the
+    // out-of-line arms (stop 52), when it was lowered again.
     (
         "post: 8-byte inline RDMA write with immediate",
         "measured_post_write_imm",
         1.0,
         1,
-        Some(86),
+        Some(78),
         None,
     ),
     (
