@@ -1391,7 +1391,10 @@ fn report_cycles_prints_latency_in_cycles_as_perftest() {
             "{v} is not a half cycle count"
         );
     }
-    // The row, in the samples' unit: t_min the smallest sample, the rest ordered.
+    // The row, in the samples' unit: t_min the smallest sample, the rest ordered. The row
+    // prints two decimals, the samples %g's six significant digits: a sample of 10^6
+    // cycles or more is rounded to tens (CI saw t_min 4132055 printed as 4.13206e+06), by
+    // at most half a unit of its sixth digit, 5 * 10^-6 of it.
     let row: Vec<f64> = text
         .lines()
         .rfind(|l| l.starts_with(" 8 "))
@@ -1402,7 +1405,7 @@ fn report_cycles_prints_latency_in_cycles_as_perftest() {
     assert_eq!(row.len(), 9, "{row:?}");
     let (min, max, typical, p99, p999) = (row[2], row[3], row[4], row[7], row[8]);
     assert!(
-        (min - sorted[0]).abs() <= 0.5 + 1e-6 * min,
+        (min - sorted[0]).abs() <= 0.5 + 5e-6 * min,
         "{min} vs {}",
         sorted[0]
     );
