@@ -251,14 +251,15 @@ impl RegionCheck {
     #[inline(always)]
     pub(crate) fn land(&mut self, s: &Sge) -> Landing {
         self.fresh();
-        match self.land_last(s) {
+        match self.land_cached(s) {
             Some(l) => l,
             None => self.land_search(s),
         }
     }
 
     /// [`RegionCheck::land`] when the non-empty entry `s` lies in the region the last
-    /// entry found in the whole list landed in (the direct path's usual receive); else
+    /// entry found in the whole list landed in (the direct path's usual receive; `land` after
+    /// `fresh`); else
     /// None, nothing done (the caller takes the general path, which looks in the whole
     /// list). As [`Hot::pin`], the list's generation is not looked at: a region is closed
     /// before it is deregistered, so a pin that succeeds holds a region that is still
@@ -266,13 +267,6 @@ impl RegionCheck {
     /// those of the copy).
     #[inline(always)]
     pub(crate) fn land_cached(&self, s: &Sge) -> Option<Landing> {
-        self.land_last(s)
-    }
-
-    /// The landing of `s` in the region of the list's copy at `last`, pinned, when it lies
-    /// there with local write.
-    #[inline(always)]
-    fn land_last(&self, s: &Sge) -> Option<Landing> {
         match self.cache.get(self.last) {
             // A region closed since the list was copied refuses the pin: as if not found.
             Some(r) if r.local_write && r.holds(s) && r.pins.pin() => Some(r.landing()),
