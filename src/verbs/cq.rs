@@ -570,21 +570,15 @@ impl VerbsCompletionQueue {
         // read (a call into the provider), the list not searched. Not from an `ibv_wc`
         // (the classic API's, whose QP number is a field): there the two compares cost
         // the receive poll more than they saved (rxe: 227.1 -> 233.2).
-        if W::IN_POLL && wc.status() == ffi::ibv_wc_status::IBV_WC_SUCCESS {
-            let wr_id = wc.wr_id();
-            let tag = wr_id & !0xffff;
-            if tag == self.first_tag {
-                return complete_send::<W>(
-                    &self.later,
-                    &self.first_sq,
-                    wr_id as u16,
-                    self.first_qpn,
-                    c,
-                );
-            }
-            if tag == self.first_rq_tag {
-                if let Some(q) = self.cache.first() {
-                    return complete_recv(&self.later, q, wc, wr_id, q.qpn, c);
+        if W::IN_POLL {
+            if let Some(wr_id) = success_wr_id(wc) {
+                if let Some(seq) = self.first_send_of(wr_id) {
+                    return complete_send::<W>(&self.later, &self.first_sq, seq, self.first_qpn, c);
+                }
+                if wr_id & !0xffff == self.first_rq_tag {
+                    if let Some(q) = self.cache.first() {
+                        return complete_recv(&self.later, q, wc, wr_id, q.qpn, c);
+                    }
                 }
             }
         }
@@ -672,15 +666,21 @@ impl VerbsCompletionQueue {
     /// QP number is not read.
     #[inline(always)]
     fn first_send(&self, wc: &impl WcRead) -> Option<u16> {
-        if wc.status() != ffi::ibv_wc_status::IBV_WC_SUCCESS {
-            return None;
-        }
-        let wr_id = wc.wr_id();
-        if wr_id & !0xffff != self.first_tag {
-            return None;
-        }
-        Some(wr_id as u16)
+        self.first_send_of(success_wr_id(wc)?)
     }
+
+    /// [`VerbsCompletionQueue::first_send`] of a successful completion's `wr_id`.
+    #[inline(always)]
+    fn first_send_of(&self, wr_id: u64) -> Option<u16> {
+        (wr_id & !0xffff == self.first_tag).then_some(wr_id as u16)
+    }
+}
+
+/// The `wr_id` of `wc` when it is a success (the fields of an error completion but its
+/// `wr_id` and status are undefined; its bits above the position say only which queue).
+#[inline(always)]
+fn success_wr_id(wc: &impl WcRead) -> Option<u64> {
+    (wc.status() == ffi::ibv_wc_status::IBV_WC_SUCCESS).then(|| wc.wr_id())
 }
 
 /// Whether the completion whose `wr_id` is `wr_id` is of the queues of `q` (found by its
