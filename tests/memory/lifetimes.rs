@@ -199,12 +199,17 @@ fn a_region_a_poller_may_still_copy_into_outlives_its_domain_until_the_poller_le
         "the region stayed registered while the unpolled receive pins it"
     );
     // The poller passes the dropped QPs' entries (discarded) and lets the pins go; a later
-    // domain's drop deregisters it.
+    // domain's drop deregisters it. Any domain's: the held regions are process-wide, so a
+    // test running beside this one may sweep it first (CI's run did), and only a region
+    // still registered says something here.
     let mut out = [Completion::default(); 4];
     assert_eq!(cq.poll(&mut out), 0);
-    assert!(nic.mr_registered(lkey), "until a domain's drop sweeps it");
-    // The dropped domain's number stays allocated while its region is registered in it.
-    assert_eq!(nic.pds_live(), domains + 1, "the region's domain, kept");
+    // The dropped domain's number stays allocated while its region is registered in it:
+    // read in this order, a region registered at the second read was at the first.
+    let live = nic.pds_live();
+    if nic.mr_registered(lkey) {
+        assert_eq!(live, domains + 1, "the region's domain, kept");
+    }
     drop(dev.alloc_pd().unwrap());
     assert!(!nic.mr_registered(lkey), "swept once the pins were let go");
     // ... and is freed with it (the NIC refused to free it while the region was there,
