@@ -500,7 +500,9 @@ impl VerbsSendQueue {
     /// # Errors
     /// The `ibv_wr_complete` error (none of the requests is posted) or the `ibv_post_send`
     /// error (the requests from the refused one on are not posted); their space is given
-    /// back.
+    /// back. An `ibv_post_send` error that names no request is a doorbell that failed after
+    /// the provider took them all (siw, rxe): they are posted, and this returns `Ok`
+    /// ([`first_unposted`]).
     pub fn ring(&mut self) -> Result<()> {
         if self.pending == 0 {
             return Ok(());
@@ -538,17 +540,9 @@ impl VerbsSendQueue {
                 let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
                 // SAFETY: as above; the list links only entries of `wrs`.
                 let rc = unsafe { ffi::ibv_post_send(self.qp.qp, self.wrs.as_mut_ptr(), &mut bad) };
-                // A provider names the first request it did not post in `bad`, also when
-                // it returns 0: siw's `siw_post_send` sets `*bad_wr` at a refused request
-                // and then returns the doorbell's result. siw returns errnos negated.
-                if bad.is_null() {
-                    (rc, 0, "ibv_post_send")
-                } else {
-                    let first_bad = (bad as usize - self.wrs.as_ptr() as usize)
-                        / std::mem::size_of::<ffi::ibv_send_wr>();
-                    // Refused without an error number: siw refuses with EINVAL.
-                    let rc = if rc == 0 { libc::EINVAL } else { rc };
-                    (rc, first_bad.min(n), "ibv_post_send")
+                match first_unposted(rc, bad, self.wrs.as_ptr(), n) {
+                    None => (0, n, "ibv_post_send"),
+                    Some((first_bad, rc)) => (rc, first_bad, "ibv_post_send"),
                 }
             }
         };
@@ -656,4 +650,33 @@ fn ibv_opcode(op: VerbsOp) -> ffi::ibv_wr_opcode::Type {
         VerbsOp::FetchAdd => O::IBV_WR_ATOMIC_FETCH_AND_ADD,
         VerbsOp::LocalInv => O::IBV_WR_LOCAL_INV,
     }
+}
+
+/// What `ibv_post_send` took of the list of `n` requests at `list` it returned `rc` and
+/// `bad` for: None when it took every one, or the first it did not take and the error.
+///
+/// A provider names the first request it did not post in `bad`, also when it returns 0:
+/// siw's `siw_post_send` sets `*bad_wr` at a refused request and then returns the
+/// doorbell's result (siw returns errnos negated; refused without one, the error is
+/// EINVAL, siw's refusal). An error with no request named is a doorbell that failed after
+/// the provider had put every request in its ring: siw's `siw_db` and rxe's
+/// `post_send_db` (rdma-core `providers/siw/siw.c`, `providers/rxe/rxe.c`) write to the
+/// kernel only after the requests are in the ring the kernel reads, and it runs them at
+/// its next doorbell or flushes them when the QP goes to the error state (siw refuses the
+/// doorbell with `ENOTCONN` while another thread changes the QP's state, as when its
+/// connection closes). Those requests are posted, each signaled one completes: taken back,
+/// their positions went to the next requests and their completions were reported under
+/// the next requests' cookies.
+pub(super) fn first_unposted(
+    rc: i32,
+    bad: *const ffi::ibv_send_wr,
+    list: *const ffi::ibv_send_wr,
+    n: usize,
+) -> Option<(usize, i32)> {
+    if bad.is_null() {
+        return None;
+    }
+    let first =
+        (bad as usize).wrapping_sub(list as usize) / std::mem::size_of::<ffi::ibv_send_wr>();
+    Some((first.min(n), if rc == 0 { libc::EINVAL } else { rc }))
 }

@@ -399,10 +399,13 @@ impl VerbsSendQueue {
             remote_addr: one.remote.addr,
             rkey: one.remote.rkey,
         };
+        let list: *const ffi::ibv_send_wr = w;
         let mut bad = std::ptr::null_mut();
         // SAFETY: live QP; the request and its one gather entry (on this stack) live across
         // the call, which copies them (and the inline bytes).
-        unsafe { ffi::ibv_post_send(self.qp.qp, w, &mut bad) }
+        let rc = unsafe { ffi::ibv_post_send(self.qp.qp, w, &mut bad) };
+        // Posted unless the provider named it (an error without: a failed doorbell).
+        super::first_unposted(rc, bad, list, 1).map_or(0, |(_, rc)| rc)
     }
 
     /// A single request rdma-core refused: the queue's position and moderation go back to
