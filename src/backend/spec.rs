@@ -78,13 +78,14 @@ pub(crate) enum QpRings {
     /// The direct path, over the QP's rings; `dedicated` when its BlueFlame register is its
     /// own (a thread domain of its own), else shared and rung under its lock.
     Direct { raw: mlx5::RawQp, dedicated: bool },
-    /// The verbs path, over rdma-core's QP; `legacy_gather` for rxe's gather lists (its
-    /// `wr_set_sge_list` miscounts them before rdma-core 64); `provider_copies` when the
+    /// The verbs path, over rdma-core's QP; `rxe` for rxe's extended API (its
+    /// `wr_set_sge_list` miscounts gather lists before rdma-core 64, and its
+    /// `wr_complete` posts before it rings: `VerbsSendQueue::set_rxe`); `provider_copies` when the
     /// provider copies small received messages into the receive buffers with the CPU
     /// (mlx5's responder scatter-to-CQE, on for the QP).
     Verbs {
         qp: Arc<verbs::objects::Qp>,
-        legacy_gather: bool,
+        rxe: bool,
         provider_copies: bool,
     },
     /// No queue to post to (a DC target).

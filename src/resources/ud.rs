@@ -204,11 +204,11 @@ impl Pd {
             // The verbs path (rxe and the others; a ConnectX with BLUEFLAME_PATH=verbs).
             QpRings::Verbs {
                 qp,
-                legacy_gather,
+                rxe,
                 provider_copies,
             } => UdPath::Verbs(VerbsUd::assemble(
                 self,
-                (obj, qp, legacy_gather, provider_copies, qpn),
+                (obj, qp, rxe, provider_copies, qpn),
                 send_cq,
                 recv_cq,
                 port.mtu,

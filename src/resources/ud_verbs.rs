@@ -44,7 +44,7 @@ impl VerbsUd {
     /// [`QpRings::Verbs`](crate::backend::spec::QpRings).
     pub(crate) fn assemble(
         pd: &Pd,
-        (obj, qp, legacy_gather, provider_copies, qpn): (
+        (obj, qp, rxe, provider_copies, qpn): (
             backend::Qp,
             Arc<verbs::objects::Qp>,
             bool,
@@ -57,8 +57,8 @@ impl VerbsUd {
     ) -> VerbsUd {
         let api = qp.api();
         let mut sq = VerbsUdSendQueue::new(qp.clone(), mtu);
-        // rxe's `wr_set_sge_list` miscounts gather lists before rdma-core 64.
-        sq.queue().set_gather_lists_legacy(legacy_gather);
+        // rxe's extended API: its gather lists and its `wr_complete`'s errors.
+        sq.queue().set_rxe(rxe);
         let mut rq = VerbsRecvQueue::new_ud(qp);
         rq.check_against(pd.inner.regions.clone(), provider_copies);
         let (sq_shadow, rq_shadow) = (sq.shadow(), rq.shadow.clone());

@@ -84,8 +84,11 @@ pub struct VerbsSendQueue {
     /// The CQ entries this queue holds (None: not accounted, for tests).
     cq_share: Option<CqShare>,
     /// A batch with a gather list of more than one entry goes through `ibv_post_send` even
-    /// on an extended QP (see [`VerbsSendQueue::set_gather_lists_legacy`]).
+    /// on an extended QP (see [`VerbsSendQueue::set_rxe`]).
     gather_lists_legacy: bool,
+    /// `ibv_wr_complete` publishes the requests before it rings, so an error other than
+    /// `ENOSPC` comes after they are posted (see [`VerbsSendQueue::set_rxe`]).
+    complete_publishes_first: bool,
 }
 
 // SAFETY: the work-request arrays point only into this queue's own boxed buffers; the QP is
@@ -143,19 +146,40 @@ impl VerbsSendQueue {
             one_max: mlx5::wqe::MAX_SGE_BYTES,
             cq_share: None,
             gather_lists_legacy: false,
+            complete_publishes_first: false,
             qp,
         }
     }
 
-    /// Posts batches with a gather list of more than one entry with `ibv_post_send` even
-    /// when the QP has the extended operations. For rxe before rdma-core 64: its
-    /// `wr_set_sge_list` sums the first entry's length `num_sge` times (fixed by commit
-    /// 406cd2ad0, "rxe: Fix dma.length computation in wr_set_sge_list"), and the kernel then
-    /// fails the request with a local protection error or moves the wrong bytes; its
-    /// `ibv_post_send` sums them right. A batch is posted whole by one API, so the order of
-    /// the requests and the error semantics of [`VerbsSendQueue::ring`] are kept.
-    pub fn set_gather_lists_legacy(&mut self, on: bool) {
+    /// The QP is rxe's (rdma-core `providers/rxe/rxe.c`), whose extended API differs from
+    /// libmlx5's in two ways the queue takes into account:
+    /// - Batches with a gather list of more than one entry are posted with `ibv_post_send`
+    ///   even when the QP has the extended operations. Before rdma-core 64 rxe's
+    ///   `wr_set_sge_list` sums the first entry's length `num_sge` times (fixed by commit
+    ///   406cd2ad0, "rxe: Fix dma.length computation in wr_set_sge_list"), and the kernel
+    ///   then fails the request with a local protection error or moves the wrong bytes; its
+    ///   `ibv_post_send` sums them right. A batch is posted whole by one API, so the order
+    ///   of the requests and the error semantics of [`VerbsSendQueue::ring`] are kept.
+    /// - An `ibv_wr_complete` error other than `ENOSPC` leaves the requests posted. rxe's
+    ///   `wr_complete` returns a builder's refusal (`qp->err`, only `ENOSPC`: the ring or
+    ///   the inline limit) with nothing published; otherwise it stores the producer index,
+    ///   which hands the requests to the kernel, and then returns its doorbell's error
+    ///   (`post_send_db`: the kernel refuses it while the QP is below RTS). libmlx5's
+    ///   `mlx5_send_wr_complete` posts nothing on any error.
+    pub fn set_rxe(&mut self, on: bool) {
         self.gather_lists_legacy = on;
+        self.complete_publishes_first = on;
+    }
+
+    /// What `ibv_wr_complete`'s result `rc` says of the requests it ended: 0 when they are
+    /// posted (on rxe, also after its doorbell failed: [`VerbsSendQueue::set_rxe`]), else
+    /// the error, none of them posted.
+    #[inline(always)]
+    pub(super) fn completed(&self, rc: i32) -> i32 {
+        if rc != 0 && self.complete_publishes_first && rc != libc::ENOSPC {
+            return 0;
+        }
+        rc
     }
 
     /// Sets what the device's atomics can do: atomics it lacks are refused before posting
@@ -500,9 +524,9 @@ impl VerbsSendQueue {
     /// # Errors
     /// The `ibv_wr_complete` error (none of the requests is posted) or the `ibv_post_send`
     /// error (the requests from the refused one on are not posted); their space is given
-    /// back. An `ibv_post_send` error that names no request is a doorbell that failed after
-    /// the provider took them all (siw, rxe): they are posted, and this returns `Ok`
-    /// ([`first_unposted`]).
+    /// back. A doorbell that failed after the provider took the requests is no error here:
+    /// they are posted, and this returns `Ok` (an `ibv_post_send` error that names no
+    /// request, [`first_unposted`]; rxe's `ibv_wr_complete`, [`VerbsSendQueue::set_rxe`]).
     pub fn ring(&mut self) -> Result<()> {
         if self.pending == 0 {
             return Ok(());
@@ -525,14 +549,14 @@ impl VerbsSendQueue {
             (_, Some(ops)) => {
                 // SAFETY: as below; the address handles the sends name are live (the UD
                 // queue's `push` contract).
-                let rc = unsafe { ops.post(&self.wrs[..n]) };
+                let rc = self.completed(unsafe { ops.post(&self.wrs[..n]) });
                 (rc, 0, "ibv_wr_complete")
             }
             (Some(ops), None) => {
                 // SAFETY: the QP is live; the gather lists and inline staging the requests
                 // name are in this queue's buffers and stay untouched during the call
                 // (inline data is copied by it); `&mut self` serialises posting.
-                let rc = unsafe { ops.post(&self.wrs[..n]) };
+                let rc = self.completed(unsafe { ops.post(&self.wrs[..n]) });
                 (rc, 0, "ibv_wr_complete")
             }
             (None, None) => {
@@ -661,12 +685,14 @@ fn ibv_opcode(op: VerbsOp) -> ffi::ibv_wr_opcode::Type {
 /// EINVAL, siw's refusal). An error with no request named is a doorbell that failed after
 /// the provider had put every request in its ring: siw's `siw_db` and rxe's
 /// `post_send_db` (rdma-core `providers/siw/siw.c`, `providers/rxe/rxe.c`) write to the
-/// kernel only after the requests are in the ring the kernel reads, and it runs them at
-/// its next doorbell or flushes them when the QP goes to the error state (siw refuses the
-/// doorbell with `ENOTCONN` while another thread changes the QP's state, as when its
-/// connection closes). Those requests are posted, each signaled one completes: taken back,
-/// their positions went to the next requests and their completions were reported under
-/// the next requests' cookies.
+/// kernel only after the requests are in the ring the kernel reads (siw's kernel refuses
+/// the doorbell with `ENOTCONN` while another thread changes the QP's state, as when its
+/// connection closes; rxe's while the QP is below RTS). Those requests are posted: the
+/// kernel runs them at a later doorbell, or flushes them, each signaled one completing,
+/// when the QP goes to the error state. (libsiw rings only when the request before the new
+/// ones is done, so on a QP that stays in RTS the queue can stall until then: siw's, which
+/// the crate cannot mend.) Taken back, their positions went to the next requests and their
+/// completions were reported under the next requests' cookies.
 pub(super) fn first_unposted(
     rc: i32,
     bad: *const ffi::ibv_send_wr,

@@ -236,7 +236,7 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     } else {
         QpRings::Verbs {
             qp: qp.clone(),
-            legacy_gather: d.attrs.rxe,
+            rxe: d.attrs.rxe,
             provider_copies,
         }
     };

@@ -172,11 +172,11 @@ impl Pd {
             }
             QpRings::Verbs {
                 qp,
-                legacy_gather,
+                rxe,
                 provider_copies,
             } => {
                 let mut sq = VerbsSendQueue::new(qp.clone());
-                sq.set_gather_lists_legacy(legacy_gather);
+                sq.set_rxe(rxe);
                 let mut rq = recv.srq.is_none().then(|| VerbsRecvQueue::new(qp));
                 // Every receive pins the regions it lands in until it completes.
                 if let Some(rq) = &mut rq {

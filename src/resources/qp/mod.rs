@@ -128,6 +128,15 @@ impl core::fmt::Debug for Qp {
 }
 
 impl Qp {
+    /// The verbs path's send queue (a test's handle on its provider semantics).
+    #[cfg(test)]
+    pub(crate) fn verbs_send_queue(&mut self) -> Option<&mut verbs::sq::VerbsSendQueue> {
+        match &mut self.path {
+            QpPath::Verbs { sq, .. } => Some(sq),
+            _ => None,
+        }
+    }
+
     /// How the direct path rings this QP's doorbell (None on the verbs path): a BlueFlame
     /// register of its own, a shared one under its lock, or 8-byte doorbells only.
     pub fn doorbell_mode(&self) -> Option<crate::direct::DoorbellMode> {

@@ -167,8 +167,11 @@ impl SendOps {
     /// same opcodes, flags (`IBV_SEND_INLINE` copies the first gather entry as inline data,
     /// as rdma-core's providers do for `ibv_post_send`), gather lists and `wr_id`s.
     ///
-    /// Returns `ibv_wr_complete`'s result: 0, or an errno after which none of `wrs` was
-    /// posted (rdma-core's providers drop the whole batch on an error).
+    /// Returns `ibv_wr_complete`'s result: 0, or an errno. After an error libmlx5 has posted
+    /// none of `wrs` (`mlx5_send_wr_complete` drops the whole batch); rxe may have posted
+    /// them all (its doorbell's error: [`VerbsSendQueue::set_rxe`]).
+    ///
+    /// [`VerbsSendQueue::set_rxe`]: crate::verbs::sq::VerbsSendQueue::set_rxe
     ///
     /// # Safety
     /// The QP is live; every gather list, inline buffer, memory window and region the

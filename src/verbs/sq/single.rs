@@ -359,7 +359,7 @@ impl VerbsSendQueue {
             // SAFETY: live QP (`self.qp` holds it); `one.buf` names the caller's inline
             // bytes (copied by the call) or a buffer of a registered region; `&mut self`
             // serialises posting.
-            Some(ops) => unsafe {
+            Some(ops) => self.completed(unsafe {
                 ops.post_one(
                     self.wr_id(seq),
                     send_flags,
@@ -370,7 +370,7 @@ impl VerbsSendQueue {
                     &one.buf,
                     one.inline_flag != 0,
                 )
-            },
+            }),
             None => self.post_single_legacy(one, seq, send_flags),
         };
         if rc != 0 {

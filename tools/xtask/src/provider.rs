@@ -63,6 +63,7 @@ const LIB_CASES: &[&str] = &[
     "model_cases::connections_on_one_context_share_their_async_events",
     "model_cases::a_provider_that_refuses_midway_with_zero_loses_no_request",
     "model_cases::a_doorbell_that_fails_after_the_provider_took_the_requests_loses_none",
+    "model_cases::on_rxe_a_doorbell_that_fails_in_wr_complete_loses_no_request",
     "model_cases::a_refused_straight_post_leaves_the_send_queue_as_it_was",
     "model_cases::on_iwarp_a_request_after_a_read_is_fenced",
     "model_cases::a_type1_bind_on_the_verbs_path_is_fenced_as_asked",
