@@ -116,6 +116,65 @@ fn verbs_extended_with(wrap: impl FnOnce(&mut rdma_sys::verbs_context)) -> (Arc<
     (owner, dev)
 }
 
+/// An `ibv_qp_ex`'s `wr_complete` (the tests below wrap libmlx5's).
+type CompleteFn = unsafe extern "C" fn(*mut rdma_sys::ibv_qp_ex) -> std::os::raw::c_int;
+
+/// libmlx5's `create_qp_ex`, `wr_start` and `wr_complete`, kept by
+/// [`verbs_extended_with_complete_hook`]'s wrappers; the hook it puts in place.
+static REAL_CREATE_QP: OnceLock<
+    unsafe extern "C" fn(
+        *mut rdma_sys::ibv_context,
+        *mut rdma_sys::ibv_qp_init_attr_ex,
+    ) -> *mut rdma_sys::ibv_qp,
+> = OnceLock::new();
+static REAL_WR_START: OnceLock<unsafe extern "C" fn(*mut rdma_sys::ibv_qp_ex)> = OnceLock::new();
+static REAL_WR_COMPLETE: OnceLock<CompleteFn> = OnceLock::new();
+static COMPLETE_HOOK: OnceLock<CompleteFn> = OnceLock::new();
+
+/// libmlx5's own `wr_complete`, for a hook to call (set at the first post).
+fn real_complete() -> CompleteFn {
+    *REAL_WR_COMPLETE.get().unwrap()
+}
+
+/// [`verbs_extended_with`], each QP's `wr_complete` replaced by `hook` from its first post
+/// on: libmlx5 puts its real `wr_complete` (`mlx5_send_wr_complete`) in place of the one
+/// that refuses everything only when the QP reaches RTS (`set_qp_operational_state`), and
+/// the crate reads the field at each post, so the QP's `wr_start` puts the hook there
+/// (the first post's real one kept: [`real_complete`]).
+fn verbs_extended_with_complete_hook(hook: CompleteFn) -> (Arc<Context>, Device) {
+    use rdma_sys as ffi;
+    unsafe extern "C" fn start(q: *mut ffi::ibv_qp_ex) {
+        // SAFETY: a live QP in RTS (the crate posts only then), between its own
+        // `wr_start` and the crate's `wr_complete`.
+        unsafe {
+            (REAL_WR_START.get().unwrap())(q);
+            let _ = REAL_WR_COMPLETE.set((*q).wr_complete.unwrap());
+            (*q).wr_complete = Some(*COMPLETE_HOOK.get().unwrap());
+        }
+    }
+    unsafe extern "C" fn create(
+        ctx: *mut ffi::ibv_context,
+        attr: *mut ffi::ibv_qp_init_attr_ex,
+    ) -> *mut ffi::ibv_qp {
+        // SAFETY: the provider's own operation; a QP it returns is live, and the crate
+        // reads its `wr_start` once this returns.
+        unsafe {
+            let qp = (REAL_CREATE_QP.get().unwrap())(ctx, attr);
+            if !qp.is_null() {
+                let q = ffi::ibv_qp_to_qp_ex(qp);
+                let _ = REAL_WR_START.set((*q).wr_start.unwrap());
+                (*q).wr_start = Some(start);
+            }
+            qp
+        }
+    }
+    let _ = COMPLETE_HOOK.set(hook);
+    verbs_extended_with(|vc| {
+        let _ = REAL_CREATE_QP.set(vc.create_qp_ex.unwrap());
+        vc.create_qp_ex = Some(create);
+    })
+}
+
 /// A CQ's `start_poll` (`ibv_cq_ex`), which the tests below wrap.
 type StartPollFn = unsafe extern "C" fn(
     *mut rdma_sys::ibv_cq_ex,
@@ -357,6 +416,55 @@ fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
     );
 }
 
+/// Posts `write` straight (cookie 1) and in a batch of two (2, 3) with `fail(true)` (the
+/// doorbell fails after the provider took them), then, after `fail(false)`, what `between`
+/// posts and `write` again (4). Each of 1-4 must be reported posted and complete once,
+/// successfully: taken back, 1-3's positions went to the next requests, whose cookies their
+/// completions were then reported under.
+fn writes_through_a_failed_doorbell(
+    q: &mut crate::Qp,
+    cq: &mut crate::Cq,
+    write: &crate::Request<'_>,
+    fail: impl Fn(bool),
+    between: impl FnOnce(&mut crate::Qp, &crate::Request<'_>),
+) {
+    use crate::{Completion, PostFlags, PostSend};
+    fail(true);
+    let straight = q.post(write, 1, PostFlags::SIGNALED);
+    let mut b = q.batch();
+    b.push(write, 2, PostFlags::SIGNALED).unwrap();
+    b.push(write, 3, PostFlags::SIGNALED).unwrap();
+    let rung = b.ring();
+    fail(false);
+    between(q, write);
+    let after = q.post(write, 4, PostFlags::SIGNALED);
+    assert!(
+        straight.is_ok() && rung.is_ok() && after.is_ok(),
+        "requests the provider took are posted: {straight:?}, {rung:?}, {after:?}"
+    );
+    let mut out = [Completion::default(); 8];
+    let mut got = Vec::new();
+    let t = std::time::Instant::now();
+    while got.len() < 4 && t.elapsed() < Duration::from_secs(5) {
+        let n = cq.poll(&mut out);
+        got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
+    }
+    // Anything more would be a request reported twice.
+    std::thread::sleep(Duration::from_millis(50));
+    let n = cq.poll(&mut out);
+    got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
+    let cookies: Vec<u64> = got.iter().map(|&(c, _)| c).collect();
+    assert_eq!(
+        cookies,
+        [1, 2, 3, 4],
+        "each request completes once: {got:?}"
+    );
+    assert!(
+        got.iter().all(|&(_, s)| s == crate::WcStatus::Success),
+        "{got:?}"
+    );
+}
+
 /// A doorbell that fails after the provider put the requests in its ring (siw's
 /// `siw_post_send` returns `siw_db`'s -1 with `*bad_wr` NULL once every request is in its
 /// ring; rxe's `post_send` returns `post_send_db`'s errno the same way) leaves them posted:
@@ -369,7 +477,7 @@ fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_doorbell_that_fails_after_the_provider_took_the_requests_loses_none() {
-    use crate::{Access, Completion, Payload, PostFlags, PostSend, QueuePair, Request};
+    use crate::{Access, Payload, QueuePair, Request};
     use rdma_sys as ffi;
     use std::os::raw::c_int;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -403,38 +511,12 @@ fn a_doorbell_that_fails_after_the_provider_took_the_requests_loses_none() {
         remote,
         data: Payload::Inline(&[1]),
     };
-    FAIL.store(true, Ordering::Relaxed);
-    let straight = q1.post(&write, 1, PostFlags::SIGNALED);
-    let mut b = q1.batch();
-    b.push(&write, 2, PostFlags::SIGNALED).unwrap();
-    b.push(&write, 3, PostFlags::SIGNALED).unwrap();
-    let rung = b.ring();
-    FAIL.store(false, Ordering::Relaxed);
-    let after = q1.post(&write, 4, PostFlags::SIGNALED);
-    assert!(
-        straight.is_ok() && rung.is_ok() && after.is_ok(),
-        "requests the provider took are posted: {straight:?}, {rung:?}, {after:?}"
-    );
-    let mut out = [Completion::default(); 8];
-    let mut got = Vec::new();
-    let t = std::time::Instant::now();
-    while got.len() < 4 && t.elapsed() < Duration::from_secs(5) {
-        let n = cq.poll(&mut out);
-        got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
-    }
-    // Anything more would be a request reported twice.
-    std::thread::sleep(Duration::from_millis(50));
-    let n = cq.poll(&mut out);
-    got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
-    let cookies: Vec<u64> = got.iter().map(|&(c, _)| c).collect();
-    assert_eq!(
-        cookies,
-        [1, 2, 3, 4],
-        "each request completes once: {got:?}"
-    );
-    assert!(
-        got.iter().all(|&(_, s)| s == crate::WcStatus::Success),
-        "{got:?}"
+    writes_through_a_failed_doorbell(
+        &mut q1,
+        &mut cq,
+        &write,
+        |on| FAIL.store(on, Ordering::Relaxed),
+        |_, _| {},
     );
 }
 
@@ -451,21 +533,13 @@ fn a_doorbell_that_fails_after_the_provider_took_the_requests_loses_none() {
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn on_rxe_a_doorbell_that_fails_in_wr_complete_loses_no_request() {
-    use crate::{Access, Completion, Payload, PostFlags, PostSend, QueuePair, Request};
+    use crate::{Access, Payload, PostFlags, PostSend, QueuePair, Request};
     use rdma_sys as ffi;
     use std::os::raw::c_int;
     use std::sync::atomic::{AtomicI32, Ordering};
-    type Qx = *mut ffi::ibv_qp_ex;
-    type CreateQpExFn = unsafe extern "C" fn(
-        *mut ffi::ibv_context,
-        *mut ffi::ibv_qp_init_attr_ex,
-    ) -> *mut ffi::ibv_qp;
-    static REAL_CREATE: OnceLock<CreateQpExFn> = OnceLock::new();
-    static REAL_START: OnceLock<unsafe extern "C" fn(Qx)> = OnceLock::new();
-    static REAL_COMPLETE: OnceLock<unsafe extern "C" fn(Qx) -> c_int> = OnceLock::new();
     /// 0: complete; EINVAL: complete, then the doorbell's error; ENOSPC: abort.
     static FAIL: AtomicI32 = AtomicI32::new(0);
-    unsafe extern "C" fn complete(q: Qx) -> c_int {
+    unsafe extern "C" fn complete(q: *mut ffi::ibv_qp_ex) -> c_int {
         // SAFETY: a live QP between `ibv_wr_start` and `ibv_wr_complete`; the provider's
         // own operations.
         unsafe {
@@ -474,41 +548,14 @@ fn on_rxe_a_doorbell_that_fails_in_wr_complete_loses_no_request() {
                     ((*q).wr_abort.unwrap())(q);
                     libc::ENOSPC
                 }
-                rc => match (REAL_COMPLETE.get().unwrap())(q) {
+                rc => match real_complete()(q) {
                     0 => rc,
                     e => e,
                 },
             }
         }
     }
-    unsafe extern "C" fn start(q: Qx) {
-        // SAFETY: as in `a_refused_straight_post_leaves_the_send_queue_as_it_was`: a live
-        // QP in RTS, whose real `wr_complete` is kept at the first post and wrapped.
-        unsafe {
-            (REAL_START.get().unwrap())(q);
-            let _ = REAL_COMPLETE.set((*q).wr_complete.unwrap());
-            (*q).wr_complete = Some(complete);
-        }
-    }
-    unsafe extern "C" fn create(
-        ctx: *mut ffi::ibv_context,
-        attr: *mut ffi::ibv_qp_init_attr_ex,
-    ) -> *mut ffi::ibv_qp {
-        // SAFETY: the provider's own operation; the crate reads `wr_start` after it.
-        unsafe {
-            let qp = (REAL_CREATE.get().unwrap())(ctx, attr);
-            if !qp.is_null() {
-                let q = ffi::ibv_qp_to_qp_ex(qp);
-                let _ = REAL_START.set((*q).wr_start.unwrap());
-                (*q).wr_start = Some(start);
-            }
-            qp
-        }
-    }
-    let (_owner, dev) = verbs_extended_with(|vc| {
-        let _ = REAL_CREATE.set(vc.create_qp_ex.unwrap());
-        vc.create_qp_ex = Some(create);
-    });
+    let (_owner, dev) = verbs_extended_with_complete_hook(complete);
     let (pd, mut cq, mut q1, _q2) = pair(&dev);
     assert_eq!(q1.verbs_api(), Some(crate::VerbsApi::Extended));
     q1.verbs_send_queue().unwrap().set_rxe(true);
@@ -520,45 +567,16 @@ fn on_rxe_a_doorbell_that_fails_in_wr_complete_loses_no_request() {
         remote,
         data: Payload::Inline(&[1]),
     };
-    FAIL.store(libc::EINVAL, Ordering::Relaxed);
-    let straight = q1.post(&write, 1, PostFlags::SIGNALED);
-    let mut b = q1.batch();
-    b.push(&write, 2, PostFlags::SIGNALED).unwrap();
-    b.push(&write, 3, PostFlags::SIGNALED).unwrap();
-    let rung = b.ring();
-    FAIL.store(libc::ENOSPC, Ordering::Relaxed);
-    let refused = q1.post(&write, 9, PostFlags::SIGNALED);
-    FAIL.store(0, Ordering::Relaxed);
-    let after = q1.post(&write, 4, PostFlags::SIGNALED);
-    assert!(
-        straight.is_ok() && rung.is_ok() && after.is_ok(),
-        "requests rxe published are posted: {straight:?}, {rung:?}, {after:?}"
-    );
-    assert!(
-        matches!(refused, Err(Error::Verbs(ref v)) if v.source.raw_os_error() == Some(libc::ENOSPC)),
-        "a builder's refusal posts nothing: {refused:?}"
-    );
-    let mut out = [Completion::default(); 8];
-    let mut got = Vec::new();
-    let t = std::time::Instant::now();
-    while got.len() < 4 && t.elapsed() < Duration::from_secs(5) {
-        let n = cq.poll(&mut out);
-        got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
-    }
-    // Anything more would be a request reported twice.
-    std::thread::sleep(Duration::from_millis(50));
-    let n = cq.poll(&mut out);
-    got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
-    let cookies: Vec<u64> = got.iter().map(|&(c, _)| c).collect();
-    assert_eq!(
-        cookies,
-        [1, 2, 3, 4],
-        "each request completes once: {got:?}"
-    );
-    assert!(
-        got.iter().all(|&(_, s)| s == crate::WcStatus::Success),
-        "{got:?}"
-    );
+    let fail = |on| FAIL.store(if on { libc::EINVAL } else { 0 }, Ordering::Relaxed);
+    writes_through_a_failed_doorbell(&mut q1, &mut cq, &write, fail, |q, write| {
+        FAIL.store(libc::ENOSPC, Ordering::Relaxed);
+        let refused = q.post(write, 9, PostFlags::SIGNALED);
+        FAIL.store(0, Ordering::Relaxed);
+        assert!(
+            matches!(refused, Err(Error::Verbs(ref v)) if v.source.raw_os_error() == Some(libc::ENOSPC)),
+            "a builder's refusal posts nothing: {refused:?}"
+        );
+    });
 }
 
 /// A request posted straight (one request, nothing queued) that rdma-core refuses leaves
@@ -578,20 +596,12 @@ fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
     use std::os::raw::c_int;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
-    type Qx = *mut ffi::ibv_qp_ex;
-    type CreateQpExFn = unsafe extern "C" fn(
-        *mut ffi::ibv_context,
-        *mut ffi::ibv_qp_init_attr_ex,
-    ) -> *mut ffi::ibv_qp;
     /// The next request is refused.
     static REFUSE: AtomicBool = AtomicBool::new(false);
     /// `(qp_num, position, signaled)` of each request posted (the position: the low 16
     /// bits of its `wr_id`).
     static POSTED: Mutex<Vec<(u32, u64, bool)>> = Mutex::new(Vec::new());
     static REAL_POST: OnceLock<PostSendFn> = OnceLock::new();
-    static REAL_CREATE: OnceLock<CreateQpExFn> = OnceLock::new();
-    static REAL_START: OnceLock<unsafe extern "C" fn(Qx)> = OnceLock::new();
-    static REAL_COMPLETE: OnceLock<unsafe extern "C" fn(Qx) -> c_int> = OnceLock::new();
     /// Records a request posted (or says it is to be refused).
     fn posting(qp_num: u32, wr_id: u64, flags: u32) -> bool {
         if REFUSE.swap(false, Ordering::Relaxed) {
@@ -620,7 +630,7 @@ fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
             (REAL_POST.get().unwrap())(qp, wr, bad)
         }
     }
-    unsafe extern "C" fn complete(q: Qx) -> c_int {
+    unsafe extern "C" fn complete(q: *mut ffi::ibv_qp_ex) -> c_int {
         // SAFETY: a live QP between `ibv_wr_start` and `ibv_wr_complete`; the provider's
         // own operations.
         unsafe {
@@ -628,34 +638,7 @@ fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
                 ((*q).wr_abort.unwrap())(q);
                 return libc::EINVAL;
             }
-            (REAL_COMPLETE.get().unwrap())(q)
-        }
-    }
-    unsafe extern "C" fn start(q: Qx) {
-        // SAFETY: a live QP, posted to by the crate once it is in RTS, where libmlx5 has
-        // put its real `wr_complete` (`mlx5_send_wr_complete`) in place of the one that
-        // refuses everything before (`set_qp_operational_state`); the crate reads the
-        // field at each post. The first post's is kept (later ones read this wrap back).
-        unsafe {
-            (REAL_START.get().unwrap())(q);
-            let _ = REAL_COMPLETE.set((*q).wr_complete.unwrap());
-            (*q).wr_complete = Some(complete);
-        }
-    }
-    unsafe extern "C" fn create(
-        ctx: *mut ffi::ibv_context,
-        attr: *mut ffi::ibv_qp_init_attr_ex,
-    ) -> *mut ffi::ibv_qp {
-        // SAFETY: the provider's own operation; a QP it returns is live, and the crate
-        // reads its `wr_start` once this returns.
-        unsafe {
-            let qp = (REAL_CREATE.get().unwrap())(ctx, attr);
-            if !qp.is_null() {
-                let q = ffi::ibv_qp_to_qp_ex(qp);
-                let _ = REAL_START.set((*q).wr_start.unwrap());
-                (*q).wr_start = Some(start);
-            }
-            qp
+            real_complete()(q)
         }
     }
     for (api, want) in [
@@ -669,10 +652,7 @@ fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
                 let dev = device(&owner);
                 (owner, dev)
             }
-            _ => verbs_extended_with(|vc| {
-                let _ = REAL_CREATE.set(vc.create_qp_ex.unwrap());
-                vc.create_qp_ex = Some(create);
-            }),
+            _ => verbs_extended_with_complete_hook(complete),
         };
         let pd = dev.alloc_pd().unwrap();
         let mr = pd
