@@ -129,7 +129,9 @@ static REAL_CREATE_QP: OnceLock<
 > = OnceLock::new();
 static REAL_WR_START: OnceLock<unsafe extern "C" fn(*mut rdma_sys::ibv_qp_ex)> = OnceLock::new();
 static REAL_WR_COMPLETE: OnceLock<CompleteFn> = OnceLock::new();
-static COMPLETE_HOOK: OnceLock<CompleteFn> = OnceLock::new();
+/// The hook of the last [`verbs_extended_with_complete_hook`] (replaced at each call, so
+/// that cases run in one process each get their own).
+static COMPLETE_HOOK: std::sync::Mutex<Option<CompleteFn>> = std::sync::Mutex::new(None);
 
 /// libmlx5's own `wr_complete`, for a hook to call (set at the first post).
 fn real_complete() -> CompleteFn {
@@ -149,7 +151,7 @@ fn verbs_extended_with_complete_hook(hook: CompleteFn) -> (Arc<Context>, Device)
         unsafe {
             (REAL_WR_START.get().unwrap())(q);
             let _ = REAL_WR_COMPLETE.set((*q).wr_complete.unwrap());
-            (*q).wr_complete = Some(*COMPLETE_HOOK.get().unwrap());
+            (*q).wr_complete = *COMPLETE_HOOK.lock().unwrap();
         }
     }
     unsafe extern "C" fn create(
@@ -168,7 +170,7 @@ fn verbs_extended_with_complete_hook(hook: CompleteFn) -> (Arc<Context>, Device)
             qp
         }
     }
-    let _ = COMPLETE_HOOK.set(hook);
+    *COMPLETE_HOOK.lock().unwrap() = Some(hook);
     verbs_extended_with(|vc| {
         let _ = REAL_CREATE_QP.set(vc.create_qp_ex.unwrap());
         vc.create_qp_ex = Some(create);
