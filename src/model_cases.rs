@@ -48,6 +48,18 @@ fn hook_post_send(owner: &Context, real: &OnceLock<PostSendFn>, hook: PostSendFn
     }
 }
 
+/// [`verbs_legacy`] with `hook` in place of the context's `post_send` ([`hook_post_send`]);
+/// a device over it.
+fn verbs_legacy_with_post_send_hook(
+    real: &OnceLock<PostSendFn>,
+    hook: PostSendFn,
+) -> (Arc<Context>, Device) {
+    let owner = verbs_legacy();
+    hook_post_send(&owner, real, hook);
+    let dev = device(&owner);
+    (owner, dev)
+}
+
 /// A context's `poll_cq` (`ibv_context_ops`), which the tests below wrap.
 type PollCqFn = unsafe extern "C" fn(
     *mut rdma_sys::ibv_cq,
@@ -323,6 +335,28 @@ fn pair(dev: &Device) -> (crate::Pd, crate::Cq, crate::Qp, crate::Qp) {
     (pd, cq, q1, q2)
 }
 
+/// [`pair`] on the verbs path, and a region of 64 bytes its requests write (the region
+/// and its first byte's remote address).
+fn verbs_pair_with_region(
+    dev: &Device,
+) -> (
+    crate::Pd,
+    crate::Cq,
+    crate::Qp,
+    crate::Qp,
+    crate::MemoryRegion,
+    crate::Remote,
+) {
+    use crate::{Access, QueuePair};
+    let (pd, cq, q1, q2) = pair(dev);
+    assert_eq!(q1.data_path(), crate::DataPath::Verbs);
+    let mr = pd
+        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let remote = mr.remote(0).unwrap();
+    (pd, cq, q1, q2, mr, remote)
+}
+
 /// rdma-core's siw provider (`providers/siw/siw.c`, `siw_post_send`) sets `*bad_wr` at
 /// the first request it refuses (`push_send_wqe`: `IBV_WR_RDMA_WRITE_WITH_IMM`,
 /// `IBV_WR_SEND_WITH_IMM`, `IBV_WR_LOCAL_INV`, ... map to an unsupported opcode and
@@ -335,7 +369,7 @@ fn pair(dev: &Device) -> (crate::Pd, crate::Cq, crate::Qp, crate::Qp) {
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
-    use crate::{Access, Completion, Payload, PostFlags, PostSend, QueuePair, Request};
+    use crate::{Completion, Payload, PostFlags, PostSend, Request};
     use rdma_sys as ffi;
     use std::os::raw::c_int;
     static REAL: OnceLock<PostSendFn> = OnceLock::new();
@@ -374,15 +408,8 @@ fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
             rc // siw: the doorbell's result
         }
     }
-    let owner = verbs_legacy();
-    hook_post_send(&owner, &REAL, siw_like);
-    let dev = device(&owner);
-    let (pd, mut cq, mut q1, _q2) = pair(&dev);
-    assert_eq!(q1.data_path(), crate::DataPath::Verbs);
-    let mr = pd
-        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    let remote = mr.remote(0).unwrap();
+    let (_owner, dev) = verbs_legacy_with_post_send_hook(&REAL, siw_like);
+    let (_pd, mut cq, mut q1, _q2, _mr, remote) = verbs_pair_with_region(&dev);
     // One request siw refuses alone: its error should be the errno, not its negation.
     let alone = Request::WriteImm {
         remote,
@@ -418,19 +445,26 @@ fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
     );
 }
 
-/// Posts `write` straight (cookie 1) and in a batch of two (2, 3) with `fail(true)` (the
+/// On a [`verbs_pair_with_region`] of `dev`, its first QP given to `prepare`: posts an
+/// inline write straight (cookie 1) and in a batch of two (2, 3) with `fail(true)` (the
 /// doorbell fails after the provider took them), then, after `fail(false)`, what `between`
-/// posts and `write` again (4). Each of 1-4 must be reported posted and complete once,
+/// posts and the write again (4). Each of 1-4 must be reported posted and complete once,
 /// successfully: taken back, 1-3's positions went to the next requests, whose cookies their
 /// completions were then reported under.
 fn writes_through_a_failed_doorbell(
-    q: &mut crate::Qp,
-    cq: &mut crate::Cq,
-    write: &crate::Request<'_>,
+    dev: &Device,
+    prepare: impl FnOnce(&mut crate::Qp),
     fail: impl Fn(bool),
     between: impl FnOnce(&mut crate::Qp, &crate::Request<'_>),
 ) {
-    use crate::{Completion, PostFlags, PostSend};
+    use crate::{Completion, Payload, PostFlags, PostSend, Request};
+    let (_pd, mut cq, mut q, _q2, _mr, remote) = verbs_pair_with_region(dev);
+    prepare(&mut q);
+    let (q, cq) = (&mut q, &mut cq);
+    let write = &Request::Write {
+        remote,
+        data: Payload::Inline(&[1]),
+    };
     fail(true);
     let straight = q.post(write, 1, PostFlags::SIGNALED);
     let mut b = q.batch();
@@ -479,7 +513,6 @@ fn writes_through_a_failed_doorbell(
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_doorbell_that_fails_after_the_provider_took_the_requests_loses_none() {
-    use crate::{Access, Payload, QueuePair, Request};
     use rdma_sys as ffi;
     use std::os::raw::c_int;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -500,23 +533,10 @@ fn a_doorbell_that_fails_after_the_provider_took_the_requests_loses_none() {
         unsafe { *bad = std::ptr::null_mut() };
         -1 // siw_db: write(2)'s result
     }
-    let owner = verbs_legacy();
-    hook_post_send(&owner, &REAL, doorbell_fails);
-    let dev = device(&owner);
-    let (pd, mut cq, mut q1, _q2) = pair(&dev);
-    assert_eq!(q1.data_path(), crate::DataPath::Verbs);
-    let mr = pd
-        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    let remote = mr.remote(0).unwrap();
-    let write = Request::Write {
-        remote,
-        data: Payload::Inline(&[1]),
-    };
+    let (_owner, dev) = verbs_legacy_with_post_send_hook(&REAL, doorbell_fails);
     writes_through_a_failed_doorbell(
-        &mut q1,
-        &mut cq,
-        &write,
+        &dev,
+        |_| {},
         |on| FAIL.store(on, Ordering::Relaxed),
         |_, _| {},
     );
@@ -535,7 +555,7 @@ fn a_doorbell_that_fails_after_the_provider_took_the_requests_loses_none() {
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn on_rxe_a_doorbell_that_fails_in_wr_complete_loses_no_request() {
-    use crate::{Access, Payload, PostFlags, PostSend, QueuePair, Request};
+    use crate::{PostFlags, PostSend, QueuePair};
     use rdma_sys as ffi;
     use std::os::raw::c_int;
     use std::sync::atomic::{AtomicI32, Ordering};
@@ -558,19 +578,12 @@ fn on_rxe_a_doorbell_that_fails_in_wr_complete_loses_no_request() {
         }
     }
     let (_owner, dev) = verbs_extended_with_complete_hook(complete);
-    let (pd, mut cq, mut q1, _q2) = pair(&dev);
-    assert_eq!(q1.verbs_api(), Some(crate::VerbsApi::Extended));
-    q1.verbs_send_queue().unwrap().set_rxe(true);
-    let mr = pd
-        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    let remote = mr.remote(0).unwrap();
-    let write = Request::Write {
-        remote,
-        data: Payload::Inline(&[1]),
+    let rxe = |q: &mut crate::Qp| {
+        assert_eq!(q.verbs_api(), Some(crate::VerbsApi::Extended));
+        q.verbs_send_queue().unwrap().set_rxe(true);
     };
     let fail = |on| FAIL.store(if on { libc::EINVAL } else { 0 }, Ordering::Relaxed);
-    writes_through_a_failed_doorbell(&mut q1, &mut cq, &write, fail, |q, write| {
+    writes_through_a_failed_doorbell(&dev, rxe, fail, |q, write| {
         FAIL.store(libc::ENOSPC, Ordering::Relaxed);
         let refused = q.post(write, 9, PostFlags::SIGNALED);
         FAIL.store(0, Ordering::Relaxed);
@@ -648,12 +661,7 @@ fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
         ("extended", crate::VerbsApi::Extended),
     ] {
         let (_owner, dev) = match want {
-            crate::VerbsApi::Legacy => {
-                let owner = verbs_legacy();
-                hook_post_send(&owner, &REAL_POST, post_send);
-                let dev = device(&owner);
-                (owner, dev)
-            }
+            crate::VerbsApi::Legacy => verbs_legacy_with_post_send_hook(&REAL_POST, post_send),
             _ => verbs_extended_with_complete_hook(complete),
         };
         let pd = dev.alloc_pd().unwrap();
