@@ -12,8 +12,9 @@
 //!   pinned it has completed (it is reclaimed on later region drops and allocations, QP
 //!   drops, [`Pd::reclaim`](crate::Pd::reclaim), and at the latest when the protection
 //!   domain goes; a region a CQ's poller may still copy a received message into, its
-//!   receive's pins held, outlives its domain until the poller lets them go, and goes with
-//!   the next reclaim or domain drop of any domain after that).
+//!   receive's pins held, outlives its domain until the poller lets them go, and goes when
+//!   the poller lets go of that queue's scatter table, or at the latest with the next reclaim
+//!   or domain drop of any domain).
 //!
 //! Receives are tracked per region (`crate::queue::pin`): a receive pins each region it
 //! lands in, in one atomic step against the drop's close, so that a receive posted on one
@@ -76,28 +77,50 @@ impl Parked {
 /// The regions whose domain went away while a scatter table still held pins in them
 /// ([`Lifetimes::clear`]): a CQ's poller may still be copying a message that arrived inside
 /// its CQE into one (scatter-to-CQE) until it lets the pins go, so each stays registered,
-/// its memory alive, until then; swept at every `clear` (of any domain). Kept reachable,
-/// not leaked (the AddressSanitizer stage's leak check found the counters leaked when an
-/// SRQ's receives outlived their domain in a CQ's tombstone).
+/// its memory alive, until then. Swept when a scatter table goes (the last holder of a
+/// queue's receives let its pins go: [`sweep_held`]) and at every reclaim and `clear` (of
+/// any domain). Kept reachable, not leaked (the AddressSanitizer stage's leak check found
+/// the counters leaked when an SRQ's receives outlived their domain in a CQ's tombstone).
+///
+/// Nothing is deregistered or dropped while the list is locked: a registration's drop can
+/// drop a caller's buffer ([`crate::RegionBuffer`]), whose own drop may drop a queue and
+/// with it a scatter table, which sweeps.
 static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
 
 /// A region of [`HELD`]: its pins, and its registration until they are released.
 struct Held {
     pins: Arc<Pins>,
-    reg: Option<Registration>,
+    reg: Registration,
 }
 
-/// Deregisters the regions of [`HELD`] whose pins were let go.
-fn sweep(held: &mut Vec<Held>) {
-    held.retain_mut(|h| {
-        if !h.pins.released() {
-            return true;
+/// Takes the regions of [`HELD`] whose pins were let go out of `held`: the caller
+/// deregisters them once the list is unlocked ([`deregister_all`]).
+fn sweep(held: &mut Vec<Held>) -> Vec<Registration> {
+    let mut gone = Vec::new();
+    let mut i = 0;
+    while i < held.len() {
+        if held[i].pins.released() {
+            gone.push(held.swap_remove(i).reg);
+        } else {
+            i += 1;
         }
-        if let Some(r) = h.reg.take() {
-            deregister_or_leak(r);
-        }
-        false
-    });
+    }
+    gone
+}
+
+/// Deregisters `regs` (each, or leaks it: [`deregister_or_leak`]).
+fn deregister_all(regs: Vec<Registration>) {
+    for r in regs {
+        deregister_or_leak(r);
+    }
+}
+
+/// Deregisters the regions of gone domains whose pins were let go ([`HELD`]): called when
+/// a scatter table goes, the last holder of its receives' pins, so that such a region goes
+/// then rather than at the next reclaim of some other domain of the process.
+pub(crate) fn sweep_held() {
+    let gone = sweep(&mut HELD.lock().unwrap_or_else(|e| e.into_inner()));
+    deregister_all(gone);
 }
 
 /// Deregisters `reg`, or leaks it with its memory when the device refuses: freeing it
@@ -156,7 +179,7 @@ impl Lifetimes {
     /// the regions of gone domains whose pins were let go since, [`HELD`]). Returns how
     /// many of this domain's remain.
     pub(crate) fn reclaim(&self) -> usize {
-        sweep(&mut HELD.lock().unwrap_or_else(|e| e.into_inner()));
+        sweep_held();
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         // A window's deallocation gives back its pins on regions parked before it: again
         // until a pass lets nothing go.
@@ -178,8 +201,9 @@ impl Lifetimes {
     /// more; but pins may still be held by the scatter table of a destroyed QP or SRQ that
     /// a CQ's poller has not let go of yet (it gives them back when it passes their entries,
     /// or when the CQ goes), and until then the poller may be copying a message from a CQE
-    /// into the region: such a region stays registered in [`HELD`], its memory alive, and a
-    /// later `clear` deregisters it once its pins are released. Deregistered at once, a
+    /// into the region: such a region stays registered in [`HELD`], its memory alive, and is
+    /// deregistered once its pins are released (when that scatter table goes:
+    /// [`sweep_held`]; or at a later reclaim or `clear`). Deregistered at once, a
     /// copy that had checked the queue list just before the QP's destroy wrote freed memory
     /// (a review's finding).
     pub(crate) fn clear(&self) {
@@ -188,16 +212,20 @@ impl Lifetimes {
         // Windows first (no pins of their own): their deallocation gives back their pins on
         // the regions after them.
         parked.sort_by_key(|p| p.pins.is_some());
-        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-        sweep(&mut held);
+        let mut keep = Vec::new();
         for mut p in parked {
             match p.pins.take().filter(|p| !p.released()) {
-                Some(pins) => held.push(Held {
-                    pins,
-                    reg: Some(p.reg),
-                }),
+                Some(pins) => keep.push(Held { pins, reg: p.reg }),
                 None => deregister_or_leak(p.reg),
             }
         }
+        // Swept after they are in: a scatter table that let their pins go since the check
+        // above swept before they were there.
+        let gone = {
+            let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+            held.extend(keep);
+            sweep(&mut held)
+        };
+        deregister_all(gone);
     }
 }

@@ -220,3 +220,62 @@ fn a_region_a_poller_may_still_copy_into_outlives_its_domain_until_the_poller_le
         "the domain freed with its last region"
     );
 }
+
+/// A region held past its domain (its receive's completion unpolled when the domain went)
+/// is deregistered, and its domain freed, as soon as the poller lets its pins go: when it
+/// passes the dropped QP's entries, or when the CQ goes unpolled. Until a review found it,
+/// only a later reclaim or drop of some domain of the process deregistered it, so a program
+/// that made no other domain kept it registered for good. (Another test's domain drop may
+/// sweep it first, from another thread: hence the bounded wait.)
+#[test]
+fn a_region_held_past_its_domain_goes_when_the_poller_lets_its_pins_go() {
+    for poll_first in [true, false] {
+        let dev = Device::sim_stepped();
+        let nic = dev.nic().unwrap();
+        let domains = nic.pds_live();
+        let mut cq = dev.create_cq(64).unwrap();
+        let lkey = {
+            let pd = dev.alloc_pd().unwrap();
+            let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+            let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+            a.connect(eb).unwrap();
+            b.connect(ea).unwrap();
+            let target = pd.alloc_mr(4096, RIGHTS).unwrap();
+            let mut out = [Completion::default(); 4];
+            for round in 0..2u64 {
+                b.post_recv(&[target.sge(0, 64).unwrap()], 7 + round)
+                    .unwrap();
+                a.send(Payload::Inline(&[5; 8]), round, PostFlags::SIGNALED)
+                    .unwrap();
+                dev.process();
+                if round == 0 {
+                    assert_eq!(cq.poll(&mut out), 2);
+                }
+            }
+            target.lkey()
+        };
+        assert!(
+            nic.mr_registered(lkey),
+            "kept while the unpolled receive pins it"
+        );
+        if poll_first {
+            let mut out = [Completion::default(); 4];
+            assert_eq!(cq.poll(&mut out), 0);
+        } else {
+            drop(cq);
+        }
+        let t = std::time::Instant::now();
+        while (nic.mr_registered(lkey) || nic.pds_live() != domains)
+            && t.elapsed() < std::time::Duration::from_secs(5)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            !nic.mr_registered(lkey) && nic.pds_live() == domains,
+            "poll first: {poll_first}; registered {}, domains {} (was {domains})",
+            nic.mr_registered(lkey),
+            nic.pds_live()
+        );
+    }
+}
