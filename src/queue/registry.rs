@@ -59,6 +59,23 @@ pub(crate) trait Remains: Send {
     fn alone(&self) -> bool;
 }
 
+/// A dropped verbs-path QP on an SRQ, kept by its receive CQ ([`Registry::defer`]): its
+/// device QP, and the SRQ's shared state, whose scatter table holds the region pins of the
+/// receives the QP consumed. Until the device QP is destroyed, a completion of one of them
+/// may be in the CQ with its message inside the CQE, which libmlx5 copies into the SRQ
+/// WQE's buffer when it is polled (`mlx5_copy_to_recv_srq`); the destroy cleans the CQ of
+/// them (`__mlx5_cq_clean`, under the CQ's lock, so after a poll that was copying). The
+/// QP's dead entry holds the state too, but may be dropped first (at most [`MAX_DEAD`] are
+/// kept: `bury` drops the oldest): then the pins went, and the region with its memory,
+/// while the device QP could still be polled into it (a review's finding).
+/// Field order: the device QP is destroyed first, then the state goes.
+struct Kept {
+    /// The orphan epoch it was kept at.
+    epoch: u64,
+    device: Box<dyn Remains>,
+    _srq: Arc<SrqShared>,
+}
+
 /// The list of attached queues, shared between a CQ and the QPs that use it. Changing it
 /// bumps a generation the poller checks with one load; it re-reads the list (under the lock)
 /// only then, never on the hot path. It also carries the CQ's entries that the queues share
@@ -69,9 +86,9 @@ pub(crate) struct Registry {
     pub(crate) list: Mutex<Vec<Attached>>,
     pub(crate) slots: Arc<CqSlots>,
     tombs: Mutex<Vec<Arc<Tombstone>>>,
-    /// What verbs-path QPs dropped from this (receive) CQ left to destroy, each with the
-    /// orphan epoch it was kept at ([`Registry::defer`]).
-    remains: Mutex<Vec<(u64, Box<dyn Remains>)>>,
+    /// What verbs-path QPs dropped from this (receive) CQ left to destroy
+    /// ([`Registry::defer`]).
+    remains: Mutex<Vec<Kept>>,
     /// The ring of a direct-path CQ (None on the verbs path).
     ring: Option<RingView>,
 }
@@ -173,19 +190,24 @@ impl Registry {
         self.gen.fetch_add(1, Ordering::Release);
     }
 
-    /// Keeps `r` (a buried QP's device QP) until the poller has seen the CQ empty after
-    /// this: by then the QP's completions (the QP went to error and its last-WQE event was
+    /// Keeps `r` (a buried QP's device QP), and after it `srq`, the shared state of the
+    /// SRQ it took its receives from ([`Kept`]), until the poller has seen the CQ empty
+    /// after this: by then the QP's completions (the QP went to error and its last-WQE event was
     /// waited for before, `Qp::drop`) were all taken through its dead entry.
     /// At most [`MAX_DEAD`] are kept (as many as dead entries): past that the oldest whose
     /// queues are gone is destroyed at once (its unpolled receives' slots lost, as before).
-    pub(crate) fn defer(&self, r: Box<dyn Remains>) {
+    pub(crate) fn defer(&self, r: Box<dyn Remains>, srq: Arc<SrqShared>) {
         let oldest = {
             let mut remains = self.remains.lock().unwrap_or_else(|e| e.into_inner());
-            remains.push((self.slots.mark(), r));
+            remains.push(Kept {
+                epoch: self.slots.mark(),
+                device: r,
+                _srq: srq,
+            });
             if remains.len() > MAX_DEAD {
                 remains
                     .iter()
-                    .position(|(_, r)| r.alone())
+                    .position(|k| k.device.alone())
                     .map(|i| remains.remove(i))
             } else {
                 None
@@ -210,7 +232,7 @@ impl Registry {
             }
             let (gone, keep): (Vec<_>, Vec<_>) = remains
                 .drain(..)
-                .partition(|(epoch, r)| *epoch <= mark && r.alone());
+                .partition(|k| k.epoch <= mark && k.device.alone());
             *remains = keep;
             (gone, !remains.is_empty())
         };
@@ -277,5 +299,115 @@ mod tests {
         assert_eq!(dead.len(), MAX_DEAD);
         assert_eq!(dead[0], 13, "the three oldest dropped");
         assert!(l.iter().any(|a| a.qpn == 5), "the live QP stays");
+    }
+
+    /// Remains of a dropped SRQ QP (its device QP): set when they are destroyed, with
+    /// whether the pins `watch` names were still held then (the device QP could copy a
+    /// polled message into their region until its destroy).
+    struct FakeRemains {
+        destroyed: Arc<core::sync::atomic::AtomicU8>,
+        watch: Option<Arc<super::super::pin::Pins>>,
+    }
+    const HELD_AT_DESTROY: u8 = 1;
+    const RELEASED_AT_DESTROY: u8 = 2;
+    impl Remains for FakeRemains {
+        fn alone(&self) -> bool {
+            true
+        }
+    }
+    impl Drop for FakeRemains {
+        fn drop(&mut self) {
+            let released = self.watch.as_ref().is_some_and(|p| p.released());
+            let v = if released {
+                RELEASED_AT_DESTROY
+            } else {
+                HELD_AT_DESTROY
+            };
+            self.destroyed.store(v, Ordering::SeqCst);
+        }
+    }
+
+    /// A dropped verbs-path QP on an SRQ whose receive CQE (with data scattered to the CQE,
+    /// which libmlx5 copies into the SRQ WQE's buffer when it is polled) is still in the
+    /// CQ: its device QP is kept (`defer`), and so are the pins of the receive's region,
+    /// until the device QP is destroyed. The 64th later SRQ-QP drop evicts the dead entry
+    /// in `bury` (under the list's lock) but destroys the device QP only in `defer`, after
+    /// the lock is released: when only the dead entry kept the SRQ's shared state, a poller
+    /// that refreshed in between dropped its last reference, its scatter table gave the
+    /// region's pin back (the region could be deregistered and freed), and its next poll
+    /// still found the CQE of the live device QP (libmlx5 cleans the CQ only when the QP is
+    /// destroyed). A review's finding, this test its demonstration.
+    #[test]
+    fn a_dead_entry_outlives_its_device_qp() {
+        use super::super::pin::Pins;
+        use super::super::regions::{Region, RegionCheck, Regions};
+        use core::sync::atomic::AtomicU8;
+        let r = Registry::new(1, 64, None);
+        // SRQ S, one receive posted in slot 0 into a region pinned by it.
+        let regions = Arc::new(Regions::default());
+        let pins = Arc::new(Pins::new());
+        regions.insert(Region {
+            local_write: true,
+            cpu_writable: true,
+            pins: pins.clone(),
+            ..Region::new(7, 0x1000, 0x100)
+        });
+        let s = Arc::new(SrqShared::new(9, 8, 1));
+        let sge = mlx5::request::Sge {
+            addr: 0x1000,
+            len: 64,
+            lkey: 7,
+        };
+        assert_eq!(
+            s.scatter
+                .record(0, &[sge], Some(&mut RegionCheck::new(regions.clone()))),
+            None
+        );
+        // The user drops the region: parked until its pin goes.
+        regions.remove(7);
+        assert!(!pins.close());
+        // QP 5 on S took that receive (its CQE unpolled) and is dropped.
+        r.attach(with_srq(5, &s));
+        {
+            let mut l = r.lock();
+            r.bury(&mut l, 5);
+        }
+        let a_destroyed = Arc::new(AtomicU8::new(0));
+        r.defer(
+            Box::new(FakeRemains {
+                destroyed: a_destroyed.clone(),
+                watch: Some(pins.clone()),
+            }),
+            s.clone(),
+        );
+        // The SRQ and every QP on it are gone: the dead entry holds S's state.
+        drop(s);
+        // 64 QPs on another SRQ are dropped (the CQ is not polled meanwhile).
+        let s2 = Arc::new(SrqShared::new(10, 8, 1));
+        for qpn in 100..100 + MAX_DEAD as u32 {
+            r.attach(with_srq(qpn, &s2));
+            {
+                let mut l = r.lock();
+                r.bury(&mut l, qpn);
+            }
+            // Between `destroy_and_bury` and `defer` in `Qp::drop`: the poller refreshes
+            // (a snapshot of the list replaces its cache, the old one is dropped).
+            let (snapshot, _) = r.snapshot_if_changed(u32::MAX).unwrap();
+            drop(snapshot);
+            assert!(
+                !pins.released() || a_destroyed.load(Ordering::SeqCst) != 0,
+                "QP {qpn}'s drop: the receive's region pin was given back while QP 5's \
+                 device QP (its CQE still in the CQ) is alive"
+            );
+            let other = FakeRemains {
+                destroyed: Arc::new(AtomicU8::new(0)),
+                watch: None,
+            };
+            r.defer(Box::new(other), s2.clone());
+        }
+        // The 64th drop destroyed QP 5's device QP, with the pin still held, and let the
+        // pin go after.
+        assert_eq!(a_destroyed.load(Ordering::SeqCst), HELD_AT_DESTROY);
+        assert!(pins.released(), "given back once the device QP is gone");
     }
 }

@@ -491,12 +491,16 @@ impl Drop for Qp {
         // never come back; its device QP (with the charges and the events' forget that go
         // after it) is kept by the receive CQ until its poller has taken them (the QP is in
         // error and said it takes no more WQEs: `leave_the_srq`).
-        if let (QpPath::Verbs { sq, .. }, Some(_)) = (&self.path, &self.srq) {
-            self.cqs[1].registry.defer(Box::new(VerbsRemains {
+        // The SRQ's shared state (its receives' pins) is kept with it: a receive this QP
+        // consumed may complete with its message in a CQE libmlx5 copies into the buffer
+        // until the QP is destroyed.
+        if let (QpPath::Verbs { sq, .. }, Some(srq)) = (&self.path, &self.srq) {
+            let remains = Box::new(VerbsRemains {
                 qp: sq.device_qp(),
                 _leaving: core::mem::take(&mut self.leaving),
                 _forget: self._forget.take(),
-            }));
+            });
+            self.cqs[1].registry.defer(remains, srq.shared.clone());
         }
     }
 }
