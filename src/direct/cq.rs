@@ -249,6 +249,9 @@ impl CompletionQueue {
             // `last_sq` and `last_rq` pointed into the old list.
             (self.last_qpn, self.last_sq) = (NO_QPN, core::ptr::null());
             self.last_rqpn = NO_QPN;
+            // The old list's scatter tables may have been the last holders of pins on
+            // regions whose domain went.
+            crate::queue::lifetime::sweep_held();
         }
     }
 
@@ -291,7 +294,12 @@ impl CompletionQueue {
             .iter()
             .any(|t| t.qpn == qpn && t.covers(ci & 0xff_ffff));
         let next = ci.wrapping_add(span);
+        let before = self.tombs.len();
         self.tombs.retain(|t| t.still_ahead(next));
+        if self.tombs.len() != before {
+            // A tombstone let go may have held the last pins on a region whose domain went.
+            crate::queue::lifetime::sweep_held();
+        }
         self.rare = self.compressed || !self.tombs.is_empty();
         if self.tombs.is_empty() {
             // The fast path again.

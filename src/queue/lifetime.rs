@@ -13,7 +13,7 @@
 //!   drops, [`Pd::reclaim`](crate::Pd::reclaim), and at the latest when the protection
 //!   domain goes; a region a CQ's poller may still copy a received message into, its
 //!   receive's pins held, outlives its domain until the poller lets them go, and goes when
-//!   the poller lets go of that queue's scatter table, or at the latest with the next reclaim
+//!   the poller has let go of them or its CQ goes, or at the latest with the next reclaim
 //!   or domain drop of any domain).
 //!
 //! Receives are tracked per region (`crate::queue::pin`): a receive pins each region it
@@ -77,14 +77,18 @@ impl Parked {
 /// The regions whose domain went away while a scatter table still held pins in them
 /// ([`Lifetimes::clear`]): a CQ's poller may still be copying a message that arrived inside
 /// its CQE into one (scatter-to-CQE) until it lets the pins go, so each stays registered,
-/// its memory alive, until then. Swept when a scatter table goes (the last holder of a
-/// queue's receives let its pins go: [`sweep_held`]) and at every reclaim and `clear` (of
-/// any domain). Kept reachable, not leaked (the AddressSanitizer stage's leak check found
-/// the counters leaked when an SRQ's receives outlived their domain in a CQ's tombstone).
+/// its memory alive, until then. Swept ([`sweep_held`]) where the poller lets go of a
+/// dropped queue's receives (its refresh of the queue list, its pass of a tombstone, an
+/// empty poll that destroys kept SRQ QPs), when a CQ goes ([`SweepHeld`]) or a kept SRQ QP
+/// is destroyed, and at every reclaim and `clear` (of any domain). Kept reachable, not
+/// leaked (the AddressSanitizer stage's leak check found the counters leaked when an SRQ's
+/// receives outlived their domain in a CQ's tombstone).
 ///
-/// Nothing is deregistered or dropped while the list is locked: a registration's drop can
-/// drop a caller's buffer ([`crate::RegionBuffer`]), whose own drop may drop a queue and
-/// with it a scatter table, which sweeps.
+/// Never swept where a lock is held (not from a scatter table's drop, which a CQ's
+/// queue-list lock may be held around: `Registry::bury`), and nothing is deregistered or
+/// dropped while this list is locked: a registration's drop can drop a caller's buffer
+/// ([`crate::RegionBuffer`]), whose own drop may drop a QP, which takes its CQs' locks (a
+/// review found the deadlock).
 static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
 
 /// A region of [`HELD`]: its pins, and its registration until they are released.
@@ -115,12 +119,23 @@ fn deregister_all(regs: Vec<Registration>) {
     }
 }
 
-/// Deregisters the regions of gone domains whose pins were let go ([`HELD`]): called when
-/// a scatter table goes, the last holder of its receives' pins, so that such a region goes
-/// then rather than at the next reclaim of some other domain of the process.
+/// Deregisters the regions of gone domains whose pins were let go ([`HELD`]): called where
+/// the poller or a drop may have let such pins go, with no lock held, so that such a
+/// region goes then rather than at the next reclaim of some other domain of the process.
 pub(crate) fn sweep_held() {
     let gone = sweep(&mut HELD.lock().unwrap_or_else(|e| e.into_inner()));
     deregister_all(gone);
+}
+
+/// Sweeps [`HELD`] when dropped: the last field of a CQ, after its poller (and the scatter
+/// tables it held) went.
+#[derive(Default)]
+pub(crate) struct SweepHeld;
+
+impl Drop for SweepHeld {
+    fn drop(&mut self) {
+        sweep_held();
+    }
 }
 
 /// Deregisters `reg`, or leaks it with its memory when the device refuses: freeing it
@@ -202,8 +217,8 @@ impl Lifetimes {
     /// a CQ's poller has not let go of yet (it gives them back when it passes their entries,
     /// or when the CQ goes), and until then the poller may be copying a message from a CQE
     /// into the region: such a region stays registered in [`HELD`], its memory alive, and is
-    /// deregistered once its pins are released (when that scatter table goes:
-    /// [`sweep_held`]; or at a later reclaim or `clear`). Deregistered at once, a
+    /// deregistered once its pins are released (at the next [`sweep_held`]: where the poller
+    /// lets go of them, when the CQ goes, or at a later reclaim or `clear`). Deregistered at once, a
     /// copy that had checked the queue list just before the QP's destroy wrote freed memory
     /// (a review's finding).
     pub(crate) fn clear(&self) {

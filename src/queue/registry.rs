@@ -213,8 +213,12 @@ impl Registry {
                 None
             }
         };
-        // Destroyed outside the lock.
-        drop(oldest);
+        // Destroyed outside the lock; the SRQ state it kept may have held the last pins on a
+        // region whose domain went.
+        if let Some(k) = oldest {
+            drop(k);
+            crate::queue::lifetime::sweep_held();
+        }
     }
 
     /// The poller saw the CQ empty after [`CqSlots::orphan_mark`] returned `mark` (verbs
@@ -236,8 +240,12 @@ impl Registry {
             *remains = keep;
             (gone, !remains.is_empty())
         };
-        // Destroyed outside the lock (their charges go back to the CQs' ledgers).
-        drop(gone);
+        // Destroyed outside the lock (their charges go back to the CQs' ledgers); the SRQ
+        // states they kept may have held the last pins on a region whose domain went.
+        if !gone.is_empty() {
+            drop(gone);
+            crate::queue::lifetime::sweep_held();
+        }
         if left {
             // The poller comes back at its next empty poll.
             self.slots.mark();

@@ -447,8 +447,6 @@ impl Drop for ScatterTable {
         for pos in 0..=self.mask {
             self.done(pos as u16);
         }
-        // A region whose domain went while these pins held it goes now.
-        crate::queue::lifetime::sweep_held();
     }
 }
 

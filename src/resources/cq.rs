@@ -157,6 +157,9 @@ pub struct Cq {
     cq_uar: *mut u8,
     /// What a timed poll's stamps are (None: created without timestamps).
     stamps: Option<Stamps>,
+    /// Last: once the poller (and the scatter tables it held) went, the regions whose pins
+    /// it held past their domain go.
+    _sweep: crate::queue::lifetime::SweepHeld,
 }
 
 // SAFETY: `cq_uar` is the CQ's doorbell page, written only by `arm` (through `&mut self`);
@@ -268,6 +271,7 @@ impl Cq {
             dev: dev.clone(),
             cq_uar,
             stamps,
+            _sweep: Default::default(),
         })
     }
 

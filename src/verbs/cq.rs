@@ -554,6 +554,9 @@ impl VerbsCompletionQueue {
                 .and_then(|a| a.rq.as_ref())
                 .map_or(incarnation::NONE, |rq| rq.tag());
             self.first_ring = self.first_sq.ring();
+            // The old list's scatter tables may have been the last holders of pins on
+            // regions whose domain went.
+            crate::queue::lifetime::sweep_held();
         }
     }
 

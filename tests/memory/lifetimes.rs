@@ -279,3 +279,93 @@ fn a_region_held_past_its_domain_goes_when_the_poller_lets_its_pins_go() {
         );
     }
 }
+
+/// The QP a [`Trap`] drops with it.
+static TRAP_QP: std::sync::Mutex<Option<Qp>> = std::sync::Mutex::new(None);
+
+/// A caller's buffer whose drop drops a QP (allowed by `RegionBuffer`'s contract).
+struct Trap(Vec<u8>);
+
+// SAFETY: a `Vec<u8>`'s parts, as `Vec<u8>`'s impl hands them out and takes them back; the
+// drop below touches no bytes.
+unsafe impl RegionBuffer for Trap {
+    fn into_raw(self) -> RawParts {
+        let mut me = core::mem::ManuallyDrop::new(self);
+        core::mem::take(&mut me.0).into_raw()
+    }
+    unsafe fn from_raw(p: RawParts) -> Self {
+        // SAFETY: the caller's contract: `p` came from `into_raw`, a `Vec<u8>`'s parts
+        // (`extra` its capacity).
+        Trap(unsafe { Vec::from_raw_parts(p.ptr.as_ptr(), p.len, p.extra) })
+    }
+}
+impl Drop for Trap {
+    fn drop(&mut self) {
+        let q = TRAP_QP.lock().unwrap().take();
+        drop(q);
+    }
+}
+
+/// A region held past its domain is never deregistered where a CQ's queue-list lock is
+/// held. A direct-path QP's drop holds its CQs' list locks while `bury` drops the
+/// tombstones the poller has passed; the last tombstone of a dropped SRQ drops the SRQ's
+/// scatter table, which gives back the last pins on such a region. Deregistered there (as a
+/// first version of the held list's sweep did, from the scatter table's drop), the caller's
+/// buffer was dropped under those locks, and a buffer whose drop drops a QP on that CQ
+/// deadlocked (a review's finding, this test its demonstration). The region goes at the
+/// next sweep instead: here, when the CQ goes.
+#[test]
+fn a_held_region_is_not_deregistered_under_a_cqs_list_lock() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let dev = Device::sim_stepped();
+        let nic = dev.nic().unwrap();
+        let mut cq = dev.create_cq(64).unwrap();
+        let cq_p = dev.create_cq(64).unwrap();
+        let pd2 = dev.alloc_pd().unwrap();
+        let lkey;
+        {
+            let pd1 = dev.alloc_pd().unwrap();
+            let mut srq = pd1.create_srq(&cq, SrqCaps::default()).unwrap();
+            let mut a = pd1
+                .create_qp_with_srq(&cq, &srq, QpCaps::default())
+                .unwrap();
+            let mut p = pd2.create_qp(&cq_p, &cq_p, QpCaps::default()).unwrap();
+            let (ea, ep) = (a.endpoint().unwrap(), p.endpoint().unwrap());
+            a.connect(ep).unwrap();
+            p.connect(ea).unwrap();
+            let r = match pd1.register(Trap(vec![0; 4096]), RIGHTS) {
+                Ok(r) => r,
+                Err(_) => panic!("register"),
+            };
+            lkey = r.lkey();
+            srq.post_recv(&[r.sge(0, 64).unwrap()], 1).unwrap();
+            srq.post_recv(&[r.sge(64, 64).unwrap()], 2).unwrap();
+            p.send(Payload::Inline(&[5; 8]), 1, PostFlags::SIGNALED)
+                .unwrap();
+            dev.process();
+            drop(r);
+            drop(a); // its receive's CQE unpolled: a tombstone holds the SRQ's state
+            drop(srq);
+            drop(p);
+        }
+        assert!(nic.mr_registered(lkey), "held: receive 2 pins it");
+        *TRAP_QP.lock().unwrap() = Some(pd2.create_qp(&cq, &cq, QpCaps::default()).unwrap());
+        let e = pd2.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+        let mut out = [Completion::default(); 4];
+        cq.poll(&mut out); // passes the tombstone's entries
+        cq.poll(&mut out);
+        drop(e); // bury drops the done tombstone under the list lock
+        drop(cq); // the held list swept with no lock held: the trap's QP dropped then
+        let t = std::time::Instant::now();
+        while nic.mr_registered(lkey) && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        tx.send(nic.mr_registered(lkey)).unwrap();
+    });
+    let r = rx.recv_timeout(std::time::Duration::from_secs(20));
+    assert!(
+        matches!(r, Ok(false)),
+        "deadlocked, panicked or still registered: {r:?}"
+    );
+}
