@@ -79,8 +79,9 @@ impl Parked {
 /// its CQE into one (scatter-to-CQE) until it lets the pins go, so each stays registered,
 /// its memory alive, until then. Swept ([`sweep_held`]) where the poller lets go of a
 /// dropped queue's receives (its refresh of the queue list, its pass of a tombstone, an
-/// empty poll that destroys kept SRQ QPs), when a CQ goes ([`SweepHeld`]) or a kept SRQ QP
-/// is destroyed, and at every reclaim and `clear` (of any domain). Kept reachable, not
+/// empty poll that destroys kept SRQ QPs), when a CQ goes ([`SweepHeld`]), a kept SRQ QP
+/// is destroyed or a QP's drop has buried it (which drops the tombstones the pollers
+/// passed), and at every reclaim and `clear` (of any domain). Kept reachable, not
 /// leaked (the AddressSanitizer stage's leak check found the counters leaked when an SRQ's
 /// receives outlived their domain in a CQ's tombstone).
 ///

@@ -79,6 +79,10 @@ pub(crate) fn destroy_and_bury(cqs: &[Arc<CqHandle>; 2], qpn: u32, destroy: impl
     if let Some(g2) = g2.as_mut() {
         second.registry.bury(g2, qpn);
     }
+    drop((g2, g1));
+    // `bury` dropped the tombstones the pollers had passed, under the locks: they may have
+    // held the last pins on regions whose domain went.
+    crate::queue::lifetime::sweep_held();
 }
 
 impl Drop for CqHandle {

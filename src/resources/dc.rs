@@ -165,6 +165,8 @@ impl Drop for Dct {
         drop(self.obj.take());
         self.cq.registry.bury(&mut g, self.dctn);
         drop(g);
+        // As `destroy_and_bury`: the passed tombstones `bury` dropped may have held pins.
+        crate::queue::lifetime::sweep_held();
         // Its events once it is destroyed (see `events::Forget`): its number comes back.
         self.pd.inner.dev.events.forget(Subject::Qp(self.dctn));
     }
@@ -711,6 +713,8 @@ impl Drop for Dci {
         drop(self.obj.take());
         self.cq.registry.bury(&mut g, self.qpn);
         drop(g);
+        // As `destroy_and_bury`: the passed tombstones `bury` dropped may have held pins.
+        crate::queue::lifetime::sweep_held();
         drop(leaving);
         // Its events once it is destroyed (see `events::Forget`).
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));

@@ -369,3 +369,59 @@ fn a_held_region_is_not_deregistered_under_a_cqs_list_lock() {
         "deadlocked, panicked or still registered: {r:?}"
     );
 }
+
+/// A region held past its domain by a dropped SRQ's state goes once its pins are let go,
+/// even when the CQ's handle goes before the last QP on it. The direct poller passes the
+/// dropped QP's tombstone (and sweeps), but the registry's own tombstone list still holds
+/// it, with the SRQ's state, until the next `bury`; the CQ's drop sweeps while a QP on it
+/// still holds the registry; that QP's drop sweeps (its reclaim) before its `bury` drops
+/// the done tombstone, which lets the pins go, and the registry then goes with the QP:
+/// nothing sweeps after, so the region stays registered (and its domain allocated) until
+/// some other domain's reclaim or drop.
+#[test]
+fn a_held_region_goes_when_the_last_qp_on_a_dropped_cq_goes() {
+    let dev = Device::sim_stepped();
+    let nic = dev.nic().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let cq_p = dev.create_cq(64).unwrap();
+    let pd2 = dev.alloc_pd().unwrap();
+    let lkey;
+    {
+        let pd1 = dev.alloc_pd().unwrap();
+        let mut srq = pd1.create_srq(&cq, SrqCaps::default()).unwrap();
+        let mut a = pd1
+            .create_qp_with_srq(&cq, &srq, QpCaps::default())
+            .unwrap();
+        let mut p = pd2.create_qp(&cq_p, &cq_p, QpCaps::default()).unwrap();
+        let (ea, ep) = (a.endpoint().unwrap(), p.endpoint().unwrap());
+        a.connect(ep).unwrap();
+        p.connect(ea).unwrap();
+        let r = pd1.alloc_mr(4096, RIGHTS).unwrap();
+        lkey = r.lkey();
+        srq.post_recv(&[r.sge(0, 64).unwrap()], 1).unwrap();
+        srq.post_recv(&[r.sge(64, 64).unwrap()], 2).unwrap();
+        p.send(Payload::Inline(&[5; 8]), 1, PostFlags::SIGNALED)
+            .unwrap();
+        dev.process();
+        drop(r);
+        drop(a); // its receive's CQE unpolled: a tombstone holds the SRQ's state
+        drop(srq);
+        drop(p);
+    }
+    assert!(nic.mr_registered(lkey), "held: receive 2 pins it");
+    let e = pd2.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    let mut out = [Completion::default(); 4];
+    cq.poll(&mut out); // passes the tombstone's entries
+    cq.poll(&mut out);
+    drop(cq); // e still holds the registry (and its done tombstone)
+    drop(e); // its bury drops the done tombstone: the pins go; then the registry
+    let t = std::time::Instant::now();
+    while nic.mr_registered(lkey) && t.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(
+        !nic.mr_registered(lkey),
+        "the pins were let go and the CQ is gone, but the region is still registered"
+    );
+    drop(pd2);
+}
