@@ -61,10 +61,11 @@ impl CqHandle {
 }
 
 /// Runs `destroy` (a QP's device object destroyed) with the lists of both the QP's CQs
-/// locked, in address order (one lock when both are one CQ), then leaves a tombstone for
-/// `qpn` in each (`direct::teardown`): no QP can attach meanwhile, so none can reuse the
-/// number before the entries the destroyed QP may have left are buried.
-pub(crate) fn destroy_and_bury(cqs: &[Arc<CqHandle>; 2], qpn: u32, destroy: impl FnOnce()) {
+/// locked, in address order (one lock when both are one CQ: a DC target's or initiator's
+/// one CQ is passed twice), then leaves a tombstone for `qpn` in each (`direct::teardown`):
+/// no QP can attach meanwhile, so none can reuse the number before the entries the
+/// destroyed QP may have left are buried.
+pub(crate) fn destroy_and_bury(cqs: [&CqHandle; 2], qpn: u32, destroy: impl FnOnce()) {
     let [a, b] = cqs;
     let (first, second) = if Arc::as_ptr(&a.registry) <= Arc::as_ptr(&b.registry) {
         (a, b)

@@ -161,12 +161,8 @@ impl Drop for Dct {
     fn drop(&mut self) {
         // As a QP's drop: with the CQ's list locked, destroy the DCT, then leave a tombstone
         // over the receive completions it may still have in the CQ.
-        let mut g = self.cq.registry.lock();
-        drop(self.obj.take());
-        self.cq.registry.bury(&mut g, self.dctn);
-        drop(g);
-        // As `destroy_and_bury`: the passed tombstones `bury` dropped may have held pins.
-        crate::queue::lifetime::sweep_held();
+        let obj = &mut self.obj;
+        super::cq::destroy_and_bury([&self.cq, &self.cq], self.dctn, || drop(obj.take()));
         // Its events once it is destroyed (see `events::Forget`): its number comes back.
         self.pd.inner.dev.events.forget(Subject::Qp(self.dctn));
     }
@@ -706,15 +702,11 @@ impl Drop for Dci {
         let leaving = self.sq.leave_cq();
         // The register claim goes before the QP (see `Qp`'s drop).
         self.sq.release_register();
-        // With the CQ's list locked (no QP can take this number meanwhile), destroy the DCI,
-        // then leave a tombstone over the entries it may still have in the CQ.
-        let mut g = self.cq.registry.lock();
-        // The DCI goes now; the queue does not touch the ring again.
-        drop(self.obj.take());
-        self.cq.registry.bury(&mut g, self.qpn);
-        drop(g);
-        // As `destroy_and_bury`: the passed tombstones `bury` dropped may have held pins.
-        crate::queue::lifetime::sweep_held();
+        // With the CQ's list locked (no QP can take this number meanwhile), destroy the DCI
+        // (the queue does not touch the ring again), then leave a tombstone over the entries
+        // it may still have in the CQ.
+        let obj = &mut self.obj;
+        super::cq::destroy_and_bury([&self.cq, &self.cq], self.qpn, || drop(obj.take()));
         drop(leaving);
         // Its events once it is destroyed (see `events::Forget`).
         self.pd.inner.dev.events.forget(Subject::Qp(self.qpn));

@@ -185,7 +185,7 @@ impl Drop for VerbsUd {
         self.leaving = [self.sq.queue().leave_cq(), self.rq.leave_cq()];
         // As an RC QP's drop: with the CQs' lists locked, a tombstone for the number (the
         // verbs QP itself is destroyed when its last Arc, held by the queues, drops).
-        super::cq::destroy_and_bury(&self.cqs, self.qpn, || {});
+        super::cq::destroy_and_bury(self.cqs.each_ref().map(|c| &**c), self.qpn, || {});
     }
 }
 

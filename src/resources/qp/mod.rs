@@ -485,7 +485,8 @@ impl Drop for Qp {
         // the queues hold rdma-core's QP too, destroyed when they drop (its CQs are
         // rdma-core's).
         let obj = &mut self.obj;
-        super::cq::destroy_and_bury(&self.cqs, self.qpn, || drop(obj.take()));
+        let cqs = self.cqs.each_ref().map(|c| &**c);
+        super::cq::destroy_and_bury(cqs, self.qpn, || drop(obj.take()));
         // A verbs-path QP on an SRQ: libmlx5's destroy would clean the receive completions
         // still in the CQ out of it (`__mlx5_cq_clean`) and the SRQ's slots they hold would
         // never come back; its device QP (with the charges and the events' forget that go
