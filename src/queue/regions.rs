@@ -313,6 +313,21 @@ impl RegionCheck {
     }
 }
 
+/// A list of one locally and CPU-writable region, `lkey` over the 0x100 bytes at `addr`,
+/// and its pins (tests of the queues that pin regions).
+#[cfg(test)]
+pub(crate) fn one_writable_region(lkey: u32, addr: u64) -> (Arc<Regions>, Arc<Pins>) {
+    let regions = Arc::new(Regions::default());
+    let pins = Arc::new(Pins::new());
+    regions.insert(Region {
+        local_write: true,
+        cpu_writable: true,
+        pins: pins.clone(),
+        ..Region::new(lkey, addr, 0x100)
+    });
+    (regions, pins)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

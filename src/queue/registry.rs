@@ -347,19 +347,11 @@ mod tests {
     /// destroyed). A review's finding, this test its demonstration.
     #[test]
     fn a_dead_entry_outlives_its_device_qp() {
-        use super::super::pin::Pins;
-        use super::super::regions::{Region, RegionCheck, Regions};
+        use super::super::regions::{one_writable_region, RegionCheck};
         use core::sync::atomic::AtomicU8;
         let r = Registry::new(1, 64, None);
         // SRQ S, one receive posted in slot 0 into a region pinned by it.
-        let regions = Arc::new(Regions::default());
-        let pins = Arc::new(Pins::new());
-        regions.insert(Region {
-            local_write: true,
-            cpu_writable: true,
-            pins: pins.clone(),
-            ..Region::new(7, 0x1000, 0x100)
-        });
+        let (regions, pins) = one_writable_region(7, 0x1000);
         let s = Arc::new(SrqShared::new(9, 8, 1));
         let sge = mlx5::request::Sge {
             addr: 0x1000,

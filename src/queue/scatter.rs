@@ -496,7 +496,7 @@ unsafe fn copy_small(src: &[u8], dst: *mut u8, words: Words) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::regions::{Region, Regions};
+    use super::super::regions::{one_writable_region, Regions};
     use super::*;
     use std::sync::Arc;
 
@@ -563,14 +563,7 @@ mod tests {
     /// pins of receives never completed when it goes.
     #[test]
     fn a_receive_holds_its_regions_until_done_or_the_table_goes() {
-        let regions = Arc::new(Regions::default());
-        let pins = Arc::new(Pins::new());
-        regions.insert(Region {
-            local_write: true,
-            cpu_writable: true,
-            pins: pins.clone(),
-            ..Region::new(7, 0x1000, 0x100)
-        });
+        let (regions, pins) = one_writable_region(7, 0x1000);
         let mut check = RegionCheck::new(regions.clone());
         let t = ScatterTable::new(4, 2);
         let two = [sge(0x1000, 8, 7), sge(0x1080, 8, 7)];

@@ -157,6 +157,70 @@ fn posted_receives_keep_only_the_regions_they_name_registered() {
     );
 }
 
+/// Makes a domain on `dev` with two connected QPs on `cq` and a region, a receive into the
+/// region whose completion (its message inside the CQE, scatter-to-CQE) is left unpolled in
+/// `cq`, then drops the QPs, the region and the domain with the receive's pins still held;
+/// returns the region's lkey. One round is polled first: the poller holds the queues'
+/// tables from then on (it takes them with the first completion it attributes).
+fn hold_a_region_past_its_domain(dev: &Device, cq: &mut Cq) -> u32 {
+    let pd = dev.alloc_pd().unwrap();
+    let mut a = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
+    let mut b = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+    a.connect(eb).unwrap();
+    b.connect(ea).unwrap();
+    let target = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut out = [Completion::default(); 4];
+    for round in 0..2u64 {
+        b.post_recv(&[target.sge(0, 64).unwrap()], 7 + round)
+            .unwrap();
+        a.send(Payload::Inline(&[5; 8]), round, PostFlags::SIGNALED)
+            .unwrap();
+        dev.process();
+        if round == 0 {
+            assert_eq!(cq.poll(&mut out), 2);
+        }
+    }
+    // The second round's completions wait in the CQ, the receive's data inside its CQE.
+    target.lkey()
+}
+
+/// Makes a domain on `dev` with an SRQ and a QP on it on `cq`, connected to a QP of `pd2`
+/// on `cq_p`, and a region registered over `buf`; posts two receives into it on the SRQ and
+/// lands one message (its completion left unpolled in `cq`), then drops the region, the QP
+/// (its tombstone holds the SRQ's state), the SRQ and the domain: the second receive still
+/// pins the region. Returns its lkey.
+fn hold_a_region_in_a_dropped_srq<B: RegionBuffer>(
+    dev: &Device,
+    cq: &Cq,
+    cq_p: &Cq,
+    pd2: &Pd,
+    buf: B,
+) -> u32 {
+    let pd1 = dev.alloc_pd().unwrap();
+    let mut srq = pd1.create_srq(cq, SrqCaps::default()).unwrap();
+    let mut a = pd1.create_qp_with_srq(cq, &srq, QpCaps::default()).unwrap();
+    let mut p = pd2.create_qp(cq_p, cq_p, QpCaps::default()).unwrap();
+    let (ea, ep) = (a.endpoint().unwrap(), p.endpoint().unwrap());
+    a.connect(ep).unwrap();
+    p.connect(ea).unwrap();
+    let r = match pd1.register(buf, RIGHTS) {
+        Ok(r) => r,
+        Err(_) => panic!("register"),
+    };
+    let lkey = r.lkey();
+    srq.post_recv(&[r.sge(0, 64).unwrap()], 1).unwrap();
+    srq.post_recv(&[r.sge(64, 64).unwrap()], 2).unwrap();
+    p.send(Payload::Inline(&[5; 8]), 1, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    drop(r);
+    drop(a); // its receive's CQE unpolled: a tombstone holds the SRQ's state
+    drop(srq);
+    drop(p);
+    lkey
+}
+
 /// A region a receive pinned stays registered when its whole domain goes while the
 /// receive's completion, its message inside the CQE (scatter-to-CQE), is still in a CQ no
 /// one has polled: until the poller passes that entry it may be copying such a message into
@@ -169,31 +233,7 @@ fn a_region_a_poller_may_still_copy_into_outlives_its_domain_until_the_poller_le
     let nic = dev.nic().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let domains = nic.pds_live();
-    let lkey = {
-        let pd = dev.alloc_pd().unwrap();
-        let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-        let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-        let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
-        a.connect(eb).unwrap();
-        b.connect(ea).unwrap();
-        let target = pd.alloc_mr(4096, RIGHTS).unwrap();
-        // One round polled first: the poller holds the queues' tables from then on (it
-        // takes them with the first completion it attributes).
-        let mut out = [Completion::default(); 4];
-        for round in 0..2u64 {
-            b.post_recv(&[target.sge(0, 64).unwrap()], 7 + round)
-                .unwrap();
-            a.send(Payload::Inline(&[5; 8]), round, PostFlags::SIGNALED)
-                .unwrap();
-            dev.process();
-            if round == 0 {
-                assert_eq!(cq.poll(&mut out), 2);
-            }
-        }
-        // The second round's completions wait in the CQ, the receive's data inside its CQE.
-        target.lkey()
-        // The QPs, the region and the domain go here, the receive's pins still held.
-    };
+    let lkey = hold_a_region_past_its_domain(&dev, &mut cq);
     assert!(
         nic.mr_registered(lkey),
         "the region stayed registered while the unpolled receive pins it"
@@ -234,27 +274,7 @@ fn a_region_held_past_its_domain_goes_when_the_poller_lets_its_pins_go() {
         let nic = dev.nic().unwrap();
         let domains = nic.pds_live();
         let mut cq = dev.create_cq(64).unwrap();
-        let lkey = {
-            let pd = dev.alloc_pd().unwrap();
-            let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
-            a.connect(eb).unwrap();
-            b.connect(ea).unwrap();
-            let target = pd.alloc_mr(4096, RIGHTS).unwrap();
-            let mut out = [Completion::default(); 4];
-            for round in 0..2u64 {
-                b.post_recv(&[target.sge(0, 64).unwrap()], 7 + round)
-                    .unwrap();
-                a.send(Payload::Inline(&[5; 8]), round, PostFlags::SIGNALED)
-                    .unwrap();
-                dev.process();
-                if round == 0 {
-                    assert_eq!(cq.poll(&mut out), 2);
-                }
-            }
-            target.lkey()
-        };
+        let lkey = hold_a_region_past_its_domain(&dev, &mut cq);
         assert!(
             nic.mr_registered(lkey),
             "kept while the unpolled receive pins it"
@@ -313,7 +333,7 @@ impl Drop for Trap {
 /// first version of the held list's sweep did, from the scatter table's drop), the caller's
 /// buffer was dropped under those locks, and a buffer whose drop drops a QP on that CQ
 /// deadlocked (a review's finding, this test its demonstration). The region goes at the
-/// next sweep instead: here, when the CQ goes.
+/// next sweep instead: here, once that drop has released the lists' locks.
 #[test]
 fn a_held_region_is_not_deregistered_under_a_cqs_list_lock() {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -323,40 +343,17 @@ fn a_held_region_is_not_deregistered_under_a_cqs_list_lock() {
         let mut cq = dev.create_cq(64).unwrap();
         let cq_p = dev.create_cq(64).unwrap();
         let pd2 = dev.alloc_pd().unwrap();
-        let lkey;
-        {
-            let pd1 = dev.alloc_pd().unwrap();
-            let mut srq = pd1.create_srq(&cq, SrqCaps::default()).unwrap();
-            let mut a = pd1
-                .create_qp_with_srq(&cq, &srq, QpCaps::default())
-                .unwrap();
-            let mut p = pd2.create_qp(&cq_p, &cq_p, QpCaps::default()).unwrap();
-            let (ea, ep) = (a.endpoint().unwrap(), p.endpoint().unwrap());
-            a.connect(ep).unwrap();
-            p.connect(ea).unwrap();
-            let r = match pd1.register(Trap(vec![0; 4096]), RIGHTS) {
-                Ok(r) => r,
-                Err(_) => panic!("register"),
-            };
-            lkey = r.lkey();
-            srq.post_recv(&[r.sge(0, 64).unwrap()], 1).unwrap();
-            srq.post_recv(&[r.sge(64, 64).unwrap()], 2).unwrap();
-            p.send(Payload::Inline(&[5; 8]), 1, PostFlags::SIGNALED)
-                .unwrap();
-            dev.process();
-            drop(r);
-            drop(a); // its receive's CQE unpolled: a tombstone holds the SRQ's state
-            drop(srq);
-            drop(p);
-        }
+        let lkey = hold_a_region_in_a_dropped_srq(&dev, &cq, &cq_p, &pd2, Trap(vec![0; 4096]));
         assert!(nic.mr_registered(lkey), "held: receive 2 pins it");
         *TRAP_QP.lock().unwrap() = Some(pd2.create_qp(&cq, &cq, QpCaps::default()).unwrap());
         let e = pd2.create_qp(&cq, &cq, QpCaps::default()).unwrap();
         let mut out = [Completion::default(); 4];
         cq.poll(&mut out); // passes the tombstone's entries
         cq.poll(&mut out);
-        drop(e); // bury drops the done tombstone under the list lock
-        drop(cq); // the held list swept with no lock held: the trap's QP dropped then
+        // Its bury drops the done tombstone under the list lock; the held list is swept
+        // once the lock is released (the trap's QP dropped then).
+        drop(e);
+        drop(cq);
         let t = std::time::Instant::now();
         while nic.mr_registered(lkey) && t.elapsed() < std::time::Duration::from_secs(5) {
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -385,29 +382,7 @@ fn a_held_region_goes_when_the_last_qp_on_a_dropped_cq_goes() {
     let mut cq = dev.create_cq(64).unwrap();
     let cq_p = dev.create_cq(64).unwrap();
     let pd2 = dev.alloc_pd().unwrap();
-    let lkey;
-    {
-        let pd1 = dev.alloc_pd().unwrap();
-        let mut srq = pd1.create_srq(&cq, SrqCaps::default()).unwrap();
-        let mut a = pd1
-            .create_qp_with_srq(&cq, &srq, QpCaps::default())
-            .unwrap();
-        let mut p = pd2.create_qp(&cq_p, &cq_p, QpCaps::default()).unwrap();
-        let (ea, ep) = (a.endpoint().unwrap(), p.endpoint().unwrap());
-        a.connect(ep).unwrap();
-        p.connect(ea).unwrap();
-        let r = pd1.alloc_mr(4096, RIGHTS).unwrap();
-        lkey = r.lkey();
-        srq.post_recv(&[r.sge(0, 64).unwrap()], 1).unwrap();
-        srq.post_recv(&[r.sge(64, 64).unwrap()], 2).unwrap();
-        p.send(Payload::Inline(&[5; 8]), 1, PostFlags::SIGNALED)
-            .unwrap();
-        dev.process();
-        drop(r);
-        drop(a); // its receive's CQE unpolled: a tombstone holds the SRQ's state
-        drop(srq);
-        drop(p);
-    }
+    let lkey = hold_a_region_in_a_dropped_srq(&dev, &cq, &cq_p, &pd2, vec![0u8; 4096]);
     assert!(nic.mr_registered(lkey), "held: receive 2 pins it");
     let e = pd2.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut out = [Completion::default(); 4];
