@@ -101,6 +101,9 @@ struct Held {
 /// Takes the regions of [`HELD`] whose pins were let go out of `held`: the caller
 /// deregisters them once the list is unlocked ([`deregister_all`]).
 fn sweep(held: &mut Vec<Held>) -> Vec<Registration> {
+    // In place, allocating only for what goes: a sweep runs at every QP drop and queue-list
+    // refresh, mostly over an empty or unchanged list (a partition into two new lists cost
+    // the production route's poll 0.3 instructions, `cargo xtask icount`).
     let mut gone = Vec::new();
     let mut i = 0;
     while i < held.len() {
