@@ -32,9 +32,26 @@ pub enum WcOpcode {
     Recv,
     /// A receive was consumed by an RDMA write with immediate.
     RecvRdmaWithImm,
+    /// A receive was consumed by a send with invalidate: the peer invalidated the key in
+    /// [`Completion::imm`] (verbs' `IBV_WC_RECV` with `IBV_WC_WITH_INV`). A memory window
+    /// bound through this QP with that key is unbound; tell it with
+    /// [`MemoryWindow::invalidated`](crate::MemoryWindow::invalidated).
+    RecvWithInv,
     /// The CQE could not be attributed (an unknown CQE opcode or format).
     #[default]
     Unknown,
+}
+
+impl WcOpcode {
+    /// Whether a receive completed (whatever consumed it: a send, a send with immediate or
+    /// invalidate, an RDMA write with immediate).
+    #[inline]
+    pub fn is_receive(self) -> bool {
+        matches!(
+            self,
+            WcOpcode::Recv | WcOpcode::RecvRdmaWithImm | WcOpcode::RecvWithInv
+        )
+    }
 }
 
 /// One work completion.
@@ -59,7 +76,7 @@ pub struct Completion {
     /// Success, or why not (a flushed request: [`WcStatus::WrFlushErr`]).
     pub status: WcStatus,
     /// The immediate (host order) of a send or write with immediate, or the invalidated rkey
-    /// of a send with invalidate.
+    /// of a send with invalidate ([`WcOpcode::RecvWithInv`]).
     pub imm: Option<u32>,
     /// A receive on a UD QP: whether the datagram carried a Global Route Header, now in the
     /// first 40 bytes of the receive buffer (verbs' `IBV_WC_GRH`; see [`crate::Grh`]). The

@@ -64,7 +64,7 @@ fn check(c: &Completion) {
     );
     assert_eq!(qpn, c.qpn, "a success with another QP's cookie: {c:?}");
     assert!(i < DEPTH, "a cookie nobody posted: {c:?}");
-    let is_recv = matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+    let is_recv = c.opcode.is_receive();
     assert_eq!(recv, is_recv, "a success from the wrong queue: {c:?}");
     if !recv {
         let opcode = match i % 4 {

@@ -838,11 +838,8 @@ impl CompletionQueue {
                     // Before the WQE is given back (which gives back its pins too).
                     c.status = self.scatter_from_cqe(cqe, &srq.scatter, idx, c.byte_len);
                 }
-                if op == CqeOpcode::RespWrImm {
-                    c.opcode = WcOpcode::RecvRdmaWithImm;
-                }
                 if op != CqeOpcode::RespSend {
-                    c.imm = Some(cqe.imm_inval_pkey.get());
+                    c.imm = Some(received(op, cqe, q, &mut c.opcode));
                 }
             }
         }
@@ -897,13 +894,9 @@ impl CompletionQueue {
                 // for RC).
                 c.src_qp = cqe.src_qpn();
                 c.grh = cqe.grh_present();
-                c.opcode = if op == CqeOpcode::RespWrImm {
-                    WcOpcode::RecvRdmaWithImm
-                } else {
-                    WcOpcode::Recv
-                };
+                c.opcode = WcOpcode::Recv;
                 if op != CqeOpcode::RespSend {
-                    c.imm = Some(cqe.imm_inval_pkey.get());
+                    c.imm = Some(received(op, cqe, q, &mut c.opcode));
                 }
             }
             Some(CqeOpcode::ReqErr) => {
@@ -944,6 +937,22 @@ impl CompletionQueue {
         }
         Some(c)
     }
+}
+
+/// A receive CQE's immediate or invalidated key (`op` is not a plain send's) and the
+/// completion's opcode; a key a peer invalidated is recorded for the QP's windows first.
+#[inline(always)]
+pub(super) fn received(op: CqeOpcode, cqe: &Cqe64, q: &Attached, opcode: &mut WcOpcode) -> u32 {
+    let imm = cqe.imm_inval_pkey.get();
+    match op {
+        CqeOpcode::RespWrImm => *opcode = WcOpcode::RecvRdmaWithImm,
+        CqeOpcode::RespSendInv => {
+            *opcode = WcOpcode::RecvWithInv;
+            q.invalidated(imm);
+        }
+        _ => {}
+    }
+    imm
 }
 
 /// The data of a receive CQE of format INLINE_SCATTER_32 (`len` at most 32 bytes, at the

@@ -2,6 +2,7 @@
 //! completion's QP up in, shared between the CQ and the QPs that use it (both data paths).
 
 use super::cq_share::{CqSlots, RingView};
+use super::invalidations::Invalidations;
 use super::scatter::ScatterTable;
 use super::shadow::{SendEntry, Shadow};
 use super::srq_shared::SrqShared;
@@ -20,9 +21,21 @@ pub(crate) struct Attached {
     /// The SRQ the QP (or DCT) takes its receives from, when it has no receive queue of
     /// its own: a receive completion's cookie is the SRQ's, by the CQE's WQE index.
     pub(crate) srq: Option<Arc<SrqShared>>,
+    /// Where the QP's receive completions with invalidate record the key (an RC QP's; None
+    /// for the other kinds, through which no window is bound).
+    pub(crate) invalidations: Option<Arc<Invalidations>>,
 }
 
 impl Attached {
+    /// Records that a receive completion of this QP reported `rkey` invalidated by a peer
+    /// (before the completion reaches the caller).
+    #[inline(always)]
+    pub(crate) fn invalidated(&self, rkey: u32) {
+        if let Some(log) = &self.invalidations {
+            log.record(rkey);
+        }
+    }
+
     /// A QP's send queue alone, on its send CQ (its receives complete elsewhere, or it has
     /// none).
     pub(crate) fn send(qpn: u32, sq: Arc<Shadow<SendEntry>>) -> Attached {
@@ -32,6 +45,7 @@ impl Attached {
             rq: None,
             scatter: None,
             srq: None,
+            invalidations: None,
         }
     }
 }
@@ -121,6 +135,7 @@ impl Registry {
                 x.rq = x.rq.take().or(a.rq);
                 x.scatter = x.scatter.take().or(a.scatter);
                 x.srq = x.srq.take().or(a.srq);
+                x.invalidations = x.invalidations.take().or(a.invalidations);
             }
             None => l.push(a),
         }
@@ -181,6 +196,7 @@ impl Registry {
                     rq: None,
                     scatter: None,
                     srq: Some(srq),
+                    invalidations: None,
                 });
             }
             (None, None) => {}
@@ -271,6 +287,7 @@ mod tests {
             rq: None,
             scatter: None,
             srq: Some(srq.clone()),
+            invalidations: None,
         }
     }
 

@@ -443,7 +443,7 @@ impl Pd {
         let (obj, _, dctn) = self.inner.pd.create_qp(&spec)?;
         // The DCT's receive completions: cookies from the SRQ, by the CQE's WQE index (the
         // hook every receiver of an SRQ goes through; the CQ was checked above).
-        let srq_handle = h.attach_receiver(&recv_cq.handle, recv_cq.cqn(), dctn)?;
+        let srq_handle = h.attach_receiver(&recv_cq.handle, recv_cq.cqn(), dctn, None)?;
         Ok(Dct {
             dctn,
             dc_key,

@@ -4,6 +4,7 @@
 use super::Pd;
 use crate::backend;
 use crate::error::{Error, Result};
+use crate::queue::invalidations::Invalidations;
 use crate::queue::lifetime::Deregister;
 use crate::queue::pin::Pins;
 use crate::queue::shadow::{SendEntry, Shadow};
@@ -81,6 +82,9 @@ pub struct MemoryWindow {
     pub(crate) flight: Option<InFlight>,
     /// The pin on the region the window is bound to, as of the last committed bind.
     pub(crate) region: Option<Pinned>,
+    /// The keys peers invalidated through the QP of the last committed bind (None when
+    /// unbound): what [`MemoryWindow::invalidated`] checks a caller's word against.
+    pub(crate) invalidations: Option<Arc<Invalidations>>,
 }
 
 /// One pin on a region, given back when dropped.
@@ -109,6 +113,9 @@ pub(crate) struct Step {
     /// A bind's pin on its region (None for an unbind): the window's once the bind is
     /// committed, dropped if it fails.
     pub(crate) region: Option<Pinned>,
+    /// A bind's QP's record of invalidated keys (None for an unbind): the window's once the
+    /// bind is committed.
+    pub(crate) invalidations: Option<Arc<Invalidations>>,
     /// Its positions in the send queue, as 64-bit counts ([`Shadow::widen_posted`]): exact
     /// however long the window stays unsettled.
     pub(crate) start: u64,
@@ -157,6 +164,7 @@ impl Pd {
             pd: self.clone(),
             flight: None,
             region: None,
+            invalidations: None,
         })
     }
 }
@@ -170,7 +178,7 @@ impl MemoryWindow {
 
     /// Whether the window is bound, as of its last bind or unbind (in flight included).
     /// A window a peer invalidated with its send with invalidate stays "bound" here until
-    /// [`MemoryWindow::invalidated`] says so.
+    /// [`MemoryWindow::invalidated`] records it.
     pub fn is_bound(&self) -> bool {
         self.current().1.is_some()
     }
@@ -189,20 +197,55 @@ impl MemoryWindow {
         now
     }
 
-    /// Records that the window's key `rkey` was invalidated outside
-    /// [`Qp::unbind_mw`](crate::Qp::unbind_mw): by a peer's send with invalidate (the
-    /// receive completion carries the key). Returns whether `rkey` was the window's key.
-    pub fn invalidated(&mut self, rkey: u32) -> bool {
+    /// Records that a peer invalidated the window's key `rkey` with its send with
+    /// invalidate: the window is unbound from then on, and the region it was bound to may
+    /// be deregistered. Call it after polling the receive completion that says so
+    /// ([`WcOpcode::RecvWithInv`](crate::WcOpcode::RecvWithInv), the key in
+    /// [`Completion::imm`](crate::Completion::imm)).
+    ///
+    /// The crate does not take the caller's word for it: the poller records every key a
+    /// receive completion of the window's QP reported invalidated, and this takes that
+    /// record. A false claim would let the region be deregistered while the NIC still
+    /// holds the window, whose translation could then reach the next registration. A QP
+    /// keeps the last 16 such keys; one not claimed before 16 more arrived on that QP is
+    /// refused, and the window keeps its region until it is dropped.
+    ///
+    /// # Errors
+    /// [`Error::WindowState`], nothing changed: a bind or unbind of the window is still in
+    /// flight; a type-1 window (a peer cannot invalidate one); the window is not bound, or
+    /// bound with another key; no receive completion polled on its QP reported `rkey`
+    /// invalidated (or its record was already taken, or overwritten).
+    pub fn invalidated(&mut self, rkey: u32) -> Result<()> {
         self.settle();
-        if self.flight.is_some() || rkey != self.rkey {
-            return false;
+        let refuse = |state| Err(Error::WindowState { rkey, state });
+        if self.flight.is_some() {
+            return refuse("a bind or unbind of the window is in flight (poll it first)");
+        }
+        if self.mw_type == MwType::One {
+            return refuse("a type-1 window, which a peer cannot invalidate");
+        }
+        if self.bound.is_none() {
+            return refuse("the window is not bound");
+        }
+        if rkey != self.rkey {
+            return refuse("not the window's key");
+        }
+        match &self.invalidations {
+            Some(log) if log.take(rkey) => {}
+            _ => {
+                return refuse(
+                    "no receive completion of the window's QP reported this key invalidated \
+                     (poll it first; a QP keeps the last 16)",
+                )
+            }
         }
         self.bound = None;
+        self.invalidations = None;
         if self.region.take().is_some() {
             // The region it was bound to may go now.
             self.pd.inner.lifetimes.reclaim();
         }
-        true
+        Ok(())
     }
 
     /// Commits the requests in flight that are known to have succeeded and forgets those
@@ -220,6 +263,7 @@ impl MemoryWindow {
                     self.bound = step.bound;
                     let pin = step.region.take();
                     unpinned |= core::mem::replace(&mut self.region, pin).is_some();
+                    self.invalidations = step.invalidations.take();
                     f.steps[i] = None;
                 }
                 Some(false) => {

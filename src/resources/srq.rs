@@ -62,7 +62,8 @@ pub(crate) struct SrqHandle {
 impl SrqHandle {
     /// Makes receiver `qpn` (a QP or DCT just created on the device with this SRQ, whose
     /// receives complete on `cq`) take its receive completions from this SRQ on the
-    /// poller's side: checks the CQ, lists the receiver on it with the SRQ's cookie table.
+    /// poller's side: checks the CQ, lists the receiver on it with the SRQ's cookie table
+    /// (and, for an RC QP, where its receives record the keys peers invalidate).
     /// Returns the handle the receiver must hold (the SRQ outlives it). Every receiver of an
     /// SRQ goes through here (`Pd::create_qp_with_srq` for RC QPs); on the software NIC the
     /// device side is `State::attach_receiver` (`mlx5/src/sim/srq.rs`).
@@ -74,6 +75,7 @@ impl SrqHandle {
         cq: &Arc<CqHandle>,
         cqn: u32,
         qpn: u32,
+        invalidations: Option<Arc<crate::queue::invalidations::Invalidations>>,
     ) -> Result<Arc<SrqHandle>> {
         if !Arc::ptr_eq(cq, &self.cq) {
             return Err(Error::SrqCq {
@@ -88,6 +90,7 @@ impl SrqHandle {
             rq: None,
             scatter: None,
             srq: Some(self.shared.clone()),
+            invalidations,
         });
         Ok(self.clone())
     }

@@ -73,6 +73,7 @@ impl VerbsUd {
             rq: Some(rq_shadow),
             scatter: Some(rq.scatter.clone()),
             srq: None,
+            invalidations: None,
         });
         sq.queue().attach_cq(send_cq.handle.registry.slots.clone());
         rq.attach_cq(recv_cq.handle.registry.slots.clone());

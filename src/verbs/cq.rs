@@ -823,8 +823,8 @@ fn complete_recv<W: WcRead>(
             WcOpcode::Recv
         };
         (opcode, Some(u32::from_be(wc.imm_or_rkey())))
-    } else if flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
-        (WcOpcode::Recv, Some(wc.imm_or_rkey()))
+    } else if flags & WITH_INV_ANY != 0 {
+        with_inv(q, flags, wc.imm_or_rkey())
     } else {
         (WcOpcode::Recv, None)
     };
@@ -846,6 +846,40 @@ fn complete_recv<W: WcRead>(
         ..Completion::default()
     };
     true
+}
+
+/// The `wc_flags` bits that may say "with invalidate": `IBV_WC_WITH_INV`, and on rxe
+/// `IBV_WC_IP_CSUM_OK`. rxe's kernel driver writes the kernel's `IB_WC_WITH_INVALIDATE`
+/// (`1 << 2`) into the flags user space reads, where bit 2 is `IBV_WC_IP_CSUM_OK`
+/// (`rxe_resp.c` `do_complete`; rdma-core's rxe passes the flags on as they are), and it
+/// never reports a checksum.
+pub(crate) const WITH_INV_ANY: u32 =
+    ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 | ffi::ibv_wc_flags::IBV_WC_IP_CSUM_OK.0;
+
+/// The bit of [`WITH_INV_ANY`] by which a QP's provider says "with invalidate" (rxe's, or
+/// everyone else's).
+pub(crate) fn with_inv_flag(rxe: bool) -> u32 {
+    if rxe {
+        ffi::ibv_wc_flags::IBV_WC_IP_CSUM_OK.0
+    } else {
+        ffi::ibv_wc_flags::IBV_WC_WITH_INV.0
+    }
+}
+
+/// A successful receive whose flags have a bit of [`WITH_INV_ANY`]: a receive with
+/// invalidate when the bit is the one QP `q`'s provider uses for it (its key recorded for
+/// the QP's windows before the completion is returned), else a plain receive (a
+/// checksum's bit).
+#[cold]
+#[inline(never)]
+fn with_inv(q: &Attached, flags: u32, rkey: u32) -> (WcOpcode, Option<u32>) {
+    match &q.invalidations {
+        Some(log) if flags & log.verbs_flag != 0 => {
+            log.record(rkey);
+            (WcOpcode::RecvWithInv, Some(rkey))
+        }
+        _ => (WcOpcode::Recv, None),
+    }
 }
 
 /// The completion of a work completion in error (status `status`, `vendor_err`) of
@@ -924,6 +958,7 @@ fn take_recv<W: WcRead + ?Sized>(later: &Cell<Retire>, q: &Attached, seq: u16) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::invalidations::Invalidations;
     use crate::queue::shadow::Shadow;
     use std::cell::Cell;
 
@@ -969,6 +1004,11 @@ mod tests {
     /// Completes receive 3 (cookie 99) of a queue on QP 5 from `wc`; also checks that it
     /// retired the receive.
     fn receive(wc: &FakeWc) -> Completion {
+        receive_recording(wc, None)
+    }
+
+    /// [`receive`] on a QP whose invalidated keys go to `log`.
+    fn receive_recording(wc: &FakeWc, log: Option<Arc<Invalidations>>) -> Completion {
         let rq = Arc::new(Shadow::<u64>::new(16));
         rq.set(3, 99);
         let q = Attached {
@@ -977,6 +1017,7 @@ mod tests {
             rq: Some(rq.clone()),
             scatter: None,
             srq: None,
+            invalidations: log,
         };
         let mut c = Completion::default();
         let later = Cell::new(Retire::Nothing);
@@ -1008,11 +1049,22 @@ mod tests {
             0,
             "a plain receive read its opcode"
         );
-        // A send with invalidate: the rkey, no opcode read.
+        // A send with invalidate: the rkey, recorded for the QP's windows; no opcode read.
+        let log = Arc::new(Invalidations::new(with_inv_flag(false)));
         let inv = wc(F::IBV_WC_WITH_INV.0, O::IBV_WC_RECV, 0x1234);
-        let c = receive(&inv);
-        assert_eq!((c.opcode, c.imm), (WcOpcode::Recv, Some(0x1234)));
+        let c = receive_recording(&inv, Some(log.clone()));
+        assert_eq!((c.opcode, c.imm), (WcOpcode::RecvWithInv, Some(0x1234)));
         assert_eq!(inv.opcode_reads.get(), 0);
+        assert!(log.take(0x1234), "the key was recorded");
+        // rxe says it with IBV_WC_IP_CSUM_OK's bit; elsewhere that bit is a checksum's.
+        let rxe = Arc::new(Invalidations::new(with_inv_flag(true)));
+        let csum = wc(F::IBV_WC_IP_CSUM_OK.0, O::IBV_WC_RECV, 0x99);
+        let c = receive_recording(&csum, Some(rxe.clone()));
+        assert_eq!((c.opcode, c.imm), (WcOpcode::RecvWithInv, Some(0x99)));
+        assert!(rxe.take(0x99));
+        let c = receive_recording(&csum, Some(log.clone()));
+        assert_eq!((c.opcode, c.imm), (WcOpcode::Recv, None));
+        assert!(!log.take(0x99), "a checksum's bit recorded a key");
         // An RDMA write with immediate: the immediate in host order.
         let write = wc(
             F::IBV_WC_WITH_IMM.0,
@@ -1040,6 +1092,7 @@ mod tests {
             rq: Some(rq),
             scatter: None,
             srq: None,
+            invalidations: None,
         };
         let wc = FakeWc {
             flags: ffi::ibv_wc_flags::IBV_WC_GRH.0,
@@ -1057,6 +1110,7 @@ mod tests {
             rq: None,
             scatter: None,
             srq: None,
+            invalidations: None,
         };
         assert!(!complete_recv(&later, &none, &wc, RECV_TAG, 6, &mut c));
     }
@@ -1083,6 +1137,7 @@ mod tests {
             rq: rq.cloned(),
             scatter: None,
             srq: None,
+            invalidations: None,
         };
         let (send_only, recv_only) = (entry(Some(&sq), None), entry(None, Some(&rq)));
         let wc = |wr_id, status| LateWc {

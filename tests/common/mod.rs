@@ -157,7 +157,7 @@ impl Setup {
 
 /// Whether a completion is for a receive WQE.
 pub fn is_recv(c: &Completion) -> bool {
-    matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    c.opcode.is_receive()
 }
 
 /// Polls until the CQ is empty.

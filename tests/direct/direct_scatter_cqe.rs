@@ -172,8 +172,8 @@ fn send_with_immediate_and_with_invalidate_land_too() {
     let (_, r) = s.run_expect(1, 1);
     let r = &r[0];
     assert_eq!(
-        (r.status, r.byte_len, r.imm),
-        (WcStatus::Success, 14, Some(rkey))
+        (r.status, r.opcode, r.byte_len, r.imm),
+        (WcStatus::Success, WcOpcode::RecvWithInv, 14, Some(rkey))
     );
     assert_eq!(bytes(&dst, 100, 14), b"and invalidate");
 }

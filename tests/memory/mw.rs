@@ -186,7 +186,7 @@ fn local_invalidate_and_send_with_invalidate() {
     assert_eq!(p.wait(false, 1)[0].1, WcStatus::Success);
     assert_eq!(
         p.wait(true, 1)[0],
-        (50, WcStatus::Success, WcOpcode::Recv, 4, Some(rkey))
+        (50, WcStatus::Success, WcOpcode::RecvWithInv, 4, Some(rkey))
     );
     assert_eq!(write(&mut p, b"no", 0, rkey, 4), WcStatus::RemAccessErr);
 }

@@ -635,7 +635,7 @@ fn a_failed_bind_lets_its_region_go() {
     let mut out = [Completion::default(); 1];
     assert_eq!(cq.poll_n(&mut out, 1, 100), 1);
     assert_eq!(out[0].status, WcStatus::WrFlushErr);
-    assert!(!mw.invalidated(0)); // settles: the bind failed
+    assert!(mw.invalidated(0).is_err()); // settles: the bind failed
     assert!(!mw.is_bound());
     let key = mr.rkey();
     drop(mr);
@@ -672,11 +672,56 @@ fn an_invalidated_window_lets_its_region_go() {
         out[..2].iter().all(|c| c.status == WcStatus::Success),
         "{out:?}"
     );
-    assert!(mw.invalidated(rkey));
+    mw.invalidated(rkey).unwrap();
     let key = mr.rkey();
     drop(mr);
     assert!(
         !dev.nic().unwrap().mr_registered(key),
         "the pin went with the key"
+    );
+}
+
+/// A claim that a peer invalidated the window, with no receive completion of its QP
+/// saying so, is refused: the window keeps its region registered (the NIC still holds the
+/// window, whose translation would reach the next registration with the region's key).
+/// A key another QP's receive reported is not this window's either.
+#[test]
+fn a_false_invalidation_claim_keeps_the_region() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, _qp, mr, mut mw, rkey) = bound_window(&dev, &pd);
+    let (mut other_cq, mut other) = loopback(&dev, &pd);
+    let scratch = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut out = [Completion::default(); 4];
+    dev.process();
+    assert_eq!(cq.poll(&mut out), 1);
+    // Another QP's receive reports the window's key invalidated (the NIC refused it there:
+    // the window is not bound through that QP, so the send fails; its receive never
+    // completes). Then a claim on the caller's word alone.
+    other.post_recv(&[scratch.sge(0, 64).unwrap()], 2).unwrap();
+    other
+        .post(
+            &Request::SendInv {
+                data: Payload::Inline(b"not yours"),
+                rkey,
+            },
+            3,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+    dev.process();
+    let n = other_cq.poll_n(&mut out, 2, 100);
+    assert!(
+        out[..n].iter().all(|c| c.opcode != WcOpcode::RecvWithInv),
+        "{out:?}"
+    );
+    let e = mw.invalidated(rkey).unwrap_err();
+    assert!(matches!(e, Error::WindowState { .. }), "{e}");
+    assert!(mw.is_bound());
+    let key = mr.rkey();
+    drop(mr);
+    assert!(
+        dev.nic().unwrap().mr_registered(key),
+        "a false claim let the window's region go"
     );
 }

@@ -87,6 +87,7 @@ fn side(reports: &[bool], buf_len: u32) -> Side {
             rq: Some(rq.clone()),
             scatter: Some(t),
             srq: None,
+            invalidations: None,
         });
         s.sqs.push(sq);
         s.rqs.push(rq);

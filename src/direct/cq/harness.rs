@@ -158,6 +158,7 @@ impl PollHarness {
                 rq: srq.is_none().then_some(rq),
                 scatter,
                 srq,
+                invalidations: None,
             };
             cq.registry.attach(a.clone());
             queues.push(a);

@@ -51,6 +51,7 @@ fn two_send_queues(
             rq: None,
             scatter: None,
             srq: None,
+            invalidations: None,
         });
     }
     (a, b)
@@ -76,6 +77,7 @@ fn passes(size: u32) {
         rq: None,
         scatter: None,
         srq: None,
+        invalidations: None,
     });
     let mut out = [Completion::default(); 4];
     assert_eq!(cq.poll(&mut out), 0, "nothing written yet");
@@ -261,6 +263,7 @@ fn other_kinds_and_unknown_qps_take_the_general_path() {
             rq: Some(rq.clone()),
             scatter: None,
             srq: None,
+            invalidations: None,
         });
     }
     for k in 0..4u16 {
@@ -319,6 +322,7 @@ fn impossible_titles_are_errors() {
         rq: None,
         scatter: None,
         srq: None,
+        invalidations: None,
     });
     let title = |len: u32, owner: bool| Cqe64 {
         sop_drop_qpn: mlx5::Be32::new(3),
@@ -346,6 +350,7 @@ fn impossible_titles_are_errors() {
         rq: None,
         scatter: None,
         srq: None,
+        invalidations: None,
     });
     ring2[..64].copy_from_slice(title(2, false).as_bytes());
     assert_eq!(plain.poll(&mut out), 1);
@@ -382,6 +387,7 @@ fn cqes_with_data_the_poller_cannot_place_are_errors() {
         rq: Some(rq.clone()),
         scatter: Some(table),
         srq: None,
+        invalidations: None,
     });
     for k in 0..3u16 {
         sq.set(

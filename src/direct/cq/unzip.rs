@@ -25,7 +25,7 @@
 //!
 //! Nothing is expanded into a copy: each mini-CQE is read where it lies.
 
-use super::{CompletionQueue, Sink, ZipRetire, FORMAT_MASK};
+use super::{received, CompletionQueue, Sink, ZipRetire, FORMAT_MASK};
 use crate::completion::{Completion, WcOpcode};
 use crate::queue::shadow::{SendEntry, Shadow};
 use core::sync::atomic::{AtomicU8, Ordering};
@@ -153,15 +153,15 @@ impl CompletionQueue {
                             ZipRetire::Recv(_, at) => *at = wqe.wrapping_add(1),
                             r => *r = ZipRetire::Recv(rq.clone(), wqe.wrapping_add(1)),
                         }
+                        let mut opcode = WcOpcode::Recv;
+                        let imm = q
+                            .filter(|_| op != CqeOpcode::RespSend)
+                            .map(|q| received(op, title, q, &mut opcode));
                         let c = Completion {
                             cookie: rq.get(wqe),
-                            opcode: if op == CqeOpcode::RespWrImm {
-                                WcOpcode::RecvRdmaWithImm
-                            } else {
-                                WcOpcode::Recv
-                            },
+                            opcode,
                             byte_len: m.byte_cnt.get(),
-                            imm: (op != CqeOpcode::RespSend).then(|| title.imm_inval_pkey.get()),
+                            imm,
                             qpn,
                             // UD: a session holds receives from one source only (the
                             // title's).

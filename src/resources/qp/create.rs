@@ -6,6 +6,7 @@ use crate::backend::{self, QpKind, QpRings, QpSpec};
 use crate::direct::{RecvQueue, SendQueue};
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
+use crate::queue::invalidations::Invalidations;
 use crate::queue::registry::Attached;
 use crate::resources::cq::CqHandle;
 use crate::resources::events::{Forget, Subject};
@@ -153,6 +154,10 @@ impl Pd {
         rnr_retry: u8,
         cm: Option<Arc<verbs::cm::CmId>>,
     ) -> Result<Qp> {
+        // Where the QP's receives record the keys peers invalidate (windows bound through it
+        // read them there).
+        let rxe = matches!(rings, QpRings::Verbs { rxe: true, .. });
+        let invalidations = Arc::new(Invalidations::new(verbs::cq::with_inv_flag(rxe)));
         let mut path = match rings {
             QpRings::Direct { raw, dedicated } => {
                 // SAFETY: the rings belong to the QP `obj` owns, which this Qp alone posts
@@ -208,7 +213,9 @@ impl Pd {
             .attach(Attached::send(qpn, sq_shadow));
         let srq = match recv.srq {
             // The QP's receive completions come from the SRQ's table.
-            Some(s) => Some(s.attach_receiver(recv.handle, recv.cqn, qpn)?),
+            Some(s) => {
+                Some(s.attach_receiver(recv.handle, recv.cqn, qpn, Some(invalidations.clone()))?)
+            }
             None => {
                 recv.handle.registry.attach(Attached {
                     qpn,
@@ -216,6 +223,7 @@ impl Pd {
                     rq: rq_shadow,
                     scatter,
                     srq: None,
+                    invalidations: Some(invalidations.clone()),
                 });
                 None
             }
@@ -270,6 +278,7 @@ impl Pd {
             ),
             _cm: cm,
             refusal: None,
+            invalidations,
         })
     }
 }

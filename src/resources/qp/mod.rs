@@ -115,6 +115,9 @@ pub struct Qp {
     /// The error of an inline write the verbs path refused, from the frame that posted it
     /// to its caller's (`Qp::write_inline_verbs`, `Qp::take_refusal`); None otherwise.
     refusal: Option<Error>,
+    /// The keys peers invalidated through this QP, as its receive completions reported them
+    /// (shared with its receive CQ's poller and the windows bound through it).
+    invalidations: Arc<crate::queue::invalidations::Invalidations>,
 }
 
 impl core::fmt::Debug for Qp {

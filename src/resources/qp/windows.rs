@@ -134,6 +134,9 @@ impl Qp {
                 unsafe { sq.bind_window(&b, cookie, flags)? }
             }
         };
+        // A record of the new key on this QP is from a binding 256 binds ago (no peer knows
+        // the key yet): it must not unbind this one.
+        self.invalidations.forget(new_rkey);
         self.record_window_step(mw, new_rkey, Some(self.qpn), Some(pin));
         Ok(new_rkey)
     }
@@ -256,6 +259,7 @@ impl Qp {
         let step = crate::resources::mw::Step {
             rkey,
             bound,
+            invalidations: bound.map(|_| self.invalidations.clone()),
             region,
             start: shadow.widen_posted(start),
             end: shadow.widen_posted(end),

@@ -299,7 +299,7 @@ impl LateWc {
             if l.wc_flags & F::IBV_WC_WITH_IMM.0 != 0 {
                 l.opcode = wc.opcode();
                 l.imm_or_rkey = wc.imm_or_rkey();
-            } else if l.wc_flags & F::IBV_WC_WITH_INV.0 != 0 {
+            } else if l.wc_flags & crate::verbs::cq::WITH_INV_ANY != 0 {
                 l.imm_or_rkey = wc.imm_or_rkey();
             }
             if l.wr_id & ud_tag != 0 {

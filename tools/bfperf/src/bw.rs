@@ -5,7 +5,7 @@ use crate::opts::{Atomic, Opts};
 use crate::perftest::{Report, Test};
 use crate::setup::{sync, PerftestLink, Setup, Side};
 use crate::window::Window;
-use blueflame::{Payload, Remote, Request, Result, Sge, WcOpcode};
+use blueflame::{Payload, Remote, Request, Result, Sge};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -338,7 +338,7 @@ struct Party<'a> {
 
 /// Whether a completion is a receive's (else the side's own request completed).
 fn is_receive(c: &blueflame::Completion) -> bool {
-    matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    c.opcode.is_receive()
 }
 
 /// Runs the parties' loops interleaved in this thread until every sender and receiver is
