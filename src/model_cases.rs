@@ -48,6 +48,22 @@ fn hook_post_send(owner: &Context, real: &OnceLock<PostSendFn>, hook: PostSendFn
     }
 }
 
+/// A context's `bind_mw` (`ibv_context_ops`), which the tests below wrap.
+type BindFn = unsafe extern "C" fn(
+    *mut rdma_sys::ibv_qp,
+    *mut rdma_sys::ibv_mw,
+    *mut rdma_sys::ibv_mw_bind,
+) -> std::os::raw::c_int;
+
+/// Puts `hook` in place of the context's `bind_mw`, the provider's own kept in `real`.
+fn hook_bind_mw(owner: &Context, real: &OnceLock<BindFn>, hook: BindFn) {
+    // SAFETY: the context is open and nothing binds on it yet.
+    unsafe {
+        let _ = real.set((*owner.ctx).ops.bind_mw.unwrap());
+        (*owner.ctx).ops.bind_mw = Some(hook);
+    }
+}
+
 /// [`verbs_legacy`] with `hook` in place of the context's `post_send` ([`hook_post_send`]);
 /// a device over it.
 fn verbs_legacy_with_post_send_hook(
@@ -445,6 +461,53 @@ fn a_provider_that_refuses_midway_with_zero_loses_no_request() {
     );
 }
 
+/// The cookies and statuses of `cq`'s completions: polled until `n` came (or 5 s passed),
+/// then once more a little later, so a request reported twice shows.
+fn completions(cq: &mut crate::Cq, n: usize) -> Vec<(u64, crate::WcStatus)> {
+    let mut out = [crate::Completion::default(); 8];
+    let mut got = Vec::new();
+    let t = std::time::Instant::now();
+    while got.len() < n && t.elapsed() < Duration::from_secs(5) {
+        let k = cq.poll(&mut out);
+        got.extend(out[..k].iter().map(|c| (c.cookie, c.status)));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let k = cq.poll(&mut out);
+    got.extend(out[..k].iter().map(|c| (c.cookie, c.status)));
+    got
+}
+
+/// The provider's own `post_send`, which [`doorbell_fails`] hands requests to.
+static DOORBELL_REAL: OnceLock<PostSendFn> = OnceLock::new();
+/// What [`doorbell_fails`] returns after the provider took the requests; 0: the
+/// provider's result.
+static DOORBELL_ERROR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Makes [`doorbell_fails`] fail with `rc` (`on`) or pass requests through.
+fn doorbell_fail(on: bool, rc: i32) {
+    let rc = if on { rc } else { 0 };
+    DOORBELL_ERROR.store(rc, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A `post_send` whose doorbell fails after the provider took every request (siw's
+/// `siw_db`, rxe's `post_send_db`): the provider's own post ([`DOORBELL_REAL`]), then,
+/// while [`doorbell_fail`] says so, that error with `bad_wr` NULL.
+unsafe extern "C" fn doorbell_fails(
+    qp: *mut rdma_sys::ibv_qp,
+    wr: *mut rdma_sys::ibv_send_wr,
+    bad: *mut *mut rdma_sys::ibv_send_wr,
+) -> std::os::raw::c_int {
+    // SAFETY: the caller's arguments, handed on.
+    let rc = unsafe { (DOORBELL_REAL.get().unwrap())(qp, wr, bad) };
+    let fail = DOORBELL_ERROR.load(std::sync::atomic::Ordering::Relaxed);
+    if rc != 0 || fail == 0 {
+        return rc;
+    }
+    // SAFETY: `bad` is valid; every request was taken.
+    unsafe { *bad = std::ptr::null_mut() };
+    fail
+}
+
 /// On a [`verbs_pair_with_region`] of `dev`, its first QP given to `prepare`: posts an
 /// inline write straight (cookie 1) and in a batch of two (2, 3) with `fail(true)` (the
 /// doorbell fails after the provider took them), then, after `fail(false)`, what `between`
@@ -457,7 +520,7 @@ fn writes_through_a_failed_doorbell(
     fail: impl Fn(bool),
     between: impl FnOnce(&mut crate::Qp, &crate::Request<'_>),
 ) {
-    use crate::{Completion, Payload, PostFlags, PostSend, Request};
+    use crate::{Payload, PostFlags, PostSend, Request};
     let (_pd, mut cq, mut q, _q2, _mr, remote) = verbs_pair_with_region(dev);
     prepare(&mut q);
     let (q, cq) = (&mut q, &mut cq);
@@ -478,17 +541,7 @@ fn writes_through_a_failed_doorbell(
         straight.is_ok() && rung.is_ok() && after.is_ok(),
         "requests the provider took are posted: {straight:?}, {rung:?}, {after:?}"
     );
-    let mut out = [Completion::default(); 8];
-    let mut got = Vec::new();
-    let t = std::time::Instant::now();
-    while got.len() < 4 && t.elapsed() < Duration::from_secs(5) {
-        let n = cq.poll(&mut out);
-        got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
-    }
-    // Anything more would be a request reported twice.
-    std::thread::sleep(Duration::from_millis(50));
-    let n = cq.poll(&mut out);
-    got.extend(out[..n].iter().map(|c| (c.cookie, c.status)));
+    let got = completions(cq, 4);
     let cookies: Vec<u64> = got.iter().map(|&(c, _)| c).collect();
     assert_eq!(
         cookies,
@@ -513,33 +566,9 @@ fn writes_through_a_failed_doorbell(
 #[test]
 #[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
 fn a_doorbell_that_fails_after_the_provider_took_the_requests_loses_none() {
-    use rdma_sys as ffi;
-    use std::os::raw::c_int;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static REAL: OnceLock<PostSendFn> = OnceLock::new();
-    static FAIL: AtomicBool = AtomicBool::new(false);
-    unsafe extern "C" fn doorbell_fails(
-        qp: *mut ffi::ibv_qp,
-        wr: *mut ffi::ibv_send_wr,
-        bad: *mut *mut ffi::ibv_send_wr,
-    ) -> c_int {
-        let real = *REAL.get().unwrap();
-        // SAFETY: the caller's arguments, handed on.
-        let rc = unsafe { real(qp, wr, bad) };
-        if rc != 0 || !FAIL.load(Ordering::Relaxed) {
-            return rc;
-        }
-        // SAFETY: `bad` is valid; every request was taken.
-        unsafe { *bad = std::ptr::null_mut() };
-        -1 // siw_db: write(2)'s result
-    }
-    let (_owner, dev) = verbs_legacy_with_post_send_hook(&REAL, doorbell_fails);
-    writes_through_a_failed_doorbell(
-        &dev,
-        |_| {},
-        |on| FAIL.store(on, Ordering::Relaxed),
-        |_, _| {},
-    );
+    let (_owner, dev) = verbs_legacy_with_post_send_hook(&DOORBELL_REAL, doorbell_fails);
+    // siw_db: write(2)'s result.
+    writes_through_a_failed_doorbell(&dev, |_| {}, |on| doorbell_fail(on, -1), |_, _| {});
 }
 
 /// rxe's `wr_complete` (rdma-core `providers/rxe/rxe.c`) publishes the requests (the
@@ -817,6 +846,75 @@ fn on_iwarp_a_request_after_a_read_is_fenced() {
     );
 }
 
+/// rxe's `ibv_bind_mw` (`rxe_bind_mw`, rdma-core `providers/rxe/rxe.c`) posts a type-1
+/// bind through `rxe_post_send`, which puts it in the ring and then returns its doorbell's
+/// error: the same result as a refusal's, though the bind is posted and completes. So on
+/// rxe the crate posts the bind with `ibv_post_send` itself, whose `bad_wr` tells the two
+/// apart. Emulated over libmlx5's classic API (the kernel model's mlx5_0), the QP told it
+/// is rxe's: `bind_mw` hooked to bind and then fail as rxe's does after a failed doorbell
+/// (the crate must not take that for a refusal, nor call it), `post_send` hooked to post
+/// and then fail with `bad_wr` NULL. A bind (1) through the failed doorbell, then a write
+/// through the window (2): the bind is `Ok` with the window's next key, and both complete,
+/// each once.
+#[test]
+#[ignore = "needs mlx5_0: run by the provider stage (LD_PRELOAD=libkernel_model.so)"]
+fn on_rxe_a_type1_bind_through_a_failed_doorbell_is_posted() {
+    use crate::{Access, MwType, PostFlags, PostSend, Remote};
+    use rdma_sys as ffi;
+    use std::os::raw::c_int;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static REAL_BIND: OnceLock<BindFn> = OnceLock::new();
+    static FAIL: AtomicBool = AtomicBool::new(false);
+    unsafe extern "C" fn bind_then_fail(
+        qp: *mut ffi::ibv_qp,
+        mw: *mut ffi::ibv_mw,
+        bind: *mut ffi::ibv_mw_bind,
+    ) -> c_int {
+        // SAFETY: the caller's arguments, handed on.
+        let rc = unsafe { (REAL_BIND.get().unwrap())(qp, mw, bind) };
+        if rc != 0 || !FAIL.load(Ordering::Relaxed) {
+            return rc;
+        }
+        libc::EINVAL
+    }
+    let owner = verbs_legacy();
+    hook_post_send(&owner, &DOORBELL_REAL, doorbell_fails);
+    hook_bind_mw(&owner, &REAL_BIND, bind_then_fail);
+    let dev = device(&owner);
+    let (pd, mut cq, mut q, _q2) = pair(&dev);
+    q.verbs_send_queue().unwrap().set_rxe(true);
+    let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+    let mr = pd.alloc_mr(4096, rights).unwrap();
+    let mut mw = pd.alloc_mw(MwType::One).unwrap();
+    let before = mw.rkey();
+    FAIL.store(true, Ordering::Relaxed);
+    let bound = q.bind_mw(
+        &mut mw,
+        &mr,
+        0,
+        64,
+        Access::REMOTE_WRITE,
+        1,
+        PostFlags::SIGNALED,
+    );
+    FAIL.store(false, Ordering::Relaxed);
+    let key = bound.expect("posted: the doorbell failed after the provider took the bind");
+    assert_eq!(key, (before & !0xff) | (before.wrapping_add(1) & 0xff));
+    let at = Remote {
+        addr: mr.addr(),
+        rkey: key,
+    };
+    q.write_inline(b"through", at, 2, PostFlags::SIGNALED)
+        .unwrap();
+    let got = completions(&mut cq, 2);
+    let ok = crate::WcStatus::Success;
+    assert_eq!(got, [(1, ok), (2, ok)], "each request completes once");
+    assert!(mw.is_bound());
+    let mut landed = [0u8; 7];
+    mr.read(0, &mut landed).unwrap();
+    assert_eq!(&landed, b"through");
+}
+
 /// A type-1 bind on the verbs path carries the fence asked for and the one armed by the
 /// bind before it, as every other request does (`ibv_bind_mw`'s `send_flags`; it had
 /// only SIGNALED). The kernel model's `bind_mw` records the flags it is given.
@@ -827,8 +925,6 @@ fn a_type1_bind_on_the_verbs_path_is_fenced_as_asked() {
     use rdma_sys as ffi;
     use std::os::raw::c_int;
     use std::sync::Mutex;
-    type BindFn =
-        unsafe extern "C" fn(*mut ffi::ibv_qp, *mut ffi::ibv_mw, *mut ffi::ibv_mw_bind) -> c_int;
     static REAL: OnceLock<BindFn> = OnceLock::new();
     static SEEN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
     unsafe extern "C" fn recording(
@@ -844,12 +940,7 @@ fn a_type1_bind_on_the_verbs_path_is_fenced_as_asked() {
     }
     std::env::set_var("BLUEFLAME_PATH", "verbs");
     let owner = model();
-    let raw = owner.ctx;
-    // SAFETY: the context is open; nothing binds on it yet.
-    unsafe {
-        let _ = REAL.set((*raw).ops.bind_mw.unwrap());
-        (*raw).ops.bind_mw = Some(recording);
-    }
+    hook_bind_mw(&owner, &REAL, recording);
     let dev = device(&owner);
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();

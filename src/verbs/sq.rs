@@ -86,9 +86,11 @@ pub struct VerbsSendQueue {
     /// A batch with a gather list of more than one entry goes through `ibv_post_send` even
     /// on an extended QP (see [`VerbsSendQueue::set_rxe`]).
     gather_lists_legacy: bool,
-    /// `ibv_wr_complete` publishes the requests before it rings, so an error other than
-    /// `ENOSPC` comes after they are posted (see [`VerbsSendQueue::set_rxe`]).
-    complete_publishes_first: bool,
+    /// The provider publishes requests before it rings: `ibv_wr_complete`'s error other
+    /// than `ENOSPC` comes after they are posted, and `ibv_bind_mw` cannot say which
+    /// happened, so type-1 binds go through `ibv_post_send` (see
+    /// [`VerbsSendQueue::set_rxe`]).
+    publishes_first: bool,
 }
 
 // SAFETY: the work-request arrays point only into this queue's own boxed buffers; the QP is
@@ -146,7 +148,7 @@ impl VerbsSendQueue {
             one_max: mlx5::wqe::MAX_SGE_BYTES,
             cq_share: None,
             gather_lists_legacy: false,
-            complete_publishes_first: false,
+            publishes_first: false,
             qp,
         }
     }
@@ -166,9 +168,15 @@ impl VerbsSendQueue {
     ///   which hands the requests to the kernel, and then returns its doorbell's error
     ///   (`post_send_db`: the kernel refuses it while the QP is below RTS). libmlx5's
     ///   `mlx5_send_wr_complete` posts nothing on any error.
+    /// - A type-1 bind goes through `ibv_post_send` as the `IBV_WR_BIND_MW` request rxe's
+    ///   `rxe_bind_mw` makes of it (the window's key advanced by `ibv_inc_rkey`, stored in
+    ///   the `ibv_mw` once posted): `rxe_bind_mw` posts through `rxe_post_send`, which puts
+    ///   the request in the ring and then returns its doorbell's error, the same as a
+    ///   refusal's to its caller; `ibv_post_send`'s `bad_wr` tells the two apart
+    ///   ([`first_unposted`]).
     pub fn set_rxe(&mut self, on: bool) {
         self.gather_lists_legacy = on;
-        self.complete_publishes_first = on;
+        self.publishes_first = on;
     }
 
     /// What `ibv_wr_complete`'s result `rc` says of the requests it ended: 0 when they are
@@ -176,7 +184,7 @@ impl VerbsSendQueue {
     /// the error, none of them posted.
     #[inline(always)]
     pub(super) fn completed(&self, rc: i32) -> i32 {
-        if rc != 0 && self.complete_publishes_first && rc != libc::ENOSPC {
+        if rc != 0 && self.publishes_first && rc != libc::ENOSPC {
             return 0;
         }
         rc

@@ -153,10 +153,15 @@ impl VerbsSendQueue {
             report: flags.signaled,
         };
         self.shadow.set(self.seq, entry);
-        // SAFETY: the caller guarantees live objects; `bind` lives across the call.
-        let rc = unsafe { ffi::ibv_bind_mw(self.qp.qp, mw, &mut bind) };
-        if rc != 0 {
-            return Err(Error::Verbs(code("ibv_bind_mw", rc)));
+        if self.publishes_first {
+            // SAFETY: as below.
+            unsafe { self.post_bind_type1(mw, &bind)? };
+        } else {
+            // SAFETY: the caller guarantees live objects; `bind` lives across the call.
+            let rc = unsafe { ffi::ibv_bind_mw(self.qp.qp, mw, &mut bind) };
+            if rc != 0 {
+                return Err(Error::Verbs(code("ibv_bind_mw", rc)));
+            }
         }
         self.unsignaled = unsignaled;
         self.seq = end;
@@ -164,6 +169,44 @@ impl VerbsSendQueue {
         self.fence_next = true;
         // SAFETY: `mw` is live; the provider stored the new rkey in it.
         Ok(unsafe { (*mw).rkey })
+    }
+
+    /// rxe's type-1 bind, made here as its `rxe_bind_mw` makes it (an `IBV_WR_BIND_MW`
+    /// request with the key `ibv_inc_rkey` gives, stored in the window once posted), but
+    /// posted with `ibv_post_send`, whose `bad_wr` says whether a failed doorbell came
+    /// after the request was taken ([`first_unposted`](super::first_unposted)): then it is
+    /// posted and completes, and this returns `Ok`. (`rxe_bind_mw` returns the doorbell's
+    /// error as it returns a refusal's.) See [`VerbsSendQueue::set_rxe`].
+    ///
+    /// # Safety
+    /// `mw` and `bind`'s region must be live objects of this QP's protection domain until
+    /// the request completes.
+    unsafe fn post_bind_type1(
+        &mut self,
+        mw: *mut ffi::ibv_mw,
+        bind: &ffi::ibv_mw_bind,
+    ) -> Result<()> {
+        let mut wr = zeroed_wr();
+        wr.wr_id = bind.wr_id;
+        wr.send_flags = bind.send_flags;
+        wr.opcode = ffi::ibv_wr_opcode::IBV_WR_BIND_MW;
+        // SAFETY: `mw` is live (caller contract).
+        let rkey = unsafe { (*mw).rkey };
+        let new_rkey = (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff);
+        wr.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
+            mw,
+            rkey: new_rkey,
+            bind_info: bind.bind_info,
+        };
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: one request, alive across the call; its objects live (caller contract).
+        let rc = unsafe { ffi::ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
+        if let Some((_, e)) = super::first_unposted(rc, bad, &wr, 1) {
+            return Err(Error::Verbs(code("ibv_post_send (a type-1 bind)", e)));
+        }
+        // SAFETY: `mw` is live; as `rxe_bind_mw` stores it.
+        unsafe { (*mw).rkey = new_rkey };
+        Ok(())
     }
 
     /// Posts `b`; returns the window's key after it.

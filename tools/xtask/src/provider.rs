@@ -67,6 +67,7 @@ const LIB_CASES: &[&str] = &[
     "model_cases::a_refused_straight_post_leaves_the_send_queue_as_it_was",
     "model_cases::on_iwarp_a_request_after_a_read_is_fenced",
     "model_cases::a_type1_bind_on_the_verbs_path_is_fenced_as_asked",
+    "model_cases::on_rxe_a_type1_bind_through_a_failed_doorbell_is_posted",
     "model_cases::a_verbs_batch_past_64_requests_says_so",
     "model_cases::a_completion_of_a_qp_attached_after_the_polls_check_is_reported",
     "model_cases::a_failed_poll_gives_no_dropped_qps_entries_back",
