@@ -33,9 +33,9 @@ pub enum WcOpcode {
     /// A receive was consumed by an RDMA write with immediate.
     RecvRdmaWithImm,
     /// A receive was consumed by a send with invalidate: the peer invalidated the key in
-    /// [`Completion::imm`] (verbs' `IBV_WC_RECV` with `IBV_WC_WITH_INV`). A memory window
-    /// bound through this QP with that key is unbound; tell it with
-    /// [`MemoryWindow::invalidated`](crate::MemoryWindow::invalidated).
+    /// [`Completion::imm`] (verbs' `IBV_WC_RECV` with `IBV_WC_WITH_INV`). The memory window
+    /// with that key (bound through this QP; on rxe, through any QP of the domain) is
+    /// unbound; tell it with [`MemoryWindow::invalidated`](crate::MemoryWindow::invalidated).
     RecvWithInv,
     /// The CQE could not be attributed (an unknown CQE opcode or format).
     #[default]

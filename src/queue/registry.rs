@@ -21,8 +21,9 @@ pub(crate) struct Attached {
     /// The SRQ the QP (or DCT) takes its receives from, when it has no receive queue of
     /// its own: a receive completion's cookie is the SRQ's, by the CQE's WQE index.
     pub(crate) srq: Option<Arc<SrqShared>>,
-    /// Where the QP's receive completions with invalidate record the key (an RC QP's; None
-    /// for the other kinds, through which no window is bound).
+    /// Where the QP's receive completions with invalidate record the key (an RC QP's, and
+    /// a direct-path UD QP's, unused; None for DCTs, verbs UD QPs and dead entries, through
+    /// which no window is bound).
     pub(crate) invalidations: Option<Arc<Invalidations>>,
 }
 

@@ -208,7 +208,10 @@ impl MemoryWindow {
     /// record. A false claim would let the region be deregistered while the NIC still
     /// holds the window, whose translation could then reach the next registration. A QP
     /// keeps the last 16 such keys; one not claimed before 16 more arrived on that QP is
-    /// refused, and the window keeps its region until it is dropped.
+    /// refused, and the window keeps its region until it is dropped. A window dropped
+    /// while bound leaves its key retired on its QP, so that a peer's invalidation of it
+    /// still unread is not taken for a later window given the same key (see
+    /// `docs/architecture.md`, "Memory windows: the rules").
     ///
     /// # Errors
     /// [`Error::WindowState`], nothing changed: a bind or unbind of the window is still in
@@ -343,13 +346,33 @@ impl Drop for MemoryWindow {
         let flight = self.flight.take();
         let in_flight = flight.is_some();
         let mut pins: Vec<Pinned> = self.region.take().into_iter().collect();
-        if let Some(f) = flight {
-            pins.extend(f.steps.into_iter().flatten().filter_map(|s| s.region));
+        // The keys the window may hold bound through a QP (committed, or a bind in flight):
+        // retired there, or, past that QP's room, the window kept until the QP goes.
+        let mut keys: Vec<(u32, Arc<Invalidations>)> = Vec::new();
+        if self.mw_type == MwType::Two && self.bound.is_some() {
+            keys.extend(self.invalidations.take().map(|l| (self.rkey, l)));
         }
+        if let Some(f) = flight {
+            for s in f.steps.into_iter().flatten() {
+                keys.extend(s.invalidations.map(|l| (s.rkey, l)));
+                pins.extend(s.region);
+            }
+        }
+        if self.mw_type != MwType::Two {
+            keys.clear();
+        }
+        let keys = keys
+            .into_iter()
+            .map(|(k, log)| Retiring {
+                retired: log.retire(k),
+                rkey: k,
+                log,
+            })
+            .collect();
         let Some(mw) = self.kind.take() else {
             return;
         };
-        let mut dealloc = Dealloc { mw, pins };
+        let mut dealloc = Dealloc { mw, pins, keys };
         let lifetimes = &self.pd.inner.lifetimes;
         if in_flight || !dealloc.deregister() {
             // Deallocated (and its regions let go) once the work posted so far has
@@ -367,12 +390,34 @@ impl Drop for MemoryWindow {
 struct Dealloc {
     mw: backend::Mw,
     pins: Vec<Pinned>,
+    /// The keys the window may hold bound through a QP, each retired there
+    /// ([`Invalidations::retire`]) before the window is deallocated, so that no window
+    /// bound through that QP later takes it while a peer's invalidation of it may be unread.
+    keys: Vec<Retiring>,
+}
+
+/// A key of a window on its way out, and the QP's record it is retired in.
+struct Retiring {
+    rkey: u32,
+    log: Arc<Invalidations>,
+    /// Retired (else the QP had no room yet: the window waits, unless the QP is gone).
+    retired: bool,
 }
 
 impl Deregister for Dealloc {
     fn deregister(&mut self) -> bool {
+        for k in &mut self.keys {
+            k.retired = k.retired || k.log.retire(k.rkey);
+        }
+        if self.keys.iter().any(|k| !k.retired && !k.log.is_closed()) {
+            return false;
+        }
         if !self.mw.deregister() {
             return false;
+        }
+        // Deallocated: each key frees once the receives posted to its QP by now completed.
+        for k in self.keys.drain(..).filter(|k| k.retired) {
+            k.log.seal(k.rkey);
         }
         self.pins.clear();
         true

@@ -725,3 +725,130 @@ fn a_false_invalidation_claim_keeps_the_region() {
         "a false claim let the window's region go"
     );
 }
+
+/// A stale invalidation of another window with the same key is not this window's.
+/// Window W1 is bound through QP X (key K); a peer's send with invalidate of K runs on the
+/// NIC, its receive completion not polled yet. W1 is dropped (the crate still counts it
+/// bound: nothing said otherwise) and its key index comes back to a new window W2 (a small
+/// key space here; any device that reuses a freed mkey index), whose bind through X gets
+/// the same key K (one bind: the variant byte need not wrap in one window). The bind
+/// forgets the records of K on X, but the stale completion is polled only after it: its
+/// record was taken for W2, whose region could then go while the NIC held W2 bound. Now
+/// W1's drop retires K on X: W2's bind skips it, and the stale invalidation is dropped.
+#[test]
+fn a_stale_invalidation_of_a_reused_key_keeps_the_new_windows_region() {
+    let limits = mlx5::sim::Limits {
+        keys: 3,
+        ..Default::default()
+    };
+    let dev = Device::sim_with(limits, UarConfig::default(), false);
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let scratch = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut w1 = pd.alloc_mw(MwType::Two).unwrap();
+    let w = Access::REMOTE_WRITE;
+    let k = qp
+        .bind_mw(&mut w1, &mr, 0, 64, w, 1, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 8];
+    assert_eq!(cq.poll(&mut out), 1);
+    // The peer (here the QP itself) invalidates K; nothing polled.
+    qp.post_recv(&[scratch.sge(0, 64).unwrap()], 2).unwrap();
+    qp.post(
+        &Request::SendInv {
+            data: Payload::Inline(b"bye"),
+            rkey: k,
+        },
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    dev.process();
+    drop(w1);
+    // Other registrations come and go (the mlx5 driver's variant counter moves with each
+    // key made): the freed index comes back with W1's first variant after 256 keys.
+    // (In another domain: this one's region drops wait for its QP's work, not polled.)
+    let other = dev.alloc_pd().unwrap();
+    for _ in 0..255 {
+        drop(other.alloc_mr(64, RIGHTS).unwrap());
+    }
+    let mut w2 = pd.alloc_mw(MwType::Two).unwrap();
+    let k2 = qp
+        .bind_mw(&mut w2, &mr, 0, 64, w, 4, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(k2 & !0xff, k & !0xff, "the set-up: W2 has W1's key index");
+    assert_ne!(k2, k, "W2's bind took the key W1 was dropped with");
+    dev.process();
+    let n = cq.poll_n(&mut out, 3, 100);
+    assert!(
+        out[..n].iter().any(|c| c.opcode == WcOpcode::RecvWithInv),
+        "{out:?}"
+    );
+    let nic = dev.nic().unwrap();
+    assert_eq!(nic.mw_state(k2), Some((k2, true)), "W2 is bound on the NIC");
+    let claimed = w2.invalidated(k2);
+    assert!(claimed.is_err(), "{claimed:?}");
+    assert!(w2.invalidated(k).is_err(), "W1's key is not W2's");
+    let key = mr.rkey();
+    drop(mr);
+    assert!(
+        nic.mr_registered(key),
+        "W1's stale invalidation unbound W2 ({claimed:?}): its region was deregistered \
+         while the NIC holds W2 bound"
+    );
+}
+
+/// A QP retires the keys of at most 64 windows dropped while bound through it (their
+/// peers' invalidations may still be unread); the next such window stays allocated, so its
+/// key cannot come back to another window, until a key frees: once every receive posted
+/// before those windows were deallocated has completed (an invalidation that ran consumed
+/// one of them), or the QP goes.
+#[test]
+fn past_64_retired_keys_a_dropped_window_waits_for_the_receives_before() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let scratch = pd.alloc_mr(4096, RIGHTS).unwrap();
+    // A receive posted before every drop, not consumed yet: a peer's invalidation of any of
+    // the windows could still complete with it.
+    qp.post_recv(&[scratch.sge(0, 64).unwrap()], 100).unwrap();
+    let mut out = [Completion::default(); 2];
+    let mut bind_and_drop = |qp: &mut Qp, cookie: u64| {
+        let mut mw = pd.alloc_mw(MwType::Two).unwrap();
+        let w = Access::REMOTE_WRITE;
+        let k = qp
+            .bind_mw(&mut mw, &mr, 0, 64, w, cookie, PostFlags::SIGNALED)
+            .unwrap();
+        dev.process();
+        assert_eq!(cq.poll(&mut out), 1);
+        drop(mw);
+        k
+    };
+    let first = bind_and_drop(&mut qp, 1);
+    for c in 2..=64 {
+        bind_and_drop(&mut qp, c);
+    }
+    let nic = dev.nic().unwrap();
+    assert_eq!(
+        nic.mw_state(first),
+        None,
+        "the first is deallocated at once"
+    );
+    let kept = bind_and_drop(&mut qp, 65);
+    assert!(nic.mw_state(kept).is_some(), "the 65th is kept allocated");
+    pd.reclaim();
+    assert!(
+        nic.mw_state(kept).is_some(),
+        "the receive before is still posted"
+    );
+    // The receive completes: no invalidation of a dropped window can come any more.
+    qp.send(Payload::Inline(b"done"), 101, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    assert_eq!(cq.poll_n(&mut out, 2, 100), 2);
+    pd.reclaim();
+    assert_eq!(nic.mw_state(kept), None, "gone once a key freed");
+}

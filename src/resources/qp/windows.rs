@@ -98,7 +98,13 @@ impl Qp {
             state: "its region is pinned 2^31 - 1 times (receives and windows)",
         })?;
         let addr = mr.addr() + off as u64;
-        let new_rkey = next_variant(old);
+        // Not a key retired on this QP: a window dropped while bound through it had it, and
+        // a peer's invalidation of that window may still be in the CQ (at most `RETIRED` of
+        // 256 variants are retired).
+        let mut new_rkey = next_variant(old);
+        while self.invalidations.is_retired(new_rkey) {
+            new_rkey = next_variant(new_rkey);
+        }
         let access = rights;
         let new_rkey = match &mut self.path {
             QpPath::Direct { sq, .. } => {
