@@ -71,7 +71,8 @@ pub struct Completion {
     pub opcode: WcOpcode,
     /// The local QP number.
     pub qpn: u32,
-    /// A receive on a UD QP: the QP number of the sender (verbs' `src_qp`); 0 otherwise.
+    /// A receive on a UD QP or a DC target: the QP number of the sender (verbs' `src_qp`;
+    /// a DCT's: the initiating DCI's); 0 otherwise.
     pub src_qp: u32,
     /// Success, or why not (a flushed request: [`WcStatus::WrFlushErr`]).
     pub status: WcStatus,

@@ -834,6 +834,12 @@ impl CompletionQueue {
             }
             Some(op) => {
                 c.byte_len = cqe.byte_cnt.get();
+                // The sender's QP (a DCT's receive: the initiating DCI), as libmlx5's
+                // `handle_responder` reports `flags_rqpn` for every responder CQE; not where
+                // the CQE's first 32 bytes hold the message (INLINE_SCATTER_32).
+                if cqe.op_own & FORMAT_MASK != (CqeFormat::InlineScatter32 as u8) << 2 {
+                    c.src_qp = cqe.src_qpn();
+                }
                 if cqe.op_own & FORMAT_MASK != 0 {
                     // Before the WQE is given back (which gives back its pins too).
                     c.status = self.scatter_from_cqe(cqe, &srq.scatter, idx, c.byte_len);

@@ -1158,3 +1158,51 @@ fn drain(cq: &mut Cq) -> Vec<Completion> {
     let n = cq.poll(&mut out);
     out[..n].to_vec()
 }
+
+/// A DCT's receive names the DCI that sent it: libmlx5's `handle_responder` (`cq.c`)
+/// reports `flags_rqpn & 0xffffff` as `wc.src_qp` for every responder CQE, SRQ or not, and
+/// a DC target has no other way to tell its initiators apart (UCX keys its multi-packet
+/// receive contexts by the CQE's `flags_rqpn` and `slid`). The crate's SRQ completion
+/// (`CompletionQueue::complete_srq`) left it 0, while its own-receive-queue path reads it.
+#[test]
+fn a_dct_receive_names_the_sending_dci() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut tcq = dev.create_cq(16).unwrap();
+    let mut srq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &srq, 9, DCT_ALL).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    for i in 0..3usize {
+        srq.post_recv(&[mr.sge(1024 + 128 * i, 128).unwrap()], 10 + i as u64)
+            .unwrap();
+    }
+    let mut cq = dev.create_cq(16).unwrap();
+    let mut d1 = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let mut d2 = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    let peer = dct.peer().unwrap();
+    let fl = PostFlags::SIGNALED;
+    d1.to(&peer)
+        .send(Payload::Inline(&[1u8; 40]), 1, fl)
+        .unwrap();
+    d2.to(&peer)
+        .post(
+            &Request::SendImm {
+                data: Payload::Inline(&[2u8; 40]),
+                imm: 7,
+            },
+            2,
+            fl,
+        )
+        .unwrap();
+    d2.to(&peer)
+        .write_imm(Payload::Inline(b"w"), mr.remote(0).unwrap(), 8, 3, fl)
+        .unwrap();
+    let sent = wait(&dev, &mut cq, 3);
+    assert!(sent.iter().all(|c| c.is_ok()), "{sent:?}");
+    let mut got: Vec<(u32, u32)> = wait(&dev, &mut tcq, 3)
+        .iter()
+        .map(|c| (c.imm.unwrap_or(0), c.src_qp))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [(0, d1.qpn()), (7, d2.qpn()), (8, d2.qpn())]);
+}

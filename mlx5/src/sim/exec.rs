@@ -339,7 +339,7 @@ impl State {
             };
             dma::scatter(&ptrs, data);
         }
-        let c = Cqe64 {
+        let mut c = Cqe64 {
             byte_cnt: Be32::new(byte_cnt),
             imm_inval_pkey: Be32::new(imm),
             sop_drop_qpn: Be32::new(peer),
@@ -348,6 +348,12 @@ impl State {
             timestamp: self.stamp(),
             ..Cqe64::default()
         };
+        if dct {
+            // A DCT's receive names its initiator: the DCI's number in `flags_rqpn` (what
+            // libmlx5's `handle_responder` reports as `wc.src_qp`), this port's LID in
+            // `slid`. (RC receives keep them zero here.)
+            c.set_ud_fields(qpn, 0, false, super::port::PORT_LID, 0);
+        }
         let inline = in_cqe.then_some(data);
         if !self
             .cqs
