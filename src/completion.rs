@@ -72,7 +72,10 @@ pub struct Completion {
     /// The local QP number.
     pub qpn: u32,
     /// A receive on a UD QP or a DC target: the QP number of the sender (verbs' `src_qp`;
-    /// a DCT's: the initiating DCI's); 0 otherwise.
+    /// a DCT's: the initiating DCI's). Other completions: 0, except an RC receive on the
+    /// direct path, which reports what the CQE's `flags_rqpn` holds, as libmlx5 does (0 on
+    /// the software NIC; 0 too where a message of up to 32 bytes came inside the CQE,
+    /// whose bytes those are then).
     pub src_qp: u32,
     /// Success, or why not (a flushed request: [`WcStatus::WrFlushErr`]).
     pub status: WcStatus,

@@ -227,6 +227,19 @@ impl Cqe64 {
         let b = &self.rsvd0[FLAGS_RQPN_OFFSET..FLAGS_RQPN_OFFSET + 4];
         u32::from_be_bytes([b[0], b[1], b[2], b[3]])
     }
+    /// A responder CQE's sender: its QP number ([`Cqe64::src_qpn`]) and whether a GRH came
+    /// ([`Cqe64::grh_present`]); `(0, false)` where the CQE's first 32 bytes hold the
+    /// message ([`CqeFormat::InlineScatter32`]: bytes 24..28 are payload there, not
+    /// `flags_rqpn`; a UD receive, whose count includes the GRH's 40 bytes, never comes
+    /// so).
+    #[inline(always)]
+    pub fn sender(&self) -> (u32, bool) {
+        if (self.op_own >> 2) & 3 == CqeFormat::InlineScatter32 as u8 {
+            return (0, false);
+        }
+        let f = self.flags_rqpn();
+        (f & 0xff_ffff, (f >> 28) & 3 != 0)
+    }
     /// The source QP number of a UD receive (`flags_rqpn & 0xffffff`).
     #[inline]
     pub fn src_qpn(&self) -> u32 {

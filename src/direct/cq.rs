@@ -501,9 +501,10 @@ impl CompletionQueue {
                 byte_len,
                 qpn,
                 status,
-                // UD: the sender's QP and the GRH bit (zero for RC).
-                src_qp: cqe.src_qpn(),
-                grh: cqe.grh_present(),
+                // UD: the sender's QP and the GRH bit (not where the message fills the
+                // CQE's first 32 bytes).
+                src_qp: cqe.sender().0,
+                grh: cqe.sender().1,
                 ..Completion::default()
             },
             S::stamp(cqe),
@@ -837,9 +838,7 @@ impl CompletionQueue {
                 // The sender's QP (a DCT's receive: the initiating DCI), as libmlx5's
                 // `handle_responder` reports `flags_rqpn` for every responder CQE; not where
                 // the CQE's first 32 bytes hold the message (INLINE_SCATTER_32).
-                if cqe.op_own & FORMAT_MASK != (CqeFormat::InlineScatter32 as u8) << 2 {
-                    c.src_qp = cqe.src_qpn();
-                }
+                c.src_qp = cqe.sender().0;
                 if cqe.op_own & FORMAT_MASK != 0 {
                     // Before the WQE is given back (which gives back its pins too).
                     c.status = self.scatter_from_cqe(cqe, &srq.scatter, idx, c.byte_len);
@@ -896,10 +895,9 @@ impl CompletionQueue {
                     c.status = WcStatus::GeneralErr;
                 }
                 self.later.set(Retire::Recv(&**rq, wqe.wrapping_add(1)));
-                // UD: the sender's QP and the GRH bit (rdma-core `handle_responder`; zero
-                // for RC).
-                c.src_qp = cqe.src_qpn();
-                c.grh = cqe.grh_present();
+                // UD: the sender's QP and the GRH bit (rdma-core `handle_responder`; not
+                // where the message fills the CQE's first 32 bytes).
+                (c.src_qp, c.grh) = cqe.sender();
                 c.opcode = WcOpcode::Recv;
                 if op != CqeOpcode::RespSend {
                     c.imm = Some(received(op, cqe, q, &mut c.opcode));

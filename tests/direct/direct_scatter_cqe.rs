@@ -293,3 +293,25 @@ fn the_nic_delivers_small_sends_inside_the_cqe_by_default() {
     let mut s = pair(128, off);
     assert!(nic_wrote_the_buffer(&mut s, 1));
 }
+
+/// A message that came inside the CQE (format INLINE_SCATTER_32: its bytes fill the CQE's
+/// first 32, where `flags_rqpn` lies at 24..28) is not read back as its sender: an RC
+/// receive reports no source QP and no GRH (`Completion::src_qp`: "0 otherwise"; `grh`
+/// says the receive buffer starts with a GRH). The poller read `flags_rqpn` whatever the
+/// format, so the payload's bytes 24..28 became `src_qp` and the GRH bit.
+#[test]
+fn a_message_inside_the_cqe_is_not_read_as_its_sender() {
+    let mut s = pair(64, QpCaps::default());
+    let dst = s.mr(4096, ALL);
+    s.resp().post_recv(&[dst.sge(0, 64).unwrap()], 1).unwrap();
+    s.a.send(Payload::Inline(&[0xff; 32]), 7, PostFlags::SIGNALED)
+        .unwrap();
+    let (_, recvs) = s.run_expect(1, 1);
+    assert_eq!(bytes(&dst, 0, 32), [0xff; 32]);
+    assert_eq!(
+        (recvs[0].src_qp, recvs[0].grh),
+        (0, false),
+        "payload bytes read as flags_rqpn: {:?}",
+        recvs[0]
+    );
+}
