@@ -49,7 +49,9 @@ pub const BODY_OFFSET: usize = DS_BYTES + AV_BYTES;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DcAddr {
     /// The address handle's address vector (`struct mlx5_wqe_av`), as the AH holds it: its
-    /// key and the DCT bits of `dqp_dct` are the segment's own and are ignored here.
+    /// key is overwritten with `dc_key`, and `dqp_dct` is OR-ed with the DCT number (as
+    /// rdma-core's `mlx5_send_wr_set_dc_addr` does), so it must be zero there, as an address
+    /// handle's is; other bits would name another DCT.
     pub av: [u8; AV_BYTES],
     /// The DCT number (at most [`MAX_DCTN`]).
     pub dctn: u32,
