@@ -151,7 +151,8 @@ impl CompletionChannel {
     /// Returns None when the time is up. The CQ must be armed again for its next event.
     ///
     /// # Errors
-    /// [`Error::Io`] when the wait itself fails.
+    /// [`Error::Io`] when the wait itself fails, or the channel's descriptor did (its device
+    /// was removed or reset).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<Option<CqEvent>> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let id = self.inner.wait_for(None, deadline)?;
@@ -161,12 +162,18 @@ impl CompletionChannel {
     /// The next event if one is there; never blocks.
     ///
     /// # Errors
-    /// None today (reserved for a failing descriptor).
+    /// [`Error::Io`] when the channel's descriptor failed (its device was removed or reset:
+    /// the kernel fails every read of it from then on).
     pub fn try_event(&self) -> Result<Option<CqEvent>> {
         let mut st = self.inner.lock();
-        self.inner.drain(&mut st);
+        // Events already read are handed out before a failure is.
+        let drained = self.inner.drain(&mut st);
         let id = self.inner.take(&mut st, None);
-        Ok(id.map(|cqn| CqEvent { cqn }))
+        match (id, drained) {
+            (Some(cqn), _) => Ok(Some(CqEvent { cqn })),
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(None),
+        }
     }
 
     /// Whether this channel belongs to `dev`.
@@ -293,9 +300,16 @@ impl ChannelInner {
     }
 
     /// Reads every event waiting on the rdma-core descriptor (never blocks).
-    fn drain(&self, st: &mut State) {
-        let Some(ch) = &self.source else { return };
-        while let Some((cq, ctx)) = ch.next_event() {
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the descriptor failed (a disassociated device's: its poll says
+    /// EPOLLERR at once and its reads fail for good, so a wait that took it for "nothing
+    /// yet" polled it again at once until its deadline).
+    fn drain(&self, st: &mut State) -> Result<()> {
+        let Some(ch) = &self.source else {
+            return Ok(());
+        };
+        while let Some((cq, ctx)) = ch.next_event().map_err(Error::Io)? {
             if !self.deliver(st, ctx as u32, None, cq as usize) {
                 // A CQ already detached (its QPs keep it alive until they go): acknowledge
                 // now, its destruction waits for it.
@@ -303,6 +317,7 @@ impl ChannelInner {
                 unsafe { CompChannel::ack(cq, 1) };
             }
         }
+        Ok(())
     }
 
     /// Takes the first queued event of `filter` (None: of any CQ nobody waits for).
@@ -356,9 +371,13 @@ impl ChannelInner {
         deadline: Option<Instant>,
     ) -> (MutexGuard<'a, State>, Result<Option<u32>>) {
         loop {
-            self.drain(&mut st);
+            // Events already read are handed out before a failure is.
+            let drained = self.drain(&mut st);
             if let Some(id) = self.take(&mut st, filter) {
                 return (st, Ok(Some(id)));
+            }
+            if let Err(e) = drained {
+                return (st, Err(e));
             }
             let left = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -438,5 +457,75 @@ impl EventSink for ChannelInner {
     fn cq_event(&self, id: u32, token: u64) {
         let mut st = self.lock();
         self.deliver(&mut st, id, Some(token), 0);
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use super::*;
+
+    /// CPU time this thread has used.
+    fn cpu() -> Duration {
+        // SAFETY: `ru` is plain data, written by the call.
+        let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+        // SAFETY: a live buffer.
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        Duration::from_secs(ru.ru_utime.tv_sec as u64 + ru.ru_stime.tv_sec as u64)
+            + Duration::from_micros(ru.ru_utime.tv_usec as u64 + ru.ru_stime.tv_usec as u64)
+    }
+
+    /// A channel whose rdma-core descriptor fails as the kernel's completion-event file does
+    /// once its device is disassociated (hot removal, reset: `ib_uverbs_free_event_queue`
+    /// sets `is_closed`; `ib_uverbs_event_poll` then says EPOLLERR at once and
+    /// `ib_uverbs_event_read` fails with EIO for good): here the write end of a pipe whose
+    /// read end is closed (poll: POLLERR; read: EBADF).
+    fn failed_channel() -> CompletionChannel {
+        let mut p = [0; 2];
+        // SAFETY: a live two-descriptor buffer.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the read end, ours, closed once.
+        unsafe { libc::close(p[0]) };
+        let raw = Box::leak(Box::new(rdma_sys::ibv_comp_channel {
+            context: core::ptr::null_mut(),
+            fd: p[1],
+            refcnt: 0,
+        }));
+        // SAFETY: leaked, so alive for the rest of the process.
+        let source = Arc::new(unsafe { CompChannel::without_device(raw) });
+        // Never destroyed (it has no context).
+        core::mem::forget(source.clone());
+        let ready = fd::eventfd().unwrap();
+        let epoll = fd::epoll_of(&[ready.as_raw_fd(), source.fd()]).unwrap();
+        CompletionChannel {
+            inner: Arc::new(ChannelInner {
+                dev: Device::sim_stepped(),
+                state: Mutex::default(),
+                cond: Condvar::new(),
+                ready,
+                wake: fd::eventfd().unwrap(),
+                source: Some(source),
+                epoll: Some(epoll),
+            }),
+        }
+    }
+
+    /// A failed descriptor is an error of the wait (`Error::Io`, as `CompletionChannel::wait`
+    /// and `try_event` promise for "a failing descriptor"), at once: the wait polled the
+    /// descriptor (POLLERR at once), read nothing, and polled again for the whole timeout,
+    /// a core spent until the deadline (forever without one), every other waiter of the
+    /// channel woken at each turn, and returned `Ok(None)` as if nothing had happened.
+    #[test]
+    fn a_failed_channel_descriptor_ends_the_wait_with_an_error_instead_of_spinning() {
+        let ch = failed_channel();
+        let (t0, c0) = (Instant::now(), cpu());
+        let r = ch.wait(Some(Duration::from_millis(300)));
+        let (took, spent) = (t0.elapsed(), cpu() - c0);
+        assert!(
+            matches!(r, Err(Error::Io(_))),
+            "wait on a failed descriptor: {r:?} after {took:?}, {spent:?} of CPU"
+        );
+        assert!(spent < Duration::from_millis(100), "{spent:?} of CPU spent");
+        let r = ch.try_event();
+        assert!(matches!(r, Err(Error::Io(_))), "try_event: {r:?}");
     }
 }

@@ -48,16 +48,32 @@ impl CompChannel {
         unsafe { (*self.ch).fd }
     }
 
-    /// The next event without blocking: the `ibv_cq` and its `cq_context`. rdma-core's
-    /// provider hook runs (`mlx5_cq_event` advances its own arm sequence). Each event must be
-    /// acknowledged ([`CompChannel::ack`]) before its CQ is destroyed.
-    pub fn next_event(&self) -> Option<(*mut ffi::ibv_cq, usize)> {
-        let mut cq = std::ptr::null_mut();
-        let mut ctx = std::ptr::null_mut();
-        // SAFETY: live channel; the out-parameters are written by the call; the descriptor is
-        // non-blocking, so EAGAIN comes back instead of a wait.
-        let rc = unsafe { ffi::ibv_get_cq_event(self.ch, &mut cq, &mut ctx) };
-        (rc == 0 && !cq.is_null()).then_some((cq, ctx as usize))
+    /// The next event without blocking: the `ibv_cq` and its `cq_context`, or None when
+    /// none waits (EAGAIN). rdma-core's provider hook runs (`mlx5_cq_event` advances its own
+    /// arm sequence). Each event must be acknowledged ([`CompChannel::ack`]) before its CQ is
+    /// destroyed.
+    ///
+    /// # Errors
+    /// The descriptor failed: once its device is disassociated (removed, reset) the kernel's
+    /// event file says EPOLLERR to every poll and fails every read with EIO
+    /// (`ib_uverbs_event_poll`, `ib_uverbs_event_read`), for good.
+    pub fn next_event(&self) -> std::io::Result<Option<(*mut ffi::ibv_cq, usize)>> {
+        loop {
+            let mut cq = std::ptr::null_mut();
+            let mut ctx = std::ptr::null_mut();
+            // SAFETY: live channel; the out-parameters are written by the call; the
+            // descriptor is non-blocking, so EAGAIN comes back instead of a wait.
+            let rc = unsafe { ffi::ibv_get_cq_event(self.ch, &mut cq, &mut ctx) };
+            if rc == 0 {
+                return Ok((!cq.is_null()).then_some((cq, ctx as usize)));
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::WouldBlock => return Ok(None),
+                std::io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
     }
 
     /// Acknowledges `n` events of `cq` (`ibv_ack_cq_events`).
@@ -69,6 +85,22 @@ impl CompChannel {
         if n > 0 {
             // SAFETY: caller contract.
             unsafe { ffi::ibv_ack_cq_events(cq, n) };
+        }
+    }
+}
+
+impl CompChannel {
+    /// A channel over `ch` with no device behind it (tests: a descriptor made to fail as a
+    /// disassociated device's does). Never dropped by the caller (`ibv_destroy_comp_channel`
+    /// would take the absent context's lock): keep an `Arc` of it forever.
+    ///
+    /// # Safety
+    /// `ch` lives for the rest of the process.
+    #[cfg(test)]
+    pub(crate) unsafe fn without_device(ch: *mut ffi::ibv_comp_channel) -> CompChannel {
+        CompChannel {
+            ch,
+            _ctx: Arc::new(Context::none()),
         }
     }
 }
