@@ -28,8 +28,9 @@ const BATCH: usize = 16;
 /// first event is queued, not for each one. A channel serving other CQs would have their
 /// events taken here, and the event of this CQ could arrive without a new readiness edge:
 /// [`AsyncCq::new`] refuses a channel that serves other CQs, and while the `AsyncCq` lives a
-/// CQ created on the channel is refused ([`Error::ChannelTaken`]); nobody else may wait on
-/// the channel meanwhile. Nothing is allocated per completion; completions are polled in
+/// CQ created on the channel is refused ([`Error::ChannelTaken`]), and a wait or
+/// [`CompletionChannel::try_event`] through another handle of the channel leaves this CQ's
+/// events to the stream (as it leaves a [`Cq::wait`]'s). Nothing is allocated per completion; completions are polled in
 /// batches of 16 into a buffer inside. The stream never ends; errors (a failed arm, an
 /// unreadable channel) are items.
 ///
@@ -63,7 +64,7 @@ pub struct AsyncCq {
     len: usize,
     /// An arm is outstanding (no event read since it was made).
     armed: bool,
-    /// Keeps other CQs off the channel while this lives.
+    /// Keeps other CQs off the channel, and the CQ's events for this stream, while it lives.
     _taken: Taken,
 }
 
@@ -170,7 +171,7 @@ impl AsyncCq {
             };
             // Read every pending event before clearing tokio's readiness: one arriving after
             // this loop makes the descriptor readable again.
-            while guard.get_inner().try_event()?.is_some() {
+            while self._taken.try_event()?.is_some() {
                 self.armed = false;
             }
             guard.clear_ready();

@@ -89,12 +89,23 @@ fn current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Awaits with a deadline: a lost wake-up fails the test instead of hanging it.
+/// Awaits with a deadline: a lost wake-up fails the test instead of hanging it. The time
+/// is checked too: at its deadline tokio's timeout polls the future once more before it
+/// says "elapsed", and that poll finds a completion whose event never came.
 async fn next_within(cq: &mut AsyncCq) -> Completion {
-    tokio::time::timeout(Duration::from_secs(20), cq.next())
-        .await
-        .expect("no completion within 20 s: a wake-up was lost")
-        .unwrap()
+    within(cq.next()).await.unwrap()
+}
+
+/// `f` within 20 s, woken before the deadline (see [`next_within`]).
+async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
+    let t = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(20), f).await;
+    assert!(
+        r.is_ok() && t.elapsed() < Duration::from_secs(20),
+        "no wake-up within 20 s (a wake-up was lost), after {:?}",
+        t.elapsed()
+    );
+    r.unwrap()
 }
 
 #[test]
@@ -165,12 +176,10 @@ fn race(mut p: Pair) {
         let mut cq = cq;
         for i in 0..N {
             // Through futures_core::Stream, as a stream combinator would call it.
-            let c = tokio::time::timeout(
-                Duration::from_secs(20),
-                poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut cq), cx)),
-            )
+            let c = within(poll_fn(|cx| {
+                futures_core::Stream::poll_next(Pin::new(&mut cq), cx)
+            }))
             .await
-            .expect("a wake-up was lost")
             .expect("the stream never ends")
             .unwrap();
             assert_eq!(c.cookie, i);
@@ -307,6 +316,54 @@ fn a_cq_created_on_the_channel_an_async_cq_holds_is_refused() {
         let opts2 = CqOptions::new(8).channel(&ch2);
         drop(AsyncCq::new(p.dev.create_cq_with(&opts2).unwrap()).unwrap());
         p.dev.create_cq_with(&opts2).unwrap();
+    });
+}
+
+#[test]
+fn an_event_read_through_another_handle_of_the_channel_does_not_strand_the_task() {
+    // The program kept its handle of the channel (as every example does: `ch` made first,
+    // the CQ on it, then `AsyncCq::new(cq)`). A wait or try_event through it while the
+    // stream lives took the stream's event: the stream believed its arm outstanding, the
+    // device had spent it, and the next completion raised no event; the task slept for good.
+    let mut p = pair();
+    let ch = p.cq_b.as_ref().unwrap().channel().unwrap().clone();
+    for i in 0..4 {
+        p.recv(1000 + i);
+    }
+    let rt = current_thread();
+    rt.block_on(async {
+        let mut cq = p.async_cq();
+        // Nothing yet: the task arms the CQ and sleeps.
+        let idle = tokio::time::timeout(Duration::from_millis(50), cq.next()).await;
+        assert!(idle.is_err(), "{idle:?}");
+        p.send(0);
+        // Another part of the program waits on its handle of the channel meanwhile.
+        let stolen = ch.wait(Some(Duration::from_millis(500))).unwrap();
+        assert_eq!(next_within(&mut cq).await.cookie, 1000);
+        // The next message comes while the task sleeps.
+        // (tokio's timeout polls the future once more at its deadline, where the ring poll
+        // finds the message: the time it took says whether the task was woken.)
+        let t = Instant::now();
+        let mut next = std::pin::pin!(tokio::time::timeout(Duration::from_secs(3), cq.next()));
+        let mut sender = std::pin::pin!(async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            p.send(1);
+        });
+        let mut sent = false;
+        let c = poll_fn(|cx| {
+            if !sent {
+                sent = std::future::Future::poll(sender.as_mut(), cx).is_ready();
+            }
+            std::future::Future::poll(next.as_mut(), cx)
+        })
+        .await;
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "the task slept {took:?}: the second message raised no event (the channel's other \
+             handle took {stolen:?}), only the timeout's last poll found it ({c:?})"
+        );
+        assert_eq!(c.unwrap().unwrap().cookie, 1001);
     });
 }
 

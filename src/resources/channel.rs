@@ -245,7 +245,14 @@ impl ChannelInner {
             });
         }
         st.taken_by = Some(id);
-        Ok(Taken { chan: self.clone() })
+        // Its events are the stream's: a wait or try_event through another handle of the
+        // channel that took one would leave the stream believing its arm outstanding while
+        // the device spent it (the next completion raises no event: the task sleeps for good).
+        st.waiting.push(id);
+        Ok(Taken {
+            chan: self.clone(),
+            id,
+        })
     }
 
     /// Removes CQ `id` before it is destroyed: its events are acknowledged and forgotten.
@@ -422,12 +429,39 @@ impl ChannelInner {
 #[cfg(feature = "tokio")]
 pub(crate) struct Taken {
     chan: Arc<ChannelInner>,
+    id: u32,
+}
+
+#[cfg(feature = "tokio")]
+impl Taken {
+    /// The next event of the stream's CQ if one is there (never blocks).
+    ///
+    /// # Errors
+    /// As [`CompletionChannel::try_event`].
+    pub(crate) fn try_event(&self) -> Result<Option<u32>> {
+        let mut st = self.chan.lock();
+        let drained = self.chan.drain(&mut st);
+        match (self.chan.take(&mut st, Some(self.id)), drained) {
+            (Some(id), _) => Ok(Some(id)),
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(None),
+        }
+    }
 }
 
 #[cfg(feature = "tokio")]
 impl Drop for Taken {
     fn drop(&mut self) {
-        self.chan.lock().taken_by = None;
+        let mut st = self.chan.lock();
+        st.taken_by = None;
+        if let Some(i) = st.waiting.iter().position(|&w| w == self.id) {
+            st.waiting.swap_remove(i);
+        }
+        let more = st.pending.iter().any(|p| !st.waiting.contains(p));
+        drop(st);
+        if more {
+            self.chan.cond.notify_all();
+        }
     }
 }
 
