@@ -34,6 +34,13 @@ pub enum AsyncEvent {
         /// The port.
         port: u8,
     },
+    /// The port came up (again) (`IBV_EVENT_PORT_ACTIVE`). Never reported as an error: it
+    /// ends the port's [`AsyncEvent::PortError`] for the QPs and CQs on it (their own events,
+    /// a QP gone to error during the outage, stay).
+    PortActive {
+        /// The port.
+        port: u8,
+    },
     /// The device failed; nothing runs any more.
     DeviceFatal,
     /// An SRQ's limit was reached: fewer receives than the limit set with
@@ -71,6 +78,7 @@ impl From<mlx5::sim::AsyncEvent> for AsyncEvent {
             S::QpFatal { qpn } => AsyncEvent::QpFatal { qpn },
             S::QpAccessError { qpn } => AsyncEvent::QpAccessError { qpn },
             S::PortError { port } => AsyncEvent::PortError { port },
+            S::PortActive { port } => AsyncEvent::PortActive { port },
             S::DeviceFatal => AsyncEvent::DeviceFatal,
             S::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srqn },
             S::QpLastWqeReached { qpn } => AsyncEvent::QpLastWqeReached { qpn },
@@ -91,6 +99,7 @@ impl From<AsyncEvent> for mlx5::sim::AsyncEvent {
             AsyncEvent::QpFatal { qpn } => S::QpFatal { qpn },
             AsyncEvent::QpAccessError { qpn } => S::QpAccessError { qpn },
             AsyncEvent::PortError { port } => S::PortError { port },
+            AsyncEvent::PortActive { port } => S::PortActive { port },
             AsyncEvent::DeviceFatal => S::DeviceFatal,
             AsyncEvent::SrqLimitReached { srqn } => S::SrqLimitReached { srqn },
             AsyncEvent::QpLastWqeReached { qpn } => S::QpLastWqeReached { qpn },

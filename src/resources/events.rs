@@ -56,7 +56,12 @@ impl Events {
         let mut new = Vec::new();
         dev.read_events(&mut new);
         for x in new {
-            if !seen.contains(&x) {
+            if let (Subject::Port(p), AsyncEvent::PortActive { .. }) = x {
+                // The port is up again: its error is over (a port error kept for good made
+                // every QP and CQ on it, later ones too, report it for the rest of the
+                // process).
+                seen.retain(|(s, _)| *s != Subject::Port(p));
+            } else if !seen.contains(&x) {
                 seen.push(x);
             }
         }
@@ -158,6 +163,7 @@ mod tests {
             AsyncEvent::QpFatal { qpn: 0x34 },
             AsyncEvent::QpAccessError { qpn: 0x56 },
             AsyncEvent::PortError { port: 2 },
+            AsyncEvent::PortActive { port: 2 },
             AsyncEvent::DeviceFatal,
             AsyncEvent::SrqLimitReached { srqn: 0x78 },
             AsyncEvent::QpLastWqeReached { qpn: 0x9a },

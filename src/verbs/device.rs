@@ -223,6 +223,8 @@ pub(crate) enum RawAsync {
     QpAccessError(u32),
     /// `IBV_EVENT_PORT_ERR` on this port.
     PortError(u8),
+    /// `IBV_EVENT_PORT_ACTIVE` on this port (its error, if any, is over).
+    PortActive(u8),
     /// `IBV_EVENT_DEVICE_FATAL`.
     DeviceFatal,
     /// `IBV_EVENT_SRQ_LIMIT_REACHED` on this `ibv_srq`, and the number in its
@@ -232,7 +234,7 @@ pub(crate) enum RawAsync {
     SrqError(usize, u32),
     /// `IBV_EVENT_QP_LAST_WQE_REACHED` on this QP number.
     QpLastWqeReached(u32),
-    /// Anything else (port active, path migration, ...): nothing to report.
+    /// Anything else (path migration, LID or P_Key change, ...): nothing to report.
     Other,
 }
 
@@ -296,6 +298,10 @@ impl Context {
             T::IBV_EVENT_PORT_ERR => {
                 // SAFETY: a port event: the union holds the port number.
                 RawAsync::PortError(unsafe { ev.element.port_num } as u8)
+            }
+            T::IBV_EVENT_PORT_ACTIVE => {
+                // SAFETY: a port event: the union holds the port number.
+                RawAsync::PortActive(unsafe { ev.element.port_num } as u8)
             }
             T::IBV_EVENT_DEVICE_FATAL => RawAsync::DeviceFatal,
             T::IBV_EVENT_SRQ_LIMIT_REACHED => {

@@ -208,3 +208,38 @@ fn a_port_error_is_reported_to_that_port_only() {
         Err(Error::AsyncEvent(AsyncEvent::PortError { port: 1 }))
     ));
 }
+
+/// A port that comes back (`IBV_EVENT_PORT_ACTIVE` after `IBV_EVENT_PORT_ERR`: a cable or
+/// switch flap, a subnet manager restart) is no longer an error of the QPs and CQs on it,
+/// nor of the ones created after it came back. The record of the port's error was kept for
+/// good (the port-active event was read and dropped), so every `check`, every refused post
+/// (`QueueFull` explained as the port's error) and every `poll_n` that gave up said
+/// `PortError` for the rest of the process.
+#[test]
+fn a_port_that_comes_back_is_no_longer_an_error() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
+    nic(&dev).raise_event(mlx5::sim::AsyncEvent::PortError { port: 1 });
+    assert!(matches!(
+        qp.check(),
+        Err(Error::AsyncEvent(AsyncEvent::PortError { port: 1 }))
+    ));
+    nic(&dev).raise_event(mlx5::sim::AsyncEvent::PortActive { port: 1 });
+    assert!(qp.check().is_ok(), "the port is up again: {:?}", qp.check());
+    assert!(cq.check().is_ok(), "{:?}", cq.check());
+    let cq2 = dev.create_cq(16).unwrap();
+    let fresh = pd.create_qp(&cq2, &cq2, QpCaps::default()).unwrap();
+    assert!(
+        fresh.check().is_ok(),
+        "a QP made after: {:?}",
+        fresh.check()
+    );
+    // Down again: reported again.
+    nic(&dev).raise_event(mlx5::sim::AsyncEvent::PortError { port: 1 });
+    assert!(matches!(
+        fresh.check(),
+        Err(Error::AsyncEvent(AsyncEvent::PortError { port: 1 }))
+    ));
+}

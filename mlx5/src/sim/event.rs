@@ -27,6 +27,12 @@ pub enum AsyncEvent {
         /// The port.
         port: u8,
     },
+    /// The port came up (again): `IBV_EVENT_PORT_ACTIVE` (the software NIC raises it only
+    /// when told to, `NicView::raise_event`).
+    PortActive {
+        /// The port.
+        port: u8,
+    },
     /// The device failed; nothing runs any more.
     DeviceFatal,
     /// An SRQ's armed limit was reached: fewer WQEs than the limit remain posted

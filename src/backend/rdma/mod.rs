@@ -223,6 +223,9 @@ impl RdmaDev {
                     (Subject::Qp(qpn), AsyncEvent::QpAccessError { qpn })
                 }
                 RawAsync::PortError(port) => (Subject::Port(port), AsyncEvent::PortError { port }),
+                RawAsync::PortActive(port) => {
+                    (Subject::Port(port), AsyncEvent::PortActive { port })
+                }
                 RawAsync::DeviceFatal => (Subject::All, AsyncEvent::DeviceFatal),
                 RawAsync::SrqLimitReached(srq, srqn) => (
                     Subject::Srq(srq as u64),

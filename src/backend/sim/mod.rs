@@ -60,7 +60,7 @@ pub(super) fn read_events(n: &Nic, out: &mut Vec<(Subject, AsyncEvent)>) {
             AsyncEvent::SrqLimitReached { srqn } => Subject::Srq(srqn as u64),
             AsyncEvent::QpLastWqeReached { qpn } => Subject::LastWqe(qpn),
             AsyncEvent::SrqError { srqn } => Subject::SrqError(srqn as u64),
-            AsyncEvent::PortError { port } => Subject::Port(port),
+            AsyncEvent::PortError { port } | AsyncEvent::PortActive { port } => Subject::Port(port),
             _ => Subject::All,
         };
         out.push((subject, e));

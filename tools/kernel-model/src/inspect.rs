@@ -71,9 +71,9 @@ pub extern "C" fn blueflame_kernel_model_set_atomics(mode: c_int) {
 }
 
 /// Raises an asynchronous event on the NIC as its hardware would: `kind` is the
-/// `ib_event_type` (0 CQ error, 1 QP fatal, 3 QP access error, 8 device fatal, 10 port
-/// error, 14 SRQ error), `num` the CQ, QP or SRQ number (the port for 10). 0, or -1 for
-/// another kind.
+/// `ib_event_type` (0 CQ error, 1 QP fatal, 3 QP access error, 8 device fatal, 9 port
+/// active, 10 port error, 14 SRQ error), `num` the CQ, QP or SRQ number (the port for 9 and
+/// 10). 0, or -1 for another kind.
 #[no_mangle]
 pub extern "C" fn blueflame_kernel_model_raise_event(kind: c_int, num: u32) -> c_int {
     use mlx5::sim::AsyncEvent as E;
@@ -82,6 +82,7 @@ pub extern "C" fn blueflame_kernel_model_raise_event(kind: c_int, num: u32) -> c
         1 => E::QpFatal { qpn: num },
         3 => E::QpAccessError { qpn: num },
         8 => E::DeviceFatal,
+        9 => E::PortActive { port: num as u8 },
         10 => E::PortError { port: num as u8 },
         14 => E::SrqError { srqn: num },
         _ => return -1,

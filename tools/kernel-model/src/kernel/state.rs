@@ -52,6 +52,7 @@ fn forward_events(nic: &Nic) {
                 E::QpFatal { qpn } => (Subject::Qp(qpn), 1),
                 E::QpAccessError { qpn } => (Subject::Qp(qpn), 3),
                 E::DeviceFatal => (Subject::Device, 8),
+                E::PortActive { .. } => (Subject::Device, 9),
                 E::PortError { .. } => (Subject::Device, 10),
                 E::SrqError { srqn } => (Subject::Srq(srqn), 14),
                 E::SrqLimitReached { srqn } => (Subject::Srq(srqn), 15),
