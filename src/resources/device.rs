@@ -160,6 +160,7 @@ impl Device {
                 pd: self.backend.alloc_pd()?,
                 lifetimes: Default::default(),
                 regions: Default::default(),
+                window_keys: Default::default(),
             }),
         })
     }
@@ -262,6 +263,10 @@ pub(crate) struct PdInner {
     /// drop): receive buffers are checked against them, because the direct-path poller
     /// writes data that arrived inside a CQE into them with the CPU.
     pub(crate) regions: Arc<crate::queue::regions::Regions>,
+    /// The last key variant of each window index whose window was dropped and whose index
+    /// the device has not given to a window of this domain again (`MemoryWindow`'s drop and
+    /// `Pd::alloc_mw`): a new window with that index binds on from there.
+    pub(crate) window_keys: std::sync::Mutex<std::collections::HashMap<u32, u8>>,
 }
 
 impl Drop for PdInner {

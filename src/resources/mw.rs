@@ -85,6 +85,10 @@ pub struct MemoryWindow {
     /// The keys peers invalidated through the QP of the last committed bind (None when
     /// unbound): what [`MemoryWindow::invalidated`] checks a caller's word against.
     pub(crate) invalidations: Option<Arc<Invalidations>>,
+    /// The key variant the window's next bind goes on from, when not its current key's:
+    /// the last variant of a dropped window of this domain that had the same index (see
+    /// [`Pd::alloc_mw`]); None once the window has been bound.
+    pub(crate) after: Option<u8>,
 }
 
 /// One pin on a region, given back when dropped.
@@ -156,6 +160,17 @@ impl Pd {
     /// [`Error::Verbs`] (`EOPNOTSUPP` when the device has no windows).
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow> {
         let (kind, rkey) = self.inner.pd.alloc_mw(mw_type)?;
+        // A window dropped with this index may have left a peer's invalidation of its key
+        // unread in a CQ: this one's keys go on from that key's variant, so that no record
+        // of it is taken for one of this window's (until its variants wrap, 256 binds on).
+        // The device may hand the index back with the same variant at once (the mlx5
+        // driver's variant counter is device-wide).
+        let after = self
+            .inner
+            .window_keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(rkey >> 8));
         Ok(MemoryWindow {
             kind: Some(kind),
             rkey,
@@ -165,6 +180,7 @@ impl Pd {
             flight: None,
             region: None,
             invalidations: None,
+            after,
         })
     }
 }
@@ -208,9 +224,9 @@ impl MemoryWindow {
     /// record. A false claim would let the region be deregistered while the NIC still
     /// holds the window, whose translation could then reach the next registration. A QP
     /// keeps the last 16 such keys; one not claimed before 16 more arrived on that QP is
-    /// refused, and the window keeps its region until it is dropped. A window dropped
-    /// while bound leaves its key retired on its QP, so that a peer's invalidation of it
-    /// still unread is not taken for a later window given the same key (see
+    /// refused, and the window keeps its region until it is dropped. A window given the
+    /// key index of a dropped one binds on from that one's last key, so that a peer's
+    /// invalidation of it still unread is not taken for this window's (see
     /// `docs/architecture.md`, "Memory windows: the rules").
     ///
     /// # Errors
@@ -340,39 +356,29 @@ impl Drop for MemoryWindow {
     /// bind completes meanwhile, as posted, and its key grants access until then.
     fn drop(&mut self) {
         self.settle();
+        // The index may come back to another window of this domain, which binds on from
+        // this window's last key (see `Pd::alloc_mw`).
+        let (last, _) = self.effective();
+        let variant = self.after.map_or(last as u8, |v| v);
+        self.pd
+            .inner
+            .window_keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(last >> 8, variant);
         // Not kept: the window's hold on its QP's queue would keep that queue counted as
         // live once the QP is gone. Its binds' pins stay until the window is deallocated:
         // the NIC may bind it yet.
         let flight = self.flight.take();
         let in_flight = flight.is_some();
         let mut pins: Vec<Pinned> = self.region.take().into_iter().collect();
-        // The keys the window may hold bound through a QP (committed, or a bind in flight):
-        // retired there, or, past that QP's room, the window kept until the QP goes.
-        let mut keys: Vec<(u32, Arc<Invalidations>)> = Vec::new();
-        if self.mw_type == MwType::Two && self.bound.is_some() {
-            keys.extend(self.invalidations.take().map(|l| (self.rkey, l)));
-        }
         if let Some(f) = flight {
-            for s in f.steps.into_iter().flatten() {
-                keys.extend(s.invalidations.map(|l| (s.rkey, l)));
-                pins.extend(s.region);
-            }
+            pins.extend(f.steps.into_iter().flatten().filter_map(|s| s.region));
         }
-        if self.mw_type != MwType::Two {
-            keys.clear();
-        }
-        let keys = keys
-            .into_iter()
-            .map(|(k, log)| Retiring {
-                retired: log.retire(k),
-                rkey: k,
-                log,
-            })
-            .collect();
         let Some(mw) = self.kind.take() else {
             return;
         };
-        let mut dealloc = Dealloc { mw, pins, keys };
+        let mut dealloc = Dealloc { mw, pins };
         let lifetimes = &self.pd.inner.lifetimes;
         if in_flight || !dealloc.deregister() {
             // Deallocated (and its regions let go) once the work posted so far has
@@ -390,34 +396,12 @@ impl Drop for MemoryWindow {
 struct Dealloc {
     mw: backend::Mw,
     pins: Vec<Pinned>,
-    /// The keys the window may hold bound through a QP, each retired there
-    /// ([`Invalidations::retire`]) before the window is deallocated, so that no window
-    /// bound through that QP later takes it while a peer's invalidation of it may be unread.
-    keys: Vec<Retiring>,
-}
-
-/// A key of a window on its way out, and the QP's record it is retired in.
-struct Retiring {
-    rkey: u32,
-    log: Arc<Invalidations>,
-    /// Retired (else the QP had no room yet: the window waits, unless the QP is gone).
-    retired: bool,
 }
 
 impl Deregister for Dealloc {
     fn deregister(&mut self) -> bool {
-        for k in &mut self.keys {
-            k.retired = k.retired || k.log.retire(k.rkey);
-        }
-        if self.keys.iter().any(|k| !k.retired && !k.log.is_closed()) {
-            return false;
-        }
         if !self.mw.deregister() {
             return false;
-        }
-        // Deallocated: each key frees once the receives posted to its QP by now completed.
-        for k in self.keys.drain(..).filter(|k| k.retired) {
-            k.log.seal(k.rkey);
         }
         self.pins.clear();
         true

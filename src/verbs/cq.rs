@@ -1050,14 +1050,14 @@ mod tests {
             "a plain receive read its opcode"
         );
         // A send with invalidate: the rkey, recorded for the QP's windows; no opcode read.
-        let log = Arc::new(Invalidations::new(with_inv_flag(false), None));
+        let log = Arc::new(Invalidations::new(with_inv_flag(false)));
         let inv = wc(F::IBV_WC_WITH_INV.0, O::IBV_WC_RECV, 0x1234);
         let c = receive_recording(&inv, Some(log.clone()));
         assert_eq!((c.opcode, c.imm), (WcOpcode::RecvWithInv, Some(0x1234)));
         assert_eq!(inv.opcode_reads.get(), 0);
         assert!(log.take(0x1234), "the key was recorded");
         // rxe says it with IBV_WC_IP_CSUM_OK's bit; elsewhere that bit is a checksum's.
-        let rxe = Arc::new(Invalidations::new(with_inv_flag(true), None));
+        let rxe = Arc::new(Invalidations::new(with_inv_flag(true)));
         let csum = wc(F::IBV_WC_IP_CSUM_OK.0, O::IBV_WC_RECV, 0x99);
         let c = receive_recording(&csum, Some(rxe.clone()));
         assert_eq!((c.opcode, c.imm), (WcOpcode::RecvWithInv, Some(0x99)));

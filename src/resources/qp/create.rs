@@ -154,7 +154,10 @@ impl Pd {
         rnr_retry: u8,
         cm: Option<Arc<verbs::cm::CmId>>,
     ) -> Result<Qp> {
+        // Where the QP's receives record the keys peers invalidate (windows bound through it
+        // read them there).
         let rxe = matches!(rings, QpRings::Verbs { rxe: true, .. });
+        let invalidations = Arc::new(Invalidations::new(verbs::cq::with_inv_flag(rxe)));
         let mut path = match rings {
             QpRings::Direct { raw, dedicated } => {
                 // SAFETY: the rings belong to the QP `obj` owns, which this Qp alone posts
@@ -208,12 +211,6 @@ impl Pd {
             .handle
             .registry
             .attach(Attached::send(qpn, sq_shadow));
-        // Where the QP's receives record the keys peers invalidate (windows bound through it
-        // read them there).
-        let invalidations = Arc::new(Invalidations::new(
-            verbs::cq::with_inv_flag(rxe),
-            rq_shadow.clone(),
-        ));
         let srq = match recv.srq {
             // The QP's receive completions come from the SRQ's table.
             Some(s) => {

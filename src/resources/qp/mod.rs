@@ -506,9 +506,6 @@ impl Drop for Qp {
             });
             self.cqs[1].registry.defer(remains, srq.shared.clone());
         }
-        // Buried: no receive completion is recorded for it now, and no window bound through
-        // it again; windows kept allocated for it may go (`Invalidations::retire`).
-        self.invalidations.close();
     }
 }
 

@@ -98,13 +98,10 @@ impl Qp {
             state: "its region is pinned 2^31 - 1 times (receives and windows)",
         })?;
         let addr = mr.addr() + off as u64;
-        // Not a key retired on this QP: a window dropped while bound through it had it, and
-        // a peer's invalidation of that window may still be in the CQ (at most `RETIRED` of
-        // 256 variants are retired).
-        let mut new_rkey = next_variant(old);
-        while self.invalidations.is_retired(new_rkey) {
-            new_rkey = next_variant(new_rkey);
-        }
+        // On from the last key of a dropped window with this index, for a window not bound
+        // yet (see `Pd::alloc_mw`).
+        let from = mw.after.map_or(old, |v| (old & !0xff) | v as u32);
+        let new_rkey = next_variant(from);
         let access = rights;
         let new_rkey = match &mut self.path {
             QpPath::Direct { sq, .. } => {
@@ -144,6 +141,7 @@ impl Qp {
         // the key yet): it must not unbind this one.
         self.invalidations.forget(new_rkey);
         self.record_window_step(mw, new_rkey, Some(self.qpn), Some(pin));
+        mw.after = None;
         Ok(new_rkey)
     }
 
