@@ -85,9 +85,10 @@ pub struct MemoryWindow {
     /// The keys peers invalidated through the QP of the last committed bind (None when
     /// unbound): what [`MemoryWindow::invalidated`] checks a caller's word against.
     pub(crate) invalidations: Option<Arc<Invalidations>>,
-    /// The key variant the window's next bind goes on from, when not its current key's:
-    /// the last variant of a dropped window of this domain that had the same index (see
-    /// [`Pd::alloc_mw`]); None once the window has been bound.
+    /// The key variant a type-2 window's next bind goes on from: the last variant posted
+    /// for it (by a bind that failed too), else that of a dropped type-2 window of this
+    /// domain that had the same index (see [`Pd::alloc_mw`]). None for type-1 windows,
+    /// whose keys a peer cannot invalidate (and whose verbs-path keys rdma-core picks).
     pub(crate) after: Option<u8>,
 }
 
@@ -165,12 +166,16 @@ impl Pd {
         // of it is taken for one of this window's (until its variants wrap, 256 binds on).
         // The device may hand the index back with the same variant at once (the mlx5
         // driver's variant counter is device-wide).
-        let after = self
-            .inner
-            .window_keys
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(rkey >> 8));
+        // A type-1 window leaves the entry to the next type-2 window with the index.
+        let after = (mw_type == MwType::Two)
+            .then(|| {
+                self.inner
+                    .window_keys
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&(rkey >> 8))
+            })
+            .flatten();
         Ok(MemoryWindow {
             kind: Some(kind),
             rkey,
@@ -358,14 +363,19 @@ impl Drop for MemoryWindow {
         self.settle();
         // The index may come back to another window of this domain, which binds on from
         // this window's last key (see `Pd::alloc_mw`).
-        let (last, _) = self.effective();
-        let variant = self.after.map_or(last as u8, |v| v);
-        self.pd
-            .inner
-            .window_keys
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(last >> 8, variant);
+        // A type-1 window leaves nothing (no peer invalidates its keys) and takes nothing
+        // (`Pd::alloc_mw`): a dropped type-2 window's variant waits for the next type-2
+        // window with the index.
+        if self.mw_type == MwType::Two {
+            let (last, _) = self.effective();
+            let variant = self.after.map_or(last as u8, |v| v);
+            self.pd
+                .inner
+                .window_keys
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(last >> 8, variant);
+        }
         // Not kept: the window's hold on its QP's queue would keep that queue counted as
         // live once the QP is gone. Its binds' pins stay until the window is deallocated:
         // the NIC may bind it yet.

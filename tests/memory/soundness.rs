@@ -800,3 +800,82 @@ fn a_stale_invalidation_of_a_reused_key_keeps_the_new_windows_region() {
          while the NIC holds W2 bound"
     );
 }
+
+/// As above, but W2's first bind fails (flushed on another QP Z of the domain, whose write
+/// before it failed): the continuation of W1's variants must survive it. It was cleared
+/// once the bind was posted, so W2's next bind, through X, went on from W2's own allocated
+/// key and got K again; the stale invalidation of K was then taken for W2.
+#[test]
+fn a_failed_first_bind_keeps_the_continuation_of_the_dropped_windows_keys() {
+    let limits = mlx5::sim::Limits {
+        keys: 3,
+        ..Default::default()
+    };
+    let dev = Device::sim_with(limits, UarConfig::default(), false);
+    let pd = dev.alloc_pd().unwrap();
+    let (mut cq, mut qp) = loopback(&dev, &pd);
+    let (mut zcq, mut z) = loopback(&dev, &pd);
+    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let scratch = pd.alloc_mr(4096, RIGHTS).unwrap();
+    let mut w1 = pd.alloc_mw(MwType::Two).unwrap();
+    let w = Access::REMOTE_WRITE;
+    let k = qp
+        .bind_mw(&mut w1, &mr, 0, 64, w, 1, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    let mut out = [Completion::default(); 8];
+    assert_eq!(cq.poll(&mut out), 1);
+    // The peer (here the QP itself) invalidates K; nothing polled.
+    qp.post_recv(&[scratch.sge(0, 64).unwrap()], 2).unwrap();
+    qp.post(
+        &Request::SendInv {
+            data: Payload::Inline(b"bye"),
+            rkey: k,
+        },
+        3,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    dev.process();
+    drop(w1);
+    let other = dev.alloc_pd().unwrap();
+    for _ in 0..255 {
+        drop(other.alloc_mr(64, RIGHTS).unwrap());
+    }
+    let mut w2 = pd.alloc_mw(MwType::Two).unwrap();
+    assert_eq!(w2.rkey() & !0xff, k & !0xff, "the set-up: W2 has W1's key index");
+    // W2's first bind, through Z, is flushed: the write before it fails.
+    let bad = Remote {
+        addr: scratch.addr(),
+        rkey: scratch.rkey() ^ 0x80,
+    };
+    z.write(&[scratch.sge(0, 16).unwrap()], bad, 10, PostFlags::SIGNALED)
+        .unwrap();
+    z.bind_mw(&mut w2, &mr, 0, 64, w, 11, PostFlags::SIGNALED)
+        .unwrap();
+    dev.process();
+    assert_eq!(zcq.poll_n(&mut out, 2, 100), 2, "{out:?}");
+    assert_ne!(out[1].status, WcStatus::Success, "the set-up: the bind failed");
+    assert!(!w2.is_bound());
+    let k2 = qp
+        .bind_mw(&mut w2, &mr, 0, 64, w, 4, PostFlags::SIGNALED)
+        .unwrap();
+    assert_ne!(k2, k, "W2's bind took the key W1 was dropped with");
+    dev.process();
+    let n = cq.poll_n(&mut out, 3, 100);
+    assert!(
+        out[..n].iter().any(|c| c.opcode == WcOpcode::RecvWithInv),
+        "{out:?}"
+    );
+    let nic = dev.nic().unwrap();
+    assert_eq!(nic.mw_state(k2), Some((k2, true)), "W2 is bound on the NIC");
+    let claimed = w2.invalidated(k2);
+    assert!(claimed.is_err(), "{claimed:?}");
+    let key = mr.rkey();
+    drop(mr);
+    assert!(
+        nic.mr_registered(key),
+        "W1's stale invalidation unbound W2 ({claimed:?}): its region was deregistered \
+         while the NIC holds W2 bound"
+    );
+}

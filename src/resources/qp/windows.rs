@@ -98,8 +98,9 @@ impl Qp {
             state: "its region is pinned 2^31 - 1 times (receives and windows)",
         })?;
         let addr = mr.addr() + off as u64;
-        // On from the last key of a dropped window with this index, for a window not bound
-        // yet (see `Pd::alloc_mw`).
+        // On from the last key posted for a type-2 window (a bind that failed included: a
+        // peer may have been told its key), or, for one not bound yet, from the last key of a
+        // dropped window with this index (see `Pd::alloc_mw`).
         let from = mw.after.map_or(old, |v| (old & !0xff) | v as u32);
         let new_rkey = next_variant(from);
         let access = rights;
@@ -141,7 +142,12 @@ impl Qp {
         // the key yet): it must not unbind this one.
         self.invalidations.forget(new_rkey);
         self.record_window_step(mw, new_rkey, Some(self.qpn), Some(pin));
-        mw.after = None;
+        if mw.mw_type == mlx5::request::MwType::Two {
+            // Kept whatever the bind's outcome: cleared when it was posted, a failed first
+            // bind lost the dropped window's variants, and the next bind went on from this
+            // window's allocated key, which may be the dropped window's last.
+            mw.after = Some(new_rkey as u8);
+        }
         Ok(new_rkey)
     }
 
