@@ -102,7 +102,12 @@ impl Qp {
         // peer may have been told its key), or, for one not bound yet, from the last key of a
         // dropped window with this index (see `Pd::alloc_mw`).
         let from = mw.after.map_or(old, |v| (old & !0xff) | v as u32);
-        let new_rkey = next_variant(from);
+        let mut new_rkey = next_variant(from);
+        if new_rkey == old {
+            // Not the window's current key: rxe before Linux 6.0 refused a bind to it
+            // ("attempt to bind MW with same key", `rxe_check_bind_mw`).
+            new_rkey = next_variant(new_rkey);
+        }
         let access = rights;
         let new_rkey = match &mut self.path {
             QpPath::Direct { sq, .. } => {
