@@ -843,7 +843,11 @@ fn a_failed_first_bind_keeps_the_continuation_of_the_dropped_windows_keys() {
         drop(other.alloc_mr(64, RIGHTS).unwrap());
     }
     let mut w2 = pd.alloc_mw(MwType::Two).unwrap();
-    assert_eq!(w2.rkey() & !0xff, k & !0xff, "the set-up: W2 has W1's key index");
+    assert_eq!(
+        w2.rkey() & !0xff,
+        k & !0xff,
+        "the set-up: W2 has W1's key index"
+    );
     // W2's first bind, through Z, is flushed: the write before it fails.
     let bad = Remote {
         addr: scratch.addr(),
@@ -855,7 +859,11 @@ fn a_failed_first_bind_keeps_the_continuation_of_the_dropped_windows_keys() {
         .unwrap();
     dev.process();
     assert_eq!(zcq.poll_n(&mut out, 2, 100), 2, "{out:?}");
-    assert_ne!(out[1].status, WcStatus::Success, "the set-up: the bind failed");
+    assert_ne!(
+        out[1].status,
+        WcStatus::Success,
+        "the set-up: the bind failed"
+    );
     assert!(!w2.is_bound());
     let k2 = qp
         .bind_mw(&mut w2, &mr, 0, 64, w, 4, PostFlags::SIGNALED)
