@@ -452,16 +452,7 @@ impl Taken {
 #[cfg(feature = "tokio")]
 impl Drop for Taken {
     fn drop(&mut self) {
-        let mut st = self.chan.lock();
-        st.taken_by = None;
-        if let Some(i) = st.waiting.iter().position(|&w| w == self.id) {
-            st.waiting.swap_remove(i);
-        }
-        let more = st.pending.iter().any(|p| !st.waiting.contains(p));
-        drop(st);
-        if more {
-            self.chan.cond.notify_all();
-        }
+        self.chan.leave(self.id, true);
     }
 }
 
@@ -473,15 +464,25 @@ pub(crate) struct Waiter<'a> {
 
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
-        let mut st = self.chan.lock();
-        if let Some(i) = st.waiting.iter().position(|&w| w == self.id) {
+        self.chan.leave(self.id, false);
+    }
+}
+
+impl ChannelInner {
+    /// CQ `id`'s waiter (or, `taken`, its `AsyncCq`'s reservation) goes: events it left
+    /// may now go to the channel's own waiters, who are woken.
+    fn leave(&self, id: u32, taken: bool) {
+        let mut st = self.lock();
+        if taken {
+            st.taken_by = None;
+        }
+        if let Some(i) = st.waiting.iter().position(|&w| w == id) {
             st.waiting.swap_remove(i);
         }
         let more = st.pending.iter().any(|p| !st.waiting.contains(p));
         drop(st);
         if more {
-            // Events this waiter left may now go to the channel's own waiters.
-            self.chan.cond.notify_all();
+            self.cond.notify_all();
         }
     }
 }

@@ -726,17 +726,23 @@ fn a_false_invalidation_claim_keeps_the_region() {
     );
 }
 
-/// A stale invalidation of another window with the same key is not this window's.
-/// Window W1 is bound through QP X (key K); a peer's send with invalidate of K runs on the
-/// NIC, its receive completion not polled yet. W1 is dropped (the crate still counts it
-/// bound: nothing said otherwise) and its key index comes back to a new window W2 (a small
-/// key space here; any device that reuses a freed mkey index), whose bind through X gets
-/// the same key K (one bind: the variant byte need not wrap in one window). The bind
-/// forgets the records of K on X, but the stale completion is polled only after it: its
-/// record was taken for W2, whose region could then go while the NIC held W2 bound. Now
-/// W1's drop leaves its last key's variant to its domain, and W2's keys go on from it.
-#[test]
-fn a_stale_invalidation_of_a_reused_key_keeps_the_new_windows_region() {
+/// W1 bound through a loopback QP X with key K, a peer's send with invalidate of K run on
+/// the NIC and its receive completion not polled yet, W1 dropped (the crate still counts it
+/// bound: nothing said otherwise), and W1's key index given to a new window W2 of the same
+/// domain (a small key space here; any device that reuses a freed mkey index), at the
+/// variant that makes W2's next plain bind K again (other registrations came and went: the
+/// mlx5 driver's variant counter is device-wide).
+struct StaleInvalidation {
+    dev: Device,
+    cq: Cq,
+    qp: Qp,
+    mr: MemoryRegion,
+    scratch: MemoryRegion,
+    w2: MemoryWindow,
+    k: u32,
+}
+
+fn stale_invalidation_of_a_dropped_window() -> (StaleInvalidation, Pd) {
     let limits = mlx5::sim::Limits {
         keys: 3,
         ..Default::default()
@@ -747,12 +753,19 @@ fn a_stale_invalidation_of_a_reused_key_keeps_the_new_windows_region() {
     let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
     let scratch = pd.alloc_mr(4096, RIGHTS).unwrap();
     let mut w1 = pd.alloc_mw(MwType::Two).unwrap();
-    let w = Access::REMOTE_WRITE;
     let k = qp
-        .bind_mw(&mut w1, &mr, 0, 64, w, 1, PostFlags::SIGNALED)
+        .bind_mw(
+            &mut w1,
+            &mr,
+            0,
+            64,
+            Access::REMOTE_WRITE,
+            1,
+            PostFlags::SIGNALED,
+        )
         .unwrap();
     dev.process();
-    let mut out = [Completion::default(); 8];
+    let mut out = [Completion::default(); 1];
     assert_eq!(cq.poll(&mut out), 1);
     // The peer (here the QP itself) invalidates K; nothing polled.
     qp.post_recv(&[scratch.sge(0, 64).unwrap()], 2).unwrap();
@@ -767,38 +780,70 @@ fn a_stale_invalidation_of_a_reused_key_keeps_the_new_windows_region() {
     .unwrap();
     dev.process();
     drop(w1);
-    // Other registrations come and go (the mlx5 driver's variant counter moves with each
-    // key made): the freed index comes back with W1's first variant after 256 keys.
-    // (In another domain: this one's region drops wait for its QP's work, not polled.)
+    // In another domain: this one's region drops wait for its QP's work, not polled.
     let other = dev.alloc_pd().unwrap();
     for _ in 0..255 {
         drop(other.alloc_mr(64, RIGHTS).unwrap());
     }
-    let mut w2 = pd.alloc_mw(MwType::Two).unwrap();
-    let k2 = qp
-        .bind_mw(&mut w2, &mr, 0, 64, w, 4, PostFlags::SIGNALED)
-        .unwrap();
-    assert_eq!(k2 & !0xff, k & !0xff, "the set-up: W2 has W1's key index");
-    assert_ne!(k2, k, "W2's bind took the key W1 was dropped with");
-    assert_eq!(k2 & 0xff, (k + 1) & 0xff, "W2's keys go on from W1's");
-    dev.process();
-    let n = cq.poll_n(&mut out, 3, 100);
-    assert!(
-        out[..n].iter().any(|c| c.opcode == WcOpcode::RecvWithInv),
-        "{out:?}"
+    let w2 = pd.alloc_mw(MwType::Two).unwrap();
+    assert_eq!(
+        w2.rkey() & !0xff,
+        k & !0xff,
+        "the set-up: W2 has W1's key index"
     );
-    let nic = dev.nic().unwrap();
-    assert_eq!(nic.mw_state(k2), Some((k2, true)), "W2 is bound on the NIC");
-    let claimed = w2.invalidated(k2);
-    assert!(claimed.is_err(), "{claimed:?}");
-    assert!(w2.invalidated(k).is_err(), "W1's key is not W2's");
-    let key = mr.rkey();
-    drop(mr);
-    assert!(
-        nic.mr_registered(key),
-        "W1's stale invalidation unbound W2 ({claimed:?}): its region was deregistered \
-         while the NIC holds W2 bound"
-    );
+    let s = StaleInvalidation {
+        dev,
+        cq,
+        qp,
+        mr,
+        scratch,
+        w2,
+        k,
+    };
+    (s, pd)
+}
+
+impl StaleInvalidation {
+    /// W2, bound through X with `k2`, is not unbound by W1's stale invalidation once it is
+    /// polled: a claim of `k2` is refused and the region stays registered.
+    fn w2_keeps_its_region(mut self, k2: u32) {
+        assert_ne!(k2, self.k, "W2's bind took the key W1 was dropped with");
+        self.dev.process();
+        let mut out = [Completion::default(); 8];
+        let n = self.cq.poll_n(&mut out, 3, 100);
+        assert!(
+            out[..n].iter().any(|c| c.opcode == WcOpcode::RecvWithInv),
+            "{out:?}"
+        );
+        let nic = self.dev.nic().unwrap();
+        assert_eq!(nic.mw_state(k2), Some((k2, true)), "W2 is bound on the NIC");
+        let claimed = self.w2.invalidated(k2);
+        assert!(claimed.is_err(), "{claimed:?}");
+        assert!(self.w2.invalidated(self.k).is_err(), "W1's key is not W2's");
+        let key = self.mr.rkey();
+        drop(self.mr);
+        assert!(
+            nic.mr_registered(key),
+            "W1's stale invalidation unbound W2 ({claimed:?}): its region was deregistered \
+             while the NIC holds W2 bound"
+        );
+    }
+}
+
+/// A stale invalidation of another window with the same key is not this window's: W2's
+/// bind through X got K, its bind forgot the records of K on X, but the stale completion
+/// was polled only after it, and its record was taken for W2, whose region could then go
+/// while the NIC held W2 bound. Now W1's drop leaves its last key's variant to its domain,
+/// and W2's keys go on from it.
+#[test]
+fn a_stale_invalidation_of_a_reused_key_keeps_the_new_windows_region() {
+    let (mut s, _pd) = stale_invalidation_of_a_dropped_window();
+    let w = Access::REMOTE_WRITE;
+    let k2 =
+        s.qp.bind_mw(&mut s.w2, &s.mr, 0, 64, w, 4, PostFlags::SIGNALED)
+            .unwrap();
+    assert_eq!(k2 & 0xff, (s.k + 1) & 0xff, "W2's keys go on from W1's");
+    s.w2_keeps_its_region(k2);
 }
 
 /// As above, but W2's first bind fails (flushed on another QP Z of the domain, whose write
@@ -807,83 +852,34 @@ fn a_stale_invalidation_of_a_reused_key_keeps_the_new_windows_region() {
 /// key and got K again; the stale invalidation of K was then taken for W2.
 #[test]
 fn a_failed_first_bind_keeps_the_continuation_of_the_dropped_windows_keys() {
-    let limits = mlx5::sim::Limits {
-        keys: 3,
-        ..Default::default()
-    };
-    let dev = Device::sim_with(limits, UarConfig::default(), false);
-    let pd = dev.alloc_pd().unwrap();
-    let (mut cq, mut qp) = loopback(&dev, &pd);
-    let (mut zcq, mut z) = loopback(&dev, &pd);
-    let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
-    let scratch = pd.alloc_mr(4096, RIGHTS).unwrap();
-    let mut w1 = pd.alloc_mw(MwType::Two).unwrap();
+    let (mut s, pd) = stale_invalidation_of_a_dropped_window();
+    let (mut zcq, mut z) = loopback(&s.dev, &pd);
     let w = Access::REMOTE_WRITE;
-    let k = qp
-        .bind_mw(&mut w1, &mr, 0, 64, w, 1, PostFlags::SIGNALED)
-        .unwrap();
-    dev.process();
-    let mut out = [Completion::default(); 8];
-    assert_eq!(cq.poll(&mut out), 1);
-    // The peer (here the QP itself) invalidates K; nothing polled.
-    qp.post_recv(&[scratch.sge(0, 64).unwrap()], 2).unwrap();
-    qp.post(
-        &Request::SendInv {
-            data: Payload::Inline(b"bye"),
-            rkey: k,
-        },
-        3,
+    // W2's first bind, through Z, is flushed: the write before it fails.
+    let bad = Remote {
+        addr: s.scratch.addr(),
+        rkey: s.scratch.rkey() ^ 0x80,
+    };
+    z.write(
+        &[s.scratch.sge(0, 16).unwrap()],
+        bad,
+        10,
         PostFlags::SIGNALED,
     )
     .unwrap();
-    dev.process();
-    drop(w1);
-    let other = dev.alloc_pd().unwrap();
-    for _ in 0..255 {
-        drop(other.alloc_mr(64, RIGHTS).unwrap());
-    }
-    let mut w2 = pd.alloc_mw(MwType::Two).unwrap();
-    assert_eq!(
-        w2.rkey() & !0xff,
-        k & !0xff,
-        "the set-up: W2 has W1's key index"
-    );
-    // W2's first bind, through Z, is flushed: the write before it fails.
-    let bad = Remote {
-        addr: scratch.addr(),
-        rkey: scratch.rkey() ^ 0x80,
-    };
-    z.write(&[scratch.sge(0, 16).unwrap()], bad, 10, PostFlags::SIGNALED)
+    z.bind_mw(&mut s.w2, &s.mr, 0, 64, w, 11, PostFlags::SIGNALED)
         .unwrap();
-    z.bind_mw(&mut w2, &mr, 0, 64, w, 11, PostFlags::SIGNALED)
-        .unwrap();
-    dev.process();
+    s.dev.process();
+    let mut out = [Completion::default(); 2];
     assert_eq!(zcq.poll_n(&mut out, 2, 100), 2, "{out:?}");
     assert_ne!(
         out[1].status,
         WcStatus::Success,
         "the set-up: the bind failed"
     );
-    assert!(!w2.is_bound());
-    let k2 = qp
-        .bind_mw(&mut w2, &mr, 0, 64, w, 4, PostFlags::SIGNALED)
-        .unwrap();
-    assert_ne!(k2, k, "W2's bind took the key W1 was dropped with");
-    dev.process();
-    let n = cq.poll_n(&mut out, 3, 100);
-    assert!(
-        out[..n].iter().any(|c| c.opcode == WcOpcode::RecvWithInv),
-        "{out:?}"
-    );
-    let nic = dev.nic().unwrap();
-    assert_eq!(nic.mw_state(k2), Some((k2, true)), "W2 is bound on the NIC");
-    let claimed = w2.invalidated(k2);
-    assert!(claimed.is_err(), "{claimed:?}");
-    let key = mr.rkey();
-    drop(mr);
-    assert!(
-        nic.mr_registered(key),
-        "W1's stale invalidation unbound W2 ({claimed:?}): its region was deregistered \
-         while the NIC holds W2 bound"
-    );
+    assert!(!s.w2.is_bound());
+    let k2 =
+        s.qp.bind_mw(&mut s.w2, &s.mr, 0, 64, w, 4, PostFlags::SIGNALED)
+            .unwrap();
+    s.w2_keeps_its_region(k2);
 }
