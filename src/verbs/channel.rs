@@ -96,7 +96,7 @@ impl CompChannel {
     ///
     /// # Safety
     /// `ch` lives for the rest of the process.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "sim"))]
     pub(crate) unsafe fn without_device(ch: *mut ffi::ibv_comp_channel) -> CompChannel {
         CompChannel {
             ch,

@@ -527,7 +527,7 @@ pub(crate) unsafe fn is_rxe(ctx: *mut ffi::ibv_context) -> bool {
 
 impl Context {
     /// No context (tests of objects whose rdma-core calls never reach one): closes nothing.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "sim"))]
     pub(crate) fn none() -> Context {
         Context {
             ctx: std::ptr::null_mut(),
