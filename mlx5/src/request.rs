@@ -169,6 +169,12 @@ pub enum MwType {
     Two,
 }
 
+/// The key after `rkey`: the same index (upper 24 bits), the next variant byte (rdma-core's
+/// `ibv_inc_rkey`).
+pub fn next_key_variant(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
 /// Bind (or, with `len == 0`, unbind) a memory window to a range of a region.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BindMw {

@@ -493,6 +493,7 @@ impl CompletionQueue {
         // `refresh`, which resets `last_rqpn` (checked by the caller).
         let rq = unsafe { &*self.last_rq };
         let (wqe, byte_len) = (cqe.wqe_counter.get(), cqe.byte_cnt.get());
+        let (src_qp, grh) = cqe.sender();
         out.put(
             0,
             Completion {
@@ -503,8 +504,8 @@ impl CompletionQueue {
                 status,
                 // UD: the sender's QP and the GRH bit (not where the message fills the
                 // CQE's first 32 bytes).
-                src_qp: cqe.sender().0,
-                grh: cqe.sender().1,
+                src_qp,
+                grh,
                 ..Completion::default()
             },
             S::stamp(cqe),

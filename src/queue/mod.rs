@@ -2,9 +2,10 @@
 //! and the verbs path (`crate::verbs`), which never import each other: the shadow tables
 //! of cookies (`shadow`), CQ accounting (`cq_share`), the queues attached to a CQ
 //! (`registry`) and the tombstones of destroyed QPs (`teardown`), an SRQ's shared state
-//! (`srq_shared`), the keys peers invalidated through a QP (`invalidations`), the receive targets and the regions they pin (`scatter`, `regions`,
-//! `pin`), the post flags (`flags`), the checks made before posting (`checks`) and the spin lock
-//! of a shared register or an SRQ's ring (`spin`).
+//! (`srq_shared`), the keys peers invalidated through a QP (`invalidations`), the receive
+//! targets and the regions they pin (`scatter`, `regions`, `pin`), the post flags (`flags`),
+//! the checks made before posting (`checks`) and the spin lock of a shared register or an
+//! SRQ's ring (`spin`).
 
 pub(crate) mod checks;
 pub(crate) mod cq_share;

@@ -368,7 +368,7 @@ impl Drop for MemoryWindow {
         // window with the index.
         if self.mw_type == MwType::Two {
             let (last, _) = self.effective();
-            let variant = self.after.map_or(last as u8, |v| v);
+            let variant = self.after.unwrap_or(last as u8);
             self.pd
                 .inner
                 .window_keys

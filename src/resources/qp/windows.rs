@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
 use crate::resources::mw::Pinned;
 use crate::verbs::sq::WindowBind;
-use mlx5::request::Request;
+use mlx5::request::{next_key_variant, Request};
 use std::sync::Arc;
 
 /// rdma-core's window of `mw` (a window of this QP's domain, checked by the caller: the
@@ -14,11 +14,6 @@ use std::sync::Arc;
 fn verbs_window(mw: &crate::resources::MemoryWindow) -> Result<*mut rdma_sys::ibv_mw> {
     mw.verbs_mw()
         .ok_or_else(|| crate::backend::other_device("window of another device (rkey)"))
-}
-
-/// The window key after `rkey`: same index, next variant byte (rdma-core `ibv_inc_rkey`).
-fn next_variant(rkey: u32) -> u32 {
-    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }
 
 impl Qp {
@@ -102,11 +97,11 @@ impl Qp {
         // peer may have been told its key), or, for one not bound yet, from the last key of a
         // dropped window with this index (see `Pd::alloc_mw`).
         let from = mw.after.map_or(old, |v| (old & !0xff) | v as u32);
-        let mut new_rkey = next_variant(from);
+        let mut new_rkey = next_key_variant(from);
         if new_rkey == old {
             // Not the window's current key: rxe before Linux 6.0 refused a bind to it
             // ("attempt to bind MW with same key", `rxe_check_bind_mw`).
-            new_rkey = next_variant(new_rkey);
+            new_rkey = next_key_variant(new_rkey);
         }
         let access = rights;
         let new_rkey = match &mut self.path {
@@ -148,9 +143,8 @@ impl Qp {
         self.invalidations.forget(new_rkey);
         self.record_window_step(mw, new_rkey, Some(self.qpn), Some(pin));
         if mw.mw_type == mlx5::request::MwType::Two {
-            // Kept whatever the bind's outcome: cleared when it was posted, a failed first
-            // bind lost the dropped window's variants, and the next bind went on from this
-            // window's allocated key, which may be the dropped window's last.
+            // Whatever the bind's outcome: the next bind goes on from this key, not from the
+            // allocated one, which may be a dropped window's last (see `Pd::alloc_mw`).
             mw.after = Some(new_rkey as u8);
         }
         Ok(new_rkey)
@@ -213,7 +207,7 @@ impl Qp {
             }
             mlx5::request::MwType::One => match &mut self.path {
                 QpPath::Direct { sq, .. } => {
-                    let new_rkey = next_variant(old);
+                    let new_rkey = next_key_variant(old);
                     let b = mlx5::request::BindMw {
                         mw_rkey: old,
                         new_rkey,

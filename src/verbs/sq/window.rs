@@ -192,7 +192,7 @@ impl VerbsSendQueue {
         wr.opcode = ffi::ibv_wr_opcode::IBV_WR_BIND_MW;
         // SAFETY: `mw` is live (caller contract).
         let rkey = unsafe { (*mw).rkey };
-        let new_rkey = (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff);
+        let new_rkey = mlx5::request::next_key_variant(rkey);
         wr.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
             mw,
             rkey: new_rkey,
