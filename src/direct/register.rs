@@ -94,23 +94,35 @@ pub(crate) fn claim(addr: *mut u8, bf_size: usize, dedicated: bool) -> Result<Cl
     // Both halves name the same register (UCX `uct_ib_mlx5_mmio_cmp` masks the half bit).
     let key = addr as usize & !bf_size;
     let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    // A queue drops its claim without the table's lock (`Doorbell::release`, or the queue
+    // dropped), so an entry may die at any point below: one whose state is gone is a
+    // register no queue rings, whenever it went (an entry kept by this sweep and found dead
+    // at the lookup was refused as in use: a creation failed while another thread's QP
+    // left the register).
     table.retain(|e| e.state.strong_count() > 0);
     let end = key.saturating_add(2 * bf_size);
     let other_layout = |e: &&Entry| {
-        e.bf_size != bf_size && e.key < end && key < e.key.saturating_add(2 * e.bf_size)
+        e.bf_size != bf_size
+            && e.key < end
+            && key < e.key.saturating_add(2 * e.bf_size)
+            && e.state.strong_count() > 0
     };
     if let Some(e) = table.iter().find(other_layout) {
         return Err(InUse { addr: e.key });
     }
-    if let Some(e) = table.iter().find(|e| e.key == key) {
-        let state = e.state.upgrade().ok_or(InUse { addr: key })?;
-        if e.exclusive || dedicated {
-            return Err(InUse { addr: key });
+    if let Some(i) = table.iter().position(|e| e.key == key) {
+        let e = &table[i];
+        if let Some(state) = e.state.upgrade() {
+            if e.exclusive || dedicated {
+                return Err(InUse { addr: key });
+            }
+            return Ok(Claim {
+                mode: DoorbellMode::SharedLocked,
+                reg: Some(state),
+            });
         }
-        return Ok(Claim {
-            mode: DoorbellMode::SharedLocked,
-            reg: Some(state),
-        });
+        // Its last queue left since the sweep: the register is free.
+        table.swap_remove(i);
     }
     let state = Arc::new(SharedReg::new(0));
     table.push(Entry {

@@ -430,3 +430,38 @@ fn two_doorbell_only_queues_ring_between_passes() {
         assert_eq!(st.doorbell_misses, 0, "QP {q}: {st:?}");
     }
 }
+
+/// QPs created on a shared register while the last other queue on it leaves, from several
+/// threads: a creation never fails. The register's shared state dies with its last queue;
+/// a creation that found it still listed, then saw it die (the queue leaving on another
+/// thread), refused the register as in use (`Error::RegisterInUse`), which is only for a
+/// register claimed as some queue's own.
+#[test]
+fn queues_join_a_register_its_last_queue_leaves() {
+    let dev = Device::sim_with(Default::default(), shared_only(1), false);
+    let pd = dev.alloc_pd().unwrap();
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (dev, pd, start) = (dev.clone(), pd.clone(), start.clone());
+            std::thread::spawn(move || {
+                let cq = dev.create_cq(64).unwrap();
+                let caps = QpCaps {
+                    sq_blocks: 16,
+                    rq_entries: 0,
+                    ..QpCaps::default()
+                };
+                start.wait();
+                for i in 0..20_000 {
+                    match pd.create_qp(&cq, &cq, caps) {
+                        Ok(q) => assert_eq!(q.doorbell_mode(), Some(DoorbellMode::SharedLocked)),
+                        Err(e) => panic!("creation {i}: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
