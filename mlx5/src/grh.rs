@@ -38,7 +38,7 @@ pub const UD_TRANSPORT_BYTES: u16 = 12 + 8 + 4;
 pub struct Grh {
     /// `6 << 28 | traffic_class << 20 | flow_label`.
     pub version_tclass_flow: Be32,
-    /// Bytes after the GRH up to the invariant CRC included.
+    /// Bytes after the GRH up to the invariant CRC included (the payload padded to 4 bytes).
     pub paylen: Be16,
     /// The next header ([`NEXT_HDR_BTH`]).
     pub next_hdr: u8,
@@ -61,7 +61,10 @@ impl Grh {
         len: u32,
         imm: bool,
     ) -> Grh {
-        let paylen = (len as u64 + UD_TRANSPORT_BYTES as u64 + 4 * imm as u64).min(0xffff);
+        // On the wire the payload is padded to 4 bytes (BTH PadCnt) before the ICRC, and the
+        // length counts the pad (the kernel's `ib_ud_header_init`: `(... + 3) & ~3`).
+        let padded = (len as u64 + 3) & !3;
+        let paylen = (padded + UD_TRANSPORT_BYTES as u64 + 4 * imm as u64).min(0xffff);
         Grh {
             version_tclass_flow: Be32::new(
                 6 << 28 | u32::from(traffic_class) << 20 | (flow_label & 0xf_ffff),
@@ -108,5 +111,10 @@ mod tests {
         assert_eq!(b[7], 64);
         assert_eq!(Grh::parse(b), Some(g));
         assert_eq!(Grh::parse(&b[..39]), None);
+        // the payload padded to 4 bytes, as on the wire
+        assert_eq!(
+            Grh::ud(0, 0, 64, [1; 16], [2; 16], 5, false).paylen.get(),
+            8 + 20 + 4
+        );
     }
 }

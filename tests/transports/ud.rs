@@ -161,8 +161,8 @@ fn the_grh_holds_the_route_and_a_local_address_leaves_the_area_alone() {
         (6, 0x28, 0x5_4321)
     );
     assert_eq!((g.next_hdr, g.hop_limit), (0x1b, 17));
-    // BTH 12 + DETH 8 + immediate 4 + payload 3 + ICRC 4
-    assert_eq!(g.paylen.get(), 12 + 8 + 4 + 3 + 4);
+    // BTH 12 + DETH 8 + immediate 4 + payload 3 and its pad byte + ICRC 4
+    assert_eq!(g.paylen.get(), 12 + 8 + 4 + 3 + 1 + 4);
     assert_eq!(g.sgid, a.qp.endpoint().gid);
     assert_eq!(g.dgid, eb.gid);
     assert_eq!(&buf[40..], b"abc");
@@ -185,6 +185,56 @@ fn the_grh_holds_the_route_and_a_local_address_leaves_the_area_alone() {
     mr.read(0, &mut buf).unwrap();
     assert!(buf[..40].iter().all(|&x| x == 0xaa));
     assert_eq!(&buf[40..], b"xyz");
+}
+
+/// The GRH's payload length counts the bytes after it up to the ICRC, as on the wire: the
+/// payload is padded to 4 bytes there (BTH PadCnt), so the length is a multiple of 4 (the
+/// kernel's `ib_ud_header_init`: `(BTH + DETH + payload + ICRC + 3) & ~3`).
+#[test]
+fn the_grh_payload_length_counts_the_pad_to_4_bytes() {
+    let (dev, pd, mr) = setup();
+    let mut a = node(&pd, 5);
+    let mut b = node(&pd, 5);
+    let eb = b.qp.endpoint();
+    let ah = pd.create_ah(AhAttr::from(&eb)).unwrap();
+    // (payload bytes, immediate) -> BTH 12 + DETH 8 [+ immediate 4] + padded payload + ICRC 4
+    for (k, (len, imm, paylen)) in [
+        (0usize, false, 24u16),
+        (1, false, 28),
+        (3, true, 32),
+        (4, false, 28),
+        (5, false, 32),
+        (7, true, 36),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        b.qp.post_recv(&[mr.sge(0, 128).unwrap()], k as u64)
+            .unwrap();
+        let data = Payload::Inline(&b"0123456"[..len]);
+        match imm {
+            true => {
+                a.qp.send_imm_to(&ah, eb.qpn, 5, data, 1, k as u64, PostFlags::SIGNALED)
+            }
+            false => {
+                a.qp.send_to(&ah, eb.qpn, 5, data, k as u64, PostFlags::SIGNALED)
+            }
+        }
+        .unwrap();
+        poll_all(&dev, &mut a.cq);
+        let got = poll_all(&dev, &mut b.cq);
+        assert_eq!(
+            (got[0].cookie, got[0].byte_len, got[0].grh),
+            (k as u64, (GRH + len) as u32, true)
+        );
+        let mut buf = [0u8; GRH];
+        mr.read(0, &mut buf).unwrap();
+        assert_eq!(
+            Grh::parse(&buf).unwrap().paylen.get(),
+            paylen,
+            "{len} bytes, immediate {imm}"
+        );
+    }
 }
 
 #[test]
