@@ -199,16 +199,33 @@ impl Lifetimes {
     /// many of this domain's remain.
     pub(crate) fn reclaim(&self) -> usize {
         sweep_held();
-        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        // A window's deallocation gives back its pins on regions parked before it: again
-        // until a pass lets nothing go.
-        loop {
-            let before = p.len();
-            p.retain_mut(|x| !(x.done() && x.reg.deregister()));
-            if p.len() == before {
-                return p.len();
+        // Dropped once the list is unlocked: a registration's drop can drop a caller's
+        // buffer ([`crate::RegionBuffer`]), whose own drop may drop a region, window or QP
+        // of this domain, which releases or reclaims here again (with the list still locked
+        // that thread hung: a review found it).
+        let mut gone = Vec::new();
+        let left = {
+            let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+            // A window's deallocation gives back its pins on regions parked before it: again
+            // until a pass lets nothing go.
+            loop {
+                let before = p.len();
+                let mut i = 0;
+                while i < p.len() {
+                    let x = &mut p[i];
+                    if x.done() && x.reg.deregister() {
+                        gone.push(p.remove(i));
+                    } else {
+                        i += 1;
+                    }
+                }
+                if p.len() == before {
+                    break p.len();
+                }
             }
-        }
+        };
+        drop(gone);
+        left
     }
 
     /// The domain is going away (no QP or window is left on it): deregisters everything.

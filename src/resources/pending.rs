@@ -25,9 +25,13 @@ impl Deregister for WithBuffer {
         if !self.reg.deregister() {
             return false;
         }
-        if let (Some(b), Some(slot)) = (self.buf.take(), self.slot.take()) {
-            // A slot nobody holds any more drops the buffer with it, after this point.
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
+        // The buffer is not dropped here (nor is a slot nobody else holds any more, with the
+        // buffer in it), but with this registration: the caller may hold a lock now
+        // (`Lifetimes::reclaim` drops what it deregistered once its list is unlocked).
+        if let Some(slot) = &self.slot {
+            if let Some(b) = self.buf.take() {
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
+            }
         }
         true
     }

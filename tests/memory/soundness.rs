@@ -883,3 +883,87 @@ fn a_failed_first_bind_keeps_the_continuation_of_the_dropped_windows_keys() {
             .unwrap();
     s.w2_keeps_its_region(k2);
 }
+
+/// A buffer of the caller's own type whose drop drops a region of the same protection
+/// domain (here the second region is kept in the buffer's value; a buffer whose drop drops
+/// a QP of the domain, or calls `Pd::reclaim`, is the same case).
+struct KeepsARegion(Box<(Vec<u8>, Option<MemoryRegion>)>);
+
+// SAFETY: the bytes are the Vec's heap block, which nothing but the region touches between
+// `into_raw` and `from_raw`; the box (the Vec's header and the kept region) is taken apart
+// into `extra` and rebuilt once.
+unsafe impl RegionBuffer for KeepsARegion {
+    fn into_raw(self) -> RawParts {
+        let mut b = self.0;
+        let ptr = core::ptr::NonNull::new(b.0.as_mut_ptr()).unwrap();
+        let len = b.0.len();
+        RawParts {
+            ptr,
+            len,
+            extra: Box::into_raw(b) as usize,
+            writable: true,
+        }
+    }
+    unsafe fn from_raw(p: RawParts) -> Self {
+        // SAFETY: `extra` is the box `into_raw` gave up, taken back once.
+        KeepsARegion(unsafe { Box::from_raw(p.extra as *mut (Vec<u8>, Option<MemoryRegion>)) })
+    }
+}
+
+/// How the region holding a [`KeepsARegion`] goes.
+#[derive(Copy, Clone, Debug)]
+enum Gone {
+    /// Dropped: its buffer is dropped once the region is deregistered.
+    Dropped,
+    /// Turned into its buffer, whose `PendingBuffer` is dropped before it comes back.
+    PendingDropped,
+}
+
+/// A region parked behind a write in flight goes at a later reclaim; its buffer's drop then
+/// drops another region of the domain, which takes the domain's lifetimes. The buffer
+/// must be dropped outside the domain's lock (before, `Lifetimes::reclaim` deregistered
+/// and dropped it with the list of parked registrations locked, and the inner region's
+/// release locked it again: the thread hung).
+fn buffer_dropping_a_region_at_reclaim(how: Gone) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let dev = Device::sim_stepped();
+        let pd = dev.alloc_pd().unwrap();
+        let (mut cq, mut qp) = loopback(&dev, &pd);
+        let dst = pd.alloc_mr(4096, RIGHTS).unwrap();
+        let inner = pd.alloc_mr(64, RIGHTS).unwrap();
+        let buf = KeepsARegion(Box::new((vec![7u8; 64], Some(inner))));
+        let mr = pd.register(buf, Access::LOCAL_WRITE).unwrap();
+        qp.write(
+            &[mr.sge(0, 16).unwrap()],
+            dst.remote(0).unwrap(),
+            1,
+            PostFlags::SIGNALED,
+        )
+        .unwrap();
+        match how {
+            Gone::Dropped => drop(mr),
+            Gone::PendingDropped => drop(mr.into_buffer::<KeepsARegion>().unwrap()),
+        }
+        assert_eq!(pd.reclaim(), 1, "parked behind the write");
+        dev.process();
+        let mut out = [Completion::default(); 1];
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!(out[0].status, WcStatus::Success);
+        // Deregisters the region and drops its buffer, which drops `inner`.
+        assert_eq!(pd.reclaim(), 0);
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the reclaim hung (or the thread panicked)");
+}
+
+#[test]
+fn a_dropped_regions_buffer_may_drop_another_region_of_its_domain() {
+    buffer_dropping_a_region_at_reclaim(Gone::Dropped);
+}
+
+#[test]
+fn a_given_up_buffer_may_drop_another_region_of_its_domain() {
+    buffer_dropping_a_region_at_reclaim(Gone::PendingDropped);
+}
