@@ -911,6 +911,11 @@ impl CompletionQueue {
                 let s = sq.get(w);
                 sq.note_error(w);
                 self.later.set(Retire::Send(&**sq, w.wrapping_add(s.bbs)));
+                if s.is_flush_mark() {
+                    // Posted by the crate only to close an unsignaled tail: retired, not
+                    // reported.
+                    return None;
+                }
                 c.qpn = e.qpn();
                 c.cookie = s.cookie;
                 c.opcode = s.opcode;

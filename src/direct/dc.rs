@@ -5,11 +5,13 @@
 //! post path is not touched: a DCI posts through these functions only.
 
 use super::sq::{Batch, SendQueue, Transport};
+use crate::completion::WcOpcode;
 use crate::error::{Error, Result};
 use crate::queue::flags::PostFlags;
 use crate::queue::kind;
-use mlx5::dc::{dc_wqe_ds, encode_dc, DcAddr, MAX_DCTN};
-use mlx5::request::Request;
+use crate::queue::shadow::FLUSH_MARK;
+use mlx5::dc::{dc_wqe_ds, encode_dc, DcAddr, AV_BYTES, MAX_DCTN};
+use mlx5::request::{Payload, Remote, Request};
 
 /// Refuses a request a DCI does not post ([`kind::on_dc`]), before posting.
 pub(crate) fn dci_request_ok(req: &Request<'_>) -> Result<()> {
@@ -61,6 +63,54 @@ impl SendQueue {
                 encode_dc(req, ds, pi, qpn, fm, dest, span);
             },
         )
+    }
+
+    /// After the DCI was moved to error ([`crate::QueuePair::set_error`]): when the last
+    /// request posted was unsignaled, posts one signaled WQE behind it, whose flush retires
+    /// the requests before it and is not reported ([`FLUSH_MARK`]), and rings. Unsignaled
+    /// requests that ran before the modify complete with no CQE at all (a ConnectX flushes
+    /// only the WQEs it has not run), so without it they held the ring for good and the
+    /// DCI could never be recovered ([`crate::Dci::recover`] waits for the ring to come
+    /// back). Nothing is posted when the last request was signaled (its completion, or its
+    /// flush, retires the rest) or nothing is outstanding. The WQE is a zero-length write
+    /// to no address: a QP in error flushes it without running it.
+    ///
+    /// # Errors
+    /// As [`SendQueue::push_dc`] ([`Error::QueueFull`], [`Error::CqFull`]); nothing is
+    /// written then.
+    #[cold]
+    pub(crate) fn close_unsignaled_tail(&mut self) -> Result<()> {
+        // WQEs of a forgotten batch first: they are flushed like the others.
+        self.ring();
+        if self.free_blocks() == self.ring_blocks() || self.credit == self.half() {
+            return Ok(());
+        }
+        let req = Request::Write {
+            remote: Remote { addr: 0, rkey: 0 },
+            data: Payload::Inline(&[]),
+        };
+        let dest = DcAddr {
+            av: [0; AV_BYTES],
+            dctn: 0,
+            dc_key: 0,
+        };
+        let ds = dc_wqe_ds(&req, &self.limits())?;
+        // Signaled (a request past the unsignaled run's credit is), not reported.
+        let credit = core::mem::replace(&mut self.credit, 0);
+        let r = self.push_encoded(
+            ds,
+            0,
+            PostFlags::UNSIGNALED,
+            (WcOpcode::Nop, FLUSH_MARK),
+            |span, pi, qpn, fm| {
+                encode_dc(&req, ds, pi, qpn, fm, &dest, span);
+            },
+        );
+        if r.is_err() {
+            self.credit = credit;
+        }
+        self.ring();
+        r
     }
 
     /// Posts one DCI WQE for `dest` and rings at once.

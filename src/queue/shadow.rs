@@ -38,7 +38,19 @@ pub(crate) struct SendEntry {
     pub(crate) bbs: u16,
 }
 
+/// The `byte_len` of the entry of a request the crate posts only to be flushed (a DCI's
+/// `SendQueue::close_unsignaled_tail`): no request of a user's
+/// has it with opcode `Nop` (a NOP's byte count is 0).
+pub(crate) const FLUSH_MARK: u32 = u32::MAX;
+
 impl SendEntry {
+    /// Whether this is the entry of a request the crate posted only to be flushed: its
+    /// completion (a flush) is never reported, only retired.
+    #[cold]
+    pub(crate) fn is_flush_mark(&self) -> bool {
+        !self.report && self.opcode == WcOpcode::Nop && self.byte_len == FLUSH_MARK
+    }
+
     /// The entry's bytes 12..16 (`opcode`, `report`, `bbs`, in that order) as one word in
     /// the machine's byte order: a poster stores it with one store, where the three
     /// fields written one by one took three (and a flag). `byte_len` (bytes 8..12) is

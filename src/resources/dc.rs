@@ -495,7 +495,10 @@ impl Dci {
     ///
     /// Every request posted before must have completed first (with the failure and the
     /// flushes: poll them): nothing is lost or reported twice. In error, every request gets
-    /// a completion of its own; a DCI that is not in error is replaced too, once its last
+    /// a completion of its own, but for unsignaled ones that ran before
+    /// [`QueuePair::set_error`] (no CQE comes for those: a ConnectX flushes only what it
+    /// has not run), which `set_error` retires with one signaled request it posts behind
+    /// them, flushed and not reported; a DCI that is not in error is replaced too, once its last
     /// request was signaled and polled (unsignaled requests are retired only by a later
     /// signaled one). The new DCI is created before the old one goes, so that a failure
     /// leaves the DCI as it was: on a device whose dedicated BlueFlame registers are all
@@ -507,6 +510,10 @@ impl Dci {
     pub fn recover(&mut self) -> Result<()> {
         // WQEs of a forgotten batch are rung now: they complete (flushed) like the others.
         self.sq.ring();
+        if self.errored {
+            // `set_error`'s closing WQE, if it was refused there.
+            let _ = self.sq.close_unsignaled_tail();
+        }
         if self.sq.free_blocks() != self.sq.ring_blocks() {
             return Err(Error::InvalidState {
                 state: "a DCI with requests outstanding: poll its completions (the failed \
@@ -533,6 +540,10 @@ impl Dci {
     #[inline(never)]
     fn recover_before_post(&mut self) -> Result<()> {
         self.sq.ring();
+        if self.errored {
+            // As in `recover`.
+            let _ = self.sq.close_unsignaled_tail();
+        }
         if self.sq.free_blocks() != self.sq.ring_blocks() {
             return Err(Error::InvalidState {
                 state: "a DCI in error: poll its failed and flushed completions, then post \
@@ -635,9 +646,14 @@ impl QueuePair for Dci {
     fn set_error(&mut self) -> Result<()> {
         self.errored = true;
         match &self.obj {
-            Some(q) => q.set_error(),
-            None => Err(Error::InvalidState { state: "destroyed" }),
+            Some(q) => q.set_error()?,
+            None => return Err(Error::InvalidState { state: "destroyed" }),
         }
+        // An unsignaled tail that ran before the modify completes with nothing: a signaled
+        // WQE behind it, flushed, retires it (refused for want of room: `recover` tries
+        // again).
+        let _ = self.sq.close_unsignaled_tail();
+        Ok(())
     }
 
     fn check(&self) -> Result<()> {

@@ -1206,3 +1206,43 @@ fn a_dct_receive_names_the_sending_dci() {
     got.sort_unstable();
     assert_eq!(got, [(0, d1.qpn()), (7, d2.qpn()), (8, d2.qpn())]);
 }
+
+/// A DCI moved to error by `set_error` after unsignaled writes that already ran: nothing of
+/// them is left to complete (a ConnectX writes no CQE for an unsignaled request that
+/// succeeded, nor a flush for one that ran before the modify), yet they held the ring. Once
+/// what the DCI has to report is polled, `recover` (and an auto-recovering post) goes on;
+/// it was refused for good (`Error::InvalidState`, "poll its completions": there were none).
+#[test]
+fn a_dci_moved_to_error_after_unsignaled_writes_recovers_once_polled() {
+    for auto in [false, true] {
+        let mut s = stranded();
+        s.dci.set_auto_recover(auto);
+        s.dci.recover().unwrap();
+        let full = s.dci.free_send();
+        let pb = s.b.peer().unwrap();
+        for (k, off) in [(10u64, 32usize), (11, 40)] {
+            let remote = s.mr.remote(off).unwrap();
+            s.dci
+                .to(&pb)
+                .write_inline(b"u", remote, k, PostFlags::UNSIGNALED)
+                .unwrap();
+        }
+        s.dev.nic().unwrap().drain();
+        assert_eq!((s.byte(32), s.byte(40)), (b'u', b'u'));
+        s.dci.set_error().unwrap();
+        assert!(s.dci.in_error());
+        // Nothing to report: both writes ran, unsignaled.
+        quiet(&s.dev, &mut s.cq);
+        assert_eq!(s.dci.free_send(), full, "auto {auto}: the ring is back");
+        if auto {
+            s.write_b(b'E', 48, 12).unwrap();
+        } else {
+            s.dci.recover().unwrap();
+            s.write_b(b'E', 48, 12).unwrap();
+        }
+        assert!(!s.dci.in_error());
+        assert_eq!(s.next(), (12, WcStatus::Success));
+        assert_eq!(s.byte(48), b'E');
+        quiet(&s.dev, &mut s.cq);
+    }
+}
