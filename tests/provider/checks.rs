@@ -75,7 +75,52 @@ pub fn all() -> Vec<Case> {
             "a_qp_left_in_rtr_by_a_failed_connect_goes_to_error",
             failed_rts,
         ),
+        check(
+            "a_bare_qp_number_is_no_address_on_an_rdma_core_device",
+            bare_qp_number,
+        ),
     ]
+}
+
+/// `qp.connect(other.qpn())`, which the software NIC takes (its QPs are found by number),
+/// on an rdma-core device: the endpoint has no LID, no GID and PSN 0, and a ConnectX QP
+/// programmed with it sends to LID 0 (InfiniBand's reserved LID) and expects its peer's
+/// first PSN to be 0. The model connected it by number (it reads no address vector), so it
+/// passed here and left a dead QP on hardware. It is refused now, on both paths, with the
+/// QP still in RESET: a connect with the peer's real endpoint then works.
+fn bare_qp_number(_dev: &Device) -> Result<(), String> {
+    for verbs in [false, true] {
+        let d = open_fresh(verbs)?;
+        let e = |e: Error| e.to_string();
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut cq = d.create_cq(64).map_err(e)?;
+        let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        match a.connect(b.qpn()) {
+            Err(Error::InvalidParameter { what, .. }) if what.contains("address") => {}
+            other => return Err(format!("verbs {verbs}: connect by number: {other:?}")),
+        }
+        if model::qp_state(a.qpn()) != Some(0) {
+            return Err(format!(
+                "verbs {verbs}: the refused QP is in state {:?}, not RESET (0)",
+                model::qp_state(a.qpn())
+            ));
+        }
+        let (ea, eb) = (a.endpoint().map_err(e)?, b.endpoint().map_err(e)?);
+        a.connect(eb).map_err(e)?;
+        b.connect(ea).map_err(e)?;
+        let mr = pd.alloc_mr(64, scenarios::RIGHTS).map_err(e)?;
+        a.write_inline(&[3; 8], mr.remote(0).map_err(e)?, 1, PostFlags::SIGNALED)
+            .map_err(e)?;
+        let got: Vec<_> = scenarios::wait_on(&d, &mut cq, 1)
+            .iter()
+            .map(|c| (c.cookie, c.status))
+            .collect();
+        if got != [(1, WcStatus::Success)] {
+            return Err(format!("verbs {verbs}: after the real connect: {got:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// A `connect` whose move to RTS the device refuses (a firmware error, injected) left the
@@ -326,7 +371,7 @@ fn forgotten_batches(dev: &Device) -> Result<(), String> {
             ..QpCaps::default()
         };
         let mut qp = pd.create_qp(&cq, &cq, caps).map_err(e)?;
-        let me = qp.qpn();
+        let me = qp.endpoint().map_err(e)?;
         qp.connect(me).map_err(e)?;
         let mr = pd
             .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
@@ -388,7 +433,7 @@ fn creation_limits(dev: &Device) -> Result<(), String> {
         let cq = d.create_cq(64).map_err(|e| e.to_string())?;
         Ok(match pd.create_qp(&cq, &cq, caps) {
             Ok(mut qp) => {
-                let me = qp.qpn();
+                let me = qp.endpoint().map_err(|e| e.to_string())?;
                 qp.connect(me).map_err(|e| e.to_string())?;
                 let mr = pd
                     .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
@@ -1436,7 +1481,7 @@ fn qp_signature_after_open(dev: &Device) -> Result<(), String> {
         Err(Error::Unsupported(_)) => return Ok(()),
         other => other.map_err(e)?,
     };
-    let me = qp.qpn();
+    let me = qp.endpoint().map_err(e)?;
     qp.connect(me).map_err(e)?;
     let mr = pd
         .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)

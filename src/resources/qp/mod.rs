@@ -169,7 +169,9 @@ impl Qp {
     /// `qp.connect(other.qpn())`, or `qp.connect(qp.qpn())` for a loopback.
     ///
     /// # Errors
-    /// [`Error::Verbs`] (`Error::Sim` on the software NIC) when the transition is refused.
+    /// [`Error::Verbs`] (`Error::Sim` on the software NIC) when the transition is refused;
+    /// [`Error::InvalidParameter`] on an rdma-core device for an endpoint without an address
+    /// (a bare QP number: no LID on InfiniBand, no GID on RoCE), the QP left in RESET.
     /// A refusal of the last step (RTR -> RTS) would leave the QP taking the peer's
     /// messages though it cannot send: it is moved to error (its receives flush), and a
     /// second `connect` is refused ([`Error::InvalidState`]); create a new QP.
