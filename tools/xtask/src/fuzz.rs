@@ -314,12 +314,8 @@ pub(crate) fn asan() -> bool {
             "--test",
             "events",
         ])
-        // The long loops left out, as in the memcheck stage: the 50,000-write ring wrap and
-        // the 2^24 windows that wrap the key index space (66 s of this stage's 76 s in the
-        // `memory` binary; a logic check of the key allocator, run by the plain tests, that
-        // touches no memory the others do not).
+        // The long loop left out, as in the memcheck stage: the 50,000-write ring wrap.
         .args(["--", "--skip", "direct_ring_wrap::fifty_thousand"])
-        .args(["--skip", "soundness::key_indices_that_wrap"])
         .env("ASAN_OPTIONS", ASAN_OPTIONS)
         .env("BLUEFLAME_TIMEOUT_SCALE", "4");
     let ok = run(

@@ -42,7 +42,7 @@ const SUBSET: &[Entry] = &[
             // dma-buf regions whose exporter frees the old place on each move.
             "memory::dma_buf",
         ],
-        &["soundness::key_indices_that_wrap"],
+        &[],
         &[("BLUEFLAME_RACE_SECS", "2")],
     ),
     (
