@@ -344,12 +344,12 @@ fn perftest_setup(
     for _ in 1..after {
         wire.hand_shake(&mine).map_err(peer_failed)?;
     }
-    let peer = RemoteBuf {
+    let peer = exchange::in_address_space(RemoteBuf {
         addr: theirs.vaddr,
         rkey: theirs.rkey,
         // perftest's BUFF_SIZE: the cycle buffer, or the message when larger.
         len: size.max(cycle as usize) as u64,
-    };
+    })?;
     let s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
     Ok(Setup::Perftest(
         s,
@@ -949,6 +949,33 @@ impl Side {
 
 #[cfg(test)]
 mod tests {
+    /// A peer's exchange (bytes from the network: a corrupt message, or not a bfperf)
+    /// offering a buffer that runs past 2^64 is refused: the bandwidth tests add each QP's
+    /// slice of it to its address (`bw.rs`, `Traffic::new`: `peer.addr + lane * stride`),
+    /// which overflowed with `-q 2` or more (a panic in a debug build, a wrapped address in
+    /// a release one). A buffer that ends below 2^64 is taken.
+    #[test]
+    fn a_peer_buffer_past_2_pow_64_is_refused() {
+        use blueflame::connect::{Exchange, RemoteBuf};
+        let offer = |addr| Exchange {
+            endpoint: blueflame::Endpoint::default(),
+            buffers: vec![RemoteBuf {
+                addr,
+                rkey: 7,
+                len: 8192,
+            }],
+        };
+        match super::first_buffer(&offer(u64::MAX - 4095), 8192) {
+            Err(blueflame::Error::InvalidParameter { what, value }) => {
+                assert!(what.contains("2^64"), "{what}");
+                assert_eq!(value, u64::MAX - 4095);
+            }
+            other => panic!("{other:?}"),
+        }
+        let last = u64::MAX - 8192;
+        assert_eq!(super::first_buffer(&offer(last), 8192).unwrap().addr, last);
+    }
+
     /// `ibv_rc_pingpong`'s exchange carries no size or count: a client (`--rc-pingpong`)
     /// has its defaults from `size_for` / `iters_for`, a server that meets one takes them
     /// where it was not given -s / -n (send-lat's own 2 bytes would take the 4096-byte

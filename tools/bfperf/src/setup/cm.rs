@@ -318,7 +318,7 @@ fn client(o: &Opts, dev: &Device, test: &str, size: usize, host: &str, port: u16
         // Every accept offers the server's one buffer, as long as ours (the same -s, -a
         // and -q): else it is not a bfperf -R server of this test.
         let theirs = match (c.peer, server_buf) {
-            (Some(b), None) if b.len == mr.len() as u64 => b,
+            (Some(b), None) if b.len == mr.len() as u64 => super::exchange::in_address_space(b)?,
             (Some(b), Some(first)) if b == first => b,
             (got, _) => {
                 eprintln!(

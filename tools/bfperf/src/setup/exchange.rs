@@ -166,7 +166,22 @@ pub(super) fn first_buffer(theirs: &Exchange, len: usize) -> Result<RemoteBuf> {
             value: peer.len,
         });
     }
-    Ok(peer)
+    in_address_space(peer)
+}
+
+/// `b`, a buffer a peer offered, when it ends below 2^64: the tests address each QP's
+/// slice of it (`peer.addr + lane * stride`), as no registration a device takes can wrap.
+///
+/// # Errors
+/// [`blueflame::Error::InvalidParameter`] naming the buffer's address.
+pub(super) fn in_address_space(b: RemoteBuf) -> Result<RemoteBuf> {
+    match b.addr.checked_add(b.len) {
+        Some(_) => Ok(b),
+        None => Err(blueflame::Error::InvalidParameter {
+            what: "the peer's buffer: address + length past 2^64",
+            value: b.addr,
+        }),
+    }
 }
 
 pub(super) fn dial_stream(host: &str, port: u16) -> Result<TcpStream> {
