@@ -508,18 +508,30 @@ impl Dci {
     /// [`Error::InvalidState`] while requests are outstanding; the creation's errors
     /// ([`Pd::create_dci`]), in which case the DCI is as it was.
     pub fn recover(&mut self) -> Result<()> {
-        // WQEs of a forgotten batch are rung now: they complete (flushed) like the others.
-        self.sq.ring();
-        if self.errored {
-            // `set_error`'s closing WQE, if it was refused there.
-            let _ = self.sq.close_unsignaled_tail();
-        }
-        if self.sq.free_blocks() != self.sq.ring_blocks() {
+        if !self.settled() {
             return Err(Error::InvalidState {
                 state: "a DCI with requests outstanding: poll its completions (the failed \
                         and flushed ones too), then recover",
             });
         }
+        self.replace()
+    }
+
+    /// Whether every request posted has completed (the ring is whole again), once the WQEs
+    /// of a forgotten batch are rung (they complete, flushed, like the others) and, in
+    /// error, `set_error`'s closing WQE is posted if it was refused there
+    /// (`SendQueue::close_unsignaled_tail`).
+    fn settled(&mut self) -> bool {
+        self.sq.ring();
+        if self.errored {
+            let _ = self.sq.close_unsignaled_tail();
+        }
+        self.sq.free_blocks() == self.sq.ring_blocks()
+    }
+
+    /// [`Dci::recover`] once [`Dci::settled`]: a new DCI in this one's place, this one
+    /// destroyed after (a failed creation leaves this one as it was).
+    fn replace(&mut self) -> Result<()> {
         let mut fresh = self.pd.create_dci_on(&self.cq, self.caps, &self.timing)?;
         fresh.auto_recover = self.auto_recover;
         drop(std::mem::replace(self, fresh));
@@ -539,18 +551,13 @@ impl Dci {
     #[cold]
     #[inline(never)]
     fn recover_before_post(&mut self) -> Result<()> {
-        self.sq.ring();
-        if self.errored {
-            // As in `recover`.
-            let _ = self.sq.close_unsignaled_tail();
-        }
-        if self.sq.free_blocks() != self.sq.ring_blocks() {
+        if !self.settled() {
             return Err(Error::InvalidState {
                 state: "a DCI in error: poll its failed and flushed completions, then post \
                         again (it recovers then)",
             });
         }
-        self.recover()
+        self.replace()
     }
 
     /// This DCI aimed at one DC target: post to it with the [`PostSend`] methods.

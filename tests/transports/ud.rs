@@ -212,13 +212,10 @@ fn the_grh_payload_length_counts_the_pad_to_4_bytes() {
         b.qp.post_recv(&[mr.sge(0, 128).unwrap()], k as u64)
             .unwrap();
         let data = Payload::Inline(&b"0123456"[..len]);
-        match imm {
-            true => {
-                a.qp.send_imm_to(&ah, eb.qpn, 5, data, 1, k as u64, PostFlags::SIGNALED)
-            }
-            false => {
-                a.qp.send_to(&ah, eb.qpn, 5, data, k as u64, PostFlags::SIGNALED)
-            }
+        if imm {
+            a.qp.send_imm_to(&ah, eb.qpn, 5, data, 1, k as u64, PostFlags::SIGNALED)
+        } else {
+            a.qp.send_to(&ah, eb.qpn, 5, data, k as u64, PostFlags::SIGNALED)
         }
         .unwrap();
         poll_all(&dev, &mut a.cq);
