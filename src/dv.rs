@@ -304,7 +304,7 @@ pub fn rc_ud_vendor_attr(scatter_to_cqe: bool) -> Option<ffi::mlx5dv_qp_init_att
 ///
 /// # Errors
 /// [`Error::Unsupported`] for `direct` on a device that is not mlx5;
-/// [`Error::InvalidParameter`] for another value.
+/// [`Error::Environment`] for another value.
 pub fn choose(mlx5: bool, var: Option<&str>) -> Result<DataPath> {
     match (var.unwrap_or("auto"), mlx5) {
         ("auto", true) | ("direct", true) => Ok(DataPath::Direct),

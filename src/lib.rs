@@ -75,7 +75,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with`, `Device::nic` and its `mlx5::sim::NicView` (queries, stepping, fault injection), `SimDmaBuf` (a dma-buf exporter that can move its buffer), the `UarConfig` re-export, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
+//! | `sim` | yes | the software mlx5 NIC (`mlx5/sim`): `Device::sim`, `Device::sim_stepped`, `Device::sim_with`, `Device::nic` and its `mlx5::sim::NicView` (queries, stepping, fault injection), `SimDmaBuf` (a dma-buf exporter that can move its buffer), the `UarConfig` and `OrderMode` re-exports, `Error::Sim`, and [`Device::open_default`]'s fallback when there is no RDMA device |
 //! | `tokio` | no | `AsyncCq`: completions as an async stream (tokio `AsyncFd` over the completion channel's descriptor, also a `futures_core::Stream`) |
 //!
 //! Without `sim` (`default-features = false`) the crate carries no simulator: `mlx5` is

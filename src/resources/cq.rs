@@ -458,7 +458,8 @@ impl Cq {
     ///
     /// # Errors
     /// [`Error::NoChannel`] for a CQ created without a channel; [`Error::Verbs`] from
-    /// `ibv_req_notify_cq`.
+    /// `ibv_req_notify_cq`; [`Error::Unsupported`] for a direct-path CQ whose UAR page
+    /// `mlx5dv_init_obj` did not give.
     pub fn arm(&mut self, n: Notify) -> Result<()> {
         let Some(link) = &self.handle.link else {
             return Err(Error::NoChannel { cqn: self.cqn });

@@ -50,7 +50,8 @@ impl Device {
     /// [`Error::Verbs`] when the device cannot be opened or queried;
     /// [`Error::InvalidParameter`] for a `gid_index` outside the port's GID table
     /// (`ibv_query_port`'s `gid_tbl_len`);
-    /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5;
+    /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5, or on
+    /// an mlx5 device with `MLX5_QP_SIGNATURE` set;
     /// [`Error::Environment`] for a `BLUEFLAME_PATH` other than `direct`, `verbs`, `auto`.
     pub fn open(name: &str, gid_index: Option<i32>) -> Result<Device> {
         Device::open_port(name, 1, gid_index)
@@ -73,8 +74,9 @@ impl Device {
     ///
     /// # Errors
     /// [`Error::Environment`] for a `BLUEFLAME_GID_INDEX` that is not a number;
-    /// [`Error::NoDevice`], [`Error::Verbs`] or [`Error::InvalidParameter`] (a GID index
-    /// past the port's table) as [`Device::open`];
+    /// every error of [`Device::open`] ([`Error::NoDevice`] for a `BLUEFLAME_DEVICE` rdma-core
+    /// does not know, [`Error::InvalidParameter`] for a GID index past the port's table,
+    /// `BLUEFLAME_PATH`'s [`Error::Environment`] and [`Error::Unsupported`], [`Error::Verbs`]);
     /// without the `sim` feature,
     /// [`Error::Unsupported`] when there is no rdma-core device.
     pub fn open_default() -> Result<Device> {
@@ -170,7 +172,9 @@ impl Device {
     /// # Errors
     /// [`Error::CqSize`] for 0 entries or more than the device has (refused before the
     /// device is asked); [`Error::Verbs`] (`Error::Sim` on the software NIC) when the
-    /// device refuses the CQ.
+    /// device refuses the CQ; on the verbs path, [`Error::Environment`] for a
+    /// `BLUEFLAME_VERBS_API` other than `auto`, `extended`, `legacy`, and
+    /// [`Error::Unsupported`] for `extended` where the provider has no `ibv_create_cq_ex`.
     pub fn create_cq(&self, entries: u32) -> Result<Cq> {
         self.create_cq_with(&super::CqOptions::new(entries))
     }
@@ -185,7 +189,8 @@ impl Device {
     /// `tokio`); [`Error::CqSize`] for 0 entries or more than the device has;
     /// [`Error::Timestamps`] for timestamps with compression or on a device without a
     /// completion clock; [`Error::CqeCompression`] for a format the device lacks (and on
-    /// the verbs path); [`Error::Verbs`] when rdma-core refuses the CQ.
+    /// the verbs path); [`Error::Verbs`] when rdma-core refuses the CQ; `BLUEFLAME_VERBS_API`'s
+    /// errors as [`Device::create_cq`].
     pub fn create_cq_with(&self, opts: &super::CqOptions) -> Result<Cq> {
         if opts.cqe_size != 64 && opts.cqe_size != 128 {
             return Err(Error::InvalidParameter {

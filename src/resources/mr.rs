@@ -405,7 +405,8 @@ impl MemoryRegion {
     /// real NIC only in the order the device's writes reach memory).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] when `off` is outside the region.
+    /// [`Error::InvalidParameter`] when `off` is outside the region;
+    /// [`Error::NoCpuMapping`] for a dma-buf or implicit on-demand region.
     #[inline]
     pub fn read_volatile_u8(&self, off: usize) -> Result<u8> {
         self.check(off, 1)?;
@@ -419,7 +420,7 @@ impl MemoryRegion {
     /// Reads a native-endian `u64` (e.g. an atomic's target or result).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] when the range leaves the region.
+    /// As [`MemoryRegion::read`].
     pub fn read_u64(&self, off: usize) -> Result<u64> {
         let mut b = [0u8; 8];
         self.read(off, &mut b)?;

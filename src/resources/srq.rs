@@ -221,7 +221,9 @@ impl Pd {
     /// [`Error::InvalidHandle`] for a CQ of another device; [`Error::InvalidParameter`] for
     /// 0 or more than 32767 entries, or more than 31 scatter entries;
     /// [`Error::Unsupported`] on a CQ that compresses its entries (an SRQ's completions
-    /// are attributed one by one); the device's refusal ([`Error::Verbs`], `Error::Sim`).
+    /// are attributed one by one), and on mlx5's direct path with `MLX5_SRQ_SIGNATURE` set
+    /// (rdma-core would create it with WQE signatures the direct path does not write); the
+    /// device's refusal ([`Error::Verbs`], `Error::Sim`).
     pub fn create_srq(&self, recv_cq: &Cq, caps: SrqCaps) -> Result<Srq> {
         if !recv_cq.dev.same(&self.inner.dev) {
             return Err(Error::InvalidHandle {

@@ -109,7 +109,8 @@ impl RdmaDev {
     /// [`Error::NoDevice`] (with the devices rdma-core sees) when none is called `name`;
     /// [`Error::Verbs`] when the device cannot be opened or queried;
     /// [`Error::InvalidParameter`] for a `gid_index` outside the port's GID table;
-    /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5.
+    /// [`Error::Unsupported`] for `BLUEFLAME_PATH=direct` on a device that is not mlx5, or
+    /// with `MLX5_QP_SIGNATURE` set; [`Error::Environment`] for another `BLUEFLAME_PATH`.
     pub(crate) fn open(name: &str, port: u8, gid_index: Option<i32>) -> Result<RdmaDev> {
         if port == 0 {
             // Verbs numbers ports from 1.

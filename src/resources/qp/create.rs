@@ -26,7 +26,10 @@ impl Pd {
     /// caps a ConnectX would refuse (see [`QpCaps`]; on mlx5 devices and the software NIC)
     /// or `rnr_retry` above 7; [`Error::Timestamps`] for a send and a receive CQ that stamp
     /// in different formats; [`Error::Verbs`] (`Error::Sim` on the software NIC) for other
-    /// capabilities the device refuses.
+    /// capabilities the device refuses; [`Error::Unsupported`] on mlx5's direct path when
+    /// `MLX5_QP_SIGNATURE` was set after the device was opened; on the verbs path,
+    /// [`Error::Environment`] for a `BLUEFLAME_VERBS_API` other than `auto`, `extended`,
+    /// `legacy`, and [`Error::Unsupported`] for `extended` where the provider lacks the API.
     pub fn create_qp(&self, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
         self.create_qp_with(send_cq, recv_cq, caps, None)
     }
