@@ -291,7 +291,12 @@ impl CmRequest {
     /// Server: creates the QP on `cq` and accepts, offering `offer`.
     ///
     /// # Errors
-    /// [`Error::Verbs`] when the QP cannot be created or the accept fails.
+    /// [`Error::Verbs`] when the QP cannot be created or the accept fails; as
+    /// [`Pd::create_qp`] for `cq` and `caps` ([`Error::InvalidHandle`] for a CQ of another
+    /// device, [`Error::InvalidParameter`] for caps the device would refuse);
+    /// [`Error::Unsupported`] for [`QpCaps::rnr_retry`] below 7 (librdmacm programs the
+    /// peer's count, 7) and, on mlx5, for `QpCaps::scatter_to_cqe = false`
+    /// (`rdma_create_qp_ex` takes no vendor attributes).
     pub fn accept(self, cq: &Cq, caps: QpCaps, offer: Option<RemoteBuf>) -> Result<CmConnection> {
         let mut qp = self.qp(cq, caps)?;
         self.id.accept(&encode(offer), self.timeout)?;
@@ -306,7 +311,8 @@ impl CmRequest {
     /// the server's offer.
     ///
     /// # Errors
-    /// [`Error::Verbs`] when the QP cannot be created or the connection is refused.
+    /// [`Error::Verbs`] when the QP cannot be created or the connection is refused; as
+    /// [`CmRequest::accept`] for `cq` and `caps`.
     pub fn connect(self, cq: &Cq, caps: QpCaps, offer: Option<RemoteBuf>) -> Result<CmConnection> {
         let mut qp = self.qp(cq, caps)?;
         let back = self.id.connect(&encode(offer), self.timeout)?;

@@ -292,7 +292,9 @@ impl Pd {
     ///
     /// # Errors
     /// [`Error::NoDc`] on a device without DC (every verbs device but mlx5);
-    /// [`Error::InvalidHandle`] for a CQ of another device; the device's refusal of `caps`.
+    /// [`Error::InvalidHandle`] for a CQ of another device; [`Error::InvalidParameter`] for
+    /// `rnr_retry` above 7; [`Error::Unsupported`] on mlx5 with `MLX5_QP_SIGNATURE` set after
+    /// the device was opened; the device's refusal of `caps`.
     pub fn create_dci(&self, send_cq: &Cq, caps: QpCaps) -> Result<Dci> {
         self.create_dci_with(send_cq, caps, &Timing::default())
     }
@@ -711,7 +713,8 @@ impl PostSend for DcSend<'_> {
     /// send with invalidate or NOP, or an atomic the device lacks; [`Error::QueueFull`],
     /// [`Error::CqFull`], [`Error::TooManySge`], [`Error::InlineTooLong`],
     /// [`Error::WqeTooLarge`], [`Error::Misaligned`], [`Error::AtomicLength`],
-    /// [`Error::InvalidParameter`] (a read, write or send of more than 2^31 bytes).
+    /// [`Error::InvalidParameter`] (a read, write or send of more than the port's largest
+    /// message, [`Device::max_message`](crate::Device::max_message)).
     #[inline(always)]
     fn post(&mut self, req: &Request<'_>, cookie: u64, flags: PostFlags) -> Result<()> {
         self.dci.post_to(self.peer, req, cookie, flags)
