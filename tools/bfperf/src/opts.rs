@@ -1317,4 +1317,36 @@ mod tests {
             );
         }
     }
+
+    /// perftest's `-s` (`parser`, `case 's'` of perftest_parameters.c): a `K` or `M` suffix
+    /// multiplies by 1024 or 1024 * 1024, and the number is read by `strtol(optarg, NULL, 0)`
+    /// (`0x` hexadecimal, a leading 0 octal); `-s 64K` and `-s 1M` were refused here as "not a
+    /// valid number", so perftest's command lines with them did not run.
+    #[test]
+    fn sizes_take_perftests_suffixes_and_bases() {
+        for (given, want) in [
+            ("64K", 65536),
+            ("1M", 1 << 20),
+            ("8M", 8 << 20),
+            ("0x40", 64),
+            ("010", 8),
+            ("4096", 4096),
+            ("0", 0),
+        ] {
+            match parse(&args(&format!("-s {given}"))) {
+                Ok(o) => assert_eq!((o.size, o.size_given), (want, true), "-s {given}"),
+                Err(e) => assert!(want == 0 && e.contains("at least 1"), "-s {given}: {e}"),
+            }
+        }
+        assert_eq!(parse(&args("--size 2K")).unwrap().size, 2048);
+        // perftest's bound (UINT_MAX / 2) after the factor; no wrap on the multiplication.
+        assert!(parse(&args("-s 2048M")).unwrap_err().contains("--size"));
+        assert!(parse(&args("-s 18446744073709551615K"))
+            .unwrap_err()
+            .contains("--size"));
+        for bad in ["K", "M", "x", "1.5K", "-1", "0x", "09"] {
+            let e = parse(&args(&format!("-s {bad}"))).unwrap_err();
+            assert!(e.contains(&format!("'{bad}'")), "-s {bad}: {e}");
+        }
+    }
 }
