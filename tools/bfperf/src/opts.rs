@@ -256,7 +256,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           has one)
   -s, --size N            message size (default perftest's: 2 latency tests, 65536 bandwidth
                           tests, 8 atomics; over UD at most the path MTU; send-lat
-                          --rc-pingpong 4096, ibv_rc_pingpong's)
+                          --rc-pingpong 4096, ibv_rc_pingpong's); as perftest's, N may end in
+                          K (x1024) or M (x1048576) and be 0x hexadecimal or 0 octal
   -n, --iters N           iterations (default perftest's: 5000 write-bw, 1000 the others, as
                           ibv_rc_pingpong's; at least 5)
       --warmup N          warm-up iterations (default 1000)
@@ -439,7 +440,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             "-x" | "--gid-index" => o.gid_index = Some(num(a, val(a)?)?),
             "-i" | "--ib-port" => o.ib_port = num(a, val(a)?)?,
             "-s" | "--size" => {
-                o.size = num(a, val(a)?)?;
+                o.size = size_arg(a, &val(a)?)?;
                 o.size_given = true;
             }
             "-n" | "--iters" => {
@@ -634,6 +635,38 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         *out = f;
     }
     Ok(o)
+}
+
+/// `-s`'s value as perftest's parser reads it (`case 's'`): a trailing `K` multiplies by
+/// 1024, a trailing `M` by 1024 * 1024, and the number is read as `strtol(optarg, NULL, 0)`
+/// reads it (`0x` hexadecimal, a leading `0` octal, else decimal). perftest takes what
+/// `strtol` stops at; here a value that is not all digits of its base is refused, named.
+fn size_arg(name: &str, v: &str) -> Result<usize, String> {
+    let bad = || format!("{name}: '{v}' is not a valid number");
+    let (digits, factor) = match v.strip_suffix('K') {
+        Some(d) => (d, 1024),
+        None => match v.strip_suffix('M') {
+            Some(d) => (d, 1024 * 1024),
+            None => (v, 1),
+        },
+    };
+    let (digits, radix) = if let Some(h) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        (h, 16)
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        (&digits[1..], 8)
+    } else {
+        (digits, 10)
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(bad());
+    }
+    let n = usize::from_str_radix(digits, radix)
+        .map_err(|_| format!("--size {v}: more than {MAX_SIZE} bytes (perftest's UINT_MAX / 2)"))?;
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("--size {v}: more than {MAX_SIZE} bytes (perftest's UINT_MAX / 2)"))
 }
 
 /// The seconds of a timed run: `-D`, or perftest's default of 5 with `--run_infinitely`
