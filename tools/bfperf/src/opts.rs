@@ -1382,4 +1382,69 @@ mod tests {
             assert!(e.contains(&format!("'{bad}'")), "-s {bad}: {e}");
         }
     }
+
+    /// What perftest's parser refuses, refused here rather than accepted and ignored
+    /// (perftest_parameters.c, `parser` and `check_opts` / `force_dependecies`): a post list
+    /// above 1 in a latency test (" Post list is supported in BW tests only"), `-I` with a read
+    /// or atomic test (" Inline feature not available on READ/Atomic verbs") or above
+    /// `MAX_INLINE` (1024), `-A` with a test that is not an atomic one (" You are not running
+    /// the atomic_lat/bw test!"), and `-a` with an atomic test (RUN_ALL makes the size
+    /// `MAX_SIZE`: "Message size cannot be changed for Atomic tests"; bfperf printed 23
+    /// identical rows of 8 bytes).
+    #[test]
+    fn options_perftest_refuses_are_refused_not_ignored() {
+        let refused = |test: &str, line: &str, why: &str| {
+            let e =
+                check_for(test, &parse(&args(line)).unwrap()).expect_err(&format!("{test} {line}"));
+            assert!(e.contains(why), "{test} {line}: {e}");
+        };
+        for t in ["write-lat", "read-lat", "send-lat", "atomic-lat"] {
+            refused(t, "-l 2", "Post list is supported in BW tests only");
+            refused(
+                t,
+                "--post_list 4 -t 8",
+                "Post list is supported in BW tests only",
+            );
+            assert_eq!(check_for(t, &parse(&args("-l 1")).unwrap()), Ok(()), "{t}");
+        }
+        for t in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+            assert_eq!(check_for(t, &parse(&args("-l 4")).unwrap()), Ok(()), "{t}");
+        }
+        for t in ["read-lat", "read-bw", "atomic-lat", "atomic-bw"] {
+            for line in ["-I 64", "-I 0", "--inline_size 8"] {
+                refused(t, line, "Inline feature not available on READ/Atomic verbs");
+            }
+        }
+        for t in ["write-lat", "send-lat", "write-bw", "send-bw"] {
+            assert_eq!(check_for(t, &parse(&args("-I 64")).unwrap()), Ok(()), "{t}");
+        }
+        assert!(parse(&args("-I 1024")).is_ok());
+        let e = parse(&args("-I 1025")).unwrap_err();
+        assert!(e.contains("-I 1025") && e.contains("MAX_INLINE"), "{e}");
+        for t in [
+            "write-lat",
+            "read-lat",
+            "send-lat",
+            "write-bw",
+            "read-bw",
+            "send-bw",
+        ] {
+            for line in [
+                "-A CMP_AND_SWAP",
+                "-A FETCH_AND_ADD",
+                "--atomic cs",
+                "--atomic fa",
+            ] {
+                refused(t, line, "You are not running the atomic_lat/bw test!");
+            }
+        }
+        for t in ["atomic-lat", "atomic-bw"] {
+            assert_eq!(
+                check_for(t, &parse(&args("-A CMP_AND_SWAP")).unwrap()),
+                Ok(())
+            );
+            refused(t, "-a", "Message size cannot be changed for Atomic tests");
+        }
+        assert_eq!(check_for("write-lat", &parse(&args("-a")).unwrap()), Ok(()));
+    }
 }
