@@ -322,7 +322,7 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
             t,
             Test::Lat(lat::Lat::Atomic(_), _) | Test::Bw(bw::Bw::Atomic(_), _)
         );
-        if atomic && size != 8 && !o.all {
+        if atomic && size != 8 {
             eprintln!("bfperf: atomics move 8 bytes; --size is ignored");
         }
         let size = if atomic { 8 } else { size };

@@ -68,6 +68,8 @@ pub struct Opts {
     pub port: u16,
     /// `fa` (fetch-add) or `cs` (compare-swap), atomic tests.
     pub atomic: Atomic,
+    /// `-A` or `--atomic` was given (perftest refuses `-A` in a test that is not atomic).
+    pub atomic_given: bool,
     /// `--csv FILE`: one row per size (see `csv.rs` for the columns).
     pub csv: Option<std::path::PathBuf>,
     /// perftest's `--out_json`: each result also written to this file as perftest writes it
@@ -190,6 +192,7 @@ impl Default for Opts {
             client: None,
             port: 18515,
             atomic: Atomic::FetchAdd,
+            atomic_given: false,
             csv: None,
             ib_port: 1,
             out_json: None,
@@ -240,6 +243,8 @@ pub const MAX_QPS: usize = 16384;
 
 /// perftest's largest `-n` (`MAX_ITER`).
 pub const MAX_ITER: usize = 1 << 32;
+/// perftest's largest `-I` (`MAX_INLINE`).
+pub const MAX_INLINE: u32 = 1024;
 /// perftest's largest `-t` (`MAX_TX`).
 pub const MAX_TX: usize = 15000;
 /// perftest's largest `-s` (`UINT_MAX / 2`).
@@ -261,9 +266,11 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
   -n, --iters N           iterations (default perftest's: 5000 write-bw, 1000 the others, as
                           ibv_rc_pingpong's; at least 5)
       --warmup N          warm-up iterations (default 1000)
-  -I, --inline N          max inline size of the QPs (default perftest's: 220 write-lat,
-                          236 send-lat (188 UD, 150 DC), 0 reads, atomics and bandwidth)
-  -l, --post-list N       requests per doorbell in bandwidth tests (default 1)
+  -I, --inline N          max inline size of the QPs, 0 to 1024 (default perftest's: 220
+                          write-lat, 236 send-lat (188 UD, 150 DC), 0 reads, atomics and
+                          bandwidth; read and atomic tests refuse -I, as perftest)
+  -l, --post-list N       requests per doorbell in bandwidth tests (default 1; a latency test
+                          refuses more than 1, as perftest)
   -t, --tx-depth N        outstanding requests in bandwidth tests (default 128)
   -q, --qp N              bandwidth tests: N QPs per side (default 1; perftest's -q), each
                           with -n requests and -t in flight of its own, all completing on
@@ -282,7 +289,8 @@ pub const USAGE: &str = "usage: bfperf <write-lat|read-lat|send-lat|atomic-lat|w
                           per size; both sides must give -a, a peer on another size is refused)
       --path direct|verbs|auto   data path on rdma-core devices
       --atomic fa|cs      atomic of atomic-lat and atomic-bw (default fa; atomic-bw: perftest's
-                          ib_atomic_bw, 8-byte atomics on one remote word, --tx-depth in flight)
+                          ib_atomic_bw, 8-byte atomics on one remote word, --tx-depth in flight;
+                          other tests refuse it and -A, and atomic tests refuse -a, as perftest)
   -A, --atomic_type FETCH_AND_ADD|CMP_AND_SWAP   the same in perftest's spelling
       --write-with-imm    write-lat with RDMA write with immediate (a receive completion per message)
   -e, --events            sleep on the completion channel instead of polling (send-lat, and
@@ -474,6 +482,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
             }
             // perftest's spelling (ib_atomic_lat / ib_atomic_bw -A).
             "-A" | "--atomic_type" => {
+                o.atomic_given = true;
                 o.atomic = match val(a)?.as_str() {
                     "FETCH_AND_ADD" => Atomic::FetchAdd,
                     "CMP_AND_SWAP" => Atomic::CompareSwap,
@@ -485,6 +494,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
                 }
             }
             "--atomic" => {
+                o.atomic_given = true;
                 o.atomic = match val(a)?.as_str() {
                     "fa" => Atomic::FetchAdd,
                     "cs" => Atomic::CompareSwap,
@@ -607,6 +617,13 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         return Err(format!(
             "--iters {} with --warmup {} over {} QPs: more requests than a count holds",
             o.iters, o.warmup, o.qps
+        ));
+    }
+    if o.inline > MAX_INLINE {
+        // perftest's parser: CHECK_VALUE_IN_RANGE(inline_size, 0, MAX_INLINE).
+        return Err(format!(
+            "-I {}: 0 to {MAX_INLINE} (perftest's MAX_INLINE)",
+            o.inline
         ));
     }
     if o.post_list > o.tx_depth {
@@ -1207,8 +1224,9 @@ mod tests {
             let o = resolved(t, extra);
             assert_eq!((o.size, o.iters), (size, iters), "{t} {extra}");
             assert!(!o.size_given && !o.iters_given, "{t} {extra}");
-            // -a runs every size whatever -s says.
-            if !extra.contains("-D") && !extra.contains("--") {
+            // -a runs every size whatever -s says (an atomic test refuses it, as
+            // perftest's: one size).
+            if !extra.contains("-D") && !extra.contains("--") && !t.starts_with("atomic-") {
                 let all = resolved(t, &format!("{extra} -a"));
                 assert_eq!(sizes(&all).len(), 23, "{t} {extra} -a");
             }

@@ -7,6 +7,38 @@ use super::{duration, margin, Connection, Opts};
 /// # Errors
 /// A message naming the option the test does not take.
 pub fn check_for(name: &str, o: &Opts) -> Result<(), String> {
+    // What perftest's parser refuses (perftest_parameters.c, its words quoted), refused here
+    // rather than accepted and left unused.
+    let atomic = name.starts_with("atomic-");
+    if o.post_list > 1 && name.ends_with("-lat") {
+        // force_dependecies: post_list > 1 outside BW and LAT_BY_BW tests.
+        return Err(format!(
+            "--post-list {} with {name}: a latency test posts one request at a time, as \
+             perftest's (\"Post list is supported in BW tests only\")",
+            o.post_list
+        ));
+    }
+    if o.inline_given && (atomic || name.starts_with("read-")) {
+        // parser, case 'I'.
+        return Err(format!(
+            "-I with {name}: reads and atomics carry no inline data, as perftest's (\"Inline \
+             feature not available on READ/Atomic verbs\")"
+        ));
+    }
+    if o.atomic_given && !atomic {
+        // parser, case 'A'.
+        return Err(format!(
+            "-A / --atomic with {name}: the atomic type is for atomic-lat and atomic-bw, as \
+             perftest's (\"You are not running the atomic_lat/bw test!\")"
+        ));
+    }
+    if o.all && atomic {
+        // force_dependecies: RUN_ALL sets the size to MAX_SIZE, which an atomic refuses.
+        return Err(format!(
+            "-a with {name}: an atomic moves 8 bytes, one size, as perftest's (\"Message size \
+             cannot be changed for Atomic tests\")"
+        ));
+    }
     if o.plot.is_some() && name.ends_with("-bw") {
         return Err(format!(
             "--plot draws latency histograms: use it with a latency test, not {name}"
