@@ -424,4 +424,47 @@ mod tests {
         assert_eq!(got, r);
         assert_eq!(raw, [0, 0, 0, 0, 0, 1, 0, 0]);
     }
+
+    /// The exchanges after the test wait for as long as the peer's test runs: a bfperf
+    /// server of `ib_read_lat` (or of `ib_write_bw` / `ib_read_bw`) waits in the close (or
+    /// the report's exchange) while the perftest client reads (writes) for `-n` iterations
+    /// or `-D` seconds, and perftest's own server waits in a blocking `read` for as long
+    /// (`ctx_close_connection`, `xchg_bw_reports`: no timeout). The set-up's timeout (60 s,
+    /// shortened here to 100 ms) ended a longer test with "Resource temporarily
+    /// unavailable" instead.
+    #[test]
+    fn the_exchanges_after_the_test_wait_for_the_peer_s_test() {
+        let test_ms = 400;
+        for report in [false, true] {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            // The perftest client: its test, then its address and ours, then the report
+            // (ib_write_bw) or "done" (ib_read_lat).
+            let peer = std::thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(test_ms));
+                s.write_all(&dest(false).encode()).unwrap();
+                let mut m = [0u8; KEY];
+                s.read_exact(&mut m).unwrap();
+                if report {
+                    for _ in 0..5 {
+                        s.write_all(&[0u8; 8]).unwrap();
+                        s.read_exact(&mut [0u8; 8]).unwrap();
+                    }
+                } else {
+                    s.write_all(b"done\0").unwrap();
+                }
+            });
+            let mut w = Wire::new(l.accept().unwrap().0, false).unwrap();
+            w.s.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+                .unwrap();
+            let r = if report {
+                w.reports(&dest(false), &Report::default()).map(|_| ())
+            } else {
+                w.close(&dest(false))
+            };
+            assert_eq!(r, Ok(()), "report {report}");
+            peer.join().unwrap();
+        }
+    }
 }
