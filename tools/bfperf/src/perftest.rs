@@ -200,11 +200,19 @@ fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
 }
 
 impl Wire {
-    /// The connection `s`, this side its client or its server.
+    /// The connection `s`, this side its client or its server; a peer that stops answering
+    /// during the set-up is an error after a minute (the exchanges after the test wait).
     pub fn new(s: TcpStream, client: bool) -> Result<Wire, String> {
         s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
             .map_err(io("timeout"))?;
         Ok(Wire { s, client })
+    }
+
+    /// The exchanges after the test wait for as long as the peer's test takes (`-n`
+    /// iterations or `-D` seconds), as perftest's blocking `read` does: the set-up's
+    /// timeout ([`Wire::new`]) is lifted (as bfperf's own exchange lifts it once set up).
+    fn after_test(&mut self) -> Result<(), String> {
+        self.s.set_read_timeout(None).map_err(io("timeout"))
     }
 
     /// One symmetric exchange of `mine` for as many bytes of the peer's.
@@ -265,8 +273,10 @@ impl Wire {
     }
 
     /// `xchg_bw_reports` after one more address exchange: this side's report for the
-    /// peer's (the server sends zeros: perftest's server has measured nothing).
+    /// peer's (the server sends zeros: perftest's server has measured nothing). The server
+    /// waits here while the client's test runs: [`Wire::after_test`].
     pub fn reports(&mut self, mine: &Dest, r: &Report) -> Result<Report, String> {
+        self.after_test()?;
         self.hand_shake(mine)?;
         let mut x = |what: &str, v: [u8; 8]| -> Result<[u8; 8], String> {
             let t = self.xchg(what, &v)?;
@@ -281,8 +291,11 @@ impl Wire {
         })
     }
 
-    /// `ctx_close_connection`: one more exchange, then "done" (never read by the peer).
+    /// `ctx_close_connection`: one more exchange, then "done" (never read by the peer). A
+    /// side that measures nothing (`ib_read_lat`'s server) waits here while the peer's test
+    /// runs: [`Wire::after_test`].
     pub fn close(mut self, mine: &Dest) -> Result<(), String> {
+        self.after_test()?;
         self.hand_shake(mine)?;
         self.s.write_all(b"done\0").map_err(io("done"))
     }
