@@ -76,6 +76,36 @@ fn no_peak_reads_zero() {
     assert_eq!(run(&["--noPeak"]), 0.0);
 }
 
+/// perftest's warning before the header when a bandwidth run measures no peak that was not
+/// asked off (perftest_parameters.c, `force_dependecies`: `iters > 20000` in a counted
+/// BW test prints " WARNING: BW peak won't be measured in this run." and sets `noPeak`;
+/// with `-N` the peak is off already and nothing is said, in a timed run too). bfperf said
+/// it in every timed run, `-N` or not, and never in a counted one: a run above 20000
+/// iterations printed a peak of 0 with no word of why.
+#[test]
+fn a_run_without_its_peak_warns_as_perftest() {
+    const WARNING: &str = " WARNING: BW peak won't be measured in this run.";
+    for (extra, warns) in [
+        (&["-n", "20001"][..], true),
+        (&["-n", "20000"][..], false),
+        (&["-n", "20001", "-N"][..], false),
+        (&["-n", "200", "-N"][..], false),
+        (&["-D", "2", "-f", "0"][..], true),
+        (&["-D", "2", "-f", "0", "-N"][..], false),
+    ] {
+        let mut args = vec!["write-bw", "-d", "sim", "-s", "8", "--warmup", "10"];
+        args.extend_from_slice(extra);
+        let out = bfperf(&args);
+        assert!(out.status.success(), "{extra:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.contains(WARNING), warns, "{extra:?}: {text}");
+        if warns {
+            // Before the header, as perftest's.
+            assert!(text.find(WARNING) < text.find("#bytes"), "{text}");
+        }
+    }
+}
+
 /// perftest's `--report_gbits`: the bandwidth columns in Gb/s, the header saying so.
 #[test]
 fn report_gbits_prints_bandwidth_in_gigabits() {
