@@ -200,11 +200,12 @@ fn run(t: Test, o: &Opts) -> blueflame::Result<()> {
     let (dev, what) = setup::open(o)?;
     let line = stats::RESULT_LINE;
     if !o.json {
+        // perftest's words (`force_dependecies`), before its header, where it turns the peak
+        // off itself (a counted run above 20000 iterations, a timed run), not where -N did.
+        if matches!(t, Test::Bw(..)) && !o.no_peak && !bw::measures_peak(o) {
+            println!(" WARNING: BW peak won't be measured in this run.");
+        }
         if let Some(d) = opts::duration(o) {
-            // perftest's words, where it says them (before its header).
-            if matches!(t, Test::Bw(..)) {
-                println!(" WARNING: BW peak won't be measured in this run.");
-            }
             if o.run_infinitely {
                 println!(" Duration       : until killed, a row every {d} s (--run_infinitely)");
             } else {
