@@ -429,11 +429,15 @@ fn duration_mode_times_latency_tests_as_perftest() {
     assert_eq!(cols[0], 8.0, "{row}");
     let (iters, t_avg, tps) = (cols[1], cols[2], cols[3]);
     let sample = t_avg * iters * 2.0 / 1e6;
+    // Half a second either way tells the middle second from the 2 or 3 s a wrong window
+    // would measure, and leaves room for a loaded machine, where the last measured
+    // iteration may end well after the window's last instant (it failed at 0.1 under a
+    // load of 11 on 2 cores).
     assert!(
-        (sample - 1.0).abs() < 0.1,
+        (sample - 1.0).abs() < 0.5,
         "the middle second: {sample} s: {row}"
     );
-    assert!((iters / tps - 1.0).abs() < 0.1, "{row}");
+    assert!((iters / tps - 1.0).abs() < 0.5, "{row}");
     let j = std::fs::read_to_string(&json).unwrap();
     assert!(j.contains("\"test\": \"Send_Latency_Test\""), "{j}");
     assert!(
