@@ -33,6 +33,10 @@ pub fn all() -> Vec<Case> {
         ),
         check("creation_limits_as_on_the_software_nic", creation_limits),
         check("receive_limits_as_on_the_software_nic", receive_limits),
+        check(
+            "receive_entries_of_2_gib_are_refused_on_both_paths",
+            huge_receive_entries,
+        ),
         check("ud_send_limits_as_on_the_software_nic", ud_send_limits),
         check("a_device_without_atomics_on_both_paths", no_atomics),
         check("a_peer_that_never_connects_back", peer_never_connects),
@@ -1455,6 +1459,119 @@ fn receive_limits(dev: &Device) -> Result<(), String> {
                  software NIC",
                 caps.rq_entries, caps.max_recv_sge
             ));
+        }
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(diffs.join("\n"))
+    }
+}
+
+/// A receive entry of 2^31 bytes or more: the direct path refuses it before anything is
+/// written (`check_recv_list`: a data segment's byte count is 31 bits, and no message is
+/// longer), with the entry's length in the error. The verbs path handed it to rdma-core:
+/// `ibv_sge.length` is a u32 and the providers take it as it is (mlx5's `mlx5_post_recv`
+/// writes it into the WQE's `byte_count`, whose bit 31 is no length; rxe's `rxe_post_one_recv`
+/// sums the lengths into an int), so the receive was posted. Both paths must refuse it
+/// the same way, nothing posted: one entry (the queue's room cached by an earlier
+/// receive), one of two entries, an SRQ's receive; with and without scatter-to-CQE (with
+/// it, the verbs path checks the entries against the domain's regions too).
+fn huge_receive_entries(dev: &Device) -> Result<(), String> {
+    let outcome = |d: &Device, scatter_to_cqe: bool| -> Result<String, String> {
+        let e = |e: Error| e.to_string();
+        let pd = d.alloc_pd().map_err(e)?;
+        let cq = d.create_cq(64).map_err(e)?;
+        let caps = QpCaps {
+            scatter_to_cqe,
+            ..scenarios::caps()
+        };
+        let mut qp = pd.create_qp(&cq, &cq, caps).map_err(e)?;
+        let mut peer = pd.create_qp(&cq, &cq, caps).map_err(e)?;
+        let (eq, ep) = (qp.endpoint().map_err(e)?, peer.endpoint().map_err(e)?);
+        qp.connect(ep).map_err(e)?;
+        peer.connect(eq).map_err(e)?;
+        let mut srq = pd.create_srq(&cq, SrqCaps::default()).map_err(e)?;
+        let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).map_err(e)?;
+        let small = mr.sge(0, 64).map_err(e)?;
+        let huge = Sge {
+            len: 1 << 31,
+            ..small
+        };
+        qp.post_recv(&[small], 1).map_err(e)?;
+        let mut out = Vec::new();
+        for sgl in [
+            vec![huge],
+            vec![small, huge],
+            vec![Sge {
+                len: u32::MAX,
+                ..small
+            }],
+        ] {
+            let free = qp.free_recv();
+            let r = qp.post_recv(&sgl, 2);
+            out.push(format!("qp {r:?}, {} posted", free - qp.free_recv()));
+        }
+        let free = srq.free();
+        let r = srq.post_recv(&[huge], 3);
+        out.push(format!("srq {r:?}, {} posted", free - srq.free()));
+        // In a region longer than 2^31 bytes (reserved, never touched), after a receive
+        // that landed in it: the verbs path's usual receive (`VerbsRecvQueue::post_one`)
+        // takes an entry in the region its last receive landed in straight.
+        let len = (1usize << 31) + 4096;
+        // SAFETY: a private anonymous mapping of our own, unmapped below after every
+        // object that names it is dropped.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err("mmap of 2 GiB failed".into());
+        }
+        {
+            // SAFETY: the mapping is ours, writable, and outlives the region (dropped in
+            // this block, with the QP that pins it).
+            let big = unsafe { pd.register_raw(p.cast(), len, true, Access::LOCAL_WRITE) };
+            let big = big.map_err(e)?;
+            let first = big.sge(0, 64).map_err(e)?;
+            let r = qp.post_recv(&[first], 4);
+            out.push(format!("big region {r:?}"));
+            let free = qp.free_recv();
+            let r = qp.post_recv(
+                &[Sge {
+                    len: 1 << 31,
+                    ..first
+                }],
+                5,
+            );
+            out.push(format!(
+                "qp in big region {r:?}, {} posted",
+                free - qp.free_recv()
+            ));
+            drop((qp, peer, srq));
+        }
+        // SAFETY: the mapping made above; nothing names it any more.
+        unsafe { libc::munmap(p, len) };
+        Ok(out.join("; "))
+    };
+    let sim = Device::sim();
+    let verbs = crate::verbs_device()?;
+    let mut diffs = Vec::new();
+    for scatter in [true, false] {
+        let want = outcome(&sim, scatter)?;
+        for (label, d) in [("direct", dev), ("verbs", verbs)] {
+            let here = outcome(d, scatter)?;
+            if here != want {
+                diffs.push(format!(
+                    "scatter_to_cqe {scatter}, {label} path: {here}\n  software NIC: {want}"
+                ));
+            }
         }
     }
     if diffs.is_empty() {
