@@ -334,7 +334,9 @@ impl Srq {
     ///
     /// # Errors
     /// [`Error::QueueFull`] when the SRQ is full; [`Error::TooManySge`];
-    /// [`Error::CqFull`] when the SRQ's CQ has no entry for it; on the direct path (mlx5
+    /// [`Error::CqFull`] when the SRQ's CQ has no entry for it;
+    /// [`Error::InvalidParameter`] with the length of an entry of 2^31 bytes or more; on
+    /// the direct path (mlx5
     /// and the software NIC), [`Error::InvalidParameter`] with the lkey for an entry in an
     /// on-demand or dma-buf region when the device does not page SRQ receives
     /// ([`OdpCaps::srq_recv`](crate::OdpCaps::srq_recv)); nothing is posted then.

@@ -109,8 +109,15 @@ pub(crate) fn prepared_recv(max_sge: usize) -> (Box<[ffi::ibv_sge]>, Box<ffi::ib
 /// many. Only the request posted after it publishes them, so an error leaves nothing
 /// behind.
 ///
+/// An entry longer than [`MAX_SGE_BYTES`](mlx5::wqe::MAX_SGE_BYTES) (2^31 - 1) is refused
+/// as the direct path refuses it (`check_recv_list`): `ibv_sge.length` is a u32 that the
+/// providers take as it is (rdma-core's mlx5 `mlx5_post_recv` writes it into the WQE's
+/// 32-bit `byte_count`, whose bit 31 is no length; rxe's `rxe_post_one_recv` sums the
+/// lengths into an int), and no message is that long.
+///
 /// # Errors
-/// [`Error::TooManySge`] with the non-empty entries and `sges.len()`.
+/// [`Error::InvalidParameter`] with an entry's length, [`Error::TooManySge`] with the
+/// non-empty entries and `sges.len()`: the direct path's errors, in its order.
 #[inline]
 pub(crate) fn fill_recv_sges(sges: &mut [ffi::ibv_sge], sgl: &[Sge]) -> Result<usize> {
     let mut n = 0;
@@ -118,11 +125,8 @@ pub(crate) fn fill_recv_sges(sges: &mut [ffi::ibv_sge], sgl: &[Sge]) -> Result<u
         if s.len == 0 {
             continue;
         }
-        if n == sges.len() {
-            return Err(Error::TooManySge {
-                n: sgl.iter().filter(|s| s.len != 0).count(),
-                max: sges.len(),
-            });
+        if n == sges.len() || s.len > mlx5::wqe::MAX_SGE_BYTES {
+            return Err(refuse_recv_list(sgl, sges.len()));
         }
         sges[n] = ffi::ibv_sge {
             addr: s.addr,
@@ -132,6 +136,18 @@ pub(crate) fn fill_recv_sges(sges: &mut [ffi::ibv_sge], sgl: &[Sge]) -> Result<u
         n += 1;
     }
     Ok(n)
+}
+
+/// [`fill_recv_sges`]' refusal of `sgl` (an entry too long, or more than `max` entries):
+/// the direct path's error for it.
+#[cold]
+#[inline(never)]
+fn refuse_recv_list(sgl: &[Sge], max: usize) -> Error {
+    match crate::queue::checks::check_recv_list(sgl, max) {
+        Err(e) => e,
+        // Not reached: the list has an entry too long or too many entries.
+        Ok(n) => Error::TooManySge { n, max },
+    }
 }
 
 impl VerbsRecvQueue {
@@ -228,7 +244,8 @@ impl VerbsRecvQueue {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], or the `ibv_post_recv` error;
-    /// [`Error::InvalidParameter`] with the lkey of an entry outside every CPU-writable
+    /// [`Error::InvalidParameter`] with the length of an entry of 2^31 bytes or more, or
+    /// with the lkey of an entry outside every CPU-writable
     /// region of the domain, on a device whose provider copies small messages with the
     /// CPU (mlx5).
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
@@ -281,11 +298,15 @@ impl VerbsRecvQueue {
     /// it is not that case (nothing done: [`VerbsRecvQueue::post`] takes it, with every
     /// check). The cached room is renewed out of line when spent. Only a receive into a
     /// CPU-writable region comes here, so a provider that copies with the CPU refuses none
-    /// of them; an empty buffer, a queue that checks no region, any other region or a
+    /// of them; an empty buffer or one past `MAX_SGE_BYTES`, a queue that checks no region, any other region or a
     /// changed list of regions takes the general path.
     #[inline(always)]
     pub(crate) fn post_one(&mut self, s: &Sge, cookie: u64) -> Option<i32> {
-        if self.seq == self.room_end && !self.renew_room() {
+        // Lengths 1 to `MAX_SGE_BYTES` in one compare (the general path refuses a longer
+        // entry, as the direct path's usual receive leaves it to its general path).
+        if s.len.wrapping_sub(1) >= mlx5::wqe::MAX_SGE_BYTES
+            || self.seq == self.room_end && !self.renew_room()
+        {
             return None;
         }
         // Read once: the stores below go through pointers the compiler cannot tell from

@@ -118,7 +118,8 @@ impl VerbsSrq {
     ///
     /// # Errors
     /// [`Error::QueueFull`], [`Error::TooManySge`], [`Error::CqFull`], or the
-    /// `ibv_post_srq_recv` error; [`Error::InvalidParameter`] with the lkey of an entry
+    /// `ibv_post_srq_recv` error; [`Error::InvalidParameter`] with the length of an entry
+    /// of 2^31 bytes or more, or with the lkey of an entry
     /// outside every CPU-writable region of the domain on a device whose provider copies
     /// small messages with the CPU (mlx5); nothing is posted then.
     pub fn post(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {

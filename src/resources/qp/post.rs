@@ -236,12 +236,11 @@ impl Qp {
     /// [`Error::SrqQp`] when the QP takes its receives from an SRQ;
     /// [`Error::Unsupported`] when the QP has no receive queue; [`Error::QueueFull`];
     /// [`Error::CqFull`] when the receive CQ has no room left for the completion;
-    /// [`Error::TooManySge`]; [`Error::InvalidParameter`] on the direct path for an entry of
-    /// 2^31 bytes or more, and on the verbs path of mlx5 for an lkey outside every
-    /// CPU-writable region of the domain; on the verbs path, the `ibv_post_recv` error
-    /// ([`Error::Verbs`]). A full
-    /// queue or CQ is reported as the [`Error::AsyncEvent`] that explains it, when the
-    /// device reported one.
+    /// [`Error::TooManySge`]; [`Error::InvalidParameter`] with the length of an entry of
+    /// 2^31 bytes or more (on every path: nothing is posted), and on the verbs path of mlx5
+    /// for an lkey outside every CPU-writable region of the domain; on the verbs path, the
+    /// `ibv_post_recv` error ([`Error::Verbs`]). A full queue or CQ is reported as the
+    /// [`Error::AsyncEvent`] that explains it, when the device reported one.
     #[inline(always)]
     pub fn post_recv(&mut self, sgl: &[Sge], cookie: u64) -> Result<()> {
         // Each path's usual receive inlined, the rest a call: with the direct path's
