@@ -37,6 +37,10 @@ pub fn all() -> Vec<Case> {
             "receive_entries_of_2_gib_are_refused_on_both_paths",
             huge_receive_entries,
         ),
+        check(
+            "a_verbs_path_address_handle_makes_no_dc_peer",
+            verbs_ah_dc_peer,
+        ),
         check("ud_send_limits_as_on_the_software_nic", ud_send_limits),
         check("a_device_without_atomics_on_both_paths", no_atomics),
         check("a_peer_that_never_connects_back", peer_never_connects),
@@ -1578,6 +1582,36 @@ fn huge_receive_entries(dev: &Device) -> Result<(), String> {
         Ok(())
     } else {
         Err(diffs.join("\n"))
+    }
+}
+
+/// An address handle of a device on the verbs path is rdma-core's `ibv_ah` alone: the crate
+/// reads no mlx5 address vector out of it (`mlx5dv_init_obj` only on the direct path), and
+/// its `AddressHandle` carried an all-zero one (LID 0, no GRH). `DcPeer::from_ah` took it
+/// as the DCT's address: a DCI request to that peer goes to LID 0, InfiniBand's reserved
+/// LID, and never arrives (the DCI's retries run out and it goes to error). Refused now,
+/// typed, as UD sends refuse an address handle they cannot use; an address handle of the
+/// direct path to the same port makes a peer.
+fn verbs_ah_dc_peer(dev: &Device) -> Result<(), String> {
+    let e = |e: Error| e.to_string();
+    let mut handles = Vec::new();
+    for d in [dev, crate::verbs_device()?] {
+        let pd = d.alloc_pd().map_err(e)?;
+        let cq = d.create_cq(16).map_err(e)?;
+        let caps = QpCaps {
+            sq_blocks: 16,
+            rq_entries: 1,
+            ..QpCaps::default()
+        };
+        let ud = pd.create_ud_qp(&cq, &cq, caps, 1).map_err(e)?;
+        handles.push(pd.create_ah(ud.endpoint()).map_err(e)?);
+    }
+    let direct = DcPeer::from_ah(&handles[0], 5, 7).map_err(e)?;
+    match DcPeer::from_ah(&handles[1], 5, 7) {
+        Err(Error::InvalidHandle { .. }) => Ok(()),
+        other => Err(format!(
+            "a verbs-path address handle gave {other:?} (the direct path's: {direct:?})"
+        )),
     }
 }
 
