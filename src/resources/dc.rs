@@ -68,8 +68,19 @@ impl DcPeer {
     /// its AV, the DCT number and key the target's owner gave out of band.
     ///
     /// # Errors
-    /// As [`DcPeer::new`].
+    /// As [`DcPeer::new`]; [`Error::InvalidHandle`] with the destination LID for an address
+    /// handle of a device on the verbs path ([`DataPath::Verbs`]):
+    /// it is rdma-core's `ibv_ah` alone, with no mlx5 address vector the crate read
+    /// (`mlx5dv_init_obj` runs on the direct path only), so no DCI request could reach the
+    /// DCT through it.
     pub fn from_ah(ah: &crate::resources::AddressHandle, dctn: u32, dc_key: u64) -> Result<DcPeer> {
+        if ah.pd().device().data_path() == DataPath::Verbs {
+            return Err(Error::InvalidHandle {
+                what: "address handle of a device on the verbs path (no mlx5 address vector; \
+                       its destination LID)",
+                value: ah.attr().dlid as u64,
+            });
+        }
         DcPeer::from_av(ah.av(), dctn, dc_key)
     }
 
