@@ -575,3 +575,49 @@ fn a_bind_in_flight_on_a_dropped_qp_is_not_settled_through_the_qp_that_reuses_it
         nic.qp_state(qpn)
     );
 }
+
+/// A window a peer invalidated with its send with invalidate, the receive completion that
+/// says so polled, is not unbound again with a local invalidate: the NIC's window is free
+/// already, and that invalidate would fail (the software NIC, as a ConnectX with
+/// `CHECK_QPN` on a free key) and take the QP to the error state with all its work, or, on
+/// rxe, run `rxe_do_invalidate_mw` on a window without QP or region (`rxe_invalidate_mw`
+/// refuses only an INVALID window, not a FREE one). The crate has the key in the QP's record
+/// of invalidated keys: the unbind is refused, naming `MemoryWindow::invalidated`, and the
+/// QP goes on.
+#[test]
+fn unbinding_a_window_a_peer_invalidated_is_refused_and_the_qp_goes_on() {
+    let mut p = pair();
+    let mut mw = p.b.pd().alloc_mw(MwType::Two).unwrap();
+    let rkey =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 1, PostFlags::SIGNALED)
+            .unwrap();
+    p.wait(true, 1);
+    p.b.post_recv(&[p.mr_b.sge(2048, 64).unwrap()], 50).unwrap();
+    p.a.post(
+        &Request::SendInv {
+            data: Payload::Inline(b"done"),
+            rkey,
+        },
+        2,
+        PostFlags::SIGNALED,
+    )
+    .unwrap();
+    assert_eq!(p.wait(false, 1)[0].1, WcStatus::Success);
+    assert_eq!(p.wait(true, 1)[0].2, WcOpcode::RecvWithInv);
+    let e = p.b.unbind_mw(&mut mw, 3, PostFlags::SIGNALED);
+    assert!(
+        matches!(e, Err(Error::WindowState { rkey: k, .. }) if k == rkey),
+        "{e:?}"
+    );
+    // Nothing was posted: B's QP still works, and the window is unbound by the record.
+    p.b.write_inline(b"still", p.mr_a.remote(0).unwrap(), 4, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
+    mw.invalidated(rkey).unwrap();
+    assert!(!mw.is_bound());
+    let again =
+        p.b.bind_mw(&mut mw, &p.mr_b, 0, 256, RW, 5, PostFlags::SIGNALED)
+            .unwrap();
+    assert_eq!(p.wait(true, 1)[0].1, WcStatus::Success);
+    assert_eq!(write(&mut p, b"ok", 0, again, 6), WcStatus::Success);
+}
