@@ -59,6 +59,13 @@ impl Invalidations {
         })
     }
 
+    /// Whether a receive reported `rkey` invalidated and the record was not taken yet
+    /// (nothing is taken).
+    pub(crate) fn holds(&self, rkey: u32) -> bool {
+        let want = LIVE | rkey as u64;
+        self.slots.iter().any(|s| s.load(Ordering::Acquire) == want)
+    }
+
     /// Forgets every record of `rkey` (a window bound afresh with that key: a record left
     /// from its last binding with the same key, 256 binds ago, must not unbind this one).
     pub(crate) fn forget(&self, rkey: u32) {
@@ -77,8 +84,10 @@ mod tests {
         log.record(7);
         log.record(0);
         assert!(!log.take(8));
+        assert!(log.holds(7) && log.holds(7), "looking takes nothing");
         assert!(log.take(7));
         assert!(!log.take(7), "taken once");
+        assert!(!log.holds(7));
         assert!(log.take(0), "key 0 is a key like another");
     }
 

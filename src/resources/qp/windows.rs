@@ -161,8 +161,10 @@ impl Qp {
     /// Before anything is posted: [`Error::InvalidState`] before `connect`;
     /// [`Error::InvalidHandle`] for a window of another protection domain;
     /// [`Error::WindowState`] for a type-2 window that is not bound, or bound through
-    /// another QP, or a request of this window in flight on another QP;
-    /// [`Error::QueueFull`].
+    /// another QP, or that a peer invalidated (a polled receive completion of its QP
+    /// reported the key: record it with
+    /// [`MemoryWindow::invalidated`](crate::MemoryWindow::invalidated)), or a request of this
+    /// window in flight on another QP; [`Error::QueueFull`].
     pub fn unbind_mw(
         &mut self,
         mw: &mut crate::resources::MemoryWindow,
@@ -195,6 +197,17 @@ impl Qp {
                             state: "not bound",
                         })
                     }
+                }
+                // A peer's send with invalidate freed it already (a receive completion of
+                // its QP said so): a second invalidate of the free key fails on the NIC and
+                // takes the QP to the error state (rxe runs it on a window without QP or
+                // region). The record stays for `MemoryWindow::invalidated`.
+                if mw.flight.is_none() && mw.invalidations.as_ref().is_some_and(|l| l.holds(old)) {
+                    return Err(Error::WindowState {
+                        rkey: old,
+                        state: "a peer invalidated it (a receive completion reported its key): \
+                                record that with MemoryWindow::invalidated",
+                    });
                 }
                 self.check_state()?;
                 let inval = Request::LocalInvalidate { rkey: old };
