@@ -142,3 +142,146 @@ fn an_rc_qp_connected_to_a_ud_qp_reaches_nothing() {
         "an RC write to a UD QP's number: {c:?}"
     );
 }
+
+/// Timers short enough that a request nobody answers fails quickly.
+const QUICK: Timing = Timing {
+    timeout: 1,
+    retry_cnt: 1,
+    rnr_retry: 7,
+    min_rnr_timer: 12,
+};
+
+/// A bare QP number (`Endpoint { qpn, ..Endpoint::default() }`: no LID, no GID, PSN 0)
+/// names no port: the software NIC refuses it as an rdma-core device does (the kernel's
+/// `mlx5_set_path` would program `rlid` 0, InfiniBand's reserved LID: a dead QP), with
+/// `InvalidParameter`, the QP left in RESET. It then connects with the real endpoint and
+/// carries a write.
+#[test]
+fn a_bare_qp_number_is_refused_and_the_qp_connects_after() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mr = pd.alloc_mr(4096, scenarios::RIGHTS).unwrap();
+    let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
+    let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
+    let bare = Endpoint {
+        qpn: b.qpn(),
+        ..Endpoint::default()
+    };
+    let r = a.connect_with(&bare, &Timing::default());
+    assert!(
+        matches!(r, Err(Error::InvalidParameter { what, value }) if what.contains("address") && value == u64::from(b.qpn())),
+        "a connect to a bare QP number: {r:?}"
+    );
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+    a.connect_with(&eb, &Timing::default()).unwrap();
+    b.connect_with(&ea, &Timing::default()).unwrap();
+    a.write_inline(&[5; 8], mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
+    let mut out = [Completion::default(); 1];
+    assert_eq!(cq.poll_n(&mut out, 1, 1 << 34), 1);
+    assert_eq!((out[0].cookie, out[0].status), (1, WcStatus::Success));
+    assert_eq!(mr.read_u64(0).unwrap(), u64::from_ne_bytes([5; 8]));
+}
+
+/// `a` connected to `b` by `to` (b connected to a by `back`), then a signaled write of
+/// a's into `mr`: its completion.
+fn write_over(
+    dev: &Device,
+    pd: &Pd,
+    mr: &MemoryRegion,
+    to: impl Fn(Endpoint) -> Endpoint,
+    back: impl Fn(Endpoint) -> Endpoint,
+) -> Completion {
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
+    let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+    a.connect_with(&to(eb), &QUICK).unwrap();
+    b.connect_with(&back(ea), &QUICK).unwrap();
+    a.write_inline(&[9; 8], mr.remote(0).unwrap(), 1, PostFlags::SIGNALED)
+        .unwrap();
+    let mut out = [Completion::default(); 1];
+    assert_eq!(cq.poll_n(&mut out, 1, 1 << 34), 1, "no completion");
+    out[0]
+}
+
+/// The software NIC connects only to what the address names, as a ConnectX: an endpoint
+/// whose LID is another software NIC's sends to that port, which runs none of this NIC's
+/// QPs, so nothing answers and the requests end in `RetryExcErr`; and a responder told a
+/// first PSN other than the requester's (its `rq_psn`) takes none of the requester's
+/// packets (out of sequence), with the same end. Nothing lands in the peer's memory.
+#[test]
+fn a_wrong_lid_or_psn_in_the_endpoint_reaches_no_one() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(4096, scenarios::RIGHTS).unwrap();
+    let other = Device::sim_stepped();
+    let other_lid = {
+        let opd = other.alloc_pd().unwrap();
+        let ocq = other.create_cq(16).unwrap();
+        let oqp = opd.create_qp(&ocq, &ocq, scenarios::caps()).unwrap();
+        oqp.endpoint().unwrap().lid
+    };
+    let c = write_over(
+        &dev,
+        &pd,
+        &mr,
+        |e| Endpoint {
+            lid: other_lid,
+            ..e
+        },
+        |e| e,
+    );
+    assert_eq!(
+        (c.status, mr.read_u64(0).unwrap()),
+        (WcStatus::RetryExcErr, 0),
+        "a write to another software NIC's LID ({other_lid:#x}): {c:?}"
+    );
+    let c = write_over(
+        &dev,
+        &pd,
+        &mr,
+        |e| e,
+        |e| Endpoint {
+            psn: e.psn ^ 1,
+            ..e
+        },
+    );
+    assert_eq!(
+        (c.status, mr.read_u64(0).unwrap()),
+        (WcStatus::RetryExcErr, 0),
+        "a write to a responder expecting another PSN: {c:?}"
+    );
+    let c = write_over(&dev, &pd, &mr, |e| e, |e| e);
+    assert_eq!(
+        (c.status, mr.read_u64(0).unwrap()),
+        (WcStatus::Success, u64::from_ne_bytes([9; 8])),
+        "the same pair with the endpoints as they are"
+    );
+}
+
+/// Every software NIC of a process is a port of its own: two have different addresses
+/// (LID and GID), each a unicast LID and a GID, and the active MTU (verbs enum).
+#[test]
+fn two_software_nics_have_different_endpoints() {
+    let ends: Vec<Endpoint> = (0..2)
+        .map(|_| {
+            let dev = Device::sim_stepped();
+            let pd = dev.alloc_pd().unwrap();
+            let cq = dev.create_cq(16).unwrap();
+            let qp = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
+            qp.endpoint().unwrap()
+        })
+        .collect();
+    for e in &ends {
+        assert!((1..0xc000).contains(&e.lid), "a unicast LID: {e:?}");
+        assert_ne!(e.gid, [0; 16], "a GID: {e:?}");
+        assert_eq!(
+            e.mtu, 5,
+            "the port's active MTU, 4096 (IBV_MTU_4096): {e:?}"
+        );
+    }
+    assert_ne!(ends[0].lid, ends[1].lid, "{ends:?}");
+    assert_ne!(ends[0].gid, ends[1].gid, "{ends:?}");
+}
