@@ -26,8 +26,8 @@ fn rig() -> Rig {
         ..QpCaps::default()
     };
     let mut qp = pd.create_qp(&cq, &cq, caps).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let mr = pd.alloc_mr(1 << 16, Access(1 | 2 | 4 | 8)).unwrap();
     Rig { dev, qp, cq, mr }
 }

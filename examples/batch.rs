@@ -84,8 +84,8 @@ fn run() -> Res<()> {
         (slots * 8) as usize,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE,
     )?;
-    qp.connect(target.endpoint()?)?;
-    target.connect(qp.endpoint()?)?;
+    qp.connect(&target.endpoint()?)?;
+    target.connect(&qp.endpoint()?)?;
 
     // An 8-byte inline write takes one slot of the send queue on either path (one 64-byte
     // block, or one work request): N must fit twice in the empty queue.

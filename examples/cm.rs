@@ -178,7 +178,7 @@ fn tcp_side(dev: &Device, server: Option<TcpListener>, port: u16) -> Res<Conn> {
         Some(l) => connect::accept(&l, &ours)?,
         None => connect::dial(("127.0.0.1", port), &ours)?,
     };
-    qp.connect(theirs.endpoint)?;
+    qp.connect(&theirs.endpoint)?;
     let peer = *theirs.buffers.first().ok_or("the peer offered no buffer")?;
     Ok(Conn { qp, cq, mr, peer })
 }

@@ -181,7 +181,7 @@ fn play(mut side: Side, theirs: Exchange, initiator: bool, iters: u32) -> Res<Du
         .into());
     }
     // RESET -> INIT -> RTR -> RTS towards the peer's QP.
-    side.qp.connect(theirs.endpoint)?;
+    side.qp.connect(&theirs.endpoint)?;
     let start = Instant::now();
     for i in 0..iters {
         let tag = (i % 255) as u8 + 1; // never 0, the buffer's initial value

@@ -67,8 +67,8 @@ fn run() -> Res<()> {
     let mut peer = peer_pd.create_qp(&peer_cq, &peer_cq, QpCaps::default())?;
 
     // Connect the two QPs to each other (on two hosts, the endpoints travel out of band).
-    owner.connect(peer.endpoint()?)?;
-    peer.connect(owner.endpoint()?)?;
+    owner.connect(&peer.endpoint()?)?;
+    peer.connect(&owner.endpoint()?)?;
 
     // 1. Grant: bind a type-2 window (tied to the owner's QP: the peer must come in through
     //    it) to bytes 1024..1280 of the region, remote write only. `bind_mw` returns the new

@@ -44,8 +44,8 @@ const BATCH: usize = 16;
 ///     let cq = dev.create_cq_with(&CqOptions::new(64).channel(&ch))?;
 ///     let pd = dev.alloc_pd()?;
 ///     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
-///     let me = qp.qpn();
-///     qp.connect(me)?; // loopback
+///     let me = qp.endpoint()?;
+///     qp.connect(&me)?; // loopback
 ///     let mr = pd.alloc_mr(64, blueflame::Access::LOCAL_WRITE | blueflame::Access::REMOTE_WRITE)?;
 ///     let mut cq = AsyncCq::new(cq)?;
 ///     qp.write_inline(b"hi", mr.remote(0)?, 42, PostFlags::SIGNALED)?;

@@ -60,12 +60,12 @@ pub struct RemoteBuf {
 /// let offer = Exchange { endpoint: qp_s.endpoint()?, buffers: vec![mr_s.remote_buf()] };
 /// let server = std::thread::spawn(move || -> blueflame::Result<_> {
 ///     let client = accept(&listener, &offer)?;   // the server's half
-///     qp_s.connect(client.endpoint)?;
+///     qp_s.connect(&client.endpoint)?;
 ///     Ok((qp_s, mr_s, cq_s))
 /// });
 /// let ours = Exchange { endpoint: qp.endpoint()?, buffers: vec![mr.remote_buf()] };
 /// let theirs = dial(addr, &ours)?;              // the client's half
-/// qp.connect(theirs.endpoint)?;
+/// qp.connect(&theirs.endpoint)?;
 /// let (_qp_s, mr_s, _cq_s) = server.join().unwrap()?;
 ///
 /// let buf = theirs.buffers[0];

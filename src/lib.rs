@@ -34,7 +34,7 @@
 //! let mut cq = dev.create_cq(64)?;
 //! let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
 //! let me = qp.endpoint()?;            // what a peer needs (exchange it: `connect`)
-//! qp.connect(me)?;                    // here: a loopback QP
+//! qp.connect(&me)?;                    // here: a loopback QP
 //! let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 //!
 //! qp.write_inline(b"tick", mr.remote(64)?, 7, PostFlags::SIGNALED)?;

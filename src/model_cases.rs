@@ -317,7 +317,7 @@ fn on_verbs_api<T>(api: &str, make: impl FnOnce() -> T) -> T {
 /// `qp` connected to itself (its own endpoint: a loop, as the model's cases use one).
 fn connected_to_itself(mut qp: crate::Qp) -> crate::Qp {
     let e = qp.endpoint().unwrap();
-    qp.connect(e).unwrap();
+    qp.connect(&e).unwrap();
     qp
 }
 
@@ -346,8 +346,8 @@ fn pair(dev: &Device) -> (crate::Pd, crate::Cq, crate::Qp, crate::Qp) {
     let mut q1 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut q2 = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let (e1, e2) = (q1.endpoint().unwrap(), q2.endpoint().unwrap());
-    q1.connect(e2).unwrap();
-    q2.connect(e1).unwrap();
+    q1.connect(&e2).unwrap();
+    q2.connect(&e1).unwrap();
     (pd, cq, q1, q2)
 }
 
@@ -709,7 +709,7 @@ fn a_refused_straight_post_leaves_the_send_queue_as_it_was() {
             let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
             assert_eq!(qp.verbs_api(), Some(want), "{api}");
             let e = qp.endpoint().unwrap();
-            qp.connect(e).unwrap();
+            qp.connect(&e).unwrap();
             let half = u64::from(qp.send_depth() / 2);
             for i in 0..half + 2 {
                 if i < refusals {
@@ -946,7 +946,7 @@ fn a_type1_bind_on_the_verbs_path_is_fenced_as_asked() {
     let mut cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let me = qp.endpoint().unwrap();
-    qp.connect(me).unwrap();
+    qp.connect(&me).unwrap();
     let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
     let mr = pd.alloc_mr(4096, rights).unwrap();
     let mut mw = pd.alloc_mw(MwType::One).unwrap();
@@ -1032,7 +1032,7 @@ fn a_verbs_batch_past_64_requests_says_so() {
         };
         let mut qp = pd.create_qp(&cq, &cq, caps).unwrap();
         let e = qp.endpoint().unwrap();
-        qp.connect(e).unwrap();
+        qp.connect(&e).unwrap();
         let mr = pd
             .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
@@ -1085,7 +1085,7 @@ fn a_completion_of_a_qp_attached_after_the_polls_check_is_reported() {
         assert_eq!(cq.poll(&mut out), 0, "{api}");
         let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
         let e = qp.endpoint().unwrap();
-        qp.connect(e).unwrap();
+        qp.connect(&e).unwrap();
         let mr = pd
             .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
@@ -1704,8 +1704,8 @@ fn the_verbs_poller_retires_only_after_ibv_end_poll() {
         let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
         let mut b = pd.create_qp_with_srq(&cq, &srq, QpCaps::default()).unwrap();
         let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
-        a.connect(eb).unwrap();
-        b.connect(ea).unwrap();
+        a.connect(&eb).unwrap();
+        b.connect(&ea).unwrap();
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let mr = pd.alloc_mr(4096, rw).unwrap();
         let ro = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
@@ -1894,7 +1894,7 @@ fn failed_poll_keeps_orphans(
         "{api}"
     );
     let e = qp.endpoint().unwrap();
-    qp.connect(e).unwrap();
+    qp.connect(&e).unwrap();
     let mr = pd
         .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
@@ -1978,7 +1978,7 @@ fn a_dropped_first_qps_send_queue_keeps_no_region_parked() {
         };
         assert_eq!(qp.verbs_api(), Some(want), "{api}");
         let e = qp.endpoint().unwrap();
-        qp.connect(e).unwrap();
+        qp.connect(&e).unwrap();
         let target = pd
             .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
@@ -2115,7 +2115,7 @@ fn a_straight_post_waits_for_connect_a_queued_batch_and_an_armed_fence() {
     }
     assert!(SEEN.lock().unwrap().is_empty());
     let me = qp.endpoint().unwrap();
-    qp.connect(me).unwrap();
+    qp.connect(&me).unwrap();
     let mut out = [Completion::default(); 8];
     let mut polled = 0;
     let mut expect = |cq: &mut crate::Cq, n: usize| {

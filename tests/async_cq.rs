@@ -41,8 +41,8 @@ fn pair_on(dev: Device) -> Pair {
     let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
     let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
-    a.connect(eb).unwrap();
-    b.connect(ea).unwrap();
+    a.connect(&eb).unwrap();
+    b.connect(&ea).unwrap();
     let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
     Pair {
         dev,

@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
             let mut qp = pd
                 .create_qp(&cq, &cq, blueflame::QpCaps::default())
                 .expect("a QP");
-            match qp.connect(x.endpoint) {
+            match qp.connect(&x.endpoint) {
                 Ok(()) | Err(Error::InvalidParameter { .. } | Error::InvalidHandle { .. }) => {}
                 Err(Error::Sim(_) | Error::InvalidState { .. } | Error::Unsupported(_)) => {}
                 Err(e) => panic!("connect to {:?}: {e:?}", x.endpoint),

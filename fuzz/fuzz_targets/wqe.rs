@@ -59,8 +59,8 @@ fuzz_target!(|data: &[u8]| {
             nic.make_ud(q.qpn, QKEY, false).expect("a UD QP");
         }
     } else {
-        nic.connect(a.qpn, b.qpn).expect("connect");
-        nic.connect(b.qpn, a.qpn).expect("connect");
+        nic.connect(a.qpn, nic.path_to(b.qpn)).expect("connect");
+        nic.connect(b.qpn, nic.path_to(a.qpn)).expect("connect");
     }
     let all = Access::LOCAL_WRITE
         | Access::REMOTE_WRITE

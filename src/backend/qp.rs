@@ -9,7 +9,7 @@ use super::sim;
 use super::spec::{QpRings, UdPort};
 use super::{rdma, Cq, Pd, Srq};
 use crate::caps::QpCaps;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
 use crate::verbs;
 use crate::verbs::objects::{Endpoint, Timing};
@@ -20,6 +20,25 @@ use std::sync::Arc;
 /// The first send PSN of QP `qpn` (a hash of its number, as perftest spreads them).
 pub(crate) fn initial_psn(qpn: u32) -> u32 {
     qpn.wrapping_mul(0x9e37_79b9) >> 8
+}
+
+/// Refuses, before the QP leaves RESET, a peer's endpoint that names no address: no LID
+/// on an InfiniBand port, or no GID where the path is global (RoCE, or a GID index given);
+/// on every backend, the software NIC's InfiniBand port too. The kernel takes such an
+/// address vector (`mlx5_set_path` writes `rlid` 0 as it is) and the QP sends to LID 0,
+/// InfiniBand's reserved LID: connected, it is dead.
+pub(crate) fn check_remote_address(ethernet: bool, global: bool, remote: &Endpoint) -> Result<()> {
+    let no_lid = !ethernet && remote.lid == 0;
+    let no_gid = (ethernet || global) && remote.gid == [0; 16];
+    if no_lid || no_gid {
+        return Err(Error::InvalidParameter {
+            what: "remote endpoint without an address (LID 0 on an InfiniBand port, or an \
+                   empty GID on a global path; a QP number alone is not enough on any \
+                   device): exchange the peer's Qp::endpoint (blueflame::connect)",
+            value: remote.qpn as u64,
+        });
+    }
+    Ok(())
 }
 
 /// What a new QP is.
@@ -111,13 +130,8 @@ impl Qp {
     /// [`crate::Error::Verbs`] when the port or GID cannot be queried.
     pub(crate) fn endpoint(&self, qpn: u32, psn: u32) -> Result<Endpoint> {
         match self {
-            // The software NIC: only the numbers matter.
             #[cfg(feature = "sim")]
-            Qp::Sim(_) => Ok(Endpoint {
-                qpn,
-                psn,
-                ..Endpoint::default()
-            }),
+            Qp::Sim(q) => Ok(q.endpoint(qpn, psn)),
             Qp::Rdma(q) => q.endpoint(qpn, psn),
         }
     }
@@ -135,10 +149,18 @@ impl Qp {
         psn: u32,
         timing: &Timing,
     ) -> std::result::Result<(), (crate::error::Error, bool)> {
+        // The same check on every backend: an endpoint without an address is refused
+        // before the QP leaves RESET (connectable again).
+        let (ethernet, global) = match self {
+            #[cfg(feature = "sim")]
+            Qp::Sim(_) => (false, false), // one InfiniBand port, local paths
+            Qp::Rdma(q) => q.link().map_err(|e| (e, false))?,
+        };
+        check_remote_address(ethernet, global, remote).map_err(|e| (e, false))?;
         match self {
             // One step on the software NIC: refused whole, or connected.
             #[cfg(feature = "sim")]
-            Qp::Sim(q) => q.connect(remote, timing).map_err(|e| (e, false)),
+            Qp::Sim(q) => q.connect(remote, psn, timing).map_err(|e| (e, false)),
             Qp::Rdma(q) => q.connect(remote, psn, timing),
         }
     }
@@ -189,5 +211,38 @@ impl Qp {
             Qp::Sim(q) => Ok(q.ud_port()),
             Qp::Rdma(q) => q.ud_port(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_remote_address;
+    use crate::verbs::objects::Endpoint;
+
+    /// A bare QP number has no address on either link layer; a real endpoint passes.
+    #[test]
+    fn an_endpoint_without_an_address_is_refused() {
+        let bare = Endpoint {
+            qpn: 0x12,
+            ..Endpoint::default()
+        };
+        let ib = Endpoint { lid: 7, ..bare };
+        let roce = Endpoint {
+            gid: [1; 16],
+            ..bare
+        };
+        for (ethernet, global) in [(false, false), (false, true), (true, true)] {
+            assert!(check_remote_address(ethernet, global, &bare).is_err());
+        }
+        assert!(check_remote_address(false, false, &ib).is_ok());
+        assert!(
+            check_remote_address(false, true, &ib).is_err(),
+            "global, no GID"
+        );
+        assert!(check_remote_address(false, true, &Endpoint { gid: [1; 16], ..ib }).is_ok());
+        assert!(
+            check_remote_address(true, true, &roce).is_ok(),
+            "RoCE: no LID"
+        );
     }
 }

@@ -135,7 +135,7 @@ enum Poller {
 /// let pd = dev.alloc_pd()?;
 /// let mut cq = dev.create_cq(64)?;
 /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
-/// qp.connect(qp.endpoint()?)?;
+/// qp.connect(&qp.endpoint()?)?;
 /// let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 /// for i in 0..3 {
 ///     qp.write_inline(&[i as u8], mr.remote(i)?, i as u64, PostFlags::SIGNALED)?;
@@ -345,7 +345,7 @@ impl Cq {
     /// let pd = dev.alloc_pd()?;
     /// let mut cq = dev.create_cq_with(&CqOptions::new(16).timestamps())?;
     /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
-    /// qp.connect(qp.endpoint()?)?;
+    /// qp.connect(&qp.endpoint()?)?;
     /// let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     /// let before = dev.clock()?.ns;
     /// qp.write_inline(&[1], mr.remote(0)?, 7, PostFlags::SIGNALED)?;
@@ -497,8 +497,8 @@ impl Cq {
     /// let mut cq = dev.create_cq_with(&CqOptions::new(16).channel(&ch))?;
     /// let pd = dev.alloc_pd()?;
     /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
-    /// let me = qp.qpn();
-    /// qp.connect(me)?; // loopback
+    /// let me = qp.endpoint()?;
+    /// qp.connect(&me)?; // loopback
     /// let mut out = [Completion::default(); 4];
     /// // Nothing posted: the wait ends at its timeout.
     /// assert_eq!(cq.wait(&mut out, Some(Duration::from_millis(10)))?, 0);

@@ -155,9 +155,9 @@ impl Dct {
         // address handle to the port gives (the NIC routes a DCI request by it, as a
         // ConnectX does).
         #[cfg(feature = "sim")]
-        if self.pd.inner.dev.backend.sim_nic().is_some() {
+        if let Some(nic) = self.pd.inner.dev.backend.sim_nic() {
             let (av, _) = self.pd.inner.pd.create_ah(&crate::address::AhAttr {
-                dlid: mlx5::sim::PORT_LID,
+                dlid: nic.port_attr().lid,
                 ..crate::address::AhAttr::default()
             })?;
             return DcPeer::from_av(&av, self.dctn, self.dc_key);

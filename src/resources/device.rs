@@ -402,7 +402,7 @@ impl Pd {
     /// let pd = dev.alloc_pd().unwrap();
     /// let mut cq = dev.create_cq(16).unwrap();
     /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    /// qp.connect(qp.qpn()).unwrap();
+    /// qp.connect(&qp.endpoint().unwrap()).unwrap();
     /// let src = pd.register(b"from a Vec".to_vec(), Access::NONE).unwrap();
     /// let dst = pd.register(vec![0u8; 64].into_boxed_slice(), Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
     /// qp.write(&[src.sge(0, 10).unwrap()], dst.remote(0).unwrap(), 1, PostFlags::SIGNALED).unwrap();

@@ -43,8 +43,8 @@ use std::sync::Arc;
 /// let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default())?;   // the peer
 /// let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default())?;   // the owner
 /// let (ea, eb) = (a.endpoint()?, b.endpoint()?);
-/// a.connect(eb)?;
-/// b.connect(ea)?;
+/// a.connect(&eb)?;
+/// b.connect(&ea)?;
 /// let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
 /// let mr = pd.alloc_mr(4096, rights)?;
 /// let mut mw = pd.alloc_mw(MwType::Two)?;

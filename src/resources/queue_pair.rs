@@ -84,8 +84,8 @@ pub trait QueuePair {
     /// let pd = dev.alloc_pd()?;
     /// let mut cq = dev.create_cq(16)?;
     /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
-    /// let me = qp.qpn();
-    /// qp.connect(me)?;
+    /// let me = qp.endpoint()?;
+    /// qp.connect(&me)?;
     /// let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
     /// let mr = pd.alloc_mr(64, all)?;
     /// mr.write(0, &41u64.to_ne_bytes())?;

@@ -50,8 +50,8 @@ impl Cq {
     /// let mut cq = dev.create_cq_with(&CqOptions::new(64).channel(&ch))?;
     /// let pd = dev.alloc_pd()?;
     /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
-    /// let me = qp.qpn();
-    /// qp.connect(me)?; // loopback
+    /// let me = qp.endpoint()?;
+    /// qp.connect(&me)?; // loopback
     /// let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     /// let mut out = [Completion::default(); 4];
     /// // Nothing posted: 1000 polls, then a 10 ms sleep, then 0.

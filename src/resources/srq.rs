@@ -175,8 +175,8 @@ impl Drop for SrqHandle {
 ///     let mut s = pd.create_qp_with_srq(&scq, &srq, QpCaps::default())?;
 ///     let mut c = pd.create_qp(&scq, &scq, QpCaps::default())?;
 ///     let (es, ec) = (s.endpoint()?, c.endpoint()?);
-///     s.connect(ec)?;
-///     c.connect(es)?;
+///     s.connect(&ec)?;
+///     c.connect(&es)?;
 ///     servers.push(s);
 ///     clients.push(c);
 /// }

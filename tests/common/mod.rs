@@ -86,8 +86,8 @@ impl Setup {
         let cq_a = dev.create_cq(1024).unwrap();
         let mut a = pd.create_qp(&cq_a, &cq_a, caps_a).unwrap();
         if loopback {
-            let q = a.qpn();
-            a.connect(q).unwrap();
+            let q = a.endpoint().unwrap();
+            a.connect(&q).unwrap();
             return Setup {
                 dev,
                 pd,
@@ -99,8 +99,8 @@ impl Setup {
         }
         let cq_b = dev.create_cq(1024).unwrap();
         let mut b = pd.create_qp(&cq_b, &cq_b, caps_b).unwrap();
-        a.connect(b.qpn()).unwrap();
-        b.connect(a.qpn()).unwrap();
+        a.connect(&b.endpoint().unwrap()).unwrap();
+        b.connect(&a.endpoint().unwrap()).unwrap();
         assert_ne!(a.qpn(), b.qpn());
         Setup {
             dev,

@@ -115,9 +115,9 @@ impl W {
                 return;
             }
         };
-        let n = qp.qpn();
-        qp.connect(n).unwrap();
-        self.note(format!("qp {n:#x} {c:?} srq {use_srq}"));
+        let n = qp.endpoint().unwrap();
+        qp.connect(&n).unwrap();
+        self.note(format!("qp {:#x} {c:?} srq {use_srq}", n.qpn));
         self.qs.push(Some(Q {
             qp,
             caps: c,

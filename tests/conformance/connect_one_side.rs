@@ -64,7 +64,7 @@ fn either_side_may_connect_first_and_a_peer_connected_elsewhere_does_not_stop_it
     let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
     let mut c = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
     // b first, then a; c to b, which is connected to a.
-    b.connect(a.qpn()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     assert!(
         matches!(
             a.write_inline(b"x", mr.remote(0).unwrap(), 1, PostFlags::SIGNALED),
@@ -72,8 +72,8 @@ fn either_side_may_connect_first_and_a_peer_connected_elsewhere_does_not_stop_it
         ),
         "a is not connected by b's connect"
     );
-    a.connect(b.qpn()).unwrap();
-    c.connect(b.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    c.connect(&b.endpoint().unwrap()).unwrap();
     a.write_inline(&[7; 8], mr.remote(0).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap();
     let mut out = [Completion::default(); 1];

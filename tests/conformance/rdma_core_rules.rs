@@ -63,7 +63,7 @@ fn software_nic_flags_a_blueflame_copy_of_a_one_ds_wqe() {
         let raw = nic
             .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
             .unwrap();
-        nic.connect(raw.qpn, raw.qpn).unwrap();
+        nic.connect(raw.qpn, nic.path_to(raw.qpn)).unwrap();
         let lim = Limits {
             max_sge: 1,
             max_inline: 0,
@@ -197,7 +197,7 @@ fn software_nic_fails_a_zero_based_type1_bind() {
         let raw = nic
             .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
             .unwrap();
-        nic.connect(raw.qpn, raw.qpn).unwrap();
+        nic.connect(raw.qpn, nic.path_to(raw.qpn)).unwrap();
         let mr = nic.alloc_mr(pd, 4096, BINDABLE).unwrap();
         let rkey = nic.alloc_mw(pd, MwType::One).unwrap();
         let mut access = Access::REMOTE_READ;
@@ -256,7 +256,7 @@ fn raw_loopback(len: usize) -> (Nic, RawQp, RawCq, mlx5::sim::MrInfo) {
     let raw = nic
         .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
         .unwrap();
-    nic.connect(raw.qpn, raw.qpn).unwrap();
+    nic.connect(raw.qpn, nic.path_to(raw.qpn)).unwrap();
     let mr = nic
         .alloc_mr(pd, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
@@ -470,7 +470,7 @@ fn a_ud_receive_reports_the_destinations_path_bits_not_the_senders() {
     let mut sq = unsafe { SendQueue::new(&a) }.unwrap();
     let av = Av::from_attr(&AvAttr {
         link: AvLink::Ib {
-            dlid: mlx5::sim::PORT_LID,
+            dlid: nic.port_attr().lid,
             src_path_bits: 1,
             grh: None,
         },
@@ -491,7 +491,7 @@ fn a_ud_receive_reports_the_destinations_path_bits_not_the_senders() {
     assert_eq!((cqe.src_qpn(), cqe.sl()), (a.qpn, 3));
     assert_eq!(
         (cqe.slid(), cqe.dlid_path_bits()),
-        (mlx5::sim::PORT_LID, 0),
+        (nic.port_attr().lid, 0),
         "slid / dlid_path_bits"
     );
 }

@@ -29,9 +29,9 @@ fn a_cq_of_the_rings_and_their_tails_never_refuses() {
             .unwrap();
         let mut a = pd.create_qp(&cq, &cq, caps(16)).unwrap();
         let mut b = pd.create_qp(&cq, &cq, caps(16)).unwrap();
-        let (qa, qb) = (a.qpn(), b.qpn());
-        a.connect(qa).unwrap();
-        b.connect(qb).unwrap();
+        let (qa, qb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+        a.connect(&qa).unwrap();
+        b.connect(&qb).unwrap();
         for _ in 0..16 {
             a.write_inline(&[1], mr.remote(0).unwrap(), 1, PostFlags::UNSIGNALED)
                 .unwrap();
@@ -68,8 +68,8 @@ fn a_queue_full_refusal_takes_no_cq_entries_beyond_ring_and_tail() {
         .map(|_| pd.create_qp(&cq, &cq, caps(16)).unwrap())
         .collect();
     for qp in &mut qps {
-        let n = qp.qpn();
-        qp.connect(n).unwrap();
+        let n = qp.endpoint().unwrap();
+        qp.connect(&n).unwrap();
     }
     let sgl: Vec<Sge> = (0..8).map(|i| mr.sge(i * 8, 8).unwrap()).collect();
     for qp in &mut qps[..2] {

@@ -15,8 +15,8 @@ fn setup(caps: AtomicCaps) -> Setup {
     let pd = dev.alloc_pd().unwrap();
     let cq_a = dev.create_cq(1024).unwrap();
     let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
-    let q = a.qpn();
-    a.connect(q).unwrap();
+    let q = a.endpoint().unwrap();
+    a.connect(&q).unwrap();
     Setup {
         dev,
         pd,

@@ -17,8 +17,8 @@ fn a_cq_in_error_stops_posts_within_its_entries_and_check_says_why() {
     let mut cq = dev.create_cq(8).unwrap();
     let cqn = cq.cqn();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     let mr = pd.alloc_mr(4096, common::ALL).unwrap();
     qp.write_inline(&[1], mr.remote(0).unwrap(), 0, PostFlags::SIGNALED)
         .unwrap();
@@ -52,7 +52,7 @@ fn a_cq_in_error_stops_posts_within_its_entries_and_check_says_why() {
         Err(Error::AsyncEvent(AsyncEvent::CqError { .. }))
     ));
     // The QP whose completion did not fit went to error, with its own event.
-    assert_eq!(nic(&dev).qp_state(q), Some(QpState::Error));
+    assert_eq!(nic(&dev).qp_state(q.qpn), Some(QpState::Error));
 }
 
 #[test]
@@ -62,8 +62,8 @@ fn a_responder_that_refuses_a_request_raises_an_access_error() {
     let mut cq = dev.create_cq(64).unwrap();
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap(); // no remote write
     a.write_inline(&[1], mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
         .unwrap();
@@ -134,7 +134,7 @@ fn a_dropped_objects_unread_event_is_not_the_next_ones() {
     let mut cq = dev.create_cq(64).unwrap();
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let qpn = a.qpn();
-    a.connect(qpn).unwrap();
+    a.connect(&a.endpoint().unwrap()).unwrap();
     let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     a.write_inline(&[1], mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
         .unwrap();

@@ -44,8 +44,8 @@ fn srq_counters_wrap() {
         .unwrap();
     let mut c = pd.create_qp(&scq, &scq, QpCaps::default()).unwrap();
     let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
-    s.connect(ec).unwrap();
-    c.connect(es).unwrap();
+    s.connect(&ec).unwrap();
+    c.connect(&es).unwrap();
     let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let mut next_recv = 0u64;
     let mut next_done = 0u64;
@@ -206,7 +206,7 @@ fn parked_region_after(n: u64) {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(256).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    qp.connect(qp.qpn()).unwrap();
+    qp.connect(&qp.endpoint().unwrap()).unwrap();
     let rw = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0);
     let dst = pd.alloc_mr(4096, rw).unwrap();
     let dropped = pd.alloc_mr(1 << 20, rw).unwrap();

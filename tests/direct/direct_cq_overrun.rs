@@ -15,8 +15,8 @@ fn small_cq_qp(cq_entries: u32) -> (Device, Pd, Cq, Qp, MemoryRegion) {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(cq_entries).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     let mr = pd
         .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
@@ -40,7 +40,7 @@ fn raw(cq_entries: u32) -> Raw {
     let rqp = nic
         .create_qp(pd, rcq.cqn, rcq.cqn, mlx5::sim::QpCaps::default())
         .unwrap();
-    nic.connect(rqp.qpn, rqp.qpn).unwrap();
+    nic.connect(rqp.qpn, nic.path_to(rqp.qpn)).unwrap();
     let mr = nic
         .alloc_mr(pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
@@ -243,8 +243,8 @@ fn receives_hold_entries_of_the_receive_cq() {
     let mut cq_b = dev.create_cq(2).unwrap();
     let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     let rbuf = pd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
     for j in 0..2u64 {
         b.post_recv(&[rbuf.sge(j as usize * 64, 64).unwrap()], j)
@@ -285,8 +285,8 @@ fn qps_sharing_a_cq_never_overrun_it() {
     let mut qps: Vec<Qp> = (0..3)
         .map(|_| {
             let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let q = qp.qpn();
-            qp.connect(q).unwrap();
+            let q = qp.endpoint().unwrap();
+            qp.connect(&q).unwrap();
             qp
         })
         .collect();
@@ -324,16 +324,16 @@ fn the_entries_of_a_dropped_qp_come_back() {
     let mut cq = dev.create_cq(8).unwrap();
     let mr = pd.alloc_mr(4096, common::ALL).unwrap();
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let q = a.qpn();
-    a.connect(q).unwrap();
+    let q = a.endpoint().unwrap();
+    a.connect(&q).unwrap();
     for i in 0..8u64 {
         a.write_inline(&[1], mr.remote(0).unwrap(), i, PostFlags::SIGNALED)
             .unwrap();
     }
     drop(a);
     let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let q = b.qpn();
-    b.connect(q).unwrap();
+    let q = b.endpoint().unwrap();
+    b.connect(&q).unwrap();
     for i in 0..8u64 {
         b.write_inline(&[2], mr.remote(1).unwrap(), 100 + i, PostFlags::SIGNALED)
             .unwrap();
@@ -341,6 +341,6 @@ fn the_entries_of_a_dropped_qp_come_back() {
     dev.process();
     let mut out = [Completion::default(); 16];
     assert_eq!(cq.poll(&mut out), 8);
-    assert!(out[..8].iter().all(|c| c.is_ok() && c.qpn == q));
+    assert!(out[..8].iter().all(|c| c.is_ok() && c.qpn == q.qpn));
     assert!(!nic(&dev).cq_overrun(cq.cqn()));
 }

@@ -80,8 +80,8 @@ fn an_unsignaled_stream_on_a_cq_smaller_than_half_the_ring_never_stalls() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(8).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, caps()).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     unsignaled_round_robin(&dev, &mut cq, std::slice::from_mut(&mut qp), &mr, 200);
 }
@@ -95,8 +95,8 @@ fn qps_sharing_a_small_cq_all_unsignaled_never_stall() {
     let mut qps: Vec<Qp> = (0..3)
         .map(|_| {
             let mut qp = pd.create_qp(&cq, &cq, caps()).unwrap();
-            let q = qp.qpn();
-            qp.connect(q).unwrap();
+            let q = qp.endpoint().unwrap();
+            qp.connect(&q).unwrap();
             qp
         })
         .collect();
@@ -110,8 +110,8 @@ fn a_long_unsignaled_stream_on_default_caps_and_a_cq_of_16_never_stalls() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(16).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     unsignaled_round_robin(&dev, &mut cq, std::slice::from_mut(&mut qp), &mr, 1000);
 }

@@ -39,8 +39,8 @@ fn rig(zip: Option<MiniCqeFormat>, entries: u32, shared: bool) -> Rig {
     let mut a = pd.create_qp(&cq_a, &cq_a, caps).unwrap();
     let rcq = cq_b.as_ref().unwrap_or(&cq_a);
     let mut b = pd.create_qp(rcq, rcq, caps).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     let dst = pd.alloc_mr(1 << 16, ALL).unwrap();
     let src = pd.alloc_mr(1 << 16, ALL).unwrap();
     fill(&src, 0x5a);
@@ -489,8 +489,8 @@ fn one_qp_number() -> OneQpNumber {
 /// A QP on `cq` connected to itself.
 fn loopback(pd: &Pd, cq: &Cq) -> Qp {
     let mut qp = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     qp
 }
 
@@ -593,8 +593,8 @@ fn completion_events_fire_for_sessions_and_for_a_session_left_half_read() {
         )
         .unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     let mr = pd.alloc_mr(64, ALL).unwrap();
     let cqn = cq.cqn();
     let mut write = |k: u64| {

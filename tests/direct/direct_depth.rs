@@ -12,8 +12,8 @@ fn send_depth_is_what_was_asked_on_the_software_nic() {
     let cq = dev.create_cq(1024).unwrap();
     let caps = QpCaps::default();
     let mut qp = pd.create_qp(&cq, &cq, caps).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     // 256 blocks; the largest request of the default limits (256 inline bytes: control,
     // remote address and 17 DS of inline data) takes 5 blocks.
     let lim = mlx5::wqe::Limits {

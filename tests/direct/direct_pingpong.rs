@@ -122,8 +122,8 @@ fn two_threads_ping_pong_2000_round_trips() {
     let cq_b = dev.create_cq(256).unwrap();
     let mut qp_a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
     let mut qp_b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
-    qp_a.connect(qp_b.qpn()).unwrap();
-    qp_b.connect(qp_a.qpn()).unwrap();
+    qp_a.connect(&qp_b.endpoint().unwrap()).unwrap();
+    qp_b.connect(&qp_a.endpoint().unwrap()).unwrap();
     let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let buf_a = pd.alloc_mr(64, acc).unwrap();
     let buf_b = pd.alloc_mr(64, acc).unwrap();
@@ -217,8 +217,8 @@ fn threaded_nic_stream_of_writes() {
         ..QpCaps::default()
     };
     let mut qp = pd.create_qp(&cq, &cq, caps).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     let dst = pd
         .alloc_mr(64 * 256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
@@ -272,5 +272,5 @@ fn threaded_nic_stream_of_writes() {
     }
     assert_eq!(posted, N);
     assert_eq!(free_send(&mut qp), 64);
-    assert_eq!(nic(&dev).qp_stats(q).unwrap().wqes, N);
+    assert_eq!(nic(&dev).qp_stats(q.qpn).unwrap().wqes, N);
 }

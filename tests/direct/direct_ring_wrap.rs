@@ -399,13 +399,13 @@ fn many(loopback: bool, sq_blocks: u32, cq_entries: u32) {
     let cq_b = dev.create_cq(16).unwrap();
     let mut a = pd.create_qp(&cq, &cq, caps).unwrap();
     let b = if loopback {
-        let q = a.qpn();
-        a.connect(q).unwrap();
+        let q = a.endpoint().unwrap();
+        a.connect(&q).unwrap();
         None
     } else {
         let mut b = pd.create_qp(&cq_b, &cq_b, caps).unwrap();
-        a.connect(b.qpn()).unwrap();
-        b.connect(a.qpn()).unwrap();
+        a.connect(&b.endpoint().unwrap()).unwrap();
+        b.connect(&a.endpoint().unwrap()).unwrap();
         Some(b)
     };
     let slots = 512usize;

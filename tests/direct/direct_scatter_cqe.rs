@@ -20,8 +20,8 @@ fn pair(cqe_size: u32, caps: QpCaps) -> Setup {
         .unwrap();
     let mut a = pd.create_qp(&cq_a, &cq_a, caps).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, caps).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     Setup {
         dev,
         pd,

@@ -15,10 +15,10 @@ fn three_qps_on_one_cq() {
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut c = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
-    let cq_ = c.qpn();
-    c.connect(cq_).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
+    let cq_ = c.endpoint().unwrap();
+    c.connect(&cq_).unwrap();
     let m = pd.alloc_mr(8192, common::ALL).unwrap();
     let mut expect = std::collections::HashMap::<u32, Vec<(u64, WcOpcode)>>::new();
     for i in 0..300u64 {
@@ -122,8 +122,8 @@ fn separate_send_and_receive_cqs() {
     let mut scq = dev.create_cq(64).unwrap();
     let mut rcq = dev.create_cq(64).unwrap();
     let mut a = pd.create_qp(&scq, &rcq, QpCaps::default()).unwrap();
-    let q = a.qpn();
-    a.connect(q).unwrap();
+    let q = a.endpoint().unwrap();
+    a.connect(&q).unwrap();
     let m = pd.alloc_mr(4096, common::ALL).unwrap();
     for i in 0..10u64 {
         a.post_recv(&[m.sge(i as usize * 64, 64).unwrap()], 100 + i)
@@ -159,7 +159,7 @@ fn separate_send_and_receive_cqs() {
     for (k, c) in r.iter().enumerate() {
         assert_eq!(c.cookie, 100 + k as u64);
         assert!(c.is_ok());
-        assert_eq!(c.qpn, q);
+        assert_eq!(c.qpn, q.qpn);
         if k % 2 == 0 {
             assert_eq!((c.opcode, c.byte_len, c.imm), (WcOpcode::Recv, 10, None));
         } else {
@@ -188,8 +188,8 @@ fn qp_created_after_the_cq_was_polled() {
     for k in 0..5u64 {
         // The poller has seen every earlier QP; this one is new to it.
         let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-        let q = qp.qpn();
-        qp.connect(q).unwrap();
+        let q = qp.endpoint().unwrap();
+        qp.connect(&q).unwrap();
         qp.write_inline(
             &[k as u8],
             m.remote(k as usize).unwrap(),
@@ -199,7 +199,7 @@ fn qp_created_after_the_cq_was_polled() {
         .unwrap();
         dev.process();
         assert_eq!(cq.poll(&mut out), 1, "QP {k}");
-        assert_ok(&out[0], k, WcOpcode::RdmaWrite, 0, q);
+        assert_ok(&out[0], k, WcOpcode::RdmaWrite, 0, q.qpn);
         qps.push(qp);
     }
     assert_eq!(bytes(&m, 0, 5), [0, 1, 2, 3, 4]);
@@ -213,9 +213,9 @@ fn dropping_a_qp_leaves_the_others_completions_intact() {
     let m = pd.alloc_mr(4096, common::ALL).unwrap();
     let mut keep = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut gone = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let (k, g) = (keep.qpn(), gone.qpn());
-    keep.connect(k).unwrap();
-    gone.connect(g).unwrap();
+    let (k, g) = (keep.endpoint().unwrap(), gone.endpoint().unwrap());
+    keep.connect(&k).unwrap();
+    gone.connect(&g).unwrap();
     for i in 0..20u64 {
         keep.write_inline(b"k", m.remote(0).unwrap(), i, PostFlags::SIGNALED)
             .unwrap();
@@ -227,7 +227,7 @@ fn dropping_a_qp_leaves_the_others_completions_intact() {
     let all = poll_all(&mut cq);
     // The dropped QP's completions are not reported (nothing to attribute them to);
     // the other QP's all are, in order.
-    assert!(all.iter().all(|c| c.qpn == k), "{all:?}");
+    assert!(all.iter().all(|c| c.qpn == k.qpn), "{all:?}");
     let cookies: Vec<u64> = all.iter().map(|c| c.cookie).collect();
     assert_eq!(cookies, (0..20).collect::<Vec<_>>());
     assert_eq!(free_send(&mut keep), 256);
@@ -237,7 +237,7 @@ fn dropping_a_qp_leaves_the_others_completions_intact() {
     dev.process();
     let all = poll_all(&mut cq);
     assert_eq!(all.len(), 1);
-    assert_ok(&all[0], 99, WcOpcode::RdmaWrite, 0, k);
+    assert_ok(&all[0], 99, WcOpcode::RdmaWrite, 0, k.qpn);
     assert_eq!(bytes(&m, 0, 2), b"Kg");
 }
 

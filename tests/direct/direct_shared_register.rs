@@ -45,10 +45,10 @@ fn rings_alternate_per_register_not_per_queue() {
         .map(|_| pd.create_qp(&cq, &cq, caps).unwrap())
         .collect();
     for q in &mut qps {
-        let n = q.qpn();
-        q.connect(n).unwrap();
+        let n = q.endpoint().unwrap();
+        q.connect(&n).unwrap();
         assert_eq!(q.doorbell_mode(), Some(DoorbellMode::SharedLocked));
-        assert_eq!(nic(&dev).qp_register(n), Some((RegKind::Shared, 2)));
+        assert_eq!(nic(&dev).qp_register(n.qpn), Some((RegKind::Shared, 2)));
     }
     let m = pd.alloc_mr(4096, ALL).unwrap();
     let mut wc = [Completion::default(); 16];
@@ -91,11 +91,11 @@ fn two_queues_ring_one_register_between_passes() {
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let _other = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let (na, nb) = (a.qpn(), b.qpn());
-    assert_eq!(nic(&dev).qp_register(na), Some((RegKind::Shared, 2)));
-    assert_eq!(nic(&dev).qp_register(nb), Some((RegKind::Shared, 2)));
-    a.connect(na).unwrap();
-    b.connect(nb).unwrap();
+    let (na, nb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+    assert_eq!(nic(&dev).qp_register(na.qpn), Some((RegKind::Shared, 2)));
+    assert_eq!(nic(&dev).qp_register(nb.qpn), Some((RegKind::Shared, 2)));
+    a.connect(&na).unwrap();
+    b.connect(&nb).unwrap();
     let m = pd.alloc_mr(4096, ALL).unwrap();
     let mut wc = [Completion::default(); 4];
     for i in 0..50u64 {
@@ -117,7 +117,7 @@ fn two_queues_ring_one_register_between_passes() {
         assert_eq!(cq.poll_n(&mut wc, 2, 1000), 2);
     }
     for q in [na, nb] {
-        let st = nic(&dev).qp_stats(q).unwrap();
+        let st = nic(&dev).qp_stats(q.qpn).unwrap();
         assert_eq!((st.doorbells, st.bf_copies), (50, 50), "{st:?}");
         assert_eq!((st.bf_out_of_turn, st.doorbell_misses), (0, 0), "{st:?}");
     }
@@ -290,8 +290,8 @@ fn stress_many_queues_few_registers_many_threads() {
     for k in 0..THREADS * PER_THREAD {
         let w = &mut workers[k % THREADS];
         let mut q = pd.create_qp(&w.cq, &w.cq, caps).unwrap();
-        let n = q.qpn();
-        q.connect(n).unwrap();
+        let n = q.endpoint().unwrap();
+        q.connect(&n).unwrap();
         w.qps.push(q);
     }
     let modes: Vec<_> = workers
@@ -376,23 +376,23 @@ fn a_register_reused_after_its_queues_are_gone_starts_in_either_half() {
     let m = pd.alloc_mr(4096, ALL).unwrap();
     let mut wc = [Completion::default(); 4];
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let na = a.qpn();
-    a.connect(na).unwrap();
+    let na = a.endpoint().unwrap();
+    a.connect(&na).unwrap();
     a.write_inline(&[1; 8], m.remote(0).unwrap(), 1, PostFlags::SIGNALED)
         .unwrap();
     dev.process();
     assert_eq!(cq.poll_n(&mut wc, 1, 1000), 1);
-    let reg_a = nic(&dev).qp_register(na);
+    let reg_a = nic(&dev).qp_register(na.qpn);
     drop(a);
     let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let nb = b.qpn();
-    b.connect(nb).unwrap();
-    assert_eq!(nic(&dev).qp_register(nb), reg_a);
+    let nb = b.endpoint().unwrap();
+    b.connect(&nb).unwrap();
+    assert_eq!(nic(&dev).qp_register(nb.qpn), reg_a);
     b.write_inline(&[2; 8], m.remote(8).unwrap(), 2, PostFlags::SIGNALED)
         .unwrap();
     dev.process();
     assert_eq!(cq.poll_n(&mut wc, 1, 1000), 1);
-    let st = nic(&dev).qp_stats(nb).unwrap();
+    let st = nic(&dev).qp_stats(nb.qpn).unwrap();
     assert_eq!((st.bf_copies, st.bf_out_of_turn), (1, 0), "{st:?}");
 }
 
@@ -412,11 +412,11 @@ fn two_doorbell_only_queues_ring_between_passes() {
     };
     let mut a = pd.create_qp(&cq, &cq, caps).unwrap();
     let mut b = pd.create_qp(&cq, &cq, caps).unwrap();
-    let (na, nb) = (a.qpn(), b.qpn());
+    let (na, nb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
     assert_eq!(a.doorbell_mode(), Some(DoorbellMode::DoorbellOnly));
-    assert_eq!(nic(&dev).qp_register(na), nic(&dev).qp_register(nb));
-    a.connect(na).unwrap();
-    b.connect(nb).unwrap();
+    assert_eq!(nic(&dev).qp_register(na.qpn), nic(&dev).qp_register(nb.qpn));
+    a.connect(&na).unwrap();
+    b.connect(&nb).unwrap();
     let m = pd.alloc_mr(4096, ALL).unwrap();
     let mut wc = [Completion::default(); 4];
     a.write_inline(&[1; 8], m.remote(0).unwrap(), 1, PostFlags::SIGNALED)
@@ -426,8 +426,8 @@ fn two_doorbell_only_queues_ring_between_passes() {
     dev.process();
     assert_eq!(cq.poll_n(&mut wc, 2, 1000), 2);
     for q in [na, nb] {
-        let st = nic(&dev).qp_stats(q).unwrap();
-        assert_eq!(st.doorbell_misses, 0, "QP {q}: {st:?}");
+        let st = nic(&dev).qp_stats(q.qpn).unwrap();
+        assert_eq!(st.doorbell_misses, 0, "QP {}: {st:?}", q.qpn);
     }
 }
 

@@ -25,8 +25,8 @@ fn pair_on_srq(pd: &Pd, cq: &Cq, srq: &Srq) -> (Qp, Qp) {
     let mut s = pd.create_qp_with_srq(cq, srq, QpCaps::default()).unwrap();
     let mut c = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
     let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
-    s.connect(ec).unwrap();
-    c.connect(es).unwrap();
+    s.connect(&ec).unwrap();
+    c.connect(&es).unwrap();
     (s, c)
 }
 

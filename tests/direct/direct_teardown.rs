@@ -18,8 +18,8 @@ const ONE_QPN: Limits = Limits {
 /// A loopback QP on `cq` (sends and receives), connected.
 fn loopback(pd: &Pd, cq: &Cq, caps: QpCaps) -> Qp {
     let mut qp = pd.create_qp(cq, cq, caps).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     qp
 }
 
@@ -161,8 +161,8 @@ fn separate_send_and_receive_cqs_are_both_cleaned() {
     let caps = QpCaps::default();
     let mk = || {
         let mut qp = pd.create_qp(&scq, &rcq, caps).unwrap();
-        let q = qp.qpn();
-        qp.connect(q).unwrap();
+        let q = qp.endpoint().unwrap();
+        qp.connect(&q).unwrap();
         qp
     };
     let mut a = mk();

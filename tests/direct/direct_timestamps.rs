@@ -31,8 +31,8 @@ fn rig(clock: HwClock) -> Rig {
     let cq_b = dev.create_cq_with(&opts).unwrap();
     let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     let mr = pd
         .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
@@ -315,8 +315,8 @@ fn a_completion_polled_late_keeps_its_time() {
         .create_cq_with(&CqOptions::new(16).timestamps())
         .unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let mr = pd
         .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();

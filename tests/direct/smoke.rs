@@ -7,8 +7,8 @@ fn inline_write_loopback() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let q = qp.qpn();
-    qp.connect(q).unwrap();
+    let q = qp.endpoint().unwrap();
+    qp.connect(&q).unwrap();
     let mr = pd
         .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
@@ -28,7 +28,7 @@ fn inline_write_loopback() {
     let mut b = [0u8; 11];
     mr.read(100, &mut b).unwrap();
     assert_eq!(&b, b"hello, rdma");
-    let st = dev.nic().unwrap().qp_stats(q).unwrap();
+    let st = dev.nic().unwrap().qp_stats(q.qpn).unwrap();
     assert_eq!(
         (
             st.doorbells,

@@ -30,8 +30,8 @@ fn lo(dev: Device) -> Loop {
         .unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     Loop {
         dev,
@@ -166,8 +166,8 @@ fn pair() -> Pair {
         .unwrap();
     let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     for i in 0..8 {
         b.post_recv(&[mr.sge(i * 64, 64).unwrap()], 100 + i as u64)
@@ -244,8 +244,8 @@ fn flushes_after_a_qp_error_wake_the_waiter() {
         .create_cq_with(&CqOptions::new(64).channel(&ch))
         .unwrap();
     let mut qp = pd.create_qp(&scq, &rcq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let mr = pd.alloc_mr(4096, ALL).unwrap();
     for i in 0..3 {
         qp.post_recv(&[mr.sge(i * 64, 64).unwrap()], 10 + i as u64)
@@ -385,8 +385,8 @@ fn many_cqs_share_one_channel() {
                 .unwrap();
             let pd = dev.alloc_pd().unwrap();
             let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-            let me = qp.qpn();
-            qp.connect(me).unwrap();
+            let me = qp.endpoint().unwrap();
+            qp.connect(&me).unwrap();
             let mr = pd.alloc_mr(4096, ALL).unwrap();
             Loop {
                 dev: dev.clone(),
@@ -428,8 +428,8 @@ fn many_threads_wait_on_one_channel_and_keep_each_others_events() {
                     .unwrap();
                 let pd = dev.alloc_pd().unwrap();
                 let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-                let me = qp.qpn();
-                qp.connect(me).unwrap();
+                let me = qp.endpoint().unwrap();
+                qp.connect(&me).unwrap();
                 let mr = pd.alloc_mr(4096, ALL).unwrap();
                 let mut l = Loop {
                     dev,
@@ -562,8 +562,8 @@ fn dropping_a_cq_while_a_thread_waits_on_the_channel() {
         let cqn = cq.cqn();
         cqns.push(cqn);
         let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-        let me = qp.qpn();
-        qp.connect(me).unwrap();
+        let me = qp.endpoint().unwrap();
+        qp.connect(&me).unwrap();
         cq.arm(Notify::Any).unwrap();
         qp.write_inline(b"12345678", mr.remote(0).unwrap(), i, PostFlags::SIGNALED)
             .unwrap();

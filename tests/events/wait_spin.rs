@@ -17,8 +17,8 @@ fn setup() -> (Device, Qp, Cq, MemoryRegion) {
         .unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let mr = pd.alloc_mr(64, RIGHTS).unwrap();
     (dev, qp, cq, mr)
 }

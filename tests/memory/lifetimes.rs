@@ -11,8 +11,8 @@ fn a_region_dropped_with_work_in_flight_stays_registered_until_it_completes() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let src = pd.alloc_mr(4096, RIGHTS).unwrap();
     let dst = pd.alloc_mr(4096, RIGHTS).unwrap();
     src.write(0, b"still here").unwrap();
@@ -57,8 +57,8 @@ fn a_region_dropped_when_idle_is_deregistered_at_once() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let dst = pd.alloc_mr(64, RIGHTS).unwrap();
     let victim = pd.alloc_mr(64, RIGHTS).unwrap();
     let remote = victim.remote(0).unwrap();
@@ -82,8 +82,8 @@ fn a_cq_lives_as_long_as_its_qps() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let mr = pd.alloc_mr(64, RIGHTS).unwrap();
     drop(cq); // the poller goes; the CQ's ring stays while the QP uses it
     qp.write_inline(
@@ -120,8 +120,8 @@ fn posted_receives_keep_only_the_regions_they_name_registered() {
     let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
     let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
-    a.connect(eb).unwrap();
-    b.connect(ea).unwrap();
+    a.connect(&eb).unwrap();
+    b.connect(&ea).unwrap();
     // A busy server: its receive queue and its SRQ hold receives for good.
     let held = pd.alloc_mr(4096, RIGHTS).unwrap();
     let mut server = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
@@ -167,8 +167,8 @@ fn hold_a_region_past_its_domain(dev: &Device, cq: &mut Cq) -> u32 {
     let mut a = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(cq, cq, QpCaps::default()).unwrap();
     let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
-    a.connect(eb).unwrap();
-    b.connect(ea).unwrap();
+    a.connect(&eb).unwrap();
+    b.connect(&ea).unwrap();
     let target = pd.alloc_mr(4096, RIGHTS).unwrap();
     let mut out = [Completion::default(); 4];
     for round in 0..2u64 {
@@ -202,8 +202,8 @@ fn hold_a_region_in_a_dropped_srq<B: RegionBuffer>(
     let mut a = pd1.create_qp_with_srq(cq, &srq, QpCaps::default()).unwrap();
     let mut p = pd2.create_qp(cq_p, cq_p, QpCaps::default()).unwrap();
     let (ea, ep) = (a.endpoint().unwrap(), p.endpoint().unwrap());
-    a.connect(ep).unwrap();
-    p.connect(ea).unwrap();
+    a.connect(&ep).unwrap();
+    p.connect(&ea).unwrap();
     let r = match pd1.register(buf, RIGHTS) {
         Ok(r) => r,
         Err(_) => panic!("register"),

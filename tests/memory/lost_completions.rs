@@ -62,7 +62,7 @@ fn a_qp_on_a_cq_of_another_device_is_refused() {
         );
     }
     // B's QP (the same QP number as the refused one would have had) keeps its completions.
-    qp_b.connect(qp_b.qpn()).unwrap();
+    qp_b.connect(&qp_b.endpoint().unwrap()).unwrap();
     let mr = pd_b.alloc_mr(64, REGION).unwrap();
     qp_b.write_inline(b"mine", mr.remote(0).unwrap(), 7, PostFlags::SIGNALED)
         .unwrap();
@@ -85,7 +85,7 @@ fn a_bind_before_connect_is_refused() {
     let e = qp.bind_mw(&mut mw, &mr, 0, 64, RW, 1, PostFlags::SIGNALED);
     assert!(matches!(e, Err(Error::InvalidState { .. })), "{e:?}");
     assert_eq!(mw.rkey(), key);
-    qp.connect(qp.qpn()).unwrap();
+    qp.connect(&qp.endpoint().unwrap()).unwrap();
     let k = qp
         .bind_mw(&mut mw, &mr, 0, 64, RW, 2, PostFlags::SIGNALED)
         .unwrap();
@@ -132,8 +132,8 @@ fn a_failed_bind_keeps_the_windows_key() {
     let mut cq = dev.create_cq(16).unwrap();
     let mut qp1 = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
     let mut qp2 = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
-    qp1.connect(qp1.qpn()).unwrap();
-    qp2.connect(qp2.qpn()).unwrap();
+    qp1.connect(&qp1.endpoint().unwrap()).unwrap();
+    qp2.connect(&qp2.endpoint().unwrap()).unwrap();
     let mr = pd.alloc_mr(256, REGION).unwrap();
     let mut mw = pd.alloc_mw(MwType::Two).unwrap();
     let k0 = mw.rkey();
@@ -251,8 +251,8 @@ fn the_nic_checks_the_qp_of_a_zero_length_type2_bind() {
     let qb = nic
         .create_qp(pd, cq_b.cqn, cq_b.cqn, RawCaps::default())
         .unwrap();
-    nic.connect(qa.qpn, qb.qpn).unwrap();
-    nic.connect(qb.qpn, qa.qpn).unwrap();
+    nic.connect(qa.qpn, nic.path_to(qb.qpn)).unwrap();
+    nic.connect(qb.qpn, nic.path_to(qa.qpn)).unwrap();
     let mr = nic.alloc_mr(pd, 4096, REGION).unwrap();
     let rkey = nic.alloc_mw(pd, MwType::Two).unwrap();
     // SAFETY: the rings belong to the NIC's QPs, which live as long as `nic` (dropped after

@@ -11,8 +11,8 @@ fn loopback() -> (Device, Pd, Cq, Qp) {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     (dev, pd, cq, qp)
 }
 
@@ -26,7 +26,7 @@ fn a_remote_qp_number_past_24_bits_is_refused() {
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut remote = qp.endpoint().unwrap();
     remote.qpn |= 1 << 24;
-    match qp.connect(remote) {
+    match qp.connect(&remote) {
         Err(Error::InvalidParameter { what, value }) => {
             assert!(what.contains("QP number"), "{what}");
             assert_eq!(value, remote.qpn as u64);
@@ -35,7 +35,7 @@ fn a_remote_qp_number_past_24_bits_is_refused() {
     }
     // The QP is still in RESET: the right number connects it.
     remote.qpn &= 0xff_ffff;
-    qp.connect(remote).unwrap();
+    qp.connect(&remote).unwrap();
 }
 
 /// QP and SRQ capabilities past the device's range are refused naming the field and the
@@ -367,8 +367,8 @@ fn send_with_invalidate_invalidates_only_when_the_send_is_accepted() {
     let mut cq_b = dev.create_cq(64).unwrap();
     let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     let mr = pd
         .alloc_mr(4096, Access(RIGHTS.0 | Access::MW_BIND.0))
         .unwrap();
@@ -419,25 +419,26 @@ fn connect_twice_or_after_set_error_is_an_invalid_state() {
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let mut c = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    a.connect(b.qpn()).unwrap();
-    b.connect(a.qpn()).unwrap();
+    a.connect(&b.endpoint().unwrap()).unwrap();
+    b.connect(&a.endpoint().unwrap()).unwrap();
     // Another peer: verbs needs RESET first.
     assert!(matches!(
-        a.connect(c.qpn()),
+        a.connect(&c.endpoint().unwrap()),
         Err(Error::InvalidState { .. })
     ));
     a.set_error().unwrap();
-    for q in [b.qpn(), c.qpn()] {
+    for q in [b.endpoint().unwrap(), c.endpoint().unwrap()] {
         assert!(
-            matches!(a.connect(q), Err(Error::InvalidState { state }) if state.contains("error")),
-            "{q:#x}"
+            matches!(a.connect(&q), Err(Error::InvalidState { state }) if state.contains("error")),
+            "{:#x}",
+            q.qpn
         );
     }
     // A QP in RESET connects whatever its peer's state (a ConnectX's RTR writes only its
     // own context): c to a, which is in error; then c is connected, and only to a.
-    c.connect(a.qpn()).unwrap();
+    c.connect(&a.endpoint().unwrap()).unwrap();
     assert!(matches!(
-        c.connect(c.qpn()),
+        c.connect(&c.endpoint().unwrap()),
         Err(Error::InvalidState { .. })
     ));
 }
@@ -460,13 +461,12 @@ fn rnr_retry_above_7_is_refused() {
         rnr_retry: 8,
         ..Timing::default()
     };
-    let me = qp.qpn();
+    let me = qp.endpoint().unwrap();
     assert!(matches!(
-        qp.connect_with(&Endpoint::from(me), &timing),
+        qp.connect_with(&me, &timing),
         Err(Error::InvalidParameter { value: 8, .. })
     ));
-    qp.connect_with(&Endpoint::from(me), &Timing::default())
-        .unwrap();
+    qp.connect_with(&me, &Timing::default()).unwrap();
 }
 
 #[test]

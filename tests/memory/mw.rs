@@ -336,8 +336,8 @@ fn unbind_revokes(p: &Pair, mw: &mut MemoryWindow, key: u32) {
     let mut c = pd.create_qp(&cq_c, &cq_c, scenarios::caps()).unwrap();
     let mut d = pd.create_qp(&cq_d, &cq_d, scenarios::caps()).unwrap();
     let (ec, ed) = (c.endpoint().unwrap(), d.endpoint().unwrap());
-    c.connect(ed).unwrap();
-    d.connect(ec).unwrap();
+    c.connect(&ed).unwrap();
+    d.connect(&ec).unwrap();
     let at = Remote {
         addr: p.mr_b.addr(),
         rkey: key,
@@ -548,14 +548,14 @@ fn a_bind_in_flight_on_a_dropped_qp_is_not_settled_through_the_qp_that_reuses_it
     let k0 = mw.rkey();
     let mut a = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     let qpn = a.qpn();
-    a.connect(qpn).unwrap();
+    a.connect(&a.endpoint().unwrap()).unwrap();
     a.bind_mw(&mut mw, &mr, 0, 256, RW, 1, PostFlags::SIGNALED)
         .unwrap();
     // Dropped before the NIC ran the bind (stepped: nothing runs until `process`).
     drop(a);
     let mut b = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     assert_eq!(b.qpn(), qpn, "the number came back");
-    b.connect(qpn).unwrap();
+    b.connect(&b.endpoint().unwrap()).unwrap();
     dev.process();
     let nic = dev.nic().unwrap();
     assert_eq!(

@@ -9,8 +9,8 @@ const RIGHTS: Access = Access(1 | 2 | 4 | 16);
 fn loopback(dev: &Device, pd: &Pd) -> (Cq, Qp) {
     let cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     (cq, qp)
 }
 
@@ -105,7 +105,7 @@ fn qp_numbers_are_reused_round_robin_and_refused_when_exhausted() {
     assert_eq!(q, 0x101);
     let q = nic.create_qp(pd, cq.cqn, cq.cqn, caps).unwrap().qpn;
     assert_eq!(q, 0x102);
-    nic.connect(q, q).unwrap();
+    nic.connect(q, nic.path_to(q)).unwrap();
     assert_eq!(nic.qp_state(q), Some(mlx5::sim::QpState::Rts));
 }
 
@@ -162,8 +162,8 @@ fn region_bytes_written_by_threads_and_the_nic_at_once_stay_defined() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
-    let me = qp.qpn();
-    qp.connect(me).unwrap();
+    let me = qp.endpoint().unwrap();
+    qp.connect(&me).unwrap();
     let mr = pd.alloc_mr(4096, RIGHTS).unwrap();
     mr.write(1024, &[0xcc; 64]).unwrap();
     std::thread::scope(|s| {
@@ -419,8 +419,8 @@ fn race_receive_against_release(on: RecvOn, release: Release) {
         None => pd.create_qp(&cq_b, &cq_b, QpCaps::default()).unwrap(),
     };
     let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
-    a.connect(eb).unwrap();
-    b.connect(ea).unwrap();
+    a.connect(&eb).unwrap();
+    b.connect(&ea).unwrap();
     let mut srq = srq;
     let deadline = std::time::Instant::now() + race_time();
     let (mut rounds, mut pinned, mut refused) = (0u64, 0u64, 0u64);

@@ -38,8 +38,8 @@ impl Rig {
         let mut a = pd.create_qp(&cq_a, &cq_a, caps).expect("qp a");
         let mut b = pd.create_qp(&cq_b, &cq_b, caps).expect("qp b");
         let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
-        a.connect(eb).expect("connect a");
-        b.connect(ea).expect("connect b");
+        a.connect(&eb).expect("connect a");
+        b.connect(&ea).expect("connect b");
         Rig {
             dev: dev.clone(),
             pd,

@@ -90,12 +90,13 @@ pub fn all() -> Vec<Case> {
     ]
 }
 
-/// `qp.connect(other.qpn())`, which the software NIC takes (its QPs are found by number),
-/// on an rdma-core device: the endpoint has no LID, no GID and PSN 0, and a ConnectX QP
-/// programmed with it sends to LID 0 (InfiniBand's reserved LID) and expects its peer's
-/// first PSN to be 0. The model connected it by number (it reads no address vector), so it
-/// passed here and left a dead QP on hardware. It is refused now, on both paths, with the
-/// QP still in RESET: a connect with the peer's real endpoint then works.
+/// A bare QP number (`Endpoint { qpn, ..Endpoint::default() }`, what
+/// `qp.connect(other.qpn())` once built) on an rdma-core device: the endpoint has no LID,
+/// no GID and PSN 0, and a ConnectX QP programmed with it sends to LID 0 (InfiniBand's
+/// reserved LID) and expects its peer's first PSN to be 0. The model connected it by number
+/// then (it read no address vector), so it passed here and left a dead QP on hardware. It is
+/// refused now, on both paths (and on the software NIC), with the QP still in RESET: a
+/// connect with the peer's real endpoint then works.
 fn bare_qp_number(_dev: &Device) -> Result<(), String> {
     for verbs in [false, true] {
         let d = open_fresh(verbs)?;
@@ -104,7 +105,11 @@ fn bare_qp_number(_dev: &Device) -> Result<(), String> {
         let mut cq = d.create_cq(64).map_err(e)?;
         let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
         let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
-        match a.connect(b.qpn()) {
+        let bare = Endpoint {
+            qpn: b.qpn(),
+            ..Endpoint::default()
+        };
+        match a.connect(&bare) {
             Err(Error::InvalidParameter { what, .. }) if what.contains("address") => {}
             other => return Err(format!("verbs {verbs}: connect by number: {other:?}")),
         }
@@ -115,8 +120,8 @@ fn bare_qp_number(_dev: &Device) -> Result<(), String> {
             ));
         }
         let (ea, eb) = (a.endpoint().map_err(e)?, b.endpoint().map_err(e)?);
-        a.connect(eb).map_err(e)?;
-        b.connect(ea).map_err(e)?;
+        a.connect(&eb).map_err(e)?;
+        b.connect(&ea).map_err(e)?;
         let mr = pd.alloc_mr(64, scenarios::RIGHTS).map_err(e)?;
         a.write_inline(&[3; 8], mr.remote(0).map_err(e)?, 1, PostFlags::SIGNALED)
             .map_err(e)?;
@@ -165,7 +170,7 @@ fn failed_rts(_dev: &Device) -> Result<(), String> {
         if !model::fail_next_modify(3, libc::EIO) {
             return Err("the model is not loaded".into());
         }
-        let first = s.connect(c.endpoint().map_err(e)?);
+        let first = s.connect(&c.endpoint().map_err(e)?);
         if first.is_ok() {
             return Err(format!("verbs {verbs}: the injected RTS failure connected"));
         }
@@ -175,7 +180,7 @@ fn failed_rts(_dev: &Device) -> Result<(), String> {
                 "verbs {verbs}: after {first:?}, the QP is in state {state:?}, not ERR (6)"
             ));
         }
-        match s.connect(c.endpoint().map_err(e)?) {
+        match s.connect(&c.endpoint().map_err(e)?) {
             Err(Error::InvalidState { state }) if state.contains("in error") => {}
             other => return Err(format!("verbs {verbs}: a second connect: {other:?}")),
         }
@@ -310,8 +315,8 @@ fn srq_pair(pd: &Pd, scq: &Cq, srq: &Srq) -> Result<(Qp, Qp), String> {
         .map_err(e)?;
     let mut c = pd.create_qp(scq, scq, scenarios::caps()).map_err(e)?;
     let (es, ec) = (s.endpoint().map_err(e)?, c.endpoint().map_err(e)?);
-    s.connect(ec).map_err(e)?;
-    c.connect(es).map_err(e)?;
+    s.connect(&ec).map_err(e)?;
+    c.connect(&es).map_err(e)?;
     Ok((s, c))
 }
 
@@ -380,7 +385,7 @@ fn forgotten_batches(dev: &Device) -> Result<(), String> {
         };
         let mut qp = pd.create_qp(&cq, &cq, caps).map_err(e)?;
         let me = qp.endpoint().map_err(e)?;
-        qp.connect(me).map_err(e)?;
+        qp.connect(&me).map_err(e)?;
         let mr = pd
             .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .map_err(e)?;
@@ -442,7 +447,7 @@ fn creation_limits(dev: &Device) -> Result<(), String> {
         Ok(match pd.create_qp(&cq, &cq, caps) {
             Ok(mut qp) => {
                 let me = qp.endpoint().map_err(|e| e.to_string())?;
-                qp.connect(me).map_err(|e| e.to_string())?;
+                qp.connect(&me).map_err(|e| e.to_string())?;
                 let mr = pd
                     .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
                     .map_err(|e| e.to_string())?;
@@ -551,8 +556,8 @@ fn timestamps(dev: &Device) -> Result<(), String> {
     let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
     let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
     let (ea, eb) = (a.endpoint().map_err(e)?, b.endpoint().map_err(e)?);
-    a.connect(eb).map_err(e)?;
-    b.connect(ea).map_err(e)?;
+    a.connect(&eb).map_err(e)?;
+    b.connect(&ea).map_err(e)?;
     let mr = pd
         .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .map_err(e)?;
@@ -625,7 +630,7 @@ fn real_time_stamps(_dev: &Device) -> Result<(), String> {
             .create_cq_with(&CqOptions::new(64).timestamps())
             .map_err(e)?;
         let mut qp = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
-        qp.connect(qp.endpoint().map_err(e)?).map_err(e)?;
+        qp.connect(&qp.endpoint().map_err(e)?).map_err(e)?;
         let mr = pd.alloc_mr(64, scenarios::RIGHTS).map_err(e)?;
         let mut at = Vec::new();
         for i in 0..5u64 {
@@ -1112,7 +1117,7 @@ fn no_atomics_on(mode: model::Atomics) -> Result<(), String> {
         let qp = pd.create_qp(&cq, &cq, scenarios::caps());
         std::env::remove_var("BLUEFLAME_VERBS_API");
         let mut qp = qp.map_err(e)?;
-        qp.connect(qp.endpoint().map_err(e)?).map_err(e)?;
+        qp.connect(&qp.endpoint().map_err(e)?).map_err(e)?;
         let mr = pd
             .alloc_mr(
                 64,
@@ -1633,7 +1638,7 @@ fn qp_signature_after_open(dev: &Device) -> Result<(), String> {
         other => other.map_err(e)?,
     };
     let me = qp.endpoint().map_err(e)?;
-    qp.connect(me).map_err(e)?;
+    qp.connect(&me).map_err(e)?;
     let mr = pd
         .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .map_err(e)?;
@@ -1832,8 +1837,8 @@ fn send_cq_entries_of_dropped_srq_qps(dev: &Device) -> Result<(), String> {
             // A fresh peer each round (a QP connects once).
             let mut c = pd.create_qp(&pcq, &pcq, scenarios::caps()).map_err(e)?;
             let (es, ec) = (s.endpoint().map_err(e)?, c.endpoint().map_err(e)?);
-            s.connect(ec).map_err(e)?;
-            c.connect(es).map_err(e)?;
+            s.connect(&ec).map_err(e)?;
+            c.connect(&es).map_err(e)?;
             // On a CQ of 16 entries (31 on libmlx5) that nothing else uses.
             let mut posted = 0;
             for i in 0..n {

@@ -119,8 +119,8 @@ fn receives_of_a_dropped_qp_come_back(dev: &Device) {
         let mut s = pd.create_qp_with_srq(&scq, &srq, caps()).unwrap();
         let mut c = pd.create_qp(&scq, &scq, caps()).unwrap();
         let (es, ec) = (s.endpoint().unwrap(), c.endpoint().unwrap());
-        s.connect(ec).unwrap();
-        c.connect(es).unwrap();
+        s.connect(&ec).unwrap();
+        c.connect(&es).unwrap();
         srq.post_recv(&[mr.sge(0, 64).unwrap()], round).unwrap();
         c.send(Payload::Inline(b"hello"), round, PostFlags::SIGNALED)
             .unwrap();

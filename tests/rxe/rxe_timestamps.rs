@@ -33,9 +33,9 @@ fn timestamps_are_refused_where_the_device_has_no_clock() {
     let pd = dev.alloc_pd().expect("pd");
     let mut qp = pd.create_qp(&cq, &cq, caps()).expect("qp");
     let mut peer = pd.create_qp(&cq, &cq, caps()).expect("peer");
-    qp.connect(peer.endpoint().expect("endpoint"))
+    qp.connect(&peer.endpoint().expect("endpoint"))
         .expect("connect");
-    peer.connect(qp.endpoint().expect("endpoint"))
+    peer.connect(&qp.endpoint().expect("endpoint"))
         .expect("connect the peer");
     let mr = pd
         .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)

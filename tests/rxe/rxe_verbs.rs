@@ -65,8 +65,8 @@ fn out_of_band_exchange_over_tcp() {
     let from_client = connect::accept(&listener, &offer).unwrap();
     let from_server = t.join().unwrap();
     assert_eq!(from_server, offer);
-    server.connect(from_client.endpoint).unwrap();
-    client.connect(from_server.endpoint).unwrap();
+    server.connect(&from_client.endpoint).unwrap();
+    client.connect(&from_server.endpoint).unwrap();
     let buf = from_server.buffers[0];
     client
         .write_inline(

@@ -841,13 +841,13 @@ fn a_peer_from_an_address_handle_carries_its_av() {
     let dct = pd.create_dct(&tcq, &tsrq, 0x77, DCT_ALL).unwrap();
     let ah = pd
         .create_ah(AhAttr {
-            dlid: 1,
+            dlid: dev.nic().unwrap().port_attr().lid,
             sl: 2,
             ..AhAttr::default()
         })
         .unwrap();
     let peer = DcPeer::from_ah(&ah, dct.dctn(), 0x77).unwrap();
-    // The AV names the software NIC's port (LID 1): the request lands.
+    // The AV names the software NIC's port (its own LID): the request lands.
     let mr = pd.alloc_mr(64, ALL).unwrap();
     let mut cq = dev.create_cq(16).unwrap();
     let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();

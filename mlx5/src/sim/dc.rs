@@ -59,8 +59,7 @@ impl State {
         // Routed by its address vector, as a UD datagram (`super::ud`): a ConnectX sends
         // the request to the LID (and GID) the AV names, not to a DCT number of its own.
         let av = crate::av::Av::from_bytes(&addr.av);
-        let here = av.rlid.get() == super::port::PORT_LID
-            && (!av.grh_bit() || av.rgid == super::port::PORT_GID);
+        let here = av.rlid.get() == self.port.lid && (!av.grh_bit() || av.rgid == self.port.gid);
         let dest = DcDest {
             dctn: addr.dctn,
             key: addr.dc_key,

@@ -168,7 +168,19 @@ impl State {
             .get(&qpn)
             .and_then(|q| q.peer)
             .ok_or(Syndrome::TransportRetryExc)?;
+        let q = &self.qps[&qpn];
+        if q.path.dlid != self.port.lid {
+            // Sent to another port (another NIC's LID, or one no port holds): this NIC
+            // runs only its own QPs, so nothing ever answers.
+            return Err(Syndrome::TransportRetryExc);
+        }
         let p = self.qps.get(&peer).ok_or(Syndrome::TransportRetryExc)?;
+        if p.path.rq_psn != q.path.sq_psn {
+            // The peer expects another first PSN: a ConnectX drops (or NAKs as out of
+            // sequence) every request of this QP, none ever in sequence; the requester's
+            // retries run out.
+            return Err(Syndrome::TransportRetryExc);
+        }
         if p.state != QpState::Rts && !self.replay {
             // A peer in error answers nothing: the requester's retries run out.
             return Err(Syndrome::TransportRetryExc);
@@ -352,7 +364,7 @@ impl State {
             // A DCT's receive names its initiator: the DCI's number in `flags_rqpn` (what
             // libmlx5's `handle_responder` reports as `wc.src_qp`), this port's LID in
             // `slid`. (RC receives keep them zero here.)
-            c.set_ud_fields(qpn, 0, false, super::port::PORT_LID, 0);
+            c.set_ud_fields(qpn, 0, false, self.port.lid, 0);
         }
         let inline = in_cqe.then_some(data);
         if !self

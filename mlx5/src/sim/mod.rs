@@ -19,6 +19,19 @@
 //! next timer when a pass finds nothing to do; in thread mode it follows the wall clock
 //! times [`NicView::set_time_scale`].
 //!
+//! Each NIC is one InfiniBand port of a fabric with an address of its own
+//! ([`Nic::port_attr`]): a unicast LID no other NIC of the process holds and the GID
+//! [`port_gid`] of it. An RC QP is connected by the path a driver programs at RTR and RTS
+//! ([`RcPath`], [`Nic::connect`]), and reaches only what it names: its requests go to the
+//! LID of the path, and a LID not this NIC's (another NIC's, or no one's) reaches no QP, since
+//! a NIC runs only its own; a responder takes a requester's packets only when the PSN it was
+//! told to expect (`rq_psn`) is the requester's first send PSN (`sq_psn`). The PSN model is
+//! kept simple but strict: the sequence is not followed packet by packet; a pair whose first
+//! PSNs disagree never exchanges a packet (a ConnectX drops or NAKs every one as out of
+//! sequence). Both end, as an unanswered request, in
+//! [`Syndrome::TransportRetryExc`](crate::syndrome::Syndrome::TransportRetryExc) once the
+//! requester's retries are spent.
+//!
 //! Two ways to run it:
 //! - [`NicView::process`]: one synchronous pass over every QP (deterministic tests). In this mode
 //!   the NIC also checks each ring's doorbell in the BlueFlame register: the 8-byte doorbell or
@@ -28,13 +41,16 @@
 //!   before the register, and only the synchronous mode sees both complete.
 //!
 //! ```
-//! use mlx5::sim::{Nic, QpCaps};
+//! use mlx5::sim::{Nic, QpCaps, RcPath};
 //! use mlx5::request::Access;
 //! let nic = Nic::new();
 //! let pd = nic.alloc_pd();
 //! let cq = nic.create_cq(64, 64).unwrap();
 //! let qp = nic.create_qp(pd, cq.cqn, cq.cqn, QpCaps::default()).unwrap();
-//! nic.connect(qp.qpn, qp.qpn).unwrap();
+//! // Connected to itself: its own LID and PSN (`nic.path_to(qp.qpn)` says the same).
+//! let port = nic.port_attr();
+//! let path = RcPath { dest_qpn: qp.qpn, dlid: port.lid, rq_psn: 7, sq_psn: 7, mtu: port.mtu };
+//! nic.connect(qp.qpn, path).unwrap();
 //! let mr = nic.alloc_mr(pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
 //! assert_eq!(mr.len, 4096);
 //! assert_eq!(nic.process(), 0); // nothing posted yet
@@ -100,8 +116,8 @@ pub use mem::MemoryCaps;
 pub use nic::{Nic, NicView};
 pub use nic_mem::MrInfo;
 pub use order::OrderMode;
-pub use port::{PortAttr, DEFAULT_PORT_MTU, PORT_GID, PORT_LID, PORT_MAX_MSG};
-pub use qp_attr::{DctStats, QpCaps, QpState, QpStats};
+pub use port::{port_gid, PortAttr, DEFAULT_PORT_MTU, MAX_UNICAST_LID, PORT_MAX_MSG};
+pub use qp_attr::{DctStats, QpCaps, QpState, QpStats, RcPath};
 pub use srq::{SrqCaps, SrqStats};
 pub use state::{Limits, DEFAULT_CQE_COMP_MAX_NUM};
 pub use uar::{RegKind, RegisterCheck, UarConfig};

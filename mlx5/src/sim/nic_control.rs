@@ -8,25 +8,45 @@ use super::error::SimError;
 use super::event::AsyncEvent;
 use super::nic::{Nic, NicView};
 use super::order::OrderMode;
-use super::qp_attr::{QpState, QpStats};
+use super::qp_attr::{QpState, QpStats, RcPath};
 use super::srq::SrqStats;
 use super::uar::{self, RegKind, RegisterCheck};
 use crate::wqe;
 use std::sync::Arc;
 
 impl Nic {
-    /// Connects QP `a` to QP `b` (or to itself) and moves `a` to RTS, as `ibv_modify_qp` to
-    /// RTR and RTS does on a ConnectX: only `a` changes. `b` need not exist or be connected
-    /// yet; `a`'s requests reach it once it is in RTS (a peer in RESET or in error answers
-    /// nothing, nor does one of another service type, a DCT, a DCI or a UD QP, nor one that
-    /// does not exist: `a`'s retries run out,
-    /// [`Syndrome::TransportRetryExc`](crate::syndrome::Syndrome::TransportRetryExc)). Each side connects itself.
+    /// Connects QP `a` to the QP `path` names (`path.dest_qpn` at LID `path.dlid`: another
+    /// QP of this NIC, or `a` itself) and moves `a` to RTS, as `ibv_modify_qp` to RTR and
+    /// RTS does on a ConnectX: only `a` changes. The peer need not exist or be connected
+    /// yet; `a`'s requests reach it once it is in RTS. Nothing answers them, and `a`'s
+    /// retries run out ([`Syndrome::TransportRetryExc`](crate::syndrome::Syndrome::TransportRetryExc)),
+    /// when the path names another port (`dlid` not this NIC's LID: another NIC's, or no
+    /// one's), when `a`'s first send PSN (`path.sq_psn`) is not the PSN the peer expects
+    /// (its own `rq_psn`: a ConnectX drops or NAKs out-of-sequence requests, and none
+    /// of `a`'s is ever in sequence), or when the peer is in RESET or in error, of another
+    /// service type (a DCT, a DCI or a UD QP), or does not exist. Each side connects
+    /// itself.
     ///
     /// # Errors
-    /// [`SimError::NoQp`] for `a`; [`SimError::Dc`] for a DC QP; [`SimError::QpState`] when
-    /// `a` is not in RESET (unless it is connected to `b` already: a second call changes
-    /// nothing).
-    pub fn connect(&self, a: u32, b: u32) -> Result<(), SimError> {
+    /// [`SimError::NoQp`] for `a`; [`SimError::Dc`] for a DC QP; [`SimError::Limit`] for a
+    /// path MTU not one of 256, 512, 1024, 2048, 4096 (the kernel's `mlx5_ib_modify_qp`
+    /// refuses a `path_mtu` outside `IB_MTU_256 ..= IB_MTU_4096`); [`SimError::QpState`]
+    /// when `a` is not in RESET (unless it is connected by this same `path` already: a
+    /// second call changes nothing).
+    pub fn connect(&self, a: u32, path: RcPath) -> Result<(), SimError> {
+        if !matches!(path.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return Err(SimError::Limit {
+                what: "path MTU (256, 512, 1024, 2048 or 4096 bytes)",
+                value: u64::from(path.mtu),
+            });
+        }
+        let path = RcPath {
+            dest_qpn: path.dest_qpn & 0xff_ffff,
+            rq_psn: path.rq_psn & 0xff_ffff,
+            sq_psn: path.sq_psn & 0xff_ffff,
+            ..path
+        };
+        let b = path.dest_qpn;
         let mut st = self.st();
         let q = st.qps.get_mut(&a).ok_or(SimError::NoQp(a))?;
         if q.dc.is_some() {
@@ -39,11 +59,38 @@ impl Nic {
         // once.
         match q.state {
             QpState::Reset => {}
-            QpState::Rts if q.peer == Some(b) => {}
+            QpState::Rts if q.peer == Some(b) && q.path == path => {}
             state => return Err(SimError::QpState { qpn: a, state }),
         }
         q.peer = Some(b);
+        q.path = path;
         q.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// The path to QP `dest_qpn` of this NIC as a driver's exchange of endpoints gives it:
+    /// this port's LID and MTU, PSN 0 in both directions (every QP connected with such a
+    /// path starts its sends at PSN 0 and expects 0 of its peer, so any two agree).
+    pub fn path_to(&self, dest_qpn: u32) -> RcPath {
+        let port = self.port_attr();
+        RcPath {
+            dest_qpn,
+            dlid: port.lid,
+            rq_psn: 0,
+            sq_psn: 0,
+            mtu: port.mtu,
+        }
+    }
+
+    /// Sets a connected QP's first send PSN (`sq_psn`), for a driver that programs it at RTS
+    /// after [`Nic::connect`] at RTR (see [`RcPath::sq_psn`]).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`].
+    pub fn set_sq_psn(&self, qpn: u32, psn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get_mut(&qpn).ok_or(SimError::NoQp(qpn))?;
+        q.path.sq_psn = psn & 0xff_ffff;
         Ok(())
     }
 

@@ -272,7 +272,7 @@ mod tests {
         .unwrap();
         let mut wqe = [0u8; 128];
         let av = crate::av::Av {
-            rlid: crate::be::Be16::new(crate::sim::PORT_LID),
+            rlid: crate::be::Be16::new(nic.port_attr().lid),
             ..crate::av::Av::default()
         };
         let addr = DcAddr {

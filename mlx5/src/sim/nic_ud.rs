@@ -4,7 +4,7 @@
 use super::error::SimError;
 use super::mcast::McastError;
 use super::nic::{Nic, NicView};
-use super::port::{PortAttr, PORT_GID, PORT_LID, PORT_MAX_MSG};
+use super::port::{PortAttr, PORT_MAX_MSG};
 use super::qp_attr::{QpState, UdCtx};
 
 /// The control error of a multicast attach or detach the port refused.
@@ -18,16 +18,6 @@ fn mcast_err(e: McastError) -> SimError {
 }
 
 impl Nic {
-    /// The port's LID, GID and active MTU.
-    pub fn port_attr(&self) -> PortAttr {
-        PortAttr {
-            lid: PORT_LID,
-            gid: PORT_GID,
-            mtu: self.st().port.mtu,
-            max_msg: PORT_MAX_MSG,
-        }
-    }
-
     /// Makes a QP in RESET an unreliable-datagram QP with this Q_Key and moves it to RTS
     /// (verbs: INIT with the Q_Key, RTR, RTS). `mcast_loopback` false is verbs'
     /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
@@ -107,6 +97,17 @@ impl Nic {
 }
 
 impl NicView {
+    /// The port's LID, GID and active MTU.
+    pub fn port_attr(&self) -> PortAttr {
+        let st = self.st();
+        PortAttr {
+            lid: st.port.lid,
+            gid: st.port.gid,
+            mtu: st.port.mtu,
+            max_msg: PORT_MAX_MSG,
+        }
+    }
+
     /// Puts a switch in front of the port (`true`): multicast datagrams are forwarded back
     /// to it only for groups it joined ([`Nic::sm_join`], `UdQp::join_multicast`), as on an
     /// InfiniBand fabric; `false` (the default) cables the port to itself, and every
@@ -128,6 +129,13 @@ impl NicView {
         }
         self.st().port.mtu = mtu;
         Ok(())
+    }
+
+    /// Sets the port's GID (index 0; by default [`port_gid`](super::port_gid) of its LID),
+    /// for a driver model whose GID table is read elsewhere (a sysfs file shared by
+    /// processes). The LID stays the NIC's own.
+    pub fn set_port_gid(&self, gid: [u8; 16]) {
+        self.st().port.gid = gid;
     }
 
     /// The multicast groups a QP is attached to.

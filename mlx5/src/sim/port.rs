@@ -1,13 +1,37 @@
 //! The software NIC's one InfiniBand port: its LID, GID, active MTU and multicast groups.
+//!
+//! Every NIC of a process is a port of one fabric, with an address of its own, as the
+//! subnet manager gives each port of a subnet: a unicast LID no other NIC of the process
+//! holds, and a link-local GID whose interface id ends with that LID ([`port_gid`]).
+//! Packets go to the port their LID names; a LID no port of this NIC holds reaches no one
+//! (each NIC runs only its own QPs: a request to another NIC is never answered).
 
 use super::mcast::Groups;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The LID of the software NIC's port.
-pub const PORT_LID: u16 = 1;
-/// The GID (index 0) of the software NIC's port: link-local prefix, a fixed interface id.
-pub const PORT_GID: [u8; 16] = [
-    0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0xb1, 0x0e, 0xff, 0xfe, 0, 0, 0x01,
-];
+/// The largest unicast LID (0xc000 and above are multicast, 0xffff permissive; 0 is
+/// reserved).
+pub const MAX_UNICAST_LID: u16 = 0xbfff;
+
+/// The GID (index 0) of the port whose LID is `lid`: the link-local prefix fe80::/64 and
+/// the interface id 02b1:0eff:fe00:`lid`.
+pub const fn port_gid(lid: u16) -> [u8; 16] {
+    let l = lid.to_be_bytes();
+    [
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0xb1, 0x0e, 0xff, 0xfe, 0, l[0], l[1],
+    ]
+}
+
+/// The NICs made so far in this process: the next NIC's LID is this one's successor
+/// (1 ..= [`MAX_UNICAST_LID`], then again from 1: two live NICs share a LID only when
+/// 49,151 others were made between them).
+static NICS: AtomicU32 = AtomicU32::new(0);
+
+/// The LID of a new port: unicast, and not another live NIC's of the process (see [`NICS`]).
+fn next_lid() -> u16 {
+    let n = NICS.fetch_add(1, Ordering::Relaxed);
+    (n % u32::from(MAX_UNICAST_LID)) as u16 + 1
+}
 /// The port's active MTU unless set otherwise (`IBV_MTU_4096`).
 pub const DEFAULT_PORT_MTU: u32 = 4096;
 /// The port's largest message (`max_msg_sz`): a ConnectX-6's, `1 << log_max_msg` with
@@ -28,15 +52,23 @@ pub struct PortAttr {
     pub max_msg: u32,
 }
 
-/// The port's UD state.
+/// The port: its address, MTU and multicast groups.
 pub(crate) struct Port {
+    /// The port's unicast LID (the NIC's own: [`next_lid`]).
+    pub(crate) lid: u16,
+    /// The port's GID at index 0 ([`port_gid`] of `lid` unless set otherwise).
+    pub(crate) gid: [u8; 16],
     pub(crate) mtu: u32,
     pub(crate) groups: Groups,
 }
 
-impl Default for Port {
-    fn default() -> Self {
+impl Port {
+    /// A port with an address of its own.
+    pub(crate) fn new() -> Port {
+        let lid = next_lid();
         Port {
+            lid,
+            gid: port_gid(lid),
             mtu: DEFAULT_PORT_MTU,
             groups: Default::default(),
         }

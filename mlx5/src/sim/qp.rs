@@ -32,6 +32,8 @@ pub(crate) struct SimQp {
     bf_reg: usize,
     pub(crate) state: QpState,
     pub(crate) peer: Option<u32>,
+    /// The path RTR and RTS programmed (meaningful once `peer` is set).
+    pub(crate) path: super::qp_attr::RcPath,
     /// Producer index (blocks) of the next WQE to run.
     pub(crate) sq_ci: u32,
     /// Producer index up to which doorbells were checked.
@@ -139,6 +141,7 @@ impl SimQp {
             bf_reg: bf_reg as usize,
             state: QpState::Reset,
             peer: None,
+            path: Default::default(),
             sq_ci: 0,
             db_checked: 0,
             reg_mark: 0,

@@ -18,6 +18,24 @@ pub enum QpState {
     SqError,
 }
 
+/// What `ibv_modify_qp` to RTR (and RTS) programs into an RC QP's context of its peer: the
+/// path to it and the packet sequence numbers of both directions ([`super::Nic::connect`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct RcPath {
+    /// The peer's QP number (`dest_qp_num`, 24 bits).
+    pub dest_qpn: u32,
+    /// The LID the requests go to (`ah_attr.dlid`): they reach the peer only when it is
+    /// this NIC's port's LID.
+    pub dlid: u16,
+    /// The PSN the QP expects of the peer's first request (`rq_psn`): the peer's first
+    /// send PSN, or its requests are never acknowledged.
+    pub rq_psn: u32,
+    /// The QP's own first send PSN (`sq_psn`, at RTS).
+    pub sq_psn: u32,
+    /// The path MTU in bytes (256 ..= 4096, at most the port's active MTU).
+    pub mtu: u32,
+}
+
 /// Creation limits of a software QP.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct QpCaps {

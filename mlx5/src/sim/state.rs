@@ -136,7 +136,7 @@ impl State {
             hw_clock: super::HwClock::default(),
             order: OrderMode::default(),
             replay: false,
-            port: Port::default(),
+            port: Port::new(),
             clock_hook: None,
         }
     }

@@ -1,8 +1,8 @@
 //! Unreliable datagram on the software NIC: UD QPs, their sends by address vector, their
 //! receives with the 40-byte GRH area, Q_Keys and multicast.
 //!
-//! The NIC has one InfiniBand port ([`PortAttr`](super::PortAttr): LID [`PORT_LID`], GID
-//! [`PORT_GID`], an active MTU of [`DEFAULT_PORT_MTU`](super::DEFAULT_PORT_MTU) unless
+//! The NIC has one InfiniBand port ([`PortAttr`](super::PortAttr): a LID of its own, its
+//! GID [`port_gid`](super::port_gid), an active MTU of [`DEFAULT_PORT_MTU`](super::DEFAULT_PORT_MTU) unless
 //! [`NicView::set_port_mtu`](super::NicView::set_port_mtu) says otherwise). What it does, as a
 //! ConnectX does:
 //! - A UD QP goes RESET -> INIT (Q_Key) -> RTR -> RTS as verbs asks;
@@ -10,8 +10,8 @@
 //!   needs privilege (the kernel refuses it with `EPERM` without `CAP_NET_RAW`): the driver
 //!   refuses it before it gets here.
 //! - A send WQE carries the address vector ([`crate::av`]): the datagram goes to the QP
-//!   `dqp` of the port the AV names (this port: `rlid == PORT_LID`, and with a GRH
-//!   `rgid == PORT_GID`; any other destination is unreachable and the datagram is lost), or
+//!   `dqp` of the port the AV names (this port: `rlid` the port's LID, and with a GRH
+//!   `rgid` the port's GID; any other destination is unreachable and the datagram is lost), or
 //!   to every QP attached to the multicast group the AV names ([`super::mcast`]). A Q_Key
 //!   in the WQE with the high bit set means "the sending QP's own Q_Key" (IBA 10.2.4).
 //! - The sender completes its send successfully once the datagram left, whatever became of
@@ -34,7 +34,6 @@
 //!   `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`): mlx5's default is loopback on.
 
 use super::dma;
-use super::port::{PORT_GID, PORT_LID};
 use super::progress::Outcome;
 use super::qp_attr::QpState;
 use super::state::State;
@@ -95,7 +94,7 @@ impl State {
                 av.tclass,
                 av.flow_label(),
                 av.hop_limit,
-                PORT_GID,
+                self.port.gid,
                 av.rgid,
                 bytes.len() as u32,
                 d.send.imm.is_some(),
@@ -108,7 +107,7 @@ impl State {
                 .into_iter()
                 .filter(|&q| q != qpn || ctx.mcast_loopback)
                 .collect()
-        } else if dlid == PORT_LID && grh.as_ref().map_or(true, |g| g.dgid == PORT_GID) {
+        } else if dlid == self.port.lid && grh.as_ref().map_or(true, |g| g.dgid == self.port.gid) {
             vec![av.dqp()]
         } else {
             Vec::new() // no such port on this fabric: the datagram is lost
@@ -199,9 +198,9 @@ impl State {
         };
         // The port has LMC 0 and one LID: the sender's source path bits (its AV's
         // `fl_mlid`) leave its SLID the port's LID, and a datagram that reached this port
-        // came to DLID == PORT_LID, whose path bits (`ml_path`, verbs' `dlid_path_bits`)
+        // came to the port's LID, whose path bits (`ml_path`, verbs' `dlid_path_bits`)
         // are none.
-        c.set_ud_fields(src.qpn, src.sl, src.grh.is_some(), PORT_LID, 0);
+        c.set_ud_fields(src.qpn, src.sl, src.grh.is_some(), self.port.lid, 0);
         if !self
             .cqs
             .get_mut(&rcq)

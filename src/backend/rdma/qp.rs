@@ -49,25 +49,6 @@ pub(crate) fn check_source_gid(ethernet: bool, index: Option<i32>, gid: &[u8; 16
     Ok(())
 }
 
-/// Refuses, before the QP leaves RESET, a peer's endpoint that names no address: no LID
-/// on an InfiniBand port, or no GID where the path is global (RoCE, or a GID index given).
-/// A bare QP number (`qp.connect(other.qpn())`, enough on the software NIC) is one: its
-/// PSN is 0 too. The kernel takes such an address vector (`mlx5_set_path` writes `rlid` 0
-/// as it is) and the QP sends to LID 0, InfiniBand's reserved LID: connected, it is dead.
-fn check_remote_address(ethernet: bool, global: bool, remote: &Endpoint) -> Result<()> {
-    let no_lid = !ethernet && remote.lid == 0;
-    let no_gid = (ethernet || global) && remote.gid == [0; 16];
-    if no_lid || no_gid {
-        return Err(Error::InvalidParameter {
-            what: "remote endpoint without an address (LID 0 on an InfiniBand port, or an \
-                   empty GID on a global path): only the software NIC connects by QP number; \
-                   exchange the peer's Qp::endpoint (blueflame::connect)",
-            value: remote.qpn as u64,
-        });
-    }
-    Ok(())
-}
-
 /// A QP of `p` as `spec` says.
 pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)> {
     let d = &p.dev;
@@ -293,6 +274,13 @@ impl Qp {
         })
     }
 
+    /// The port's link layer and whether the QP's path is global: (Ethernet, a GID index
+    /// given).
+    pub(crate) fn link(&self) -> Result<(bool, bool)> {
+        let d = &self.dev;
+        Ok((d.ctx.port(d.port)?.ethernet, d.gid_index.is_some()))
+    }
+
     /// RESET -> INIT -> RTR -> RTS. A failure says whether the QP was left in RTR (the move
     /// to RTS refused), where it takes the peer's messages.
     pub(crate) fn connect(
@@ -304,7 +292,6 @@ impl Qp {
         let before_rtr = |e: Error| (e, false);
         let (d, qp) = (&self.dev, self.verbs().map_err(before_rtr)?);
         let port = d.ctx.port(d.port).map_err(|e| before_rtr(e.into()))?;
-        check_remote_address(port.ethernet, d.gid_index.is_some(), remote).map_err(before_rtr)?;
         let lim = ConnLimits {
             local_mtu: port.active_mtu,
             max_qp_rd_atom: d.attrs.max_qp_rd_atom,
@@ -343,35 +330,5 @@ impl Qp {
             gid,
             ethernet: port.ethernet,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_remote_address;
-    use crate::verbs::objects::Endpoint;
-
-    /// A bare QP number has no address on either link layer; a real endpoint passes.
-    #[test]
-    fn an_endpoint_without_an_address_is_refused() {
-        let bare = Endpoint::from(0x12);
-        let ib = Endpoint { lid: 7, ..bare };
-        let roce = Endpoint {
-            gid: [1; 16],
-            ..bare
-        };
-        for (ethernet, global) in [(false, false), (false, true), (true, true)] {
-            assert!(check_remote_address(ethernet, global, &bare).is_err());
-        }
-        assert!(check_remote_address(false, false, &ib).is_ok());
-        assert!(
-            check_remote_address(false, true, &ib).is_err(),
-            "global, no GID"
-        );
-        assert!(check_remote_address(false, true, &Endpoint { gid: [1; 16], ..ib }).is_ok());
-        assert!(
-            check_remote_address(true, true, &roce).is_ok(),
-            "RoCE: no LID"
-        );
     }
 }

@@ -7,8 +7,8 @@ use crate::backend::qp::{QpKind, QpSpec};
 use crate::backend::spec::{QpRings, UdPort};
 use crate::caps::QpCaps;
 use crate::error::{Capability, Error, Result};
-use crate::verbs::objects::{Endpoint, Timing};
-use mlx5::sim::{QpState, QpTiming, SimError};
+use crate::verbs::objects::{ConnLimits, Endpoint, Timing};
+use mlx5::sim::{QpState, QpTiming, RcPath, SimError};
 
 /// What a QP of the NIC is: destroyed as such.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -172,24 +172,62 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     Ok((qp, rings, raw.qpn))
 }
 
+/// The verbs enum of an MTU in bytes (`IBV_MTU_256` 1 ... `IBV_MTU_4096` 5).
+fn mtu_enum(bytes: u32) -> u32 {
+    match bytes {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        _ => 5,
+    }
+}
+
 impl Qp {
-    pub(crate) fn connect(&self, remote: &Endpoint, timing: &Timing) -> Result<()> {
+    /// The port's address with QP `qpn` and its first send PSN `psn`, as an rdma-core
+    /// device gives it: LID, GID and active MTU.
+    pub(crate) fn endpoint(&self, qpn: u32, psn: u32) -> Endpoint {
+        let port = self.nic.port_attr();
+        Endpoint {
+            qpn,
+            psn,
+            gid: port.gid,
+            lid: port.lid,
+            mtu: mtu_enum(port.mtu),
+        }
+    }
+
+    /// Connects the QP to `remote` with first send PSN `psn`: the NIC's requests reach
+    /// only the QP the LID and number name, and only if the PSNs agree (see
+    /// [`mlx5::sim::Nic::connect`]).
+    pub(crate) fn connect(&self, remote: &Endpoint, psn: u32, timing: &Timing) -> Result<()> {
+        // The path MTU as rdma-core's path takes it: the smaller of the two ports'.
+        let local = mtu_enum(self.nic.port_attr().mtu);
+        let lim = ConnLimits {
+            local_mtu: local,
+            max_qp_rd_atom: ConnLimits::RD_ATOMIC,
+            max_qp_init_rd_atom: ConnLimits::RD_ATOMIC,
+        };
+        let mtu = crate::verbs::ud::mtu_bytes(lim.path_mtu(remote.mtu));
         // RTR and RTS attributes first (this side's timers; the peer's are its own
         // connect's), so that the connection is the one step that can fail after them.
         self.nic.set_timing(self.qpn, sim_timing(timing, u8::MAX))?;
-        self.nic
-            .connect(self.qpn, remote.qpn)
-            .map_err(|e| match e {
-                SimError::QpState { state, .. } => Error::InvalidState {
-                    state: match state {
-                        QpState::Error => {
-                            "in error: a QP connects only from RESET (create a new one)"
-                        }
-                        _ => "connected to another QP: a QP connects only from RESET",
-                    },
+        let path = RcPath {
+            dest_qpn: remote.qpn,
+            dlid: remote.lid,
+            rq_psn: remote.psn,
+            sq_psn: psn,
+            mtu,
+        };
+        self.nic.connect(self.qpn, path).map_err(|e| match e {
+            SimError::QpState { state, .. } => Error::InvalidState {
+                state: match state {
+                    QpState::Error => "in error: a QP connects only from RESET (create a new one)",
+                    _ => "connected to another QP: a QP connects only from RESET",
                 },
-                e => e.into(),
-            })?;
+            },
+            e => e.into(),
+        })?;
         Ok(())
     }
 

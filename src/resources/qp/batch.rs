@@ -19,7 +19,7 @@ use mlx5::request::Request;
 /// let pd = dev.alloc_pd()?;
 /// let mut cq = dev.create_cq(64)?;
 /// let mut qp = pd.create_qp(&cq, &cq, QpCaps::default())?;
-/// qp.connect(qp.endpoint()?)?;
+/// qp.connect(&qp.endpoint()?)?;
 /// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 /// let mut batch = qp.batch();
 /// for i in 0..8u64 {

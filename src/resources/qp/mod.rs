@@ -24,16 +24,6 @@ mod windows;
 pub use batch::Batch;
 pub(crate) use create::RecvSide;
 
-impl From<u32> for Endpoint {
-    /// The endpoint of a QP of the same software NIC (only its number matters there).
-    fn from(qpn: u32) -> Endpoint {
-        Endpoint {
-            qpn,
-            ..Endpoint::default()
-        }
-    }
-}
-
 /// The data path a QP's queues run (which backend made it is [`backend::Qp`]'s business).
 enum QpPath {
     Direct {
@@ -63,8 +53,8 @@ enum QpPath {
 /// let mut a = pd.create_qp(&cq_a, &cq_a, QpCaps::default())?;
 /// let mut b = pd.create_qp(&cq_b, &cq_b, QpCaps::default())?;
 /// let (ea, eb) = (a.endpoint()?, b.endpoint()?);
-/// a.connect(eb)?;
-/// b.connect(ea)?;
+/// a.connect(&eb)?;
+/// b.connect(&ea)?;
 /// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
 /// // B waits for a message; A sends one, then reads 8 bytes of B's region.
 /// b.post_recv(&[mr.sge(0, 64)?], 10)?;
@@ -164,19 +154,24 @@ impl Qp {
             .ok_or(Error::InvalidState { state: "destroyed" })
     }
 
-    /// Connects this QP to `remote` (RESET -> INIT -> RTR -> RTS on rdma-core devices) with
-    /// default timeouts and retries. On the software NIC, a QP number is enough:
-    /// `qp.connect(other.qpn())`, or `qp.connect(qp.qpn())` for a loopback.
+    /// Connects this QP to `remote`, the peer's [`Qp::endpoint`] (RESET -> INIT -> RTR ->
+    /// RTS) with default timeouts and retries: `a.connect(&b.endpoint()?)?` and
+    /// `b.connect(&a.endpoint()?)?`, or `let me = qp.endpoint()?; qp.connect(&me)?` for a
+    /// loopback. Every device, the software NIC too, needs the whole endpoint: a QP number
+    /// alone names no port, and on the software NIC as on a ConnectX a LID that is not the
+    /// peer's, or a PSN other than the peer's first, gives a connection whose requests
+    /// end in [`WcStatus::RetryExcErr`](crate::WcStatus::RetryExcErr).
     ///
     /// # Errors
     /// [`Error::Verbs`] (`Error::Sim` on the software NIC) when the transition is refused;
-    /// [`Error::InvalidParameter`] on an rdma-core device for an endpoint without an address
-    /// (a bare QP number: no LID on InfiniBand, no GID on RoCE), the QP left in RESET.
+    /// [`Error::InvalidParameter`] for an endpoint without an address (no LID on
+    /// InfiniBand, the software NIC's port included; no GID on RoCE or a global path), the
+    /// QP left in RESET and connectable again.
     /// A refusal of the last step (RTR -> RTS) would leave the QP taking the peer's
     /// messages though it cannot send: it is moved to error (its receives flush), and a
     /// second `connect` is refused ([`Error::InvalidState`]); create a new QP.
-    pub fn connect(&mut self, remote: impl Into<Endpoint>) -> Result<()> {
-        self.connect_with(&remote.into(), &Timing::default())
+    pub fn connect(&mut self, remote: &Endpoint) -> Result<()> {
+        self.connect_with(remote, &Timing::default())
     }
 
     /// As [`Qp::connect`], with explicit timeouts and retries.

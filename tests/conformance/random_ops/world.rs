@@ -483,21 +483,23 @@ impl World {
             10..=13 if !qps.is_empty() => {
                 let (a, b) = (r.pick(&qps), r.pick(&qps));
                 let again = self.qps[a].as_ref().unwrap().used;
-                let ep = self.qps[b].as_ref().unwrap().qp.qpn();
-                let res = self.qps[a].as_mut().unwrap().qp.connect(ep);
+                let ep = self.qps[b].as_ref().unwrap().qp.endpoint().unwrap();
+                let res = self.qps[a].as_mut().unwrap().qp.connect(&ep);
+                let to = ep.qpn;
                 let qpn = self.qps[a].as_ref().unwrap().qp.qpn();
-                self.note(format!("connect {qpn:#x} -> {ep:#x}: {res:?}"));
+                self.note(format!("connect {qpn:#x} -> {to:#x}: {res:?}"));
                 if again {
                     // Connected already, or in error: a QP connects only from RESET.
                     assert!(
                         matches!(res, Err(Error::InvalidState { .. })),
-                        "reconnect {qpn:#x} -> {ep:#x}: {res:?}"
+                        "reconnect {qpn:#x} -> {to:#x}: {res:?}"
                     );
                 } else {
                     // From RESET a QP connects to any peer, whatever the peer's state (a
                     // ConnectX's RTR writes only the QP's own context); its requests reach
-                    // the peer once the peer is connected too, else its retries run out.
-                    assert!(res.is_ok(), "connect {qpn:#x} -> {ep:#x}: {res:?}");
+                    // the peer once the peer is connected to it too (expecting its PSN),
+                    // else its retries run out.
+                    assert!(res.is_ok(), "connect {qpn:#x} -> {to:#x}: {res:?}");
                     self.qps[a].as_mut().unwrap().used = true;
                 }
             }

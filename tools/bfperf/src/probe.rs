@@ -8,11 +8,11 @@
 //! CQ and from a compressed one (one session each). The NIC runs outside the measured
 //! functions.
 
+use blueflame::PostSend;
 use blueflame::{
     Access, Completion, Cq, CqOptions, Device, DoorbellMode, MiniCqeFormat, PostFlags, Qp, QpCaps,
     Remote, UarConfig,
 };
-use blueflame::{PostSend, QueuePair};
 
 /// The burst probes run on one iteration in this many (`cargo xtask icount` divides by it).
 pub const BURST_EVERY: usize = 8;
@@ -190,8 +190,8 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
         ..QpCaps::default()
     };
     let mut qp = pd.create_qp(&cq, &cq, caps)?;
-    let q = qp.qpn();
-    qp.connect(q)?;
+    let q = qp.endpoint()?;
+    qp.connect(&q)?;
     assert_eq!(qp.doorbell_mode(), Some(DoorbellMode::Dedicated));
     // A device with no register for thread domains: its QPs ring shared registers, locked.
     let uars = UarConfig {
@@ -202,8 +202,8 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let shared_pd = shared_dev.alloc_pd()?;
     let mut shared_cq = shared_dev.create_cq(1024)?;
     let mut shared = shared_pd.create_qp(&shared_cq, &shared_cq, caps)?;
-    let sq = shared.qpn();
-    shared.connect(sq)?;
+    let sq = shared.endpoint()?;
+    shared.connect(&sq)?;
     assert_eq!(shared.doorbell_mode(), Some(DoorbellMode::SharedLocked));
     let shared_mr = shared_pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let mr = pd.alloc_mr(
@@ -220,8 +220,8 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let mut rcq = dev.create_cq(1024)?;
     let mut rscq = dev.create_cq(1024)?;
     let mut rqp = pd.create_qp(&rscq, &rcq, caps)?;
-    let r = rqp.qpn();
-    rqp.connect(r)?;
+    let r = rqp.endpoint()?;
+    rqp.connect(&r)?;
     let mut rout = [Completion::default(); 4];
     // Bursts: a QP on a plain CQ and one on a compressed CQ, on a device of their own.
     let bdev = Device::sim_stepped();
@@ -239,9 +239,9 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     });
     let mut pqp = bpd.create_qp(&pb.cq, &pb.cq, caps)?;
     let mut zqp = bpd.create_qp(&zb.cq, &zb.cq, caps)?;
-    let (pq, zq) = (pqp.qpn(), zqp.qpn());
-    pqp.connect(pq)?;
-    zqp.connect(zq)?;
+    let (pq, zq) = (pqp.endpoint()?, zqp.endpoint()?);
+    pqp.connect(&pq)?;
+    zqp.connect(&zq)?;
     let broom = bmr.remote(0)?;
     for i in 0..n as u64 {
         if (i as usize).is_multiple_of(BURST_EVERY) {

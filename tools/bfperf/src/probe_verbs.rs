@@ -251,16 +251,16 @@ pub fn run(n: usize) -> Result<(), blueflame::Error> {
     let mut a = pd.create_qp(&cq_a, &cq_a, caps)?;
     let mut b = pd.create_qp(&cq_b, &cq_b, caps)?;
     let (ea, eb) = (a.endpoint()?, b.endpoint()?);
-    a.connect(eb)?;
-    b.connect(ea)?;
+    a.connect(&eb)?;
+    b.connect(&ea)?;
     // A pair of its own for the write with immediate: on `a` it would shift which of the
     // other rows' posts pays the amortised room refills (the write's row 428 -> 449).
     let (mut cq_c, mut cq_d) = (dev.create_cq(64)?, dev.create_cq(64)?);
     let mut qc = pd.create_qp(&cq_c, &cq_c, caps)?;
     let mut qd = pd.create_qp(&cq_d, &cq_d, caps)?;
     let (ec, ed) = (qc.endpoint()?, qd.endpoint()?);
-    qc.connect(ed)?;
-    qd.connect(ec)?;
+    qc.connect(&ed)?;
+    qd.connect(&ec)?;
     let rights = blueflame::Access::LOCAL_WRITE
         | blueflame::Access::REMOTE_WRITE
         | blueflame::Access::REMOTE_READ;

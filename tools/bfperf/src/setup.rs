@@ -275,7 +275,7 @@ fn rc_pingpong_setup(
     let ours = qa.endpoint()?;
     let mut connected = Ok(());
     crate::rc_pingpong::exchange(&mut stream, client, &ours, |theirs| {
-        connected = qa.connect(theirs);
+        connected = qa.connect(&theirs);
         connected.as_ref().map_err(|e| e.to_string()).map(|_| ())
     })
     .map_err(peer_failed)?;
@@ -334,7 +334,7 @@ fn perftest_setup(
     for _ in 0..before {
         theirs = wire.hand_shake(&mine).map_err(peer_failed)?;
     }
-    qa.connect(blueflame::Endpoint {
+    qa.connect(&blueflame::Endpoint {
         qpn: theirs.qpn,
         psn: theirs.psn,
         gid: theirs.gid.unwrap_or_default(),
@@ -717,9 +717,9 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
         let mine: Vec<Endpoint> = more_a.iter().map(Qp::endpoint).collect::<Result<_>>()?;
         let (theirs, more_theirs, stream) = swap(stream, &ours, &mine, &params(test, o, size))?;
         let peer = first_buffer(&theirs, mra.len())?;
-        qa.connect(theirs.endpoint)?;
+        qa.connect(&theirs.endpoint)?;
         for (q, e) in more_a.iter_mut().zip(more_theirs) {
-            q.connect(e)?;
+            q.connect(&e)?;
         }
         let mut s = Side::new(dev, o, (qa, cqa, mra, srqa), peer);
         s.more = more_a.into_iter().map(Sq::Rc).collect();
@@ -731,13 +731,13 @@ pub fn setup(o: &Opts, dev: &Device, test: &str, size: usize) -> Result<Setup> {
     }
     let ((mut qb, cqb, mrb, srqb), mut more_b) = side(dev, o, size, 1)?;
     let (ea, eb) = (qa.endpoint()?, qb.endpoint()?);
-    qa.connect(eb)?;
-    qb.connect(ea)?;
+    qa.connect(&eb)?;
+    qb.connect(&ea)?;
     // -q: QP i of one side to QP i of the other.
     for (x, y) in more_a.iter_mut().zip(more_b.iter_mut()) {
         let (ex, ey) = (x.endpoint()?, y.endpoint()?);
-        x.connect(ey)?;
-        y.connect(ex)?;
+        x.connect(&ey)?;
+        y.connect(&ex)?;
     }
     let (pa, pb) = (mrb.remote_buf(), mra.remote_buf());
     let mut a = Side::new(dev, o, (qa, cqa, mra, srqa), pa);

@@ -18,8 +18,13 @@ pub const IBDEV: &str = "mlx5_0";
 /// The character device libibverbs opens.
 pub const DEV_PATH: &str = "/dev/infiniband/uverbs0";
 
-/// The node GUID (also the port GUID): the interface part of the NIC's port GID.
-pub const NODE_GUID: u64 = u64::from_be_bytes(guid_of(mlx5::sim::PORT_GID));
+/// The port's GID as the tree gives it (the tree is shared by every process that preloads
+/// the model, so the same for each): the software NIC's GID of LID 1. The model's NIC is
+/// given it ([`mlx5::sim::NicView::set_port_gid`]); its LID stays its own.
+pub const PORT_GID: [u8; 16] = mlx5::sim::port_gid(1);
+
+/// The node GUID (also the port GUID): the interface part of the port's GID.
+pub const NODE_GUID: u64 = u64::from_be_bytes(guid_of(PORT_GID));
 
 /// The last 8 bytes of a GID.
 const fn guid_of(gid: [u8; 16]) -> [u8; 8] {
@@ -60,7 +65,7 @@ pub fn write_tree(root: &Path) -> io::Result<()> {
             dev.join("device/modalias"),
             "pci:v000015B3d0000101Bsv000015B3sd00000007bc02sc07i00".into(),
         ),
-        (dev.join("ports/1/gids/0"), gid_text(mlx5::sim::PORT_GID)),
+        (dev.join("ports/1/gids/0"), gid_text(PORT_GID)),
         (dev.join("ports/1/gid_attrs/types/0"), "IB/RoCE v1".into()),
         (dev.join("ports/1/link_layer"), "InfiniBand".into()),
     ];

@@ -9,7 +9,7 @@ use crate::abi;
 use crate::cmd::Call;
 use crate::events;
 use libc::c_int;
-use mlx5::sim::{Nic, PORT_LID, PORT_MAX_MSG};
+use mlx5::sim::{Nic, PORT_MAX_MSG};
 
 /// `GET_CONTEXT`: `mlx5_ib_alloc_ucontext`. The model is a kernel without dynamic UARs
 /// (`MLX5_LIB_CAP_DYN_UAR` not honoured): the bfregs are allocated with the context
@@ -213,7 +213,8 @@ pub(super) unsafe fn query_port(nic: &Nic, call: &mut Call<'_>) -> Result<(), c_
     if c.port_num != 1 {
         return Err(libc::EINVAL);
     }
-    let mtu = match nic.port_attr().mtu {
+    let port = nic.port_attr();
+    let mtu = match port.mtu {
         256 => 1,
         512 => 2,
         1024 => 3,
@@ -226,8 +227,8 @@ pub(super) unsafe fn query_port(nic: &Nic, call: &mut Call<'_>) -> Result<(), c_
         max_msg_sz: PORT_MAX_MSG,
         gid_tbl_len: 1,
         pkey_tbl_len: 128,
-        lid: PORT_LID,
-        sm_lid: PORT_LID,
+        lid: port.lid,
+        sm_lid: port.lid,
         state: 4, // IBV_PORT_ACTIVE
         max_mtu: 5,
         active_mtu: mtu,

@@ -222,10 +222,27 @@ pub(super) fn modify_qp_with(
         return Ok(None);
     }
     if to == Rtr {
-        // One side: the QP's context names its peer (a ConnectX's RTR writes `remote_qpn`
-        // and looks at nothing else); its requests reach the peer once that is ready too.
-        let dest = dest.expect("set above");
-        nic.connect(qpn, dest).map_err(|_| libc::EINVAL)?;
+        // One side: the QP's context names its peer (a ConnectX's RTR writes `remote_qpn`,
+        // the address vector's `rlid`, `next_rcv_psn` and the path MTU); its requests reach
+        // the peer once that is ready too, if the LID is this port's and the PSNs agree.
+        // The first send PSN comes at RTS.
+        let path = mlx5::sim::RcPath {
+            dest_qpn: dest.expect("set above"),
+            dlid: if m & mask::AV != 0 { c.dest.dlid } else { 0 },
+            rq_psn: if m & mask::RQ_PSN != 0 { c.rq_psn } else { 0 },
+            sq_psn: 0,
+            mtu: if m & mask::PATH_MTU != 0 {
+                // `mlx5_ib_modify_qp`: a path MTU outside IB_MTU_256 ..= IB_MTU_4096 is
+                // EINVAL (the NIC refuses what is not a size).
+                128u32.checked_shl(u32::from(c.path_mtu)).unwrap_or(0)
+            } else {
+                nic.port_attr().mtu
+            },
+        };
+        nic.connect(qpn, path).map_err(|_| libc::EINVAL)?;
+    }
+    if to == Rts && m & mask::SQ_PSN != 0 {
+        nic.set_sq_psn(qpn, c.sq_psn).map_err(|_| libc::EINVAL)?;
     }
     Ok(None)
 }

@@ -38,6 +38,10 @@ pub(super) mod mask {
     pub(crate) const QKEY: u32 = 1 << 6;
     pub(crate) const ACCESS_FLAGS: u32 = 1 << 3;
     pub(crate) const DEST_QPN: u32 = 1 << 20;
+    pub(crate) const AV: u32 = 1 << 7;
+    pub(crate) const PATH_MTU: u32 = 1 << 8;
+    pub(crate) const RQ_PSN: u32 = 1 << 12;
+    pub(crate) const SQ_PSN: u32 = 1 << 16;
     pub(crate) const TIMEOUT: u32 = 1 << 9;
     pub(crate) const RETRY_CNT: u32 = 1 << 10;
     pub(crate) const RNR_RETRY: u32 = 1 << 11;

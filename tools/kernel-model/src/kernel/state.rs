@@ -20,6 +20,8 @@ pub(super) fn kernel() -> MutexGuard<'static, Kernel> {
     static K: OnceLock<Mutex<Kernel>> = OnceLock::new();
     K.get_or_init(|| {
         let nic = Nic::new();
+        // The GID the shared sysfs tree gives (the LID, from QUERY_PORT, is the NIC's own).
+        nic.set_port_gid(crate::sysfs::PORT_GID);
         nic.start();
         let events = nic.clone();
         std::thread::Builder::new()
