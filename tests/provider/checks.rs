@@ -1498,8 +1498,8 @@ fn huge_receive_entries(dev: &Device) -> Result<(), String> {
         let mut qp = pd.create_qp(&cq, &cq, caps).map_err(e)?;
         let mut peer = pd.create_qp(&cq, &cq, caps).map_err(e)?;
         let (eq, ep) = (qp.endpoint().map_err(e)?, peer.endpoint().map_err(e)?);
-        qp.connect(ep).map_err(e)?;
-        peer.connect(eq).map_err(e)?;
+        qp.connect(&ep).map_err(e)?;
+        peer.connect(&eq).map_err(e)?;
         let mut srq = pd.create_srq(&cq, SrqCaps::default()).map_err(e)?;
         let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).map_err(e)?;
         let small = mr.sge(0, 64).map_err(e)?;
