@@ -285,3 +285,55 @@ fn two_software_nics_have_different_endpoints() {
     assert_ne!(ends[0].lid, ends[1].lid, "{ends:?}");
     assert_ne!(ends[0].gid, ends[1].gid, "{ends:?}");
 }
+
+/// A receive posted before `connect` (the usual way to have one ready for the peer's first
+/// send): an RC QP is created in INIT, as perftest's `ctx_modify_qp_to_init` and UCX's
+/// `uct_rc_iface_qp_init` leave theirs, where verbs take receives (in RESET they refuse
+/// them: IBA C10-97.2.1, libmlx5's `qp_state_max_gs`). The receive waits there: a message
+/// arriving before the QP is connected finds no responder (a ConnectX answers nothing
+/// below RTR) and leaves it posted; once connected, the QP's next message lands in it.
+#[test]
+fn a_receive_posted_before_connect_waits_for_the_connection() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mr = pd.alloc_mr(4096, scenarios::RIGHTS).unwrap();
+    let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
+    let state = dev.nic().unwrap().qp_state(b.qpn());
+    assert_ne!(state, Some(mlx5::sim::QpState::Reset), "a new RC QP");
+    b.post_recv(&[mr.sge(256, 64).unwrap()], 1).unwrap();
+    // A send to b before b is connected: nobody answers, the receive stays posted.
+    let mut early_cq = dev.create_cq(64).unwrap();
+    let mut early = pd
+        .create_qp(&early_cq, &early_cq, scenarios::caps())
+        .unwrap();
+    let quick = Timing {
+        timeout: 1,
+        retry_cnt: 1,
+        ..Timing::default()
+    };
+    early.connect_with(&b.endpoint().unwrap(), &quick).unwrap();
+    early
+        .send(Payload::Inline(b"too early"), 2, PostFlags::SIGNALED)
+        .unwrap();
+    let mut out = [Completion::default(); 2];
+    assert_eq!(early_cq.poll_n(&mut out, 1, 1 << 34), 1);
+    assert_eq!((out[0].cookie, out[0].status), (2, WcStatus::RetryExcErr));
+    assert_eq!(cq.poll(&mut out), 0, "b's receive is still posted");
+    // Connected, b takes a's message into it.
+    let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
+    a.connect_with(&eb, &Timing::default()).unwrap();
+    b.connect_with(&ea, &Timing::default()).unwrap();
+    a.send(Payload::Inline(b"on time"), 3, PostFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(cq.poll_n(&mut out, 2, 1 << 34), 2);
+    let mut got: Vec<_> = out.iter().map(|c| (c.cookie, c.status)).collect();
+    got.sort_by_key(|g| g.0);
+    assert_eq!(got, [(1, WcStatus::Success), (3, WcStatus::Success)]);
+    let recv = out.iter().find(|c| c.cookie == 1).unwrap();
+    assert_eq!((recv.opcode, recv.byte_len), (WcOpcode::Recv, 7));
+    let mut bytes = [0u8; 7];
+    mr.read(256, &mut bytes).unwrap();
+    assert_eq!(&bytes, b"on time");
+}

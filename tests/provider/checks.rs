@@ -87,7 +87,69 @@ pub fn all() -> Vec<Case> {
             "a_bare_qp_number_is_no_address_on_an_rdma_core_device",
             bare_qp_number,
         ),
+        check(
+            "a_receive_posted_before_connect_is_taken_on_both_paths",
+            recv_before_connect,
+        ),
     ]
+}
+
+/// A receive posted before `connect`, the usual way to have one ready for the peer's first
+/// send (no RNR): verbs take receives from INIT on, and refuse them in RESET (IBA
+/// C10-97.2.1; libmlx5's `set_qp_operational_state` gives `qp_state_max_gs` -1 in RESET,
+/// which `mlx5_post_recv` checks). An RC QP stayed in RESET until `connect`, so the verbs
+/// path failed the receive with a bare `ibv_post_recv` EINVAL while the direct path wrote
+/// it into a RESET QP's ring. Created in INIT (perftest's `ctx_modify_qp_to_init`, UCX's
+/// `uct_rc_iface_qp_init`), the QP takes it on both paths, and the peer's message lands
+/// in it once both sides are connected.
+fn recv_before_connect(_dev: &Device) -> Result<(), String> {
+    for verbs in [false, true] {
+        let d = open_fresh(verbs)?;
+        let e = |e: Error| format!("verbs {verbs}: {e}");
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut cq = d.create_cq(64).map_err(e)?;
+        let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let state = model::qp_state(b.qpn());
+        if state != Some(1) {
+            return Err(format!(
+                "verbs {verbs}: a new QP is in state {state:?}, not INIT (1)"
+            ));
+        }
+        let mr = pd.alloc_mr(4096, scenarios::RIGHTS).map_err(e)?;
+        b.post_recv(&[mr.sge(256, 64).map_err(e)?], 21)
+            .map_err(|x| format!("verbs {verbs}: a receive before connect: {x}"))?;
+        let (ea, eb) = (a.endpoint().map_err(e)?, b.endpoint().map_err(e)?);
+        a.connect_with(&eb, &Timing::default()).map_err(e)?;
+        b.connect_with(&ea, &Timing::default()).map_err(e)?;
+        a.send(Payload::Inline(b"early receive"), 22, PostFlags::SIGNALED)
+            .map_err(e)?;
+        let mut got: Vec<_> = scenarios::wait_on(&d, &mut cq, 2)
+            .iter()
+            .map(|c| {
+                (
+                    c.cookie,
+                    c.status,
+                    c.opcode,
+                    (c.cookie == 21).then_some(c.byte_len),
+                )
+            })
+            .collect();
+        got.sort_by_key(|g| g.0);
+        let want = [
+            (21, WcStatus::Success, WcOpcode::Recv, Some(13)),
+            (22, WcStatus::Success, WcOpcode::Send, None),
+        ];
+        if got != want {
+            return Err(format!("verbs {verbs}: {got:?}, want {want:?}"));
+        }
+        let mut bytes = [0u8; 13];
+        mr.read(256, &mut bytes).map_err(e)?;
+        if &bytes != b"early receive" {
+            return Err(format!("verbs {verbs}: the receive holds {bytes:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// A bare QP number (`Endpoint { qpn, ..Endpoint::default() }`, what
@@ -95,7 +157,7 @@ pub fn all() -> Vec<Case> {
 /// no GID and PSN 0, and a ConnectX QP programmed with it sends to LID 0 (InfiniBand's
 /// reserved LID) and expects its peer's first PSN to be 0. The model connected it by number
 /// then (it read no address vector), so it passed here and left a dead QP on hardware. It is
-/// refused now, on both paths (and on the software NIC), with the QP still in RESET: a
+/// refused now, on both paths (and on the software NIC), with the QP still in INIT: a
 /// connect with the peer's real endpoint then works.
 fn bare_qp_number(_dev: &Device) -> Result<(), String> {
     for verbs in [false, true] {
@@ -113,9 +175,9 @@ fn bare_qp_number(_dev: &Device) -> Result<(), String> {
             Err(Error::InvalidParameter { what, .. }) if what.contains("address") => {}
             other => return Err(format!("verbs {verbs}: connect by number: {other:?}")),
         }
-        if model::qp_state(a.qpn()) != Some(0) {
+        if model::qp_state(a.qpn()) != Some(1) {
             return Err(format!(
-                "verbs {verbs}: the refused QP is in state {:?}, not RESET (0)",
+                "verbs {verbs}: the refused QP is in state {:?}, not INIT (1)",
                 model::qp_state(a.qpn())
             ));
         }
