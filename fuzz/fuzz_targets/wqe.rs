@@ -59,6 +59,8 @@ fuzz_target!(|data: &[u8]| {
             nic.make_ud(q.qpn, QKEY, false).expect("a UD QP");
         }
     } else {
+        nic.init_qp(a.qpn).expect("INIT");
+        nic.init_qp(b.qpn).expect("INIT");
         nic.connect(a.qpn, nic.path_to(b.qpn)).expect("connect");
         nic.connect(b.qpn, nic.path_to(a.qpn)).expect("connect");
     }

@@ -136,11 +136,11 @@ impl Qp {
         }
     }
 
-    /// Connects the RC QP to `remote` (RESET -> INIT -> RTR -> RTS), with first send PSN
-    /// `psn` and `timing` (its RNR retries already capped by the QP's).
+    /// Connects the RC QP to `remote` (INIT, where it was created, -> RTR -> RTS), with
+    /// first send PSN `psn` and `timing` (its RNR retries already capped by the QP's).
     ///
     /// # Errors
-    /// [`crate::Error::InvalidState`] for a QP the device says is not in RESET; the
+    /// [`crate::Error::InvalidState`] for a QP the device says is not in INIT; the
     /// device's refusal of a transition, with whether the QP was left past RTR (it then
     /// takes the peer's messages, and an SRQ's WQEs for them, though it cannot send).
     pub(crate) fn connect(

@@ -1,8 +1,8 @@
 //! A QP connects one side, as `ibv_modify_qp` to RTR and RTS does on a ConnectX: it writes
-//! the QP's own context (`remote_qpn`) and looks at nothing else. A QP in RESET connects to
-//! any number, whatever the peer's state; its requests reach the peer once the peer is
-//! connected too, and fail with `RetryExcErr` after its retries when the peer never answers
-//! (in RESET, in error, or no QP at all). The software NIC used to connect both ends at
+//! the QP's own context (`remote_qpn`) and looks at nothing else. A QP in INIT (where it is
+//! created) connects to any number, whatever the peer's state; its requests reach the peer
+//! once the peer is connected too, and fail with `RetryExcErr` after its retries when the
+//! peer never answers (not connected yet, in error, or no QP at all). The software NIC used to connect both ends at
 //! once: it refused a fresh QP whose peer was not in RESET, and a QP the peer connected
 //! took posts its own handle had never connected.
 
@@ -300,7 +300,7 @@ fn a_receive_posted_before_connect_waits_for_the_connection() {
     let mr = pd.alloc_mr(4096, scenarios::RIGHTS).unwrap();
     let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).unwrap();
     let state = dev.nic().unwrap().qp_state(b.qpn());
-    assert_ne!(state, Some(mlx5::sim::QpState::Reset), "a new RC QP");
+    assert_eq!(state, Some(mlx5::sim::QpState::Init), "a new RC QP");
     b.post_recv(&[mr.sge(256, 64).unwrap()], 1).unwrap();
     // A send to b before b is connected: nobody answers, the receive stays posted.
     let mut early_cq = dev.create_cq(64).unwrap();

@@ -63,6 +63,7 @@ fn software_nic_flags_a_blueflame_copy_of_a_one_ds_wqe() {
         let raw = nic
             .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
             .unwrap();
+        nic.init_qp(raw.qpn).unwrap();
         nic.connect(raw.qpn, nic.path_to(raw.qpn)).unwrap();
         let lim = Limits {
             max_sge: 1,
@@ -197,6 +198,7 @@ fn software_nic_fails_a_zero_based_type1_bind() {
         let raw = nic
             .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
             .unwrap();
+        nic.init_qp(raw.qpn).unwrap();
         nic.connect(raw.qpn, nic.path_to(raw.qpn)).unwrap();
         let mr = nic.alloc_mr(pd, 4096, BINDABLE).unwrap();
         let rkey = nic.alloc_mw(pd, MwType::One).unwrap();
@@ -256,6 +258,7 @@ fn raw_loopback(len: usize) -> (Nic, RawQp, RawCq, mlx5::sim::MrInfo) {
     let raw = nic
         .create_qp(pd, cq.cqn, cq.cqn, mlx5::sim::QpCaps::default())
         .unwrap();
+    nic.init_qp(raw.qpn).unwrap();
     nic.connect(raw.qpn, nic.path_to(raw.qpn)).unwrap();
     let mr = nic
         .alloc_mr(pd, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)

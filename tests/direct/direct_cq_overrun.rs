@@ -40,6 +40,7 @@ fn raw(cq_entries: u32) -> Raw {
     let rqp = nic
         .create_qp(pd, rcq.cqn, rcq.cqn, mlx5::sim::QpCaps::default())
         .unwrap();
+    nic.init_qp(rqp.qpn).unwrap();
     nic.connect(rqp.qpn, nic.path_to(rqp.qpn)).unwrap();
     let mr = nic
         .alloc_mr(pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)

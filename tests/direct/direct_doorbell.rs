@@ -400,6 +400,7 @@ fn blueflame_halves_alternate_and_carry_the_whole_wqe() {
     let raw_cq = nic.create_cq(256, 64).unwrap();
     let caps = mlx5::sim::QpCaps::default();
     let raw = nic.create_qp(pd, raw_cq.cqn, raw_cq.cqn, caps).unwrap();
+    nic.init_qp(raw.qpn).unwrap();
     nic.connect(raw.qpn, nic.path_to(raw.qpn)).unwrap();
     let mr = nic
         .alloc_mr(pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
@@ -479,6 +480,7 @@ fn a_forgotten_batch_is_rung_by_the_next_post_and_never_again() {
     let raw = nic
         .create_qp(pd, raw_cq.cqn, raw_cq.cqn, mlx5::sim::QpCaps::default())
         .unwrap();
+    nic.init_qp(raw.qpn).unwrap();
     nic.connect(raw.qpn, nic.path_to(raw.qpn)).unwrap();
     let mr = nic
         .alloc_mr(pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)

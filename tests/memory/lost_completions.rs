@@ -251,6 +251,8 @@ fn the_nic_checks_the_qp_of_a_zero_length_type2_bind() {
     let qb = nic
         .create_qp(pd, cq_b.cqn, cq_b.cqn, RawCaps::default())
         .unwrap();
+    nic.init_qp(qa.qpn).unwrap();
+    nic.init_qp(qb.qpn).unwrap();
     nic.connect(qa.qpn, nic.path_to(qb.qpn)).unwrap();
     nic.connect(qb.qpn, nic.path_to(qa.qpn)).unwrap();
     let mr = nic.alloc_mr(pd, 4096, REGION).unwrap();

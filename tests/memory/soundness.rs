@@ -105,6 +105,7 @@ fn qp_numbers_are_reused_round_robin_and_refused_when_exhausted() {
     assert_eq!(q, 0x101);
     let q = nic.create_qp(pd, cq.cqn, cq.cqn, caps).unwrap().qpn;
     assert_eq!(q, 0x102);
+    nic.init_qp(q).unwrap();
     nic.connect(q, nic.path_to(q)).unwrap();
     assert_eq!(nic.qp_state(q), Some(mlx5::sim::QpState::Rts));
 }

@@ -1231,7 +1231,7 @@ fn no_atomics_on(mode: model::Atomics) -> Result<(), String> {
     Ok(())
 }
 
-/// A QP whose peer never connects back (it stays in RESET): on a ConnectX its RTR names the
+/// A QP whose peer never connects back (it stays in INIT): on a ConnectX its RTR names the
 /// peer in its own context only, so it reaches RTS and its request fails with
 /// `RetryExcErr` once its retries are spent, on both paths over libmlx5 as on the software
 /// NIC. (The kernel model connected the NIC's QPs only when both ends had named each other:

@@ -123,7 +123,7 @@ impl core::fmt::Display for SimError {
                 "prefetch refused for region {lkey:#x} (not on-demand, not writable, or out of range)"
             ),
             SimError::QpState { qpn, state } => {
-                write!(f, "QP {qpn:#x} is {state:?}: it connects only from RESET")
+                write!(f, "QP {qpn:#x} is {state:?}: it connects only from INIT")
             }
             SimError::Rights(a) => write!(
                 f,

@@ -47,6 +47,7 @@
 //! let pd = nic.alloc_pd();
 //! let cq = nic.create_cq(64, 64).unwrap();
 //! let qp = nic.create_qp(pd, cq.cqn, cq.cqn, QpCaps::default()).unwrap();
+//! nic.init_qp(qp.qpn).unwrap();
 //! // Connected to itself: its own LID and PSN (`nic.path_to(qp.qpn)` says the same).
 //! let port = nic.port_attr();
 //! let path = RcPath { dest_qpn: qp.qpn, dlid: port.lid, rq_psn: 7, sq_psn: 7, mtu: port.mtu };

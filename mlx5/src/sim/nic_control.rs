@@ -15,6 +15,31 @@ use crate::wqe;
 use std::sync::Arc;
 
 impl Nic {
+    /// Moves RC QP `qpn` from RESET to INIT (`ibv_modify_qp` to INIT: port, P_Key index,
+    /// access rights), where it takes receives (they wait until it is connected) and from
+    /// where it connects ([`Nic::connect`]). A second call changes nothing (INIT -> INIT).
+    ///
+    /// # Errors
+    /// [`SimError::NoQp`]; [`SimError::Dc`] for a DC QP (made ready whole, by
+    /// [`Nic::dci_ready`] or at creation); [`SimError::QpState`] for a UD QP (made ready
+    /// whole by [`Nic::make_ud`]) or one past INIT.
+    pub fn init_qp(&self, qpn: u32) -> Result<(), SimError> {
+        let mut st = self.st();
+        let q = st.qps.get_mut(&qpn).ok_or(SimError::NoQp(qpn))?;
+        if q.dc.is_some() {
+            return Err(SimError::Dc {
+                qpn,
+                why: "a DC QP is made ready whole (dci_ready, or a DCT at creation)",
+            });
+        }
+        match q.state {
+            QpState::Reset | QpState::Init if q.ud.is_none() => {}
+            state => return Err(SimError::QpState { qpn, state }),
+        }
+        q.state = QpState::Init;
+        Ok(())
+    }
+
     /// Connects QP `a` to the QP `path` names (`path.dest_qpn` at LID `path.dlid`: another
     /// QP of this NIC, or `a` itself) and moves `a` to RTS, as `ibv_modify_qp` to RTR and
     /// RTS does on a ConnectX: only `a` changes. The peer need not exist or be connected
@@ -23,16 +48,17 @@ impl Nic {
     /// when the path names another port (`dlid` not this NIC's LID: another NIC's, or no
     /// one's), when `a`'s first send PSN (`path.sq_psn`) is not the PSN the peer expects
     /// (its own `rq_psn`: a ConnectX drops or NAKs out-of-sequence requests, and none
-    /// of `a`'s is ever in sequence), or when the peer is in RESET or in error, of another
-    /// service type (a DCT, a DCI or a UD QP), or does not exist. Each side connects
-    /// itself.
+    /// of `a`'s is ever in sequence), or when the peer is in RESET, INIT or in error, of
+    /// another service type (a DCT, a DCI or a UD QP), or does not exist. Each side
+    /// connects itself.
     ///
     /// # Errors
     /// [`SimError::NoQp`] for `a`; [`SimError::Dc`] for a DC QP; [`SimError::Limit`] for a
     /// path MTU not one of 256, 512, 1024, 2048, 4096 (the kernel's `mlx5_ib_modify_qp`
     /// refuses a `path_mtu` outside `IB_MTU_256 ..= IB_MTU_4096`); [`SimError::QpState`]
-    /// when `a` is not in RESET (unless it is connected by this same `path` already: a
-    /// second call changes nothing).
+    /// when `a` is not in INIT (unless it is connected by this same `path` already: a
+    /// second call changes nothing): in RESET (verbs move a QP to RTR only from INIT),
+    /// connected, or in error. `a` reaches INIT by [`Nic::init_qp`].
     pub fn connect(&self, a: u32, path: RcPath) -> Result<(), SimError> {
         if !matches!(path.mtu, 256 | 512 | 1024 | 2048 | 4096) {
             return Err(SimError::Limit {
@@ -58,7 +84,7 @@ impl Nic {
         // Verbs moves a QP to RTR only from INIT, which only RESET reaches: a QP connects
         // once.
         match q.state {
-            QpState::Reset => {}
+            QpState::Init => {}
             QpState::Rts if q.peer == Some(b) && q.path == path => {}
             state => return Err(SimError::QpState { qpn: a, state }),
         }

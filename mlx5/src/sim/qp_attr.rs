@@ -6,8 +6,15 @@ use crate::request::Access;
 /// The state of a software QP.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum QpState {
-    /// Created, not connected: doorbells are ignored.
+    /// Created, not initialized: doorbells are ignored, and a message arriving is not
+    /// answered. An RC QP leaves it for INIT ([`super::Nic::init_qp`]) before it connects;
+    /// a UD QP and a DCI are made ready from it.
     Reset,
+    /// Initialized (verbs' INIT: port, P_Key index and access rights set), not connected:
+    /// receives posted wait in the ring, consumed by nothing until the QP reaches RTS;
+    /// doorbells are ignored, and a message arriving is not answered (a ConnectX's
+    /// responder is off below RTR), so it consumes no receive.
+    Init,
     /// Connected and running.
     Rts,
     /// In error: every WQE and receive is flushed.

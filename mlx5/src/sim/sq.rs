@@ -20,7 +20,7 @@ impl State {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return n;
         };
-        if qp.state == QpState::Reset {
+        if matches!(qp.state, QpState::Reset | QpState::Init) {
             return n;
         }
         let db = qp.sq_db();

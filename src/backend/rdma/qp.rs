@@ -196,16 +196,26 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                         api,
                     )?
                 },
-                None => verbs::objects::Qp::with_srq(
-                    p.pd.clone(),
-                    scq,
-                    rcq,
-                    verbs_caps,
-                    direct,
-                    api,
-                    srq.map(|s| s.rdma().cloned()).transpose()?,
-                    creator,
-                )?,
+                None => {
+                    let qp = verbs::objects::Qp::with_srq(
+                        p.pd.clone(),
+                        scq,
+                        rcq,
+                        verbs_caps,
+                        direct,
+                        api,
+                        srq.map(|s| s.rdma().cloned()).transpose()?,
+                        creator,
+                    )?;
+                    // RESET -> INIT now (port, P_Key index, access rights), as perftest's
+                    // `ctx_modify_qp_to_init` and UCX's `uct_rc_iface_qp_init` do at
+                    // creation: verbs take receives from INIT (IBA C10-97.2.1; libmlx5's
+                    // `qp_state_max_gs` is -1 in RESET), so receives posted before
+                    // `connect` are taken on the verbs path as on the direct one.
+                    // (librdmacm's `rdma_create_qp_ex` moves its QPs to INIT itself.)
+                    qp.to_init(d.port)?;
+                    qp
+                }
             }
         }
     };
@@ -281,8 +291,9 @@ impl Qp {
         Ok((d.ctx.port(d.port)?.ethernet, d.gid_index.is_some()))
     }
 
-    /// RESET -> INIT -> RTR -> RTS. A failure says whether the QP was left in RTR (the move
-    /// to RTS refused), where it takes the peer's messages.
+    /// INIT (where `create_qp` left it) -> RTR -> RTS. A failure says whether the QP was
+    /// left in RTR (the move to RTS refused), where it takes the peer's messages; before
+    /// RTR it is left in INIT, connectable again.
     pub(crate) fn connect(
         &self,
         remote: &Endpoint,
@@ -301,7 +312,6 @@ impl Qp {
             retry_cnt: d.attrs.retry_cnt_for(timing.retry_cnt),
             ..*timing
         };
-        qp.to_init(d.port).map_err(|e| before_rtr(e.into()))?;
         qp.to_rtr(remote, d.port, d.gid_index, timing, &lim)
             .map_err(|e| before_rtr(e.into()))?;
         qp.to_rts(psn, timing, &lim).map_err(|e| (e.into(), true))

@@ -98,12 +98,16 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
                     Some(td) => nic.create_qp_on_td(p.pd, td, send_cq, recv_cq, caps),
                     None => nic.create_qp(p.pd, send_cq, recv_cq, caps),
                 }?;
-                // Receives from the SRQ (`ibv_qp_init_attr.srq`).
-                if let Some(s) = srqn {
-                    if let Err(e) = nic.attach_qp_srq(raw.qpn, s) {
-                        let _ = nic.destroy_qp(raw.qpn);
-                        return Err(e);
-                    }
+                // Receives from the SRQ (`ibv_qp_init_attr.srq`); then RESET -> INIT, as on
+                // rdma-core devices (`rdma::create_qp`): receives are taken from creation.
+                let ready = match srqn {
+                    Some(s) => nic.attach_qp_srq(raw.qpn, s),
+                    None => Ok(()),
+                }
+                .and_then(|()| nic.init_qp(raw.qpn));
+                if let Err(e) = ready {
+                    let _ = nic.destroy_qp(raw.qpn);
+                    return Err(e);
                 }
                 Ok(raw)
             })?
@@ -222,8 +226,8 @@ impl Qp {
         self.nic.connect(self.qpn, path).map_err(|e| match e {
             SimError::QpState { state, .. } => Error::InvalidState {
                 state: match state {
-                    QpState::Error => "in error: a QP connects only from RESET (create a new one)",
-                    _ => "connected to another QP: a QP connects only from RESET",
+                    QpState::Error => "in error: a QP connects only from INIT (create a new one)",
+                    _ => "connected to another QP: a QP connects only from INIT",
                 },
             },
             e => e.into(),

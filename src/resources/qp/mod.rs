@@ -154,9 +154,9 @@ impl Qp {
             .ok_or(Error::InvalidState { state: "destroyed" })
     }
 
-    /// Connects this QP to `remote`, the peer's [`Qp::endpoint`] (RESET -> INIT -> RTR ->
-    /// RTS) with default timeouts and retries: `a.connect(&b.endpoint()?)?` and
-    /// `b.connect(&a.endpoint()?)?`, or `let me = qp.endpoint()?; qp.connect(&me)?` for a
+    /// Connects this QP to `remote`, the peer's [`Qp::endpoint`] (INIT -> RTR -> RTS: a QP
+    /// is created in INIT, where it already takes receives, [`Qp::post_recv`]) with default
+    /// timeouts and retries: `a.connect(&b.endpoint()?)?` and `b.connect(&a.endpoint()?)?`, or `let me = qp.endpoint()?; qp.connect(&me)?` for a
     /// loopback. Every device, the software NIC too, needs the whole endpoint: a QP number
     /// alone names no port, and on the software NIC as on a ConnectX a LID that is not the
     /// peer's, or a PSN other than the peer's first, gives a connection whose requests
@@ -166,7 +166,7 @@ impl Qp {
     /// [`Error::Verbs`] (`Error::Sim` on the software NIC) when the transition is refused;
     /// [`Error::InvalidParameter`] for an endpoint without an address (no LID on
     /// InfiniBand, the software NIC's port included; no GID on RoCE or a global path), the
-    /// QP left in RESET and connectable again.
+    /// QP left in INIT (its receives kept; connectable again).
     /// A refusal of the last step (RTR -> RTS) would leave the QP taking the peer's
     /// messages though it cannot send: it is moved to error (its receives flush), and a
     /// second `connect` is refused ([`Error::InvalidState`]); create a new QP.
@@ -193,12 +193,12 @@ impl Qp {
         };
         if self.errored {
             return Err(Error::InvalidState {
-                state: "in error: a QP connects only from RESET (create a new one)",
+                state: "in error: a QP connects only from INIT (create a new one)",
             });
         }
         if self.connected {
             return Err(Error::InvalidState {
-                state: "connected: a QP connects only from RESET (create a new one)",
+                state: "connected: a QP connects only from INIT (create a new one)",
             });
         }
         // A peer's number (out of band, perhaps corrupt) is checked here as `UdQp::send_to`
@@ -275,7 +275,7 @@ impl Qp {
             state: if self.errored {
                 "in error, never connected"
             } else {
-                "not connected (RESET)"
+                "not connected (INIT)"
             },
         })
     }

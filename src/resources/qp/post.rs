@@ -230,7 +230,10 @@ impl Qp {
         self.post(req, cookie, flags)
     }
 
-    /// Posts a receive buffer list.
+    /// Posts a receive buffer list. Before [`Qp::connect`] too (the QP is created in INIT,
+    /// as verbs require of a receive: IBA C10-97.2.1), the usual way to have receives ready
+    /// for the peer's first send: they wait, consumed by nothing, until the QP is
+    /// connected (a message reaching it before is not answered).
     ///
     /// # Errors
     /// [`Error::SrqQp`] when the QP takes its receives from an SRQ;

@@ -489,13 +489,13 @@ impl World {
                 let qpn = self.qps[a].as_ref().unwrap().qp.qpn();
                 self.note(format!("connect {qpn:#x} -> {to:#x}: {res:?}"));
                 if again {
-                    // Connected already, or in error: a QP connects only from RESET.
+                    // Connected already, or in error: a QP connects only from INIT.
                     assert!(
                         matches!(res, Err(Error::InvalidState { .. })),
                         "reconnect {qpn:#x} -> {to:#x}: {res:?}"
                     );
                 } else {
-                    // From RESET a QP connects to any peer, whatever the peer's state (a
+                    // From INIT a QP connects to any peer, whatever the peer's state (a
                     // ConnectX's RTR writes only the QP's own context); its requests reach
                     // the peer once the peer is connected to it too (expecting its PSN),
                     // else its retries run out.

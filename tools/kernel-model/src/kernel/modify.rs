@@ -221,6 +221,14 @@ pub(super) fn modify_qp_with(
         }
         return Ok(None);
     }
+    if to == Init && from == Reset {
+        // RST2INIT: the NIC's QP takes receives from here on (they wait until it is
+        // connected) and answers nothing yet.
+        if nic.init_qp(qpn).is_err() {
+            q.state = from;
+            return Err(libc::EINVAL);
+        }
+    }
     if to == Rtr {
         // One side: the QP's context names its peer (a ConnectX's RTR writes `remote_qpn`,
         // the address vector's `rlid`, `next_rcv_psn` and the path MTU); its requests reach
