@@ -144,6 +144,7 @@ impl Exchange {
             lid: u16::from_be_bytes([h[12], h[13]]),
             mtu: u32at(14),
             gid,
+            max_dest_rd_atomic: 0,
         };
         let n = u16::from_be_bytes([h[34], h[35]]) as usize;
         if n > MAX_BUFFERS {
@@ -343,6 +344,7 @@ mod tests {
                 gid: [7; 16],
                 lid: 9,
                 mtu: 3,
+                max_dest_rd_atomic: 4,
             },
             buffers: vec![
                 RemoteBuf {
@@ -368,5 +370,79 @@ mod tests {
             Exchange::read_from(&mut &bytes[..20]),
             Err(Error::Io(_))
         ));
+        // Cut before the buffers: short, whatever the version.
+        assert!(matches!(
+            Exchange::read_from(&mut &bytes[..36]),
+            Err(Error::Io(_))
+        ));
+    }
+
+    /// A QP's endpoint says what its responder accepts: what its `connect` programs
+    /// (`max_dest_rd_atomic`; the software NIC's, which takes any number of reads in flight,
+    /// is the crate's 16 as on a ConnectX), so that a peer's requester stays within it.
+    #[cfg(feature = "sim")]
+    #[test]
+    fn a_qps_endpoint_advertises_its_responder_depth() {
+        let dev = crate::Device::sim_stepped();
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(4).unwrap();
+        let qp = pd.create_qp(&cq, &cq, crate::QpCaps::default()).unwrap();
+        let depth = qp.endpoint().unwrap().max_dest_rd_atomic;
+        assert_eq!(depth, crate::verbs::objects::ConnLimits::RD_ATOMIC);
+    }
+
+    /// A peer's responder depth crosses the wire (`BFX2`): a peer of depth 4 is read as 4,
+    /// where the depth was dropped and its QP then programmed for 16 reads in flight, which
+    /// the peer's responder refuses. A `BFX1` message (an older peer) is still read: its
+    /// depth is not given (0).
+    #[test]
+    fn the_responder_depth_crosses_the_wire_and_bfx1_is_still_read() {
+        let x = Exchange {
+            endpoint: Endpoint {
+                qpn: 0x11,
+                max_dest_rd_atomic: 4,
+                ..Endpoint::default()
+            },
+            buffers: vec![RemoteBuf {
+                addr: 0x1000,
+                rkey: 0x42,
+                len: 64,
+            }],
+        };
+        let bytes = x.encode().unwrap();
+        assert_eq!(&bytes[..4], b"BFX2");
+        assert_eq!(bytes.len(), 37 + 20);
+        assert_eq!(bytes[34], 4, "the depth after the GID");
+        let got = Exchange::read_from(&mut &bytes[..]).unwrap();
+        assert_eq!(got.endpoint.max_dest_rd_atomic, 4);
+        assert_eq!(got, x);
+        // BFX1: magic, qpn, psn, lid, mtu, gid, count, buffers.
+        let mut v1 = b"BFX1".to_vec();
+        v1.extend_from_slice(&0x11u32.to_be_bytes());
+        v1.extend_from_slice(&7u32.to_be_bytes());
+        v1.extend_from_slice(&9u16.to_be_bytes());
+        v1.extend_from_slice(&3u32.to_be_bytes());
+        v1.extend_from_slice(&[5; 16]);
+        v1.extend_from_slice(&1u16.to_be_bytes());
+        v1.extend_from_slice(&0x1000u64.to_be_bytes());
+        v1.extend_from_slice(&0x42u32.to_be_bytes());
+        v1.extend_from_slice(&64u64.to_be_bytes());
+        let mut r = &v1[..];
+        let old = Exchange::read_from(&mut r).unwrap();
+        assert!(r.is_empty(), "a BFX1 message read whole");
+        assert_eq!(
+            old,
+            Exchange {
+                endpoint: Endpoint {
+                    qpn: 0x11,
+                    psn: 7,
+                    lid: 9,
+                    mtu: 3,
+                    gid: [5; 16],
+                    max_dest_rd_atomic: 0,
+                },
+                buffers: x.buffers.clone(),
+            }
+        );
     }
 }

@@ -73,11 +73,13 @@ fn connect(qp: &Qp, ctx: &Context, to: &Qp, gid_index: Option<i32>) -> Result<()
         gid,
         lid: port.lid,
         mtu: port.active_mtu,
+        max_dest_rd_atomic: 1,
     };
     let lim = ConnLimits {
         local_mtu: port.active_mtu,
         max_qp_rd_atom: 1,
         max_qp_init_rd_atom: 1,
+        remote_dest_rd_atomic: remote.max_dest_rd_atomic,
     };
     let t = Timing::default();
     qp.to_init(1)?;

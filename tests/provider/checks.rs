@@ -91,6 +91,10 @@ pub fn all() -> Vec<Case> {
             "a_receive_posted_before_connect_is_taken_on_both_paths",
             recv_before_connect,
         ),
+        check(
+            "the_requester_depth_is_what_the_peer_accepts",
+            requester_depth,
+        ),
     ]
 }
 
@@ -147,6 +151,45 @@ fn recv_before_connect(_dev: &Device) -> Result<(), String> {
         mr.read(256, &mut bytes).map_err(e)?;
         if &bytes != b"early receive" {
             return Err(format!("verbs {verbs}: the receive holds {bytes:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// A QP's requester may have no more reads and atomics in flight than its peer's responder
+/// accepts: against a peer that advertises 4 (perftest `-o 4`, a device whose
+/// `max_qp_rd_atom` is 4) `connect` programmed `max_rd_atomic` 16 whatever the peer said,
+/// and the peer's responder NAKs the fifth read (Invalid Request), the QP in error. It is
+/// programmed with 4 now, on both paths; the responder keeps its own depth (16), which its
+/// endpoint advertises (the model's device: `max_qp_rd_atom` 16).
+fn requester_depth(_dev: &Device) -> Result<(), String> {
+    for verbs in [false, true] {
+        let d = open_fresh(verbs)?;
+        let e = |e: Error| e.to_string();
+        let pd = d.alloc_pd().map_err(e)?;
+        let cq = d.create_cq(64).map_err(e)?;
+        let mut a = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let mut b = pd.create_qp(&cq, &cq, scenarios::caps()).map_err(e)?;
+        let (ea, eb) = (a.endpoint().map_err(e)?, b.endpoint().map_err(e)?);
+        let shallow = Endpoint {
+            max_dest_rd_atomic: 4,
+            ..eb
+        };
+        // connect_with: whichever form `connect` takes its endpoint in.
+        a.connect_with(&shallow, &Timing::default()).map_err(e)?;
+        b.connect_with(&ea, &Timing::default()).map_err(e)?;
+        let got = (model::qp_depths(a.qpn()), model::qp_depths(b.qpn()));
+        if got != (Some((4, 16)), Some((16, 16))) {
+            return Err(format!(
+                "verbs {verbs}: (max_rd_atomic, max_dest_rd_atomic) of the QP connected to a \
+                 peer of depth 4 and of its peer: {got:?}, want (4, 16) and (16, 16)"
+            ));
+        }
+        if (ea.max_dest_rd_atomic, eb.max_dest_rd_atomic) != (16, 16) {
+            return Err(format!(
+                "verbs {verbs}: the endpoints advertise responder depths {} and {}, not 16",
+                ea.max_dest_rd_atomic, eb.max_dest_rd_atomic
+            ));
         }
     }
     Ok(())

@@ -127,6 +127,17 @@ pub fn qp_state(qpn: u32) -> Option<i32> {
     Some(f(qpn)).filter(|s| *s >= 0)
 }
 
+/// The requester and responder depths (`max_rd_atomic`, `max_dest_rd_atomic`) QP `qpn`
+/// was programmed with in the model; None when the model is not loaded or has no such QP.
+pub fn qp_depths(qpn: u32) -> Option<(u8, u8)> {
+    type F = extern "C" fn(u32) -> libc::c_int;
+    let f = sym(c"blueflame_kernel_model_qp_depths")?;
+    // SAFETY: the model exports the function with this prototype.
+    let f: F = unsafe { std::mem::transmute(f) };
+    let d = f(qpn);
+    (d >= 0).then_some((d as u8, (d >> 8) as u8))
+}
+
 /// Makes the model's next modify of a QP to `state` (3: RTS) fail with `errno`; false when
 /// the model is not loaded.
 pub fn fail_next_modify(state: i32, errno: i32) -> bool {

@@ -281,6 +281,7 @@ impl Qp {
             gid,
             lid: port.lid,
             mtu: port.active_mtu,
+            ..Endpoint::default()
         })
     }
 
@@ -307,6 +308,7 @@ impl Qp {
             local_mtu: port.active_mtu,
             max_qp_rd_atom: d.attrs.max_qp_rd_atom,
             max_qp_init_rd_atom: d.attrs.max_qp_init_rd_atom,
+            remote_dest_rd_atomic: remote.max_dest_rd_atomic,
         };
         let timing = &Timing {
             retry_cnt: d.attrs.retry_cnt_for(timing.retry_cnt),

@@ -30,10 +30,16 @@ pub struct Endpoint {
     pub lid: u16,
     /// Path MTU (verbs enum).
     pub mtu: u32,
+    /// Reads and atomics the QP's responder accepts in flight (its `max_dest_rd_atomic`):
+    /// the most a peer's requester may have outstanding towards it (its `max_rd_atomic`).
+    /// 0 = not given, taken as [`ConnLimits::RD_ATOMIC`] (as an MTU of 0 takes the local
+    /// one).
+    pub max_dest_rd_atomic: u8,
 }
 
-/// The device limits a connection must stay within (rdma-core's `mlx5_modify_qp` passes the
-/// attributes to the kernel, which refuses values above the device's).
+/// The limits a connection must stay within: the local device's (rdma-core's
+/// `mlx5_modify_qp` passes the attributes to the kernel, which refuses values above the
+/// device's) and the peer's responder depth.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ConnLimits {
     /// The local port's active MTU (verbs enum: 1 = 256 ... 5 = 4096).
@@ -42,6 +48,9 @@ pub struct ConnLimits {
     pub max_qp_rd_atom: u8,
     /// `max_qp_init_rd_atom` of the device: the requester's limit.
     pub max_qp_init_rd_atom: u8,
+    /// What the peer's responder accepts ([`Endpoint::max_dest_rd_atomic`]; 0 = not
+    /// given).
+    pub remote_dest_rd_atomic: u8,
 }
 
 impl ConnLimits {
@@ -130,12 +139,14 @@ mod tests {
             local_mtu: 5,
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
+            remote_dest_rd_atomic: 0,
         };
         assert_eq!((cx.max_dest_rd_atomic(), cx.max_rd_atomic()), (16, 16));
         let small = ConnLimits {
             local_mtu: 3,
             max_qp_rd_atom: 4,
             max_qp_init_rd_atom: 2,
+            remote_dest_rd_atomic: 0,
         };
         assert_eq!((small.max_dest_rd_atomic(), small.max_rd_atomic()), (4, 2));
         let big = ConnLimits {
@@ -148,5 +159,37 @@ mod tests {
         assert_eq!(small.path_mtu(5), 3, "remote 4096, local 1024");
         assert_eq!(cx.path_mtu(3), 3, "remote 1024, local 4096");
         assert_eq!(small.path_mtu(0), 3);
+    }
+
+    /// The requester's depth stays within what the peer's responder accepts: a peer that
+    /// advertises 4 (perftest's `-o 4`, a device whose `max_qp_rd_atom` is 4) gets at most
+    /// 4 reads in flight, where 16 made its responder NAK (Invalid Request) and the QP
+    /// fail. A peer that gave none (0) is taken as accepting the crate's 16; the local
+    /// device's limit still applies, and the responder's own depth is the local one.
+    #[test]
+    fn the_requester_depth_stays_within_the_peers_responder() {
+        let cx = ConnLimits {
+            local_mtu: 5,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+            remote_dest_rd_atomic: 4,
+        };
+        assert_eq!((cx.max_rd_atomic(), cx.max_dest_rd_atomic()), (4, 16));
+        let given = |remote_dest_rd_atomic| ConnLimits {
+            remote_dest_rd_atomic,
+            ..cx
+        };
+        assert_eq!(given(0).max_rd_atomic(), 16, "not given: the crate's 16");
+        assert_eq!(given(1).max_rd_atomic(), 1);
+        assert_eq!(
+            given(64).max_rd_atomic(),
+            16,
+            "the crate asks for 16 at most"
+        );
+        let small = ConnLimits {
+            max_qp_init_rd_atom: 2,
+            ..given(4)
+        };
+        assert_eq!(small.max_rd_atomic(), 2, "the local device's limit");
     }
 }

@@ -48,6 +48,7 @@ pub fn decode(m: &[u8]) -> Result<Endpoint, String> {
         psn: hex(f[2])?,
         gid,
         mtu: MTU,
+        ..Endpoint::default()
     })
 }
 
@@ -93,6 +94,7 @@ mod tests {
             psn: 0xabcdef,
             gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1],
             mtu: 5,
+            max_dest_rd_atomic: 16,
         };
         let m = encode(&ep);
         assert_eq!(
@@ -100,7 +102,14 @@ mod tests {
             "0000:000011:abcdef:00000000000000000000ffff0a4d0001"
         );
         assert_eq!(m[51], 0);
-        assert_eq!(decode(&m).unwrap(), Endpoint { mtu: MTU, ..ep });
+        // Neither the MTU nor the responder depth is on the wire: ibv_rc_pingpong programs
+        // 1024 bytes and one read in flight each way (`pp_connect_ctx`).
+        let peer = Endpoint {
+            mtu: MTU,
+            max_dest_rd_atomic: 1,
+            ..ep
+        };
+        assert_eq!(decode(&m).unwrap(), peer);
         assert!(decode(b"0000:000011\0").is_err());
     }
 

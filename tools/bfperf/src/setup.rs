@@ -340,6 +340,7 @@ fn perftest_setup(
         gid: theirs.gid.unwrap_or_default(),
         lid: theirs.lid,
         mtu,
+        ..blueflame::Endpoint::default()
     })?;
     for _ in 1..after {
         wire.hand_shake(&mine).map_err(peer_failed)?;
@@ -1147,6 +1148,33 @@ mod tests {
 
     /// `-c dc`: each side posts on a DCI aimed at the other side's DCT (its number and
     /// perftest's key), and a write through it lands in the other side's buffer.
+    /// A bfperf client's first bytes are its exchange's magic, of either version (`BFX2`
+    /// carries the responder depth, `BFX1` an older bfperf's); a server that knew only
+    /// `BFX1` took a `BFX2` client for perftest. perftest's version and ibv_rc_pingpong's
+    /// LID are told apart as before.
+    #[test]
+    fn a_bfperf_client_is_told_by_either_magic() {
+        for (first, want) in [
+            (&b"BFX2\0"[..], super::Peer::Bfperf),
+            (b"BFX1\0", super::Peer::Bfperf),
+            (b"6.06\0", super::Peer::Perftest),
+            (b"0000:", super::Peer::RcPingpong),
+        ] {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            std::io::Write::write_all(&mut c, first).unwrap();
+            let (s, _) = l.accept().unwrap();
+            assert_eq!(super::classify(&s).unwrap(), want, "{first:?}");
+        }
+        let ours = blueflame::connect::Exchange::default().encode().unwrap();
+        assert_eq!(
+            &ours[..4],
+            b"BFX2",
+            "this side's exchange is the one classify takes"
+        );
+    }
+
     #[test]
     fn dc_sides_aim_at_each_others_dct() {
         let o = crate::opts::parse(&["-c".into(), "dc".into()]).expect("opts");

@@ -37,6 +37,15 @@ pub extern "C" fn blueflame_kernel_model_qp_state(qpn: u32) -> c_int {
     crate::kernel::qp_state(qpn).unwrap_or(-1)
 }
 
+/// The reads and atomics QP `qpn` was programmed to have in flight: its requester's
+/// (`max_rd_atomic`, RTS) in bits 0..8, its responder's (`max_dest_rd_atomic`, RTR) in bits
+/// 8..16 (0 for one not given yet); -1 when no file has the QP.
+#[no_mangle]
+pub extern "C" fn blueflame_kernel_model_qp_depths(qpn: u32) -> c_int {
+    crate::kernel::qp_depths(qpn)
+        .map_or(-1, |(req, resp)| c_int::from(req) | c_int::from(resp) << 8)
+}
+
 /// The mini-CQE format bit CQ `cqn` compresses with (0: no compression), or -1 when the NIC
 /// has no such CQ.
 #[no_mangle]

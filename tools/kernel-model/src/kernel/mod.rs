@@ -97,6 +97,18 @@ pub(crate) fn qp_state(qpn: u32) -> Option<i32> {
     })
 }
 
+/// The requester and responder depths (`max_rd_atomic`, `max_dest_rd_atomic`) QP `qpn`
+/// was last given (0 for none yet); None for a QP no file has.
+pub(crate) fn qp_depths(qpn: u32) -> Option<(u8, u8)> {
+    let k = kernel();
+    k.files.values().find_map(|f| {
+        f.objs.values().find_map(|o| match o {
+            Obj::Qp(q) if q.qpn == qpn => Some((q.req_depth, q.resp_depth)),
+            _ => None,
+        })
+    })
+}
+
 /// The mini-CQE format CQ `cqn` compresses with (its bit), 0 without compression; None for
 /// a CQ the NIC does not have.
 pub(crate) fn cq_view(cqn: u32) -> Option<u32> {

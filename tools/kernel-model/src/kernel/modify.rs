@@ -100,6 +100,9 @@ pub(super) fn modify_qp_with(
     if m & mask::MIN_RNR_TIMER != 0 {
         q.timing.min_rnr_timer = c.min_rnr_timer;
     }
+    if m & mask::MAX_QP_RD_ATOMIC != 0 {
+        q.req_depth = c.max_rd_atomic;
+    }
     // `set_qpc_atomic_flags` (RC, at any modify naming the rights or the responder depth)
     // and `mlx5_ib_modify_dct` (at INIT): remote atomic rights need `get_atomic_mode`,
     // which fails (EOPNOTSUPP) on a device without atomics; a responder of depth 0 keeps

@@ -46,6 +46,7 @@ pub(super) mod mask {
     pub(crate) const RETRY_CNT: u32 = 1 << 10;
     pub(crate) const RNR_RETRY: u32 = 1 << 11;
     pub(crate) const MIN_RNR_TIMER: u32 = 1 << 15;
+    pub(crate) const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
     pub(crate) const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
 }
 
@@ -91,6 +92,8 @@ pub(super) struct Qp {
     /// `trans_qp.resp_depth`).
     pub(super) access: u32,
     pub(super) resp_depth: u8,
+    /// The requester's depth as last given (`max_rd_atomic`, the QP context's `log_sra_max`).
+    pub(super) req_depth: u8,
     /// The bfreg it rings: (dynamic, index); a static one is counted in the file's classes.
     pub(super) bfreg: (bool, u32),
     /// Responder scatter-to-CQE, as `configure_responder_scat_cqe` decided.
