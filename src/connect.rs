@@ -1,9 +1,12 @@
 //! Out-of-band connection set-up over TCP, as perftest does: each side sends what the other
-//! needs to connect its QP (QPN, PSN, GID, LID, MTU) and, optionally, remote buffer
-//! descriptors (address, rkey, length) for one-sided operations.
+//! needs to connect its QP (QPN, PSN, GID, LID, MTU, the reads and atomics its responder
+//! accepts) and, optionally, remote buffer descriptors (address, rkey, length) for
+//! one-sided operations.
 //!
-//! Wire format (big-endian): `b"BFX1"`, qpn u32, psn u32, lid u16, mtu u32, gid [u8; 16],
-//! buffer count u16, then per buffer addr u64, rkey u32, len u64.
+//! Wire format (big-endian): `b"BFX2"`, qpn u32, psn u32, lid u16, mtu u32, gid [u8; 16],
+//! max_dest_rd_atomic u8, buffer count u16, then per buffer addr u64, rkey u32, len u64.
+//! A `b"BFX1"` message (an older peer's: no `max_dest_rd_atomic`) is still read, its
+//! depth 0 (not given, taken as 16); only `BFX2` is written.
 //!
 //! ```
 //! use blueflame::connect::{Exchange, RemoteBuf};
@@ -87,7 +90,9 @@ pub struct Exchange {
     pub buffers: Vec<RemoteBuf>,
 }
 
-const MAGIC: &[u8; 4] = b"BFX1";
+const MAGIC: &[u8; 4] = b"BFX2";
+/// The first version: no responder depth.
+const MAGIC_V1: &[u8; 4] = b"BFX1";
 const MAX_BUFFERS: usize = 1024;
 
 impl Exchange {
@@ -104,13 +109,14 @@ impl Exchange {
             });
         }
         let e = &self.endpoint;
-        let mut v = Vec::with_capacity(36 + 20 * self.buffers.len());
+        let mut v = Vec::with_capacity(37 + 20 * self.buffers.len());
         v.extend_from_slice(MAGIC);
         v.extend_from_slice(&e.qpn.to_be_bytes());
         v.extend_from_slice(&e.psn.to_be_bytes());
         v.extend_from_slice(&e.lid.to_be_bytes());
         v.extend_from_slice(&e.mtu.to_be_bytes());
         v.extend_from_slice(&e.gid);
+        v.push(e.max_dest_rd_atomic);
         v.extend_from_slice(&(self.buffers.len() as u16).to_be_bytes());
         for b in &self.buffers {
             v.extend_from_slice(&b.addr.to_be_bytes());
@@ -120,21 +126,30 @@ impl Exchange {
         Ok(v)
     }
 
-    /// Reads one exchange from `r`.
+    /// Reads one exchange from `r` (`BFX2`, or `BFX1` without the responder depth).
     ///
     /// # Errors
     /// [`Error::Io`] on a read error or short message; [`Error::InvalidParameter`] for a bad
     /// magic or an absurd buffer count.
     pub fn read_from(r: &mut impl Read) -> Result<Exchange> {
-        let mut h = [0u8; 36];
+        let mut h = [0u8; 34];
         r.read_exact(&mut h).map_err(Error::Io)?;
-        if &h[..4] != MAGIC {
+        let magic = &h[..4];
+        if magic != MAGIC && magic != MAGIC_V1 {
             let m = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
             return Err(Error::InvalidParameter {
                 what: "exchange magic",
                 value: m as u64,
             });
         }
+        // The responder depth (BFX2), then the buffer count.
+        let mut t = [0u8; 3];
+        let tail = if magic == MAGIC {
+            &mut t[..]
+        } else {
+            &mut t[1..]
+        };
+        r.read_exact(tail).map_err(Error::Io)?;
         let u32at = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&h[18..34]);
@@ -144,9 +159,9 @@ impl Exchange {
             lid: u16::from_be_bytes([h[12], h[13]]),
             mtu: u32at(14),
             gid,
-            max_dest_rd_atomic: 0,
+            max_dest_rd_atomic: t[0],
         };
-        let n = u16::from_be_bytes([h[34], h[35]]) as usize;
+        let n = u16::from_be_bytes([t[1], t[2]]) as usize;
         if n > MAX_BUFFERS {
             return Err(Error::InvalidParameter {
                 what: "exchange buffer count",

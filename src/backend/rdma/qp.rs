@@ -281,7 +281,8 @@ impl Qp {
             gid,
             lid: port.lid,
             mtu: port.active_mtu,
-            ..Endpoint::default()
+            // The responder depth `connect` programs (`to_rtr`).
+            max_dest_rd_atomic: ConnLimits::dest_rd_atomic_of(self.dev.attrs.max_qp_rd_atom),
         })
     }
 

@@ -198,6 +198,10 @@ impl Qp {
             gid: port.gid,
             lid: port.lid,
             mtu: mtu_enum(port.mtu),
+            // Its responder takes any number of reads in flight; the crate's 16, as a
+            // ConnectX's QP connected by rdma-core (and the software NIC behind it, whose
+            // device says `max_qp_rd_atom` 16) is programmed with.
+            max_dest_rd_atomic: ConnLimits::RD_ATOMIC,
         }
     }
 
@@ -211,6 +215,7 @@ impl Qp {
             local_mtu: local,
             max_qp_rd_atom: ConnLimits::RD_ATOMIC,
             max_qp_init_rd_atom: ConnLimits::RD_ATOMIC,
+            remote_dest_rd_atomic: remote.max_dest_rd_atomic,
         };
         let mtu = crate::verbs::ud::mtu_bytes(lim.path_mtu(remote.mtu));
         // RTR and RTS attributes first (this side's timers; the peer's are its own

@@ -69,12 +69,25 @@ impl ConnLimits {
 
     /// `max_dest_rd_atomic` (RTR): at most the device's `max_qp_rd_atom`.
     pub fn max_dest_rd_atomic(&self) -> u8 {
-        Self::RD_ATOMIC.min(self.max_qp_rd_atom)
+        Self::dest_rd_atomic_of(self.max_qp_rd_atom)
     }
 
-    /// `max_rd_atomic` (RTS): at most the device's `max_qp_init_rd_atom`.
+    /// The responder depth a QP of a device of `max_qp_rd_atom` is connected with: what its
+    /// [`Endpoint`] advertises.
+    pub fn dest_rd_atomic_of(max_qp_rd_atom: u8) -> u8 {
+        Self::RD_ATOMIC.min(max_qp_rd_atom)
+    }
+
+    /// `max_rd_atomic` (RTS): at most the device's `max_qp_init_rd_atom` and what the
+    /// peer's responder accepts (`remote_dest_rd_atomic`, 0 taken as [`Self::RD_ATOMIC`]),
+    /// as perftest programs the peer's `out_reads` (`ctx_modify_qp_to_rts`): more reads in
+    /// flight than the responder accepts are NAKed (Invalid Request), the QP in error.
     pub fn max_rd_atomic(&self) -> u8 {
-        Self::RD_ATOMIC.min(self.max_qp_init_rd_atom)
+        let remote = match self.remote_dest_rd_atomic {
+            0 => Self::RD_ATOMIC,
+            r => r,
+        };
+        Self::RD_ATOMIC.min(self.max_qp_init_rd_atom).min(remote)
     }
 }
 

@@ -114,6 +114,16 @@ pub struct Dest {
     pub srqn: u32,
 }
 
+impl Dest {
+    /// The reads and atomics the peer's responder accepts in flight: its `out_reads`
+    /// (`ctx_set_out_reads`: `-o`, at most its device's `max_qp_rd_atom`), which it programs
+    /// as its `max_dest_rd_atomic` and as this side's limit (`max_rd_atomic =
+    /// dest->out_reads`); a value past a byte is taken as 255 (the QP's own limit is lower).
+    pub fn responder_depth(&self) -> u8 {
+        u8::try_from(self.out_reads).unwrap_or(u8::MAX)
+    }
+}
+
 /// `KEY_MSG_SIZE` and `KEY_MSG_SIZE_GID`: the text and its NUL.
 const KEY: usize = 59;
 const KEY_GID: usize = 108;
@@ -316,6 +326,25 @@ mod tests {
             gid: gid.then_some([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1]),
             srqn: 0,
         }
+    }
+
+    /// A peer run with `-o 4` (or on a device whose `max_qp_rd_atom` is 4) says 4 in its
+    /// address: its responder's depth, which bounds this side's `max_rd_atomic`; bfperf
+    /// used to drop it and send 16 reads at once, which that responder NAKs.
+    #[test]
+    fn the_peers_outstanding_reads_are_its_responder_depth() {
+        let m = Dest {
+            out_reads: 4,
+            ..dest(true)
+        }
+        .encode();
+        assert_eq!(&m[5..9], b"0004");
+        assert_eq!(Dest::decode(&m, true).unwrap().responder_depth(), 4);
+        let big = Dest {
+            out_reads: 0x1ff,
+            ..dest(false)
+        };
+        assert_eq!(big.responder_depth(), 255);
     }
 
     /// The bytes perftest's `sprintf(msg, KEY_PRINT_FMT_GID, ...)` writes, and back.

@@ -48,7 +48,9 @@ pub fn decode(m: &[u8]) -> Result<Endpoint, String> {
         psn: hex(f[2])?,
         gid,
         mtu: MTU,
-        ..Endpoint::default()
+        // ibv_rc_pingpong's responder takes one read in flight (`pp_connect_ctx`:
+        // `max_dest_rd_atomic = 1`); its address does not say it.
+        max_dest_rd_atomic: 1,
     })
 }
 

@@ -219,8 +219,8 @@ enum Peer {
     RcPingpong,
 }
 
-/// Tells the client that connected on `s` by its first five bytes: bfperf's magic (`BFX1`),
-/// `ibv_rc_pingpong`'s address (4 hex digits of LID, then ':'), else perftest's version
+/// Tells the client that connected on `s` by its first five bytes: bfperf's magic (`BFX2`,
+/// or an older bfperf's `BFX1`), `ibv_rc_pingpong`'s address (4 hex digits of LID, then ':'), else perftest's version
 /// ("6.06").
 fn classify(s: &TcpStream) -> Result<Peer> {
     s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
@@ -233,7 +233,7 @@ fn classify(s: &TcpStream) -> Result<Peer> {
                 std::io::ErrorKind::UnexpectedEof.into(),
             ));
         }
-        if n >= 4 && b[..4] == *b"BFX1" {
+        if n >= 4 && matches!(&b[..4], b"BFX2" | b"BFX1") {
             return Ok(Peer::Bfperf);
         }
         if n == b.len() {
@@ -307,8 +307,10 @@ fn perftest_setup(
     let ep = qa.endpoint()?;
     let mine = Dest {
         lid: ep.lid,
-        // Reads the peer may have in flight against this QP (its `max_rd_atomic`).
-        out_reads: 16,
+        // Reads the peer may have in flight against this QP (its `max_rd_atomic`): what
+        // this QP's responder is programmed with (perftest's `max_dest_rd_atomic =
+        // my_dest->out_reads`, `ctx_modify_qp_to_rtr`).
+        out_reads: u32::from(ep.max_dest_rd_atomic),
         qpn: ep.qpn,
         psn: ep.psn,
         rkey: mra.rkey(),
@@ -340,7 +342,9 @@ fn perftest_setup(
         gid: theirs.gid.unwrap_or_default(),
         lid: theirs.lid,
         mtu,
-        ..blueflame::Endpoint::default()
+        // The peer's responder depth: this QP's `max_rd_atomic` at most (perftest's
+        // `max_rd_atomic = dest->out_reads`, `ctx_modify_qp_to_rts`).
+        max_dest_rd_atomic: theirs.responder_depth(),
     })?;
     for _ in 1..after {
         wire.hand_shake(&mine).map_err(peer_failed)?;
