@@ -12,7 +12,7 @@ use crate::caps::QpCaps;
 use crate::error::{Error, Result};
 use crate::mlx5_env::Mlx5Env;
 use crate::verbs;
-use crate::verbs::objects::{ConnLimits, Endpoint, Timing};
+use crate::verbs::objects::{Endpoint, Timing};
 use mlx5::qp_size::Transport;
 use mlx5::request::Access;
 use std::sync::Arc;
