@@ -20,7 +20,7 @@
 //! times [`NicView::set_time_scale`].
 //!
 //! Each NIC is one InfiniBand port of a fabric with an address of its own
-//! ([`Nic::port_attr`]): a unicast LID no other NIC of the process holds and the GID
+//! ([`NicView::port_attr`]): a unicast LID no other NIC of the process holds and the GID
 //! [`port_gid`] of it. An RC QP is connected by the path a driver programs at RTR and RTS
 //! ([`RcPath`], [`Nic::connect`]), and reaches only what it names: its requests go to the
 //! LID of the path, and a LID not this NIC's (another NIC's, or no one's) reaches no QP, since

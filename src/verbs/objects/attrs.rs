@@ -32,8 +32,8 @@ pub struct Endpoint {
     pub mtu: u32,
     /// Reads and atomics the QP's responder accepts in flight (its `max_dest_rd_atomic`):
     /// the most a peer's requester may have outstanding towards it (its `max_rd_atomic`).
-    /// 0 = not given, taken as [`ConnLimits::RD_ATOMIC`] (as an MTU of 0 takes the local
-    /// one).
+    /// 0 = not given, taken as 16, the depth the crate asks for (as an MTU of 0 takes the
+    /// local one).
     pub max_dest_rd_atomic: u8,
 }
 
