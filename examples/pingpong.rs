@@ -180,7 +180,7 @@ fn play(mut side: Side, theirs: Exchange, initiator: bool, iters: u32) -> Res<Du
         )
         .into());
     }
-    // RESET -> INIT -> RTR -> RTS towards the peer's QP.
+    // INIT (where the QP was created) -> RTR -> RTS towards the peer's QP.
     side.qp.connect(&theirs.endpoint)?;
     let start = Instant::now();
     for i in 0..iters {

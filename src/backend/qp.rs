@@ -22,7 +22,7 @@ pub(crate) fn initial_psn(qpn: u32) -> u32 {
     qpn.wrapping_mul(0x9e37_79b9) >> 8
 }
 
-/// Refuses, before the QP leaves RESET, a peer's endpoint that names no address: no LID
+/// Refuses, before the QP leaves INIT, a peer's endpoint that names no address: no LID
 /// on an InfiniBand port, or no GID where the path is global (RoCE, or a GID index given);
 /// on every backend, the software NIC's InfiniBand port too. The kernel takes such an
 /// address vector (`mlx5_set_path` writes `rlid` 0 as it is) and the QP sends to LID 0,
@@ -150,7 +150,7 @@ impl Qp {
         timing: &Timing,
     ) -> std::result::Result<(), (crate::error::Error, bool)> {
         // The same check on every backend: an endpoint without an address is refused
-        // before the QP leaves RESET (connectable again).
+        // before the QP leaves INIT (connectable again).
         let (ethernet, global) = match self {
             #[cfg(feature = "sim")]
             Qp::Sim(_) => (false, false), // one InfiniBand port, local paths

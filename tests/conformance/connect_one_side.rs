@@ -154,7 +154,7 @@ const QUICK: Timing = Timing {
 /// A bare QP number (`Endpoint { qpn, ..Endpoint::default() }`: no LID, no GID, PSN 0)
 /// names no port: the software NIC refuses it as an rdma-core device does (the kernel's
 /// `mlx5_set_path` would program `rlid` 0, InfiniBand's reserved LID: a dead QP), with
-/// `InvalidParameter`, the QP left in RESET. It then connects with the real endpoint and
+/// `InvalidParameter`, the QP left in INIT. It then connects with the real endpoint and
 /// carries a write.
 #[test]
 fn a_bare_qp_number_is_refused_and_the_qp_connects_after() {

@@ -33,7 +33,7 @@ fn a_remote_qp_number_past_24_bits_is_refused() {
         }
         other => panic!("{other:?}"),
     }
-    // The QP is still in RESET: the right number connects it.
+    // The QP is still in INIT: the right number connects it.
     remote.qpn &= 0xff_ffff;
     qp.connect(&remote).unwrap();
 }
@@ -421,7 +421,7 @@ fn connect_twice_or_after_set_error_is_an_invalid_state() {
     let mut c = pd.create_qp(&cq, &cq, QpCaps::default()).unwrap();
     a.connect(&b.endpoint().unwrap()).unwrap();
     b.connect(&a.endpoint().unwrap()).unwrap();
-    // Another peer: verbs needs RESET first.
+    // Another peer: verbs connects a QP only from INIT, once.
     assert!(matches!(
         a.connect(&c.endpoint().unwrap()),
         Err(Error::InvalidState { .. })
@@ -434,7 +434,7 @@ fn connect_twice_or_after_set_error_is_an_invalid_state() {
             q.qpn
         );
     }
-    // A QP in RESET connects whatever its peer's state (a ConnectX's RTR writes only its
+    // A QP in INIT connects whatever its peer's state (a ConnectX's RTR writes only its
     // own context): c to a, which is in error; then c is connected, and only to a.
     c.connect(&a.endpoint().unwrap()).unwrap();
     assert!(matches!(
