@@ -95,7 +95,63 @@ pub fn all() -> Vec<Case> {
             "the_requester_depth_is_what_the_peer_accepts",
             requester_depth,
         ),
+        check(
+            "a_ud_address_without_a_lid_is_refused_on_both_paths",
+            ud_address_without_a_lid,
+        ),
     ]
+}
+
+/// A UD address with no LID (a bare QP number and Q_Key, `UdEndpoint { qpn, qkey, .. }`):
+/// libmlx5's `mlx5_create_ah` makes an address handle of it on an InfiniBand port (it
+/// copies `dlid` 0 into the AV's `rlid` and never asks the kernel, whose
+/// `rdma_check_ah_attr` would not look at the LID either), and a datagram sent to it goes
+/// to LID 0: lost on a ConnectX, its send completed with success. Refused now at
+/// `create_ah`, typed, on both paths; the peer's real endpoint then carries a datagram.
+fn ud_address_without_a_lid(_dev: &Device) -> Result<(), String> {
+    for verbs in [false, true] {
+        let d = open_fresh(verbs)?;
+        let e = |e: Error| e.to_string();
+        let pd = d.alloc_pd().map_err(e)?;
+        let mut cq = d.create_cq(64).map_err(e)?;
+        let mut a = pd
+            .create_ud_qp(&cq, &cq, QpCaps::default(), 0x11)
+            .map_err(e)?;
+        let mut b = pd
+            .create_ud_qp(&cq, &cq, QpCaps::default(), 0x11)
+            .map_err(e)?;
+        let to = b.endpoint();
+        let bare = UdEndpoint {
+            qpn: to.qpn,
+            qkey: to.qkey,
+            ..UdEndpoint::default()
+        };
+        match pd.create_ah(bare) {
+            Err(Error::InvalidParameter { what, .. }) if what.contains("address") => {}
+            other => return Err(format!("verbs {verbs}: an AH to LID 0: {other:?}")),
+        }
+        let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).map_err(e)?;
+        b.post_recv(&[mr.sge(0, 128).map_err(e)?], 7).map_err(e)?;
+        let ah = pd.create_ah(to).map_err(e)?;
+        a.send_to(
+            &ah,
+            to.qpn,
+            to.qkey,
+            Payload::Inline(b"x"),
+            1,
+            PostFlags::SIGNALED,
+        )
+        .map_err(e)?;
+        let mut got: Vec<_> = scenarios::wait_on(&d, &mut cq, 2)
+            .iter()
+            .map(|c| (c.cookie, c.status))
+            .collect();
+        got.sort_by_key(|c| c.0);
+        if got != [(1, WcStatus::Success), (7, WcStatus::Success)] {
+            return Err(format!("verbs {verbs}: to the real endpoint: {got:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// A receive posted before `connect`, the usual way to have one ready for the peer's first

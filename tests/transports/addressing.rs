@@ -89,3 +89,133 @@ fn a_dci_request_to_another_lid_is_not_answered_here() {
         "a request addressed to another LID was answered by this port's DCT"
     );
 }
+
+/// An address that names no port: no LID on the (InfiniBand) port, or a global route with
+/// an empty GID. A ConnectX takes such an address handle (rdma-core's `mlx5_create_ah`
+/// copies `dlid` 0 into the AV's `rlid`; the kernel's `rdma_check_ah_attr` checks the port
+/// and the GRH flag only) and every datagram sent to it goes to LID 0, InfiniBand's reserved
+/// LID: lost, while its send completes with success. Refused now when the address handle is
+/// made, typed, so nothing can be posted to it: the sender's queue keeps its room and no
+/// completion comes. Multicast LIDs (0xc000..=0xfffe, with the group's GID) and the
+/// permissive LID stay destinations; `ud::multicast_reaches_every_attached_qp_until_it_detaches`
+/// sends to a group.
+#[test]
+fn an_address_without_a_lid_or_a_gid_is_refused_before_anything_is_posted() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(16).unwrap();
+    let a = pd.create_ud_qp(&cq, &cq, QpCaps::default(), 5).unwrap();
+    let b = pd.create_ud_qp(&cq, &cq, QpCaps::default(), 5).unwrap();
+    let eb = b.endpoint();
+    let free = a.free_send();
+    let bare = UdEndpoint {
+        qpn: eb.qpn,
+        qkey: eb.qkey,
+        ..UdEndpoint::default()
+    };
+    let empty_gid = AhAttr {
+        grh: Some(GlobalRoute {
+            hop_limit: DEFAULT_HOP_LIMIT,
+            ..GlobalRoute::default()
+        }),
+        ..AhAttr::from(&eb)
+    };
+    for (name, to) in [
+        ("a bare QP number", AhAttr::from(&bare)),
+        (
+            "a GID without a LID",
+            AhAttr::from(&UdEndpoint { lid: 0, ..eb }),
+        ),
+        ("a global route with an empty GID", empty_gid),
+    ] {
+        match pd.create_ah(to) {
+            Err(Error::InvalidParameter { what, .. }) if what.contains("address") => {}
+            Ok(_) => panic!(
+                "{name}: an address handle was made of it (a send to it goes to LID 0: lost, \
+                 completed with success)"
+            ),
+            Err(other) => panic!("{name}: {other:?}"),
+        }
+    }
+    assert_eq!(a.free_send(), free, "nothing was posted");
+    dev.process();
+    let mut out = [Completion::default(); 4];
+    assert_eq!(cq.poll(&mut out), 0, "no completion");
+    // Multicast LIDs and the permissive LID are destinations; so is the peer's endpoint.
+    for dlid in [0xc000, 0xfffe, 0xffff] {
+        let to = AhAttr {
+            dlid,
+            ..AhAttr::default()
+        };
+        pd.create_ah(to)
+            .unwrap_or_else(|e| panic!("LID {dlid:#x}: {e:?}"));
+    }
+    let mgid = [
+        0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x42,
+    ];
+    pd.create_ah(AhAttr::multicast(mgid, 0xc042)).unwrap();
+    pd.create_ah(eb).unwrap();
+    pd.create_ah(AhAttr::from(&eb).local()).unwrap();
+}
+
+/// The 48-byte address vector of a DC peer with the destination LID `rlid`, the GRH bit
+/// when `grh`, the next hop's MAC `rmac` (RoCE) and the destination GID `rgid`.
+fn dc_av(rlid: u16, grh: bool, rmac: [u8; 6], rgid: [u8; 16]) -> [u8; 48] {
+    let mut av = [0u8; 48];
+    av[14..16].copy_from_slice(&rlid.to_be_bytes());
+    av[20..26].copy_from_slice(&rmac);
+    av[27] = 64; // hop limit
+    if grh {
+        av[28..32].copy_from_slice(&(1u32 << 30).to_be_bytes());
+    }
+    av[32..].copy_from_slice(&rgid);
+    av
+}
+
+/// A DC peer whose address vector names no port (no LID on InfiniBand, a GRH or a RoCE
+/// next hop with an empty GID): every DCI request to it would go to LID 0 and end in
+/// RetryExcErr after the DCI's retries. Refused by `DcPeer::new`, typed, with the DCT
+/// number, before any request names it; a peer with the port's LID reaches the DCT.
+#[test]
+fn a_dc_peer_without_an_address_is_refused() {
+    let dev = Device::sim_stepped();
+    let pd = dev.alloc_pd().unwrap();
+    let mr = pd
+        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let tcq = dev.create_cq(16).unwrap();
+    let srq = pd.create_srq(&tcq, SrqCaps::default()).unwrap();
+    let dct = pd.create_dct(&tcq, &srq, 7, Access::REMOTE_WRITE).unwrap();
+    let lid = dev.nic().unwrap().port_attr().lid;
+    let gid = dev.nic().unwrap().port_attr().gid;
+    let dctn = dct.dctn();
+    for (name, av) in [
+        ("all zero", [0u8; 48]),
+        ("a GID without a LID", dc_av(0, true, [0; 6], gid)),
+        ("a GRH with an empty GID", dc_av(lid, true, [0; 6], [0; 16])),
+        (
+            "a RoCE next hop with an empty GID",
+            dc_av(0xc0de, false, [2, 0, 0, 0, 0, 1], [0; 16]),
+        ),
+    ] {
+        match DcPeer::new(av, dctn, 7) {
+            Err(Error::InvalidParameter { what, value }) if what.contains("address") => {
+                assert_eq!(value, dctn as u64, "{name}: the error names the DCT")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    let mut cq = dev.create_cq(16).unwrap();
+    let mut dci = pd.create_dci(&cq, QpCaps::default()).unwrap();
+    for (cookie, av) in [
+        (1, dc_av(lid, false, [0; 6], [0; 16])),
+        (2, dc_av(lid, true, [0; 6], gid)),
+    ] {
+        let peer = DcPeer::new(av, dctn, 7).unwrap();
+        dci.to(&peer)
+            .write_inline(b"here", mr.remote(0).unwrap(), cookie, PostFlags::SIGNALED)
+            .unwrap();
+        let got = wait(&dev, &mut cq, 1);
+        assert_eq!((got[0].cookie, got[0].status), (cookie, WcStatus::Success));
+    }
+}
