@@ -64,6 +64,37 @@ pub(crate) fn rdma_cm_mgid(group: std::net::IpAddr) -> [u8; 16] {
     g
 }
 
+/// Refuses a destination that names no port: no LID on an InfiniBand port (`lid` 0, the
+/// reserved LID; a multicast LID or the permissive LID is an address), or an all-zero
+/// GID where the path is global (RoCE, a GRH asked for, a GID index in use). Every
+/// destination the crate takes goes through it once, where it is made: a connect's
+/// endpoint (`backend::check_remote_address`), an address handle ([`AhAttr::check_destination`],
+/// at `Pd::create_ah`) and a DC peer (`DcPeer::new`); never a UD send or DCI request.
+/// Nothing below refuses it: rdma-core's `mlx5_create_ah` copies `dlid` 0 into the AV's
+/// `rlid` without asking the kernel on InfiniBand, the kernel's `rdma_check_ah_attr` checks
+/// the port and the GRH flag only and `mlx5_set_path` programs `rlid` 0 as it is; a
+/// ConnectX then sends to LID 0, where the datagram (with a successful completion) or the
+/// connection is lost.
+///
+/// # Errors
+/// [`crate::Error::InvalidParameter`] with `what` and `value` (the caller's name for the
+/// destination: its QP or DCT number, or its LID).
+pub(crate) fn check_destination(
+    ethernet: bool,
+    global: bool,
+    lid: u16,
+    gid: &[u8; 16],
+    what: &'static str,
+    value: u64,
+) -> crate::Result<()> {
+    let no_lid = !ethernet && lid == 0;
+    let no_gid = (ethernet || global) && *gid == [0; 16];
+    if no_lid || no_gid {
+        return Err(crate::Error::InvalidParameter { what, value });
+    }
+    Ok(())
+}
+
 /// The default hop limit of a global route made from an endpoint or a group (one subnet,
 /// as UCX's `uct_ib_iface_fill_ah_attr_from_gid_lid` uses).
 pub const DEFAULT_HOP_LIMIT: u8 = 64;
@@ -88,6 +119,28 @@ impl AhAttr {
     pub fn local(mut self) -> AhAttr {
         self.grh = None;
         self
+    }
+
+    /// Refuses, before an address handle is made of it, an address that names no port on
+    /// a port of this link layer ([`check_destination`]): no LID on InfiniBand, or a global
+    /// route with an empty GID (on RoCE no global route at all). Checked once per address
+    /// handle: a UD send copies the handle's address vector and checks nothing of it.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidParameter`] with the destination LID.
+    pub(crate) fn check_destination(&self, ethernet: bool) -> crate::Result<()> {
+        let gid = self.grh.map(|g| g.dgid).unwrap_or_default();
+        check_destination(
+            ethernet,
+            self.grh.is_some(),
+            self.dlid,
+            &gid,
+            "address without a destination: LID 0 on an InfiniBand port, or no global \
+             route or an empty GID in it (mandatory on RoCE); a QP number and Q_Key alone \
+             are no address: make the handle of the peer's UdQp::endpoint (destination LID \
+             given)",
+            u64::from(self.dlid),
+        )
     }
 }
 

@@ -140,6 +140,8 @@ impl Pd {
 
     /// An address handle to `attr`: the mlx5 address vector the direct path copies into
     /// UD WQEs, and rdma-core's handle the verbs path sends with (None on the direct path).
+    /// An address that names no port is refused here, on every backend
+    /// ([`AhAttr::check_destination`](crate::address::AhAttr::check_destination)).
     ///
     /// # Errors
     /// As [`Pd::create_ah`](crate::Pd::create_ah).
@@ -149,7 +151,11 @@ impl Pd {
     ) -> Result<(mlx5::av::Av, Option<std::sync::Arc<crate::verbs::ud::Ah>>)> {
         match self {
             #[cfg(feature = "sim")]
-            Pd::Sim(_) => Ok((sim::ib_av(attr)?, None)),
+            Pd::Sim(_) => {
+                let av = sim::ib_av(attr)?;
+                attr.check_destination(false)?; // one InfiniBand port
+                Ok((av, None))
+            }
             Pd::Rdma(p) => p.create_ah(attr),
         }
     }

@@ -9,7 +9,7 @@ use super::sim;
 use super::spec::{QpRings, UdPort};
 use super::{rdma, Cq, Pd, Srq};
 use crate::caps::QpCaps;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::mlx5_env::Mlx5Env;
 use crate::verbs;
 use crate::verbs::objects::{Endpoint, Timing};
@@ -27,18 +27,19 @@ pub(crate) fn initial_psn(qpn: u32) -> u32 {
 /// on every backend, the software NIC's InfiniBand port too. The kernel takes such an
 /// address vector (`mlx5_set_path` writes `rlid` 0 as it is) and the QP sends to LID 0,
 /// InfiniBand's reserved LID: connected, it is dead.
+/// The rule is [`crate::address::check_destination`], shared with UD address handles and
+/// DC peers.
 pub(crate) fn check_remote_address(ethernet: bool, global: bool, remote: &Endpoint) -> Result<()> {
-    let no_lid = !ethernet && remote.lid == 0;
-    let no_gid = (ethernet || global) && remote.gid == [0; 16];
-    if no_lid || no_gid {
-        return Err(Error::InvalidParameter {
-            what: "remote endpoint without an address (LID 0 on an InfiniBand port, or an \
-                   empty GID on a global path; a QP number alone is not enough on any \
-                   device): exchange the peer's Qp::endpoint (blueflame::connect)",
-            value: remote.qpn as u64,
-        });
-    }
-    Ok(())
+    crate::address::check_destination(
+        ethernet,
+        global,
+        remote.lid,
+        &remote.gid,
+        "remote endpoint without an address (LID 0 on an InfiniBand port, or an empty GID \
+         on a global path; a QP number alone is not enough on any device): exchange the \
+         peer's Qp::endpoint (blueflame::connect)",
+        u64::from(remote.qpn),
+    )
 }
 
 /// What a new QP is.

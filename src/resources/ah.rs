@@ -57,10 +57,18 @@ impl Pd {
     /// leaves from the GID the endpoint was made with. On RoCE every address must be global
     /// (an endpoint always carries its GID).
     ///
+    /// An address must name a port: a LID on InfiniBand (a unicast LID, a multicast LID
+    /// 0xc000..=0xfffe or the permissive LID 0xffff), a GID in a global route (mandatory
+    /// on RoCE). A ConnectX would take one without (rdma-core's `mlx5_create_ah` copies
+    /// `dlid` 0 as it is) and send every datagram to LID 0, lost with a successful
+    /// completion; it is refused here, once, so a send never checks it.
+    ///
     /// # Errors
     /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for a port the device
-    /// does not have; [`Error::Verbs`](crate::Error::Verbs) (`ibv_create_ah`: e.g. `EINVAL`
-    /// for an address without a global route on RoCE, no route to the GID's IP address).
+    /// does not have, and with the destination LID for an address without one: LID 0 on an
+    /// InfiniBand port (a bare [`UdEndpoint`] of QP number and Q_Key), an empty GID in a
+    /// global route, no global route on RoCE; [`Error::Verbs`](crate::Error::Verbs)
+    /// (`ibv_query_port`, `ibv_create_ah`: e.g. no route to the GID's IP address).
     pub fn create_ah(&self, to: impl Into<AhAttr>) -> Result<AddressHandle> {
         let attr = to.into();
         let (av, verbs) = self.inner.pd.create_ah(&attr)?;

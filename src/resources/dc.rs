@@ -37,10 +37,16 @@ pub struct DcPeer {
 }
 
 impl DcPeer {
-    /// A destination from its parts.
+    /// A destination from its parts. The address vector must name a port, as an address
+    /// handle's does ([`Pd::create_ah`](crate::Pd::create_ah)): a LID on InfiniBand, a
+    /// GID with the GRH bit or on RoCE (an AV with a next hop's MAC). Checked once here: a
+    /// DCI request to the peer checks nothing of it.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a DCT number past 24 bits.
+    /// [`Error::InvalidParameter`] for a DCT number past 24 bits, and with the DCT number
+    /// for an address vector that names no port (`rlid` 0 without a MAC, or an empty
+    /// `rgid` with the GRH bit or a MAC): a ConnectX would send every request to LID 0,
+    /// and the DCI would end in `RetryExcErr`.
     pub fn new(av: [u8; AV_BYTES], dctn: u32, dc_key: u64) -> Result<DcPeer> {
         if dctn > MAX_DCTN {
             return Err(Error::InvalidParameter {
@@ -48,6 +54,20 @@ impl DcPeer {
                 value: dctn as u64,
             });
         }
+        // The AV's link layer is its own: a RoCE AV carries the next hop's MAC and no GRH
+        // bit (rdma-core's `mlx5_create_ah`), an InfiniBand one no MAC.
+        let a = mlx5::av::Av::from_bytes(&av);
+        let ethernet = a.rmac != [0; 6];
+        crate::address::check_destination(
+            ethernet,
+            ethernet || a.grh_bit(),
+            a.rlid.get(),
+            &a.rgid,
+            "DC peer whose address vector names no port (rlid 0 without a MAC, or an empty \
+             rgid with the GRH bit or a MAC): make it of an address handle to the target's \
+             port (DcPeer::from_ah; DCT number given)",
+            u64::from(dctn),
+        )?;
         Ok(DcPeer {
             addr: DcAddr { av, dctn, dc_key },
         })
@@ -801,11 +821,13 @@ mod tests {
     /// big-endian, as rdma-core's `mlx5dv_wr_set_dc_addr` writes it.
     #[test]
     fn the_dc_address_segment_is_what_rdma_core_writes() {
-        let peer = DcPeer::new([0; 48], 0x12_3456, 0x0102_0304_0506_0708).unwrap();
+        let mut av = [0; 48];
+        av[15] = 9; // rlid
+        let peer = DcPeer::new(av, 0x12_3456, 0x0102_0304_0506_0708).unwrap();
         let seg = peer.segment();
         assert_eq!(seg[0..8], [1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(seg[8..12], [0x80, 0x12, 0x34, 0x56]);
-        assert!(seg[12..].iter().all(|&b| b == 0));
+        assert_eq!(seg[12..], av[12..]);
     }
 
     /// A peer reached through an address handle carries the handle's AV.

@@ -280,6 +280,8 @@ impl UdQp {
     /// wire it would fail the QP's send queue); [`Error::InvalidHandle`] for an address handle of
     /// another protection domain; [`Error::InvalidParameter`] for a QP number above 24 bits;
     /// as [`crate::PostSend::post`] for the payload and queue room. Nothing is posted on an error.
+    /// An address handle always names a port ([`Pd::create_ah`] refuses an address without
+    /// a LID or GID), so no send checks its address again.
     #[inline]
     pub fn send_to(
         &mut self,

@@ -314,10 +314,17 @@ fn a_missing_dct_gives_the_initiator_a_transport_retry_error() {
     // A number that never was a DCT, and an RC QP's number: nobody answers either.
     // (The RC QP lives to the end of the test; it was once forgotten, which the
     // AddressSanitizer stage's leak check reported.)
+    // Addressed to this port (an address vector with no LID names no port: refused).
     let rc = pd.create_qp(&tcq, &tcq, QpCaps::default()).unwrap();
+    let here = pd
+        .create_ah(AhAttr {
+            dlid: dev.nic().unwrap().port_attr().lid,
+            ..AhAttr::default()
+        })
+        .unwrap();
     for target in [0x00ff_fff0, rc.qpn()] {
         let mut d = pd.create_dci_with(&cq, QpCaps::default(), &timing).unwrap();
-        let p = DcPeer::new([0; 48], target, 1).unwrap();
+        let p = DcPeer::from_ah(&here, target, 1).unwrap();
         d.to(&p)
             .write_inline(b"x", mr.remote(0).unwrap(), 10, PostFlags::SIGNALED)
             .unwrap();

@@ -390,6 +390,10 @@ impl Pd {
         &self,
         attr: &crate::address::AhAttr,
     ) -> Result<(mlx5::av::Av, Option<Arc<verbs::ud::Ah>>)> {
+        // The port's link layer, as `mlx5_create_ah` reads it (`ibv_query_port`): an
+        // address without a LID on InfiniBand, or without a GID where global, is refused
+        // before rdma-core makes a handle of it.
+        attr.check_destination(self.dev.ctx.port(attr.port)?.ethernet)?;
         let grh = attr.grh.map(|g| crate::address::GlobalRoute {
             sgid_index: match (g.sgid_index, self.dev.gid_index) {
                 (0, Some(i)) => i as u8,
