@@ -363,3 +363,8 @@ fn threads_copying_while_the_nic_writes_see_whole_words() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     w.join().unwrap();
 }
+
+#[test]
+fn an_unconnected_qp_gives_everything_back_on_the_software_nic() {
+    an_unconnected_qp_gives_everything_back(&sim());
+}

@@ -652,3 +652,219 @@ pub fn dma_buf(dev: &Device) {
         other => panic!("a memfd is no dma-buf: {other:?}"),
     }
 }
+
+/// How a QP that never ran is left before it is dropped (an RC QP is created in INIT, where
+/// it takes receives).
+#[derive(Clone, Copy, Debug)]
+pub enum Unconnected {
+    /// Never connected: dropped in INIT.
+    Never,
+    /// Its `connect` refused (a bare QP number, no address): left in INIT.
+    Refused,
+    /// Moved to error before it was connected: its own receives flush.
+    Errored,
+}
+
+/// Polls `cq` until `n` completions came, then for `settle` more: what came (20 s at most).
+fn drain(dev: &Device, cq: &mut Cq, n: usize, settle: Duration) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let mut out = [Completion::default(); 16];
+    let start = Instant::now();
+    let mut full_at = None;
+    loop {
+        dev.process();
+        let k = cq.poll(&mut out);
+        got.extend_from_slice(&out[..k]);
+        if got.len() >= n && full_at.is_none() {
+            full_at = Some(Instant::now());
+        }
+        if full_at.is_some_and(|t| t.elapsed() >= settle) {
+            return got;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out: {got:?}, {n} wanted"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// The drop of an RC QP that was never connected, whose `connect` was refused, or that was
+/// moved to error before connecting, with receives posted on its own receive queue or on an
+/// SRQ, gives everything back: its receive CQ reports no completion of it afterwards and
+/// another QP's completions exactly once; the region its receives pointed into is
+/// deregistered and its buffer handed back; an SRQ's WQEs it never consumed stay for the
+/// next QP on the SRQ; and the CQ's whole capacity is there again for another QP.
+/// Since RC QPs are created in INIT every path takes receives before `connect`, so a
+/// never-connected QP's drop meets posted receives on the verbs path too.
+pub fn an_unconnected_qp_gives_everything_back(dev: &Device) {
+    for how in [
+        Unconnected::Never,
+        Unconnected::Refused,
+        Unconnected::Errored,
+    ] {
+        for on_srq in [false, true] {
+            unconnected_teardown(dev, how, on_srq);
+        }
+    }
+}
+
+fn unconnected_teardown(dev: &Device, how: Unconnected, on_srq: bool) {
+    const N: u64 = 4;
+    let ctx = format!("{how:?}, on an SRQ {on_srq}");
+    let pd = dev.alloc_pd().expect("pd");
+    let mut cq = dev.create_cq(32).expect("receive cq");
+    let mut scq = dev.create_cq(64).expect("send cq");
+    let caps = QpCaps {
+        sq_blocks: 64,
+        rq_entries: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline: 64,
+        rnr_retry: 7,
+        ..QpCaps::default()
+    };
+    let pair = |rx: &Cq| {
+        let mut r = pd.create_qp(&scq, rx, caps).expect("qp");
+        let mut s = pd.create_qp(&scq, &scq, caps).expect("qp");
+        let (er, es) = (r.endpoint().expect("ep"), s.endpoint().expect("ep"));
+        r.connect(&es).expect("connect");
+        s.connect(&er).expect("connect");
+        (r, s)
+    };
+    let mut srq = on_srq.then(|| {
+        pd.create_srq(
+            &cq,
+            SrqCaps {
+                entries: 8,
+                max_sge: 1,
+            },
+        )
+        .expect("srq")
+    });
+    // Another QP receiving on the same CQ, and its peer.
+    let (mut o, mut q) = pair(&cq);
+    let keep = pd.alloc_mr(4096, RIGHTS).expect("mr");
+    o.post_recv(&[keep.sge(0, 64).unwrap()], 1).unwrap();
+    o.post_recv(&[keep.sge(64, 64).unwrap()], 2).unwrap();
+
+    // The QP dropped, its receives in a region of its own.
+    let mr = pd.register(vec![0u8; 4096], RIGHTS).expect("register");
+    let mut v = match &srq {
+        Some(s) => pd.create_qp_with_srq(&scq, s, caps),
+        None => pd.create_qp(&scq, &cq, caps),
+    }
+    .expect("the QP dropped");
+    for i in 0..N {
+        let sge = [mr.sge(i as usize * 64, 64).unwrap()];
+        match &mut srq {
+            Some(s) => s.post_recv(&sge, 100 + i),
+            None => v.post_recv(&sge, 100 + i),
+        }
+        .unwrap_or_else(|e| panic!("{ctx}: a receive before connect: {e}"));
+    }
+    match how {
+        Unconnected::Never => {}
+        Unconnected::Refused => {
+            let bare = Endpoint {
+                qpn: q.qpn(),
+                ..Endpoint::default()
+            };
+            match v.connect(&bare) {
+                Err(Error::InvalidParameter { .. }) => {}
+                other => panic!("{ctx}: connect by a bare number: {other:?}"),
+            }
+        }
+        Unconnected::Errored => v.set_error().expect("set_error"),
+    }
+    // One message for `o` completes before the drop and stays in the CQ, unpolled.
+    q.send(Payload::Inline(b"one"), 10, PostFlags::SIGNALED)
+        .unwrap();
+    let sent = drain(dev, &mut scq, 1, Duration::ZERO);
+    assert_eq!(sent[0].status, WcStatus::Success, "{ctx}: {sent:?}");
+    if matches!(how, Unconnected::Errored) {
+        // Give the flushes of its receives (own receive queue) time to land in the CQ.
+        std::thread::sleep(Duration::from_millis(20));
+        dev.process();
+    }
+    drop(v);
+    q.send(Payload::Inline(b"two"), 11, PostFlags::SIGNALED)
+        .unwrap();
+    let sent = drain(dev, &mut scq, 1, Duration::ZERO);
+    assert_eq!(sent[0].status, WcStatus::Success, "{ctx}: {sent:?}");
+    // (3) Only `o`'s two, once each, in order.
+    let got: Vec<(u64, WcStatus)> = drain(dev, &mut cq, 2, Duration::from_millis(100))
+        .iter()
+        .map(|c| (c.cookie, c.status))
+        .collect();
+    assert_eq!(
+        got,
+        [(1, WcStatus::Success), (2, WcStatus::Success)],
+        "{ctx}: the receive CQ after the drop"
+    );
+
+    let mut pending = mr.into_buffer::<Vec<u8>>().expect("a Vec");
+    if let Some(s) = &mut srq {
+        // (4) The SRQ still holds the N receives: room for capacity - N more, no more.
+        let room = s.capacity() - N as u32;
+        assert_eq!(s.free(), room, "{ctx}: the SRQ's free entries");
+        for i in 0..room {
+            s.post_recv(&[keep.sge(1024, 64).unwrap()], 200 + i as u64)
+                .unwrap_or_else(|e| panic!("{ctx}: SRQ receive {i} of {room}: {e}"));
+        }
+        match s.post_recv(&[keep.sge(1024, 64).unwrap()], 299) {
+            Err(Error::QueueFull { .. }) => {}
+            other => panic!("{ctx}: one past the SRQ's capacity: {other:?}"),
+        }
+        // The next QP on the SRQ takes them, the oldest first.
+        let mut w = pd.create_qp_with_srq(&scq, s, caps).expect("qp on the srq");
+        let mut p = pd.create_qp(&scq, &scq, caps).expect("qp");
+        let (ew, ep) = (w.endpoint().unwrap(), p.endpoint().unwrap());
+        w.connect(&ep).unwrap();
+        p.connect(&ew).unwrap();
+        for i in 0..N {
+            p.send(Payload::Inline(b"later"), 20 + i, PostFlags::SIGNALED)
+                .unwrap();
+        }
+        let sent = drain(dev, &mut scq, N as usize, Duration::ZERO);
+        assert!(
+            sent.iter().all(|c| c.status == WcStatus::Success),
+            "{ctx}: {sent:?}"
+        );
+        let got: Vec<(u64, WcStatus, u32)> =
+            drain(dev, &mut cq, N as usize, Duration::from_millis(50))
+                .iter()
+                .map(|c| (c.cookie, c.status, c.byte_len))
+                .collect();
+        let want: Vec<_> = (0..N).map(|i| (100 + i, WcStatus::Success, 5)).collect();
+        assert_eq!(got, want, "{ctx}: the SRQ's receives, taken by the next QP");
+        drop((w, p));
+    }
+    // (2) The region is deregistered and its buffer handed back.
+    let buf = pending
+        .try_take()
+        .unwrap_or_else(|| panic!("{ctx}: the buffer is not handed back"));
+    if on_srq {
+        assert_eq!(&buf[..5], b"later", "{ctx}");
+    }
+    assert_eq!(pd.reclaim(), 0, "{ctx}: parked registrations");
+
+    // (1) With every other queue gone, a new QP may post as many receives as the CQ has
+    // entries, and is refused (CqFull) only past them.
+    drop((o, q, srq));
+    drain(dev, &mut cq, 0, Duration::from_millis(10));
+    let mut x = pd.create_qp(&scq, &cq, caps).expect("qp");
+    let cap = cq.guaranteed();
+    assert!(
+        caps.rq_entries > cap,
+        "{ctx}: the receive queue is deeper than the CQ"
+    );
+    for i in 0..cap {
+        x.post_recv(&[keep.sge(2048, 64).unwrap()], 300 + i as u64)
+            .unwrap_or_else(|e| panic!("{ctx}: receive {i} of the CQ's {cap}: {e}"));
+    }
+    match x.post_recv(&[keep.sge(2048, 64).unwrap()], 399) {
+        Err(Error::CqFull { .. }) => {}
+        other => panic!("{ctx}: one past the CQ's {cap} entries: {other:?}"),
+    }
+}

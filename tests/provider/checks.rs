@@ -92,6 +92,10 @@ pub fn all() -> Vec<Case> {
             recv_before_connect,
         ),
         check(
+            "an_unconnected_qp_gives_everything_back_on_both_paths",
+            unconnected_teardown,
+        ),
+        check(
             "the_requester_depth_is_what_the_peer_accepts",
             requester_depth,
         ),
@@ -249,6 +253,33 @@ fn requester_depth(_dev: &Device) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The drop of a QP never connected, refused or moved to error before connecting, with
+/// receives posted (own receive queue, SRQ), on both paths over libmlx5: nothing of it
+/// completes afterwards, its region and buffer come back, an SRQ keeps the WQEs it never
+/// consumed, the CQ's whole capacity is there again (`memory_cases`). On the verbs path
+/// such a QP met no receive before RC QPs were created in INIT.
+fn unconnected_teardown(_dev: &Device) -> Result<(), String> {
+    for verbs in [false, true] {
+        let d = open_fresh(verbs)?;
+        catch(verbs, || {
+            crate::memory_cases::an_unconnected_qp_gives_everything_back(&d)
+        })?;
+    }
+    Ok(())
+}
+
+/// Runs `f`, a case that fails by panicking: its message, with the path.
+fn catch(verbs: bool, f: impl FnOnce()) -> Result<(), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let why = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("verbs {verbs}: {why}")
+    })
 }
 
 /// A bare QP number (`Endpoint { qpn, ..Endpoint::default() }`, what
