@@ -368,3 +368,8 @@ fn threads_copying_while_the_nic_writes_see_whole_words() {
 fn an_unconnected_qp_gives_everything_back_on_the_software_nic() {
     an_unconnected_qp_gives_everything_back(&sim());
 }
+
+#[test]
+fn an_init_qps_drop_frees_its_cq_entries_at_once_on_the_software_nic() {
+    an_init_qps_drop_frees_its_cq_entries_at_once(&sim());
+}

@@ -868,3 +868,57 @@ fn unconnected_teardown(dev: &Device, how: Unconnected, on_srq: bool) {
         other => panic!("{ctx}: one past the CQ's {cap} entries: {other:?}"),
     }
 }
+
+/// A QP that never left INIT (never connected, or its `connect` refused) completes nothing:
+/// its receives were never taken (a responder below RTR takes none) and its destroy (to
+/// RESET) flushes none. Dropped with receives filling its CQ, it leaves the CQ's every
+/// entry to the next QP at once, with no poll of the CQ in between. Before RC QPs were
+/// created in INIT the verbs path refused such receives, so its drop never met any.
+pub fn an_init_qps_drop_frees_its_cq_entries_at_once(dev: &Device) {
+    for refused in [false, true] {
+        let ctx = format!("connect refused {refused}");
+        let pd = dev.alloc_pd().expect("pd");
+        let cq = dev.create_cq(32).expect("receive cq");
+        let scq = dev.create_cq(16).expect("send cq");
+        let caps = QpCaps {
+            sq_blocks: 16,
+            rq_entries: 64,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            ..QpCaps::default()
+        };
+        let mr = pd.alloc_mr(4096, RIGHTS).expect("mr");
+        let cap = cq.guaranteed();
+        assert!(
+            caps.rq_entries > cap,
+            "{ctx}: the receive queue is deeper than the CQ"
+        );
+        let mut v = pd.create_qp(&scq, &cq, caps).expect("qp");
+        for i in 0..cap {
+            v.post_recv(&[mr.sge(0, 64).unwrap()], i as u64)
+                .unwrap_or_else(|e| panic!("{ctx}: receive {i} of the CQ's {cap}: {e}"));
+        }
+        if refused {
+            let bare = Endpoint {
+                qpn: v.qpn(),
+                ..Endpoint::default()
+            };
+            match v.connect(&bare) {
+                Err(Error::InvalidParameter { .. }) => {}
+                other => panic!("{ctx}: connect by a bare number: {other:?}"),
+            }
+        }
+        drop(v);
+        let mut x = pd.create_qp(&scq, &cq, caps).expect("qp");
+        for i in 0..cap {
+            x.post_recv(&[mr.sge(64, 64).unwrap()], 100 + i as u64)
+                .unwrap_or_else(|e| {
+                    panic!("{ctx}: receive {i} of the CQ's {cap} after the drop: {e}")
+                });
+        }
+        match x.post_recv(&[mr.sge(64, 64).unwrap()], 999) {
+            Err(Error::CqFull { .. }) => {}
+            other => panic!("{ctx}: one past the CQ's {cap} entries: {other:?}"),
+        }
+    }
+}

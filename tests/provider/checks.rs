@@ -96,6 +96,10 @@ pub fn all() -> Vec<Case> {
             unconnected_teardown,
         ),
         check(
+            "an_init_qps_drop_frees_its_cq_entries_at_once_on_both_paths",
+            init_drop_frees_the_cq,
+        ),
+        check(
             "the_requester_depth_is_what_the_peer_accepts",
             requester_depth,
         ),
@@ -265,6 +269,18 @@ fn unconnected_teardown(_dev: &Device) -> Result<(), String> {
         let d = open_fresh(verbs)?;
         catch(verbs, || {
             crate::memory_cases::an_unconnected_qp_gives_everything_back(&d)
+        })?;
+    }
+    Ok(())
+}
+
+/// A QP dropped in INIT with receives filling its CQ leaves every entry of the CQ to the
+/// next QP at once, on both paths over libmlx5 (`memory_cases`).
+fn init_drop_frees_the_cq(_dev: &Device) -> Result<(), String> {
+    for verbs in [false, true] {
+        let d = open_fresh(verbs)?;
+        catch(verbs, || {
+            crate::memory_cases::an_init_qps_drop_frees_its_cq_entries_at_once(&d)
         })?;
     }
     Ok(())
