@@ -360,11 +360,29 @@ impl CqShare {
 pub(crate) struct Leaving {
     share: CqShare,
     pos: u16,
+    /// Set by [`Leaving::completes_nothing`]: no request of the queue can complete.
+    quiet: bool,
+}
+
+impl Leaving {
+    /// The queue's device QP never left INIT: nothing it posted can complete (a responder
+    /// below RTR takes no receive, a QP sends nothing before RTS, and the destroy, a move
+    /// to RESET, flushes nothing: the kernel's `destroy_qp_common`), so its outstanding
+    /// requests go back with the charge instead of staying counted until a poller sees the
+    /// CQ empty (on the verbs path, which reads no ring, only a poll frees those).
+    pub(crate) fn completes_nothing(&mut self) {
+        self.quiet = true;
+    }
 }
 
 impl Drop for Leaving {
     fn drop(&mut self) {
-        self.share.release(self.pos);
+        let pos = if self.quiet {
+            self.share.charge.queue.retired()
+        } else {
+            self.pos
+        };
+        self.share.release(pos);
     }
 }
 
@@ -378,7 +396,11 @@ impl CqShare {
         self.end = pos;
         self.charge.end.store(pos, Ordering::Relaxed);
         drop(l);
-        Leaving { share: self, pos }
+        Leaving {
+            share: self,
+            pos,
+            quiet: false,
+        }
     }
 }
 
@@ -465,6 +487,21 @@ mod tests {
         qc.retire(4);
         drop(leaving);
         assert_eq!(slots.free(), 64 - 17 - 6);
+    }
+
+    /// A leaving queue whose QP never left INIT gives its outstanding requests back with
+    /// its charge: no orphans, no poll needed.
+    #[test]
+    fn a_queue_that_completes_nothing_leaves_no_orphans() {
+        let slots = Arc::new(CqSlots::new(1, 64, None));
+        let q = Arc::new(Shadow::<u64>::new(256));
+        let mut a = CqShare::new(slots.clone(), q.clone(), 0);
+        assert_eq!(a.top_up(0, 64, 256), 64);
+        let mut leaving = a.leave(64);
+        assert_eq!(slots.free(), 0, "kept whole until the QP is destroyed");
+        leaving.completes_nothing();
+        drop(leaving);
+        assert_eq!((slots.free(), slots.orphan_mark()), (64, 0));
     }
 
     #[test]

@@ -475,6 +475,15 @@ impl Drop for Qp {
                 rq.as_mut().and_then(VerbsRecvQueue::leave_cq),
             ],
         };
+        // A QP that never left INIT (not connected, not moved to error, not connected by
+        // librdmacm) completes nothing: its receives, never taken, are not flushed by the
+        // destroy (to RESET), so their entries of the CQ go back with the QP (the verbs
+        // path, which reads no ring, freed them only at the CQ's next empty poll).
+        if !(self.connected || self.errored || self.reached_rtr || self._cm.is_some()) {
+            for l in self.leaving.iter_mut().flatten() {
+                l.completes_nothing();
+            }
+        }
         // rdma-core cleans a CQ of a destroyed QP's entries (`__mlx5_cq_clean`), but not a
         // CQ it handed to us: the direct path's CQs are ours. With the CQs' lists locked
         // (no QP can attach, so none can reuse this number yet), destroy the QP, after which
