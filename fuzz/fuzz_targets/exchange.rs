@@ -63,6 +63,7 @@ fuzz_target!(|data: &[u8]| {
     }
     // The same over a socket when the bytes are short (a peer that sends part of a message
     // and closes): the listener's accept returns, with an error.
+    // (Shorter than the shortest whole message, a BFX1 header and its count: 36 bytes.)
     if data.len() < 36 && data.first() == Some(&b'B') {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         let addr = l.local_addr().expect("its address");
@@ -76,7 +77,14 @@ fuzz_target!(|data: &[u8]| {
             let _ = s.read_to_end(&mut sink);
         });
         let got = blueflame::connect::accept(&l, &Exchange::default());
-        assert!(matches!(got, Err(Error::Io(_))), "{got:?}");
+        // A typed refusal, not a wait: the end of the stream, or a magic that is not
+        // the exchange's (read with the endpoint's 34 bytes, so a message of 34 or 35
+        // bytes is refused for it): as `read_from` of the bytes, above.
+        match &got {
+            Err(Error::Io(_)) => {}
+            Err(Error::InvalidParameter { what, .. }) if what.starts_with("exchange") => {}
+            _ => panic!("a truncated message ({} bytes): {got:?}", data.len()),
+        }
         peer.join().expect("the peer");
     }
     // The private data.
