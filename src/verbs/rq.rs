@@ -298,8 +298,8 @@ impl VerbsRecvQueue {
     /// it is not that case (nothing done: [`VerbsRecvQueue::post`] takes it, with every
     /// check). The cached room is renewed out of line when spent. Only a receive into a
     /// CPU-writable region comes here, so a provider that copies with the CPU refuses none
-    /// of them; an empty buffer or one past `MAX_SGE_BYTES`, a queue that checks no region, any other region or a
-    /// changed list of regions takes the general path.
+    /// of them; an empty buffer or one past `MAX_SGE_BYTES`, a queue that checks no region,
+    /// any other region or a changed list of regions takes the general path.
     #[inline(always)]
     pub(crate) fn post_one(&mut self, s: &Sge, cookie: u64) -> Option<i32> {
         // Lengths 1 to `MAX_SGE_BYTES` in one compare (the general path refuses a longer

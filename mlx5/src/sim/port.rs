@@ -52,6 +52,20 @@ pub struct PortAttr {
     pub max_msg: u32,
 }
 
+impl PortAttr {
+    /// The active MTU as the verbs enum `ibv_query_port` reports it (`IBV_MTU_256` 1 ...
+    /// `IBV_MTU_4096` 5).
+    pub fn mtu_enum(&self) -> u8 {
+        match self.mtu {
+            256 => 1,
+            512 => 2,
+            1024 => 3,
+            2048 => 4,
+            _ => 5,
+        }
+    }
+}
+
 /// The port: its address, MTU and multicast groups.
 pub(crate) struct Port {
     /// The port's unicast LID (the NIC's own: [`next_lid`]).

@@ -176,17 +176,6 @@ pub(crate) fn create_qp(p: &Pd, spec: &QpSpec<'_>) -> Result<(Qp, QpRings, u32)>
     Ok((qp, rings, raw.qpn))
 }
 
-/// The verbs enum of an MTU in bytes (`IBV_MTU_256` 1 ... `IBV_MTU_4096` 5).
-fn mtu_enum(bytes: u32) -> u32 {
-    match bytes {
-        256 => 1,
-        512 => 2,
-        1024 => 3,
-        2048 => 4,
-        _ => 5,
-    }
-}
-
 impl Qp {
     /// The port's address with QP `qpn` and its first send PSN `psn`, as an rdma-core
     /// device gives it: LID, GID and active MTU.
@@ -197,7 +186,7 @@ impl Qp {
             psn,
             gid: port.gid,
             lid: port.lid,
-            mtu: mtu_enum(port.mtu),
+            mtu: u32::from(port.mtu_enum()),
             // Its responder takes any number of reads in flight; the crate's 16, as a
             // ConnectX's QP connected by rdma-core (and the software NIC behind it, whose
             // device says `max_qp_rd_atom` 16) is programmed with.
@@ -210,7 +199,7 @@ impl Qp {
     /// [`mlx5::sim::Nic::connect`]).
     pub(crate) fn connect(&self, remote: &Endpoint, psn: u32, timing: &Timing) -> Result<()> {
         // The path MTU as rdma-core's path takes it: the smaller of the two ports'.
-        let local = mtu_enum(self.nic.port_attr().mtu);
+        let local = u32::from(self.nic.port_attr().mtu_enum());
         let lim = ConnLimits {
             local_mtu: local,
             max_qp_rd_atom: ConnLimits::RD_ATOMIC,

@@ -214,13 +214,7 @@ pub(super) unsafe fn query_port(nic: &Nic, call: &mut Call<'_>) -> Result<(), c_
         return Err(libc::EINVAL);
     }
     let port = nic.port_attr();
-    let mtu = match port.mtu {
-        256 => 1,
-        512 => 2,
-        1024 => 3,
-        2048 => 4,
-        _ => 5,
-    };
+    let mtu = port.mtu_enum();
     let resp = ib_uverbs_query_port_resp {
         port_cap_flags: 0x2651_e848,
         // The software NIC's port (a ConnectX-6: `log_max_msg` 30).
